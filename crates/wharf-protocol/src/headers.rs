@@ -1,0 +1,203 @@
+//! The HTTP headers that mirror a request body, and how their values are encoded.
+
+use base64::Engine as _;
+
+/// `MCP-Protocol-Version`: must equal `_meta["io.modelcontextprotocol/protocolVersion"]`.
+pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+/// `Mcp-Method`: must equal the body's `method`.
+pub const METHOD: &str = "mcp-method";
+/// `Mcp-Name`: must equal `params.name` (tools/call, prompts/get) or `params.uri` (resources/read).
+pub const NAME: &str = "mcp-name";
+/// Prefix of the headers that mirror tool arguments marked with `x-mcp-header`.
+pub const PARAM_PREFIX: &str = "mcp-param-";
+/// The JSON Schema keyword that marks a tool argument to be mirrored into a header.
+pub const X_MCP_HEADER: &str = "x-mcp-header";
+
+const SENTINEL_PREFIX: &str = "=?base64?";
+const SENTINEL_SUFFIX: &str = "?=";
+
+/// Why a header value could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderValueError {
+    #[error("contains characters that are not visible ASCII, space or tab")]
+    InvalidCharacters,
+    #[error("is not valid Base64 inside the =?base64?…?= sentinel")]
+    InvalidBase64,
+    #[error("decodes to bytes that are not UTF-8")]
+    InvalidUtf8,
+}
+
+/// Decodes a header value, unwrapping the `=?base64?…?=` sentinel when present.
+///
+/// `raw` is the header's bytes; plain values must be visible ASCII, space or tab.
+pub fn decode_value(raw: &[u8]) -> Result<std::borrow::Cow<'_, str>, HeaderValueError> {
+    if !raw
+        .iter()
+        .all(|&b| b == b'\t' || (0x20..=0x7e).contains(&b))
+    {
+        return Err(HeaderValueError::InvalidCharacters);
+    }
+    // Checked above: all bytes are ASCII.
+    let text = std::str::from_utf8(raw).map_err(|_| HeaderValueError::InvalidCharacters)?;
+    match text
+        .strip_prefix(SENTINEL_PREFIX)
+        .and_then(|rest| rest.strip_suffix(SENTINEL_SUFFIX))
+    {
+        Some(encoded) => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .map_err(|_| HeaderValueError::InvalidBase64)?;
+            String::from_utf8(bytes)
+                .map(Into::into)
+                .map_err(|_| HeaderValueError::InvalidUtf8)
+        }
+        None => Ok(text.into()),
+    }
+}
+
+/// Encodes `value` for a header, using the Base64 sentinel when the plain form is not safe.
+pub fn encode_value(value: &str) -> String {
+    let plain_safe = value.bytes().all(|b| (0x20..=0x7e).contains(&b))
+        && !value.starts_with(' ')
+        && !value.ends_with(' ')
+        && !(value.starts_with(SENTINEL_PREFIX) && value.ends_with(SENTINEL_SUFFIX));
+    if plain_safe {
+        value.to_owned()
+    } else {
+        format!(
+            "{SENTINEL_PREFIX}{}{SENTINEL_SUFFIX}",
+            base64::engine::general_purpose::STANDARD.encode(value.as_bytes())
+        )
+    }
+}
+
+/// Whether `name` is a valid HTTP field-name token (RFC 9110 `1*tchar`).
+pub fn is_token(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// The JSON type an `x-mcp-header` argument may have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderParamType {
+    String,
+    Integer,
+    Boolean,
+}
+
+/// Largest integer an `x-mcp-header` argument may carry (2^53 - 1).
+pub const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
+
+/// Renders an argument value as its header text: strings as-is, integers in decimal,
+/// booleans as `true`/`false`. `None` for null, other types, or unsafe integers.
+pub fn render_param(value: &serde_json::Value) -> Option<String> {
+    match value {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Bool(b) => Some(b.to_string()),
+        serde_json::Value::Number(n) => n
+            .as_i64()
+            .filter(|i| i.abs() <= MAX_SAFE_INTEGER)
+            .map(|i| i.to_string()),
+        _ => None,
+    }
+}
+
+/// Whether a decoded header value mirrors `body` for an argument of type `kind`.
+/// Integers compare numerically, so `42.0` mirrors `42`.
+pub fn param_matches(kind: HeaderParamType, header: &str, body: &serde_json::Value) -> bool {
+    match (kind, body) {
+        (HeaderParamType::String, serde_json::Value::String(s)) => header == s,
+        (HeaderParamType::Boolean, serde_json::Value::Bool(b)) => {
+            header == if *b { "true" } else { "false" }
+        }
+        (HeaderParamType::Integer, serde_json::Value::Number(n)) => {
+            let Some(want) = n
+                .as_i64()
+                .or_else(|| n.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
+            else {
+                return false;
+            };
+            match header.trim().parse::<i64>() {
+                Ok(got) => got == want,
+                Err(_) => header
+                    .trim()
+                    .parse::<f64>()
+                    .is_ok_and(|f| f.is_finite() && f.fract() == 0.0 && f == want as f64),
+            }
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn sentinel_round_trips_the_spec_examples() {
+        assert_eq!(
+            encode_value("Hello, 世界"),
+            "=?base64?SGVsbG8sIOS4lueVjA==?="
+        );
+        assert_eq!(encode_value(" padded "), "=?base64?IHBhZGRlZCA=?=");
+        assert_eq!(
+            encode_value("=?base64?literal?="),
+            "=?base64?PT9iYXNlNjQ/bGl0ZXJhbD89?="
+        );
+        assert_eq!(encode_value("plain"), "plain");
+        for v in [
+            "Hello, 世界",
+            " padded ",
+            "line1\nline2",
+            "=?base64?literal?=",
+        ] {
+            assert_eq!(decode_value(encode_value(v).as_bytes()).unwrap(), v);
+        }
+    }
+
+    #[test]
+    fn malformed_values_are_refused() {
+        assert_eq!(
+            decode_value(b"=?base64?!!!?="),
+            Err(HeaderValueError::InvalidBase64)
+        );
+        assert_eq!(
+            decode_value(b"=?base64?SGVsbG8?="),
+            Err(HeaderValueError::InvalidBase64)
+        );
+        assert_eq!(
+            decode_value(b"=?base64?/w==?="),
+            Err(HeaderValueError::InvalidUtf8)
+        );
+        assert_eq!(
+            decode_value(b"caf\xc3\xa9"),
+            Err(HeaderValueError::InvalidCharacters)
+        );
+    }
+
+    #[test]
+    fn integers_compare_numerically() {
+        assert!(param_matches(HeaderParamType::Integer, "42", &json!(42)));
+        assert!(param_matches(HeaderParamType::Integer, "42.0", &json!(42)));
+        assert!(!param_matches(HeaderParamType::Integer, "43", &json!(42)));
+        assert!(!param_matches(
+            HeaderParamType::Integer,
+            "forty-two",
+            &json!(42)
+        ));
+        assert!(param_matches(
+            HeaderParamType::Boolean,
+            "true",
+            &json!(true)
+        ));
+        assert!(!param_matches(
+            HeaderParamType::Boolean,
+            "True",
+            &json!(true)
+        ));
+        assert!(!param_matches(HeaderParamType::String, "a", &json!(1)));
+    }
+}

@@ -1,0 +1,18 @@
+//! Wire types of the Model Context Protocol, revision 2026-07-28.
+//!
+//! This crate is pure data and pure functions: the JSON-RPC envelope, every message a
+//! stateless server receives or sends, the error codes, the `_meta` keys and the rules for
+//! the `Mcp-*` HTTP headers. It performs no I/O and knows nothing of async.
+
+pub mod codes;
+pub mod headers;
+pub mod jsonrpc;
+pub mod meta;
+pub mod methods;
+pub mod types;
+pub mod version;
+
+pub use jsonrpc::{Envelope, EnvelopeError, ErrorObject, RequestId};
+pub use jsonrpc::{ErrorResponse, Notification, Request, Response};
+pub use meta::RequestMeta;
+pub use types::*;

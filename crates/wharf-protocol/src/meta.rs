@@ -1,0 +1,64 @@
+//! The `_meta` object of a stateless request, and the reserved keys.
+
+use serde::{Deserialize, Serialize};
+
+use crate::types::{ClientCapabilities, Implementation, LoggingLevel, ProgressToken};
+
+/// `_meta` key: the protocol revision of this request (required).
+pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// `_meta` key: the client's capabilities for this request (required).
+pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// `_meta` key: who the client is (optional).
+pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+/// `_meta` key: the lowest log level the client wants as `notifications/message`.
+pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+/// `_meta` key on results: who the server is.
+pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+/// `_meta` key on listen-stream messages: the listen request's id.
+pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+/// `_meta` key: progress token.
+pub const PROGRESS_TOKEN: &str = "progressToken";
+
+/// The `_meta` of a request, as sent by the client.
+///
+/// Required fields are `Option` here so that their absence is reported by the server with a
+/// message naming the field, rather than by a generic deserialization error.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RequestMeta {
+    #[serde(
+        rename = "io.modelcontextprotocol/protocolVersion",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub protocol_version: Option<String>,
+    #[serde(
+        rename = "io.modelcontextprotocol/clientCapabilities",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub client_capabilities: Option<ClientCapabilities>,
+    #[serde(
+        rename = "io.modelcontextprotocol/clientInfo",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub client_info: Option<Implementation>,
+    #[serde(
+        rename = "io.modelcontextprotocol/logLevel",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub log_level: Option<LoggingLevel>,
+    #[serde(
+        rename = "progressToken",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub progress_token: Option<ProgressToken>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baggage: Option<String>,
+}

@@ -1,0 +1,37 @@
+//! Message types of 2026-07-28, one module per area of the specification.
+//!
+//! Optional members are `Option` and are left out when absent, so a value read from the wire
+//! and written back is the same JSON.
+
+mod capabilities;
+mod client;
+mod completion;
+mod content;
+mod discover;
+mod logging;
+mod mrtr;
+mod notifications;
+mod prompts;
+mod requests;
+mod resources;
+mod result;
+mod subscriptions;
+mod tools;
+
+pub use capabilities::*;
+pub use client::*;
+pub use completion::*;
+pub use content::*;
+pub use discover::*;
+pub use logging::*;
+pub use mrtr::*;
+pub use notifications::*;
+pub use prompts::*;
+pub use requests::*;
+pub use resources::*;
+pub use result::*;
+pub use subscriptions::*;
+pub use tools::*;
+
+/// A JSON object (`_meta`, `experimental`, schemas…).
+pub type JsonObject = serde_json::Map<String, serde_json::Value>;

@@ -1,0 +1,123 @@
+use std::sync::Arc;
+
+use serde::de::{MapAccess, Visitor};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::{Implementation, JsonObject};
+use crate::meta;
+
+/// `resultType` of a result.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResultType {
+    /// The request is answered.
+    #[default]
+    Complete,
+    /// The client must answer `inputRequests` and retry (MRTR).
+    InputRequired,
+}
+
+/// Who may cache a result.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheScope {
+    /// Any client or intermediary may reuse the result.
+    #[default]
+    Public,
+    /// Only the requesting principal may reuse it.
+    Private,
+}
+
+/// Caching hints carried by cacheable results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CacheHints {
+    pub ttl_ms: u64,
+    pub cache_scope: CacheScope,
+}
+
+impl Default for CacheHints {
+    fn default() -> Self {
+        CacheHints {
+            ttl_ms: 0,
+            cache_scope: CacheScope::Public,
+        }
+    }
+}
+
+/// The `_meta` of a result: the server's identity first, then anything else.
+///
+/// The identity is shared (`Arc`) so stamping it on every result costs no copy.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ResultMeta {
+    pub server_info: Option<Arc<Implementation>>,
+    pub extra: JsonObject,
+}
+
+impl ResultMeta {
+    /// Meta holding only the server's identity.
+    pub fn server(info: Arc<Implementation>) -> Self {
+        ResultMeta {
+            server_info: Some(info),
+            extra: JsonObject::new(),
+        }
+    }
+
+    /// Whether there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.server_info.is_none() && self.extra.is_empty()
+    }
+}
+
+impl Serialize for ResultMeta {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        if let Some(info) = &self.server_info {
+            map.serialize_entry(meta::SERVER_INFO, info.as_ref())?;
+        }
+        for (k, v) in &self.extra {
+            if k != meta::SERVER_INFO || self.server_info.is_none() {
+                map.serialize_entry(k, v)?;
+            }
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for ResultMeta {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ResultMeta;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a _meta object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<ResultMeta, A::Error> {
+                let mut out = ResultMeta::default();
+                while let Some(key) = access.next_key::<String>()? {
+                    if key == meta::SERVER_INFO {
+                        out.server_info = Some(Arc::new(access.next_value()?));
+                    } else {
+                        out.extra.insert(key, access.next_value()?);
+                    }
+                }
+                Ok(out)
+            }
+        }
+        deserializer.deserialize_map(V)
+    }
+}
+
+/// A result with no members of its own (`EmptyResult`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EmptyResult {
+    pub result_type: ResultType,
+    #[serde(
+        rename = "_meta",
+        default,
+        skip_serializing_if = "ResultMeta::is_empty"
+    )]
+    pub meta: ResultMeta,
+}
