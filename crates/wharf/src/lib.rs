@@ -1,1 +1,48 @@
+//! Server core for stateless MCP servers (revision 2026-07-28).
+//!
+//! Register tools, resources, resource templates and prompts on a [`ServerBuilder`]; the
+//! built [`Server`] validates and dispatches requests handed to it by a transport
+//! (`wharf-http`, `wharf-stdio`). Everything is built once: schemas are generated and their
+//! validators compiled at [`ServerBuilder::build`], never per request.
+//!
+//! ```no_run
+//! use schemars::JsonSchema;
+//! use serde::Deserialize;
+//! use wharf::{Context, Server, tool};
+//! use wharf_protocol::Implementation;
+//!
+//! #[derive(Deserialize, JsonSchema)]
+//! struct Echo { text: String }
+//!
+//! let server = Server::builder(Implementation::new("demo", "1.0.0"))
+//!     .tool(tool("echo").description("Echo the text").handler(|_cx: Context, a: Echo| async move { a.text }))
+//!     .build()
+//!     .expect("valid definitions");
+//! ```
 
+pub mod bus;
+pub mod context;
+pub mod cursor;
+pub mod dispatch;
+pub mod error;
+pub mod listen;
+pub mod meta;
+pub mod prompt;
+pub mod resource;
+pub mod schema;
+pub mod server;
+pub mod tool;
+pub mod uri_template;
+
+pub use bus::{ChangeEvent, InProcessBus, NotificationBus};
+pub use context::Context;
+pub use cursor::CursorKey;
+pub use dispatch::{ParsedRequest, RequestBody, Scope};
+pub use error::{ErrorKind, RpcError};
+pub use listen::Listener;
+pub use meta::RequestInfo;
+pub use prompt::{PromptArgs, prompt};
+pub use resource::{ReadRequest, resource, template};
+pub use server::{BuildError, CachePolicy, Server, ServerBuilder, ServerConfig};
+pub use tool::{IntoToolResult, NoArgs, Structured, ToolError, tool};
+pub use wharf_protocol as protocol;

@@ -1,0 +1,70 @@
+//! Change notifications and the bus they travel on.
+//!
+//! A subscription stream listens to its replica's bus. The in-process bus reaches the
+//! streams of one process; backends on a shared store fan events out across replicas.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use tokio::sync::broadcast;
+
+/// Something changed that listeners may want to hear about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChangeEvent {
+    ToolsListChanged,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ResourceUpdated { uri: String },
+}
+
+/// Why an event could not be published.
+#[derive(Debug, thiserror::Error)]
+#[error("notification bus: {0}")]
+pub struct BusError(pub String);
+
+/// Carries [`ChangeEvent`]s from whoever announces them to every listen stream.
+pub trait NotificationBus: Send + Sync + 'static {
+    /// Announces `event` to every subscriber (on every replica, for shared backends).
+    fn publish(
+        &self,
+        event: ChangeEvent,
+    ) -> Pin<Box<dyn Future<Output = Result<(), BusError>> + Send + '_>>;
+    /// A receiver of the events published from now on.
+    fn subscribe(&self) -> broadcast::Receiver<ChangeEvent>;
+}
+
+/// The bus of a single process.
+#[derive(Debug)]
+pub struct InProcessBus {
+    tx: broadcast::Sender<ChangeEvent>,
+}
+
+impl InProcessBus {
+    /// A bus that buffers up to `capacity` events per slow subscriber before it lags.
+    pub fn new(capacity: usize) -> Self {
+        InProcessBus {
+            tx: broadcast::channel(capacity.max(1)).0,
+        }
+    }
+}
+
+impl Default for InProcessBus {
+    fn default() -> Self {
+        Self::new(256)
+    }
+}
+
+impl NotificationBus for InProcessBus {
+    fn publish(
+        &self,
+        event: ChangeEvent,
+    ) -> Pin<Box<dyn Future<Output = Result<(), BusError>> + Send + '_>> {
+        // No subscriber is not an error: nobody is listening right now.
+        let _ = self.tx.send(event);
+        Box::pin(async { Ok(()) })
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<ChangeEvent> {
+        self.tx.subscribe()
+    }
+}

@@ -1,0 +1,546 @@
+//! From a parsed envelope to a response: method lookup, params, `_meta`, version, and the
+//! handlers.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde::ser::SerializeMap;
+use serde_json::value::RawValue;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use wharf_protocol::jsonrpc::write_result;
+use wharf_protocol::{
+    CacheHints, CallToolParams, CompleteParams, CompleteResult, Completion, CompletionReference,
+    DiscoverResult, GetPromptParams, ListenParams, PaginatedParams, ReadResourceParams,
+    ReadResourceResult, RequestId, RequestMeta, RequestParams, ResultMeta, ResultType, methods,
+    version,
+};
+
+use crate::context::{Context, Outbox};
+use crate::cursor::ListKind;
+use crate::error::{ErrorKind, RpcError};
+use crate::meta::{RequestInfo, capabilities_cover};
+use crate::resource::ReadRequest;
+use crate::schema::first_violation;
+use crate::server::Server;
+use crate::tool::ToolError;
+
+/// What a request asks for, with its params read into their types.
+#[derive(Debug)]
+pub enum RequestBody {
+    Discover,
+    ListTools { cursor: Option<String> },
+    CallTool(CallToolParams),
+    ListResources { cursor: Option<String> },
+    ListResourceTemplates { cursor: Option<String> },
+    ReadResource(ReadResourceParams),
+    ListPrompts { cursor: Option<String> },
+    GetPrompt(GetPromptParams),
+    Complete(CompleteParams),
+    Listen(ListenParams),
+}
+
+impl RequestBody {
+    /// The method name.
+    pub fn method(&self) -> &'static str {
+        match self {
+            RequestBody::Discover => methods::DISCOVER,
+            RequestBody::ListTools { .. } => methods::TOOLS_LIST,
+            RequestBody::CallTool(_) => methods::TOOLS_CALL,
+            RequestBody::ListResources { .. } => methods::RESOURCES_LIST,
+            RequestBody::ListResourceTemplates { .. } => methods::RESOURCES_TEMPLATES_LIST,
+            RequestBody::ReadResource(_) => methods::RESOURCES_READ,
+            RequestBody::ListPrompts { .. } => methods::PROMPTS_LIST,
+            RequestBody::GetPrompt(_) => methods::PROMPTS_GET,
+            RequestBody::Complete(_) => methods::COMPLETION_COMPLETE,
+            RequestBody::Listen(_) => methods::SUBSCRIPTIONS_LISTEN,
+        }
+    }
+
+    /// The value `Mcp-Name` must mirror, for the methods that have one.
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            RequestBody::CallTool(p) => Some(&p.name),
+            RequestBody::GetPrompt(p) => Some(&p.name),
+            RequestBody::ReadResource(p) => Some(&p.uri),
+            _ => None,
+        }
+    }
+}
+
+/// A request whose method is known, params typed and `_meta` complete.
+#[derive(Debug)]
+pub struct ParsedRequest {
+    pub id: RequestId,
+    pub info: RequestInfo,
+    pub body: RequestBody,
+}
+
+impl ParsedRequest {
+    /// Whether this is a `subscriptions/listen` request.
+    pub fn is_listen(&self) -> bool {
+        matches!(self.body, RequestBody::Listen(_))
+    }
+}
+
+/// What a transport hands the core for one request besides the request itself.
+pub struct Scope {
+    /// Cancelled when the client goes away or cancels.
+    pub cancel: CancellationToken,
+    /// Where notifications for this request go; `None` when the response is not a stream.
+    pub outbox: Option<Outbox>,
+}
+
+trait HasMeta {
+    fn take_meta(&mut self) -> Option<RequestMeta>;
+}
+
+macro_rules! has_meta {
+    ($($t:ty),*) => {$(
+        impl HasMeta for $t {
+            fn take_meta(&mut self) -> Option<RequestMeta> { self.meta.take() }
+        }
+    )*};
+}
+has_meta!(
+    RequestParams,
+    PaginatedParams,
+    CallToolParams,
+    ReadResourceParams,
+    GetPromptParams,
+    CompleteParams,
+    ListenParams
+);
+
+fn read_params<T: DeserializeOwned + HasMeta>(
+    params: Option<&RawValue>,
+) -> Result<(T, Option<RequestMeta>), RpcError> {
+    let text = params.map_or("{}", RawValue::get);
+    let mut value: T = serde_json::from_str(text)
+        .map_err(|e| RpcError::invalid_params(format!("Invalid params: {e}")))?;
+    let meta = value.take_meta();
+    Ok((value, meta))
+}
+
+impl Server {
+    /// Reads a request: the method must exist (and its capability be offered), the params
+    /// must have their type, and `_meta` its required fields. The version is checked
+    /// separately ([`RequestInfo::check_version`]) so a transport can first compare headers.
+    pub fn parse_request(
+        &self,
+        id: RequestId,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Result<ParsedRequest, RpcError> {
+        let caps = &self.inner.capabilities;
+        let offered = |present: bool| {
+            if present {
+                Ok(())
+            } else {
+                Err(RpcError::method_not_found(method))
+            }
+        };
+        let (body, meta) = match method {
+            methods::DISCOVER => (
+                RequestBody::Discover,
+                read_params::<RequestParams>(params)?.1,
+            ),
+            methods::TOOLS_LIST => {
+                offered(caps.tools.is_some())?;
+                let (p, m) = read_params::<PaginatedParams>(params)?;
+                (RequestBody::ListTools { cursor: p.cursor }, m)
+            }
+            methods::TOOLS_CALL => {
+                offered(caps.tools.is_some())?;
+                let (p, m) = read_params::<CallToolParams>(params)?;
+                (RequestBody::CallTool(p), m)
+            }
+            methods::PROMPTS_LIST => {
+                offered(caps.prompts.is_some())?;
+                let (p, m) = read_params::<PaginatedParams>(params)?;
+                (RequestBody::ListPrompts { cursor: p.cursor }, m)
+            }
+            methods::PROMPTS_GET => {
+                offered(caps.prompts.is_some())?;
+                let (p, m) = read_params::<GetPromptParams>(params)?;
+                (RequestBody::GetPrompt(p), m)
+            }
+            methods::RESOURCES_LIST => {
+                offered(caps.resources.is_some())?;
+                let (p, m) = read_params::<PaginatedParams>(params)?;
+                (RequestBody::ListResources { cursor: p.cursor }, m)
+            }
+            methods::RESOURCES_TEMPLATES_LIST => {
+                offered(caps.resources.is_some())?;
+                let (p, m) = read_params::<PaginatedParams>(params)?;
+                (RequestBody::ListResourceTemplates { cursor: p.cursor }, m)
+            }
+            methods::RESOURCES_READ => {
+                offered(caps.resources.is_some())?;
+                let (p, m) = read_params::<ReadResourceParams>(params)?;
+                (RequestBody::ReadResource(p), m)
+            }
+            methods::COMPLETION_COMPLETE => {
+                offered(caps.completions.is_some())?;
+                let (p, m) = read_params::<CompleteParams>(params)?;
+                (RequestBody::Complete(p), m)
+            }
+            methods::SUBSCRIPTIONS_LISTEN => {
+                let (p, m) = read_params::<ListenParams>(params)?;
+                (RequestBody::Listen(p), m)
+            }
+            _ => return Err(RpcError::method_not_found(method)),
+        };
+        let info = RequestInfo::from_meta(meta)?;
+        Ok(ParsedRequest { id, info, body })
+    }
+
+    /// Runs a request (other than `subscriptions/listen`) and returns the whole JSON-RPC
+    /// response message. Notifications go to `scope.outbox` while it runs.
+    pub async fn execute(&self, req: ParsedRequest, scope: Scope) -> Result<Vec<u8>, RpcError> {
+        let span = tracing::info_span!(
+            "mcp.request",
+            method = req.body.method(),
+            id = %req.id,
+            traceparent = tracing::field::Empty,
+            tracestate = tracing::field::Empty,
+        );
+        if let Some(tp) = &req.info.traceparent {
+            span.record("traceparent", tp.as_str());
+        }
+        if let Some(ts) = &req.info.tracestate {
+            span.record("tracestate", ts.as_str());
+        }
+        let cancel = scope.cancel.clone();
+        let work = self.run(req, scope).instrument(span);
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => Err(RpcError::new(ErrorKind::Internal, "Request cancelled")),
+            out = work => out,
+        }
+    }
+
+    async fn run(&self, req: ParsedRequest, scope: Scope) -> Result<Vec<u8>, RpcError> {
+        req.info.check_version()?;
+        let ParsedRequest { id, info, body } = req;
+        let inner = &self.inner;
+        let meta = || ResultMeta::server(inner.info.clone());
+        let cache = &inner.config.cache;
+        match body {
+            RequestBody::Discover => respond(
+                &id,
+                &DiscoverResult {
+                    result_type: ResultType::Complete,
+                    supported_versions: version::SUPPORTED
+                        .iter()
+                        .map(|v| (*v).to_owned())
+                        .collect(),
+                    capabilities: inner.capabilities.clone(),
+                    instructions: inner.instructions.clone(),
+                    cache: Some(cache.discover),
+                    meta: meta(),
+                },
+            ),
+            RequestBody::ListTools { cursor } => {
+                let items: Vec<_> = inner.tools.iter().map(|t| &t.def.tool).collect();
+                self.page(
+                    &id,
+                    "tools",
+                    &items,
+                    cursor,
+                    ListKind::Tools,
+                    inner.fingerprints.tools,
+                    cache.tools_list,
+                )
+            }
+            RequestBody::ListPrompts { cursor } => {
+                let items: Vec<_> = inner.prompts.iter().map(|p| &p.prompt).collect();
+                self.page(
+                    &id,
+                    "prompts",
+                    &items,
+                    cursor,
+                    ListKind::Prompts,
+                    inner.fingerprints.prompts,
+                    cache.prompts_list,
+                )
+            }
+            RequestBody::ListResources { cursor } => {
+                let items: Vec<_> = inner.resources.iter().map(|r| &r.resource).collect();
+                let fp = inner.fingerprints.resources;
+                self.page(
+                    &id,
+                    "resources",
+                    &items,
+                    cursor,
+                    ListKind::Resources,
+                    fp,
+                    cache.resources_list,
+                )
+            }
+            RequestBody::ListResourceTemplates { cursor } => {
+                let items: Vec<_> = inner.templates.iter().map(|t| &t.def.template).collect();
+                let fp = inner.fingerprints.templates;
+                self.page(
+                    &id,
+                    "resourceTemplates",
+                    &items,
+                    cursor,
+                    ListKind::ResourceTemplates,
+                    fp,
+                    cache.templates_list,
+                )
+            }
+            RequestBody::CallTool(params) => self.call_tool(id, info, params, scope).await,
+            RequestBody::ReadResource(params) => self.read_resource(id, info, params, scope).await,
+            RequestBody::GetPrompt(params) => {
+                let prompt = inner
+                    .prompt_index
+                    .get(&params.name)
+                    .map(|&i| &inner.prompts[i])
+                    .ok_or_else(|| {
+                        RpcError::invalid_params(format!("Unknown prompt: {}", params.name))
+                    })?;
+                let args = params.arguments.unwrap_or_default();
+                prompt.check_args(&args)?;
+                let cx = Context::new(id.clone(), info, scope.cancel, scope.outbox, self.clone());
+                let mut result = (prompt.get)(cx, args).await?;
+                result.meta.server_info = Some(inner.info.clone());
+                respond(&id, &result)
+            }
+            RequestBody::Complete(params) => {
+                let handler = match &params.reference {
+                    CompletionReference::Prompt { name, .. } => inner
+                        .prompt_index
+                        .get(name)
+                        .map(|&i| inner.prompts[i].complete.clone())
+                        .ok_or_else(|| {
+                            RpcError::invalid_params(format!("Unknown prompt: {name}"))
+                        })?,
+                    CompletionReference::Resource { uri } => inner
+                        .templates
+                        .iter()
+                        .find(|t| t.def.template.uri_template == *uri)
+                        .map(|t| t.def.complete.clone())
+                        .or_else(|| inner.resource_index.get(uri).map(|_| None))
+                        .ok_or_else(|| {
+                            RpcError::invalid_params(format!("Unknown resource template: {uri}"))
+                        })?,
+                };
+                let completion = match handler {
+                    Some(h) => {
+                        let cx = Context::new(
+                            id.clone(),
+                            info,
+                            scope.cancel,
+                            scope.outbox,
+                            self.clone(),
+                        );
+                        let mut c =
+                            h(cx, params.argument, params.context.unwrap_or_default()).await?;
+                        c.values.truncate(100);
+                        c
+                    }
+                    None => Completion::default(),
+                };
+                respond(
+                    &id,
+                    &CompleteResult {
+                        result_type: ResultType::Complete,
+                        completion,
+                        meta: meta(),
+                    },
+                )
+            }
+            RequestBody::Listen(_) => Err(RpcError::new(
+                ErrorKind::InvalidRequest,
+                "subscriptions/listen needs a streaming transport",
+            )),
+        }
+    }
+
+    async fn call_tool(
+        &self,
+        id: RequestId,
+        info: RequestInfo,
+        params: CallToolParams,
+        scope: Scope,
+    ) -> Result<Vec<u8>, RpcError> {
+        let inner = &self.inner;
+        let entry = inner
+            .tool_index
+            .get(&params.name)
+            .map(|&i| &inner.tools[i])
+            .ok_or_else(|| RpcError::invalid_params(format!("Unknown tool: {}", params.name)))?;
+        if let Some(required) = &entry.def.requires {
+            if !capabilities_cover(&info.client_capabilities, required) {
+                return Err(RpcError::missing_capability(
+                    required,
+                    &format!("tool {:?}", params.name),
+                ));
+            }
+        }
+        let args = params.arguments.unwrap_or_default();
+        if let Some(validator) = &entry.input {
+            let value = serde_json::Value::Object(args);
+            if let Some((message, path)) = first_violation(validator, &value) {
+                return Err(RpcError::invalid_params(format!(
+                    "Invalid arguments for tool {}: {message} (at {path})",
+                    params.name
+                ))
+                .with_data(serde_json::json!({ "path": path })));
+            }
+            let serde_json::Value::Object(args) = value else {
+                unreachable!("built from an object above")
+            };
+            return self.run_tool(id, info, entry, args, scope).await;
+        }
+        self.run_tool(id, info, entry, args, scope).await
+    }
+
+    async fn run_tool(
+        &self,
+        id: RequestId,
+        info: RequestInfo,
+        entry: &crate::server::ToolEntry,
+        args: wharf_protocol::JsonObject,
+        scope: Scope,
+    ) -> Result<Vec<u8>, RpcError> {
+        let cx = Context::new(id.clone(), info, scope.cancel, scope.outbox, self.clone());
+        let mut result = match entry.def.handler.call(cx, args).await {
+            Ok(r) => r,
+            Err(ToolError::Execution(message)) => wharf_protocol::CallToolResult::error(message),
+            Err(ToolError::Protocol(e)) => return Err(e),
+        };
+        if let (Some(validator), Some(structured), false) = (
+            &entry.output,
+            &result.structured_content,
+            result.is_error == Some(true),
+        ) {
+            if let Some((message, path)) = first_violation(validator, structured) {
+                return Err(RpcError::internal(format!(
+                    "tool {} returned structuredContent that violates its outputSchema: {message} at {path}",
+                    entry.def.tool.name
+                )));
+            }
+        }
+        result.result_type = ResultType::Complete;
+        result.meta.server_info = Some(self.inner.info.clone());
+        respond(&id, &result)
+    }
+
+    async fn read_resource(
+        &self,
+        id: RequestId,
+        info: RequestInfo,
+        params: ReadResourceParams,
+        scope: Scope,
+    ) -> Result<Vec<u8>, RpcError> {
+        let inner = &self.inner;
+        let uri = params.uri;
+        let (handler, hints, vars) = if let Some(&i) = inner.resource_index.get(&uri) {
+            let r = &inner.resources[i];
+            (r.read.clone(), r.cache, Default::default())
+        } else if let Some((t, vars)) = inner
+            .templates
+            .iter()
+            .find_map(|t| t.parsed.match_uri(&uri).map(|v| (t, v)))
+        {
+            (t.def.read.clone(), t.def.cache, vars)
+        } else {
+            return Err(not_found(&uri));
+        };
+        let cx = Context::new(id.clone(), info, scope.cancel, scope.outbox, self.clone());
+        let contents = handler(
+            cx,
+            ReadRequest {
+                uri: uri.clone(),
+                vars,
+            },
+        )
+        .await?;
+        if contents.is_empty() {
+            // A resource with no contents does not exist (SEP-2164): never answer empty.
+            return Err(not_found(&uri));
+        }
+        respond(
+            &id,
+            &ReadResourceResult {
+                result_type: ResultType::Complete,
+                contents,
+                cache: Some(hints.unwrap_or(inner.config.cache.resource_read)),
+                meta: ResultMeta::server(inner.info.clone()),
+            },
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn page<T: Serialize>(
+        &self,
+        id: &RequestId,
+        key: &'static str,
+        items: &[&T],
+        cursor: Option<String>,
+        kind: ListKind,
+        fingerprint: u64,
+        hints: CacheHints,
+    ) -> Result<Vec<u8>, RpcError> {
+        let codec = &self.inner.cursors;
+        let start = match cursor {
+            Some(c) => codec.decode(&c, kind, fingerprint)?,
+            None => 0,
+        };
+        if start > items.len() {
+            return Err(RpcError::invalid_params(
+                "Invalid cursor: it points past the end of the list",
+            ));
+        }
+        let end = (start + self.inner.config.page_size).min(items.len());
+        let next_cursor = (end < items.len()).then(|| codec.encode(kind, end, fingerprint));
+        respond(
+            id,
+            &Page {
+                key,
+                items: &items[start..end],
+                next_cursor,
+                hints,
+                meta: ResultMeta::server(self.inner.info.clone()),
+            },
+        )
+    }
+}
+
+/// `-32602` for an unknown resource, with its URI in `data`.
+pub fn not_found(uri: &str) -> RpcError {
+    RpcError::invalid_params(format!("Resource not found: {uri}"))
+        .with_data(serde_json::json!({ "uri": uri }))
+}
+
+/// One page of a list, serialized straight from the registry without copying definitions.
+struct Page<'a, T> {
+    key: &'static str,
+    items: &'a [&'a T],
+    next_cursor: Option<String>,
+    hints: CacheHints,
+    meta: ResultMeta,
+}
+
+impl<T: Serialize> Serialize for Page<'_, T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("resultType", &ResultType::Complete)?;
+        map.serialize_entry(self.key, self.items)?;
+        if let Some(c) = &self.next_cursor {
+            map.serialize_entry("nextCursor", c)?;
+        }
+        map.serialize_entry("ttlMs", &self.hints.ttl_ms)?;
+        map.serialize_entry("cacheScope", &self.hints.cache_scope)?;
+        map.serialize_entry("_meta", &self.meta)?;
+        map.end()
+    }
+}
+
+pub(crate) fn respond<T: Serialize>(id: &RequestId, result: &T) -> Result<Vec<u8>, RpcError> {
+    let mut buf = Vec::with_capacity(256);
+    write_result(&mut buf, id, result).map_err(RpcError::internal)?;
+    Ok(buf)
+}

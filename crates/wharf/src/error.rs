@@ -1,0 +1,138 @@
+//! Typed protocol errors. Transports map [`ErrorKind`] to their own status codes once, at
+//! the edge.
+
+use serde_json::{Value, json};
+use wharf_protocol::{ClientCapabilities, ErrorObject, codes, version};
+
+/// What went wrong, in terms a transport can map to a status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The body is not JSON (`-32700`).
+    Parse,
+    /// The body is JSON but not a valid JSON-RPC request (`-32600`).
+    InvalidRequest,
+    /// The method does not exist or is not offered (`-32601`).
+    MethodNotFound,
+    /// A required `_meta` field is missing or malformed (`-32602`, rejected before dispatch).
+    MalformedMeta,
+    /// The params are invalid: unknown tool/prompt/resource, bad arguments, bad cursor (`-32602`).
+    InvalidParams,
+    /// A mirrored header is missing, malformed or disagrees with the body (`-32020`).
+    HeaderMismatch,
+    /// The request needs a client capability that was not declared (`-32021`).
+    MissingCapability,
+    /// The protocol version is not supported (`-32022`).
+    UnsupportedVersion,
+    /// The server failed (`-32603`); the message never carries internal details.
+    Internal,
+    /// An application-defined code, outside the reserved range.
+    Application(i32),
+}
+
+impl ErrorKind {
+    /// The JSON-RPC code.
+    pub fn code(self) -> i32 {
+        match self {
+            ErrorKind::Parse => codes::PARSE_ERROR,
+            ErrorKind::InvalidRequest => codes::INVALID_REQUEST,
+            ErrorKind::MethodNotFound => codes::METHOD_NOT_FOUND,
+            ErrorKind::MalformedMeta | ErrorKind::InvalidParams => codes::INVALID_PARAMS,
+            ErrorKind::HeaderMismatch => codes::HEADER_MISMATCH,
+            ErrorKind::MissingCapability => codes::MISSING_REQUIRED_CLIENT_CAPABILITY,
+            ErrorKind::UnsupportedVersion => codes::UNSUPPORTED_PROTOCOL_VERSION,
+            ErrorKind::Internal => codes::INTERNAL_ERROR,
+            ErrorKind::Application(code) => code,
+        }
+    }
+}
+
+/// A JSON-RPC error on its way to the client.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct RpcError {
+    pub kind: ErrorKind,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+impl RpcError {
+    /// An error of `kind` with `message`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        RpcError {
+            kind,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    /// Adds `data`.
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+
+    /// `-32602` for bad params.
+    pub fn invalid_params(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidParams, message)
+    }
+
+    /// `-32601` naming the method.
+    pub fn method_not_found(method: &str) -> Self {
+        Self::new(
+            ErrorKind::MethodNotFound,
+            format!("Method not found: {method}"),
+        )
+    }
+
+    /// `-32020` with a message naming the header.
+    pub fn header_mismatch(message: impl Into<String>) -> Self {
+        Self::new(
+            ErrorKind::HeaderMismatch,
+            format!("Header mismatch: {}", message.into()),
+        )
+    }
+
+    /// `-32022` naming what was asked for and what is supported.
+    pub fn unsupported_version(requested: &str) -> Self {
+        Self::new(
+            ErrorKind::UnsupportedVersion,
+            format!(
+                "Unsupported protocol version {requested:?}; this server supports {:?}",
+                version::SUPPORTED
+            ),
+        )
+        .with_data(json!({ "supported": version::SUPPORTED, "requested": requested }))
+    }
+
+    /// `-32021` listing the capabilities the request needs.
+    pub fn missing_capability(required: &ClientCapabilities, what: &str) -> Self {
+        Self::new(
+            ErrorKind::MissingCapability,
+            format!(
+                "Missing required client capability: {what} needs {}",
+                serde_json::to_string(required).unwrap_or_default()
+            ),
+        )
+        .with_data(json!({ "requiredCapabilities": required }))
+    }
+
+    /// `-32603`. The detail is logged, never sent.
+    pub fn internal(detail: impl std::fmt::Display) -> Self {
+        tracing::error!(%detail, "internal error");
+        Self::new(ErrorKind::Internal, "Internal error")
+    }
+
+    /// The JSON-RPC code.
+    pub fn code(&self) -> i32 {
+        self.kind.code()
+    }
+
+    /// The `error` member to send.
+    pub fn to_object(&self) -> ErrorObject {
+        ErrorObject {
+            code: self.code(),
+            message: self.message.clone(),
+            data: self.data.clone(),
+        }
+    }
+}

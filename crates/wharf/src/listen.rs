@@ -1,0 +1,214 @@
+//! `subscriptions/listen`: one stream of change notifications per request.
+
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::broadcast::{self, error::RecvError};
+use wharf_protocol::jsonrpc::{write_notification, write_result};
+use wharf_protocol::{
+    JsonObject, RequestId, ResultMeta, ResultType, SubscriptionFilter,
+    SubscriptionsAcknowledgedParams, SubscriptionsListenResult, meta, methods,
+};
+
+use crate::bus::ChangeEvent;
+use crate::dispatch::{ParsedRequest, RequestBody};
+use crate::error::{ErrorKind, RpcError};
+use crate::server::Server;
+
+/// An open subscription. [`Listener::next`] yields serialized messages: the acknowledgment
+/// first, then the notifications the client opted into, and on server shutdown the final
+/// `subscriptions/listen` response, after which it yields `None`.
+pub struct Listener {
+    id: RequestId,
+    filter: SubscriptionFilter,
+    rx: broadcast::Receiver<ChangeEvent>,
+    server: Server,
+    acknowledged: bool,
+    done: bool,
+    /// Notifications owed after a lag, sent before anything new.
+    backlog: Vec<ChangeEvent>,
+}
+
+impl Server {
+    /// Opens a subscription for a parsed `subscriptions/listen` request.
+    pub fn listen(&self, req: ParsedRequest) -> Result<Listener, RpcError> {
+        req.info.check_version()?;
+        let RequestBody::Listen(params) = req.body else {
+            return Err(RpcError::new(
+                ErrorKind::InvalidRequest,
+                "not a subscriptions/listen request",
+            ));
+        };
+        let caps = &self.inner.capabilities;
+        let asked = params.notifications;
+        let yes =
+            |asked: Option<bool>, offered: bool| (asked == Some(true) && offered).then_some(true);
+        let subscribable: Option<Vec<String>> = asked.resource_subscriptions.map(|uris| {
+            uris.into_iter()
+                .filter(|u| self.knows_resource(u))
+                .collect()
+        });
+        let filter = SubscriptionFilter {
+            tools_list_changed: yes(asked.tools_list_changed, caps.tools.is_some()),
+            prompts_list_changed: yes(asked.prompts_list_changed, caps.prompts.is_some()),
+            resources_list_changed: yes(asked.resources_list_changed, caps.resources.is_some()),
+            resource_subscriptions: subscribable.filter(|_| caps.resources.is_some()),
+        };
+        Ok(Listener {
+            id: req.id,
+            filter,
+            rx: self.inner.bus.subscribe(),
+            server: self.clone(),
+            acknowledged: false,
+            done: false,
+            backlog: Vec::new(),
+        })
+    }
+
+    fn knows_resource(&self, uri: &str) -> bool {
+        self.inner.resource_index.contains_key(uri)
+            || self
+                .inner
+                .templates
+                .iter()
+                .any(|t| t.parsed.match_uri(uri).is_some())
+    }
+}
+
+impl Listener {
+    /// The subscription's id (the listen request's id).
+    pub fn id(&self) -> &RequestId {
+        &self.id
+    }
+
+    /// The subset of notifications the server honours.
+    pub fn filter(&self) -> &SubscriptionFilter {
+        &self.filter
+    }
+
+    fn wants(&self, event: &ChangeEvent) -> bool {
+        match event {
+            ChangeEvent::ToolsListChanged => self.filter.tools_list_changed == Some(true),
+            ChangeEvent::PromptsListChanged => self.filter.prompts_list_changed == Some(true),
+            ChangeEvent::ResourcesListChanged => self.filter.resources_list_changed == Some(true),
+            ChangeEvent::ResourceUpdated { uri } => self
+                .filter
+                .resource_subscriptions
+                .as_ref()
+                .is_some_and(|s| s.iter().any(|u| u == uri)),
+        }
+    }
+
+    /// Everything this subscription could have missed, for after a lag: clients refetch.
+    fn everything(&self) -> Vec<ChangeEvent> {
+        let mut all = vec![
+            ChangeEvent::ToolsListChanged,
+            ChangeEvent::PromptsListChanged,
+            ChangeEvent::ResourcesListChanged,
+        ];
+        for uri in self.filter.resource_subscriptions.iter().flatten() {
+            all.push(ChangeEvent::ResourceUpdated { uri: uri.clone() });
+        }
+        all.retain(|e| self.wants(e));
+        all
+    }
+
+    fn sub_meta(&self) -> JsonObject {
+        let id = serde_json::to_value(&self.id).unwrap_or(Value::Null);
+        JsonObject::from_iter([(meta::SUBSCRIPTION_ID.to_owned(), id)])
+    }
+
+    fn notification<P: Serialize>(&self, method: &str, params: &P) -> Vec<u8> {
+        let mut buf = Vec::with_capacity(160);
+        // Serializing these plain structs cannot fail.
+        let _ = write_notification(&mut buf, method, params);
+        buf
+    }
+
+    fn render(&self, event: &ChangeEvent) -> Vec<u8> {
+        #[derive(Serialize)]
+        struct Params<'a> {
+            #[serde(skip_serializing_if = "Option::is_none")]
+            uri: Option<&'a str>,
+            #[serde(rename = "_meta")]
+            meta: JsonObject,
+        }
+        let (method, uri) = match event {
+            ChangeEvent::ToolsListChanged => (methods::NOTIFICATION_TOOLS_LIST_CHANGED, None),
+            ChangeEvent::PromptsListChanged => (methods::NOTIFICATION_PROMPTS_LIST_CHANGED, None),
+            ChangeEvent::ResourcesListChanged => {
+                (methods::NOTIFICATION_RESOURCES_LIST_CHANGED, None)
+            }
+            ChangeEvent::ResourceUpdated { uri } => {
+                (methods::NOTIFICATION_RESOURCE_UPDATED, Some(uri.as_str()))
+            }
+        };
+        self.notification(
+            method,
+            &Params {
+                uri,
+                meta: self.sub_meta(),
+            },
+        )
+    }
+
+    /// The final response that ends the subscription gracefully.
+    pub fn final_response(&self) -> Vec<u8> {
+        let mut meta = ResultMeta::server(self.server.info().clone());
+        meta.extra = self.sub_meta();
+        let mut buf = Vec::with_capacity(160);
+        let _ = write_result(
+            &mut buf,
+            &self.id,
+            &SubscriptionsListenResult {
+                result_type: ResultType::Complete,
+                meta,
+            },
+        );
+        buf
+    }
+
+    /// The next message to send, or `None` once the subscription has ended.
+    pub async fn next(&mut self) -> Option<Vec<u8>> {
+        if self.done {
+            return None;
+        }
+        if !self.acknowledged {
+            self.acknowledged = true;
+            let params = SubscriptionsAcknowledgedParams {
+                notifications: self.filter.clone(),
+                meta: Some(self.sub_meta()),
+            };
+            return Some(
+                self.notification(methods::NOTIFICATION_SUBSCRIPTIONS_ACKNOWLEDGED, &params),
+            );
+        }
+        if let Some(event) = self.backlog.pop() {
+            return Some(self.render(&event));
+        }
+        let shutdown = self.server.shutdown_token().clone();
+        loop {
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => {
+                    self.done = true;
+                    return Some(self.final_response());
+                }
+                received = self.rx.recv() => match received {
+                    Ok(event) if self.wants(&event) => return Some(self.render(&event)),
+                    Ok(_) => {}
+                    Err(RecvError::Lagged(missed)) => {
+                        tracing::warn!(missed, "listen stream lagged; announcing every subscribed change");
+                        self.backlog = self.everything();
+                        if let Some(event) = self.backlog.pop() {
+                            return Some(self.render(&event));
+                        }
+                    }
+                    Err(RecvError::Closed) => {
+                        self.done = true;
+                        return Some(self.final_response());
+                    }
+                },
+            }
+        }
+    }
+}

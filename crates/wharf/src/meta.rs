@@ -1,0 +1,97 @@
+//! The validated `_meta` of a request.
+
+use wharf_protocol::meta::{CLIENT_CAPABILITIES, PROTOCOL_VERSION};
+use wharf_protocol::{
+    ClientCapabilities, Implementation, LoggingLevel, ProgressToken, RequestMeta, version,
+};
+
+use crate::error::{ErrorKind, RpcError};
+
+/// What a stateless request says about itself. Built only from a `_meta` that carries both
+/// required fields, so a handler never sees a request without them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestInfo {
+    pub protocol_version: String,
+    pub client_capabilities: ClientCapabilities,
+    pub client_info: Option<Implementation>,
+    pub log_level: Option<LoggingLevel>,
+    pub progress_token: Option<ProgressToken>,
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
+}
+
+impl RequestInfo {
+    /// Checks that the required `_meta` fields are present.
+    pub fn from_meta(meta: Option<RequestMeta>) -> Result<Self, RpcError> {
+        let missing = |field: &str| {
+            RpcError::new(
+                ErrorKind::MalformedMeta,
+                format!("Invalid params: missing required _meta field {field:?}"),
+            )
+        };
+        let meta = meta.ok_or_else(|| {
+            RpcError::new(
+                ErrorKind::MalformedMeta,
+                format!("Invalid params: params._meta is required and must carry {PROTOCOL_VERSION:?} and {CLIENT_CAPABILITIES:?}"),
+            )
+        })?;
+        Ok(RequestInfo {
+            protocol_version: meta
+                .protocol_version
+                .ok_or_else(|| missing(PROTOCOL_VERSION))?,
+            client_capabilities: meta
+                .client_capabilities
+                .ok_or_else(|| missing(CLIENT_CAPABILITIES))?,
+            client_info: meta.client_info,
+            log_level: meta.log_level,
+            progress_token: meta.progress_token,
+            traceparent: meta.traceparent,
+            tracestate: meta.tracestate,
+        })
+    }
+
+    /// Refuses versions this server does not speak.
+    pub fn check_version(&self) -> Result<(), RpcError> {
+        if version::is_supported(&self.protocol_version) {
+            Ok(())
+        } else {
+            Err(RpcError::unsupported_version(&self.protocol_version))
+        }
+    }
+
+    /// Whether the response must be a stream: the client asked for progress or log messages.
+    pub fn wants_stream(&self) -> bool {
+        self.progress_token.is_some() || self.log_level.is_some()
+    }
+}
+
+/// Whether `declared` covers every capability named in `required` (top-level keys).
+pub fn capabilities_cover(declared: &ClientCapabilities, required: &ClientCapabilities) -> bool {
+    (required.sampling.is_none() || declared.sampling.is_some())
+        && (required.roots.is_none() || declared.roots.is_some())
+        && match (&required.elicitation, &declared.elicitation) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(req), Some(dec)) => {
+                // An empty elicitation object means form mode (the default).
+                let dec_form = dec.form.is_some() || (dec.form.is_none() && dec.url.is_none());
+                (req.form.is_none() || dec_form) && (req.url.is_none() || dec.url.is_some())
+            }
+        }
+        && required.experimental.as_ref().is_none_or(|req| {
+            req.keys().all(|k| {
+                declared
+                    .experimental
+                    .as_ref()
+                    .is_some_and(|d| d.contains_key(k))
+            })
+        })
+        && required.extensions.as_ref().is_none_or(|req| {
+            req.keys().all(|k| {
+                declared
+                    .extensions
+                    .as_ref()
+                    .is_some_and(|d| d.contains_key(k))
+            })
+        })
+}

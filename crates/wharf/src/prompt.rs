@@ -1,0 +1,124 @@
+//! Prompts.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use wharf_protocol::{
+    Completion, CompletionArgument, CompletionContext, GetPromptResult, Prompt, PromptArgument,
+};
+
+use crate::context::Context;
+use crate::error::RpcError;
+use crate::resource::{CompleteHandler, erase_complete};
+use crate::tool::BoxFuture;
+
+/// The arguments a prompt was called with.
+pub type PromptArgs = BTreeMap<String, String>;
+
+pub(crate) type PromptHandler =
+    Arc<dyn Fn(Context, PromptArgs) -> BoxFuture<Result<GetPromptResult, RpcError>> + Send + Sync>;
+
+/// A prompt being described.
+#[must_use = "a prompt needs a handler before it can be registered"]
+pub struct PromptBuilder {
+    prompt: Prompt,
+    complete: Option<CompleteHandler>,
+}
+
+/// Starts describing the prompt `name`.
+pub fn prompt(name: impl Into<String>) -> PromptBuilder {
+    PromptBuilder {
+        prompt: Prompt {
+            name: name.into(),
+            title: None,
+            description: None,
+            arguments: None,
+            icons: None,
+            meta: None,
+        },
+        complete: None,
+    }
+}
+
+impl PromptBuilder {
+    /// What the prompt is for.
+    pub fn description(mut self, text: impl Into<String>) -> Self {
+        self.prompt.description = Some(text.into());
+        self
+    }
+
+    /// Declares an argument.
+    pub fn argument(
+        mut self,
+        name: impl Into<String>,
+        description: impl Into<String>,
+        required: bool,
+    ) -> Self {
+        self.prompt
+            .arguments
+            .get_or_insert_with(Vec::new)
+            .push(PromptArgument {
+                name: name.into(),
+                title: None,
+                description: Some(description.into()),
+                required: Some(required),
+            });
+        self
+    }
+
+    /// Completion of the prompt's arguments.
+    pub fn completer<F, Fut>(mut self, f: F) -> Self
+    where
+        F: Fn(Context, CompletionArgument, CompletionContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Completion, RpcError>> + Send + 'static,
+    {
+        self.complete = Some(erase_complete(f));
+        self
+    }
+
+    /// Completes the prompt. Required arguments are checked before `f` runs.
+    pub fn handler<F, Fut>(self, f: F) -> PromptDef
+    where
+        F: Fn(Context, PromptArgs) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<GetPromptResult, RpcError>> + Send + 'static,
+    {
+        PromptDef {
+            prompt: self.prompt,
+            complete: self.complete,
+            get: Arc::new(move |cx, args| Box::pin(f(cx, args))),
+        }
+    }
+}
+
+/// A complete prompt.
+pub struct PromptDef {
+    pub(crate) prompt: Prompt,
+    pub(crate) complete: Option<CompleteHandler>,
+    pub(crate) get: PromptHandler,
+}
+
+impl PromptDef {
+    /// Refuses arguments the prompt does not declare as given and required ones missing.
+    pub(crate) fn check_args(&self, args: &PromptArgs) -> Result<(), RpcError> {
+        let declared = self.prompt.arguments.as_deref().unwrap_or_default();
+        for a in declared {
+            if a.required == Some(true) && !args.contains_key(&a.name) {
+                return Err(RpcError::invalid_params(format!(
+                    "Missing required argument {:?} for prompt {:?}",
+                    a.name, self.prompt.name
+                )));
+            }
+        }
+        if let Some(unknown) = args
+            .keys()
+            .find(|k| !declared.iter().any(|a| &a.name == *k))
+        {
+            return Err(RpcError::invalid_params(format!(
+                "Unknown argument {unknown:?} for prompt {:?}",
+                self.prompt.name
+            )));
+        }
+        Ok(())
+    }
+}

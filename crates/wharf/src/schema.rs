@@ -1,0 +1,198 @@
+//! JSON Schemas: generating them from Rust types, compiling validators once, and reading the
+//! `x-mcp-header` annotations of a tool's input schema.
+
+use std::collections::HashSet;
+
+use schemars::JsonSchema;
+use schemars::generate::SchemaSettings;
+use serde_json::Value;
+use wharf_protocol::JsonObject;
+use wharf_protocol::headers::{HeaderParamType, X_MCP_HEADER, is_token};
+
+/// The JSON Schema 2020-12 of `T`, as an object.
+pub fn schema_for<T: JsonSchema>() -> JsonObject {
+    let schema = SchemaSettings::draft2020_12()
+        .into_generator()
+        .into_root_schema_for::<T>();
+    match schema.to_value() {
+        Value::Object(mut map) => {
+            // The type name says nothing to a model; the description stays.
+            map.remove("title");
+            map
+        }
+        // A boolean schema: `true` accepts any object.
+        _ => JsonObject::from_iter([("type".to_owned(), Value::String("object".into()))]),
+    }
+}
+
+/// A compiled validator, or `None` when the schema accepts any object and validation can be
+/// skipped on the hot path.
+pub fn compile(schema: &JsonObject) -> Result<Option<jsonschema::Validator>, String> {
+    let trivial = schema.iter().all(|(k, v)| match k.as_str() {
+        "$schema" | "description" => true,
+        "type" => v == "object",
+        _ => false,
+    });
+    if trivial {
+        return Ok(None);
+    }
+    jsonschema::draft202012::new(&Value::Object(schema.clone()))
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
+/// The first violation of `value` against `validator`, as "message at /path".
+pub fn first_violation(
+    validator: &jsonschema::Validator,
+    value: &Value,
+) -> Option<(String, String)> {
+    validator.iter_errors(value).next().map(|e| {
+        let path = e.instance_path.to_string();
+        (
+            e.to_string(),
+            if path.is_empty() {
+                "/".to_owned()
+            } else {
+                path
+            },
+        )
+    })
+}
+
+/// An argument mirrored into an `Mcp-Param-{name}` header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderParam {
+    /// The header name after `Mcp-Param-`, as declared.
+    pub name: String,
+    /// The full header name, lower-cased, for lookups.
+    pub header: String,
+    /// The chain of `properties` keys leading to the argument.
+    pub path: Vec<String>,
+    /// The argument's type.
+    pub kind: HeaderParamType,
+}
+
+impl HeaderParam {
+    /// The argument's value in `args`, if present and not null.
+    pub fn value_in<'a>(&self, args: &'a JsonObject) -> Option<&'a Value> {
+        let (first, rest) = self.path.split_first()?;
+        let mut v = args.get(first)?;
+        for key in rest {
+            v = v.as_object()?.get(key)?;
+        }
+        (!v.is_null()).then_some(v)
+    }
+}
+
+/// Reads every `x-mcp-header` annotation of an input schema, refusing invalid ones.
+pub fn header_params(schema: &JsonObject) -> Result<Vec<HeaderParam>, String> {
+    let mut out = Vec::new();
+    walk(schema, Some(Vec::new()), &mut out)?;
+    let mut seen = HashSet::new();
+    for p in &out {
+        if !seen.insert(p.header.clone()) {
+            return Err(format!(
+                "x-mcp-header {:?} is declared twice (names are compared case-insensitively)",
+                p.name
+            ));
+        }
+    }
+    Ok(out)
+}
+
+fn walk(
+    schema: &JsonObject,
+    chain: Option<Vec<String>>,
+    out: &mut Vec<HeaderParam>,
+) -> Result<(), String> {
+    if let Some(name) = schema.get(X_MCP_HEADER) {
+        let Some(path) = chain.clone().filter(|c| !c.is_empty()) else {
+            return Err("x-mcp-header may only mark a property reached through `properties` from the schema root".into());
+        };
+        let name = name.as_str().ok_or("x-mcp-header must be a string")?;
+        if !is_token(name) {
+            return Err(format!(
+                "x-mcp-header {name:?} is not a valid HTTP header name token"
+            ));
+        }
+        let kind = match schema.get("type").and_then(Value::as_str) {
+            Some("string") => HeaderParamType::String,
+            Some("integer") => HeaderParamType::Integer,
+            Some("boolean") => HeaderParamType::Boolean,
+            other => {
+                return Err(format!(
+                    "x-mcp-header {name:?} marks a property of type {other:?}; only string, integer and boolean are allowed"
+                ));
+            }
+        };
+        out.push(HeaderParam {
+            name: name.to_owned(),
+            header: format!("mcp-param-{}", name.to_ascii_lowercase()),
+            path,
+            kind,
+        });
+    }
+    for (key, value) in schema {
+        match (key.as_str(), value) {
+            ("properties", Value::Object(props)) => {
+                for (prop, sub) in props {
+                    if let Value::Object(sub) = sub {
+                        let child = chain.as_ref().map(|c| {
+                            let mut c = c.clone();
+                            c.push(prop.clone());
+                            c
+                        });
+                        walk(sub, child, out)?;
+                    }
+                }
+            }
+            ("const" | "default" | "enum" | "examples", _) => {}
+            (_, Value::Object(sub)) => walk(sub, None, out)?,
+            (_, Value::Array(items)) => {
+                for item in items {
+                    if let Value::Object(sub) = item {
+                        walk(sub, None, out)?;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(v: Value) -> JsonObject {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn finds_valid_annotations() {
+        let s = obj(json!({"type":"object","properties":{
+            "region":{"type":"string","x-mcp-header":"Region"},
+            "opts":{"type":"object","properties":{"n":{"type":"integer","x-mcp-header":"N"}}}}}));
+        let p = header_params(&s).unwrap();
+        assert_eq!(p.len(), 2);
+        assert_eq!(p[1].path, vec!["opts".to_string(), "n".to_string()]);
+        assert_eq!(p[0].header, "mcp-param-region");
+    }
+
+    #[test]
+    fn refuses_invalid_annotations() {
+        for bad in [
+            json!({"type":"object","properties":{"a":{"type":"number","x-mcp-header":"A"}}}),
+            json!({"type":"object","properties":{"a":{"type":"string","x-mcp-header":"A B"}}}),
+            json!({"type":"object","properties":{"a":{"type":"string","x-mcp-header":""}}}),
+            json!({"type":"object","properties":{"a":{"type":"string","x-mcp-header":"A"},"b":{"type":"string","x-mcp-header":"a"}}}),
+            json!({"type":"object","properties":{"a":{"type":"array","items":{"type":"string","x-mcp-header":"A"}}}}),
+            json!({"type":"object","anyOf":[{"properties":{"a":{"type":"string","x-mcp-header":"A"}}}]}),
+            json!({"type":"object","$defs":{"x":{"type":"string","x-mcp-header":"A"}}}),
+        ] {
+            assert!(header_params(&obj(bad.clone())).is_err(), "{bad}");
+        }
+    }
+}

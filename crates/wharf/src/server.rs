@@ -1,0 +1,432 @@
+//! The server: everything registered, built once and shared behind an `Arc`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use wharf_protocol::{
+    CacheHints, CacheScope, Implementation, JsonObject, ListCapability, ResourcesCapability,
+    ServerCapabilities,
+};
+
+use crate::bus::{ChangeEvent, InProcessBus, NotificationBus};
+use crate::cursor::{CursorCodec, CursorKey};
+use crate::prompt::PromptDef;
+use crate::resource::{CompiledTemplate, ResourceDef, TemplateDef};
+use crate::schema::{self, HeaderParam};
+use crate::tool::ToolDef;
+use crate::uri_template::UriTemplate;
+
+/// Caching hints per kind of result.
+#[derive(Debug, Clone, Copy)]
+pub struct CachePolicy {
+    pub discover: CacheHints,
+    pub tools_list: CacheHints,
+    pub prompts_list: CacheHints,
+    pub resources_list: CacheHints,
+    pub templates_list: CacheHints,
+    /// Default for `resources/read` when a resource sets none.
+    pub resource_read: CacheHints,
+}
+
+impl Default for CachePolicy {
+    fn default() -> Self {
+        let public = |ttl_ms| CacheHints {
+            ttl_ms,
+            cache_scope: CacheScope::Public,
+        };
+        CachePolicy {
+            discover: public(60_000),
+            tools_list: public(60_000),
+            prompts_list: public(60_000),
+            resources_list: public(60_000),
+            templates_list: public(60_000),
+            resource_read: CacheHints {
+                ttl_ms: 0,
+                cache_scope: CacheScope::Private,
+            },
+        }
+    }
+}
+
+/// Tunables of the core.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Items per page of a list.
+    pub page_size: usize,
+    /// Key that signs cursors; share it between replicas.
+    pub cursor_key: CursorKey,
+    /// How long a cursor stays valid.
+    pub cursor_max_age: Duration,
+    /// Caching hints.
+    pub cache: CachePolicy,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            page_size: 100,
+            cursor_key: CursorKey::random(),
+            cursor_max_age: Duration::from_secs(3600),
+            cache: CachePolicy::default(),
+        }
+    }
+}
+
+/// Why a server could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("tool {0:?}: the name must be 1 to 128 characters of A-Z, a-z, 0-9, '_', '-' and '.'")]
+    ToolName(String),
+    #[error("{kind} {name:?} is registered twice")]
+    Duplicate { kind: &'static str, name: String },
+    #[error("tool {tool:?}: inputSchema must be a JSON Schema object with \"type\": \"object\"")]
+    InputNotObject { tool: String },
+    #[error("tool {tool:?}: invalid {which}: {reason}")]
+    Schema {
+        tool: String,
+        which: &'static str,
+        reason: String,
+    },
+    #[error("tool {tool:?}: invalid x-mcp-header: {reason}")]
+    HeaderParam { tool: String, reason: String },
+    #[error("resource template {uri:?}: {reason}")]
+    Template { uri: String, reason: String },
+    #[error("page size must be at least 1")]
+    PageSize,
+}
+
+pub(crate) struct ToolEntry {
+    pub(crate) def: ToolDef,
+    pub(crate) input: Option<jsonschema::Validator>,
+    pub(crate) output: Option<jsonschema::Validator>,
+    pub(crate) header_params: Vec<HeaderParam>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) info: Arc<Implementation>,
+    pub(crate) instructions: Option<String>,
+    pub(crate) capabilities: ServerCapabilities,
+    pub(crate) tools: Vec<ToolEntry>,
+    pub(crate) tool_index: HashMap<String, usize>,
+    pub(crate) prompts: Vec<PromptDef>,
+    pub(crate) prompt_index: HashMap<String, usize>,
+    pub(crate) resources: Vec<ResourceDef>,
+    pub(crate) resource_index: HashMap<String, usize>,
+    pub(crate) templates: Vec<CompiledTemplate>,
+    pub(crate) fingerprints: Fingerprints,
+    pub(crate) config: ServerConfig,
+    pub(crate) cursors: CursorCodec,
+    pub(crate) bus: Arc<dyn NotificationBus>,
+    pub(crate) shutdown: CancellationToken,
+}
+
+#[derive(Default)]
+pub(crate) struct Fingerprints {
+    pub(crate) tools: u64,
+    pub(crate) prompts: u64,
+    pub(crate) resources: u64,
+    pub(crate) templates: u64,
+}
+
+/// A built MCP server. Cheap to clone; every clone is the same server.
+#[derive(Clone)]
+pub struct Server {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("name", &self.inner.info.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// Starts building a server that calls itself `info`.
+    pub fn builder(info: Implementation) -> ServerBuilder {
+        ServerBuilder {
+            info,
+            instructions: None,
+            tools: Vec::new(),
+            prompts: Vec::new(),
+            resources: Vec::new(),
+            templates: Vec::new(),
+            config: ServerConfig::default(),
+            bus: None,
+            logging: true,
+        }
+    }
+
+    /// Who this server is.
+    pub fn info(&self) -> &Arc<Implementation> {
+        &self.inner.info
+    }
+
+    /// What this server offers.
+    pub fn capabilities(&self) -> &ServerCapabilities {
+        &self.inner.capabilities
+    }
+
+    /// The `x-mcp-header` arguments of tool `name` (empty for unknown tools).
+    pub fn tool_header_params(&self, name: &str) -> &[HeaderParam] {
+        self.inner
+            .tool_index
+            .get(name)
+            .map(|&i| self.inner.tools[i].header_params.as_slice())
+            .unwrap_or_default()
+    }
+
+    /// Announces a change to every listen stream that opted into it.
+    pub async fn announce(&self, event: ChangeEvent) {
+        if let Err(e) = self.inner.bus.publish(event).await {
+            tracing::warn!(error = %e, "could not publish a change notification");
+        }
+    }
+
+    /// Starts a graceful shutdown: open listen streams send their final response and end.
+    pub fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+    }
+
+    /// Cancelled once [`Server::shutdown`] is called.
+    pub fn shutdown_token(&self) -> &CancellationToken {
+        &self.inner.shutdown
+    }
+}
+
+/// Collects tools, resources and prompts, then builds an immutable [`Server`].
+pub struct ServerBuilder {
+    info: Implementation,
+    instructions: Option<String>,
+    tools: Vec<ToolDef>,
+    prompts: Vec<PromptDef>,
+    resources: Vec<ResourceDef>,
+    templates: Vec<TemplateDef>,
+    config: ServerConfig,
+    bus: Option<Arc<dyn NotificationBus>>,
+    logging: bool,
+}
+
+impl ServerBuilder {
+    /// Instructions for the model, sent by `server/discover`.
+    pub fn instructions(mut self, text: impl Into<String>) -> Self {
+        self.instructions = Some(text.into());
+        self
+    }
+
+    /// Registers a tool. Tools are listed in registration order.
+    pub fn tool(mut self, tool: ToolDef) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// Registers a prompt.
+    pub fn prompt(mut self, prompt: PromptDef) -> Self {
+        self.prompts.push(prompt);
+        self
+    }
+
+    /// Registers a static resource.
+    pub fn resource(mut self, resource: ResourceDef) -> Self {
+        self.resources.push(resource);
+        self
+    }
+
+    /// Registers a resource template.
+    pub fn template(mut self, template: TemplateDef) -> Self {
+        self.templates.push(template);
+        self
+    }
+
+    /// Replaces the configuration.
+    pub fn config(mut self, config: ServerConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Uses `bus` for change notifications (the in-process bus otherwise).
+    pub fn bus(mut self, bus: Arc<dyn NotificationBus>) -> Self {
+        self.bus = Some(bus);
+        self
+    }
+
+    /// Whether to declare the `logging` capability (on by default).
+    pub fn logging(mut self, enabled: bool) -> Self {
+        self.logging = enabled;
+        self
+    }
+
+    /// Checks every definition and compiles every schema, once.
+    pub fn build(self) -> Result<Server, BuildError> {
+        if self.config.page_size == 0 {
+            return Err(BuildError::PageSize);
+        }
+        let mut tools = Vec::with_capacity(self.tools.len());
+        let mut tool_index = HashMap::new();
+        for def in self.tools {
+            let name = def.tool.name.clone();
+            let valid_name = (1..=128).contains(&name.len())
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
+            if !valid_name {
+                return Err(BuildError::ToolName(name));
+            }
+            if def.tool.input_schema.get("type").and_then(|t| t.as_str()) != Some("object") {
+                return Err(BuildError::InputNotObject { tool: name });
+            }
+            let input =
+                schema::compile(&def.tool.input_schema).map_err(|reason| BuildError::Schema {
+                    tool: name.clone(),
+                    which: "inputSchema",
+                    reason,
+                })?;
+            let output = match &def.tool.output_schema {
+                Some(s) => schema::compile(s).map_err(|reason| BuildError::Schema {
+                    tool: name.clone(),
+                    which: "outputSchema",
+                    reason,
+                })?,
+                None => None,
+            };
+            let header_params =
+                schema::header_params(&def.tool.input_schema).map_err(|reason| {
+                    BuildError::HeaderParam {
+                        tool: name.clone(),
+                        reason,
+                    }
+                })?;
+            if tool_index.insert(name.clone(), tools.len()).is_some() {
+                return Err(BuildError::Duplicate { kind: "tool", name });
+            }
+            tools.push(ToolEntry {
+                def,
+                input,
+                output,
+                header_params,
+            });
+        }
+        let mut prompt_index = HashMap::new();
+        for (i, p) in self.prompts.iter().enumerate() {
+            if prompt_index.insert(p.prompt.name.clone(), i).is_some() {
+                return Err(BuildError::Duplicate {
+                    kind: "prompt",
+                    name: p.prompt.name.clone(),
+                });
+            }
+        }
+        let mut resource_index = HashMap::new();
+        for (i, r) in self.resources.iter().enumerate() {
+            if resource_index.insert(r.resource.uri.clone(), i).is_some() {
+                return Err(BuildError::Duplicate {
+                    kind: "resource",
+                    name: r.resource.uri.clone(),
+                });
+            }
+        }
+        let mut templates = Vec::with_capacity(self.templates.len());
+        for def in self.templates {
+            let parsed = UriTemplate::parse(&def.template.uri_template).map_err(|e| {
+                BuildError::Template {
+                    uri: def.template.uri_template.clone(),
+                    reason: e.to_string(),
+                }
+            })?;
+            if templates
+                .iter()
+                .any(|t: &CompiledTemplate| t.parsed == parsed)
+            {
+                return Err(BuildError::Duplicate {
+                    kind: "resource template",
+                    name: def.template.uri_template,
+                });
+            }
+            templates.push(CompiledTemplate { def, parsed });
+        }
+
+        let listed = Some(true);
+        let capabilities = ServerCapabilities {
+            tools: (!tools.is_empty()).then(|| ListCapability {
+                list_changed: listed,
+            }),
+            prompts: (!self.prompts.is_empty()).then(|| ListCapability {
+                list_changed: listed,
+            }),
+            resources: (!self.resources.is_empty() || !templates.is_empty()).then(|| {
+                ResourcesCapability {
+                    list_changed: listed,
+                    subscribe: Some(true),
+                }
+            }),
+            completions: (self.prompts.iter().any(|p| p.complete.is_some())
+                || templates.iter().any(|t| t.def.complete.is_some())
+                || !self.prompts.is_empty())
+            .then(JsonObject::new),
+            logging: self.logging.then(JsonObject::new),
+            experimental: None,
+            extensions: None,
+        };
+        let fingerprints = Fingerprints {
+            tools: fingerprint(
+                tools
+                    .iter()
+                    .map(|t| serde_json::to_string(&t.def.tool).unwrap_or_default()),
+            ),
+            prompts: fingerprint(
+                self.prompts
+                    .iter()
+                    .map(|p| serde_json::to_string(&p.prompt).unwrap_or_default()),
+            ),
+            resources: fingerprint(
+                self.resources
+                    .iter()
+                    .map(|r| serde_json::to_string(&r.resource).unwrap_or_default()),
+            ),
+            templates: fingerprint(
+                templates
+                    .iter()
+                    .map(|t| serde_json::to_string(&t.def.template).unwrap_or_default()),
+            ),
+        };
+        let cursors = CursorCodec::new(self.config.cursor_key.clone(), self.config.cursor_max_age);
+        Ok(Server {
+            inner: Arc::new(Inner {
+                info: Arc::new(self.info),
+                instructions: self.instructions,
+                capabilities,
+                tools,
+                tool_index,
+                prompts: self.prompts,
+                prompt_index,
+                resources: self.resources,
+                resource_index,
+                templates,
+                fingerprints,
+                cursors,
+                config: self.config,
+                bus: self
+                    .bus
+                    .unwrap_or_else(|| Arc::new(InProcessBus::default())),
+                shutdown: CancellationToken::new(),
+            }),
+        })
+    }
+}
+
+/// A stable digest of a list's definitions: cursors issued for another version of the list
+/// are refused as stale. Uses a fixed hasher so every replica computes the same value.
+fn fingerprint(items: impl Iterator<Item = String>) -> u64 {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for item in items {
+        h.update(item.as_bytes());
+        h.update([0]);
+    }
+    let out = h.finalize();
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&out[..8]);
+    u64::from_be_bytes(word)
+}

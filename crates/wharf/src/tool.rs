@@ -1,0 +1,272 @@
+//! Tools: typed handlers, their schemas, and what a handler may return.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use wharf_protocol::{
+    CallToolResult, ClientCapabilities, Content, Icon, JsonObject, Tool, ToolAnnotations,
+};
+
+use crate::context::Context;
+use crate::error::RpcError;
+use crate::schema;
+
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// Why a tool call did not produce a result.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// A failure the model can read and act on; sent as a result with `isError: true`.
+    #[error("{0}")]
+    Execution(String),
+    /// A protocol error, sent as a JSON-RPC error.
+    #[error(transparent)]
+    Protocol(#[from] RpcError),
+}
+
+impl ToolError {
+    /// A failure the model can act on (`isError: true`).
+    pub fn execution(message: impl Into<String>) -> Self {
+        ToolError::Execution(message.into())
+    }
+
+    /// A server failure: logged with its detail, sent as a bare `-32603`.
+    pub fn internal(detail: impl std::fmt::Display) -> Self {
+        ToolError::Protocol(RpcError::internal(detail))
+    }
+}
+
+/// What a tool handler may return.
+pub trait IntoToolResult: Send + 'static {
+    /// The result to send.
+    fn into_tool_result(self) -> Result<CallToolResult, ToolError>;
+
+    /// The `outputSchema` this type implies, if it carries structured content.
+    fn output_schema() -> Option<JsonObject> {
+        None
+    }
+}
+
+impl IntoToolResult for CallToolResult {
+    fn into_tool_result(self) -> Result<CallToolResult, ToolError> {
+        Ok(self)
+    }
+}
+
+impl IntoToolResult for String {
+    fn into_tool_result(self) -> Result<CallToolResult, ToolError> {
+        Ok(CallToolResult::text(self))
+    }
+}
+
+impl IntoToolResult for &'static str {
+    fn into_tool_result(self) -> Result<CallToolResult, ToolError> {
+        Ok(CallToolResult::text(self))
+    }
+}
+
+impl IntoToolResult for Content {
+    fn into_tool_result(self) -> Result<CallToolResult, ToolError> {
+        Ok(CallToolResult::success(vec![self]))
+    }
+}
+
+impl IntoToolResult for Vec<Content> {
+    fn into_tool_result(self) -> Result<CallToolResult, ToolError> {
+        Ok(CallToolResult::success(self))
+    }
+}
+
+impl<T: IntoToolResult, E: Into<ToolError> + Send + 'static> IntoToolResult for Result<T, E> {
+    fn into_tool_result(self) -> Result<CallToolResult, ToolError> {
+        self.map_err(Into::into)
+            .and_then(IntoToolResult::into_tool_result)
+    }
+
+    fn output_schema() -> Option<JsonObject> {
+        T::output_schema()
+    }
+}
+
+/// Structured output: sent as `structuredContent` and, for older clients, as JSON text.
+/// The tool's `outputSchema` is derived from `T`.
+#[derive(Debug, Clone)]
+pub struct Structured<T>(pub T);
+
+impl<T: Serialize + JsonSchema + Send + 'static> IntoToolResult for Structured<T> {
+    fn into_tool_result(self) -> Result<CallToolResult, ToolError> {
+        let value = serde_json::to_value(&self.0).map_err(ToolError::internal)?;
+        let text = value.to_string();
+        Ok(CallToolResult {
+            structured_content: Some(value),
+            ..CallToolResult::text(text)
+        })
+    }
+
+    fn output_schema() -> Option<JsonObject> {
+        Some(schema::schema_for::<T>())
+    }
+}
+
+/// Arguments of a tool that takes none.
+#[derive(Debug, Clone, Copy, Default, serde::Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoArgs {}
+
+pub(crate) trait ErasedToolHandler: Send + Sync + 'static {
+    fn call(&self, cx: Context, args: JsonObject) -> BoxFuture<Result<CallToolResult, ToolError>>;
+}
+
+struct Typed<F, A> {
+    f: F,
+    _args: std::marker::PhantomData<fn(A)>,
+}
+
+impl<F, A, Fut, R> ErasedToolHandler for Typed<F, A>
+where
+    F: Fn(Context, A) -> Fut + Send + Sync + 'static,
+    A: DeserializeOwned + Send + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    R: IntoToolResult,
+{
+    fn call(&self, cx: Context, args: JsonObject) -> BoxFuture<Result<CallToolResult, ToolError>> {
+        // The arguments already passed the input schema; what is left is a shape serde rejects.
+        let args = match serde_json::from_value::<A>(serde_json::Value::Object(args)) {
+            Ok(a) => a,
+            Err(e) => {
+                return Box::pin(async move {
+                    Err(RpcError::invalid_params(format!("Invalid arguments: {e}")).into())
+                });
+            }
+        };
+        let fut = (self.f)(cx, args);
+        Box::pin(async move { fut.await.into_tool_result() })
+    }
+}
+
+struct Raw<F>(F);
+
+impl<F, Fut, R> ErasedToolHandler for Raw<F>
+where
+    F: Fn(Context, JsonObject) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    R: IntoToolResult,
+{
+    fn call(&self, cx: Context, args: JsonObject) -> BoxFuture<Result<CallToolResult, ToolError>> {
+        let fut = (self.0)(cx, args);
+        Box::pin(async move { fut.await.into_tool_result() })
+    }
+}
+
+/// A tool being described; [`ToolBuilder::handler`] completes it.
+#[must_use = "a tool needs a handler before it can be registered"]
+pub struct ToolBuilder {
+    tool: Tool,
+    requires: Option<ClientCapabilities>,
+}
+
+/// Starts describing a tool named `name`.
+pub fn tool(name: impl Into<String>) -> ToolBuilder {
+    ToolBuilder {
+        tool: Tool {
+            name: name.into(),
+            title: None,
+            description: None,
+            input_schema: JsonObject::new(),
+            output_schema: None,
+            annotations: None,
+            icons: None,
+            meta: None,
+        },
+        requires: None,
+    }
+}
+
+impl ToolBuilder {
+    /// What the tool does, for the model.
+    pub fn description(mut self, text: impl Into<String>) -> Self {
+        self.tool.description = Some(text.into());
+        self
+    }
+
+    /// A human-readable name.
+    pub fn title(mut self, text: impl Into<String>) -> Self {
+        self.tool.title = Some(text.into());
+        self
+    }
+
+    /// Behaviour hints.
+    pub fn annotations(mut self, annotations: ToolAnnotations) -> Self {
+        self.tool.annotations = Some(annotations);
+        self
+    }
+
+    /// Icons.
+    pub fn icons(mut self, icons: Vec<Icon>) -> Self {
+        self.tool.icons = Some(icons);
+        self
+    }
+
+    /// Client capabilities the tool cannot run without; a request that does not declare
+    /// them gets `-32021` before the handler runs.
+    pub fn requires(mut self, capabilities: ClientCapabilities) -> Self {
+        self.requires = Some(capabilities);
+        self
+    }
+
+    /// Completes the tool with a typed handler. The `inputSchema` comes from `A`, the
+    /// `outputSchema` from the return type when it is [`Structured`].
+    pub fn handler<A, F, Fut, R>(mut self, f: F) -> ToolDef
+    where
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+        F: Fn(Context, A) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = R> + Send + 'static,
+        R: IntoToolResult,
+    {
+        self.tool.input_schema = schema::schema_for::<A>();
+        self.tool.output_schema = R::output_schema();
+        ToolDef {
+            tool: self.tool,
+            requires: self.requires,
+            handler: Arc::new(Typed {
+                f,
+                _args: std::marker::PhantomData,
+            }),
+        }
+    }
+
+    /// Completes the tool with a handler over raw JSON arguments, validated against the
+    /// given `inputSchema` (for schemas no Rust type describes).
+    pub fn raw_handler<F, Fut, R>(mut self, input_schema: JsonObject, f: F) -> ToolDef
+    where
+        F: Fn(Context, JsonObject) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = R> + Send + 'static,
+        R: IntoToolResult,
+    {
+        self.tool.input_schema = input_schema;
+        self.tool.output_schema = R::output_schema();
+        ToolDef {
+            tool: self.tool,
+            requires: self.requires,
+            handler: Arc::new(Raw(f)),
+        }
+    }
+}
+
+/// A complete tool, ready to register.
+pub struct ToolDef {
+    pub(crate) tool: Tool,
+    pub(crate) requires: Option<ClientCapabilities>,
+    pub(crate) handler: Arc<dyn ErasedToolHandler>,
+}
+
+impl ToolDef {
+    /// The definition as listed.
+    pub fn definition(&self) -> &Tool {
+        &self.tool
+    }
+}

@@ -1,0 +1,176 @@
+//! RFC 6570 level-1 URI templates (`{var}` simple string expansion), both ways: expanding
+//! variables into a URI, and matching a URI against a template to recover them.
+
+use std::collections::BTreeMap;
+
+/// A parsed URI template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UriTemplate {
+    source: String,
+    parts: Vec<Part>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Literal(String),
+    Var(String),
+}
+
+/// Why a template could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    #[error("unclosed '{{' in URI template {0:?}")]
+    Unclosed(String),
+    #[error(
+        "unsupported expression {{{1}}} in URI template {0:?}: only {{name}} simple expansion is supported"
+    )]
+    Unsupported(String, String),
+    #[error("URI template {0:?} has two variables with nothing between them")]
+    Adjacent(String),
+}
+
+/// Variables matched from a URI.
+pub type Vars = BTreeMap<String, String>;
+
+impl UriTemplate {
+    /// Parses `source`.
+    pub fn parse(source: &str) -> Result<Self, TemplateError> {
+        let mut parts = Vec::new();
+        let mut rest = source;
+        while let Some(open) = rest.find('{') {
+            if open > 0 {
+                parts.push(Part::Literal(rest[..open].to_owned()));
+            }
+            let close = rest[open..]
+                .find('}')
+                .ok_or_else(|| TemplateError::Unclosed(source.into()))?
+                + open;
+            let name = &rest[open + 1..close];
+            if name.is_empty()
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.')
+            {
+                return Err(TemplateError::Unsupported(source.into(), name.into()));
+            }
+            if matches!(parts.last(), Some(Part::Var(_))) {
+                return Err(TemplateError::Adjacent(source.into()));
+            }
+            parts.push(Part::Var(name.to_owned()));
+            rest = &rest[close + 1..];
+        }
+        if !rest.is_empty() {
+            parts.push(Part::Literal(rest.to_owned()));
+        }
+        Ok(UriTemplate {
+            source: source.to_owned(),
+            parts,
+        })
+    }
+
+    /// The template text.
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    /// The variable names, in order.
+    pub fn variables(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().filter_map(|p| match p {
+            Part::Var(v) => Some(v.as_str()),
+            Part::Literal(_) => None,
+        })
+    }
+
+    /// Expands the template; missing variables expand to nothing, values are percent-encoded
+    /// except for unreserved characters.
+    pub fn expand(&self, vars: &Vars) -> String {
+        let mut out = String::new();
+        for part in &self.parts {
+            match part {
+                Part::Literal(l) => out.push_str(l),
+                Part::Var(v) => {
+                    if let Some(value) = vars.get(v) {
+                        for b in value.bytes() {
+                            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                                out.push(b as char);
+                            } else {
+                                out.push_str(&format!("%{b:02X}"));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Matches `uri`, returning the decoded variables. A variable matches one or more
+    /// characters other than `/`, `?` and `#`.
+    pub fn match_uri(&self, uri: &str) -> Option<Vars> {
+        let mut vars = Vars::new();
+        let mut rest = uri;
+        let mut parts = self.parts.iter().peekable();
+        while let Some(part) = parts.next() {
+            match part {
+                Part::Literal(l) => rest = rest.strip_prefix(l.as_str())?,
+                Part::Var(name) => {
+                    let end = match parts.peek() {
+                        Some(Part::Literal(next)) => rest.find(next.as_str())?,
+                        _ => rest.len(),
+                    };
+                    let raw = &rest[..end];
+                    if raw.is_empty() || raw.contains(['/', '?', '#']) {
+                        return None;
+                    }
+                    vars.insert(name.clone(), percent_decode(raw)?);
+                    rest = &rest[end..];
+                }
+            }
+        }
+        rest.is_empty().then_some(vars)
+    }
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expands_and_matches() {
+        let t = UriTemplate::parse("test://template/{id}/data").unwrap();
+        let vars = t.match_uri("test://template/123/data").unwrap();
+        assert_eq!(vars["id"], "123");
+        assert_eq!(t.expand(&vars), "test://template/123/data");
+        assert!(t.match_uri("test://template//data").is_none());
+        assert!(t.match_uri("test://template/1/2/data").is_none());
+        assert!(t.match_uri("test://template/1/data/x").is_none());
+        let d = UriTemplate::parse("dataset://{name}").unwrap();
+        let v = d.match_uri("dataset://my%20set").unwrap();
+        assert_eq!(v["name"], "my set");
+        assert_eq!(d.expand(&v), "dataset://my%20set");
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_serve() {
+        assert!(UriTemplate::parse("x://{a").is_err());
+        assert!(UriTemplate::parse("x://{+a}").is_err());
+        assert!(UriTemplate::parse("x://{a}{b}").is_err());
+    }
+}
