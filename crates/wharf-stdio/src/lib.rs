@@ -1,1 +1,143 @@
+//! stdio for Wharf: newline-delimited JSON-RPC on stdin/stdout, requests served
+//! concurrently, `notifications/cancelled` honoured, logs on stderr (never stdout).
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures_util::StreamExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
+use tokio_util::sync::CancellationToken;
+use wharf::{ErrorKind, RpcError, Scope, Server};
+use wharf_protocol::jsonrpc::write_error;
+use wharf_protocol::{CancelledParams, Envelope, RequestId, methods};
+
+/// Longest line accepted, in bytes.
+pub const MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
+/// Deepest JSON nesting accepted.
+pub const MAX_JSON_DEPTH: usize = 64;
+
+type InFlight = Arc<Mutex<HashMap<RequestId, CancellationToken>>>;
+
+/// Serves `server` until `input` ends, then lets in-flight requests finish, ends open
+/// subscriptions gracefully, and returns.
+pub async fn serve<R, W>(server: Server, input: R, output: W) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(256);
+    let writer = tokio::spawn(async move {
+        let mut output = output;
+        while let Some(mut line) = rx.recv().await {
+            line.push(b'\n');
+            output.write_all(&line).await?;
+            output.flush().await?;
+        }
+        Ok::<_, std::io::Error>(())
+    });
+    let in_flight: InFlight = Arc::default();
+    let mut tasks = JoinSet::new();
+    let mut lines = FramedRead::new(input, LinesCodec::new_with_max_length(MAX_LINE_BYTES));
+    while let Some(line) = lines.next().await {
+        match line {
+            Ok(line) if line.trim().is_empty() => {}
+            Ok(line) => handle_line(&server, &line, &tx, &in_flight, &mut tasks).await,
+            Err(LinesCodecError::MaxLineLengthExceeded) => {
+                let e = RpcError::new(ErrorKind::InvalidRequest, format!("Message longer than {MAX_LINE_BYTES} bytes"));
+                send_error(&tx, None, &e).await;
+            }
+            Err(LinesCodecError::Io(e)) => {
+                tracing::warn!(error = %e, "stdin failed");
+                break;
+            }
+        }
+        while tasks.try_join_next().is_some() {}
+    }
+    // Input closed: finish what was asked, end subscriptions, flush.
+    server.shutdown();
+    while tasks.join_next().await.is_some() {}
+    drop(tx);
+    writer.await.unwrap_or_else(|e| Err(std::io::Error::other(e)))
+}
+
+async fn send_error(tx: &mpsc::Sender<Vec<u8>>, id: Option<&RequestId>, e: &RpcError) {
+    let mut buf = Vec::with_capacity(128);
+    let _ = write_error(&mut buf, id, &e.to_object());
+    let _ = tx.send(buf).await;
+}
+
+async fn handle_line(
+    server: &Server,
+    line: &str,
+    tx: &mpsc::Sender<Vec<u8>>,
+    in_flight: &InFlight,
+    tasks: &mut JoinSet<()>,
+) {
+    let envelope = match Envelope::parse(line.as_bytes(), MAX_JSON_DEPTH) {
+        Ok(env) => env,
+        Err(failure) => {
+            let kind = if failure.error.code() == wharf_protocol::codes::PARSE_ERROR { ErrorKind::Parse } else { ErrorKind::InvalidRequest };
+            return send_error(tx, failure.id.as_ref(), &RpcError::new(kind, failure.error.to_string())).await;
+        }
+    };
+    let Some(method) = envelope.method.as_deref() else {
+        // A response from the client: this revision has no server-to-client requests.
+        return;
+    };
+    let Some(id) = envelope.id else {
+        if method == methods::NOTIFICATION_CANCELLED {
+            // Invalid cancellations are ignored, as the specification asks.
+            if let Some(p) = envelope.params.and_then(|p| serde_json::from_str::<CancelledParams>(p.get()).ok()) {
+                if let Some(token) = lock(in_flight).remove(&p.request_id) {
+                    token.cancel();
+                }
+            }
+        }
+        return;
+    };
+    let req = match server.parse_request(id, method, envelope.params) {
+        Ok(r) => r,
+        Err((e, id)) => return send_error(tx, Some(&id), &e).await,
+    };
+    let id = req.id.clone();
+    let cancel = CancellationToken::new();
+    if lock(in_flight).insert(id.clone(), cancel.clone()).is_some() {
+        tracing::warn!(%id, "a request id was reused while the first request is still running");
+    }
+    let (server, tx, in_flight) = (server.clone(), tx.clone(), in_flight.clone());
+    tasks.spawn(async move {
+        if req.is_listen() {
+            match server.listen(req) {
+                Ok(mut listener) => loop {
+                    tokio::select! {
+                        () = cancel.cancelled() => break,
+                        next = listener.next() => match next {
+                            Some(m) => { let _ = tx.send(m).await; }
+                            None => break,
+                        },
+                    }
+                },
+                Err(e) => send_error(&tx, Some(&id), &e).await,
+            }
+        } else {
+            let outcome = server.execute(req, Scope { cancel: cancel.clone(), outbox: Some(tx.clone()) }).await;
+            // A cancelled request gets no response.
+            if !cancel.is_cancelled() {
+                match outcome {
+                    Ok(m) => {
+                        let _ = tx.send(m).await;
+                    }
+                    Err(e) => send_error(&tx, Some(&id), &e).await,
+                }
+            }
+        }
+        lock(&in_flight).remove(&id);
+    });
+}
+
+fn lock(in_flight: &InFlight) -> std::sync::MutexGuard<'_, HashMap<RequestId, CancellationToken>> {
+    in_flight.lock().unwrap_or_else(|p| p.into_inner())
+}

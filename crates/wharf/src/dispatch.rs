@@ -125,12 +125,25 @@ impl Server {
     /// Reads a request: the method must exist (and its capability be offered), the params
     /// must have their type, and `_meta` its required fields. The version is checked
     /// separately ([`RequestInfo::check_version`]) so a transport can first compare headers.
+    ///
+    /// On failure the id is handed back so the error can echo it.
     pub fn parse_request(
         &self,
         id: RequestId,
         method: &str,
         params: Option<&RawValue>,
-    ) -> Result<ParsedRequest, RpcError> {
+    ) -> Result<ParsedRequest, (RpcError, RequestId)> {
+        match self.read_request(method, params) {
+            Ok((info, body)) => Ok(ParsedRequest { id, info, body }),
+            Err(e) => Err((e, id)),
+        }
+    }
+
+    fn read_request(
+        &self,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Result<(RequestInfo, RequestBody), RpcError> {
         let caps = &self.inner.capabilities;
         let offered = |present: bool| {
             if present {
@@ -190,8 +203,7 @@ impl Server {
             }
             _ => return Err(RpcError::method_not_found(method)),
         };
-        let info = RequestInfo::from_meta(meta)?;
-        Ok(ParsedRequest { id, info, body })
+        Ok((RequestInfo::from_meta(meta)?, body))
     }
 
     /// Runs a request (other than `subscriptions/listen`) and returns the whole JSON-RPC

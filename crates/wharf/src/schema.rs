@@ -177,8 +177,10 @@ mod tests {
             "opts":{"type":"object","properties":{"n":{"type":"integer","x-mcp-header":"N"}}}}}));
         let p = header_params(&s).unwrap();
         assert_eq!(p.len(), 2);
-        assert_eq!(p[1].path, vec!["opts".to_string(), "n".to_string()]);
-        assert_eq!(p[0].header, "mcp-param-region");
+        let n = p.iter().find(|p| p.name == "N").unwrap();
+        assert_eq!(n.path, vec!["opts".to_string(), "n".to_string()]);
+        assert_eq!(n.kind, HeaderParamType::Integer);
+        assert!(p.iter().any(|p| p.header == "mcp-param-region"));
     }
 
     #[test]

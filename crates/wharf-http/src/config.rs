@@ -1,0 +1,145 @@
+//! Transport settings.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::health::ReadinessCheck;
+
+/// Which `Host` and `Origin` values are accepted (DNS-rebinding protection).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostPolicy {
+    /// Accept any host (behind a proxy that already checks it).
+    Any,
+    /// Accept only these host names (no port); `Origin` must name one of them too, or be one
+    /// of the listed origins exactly.
+    Only { hosts: Vec<String>, origins: Vec<String> },
+}
+
+impl HostPolicy {
+    /// `localhost`, `127.0.0.1` and `[::1]`, on any port.
+    pub fn localhost() -> Self {
+        HostPolicy::Only { hosts: vec!["localhost".into(), "127.0.0.1".into(), "[::1]".into()], origins: Vec::new() }
+    }
+
+    /// Adds an allowed host name.
+    pub fn allow_host(mut self, host: impl Into<String>) -> Self {
+        if let HostPolicy::Only { hosts, .. } = &mut self {
+            hosts.push(host.into().to_ascii_lowercase());
+        }
+        self
+    }
+
+    /// Adds an allowed origin (`scheme://host[:port]`). Its host is allowed as `Host` too.
+    pub fn allow_origin(mut self, origin: impl Into<String>) -> Self {
+        let origin = origin.into().to_ascii_lowercase();
+        if let HostPolicy::Only { hosts, origins } = &mut self {
+            if let Some(host) = origin_host(&origin) {
+                hosts.push(host.to_owned());
+            }
+            origins.push(origin);
+        }
+        self
+    }
+
+    pub(crate) fn host_allowed(&self, host: &str) -> bool {
+        match self {
+            HostPolicy::Any => true,
+            HostPolicy::Only { hosts, .. } => {
+                let name = strip_port(host);
+                hosts.iter().any(|h| h.eq_ignore_ascii_case(name))
+            }
+        }
+    }
+
+    pub(crate) fn origin_allowed(&self, origin: &str) -> bool {
+        match self {
+            HostPolicy::Any => true,
+            HostPolicy::Only { origins, .. } => {
+                origins.iter().any(|o| o.eq_ignore_ascii_case(origin))
+                    || origin_host(origin).is_some_and(|h| self.host_allowed(h))
+            }
+        }
+    }
+}
+
+/// The host of `scheme://host[:port]`, without the port.
+fn origin_host(origin: &str) -> Option<&str> {
+    let rest = origin.split_once("://")?.1;
+    let authority = rest.split('/').next()?;
+    Some(strip_port(authority))
+}
+
+fn strip_port(authority: &str) -> &str {
+    if authority.starts_with('[') {
+        // [v6]:port
+        return authority.find(']').map_or(authority, |end| &authority[..=end]);
+    }
+    authority.rsplit_once(':').map_or(authority, |(h, port)| if port.bytes().all(|b| b.is_ascii_digit()) { h } else { authority })
+}
+
+/// Settings of the HTTP transport.
+#[derive(Clone)]
+pub struct HttpConfig {
+    /// Path of the MCP endpoint.
+    pub endpoint: String,
+    /// Accepted `Host`/`Origin`.
+    pub hosts: HostPolicy,
+    /// Largest request body, in bytes (413 beyond).
+    pub max_body_bytes: usize,
+    /// Deepest JSON nesting accepted (400 beyond).
+    pub max_json_depth: usize,
+    /// Largest total size of the request headers, in bytes (431 beyond).
+    pub max_header_bytes: usize,
+    /// Interval of SSE keep-alive comments on listen streams.
+    pub keep_alive: Duration,
+    /// Dependencies `GET /readyz` checks.
+    pub readiness: Vec<Arc<dyn ReadinessCheck>>,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            endpoint: "/mcp".into(),
+            hosts: HostPolicy::localhost(),
+            max_body_bytes: 1024 * 1024,
+            max_json_depth: 64,
+            max_header_bytes: 16 * 1024,
+            keep_alive: Duration::from_secs(15),
+            readiness: Vec::new(),
+        }
+    }
+}
+
+impl std::fmt::Debug for HttpConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpConfig")
+            .field("endpoint", &self.endpoint)
+            .field("hosts", &self.hosts)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("max_json_depth", &self.max_json_depth)
+            .field("max_header_bytes", &self.max_header_bytes)
+            .field("keep_alive", &self.keep_alive)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn localhost_policy() {
+        let p = HostPolicy::localhost();
+        assert!(p.host_allowed("localhost:8080"));
+        assert!(p.host_allowed("127.0.0.1"));
+        assert!(p.host_allowed("[::1]:9"));
+        assert!(!p.host_allowed("evil.example.com"));
+        assert!(!p.host_allowed("localhost.evil.example.com:80"));
+        assert!(p.origin_allowed("http://localhost:3000"));
+        assert!(!p.origin_allowed("http://evil.example.com"));
+        assert!(!p.origin_allowed("null"));
+        let p = p.allow_origin("https://app.example.com");
+        assert!(p.origin_allowed("https://app.example.com"));
+        assert!(p.host_allowed("app.example.com"));
+    }
+}

@@ -1,0 +1,136 @@
+//! The MCP endpoint: one POST, one JSON-RPC message, answered with JSON or SSE.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use wharf::{ErrorKind, ParsedRequest, RpcError, Scope};
+use wharf_protocol::{Envelope, RequestId};
+
+use crate::AppState;
+use crate::errors::{error_response, error_with_status, json_response};
+use crate::{guard, headers};
+
+/// GET and DELETE: there is no session stream to open or close.
+pub(crate) async fn method_not_allowed() -> Response {
+    let mut res = StatusCode::METHOD_NOT_ALLOWED.into_response();
+    res.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+    res
+}
+
+pub(crate) async fn handle_post(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    if let Err(refused) = guard::check_request(&headers, &state.config) {
+        return *refused;
+    }
+    let limit = state.config.max_body_bytes;
+    let bytes = match axum::body::to_bytes(body, limit).await {
+        Ok(b) => b,
+        Err(_) => {
+            let e = RpcError::new(ErrorKind::InvalidRequest, format!("The body exceeds the limit of {limit} bytes"));
+            return error_with_status(StatusCode::PAYLOAD_TOO_LARGE, None, &e);
+        }
+    };
+    serve(&state, &headers, &bytes).await
+}
+
+async fn serve(state: &Arc<AppState>, headers: &HeaderMap, bytes: &Bytes) -> Response {
+    let envelope = match Envelope::parse(bytes, state.config.max_json_depth) {
+        Ok(env) => env,
+        Err(failure) => {
+            let kind = if failure.error.code() == wharf_protocol::codes::PARSE_ERROR {
+                ErrorKind::Parse
+            } else {
+                ErrorKind::InvalidRequest
+            };
+            return error_response(failure.id.as_ref(), &RpcError::new(kind, failure.error.to_string()));
+        }
+    };
+    let Some(method) = envelope.method.as_deref() else {
+        let e = RpcError::new(ErrorKind::InvalidRequest, "Invalid request: clients must not send responses to the server");
+        return error_response(envelope.id.as_ref(), &e);
+    };
+    let Some(id) = envelope.id else {
+        // A notification: nothing to answer. This revision defines none over HTTP.
+        return StatusCode::ACCEPTED.into_response();
+    };
+    let server = &state.server;
+    let req = match server.parse_request(id, method, envelope.params) {
+        Ok(r) => r,
+        Err((e, id)) => return error_response(Some(&id), &e),
+    };
+    if let Err(e) = headers::validate(headers, &req, server) {
+        return error_response(Some(&req.id), &e);
+    }
+    if req.is_listen() {
+        return listen(state, req);
+    }
+    if req.info.wants_stream() {
+        return stream(state, req);
+    }
+    let id = req.id.clone();
+    match server.execute(req, Scope { cancel: CancellationToken::new(), outbox: None }).await {
+        Ok(body) => json_response(StatusCode::OK, body),
+        Err(e) => error_response(Some(&id), &e),
+    }
+}
+
+fn sse_headers(mut res: Response) -> Response {
+    res.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
+    res
+}
+
+fn event(message: Vec<u8>) -> Result<Event, Infallible> {
+    // serde_json writes UTF-8 without raw newlines, so one message is one `data:` line.
+    Ok(Event::default().data(String::from_utf8(message).unwrap_or_default()))
+}
+
+/// Runs the request on its own task and streams its notifications, then its response. When
+/// the client closes the stream, the guard cancels the request.
+fn stream(state: &Arc<AppState>, req: ParsedRequest) -> Response {
+    let (tx, rx) = mpsc::channel::<Vec<u8>>(32);
+    let cancel = CancellationToken::new();
+    let guard = cancel.clone().drop_guard();
+    let server = state.server.clone();
+    tokio::spawn(async move {
+        let id = req.id.clone();
+        let outcome = server.execute(req, Scope { cancel: cancel.clone(), outbox: Some(tx.clone()) }).await;
+        if cancel.is_cancelled() {
+            return;
+        }
+        let message = match outcome {
+            Ok(body) => body,
+            Err(e) => {
+                let mut buf = Vec::with_capacity(128);
+                let _ = wharf_protocol::jsonrpc::write_error(&mut buf, Some(&id), &e.to_object());
+                buf
+            }
+        };
+        let _ = tx.send(message).await;
+    });
+    let events = ReceiverStream::new(rx).map(move |m| {
+        let _keep = &guard;
+        event(m)
+    });
+    sse_headers(Sse::new(events).into_response())
+}
+
+/// A `subscriptions/listen` stream with keep-alive comments.
+fn listen(state: &Arc<AppState>, req: ParsedRequest) -> Response {
+    let id: RequestId = req.id.clone();
+    let listener = match state.server.listen(req) {
+        Ok(l) => l,
+        Err(e) => return error_response(Some(&id), &e),
+    };
+    let messages = futures_util::stream::unfold(listener, |mut l| async move { l.next().await.map(|m| (m, l)) });
+    let events = messages.map(event);
+    sse_headers(Sse::new(events).keep_alive(KeepAlive::new().interval(state.config.keep_alive).text("")).into_response())
+}
+

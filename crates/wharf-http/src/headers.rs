@@ -1,0 +1,85 @@
+//! The `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name` and `Mcp-Param-*` headers must
+//! mirror the body.
+
+use std::borrow::Cow;
+
+use axum::http::HeaderMap;
+use wharf::{ParsedRequest, RequestBody, RpcError, Server};
+use wharf_protocol::headers::{self, decode_value, param_matches};
+
+fn raw<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a [u8]>, RpcError> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next();
+    if values.next().is_some() {
+        return Err(RpcError::header_mismatch(format!("the {name} header appears more than once")));
+    }
+    // Optional whitespace around a field value is not part of it (RFC 9110 §5.5).
+    Ok(first.map(|v| v.as_bytes().trim_ascii()))
+}
+
+fn required<'a>(headers: &'a HeaderMap, name: &str, display: &str) -> Result<&'a [u8], RpcError> {
+    raw(headers, name)?.ok_or_else(|| RpcError::header_mismatch(format!("the required {display} header is missing")))
+}
+
+fn decoded<'a>(value: &'a [u8], display: &str) -> Result<Cow<'a, str>, RpcError> {
+    decode_value(value).map_err(|e| RpcError::header_mismatch(format!("the {display} header value {e}")))
+}
+
+/// Checks every mirrored header of `req` against its body.
+pub(crate) fn validate(headers: &HeaderMap, req: &ParsedRequest, server: &Server) -> Result<(), RpcError> {
+    let version = required(headers, headers::PROTOCOL_VERSION, "MCP-Protocol-Version")?;
+    if version != req.info.protocol_version.as_bytes() {
+        return Err(RpcError::header_mismatch(format!(
+            "MCP-Protocol-Version header value '{}' does not match body value '{}'",
+            String::from_utf8_lossy(version),
+            req.info.protocol_version
+        )));
+    }
+    let method = required(headers, headers::METHOD, "Mcp-Method")?;
+    if method != req.body.method().as_bytes() {
+        return Err(RpcError::header_mismatch(format!(
+            "Mcp-Method header value '{}' does not match body value '{}'",
+            String::from_utf8_lossy(method),
+            req.body.method()
+        )));
+    }
+    if let Some(name) = req.body.name() {
+        let header = decoded(required(headers, headers::NAME, "Mcp-Name")?, "Mcp-Name")?;
+        if header != name {
+            return Err(RpcError::header_mismatch(format!(
+                "Mcp-Name header value '{header}' does not match body value '{name}'"
+            )));
+        }
+    }
+    if let RequestBody::CallTool(call) = &req.body {
+        let params = server.tool_header_params(&call.name);
+        if params.is_empty() {
+            return Ok(());
+        }
+        let empty = wharf_protocol::JsonObject::new();
+        let args = call.arguments.as_ref().unwrap_or(&empty);
+        for p in params {
+            let display = format!("Mcp-Param-{}", p.name);
+            let header = raw(headers, &p.header)?;
+            match (p.value_in(args), header) {
+                (Some(_), None) => {
+                    return Err(RpcError::header_mismatch(format!(
+                        "the {display} header is missing; it must mirror argument '{}'",
+                        p.path.join(".")
+                    )));
+                }
+                (Some(value), Some(h)) => {
+                    let h = decoded(h, &display)?;
+                    if !param_matches(p.kind, &h, value) {
+                        return Err(RpcError::header_mismatch(format!(
+                            "{display} header value '{h}' does not match body value {value}"
+                        )));
+                    }
+                }
+                // No value in the body: the header is not expected. A stray one is ignored.
+                (None, _) => {}
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,46 @@
+//! Liveness and readiness.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use crate::AppState;
+
+/// A dependency that must answer for the server to be ready (a database, a cache…).
+pub trait ReadinessCheck: Send + Sync + 'static {
+    /// A short name for reports.
+    fn name(&self) -> &str;
+    /// `Err` with a reason when the dependency does not answer.
+    fn check(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
+}
+
+/// Liveness: the process serves HTTP. Touches nothing else.
+pub(crate) async fn healthz() -> Response {
+    json(StatusCode::OK, serde_json::json!({ "status": "ok" }))
+}
+
+/// Readiness: every dependency answers and the server is not draining.
+pub(crate) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    if state.server.shutdown_token().is_cancelled() {
+        return json(StatusCode::SERVICE_UNAVAILABLE, serde_json::json!({ "status": "draining" }));
+    }
+    let mut failures = serde_json::Map::new();
+    for check in &state.config.readiness {
+        if let Err(reason) = check.check().await {
+            failures.insert(check.name().to_owned(), reason.into());
+        }
+    }
+    if failures.is_empty() {
+        json(StatusCode::OK, serde_json::json!({ "status": "ready" }))
+    } else {
+        json(StatusCode::SERVICE_UNAVAILABLE, serde_json::json!({ "status": "unavailable", "failures": failures }))
+    }
+}
+
+fn json(status: StatusCode, body: serde_json::Value) -> Response {
+    (status, [(axum::http::header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}

@@ -1,0 +1,231 @@
+//! Exactly the fixtures the official conformance suite (`@modelcontextprotocol/conformance`
+//! 0.2.0-alpha.12) calls. Texts follow the suite's fixture list.
+//!
+//! Order matters: the suite's header-validation scenario calls the first listed tool with
+//! `{}`, and the custom-header scenario uses the first tool with an `x-mcp-header`.
+
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use wharf::{ChangeEvent, Context, NoArgs, RpcError, ServerBuilder, ToolError, prompt, resource, template, tool};
+use wharf_protocol::{
+    CallToolResult, ClientCapabilities, Completion, Content, GetPromptResult, JsonObject, LoggingLevel, PromptMessage,
+    ResourceContents, SamplingCapability,
+};
+
+/// A 1×1 transparent PNG.
+pub const PNG_1X1: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=";
+/// A tiny silent WAV file.
+pub const WAV_SILENCE: &str = "UklGRiQAAABXQVZFZm10IBAAAAABAAEARKwAAIhYAQACABAAZGF0YQAAAAA=";
+
+/// Arguments of the custom-header fixture.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct RegionArgs {
+    /// Mirrored into the `Mcp-Param-Region` header.
+    #[schemars(extend("x-mcp-header" = "Region"))]
+    pub region: String,
+}
+
+fn not_yet(name: &'static str) -> wharf::tool::ToolDef {
+    tool(name)
+        .description("Multi-round-trip fixture (MRTR is not implemented yet).")
+        .handler(|_cx: Context, _a: JsonObject| async move {
+            Err::<CallToolResult, _>(ToolError::execution("input_required rounds (MRTR) are not implemented yet"))
+        })
+}
+
+fn json_schema_2020_12() -> JsonObject {
+    let schema = json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "$defs": {
+            "address": {
+                "$anchor": "addressDef",
+                "type": "object",
+                "properties": { "street": { "type": "string" }, "city": { "type": "string" } }
+            }
+        },
+        "properties": {
+            "name": { "type": "string" },
+            "address": { "$ref": "#/$defs/address" },
+            "contactMethod": { "type": "string", "enum": ["phone", "email"] },
+            "phone": { "type": "string" },
+            "email": { "type": "string" }
+        },
+        "allOf": [ { "anyOf": [ { "required": ["phone"] }, { "required": ["email"] } ] } ],
+        "if": { "properties": { "contactMethod": { "const": "phone" } }, "required": ["contactMethod"] },
+        "then": { "required": ["phone"] },
+        "else": { "required": ["email"] },
+        "additionalProperties": false
+    });
+    schema.as_object().cloned().unwrap_or_default()
+}
+
+/// Registers the conformance fixtures.
+pub fn register(builder: ServerBuilder) -> ServerBuilder {
+    let sampling = ClientCapabilities { sampling: Some(SamplingCapability::default()), ..Default::default() };
+    builder
+        .tool(tool("test_simple_text").description("Returns a simple text response.").handler(
+            |_cx: Context, _a: NoArgs| async move { "This is a simple text response for testing." },
+        ))
+        .tool(tool("test_header_param").description("Echoes its region argument, mirrored in the Mcp-Param-Region header.").handler(
+            |_cx: Context, a: RegionArgs| async move { format!("region: {}", a.region) },
+        ))
+        .tool(tool("test_image_content").description("Returns an image.").handler(|_cx: Context, _a: NoArgs| async move {
+            Content::image(PNG_1X1, "image/png")
+        }))
+        .tool(tool("test_audio_content").description("Returns audio.").handler(|_cx: Context, _a: NoArgs| async move {
+            Content::audio(WAV_SILENCE, "audio/wav")
+        }))
+        .tool(tool("test_embedded_resource").description("Returns an embedded resource.").handler(
+            |_cx: Context, _a: NoArgs| async move {
+                Content::resource(ResourceContents::text(
+                    "test://embedded-resource",
+                    "text/plain",
+                    "This is an embedded resource content.",
+                ))
+            },
+        ))
+        .tool(tool("test_multiple_content_types").description("Returns text, an image and a resource.").handler(
+            |_cx: Context, _a: NoArgs| async move {
+                vec![
+                    Content::text("Multiple content types test:"),
+                    Content::image(PNG_1X1, "image/png"),
+                    Content::resource(ResourceContents::text(
+                        "test://mixed-content-resource",
+                        "application/json",
+                        r#"{"test":"data","value":123}"#,
+                    )),
+                ]
+            },
+        ))
+        .tool(tool("test_error_handling").description("Always fails with a tool execution error.").handler(
+            |_cx: Context, _a: NoArgs| async move {
+                Err::<CallToolResult, _>(ToolError::execution("This tool intentionally returns an error for testing"))
+            },
+        ))
+        .tool(tool("test_tool_with_progress").description("Reports progress 0, 50, 100 of 100, about 50 ms apart.").handler(
+            |cx: Context, _a: NoArgs| async move {
+                for (i, p) in [0.0, 50.0, 100.0].into_iter().enumerate() {
+                    if i > 0 {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    cx.progress(p, Some(100.0), Some(&format!("{p} of 100"))).await;
+                }
+                "Progress test completed"
+            },
+        ))
+        .tool(tool("test_logging_tool").description("Logs three messages (only when the request asks for logs).").handler(
+            |cx: Context, _a: NoArgs| async move {
+                for i in 1..=3 {
+                    cx.log(LoggingLevel::Info, Some("conformance"), json!(format!("log message {i}"))).await;
+                }
+                "Logging test completed"
+            },
+        ))
+        .tool(tool("test_missing_capability").description("Needs the client's sampling capability.").requires(sampling).handler(
+            |_cx: Context, _a: NoArgs| async move { "The client declared sampling." },
+        ))
+        .tool(tool("test_streaming_elicitation").description("Answers without sending any request to the client.").handler(
+            |_cx: Context, _a: NoArgs| async move { "No server-to-client request was needed." },
+        ))
+        .tool(tool("test_trigger_tool_change").description("Announces that the tool list changed.").handler(
+            |cx: Context, _a: NoArgs| async move {
+                cx.announce(ChangeEvent::ToolsListChanged).await;
+                "tools/list_changed announced"
+            },
+        ))
+        .tool(tool("test_trigger_prompt_change").description("Announces that the prompt list changed.").handler(
+            |cx: Context, _a: NoArgs| async move {
+                cx.announce(ChangeEvent::PromptsListChanged).await;
+                "prompts/list_changed announced"
+            },
+        ))
+        .tool(
+            tool("json_schema_2020_12_tool")
+                .description("Tool with JSON Schema 2020-12 features")
+                .raw_handler(json_schema_2020_12(), |_cx: Context, _a: JsonObject| async move { "ok" }),
+        )
+        .tool(not_yet("test_input_required_result_elicitation"))
+        .tool(not_yet("test_input_required_result_sampling"))
+        .tool(not_yet("test_input_required_result_list_roots"))
+        .tool(not_yet("test_input_required_result_request_state"))
+        .tool(not_yet("test_input_required_result_multiple_inputs"))
+        .tool(not_yet("test_input_required_result_multi_round"))
+        .tool(not_yet("test_input_required_result_tampered_state"))
+        .tool(not_yet("test_input_required_result_capabilities"))
+        .resource(resource("test://static-text", "static-text").description("A static text resource.").mime_type("text/plain").handler(
+            |_cx, req| async move {
+                Ok(vec![ResourceContents::text(req.uri, "text/plain", "This is the content of the static text resource.")])
+            },
+        ))
+        .resource(resource("test://static-binary", "static-binary").description("A static PNG.").mime_type("image/png").handler(
+            |_cx, req| async move { Ok(vec![ResourceContents::blob(req.uri, "image/png", PNG_1X1)]) },
+        ))
+        .template(
+            template("test://template/{id}/data", "template-data")
+                .description("JSON data for an id.")
+                .mime_type("application/json")
+                .handler(|_cx, req| async move {
+                    let id = req.vars.get("id").cloned().unwrap_or_default();
+                    let text = json!({ "id": id, "templateTest": true, "data": format!("Data for ID: {id}") }).to_string();
+                    Ok(vec![ResourceContents::text(req.uri, "application/json", text)])
+                }),
+        )
+        .prompt(prompt("test_simple_prompt").description("A simple prompt without arguments.").handler(|_cx, _args| async move {
+            Ok(user(Content::text("This is a simple prompt for testing.")))
+        }))
+        .prompt(
+            prompt("test_prompt_with_arguments")
+                .description("A prompt with two required arguments.")
+                .argument("arg1", "First argument", true)
+                .argument("arg2", "Second argument", true)
+                .completer(|_cx, arg, _ctx| async move {
+                    let values = ["paris", "park", "party"].iter().filter(|v| v.starts_with(&arg.value)).map(|v| (*v).to_owned()).collect();
+                    Ok::<_, RpcError>(Completion { values, ..Default::default() })
+                })
+                .handler(|_cx, args| async move {
+                    let (a1, a2) = (args.get("arg1").cloned().unwrap_or_default(), args.get("arg2").cloned().unwrap_or_default());
+                    Ok(user(Content::text(format!("Prompt with arguments: arg1='{a1}', arg2='{a2}'"))))
+                }),
+        )
+        .prompt(
+            prompt("test_prompt_with_embedded_resource")
+                .description("A prompt that embeds a resource.")
+                .argument("resourceUri", "URI of the resource to embed", true)
+                .handler(|_cx, args| async move {
+                    let uri = args.get("resourceUri").cloned().unwrap_or_default();
+                    Ok(GetPromptResult {
+                        messages: vec![
+                            PromptMessage::user(Content::resource(ResourceContents::text(
+                                uri,
+                                "text/plain",
+                                "Embedded resource content for testing.",
+                            ))),
+                            PromptMessage::user(Content::text("Please process the embedded resource above.")),
+                        ],
+                        ..Default::default()
+                    })
+                }),
+        )
+        .prompt(prompt("test_prompt_with_image").description("A prompt with an image.").handler(|_cx, _args| async move {
+            Ok(GetPromptResult {
+                messages: vec![
+                    PromptMessage::user(Content::image(PNG_1X1, "image/png")),
+                    PromptMessage::user(Content::text("Please analyze the image above.")),
+                ],
+                ..Default::default()
+            })
+        }))
+        .prompt(prompt("test_input_required_result_prompt").description("Multi-round-trip prompt fixture (MRTR is not implemented yet).").handler(
+            |_cx, _args| async move {
+                Err::<GetPromptResult, _>(RpcError::invalid_params("input_required rounds (MRTR) are not implemented yet"))
+            },
+        ))
+}
+
+fn user(content: Content) -> GetPromptResult {
+    GetPromptResult { messages: vec![PromptMessage::user(content)], ..Default::default() }
+}

@@ -1,1 +1,0 @@
-//! Integration tests that cross crates live in tests/.
