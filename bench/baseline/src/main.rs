@@ -17,7 +17,6 @@ use axum::Router;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::serve::ListenerExt;
 use bytes::Bytes;
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
@@ -110,13 +109,20 @@ struct ErrorObject<'a> {
 fn json(status: StatusCode, body: Vec<u8>) -> Response {
     let mut res = Response::new(body.into());
     *res.status_mut() = status;
-    res.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     res
 }
 
 fn error(status: StatusCode, id: Option<&RawValue>, code: i32, message: &str) -> Response {
     let mut buf = Vec::with_capacity(128);
-    let failure = Failure { jsonrpc: "2.0", id, error: ErrorObject { code, message } };
+    let failure = Failure {
+        jsonrpc: "2.0",
+        id,
+        error: ErrorObject { code, message },
+    };
     serde_json::to_writer(&mut buf, &failure).expect("serializing to a Vec cannot fail");
     json(status, buf)
 }
@@ -130,41 +136,108 @@ fn mirrors(headers: &HeaderMap, name: &str, body: &str) -> bool {
     header_bytes(headers, name) == Some(body.as_bytes())
 }
 
+/// JSON-RPC ids of this revision are strings or integers; `raw` is already valid JSON.
+fn is_string_or_integer(raw: &RawValue) -> bool {
+    let text = raw.get().as_bytes();
+    match text[0] {
+        b'"' => true,
+        b'-' | b'0'..=b'9' => !text.iter().any(|b| matches!(b, b'.' | b'e' | b'E')),
+        _ => false,
+    }
+}
+
 async fn mcp(headers: HeaderMap, body: Bytes) -> Response {
     let is_json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("application/json"));
+        .is_some_and(|ct| {
+            ct.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .eq_ignore_ascii_case("application/json")
+        });
     if !is_json {
-        return error(StatusCode::UNSUPPORTED_MEDIA_TYPE, None, INVALID_REQUEST, "Content-Type must be application/json");
+        return error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            None,
+            INVALID_REQUEST,
+            "Content-Type must be application/json",
+        );
     }
 
     let req: Request<'_> = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) if e.is_syntax() || e.is_eof() => {
-            return error(StatusCode::BAD_REQUEST, None, PARSE_ERROR, &format!("Parse error: {e}"));
+            return error(
+                StatusCode::BAD_REQUEST,
+                None,
+                PARSE_ERROR,
+                &format!("Parse error: {e}"),
+            );
         }
-        Err(e) => return error(StatusCode::BAD_REQUEST, None, INVALID_REQUEST, &format!("Invalid request: {e}")),
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                None,
+                INVALID_REQUEST,
+                &format!("Invalid request: {e}"),
+            );
+        }
     };
-    // JSON-RPC ids of this revision are strings or numbers.
     let id = match req.id {
-        Some(id) if matches!(id.get().as_bytes()[0], b'"' | b'-' | b'0'..=b'9') => id,
-        Some(_) => return error(StatusCode::BAD_REQUEST, None, INVALID_REQUEST, "Invalid request: id must be a string or a number"),
+        Some(id) if is_string_or_integer(id) => id,
+        Some(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                None,
+                INVALID_REQUEST,
+                "Invalid request: id must be a string or an integer",
+            );
+        }
         None => return StatusCode::ACCEPTED.into_response(),
     };
     if req.jsonrpc != "2.0" {
-        return error(StatusCode::BAD_REQUEST, Some(id), INVALID_REQUEST, "Invalid request: jsonrpc must be \"2.0\"");
+        return error(
+            StatusCode::BAD_REQUEST,
+            Some(id),
+            INVALID_REQUEST,
+            "Invalid request: jsonrpc must be \"2.0\"",
+        );
     }
     if req.method != "tools/call" {
-        return error(StatusCode::NOT_FOUND, Some(id), METHOD_NOT_FOUND, &format!("Method not found: {}", req.method));
+        return error(
+            StatusCode::NOT_FOUND,
+            Some(id),
+            METHOD_NOT_FOUND,
+            &format!("Method not found: {}", req.method),
+        );
     }
     let params: CallToolParams<'_> = match req.params.map(|p| serde_json::from_str(p.get())) {
         Some(Ok(p)) => p,
-        Some(Err(e)) => return error(StatusCode::BAD_REQUEST, Some(id), INVALID_PARAMS, &format!("Invalid params: {e}")),
-        None => return error(StatusCode::BAD_REQUEST, Some(id), INVALID_PARAMS, "Invalid params: params are required"),
+        Some(Err(e)) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                Some(id),
+                INVALID_PARAMS,
+                &format!("Invalid params: {e}"),
+            );
+        }
+        None => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                Some(id),
+                INVALID_PARAMS,
+                "Invalid params: params are required",
+            );
+        }
     };
 
-    if !mirrors(&headers, "mcp-protocol-version", &params.meta.protocol_version) {
+    if !mirrors(
+        &headers,
+        "mcp-protocol-version",
+        &params.meta.protocol_version,
+    ) {
         return error(
             StatusCode::BAD_REQUEST,
             Some(id),
@@ -173,24 +246,55 @@ async fn mcp(headers: HeaderMap, body: Bytes) -> Response {
         );
     }
     if params.meta.protocol_version != PROTOCOL_VERSION {
-        return error(StatusCode::BAD_REQUEST, Some(id), UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version");
+        return error(
+            StatusCode::BAD_REQUEST,
+            Some(id),
+            UNSUPPORTED_PROTOCOL_VERSION,
+            "Unsupported protocol version",
+        );
     }
     if !mirrors(&headers, "mcp-method", &req.method) {
-        return error(StatusCode::BAD_REQUEST, Some(id), HEADER_MISMATCH, "Mcp-Method header does not match the method");
+        return error(
+            StatusCode::BAD_REQUEST,
+            Some(id),
+            HEADER_MISMATCH,
+            "Mcp-Method header does not match the method",
+        );
     }
     if !mirrors(&headers, "mcp-name", &params.name) {
-        return error(StatusCode::BAD_REQUEST, Some(id), HEADER_MISMATCH, "Mcp-Name header does not match params.name");
+        return error(
+            StatusCode::BAD_REQUEST,
+            Some(id),
+            HEADER_MISMATCH,
+            "Mcp-Name header does not match params.name",
+        );
     }
     if params.name != "echo" {
-        return error(StatusCode::OK, Some(id), INVALID_PARAMS, &format!("Unknown tool: {}", params.name));
+        return error(
+            StatusCode::OK,
+            Some(id),
+            INVALID_PARAMS,
+            &format!("Unknown tool: {}", params.name),
+        );
     }
 
     let result = CallToolResult {
         result_type: "complete",
-        content: [TextContent { kind: "text", text: &params.arguments.text }],
+        content: [TextContent {
+            kind: "text",
+            text: &params.arguments.text,
+        }],
     };
     let mut buf = Vec::with_capacity(96 + params.arguments.text.len());
-    serde_json::to_writer(&mut buf, &Success { jsonrpc: "2.0", id, result }).expect("serializing to a Vec cannot fail");
+    serde_json::to_writer(
+        &mut buf,
+        &Success {
+            jsonrpc: "2.0",
+            id,
+            result,
+        },
+    )
+    .expect("serializing to a Vec cannot fail");
     json(StatusCode::OK, buf)
 }
 
@@ -210,7 +314,9 @@ fn parse_args() -> Result<SocketAddr, String> {
             },
         }
     }
-    listen.parse().map_err(|e| format!("bad --listen address {listen:?}: {e}"))
+    listen
+        .parse()
+        .map_err(|e| format!("bad --listen address {listen:?}: {e}"))
 }
 
 fn main() {
@@ -231,16 +337,14 @@ fn main() {
         .expect("building the tokio runtime");
     runtime.block_on(async move {
         let listener = match tokio::net::TcpListener::bind(addr).await {
-            // Small responses go out at once rather than waiting on Nagle's algorithm.
-            Ok(l) => l.tap_io(|tcp| {
-                let _ = tcp.set_nodelay(true);
-            }),
+            Ok(l) => l,
             Err(e) => {
                 eprintln!("wharf-bench-baseline: cannot listen on {addr}: {e}");
                 std::process::exit(1);
             }
         };
         eprintln!("wharf-bench-baseline: listening on http://{addr}/mcp with {workers} worker(s)");
+        // Served exactly as `wharf serve` serves its router: plain `axum::serve`, default options.
         let app = Router::new().route("/mcp", post(mcp));
         if let Err(e) = axum::serve(listener, app).await {
             eprintln!("wharf-bench-baseline: {e}");

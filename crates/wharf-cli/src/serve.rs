@@ -27,10 +27,18 @@ pub struct ServeArgs {
     #[arg(long, env = "WHARF_ENDPOINT", default_value = "/mcp")]
     endpoint: String,
     /// An allowed browser Origin (`scheme://host[:port]`); repeatable. Localhost is always allowed.
-    #[arg(long = "allowed-origin", env = "WHARF_ALLOWED_ORIGINS", value_delimiter = ',')]
+    #[arg(
+        long = "allowed-origin",
+        env = "WHARF_ALLOWED_ORIGINS",
+        value_delimiter = ','
+    )]
     allowed_origins: Vec<String>,
     /// An allowed Host name besides localhost; repeatable. `*` accepts any host.
-    #[arg(long = "allowed-host", env = "WHARF_ALLOWED_HOSTS", value_delimiter = ',')]
+    #[arg(
+        long = "allowed-host",
+        env = "WHARF_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
     allowed_hosts: Vec<String>,
     /// Base64 key that signs list cursors; give every replica the same one. Random if unset.
     #[arg(long, env = "WHARF_CURSOR_KEY", hide_env_values = true)]
@@ -69,12 +77,19 @@ pub fn run(args: ServeArgs) -> ExitCode {
     // Logs go to stderr: on stdio, stdout carries only MCP messages.
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("WHARF_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            tracing_subscriber::EnvFilter::try_from_env("WHARF_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
         .init();
-    let workers = args.workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(workers.max(1)).enable_all().build() {
+    let workers = args
+        .workers
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers.max(1))
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("wharf: cannot start the runtime: {e}");
@@ -93,16 +108,24 @@ pub fn run(args: ServeArgs) -> ExitCode {
 fn build_server(args: &ServeArgs) -> anyhow::Result<Server> {
     let cursor_key = match &args.cursor_key {
         Some(k) => CursorKey::new(
-            base64::engine::general_purpose::STANDARD.decode(k.trim()).context("--cursor-key must be base64")?,
+            base64::engine::general_purpose::STANDARD
+                .decode(k.trim())
+                .context("--cursor-key must be base64")?,
         ),
         None => CursorKey::random(),
     };
-    let config = ServerConfig { page_size: args.page_size, cursor_key, ..ServerConfig::default() };
+    let config = ServerConfig {
+        page_size: args.page_size,
+        cursor_key,
+        ..ServerConfig::default()
+    };
     let profile = match args.profile {
         ProfileArg::Default => Profile::Default,
         ProfileArg::Conformance => Profile::Conformance,
     };
-    let server = profile.register(Server::builder(wharf_reference::implementation()).config(config)).build()?;
+    let server = profile
+        .register(Server::builder(wharf_reference::implementation()).config(config))
+        .build()?;
     Ok(server)
 }
 
@@ -133,7 +156,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         keep_alive: Duration::from_secs(args.keep_alive_secs.max(1)),
         readiness: Vec::new(),
     };
-    let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
     let local = listener.local_addr()?;
     tracing::info!(address = %local, endpoint = %args.endpoint, "wharf serving MCP 2026-07-28");
     let app = wharf_http::router(server.clone(), config);

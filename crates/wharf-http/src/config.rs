@@ -12,13 +12,19 @@ pub enum HostPolicy {
     Any,
     /// Accept only these host names (no port); `Origin` must name one of them too, or be one
     /// of the listed origins exactly.
-    Only { hosts: Vec<String>, origins: Vec<String> },
+    Only {
+        hosts: Vec<String>,
+        origins: Vec<String>,
+    },
 }
 
 impl HostPolicy {
     /// `localhost`, `127.0.0.1` and `[::1]`, on any port.
     pub fn localhost() -> Self {
-        HostPolicy::Only { hosts: vec!["localhost".into(), "127.0.0.1".into(), "[::1]".into()], origins: Vec::new() }
+        HostPolicy::Only {
+            hosts: vec!["localhost".into(), "127.0.0.1".into(), "[::1]".into()],
+            origins: Vec::new(),
+        }
     }
 
     /// Adds an allowed host name.
@@ -72,9 +78,17 @@ fn origin_host(origin: &str) -> Option<&str> {
 fn strip_port(authority: &str) -> &str {
     if authority.starts_with('[') {
         // [v6]:port
-        return authority.find(']').map_or(authority, |end| &authority[..=end]);
+        return authority
+            .find(']')
+            .map_or(authority, |end| &authority[..=end]);
     }
-    authority.rsplit_once(':').map_or(authority, |(h, port)| if port.bytes().all(|b| b.is_ascii_digit()) { h } else { authority })
+    authority.rsplit_once(':').map_or(authority, |(h, port)| {
+        if port.bytes().all(|b| b.is_ascii_digit()) {
+            h
+        } else {
+            authority
+        }
+    })
 }
 
 /// Settings of the HTTP transport.

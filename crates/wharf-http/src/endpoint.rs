@@ -22,11 +22,16 @@ use crate::{guard, headers};
 /// GET and DELETE: there is no session stream to open or close.
 pub(crate) async fn method_not_allowed() -> Response {
     let mut res = StatusCode::METHOD_NOT_ALLOWED.into_response();
-    res.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+    res.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("POST"));
     res
 }
 
-pub(crate) async fn handle_post(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+pub(crate) async fn handle_post(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     if let Err(refused) = guard::check_request(&headers, &state.config) {
         return *refused;
     }
@@ -34,7 +39,10 @@ pub(crate) async fn handle_post(State(state): State<Arc<AppState>>, headers: Hea
     let bytes = match axum::body::to_bytes(body, limit).await {
         Ok(b) => b,
         Err(_) => {
-            let e = RpcError::new(ErrorKind::InvalidRequest, format!("The body exceeds the limit of {limit} bytes"));
+            let e = RpcError::new(
+                ErrorKind::InvalidRequest,
+                format!("The body exceeds the limit of {limit} bytes"),
+            );
             return error_with_status(StatusCode::PAYLOAD_TOO_LARGE, None, &e);
         }
     };
@@ -50,11 +58,17 @@ async fn serve(state: &Arc<AppState>, headers: &HeaderMap, bytes: &Bytes) -> Res
             } else {
                 ErrorKind::InvalidRequest
             };
-            return error_response(failure.id.as_ref(), &RpcError::new(kind, failure.error.to_string()));
+            return error_response(
+                failure.id.as_ref(),
+                &RpcError::new(kind, failure.error.to_string()),
+            );
         }
     };
     let Some(method) = envelope.method.as_deref() else {
-        let e = RpcError::new(ErrorKind::InvalidRequest, "Invalid request: clients must not send responses to the server");
+        let e = RpcError::new(
+            ErrorKind::InvalidRequest,
+            "Invalid request: clients must not send responses to the server",
+        );
         return error_response(envelope.id.as_ref(), &e);
     };
     let Some(id) = envelope.id else {
@@ -76,14 +90,24 @@ async fn serve(state: &Arc<AppState>, headers: &HeaderMap, bytes: &Bytes) -> Res
         return stream(state, req);
     }
     let id = req.id.clone();
-    match server.execute(req, Scope { cancel: CancellationToken::new(), outbox: None }).await {
+    match server
+        .execute(
+            req,
+            Scope {
+                cancel: CancellationToken::new(),
+                outbox: None,
+            },
+        )
+        .await
+    {
         Ok(body) => json_response(StatusCode::OK, body),
         Err(e) => error_response(Some(&id), &e),
     }
 }
 
 fn sse_headers(mut res: Response) -> Response {
-    res.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
+    res.headers_mut()
+        .insert("x-accel-buffering", HeaderValue::from_static("no"));
     res
 }
 
@@ -101,7 +125,15 @@ fn stream(state: &Arc<AppState>, req: ParsedRequest) -> Response {
     let server = state.server.clone();
     tokio::spawn(async move {
         let id = req.id.clone();
-        let outcome = server.execute(req, Scope { cancel: cancel.clone(), outbox: Some(tx.clone()) }).await;
+        let outcome = server
+            .execute(
+                req,
+                Scope {
+                    cancel: cancel.clone(),
+                    outbox: Some(tx.clone()),
+                },
+            )
+            .await;
         if cancel.is_cancelled() {
             return;
         }
@@ -129,8 +161,15 @@ fn listen(state: &Arc<AppState>, req: ParsedRequest) -> Response {
         Ok(l) => l,
         Err(e) => return error_response(Some(&id), &e),
     };
-    let messages = futures_util::stream::unfold(listener, |mut l| async move { l.next().await.map(|m| (m, l)) });
+    let messages =
+        futures_util::stream::unfold(
+            listener,
+            |mut l| async move { l.next().await.map(|m| (m, l)) },
+        );
     let events = messages.map(event);
-    sse_headers(Sse::new(events).keep_alive(KeepAlive::new().interval(state.config.keep_alive).text("")).into_response())
+    sse_headers(
+        Sse::new(events)
+            .keep_alive(KeepAlive::new().interval(state.config.keep_alive).text(""))
+            .into_response(),
+    )
 }
-

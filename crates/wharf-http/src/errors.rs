@@ -30,7 +30,11 @@ pub(crate) fn error_response(id: Option<&RequestId>, error: &RpcError) -> Respon
 }
 
 /// A JSON-RPC error response with an explicit status (403, 413, 415, 431…).
-pub(crate) fn error_with_status(status: StatusCode, id: Option<&RequestId>, error: &RpcError) -> Response {
+pub(crate) fn error_with_status(
+    status: StatusCode,
+    id: Option<&RequestId>,
+    error: &RpcError,
+) -> Response {
     let mut buf = Vec::with_capacity(128);
     let _ = write_error(&mut buf, id, &error.to_object());
     json_response(status, buf)
@@ -39,6 +43,9 @@ pub(crate) fn error_with_status(status: StatusCode, id: Option<&RequestId>, erro
 pub(crate) fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
     let mut res = Response::new(Body::from(body));
     *res.status_mut() = status;
-    res.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
     res
 }

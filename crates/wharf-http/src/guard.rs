@@ -9,38 +9,71 @@ use crate::errors::error_with_status;
 
 /// Refuses what the transport must not even read.
 pub(crate) fn check_request(headers: &HeaderMap, config: &HttpConfig) -> Result<(), Box<Response>> {
-    let refuse = |status, message: String| Err(Box::new(error_with_status(status, None, &RpcError::new(ErrorKind::InvalidRequest, message))));
-    let size: usize = headers.iter().map(|(k, v)| k.as_str().len() + v.len() + 4).sum();
+    let refuse = |status, message: String| {
+        Err(Box::new(error_with_status(
+            status,
+            None,
+            &RpcError::new(ErrorKind::InvalidRequest, message),
+        )))
+    };
+    let size: usize = headers
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum();
     if size > config.max_header_bytes {
         return refuse(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            format!("Request headers total {size} bytes; the limit is {}", config.max_header_bytes),
+            format!(
+                "Request headers total {size} bytes; the limit is {}",
+                config.max_header_bytes
+            ),
         );
     }
     if let Some(host) = headers.get(header::HOST) {
         let allowed = host.to_str().is_ok_and(|h| config.hosts.host_allowed(h));
         if !allowed {
-            return refuse(StatusCode::FORBIDDEN, "Forbidden: the Host header names a host this server does not serve".into());
+            return refuse(
+                StatusCode::FORBIDDEN,
+                "Forbidden: the Host header names a host this server does not serve".into(),
+            );
         }
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
-        let allowed = origin.to_str().is_ok_and(|o| config.hosts.origin_allowed(o));
+        let allowed = origin
+            .to_str()
+            .is_ok_and(|o| config.hosts.origin_allowed(o));
         if !allowed {
-            return refuse(StatusCode::FORBIDDEN, "Forbidden: the Origin is not allowed".into());
+            return refuse(
+                StatusCode::FORBIDDEN,
+                "Forbidden: the Origin is not allowed".into(),
+            );
         }
     }
-    let json = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|ct| {
-        let essence = ct.split(';').next().unwrap_or("").trim();
-        essence.eq_ignore_ascii_case("application/json")
-    });
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            let essence = ct.split(';').next().unwrap_or("").trim();
+            essence.eq_ignore_ascii_case("application/json")
+        });
     if !json {
-        return refuse(StatusCode::UNSUPPORTED_MEDIA_TYPE, "Content-Type must be application/json".into());
+        return refuse(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Content-Type must be application/json".into(),
+        );
     }
-    if let Some(len) = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok()) {
+    if let Some(len) = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+    {
         if len > config.max_body_bytes as u64 {
             return refuse(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                format!("The body is {len} bytes; the limit is {}", config.max_body_bytes),
+                format!(
+                    "The body is {len} bytes; the limit is {}",
+                    config.max_body_bytes
+                ),
             );
         }
     }

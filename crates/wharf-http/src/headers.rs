@@ -11,22 +11,31 @@ fn raw<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a [u8]>, RpcEr
     let mut values = headers.get_all(name).iter();
     let first = values.next();
     if values.next().is_some() {
-        return Err(RpcError::header_mismatch(format!("the {name} header appears more than once")));
+        return Err(RpcError::header_mismatch(format!(
+            "the {name} header appears more than once"
+        )));
     }
     // Optional whitespace around a field value is not part of it (RFC 9110 §5.5).
     Ok(first.map(|v| v.as_bytes().trim_ascii()))
 }
 
 fn required<'a>(headers: &'a HeaderMap, name: &str, display: &str) -> Result<&'a [u8], RpcError> {
-    raw(headers, name)?.ok_or_else(|| RpcError::header_mismatch(format!("the required {display} header is missing")))
+    raw(headers, name)?.ok_or_else(|| {
+        RpcError::header_mismatch(format!("the required {display} header is missing"))
+    })
 }
 
 fn decoded<'a>(value: &'a [u8], display: &str) -> Result<Cow<'a, str>, RpcError> {
-    decode_value(value).map_err(|e| RpcError::header_mismatch(format!("the {display} header value {e}")))
+    decode_value(value)
+        .map_err(|e| RpcError::header_mismatch(format!("the {display} header value {e}")))
 }
 
 /// Checks every mirrored header of `req` against its body.
-pub(crate) fn validate(headers: &HeaderMap, req: &ParsedRequest, server: &Server) -> Result<(), RpcError> {
+pub(crate) fn validate(
+    headers: &HeaderMap,
+    req: &ParsedRequest,
+    server: &Server,
+) -> Result<(), RpcError> {
     let version = required(headers, headers::PROTOCOL_VERSION, "MCP-Protocol-Version")?;
     if version != req.info.protocol_version.as_bytes() {
         return Err(RpcError::header_mismatch(format!(

@@ -26,7 +26,10 @@ pub(crate) async fn healthz() -> Response {
 /// Readiness: every dependency answers and the server is not draining.
 pub(crate) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     if state.server.shutdown_token().is_cancelled() {
-        return json(StatusCode::SERVICE_UNAVAILABLE, serde_json::json!({ "status": "draining" }));
+        return json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({ "status": "draining" }),
+        );
     }
     let mut failures = serde_json::Map::new();
     for check in &state.config.readiness {
@@ -37,10 +40,18 @@ pub(crate) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     if failures.is_empty() {
         json(StatusCode::OK, serde_json::json!({ "status": "ready" }))
     } else {
-        json(StatusCode::SERVICE_UNAVAILABLE, serde_json::json!({ "status": "unavailable", "failures": failures }))
+        json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({ "status": "unavailable", "failures": failures }),
+        )
     }
 }
 
 fn json(status: StatusCode, body: serde_json::Value) -> Response {
-    (status, [(axum::http::header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    (
+        status,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }

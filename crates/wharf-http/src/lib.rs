@@ -32,7 +32,9 @@ pub fn router(server: Server, config: HttpConfig) -> Router {
     Router::new()
         .route(
             &endpoint,
-            post(endpoint::handle_post).get(endpoint::method_not_allowed).delete(endpoint::method_not_allowed),
+            post(endpoint::handle_post)
+                .get(endpoint::method_not_allowed)
+                .delete(endpoint::method_not_allowed),
         )
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

@@ -9,14 +9,18 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
-use wharf::{ChangeEvent, Context, NoArgs, RpcError, ServerBuilder, ToolError, prompt, resource, template, tool};
+use wharf::{
+    ChangeEvent, Context, NoArgs, RpcError, ServerBuilder, ToolError, prompt, resource, template,
+    tool,
+};
 use wharf_protocol::{
-    CallToolResult, ClientCapabilities, Completion, Content, GetPromptResult, JsonObject, LoggingLevel, PromptMessage,
-    ResourceContents, SamplingCapability,
+    CallToolResult, ClientCapabilities, Completion, Content, GetPromptResult, JsonObject,
+    LoggingLevel, PromptMessage, ResourceContents, SamplingCapability,
 };
 
 /// A 1×1 transparent PNG.
-pub const PNG_1X1: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=";
+pub const PNG_1X1: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=";
 /// A tiny silent WAV file.
 pub const WAV_SILENCE: &str = "UklGRiQAAABXQVZFZm10IBAAAAABAAEARKwAAIhYAQACABAAZGF0YQAAAAA=";
 
@@ -32,7 +36,9 @@ fn not_yet(name: &'static str) -> wharf::tool::ToolDef {
     tool(name)
         .description("Multi-round-trip fixture (MRTR is not implemented yet).")
         .handler(|_cx: Context, _a: JsonObject| async move {
-            Err::<CallToolResult, _>(ToolError::execution("input_required rounds (MRTR) are not implemented yet"))
+            Err::<CallToolResult, _>(ToolError::execution(
+                "input_required rounds (MRTR) are not implemented yet",
+            ))
         })
 }
 
@@ -65,7 +71,10 @@ fn json_schema_2020_12() -> JsonObject {
 
 /// Registers the conformance fixtures.
 pub fn register(builder: ServerBuilder) -> ServerBuilder {
-    let sampling = ClientCapabilities { sampling: Some(SamplingCapability::default()), ..Default::default() };
+    let sampling = ClientCapabilities {
+        sampling: Some(SamplingCapability::default()),
+        ..Default::default()
+    };
     builder
         .tool(tool("test_simple_text").description("Returns a simple text response.").handler(
             |_cx: Context, _a: NoArgs| async move { "This is a simple text response for testing." },
@@ -227,5 +236,8 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
 }
 
 fn user(content: Content) -> GetPromptResult {
-    GetPromptResult { messages: vec![PromptMessage::user(content)], ..Default::default() }
+    GetPromptResult {
+        messages: vec![PromptMessage::user(content)],
+        ..Default::default()
+    }
 }

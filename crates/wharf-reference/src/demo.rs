@@ -42,49 +42,94 @@ pub struct Sum {
 /// Registers the reference tools.
 pub fn register(builder: ServerBuilder) -> ServerBuilder {
     builder
-        .instructions("Wharf reference server. `echo` returns its text; `slow_count` counts with progress.")
+        .instructions(
+            "Wharf reference server. `echo` returns its text; `slow_count` counts with progress.",
+        )
         .tool(
             tool("echo")
                 .description("Return the given text unchanged.")
                 .handler(|_cx: Context, args: EchoArgs| async move { args.text }),
         )
-        .tool(tool("slow_count").description("Count to `steps`, reporting progress at each step, then return \"counted N\".").handler(
-            |cx: Context, args: CountArgs| async move {
-                let interval = Duration::from_millis(args.interval_ms.unwrap_or(20).min(10_000));
-                for i in 1..=args.steps {
-                    tokio::time::sleep(interval).await;
-                    cx.progress(f64::from(i), Some(f64::from(args.steps)), Some(&format!("step {i}"))).await;
-                    cx.log(LoggingLevel::Debug, Some("slow_count"), serde_json::json!({ "step": i })).await;
-                }
-                cx.log(LoggingLevel::Info, Some("slow_count"), serde_json::json!("done")).await;
-                format!("counted {}", args.steps)
-            },
-        ))
-        .tool(tool("add").description("Add two integers; the sum is returned as structured content.").handler(
-            |_cx: Context, args: AddArgs| async move {
-                args.a.checked_add(args.b).map(|sum| Structured(Sum { sum })).ok_or_else(|| {
-                    ToolError::execution(format!("{} + {} overflows a 64-bit integer; use smaller numbers", args.a, args.b))
-                })
-            },
-        ))
-        .resource(resource("wharf://about", "about").description("What this server is.").mime_type("text/plain").handler(
-            |_cx, req| async move {
-                Ok(vec![ResourceContents::text(req.uri, "text/plain", "Wharf: stateless MCP 2026-07-28 server.")])
-            },
-        ))
-        .template(template("echo://{text}", "echo").description("A resource whose content is its own name.").mime_type("text/plain").handler(
-            |_cx, req| async move {
-                let text = req.vars.get("text").cloned().unwrap_or_default();
-                Ok(vec![ResourceContents::text(req.uri, "text/plain", text)])
-            },
-        ))
-        .prompt(prompt("greet").description("Greet someone by name.").argument("name", "Who to greet", true).handler(
-            |_cx, args| async move {
-                let name = args.get("name").cloned().unwrap_or_default();
-                Ok(GetPromptResult {
-                    messages: vec![PromptMessage::user(Content::text(format!("Please greet {name} warmly.")))],
-                    ..Default::default()
-                })
-            },
-        ))
+        .tool(
+            tool("slow_count")
+                .description(
+                    "Count to `steps`, reporting progress at each step, then return \"counted N\".",
+                )
+                .handler(|cx: Context, args: CountArgs| async move {
+                    let interval =
+                        Duration::from_millis(args.interval_ms.unwrap_or(20).min(10_000));
+                    for i in 1..=args.steps {
+                        tokio::time::sleep(interval).await;
+                        cx.progress(
+                            f64::from(i),
+                            Some(f64::from(args.steps)),
+                            Some(&format!("step {i}")),
+                        )
+                        .await;
+                        cx.log(
+                            LoggingLevel::Debug,
+                            Some("slow_count"),
+                            serde_json::json!({ "step": i }),
+                        )
+                        .await;
+                    }
+                    cx.log(
+                        LoggingLevel::Info,
+                        Some("slow_count"),
+                        serde_json::json!("done"),
+                    )
+                    .await;
+                    format!("counted {}", args.steps)
+                }),
+        )
+        .tool(
+            tool("add")
+                .description("Add two integers; the sum is returned as structured content.")
+                .handler(|_cx: Context, args: AddArgs| async move {
+                    args.a
+                        .checked_add(args.b)
+                        .map(|sum| Structured(Sum { sum }))
+                        .ok_or_else(|| {
+                            ToolError::execution(format!(
+                                "{} + {} overflows a 64-bit integer; use smaller numbers",
+                                args.a, args.b
+                            ))
+                        })
+                }),
+        )
+        .resource(
+            resource("wharf://about", "about")
+                .description("What this server is.")
+                .mime_type("text/plain")
+                .handler(|_cx, req| async move {
+                    Ok(vec![ResourceContents::text(
+                        req.uri,
+                        "text/plain",
+                        "Wharf: stateless MCP 2026-07-28 server.",
+                    )])
+                }),
+        )
+        .template(
+            template("echo://{text}", "echo")
+                .description("A resource whose content is its own name.")
+                .mime_type("text/plain")
+                .handler(|_cx, req| async move {
+                    let text = req.vars.get("text").cloned().unwrap_or_default();
+                    Ok(vec![ResourceContents::text(req.uri, "text/plain", text)])
+                }),
+        )
+        .prompt(
+            prompt("greet")
+                .description("Greet someone by name.")
+                .argument("name", "Who to greet", true)
+                .handler(|_cx, args| async move {
+                    let name = args.get("name").cloned().unwrap_or_default();
+                    Ok(GetPromptResult {
+                        messages: vec![PromptMessage::user(Content::text(format!(
+                            "Please greet {name} warmly."
+                        )))],
+                        ..Default::default()
+                    })
+                }),
+        )
 }

@@ -46,7 +46,10 @@ where
             Ok(line) if line.trim().is_empty() => {}
             Ok(line) => handle_line(&server, &line, &tx, &in_flight, &mut tasks).await,
             Err(LinesCodecError::MaxLineLengthExceeded) => {
-                let e = RpcError::new(ErrorKind::InvalidRequest, format!("Message longer than {MAX_LINE_BYTES} bytes"));
+                let e = RpcError::new(
+                    ErrorKind::InvalidRequest,
+                    format!("Message longer than {MAX_LINE_BYTES} bytes"),
+                );
                 send_error(&tx, None, &e).await;
             }
             Err(LinesCodecError::Io(e)) => {
@@ -60,7 +63,9 @@ where
     server.shutdown();
     while tasks.join_next().await.is_some() {}
     drop(tx);
-    writer.await.unwrap_or_else(|e| Err(std::io::Error::other(e)))
+    writer
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)))
 }
 
 async fn send_error(tx: &mpsc::Sender<Vec<u8>>, id: Option<&RequestId>, e: &RpcError) {
@@ -79,8 +84,17 @@ async fn handle_line(
     let envelope = match Envelope::parse(line.as_bytes(), MAX_JSON_DEPTH) {
         Ok(env) => env,
         Err(failure) => {
-            let kind = if failure.error.code() == wharf_protocol::codes::PARSE_ERROR { ErrorKind::Parse } else { ErrorKind::InvalidRequest };
-            return send_error(tx, failure.id.as_ref(), &RpcError::new(kind, failure.error.to_string())).await;
+            let kind = if failure.error.code() == wharf_protocol::codes::PARSE_ERROR {
+                ErrorKind::Parse
+            } else {
+                ErrorKind::InvalidRequest
+            };
+            return send_error(
+                tx,
+                failure.id.as_ref(),
+                &RpcError::new(kind, failure.error.to_string()),
+            )
+            .await;
         }
     };
     let Some(method) = envelope.method.as_deref() else {
@@ -90,7 +104,10 @@ async fn handle_line(
     let Some(id) = envelope.id else {
         if method == methods::NOTIFICATION_CANCELLED {
             // Invalid cancellations are ignored, as the specification asks.
-            if let Some(p) = envelope.params.and_then(|p| serde_json::from_str::<CancelledParams>(p.get()).ok()) {
+            if let Some(p) = envelope
+                .params
+                .and_then(|p| serde_json::from_str::<CancelledParams>(p.get()).ok())
+            {
                 if let Some(token) = lock(in_flight).remove(&p.request_id) {
                     token.cancel();
                 }
@@ -123,7 +140,15 @@ async fn handle_line(
                 Err(e) => send_error(&tx, Some(&id), &e).await,
             }
         } else {
-            let outcome = server.execute(req, Scope { cancel: cancel.clone(), outbox: Some(tx.clone()) }).await;
+            let outcome = server
+                .execute(
+                    req,
+                    Scope {
+                        cancel: cancel.clone(),
+                        outbox: Some(tx.clone()),
+                    },
+                )
+                .await;
             // A cancelled request gets no response.
             if !cancel.is_cancelled() {
                 match outcome {

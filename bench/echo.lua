@@ -1,0 +1,14 @@
+-- wrk script: one 2026-07-28 `tools/call` of the `echo` tool per request, with the headers a
+-- conforming client sends (they must mirror the body). Used by bench/run.sh for both sides.
+wrk.method = "POST"
+wrk.path = "/mcp"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Accept"] = "application/json, text/event-stream"
+wrk.headers["MCP-Protocol-Version"] = "2026-07-28"
+wrk.headers["Mcp-Method"] = "tools/call"
+wrk.headers["Mcp-Name"] = "echo"
+wrk.body = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{'
+  .. '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
+  .. '"io.modelcontextprotocol/clientCapabilities":{},'
+  .. '"io.modelcontextprotocol/clientInfo":{"name":"wrk","version":"4.1.0"}},'
+  .. '"name":"echo","arguments":{"text":"hello from wrk"}}}'

@@ -1,0 +1,318 @@
+#!/usr/bin/env bash
+# Hot-path benchmark: one `tools/call` of `echo` per request, Wharf against a bare axum handler
+# (bench/baseline, the physical limit), in the same run on the same machine.
+#
+# The server runs pinned to CPU 0 and wrk to CPU 1 (`-t1 -c32 --latency`, bench/echo.lua).
+# Each side is run ROUNDS times, alternating (wharf, axum, wharf, axum); the best throughput of
+# each side is reported with that run's p50/p99, and the highest RSS seen over its runs. The
+# table goes to stdout and to target/bench/echo.txt; raw wrk and server output to
+# target/bench/raw/. Absolute numbers on these machines are noisy: read the ratio.
+#
+# usage: bench/run.sh [--quick] [--baseline-only] [--no-build]
+#   --quick          DURATION=3, one round (smoke test)
+#   --baseline-only  measure only the axum baseline (no wharf-cli build or run)
+#   --no-build       use the binaries already in target/release
+# environment: DURATION (s, default 10), ROUNDS (default 2), WARMUP (s, default 3),
+#   CONNECTIONS (default 32), WHARF_PORT (default 18091), BASELINE_PORT (default 18090),
+#   SERVER_CPU (default 0), CLIENT_CPU (default 1), WHARF_BIN (default target/release/wharf)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+LUA="$ROOT/bench/echo.lua"
+TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
+case "$TARGET" in /*) ;; *) TARGET="$ROOT/$TARGET" ;; esac
+OUT="$TARGET/bench"
+RAW="$OUT/raw"
+
+quick=0 baseline_only=0 build=1
+for arg in "$@"; do
+    case "$arg" in
+        --quick) quick=1 ;;
+        --baseline-only) baseline_only=1 ;;
+        --no-build) build=0 ;;
+        -h | --help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "run.sh: unknown argument: $arg (try --help)" >&2; exit 2 ;;
+    esac
+done
+if ((quick)); then
+    DURATION=3
+    ROUNDS=1
+fi
+DURATION=${DURATION:-10}
+ROUNDS=${ROUNDS:-2}
+WARMUP=${WARMUP:-3}
+CONNECTIONS=${CONNECTIONS:-32}
+WHARF_PORT=${WHARF_PORT:-18091}
+BASELINE_PORT=${BASELINE_PORT:-18090}
+SERVER_CPU=${SERVER_CPU:-0}
+CLIENT_CPU=${CLIENT_CPU:-1}
+
+# The same request as bench/echo.lua (keep the two in sync): used to wait for a server and to
+# compare the two responses.
+BODY='{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"wrk","version":"4.1.0"}},"name":"echo","arguments":{"text":"hello from wrk"}}}'
+
+die() { echo "run.sh: error: $*" >&2; exit 1; }
+log() { echo "run.sh: $*" >&2; }
+
+# ---------------------------------------------------------------------------------------------
+# Tools
+for tool in taskset curl awk; do
+    command -v "$tool" >/dev/null || die "'$tool' is required (Debian: apt-get install util-linux curl gawk)"
+done
+if ! command -v wrk >/dev/null; then
+    log "wrk not found; installing it with apt-get"
+    sudo=()
+    if [[ $(id -u) != 0 ]]; then
+        command -v sudo >/dev/null && sudo -n true 2>/dev/null && sudo=(sudo -n)
+    fi
+    if [[ $(id -u) == 0 || ${#sudo[@]} -gt 0 ]]; then
+        export DEBIAN_FRONTEND=noninteractive
+        "${sudo[@]}" apt-get install -y -q wrk >&2 \
+            || { "${sudo[@]}" apt-get update -q >&2 && "${sudo[@]}" apt-get install -y -q wrk >&2; } \
+            || true
+    fi
+    command -v wrk >/dev/null \
+        || die "wrk is not installed and could not be installed; install it (Debian/Ubuntu: apt-get install wrk) and run again"
+fi
+
+cpus=$(nproc)
+((cpus >= 2)) || die "this benchmark needs 2 CPUs (server on CPU $SERVER_CPU, wrk on CPU $CLIENT_CPU); nproc says $cpus"
+
+# ---------------------------------------------------------------------------------------------
+# Build
+packages=(-p wharf-bench-baseline)
+((baseline_only)) || packages=(-p wharf-cli "${packages[@]}")
+if ((build)); then
+    log "building ${packages[*]} (release)"
+    (cd "$ROOT" && cargo build --release "${packages[@]}") >&2 || die "cargo build failed"
+fi
+BASELINE_BIN="$TARGET/release/wharf-bench-baseline"
+WHARF_BIN="${WHARF_BIN:-$TARGET/release/wharf}"
+[[ -x $BASELINE_BIN ]] || die "$BASELINE_BIN is missing"
+((baseline_only)) || [[ -x $WHARF_BIN ]] || die "$WHARF_BIN is missing"
+
+mkdir -p "$RAW"
+
+# ---------------------------------------------------------------------------------------------
+# One measurement
+
+server_pid=""
+poll_pid=""
+cleanup() {
+    [[ -n $poll_pid ]] && kill "$poll_pid" 2>/dev/null || true
+    if [[ -n $server_pid ]]; then
+        kill "$server_pid" 2>/dev/null || true
+        wait "$server_pid" 2>/dev/null || true
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+port_of() { [[ $1 == wharf ]] && echo "$WHARF_PORT" || echo "$BASELINE_PORT"; }
+
+start_server() { # side port logfile
+    local side=$1 port=$2 logfile=$3
+    if curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$port/" 2>/dev/null; then
+        die "something already answers on 127.0.0.1:$port; choose another port (WHARF_PORT, BASELINE_PORT)"
+    fi
+    # taskset execs the server, so $! is the server's own pid.
+    if [[ $side == wharf ]]; then
+        taskset -c "$SERVER_CPU" "$WHARF_BIN" serve --listen "127.0.0.1:$port" >"$logfile" 2>&1 &
+    else
+        taskset -c "$SERVER_CPU" "$BASELINE_BIN" --listen "127.0.0.1:$port" >"$logfile" 2>&1 &
+    fi
+    server_pid=$!
+}
+
+probe() { # port -> prints "STATUS BODY"
+    curl -s --max-time 2 -w '\n%{http_code}' -X POST "http://127.0.0.1:$1/mcp" \
+        -H 'Content-Type: application/json' \
+        -H 'Accept: application/json, text/event-stream' \
+        -H 'MCP-Protocol-Version: 2026-07-28' \
+        -H 'Mcp-Method: tools/call' \
+        -H 'Mcp-Name: echo' \
+        --data-binary "$BODY" 2>/dev/null || true
+}
+
+wait_ready() { # side port logfile responsefile
+    local side=$1 port=$2 logfile=$3 respfile=$4 out status
+    for _ in $(seq 1 100); do
+        if ! kill -0 "$server_pid" 2>/dev/null; then
+            cat "$logfile" >&2
+            die "the $side server exited before answering (log: $logfile)"
+        fi
+        out=$(probe "$port")
+        status=${out##*$'\n'}
+        if [[ $status == 200 ]]; then
+            printf '%s' "${out%$'\n'*}" >"$respfile"
+            return 0
+        fi
+        sleep 0.1
+    done
+    cat "$logfile" >&2
+    die "the $side server did not answer a tools/call with 200 within 10 s (last status: ${status:-none}; log: $logfile)"
+}
+
+# Polls VmRSS every 200 ms and keeps the maximum (kB) in $2 until $3 exists.
+poll_rss() {
+    local pid=$1 out=$2 stop=$3 max=0 key value _
+    taskset -p -c "$CLIENT_CPU" "$BASHPID" >/dev/null 2>&1 || true
+    while [[ ! -e $stop ]]; do
+        while read -r key value _; do
+            if [[ $key == VmRSS: ]]; then
+                ((value > max)) && max=$value
+                break
+            fi
+        done 2>/dev/null <"/proc/$pid/status" || break
+        echo "$max" >"$out"
+        sleep 0.2
+    done
+}
+
+status_kb() { # pid field
+    awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0
+}
+
+stop_server() {
+    local pid=$server_pid
+    server_pid=""
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+
+# Latency as wrk prints it (123.45us, 1.20ms, 2.00s) in microseconds.
+to_us() {
+    awk -v v="$1" 'BEGIN {
+        n = v + 0
+        if (v ~ /us$/) m = 1; else if (v ~ /ms$/) m = 1000; else if (v ~ /m$/) m = 60e6; else if (v ~ /s$/) m = 1e6; else m = 1
+        printf "%.1f", n * m }'
+}
+
+# Results, indexed by "side:round".
+declare -A RPS P50 P99 RSS
+
+run_one() { # side round
+    local side=$1 round=$2 port logfile wrkout respfile rssfile stopfile hwm polled
+    port=$(port_of "$side")
+    logfile="$RAW/$side-$round.server.log"
+    wrkout="$RAW/$side-$round.wrk.txt"
+    respfile="$RAW/$side.response.json"
+    rssfile="$RAW/$side-$round.rss"
+    stopfile="$RAW/$side-$round.stop"
+    rm -f "$rssfile" "$stopfile"
+
+    log "round $round: $side on 127.0.0.1:$port (CPU $SERVER_CPU)"
+    start_server "$side" "$port" "$logfile"
+    wait_ready "$side" "$port" "$logfile" "$respfile"
+
+    taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNECTIONS" -d"${WARMUP}s" -s "$LUA" "http://127.0.0.1:$port/mcp" \
+        >"$RAW/$side-$round.warmup.txt" 2>&1 || die "wrk warm-up failed against $side (see $RAW/$side-$round.warmup.txt)"
+
+    poll_rss "$server_pid" "$rssfile" "$stopfile" &
+    poll_pid=$!
+    if ! taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$LUA" \
+        "http://127.0.0.1:$port/mcp" >"$wrkout" 2>&1; then
+        cat "$wrkout" >&2
+        die "wrk failed against $side"
+    fi
+    touch "$stopfile"
+    wait "$poll_pid" 2>/dev/null || true
+    poll_pid=""
+
+    kill -0 "$server_pid" 2>/dev/null || { cat "$logfile" >&2; die "the $side server died during the run"; }
+    hwm=$(status_kb "$server_pid" VmHWM)
+    polled=$(cat "$rssfile" 2>/dev/null || echo 0)
+    stop_server
+    rm -f "$stopfile"
+
+    if grep -q 'Non-2xx or 3xx responses' "$wrkout"; then
+        cat "$wrkout" >&2
+        die "wrk saw non-2xx responses from $side (see $wrkout and $logfile)"
+    fi
+    if grep -q 'Socket errors' "$wrkout"; then
+        log "warning: $side: $(grep 'Socket errors' "$wrkout" | sed 's/^ *//')"
+    fi
+
+    local rps p50 p99
+    rps=$(awk '/^Requests\/sec:/ { print $2 }' "$wrkout")
+    p50=$(awk '$1 == "50%" { print $2 }' "$wrkout")
+    p99=$(awk '$1 == "99%" { print $2 }' "$wrkout")
+    [[ -n $rps && -n $p50 && -n $p99 ]] || { cat "$wrkout" >&2; die "could not read wrk's output for $side"; }
+    RPS[$side:$round]=$rps
+    P50[$side:$round]=$(to_us "$p50")
+    P99[$side:$round]=$(to_us "$p99")
+    RSS[$side:$round]=$(( hwm > polled ? hwm : polled ))
+    log "  $side: $rps req/s, p50 $p50, p99 $p99, VmHWM $hwm kB, max polled VmRSS $polled kB"
+}
+
+sides=(wharf axum)
+((baseline_only)) && sides=(axum)
+
+for round in $(seq 1 "$ROUNDS"); do
+    for side in "${sides[@]}"; do
+        run_one "$side" "$round"
+    done
+done
+
+# ---------------------------------------------------------------------------------------------
+# The two responses must have the same shape: Wharf's is the baseline's with `_meta` (its
+# serverInfo) added as the last member of `result`.
+shape="not compared (--baseline-only)"
+if ((!baseline_only)); then
+    base=$(cat "$RAW/axum.response.json")
+    wharf=$(cat "$RAW/wharf.response.json")
+    prefix=${base%'}}'}
+    if [[ $wharf == "$prefix"',"_meta":{"io.modelcontextprotocol/serverInfo":{'*'}}}' ]]; then
+        shape="identical apart from Wharf's result._meta.serverInfo"
+    else
+        shape="DIFFERENT (see $RAW/*.response.json)"
+        log "warning: the responses differ in shape:"
+        log "  axum:  $base"
+        log "  wharf: $wharf"
+    fi
+fi
+
+# ---------------------------------------------------------------------------------------------
+# Report
+best_round() { # side -> round with the highest req/s
+    local side=$1 best="" r
+    for r in $(seq 1 "$ROUNDS"); do
+        if [[ -z $best ]] || awk -v a="${RPS[$side:$r]}" -v b="${RPS[$side:$best]}" 'BEGIN { exit !(a > b) }'; then
+            best=$r
+        fi
+    done
+    echo "$best"
+}
+max_rss() {
+    local side=$1 max=0 r
+    for r in $(seq 1 "$ROUNDS"); do ((RSS[$side:$r] > max)) && max=${RSS[$side:$r]}; done
+    echo "$max"
+}
+
+declare -A BEST
+report() {
+    local side b
+    echo "MCP tools/call echo, POST /mcp: server on CPU $SERVER_CPU, wrk -t1 -c$CONNECTIONS -d${DURATION}s on CPU $CLIENT_CPU"
+    echo "best of $ROUNDS round(s) alternating; ${WARMUP}s warm-up each; $(date -u +%Y-%m-%dT%H:%MZ); $(uname -sr); $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
+    echo
+    printf '%-6s %12s %10s %10s %14s\n' side 'requests/s' 'p50 ms' 'p99 ms' 'peak RSS MiB'
+    for side in "${sides[@]}"; do
+        b=$(best_round "$side")
+        BEST[$side]=${RPS[$side:$b]}
+        awk -v s="$side" -v r="${RPS[$side:$b]}" -v p50="${P50[$side:$b]}" -v p99="${P99[$side:$b]}" -v kb="$(max_rss "$side")" \
+            'BEGIN { printf "%-6s %12.0f %10.3f %10.3f %14.1f\n", s, r, p50 / 1000, p99 / 1000, kb / 1024 }'
+    done
+    echo
+    if ((!baseline_only)); then
+        awk -v w="${BEST[wharf]}" -v a="${BEST[axum]}" 'BEGIN { printf "throughput wharf/axum: %.3f\n", w / a }'
+    fi
+    echo "all rounds (req/s):$(for side in "${sides[@]}"; do for r in $(seq 1 "$ROUNDS"); do printf ' %s#%s=%.0f' "$side" "$r" "${RPS[$side:$r]}"; done; done)"
+    echo "response shape: $shape"
+}
+report | tee "$OUT/echo.txt"
+log "wrote $OUT/echo.txt (raw output in $RAW)"

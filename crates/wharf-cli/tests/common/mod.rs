@@ -1,0 +1,186 @@
+//! Shared test support: start a real `wharf serve`, and validate every message it emits
+//! against the vendored 2026-07-28 schema.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use wharf_client::{HttpClient, Reply};
+
+/// A `wharf serve` child process on a free loopback port.
+pub struct ServerProcess {
+    pub child: Child,
+    pub port: u16,
+}
+
+impl ServerProcess {
+    /// Starts `wharf serve` with `args` and waits until `/healthz` answers.
+    pub fn start(args: &[&str]) -> Self {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let listen = format!("127.0.0.1:{port}");
+        let child = Command::new(env!("CARGO_BIN_EXE_wharf"))
+            .args(["serve", "--listen", &listen])
+            .args(args)
+            .env("WHARF_LOG", "warn")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start wharf serve");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(&listen).is_err() {
+            assert!(Instant::now() < deadline, "wharf serve did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        ServerProcess { child, port }
+    }
+
+    /// The MCP endpoint URL.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    /// A client of the endpoint.
+    pub fn client(&self) -> HttpClient {
+        HttpClient::new(self.url())
+    }
+
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for exit, at most `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "wharf serve did not exit in time"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn schema_root() -> &'static Value {
+    static ROOT: OnceLock<Value> = OnceLock::new();
+    ROOT.get_or_init(|| {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../spec/2026-07-28/schema.structural.json"
+        );
+        serde_json::from_str(&std::fs::read_to_string(path).expect("vendored schema"))
+            .expect("schema JSON")
+    })
+}
+
+/// Validates `message` against definition `def` of the vendored schema; panics with the
+/// violations otherwise.
+pub fn assert_valid(def: &str, message: &Value) {
+    static VALIDATORS: OnceLock<Mutex<HashMap<String, std::sync::Arc<jsonschema::Validator>>>> =
+        OnceLock::new();
+    let validator = {
+        let mut cache = VALIDATORS.get_or_init(Default::default).lock().unwrap();
+        cache
+            .entry(def.to_owned())
+            .or_insert_with(|| {
+                let mut schema = schema_root().clone();
+                schema["$ref"] = Value::String(format!("#/$defs/{def}"));
+                std::sync::Arc::new(jsonschema::draft202012::new(&schema).expect("compile schema"))
+            })
+            .clone()
+    };
+    let errors: Vec<String> = validator
+        .iter_errors(message)
+        .map(|e| format!("{} at {}", e, e.instance_path))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "message does not validate as {def}: {errors:?}\n{message}"
+    );
+}
+
+/// The schema definition of the response to `method`.
+pub fn response_def(method: &str) -> &'static str {
+    match method {
+        "server/discover" => "DiscoverResultResponse",
+        "tools/list" => "ListToolsResultResponse",
+        "tools/call" => "CallToolResultResponse",
+        "prompts/list" => "ListPromptsResultResponse",
+        "prompts/get" => "GetPromptResultResponse",
+        "resources/list" => "ListResourcesResultResponse",
+        "resources/templates/list" => "ListResourceTemplatesResultResponse",
+        "resources/read" => "ReadResourceResultResponse",
+        "completion/complete" => "CompleteResultResponse",
+        "subscriptions/listen" => "SubscriptionsListenResultResponse",
+        _ => "JSONRPCResultResponse",
+    }
+}
+
+/// The schema definition of a notification by method.
+pub fn notification_def(method: &str) -> &'static str {
+    match method {
+        "notifications/progress" => "ProgressNotification",
+        "notifications/message" => "LoggingMessageNotification",
+        "notifications/tools/list_changed" => "ToolListChangedNotification",
+        "notifications/prompts/list_changed" => "PromptListChangedNotification",
+        "notifications/resources/list_changed" => "ResourceListChangedNotification",
+        "notifications/resources/updated" => "ResourceUpdatedNotification",
+        "notifications/subscriptions/acknowledged" => "SubscriptionsAcknowledgedNotification",
+        "notifications/cancelled" => "CancelledNotification",
+        _ => "JSONRPCNotification",
+    }
+}
+
+/// Validates one message the server emitted in answer to `method`.
+pub fn validate_message(method: &str, m: &Value) {
+    if let Some(n) = m.get("method").and_then(Value::as_str) {
+        assert_valid(notification_def(n), m);
+    } else if let Some(e) = m.get("error") {
+        let def = match e["code"].as_i64() {
+            Some(-32020) => "HeaderMismatchError",
+            Some(-32021) => "MissingRequiredClientCapabilityError",
+            Some(-32022) => "UnsupportedProtocolVersionError",
+            _ => "JSONRPCErrorResponse",
+        };
+        assert_valid(def, m);
+    } else {
+        assert_valid(response_def(method), m);
+        assert_valid("JSONRPCResultResponse", m);
+    }
+}
+
+/// Validates every message of a reply to `method`.
+pub fn validate_reply(method: &str, reply: &Reply) {
+    for m in &reply.messages {
+        validate_message(method, m);
+    }
+}
+
+/// Sends a request and validates everything that comes back.
+pub async fn request(client: &HttpClient, method: &str, params: Value) -> Reply {
+    let reply = client.request(method, params).await.expect("request");
+    validate_reply(method, &reply);
+    reply
+}

@@ -1,0 +1,368 @@
+//! Discovery, lists with signed cursors, progress and log streams, subscriptions and the
+//! shutdown drain, over real HTTP against `wharf serve`. Every message is schema-validated.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{ServerProcess, request, validate_message};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+#[tokio::test]
+async fn discover_and_cache_hints() {
+    let server = ServerProcess::start(&[]);
+    let r = request(&server.client(), "server/discover", json!({})).await;
+    let result = r.result().unwrap();
+    assert_eq!(result["resultType"], "complete");
+    assert_eq!(result["supportedVersions"], json!(["2026-07-28"]));
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "wharf"
+    );
+    assert!(result["capabilities"]["tools"].is_object());
+    for method in [
+        "tools/list",
+        "prompts/list",
+        "resources/list",
+        "resources/templates/list",
+    ] {
+        let r = request(&server.client(), method, json!({})).await;
+        let res = r.result().unwrap();
+        assert!(
+            res["ttlMs"].as_u64().is_some() && res["cacheScope"].is_string(),
+            "{method}: {res}"
+        );
+        assert_eq!(
+            res["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+            "wharf"
+        );
+    }
+    let r = request(
+        &server.client(),
+        "resources/read",
+        json!({ "uri": "echo://hello%20there" }),
+    )
+    .await;
+    assert_eq!(r.result().unwrap()["contents"][0]["text"], "hello there");
+    assert!(r.result().unwrap()["ttlMs"].is_u64());
+}
+
+async fn all_tools(client: &wharf_client::HttpClient) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let params = match &cursor {
+            Some(c) => json!({ "cursor": c }),
+            None => json!({}),
+        };
+        let r = request(client, "tools/list", params).await;
+        let res = r.result().unwrap();
+        names.extend(
+            res["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["name"].as_str().unwrap().to_owned()),
+        );
+        match res["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => return names,
+        }
+    }
+}
+
+#[tokio::test]
+async fn signed_cursors_resume_on_another_replica_and_refuse_forgeries() {
+    let key = "c2hhcmVkLWN1cnNvci1rZXktZm9yLXRlc3RzLW9ubHktMzJieXRlcyE=";
+    let a = ServerProcess::start(&[
+        "--profile",
+        "conformance",
+        "--page-size",
+        "3",
+        "--cursor-key",
+        key,
+    ]);
+    let b = ServerProcess::start(&[
+        "--profile",
+        "conformance",
+        "--page-size",
+        "3",
+        "--cursor-key",
+        key,
+    ]);
+    let first = request(&a.client(), "tools/list", json!({})).await;
+    let page = first.result().unwrap();
+    assert_eq!(page["tools"].as_array().unwrap().len(), 3);
+    let cursor = page["nextCursor"].as_str().unwrap().to_owned();
+    // Replica B resumes A's cursor: same key, same list.
+    let second = request(&b.client(), "tools/list", json!({ "cursor": cursor })).await;
+    assert_eq!(
+        second.result().unwrap()["tools"][0]["name"],
+        "test_audio_content"
+    );
+    // The whole listing is deterministic, in registration order, and the same on both.
+    let (la, lb) = (all_tools(&a.client()).await, all_tools(&b.client()).await);
+    assert_eq!(la, lb);
+    assert_eq!(la[0], "test_simple_text");
+    assert!(la.len() > 6);
+    // Garbage, forged (other key) and tampered cursors: -32602.
+    let other = ServerProcess::start(&["--profile", "conformance", "--page-size", "3"]);
+    let foreign = request(&other.client(), "tools/list", json!({}))
+        .await
+        .result()
+        .unwrap()["nextCursor"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut tampered = cursor.clone().into_bytes();
+    tampered[4] = if tampered[4] == b'A' { b'B' } else { b'A' };
+    for bad in [
+        "garbage",
+        "",
+        foreign.as_str(),
+        std::str::from_utf8(&tampered).unwrap(),
+    ] {
+        let r = request(&a.client(), "tools/list", json!({ "cursor": bad })).await;
+        assert_eq!(r.error_code(), Some(-32602), "cursor {bad:?}: {}", r.body);
+    }
+    // A cursor of one list is refused by another.
+    let r = request(&a.client(), "prompts/list", json!({ "cursor": cursor })).await;
+    assert_eq!(r.error_code(), Some(-32602));
+}
+
+#[tokio::test]
+async fn json_without_progress_token_sse_with_one() {
+    let server = ServerProcess::start(&[]);
+    let client = server.client();
+    let r = request(
+        &client,
+        "tools/call",
+        json!({ "name": "slow_count", "arguments": { "steps": 3, "interval_ms": 5 } }),
+    )
+    .await;
+    assert!(r.content_type().starts_with("application/json"));
+    assert_eq!(r.result().unwrap()["content"][0]["text"], "counted 3");
+    let r = request(
+        &client,
+        "tools/call",
+        json!({ "name": "slow_count", "arguments": { "steps": 4, "interval_ms": 5 }, "_meta": { "progressToken": "tok-1" } }),
+    )
+    .await;
+    assert!(r.is_sse(), "{}", r.content_type());
+    assert_eq!(r.headers.get("x-accel-buffering").unwrap(), "no");
+    let progress: Vec<f64> = r
+        .notifications()
+        .filter(|n| n["method"] == "notifications/progress")
+        .map(|n| {
+            assert_eq!(n["params"]["progressToken"], "tok-1");
+            n["params"]["progress"].as_f64().unwrap()
+        })
+        .collect();
+    assert_eq!(progress, vec![1.0, 2.0, 3.0, 4.0]);
+    assert!(
+        r.messages.last().unwrap().get("result").is_some(),
+        "the response comes last"
+    );
+    assert!(
+        r.notifications()
+            .all(|n| n["method"] != "notifications/message"),
+        "no logs unless asked"
+    );
+}
+
+#[tokio::test]
+async fn log_messages_only_when_asked_and_at_or_above_the_level() {
+    let server = ServerProcess::start(&[]);
+    let r = request(
+        &server.client(),
+        "tools/call",
+        json!({ "name": "slow_count", "arguments": { "steps": 2, "interval_ms": 1 }, "_meta": { "io.modelcontextprotocol/logLevel": "info" } }),
+    )
+    .await;
+    let levels: Vec<&str> = r
+        .notifications()
+        .filter(|n| n["method"] == "notifications/message")
+        .map(|n| n["params"]["level"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        levels,
+        vec!["info"],
+        "debug messages are below the requested level"
+    );
+    let r = request(
+        &server.client(),
+        "tools/call",
+        json!({ "name": "slow_count", "arguments": { "steps": 2, "interval_ms": 1 }, "_meta": { "io.modelcontextprotocol/logLevel": "debug" } }),
+    )
+    .await;
+    assert_eq!(
+        r.notifications()
+            .filter(|n| n["method"] == "notifications/message")
+            .count(),
+        3
+    );
+}
+
+#[tokio::test]
+async fn structured_output_and_completion() {
+    let server = ServerProcess::start(&[]);
+    let r = request(
+        &server.client(),
+        "tools/call",
+        json!({ "name": "add", "arguments": { "a": 2, "b": 40 } }),
+    )
+    .await;
+    assert_eq!(
+        r.result().unwrap()["structuredContent"],
+        json!({ "sum": 42 })
+    );
+    let r = request(
+        &server.client(),
+        "tools/call",
+        json!({ "name": "add", "arguments": { "a": i64::MAX, "b": 1 } }),
+    )
+    .await;
+    assert_eq!(r.result().unwrap()["isError"], true);
+    let list = request(&server.client(), "tools/list", json!({})).await;
+    let add = list.result().unwrap()["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "add")
+        .unwrap()
+        .clone();
+    assert_eq!(add["outputSchema"]["type"], "object");
+    let conf = ServerProcess::start(&["--profile", "conformance"]);
+    let r = request(
+        &conf.client(),
+        "completion/complete",
+        json!({ "ref": { "type": "ref/prompt", "name": "test_prompt_with_arguments" }, "argument": { "name": "arg1", "value": "par" } }),
+    )
+    .await;
+    assert_eq!(
+        r.result().unwrap()["completion"]["values"],
+        json!(["paris", "park", "party"])
+    );
+}
+
+async fn next_message(stream: &mut (impl futures_util::Stream<Item = Value> + Unpin)) -> Value {
+    tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("a message in time")
+        .expect("stream open")
+}
+
+#[tokio::test]
+async fn listen_streams_ack_filter_and_end_gracefully() {
+    let mut server = ServerProcess::start(&["--profile", "conformance", "--keep-alive-secs", "1"]);
+    let client = server.client();
+    let mut tools = Box::pin(client.open_stream("subscriptions/listen", json!({ "notifications": { "toolsListChanged": true, "resourceSubscriptions": ["test://static-text", "test://nope"] } })).await.unwrap());
+    let ack = next_message(&mut tools).await;
+    validate_message("subscriptions/listen", &ack);
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({ "toolsListChanged": true, "resourceSubscriptions": ["test://static-text"] })
+    );
+    let sub_id = ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"].clone();
+    assert!(sub_id.is_i64());
+    let mut prompts = Box::pin(
+        client
+            .open_stream(
+                "subscriptions/listen",
+                json!({ "notifications": { "promptsListChanged": true } }),
+            )
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        next_message(&mut prompts).await["method"],
+        "notifications/subscriptions/acknowledged"
+    );
+
+    request(
+        &client,
+        "tools/call",
+        json!({ "name": "test_trigger_tool_change", "arguments": {} }),
+    )
+    .await;
+    let n = next_message(&mut tools).await;
+    validate_message("subscriptions/listen", &n);
+    assert_eq!(n["method"], "notifications/tools/list_changed");
+    assert_eq!(
+        n["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        sub_id
+    );
+    request(
+        &client,
+        "tools/call",
+        json!({ "name": "test_trigger_prompt_change", "arguments": {} }),
+    )
+    .await;
+    // The prompts stream never sees the tools change; its first notification is the prompts one.
+    let n = next_message(&mut prompts).await;
+    assert_eq!(n["method"], "notifications/prompts/list_changed");
+
+    // SIGTERM: each stream ends with a complete listen response carrying its subscription id.
+    server.terminate();
+    let end = next_message(&mut tools).await;
+    validate_message("subscriptions/listen", &end);
+    assert_eq!(end["id"], sub_id);
+    assert_eq!(end["result"]["resultType"], "complete");
+    assert_eq!(
+        end["result"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        sub_id
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), tools.next())
+            .await
+            .unwrap()
+            .is_none(),
+        "closed after the response"
+    );
+    assert!(server.wait_exit(Duration::from_secs(15)).success());
+}
+
+#[tokio::test]
+async fn sigterm_lets_in_flight_requests_finish_and_exits_zero() {
+    let mut server = ServerProcess::start(&["--drain-secs", "10"]);
+    let client = server.client();
+    let call = tokio::spawn(async move {
+        client
+            .call_tool("slow_count", json!({ "steps": 10, "interval_ms": 100 }))
+            .await
+            .expect("answered")
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.terminate();
+    let reply = call.await.unwrap();
+    assert_eq!(reply.result().unwrap()["content"][0]["text"], "counted 10");
+    assert!(
+        server.wait_exit(Duration::from_secs(15)).success(),
+        "exit code 0"
+    );
+}
+
+#[tokio::test]
+async fn health_endpoints() {
+    let server = ServerProcess::start(&[]);
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{}", server.port);
+    assert_eq!(
+        http.get(format!("{base}/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        http.get(format!("{base}/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}

@@ -1,0 +1,94 @@
+//! `wharf serve --stdio`: newline-delimited JSON-RPC, concurrent requests, cancellation.
+
+mod common;
+
+use std::time::Duration;
+
+use common::validate_message;
+use serde_json::{Value, json};
+use wharf_client::StdioClient;
+
+async fn recv(c: &mut StdioClient) -> Value {
+    tokio::time::timeout(Duration::from_secs(10), c.recv())
+        .await
+        .expect("in time")
+        .expect("read")
+        .expect("a message")
+}
+
+#[tokio::test]
+async fn serves_concurrently_cancels_and_exits_on_eof() {
+    let mut c = StdioClient::spawn(env!("CARGO_BIN_EXE_wharf"), &["serve", "--stdio"]).unwrap();
+    c.request(json!(1), "server/discover", json!({}))
+        .await
+        .unwrap();
+    let m = recv(&mut c).await;
+    validate_message("server/discover", &m);
+    assert_eq!(m["id"], 1);
+
+    // A slow call with progress, then a fast one: the fast answer overtakes the slow one.
+    c.request(json!("slow"), "tools/call", json!({ "name": "slow_count", "arguments": { "steps": 5, "interval_ms": 100 }, "_meta": { "progressToken": 9 } })).await.unwrap();
+    c.request(
+        json!("fast"),
+        "tools/call",
+        json!({ "name": "echo", "arguments": { "text": "quick" } }),
+    )
+    .await
+    .unwrap();
+    let mut seen_fast = false;
+    let mut progress = 0;
+    while !seen_fast || progress < 1 {
+        let m = recv(&mut c).await;
+        validate_message("tools/call", &m);
+        if m["id"] == "fast" {
+            assert_eq!(m["result"]["content"][0]["text"], "quick");
+            seen_fast = true;
+        } else if m["method"] == "notifications/progress" {
+            assert_eq!(m["params"]["progressToken"], 9);
+            progress += 1;
+        } else {
+            panic!("unexpected {m}");
+        }
+    }
+    assert!(
+        progress < 5,
+        "the fast call was answered while the slow one ran"
+    );
+    // Cancel the slow one: nothing more is sent for it.
+    c.send(&json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": "slow" } })).await.unwrap();
+    c.request(
+        json!(2),
+        "tools/call",
+        json!({ "name": "echo", "arguments": { "text": "after" } }),
+    )
+    .await
+    .unwrap();
+    loop {
+        let m = recv(&mut c).await;
+        if m["id"] == 2 {
+            break;
+        }
+        // A progress notification already in the pipe may still arrive; a response must not.
+        assert_eq!(
+            m["method"], "notifications/progress",
+            "nothing but in-flight progress for a cancelled request: {m}"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Bad input gets a precise error; the server carries on.
+    c.send(&json!({ "jsonrpc": "2.0", "id": 3, "method": "nope/nope", "params": {} }))
+        .await
+        .unwrap();
+    let m = recv(&mut c).await;
+    assert_eq!(m["error"]["code"], -32601);
+    // End of input: the server exits 0 and never answered the cancelled request.
+    c.close_stdin();
+    while let Some(m) = tokio::time::timeout(Duration::from_secs(5), c.recv())
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        assert_ne!(m["id"], "slow", "a cancelled request got a response: {m}");
+    }
+    assert!(c.wait().await.unwrap().success());
+}

@@ -1,0 +1,229 @@
+//! Streamable HTTP.
+
+use futures_util::{Stream, StreamExt};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::{Value, json};
+use wharf_protocol::headers;
+
+use crate::{ClientError, RequestMetaBuilder, SseParser};
+
+/// A client of one MCP endpoint.
+#[derive(Debug, Clone)]
+pub struct HttpClient {
+    http: reqwest::Client,
+    url: String,
+    /// What every request's `_meta` carries.
+    pub meta: RequestMetaBuilder,
+    bearer: Option<String>,
+    next_id: std::sync::Arc<std::sync::atomic::AtomicI64>,
+}
+
+/// Everything an HTTP exchange returned.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: HeaderMap,
+    /// The raw body.
+    pub body: String,
+    /// Every JSON-RPC message in the body, in order (one for JSON, several for SSE).
+    pub messages: Vec<Value>,
+}
+
+impl Reply {
+    /// Whether the body was an SSE stream.
+    pub fn is_sse(&self) -> bool {
+        self.content_type().starts_with("text/event-stream")
+    }
+
+    /// The `Content-Type`.
+    pub fn content_type(&self) -> &str {
+        self.headers
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+
+    /// The final response (the last message with an `id` and a result or error).
+    pub fn response(&self) -> Option<&Value> {
+        self.messages
+            .iter()
+            .rev()
+            .find(|m| m.get("result").is_some() || m.get("error").is_some())
+    }
+
+    /// The `result` of the response.
+    pub fn result(&self) -> Option<&Value> {
+        self.response().and_then(|r| r.get("result"))
+    }
+
+    /// The `error` of the response.
+    pub fn error(&self) -> Option<&Value> {
+        self.response().and_then(|r| r.get("error"))
+    }
+
+    /// The error code, if the response is an error.
+    pub fn error_code(&self) -> Option<i64> {
+        self.error().and_then(|e| e["code"].as_i64())
+    }
+
+    /// Notifications sent before the response.
+    pub fn notifications(&self) -> impl Iterator<Item = &Value> {
+        self.messages
+            .iter()
+            .filter(|m| m.get("method").is_some() && m.get("id").is_none())
+    }
+}
+
+impl HttpClient {
+    /// A client of the endpoint at `url`.
+    pub fn new(url: impl Into<String>) -> Self {
+        HttpClient {
+            http: reqwest::Client::new(),
+            url: url.into(),
+            meta: RequestMetaBuilder::default(),
+            bearer: None,
+            next_id: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(1)),
+        }
+    }
+
+    /// Sends `Authorization: Bearer token` on every request.
+    pub fn with_bearer(mut self, token: impl Into<String>) -> Self {
+        self.bearer = Some(token.into());
+        self
+    }
+
+    /// The endpoint URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A fresh request id.
+    pub fn next_id(&self) -> i64 {
+        self.next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The standard headers for a request of `method` with `params` (already holding `_meta`).
+    pub fn headers_for(&self, method: &str, params: &Value) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(
+            reqwest::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        h.insert(
+            reqwest::header::ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        let version = params["_meta"][wharf_protocol::meta::PROTOCOL_VERSION]
+            .as_str()
+            .unwrap_or(&self.meta.protocol_version);
+        if let Ok(v) = HeaderValue::from_str(version) {
+            h.insert(HeaderName::from_static(headers::PROTOCOL_VERSION), v);
+        }
+        if let Ok(v) = HeaderValue::from_str(method) {
+            h.insert(HeaderName::from_static(headers::METHOD), v);
+        }
+        let name = match method {
+            "tools/call" | "prompts/get" => params["name"].as_str(),
+            "resources/read" => params["uri"].as_str(),
+            _ => None,
+        };
+        if let Some(v) = name.and_then(|n| HeaderValue::from_str(&headers::encode_value(n)).ok()) {
+            h.insert(HeaderName::from_static(headers::NAME), v);
+        }
+        if let Some(token) = &self.bearer {
+            if let Ok(v) = HeaderValue::from_str(&format!("Bearer {token}")) {
+                h.insert(reqwest::header::AUTHORIZATION, v);
+            }
+        }
+        h
+    }
+
+    /// Sends `method` with `params` (its `_meta` filled in) and reads the whole reply.
+    pub async fn request(&self, method: &str, params: Value) -> Result<Reply, ClientError> {
+        let params = self.meta.apply(params);
+        let body =
+            json!({ "jsonrpc": "2.0", "id": self.next_id(), "method": method, "params": params });
+        let headers = self.headers_for(method, &params);
+        self.send_raw(body.to_string().into_bytes(), headers).await
+    }
+
+    /// Calls a tool.
+    pub async fn call_tool(&self, name: &str, arguments: Value) -> Result<Reply, ClientError> {
+        self.request(
+            "tools/call",
+            json!({ "name": name, "arguments": arguments }),
+        )
+        .await
+    }
+
+    /// Posts `body` with exactly `headers` and reads the whole reply (for tests of bad input).
+    pub async fn send_raw(&self, body: Vec<u8>, headers: HeaderMap) -> Result<Reply, ClientError> {
+        let res = self
+            .http
+            .post(&self.url)
+            .headers(headers)
+            .body(body)
+            .send()
+            .await?;
+        let status = res.status().as_u16();
+        let headers = res.headers().clone();
+        let body = res.text().await?;
+        let sse = headers
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|c| c.starts_with("text/event-stream"));
+        let messages = if sse {
+            SseParser::default()
+                .feed(body.as_bytes())
+                .iter()
+                .filter_map(|d| serde_json::from_str(d).ok())
+                .collect()
+        } else if body.trim().is_empty() {
+            Vec::new()
+        } else {
+            serde_json::from_str::<Value>(&body)
+                .map(|v| vec![v])
+                .map_err(|e| ClientError::Protocol(format!("{e}: {body}")))?
+        };
+        Ok(Reply {
+            status,
+            headers,
+            body,
+            messages,
+        })
+    }
+
+    /// Opens a stream (`subscriptions/listen`, or any request answered with SSE) and yields
+    /// its messages as they arrive.
+    pub async fn open_stream(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> Result<impl Stream<Item = Value> + use<>, ClientError> {
+        let params = self.meta.apply(params);
+        let body =
+            json!({ "jsonrpc": "2.0", "id": self.next_id(), "method": method, "params": params });
+        let headers = self.headers_for(method, &params);
+        let res = self
+            .http
+            .post(&self.url)
+            .headers(headers)
+            .body(body.to_string())
+            .send()
+            .await?;
+        let mut parser = SseParser::default();
+        let stream = res.bytes_stream().flat_map(move |chunk| {
+            let events = match chunk {
+                Ok(bytes) => parser.feed(&bytes),
+                Err(_) => Vec::new(),
+            };
+            futures_util::stream::iter(
+                events
+                    .into_iter()
+                    .filter_map(|d| serde_json::from_str::<Value>(&d).ok()),
+            )
+        });
+        Ok(stream)
+    }
+}
