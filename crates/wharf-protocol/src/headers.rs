@@ -57,10 +57,11 @@ pub fn decode_value(raw: &[u8]) -> Result<std::borrow::Cow<'_, str>, HeaderValue
 
 /// Encodes `value` for a header, using the Base64 sentinel when the plain form is not safe.
 pub fn encode_value(value: &str) -> String {
+    let looks_encoded = value.starts_with(SENTINEL_PREFIX) && value.ends_with(SENTINEL_SUFFIX);
     let plain_safe = value.bytes().all(|b| (0x20..=0x7e).contains(&b))
         && !value.starts_with(' ')
         && !value.ends_with(' ')
-        && !(value.starts_with(SENTINEL_PREFIX) && value.ends_with(SENTINEL_SUFFIX));
+        && !looks_encoded;
     if plain_safe {
         value.to_owned()
     } else {

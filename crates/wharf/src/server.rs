@@ -349,18 +349,18 @@ impl ServerBuilder {
 
         let listed = Some(true);
         let capabilities = ServerCapabilities {
-            tools: (!tools.is_empty()).then(|| ListCapability {
+            tools: (!tools.is_empty()).then_some(ListCapability {
                 list_changed: listed,
             }),
-            prompts: (!self.prompts.is_empty()).then(|| ListCapability {
+            prompts: (!self.prompts.is_empty()).then_some(ListCapability {
                 list_changed: listed,
             }),
-            resources: (!self.resources.is_empty() || !templates.is_empty()).then(|| {
+            resources: (!self.resources.is_empty() || !templates.is_empty()).then_some(
                 ResourcesCapability {
                     list_changed: listed,
                     subscribe: Some(true),
-                }
-            }),
+                },
+            ),
             completions: (self.prompts.iter().any(|p| p.complete.is_some())
                 || templates.iter().any(|t| t.def.complete.is_some())
                 || !self.prompts.is_empty())

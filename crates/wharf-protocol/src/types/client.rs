@@ -145,7 +145,7 @@ pub struct SamplingMessage {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum SamplingContent {
-    One(SamplingBlock),
+    One(Box<SamplingBlock>),
     Many(Vec<SamplingBlock>),
 }
 

@@ -103,7 +103,7 @@ pub type InputRequests = BTreeMap<String, InputRequest>;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum InputResponse {
-    CreateMessage(CreateMessageResult),
+    CreateMessage(Box<CreateMessageResult>),
     ListRoots(ListRootsResult),
     Elicit(ElicitResult),
 }
