@@ -99,7 +99,7 @@ mkdir -p "$RAW"
 server_pid=""
 poll_pid=""
 cleanup() {
-    [[ -n $poll_pid ]] && kill "$poll_pid" 2>/dev/null || true
+    if [[ -n $poll_pid ]]; then kill "$poll_pid" 2>/dev/null || true; fi
     if [[ -n $server_pid ]]; then
         kill "$server_pid" 2>/dev/null || true
         wait "$server_pid" 2>/dev/null || true
@@ -295,8 +295,11 @@ best_round() { # side -> round with the highest req/s
     echo "$best"
 }
 max_rss() {
-    local side=$1 max=0 r
-    for r in $(seq 1 "$ROUNDS"); do ((RSS[$side:$r] > max)) && max=${RSS[$side:$r]}; done
+    local side=$1 max=0 r kb
+    for r in $(seq 1 "$ROUNDS"); do
+        kb=${RSS[$side:$r]}
+        if ((kb > max)); then max=$kb; fi
+    done
     echo "$max"
 }
 
