@@ -322,6 +322,15 @@ report() {
     fi
     echo "all rounds (req/s):$(for side in "${sides[@]}"; do for r in $(seq 1 "$ROUNDS"); do printf ' %s#%s=%.0f' "$side" "$r" "${RPS[$side:$r]}"; done; done)"
     echo "response shape: $shape"
+    for side in "${sides[@]}"; do
+        local lo="" hi="" r
+        for r in $(seq 1 "$ROUNDS"); do
+            lo=$(awk -v a="${RPS[$side:$r]}" -v b="${lo:-${RPS[$side:$r]}}" 'BEGIN { print (a < b ? a : b) }')
+            hi=$(awk -v a="${RPS[$side:$r]}" -v b="${hi:-0}" 'BEGIN { print (a > b ? a : b) }')
+        done
+        awk -v s="$side" -v lo="$lo" -v hi="$hi" \
+            'BEGIN { if (lo > 0 && hi / lo > 1.15) printf "warning: %s rounds differ by %.0f%%: something else was using the CPUs; run again\n", s, (hi / lo - 1) * 100 }'
+    done
 }
 report | tee "$OUT/echo.txt"
 log "wrote $OUT/echo.txt (raw output in $RAW)"
