@@ -209,19 +209,18 @@ impl Server {
     /// Runs a request (other than `subscriptions/listen`) and returns the whole JSON-RPC
     /// response message. Notifications go to `scope.outbox` while it runs.
     pub async fn execute(&self, req: ParsedRequest, scope: Scope) -> Result<Vec<u8>, RpcError> {
-        let span = tracing::info_span!(
-            "mcp.request",
-            method = req.body.method(),
-            id = %req.id,
-            traceparent = tracing::field::Empty,
-            tracestate = tracing::field::Empty,
-        );
-        if let Some(tp) = &req.info.traceparent {
-            span.record("traceparent", tp.as_str());
-        }
-        if let Some(ts) = &req.info.tracestate {
-            span.record("tracestate", ts.as_str());
-        }
+        // A request that carries W3C trace context gets an info-level span holding it, so the
+        // trace joins the client's; others get a debug-level span, free unless enabled.
+        let span = match &req.info.traceparent {
+            Some(tp) => tracing::info_span!(
+                "mcp.request",
+                method = req.body.method(),
+                id = %req.id,
+                traceparent = tp.as_str(),
+                tracestate = req.info.tracestate.as_deref().unwrap_or(""),
+            ),
+            None => tracing::debug_span!("mcp.request", method = req.body.method(), id = %req.id),
+        };
         let cancel = scope.cancel.clone();
         let work = self.run(req, scope).instrument(span);
         tokio::select! {
