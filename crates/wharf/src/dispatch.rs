@@ -390,20 +390,14 @@ impl Server {
                 ));
             }
         }
-        let args = params.arguments.unwrap_or_default();
-        if let Some(validator) = &entry.input {
-            let value = serde_json::Value::Object(args);
-            if let Some((message, path)) = first_violation(validator, &value) {
-                return Err(RpcError::invalid_params(format!(
-                    "Invalid arguments for tool {}: {message} (at {path})",
-                    params.name
-                ))
-                .with_data(serde_json::json!({ "path": path })));
-            }
-            let serde_json::Value::Object(args) = value else {
-                unreachable!("built from an object above")
-            };
-            return self.run_tool(id, info, entry, args, scope).await;
+        let args = serde_json::Value::Object(params.arguments.unwrap_or_default());
+        if let Some((message, path)) = entry.input.as_ref().and_then(|v| first_violation(v, &args))
+        {
+            return Err(RpcError::invalid_params(format!(
+                "Invalid arguments for tool {}: {message} (at {path})",
+                params.name
+            ))
+            .with_data(serde_json::json!({ "path": path })));
         }
         self.run_tool(id, info, entry, args, scope).await
     }
@@ -413,7 +407,7 @@ impl Server {
         id: RequestId,
         info: RequestInfo,
         entry: &crate::server::ToolEntry,
-        args: wharf_protocol::JsonObject,
+        args: serde_json::Value,
         scope: Scope,
     ) -> Result<Vec<u8>, RpcError> {
         let cx = Context::new(id.clone(), info, scope.cancel, scope.outbox, self.clone());

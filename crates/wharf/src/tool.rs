@@ -118,7 +118,12 @@ impl<T: Serialize + JsonSchema + Send + 'static> IntoToolResult for Structured<T
 pub struct NoArgs {}
 
 pub(crate) trait ErasedToolHandler: Send + Sync + 'static {
-    fn call(&self, cx: Context, args: JsonObject) -> BoxFuture<Result<CallToolResult, ToolError>>;
+    /// `args` is always a JSON object that passed the input schema.
+    fn call(
+        &self,
+        cx: Context,
+        args: serde_json::Value,
+    ) -> BoxFuture<Result<CallToolResult, ToolError>>;
 }
 
 struct Typed<F, A> {
@@ -133,9 +138,13 @@ where
     Fut: Future<Output = R> + Send + 'static,
     R: IntoToolResult,
 {
-    fn call(&self, cx: Context, args: JsonObject) -> BoxFuture<Result<CallToolResult, ToolError>> {
+    fn call(
+        &self,
+        cx: Context,
+        args: serde_json::Value,
+    ) -> BoxFuture<Result<CallToolResult, ToolError>> {
         // The arguments already passed the input schema; what is left is a shape serde rejects.
-        let args = match serde_json::from_value::<A>(serde_json::Value::Object(args)) {
+        let args = match serde_json::from_value::<A>(args) {
             Ok(a) => a,
             Err(e) => {
                 return Box::pin(async move {
@@ -156,7 +165,15 @@ where
     Fut: Future<Output = R> + Send + 'static,
     R: IntoToolResult,
 {
-    fn call(&self, cx: Context, args: JsonObject) -> BoxFuture<Result<CallToolResult, ToolError>> {
+    fn call(
+        &self,
+        cx: Context,
+        args: serde_json::Value,
+    ) -> BoxFuture<Result<CallToolResult, ToolError>> {
+        let args = match args {
+            serde_json::Value::Object(map) => map,
+            _ => JsonObject::new(),
+        };
         let fut = (self.0)(cx, args);
         Box::pin(async move { fut.await.into_tool_result() })
     }
