@@ -47,7 +47,7 @@ pub fn first_violation(
     value: &Value,
 ) -> Option<(String, String)> {
     validator.iter_errors(value).next().map(|e| {
-        let path = e.instance_path.to_string();
+        let path = e.instance_path().to_string();
         (
             e.to_string(),
             if path.is_empty() {

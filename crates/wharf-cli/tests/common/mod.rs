@@ -113,7 +113,7 @@ pub fn assert_valid(def: &str, message: &Value) {
     };
     let errors: Vec<String> = validator
         .iter_errors(message)
-        .map(|e| format!("{} at {}", e, e.instance_path))
+        .map(|e| format!("{} at {}", e, e.instance_path()))
         .collect();
     assert!(
         errors.is_empty(),
