@@ -327,14 +327,20 @@ fn main() {
             std::process::exit(2);
         }
     };
-    // One worker per CPU this process may run on (affinity mask, cgroup quota), so that
-    // `taskset -c 0` gives exactly one worker: the same rule as `wharf serve`.
+    // One worker per CPU this process may run on (affinity mask, cgroup quota), and a
+    // single-threaded runtime when that is one: the same rule as `wharf serve`.
     let workers = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .enable_all()
-        .build()
-        .expect("building the tokio runtime");
+    let runtime = if workers == 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_all()
+            .build()
+    }
+    .expect("building the tokio runtime");
     runtime.block_on(async move {
         let listener = match tokio::net::TcpListener::bind(addr).await {
             Ok(l) => l,

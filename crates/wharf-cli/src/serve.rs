@@ -85,11 +85,18 @@ pub fn run(args: ServeArgs) -> ExitCode {
     let workers = args
         .workers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers.max(1))
-        .enable_all()
-        .build()
-    {
+    // With one CPU a work-stealing scheduler is pure overhead: run everything on one thread.
+    let built = if workers <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_all()
+            .build()
+    };
+    let runtime = match built {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("wharf: cannot start the runtime: {e}");

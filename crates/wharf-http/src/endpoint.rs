@@ -3,7 +3,8 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
+use axum::extract::Request;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -27,11 +28,10 @@ pub(crate) async fn method_not_allowed() -> Response {
     res
 }
 
-pub(crate) async fn handle_post(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
+pub(crate) async fn handle_post(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    // Taking the request whole moves the headers out instead of cloning them.
+    let (parts, body) = request.into_parts();
+    let headers = parts.headers;
     if let Err(refused) = guard::check_request(&headers, &state.config) {
         return *refused;
     }
@@ -94,7 +94,7 @@ async fn serve(state: &Arc<AppState>, headers: &HeaderMap, bytes: &Bytes) -> Res
         .execute(
             req,
             Scope {
-                cancel: CancellationToken::new(),
+                cancel: None,
                 outbox: None,
             },
         )
@@ -129,7 +129,7 @@ fn stream(state: &Arc<AppState>, req: ParsedRequest) -> Response {
             .execute(
                 req,
                 Scope {
-                    cancel: cancel.clone(),
+                    cancel: Some(cancel.clone()),
                     outbox: Some(tx.clone()),
                 },
             )

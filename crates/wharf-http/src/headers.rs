@@ -3,11 +3,19 @@
 
 use std::borrow::Cow;
 
-use axum::http::HeaderMap;
+use axum::http::header::AsHeaderName;
+use axum::http::{HeaderMap, HeaderName};
 use wharf::{ParsedRequest, RequestBody, RpcError, Server};
 use wharf_protocol::headers::{self, decode_value, param_matches};
 
-fn raw<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a [u8]>, RpcError> {
+static PROTOCOL_VERSION: HeaderName = HeaderName::from_static(headers::PROTOCOL_VERSION);
+static METHOD: HeaderName = HeaderName::from_static(headers::METHOD);
+static NAME: HeaderName = HeaderName::from_static(headers::NAME);
+
+fn raw<'a, K: AsHeaderName + std::fmt::Display + Copy>(
+    headers: &'a HeaderMap,
+    name: K,
+) -> Result<Option<&'a [u8]>, RpcError> {
     let mut values = headers.get_all(name).iter();
     let first = values.next();
     if values.next().is_some() {
@@ -19,7 +27,11 @@ fn raw<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a [u8]>, RpcEr
     Ok(first.map(|v| v.as_bytes().trim_ascii()))
 }
 
-fn required<'a>(headers: &'a HeaderMap, name: &str, display: &str) -> Result<&'a [u8], RpcError> {
+fn required<'a>(
+    headers: &'a HeaderMap,
+    name: &HeaderName,
+    display: &str,
+) -> Result<&'a [u8], RpcError> {
     raw(headers, name)?.ok_or_else(|| {
         RpcError::header_mismatch(format!("the required {display} header is missing"))
     })
@@ -36,7 +48,7 @@ pub(crate) fn validate(
     req: &ParsedRequest,
     server: &Server,
 ) -> Result<(), RpcError> {
-    let version = required(headers, headers::PROTOCOL_VERSION, "MCP-Protocol-Version")?;
+    let version = required(headers, &PROTOCOL_VERSION, "MCP-Protocol-Version")?;
     if version != req.info.protocol_version.as_bytes() {
         return Err(RpcError::header_mismatch(format!(
             "MCP-Protocol-Version header value '{}' does not match body value '{}'",
@@ -44,7 +56,7 @@ pub(crate) fn validate(
             req.info.protocol_version
         )));
     }
-    let method = required(headers, headers::METHOD, "Mcp-Method")?;
+    let method = required(headers, &METHOD, "Mcp-Method")?;
     if method != req.body.method().as_bytes() {
         return Err(RpcError::header_mismatch(format!(
             "Mcp-Method header value '{}' does not match body value '{}'",
@@ -53,7 +65,7 @@ pub(crate) fn validate(
         )));
     }
     if let Some(name) = req.body.name() {
-        let header = decoded(required(headers, headers::NAME, "Mcp-Name")?, "Mcp-Name")?;
+        let header = decoded(required(headers, &NAME, "Mcp-Name")?, "Mcp-Name")?;
         if header != name {
             return Err(RpcError::header_mismatch(format!(
                 "Mcp-Name header value '{header}' does not match body value '{name}'"
@@ -69,7 +81,7 @@ pub(crate) fn validate(
         let args = call.arguments.as_ref().unwrap_or(&empty);
         for p in params {
             let display = format!("Mcp-Param-{}", p.name);
-            let header = raw(headers, &p.header)?;
+            let header = raw(headers, p.header.as_str())?;
             match (p.value_in(args), header) {
                 (Some(_), None) => {
                     return Err(RpcError::header_mismatch(format!(

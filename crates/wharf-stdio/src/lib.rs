@@ -144,7 +144,7 @@ async fn handle_line(
                 .execute(
                     req,
                     Scope {
-                        cancel: cancel.clone(),
+                        cancel: Some(cancel.clone()),
                         outbox: Some(tx.clone()),
                     },
                 )

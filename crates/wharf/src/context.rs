@@ -24,7 +24,7 @@ pub type Outbox = mpsc::Sender<Vec<u8>>;
 pub struct Context {
     id: RequestId,
     info: RequestInfo,
-    cancel: CancellationToken,
+    cancel: Option<CancellationToken>,
     outbox: Option<Outbox>,
     last_progress: Mutex<Option<f64>>,
     server: Server,
@@ -34,7 +34,7 @@ impl Context {
     pub(crate) fn new(
         id: RequestId,
         info: RequestInfo,
-        cancel: CancellationToken,
+        cancel: Option<CancellationToken>,
         outbox: Option<Outbox>,
         server: Server,
     ) -> Self {
@@ -68,14 +68,20 @@ impl Context {
         self.info.client_info.as_ref()
     }
 
-    /// Cancelled when the client goes away or the request is cancelled.
-    pub fn cancellation(&self) -> &CancellationToken {
-        &self.cancel
+    /// Resolves when the request is cancelled (the client went away or cancelled it); never
+    /// resolves for a request that cannot be cancelled.
+    pub async fn cancelled(&self) {
+        match &self.cancel {
+            Some(token) => token.cancelled().await,
+            None => std::future::pending().await,
+        }
     }
 
     /// Whether the request has been cancelled.
     pub fn is_cancelled(&self) -> bool {
-        self.cancel.is_cancelled()
+        self.cancel
+            .as_ref()
+            .is_some_and(CancellationToken::is_cancelled)
     }
 
     /// The server, to announce changes from inside a handler.

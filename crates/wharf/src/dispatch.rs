@@ -84,8 +84,9 @@ impl ParsedRequest {
 
 /// What a transport hands the core for one request besides the request itself.
 pub struct Scope {
-    /// Cancelled when the client goes away or cancels.
-    pub cancel: CancellationToken,
+    /// Cancelled when the client goes away or cancels; `None` when nothing can cancel the
+    /// request (a plain JSON response), which spares the bookkeeping.
+    pub cancel: Option<CancellationToken>,
     /// Where notifications for this request go; `None` when the response is not a stream.
     pub outbox: Option<Outbox>,
 }
@@ -221,12 +222,16 @@ impl Server {
             ),
             None => tracing::debug_span!("mcp.request", method = req.body.method(), id = %req.id),
         };
-        let cancel = scope.cancel.clone();
-        let work = self.run(req, scope).instrument(span);
-        tokio::select! {
-            biased;
-            () = cancel.cancelled() => Err(RpcError::new(ErrorKind::Internal, "Request cancelled")),
-            out = work => out,
+        match scope.cancel.clone() {
+            Some(cancel) => {
+                let work = self.run(req, scope).instrument(span);
+                tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => Err(RpcError::new(ErrorKind::Internal, "Request cancelled")),
+                    out = work => out,
+                }
+            }
+            None => self.run(req, scope).instrument(span).await,
         }
     }
 
@@ -545,7 +550,7 @@ impl<T: Serialize> Serialize for Page<'_, T> {
 }
 
 pub(crate) fn respond<T: Serialize>(id: &RequestId, result: &T) -> Result<Vec<u8>, RpcError> {
-    let mut buf = Vec::with_capacity(256);
+    let mut buf = Vec::with_capacity(512);
     write_result(&mut buf, id, result).map_err(RpcError::internal)?;
     Ok(buf)
 }
