@@ -4,11 +4,6 @@ mod serve;
 
 use clap::{Parser, Subcommand};
 
-// Small, short-lived allocations dominate a request; mimalloc serves them faster than the
-// system allocator and returns memory to the OS more readily.
-// #[global_allocator]
-static _ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Wharf: stateless MCP (2026-07-28) servers for replicas behind a load balancer.
 #[derive(Debug, Parser)]
 #[command(name = "wharf", version, about)]

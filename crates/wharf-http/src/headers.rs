@@ -12,10 +12,10 @@ static PROTOCOL_VERSION: HeaderName = HeaderName::from_static(headers::PROTOCOL_
 static METHOD: HeaderName = HeaderName::from_static(headers::METHOD);
 static NAME: HeaderName = HeaderName::from_static(headers::NAME);
 
-fn raw<'a, K: AsHeaderName + std::fmt::Display + Copy>(
-    headers: &'a HeaderMap,
+fn raw<K: AsHeaderName + std::fmt::Display + Copy>(
+    headers: &HeaderMap,
     name: K,
-) -> Result<Option<&'a [u8]>, RpcError> {
+) -> Result<Option<&[u8]>, RpcError> {
     let mut values = headers.get_all(name).iter();
     let first = values.next();
     if values.next().is_some() {
