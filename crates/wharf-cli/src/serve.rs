@@ -75,12 +75,19 @@ enum ProfileArg {
 /// Runs `wharf serve`; exits 0 after a graceful shutdown.
 pub fn run(args: ServeArgs) -> ExitCode {
     // Logs go to stderr: on stdio, stdout carries only MCP messages.
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("WHARF_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
+    // `Targets` reads `info,wharf=debug`-style filters without compiling regular expressions
+    // at startup (EnvFilter does, and every page of that code stays resident).
+    let filter = std::env::var("WHARF_LOG")
+        .ok()
+        .and_then(|f| f.parse::<tracing_subscriber::filter::Targets>().ok())
+        .unwrap_or_else(|| {
+            tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO)
+        });
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    tracing_subscriber::registry()
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .with(filter)
         .init();
     let workers = args
         .workers
