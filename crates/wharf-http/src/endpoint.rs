@@ -90,16 +90,15 @@ async fn serve(state: &Arc<AppState>, headers: &HeaderMap, bytes: &Bytes) -> Res
         return stream(state, req);
     }
     let id = req.id.clone();
-    match server
-        .execute(
-            req,
-            Scope {
-                cancel: None,
-                outbox: None,
-            },
-        )
-        .await
-    {
+    // Boxed so the handler future axum boxes and moves stays small.
+    let work = Box::pin(server.execute(
+        req,
+        Scope {
+            cancel: None,
+            outbox: None,
+        },
+    ));
+    match work.await {
         Ok(body) => json_response(StatusCode::OK, body),
         Err(e) => error_response(Some(&id), &e),
     }

@@ -18,7 +18,9 @@ use crate::codes;
 pub enum RequestId {
     /// A string id.
     String(String),
-    /// An integer id, as written by the client (validated to be an integer literal).
+    /// An integer id that fits in 64 bits (the common case: no allocation).
+    Int(i64),
+    /// A larger integer id, as written by the client (validated to be an integer literal).
     Number(Box<str>),
 }
 
@@ -30,7 +32,11 @@ impl RequestId {
             b'"' => serde_json::from_str::<String>(text)
                 .ok()
                 .map(RequestId::String),
-            b'-' | b'0'..=b'9' => is_integer_literal(text).then(|| RequestId::Number(text.into())),
+            b'-' | b'0'..=b'9' if is_integer_literal(text) => Some(match text.parse::<i64>() {
+                Ok(n) => RequestId::Int(n),
+                Err(_) => RequestId::Number(text.into()),
+            }),
+            b'-' | b'0'..=b'9' => None,
             _ => None,
         }
     }
@@ -39,6 +45,7 @@ impl RequestId {
     pub fn to_json_text(&self) -> String {
         match self {
             RequestId::String(s) => serde_json::to_string(s).unwrap_or_default(),
+            RequestId::Int(n) => n.to_string(),
             RequestId::Number(n) => n.to_string(),
         }
     }
@@ -46,7 +53,7 @@ impl RequestId {
 
 impl From<i64> for RequestId {
     fn from(n: i64) -> Self {
-        RequestId::Number(n.to_string().into())
+        RequestId::Int(n)
     }
 }
 
@@ -73,6 +80,7 @@ impl fmt::Debug for RequestId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RequestId::String(s) => write!(f, "{s:?}"),
+            RequestId::Int(n) => write!(f, "{n}"),
             RequestId::Number(n) => f.write_str(n),
         }
     }
@@ -82,6 +90,7 @@ impl fmt::Display for RequestId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RequestId::String(s) => f.write_str(s),
+            RequestId::Int(n) => write!(f, "{n}"),
             RequestId::Number(n) => f.write_str(n),
         }
     }
@@ -91,6 +100,7 @@ impl Serialize for RequestId {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
             RequestId::String(s) => serializer.serialize_str(s),
+            RequestId::Int(n) => serializer.serialize_i64(*n),
             RequestId::Number(n) => match RawValue::from_string(n.to_string()) {
                 Ok(raw) => raw.serialize(serializer),
                 Err(e) => Err(serde::ser::Error::custom(e)),
@@ -381,6 +391,10 @@ pub fn write_notification<T: Serialize + ?Sized>(
 fn write_id(out: &mut Vec<u8>, id: &RequestId) -> serde_json::Result<()> {
     match id {
         RequestId::String(s) => serde_json::to_writer(&mut *out, s),
+        RequestId::Int(n) => {
+            out.extend_from_slice(itoa::Buffer::new().format(*n).as_bytes());
+            Ok(())
+        }
         RequestId::Number(n) => {
             out.extend_from_slice(n.as_bytes());
             Ok(())

@@ -23,7 +23,7 @@ pub type Outbox = mpsc::Sender<Vec<u8>>;
 /// Progress and log calls cost nothing when the client did not ask for them.
 pub struct Context {
     id: RequestId,
-    info: RequestInfo,
+    info: Box<RequestInfo>,
     cancel: Option<CancellationToken>,
     outbox: Option<Outbox>,
     last_progress: Mutex<Option<f64>>,
@@ -33,7 +33,7 @@ pub struct Context {
 impl Context {
     pub(crate) fn new(
         id: RequestId,
-        info: RequestInfo,
+        info: Box<RequestInfo>,
         cancel: Option<CancellationToken>,
         outbox: Option<Outbox>,
         server: Server,

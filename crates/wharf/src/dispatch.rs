@@ -29,14 +29,14 @@ use crate::tool::ToolError;
 pub enum RequestBody {
     Discover,
     ListTools { cursor: Option<String> },
-    CallTool(CallToolParams),
+    CallTool(Box<CallToolParams>),
     ListResources { cursor: Option<String> },
     ListResourceTemplates { cursor: Option<String> },
-    ReadResource(ReadResourceParams),
+    ReadResource(Box<ReadResourceParams>),
     ListPrompts { cursor: Option<String> },
-    GetPrompt(GetPromptParams),
-    Complete(CompleteParams),
-    Listen(ListenParams),
+    GetPrompt(Box<GetPromptParams>),
+    Complete(Box<CompleteParams>),
+    Listen(Box<ListenParams>),
 }
 
 impl RequestBody {
@@ -71,7 +71,8 @@ impl RequestBody {
 #[derive(Debug)]
 pub struct ParsedRequest {
     pub id: RequestId,
-    pub info: RequestInfo,
+    /// Boxed: it is large, and moving it through every future layer costs copies.
+    pub info: Box<RequestInfo>,
     pub body: RequestBody,
 }
 
@@ -144,7 +145,7 @@ impl Server {
         &self,
         method: &str,
         params: Option<&RawValue>,
-    ) -> Result<(RequestInfo, RequestBody), RpcError> {
+    ) -> Result<(Box<RequestInfo>, RequestBody), RpcError> {
         let caps = &self.inner.capabilities;
         let offered = |present: bool| {
             if present {
@@ -166,7 +167,7 @@ impl Server {
             methods::TOOLS_CALL => {
                 offered(caps.tools.is_some())?;
                 let (p, m) = read_params::<CallToolParams>(params)?;
-                (RequestBody::CallTool(p), m)
+                (RequestBody::CallTool(Box::new(p)), m)
             }
             methods::PROMPTS_LIST => {
                 offered(caps.prompts.is_some())?;
@@ -176,7 +177,7 @@ impl Server {
             methods::PROMPTS_GET => {
                 offered(caps.prompts.is_some())?;
                 let (p, m) = read_params::<GetPromptParams>(params)?;
-                (RequestBody::GetPrompt(p), m)
+                (RequestBody::GetPrompt(Box::new(p)), m)
             }
             methods::RESOURCES_LIST => {
                 offered(caps.resources.is_some())?;
@@ -191,20 +192,20 @@ impl Server {
             methods::RESOURCES_READ => {
                 offered(caps.resources.is_some())?;
                 let (p, m) = read_params::<ReadResourceParams>(params)?;
-                (RequestBody::ReadResource(p), m)
+                (RequestBody::ReadResource(Box::new(p)), m)
             }
             methods::COMPLETION_COMPLETE => {
                 offered(caps.completions.is_some())?;
                 let (p, m) = read_params::<CompleteParams>(params)?;
-                (RequestBody::Complete(p), m)
+                (RequestBody::Complete(Box::new(p)), m)
             }
             methods::SUBSCRIPTIONS_LISTEN => {
                 let (p, m) = read_params::<ListenParams>(params)?;
-                (RequestBody::Listen(p), m)
+                (RequestBody::Listen(Box::new(p)), m)
             }
             _ => return Err(RpcError::method_not_found(method)),
         };
-        Ok((RequestInfo::from_meta(meta)?, body))
+        Ok((Box::new(RequestInfo::from_meta(meta)?), body))
     }
 
     /// Runs a request (other than `subscriptions/listen`) and returns the whole JSON-RPC
@@ -306,8 +307,8 @@ impl Server {
                     cache.templates_list,
                 )
             }
-            RequestBody::CallTool(params) => self.call_tool(id, info, params, scope).await,
-            RequestBody::ReadResource(params) => self.read_resource(id, info, params, scope).await,
+            RequestBody::CallTool(params) => self.call_tool(id, info, *params, scope).await,
+            RequestBody::ReadResource(params) => self.read_resource(id, info, *params, scope).await,
             RequestBody::GetPrompt(params) => {
                 let prompt = inner
                     .prompt_index
@@ -377,7 +378,7 @@ impl Server {
     async fn call_tool(
         &self,
         id: RequestId,
-        info: RequestInfo,
+        info: Box<RequestInfo>,
         params: CallToolParams,
         scope: Scope,
     ) -> Result<Vec<u8>, RpcError> {
@@ -410,7 +411,7 @@ impl Server {
     async fn run_tool(
         &self,
         id: RequestId,
-        info: RequestInfo,
+        info: Box<RequestInfo>,
         entry: &crate::server::ToolEntry,
         args: serde_json::Value,
         scope: Scope,
@@ -441,7 +442,7 @@ impl Server {
     async fn read_resource(
         &self,
         id: RequestId,
-        info: RequestInfo,
+        info: Box<RequestInfo>,
         params: ReadResourceParams,
         scope: Scope,
     ) -> Result<Vec<u8>, RpcError> {

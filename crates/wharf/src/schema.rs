@@ -46,6 +46,10 @@ pub fn first_violation(
     validator: &jsonschema::Validator,
     value: &Value,
 ) -> Option<(String, String)> {
+    // `is_valid` stops at the first failure and builds no error: the common case is cheap.
+    if validator.is_valid(value) {
+        return None;
+    }
     validator.iter_errors(value).next().map(|e| {
         let path = e.instance_path().to_string();
         (
