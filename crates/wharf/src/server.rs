@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use wharf_protocol::{
     CacheHints, CacheScope, Implementation, JsonObject, ListCapability, ResourcesCapability,
-    ServerCapabilities,
+    ServerCapabilities, ServerInfo,
 };
 
 use crate::bus::{ChangeEvent, InProcessBus, NotificationBus};
@@ -105,7 +105,7 @@ pub(crate) struct ToolEntry {
 }
 
 pub(crate) struct Inner {
-    pub(crate) info: Arc<Implementation>,
+    pub(crate) info: ServerInfo,
     pub(crate) instructions: Option<String>,
     pub(crate) capabilities: ServerCapabilities,
     pub(crate) tools: Vec<ToolEntry>,
@@ -161,7 +161,7 @@ impl Server {
     }
 
     /// Who this server is.
-    pub fn info(&self) -> &Arc<Implementation> {
+    pub fn info(&self) -> &ServerInfo {
         &self.inner.info
     }
 
@@ -394,7 +394,7 @@ impl ServerBuilder {
         let cursors = CursorCodec::new(self.config.cursor_key.clone(), self.config.cursor_max_age);
         Ok(Server {
             inner: Arc::new(Inner {
-                info: Arc::new(self.info),
+                info: ServerInfo::new(self.info),
                 instructions: self.instructions,
                 capabilities,
                 tools,

@@ -3,6 +3,7 @@ use std::sync::Arc;
 use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
 
 use super::{Implementation, JsonObject};
 use crate::meta;
@@ -46,18 +47,56 @@ impl Default for CacheHints {
     }
 }
 
+/// A server's identity together with its JSON, written once: stamping it on every result
+/// then costs a reference count and a copy of bytes, not a serialization.
+#[derive(Debug, Clone)]
+pub struct ServerInfo {
+    info: Arc<Implementation>,
+    json: Arc<RawValue>,
+}
+
+impl ServerInfo {
+    /// Wraps `info`.
+    pub fn new(info: Implementation) -> Self {
+        // Serializing a struct of strings into memory cannot fail.
+        let json =
+            serde_json::value::to_raw_value(&info).unwrap_or_else(|_| RawValue::NULL.to_owned());
+        let json = Arc::from(json);
+        ServerInfo {
+            info: Arc::new(info),
+            json,
+        }
+    }
+
+    /// The identity.
+    pub fn get(&self) -> &Implementation {
+        &self.info
+    }
+}
+
+impl PartialEq for ServerInfo {
+    fn eq(&self, other: &Self) -> bool {
+        self.info == other.info
+    }
+}
+
+impl std::ops::Deref for ServerInfo {
+    type Target = Implementation;
+    fn deref(&self) -> &Implementation {
+        &self.info
+    }
+}
+
 /// The `_meta` of a result: the server's identity first, then anything else.
-///
-/// The identity is shared (`Arc`) so stamping it on every result costs no copy.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ResultMeta {
-    pub server_info: Option<Arc<Implementation>>,
+    pub server_info: Option<ServerInfo>,
     pub extra: JsonObject,
 }
 
 impl ResultMeta {
     /// Meta holding only the server's identity.
-    pub fn server(info: Arc<Implementation>) -> Self {
+    pub fn server(info: ServerInfo) -> Self {
         ResultMeta {
             server_info: Some(info),
             extra: JsonObject::new(),
@@ -74,7 +113,7 @@ impl Serialize for ResultMeta {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(None)?;
         if let Some(info) = &self.server_info {
-            map.serialize_entry(meta::SERVER_INFO, info.as_ref())?;
+            map.serialize_entry(meta::SERVER_INFO, &*info.json)?;
         }
         for (k, v) in &self.extra {
             if k != meta::SERVER_INFO || self.server_info.is_none() {
@@ -97,7 +136,7 @@ impl<'de> Deserialize<'de> for ResultMeta {
                 let mut out = ResultMeta::default();
                 while let Some(key) = access.next_key::<String>()? {
                     if key == meta::SERVER_INFO {
-                        out.server_info = Some(Arc::new(access.next_value()?));
+                        out.server_info = Some(ServerInfo::new(access.next_value()?));
                     } else {
                         out.extra.insert(key, access.next_value()?);
                     }
