@@ -307,8 +307,8 @@ impl Server {
                     cache.templates_list,
                 )
             }
-            RequestBody::CallTool(params) => self.call_tool(id, info, *params, scope).await,
-            RequestBody::ReadResource(params) => self.read_resource(id, info, *params, scope).await,
+            RequestBody::CallTool(params) => self.call_tool(id, info, params, scope).await,
+            RequestBody::ReadResource(params) => self.read_resource(id, info, params, scope).await,
             RequestBody::GetPrompt(params) => {
                 let prompt = inner
                     .prompt_index
@@ -379,7 +379,7 @@ impl Server {
         &self,
         id: RequestId,
         info: Box<RequestInfo>,
-        params: CallToolParams,
+        params: Box<CallToolParams>,
         scope: Scope,
     ) -> Result<Vec<u8>, RpcError> {
         let inner = &self.inner;
@@ -443,7 +443,7 @@ impl Server {
         &self,
         id: RequestId,
         info: Box<RequestInfo>,
-        params: ReadResourceParams,
+        params: Box<ReadResourceParams>,
         scope: Scope,
     ) -> Result<Vec<u8>, RpcError> {
         let inner = &self.inner;
