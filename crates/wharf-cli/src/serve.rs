@@ -121,11 +121,17 @@ pub fn run(args: ServeArgs) -> ExitCode {
 
 fn build_server(args: &ServeArgs) -> anyhow::Result<Server> {
     let cursor_key = match &args.cursor_key {
-        Some(k) => CursorKey::new(
-            base64::engine::general_purpose::STANDARD
+        Some(k) => {
+            let key = base64::engine::general_purpose::STANDARD
                 .decode(k.trim())
-                .context("--cursor-key must be base64")?,
-        ),
+                .context("--cursor-key must be base64")?;
+            anyhow::ensure!(
+                key.len() >= 32,
+                "--cursor-key must decode to at least 32 bytes (it decodes to {}); generate one with `openssl rand -base64 32`",
+                key.len()
+            );
+            CursorKey::new(key)
+        }
         None => CursorKey::random(),
     };
     let config = ServerConfig {
@@ -146,11 +152,13 @@ fn build_server(args: &ServeArgs) -> anyhow::Result<Server> {
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let server = build_server(&args).context("invalid server definition")?;
     if args.stdio {
-        wharf_stdio::serve(server, tokio::io::stdin(), tokio::io::stdout()).await?;
+        let drain = Duration::from_secs(args.drain_secs);
+        wharf_stdio::serve_with_drain(server, tokio::io::stdin(), tokio::io::stdout(), drain)
+            .await?;
         return Ok(());
     }
     let hosts = if args.allowed_hosts.iter().any(|h| h == "*") {
-        HostPolicy::Any
+        HostPolicy::any_host(args.allowed_origins.iter().cloned())
     } else {
         let mut p = HostPolicy::localhost();
         for h in &args.allowed_hosts {

@@ -515,3 +515,121 @@ async fn params_errors() {
     .await;
     assert_eq!(r.result().unwrap()["isError"], true);
 }
+
+#[tokio::test]
+async fn refusals_keep_their_status_when_a_stream_was_asked_for() {
+    let server = ServerProcess::start(&["--profile", "conformance"]);
+    let client = server.client();
+    // A progress token asks for SSE, but a refused request must still be a 400 JSON error.
+    let r = common::request(
+        &client,
+        "tools/call",
+        json!({ "name": "test_missing_capability", "arguments": {}, "_meta": { "progressToken": "p" } }),
+    )
+    .await;
+    assert_error(&r, 400, -32021, r.response().unwrap().get("id").cloned());
+    let mut m = meta();
+    m["io.modelcontextprotocol/protocolVersion"] = json!("2025-01-01");
+    m["progressToken"] = json!(1);
+    let body = json!({ "jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": { "_meta": m, "name": "test_simple_text" } });
+    let r = post_std(
+        &server,
+        "tools/call",
+        body,
+        &[
+            ("mcp-protocol-version", "2025-01-01"),
+            ("mcp-name", "test_simple_text"),
+        ],
+    )
+    .await;
+    assert_error(&r, 400, -32022, Some(json!(9)));
+}
+
+#[tokio::test]
+async fn malformed_meta_and_params_shapes() {
+    let server = ServerProcess::start(&[]);
+    // A required _meta field of the wrong type: 400 -32602 naming it.
+    let mut m = meta();
+    m["io.modelcontextprotocol/protocolVersion"] = json!(20260728);
+    let r = post_std(
+        &server,
+        "server/discover",
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": { "_meta": m } }),
+        &[],
+    )
+    .await;
+    assert_error(&r, 400, -32602, Some(json!(1)));
+    assert!(
+        r.error().unwrap()["message"]
+            .as_str()
+            .unwrap()
+            .contains("protocolVersion"),
+        "{}",
+        r.body
+    );
+    let mut m = meta();
+    m["io.modelcontextprotocol/clientCapabilities"] = json!([]);
+    let r = post_std(
+        &server,
+        "server/discover",
+        json!({ "jsonrpc": "2.0", "id": 2, "method": "server/discover", "params": { "_meta": m } }),
+        &[],
+    )
+    .await;
+    assert_error(&r, 400, -32602, Some(json!(2)));
+    // Positional (array) params: -32600.
+    let r = post_std(&server, "server/discover", json!({ "jsonrpc": "2.0", "id": 3, "method": "server/discover", "params": [ { "_meta": meta() } ] }), &[]).await;
+    assert_error(&r, 400, -32600, Some(json!(3)));
+    assert_still_healthy(&server).await;
+}
+
+#[tokio::test]
+async fn any_host_still_checks_origin() {
+    let server = ServerProcess::start(&[
+        "--allowed-host",
+        "*",
+        "--allowed-origin",
+        "https://app.example.com",
+    ]);
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": { "_meta": meta() } });
+    let ok = post_std(
+        &server,
+        "server/discover",
+        body.clone(),
+        &[("host", "mcp.example.net")],
+    )
+    .await;
+    assert_eq!(ok.status, 200, "any Host is served: {}", ok.body);
+    let ok = post_std(
+        &server,
+        "server/discover",
+        body.clone(),
+        &[("origin", "https://app.example.com")],
+    )
+    .await;
+    assert_eq!(ok.status, 200);
+    let refused = post_std(
+        &server,
+        "server/discover",
+        body,
+        &[("origin", "http://evil.example.com")],
+    )
+    .await;
+    assert_error(&refused, 403, -32600, None);
+}
+
+#[tokio::test]
+async fn short_cursor_keys_are_refused_at_startup() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--cursor-key",
+            "c2hvcnQ=",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 32 bytes"));
+}

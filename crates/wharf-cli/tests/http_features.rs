@@ -366,3 +366,32 @@ async fn health_endpoints() {
         200
     );
 }
+
+#[tokio::test]
+async fn listen_echoes_ids_beyond_64_bits_exactly() {
+    let server = ServerProcess::start(&["--profile", "conformance"]);
+    let body = r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"subscriptions/listen","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}},"notifications":{"toolsListChanged":true}}}"#;
+    let client = reqwest::Client::new();
+    let mut res = client
+        .post(server.url())
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "subscriptions/listen")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let mut text = String::new();
+    while !text.contains("\n\n") {
+        let chunk = tokio::time::timeout(Duration::from_secs(5), res.chunk())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(
+        text.contains(r#""io.modelcontextprotocol/subscriptionId":123456789012345678901234567890"#),
+        "{text}"
+    );
+}

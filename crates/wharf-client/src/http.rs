@@ -174,11 +174,16 @@ impl HttpClient {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|c| c.starts_with("text/event-stream"));
         let messages = if sse {
+            // Every event must be one JSON-RPC message: anything else is the server's fault.
             SseParser::default()
                 .feed(body.as_bytes())
                 .iter()
-                .filter_map(|d| serde_json::from_str(d).ok())
-                .collect()
+                .map(|d| {
+                    serde_json::from_str(d).map_err(|e| {
+                        ClientError::Protocol(format!("SSE event is not JSON ({e}): {d}"))
+                    })
+                })
+                .collect::<Result<Vec<Value>, _>>()?
         } else if body.trim().is_empty() {
             Vec::new()
         } else {

@@ -5,11 +5,14 @@ use std::time::Duration;
 
 use crate::health::ReadinessCheck;
 
+const LOCALHOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
+
 /// Which `Host` and `Origin` values are accepted (DNS-rebinding protection).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HostPolicy {
-    /// Accept any host (behind a proxy that already checks it).
-    Any,
+    /// Accept any `Host` (behind a proxy that already checks it). `Origin` is still checked:
+    /// localhost origins and these ones only.
+    AnyHost { origins: Vec<String> },
     /// Accept only these host names (no port); `Origin` must name one of them too, or be one
     /// of the listed origins exactly.
     Only {
@@ -27,6 +30,16 @@ impl HostPolicy {
         }
     }
 
+    /// Any `Host`; browser origins limited to localhost and `origins`.
+    pub fn any_host(origins: impl IntoIterator<Item = String>) -> Self {
+        HostPolicy::AnyHost {
+            origins: origins
+                .into_iter()
+                .map(|o| o.to_ascii_lowercase())
+                .collect(),
+        }
+    }
+
     /// Adds an allowed host name.
     pub fn allow_host(mut self, host: impl Into<String>) -> Self {
         if let HostPolicy::Only { hosts, .. } = &mut self {
@@ -38,18 +51,21 @@ impl HostPolicy {
     /// Adds an allowed origin (`scheme://host[:port]`). Its host is allowed as `Host` too.
     pub fn allow_origin(mut self, origin: impl Into<String>) -> Self {
         let origin = origin.into().to_ascii_lowercase();
-        if let HostPolicy::Only { hosts, origins } = &mut self {
-            if let Some(host) = origin_host(&origin) {
-                hosts.push(host.to_owned());
+        match &mut self {
+            HostPolicy::Only { hosts, origins } => {
+                if let Some(host) = origin_host(&origin) {
+                    hosts.push(host.to_owned());
+                }
+                origins.push(origin);
             }
-            origins.push(origin);
+            HostPolicy::AnyHost { origins } => origins.push(origin),
         }
         self
     }
 
     pub(crate) fn host_allowed(&self, host: &str) -> bool {
         match self {
-            HostPolicy::Any => true,
+            HostPolicy::AnyHost { .. } => true,
             HostPolicy::Only { hosts, .. } => {
                 let name = strip_port(host);
                 hosts.iter().any(|h| h.eq_ignore_ascii_case(name))
@@ -59,7 +75,11 @@ impl HostPolicy {
 
     pub(crate) fn origin_allowed(&self, origin: &str) -> bool {
         match self {
-            HostPolicy::Any => true,
+            HostPolicy::AnyHost { origins } => {
+                origins.iter().any(|o| o.eq_ignore_ascii_case(origin))
+                    || origin_host(origin)
+                        .is_some_and(|h| LOCALHOSTS.iter().any(|l| l.eq_ignore_ascii_case(h)))
+            }
             HostPolicy::Only { origins, .. } => {
                 origins.iter().any(|o| o.eq_ignore_ascii_case(origin))
                     || origin_host(origin).is_some_and(|h| self.host_allowed(h))
@@ -155,5 +175,13 @@ mod tests {
         let p = p.allow_origin("https://app.example.com");
         assert!(p.origin_allowed("https://app.example.com"));
         assert!(p.host_allowed("app.example.com"));
+        let any = HostPolicy::any_host(["https://app.example.com".to_owned()]);
+        assert!(any.host_allowed("anything.example.net"));
+        assert!(any.origin_allowed("https://app.example.com"));
+        assert!(any.origin_allowed("http://localhost:3000"));
+        assert!(
+            !any.origin_allowed("http://evil.example.com"),
+            "any host never means any origin"
+        );
     }
 }

@@ -38,12 +38,22 @@ pub(crate) async fn handle_post(State(state): State<Arc<AppState>>, request: Req
     let limit = state.config.max_body_bytes;
     let bytes = match axum::body::to_bytes(body, limit).await {
         Ok(b) => b,
-        Err(_) => {
-            let e = RpcError::new(
-                ErrorKind::InvalidRequest,
-                format!("The body exceeds the limit of {limit} bytes"),
-            );
-            return error_with_status(StatusCode::PAYLOAD_TOO_LARGE, None, &e);
+        Err(e) => {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            return if too_large {
+                let e = RpcError::new(
+                    ErrorKind::InvalidRequest,
+                    format!("The body exceeds the limit of {limit} bytes"),
+                );
+                error_with_status(StatusCode::PAYLOAD_TOO_LARGE, None, &e)
+            } else {
+                let e = RpcError::new(
+                    ErrorKind::InvalidRequest,
+                    "The request body could not be read",
+                );
+                error_with_status(StatusCode::BAD_REQUEST, None, &e)
+            };
         }
     };
     serve(&state, &headers, &bytes).await
@@ -87,6 +97,10 @@ async fn serve(state: &Arc<AppState>, headers: &HeaderMap, bytes: &Bytes) -> Res
         return listen(state, req);
     }
     if req.info.wants_stream() {
+        // Refusals must keep their status: check before committing to a 200 stream.
+        if let Err(e) = server.admit(&req) {
+            return error_response(Some(&req.id), &e);
+        }
         return stream(state, req);
     }
     let id = req.id.clone();

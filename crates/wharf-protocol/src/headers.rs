@@ -114,18 +114,19 @@ pub fn param_matches(kind: HeaderParamType, header: &str, body: &serde_json::Val
             header == if *b { "true" } else { "false" }
         }
         (HeaderParamType::Integer, serde_json::Value::Number(n)) => {
-            let Some(want) = n
-                .as_i64()
-                .or_else(|| n.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
-            else {
+            // Only integers in the interoperable range compare; `42.0` in the header is 42.
+            let Some(want) = n.as_i64().filter(|i| i.abs() <= MAX_SAFE_INTEGER) else {
                 return false;
             };
-            match header.trim().parse::<i64>() {
+            let header = header.trim();
+            match header.parse::<i64>() {
                 Ok(got) => got == want,
-                Err(_) => header
-                    .trim()
-                    .parse::<f64>()
-                    .is_ok_and(|f| f.is_finite() && f.fract() == 0.0 && f == want as f64),
+                Err(_) => header.parse::<f64>().is_ok_and(|f| {
+                    f.is_finite()
+                        && f.fract() == 0.0
+                        && f.abs() <= MAX_SAFE_INTEGER as f64
+                        && f as i64 == want
+                }),
             }
         }
         _ => false,

@@ -290,7 +290,7 @@ impl<'a> Envelope<'a> {
             return Err(fail_with_id("the message has no \"method\""));
         }
         if let Some(p) = raw.params {
-            if !matches!(p.get().as_bytes().first(), Some(b'{') | Some(b'[')) {
+            if p.get().as_bytes().first() != Some(&b'{') {
                 return Err(fail_with_id("\"params\" must be an object"));
             }
         }

@@ -34,12 +34,14 @@ pub struct RequestMeta {
     #[serde(
         rename = "io.modelcontextprotocol/clientCapabilities",
         default,
+        deserialize_with = "object_only",
         skip_serializing_if = "Option::is_none"
     )]
     pub client_capabilities: Option<ClientCapabilities>,
     #[serde(
         rename = "io.modelcontextprotocol/clientInfo",
         default,
+        deserialize_with = "object_only",
         skip_serializing_if = "Option::is_none"
     )]
     pub client_info: Option<Implementation>,
@@ -61,4 +63,26 @@ pub struct RequestMeta {
     pub tracestate: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baggage: Option<String>,
+}
+
+/// Reads a struct only from a JSON object: serde would also take the positional (array) form,
+/// which is not a valid `_meta` value. Costs nothing over the derived reader.
+fn object_only<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct ObjectOnly<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for ObjectOnly<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+        }
+    }
+    deserializer
+        .deserialize_map(ObjectOnly(std::marker::PhantomData))
+        .map(Some)
 }

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -21,9 +22,27 @@ pub const MAX_JSON_DEPTH: usize = 64;
 
 type InFlight = Arc<Mutex<HashMap<RequestId, CancellationToken>>>;
 
-/// Serves `server` until `input` ends, then lets in-flight requests finish, ends open
-/// subscriptions gracefully, and returns.
+/// How long in-flight requests may run after input ends, by default.
+pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
+
+/// Serves `server` until `input` ends, then lets in-flight requests finish (at most
+/// [`DEFAULT_DRAIN`]), ends open subscriptions gracefully, and returns.
 pub async fn serve<R, W>(server: Server, input: R, output: W) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    serve_with_drain(server, input, output, DEFAULT_DRAIN).await
+}
+
+/// [`serve`] with the time in-flight requests get once input has ended; those still running
+/// after `drain` are cancelled and get no response.
+pub async fn serve_with_drain<R, W>(
+    server: Server,
+    input: R,
+    output: W,
+    drain: Duration,
+) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -61,7 +80,16 @@ where
     }
     // Input closed: finish what was asked, end subscriptions, flush.
     server.shutdown();
-    while tasks.join_next().await.is_some() {}
+    let finished =
+        tokio::time::timeout(drain, async { while tasks.join_next().await.is_some() {} }).await;
+    if finished.is_err() {
+        tracing::warn!(
+            seconds = drain.as_secs(),
+            "drain deadline passed; cancelling the requests still running"
+        );
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
+    }
     drop(tx);
     writer
         .await
@@ -121,8 +149,18 @@ async fn handle_line(
     };
     let id = req.id.clone();
     let cancel = CancellationToken::new();
-    if lock(in_flight).insert(id.clone(), cancel.clone()).is_some() {
-        tracing::warn!(%id, "a request id was reused while the first request is still running");
+    // Cancellation and responses are matched by id: a second live request with the same id
+    // would make both ambiguous.
+    let registered = {
+        let mut map = lock(in_flight);
+        !map.contains_key(&id) && map.insert(id.clone(), cancel.clone()).is_none()
+    };
+    if !registered {
+        let e = RpcError::new(
+            ErrorKind::InvalidRequest,
+            format!("Request id {id} is already in use by a running request"),
+        );
+        return send_error(tx, Some(&id), &e).await;
     }
     let (server, tx, in_flight) = (server.clone(), tx.clone(), in_flight.clone());
     tasks.spawn(async move {

@@ -105,7 +105,8 @@ impl Context {
         let params = ProgressParams {
             progress_token: token.clone(),
             progress,
-            total,
+            // JSON has no infinity: a non-finite total is left out rather than sent as null.
+            total: total.filter(|t| t.is_finite()),
             message: message.map(str::to_owned),
             meta: None,
         };

@@ -117,10 +117,33 @@ fn read_params<T: DeserializeOwned + HasMeta>(
     params: Option<&RawValue>,
 ) -> Result<(T, Option<RequestMeta>), RpcError> {
     let text = params.map_or("{}", RawValue::get);
-    let mut value: T = serde_json::from_str(text)
-        .map_err(|e| RpcError::invalid_params(format!("Invalid params: {e}")))?;
+    let mut value: T = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(e) => return Err(params_error::<T>(text, e)),
+    };
     let meta = value.take_meta();
     Ok((value, meta))
+}
+
+/// Names what is wrong with params that did not parse. Only the failure path pays for
+/// tracking where the error is: a malformed `_meta` is refused before dispatch (HTTP 400),
+/// anything else is an invalid param of the method.
+fn params_error<T: DeserializeOwned>(text: &str, e: serde_json::Error) -> RpcError {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let path = match serde_path_to_error::deserialize::<_, T>(&mut de) {
+        Err(err) => err.path().to_string(),
+        Ok(_) => String::new(),
+    };
+    if path == "_meta" || path.starts_with("_meta.") {
+        RpcError::new(
+            ErrorKind::MalformedMeta,
+            format!("Invalid params: malformed {path}: {e}"),
+        )
+    } else if path.is_empty() || path == "." {
+        RpcError::invalid_params(format!("Invalid params: {e}"))
+    } else {
+        RpcError::invalid_params(format!("Invalid params: {path}: {e}"))
+    }
 }
 
 impl Server {
@@ -234,6 +257,30 @@ impl Server {
             }
             None => self.run(req, scope).instrument(span).await,
         }
+    }
+
+    /// The checks a request must pass before anything is sent for it: the version, and for a
+    /// tool call the client capabilities the tool needs. A transport that streams its answer
+    /// calls this first, so these refusals keep their HTTP status; [`Server::execute`] makes
+    /// the same checks itself.
+    pub fn admit(&self, req: &ParsedRequest) -> Result<(), RpcError> {
+        req.info.check_version()?;
+        if let RequestBody::CallTool(params) = &req.body {
+            let entry = self
+                .inner
+                .tool_index
+                .get(&params.name)
+                .map(|&i| &self.inner.tools[i]);
+            if let Some(required) = entry.and_then(|e| e.def.requires.as_ref()) {
+                if !capabilities_cover(&req.info.client_capabilities, required) {
+                    return Err(RpcError::missing_capability(
+                        required,
+                        &format!("tool {:?}", params.name),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn run(&self, req: ParsedRequest, scope: Scope) -> Result<Vec<u8>, RpcError> {
@@ -354,7 +401,12 @@ impl Server {
                         );
                         let mut c =
                             h(cx, params.argument, params.context.unwrap_or_default()).await?;
-                        c.values.truncate(100);
+                        if c.values.len() > 100 {
+                            // The schema caps values at 100: say that there were more.
+                            c.total.get_or_insert(c.values.len() as u64);
+                            c.has_more = Some(true);
+                            c.values.truncate(100);
+                        }
                         c
                     }
                     None => Completion::default(),
@@ -505,7 +557,9 @@ impl Server {
                 "Invalid cursor: it points past the end of the list",
             ));
         }
-        let end = (start + self.inner.config.page_size).min(items.len());
+        let end = start
+            .saturating_add(self.inner.config.page_size)
+            .min(items.len());
         let next_cursor = (end < items.len()).then(|| codec.encode(kind, end, fingerprint));
         respond(
             id,

@@ -1,13 +1,9 @@
 //! `subscriptions/listen`: one stream of change notifications per request.
 
 use serde::Serialize;
-use serde_json::Value;
 use tokio::sync::broadcast::{self, error::RecvError};
 use wharf_protocol::jsonrpc::{write_notification, write_result};
-use wharf_protocol::{
-    JsonObject, RequestId, ResultMeta, ResultType, SubscriptionFilter,
-    SubscriptionsAcknowledgedParams, SubscriptionsListenResult, meta, methods,
-};
+use wharf_protocol::{RequestId, ResultType, SubscriptionFilter, methods};
 
 use crate::bus::ChangeEvent;
 use crate::dispatch::{ParsedRequest, RequestBody};
@@ -112,9 +108,11 @@ impl Listener {
         all
     }
 
-    fn sub_meta(&self) -> JsonObject {
-        let id = serde_json::to_value(&self.id).unwrap_or(Value::Null);
-        JsonObject::from_iter([(meta::SUBSCRIPTION_ID.to_owned(), id)])
+    fn sub_meta(&self) -> SubscriptionMeta<'_> {
+        SubscriptionMeta {
+            id: &self.id,
+            server_info: None,
+        }
     }
 
     fn notification<P: Serialize>(&self, method: &str, params: &P) -> Vec<u8> {
@@ -130,7 +128,7 @@ impl Listener {
             #[serde(skip_serializing_if = "Option::is_none")]
             uri: Option<&'a str>,
             #[serde(rename = "_meta")]
-            meta: JsonObject,
+            meta: SubscriptionMeta<'a>,
         }
         let (method, uri) = match event {
             ChangeEvent::ToolsListChanged => (methods::NOTIFICATION_TOOLS_LIST_CHANGED, None),
@@ -153,13 +151,22 @@ impl Listener {
 
     /// The final response that ends the subscription gracefully.
     pub fn final_response(&self) -> Vec<u8> {
-        let mut meta = ResultMeta::server(self.server.info().clone());
-        meta.extra = self.sub_meta();
+        #[derive(Serialize)]
+        struct Final<'a> {
+            #[serde(rename = "resultType")]
+            result_type: ResultType,
+            #[serde(rename = "_meta")]
+            meta: SubscriptionMeta<'a>,
+        }
+        let meta = SubscriptionMeta {
+            id: &self.id,
+            server_info: Some(self.server.info()),
+        };
         let mut buf = Vec::with_capacity(160);
         let _ = write_result(
             &mut buf,
             &self.id,
-            &SubscriptionsListenResult {
+            &Final {
                 result_type: ResultType::Complete,
                 meta,
             },
@@ -174,9 +181,15 @@ impl Listener {
         }
         if !self.acknowledged {
             self.acknowledged = true;
-            let params = SubscriptionsAcknowledgedParams {
-                notifications: self.filter.clone(),
-                meta: Some(self.sub_meta()),
+            #[derive(Serialize)]
+            struct Ack<'a> {
+                notifications: &'a SubscriptionFilter,
+                #[serde(rename = "_meta")]
+                meta: SubscriptionMeta<'a>,
+            }
+            let params = Ack {
+                notifications: &self.filter,
+                meta: self.sub_meta(),
             };
             return Some(
                 self.notification(methods::NOTIFICATION_SUBSCRIPTIONS_ACKNOWLEDGED, &params),
@@ -211,4 +224,17 @@ impl Listener {
             }
         }
     }
+}
+
+/// `_meta` of a subscription message: the listen request's id, written exactly as the
+/// client sent it (a `serde_json::Value` would turn ids beyond 64 bits into floats).
+#[derive(Serialize)]
+struct SubscriptionMeta<'a> {
+    #[serde(
+        rename = "io.modelcontextprotocol/serverInfo",
+        skip_serializing_if = "Option::is_none"
+    )]
+    server_info: Option<&'a wharf_protocol::ServerInfo>,
+    #[serde(rename = "io.modelcontextprotocol/subscriptionId")]
+    id: &'a RequestId,
 }

@@ -119,7 +119,21 @@ fn walk(
                 "x-mcp-header {name:?} is not a valid HTTP header name token"
             ));
         }
-        let kind = match schema.get("type").and_then(Value::as_str) {
+        // One primitive type, optionally with "null" (an `Option<T>` field): a null value
+        // simply means no header.
+        let declared = match schema.get("type") {
+            Some(Value::String(t)) => Some(t.as_str()),
+            Some(Value::Array(types)) => {
+                let non_null: Vec<&str> = types
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .filter(|t| *t != "null")
+                    .collect();
+                (non_null.len() == 1 && types.len() <= 2).then(|| non_null[0])
+            }
+            _ => None,
+        };
+        let kind = match declared {
             Some("string") => HeaderParamType::String,
             Some("integer") => HeaderParamType::Integer,
             Some("boolean") => HeaderParamType::Boolean,
@@ -185,6 +199,18 @@ mod tests {
         assert_eq!(n.path, vec!["opts".to_string(), "n".to_string()]);
         assert_eq!(n.kind, HeaderParamType::Integer);
         assert!(p.iter().any(|p| p.header == "mcp-param-region"));
+    }
+
+    #[test]
+    fn accepts_optional_primitives() {
+        let s = obj(
+            json!({"type":"object","properties":{"r":{"type":["string","null"],"x-mcp-header":"R"}}}),
+        );
+        assert_eq!(header_params(&s).unwrap()[0].kind, HeaderParamType::String);
+        let s = obj(
+            json!({"type":"object","properties":{"r":{"type":["string","integer"],"x-mcp-header":"R"}}}),
+        );
+        assert!(header_params(&s).is_err());
     }
 
     #[test]

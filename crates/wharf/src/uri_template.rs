@@ -104,8 +104,9 @@ impl UriTemplate {
         out
     }
 
-    /// Matches `uri`, returning the decoded variables. A variable matches one or more
-    /// characters other than `/`, `?` and `#`.
+    /// Matches `uri`, returning the percent-decoded variables. A variable matches one or more
+    /// characters other than `/`, `?` and `#` *before* decoding, so a decoded value may hold
+    /// any character (`%2F` gives `/`): handlers must treat variables as untrusted input.
     pub fn match_uri(&self, uri: &str) -> Option<Vars> {
         let mut vars = Vars::new();
         let mut rest = uri;
@@ -138,6 +139,9 @@ fn percent_decode(s: &str) -> Option<String> {
     while i < bytes.len() {
         if bytes[i] == b'%' {
             let hex = s.get(i + 1..i + 3)?;
+            if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return None;
+            }
             out.push(u8::from_str_radix(hex, 16).ok()?);
             i += 3;
         } else {

@@ -107,7 +107,13 @@ pub fn assert_valid(def: &str, message: &Value) {
             .or_insert_with(|| {
                 let mut schema = schema_root().clone();
                 schema["$ref"] = Value::String(format!("#/$defs/{def}"));
-                std::sync::Arc::new(jsonschema::draft202012::new(&schema).expect("compile schema"))
+                std::sync::Arc::new(
+                    // Formats (uri, byte…) are asserted too, as the conformance suite does.
+                    jsonschema::draft202012::options()
+                        .should_validate_formats(true)
+                        .build(&schema)
+                        .expect("compile schema"),
+                )
             })
             .clone()
     };

@@ -74,6 +74,12 @@ impl ServerInfo {
     }
 }
 
+impl Serialize for ServerInfo {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.json.serialize(serializer)
+    }
+}
+
 impl PartialEq for ServerInfo {
     fn eq(&self, other: &Self) -> bool {
         self.info == other.info
@@ -113,7 +119,7 @@ impl Serialize for ResultMeta {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut map = serializer.serialize_map(None)?;
         if let Some(info) = &self.server_info {
-            map.serialize_entry(meta::SERVER_INFO, &*info.json)?;
+            map.serialize_entry(meta::SERVER_INFO, info)?;
         }
         for (k, v) in &self.extra {
             if k != meta::SERVER_INFO || self.server_info.is_none() {
