@@ -63,15 +63,7 @@ async fn serve(state: &Arc<AppState>, headers: &HeaderMap, bytes: &Bytes) -> Res
     let envelope = match Envelope::parse(bytes, state.config.max_json_depth) {
         Ok(env) => env,
         Err(failure) => {
-            let kind = if failure.error.code() == wharf_protocol::codes::PARSE_ERROR {
-                ErrorKind::Parse
-            } else {
-                ErrorKind::InvalidRequest
-            };
-            return error_response(
-                failure.id.as_ref(),
-                &RpcError::new(kind, failure.error.to_string()),
-            );
+            return error_response(failure.id.as_ref(), &RpcError::from(&failure.error));
         }
     };
     let Some(method) = envelope.method.as_deref() else {
@@ -137,28 +129,9 @@ fn stream(state: &Arc<AppState>, req: ParsedRequest) -> Response {
     let guard = cancel.clone().drop_guard();
     let server = state.server.clone();
     tokio::spawn(async move {
-        let id = req.id.clone();
-        let outcome = server
-            .execute(
-                req,
-                Scope {
-                    cancel: Some(cancel.clone()),
-                    outbox: Some(tx.clone()),
-                },
-            )
-            .await;
-        if cancel.is_cancelled() {
-            return;
+        if let Some(last) = server.execute_streamed(req, cancel, tx.clone()).await {
+            let _ = tx.send(last).await;
         }
-        let message = match outcome {
-            Ok(body) => body,
-            Err(e) => {
-                let mut buf = Vec::with_capacity(128);
-                let _ = wharf_protocol::jsonrpc::write_error(&mut buf, Some(&id), &e.to_object());
-                buf
-            }
-        };
-        let _ = tx.send(message).await;
     });
     let events = ReceiverStream::new(rx).map(move |m| {
         let _keep = &guard;

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 use tokio_util::sync::CancellationToken;
-use wharf::{ErrorKind, RpcError, Scope, Server};
+use wharf::{ErrorKind, RpcError, Server};
 use wharf_protocol::jsonrpc::write_error;
 use wharf_protocol::{CancelledParams, Envelope, RequestId, methods};
 
@@ -112,17 +112,7 @@ async fn handle_line(
     let envelope = match Envelope::parse(line.as_bytes(), MAX_JSON_DEPTH) {
         Ok(env) => env,
         Err(failure) => {
-            let kind = if failure.error.code() == wharf_protocol::codes::PARSE_ERROR {
-                ErrorKind::Parse
-            } else {
-                ErrorKind::InvalidRequest
-            };
-            return send_error(
-                tx,
-                failure.id.as_ref(),
-                &RpcError::new(kind, failure.error.to_string()),
-            )
-            .await;
+            return send_error(tx, failure.id.as_ref(), &RpcError::from(&failure.error)).await;
         }
     };
     let Some(method) = envelope.method.as_deref() else {
@@ -178,23 +168,9 @@ async fn handle_line(
                 Err(e) => send_error(&tx, Some(&id), &e).await,
             }
         } else {
-            let outcome = server
-                .execute(
-                    req,
-                    Scope {
-                        cancel: Some(cancel.clone()),
-                        outbox: Some(tx.clone()),
-                    },
-                )
-                .await;
             // A cancelled request gets no response.
-            if !cancel.is_cancelled() {
-                match outcome {
-                    Ok(m) => {
-                        let _ = tx.send(m).await;
-                    }
-                    Err(e) => send_error(&tx, Some(&id), &e).await,
-                }
+            if let Some(last) = server.execute_streamed(req, cancel, tx.clone()).await {
+                let _ = tx.send(last).await;
             }
         }
         lock(&in_flight).remove(&id);

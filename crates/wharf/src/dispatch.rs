@@ -259,6 +259,35 @@ impl Server {
         }
     }
 
+    /// Runs a request whose answer is a stream: notifications go to `outbox` while it runs,
+    /// then the final response (result or error) is returned, unless `cancel` fired, in
+    /// which case nothing more may be sent and `None` is returned.
+    pub async fn execute_streamed(
+        &self,
+        req: ParsedRequest,
+        cancel: CancellationToken,
+        outbox: Outbox,
+    ) -> Option<Vec<u8>> {
+        let id = req.id.clone();
+        let outcome = self
+            .execute(
+                req,
+                Scope {
+                    cancel: Some(cancel.clone()),
+                    outbox: Some(outbox),
+                },
+            )
+            .await;
+        if cancel.is_cancelled() {
+            return None;
+        }
+        Some(outcome.unwrap_or_else(|e| {
+            let mut buf = Vec::with_capacity(128);
+            let _ = wharf_protocol::jsonrpc::write_error(&mut buf, Some(&id), &e.to_object());
+            buf
+        }))
+    }
+
     /// The checks a request must pass before anything is sent for it: the version, and for a
     /// tool call the client capabilities the tool needs. A transport that streams its answer
     /// calls this first, so these refusals keep their HTTP status; [`Server::execute`] makes

@@ -136,3 +136,14 @@ impl RpcError {
         }
     }
 }
+
+impl From<&wharf_protocol::EnvelopeError> for RpcError {
+    fn from(e: &wharf_protocol::EnvelopeError) -> Self {
+        let kind = if e.code() == codes::PARSE_ERROR {
+            ErrorKind::Parse
+        } else {
+            ErrorKind::InvalidRequest
+        };
+        RpcError::new(kind, e.to_string())
+    }
+}
