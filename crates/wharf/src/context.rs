@@ -1,6 +1,6 @@
 //! What a handler knows about the request it serves, and how it talks back while it runs.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -12,8 +12,13 @@ use wharf_protocol::{
 };
 
 use crate::bus::ChangeEvent;
+use crate::dispatch::Scope;
 use crate::meta::RequestInfo;
+use crate::principal::Principal;
 use crate::server::Server;
+use crate::state::handle::{HandleKind, HandleRecord};
+use crate::state::{Handle, Store, StoreError, Transaction, TxMode, now_millis};
+use crate::tool::ToolError;
 
 /// Serialized JSON-RPC messages for the response stream of one request, in order.
 pub type Outbox = mpsc::Sender<Vec<u8>>;
@@ -24,28 +29,102 @@ pub type Outbox = mpsc::Sender<Vec<u8>>;
 pub struct Context {
     id: RequestId,
     info: Box<RequestInfo>,
+    principal: Principal,
     cancel: Option<CancellationToken>,
     outbox: Option<Outbox>,
     last_progress: Mutex<Option<f64>>,
+    tx: Arc<TxSlot>,
     server: Server,
 }
 
+/// The write transaction of one call, shared between the handler (through
+/// [`Context::tx`]) and the core, which commits it after the handler succeeds.
+#[derive(Default)]
+pub(crate) struct TxSlot(tokio::sync::Mutex<Option<Box<dyn Transaction>>>);
+
+impl TxSlot {
+    /// A slot already holding `tx` (an idempotent call's claim).
+    pub(crate) fn holding(tx: Box<dyn Transaction>) -> Self {
+        TxSlot(tokio::sync::Mutex::new(Some(tx)))
+    }
+
+    /// The transaction, if the handler opened one (or the core gave it one).
+    pub(crate) async fn take(&self) -> Option<Box<dyn Transaction>> {
+        self.0.lock().await.take()
+    }
+}
+
+/// A borrowed write transaction; see [`Context::tx`].
+pub type TxGuard<'a> = tokio::sync::MappedMutexGuard<'a, dyn Transaction>;
+
 impl Context {
-    pub(crate) fn new(
+    pub(crate) fn new(id: RequestId, info: Box<RequestInfo>, scope: Scope, server: Server) -> Self {
+        Self::with_tx(id, info, scope, server, Arc::default())
+    }
+
+    pub(crate) fn with_tx(
         id: RequestId,
         info: Box<RequestInfo>,
-        cancel: Option<CancellationToken>,
-        outbox: Option<Outbox>,
+        scope: Scope,
         server: Server,
+        tx: Arc<TxSlot>,
     ) -> Self {
         Context {
             id,
             info,
-            cancel,
-            outbox,
+            principal: scope.principal,
+            cancel: scope.cancel,
+            outbox: scope.outbox,
             last_progress: Mutex::new(None),
+            tx,
             server,
         }
+    }
+
+    /// Who the request acts for.
+    pub fn principal(&self) -> &Principal {
+        &self.principal
+    }
+
+    /// The server's store, for reads outside the call's transaction.
+    pub fn store(&self) -> Result<&Arc<dyn Store>, ToolError> {
+        self.server
+            .store()
+            .ok_or_else(|| ToolError::internal("this server has no store configured"))
+    }
+
+    /// The call's write transaction, opened on first use. The core commits it when the
+    /// handler returns a successful result, together with the idempotency record of an
+    /// idempotent tool, and rolls it back otherwise (an error, an `isError` result, a
+    /// cancelled call): a failed call changes nothing.
+    pub async fn tx(&self) -> Result<TxGuard<'_>, ToolError> {
+        let mut slot = self.tx.0.lock().await;
+        if slot.is_none() {
+            let tx = self.store()?.begin(TxMode::Write).await.map_err(store_error)?;
+            *slot = Some(tx);
+        }
+        tokio::sync::MutexGuard::try_map(slot, Option::as_deref_mut)
+            .map_err(|_| ToolError::internal("the call's transaction is gone"))
+    }
+
+    /// Mints a handle of kind `K` owned by the caller, in the call's transaction.
+    pub async fn mint_handle<K: HandleKind>(&self) -> Result<Handle<K>, ToolError> {
+        let record = HandleRecord::mint::<K>(&self.principal, now_millis());
+        self.tx()
+            .await?
+            .create_handle(&record)
+            .await
+            .map_err(store_error)?;
+        Ok(Handle::new(record.id))
+    }
+
+    /// Retires a handle (and the data filed under it) in the call's transaction.
+    pub async fn retire_handle<K: HandleKind>(&self, handle: &Handle<K>) -> Result<(), ToolError> {
+        self.tx()
+            .await?
+            .retire_handle(handle.id())
+            .await
+            .map_err(store_error)
     }
 
     /// The JSON-RPC id of the request.
@@ -134,6 +213,11 @@ impl Context {
     pub async fn announce(&self, event: ChangeEvent) {
         self.server.announce(event).await;
     }
+}
+
+/// A store failure as a tool error: busy stores ask for a retry, others are internal.
+pub fn store_error(e: StoreError) -> ToolError {
+    ToolError::Protocol(e.into())
 }
 
 async fn send<P: Serialize>(outbox: &Outbox, method: &str, params: &P) {

@@ -19,10 +19,19 @@ use crate::context::{Context, Outbox};
 use crate::cursor::ListKind;
 use crate::error::{ErrorKind, RpcError};
 use crate::meta::{RequestInfo, capabilities_cover};
+use crate::principal::Principal;
 use crate::resource::ReadRequest;
 use crate::schema::first_violation;
 use crate::server::Server;
+use crate::server::HandleParam;
+use crate::state::handle::{Expiry, human};
+use crate::state::idempotency::{KEY_ARGUMENT, REPLAY_META};
+use crate::state::{Begin, Claim, Digest, Millis, Store, now_millis};
 use crate::tool::ToolError;
+use std::sync::Arc;
+use std::time::Duration;
+use crate::context::TxSlot;
+use wharf_protocol::CallToolResult;
 
 /// What a request asks for, with its params read into their types.
 #[derive(Debug)]
@@ -85,6 +94,8 @@ impl ParsedRequest {
 
 /// What a transport hands the core for one request besides the request itself.
 pub struct Scope {
+    /// Who the request acts for, resolved by the transport before anything else ran.
+    pub principal: Principal,
     /// Cancelled when the client goes away or cancels; `None` when nothing can cancel the
     /// request (a plain JSON response), which spares the bookkeeping.
     pub cancel: Option<CancellationToken>,
@@ -265,6 +276,7 @@ impl Server {
     pub async fn execute_streamed(
         &self,
         req: ParsedRequest,
+        principal: Principal,
         cancel: CancellationToken,
         outbox: Outbox,
     ) -> Option<Vec<u8>> {
@@ -273,6 +285,7 @@ impl Server {
             .execute(
                 req,
                 Scope {
+                    principal,
                     cancel: Some(cancel.clone()),
                     outbox: Some(outbox),
                 },
@@ -395,7 +408,7 @@ impl Server {
                     })?;
                 let args = params.arguments.unwrap_or_default();
                 prompt.check_args(&args)?;
-                let cx = Context::new(id.clone(), info, scope.cancel, scope.outbox, self.clone());
+                let cx = Context::new(id.clone(), info, scope, self.clone());
                 let mut result = (prompt.get)(cx, args).await?;
                 result.meta.server_info = Some(inner.info.clone());
                 respond(&id, &result)
@@ -421,13 +434,7 @@ impl Server {
                 };
                 let completion = match handler {
                     Some(h) => {
-                        let cx = Context::new(
-                            id.clone(),
-                            info,
-                            scope.cancel,
-                            scope.outbox,
-                            self.clone(),
-                        );
+                        let cx = Context::new(id.clone(), info, scope, self.clone());
                         let mut c =
                             h(cx, params.argument, params.context.unwrap_or_default()).await?;
                         if c.values.len() > 100 {
@@ -494,30 +501,150 @@ impl Server {
         id: RequestId,
         info: Box<RequestInfo>,
         entry: &crate::server::ToolEntry,
-        args: serde_json::Value,
+        mut args: serde_json::Value,
         scope: Scope,
     ) -> Result<Vec<u8>, RpcError> {
-        let cx = Context::new(id.clone(), info, scope.cancel, scope.outbox, self.clone());
-        let mut result = match entry.def.handler.call(cx, args).await {
+        let name = &entry.def.tool.name;
+        let mut handle_scope = None;
+        if !entry.handles.is_empty() {
+            let now = now_millis();
+            for param in &entry.handles {
+                let Some(handle) = args.get(&param.name).and_then(|v| v.as_str()) else {
+                    continue;
+                };
+                if let Err(refusal) = self.check_handle(param, handle, &scope.principal, now).await? {
+                    return self.respond_tool(&id, CallToolResult::error(refusal));
+                }
+                handle_scope.get_or_insert_with(|| format!("h:{handle}"));
+            }
+        }
+        let (slot, claim) = if entry.def.idempotent {
+            let store = self.require_store()?;
+            let now = now_millis();
+            let key = match args.as_object_mut().and_then(|a| a.remove(KEY_ARGUMENT)) {
+                Some(serde_json::Value::String(k)) => k,
+                _ => return Err(RpcError::invalid_params(format!("Invalid arguments for tool {name}: {KEY_ARGUMENT} is required"))),
+            };
+            let retention = i64::try_from(self.inner.config.idempotency_retention.as_millis()).unwrap_or(i64::MAX);
+            let claim = Claim {
+                scope: handle_scope.unwrap_or_else(|| format!("p:{}:{name}", scope.principal.id())),
+                digest: Digest::of(name, args.as_object().unwrap_or(&serde_json::Map::new())),
+                key,
+                expires_at: now.saturating_add(retention),
+            };
+            match store.begin_idempotent(&claim, now).await? {
+                Begin::Run(tx) => (Arc::new(TxSlot::holding(tx)), Some(claim)),
+                Begin::Replay(stored) => return self.replay(&id, &stored),
+                Begin::Mismatch => {
+                    return self.respond_tool(
+                        &id,
+                        CallToolResult::error(format!(
+                            "The idempotency key {:?} was already used for a different call of {name} (other arguments). Retry a call with the same arguments as the first, or use a new key for a new write.",
+                            claim.key
+                        )),
+                    );
+                }
+            }
+        } else {
+            (Arc::default(), None)
+        };
+        let cx = Context::with_tx(id.clone(), info, scope, self.clone(), Arc::clone(&slot));
+        let result = match entry.def.handler.call(cx, args).await {
             Ok(r) => r,
-            Err(ToolError::Execution(message)) => wharf_protocol::CallToolResult::error(message),
+            Err(ToolError::Execution(message)) => CallToolResult::error(message),
             Err(ToolError::Protocol(e)) => return Err(e),
         };
-        if let (Some(validator), Some(structured), false) = (
-            &entry.output,
-            &result.structured_content,
-            result.is_error == Some(true),
-        ) {
+        let failed = result.is_error == Some(true);
+        if let (Some(validator), Some(structured), false) =
+            (&entry.output, &result.structured_content, failed)
+        {
             if let Some((message, path)) = first_violation(validator, structured) {
                 return Err(RpcError::internal(format!(
-                    "tool {} returned structuredContent that violates its outputSchema: {message} at {path}",
-                    entry.def.tool.name
+                    "tool {name} returned structuredContent that violates its outputSchema: {message} at {path}"
                 )));
             }
         }
+        // A failed call changes nothing: its transaction is dropped, which rolls it back, and
+        // no idempotency record is kept, so a retry runs again.
+        if let (Some(mut tx), false) = (slot.take().await, failed) {
+            if let Some(claim) = &claim {
+                let stored = serde_json::to_string(&result).map_err(RpcError::internal)?;
+                tx.complete_claim(claim, &stored).await?;
+            }
+            tx.commit().await?;
+        }
+        self.respond_tool(&id, result)
+    }
+
+    fn respond_tool(&self, id: &RequestId, mut result: CallToolResult) -> Result<Vec<u8>, RpcError> {
         result.result_type = ResultType::Complete;
         result.meta.server_info = Some(self.inner.info.clone());
-        respond(&id, &result)
+        respond(id, &result)
+    }
+
+    /// The stored first result of an idempotent write, marked as a replay.
+    fn replay(&self, id: &RequestId, stored: &str) -> Result<Vec<u8>, RpcError> {
+        let mut result: CallToolResult = serde_json::from_str(stored)
+            .map_err(|e| RpcError::internal(format!("stored idempotent result is unreadable: {e}")))?;
+        result.meta.extra.insert(REPLAY_META.to_owned(), serde_json::Value::Bool(true));
+        self.respond_tool(id, result)
+    }
+
+    fn require_store(&self) -> Result<&Arc<dyn Store>, RpcError> {
+        self.inner
+            .store
+            .as_ref()
+            .ok_or_else(|| RpcError::internal("a tool needs a store but none is configured"))
+    }
+
+    /// Checks a handle argument before the handler runs: it must exist, be of the right
+    /// kind, belong to the caller and be alive. Anything else gets one answer that says
+    /// nothing about other principals' handles; only the owner hears that theirs expired.
+    async fn check_handle(
+        &self,
+        param: &HandleParam,
+        handle: &str,
+        principal: &Principal,
+        now: Millis,
+    ) -> Result<Result<(), String>, RpcError> {
+        let store = self.require_store()?;
+        let record = if handle.len() <= 128 {
+            store.load_handle(handle).await?
+        } else {
+            None
+        };
+        let HandleParam { name, kind, created_by } = param;
+        let record = match record {
+            Some(r) if r.owner == principal.id() && r.kind == *kind => r,
+            _ => {
+                return Ok(Err(format!(
+                    "The {kind} handle in {name:?} is unknown or has expired. Start a new {kind} with {created_by}."
+                )));
+            }
+        };
+        match record.expired(now) {
+            Some(why) => {
+                let why = match why {
+                    Expiry::Lifetime => format!(
+                        "its lifetime of {} ran out",
+                        human(Duration::from_millis(u64::try_from(record.expires_at - record.created_at).unwrap_or(0)))
+                    ),
+                    Expiry::Idle => format!(
+                        "it was not used for {}",
+                        human(Duration::from_millis(u64::try_from(record.idle_ms.unwrap_or(0)).unwrap_or(0)))
+                    ),
+                };
+                Ok(Err(format!(
+                    "The {kind} handle in {name:?} has expired ({why}); what it held is gone. Start a new {kind} with {created_by}."
+                )))
+            }
+            None => {
+                if record.idle_ms.is_some() {
+                    store.touch_handle(handle, now).await?;
+                }
+                Ok(Ok(()))
+            }
+        }
     }
 
     async fn read_resource(
@@ -541,7 +668,7 @@ impl Server {
         } else {
             return Err(not_found(&uri));
         };
-        let cx = Context::new(id.clone(), info, scope.cancel, scope.outbox, self.clone());
+        let cx = Context::new(id.clone(), info, scope, self.clone());
         let contents = handler(
             cx,
             ReadRequest {

@@ -25,9 +25,22 @@ pub enum ErrorKind {
     UnsupportedVersion,
     /// The server failed (`-32603`); the message never carries internal details.
     Internal,
+    /// The server is too busy for this request right now; retrying later is safe
+    /// ([`RETRY_LATER`]).
+    RetryLater,
+    /// The request carries no credentials this server accepts ([`UNAUTHORIZED`]).
+    Unauthorized,
     /// An application-defined code, outside the reserved range.
     Application(i32),
 }
+
+/// Wharf's own JSON-RPC code for "busy, retry later": outside the range JSON-RPC reserves
+/// (-32768 to -32000), which MCP uses for its own codes.
+pub const RETRY_LATER: i32 = -31000;
+
+/// Wharf's own JSON-RPC code for a request without acceptable credentials (sent with
+/// HTTP 401).
+pub const UNAUTHORIZED: i32 = -31001;
 
 impl ErrorKind {
     /// The JSON-RPC code.
@@ -41,6 +54,8 @@ impl ErrorKind {
             ErrorKind::MissingCapability => codes::MISSING_REQUIRED_CLIENT_CAPABILITY,
             ErrorKind::UnsupportedVersion => codes::UNSUPPORTED_PROTOCOL_VERSION,
             ErrorKind::Internal => codes::INTERNAL_ERROR,
+            ErrorKind::RetryLater => RETRY_LATER,
+            ErrorKind::Unauthorized => UNAUTHORIZED,
             ErrorKind::Application(code) => code,
         }
     }
@@ -133,6 +148,22 @@ impl RpcError {
             code: self.code(),
             message: self.message.clone(),
             data: self.data.clone(),
+        }
+    }
+}
+
+impl From<crate::state::StoreError> for RpcError {
+    fn from(e: crate::state::StoreError) -> Self {
+        match e {
+            crate::state::StoreError::Busy(why) => RpcError::new(
+                ErrorKind::RetryLater,
+                format!("Busy: {why}; retry the same call later"),
+            ),
+            crate::state::StoreError::ClaimLost => RpcError::new(
+                ErrorKind::RetryLater,
+                "Busy: another attempt of this write took over; retry the same call to get its result",
+            ),
+            other => RpcError::internal(other),
         }
     }
 }

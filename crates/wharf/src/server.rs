@@ -15,6 +15,8 @@ use crate::cursor::{CursorCodec, CursorKey};
 use crate::prompt::PromptDef;
 use crate::resource::{CompiledTemplate, ResourceDef, TemplateDef};
 use crate::schema::{self, HeaderParam};
+use crate::state::Store;
+use crate::state::handle::SCHEMA_KEYWORD;
 use crate::tool::ToolDef;
 use crate::uri_template::UriTemplate;
 
@@ -61,6 +63,8 @@ pub struct ServerConfig {
     pub cursor_max_age: Duration,
     /// Caching hints.
     pub cache: CachePolicy,
+    /// How long an idempotency record (a write's first result) is kept for replays.
+    pub idempotency_retention: Duration,
 }
 
 impl Default for ServerConfig {
@@ -70,6 +74,7 @@ impl Default for ServerConfig {
             cursor_key: CursorKey::random(),
             cursor_max_age: Duration::from_secs(3600),
             cache: CachePolicy::default(),
+            idempotency_retention: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -93,12 +98,23 @@ pub enum BuildError {
     HeaderParam { tool: String, reason: String },
     #[error("resource template {uri:?}: {reason}")]
     Template { uri: String, reason: String },
+    #[error("tool {tool:?} takes handles or is idempotent, which needs a store: call ServerBuilder::store")]
+    NeedsStore { tool: String },
     #[error("page size must be at least 1")]
     PageSize,
 }
 
+/// A tool argument that is a handle, found through its schema marker.
+#[derive(Debug, Clone)]
+pub(crate) struct HandleParam {
+    pub(crate) name: String,
+    pub(crate) kind: String,
+    pub(crate) created_by: String,
+}
+
 pub(crate) struct ToolEntry {
     pub(crate) def: ToolDef,
+    pub(crate) handles: Vec<HandleParam>,
     pub(crate) input: Option<jsonschema::Validator>,
     pub(crate) output: Option<jsonschema::Validator>,
     pub(crate) header_params: Vec<HeaderParam>,
@@ -119,6 +135,7 @@ pub(crate) struct Inner {
     pub(crate) config: ServerConfig,
     pub(crate) cursors: CursorCodec,
     pub(crate) bus: Arc<dyn NotificationBus>,
+    pub(crate) store: Option<Arc<dyn Store>>,
     pub(crate) shutdown: CancellationToken,
 }
 
@@ -156,6 +173,7 @@ impl Server {
             templates: Vec::new(),
             config: ServerConfig::default(),
             bus: None,
+            store: None,
             logging: true,
         }
     }
@@ -186,6 +204,11 @@ impl Server {
         }
     }
 
+    /// The store, if one was configured.
+    pub fn store(&self) -> Option<&Arc<dyn Store>> {
+        self.inner.store.as_ref()
+    }
+
     /// Starts a graceful shutdown: open listen streams send their final response and end.
     pub fn shutdown(&self) {
         self.inner.shutdown.cancel();
@@ -207,6 +230,7 @@ pub struct ServerBuilder {
     templates: Vec<TemplateDef>,
     config: ServerConfig,
     bus: Option<Arc<dyn NotificationBus>>,
+    store: Option<Arc<dyn Store>>,
     logging: bool,
 }
 
@@ -250,6 +274,12 @@ impl ServerBuilder {
     /// Uses `bus` for change notifications (the in-process bus otherwise).
     pub fn bus(mut self, bus: Arc<dyn NotificationBus>) -> Self {
         self.bus = Some(bus);
+        self
+    }
+
+    /// Uses `store` for handles, idempotency records and app data.
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
         self
     }
 
@@ -299,11 +329,16 @@ impl ServerBuilder {
                         reason,
                     }
                 })?;
+            let handles = handle_params(&def.tool.input_schema);
+            if (def.idempotent || !handles.is_empty()) && self.store.is_none() {
+                return Err(BuildError::NeedsStore { tool: name });
+            }
             if tool_index.insert(name.clone(), tools.len()).is_some() {
                 return Err(BuildError::Duplicate { kind: "tool", name });
             }
             tools.push(ToolEntry {
                 def,
+                handles,
                 input,
                 output,
                 header_params,
@@ -410,6 +445,7 @@ impl ServerBuilder {
                 bus: self
                     .bus
                     .unwrap_or_else(|| Arc::new(InProcessBus::default())),
+                store: self.store,
                 shutdown: CancellationToken::new(),
             }),
         })
@@ -429,4 +465,23 @@ fn fingerprint(items: impl Iterator<Item = String>) -> u64 {
     let mut word = [0u8; 8];
     word.copy_from_slice(&out[..8]);
     u64::from_be_bytes(word)
+}
+
+/// The top-level properties of an input schema that carry the handle marker.
+fn handle_params(input: &JsonObject) -> Vec<HandleParam> {
+    let Some(props) = input.get("properties").and_then(|p| p.as_object()) else {
+        return Vec::new();
+    };
+    props
+        .iter()
+        .filter_map(|(name, schema)| {
+            let marker = schema.get(SCHEMA_KEYWORD)?;
+            let text = |k: &str| marker.get(k).and_then(|v| v.as_str()).unwrap_or_default();
+            Some(HandleParam {
+                name: name.clone(),
+                kind: text("kind").to_owned(),
+                created_by: text("createdBy").to_owned(),
+            })
+        })
+        .collect()
 }

@@ -14,6 +14,7 @@ use wharf_protocol::{
 use crate::context::Context;
 use crate::error::RpcError;
 use crate::schema;
+use crate::state::idempotency::{KEY_ARGUMENT, key_schema};
 
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
@@ -184,6 +185,7 @@ where
 pub struct ToolBuilder {
     tool: Tool,
     requires: Option<ClientCapabilities>,
+    idempotent: bool,
 }
 
 /// Starts describing a tool named `name`.
@@ -200,6 +202,7 @@ pub fn tool(name: impl Into<String>) -> ToolBuilder {
             meta: None,
         },
         requires: None,
+        idempotent: false,
     }
 }
 
@@ -235,6 +238,28 @@ impl ToolBuilder {
         self
     }
 
+    /// Makes the tool an idempotent write: it gains a required `idempotency_key` argument
+    /// (the handler never sees it), its writes go through [`Context::tx`], and a retry with
+    /// the same key and arguments returns the first result without running again, on any
+    /// replica. The record is kept per handle when the tool takes one, otherwise per
+    /// principal and tool. Needs a store.
+    pub fn idempotent(mut self) -> Self {
+        self.idempotent = true;
+        self
+    }
+
+    fn finish(mut self, handler: Arc<dyn ErasedToolHandler>) -> ToolDef {
+        if self.idempotent {
+            add_key_argument(&mut self.tool.input_schema);
+        }
+        ToolDef {
+            tool: self.tool,
+            requires: self.requires,
+            idempotent: self.idempotent,
+            handler,
+        }
+    }
+
     /// Completes the tool with a typed handler. The `inputSchema` comes from `A`, the
     /// `outputSchema` from the return type when it is [`Structured`].
     pub fn handler<A, F, Fut, R>(mut self, f: F) -> ToolDef
@@ -246,14 +271,10 @@ impl ToolBuilder {
     {
         self.tool.input_schema = schema::schema_for::<A>();
         self.tool.output_schema = R::output_schema();
-        ToolDef {
-            tool: self.tool,
-            requires: self.requires,
-            handler: Arc::new(Typed {
-                f,
-                _args: std::marker::PhantomData,
-            }),
-        }
+        self.finish(Arc::new(Typed {
+            f,
+            _args: std::marker::PhantomData,
+        }))
     }
 
     /// Completes the tool with a handler over raw JSON arguments, validated against the
@@ -266,11 +287,7 @@ impl ToolBuilder {
     {
         self.tool.input_schema = input_schema;
         self.tool.output_schema = R::output_schema();
-        ToolDef {
-            tool: self.tool,
-            requires: self.requires,
-            handler: Arc::new(Raw(f)),
-        }
+        self.finish(Arc::new(Raw(f)))
     }
 }
 
@@ -278,6 +295,7 @@ impl ToolBuilder {
 pub struct ToolDef {
     pub(crate) tool: Tool,
     pub(crate) requires: Option<ClientCapabilities>,
+    pub(crate) idempotent: bool,
     pub(crate) handler: Arc<dyn ErasedToolHandler>,
 }
 
@@ -285,5 +303,23 @@ impl ToolDef {
     /// The definition as listed.
     pub fn definition(&self) -> &Tool {
         &self.tool
+    }
+}
+
+/// Adds the required `idempotency_key` property to an object schema.
+fn add_key_argument(schema: &mut JsonObject) {
+    let properties = schema
+        .entry("properties")
+        .or_insert_with(|| serde_json::Value::Object(JsonObject::new()));
+    if let Some(map) = properties.as_object_mut() {
+        map.insert(KEY_ARGUMENT.to_owned(), key_schema());
+    }
+    let required = schema
+        .entry("required")
+        .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+    if let Some(list) = required.as_array_mut() {
+        if !list.iter().any(|v| v == KEY_ARGUMENT) {
+            list.push(KEY_ARGUMENT.into());
+        }
     }
 }

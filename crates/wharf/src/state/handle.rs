@@ -1,0 +1,251 @@
+//! Handles: server-minted, unguessable ids of cross-call state, owned by a principal and
+//! bounded in time (SEP-2567).
+
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::Millis;
+use crate::principal::Principal;
+
+/// The schema keyword that marks a tool argument as a handle; the core finds handle
+/// arguments through it and checks them before the handler runs.
+pub const SCHEMA_KEYWORD: &str = "x-wharf-handle";
+
+/// A kind of handle: what it names and how long it lives.
+pub trait HandleKind: Send + Sync + 'static {
+    /// The kind as stored, and as the model reads it ("import").
+    const KIND: &'static str;
+    /// The id prefix (`"imp"` gives `imp_…`), so a person can tell handles apart.
+    const PREFIX: &'static str;
+    /// The tool that creates handles of this kind, named in errors so the model can recover.
+    const CREATED_BY: &'static str;
+    /// Lifetime from creation.
+    const TTL: Duration;
+    /// Lifetime after the last use, if unused handles should die sooner.
+    const IDLE_TTL: Option<Duration> = None;
+}
+
+/// A handle as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandleRecord {
+    pub id: String,
+    pub kind: String,
+    /// [`Principal::id`] of the owner.
+    pub owner: String,
+    pub created_at: Millis,
+    /// Absolute expiry.
+    pub expires_at: Millis,
+    /// Idle lifetime in milliseconds, if any.
+    pub idle_ms: Option<i64>,
+    pub last_used_at: Millis,
+}
+
+/// Why a handle is no longer usable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// Its absolute lifetime ran out.
+    Lifetime,
+    /// It went unused for its idle lifetime.
+    Idle,
+}
+
+impl HandleRecord {
+    /// Mints a new handle of kind `K` for `owner`: 128 bits from the operating system's
+    /// CSPRNG, hex-encoded behind the kind's prefix.
+    pub fn mint<K: HandleKind>(owner: &Principal, now: Millis) -> Self {
+        let bytes: [u8; 16] = rand::random();
+        let mut id = String::with_capacity(K::PREFIX.len() + 33);
+        id.push_str(K::PREFIX);
+        id.push('_');
+        for b in bytes {
+            id.push(char::from(HEX[usize::from(b >> 4)]));
+            id.push(char::from(HEX[usize::from(b & 15)]));
+        }
+        HandleRecord {
+            id,
+            kind: K::KIND.to_owned(),
+            owner: owner.id().to_owned(),
+            created_at: now,
+            expires_at: now.saturating_add(millis(K::TTL)),
+            idle_ms: K::IDLE_TTL.map(millis),
+            last_used_at: now,
+        }
+    }
+
+    /// Whether (and why) the handle has expired at `now`.
+    pub fn expired(&self, now: Millis) -> Option<Expiry> {
+        if now >= self.expires_at {
+            Some(Expiry::Lifetime)
+        } else if self
+            .idle_ms
+            .is_some_and(|idle| now >= self.last_used_at.saturating_add(idle))
+        {
+            Some(Expiry::Idle)
+        } else {
+            None
+        }
+    }
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A handle argument of kind `K`. Its JSON Schema is a string that says what the handle
+/// names and how long it lives; the core checks owner and expiry before the handler runs,
+/// so a handler only ever sees handles its caller may use.
+pub struct Handle<K> {
+    id: String,
+    _kind: PhantomData<fn() -> K>,
+}
+
+impl<K: HandleKind> Handle<K> {
+    /// Wraps a handle id (one the server minted).
+    pub fn new(id: impl Into<String>) -> Self {
+        Handle {
+            id: id.into(),
+            _kind: PhantomData,
+        }
+    }
+
+    /// The id, as the client sends it.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// A collection name filed under this handle: removed when the handle is retired or
+    /// swept.
+    pub fn collection(&self, name: &str) -> String {
+        format!("{}/{name}", self.id)
+    }
+}
+
+impl<K> Clone for Handle<K> {
+    fn clone(&self) -> Self {
+        Handle {
+            id: self.id.clone(),
+            _kind: PhantomData,
+        }
+    }
+}
+
+impl<K> fmt::Debug for Handle<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Handle({})", self.id)
+    }
+}
+
+impl<K> PartialEq for Handle<K> {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+
+impl<K> Serialize for Handle<K> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.id)
+    }
+}
+
+impl<'de, K> Deserialize<'de> for Handle<K> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // Any string: a malformed handle must get the same answer as an unknown one, which
+        // the core gives before the handler runs.
+        Ok(Handle {
+            id: String::deserialize(deserializer)?,
+            _kind: PhantomData,
+        })
+    }
+}
+
+impl<K: HandleKind> JsonSchema for Handle<K> {
+    fn inline_schema() -> bool {
+        // Inline, so the core finds the marker among the tool's top-level properties.
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        Cow::Owned(format!("{}Handle", K::KIND))
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        let idle = match K::IDLE_TTL {
+            Some(idle) => format!(", or after {} without use", human(idle)),
+            None => String::new(),
+        };
+        json_schema!({
+            "type": "string",
+            "description": format!(
+                "An {} handle ({}_…) as returned by {}. It expires {} after creation{}; after that, start again with {}.",
+                K::KIND, K::PREFIX, K::CREATED_BY, human(K::TTL), idle, K::CREATED_BY
+            ),
+            SCHEMA_KEYWORD: { "kind": K::KIND, "createdBy": K::CREATED_BY },
+        })
+    }
+}
+
+/// A duration as a person writes it: "24 h", "90 min", "30 s".
+pub fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 3600 && s % 3600 == 0 {
+        format!("{} h", s / 3600)
+    } else if s >= 60 && s % 60 == 0 {
+        format!("{} min", s / 60)
+    } else {
+        format!("{s} s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Thing;
+    impl HandleKind for Thing {
+        const KIND: &'static str = "thing";
+        const PREFIX: &'static str = "thg";
+        const CREATED_BY: &'static str = "thing_new";
+        const TTL: Duration = Duration::from_secs(3600);
+        const IDLE_TTL: Option<Duration> = Some(Duration::from_secs(60));
+    }
+
+    #[test]
+    fn minted_ids_are_prefixed_128_bit_and_distinct() {
+        let owner = Principal::new("u");
+        let a = HandleRecord::mint::<Thing>(&owner, 0);
+        let b = HandleRecord::mint::<Thing>(&owner, 0);
+        assert!(a.id.starts_with("thg_"));
+        assert_eq!(a.id.len(), 4 + 32);
+        assert_ne!(a.id, b.id);
+        assert_eq!(a.expires_at, 3_600_000);
+        assert_eq!(a.idle_ms, Some(60_000));
+    }
+
+    #[test]
+    fn expiry_distinguishes_lifetime_and_idleness() {
+        let mut h = HandleRecord::mint::<Thing>(&Principal::new("u"), 0);
+        assert_eq!(h.expired(59_999), None);
+        assert_eq!(h.expired(60_000), Some(Expiry::Idle));
+        h.last_used_at = 3_590_000;
+        assert_eq!(h.expired(3_599_999), None);
+        assert_eq!(h.expired(3_600_000), Some(Expiry::Lifetime));
+    }
+
+    #[test]
+    fn schema_is_a_marked_string_that_states_the_lifetime() {
+        let schema = schemars::schema_for!(Handle<Thing>);
+        let v = schema.as_value();
+        assert_eq!(v["type"], "string");
+        assert_eq!(v[SCHEMA_KEYWORD]["kind"], "thing");
+        let text = v["description"].as_str().unwrap();
+        assert!(text.contains("1 h after creation"), "{text}");
+        assert!(text.contains("1 min without use"), "{text}");
+    }
+}

@@ -1,0 +1,142 @@
+//! Idempotency keys: what a write is recorded under, and how its arguments are compared.
+
+use serde_json::{Map, Value, json};
+use sha2::{Digest as _, Sha256};
+
+use super::Millis;
+
+/// The argument an idempotent tool gains.
+pub const KEY_ARGUMENT: &str = "idempotency_key";
+
+/// Longest key accepted, in characters.
+pub const MAX_KEY_LEN: u64 = 200;
+
+/// The `_meta` key that marks a replayed result (our vendor prefix).
+pub const REPLAY_META: &str = "dev.wharf/idempotentReplay";
+
+/// SHA-256 of a write's tool name and arguments (keys sorted, the idempotency key left
+/// out), hex-encoded: two calls are "the same write" when their digests are equal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Digest(String);
+
+impl Digest {
+    /// The digest of a call of `tool` with `args`.
+    pub fn of(tool: &str, args: &Map<String, Value>) -> Self {
+        let mut h = Sha256::new();
+        h.update(tool.as_bytes());
+        h.update([0]);
+        let mut buf = Vec::with_capacity(256);
+        write_canonical_object(&mut buf, args, Some(KEY_ARGUMENT));
+        h.update(&buf);
+        let out = h.finalize();
+        let mut hex = String::with_capacity(64);
+        for b in out {
+            hex.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
+            hex.push(char::from(b"0123456789abcdef"[usize::from(b & 15)]));
+        }
+        Digest(hex)
+    }
+
+    /// Wraps a digest read back from a store.
+    pub fn from_stored(hex: String) -> Self {
+        Digest(hex)
+    }
+
+    /// The hex form stores keep.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Serializes with object keys sorted, so the digest does not depend on key order.
+fn write_canonical(buf: &mut Vec<u8>, v: &Value) {
+    match v {
+        Value::Object(map) => write_canonical_object(buf, map, None),
+        Value::Array(items) => {
+            buf.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    buf.push(b',');
+                }
+                write_canonical(buf, item);
+            }
+            buf.push(b']');
+        }
+        // Scalars have one serialization each; serde_json writing to a Vec cannot fail.
+        other => {
+            let _ = serde_json::to_writer(&mut *buf, other);
+        }
+    }
+}
+
+fn write_canonical_object(buf: &mut Vec<u8>, map: &Map<String, Value>, skip: Option<&str>) {
+    let mut keys: Vec<&String> = map.keys().filter(|k| Some(k.as_str()) != skip).collect();
+    keys.sort_unstable();
+    buf.push(b'{');
+    for (i, k) in keys.into_iter().enumerate() {
+        if i > 0 {
+            buf.push(b',');
+        }
+        let _ = serde_json::to_writer(&mut *buf, k);
+        buf.push(b':');
+        write_canonical(buf, &map[k]);
+    }
+    buf.push(b'}');
+}
+
+/// A claim on an idempotency key: where the record lives, what it is compared by, and how
+/// long it is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// `h:<handle>` for writes on a handle, `p:<principal>:<tool>` otherwise.
+    pub scope: String,
+    /// The caller's key.
+    pub key: String,
+    pub digest: Digest,
+    /// When the record may be forgotten.
+    pub expires_at: Millis,
+}
+
+/// The schema of the argument an idempotent tool gains.
+pub fn key_schema() -> Value {
+    json!({
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_KEY_LEN,
+        "description": "A key you choose for this write, unique per write (a UUID works). If the call fails or you get no answer, retry it with the same key and the same arguments: the write is applied once and the retry returns the first result. Reusing a key with other arguments is an error."
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(m) => m,
+            _ => unreachable!("test literal is an object"),
+        }
+    }
+
+    #[test]
+    fn digest_ignores_key_order_and_the_key_itself() {
+        let a = Digest::of(
+            "t",
+            &obj(json!({"a": 1, "b": {"y": [1, 2], "x": "s"}, "idempotency_key": "k1"})),
+        );
+        let b = Digest::of(
+            "t",
+            &obj(json!({"b": {"x": "s", "y": [1, 2]}, "idempotency_key": "k2", "a": 1})),
+        );
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn digest_tells_apart_tools_values_and_order_of_arrays() {
+        let base = Digest::of("t", &obj(json!({"a": [1, 2]})));
+        assert_ne!(base, Digest::of("u", &obj(json!({"a": [1, 2]}))));
+        assert_ne!(base, Digest::of("t", &obj(json!({"a": [2, 1]}))));
+        assert_ne!(base, Digest::of("t", &obj(json!({"a": [1, 2], "b": null}))));
+        assert_eq!(base.as_str().len(), 64);
+    }
+}

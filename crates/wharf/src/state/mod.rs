@@ -1,0 +1,153 @@
+//! State that outlives a call: the store traits the core runs handles and idempotent writes
+//! over. Backends live in `wharf-store`; the core only knows these traits.
+//!
+//! A store holds three things:
+//! - **handles**: server-minted ids with an owner and an expiry ([`handle`]);
+//! - **idempotency records**: the first result of a write, kept per handle (or per
+//!   principal and tool) under the caller's key ([`idempotency`]);
+//! - **app data**: documents and ordered row collections, written in the same transaction
+//!   as the idempotency record, so an effect and its record commit together or not at all.
+
+pub mod handle;
+pub mod idempotency;
+
+use std::any::Any;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+pub use handle::{Handle, HandleKind, HandleRecord};
+pub use idempotency::{Claim, Digest};
+
+/// Milliseconds since the Unix epoch; every timestamp in a store.
+pub type Millis = i64;
+
+/// The current time in [`Millis`].
+pub fn now_millis() -> Millis {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Another call holds what this one needs for longer than the store waits (a duplicate
+    /// write still running, a lock). Retrying later is safe.
+    #[error("the store is busy: {0}")]
+    Busy(String),
+    /// The store could not be reached or answered with an error.
+    #[error("store failure: {0}")]
+    Backend(String),
+    /// Something in the store is not what this version wrote.
+    #[error("corrupt record in the store: {0}")]
+    Corrupt(String),
+    /// The transaction lost its claim on an idempotency record (another attempt took over
+    /// after this one was presumed dead); nothing it wrote was applied.
+    #[error("the write lost its idempotency claim; nothing was applied")]
+    ClaimLost,
+}
+
+/// How a transaction will be used; SQLite takes its write lock up front for writes, so a
+/// write never fails half-way on a lock it could not upgrade.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxMode {
+    Read,
+    Write,
+}
+
+/// What [`Store::begin_idempotent`] found under a key.
+pub enum Begin {
+    /// First attempt (or the earlier one died before committing): run the write in this
+    /// transaction, which holds the claim.
+    Run(Box<dyn Transaction>),
+    /// The write already happened: its first result, as stored.
+    Replay(String),
+    /// The key was used before with other arguments.
+    Mismatch,
+}
+
+/// A shared store for handles, idempotency records and app data. One per process, shared by
+/// every request; every replica of a deployment points at the same one.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// The backend's name, for logs and `/readyz`.
+    fn backend(&self) -> &'static str;
+
+    /// Checks that the store answers.
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Reads a handle, expired or not; `None` when it does not exist (or was swept).
+    async fn load_handle(&self, id: &str) -> Result<Option<HandleRecord>, StoreError>;
+
+    /// Records a use of a handle, pushing back its idle expiry.
+    async fn touch_handle(&self, id: &str, now: Millis) -> Result<(), StoreError>;
+
+    /// Opens a transaction for app reads and writes.
+    async fn begin(&self, mode: TxMode) -> Result<Box<dyn Transaction>, StoreError>;
+
+    /// Claims `claim` for a write, waiting a bounded time for a duplicate still running.
+    /// Records older than their retention count as absent.
+    async fn begin_idempotent(&self, claim: &Claim, now: Millis) -> Result<Begin, StoreError>;
+
+    /// Removes at most `batch` expired handles (with the app data filed under them) and
+    /// expired idempotency records; returns how many records went.
+    async fn sweep(&self, now: Millis, batch: u32) -> Result<u64, StoreError>;
+}
+
+/// One transaction on a store. Dropped without [`Transaction::commit`], it rolls back.
+///
+/// App data comes in two shapes: *documents* (a JSON value under a key in a collection) and
+/// *rows* (an ordered, append-only list of JSON values per collection, each with a sequence
+/// number). Collections whose name starts with a handle id and `/` belong to that handle and
+/// are removed with it.
+#[async_trait]
+pub trait Transaction: Send {
+    /// Stores a new handle.
+    async fn create_handle(&mut self, record: &HandleRecord) -> Result<(), StoreError>;
+
+    /// Deletes a handle and the app data filed under it.
+    async fn retire_handle(&mut self, id: &str) -> Result<(), StoreError>;
+
+    /// Reads a document.
+    async fn get_doc(&mut self, collection: &str, key: &str) -> Result<Option<Value>, StoreError>;
+
+    /// Writes a document, replacing any previous one.
+    async fn put_doc(&mut self, collection: &str, key: &str, doc: &Value)
+    -> Result<(), StoreError>;
+
+    /// Deletes a document; whether it existed.
+    async fn delete_doc(&mut self, collection: &str, key: &str) -> Result<bool, StoreError>;
+
+    /// Appends rows; the collection's length afterwards.
+    async fn append_rows(&mut self, collection: &str, rows: &[Value]) -> Result<u64, StoreError>;
+
+    /// The number of rows in a collection.
+    async fn count_rows(&mut self, collection: &str) -> Result<u64, StoreError>;
+
+    /// Up to `limit` rows with a sequence number above `after`, in order.
+    async fn scan_rows(
+        &mut self,
+        collection: &str,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<(i64, Value)>, StoreError>;
+
+    /// Moves every row of `from` to the end of `to`, in order; how many moved.
+    async fn move_rows(&mut self, from: &str, to: &str) -> Result<u64, StoreError>;
+
+    /// Deletes every row of a collection; how many went.
+    async fn clear_rows(&mut self, collection: &str) -> Result<u64, StoreError>;
+
+    /// Marks the claimed idempotency record done with the write's first result. Called by
+    /// the core, in this transaction, just before [`Transaction::commit`].
+    async fn complete_claim(&mut self, claim: &Claim, result: &str) -> Result<(), StoreError>;
+
+    /// Commits everything written in this transaction, atomically.
+    async fn commit(self: Box<Self>) -> Result<(), StoreError>;
+
+    /// The backend's own transaction, for apps that write their own tables in it (for SQL
+    /// stores an `sqlx::Transaction<'static, sqlx::Any>`).
+    fn backend_tx(&mut self) -> &mut dyn Any;
+}
