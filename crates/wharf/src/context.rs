@@ -100,7 +100,11 @@ impl Context {
     pub async fn tx(&self) -> Result<TxGuard<'_>, ToolError> {
         let mut slot = self.tx.0.lock().await;
         if slot.is_none() {
-            let tx = self.store()?.begin(TxMode::Write).await.map_err(store_error)?;
+            let tx = self
+                .store()?
+                .begin(TxMode::Write)
+                .await
+                .map_err(store_error)?;
             *slot = Some(tx);
         }
         tokio::sync::MutexGuard::try_map(slot, Option::as_deref_mut)

@@ -15,6 +15,7 @@ use wharf_protocol::{
     version,
 };
 
+use crate::context::TxSlot;
 use crate::context::{Context, Outbox};
 use crate::cursor::ListKind;
 use crate::error::{ErrorKind, RpcError};
@@ -22,15 +23,14 @@ use crate::meta::{RequestInfo, capabilities_cover};
 use crate::principal::Principal;
 use crate::resource::ReadRequest;
 use crate::schema::first_violation;
-use crate::server::Server;
 use crate::server::HandleParam;
+use crate::server::Server;
 use crate::state::handle::{Expiry, human};
 use crate::state::idempotency::{KEY_ARGUMENT, REPLAY_META};
 use crate::state::{Begin, Claim, Digest, Millis, Store, now_millis};
 use crate::tool::ToolError;
 use std::sync::Arc;
 use std::time::Duration;
-use crate::context::TxSlot;
 use wharf_protocol::CallToolResult;
 
 /// What a request asks for, with its params read into their types.
@@ -512,7 +512,10 @@ impl Server {
                 let Some(handle) = args.get(&param.name).and_then(|v| v.as_str()) else {
                     continue;
                 };
-                if let Err(refusal) = self.check_handle(param, handle, &scope.principal, now).await? {
+                if let Err(refusal) = self
+                    .check_handle(param, handle, &scope.principal, now)
+                    .await?
+                {
                     return self.respond_tool(&id, CallToolResult::error(refusal));
                 }
                 handle_scope.get_or_insert_with(|| format!("h:{handle}"));
@@ -523,9 +526,14 @@ impl Server {
             let now = now_millis();
             let key = match args.as_object_mut().and_then(|a| a.remove(KEY_ARGUMENT)) {
                 Some(serde_json::Value::String(k)) => k,
-                _ => return Err(RpcError::invalid_params(format!("Invalid arguments for tool {name}: {KEY_ARGUMENT} is required"))),
+                _ => {
+                    return Err(RpcError::invalid_params(format!(
+                        "Invalid arguments for tool {name}: {KEY_ARGUMENT} is required"
+                    )));
+                }
             };
-            let retention = i64::try_from(self.inner.config.idempotency_retention.as_millis()).unwrap_or(i64::MAX);
+            let retention = i64::try_from(self.inner.config.idempotency_retention.as_millis())
+                .unwrap_or(i64::MAX);
             let claim = Claim {
                 scope: handle_scope.unwrap_or_else(|| format!("p:{}:{name}", scope.principal.id())),
                 digest: Digest::of(name, args.as_object().unwrap_or(&serde_json::Map::new())),
@@ -576,7 +584,11 @@ impl Server {
         self.respond_tool(&id, result)
     }
 
-    fn respond_tool(&self, id: &RequestId, mut result: CallToolResult) -> Result<Vec<u8>, RpcError> {
+    fn respond_tool(
+        &self,
+        id: &RequestId,
+        mut result: CallToolResult,
+    ) -> Result<Vec<u8>, RpcError> {
         result.result_type = ResultType::Complete;
         result.meta.server_info = Some(self.inner.info.clone());
         respond(id, &result)
@@ -584,9 +596,13 @@ impl Server {
 
     /// The stored first result of an idempotent write, marked as a replay.
     fn replay(&self, id: &RequestId, stored: &str) -> Result<Vec<u8>, RpcError> {
-        let mut result: CallToolResult = serde_json::from_str(stored)
-            .map_err(|e| RpcError::internal(format!("stored idempotent result is unreadable: {e}")))?;
-        result.meta.extra.insert(REPLAY_META.to_owned(), serde_json::Value::Bool(true));
+        let mut result: CallToolResult = serde_json::from_str(stored).map_err(|e| {
+            RpcError::internal(format!("stored idempotent result is unreadable: {e}"))
+        })?;
+        result
+            .meta
+            .extra
+            .insert(REPLAY_META.to_owned(), serde_json::Value::Bool(true));
         self.respond_tool(id, result)
     }
 
@@ -613,7 +629,11 @@ impl Server {
         } else {
             None
         };
-        let HandleParam { name, kind, created_by } = param;
+        let HandleParam {
+            name,
+            kind,
+            created_by,
+        } = param;
         let record = match record {
             Some(r) if r.owner == principal.id() && r.kind == *kind => r,
             _ => {
@@ -627,11 +647,15 @@ impl Server {
                 let why = match why {
                     Expiry::Lifetime => format!(
                         "its lifetime of {} ran out",
-                        human(Duration::from_millis(u64::try_from(record.expires_at - record.created_at).unwrap_or(0)))
+                        human(Duration::from_millis(
+                            u64::try_from(record.expires_at - record.created_at).unwrap_or(0)
+                        ))
                     ),
                     Expiry::Idle => format!(
                         "it was not used for {}",
-                        human(Duration::from_millis(u64::try_from(record.idle_ms.unwrap_or(0)).unwrap_or(0)))
+                        human(Duration::from_millis(
+                            u64::try_from(record.idle_ms.unwrap_or(0)).unwrap_or(0)
+                        ))
                     ),
                 };
                 Ok(Err(format!(

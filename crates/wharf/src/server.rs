@@ -98,7 +98,9 @@ pub enum BuildError {
     HeaderParam { tool: String, reason: String },
     #[error("resource template {uri:?}: {reason}")]
     Template { uri: String, reason: String },
-    #[error("tool {tool:?} takes handles or is idempotent, which needs a store: call ServerBuilder::store")]
+    #[error(
+        "tool {tool:?} takes handles or is idempotent, which needs a store: call ServerBuilder::store"
+    )]
     NeedsStore { tool: String },
     #[error("page size must be at least 1")]
     PageSize,

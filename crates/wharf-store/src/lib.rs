@@ -1,0 +1,116 @@
+//! Stores for Wharf: handles, idempotency records and app data.
+//!
+//! [`open`] picks a backend from a URL:
+//! - `sqlite://PATH` — one file, created on first use, WAL mode (the default: `./wharf.db`);
+//! - `postgres://…` — for several replicas;
+//! - `redis://…` — for several replicas, see [`redis`] for what it guarantees;
+//! - `memory://` — a throwaway SQLite file in the temporary directory, for tests.
+//!
+//! Migrations are embedded in the binary and applied when the store opens.
+
+pub mod memory;
+pub mod redis;
+pub mod sql;
+pub mod sweeper;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use wharf::state::{Store, StoreError};
+
+pub use sql::{Dialect, SqlStore};
+pub use sweeper::spawn_sweeper;
+
+/// The store a server uses when told nothing.
+pub const DEFAULT_URL: &str = "sqlite://./wharf.db";
+
+/// How a store is opened.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Connections per process (SQL backends).
+    pub max_connections: u32,
+    /// How long a write waits for a lock (a duplicate still running) before answering
+    /// "busy, retry".
+    pub lock_wait: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            max_connections: 16,
+            lock_wait: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why a store URL could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("unsupported store URL {0:?}: use sqlite://PATH, postgres://…, redis://… or memory://")]
+    Scheme(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Opens the store at `url`, creating and migrating it as needed.
+pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn Store>, OpenError> {
+    let scheme = url.split_once(':').map(|(s, _)| s).unwrap_or_default();
+    match scheme {
+        "sqlite" => {
+            let url = sqlite_url(url);
+            let store = SqlStore::connect(
+                &url,
+                Dialect::Sqlite,
+                options.max_connections,
+                options.lock_wait,
+            )
+            .await?;
+            Ok(Arc::new(store))
+        }
+        "postgres" | "postgresql" => {
+            let store = SqlStore::connect(
+                url,
+                Dialect::Postgres,
+                options.max_connections,
+                options.lock_wait,
+            )
+            .await?;
+            Ok(Arc::new(store))
+        }
+        "redis" | "rediss" => Ok(Arc::new(redis::RedisStore::connect(url, options).await?)),
+        "memory" => Ok(Arc::new(memory::MemoryStore::open(options).await?)),
+        _ => Err(OpenError::Scheme(url.to_owned())),
+    }
+}
+
+/// SQLite URLs create their file unless told otherwise.
+fn sqlite_url(url: &str) -> String {
+    if url.contains("mode=") {
+        url.to_owned()
+    } else if url.contains('?') {
+        format!("{url}&mode=rwc")
+    } else {
+        format!("{url}?mode=rwc")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_files_are_created_on_first_use() {
+        assert_eq!(sqlite_url("sqlite://./w.db"), "sqlite://./w.db?mode=rwc");
+        assert_eq!(
+            sqlite_url("sqlite://w.db?x=1"),
+            "sqlite://w.db?x=1&mode=rwc"
+        );
+        assert_eq!(sqlite_url("sqlite://w.db?mode=ro"), "sqlite://w.db?mode=ro");
+    }
+
+    #[tokio::test]
+    async fn unknown_schemes_are_refused_by_name() {
+        let err = open("mysql://x", &StoreOptions::default()).await.err();
+        assert!(matches!(err, Some(OpenError::Scheme(u)) if u == "mysql://x"));
+    }
+}

@@ -1,0 +1,77 @@
+//! A throwaway store for tests: SQLite in a fresh file under the temporary directory,
+//! removed when the store is dropped. Never for production data.
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use wharf::state::{Begin, Claim, HandleRecord, Millis, Store, StoreError, Transaction, TxMode};
+
+use crate::StoreOptions;
+use crate::sql::{Dialect, SqlStore};
+
+/// A [`SqlStore`] on a temporary SQLite file.
+pub struct MemoryStore {
+    inner: SqlStore,
+    path: PathBuf,
+}
+
+impl MemoryStore {
+    /// Creates the store in a new temporary file.
+    pub async fn open(options: &StoreOptions) -> Result<Self, StoreError> {
+        let name = format!(
+            "wharf-memory-{}-{:016x}.db",
+            std::process::id(),
+            rand_suffix()
+        );
+        let path = std::env::temp_dir().join(name);
+        let url = format!("sqlite://{}?mode=rwc", path.display());
+        let inner = SqlStore::connect(
+            &url,
+            Dialect::Sqlite,
+            options.max_connections,
+            options.lock_wait,
+        )
+        .await?;
+        Ok(MemoryStore { inner, path })
+    }
+}
+
+fn rand_suffix() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::time::SystemTime::now())
+}
+
+impl Drop for MemoryStore {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut p = self.path.clone().into_os_string();
+            p.push(suffix);
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.inner.ping().await
+    }
+    async fn load_handle(&self, id: &str) -> Result<Option<HandleRecord>, StoreError> {
+        self.inner.load_handle(id).await
+    }
+    async fn touch_handle(&self, id: &str, now: Millis) -> Result<(), StoreError> {
+        self.inner.touch_handle(id, now).await
+    }
+    async fn begin(&self, mode: TxMode) -> Result<Box<dyn Transaction>, StoreError> {
+        self.inner.begin(mode).await
+    }
+    async fn begin_idempotent(&self, claim: &Claim, now: Millis) -> Result<Begin, StoreError> {
+        self.inner.begin_idempotent(claim, now).await
+    }
+    async fn sweep(&self, now: Millis, batch: u32) -> Result<u64, StoreError> {
+        self.inner.sweep(now, batch).await
+    }
+}

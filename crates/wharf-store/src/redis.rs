@@ -1,0 +1,550 @@
+//! Redis (standalone, or every key in one hash slot).
+//!
+//! **What it guarantees.** A transaction on Redis buffers its writes; reads go to the server
+//! as they are made (they see the transaction's own writes to documents and row counts, and
+//! other clients' committed writes). [`Transaction::commit`] applies every buffered write in
+//! one Lua script, so they land together or not at all. For an idempotent call the same
+//! script first checks that the call still holds its claim on the idempotency record (a
+//! random token stored in the record) and marks the record done with the result: the app's
+//! writes and the record commit atomically, exactly as on the SQL stores.
+//!
+//! A claim is a lease. A duplicate that finds the record `running` polls until it is done
+//! (then replays) or until its wait runs out (then "busy, retry"). If the first attempt died,
+//! its lease runs out and the next attempt takes the claim over; should the first attempt
+//! still be alive and try to commit after that, its script finds another token and applies
+//! nothing ([`StoreError::ClaimLost`]). So a write is never applied twice, whatever the
+//! timing. Durability across a Redis crash is Redis's: run it with `appendonly yes` and
+//! `appendfsync always` if an acknowledged write must survive one.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::ConnectionManager;
+use redis::{AsyncCommands, Script};
+use serde_json::{Value, json};
+use wharf::state::{
+    Begin, Claim, HandleRecord, Millis, Store, StoreError, Transaction, TxMode, now_millis,
+};
+
+use crate::StoreOptions;
+use crate::sql::EXPIRED_HANDLE_GRACE_MS;
+
+const HANDLE_EXPIRY: &str = "wharf:handles:expiry";
+
+fn handle_key(id: &str) -> String {
+    format!("wharf:h:{id}")
+}
+fn owned_key(id: &str) -> String {
+    format!("wharf:h:{id}:collections")
+}
+fn doc_key(collection: &str) -> String {
+    format!("wharf:d:{collection}")
+}
+fn rows_key(collection: &str) -> String {
+    format!("wharf:r:{collection}")
+}
+/// The scope's length goes first so no (scope, key) pair can spell another's key.
+fn claim_key(claim: &Claim) -> String {
+    format!(
+        "wharf:i:{}:{}:{}",
+        claim.scope.len(),
+        claim.scope,
+        claim.key
+    )
+}
+/// The handle a collection is filed under, if its name says so.
+fn owner_of(collection: &str) -> Option<&str> {
+    collection.split_once('/').map(|(h, _)| h)
+}
+
+fn backend(e: redis::RedisError) -> StoreError {
+    StoreError::Backend(format!("redis: {e}"))
+}
+
+fn corrupt(what: &str) -> StoreError {
+    StoreError::Corrupt(format!("redis record {what}"))
+}
+
+/// A store in Redis.
+pub struct RedisStore {
+    conn: ConnectionManager,
+    lock_wait: Duration,
+    claim: Script,
+    commit: Script,
+}
+
+/// Claims a record: `run` (new, or taken over after its lease ran out), `replay` with the
+/// result, `mismatch`, or `wait`.
+const CLAIM_LUA: &str = r#"
+local k = KEYS[1]
+local digest, token, now, lease, expires = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local rec = redis.call('HMGET', k, 'digest', 'state', 'result', 'lease_until')
+if not rec[1] then
+  redis.call('HSET', k, 'digest', digest, 'state', 'running', 'token', token, 'lease_until', now + lease)
+  redis.call('PEXPIREAT', k, expires)
+  return {'run'}
+end
+if rec[1] ~= digest then return {'mismatch'} end
+if rec[2] == 'done' then return {'replay', rec[3]} end
+if tonumber(rec[4]) <= now then
+  redis.call('HSET', k, 'token', token, 'lease_until', now + lease)
+  return {'run'}
+end
+return {'wait'}
+"#;
+
+/// Applies a transaction's buffered writes; with a claim, only while the claim is held.
+const COMMIT_LUA: &str = r#"
+local claim, token, result = ARGV[1], ARGV[2], ARGV[3]
+if claim ~= '' then
+  if redis.call('HGET', claim, 'token') ~= token or redis.call('HGET', claim, 'state') ~= 'running' then
+    return 0
+  end
+end
+for _, op in ipairs(cjson.decode(ARGV[4])) do
+  local o = op[1]
+  if o == 'hset' then redis.call('HSET', op[2], op[3], op[4])
+  elseif o == 'hdel' then redis.call('HDEL', op[2], op[3])
+  elseif o == 'rpush' then for i = 3, #op do redis.call('RPUSH', op[2], op[i]) end
+  elseif o == 'move' then
+    local rows = redis.call('LRANGE', op[2], 0, -1)
+    for _, r in ipairs(rows) do redis.call('RPUSH', op[3], r) end
+    redis.call('DEL', op[2])
+  elseif o == 'del' then redis.call('DEL', op[2])
+  elseif o == 'sadd' then redis.call('SADD', op[2], op[3])
+  elseif o == 'handle' then
+    redis.call('HSET', op[2], 'kind', op[4], 'owner', op[5], 'created_at', op[6], 'expires_at', op[7], 'idle_ms', op[8], 'last_used_at', op[9])
+    redis.call('ZADD', KEYS[1], op[10], op[3])
+  elseif o == 'retire' then
+    for _, c in ipairs(redis.call('SMEMBERS', op[3])) do redis.call('DEL', c) end
+    redis.call('DEL', op[2], op[3])
+    redis.call('ZREM', KEYS[1], op[4])
+  end
+end
+if claim ~= '' then
+  redis.call('HSET', claim, 'state', 'done', 'result', result)
+  redis.call('HDEL', claim, 'token', 'lease_until')
+end
+return 1
+"#;
+
+impl RedisStore {
+    /// Connects (with automatic reconnection) and checks that the server answers.
+    pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
+        let client = redis::Client::open(url)
+            .map_err(|e| StoreError::Backend(format!("invalid Redis URL: {e}")))?;
+        let conn = ConnectionManager::new(client)
+            .await
+            .map_err(|e| StoreError::Backend(format!("cannot reach Redis: {e}")))?;
+        let store = RedisStore {
+            conn,
+            lock_wait: options.lock_wait,
+            claim: Script::new(CLAIM_LUA),
+            commit: Script::new(COMMIT_LUA),
+        };
+        store.ping().await?;
+        Ok(store)
+    }
+
+    fn tx(&self) -> RedisTx {
+        RedisTx {
+            conn: self.conn.clone(),
+            commit: self.commit.clone(),
+            ops: Vec::new(),
+            docs: HashMap::new(),
+            appended: HashMap::new(),
+            claim: None,
+        }
+    }
+}
+
+/// The effective expiry of a handle, including the grace during which its owner is told it
+/// expired.
+fn sweep_at(r: &HandleRecord) -> i64 {
+    let idle = r
+        .idle_ms
+        .map_or(i64::MAX, |i| r.last_used_at.saturating_add(i));
+    r.expires_at
+        .min(idle)
+        .saturating_add(EXPIRED_HANDLE_GRACE_MS)
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    fn backend(&self) -> &'static str {
+        "redis"
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        redis::cmd("PING")
+            .query_async::<String>(&mut conn)
+            .await
+            .map(drop)
+            .map_err(backend)
+    }
+
+    async fn load_handle(&self, id: &str) -> Result<Option<HandleRecord>, StoreError> {
+        let mut conn = self.conn.clone();
+        let map: HashMap<String, String> = conn.hgetall(handle_key(id)).await.map_err(backend)?;
+        if map.is_empty() {
+            return Ok(None);
+        }
+        let text = |f: &str| map.get(f).cloned().ok_or_else(|| corrupt(f));
+        let num = |f: &str| -> Result<i64, StoreError> {
+            map.get(f)
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| corrupt(f))
+        };
+        Ok(Some(HandleRecord {
+            id: id.to_owned(),
+            kind: text("kind")?,
+            owner: text("owner")?,
+            created_at: num("created_at")?,
+            expires_at: num("expires_at")?,
+            idle_ms: map.get("idle_ms").and_then(|v| v.parse().ok()),
+            last_used_at: num("last_used_at")?,
+        }))
+    }
+
+    async fn touch_handle(&self, id: &str, now: Millis) -> Result<(), StoreError> {
+        let Some(mut record) = self.load_handle(id).await? else {
+            return Ok(());
+        };
+        record.last_used_at = now;
+        let mut conn = self.conn.clone();
+        redis::pipe()
+            .atomic()
+            .hset(handle_key(id), "last_used_at", now)
+            .ignore()
+            .zadd(HANDLE_EXPIRY, id, sweep_at(&record))
+            .ignore()
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(backend)
+    }
+
+    async fn begin(&self, _mode: TxMode) -> Result<Box<dyn Transaction>, StoreError> {
+        Ok(Box::new(self.tx()))
+    }
+
+    async fn begin_idempotent(&self, claim: &Claim, now: Millis) -> Result<Begin, StoreError> {
+        let token = format!("{:032x}", rand::random::<u128>());
+        let lease = i64::try_from(self.lock_wait.as_millis()).unwrap_or(i64::MAX);
+        let key = claim_key(claim);
+        let deadline = tokio::time::Instant::now() + self.lock_wait;
+        let mut conn = self.conn.clone();
+        let mut pause = Duration::from_millis(5);
+        loop {
+            let now = now.max(now_millis());
+            let answer: Vec<String> = self
+                .claim
+                .key(&key)
+                .arg(claim.digest.as_str())
+                .arg(&token)
+                .arg(now)
+                .arg(lease)
+                .arg(claim.expires_at)
+                .invoke_async(&mut conn)
+                .await
+                .map_err(backend)?;
+            match answer.first().map(String::as_str) {
+                Some("run") => {
+                    let mut tx = self.tx();
+                    tx.claim = Some((key, token));
+                    return Ok(Begin::Run(Box::new(tx)));
+                }
+                Some("replay") => {
+                    return answer
+                        .into_iter()
+                        .nth(1)
+                        .map(Begin::Replay)
+                        .ok_or_else(|| corrupt("without a result"));
+                }
+                Some("mismatch") => return Ok(Begin::Mismatch),
+                Some("wait") if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                Some("wait") => {
+                    return Err(StoreError::Busy(
+                        "the same write is still running elsewhere".into(),
+                    ));
+                }
+                _ => return Err(corrupt("claim script answered nonsense")),
+            }
+        }
+    }
+
+    async fn sweep(&self, now: Millis, batch: u32) -> Result<u64, StoreError> {
+        let mut conn = self.conn.clone();
+        let ids: Vec<String> = conn
+            .zrangebyscore_limit(
+                HANDLE_EXPIRY,
+                "-inf",
+                now,
+                0,
+                isize::try_from(batch).unwrap_or(isize::MAX),
+            )
+            .await
+            .map_err(backend)?;
+        let mut tx = self.tx();
+        for id in &ids {
+            tx.retire(id);
+        }
+        Box::new(tx).commit().await?;
+        // Idempotency records expire by themselves (PEXPIREAT at their retention).
+        Ok(ids.len() as u64)
+    }
+}
+
+/// A transaction on a [`RedisStore`]: writes buffered until [`Transaction::commit`].
+pub struct RedisTx {
+    conn: ConnectionManager,
+    commit: Script,
+    ops: Vec<Value>,
+    /// Documents written in this transaction (`None`: deleted).
+    docs: HashMap<(String, String), Option<Value>>,
+    /// Rows appended (or, negative, removed) per collection in this transaction.
+    appended: HashMap<String, i64>,
+    /// The idempotency record this transaction holds, and its token.
+    claim: Option<(String, String)>,
+}
+
+/// Gives a claim back when its call failed, so a retry runs at once instead of waiting out
+/// the lease.
+const RELEASE_LUA: &str = r#"
+if redis.call('HGET', KEYS[1], 'token') == ARGV[1] and redis.call('HGET', KEYS[1], 'state') == 'running' then
+  redis.call('DEL', KEYS[1])
+end
+return 1
+"#;
+
+impl Drop for RedisTx {
+    fn drop(&mut self) {
+        // Dropped without a commit (the call failed or was cancelled): release the claim.
+        let Some((key, token)) = self.claim.take() else {
+            return;
+        };
+        let mut conn = self.conn.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let released: Result<i64, _> = Script::new(RELEASE_LUA)
+                    .key(key)
+                    .arg(token)
+                    .invoke_async(&mut conn)
+                    .await;
+                if let Err(e) = released {
+                    tracing::warn!(error = %e, "could not release an idempotency claim; it lapses with its lease");
+                }
+            });
+        }
+    }
+}
+
+impl RedisTx {
+    fn retire(&mut self, id: &str) {
+        self.ops
+            .push(json!(["retire", handle_key(id), owned_key(id), id]));
+    }
+
+    fn file_under_owner(&mut self, key: &str, collection: &str) {
+        if let Some(owner) = owner_of(collection) {
+            self.ops.push(json!(["sadd", owned_key(owner), key]));
+        }
+    }
+
+    async fn stored_len(&mut self, collection: &str) -> Result<i64, StoreError> {
+        let n: i64 = self
+            .conn
+            .llen(rows_key(collection))
+            .await
+            .map_err(backend)?;
+        Ok(n)
+    }
+}
+
+#[async_trait]
+impl Transaction for RedisTx {
+    async fn create_handle(&mut self, r: &HandleRecord) -> Result<(), StoreError> {
+        self.ops.push(json!([
+            "handle",
+            handle_key(&r.id),
+            r.id,
+            r.kind,
+            r.owner,
+            r.created_at,
+            r.expires_at,
+            r.idle_ms.map(|i| i.to_string()).unwrap_or_default(),
+            r.last_used_at,
+            sweep_at(r)
+        ]));
+        Ok(())
+    }
+
+    async fn retire_handle(&mut self, id: &str) -> Result<(), StoreError> {
+        self.retire(id);
+        Ok(())
+    }
+
+    async fn get_doc(&mut self, collection: &str, key: &str) -> Result<Option<Value>, StoreError> {
+        if let Some(pending) = self.docs.get(&(collection.to_owned(), key.to_owned())) {
+            return Ok(pending.clone());
+        }
+        let text: Option<String> = self
+            .conn
+            .hget(doc_key(collection), key)
+            .await
+            .map_err(backend)?;
+        text.map(|t| {
+            serde_json::from_str(&t).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
+        })
+        .transpose()
+    }
+
+    async fn put_doc(
+        &mut self,
+        collection: &str,
+        key: &str,
+        doc: &Value,
+    ) -> Result<(), StoreError> {
+        let k = doc_key(collection);
+        self.ops.push(json!(["hset", k, key, doc.to_string()]));
+        self.file_under_owner(&k, collection);
+        self.docs
+            .insert((collection.to_owned(), key.to_owned()), Some(doc.clone()));
+        Ok(())
+    }
+
+    async fn delete_doc(&mut self, collection: &str, key: &str) -> Result<bool, StoreError> {
+        let existed = self.get_doc(collection, key).await?.is_some();
+        self.ops.push(json!(["hdel", doc_key(collection), key]));
+        self.docs
+            .insert((collection.to_owned(), key.to_owned()), None);
+        Ok(existed)
+    }
+
+    async fn append_rows(&mut self, collection: &str, rows: &[Value]) -> Result<u64, StoreError> {
+        if !rows.is_empty() {
+            let k = rows_key(collection);
+            let mut op = vec![json!("rpush"), json!(k)];
+            op.extend(rows.iter().map(|r| Value::String(r.to_string())));
+            self.ops.push(Value::Array(op));
+            self.file_under_owner(&k, collection);
+            *self.appended.entry(collection.to_owned()).or_default() +=
+                i64::try_from(rows.len()).unwrap_or(i64::MAX);
+        }
+        self.count_rows(collection).await
+    }
+
+    async fn count_rows(&mut self, collection: &str) -> Result<u64, StoreError> {
+        let pending = self.appended.get(collection).copied().unwrap_or(0);
+        let n = self.stored_len(collection).await? + pending;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    async fn scan_rows(
+        &mut self,
+        collection: &str,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<(i64, Value)>, StoreError> {
+        let start = after.map_or(0, |a| a + 1);
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let stop = start + i64::from(limit) - 1;
+        let items: Vec<String> = self
+            .conn
+            .lrange(
+                rows_key(collection),
+                isize::try_from(start).unwrap_or(isize::MAX),
+                isize::try_from(stop).unwrap_or(isize::MAX),
+            )
+            .await
+            .map_err(backend)?;
+        items
+            .iter()
+            .zip(start..)
+            .map(|(t, seq)| {
+                serde_json::from_str(t)
+                    .map(|v| (seq, v))
+                    .map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
+            })
+            .collect()
+    }
+
+    async fn move_rows(&mut self, from: &str, to: &str) -> Result<u64, StoreError> {
+        let n = self.count_rows(from).await?;
+        let to_key = rows_key(to);
+        self.ops.push(json!(["move", rows_key(from), to_key]));
+        self.file_under_owner(&to_key, to);
+        let moved = i64::try_from(n).unwrap_or(i64::MAX);
+        *self.appended.entry(to.to_owned()).or_default() += moved;
+        *self.appended.entry(from.to_owned()).or_default() -= moved;
+        Ok(n)
+    }
+
+    async fn clear_rows(&mut self, collection: &str) -> Result<u64, StoreError> {
+        let n = self.count_rows(collection).await?;
+        self.ops.push(json!(["del", rows_key(collection)]));
+        *self.appended.entry(collection.to_owned()).or_default() -=
+            i64::try_from(n).unwrap_or(i64::MAX);
+        Ok(n)
+    }
+
+    async fn complete_claim(&mut self, claim: &Claim, result: &str) -> Result<(), StoreError> {
+        match &self.claim {
+            Some((key, _)) if *key == claim_key(claim) => {
+                // The record is marked done by the commit script, with the writes.
+                self.ops.push(json!(["result", result]));
+                Ok(())
+            }
+            _ => Err(StoreError::ClaimLost),
+        }
+    }
+
+    async fn commit(mut self: Box<Self>) -> Result<(), StoreError> {
+        let result = match self.ops.last() {
+            Some(Value::Array(op)) if op.first() == Some(&json!("result")) => {
+                let r = op
+                    .get(1)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                self.ops.pop();
+                Some(r)
+            }
+            _ => None,
+        };
+        if self.ops.is_empty() && self.claim.is_none() {
+            return Ok(());
+        }
+        let (claim, token) = self.claim.clone().unwrap_or_default();
+        if !claim.is_empty() && result.is_none() {
+            return Err(StoreError::ClaimLost);
+        }
+        let ops = Value::Array(std::mem::take(&mut self.ops)).to_string();
+        let applied: i64 = self
+            .commit
+            .key(HANDLE_EXPIRY)
+            .arg(claim)
+            .arg(token)
+            .arg(result.unwrap_or_default())
+            .arg(ops)
+            .invoke_async(&mut self.conn)
+            .await
+            .map_err(backend)?;
+        if applied == 1 {
+            self.claim = None;
+            Ok(())
+        } else {
+            Err(StoreError::ClaimLost)
+        }
+    }
+
+    fn backend_tx(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}

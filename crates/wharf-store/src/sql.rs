@@ -1,0 +1,547 @@
+//! SQLite and PostgreSQL, through sqlx's `Any` driver: one set of portable SQL, one set of
+//! migrations.
+//!
+//! Exactly-once writes rest on the database's own locks. An idempotent call inserts its
+//! record as `running` inside the transaction that will hold the handler's writes, and marks
+//! it `done` with the result in the same transaction. Nobody else ever sees a `running`
+//! record: on PostgreSQL a duplicate's insert waits on the first transaction's uncommitted
+//! row (bounded by `lock_timeout`), on SQLite the write lock serializes writers (bounded by
+//! `busy_timeout`). When the first attempt commits, the duplicate finds the result; when it
+//! dies (a crash drops the connection, the database rolls back), the duplicate runs instead.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{Any, AnyPool, Executor, Row, Transaction as SqlxTx};
+use wharf::state::{Begin, Claim, HandleRecord, Millis, Store, StoreError, Transaction, TxMode};
+
+/// How long after expiry a handle stays readable, so its owner is told it expired rather
+/// than that it is unknown.
+pub const EXPIRED_HANDLE_GRACE_MS: i64 = 3_600_000;
+
+/// Rows per multi-row `INSERT` (well under both databases' bound-parameter limits).
+const INSERT_CHUNK: usize = 300;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// Which SQL database a [`SqlStore`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+/// A store in SQLite or PostgreSQL.
+pub struct SqlStore {
+    pool: AnyPool,
+    dialect: Dialect,
+}
+
+impl SqlStore {
+    /// Connects, applies pending migrations and returns the store. `lock_wait` bounds how
+    /// long a write waits for a duplicate still running (or any other lock) before it is
+    /// answered "busy, retry".
+    pub async fn connect(
+        url: &str,
+        dialect: Dialect,
+        max_connections: u32,
+        lock_wait: Duration,
+    ) -> Result<Self, StoreError> {
+        sqlx::any::install_default_drivers();
+        let wait_ms = lock_wait.as_millis();
+        let pool = AnyPoolOptions::new()
+            .max_connections(max_connections)
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    match dialect {
+                        Dialect::Sqlite => {
+                            // WAL lets readers run beside the one writer; NORMAL sync is
+                            // durable at every commit in WAL mode except across power loss.
+                            conn.execute("PRAGMA journal_mode = WAL").await?;
+                            conn.execute("PRAGMA synchronous = NORMAL").await?;
+                            conn.execute("PRAGMA foreign_keys = ON").await?;
+                            conn.execute(&*format!("PRAGMA busy_timeout = {wait_ms}"))
+                                .await?;
+                        }
+                        Dialect::Postgres => {
+                            conn.execute(&*format!("SET lock_timeout = {wait_ms}"))
+                                .await?;
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .connect(url)
+            .await
+            .map_err(|e| StoreError::Backend(format!("cannot open {}: {e}", redact(url))))?;
+        MIGRATOR
+            .run(&pool)
+            .await
+            .map_err(|e| StoreError::Backend(format!("migrations failed: {e}")))?;
+        Ok(SqlStore { pool, dialect })
+    }
+
+    /// The connection pool, for apps that keep their own tables next to Wharf's.
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    async fn begin_tx(&self, mode: TxMode) -> Result<SqlxTx<'static, Any>, StoreError> {
+        let tx = match (self.dialect, mode) {
+            // Taking SQLite's write lock up front: a deferred transaction that read first
+            // could fail half-way when it upgrades.
+            (Dialect::Sqlite, TxMode::Write) => self.pool.begin_with("BEGIN IMMEDIATE").await,
+            _ => self.pool.begin().await,
+        };
+        tx.map_err(db_error)
+    }
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.find(':') {
+                Some(c) => format!("{}{}:***{}", &url[..s + 3], &creds[..c], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Maps a database error: lock waits that ran out become [`StoreError::Busy`].
+fn db_error(e: sqlx::Error) -> StoreError {
+    if let sqlx::Error::Database(db) = &e {
+        let code = db.code();
+        let busy = matches!(
+            code.as_deref(),
+            // PostgreSQL: lock_not_available, serialization_failure, deadlock_detected.
+            Some("55P03" | "40001" | "40P01")
+                // SQLite: SQLITE_BUSY and its extended codes, SQLITE_LOCKED.
+                | Some("5" | "6" | "261" | "517" | "773")
+        );
+        if busy {
+            return StoreError::Busy(format!("a lock was held too long ({})", db.message()));
+        }
+    }
+    if matches!(e, sqlx::Error::PoolTimedOut) {
+        return StoreError::Busy("no database connection was free in time".into());
+    }
+    StoreError::Backend(e.to_string())
+}
+
+fn read_json(text: &str) -> Result<Value, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
+}
+
+fn handle_from_row(row: &AnyRow) -> Result<HandleRecord, StoreError> {
+    let get = |e: sqlx::Error| StoreError::Corrupt(format!("handle row: {e}"));
+    Ok(HandleRecord {
+        id: row.try_get(0).map_err(get)?,
+        kind: row.try_get(1).map_err(get)?,
+        owner: row.try_get(2).map_err(get)?,
+        created_at: row.try_get(3).map_err(get)?,
+        expires_at: row.try_get(4).map_err(get)?,
+        idle_ms: row.try_get(5).map_err(get)?,
+        last_used_at: row.try_get(6).map_err(get)?,
+    })
+}
+
+/// The bounds of the collections filed under a handle: `id/` up to (not including) `id0`,
+/// `0` being the character after `/`.
+fn owned_range(handle: &str) -> (String, String) {
+    (format!("{handle}/"), format!("{handle}0"))
+}
+
+#[async_trait]
+impl Store for SqlStore {
+    fn backend(&self) -> &'static str {
+        match self.dialect {
+            Dialect::Sqlite => "sqlite",
+            Dialect::Postgres => "postgres",
+        }
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map(drop)
+            .map_err(db_error)
+    }
+
+    async fn load_handle(&self, id: &str) -> Result<Option<HandleRecord>, StoreError> {
+        let row = sqlx::query(
+            "SELECT id, kind, owner, created_at, expires_at, idle_ms, last_used_at \
+             FROM wharf_handles WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db_error)?;
+        row.as_ref().map(handle_from_row).transpose()
+    }
+
+    async fn touch_handle(&self, id: &str, now: Millis) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE wharf_handles SET last_used_at = $2 WHERE id = $1 AND last_used_at < $2",
+        )
+        .bind(id)
+        .bind(now)
+        .execute(&self.pool)
+        .await
+        .map(drop)
+        .map_err(db_error)
+    }
+
+    async fn begin(&self, mode: TxMode) -> Result<Box<dyn Transaction>, StoreError> {
+        Ok(Box::new(SqlTx {
+            tx: self.begin_tx(mode).await?,
+        }))
+    }
+
+    async fn begin_idempotent(&self, claim: &Claim, now: Millis) -> Result<Begin, StoreError> {
+        let mut tx = self.begin_tx(TxMode::Write).await?;
+        // A record past its retention counts as absent.
+        sqlx::query(
+            "DELETE FROM wharf_idempotency WHERE scope = $1 AND key = $2 AND expires_at <= $3",
+        )
+        .bind(&claim.scope)
+        .bind(&claim.key)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let inserted = sqlx::query(
+            "INSERT INTO wharf_idempotency \
+             (scope, key, digest, state, result, created_at, updated_at, expires_at) \
+             VALUES ($1, $2, $3, 'running', NULL, $4, $4, $5) \
+             ON CONFLICT (scope, key) DO NOTHING",
+        )
+        .bind(&claim.scope)
+        .bind(&claim.key)
+        .bind(claim.digest.as_str())
+        .bind(now)
+        .bind(claim.expires_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?
+        .rows_affected();
+        if inserted == 1 {
+            return Ok(Begin::Run(Box::new(SqlTx { tx })));
+        }
+        let row = sqlx::query(
+            "SELECT digest, state, result FROM wharf_idempotency WHERE scope = $1 AND key = $2",
+        )
+        .bind(&claim.scope)
+        .bind(&claim.key)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?
+        .ok_or_else(|| StoreError::Busy("the idempotency record changed under this call".into()))?;
+        let digest: String = row.try_get(0).map_err(db_error)?;
+        let state: String = row.try_get(1).map_err(db_error)?;
+        let result: Option<String> = row.try_get(2).map_err(db_error)?;
+        if digest != claim.digest.as_str() {
+            return Ok(Begin::Mismatch);
+        }
+        match (state.as_str(), result) {
+            ("done", Some(result)) => Ok(Begin::Replay(result)),
+            _ => Err(StoreError::Corrupt(format!(
+                "idempotency record in state {state:?} without a result"
+            ))),
+        }
+    }
+
+    async fn sweep(&self, now: Millis, batch: u32) -> Result<u64, StoreError> {
+        let cutoff = now.saturating_sub(EXPIRED_HANDLE_GRACE_MS);
+        let mut tx = self.begin_tx(TxMode::Write).await?;
+        let ids: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM wharf_handles \
+             WHERE expires_at < $1 OR (idle_ms IS NOT NULL AND last_used_at + idle_ms < $1) \
+             LIMIT $2",
+        )
+        .bind(cutoff)
+        .bind(i64::from(batch))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let mut removed = 0;
+        for id in &ids {
+            retire(&mut tx, id).await?;
+            removed += 1;
+        }
+        removed += sqlx::query(
+            "DELETE FROM wharf_idempotency WHERE (scope, key) IN \
+             (SELECT scope, key FROM wharf_idempotency WHERE expires_at <= $1 LIMIT $2)",
+        )
+        .bind(now)
+        .bind(i64::from(batch))
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?
+        .rows_affected();
+        tx.commit().await.map_err(db_error)?;
+        Ok(removed)
+    }
+}
+
+/// A transaction on a [`SqlStore`].
+pub struct SqlTx {
+    tx: SqlxTx<'static, Any>,
+}
+
+async fn retire(tx: &mut SqlxTx<'static, Any>, id: &str) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM wharf_handles WHERE id = $1")
+        .bind(id)
+        .execute(&mut **tx)
+        .await
+        .map_err(db_error)?;
+    let (lo, hi) = owned_range(id);
+    for table in [
+        "DELETE FROM wharf_rows WHERE collection >= $1 AND collection < $2",
+        "DELETE FROM wharf_docs WHERE collection >= $1 AND collection < $2",
+        "DELETE FROM wharf_collections WHERE name >= $1 AND name < $2",
+    ] {
+        sqlx::query(table)
+            .bind(&lo)
+            .bind(&hi)
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?;
+    }
+    Ok(())
+}
+
+impl SqlTx {
+    /// Reserves `n` sequence numbers at the end of `collection`; the first one.
+    async fn reserve(&mut self, collection: &str, n: i64) -> Result<i64, StoreError> {
+        sqlx::query(
+            "INSERT INTO wharf_collections (name, next_seq, len) VALUES ($1, 0, 0) \
+             ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(collection)
+        .execute(&mut *self.tx)
+        .await
+        .map_err(db_error)?;
+        let next: i64 = sqlx::query_scalar(
+            "UPDATE wharf_collections SET next_seq = next_seq + $2, len = len + $2 \
+             WHERE name = $1 RETURNING next_seq",
+        )
+        .bind(collection)
+        .bind(n)
+        .fetch_one(&mut *self.tx)
+        .await
+        .map_err(db_error)?;
+        Ok(next - n)
+    }
+}
+
+#[async_trait]
+impl Transaction for SqlTx {
+    async fn create_handle(&mut self, r: &HandleRecord) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO wharf_handles \
+             (id, kind, owner, created_at, expires_at, idle_ms, last_used_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(&r.id)
+        .bind(&r.kind)
+        .bind(&r.owner)
+        .bind(r.created_at)
+        .bind(r.expires_at)
+        .bind(r.idle_ms)
+        .bind(r.last_used_at)
+        .execute(&mut *self.tx)
+        .await
+        .map(drop)
+        .map_err(db_error)
+    }
+
+    async fn retire_handle(&mut self, id: &str) -> Result<(), StoreError> {
+        retire(&mut self.tx, id).await
+    }
+
+    async fn get_doc(&mut self, collection: &str, key: &str) -> Result<Option<Value>, StoreError> {
+        let text: Option<String> =
+            sqlx::query_scalar("SELECT doc FROM wharf_docs WHERE collection = $1 AND key = $2")
+                .bind(collection)
+                .bind(key)
+                .fetch_optional(&mut *self.tx)
+                .await
+                .map_err(db_error)?;
+        text.as_deref().map(read_json).transpose()
+    }
+
+    async fn put_doc(
+        &mut self,
+        collection: &str,
+        key: &str,
+        doc: &Value,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO wharf_docs (collection, key, doc) VALUES ($1, $2, $3) \
+             ON CONFLICT (collection, key) DO UPDATE SET doc = excluded.doc",
+        )
+        .bind(collection)
+        .bind(key)
+        .bind(doc.to_string())
+        .execute(&mut *self.tx)
+        .await
+        .map(drop)
+        .map_err(db_error)
+    }
+
+    async fn delete_doc(&mut self, collection: &str, key: &str) -> Result<bool, StoreError> {
+        let n = sqlx::query("DELETE FROM wharf_docs WHERE collection = $1 AND key = $2")
+            .bind(collection)
+            .bind(key)
+            .execute(&mut *self.tx)
+            .await
+            .map_err(db_error)?
+            .rows_affected();
+        Ok(n > 0)
+    }
+
+    async fn append_rows(&mut self, collection: &str, rows: &[Value]) -> Result<u64, StoreError> {
+        if rows.is_empty() {
+            return self.count_rows(collection).await;
+        }
+        let n = i64::try_from(rows.len()).unwrap_or(i64::MAX);
+        let mut seq = self.reserve(collection, n).await?;
+        for chunk in rows.chunks(INSERT_CHUNK) {
+            let mut sql = String::with_capacity(48 + chunk.len() * 24);
+            sql.push_str("INSERT INTO wharf_rows (collection, seq, doc) VALUES ");
+            for i in 0..chunk.len() {
+                if i > 0 {
+                    sql.push(',');
+                }
+                let p = i * 3;
+                sql.push_str(&format!("(${}, ${}, ${})", p + 1, p + 2, p + 3));
+            }
+            let mut q = sqlx::query(&sql);
+            for row in chunk {
+                q = q.bind(collection).bind(seq).bind(row.to_string());
+                seq += 1;
+            }
+            q.execute(&mut *self.tx).await.map_err(db_error)?;
+        }
+        self.count_rows(collection).await
+    }
+
+    async fn count_rows(&mut self, collection: &str) -> Result<u64, StoreError> {
+        let len: Option<i64> =
+            sqlx::query_scalar("SELECT len FROM wharf_collections WHERE name = $1")
+                .bind(collection)
+                .fetch_optional(&mut *self.tx)
+                .await
+                .map_err(db_error)?;
+        Ok(len.and_then(|l| u64::try_from(l).ok()).unwrap_or(0))
+    }
+
+    async fn scan_rows(
+        &mut self,
+        collection: &str,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<(i64, Value)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT seq, doc FROM wharf_rows WHERE collection = $1 AND seq > $2 \
+             ORDER BY seq LIMIT $3",
+        )
+        .bind(collection)
+        .bind(after.unwrap_or(-1))
+        .bind(i64::from(limit))
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(db_error)?;
+        rows.iter()
+            .map(|r| {
+                let seq: i64 = r.try_get(0).map_err(db_error)?;
+                let doc: String = r.try_get(1).map_err(db_error)?;
+                Ok((seq, read_json(&doc)?))
+            })
+            .collect()
+    }
+
+    async fn move_rows(&mut self, from: &str, to: &str) -> Result<u64, StoreError> {
+        let n = i64::try_from(self.count_rows(from).await?).unwrap_or(i64::MAX);
+        if n == 0 {
+            return Ok(0);
+        }
+        let base = self.reserve(to, n).await?;
+        sqlx::query(
+            "INSERT INTO wharf_rows (collection, seq, doc) \
+             SELECT $2, $3 + ROW_NUMBER() OVER (ORDER BY seq) - 1, doc \
+             FROM wharf_rows WHERE collection = $1",
+        )
+        .bind(from)
+        .bind(to)
+        .bind(base)
+        .execute(&mut *self.tx)
+        .await
+        .map_err(db_error)?;
+        self.clear_rows(from).await
+    }
+
+    async fn clear_rows(&mut self, collection: &str) -> Result<u64, StoreError> {
+        let n = sqlx::query("DELETE FROM wharf_rows WHERE collection = $1")
+            .bind(collection)
+            .execute(&mut *self.tx)
+            .await
+            .map_err(db_error)?
+            .rows_affected();
+        sqlx::query("UPDATE wharf_collections SET len = 0 WHERE name = $1")
+            .bind(collection)
+            .execute(&mut *self.tx)
+            .await
+            .map_err(db_error)?;
+        Ok(n)
+    }
+
+    async fn complete_claim(&mut self, claim: &Claim, result: &str) -> Result<(), StoreError> {
+        let n = sqlx::query(
+            "UPDATE wharf_idempotency SET state = 'done', result = $3, updated_at = $4 \
+             WHERE scope = $1 AND key = $2 AND state = 'running'",
+        )
+        .bind(&claim.scope)
+        .bind(&claim.key)
+        .bind(result)
+        .bind(wharf::state::now_millis())
+        .execute(&mut *self.tx)
+        .await
+        .map_err(db_error)?
+        .rows_affected();
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::ClaimLost)
+        }
+    }
+
+    async fn commit(self: Box<Self>) -> Result<(), StoreError> {
+        self.tx.commit().await.map_err(db_error)
+    }
+
+    fn backend_tx(&mut self) -> &mut dyn std::any::Any {
+        &mut self.tx
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_never_reach_messages() {
+        assert_eq!(
+            redact("postgres://app:s3cret@db:5432/x"),
+            "postgres://app:***@db:5432/x"
+        );
+        assert_eq!(redact("sqlite://./wharf.db"), "sqlite://./wharf.db");
+    }
+}

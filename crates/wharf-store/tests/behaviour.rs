@@ -1,0 +1,354 @@
+//! One behaviour suite, run unchanged against every backend: SQLite (a file), PostgreSQL and
+//! Redis (the real servers; `WHARF_TEST_POSTGRES_URL` and `WHARF_TEST_REDIS_URL` override
+//! the local defaults). A backend that cannot be reached fails its tests: nothing is skipped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use wharf::Principal;
+use wharf::state::{
+    Begin, Claim, Digest, HandleKind, HandleRecord, Store, StoreError, TxMode, now_millis,
+};
+use wharf_store::{StoreOptions, open};
+
+struct Thing;
+impl HandleKind for Thing {
+    const KIND: &'static str = "thing";
+    const PREFIX: &'static str = "thg";
+    const CREATED_BY: &'static str = "thing_new";
+    const TTL: Duration = Duration::from_secs(3600);
+    const IDLE_TTL: Option<Duration> = Some(Duration::from_secs(600));
+}
+
+fn options() -> StoreOptions {
+    StoreOptions {
+        max_connections: 8,
+        lock_wait: Duration::from_secs(3),
+    }
+}
+
+async fn sqlite() -> Arc<dyn Store> {
+    let dir = std::env::temp_dir().join(format!("wharf-behaviour-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let url = format!("sqlite://{}/store.db", dir.display());
+    open(&url, &options()).await.expect("open SQLite")
+}
+
+async fn postgres() -> Arc<dyn Store> {
+    let url = std::env::var("WHARF_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    open(&url, &options())
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {url} is required for these tests: {e}"))
+}
+
+async fn redis() -> Arc<dyn Store> {
+    let url =
+        std::env::var("WHARF_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
+    open(&url, &options())
+        .await
+        .unwrap_or_else(|e| panic!("Redis at {url} is required for these tests: {e}"))
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{:016x}", rand_u64())
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::time::Instant::now())
+}
+
+fn claim(scope: &str, key: &str, args: Value) -> Claim {
+    let Value::Object(map) = args else {
+        unreachable!("test args are objects")
+    };
+    Claim {
+        scope: scope.to_owned(),
+        key: key.to_owned(),
+        digest: Digest::of("tool", &map),
+        expires_at: now_millis() + 60_000,
+    }
+}
+
+async fn run(store: &Arc<dyn Store>, c: &Claim) -> Box<dyn wharf::state::Transaction> {
+    match store
+        .begin_idempotent(c, now_millis())
+        .await
+        .expect("claim")
+    {
+        Begin::Run(tx) => tx,
+        Begin::Replay(r) => panic!("expected a first run, got a replay of {r}"),
+        Begin::Mismatch => panic!("expected a first run, got a mismatch"),
+    }
+}
+
+async fn handles_are_stored_with_their_owner_and_only_when_committed(store: Arc<dyn Store>) {
+    let owner = Principal::new("user-42");
+    let kept = HandleRecord::mint::<Thing>(&owner, now_millis());
+    let dropped = HandleRecord::mint::<Thing>(&owner, now_millis());
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.create_handle(&kept).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.create_handle(&dropped).await.unwrap();
+    drop(tx);
+    assert_eq!(
+        store.load_handle(&kept.id).await.unwrap(),
+        Some(kept.clone())
+    );
+    assert_eq!(store.load_handle(&dropped.id).await.unwrap(), None);
+    assert_eq!(store.load_handle("thg_nothing").await.unwrap(), None);
+
+    store
+        .touch_handle(&kept.id, kept.last_used_at + 5)
+        .await
+        .unwrap();
+    let touched = store.load_handle(&kept.id).await.unwrap().unwrap();
+    assert_eq!(touched.last_used_at, kept.last_used_at + 5);
+}
+
+async fn retiring_a_handle_removes_the_data_filed_under_it(store: Arc<dyn Store>) {
+    let h = HandleRecord::mint::<Thing>(&Principal::new("u"), now_millis());
+    let rows = format!("{}/rows", h.id);
+    let other = unique("unrelated");
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.create_handle(&h).await.unwrap();
+    tx.append_rows(&rows, &[json!(1), json!(2)]).await.unwrap();
+    tx.put_doc(&format!("{}/meta", h.id), "m", &json!({"a": 1}))
+        .await
+        .unwrap();
+    tx.append_rows(&other, &[json!("keep")]).await.unwrap();
+    tx.commit().await.unwrap();
+
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.retire_handle(&h.id).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = store.begin(TxMode::Read).await.unwrap();
+    assert_eq!(store.load_handle(&h.id).await.unwrap(), None);
+    assert_eq!(tx.count_rows(&rows).await.unwrap(), 0);
+    assert_eq!(
+        tx.get_doc(&format!("{}/meta", h.id), "m").await.unwrap(),
+        None
+    );
+    assert_eq!(tx.count_rows(&other).await.unwrap(), 1);
+}
+
+async fn documents_round_trip_and_roll_back(store: Arc<dyn Store>) {
+    let c = unique("docs");
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.put_doc(&c, "a", &json!({"n": 1})).await.unwrap();
+    assert_eq!(tx.get_doc(&c, "a").await.unwrap(), Some(json!({"n": 1})));
+    tx.commit().await.unwrap();
+
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.put_doc(&c, "a", &json!({"n": 2})).await.unwrap();
+    assert!(tx.delete_doc(&c, "missing").await.is_ok());
+    drop(tx);
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    assert_eq!(tx.get_doc(&c, "a").await.unwrap(), Some(json!({"n": 1})));
+    assert!(tx.delete_doc(&c, "a").await.unwrap());
+    tx.commit().await.unwrap();
+    let mut tx = store.begin(TxMode::Read).await.unwrap();
+    assert_eq!(tx.get_doc(&c, "a").await.unwrap(), None);
+}
+
+async fn rows_append_scan_move_and_clear_in_order(store: Arc<dyn Store>) {
+    let staging = unique("staging");
+    let dataset = unique("dataset");
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    assert_eq!(tx.append_rows(&dataset, &[json!("d0")]).await.unwrap(), 1);
+    let batch: Vec<Value> = (0..700).map(|i| json!({ "i": i })).collect();
+    assert_eq!(tx.append_rows(&staging, &batch).await.unwrap(), 700);
+    tx.commit().await.unwrap();
+
+    let mut tx = store.begin(TxMode::Read).await.unwrap();
+    let first = tx.scan_rows(&staging, None, 3).await.unwrap();
+    assert_eq!(
+        first.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>(),
+        vec![json!({"i": 0}), json!({"i": 1}), json!({"i": 2})]
+    );
+    let next = tx.scan_rows(&staging, Some(first[2].0), 2).await.unwrap();
+    assert_eq!(next[0].1, json!({"i": 3}));
+    drop(tx);
+
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    assert_eq!(tx.move_rows(&staging, &dataset).await.unwrap(), 700);
+    tx.commit().await.unwrap();
+    let mut tx = store.begin(TxMode::Read).await.unwrap();
+    assert_eq!(tx.count_rows(&staging).await.unwrap(), 0);
+    assert_eq!(tx.count_rows(&dataset).await.unwrap(), 701);
+    let all = tx.scan_rows(&dataset, None, 1000).await.unwrap();
+    assert_eq!(all.len(), 701);
+    assert_eq!(all[0].1, json!("d0"));
+    assert_eq!(all[1].1, json!({"i": 0}));
+    assert_eq!(all[700].1, json!({"i": 699}));
+    assert!(
+        all.windows(2).all(|w| w[0].0 < w[1].0),
+        "sequence increases"
+    );
+    drop(tx);
+
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    assert_eq!(tx.clear_rows(&dataset).await.unwrap(), 701);
+    tx.commit().await.unwrap();
+    let mut tx = store.begin(TxMode::Read).await.unwrap();
+    assert_eq!(tx.count_rows(&dataset).await.unwrap(), 0);
+}
+
+async fn a_completed_write_replays_and_refuses_other_arguments(store: Arc<dyn Store>) {
+    let scope = unique("h:scope");
+    let rows = unique("rows");
+    let first = claim(&scope, "k1", json!({"rows": [1, 2]}));
+    let mut tx = run(&store, &first).await;
+    tx.append_rows(&rows, &[json!(1), json!(2)]).await.unwrap();
+    tx.complete_claim(&first, r#"{"appended":2}"#)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+
+    let again = claim(&scope, "k1", json!({"rows": [1, 2]}));
+    match store.begin_idempotent(&again, now_millis()).await.unwrap() {
+        Begin::Replay(r) => assert_eq!(r, r#"{"appended":2}"#),
+        _ => panic!("expected a replay"),
+    }
+    let other = claim(&scope, "k1", json!({"rows": [3]}));
+    assert!(matches!(
+        store.begin_idempotent(&other, now_millis()).await.unwrap(),
+        Begin::Mismatch
+    ));
+    // Another key in the same scope is another write.
+    let fresh = claim(&scope, "k2", json!({"rows": [1, 2]}));
+    drop(run(&store, &fresh).await);
+    let mut tx = store.begin(TxMode::Read).await.unwrap();
+    assert_eq!(tx.count_rows(&rows).await.unwrap(), 2);
+}
+
+async fn a_failed_write_leaves_no_record(store: Arc<dyn Store>) {
+    let scope = unique("h:scope");
+    let rows = unique("rows");
+    let c = claim(&scope, "k", json!({}));
+    let mut tx = run(&store, &c).await;
+    tx.append_rows(&rows, &[json!(1)]).await.unwrap();
+    drop(tx);
+    // Redis gives the claim back from a task: allow it a moment.
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        match store.begin_idempotent(&c, now_millis()).await {
+            Ok(Begin::Run(_)) => break,
+            Err(StoreError::Busy(_)) | Ok(_) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => panic!("the failed write left a record behind: {:?}", other.is_ok()),
+        }
+    }
+    let mut tx = store.begin(TxMode::Read).await.unwrap();
+    assert_eq!(tx.count_rows(&rows).await.unwrap(), 0);
+}
+
+async fn a_duplicate_waits_for_the_first_and_replays(store: Arc<dyn Store>) {
+    let scope = unique("h:scope");
+    let rows = unique("rows");
+    let c = claim(&scope, "k", json!({"n": 1}));
+    let mut first = run(&store, &c).await;
+    first.append_rows(&rows, &[json!("once")]).await.unwrap();
+    let dup = {
+        let store = Arc::clone(&store);
+        let c = c.clone();
+        tokio::spawn(async move { store.begin_idempotent(&c, now_millis()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !dup.is_finished(),
+        "the duplicate must wait for the first attempt"
+    );
+    first.complete_claim(&c, "\"first\"").await.unwrap();
+    first.commit().await.unwrap();
+    match dup.await.unwrap().unwrap() {
+        Begin::Replay(r) => assert_eq!(r, "\"first\""),
+        Begin::Run(_) => panic!("the duplicate ran a second time"),
+        Begin::Mismatch => panic!("mismatch"),
+    }
+    let mut tx = store.begin(TxMode::Read).await.unwrap();
+    assert_eq!(tx.count_rows(&rows).await.unwrap(), 1);
+}
+
+async fn expired_records_count_as_absent(store: Arc<dyn Store>) {
+    let scope = unique("h:scope");
+    let mut c = claim(&scope, "k", json!({}));
+    c.expires_at = now_millis() + 200;
+    let mut tx = run(&store, &c).await;
+    tx.complete_claim(&c, "1").await.unwrap();
+    tx.commit().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let later = claim(&scope, "k", json!({"other": true}));
+    assert!(matches!(
+        store.begin_idempotent(&later, now_millis()).await.unwrap(),
+        Begin::Run(_)
+    ));
+}
+
+async fn the_sweeper_removes_long_expired_handles_in_batches(store: Arc<dyn Store>) {
+    let owner = Principal::new("u");
+    let long_ago = now_millis() - 10 * 3_600_000;
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    let mut old = Vec::new();
+    for _ in 0..3 {
+        let h = HandleRecord::mint::<Thing>(&owner, long_ago);
+        tx.create_handle(&h).await.unwrap();
+        tx.append_rows(&format!("{}/rows", h.id), &[json!(1)])
+            .await
+            .unwrap();
+        old.push(h);
+    }
+    let live = HandleRecord::mint::<Thing>(&owner, now_millis());
+    tx.create_handle(&live).await.unwrap();
+    tx.commit().await.unwrap();
+    // Other tests share the store: sweep until ours are gone, one small batch at a time.
+    for _ in 0..1000 {
+        let n = store.sweep(now_millis(), 2).await.unwrap();
+        if n == 0 {
+            break;
+        }
+    }
+    for h in &old {
+        assert_eq!(store.load_handle(&h.id).await.unwrap(), None);
+        let mut tx = store.begin(TxMode::Read).await.unwrap();
+        assert_eq!(tx.count_rows(&format!("{}/rows", h.id)).await.unwrap(), 0);
+    }
+    assert!(store.load_handle(&live.id).await.unwrap().is_some());
+}
+
+macro_rules! suite {
+    ($backend:ident: $($test:ident),* $(,)?) => {
+        mod $backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(super::$backend().await).await;
+                }
+            )*
+        }
+    };
+}
+
+macro_rules! all_backends {
+    ($($test:ident),* $(,)?) => {
+        suite!(sqlite: $($test),*);
+        suite!(postgres: $($test),*);
+        suite!(redis: $($test),*);
+    };
+}
+
+all_backends!(
+    handles_are_stored_with_their_owner_and_only_when_committed,
+    retiring_a_handle_removes_the_data_filed_under_it,
+    documents_round_trip_and_roll_back,
+    rows_append_scan_move_and_clear_in_order,
+    a_completed_write_replays_and_refuses_other_arguments,
+    a_failed_write_leaves_no_record,
+    a_duplicate_waits_for_the_first_and_replays,
+    expired_records_count_as_absent,
+    the_sweeper_removes_long_expired_handles_in_batches,
+);
