@@ -7,9 +7,16 @@ use std::time::Duration;
 use anyhow::Context as _;
 use base64::Engine as _;
 use clap::{Args, ValueEnum};
-use wharf::{CursorKey, Server, ServerConfig};
-use wharf_http::{HostPolicy, HttpConfig};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use wharf::{CursorKey, Server, ServerConfig, Store};
+use wharf_auth::{ApiKeys, Auth};
+use wharf_http::{HostPolicy, HttpConfig, ReadinessCheck};
 use wharf_reference::Profile;
+use wharf_stdio::StdioConfig;
+use wharf_store::StoreOptions;
 
 /// Options of `wharf serve`; each can also come from the environment.
 #[derive(Debug, Args)]
@@ -64,12 +71,52 @@ pub struct ServeArgs {
     /// Worker threads (default: the CPUs this process may use).
     #[arg(long, env = "WHARF_WORKERS")]
     workers: Option<usize>,
+    /// Where handles, idempotency records and data live: sqlite://PATH, postgres://…,
+    /// redis://… (profiles without state open no store).
+    #[arg(long, env = "WHARF_STORE", default_value = wharf_store::DEFAULT_URL, hide_env_values = true)]
+    store: String,
+    /// An API key, `PRINCIPAL=TOKEN`, sent by clients as `Authorization: Bearer TOKEN`;
+    /// repeatable. WHARF_API_KEYS takes a comma-separated list.
+    #[arg(
+        long = "api-key",
+        env = "WHARF_API_KEYS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    api_keys: Vec<String>,
+    /// A file of `PRINCIPAL=TOKEN` lines (`#` starts a comment).
+    #[arg(long, env = "WHARF_API_KEYS_FILE")]
+    api_keys_file: Option<std::path::PathBuf>,
+    /// Serve without authentication: every request acts for one anonymous principal, and
+    /// handles are bearer capabilities.
+    #[arg(long, env = "WHARF_ANONYMOUS", conflicts_with_all = ["api_keys", "api_keys_file"])]
+    anonymous: bool,
+    /// Hours an idempotent write's first result is kept for replays.
+    #[arg(long, env = "WHARF_IDEMPOTENCY_RETENTION_HOURS", default_value_t = 24)]
+    idempotency_retention_hours: u64,
+    /// Seconds a write waits for a duplicate still running before answering "busy, retry".
+    #[arg(long, env = "WHARF_LOCK_WAIT_SECS", default_value_t = 10)]
+    lock_wait_secs: u64,
+    /// Seconds between sweeps of expired handles and records.
+    #[arg(long, env = "WHARF_SWEEP_SECS", default_value_t = 60)]
+    sweep_secs: u64,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum ProfileArg {
     Default,
+    Demo,
     Conformance,
+}
+
+impl From<ProfileArg> for Profile {
+    fn from(p: ProfileArg) -> Self {
+        match p {
+            ProfileArg::Default => Profile::Default,
+            ProfileArg::Demo => Profile::Demo,
+            ProfileArg::Conformance => Profile::Conformance,
+        }
+    }
 }
 
 /// Runs `wharf serve`; exits 0 after a graceful shutdown.
@@ -119,7 +166,53 @@ pub fn run(args: ServeArgs) -> ExitCode {
     }
 }
 
-fn build_server(args: &ServeArgs) -> anyhow::Result<Server> {
+/// How HTTP requests are authenticated: an explicit choice, never a silent default.
+fn auth(args: &ServeArgs) -> anyhow::Result<Auth> {
+    if args.anonymous {
+        return Ok(Auth::anonymous());
+    }
+    let mut keys = ApiKeys::parse(args.api_keys.iter().map(String::as_str))?;
+    if let Some(path) = &args.api_keys_file {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read --api-keys-file {}", path.display()))?;
+        keys = keys.merge(ApiKeys::parse_file(&text)?)?;
+    }
+    anyhow::ensure!(
+        !keys.is_empty(),
+        "no credentials configured: give --api-key PRINCIPAL=TOKEN (or --api-keys-file PATH), or --anonymous to serve without authentication"
+    );
+    Ok(Auth::api_keys(keys))
+}
+
+/// The store, opened and migrated, when the profile keeps state.
+async fn open_store(args: &ServeArgs) -> anyhow::Result<Option<Arc<dyn Store>>> {
+    if !Profile::from(args.profile).needs_store() {
+        return Ok(None);
+    }
+    let options = StoreOptions {
+        lock_wait: Duration::from_secs(args.lock_wait_secs.max(1)),
+        ..StoreOptions::default()
+    };
+    let store = wharf_store::open(&args.store, &options)
+        .await
+        .context("cannot open the store")?;
+    tracing::info!(backend = store.backend(), "store ready");
+    Ok(Some(store))
+}
+
+/// `/readyz` reports whether the store answers.
+struct StoreReady(Arc<dyn Store>);
+
+impl ReadinessCheck for StoreReady {
+    fn name(&self) -> &str {
+        "store"
+    }
+    fn check(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
+        Box::pin(async move { self.0.ping().await.map_err(|e| e.to_string()) })
+    }
+}
+
+fn build_server(args: &ServeArgs, store: Option<Arc<dyn Store>>) -> anyhow::Result<Server> {
     let cursor_key = match &args.cursor_key {
         Some(k) => {
             let key = base64::engine::general_purpose::STANDARD
@@ -137,24 +230,42 @@ fn build_server(args: &ServeArgs) -> anyhow::Result<Server> {
     let config = ServerConfig {
         page_size: args.page_size,
         cursor_key,
+        idempotency_retention: Duration::from_secs(
+            args.idempotency_retention_hours.saturating_mul(3600),
+        ),
         ..ServerConfig::default()
     };
-    let profile = match args.profile {
-        ProfileArg::Default => Profile::Default,
-        ProfileArg::Conformance => Profile::Conformance,
-    };
-    let server = profile
-        .register(Server::builder(wharf_reference::implementation()).config(config))
-        .build()?;
-    Ok(server)
+    let mut builder = Server::builder(wharf_reference::implementation()).config(config);
+    if let Some(store) = store {
+        builder = builder.store(store);
+    }
+    Ok(Profile::from(args.profile).register(builder).build()?)
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let server = build_server(&args).context("invalid server definition")?;
+    let auth = if args.stdio {
+        Auth::anonymous()
+    } else {
+        auth(&args)?
+    };
+    let store = open_store(&args).await?;
+    let server = build_server(&args, store.clone()).context("invalid server definition")?;
+    let stop_sweeping = tokio_util::sync::CancellationToken::new();
+    let _stop_sweeping = stop_sweeping.clone().drop_guard();
+    if let Some(store) = &store {
+        wharf_store::spawn_sweeper(
+            Arc::clone(store),
+            Duration::from_secs(args.sweep_secs.max(1)),
+            500,
+            stop_sweeping,
+        );
+    }
     if args.stdio {
-        let drain = Duration::from_secs(args.drain_secs);
-        wharf_stdio::serve_with_drain(server, tokio::io::stdin(), tokio::io::stdout(), drain)
-            .await?;
+        let config = StdioConfig {
+            drain: Duration::from_secs(args.drain_secs),
+            ..StdioConfig::default()
+        };
+        wharf_stdio::serve_with(server, tokio::io::stdin(), tokio::io::stdout(), config).await?;
         return Ok(());
     }
     let hosts = if args.allowed_hosts.iter().any(|h| h == "*") {
@@ -176,7 +287,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_json_depth: args.max_json_depth,
         max_header_bytes: args.max_header_bytes,
         keep_alive: Duration::from_secs(args.keep_alive_secs.max(1)),
-        readiness: Vec::new(),
+        readiness: store
+            .map(|s| Arc::new(StoreReady(s)) as Arc<dyn ReadinessCheck>)
+            .into_iter()
+            .collect(),
+        auth,
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

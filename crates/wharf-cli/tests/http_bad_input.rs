@@ -625,6 +625,7 @@ async fn short_cursor_keys_are_refused_at_startup() {
             "serve",
             "--listen",
             "127.0.0.1:0",
+            "--anonymous",
             "--cursor-key",
             "c2hvcnQ=",
         ])

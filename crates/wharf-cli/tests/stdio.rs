@@ -18,7 +18,11 @@ async fn recv(c: &mut StdioClient) -> Value {
 
 #[tokio::test]
 async fn serves_concurrently_cancels_and_exits_on_eof() {
-    let mut c = StdioClient::spawn(env!("CARGO_BIN_EXE_wharf"), &["serve", "--stdio"]).unwrap();
+    let mut c = StdioClient::spawn(
+        env!("CARGO_BIN_EXE_wharf"),
+        &["serve", "--stdio", "--profile", "demo"],
+    )
+    .unwrap();
     c.request(json!(1), "server/discover", json!({}))
         .await
         .unwrap();

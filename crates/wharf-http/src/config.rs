@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use wharf_auth::Auth;
 
 use crate::health::ReadinessCheck;
 
@@ -128,6 +129,8 @@ pub struct HttpConfig {
     pub keep_alive: Duration,
     /// Dependencies `GET /readyz` checks.
     pub readiness: Vec<Arc<dyn ReadinessCheck>>,
+    /// How a request's principal is resolved (anonymous unless configured).
+    pub auth: Auth,
 }
 
 impl Default for HttpConfig {
@@ -140,6 +143,7 @@ impl Default for HttpConfig {
             max_header_bytes: 16 * 1024,
             keep_alive: Duration::from_secs(15),
             readiness: Vec::new(),
+            auth: Auth::anonymous(),
         }
     }
 }
@@ -153,6 +157,7 @@ impl std::fmt::Debug for HttpConfig {
             .field("max_json_depth", &self.max_json_depth)
             .field("max_header_bytes", &self.max_header_bytes)
             .field("keep_alive", &self.keep_alive)
+            .field("auth", &self.auth)
             .finish_non_exhaustive()
     }
 }

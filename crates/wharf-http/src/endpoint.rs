@@ -13,11 +13,11 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
-use wharf::{ErrorKind, ParsedRequest, RpcError, Scope};
+use wharf::{ErrorKind, ParsedRequest, Principal, RpcError, Scope};
 use wharf_protocol::{Envelope, RequestId};
 
 use crate::AppState;
-use crate::errors::{error_response, error_with_status, json_response};
+use crate::errors::{error_response, error_with_status, json_response, unauthorized};
 use crate::{guard, headers};
 
 /// GET and DELETE: there is no session stream to open or close.
@@ -35,6 +35,11 @@ pub(crate) async fn handle_post(State(state): State<Arc<AppState>>, request: Req
     if let Err(refused) = guard::check_request(&headers, &state.config) {
         return *refused;
     }
+    // Before the body is read: nothing runs for a request without a principal.
+    let principal = match state.config.auth.authenticate(&headers).await {
+        Ok(p) => p,
+        Err(refusal) => return unauthorized(&refusal),
+    };
     let limit = state.config.max_body_bytes;
     let bytes = match axum::body::to_bytes(body, limit).await {
         Ok(b) => b,
@@ -56,10 +61,15 @@ pub(crate) async fn handle_post(State(state): State<Arc<AppState>>, request: Req
             };
         }
     };
-    serve(&state, &headers, &bytes).await
+    serve(&state, &headers, &bytes, principal).await
 }
 
-async fn serve(state: &Arc<AppState>, headers: &HeaderMap, bytes: &Bytes) -> Response {
+async fn serve(
+    state: &Arc<AppState>,
+    headers: &HeaderMap,
+    bytes: &Bytes,
+    principal: Principal,
+) -> Response {
     let envelope = match Envelope::parse(bytes, state.config.max_json_depth) {
         Ok(env) => env,
         Err(failure) => {
@@ -93,13 +103,14 @@ async fn serve(state: &Arc<AppState>, headers: &HeaderMap, bytes: &Bytes) -> Res
         if let Err(e) = server.admit(&req) {
             return error_response(Some(&req.id), &e);
         }
-        return stream(state, req);
+        return stream(state, req, principal);
     }
     let id = req.id.clone();
     // Boxed so the handler future axum boxes and moves stays small.
     let work = Box::pin(server.execute(
         req,
         Scope {
+            principal,
             cancel: None,
             outbox: None,
         },
@@ -123,13 +134,16 @@ fn event(message: Vec<u8>) -> Result<Event, Infallible> {
 
 /// Runs the request on its own task and streams its notifications, then its response. When
 /// the client closes the stream, the guard cancels the request.
-fn stream(state: &Arc<AppState>, req: ParsedRequest) -> Response {
+fn stream(state: &Arc<AppState>, req: ParsedRequest, principal: Principal) -> Response {
     let (tx, rx) = mpsc::channel::<Vec<u8>>(32);
     let cancel = CancellationToken::new();
     let guard = cancel.clone().drop_guard();
     let server = state.server.clone();
     tokio::spawn(async move {
-        if let Some(last) = server.execute_streamed(req, cancel, tx.clone()).await {
+        if let Some(last) = server
+            .execute_streamed(req, principal, cancel, tx.clone())
+            .await
+        {
             let _ = tx.send(last).await;
         }
     });

@@ -21,12 +21,30 @@ pub(crate) fn status_for(kind: ErrorKind) -> StatusCode {
         // the JSON-RPC error says what was wrong with the params.
         ErrorKind::InvalidParams | ErrorKind::Application(_) => StatusCode::OK,
         ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
+        ErrorKind::RetryLater => StatusCode::SERVICE_UNAVAILABLE,
     }
 }
 
 /// A JSON-RPC error response with the status of its kind.
 pub(crate) fn error_response(id: Option<&RequestId>, error: &RpcError) -> Response {
-    error_with_status(status_for(error.kind), id, error)
+    let mut res = error_with_status(status_for(error.kind), id, error);
+    if error.kind == ErrorKind::RetryLater {
+        res.headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    }
+    res
+}
+
+/// 401 with its `WWW-Authenticate` challenge.
+pub(crate) fn unauthorized(refusal: &wharf_auth::AuthError) -> Response {
+    let e = RpcError::new(ErrorKind::Unauthorized, refusal.to_string());
+    let mut res = error_with_status(StatusCode::UNAUTHORIZED, None, &e);
+    res.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static(refusal.challenge()),
+    );
+    res
 }
 
 /// A JSON-RPC error response with an explicit status (403, 413, 415, 431…).

@@ -1,8 +1,10 @@
-//! The applications `wharf serve` runs: the default reference tools and the conformance
-//! profile (exactly the fixture set the official conformance suite calls).
+//! The applications `wharf serve` runs: the import service (the default), the demo tools
+//! (small tools the benchmark and transport tests use) and the conformance profile (exactly
+//! the fixture set the official conformance suite calls).
 
 pub mod conformance;
 pub mod demo;
+pub mod import;
 
 use wharf::ServerBuilder;
 use wharf_protocol::Implementation;
@@ -17,8 +19,10 @@ pub fn implementation() -> Implementation {
 /// Which set of tools a reference server exposes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Profile {
-    /// The reference tools.
+    /// The import service.
     Default,
+    /// Small stateless tools: echo, a slow counter, structured output, a resource, a prompt.
+    Demo,
     /// The conformance suite's fixtures.
     Conformance,
 }
@@ -27,8 +31,14 @@ impl Profile {
     /// Registers the profile's definitions on `builder`.
     pub fn register(self, builder: ServerBuilder) -> ServerBuilder {
         match self {
-            Profile::Default => demo::register(builder),
+            Profile::Default => import::register(builder),
+            Profile::Demo => demo::register(builder),
             Profile::Conformance => conformance::register(builder),
         }
+    }
+
+    /// Whether the profile keeps state, and so needs a store.
+    pub fn needs_store(self) -> bool {
+        matches!(self, Profile::Default)
     }
 }

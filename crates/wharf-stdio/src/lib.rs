@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 use tokio_util::sync::CancellationToken;
-use wharf::{ErrorKind, RpcError, Server};
+use wharf::{ErrorKind, Principal, RpcError, Server};
 use wharf_protocol::jsonrpc::write_error;
 use wharf_protocol::{CancelledParams, Envelope, RequestId, methods};
 
@@ -25,6 +25,26 @@ type InFlight = Arc<Mutex<HashMap<RequestId, CancellationToken>>>;
 /// How long in-flight requests may run after input ends, by default.
 pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
 
+/// How a stdio server runs.
+#[derive(Debug, Clone)]
+pub struct StdioConfig {
+    /// Who every request acts for: stdio has no credentials, the process's user is the
+    /// caller (anonymous unless told otherwise).
+    pub principal: Principal,
+    /// How long in-flight requests may run once input has ended; those still running after
+    /// it are cancelled and get no response.
+    pub drain: Duration,
+}
+
+impl Default for StdioConfig {
+    fn default() -> Self {
+        StdioConfig {
+            principal: Principal::anonymous(),
+            drain: DEFAULT_DRAIN,
+        }
+    }
+}
+
 /// Serves `server` until `input` ends, then lets in-flight requests finish (at most
 /// [`DEFAULT_DRAIN`]), ends open subscriptions gracefully, and returns.
 pub async fn serve<R, W>(server: Server, input: R, output: W) -> std::io::Result<()>
@@ -32,16 +52,15 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    serve_with_drain(server, input, output, DEFAULT_DRAIN).await
+    serve_with(server, input, output, StdioConfig::default()).await
 }
 
-/// [`serve`] with the time in-flight requests get once input has ended; those still running
-/// after `drain` are cancelled and get no response.
-pub async fn serve_with_drain<R, W>(
+/// [`serve`] with explicit settings.
+pub async fn serve_with<R, W>(
     server: Server,
     input: R,
     output: W,
-    drain: Duration,
+    config: StdioConfig,
 ) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin,
@@ -63,7 +82,17 @@ where
     while let Some(line) = lines.next().await {
         match line {
             Ok(line) if line.trim().is_empty() => {}
-            Ok(line) => handle_line(&server, &line, &tx, &in_flight, &mut tasks).await,
+            Ok(line) => {
+                handle_line(
+                    &server,
+                    &config.principal,
+                    &line,
+                    &tx,
+                    &in_flight,
+                    &mut tasks,
+                )
+                .await
+            }
             Err(LinesCodecError::MaxLineLengthExceeded) => {
                 let e = RpcError::new(
                     ErrorKind::InvalidRequest,
@@ -80,11 +109,13 @@ where
     }
     // Input closed: finish what was asked, end subscriptions, flush.
     server.shutdown();
-    let finished =
-        tokio::time::timeout(drain, async { while tasks.join_next().await.is_some() {} }).await;
+    let finished = tokio::time::timeout(config.drain, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
     if finished.is_err() {
         tracing::warn!(
-            seconds = drain.as_secs(),
+            seconds = config.drain.as_secs(),
             "drain deadline passed; cancelling the requests still running"
         );
         tasks.abort_all();
@@ -104,6 +135,7 @@ async fn send_error(tx: &mpsc::Sender<Vec<u8>>, id: Option<&RequestId>, e: &RpcE
 
 async fn handle_line(
     server: &Server,
+    principal: &Principal,
     line: &str,
     tx: &mpsc::Sender<Vec<u8>>,
     in_flight: &InFlight,
@@ -153,6 +185,7 @@ async fn handle_line(
         return send_error(tx, Some(&id), &e).await;
     }
     let (server, tx, in_flight) = (server.clone(), tx.clone(), in_flight.clone());
+    let principal = principal.clone();
     tasks.spawn(async move {
         if req.is_listen() {
             match server.listen(req) {
@@ -169,7 +202,10 @@ async fn handle_line(
             }
         } else {
             // A cancelled request gets no response.
-            if let Some(last) = server.execute_streamed(req, cancel, tx.clone()).await {
+            if let Some(last) = server
+                .execute_streamed(req, principal, cancel, tx.clone())
+                .await
+            {
                 let _ = tx.send(last).await;
             }
         }

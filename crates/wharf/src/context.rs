@@ -12,6 +12,7 @@ use wharf_protocol::{
 };
 
 use crate::bus::ChangeEvent;
+use crate::cursor::ListKind;
 use crate::dispatch::Scope;
 use crate::meta::RequestInfo;
 use crate::principal::Principal;
@@ -40,22 +41,34 @@ pub struct Context {
 /// The write transaction of one call, shared between the handler (through
 /// [`Context::tx`]) and the core, which commits it after the handler succeeds.
 #[derive(Default)]
-pub(crate) struct TxSlot(tokio::sync::Mutex<Option<Box<dyn Transaction>>>);
+pub(crate) struct TxSlot(tokio::sync::Mutex<Option<SharedTx>>);
+
+type SharedTx = Arc<tokio::sync::Mutex<Box<dyn Transaction>>>;
 
 impl TxSlot {
     /// A slot already holding `tx` (an idempotent call's claim).
     pub(crate) fn holding(tx: Box<dyn Transaction>) -> Self {
-        TxSlot(tokio::sync::Mutex::new(Some(tx)))
+        TxSlot(tokio::sync::Mutex::new(Some(Arc::new(
+            tokio::sync::Mutex::new(tx),
+        ))))
     }
 
-    /// The transaction, if the handler opened one (or the core gave it one).
-    pub(crate) async fn take(&self) -> Option<Box<dyn Transaction>> {
-        self.0.lock().await.take()
+    /// The transaction, if the handler opened one (or the core gave it one); `Err` when
+    /// the handler still holds it somewhere (it leaked a guard into another task), in
+    /// which case it must not be committed.
+    pub(crate) async fn take(&self) -> Result<Option<Box<dyn Transaction>>, ()> {
+        match self.0.lock().await.take() {
+            None => Ok(None),
+            Some(shared) => Arc::try_unwrap(shared)
+                .map(|m| Some(m.into_inner()))
+                .map_err(drop),
+        }
     }
 }
 
-/// A borrowed write transaction; see [`Context::tx`].
-pub type TxGuard<'a> = tokio::sync::MappedMutexGuard<'a, dyn Transaction>;
+/// The call's write transaction, borrowed by a handler; see [`Context::tx`]. Hold it only
+/// while using it: the next [`Context::tx`] waits for it.
+pub type TxGuard = tokio::sync::OwnedMutexGuard<Box<dyn Transaction>>;
 
 impl Context {
     pub(crate) fn new(id: RequestId, info: Box<RequestInfo>, scope: Scope, server: Server) -> Self {
@@ -97,18 +110,49 @@ impl Context {
     /// handler returns a successful result, together with the idempotency record of an
     /// idempotent tool, and rolls it back otherwise (an error, an `isError` result, a
     /// cancelled call): a failed call changes nothing.
-    pub async fn tx(&self) -> Result<TxGuard<'_>, ToolError> {
-        let mut slot = self.tx.0.lock().await;
-        if slot.is_none() {
-            let tx = self
-                .store()?
-                .begin(TxMode::Write)
-                .await
-                .map_err(store_error)?;
-            *slot = Some(tx);
-        }
-        tokio::sync::MutexGuard::try_map(slot, Option::as_deref_mut)
-            .map_err(|_| ToolError::internal("the call's transaction is gone"))
+    pub async fn tx(&self) -> Result<TxGuard, ToolError> {
+        let shared = {
+            let mut slot = self.tx.0.lock().await;
+            match &*slot {
+                Some(shared) => Arc::clone(shared),
+                None => {
+                    let tx = self
+                        .store()?
+                        .begin(TxMode::Write)
+                        .await
+                        .map_err(store_error)?;
+                    let shared = Arc::new(tokio::sync::Mutex::new(tx));
+                    *slot = Some(Arc::clone(&shared));
+                    shared
+                }
+            }
+        };
+        Ok(shared.lock_owned().await)
+    }
+
+    /// A signed cursor for position `position` of an app's own listing, bound to `scope`
+    /// (what was listed: its name, filters, the caller): any replica with the same cursor
+    /// key resumes it, and nobody can forge or move it.
+    pub fn cursor(&self, position: u64, scope: &[u8]) -> String {
+        self.server.inner.cursors.encode(
+            ListKind::App,
+            position,
+            scope_fingerprint(scope, &self.principal),
+        )
+    }
+
+    /// The position a cursor from [`Context::cursor`] points at; a garbage, forged, expired
+    /// cursor, or one issued for another listing or caller, is `-32602`.
+    pub fn resume(&self, cursor: &str, scope: &[u8]) -> Result<u64, ToolError> {
+        self.server
+            .inner
+            .cursors
+            .decode(
+                cursor,
+                ListKind::App,
+                scope_fingerprint(scope, &self.principal),
+            )
+            .map_err(|e| ToolError::Protocol(e.into()))
     }
 
     /// Mints a handle of kind `K` owned by the caller, in the call's transaction.
@@ -217,6 +261,16 @@ impl Context {
     pub async fn announce(&self, event: ChangeEvent) {
         self.server.announce(event).await;
     }
+}
+
+fn scope_fingerprint(scope: &[u8], principal: &Principal) -> u64 {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(principal.id().as_bytes());
+    h.update([0]);
+    h.update(scope);
+    let d = h.finalize();
+    u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
 }
 
 /// A store failure as a tool error: busy stores ask for a retry, others are internal.

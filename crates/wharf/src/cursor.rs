@@ -12,8 +12,8 @@ use crate::error::RpcError;
 
 type HmacSha256 = Hmac<Sha256>;
 
-const VERSION: u8 = 1;
-const PAYLOAD_LEN: usize = 1 + 1 + 4 + 8 + 8;
+const VERSION: u8 = 2;
+const PAYLOAD_LEN: usize = 1 + 1 + 8 + 8 + 8;
 const TAG_LEN: usize = 16;
 
 /// Which list a cursor belongs to.
@@ -24,6 +24,8 @@ pub enum ListKind {
     Prompts = 2,
     Resources = 3,
     ResourceTemplates = 4,
+    /// A position in an app's own listing (see [`crate::Context::cursor`]).
+    App = 5,
 }
 
 /// The key cursors are signed with. Replicas that share a key resume each other's cursors.
@@ -88,7 +90,7 @@ impl CursorCodec {
     }
 
     /// A cursor pointing at `offset` in list `kind` whose content has `fingerprint`.
-    pub fn encode(&self, kind: ListKind, offset: usize, fingerprint: u64) -> String {
+    pub fn encode(&self, kind: ListKind, offset: u64, fingerprint: u64) -> String {
         let issued = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -96,7 +98,7 @@ impl CursorCodec {
         let mut buf = Vec::with_capacity(PAYLOAD_LEN + TAG_LEN);
         buf.push(VERSION);
         buf.push(kind as u8);
-        buf.extend_from_slice(&u32::try_from(offset).unwrap_or(u32::MAX).to_be_bytes());
+        buf.extend_from_slice(&offset.to_be_bytes());
         buf.extend_from_slice(&fingerprint.to_be_bytes());
         buf.extend_from_slice(&issued.to_be_bytes());
         let mut mac = self.mac();
@@ -112,7 +114,7 @@ impl CursorCodec {
         cursor: &str,
         kind: ListKind,
         fingerprint: u64,
-    ) -> Result<usize, CursorError> {
+    ) -> Result<u64, CursorError> {
         let buf = URL_SAFE_NO_PAD
             .decode(cursor)
             .map_err(|_| CursorError::Invalid)?;
@@ -132,11 +134,11 @@ impl CursorCodec {
                 .iter()
                 .fold(0u64, |acc, b| (acc << 8) | u64::from(*b))
         };
-        let offset = word(2..6) as usize;
-        if word(6..14) != fingerprint {
+        let offset = word(2..10);
+        if word(10..18) != fingerprint {
             return Err(CursorError::Stale);
         }
-        let issued = word(14..22);
+        let issued = word(18..26);
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -194,7 +196,7 @@ mod tests {
         );
         let strict = CursorCodec::new(CursorKey::new(b"k".repeat(32)), Duration::ZERO);
         let mut old = URL_SAFE_NO_PAD.decode(&c).unwrap();
-        old[14..22].copy_from_slice(&0u64.to_be_bytes());
+        old[18..26].copy_from_slice(&0u64.to_be_bytes());
         let mut mac = strict.mac();
         mac.update(&old[..PAYLOAD_LEN]);
         let tag = mac.finalize().into_bytes();

@@ -574,7 +574,12 @@ impl Server {
         }
         // A failed call changes nothing: its transaction is dropped, which rolls it back, and
         // no idempotency record is kept, so a retry runs again.
-        if let (Some(mut tx), false) = (slot.take().await, failed) {
+        let tx = slot.take().await.map_err(|()| {
+            RpcError::internal(format!(
+                "tool {name} kept its transaction after returning; it was rolled back"
+            ))
+        })?;
+        if let (Some(mut tx), false) = (tx, failed) {
             if let Some(claim) = &claim {
                 let stored = serde_json::to_string(&result).map_err(RpcError::internal)?;
                 tx.complete_claim(claim, &stored).await?;
@@ -729,7 +734,7 @@ impl Server {
     ) -> Result<Vec<u8>, RpcError> {
         let codec = &self.inner.cursors;
         let start = match cursor {
-            Some(c) => codec.decode(&c, kind, fingerprint)?,
+            Some(c) => usize::try_from(codec.decode(&c, kind, fingerprint)?).unwrap_or(usize::MAX),
             None => 0,
         };
         if start > items.len() {
@@ -740,7 +745,7 @@ impl Server {
         let end = start
             .saturating_add(self.inner.config.page_size)
             .min(items.len());
-        let next_cursor = (end < items.len()).then(|| codec.encode(kind, end, fingerprint));
+        let next_cursor = (end < items.len()).then(|| codec.encode(kind, end as u64, fingerprint));
         respond(
             id,
             &Page {

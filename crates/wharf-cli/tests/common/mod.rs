@@ -18,8 +18,21 @@ pub struct ServerProcess {
 }
 
 impl ServerProcess {
-    /// Starts `wharf serve` with `args` and waits until `/healthz` answers.
+    /// Starts `wharf serve` with `args` and waits until `/healthz` answers. Without a
+    /// `--profile` it serves the demo tools, and without credentials it runs anonymous.
     pub fn start(args: &[&str]) -> Self {
+        let mut defaults = Vec::new();
+        if !args.contains(&"--profile") {
+            defaults.extend(["--profile", "demo"]);
+        }
+        if !args.iter().any(|a| a.starts_with("--api-key")) {
+            defaults.push("--anonymous");
+        }
+        Self::start_exact(&[defaults.as_slice(), args].concat())
+    }
+
+    /// Starts `wharf serve` with exactly `args` (plus `--listen`).
+    pub fn start_exact(args: &[&str]) -> Self {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()

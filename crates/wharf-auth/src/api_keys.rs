@@ -1,0 +1,178 @@
+//! Static API keys: `PRINCIPAL=TOKEN` pairs from the command line, a file or the
+//! environment.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use wharf::Principal;
+
+use crate::AuthError;
+
+/// Fewest characters a token may have: shorter ones are guessable.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+/// A set of keys. Only SHA-256 digests of the tokens are kept, and lookups go by digest, so
+/// neither memory dumps nor comparison timing give a token away.
+#[derive(Clone, Default)]
+pub struct ApiKeys {
+    by_digest: Arc<HashMap<[u8; 32], Principal>>,
+}
+
+impl fmt::Debug for ApiKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ApiKeys({} keys)", self.by_digest.len())
+    }
+}
+
+/// Why a key specification was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiKeyError {
+    #[error("API key {0:?} must be written PRINCIPAL=TOKEN")]
+    Shape(String),
+    #[error("API key for {0:?}: the principal must be 1 to 200 printable characters")]
+    Principal(String),
+    #[error(
+        "API key for {principal:?}: the token must be at least {MIN_TOKEN_LEN} characters without spaces"
+    )]
+    Token { principal: String },
+    #[error("API key for {0:?}: the same token is given twice")]
+    Duplicate(String),
+}
+
+impl ApiKeys {
+    /// Builds the set from `PRINCIPAL=TOKEN` specifications.
+    pub fn parse<'a>(specs: impl IntoIterator<Item = &'a str>) -> Result<Self, ApiKeyError> {
+        let mut by_digest = HashMap::new();
+        for spec in specs {
+            let (principal, token) = spec
+                .split_once('=')
+                .ok_or_else(|| ApiKeyError::Shape(redact(spec)))?;
+            let principal = principal.trim();
+            let token = token.trim();
+            if principal.is_empty()
+                || principal.len() > 200
+                || principal.chars().any(char::is_control)
+            {
+                return Err(ApiKeyError::Principal(principal.to_owned()));
+            }
+            if token.len() < MIN_TOKEN_LEN
+                || token.chars().any(|c| c.is_whitespace() || c.is_control())
+            {
+                return Err(ApiKeyError::Token {
+                    principal: principal.to_owned(),
+                });
+            }
+            if by_digest
+                .insert(digest(token), Principal::new(principal))
+                .is_some()
+            {
+                return Err(ApiKeyError::Duplicate(principal.to_owned()));
+            }
+        }
+        Ok(ApiKeys {
+            by_digest: Arc::new(by_digest),
+        })
+    }
+
+    /// Reads `PRINCIPAL=TOKEN` lines; blank lines and lines starting with `#` are skipped.
+    pub fn parse_file(text: &str) -> Result<Self, ApiKeyError> {
+        Self::parse(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#')),
+        )
+    }
+
+    /// Merges two sets.
+    pub fn merge(self, other: ApiKeys) -> Result<Self, ApiKeyError> {
+        let mut map = (*self.by_digest).clone();
+        for (d, p) in other.by_digest.iter() {
+            if map.insert(*d, p.clone()).is_some() {
+                return Err(ApiKeyError::Duplicate(p.id().to_owned()));
+            }
+        }
+        Ok(ApiKeys {
+            by_digest: Arc::new(map),
+        })
+    }
+
+    /// How many keys there are.
+    pub fn len(&self) -> usize {
+        self.by_digest.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.by_digest.is_empty()
+    }
+
+    pub(crate) fn principal_for(&self, token: &str) -> Result<Principal, AuthError> {
+        self.by_digest
+            .get(&digest(token))
+            .cloned()
+            .ok_or(AuthError::InvalidToken)
+    }
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// A specification without its token, for error messages.
+fn redact(spec: &str) -> String {
+    let shown: String = spec.chars().take(4).collect();
+    format!("{shown}…")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_name_their_principal() {
+        let keys = ApiKeys::parse([
+            "user-42=tok-aaaaaaaaaaaaaaaa",
+            "user-7=tok-bbbbbbbbbbbbbbbb",
+        ])
+        .unwrap();
+        assert_eq!(
+            keys.principal_for("tok-aaaaaaaaaaaaaaaa").unwrap().id(),
+            "user-42"
+        );
+        assert_eq!(
+            keys.principal_for("tok-bbbbbbbbbbbbbbbb").unwrap().id(),
+            "user-7"
+        );
+        assert_eq!(
+            keys.principal_for("tok-cccccccccccccccc"),
+            Err(AuthError::InvalidToken)
+        );
+    }
+
+    #[test]
+    fn bad_specifications_are_refused_without_echoing_tokens() {
+        assert!(
+            matches!(ApiKeys::parse(["nodelimiter-secret"]), Err(ApiKeyError::Shape(s)) if !s.contains("secret"))
+        );
+        assert!(matches!(
+            ApiKeys::parse(["=tok-aaaaaaaaaaaaaaaa"]),
+            Err(ApiKeyError::Principal(_))
+        ));
+        assert!(matches!(
+            ApiKeys::parse(["u=short"]),
+            Err(ApiKeyError::Token { .. })
+        ));
+        assert!(matches!(
+            ApiKeys::parse(["a=tok-aaaaaaaaaaaaaaaa", "b=tok-aaaaaaaaaaaaaaaa"]),
+            Err(ApiKeyError::Duplicate(_))
+        ));
+    }
+
+    #[test]
+    fn files_skip_comments_and_blank_lines() {
+        let keys = ApiKeys::parse_file("# team keys\n\nuser-42 = tok-aaaaaaaaaaaaaaaa\n").unwrap();
+        assert_eq!(keys.len(), 1);
+    }
+}

@@ -1,0 +1,669 @@
+//! The import service: load rows into a dataset over several calls, through an import
+//! handle, with idempotent appends; then query the dataset.
+//!
+//! Data layout in the store (every name is per principal, so callers never see each other's
+//! datasets):
+//! - dataset definitions: documents in `datasets:<principal>`, keyed by dataset name;
+//! - dataset rows: the row collection `rows:<principal>:<dataset>`;
+//! - an import: a handle (`imp_…`) with its definition in the document `<handle>/meta` and its
+//!   staged rows in `<handle>/rows`, both removed with the handle.
+
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use wharf::context::store_error;
+use wharf::state::TxMode;
+use wharf::state::handle::human;
+use wharf::{Context, Handle, HandleKind, ServerBuilder, Structured, ToolError, template, tool};
+use wharf_protocol::{ResourceContents, ToolAnnotations};
+
+/// Most rows one `import_append_rows` call takes.
+pub const MAX_ROWS_PER_APPEND: usize = 1000;
+/// Most rows one `dataset_query` call returns.
+pub const MAX_QUERY_LIMIT: u32 = 500;
+/// Most rows one `dataset_query` call examines, so a selective filter over a large dataset
+/// answers in bounded time (with a cursor to go on).
+const MAX_SCAN_PER_QUERY: u32 = 20_000;
+const SCAN_CHUNK: u32 = 500;
+
+/// An import in progress.
+pub struct Import;
+
+impl HandleKind for Import {
+    const KIND: &'static str = "import";
+    const PREFIX: &'static str = "imp";
+    const CREATED_BY: &'static str = "import_begin";
+    const TTL: Duration = Duration::from_secs(24 * 3600);
+    const IDLE_TTL: Option<Duration> = Some(Duration::from_secs(3600));
+}
+
+/// The type of a column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ColumnType {
+    String,
+    Integer,
+    Number,
+    Boolean,
+}
+
+impl ColumnType {
+    fn accepts(self, v: &Value) -> bool {
+        match self {
+            ColumnType::String => v.is_string(),
+            ColumnType::Integer => v.is_i64() || v.is_u64(),
+            ColumnType::Number => v.is_number(),
+            ColumnType::Boolean => v.is_boolean(),
+        }
+    }
+}
+
+/// A column of a dataset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Column {
+    /// Letters, digits and `_`, not starting with a digit; at most 64 characters.
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: ColumnType,
+    /// Whether the column may be null or left out (default: false).
+    #[serde(default)]
+    pub nullable: bool,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct BeginArgs {
+    /// The dataset to load into: letters, digits, `_` and `-`, at most 64 characters.
+    dataset: String,
+    /// The dataset's columns. Required when the dataset does not exist yet; when it does,
+    /// leave them out or give exactly its columns.
+    #[serde(default)]
+    columns: Option<Vec<Column>>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct ImportInfo {
+    /// The import handle to pass to the other import tools.
+    import: String,
+    dataset: String,
+    columns: Vec<Column>,
+    /// Rows appended so far, not yet committed.
+    staged_rows: u64,
+    /// When the import expires unless committed (milliseconds since the Unix epoch).
+    expires_at: i64,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct AppendArgs {
+    import: Handle<Import>,
+    /// Rows to append (at most 1000 per call): objects whose keys are the dataset's columns.
+    rows: Vec<Map<String, Value>>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct Appended {
+    appended: u64,
+    staged_rows: u64,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ImportArgs {
+    import: Handle<Import>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct Committed {
+    dataset: String,
+    committed_rows: u64,
+    total_rows: u64,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct Aborted {
+    discarded_rows: u64,
+}
+
+/// A comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum Op {
+    Eq,
+    Ne,
+    Lt,
+    Lte,
+    Gt,
+    Gte,
+    /// Substring match on strings.
+    Contains,
+}
+
+/// Keeps rows whose `column` compares to `value` with `op`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Filter {
+    column: String,
+    op: Op,
+    value: Value,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct QueryArgs {
+    dataset: String,
+    /// Every filter must hold (AND).
+    #[serde(default)]
+    filters: Vec<Filter>,
+    /// Most rows to return, 1 to 500 (default 100).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 500))]
+    limit: Option<u32>,
+    /// `nextCursor` of the previous page, with the same dataset and filters.
+    #[serde(default)]
+    cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct QueryResult {
+    rows: Vec<Value>,
+    /// Present when there may be more rows: pass it back as `cursor`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
+}
+
+fn datasets(cx: &Context) -> String {
+    format!("datasets:{}", cx.principal().id())
+}
+
+fn dataset_rows(cx: &Context, dataset: &str) -> String {
+    format!("rows:{}:{dataset}", cx.principal().id())
+}
+
+fn valid_name(name: &str, extra: &[u8]) -> bool {
+    (1..=64).contains(&name.len())
+        && !name.as_bytes()[0].is_ascii_digit()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || extra.contains(&b))
+}
+
+fn check_dataset_name(name: &str) -> Result<(), ToolError> {
+    if valid_name(name, b"-") {
+        Ok(())
+    } else {
+        Err(ToolError::execution(format!(
+            "Invalid dataset name {name:?}: use 1 to 64 letters, digits, '_' or '-', not starting with a digit."
+        )))
+    }
+}
+
+fn check_columns(columns: &[Column]) -> Result<(), ToolError> {
+    if columns.is_empty() || columns.len() > 100 {
+        return Err(ToolError::execution("A dataset needs 1 to 100 columns."));
+    }
+    for (i, c) in columns.iter().enumerate() {
+        if !valid_name(&c.name, b"") {
+            return Err(ToolError::execution(format!(
+                "Invalid column name {:?}: use 1 to 64 letters, digits or '_', not starting with a digit.",
+                c.name
+            )));
+        }
+        if columns[..i].iter().any(|o| o.name == c.name) {
+            return Err(ToolError::execution(format!(
+                "Column {:?} is given twice.",
+                c.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks one row against the columns; the message names the row and the column.
+fn check_row(index: usize, row: &Map<String, Value>, columns: &[Column]) -> Result<(), String> {
+    for key in row.keys() {
+        if !columns.iter().any(|c| c.name == *key) {
+            return Err(format!(
+                "Row {index}: unknown column {key:?} (columns: {}).",
+                columns
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+    for c in columns {
+        match row.get(&c.name) {
+            None | Some(Value::Null) if c.nullable => {}
+            None => return Err(format!("Row {index}: column {:?} is missing.", c.name)),
+            Some(v) if !c.kind.accepts(v) => {
+                return Err(format!(
+                    "Row {index}: column {:?} must be {}, got {v}.",
+                    c.name,
+                    match c.kind {
+                        ColumnType::String => "a string",
+                        ColumnType::Integer => "an integer",
+                        ColumnType::Number => "a number",
+                        ColumnType::Boolean => "a boolean",
+                    }
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+fn columns_of(doc: &Value) -> Result<Vec<Column>, ToolError> {
+    serde_json::from_value(doc.get("columns").cloned().unwrap_or(Value::Null))
+        .map_err(|e| ToolError::internal(format!("stored columns are unreadable: {e}")))
+}
+
+/// Reads an import's definition (dataset and columns) in the call's transaction.
+async fn import_meta(
+    cx: &Context,
+    import: &Handle<Import>,
+) -> Result<(String, Vec<Column>), ToolError> {
+    let doc = cx
+        .tx()
+        .await?
+        .get_doc(&import.collection("meta"), "import")
+        .await
+        .map_err(store_error)?
+        .ok_or_else(|| ToolError::internal("an import handle without its definition"))?;
+    let dataset = doc
+        .get("dataset")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    Ok((dataset, columns_of(&doc)?))
+}
+
+fn compare(op: Op, have: &Value, want: &Value) -> bool {
+    use std::cmp::Ordering;
+    let ord = match (have, want) {
+        (Value::Number(a), Value::Number(b)) => a
+            .as_f64()
+            .zip(b.as_f64())
+            .and_then(|(a, b)| a.partial_cmp(&b)),
+        (Value::String(a), Value::String(b)) => Some(a.cmp(b)),
+        (Value::Bool(a), Value::Bool(b)) => Some(a.cmp(b)),
+        (Value::Null, Value::Null) => Some(Ordering::Equal),
+        _ => None,
+    };
+    match op {
+        Op::Eq => ord == Some(Ordering::Equal),
+        Op::Ne => ord != Some(Ordering::Equal),
+        Op::Lt => ord == Some(Ordering::Less),
+        Op::Lte => matches!(ord, Some(Ordering::Less | Ordering::Equal)),
+        Op::Gt => ord == Some(Ordering::Greater),
+        Op::Gte => matches!(ord, Some(Ordering::Greater | Ordering::Equal)),
+        Op::Contains => match (have, want) {
+            (Value::String(a), Value::String(b)) => a.contains(b.as_str()),
+            _ => false,
+        },
+    }
+}
+
+/// Registers the import service.
+pub fn register(builder: ServerBuilder) -> ServerBuilder {
+    let retention = format!(
+        "An import lives {} from its creation and expires after {} without use; its staged rows go with it.",
+        human(Import::TTL),
+        human(Import::IDLE_TTL.unwrap_or(Import::TTL))
+    );
+    builder
+        .tool(
+            tool("import_begin")
+                .description(format!(
+                    "Start loading rows into a dataset (created on commit if it does not exist). Returns an import handle for import_append_rows, import_status, import_commit and import_abort. {retention}"
+                ))
+                .handler(|cx: Context, args: BeginArgs| async move {
+                    check_dataset_name(&args.dataset)?;
+                    let existing = cx
+                        .tx()
+                        .await?
+                        .get_doc(&datasets(&cx), &args.dataset)
+                        .await
+                        .map_err(store_error)?;
+                    let columns = match (existing, args.columns) {
+                        (Some(doc), None) => columns_of(&doc)?,
+                        (Some(doc), Some(given)) => {
+                            let have = columns_of(&doc)?;
+                            if have != given {
+                                return Err(ToolError::execution(format!(
+                                    "Dataset {:?} exists with other columns: {}. Leave columns out to use them.",
+                                    args.dataset,
+                                    serde_json::to_string(&have).unwrap_or_default()
+                                )));
+                            }
+                            have
+                        }
+                        (None, Some(given)) => {
+                            check_columns(&given)?;
+                            given
+                        }
+                        (None, None) => {
+                            return Err(ToolError::execution(format!(
+                                "Dataset {:?} does not exist yet: give its columns.",
+                                args.dataset
+                            )));
+                        }
+                    };
+                    let import = cx.mint_handle::<Import>().await?;
+                    let meta = json!({ "dataset": args.dataset, "columns": columns });
+                    cx.tx()
+                        .await?
+                        .put_doc(&import.collection("meta"), "import", &meta)
+                        .await
+                        .map_err(store_error)?;
+                    let expires_at = wharf::state::now_millis()
+                        + i64::try_from(Import::TTL.as_millis()).unwrap_or(i64::MAX);
+                    Ok::<_, ToolError>(Structured(ImportInfo {
+                        import: import.id().to_owned(),
+                        dataset: args.dataset,
+                        columns,
+                        staged_rows: 0,
+                        expires_at,
+                    }))
+                }),
+        )
+        .tool(
+            tool("import_append_rows")
+                .description(format!(
+                    "Append rows to an import (at most {MAX_ROWS_PER_APPEND} per call). Rows are checked against the dataset's columns; nothing is appended if one is wrong. Retry with the same idempotency_key after an error or a lost answer: the rows are appended once."
+                ))
+                .idempotent()
+                .handler(|cx: Context, args: AppendArgs| async move {
+                    if args.rows.len() > MAX_ROWS_PER_APPEND {
+                        return Err(ToolError::execution(format!(
+                            "{} rows given; send at most {MAX_ROWS_PER_APPEND} per call.",
+                            args.rows.len()
+                        )));
+                    }
+                    let (_, columns) = import_meta(&cx, &args.import).await?;
+                    for (i, row) in args.rows.iter().enumerate() {
+                        check_row(i, row, &columns).map_err(ToolError::Execution)?;
+                    }
+                    let rows: Vec<Value> = args.rows.into_iter().map(Value::Object).collect();
+                    let staged = cx
+                        .tx()
+                        .await?
+                        .append_rows(&args.import.collection("rows"), &rows)
+                        .await
+                        .map_err(store_error)?;
+                    Ok::<_, ToolError>(Structured(Appended {
+                        appended: rows.len() as u64,
+                        staged_rows: staged,
+                    }))
+                }),
+        )
+        .tool(
+            tool("import_status")
+                .description("What an import holds: its dataset, columns and staged rows.")
+                .annotations(ToolAnnotations {
+                    read_only_hint: Some(true),
+                    ..Default::default()
+                })
+                .handler(|cx: Context, args: ImportArgs| async move {
+                    let (dataset, columns) = import_meta(&cx, &args.import).await?;
+                    let staged = cx
+                        .tx()
+                        .await?
+                        .count_rows(&args.import.collection("rows"))
+                        .await
+                        .map_err(store_error)?;
+                    let record = cx
+                        .store()?
+                        .load_handle(args.import.id())
+                        .await
+                        .map_err(store_error)?;
+                    Ok::<_, ToolError>(Structured(ImportInfo {
+                        import: args.import.id().to_owned(),
+                        dataset,
+                        columns,
+                        staged_rows: staged,
+                        expires_at: record.map_or(0, |r| r.expires_at),
+                    }))
+                }),
+        )
+        .tool(
+            tool("import_commit")
+                .description("Move an import's staged rows into its dataset, all at once, and close the import.")
+                .handler(|cx: Context, args: ImportArgs| async move {
+                    let (dataset, columns) = import_meta(&cx, &args.import).await?;
+                    let mut tx = cx.tx().await?;
+                    if tx
+                        .get_doc(&datasets(&cx), &dataset)
+                        .await
+                        .map_err(store_error)?
+                        .is_none()
+                    {
+                        tx.put_doc(
+                            &datasets(&cx),
+                            &dataset,
+                            &json!({ "name": dataset, "columns": columns }),
+                        )
+                        .await
+                        .map_err(store_error)?;
+                    }
+                    let target = dataset_rows(&cx, &dataset);
+                    let moved = tx
+                        .move_rows(&args.import.collection("rows"), &target)
+                        .await
+                        .map_err(store_error)?;
+                    let total = tx.count_rows(&target).await.map_err(store_error)?;
+                    tx.retire_handle(args.import.id())
+                        .await
+                        .map_err(store_error)?;
+                    Ok::<_, ToolError>(Structured(Committed {
+                        dataset,
+                        committed_rows: moved,
+                        total_rows: total,
+                    }))
+                }),
+        )
+        .tool(
+            tool("import_abort")
+                .description("Discard an import and its staged rows.")
+                .annotations(ToolAnnotations {
+                    destructive_hint: Some(true),
+                    ..Default::default()
+                })
+                .handler(|cx: Context, args: ImportArgs| async move {
+                    let mut tx = cx.tx().await?;
+                    let staged = tx
+                        .count_rows(&args.import.collection("rows"))
+                        .await
+                        .map_err(store_error)?;
+                    tx.retire_handle(args.import.id())
+                        .await
+                        .map_err(store_error)?;
+                    Ok::<_, ToolError>(Structured(Aborted {
+                        discarded_rows: staged,
+                    }))
+                }),
+        )
+        .tool(
+            tool("dataset_query")
+                .description("Read a dataset's rows in order, optionally filtered; page with nextCursor.")
+                .annotations(ToolAnnotations {
+                    read_only_hint: Some(true),
+                    ..Default::default()
+                })
+                .handler(|cx: Context, args: QueryArgs| async move { query(&cx, args).await }),
+        )
+        .template(
+            template("dataset://{name}", "dataset")
+                .description("A dataset: its columns, its row count and its first rows.")
+                .mime_type("application/json")
+                .handler(|cx, req| async move {
+                    let name = req.vars.get("name").cloned().unwrap_or_default();
+                    let store = cx.store().map_err(tool_to_rpc)?;
+                    let mut tx = store.begin(TxMode::Read).await.map_err(wharf::RpcError::from)?;
+                    let Some(def) = tx.get_doc(&datasets(&cx), &name).await.map_err(wharf::RpcError::from)? else {
+                        return Err(wharf::dispatch::not_found(&req.uri));
+                    };
+                    let rows = dataset_rows(&cx, &name);
+                    let count = tx.count_rows(&rows).await.map_err(wharf::RpcError::from)?;
+                    let sample: Vec<Value> = tx
+                        .scan_rows(&rows, None, 20)
+                        .await
+                        .map_err(wharf::RpcError::from)?
+                        .into_iter()
+                        .map(|(_, v)| v)
+                        .collect();
+                    let body = json!({
+                        "name": name,
+                        "columns": def.get("columns"),
+                        "rowCount": count,
+                        "firstRows": sample,
+                    });
+                    Ok(vec![ResourceContents::text(req.uri, "application/json", body.to_string())])
+                }),
+        )
+}
+
+fn tool_to_rpc(e: ToolError) -> wharf::RpcError {
+    match e {
+        ToolError::Protocol(e) => e,
+        ToolError::Execution(m) => wharf::RpcError::internal(m),
+    }
+}
+
+async fn query(cx: &Context, args: QueryArgs) -> Result<Structured<QueryResult>, ToolError> {
+    check_dataset_name(&args.dataset)?;
+    let limit = args.limit.unwrap_or(100).clamp(1, MAX_QUERY_LIMIT);
+    let store = cx.store()?;
+    let mut tx = store.begin(TxMode::Read).await.map_err(store_error)?;
+    let Some(def) = tx
+        .get_doc(&datasets(cx), &args.dataset)
+        .await
+        .map_err(store_error)?
+    else {
+        return Err(ToolError::execution(format!(
+            "Dataset {:?} does not exist.",
+            args.dataset
+        )));
+    };
+    let columns = columns_of(&def)?;
+    for f in &args.filters {
+        if !columns.iter().any(|c| c.name == f.column) {
+            return Err(ToolError::execution(format!(
+                "Filter on unknown column {:?}.",
+                f.column
+            )));
+        }
+    }
+    // The cursor is bound to the dataset and the filters: it cannot resume another query.
+    let scope = serde_json::to_vec(&json!({
+        "dataset": args.dataset,
+        "filters": args.filters.iter().map(|f| json!([f.column, format!("{:?}", f.op), f.value])).collect::<Vec<_>>(),
+    }))
+    .map_err(ToolError::internal)?;
+    let mut after = match &args.cursor {
+        Some(c) => Some(i64::try_from(cx.resume(c, &scope)?).unwrap_or(i64::MAX)),
+        None => None,
+    };
+    let rows_key = dataset_rows(cx, &args.dataset);
+    let mut rows = Vec::new();
+    let mut scanned = 0;
+    let mut exhausted = false;
+    'scan: while scanned < MAX_SCAN_PER_QUERY {
+        let chunk = tx
+            .scan_rows(&rows_key, after, SCAN_CHUNK)
+            .await
+            .map_err(store_error)?;
+        let len = chunk.len() as u32;
+        for (seq, row) in chunk {
+            scanned += 1;
+            after = Some(seq);
+            let keep = args
+                .filters
+                .iter()
+                .all(|f| compare(f.op, row.get(&f.column).unwrap_or(&Value::Null), &f.value));
+            if keep {
+                rows.push(row);
+                if rows.len() as u32 == limit {
+                    break 'scan;
+                }
+            }
+        }
+        if len < SCAN_CHUNK {
+            exhausted = true;
+            break;
+        }
+    }
+    let next_cursor = match (exhausted, after) {
+        (false, Some(seq)) => Some(cx.cursor(u64::try_from(seq).unwrap_or(0), &scope)),
+        _ => None,
+    };
+    Ok(Structured(QueryResult { rows, next_cursor }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cols() -> Vec<Column> {
+        vec![
+            Column {
+                name: "id".into(),
+                kind: ColumnType::Integer,
+                nullable: false,
+            },
+            Column {
+                name: "name".into(),
+                kind: ColumnType::String,
+                nullable: true,
+            },
+        ]
+    }
+
+    fn row(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(m) => m,
+            _ => unreachable!("test rows are objects"),
+        }
+    }
+
+    #[test]
+    fn rows_are_checked_against_columns_with_precise_messages() {
+        assert_eq!(
+            check_row(0, &row(json!({"id": 1, "name": "a"})), &cols()),
+            Ok(())
+        );
+        assert_eq!(check_row(0, &row(json!({"id": 1})), &cols()), Ok(()));
+        assert!(
+            check_row(3, &row(json!({"name": "a"})), &cols())
+                .unwrap_err()
+                .contains("Row 3: column \"id\" is missing")
+        );
+        assert!(
+            check_row(0, &row(json!({"id": 1.5})), &cols())
+                .unwrap_err()
+                .contains("must be an integer")
+        );
+        assert!(
+            check_row(0, &row(json!({"id": 1, "x": 2})), &cols())
+                .unwrap_err()
+                .contains("unknown column \"x\"")
+        );
+    }
+
+    #[test]
+    fn filters_compare_like_types_only() {
+        assert!(compare(Op::Gt, &json!(3), &json!(2.5)));
+        assert!(compare(Op::Contains, &json!("harbour"), &json!("bou")));
+        assert!(!compare(Op::Lt, &json!("1"), &json!(2)));
+        assert!(compare(Op::Ne, &json!("1"), &json!(1)));
+    }
+}
