@@ -1,0 +1,387 @@
+//! The import service over real HTTP, on each store: owner-checked handles, expiry,
+//! idempotent appends (replays, conflicting reuse, simultaneous duplicates), commit, query.
+//! Every message is schema-validated.
+
+mod common;
+
+use common::{ServerProcess, request, validate_reply};
+use serde_json::{Value, json};
+use wharf_client::{HttpClient, Reply};
+
+const TOKEN_42: &str = "token-of-user-42-aaaaaaaa";
+const TOKEN_7: &str = "token-of-user-7-bbbbbbbbbb";
+
+fn pg_url() -> String {
+    std::env::var("WHARF_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+fn redis_url() -> String {
+    std::env::var("WHARF_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
+}
+
+fn sqlite_url(tag: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("wharf-import-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    format!("sqlite://{}/wharf.db", dir.display())
+}
+
+/// `wharf serve` with the import service on `store`, knowing users 42 and 7.
+fn server(store: &str) -> ServerProcess {
+    ServerProcess::start_exact(&[
+        "--profile",
+        "default",
+        "--store",
+        store,
+        "--api-key",
+        &format!("user-42={TOKEN_42}"),
+        "--api-key",
+        &format!("user-7={TOKEN_7}"),
+    ])
+}
+
+fn unique(prefix: &str) -> String {
+    use std::hash::{BuildHasher, RandomState};
+    let n = RandomState::new().hash_one(std::time::Instant::now());
+    format!("{prefix}_{n:x}")
+}
+
+async fn call(client: &HttpClient, name: &str, args: Value) -> Reply {
+    request(
+        client,
+        "tools/call",
+        json!({ "name": name, "arguments": args }),
+    )
+    .await
+}
+
+/// The result of a call that must succeed (no JSON-RPC error, no `isError`).
+async fn ok(client: &HttpClient, name: &str, args: Value) -> Value {
+    let r = call(client, name, args).await;
+    let result = r
+        .result()
+        .unwrap_or_else(|| panic!("{name}: {}", r.body))
+        .clone();
+    assert_ne!(result["isError"], true, "{name}: {}", r.body);
+    result
+}
+
+/// The text of a call that must fail with `isError: true`.
+async fn refused(client: &HttpClient, name: &str, args: Value) -> String {
+    let r = call(client, name, args).await;
+    let result = r.result().unwrap_or_else(|| panic!("{name}: {}", r.body));
+    assert_eq!(
+        result["isError"], true,
+        "{name} should have failed: {}",
+        r.body
+    );
+    result["content"][0]["text"].as_str().unwrap().to_owned()
+}
+
+fn columns() -> Value {
+    json!([
+        { "name": "id", "type": "integer" },
+        { "name": "city", "type": "string" },
+        { "name": "temp", "type": "number", "nullable": true }
+    ])
+}
+
+fn rows(from: i64, n: i64) -> Value {
+    (from..from + n)
+        .map(|i| json!({ "id": i, "city": format!("c{i}"), "temp": i as f64 / 2.0 }))
+        .collect()
+}
+
+async fn staged(client: &HttpClient, import: &str) -> u64 {
+    ok(client, "import_status", json!({ "import": import })).await["structuredContent"]
+        ["stagedRows"]
+        .as_u64()
+        .unwrap()
+}
+
+async fn begin(client: &HttpClient, dataset: &str) -> String {
+    let r = ok(
+        client,
+        "import_begin",
+        json!({ "dataset": dataset, "columns": columns() }),
+    )
+    .await;
+    let import = r["structuredContent"]["import"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(import.starts_with("imp_") && import.len() == 36, "{import}");
+    import
+}
+
+async fn handles_belong_to_their_owner(store: &str) {
+    let s = server(store);
+    let (u42, u7) = (
+        s.client().with_bearer(TOKEN_42),
+        s.client().with_bearer(TOKEN_7),
+    );
+    let import = begin(&u42, &unique("weather")).await;
+    ok(
+        &u42,
+        "import_append_rows",
+        json!({ "import": import, "rows": rows(0, 2), "idempotency_key": "k-1" }),
+    )
+    .await;
+
+    let unknown = refused(
+        &u7,
+        "import_status",
+        json!({ "import": "imp_00000000000000000000000000000000" }),
+    )
+    .await;
+    assert!(unknown.contains("unknown or has expired"), "{unknown}");
+    assert!(unknown.contains("import_begin"), "{unknown}");
+    // Another principal's handle, an unknown one and a malformed one get the same answer.
+    for (tool, extra) in [
+        ("import_status", json!({})),
+        (
+            "import_append_rows",
+            json!({ "rows": rows(10, 1), "idempotency_key": "k-7" }),
+        ),
+        ("import_commit", json!({})),
+        ("import_abort", json!({})),
+    ] {
+        let mut args = extra.clone();
+        args["import"] = json!(import);
+        assert_eq!(refused(&u7, tool, args).await, unknown, "{tool}");
+        let mut args = extra;
+        args["import"] = json!("not a handle at all");
+        assert_eq!(refused(&u7, tool, args).await, unknown, "{tool}");
+    }
+    // Nothing changed for the owner.
+    assert_eq!(staged(&u42, &import).await, 2);
+}
+
+async fn appends_are_applied_once_per_key(store: &str) {
+    let s = server(store);
+    let u42 = s.client().with_bearer(TOKEN_42);
+    let import = begin(&u42, &unique("weather")).await;
+    let args = json!({ "import": import, "rows": rows(0, 3), "idempotency_key": "batch-1" });
+    let first = ok(&u42, "import_append_rows", args.clone()).await;
+    assert_eq!(
+        first["structuredContent"],
+        json!({ "appended": 3, "stagedRows": 3 })
+    );
+    assert!(first["_meta"].get("dev.wharf/idempotentReplay").is_none());
+
+    // The same call again (a new JSON-RPC id, as after a broken stream): the first result,
+    // marked as a replay, and no second write.
+    let again = ok(&u42, "import_append_rows", args.clone()).await;
+    assert_eq!(again["structuredContent"], first["structuredContent"]);
+    assert_eq!(again["content"], first["content"]);
+    assert_eq!(again["_meta"]["dev.wharf/idempotentReplay"], true);
+    assert_eq!(staged(&u42, &import).await, 3);
+
+    // The same key with other rows is refused, and changes nothing.
+    let conflict = refused(
+        &u42,
+        "import_append_rows",
+        json!({ "import": import, "rows": rows(100, 1), "idempotency_key": "batch-1" }),
+    )
+    .await;
+    assert!(
+        conflict.contains("already used") && conflict.contains("other arguments"),
+        "{conflict}"
+    );
+    assert_eq!(staged(&u42, &import).await, 3);
+
+    // A new key is a new write; a bad row fails the whole call and records nothing, so the
+    // corrected retry with the same key goes through.
+    ok(
+        &u42,
+        "import_append_rows",
+        json!({ "import": import, "rows": rows(3, 2), "idempotency_key": "batch-2" }),
+    )
+    .await;
+    let bad = refused(
+        &u42,
+        "import_append_rows",
+        json!({ "import": import, "rows": [{ "id": "x", "city": "c" }], "idempotency_key": "batch-3" }),
+    )
+    .await;
+    assert!(
+        bad.contains("Row 0") && bad.contains("\"id\"") && bad.contains("integer"),
+        "{bad}"
+    );
+    assert_eq!(staged(&u42, &import).await, 5);
+    let bad_key = call(
+        &u42,
+        "import_append_rows",
+        json!({ "import": import, "rows": rows(0, 1) }),
+    )
+    .await;
+    assert_eq!(bad_key.error_code(), Some(-32602), "{}", bad_key.body);
+}
+
+async fn simultaneous_duplicates_write_once(store: &str) {
+    let s = server(store);
+    let u42 = s.client().with_bearer(TOKEN_42);
+    let import = begin(&u42, &unique("weather")).await;
+    for round in 0..5 {
+        let args = json!({ "import": import, "rows": rows(round * 10, 10), "idempotency_key": format!("dup-{round}") });
+        let calls = (0..4).map(|_| call(&u42, "import_append_rows", args.clone()));
+        let replies = futures_util::future::join_all(calls).await;
+        let results: Vec<&Value> = replies
+            .iter()
+            .map(|r| r.result().unwrap_or_else(|| panic!("{}", r.body)))
+            .collect();
+        for r in &results {
+            assert_eq!(r["structuredContent"], results[0]["structuredContent"]);
+        }
+        let replays = results
+            .iter()
+            .filter(|r| r["_meta"]["dev.wharf/idempotentReplay"] == true)
+            .count();
+        assert_eq!(replays, 3, "exactly one of four identical calls ran");
+    }
+    assert_eq!(staged(&u42, &import).await, 50);
+}
+
+async fn commit_query_and_read(store: &str) {
+    let s = server(store);
+    let u42 = s.client().with_bearer(TOKEN_42);
+    let dataset = unique("weather");
+    let import = begin(&u42, &dataset).await;
+    for b in 0..3 {
+        ok(&u42, "import_append_rows", json!({ "import": import, "rows": rows(b * 100, 100), "idempotency_key": format!("b{b}") })).await;
+    }
+    let done = ok(&u42, "import_commit", json!({ "import": import })).await;
+    assert_eq!(done["structuredContent"]["committedRows"], 300);
+    assert_eq!(done["structuredContent"]["totalRows"], 300);
+    // The handle is retired with the commit.
+    let gone = refused(&u42, "import_status", json!({ "import": import })).await;
+    assert!(gone.contains("unknown or has expired"), "{gone}");
+
+    // Paging with signed cursors, filters applied across pages.
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut args = json!({ "dataset": dataset, "filters": [{ "column": "id", "op": "gte", "value": 250 }], "limit": 20 });
+        if let Some(c) = &cursor {
+            args["cursor"] = json!(c);
+        }
+        let page = ok(&u42, "dataset_query", args).await;
+        let sc = &page["structuredContent"];
+        seen.extend(
+            sc["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["id"].as_i64().unwrap()),
+        );
+        match sc["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, (250..300).collect::<Vec<_>>());
+    // A forged cursor, and a cursor used for another query, are -32602.
+    let forged = call(
+        &u42,
+        "dataset_query",
+        json!({ "dataset": dataset, "cursor": "AAAA" }),
+    )
+    .await;
+    assert_eq!(forged.error_code(), Some(-32602), "{}", forged.body);
+    let first = ok(
+        &u42,
+        "dataset_query",
+        json!({ "dataset": dataset, "limit": 1 }),
+    )
+    .await;
+    let c = first["structuredContent"]["nextCursor"].as_str().unwrap();
+    let moved = call(&u42, "dataset_query", json!({ "dataset": dataset, "limit": 1, "cursor": c, "filters": [{ "column": "id", "op": "eq", "value": 1 }] })).await;
+    assert_eq!(moved.error_code(), Some(-32602), "{}", moved.body);
+    // Another principal does not see the dataset.
+    let u7 = s.client().with_bearer(TOKEN_7);
+    let hidden = refused(&u7, "dataset_query", json!({ "dataset": dataset })).await;
+    assert!(hidden.contains("does not exist"), "{hidden}");
+
+    let read = request(
+        &u42,
+        "resources/read",
+        json!({ "uri": format!("dataset://{dataset}") }),
+    )
+    .await;
+    let text = read.result().unwrap()["contents"][0]["text"]
+        .as_str()
+        .unwrap();
+    let body: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(body["rowCount"], 300);
+    assert_eq!(body["firstRows"][0]["id"], 0);
+    let missing = request(
+        &u7,
+        "resources/read",
+        json!({ "uri": format!("dataset://{dataset}") }),
+    )
+    .await;
+    assert_eq!(missing.error_code(), Some(-32602));
+}
+
+async fn aborted_imports_are_gone(store: &str) {
+    let s = server(store);
+    let u42 = s.client().with_bearer(TOKEN_42);
+    let import = begin(&u42, &unique("weather")).await;
+    ok(
+        &u42,
+        "import_append_rows",
+        json!({ "import": import, "rows": rows(0, 4), "idempotency_key": "a" }),
+    )
+    .await;
+    let r = ok(&u42, "import_abort", json!({ "import": import })).await;
+    assert_eq!(r["structuredContent"]["discardedRows"], 4);
+    let gone = refused(
+        &u42,
+        "import_append_rows",
+        json!({ "import": import, "rows": rows(0, 1), "idempotency_key": "b" }),
+    )
+    .await;
+    assert!(gone.contains("unknown or has expired"), "{gone}");
+}
+
+macro_rules! on_every_store {
+    ($($test:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test] async fn $test() { super::$test(&super::sqlite_url(stringify!($test))).await; })*
+        }
+        mod postgres {
+            $(#[tokio::test] async fn $test() { super::$test(&super::pg_url()).await; })*
+        }
+        mod redis {
+            $(#[tokio::test] async fn $test() { super::$test(&super::redis_url()).await; })*
+        }
+    };
+}
+
+on_every_store!(
+    handles_belong_to_their_owner,
+    appends_are_applied_once_per_key,
+    simultaneous_duplicates_write_once,
+    commit_query_and_read,
+    aborted_imports_are_gone,
+);
+
+#[tokio::test]
+async fn requests_without_a_known_token_get_401_with_a_challenge() {
+    let s = server(&sqlite_url("auth"));
+    for (client, challenge) in [
+        (s.client(), "Bearer realm=\"wharf\""),
+        (
+            s.client().with_bearer("not-a-known-token-at-all"),
+            "Bearer realm=\"wharf\", error=\"invalid_token\"",
+        ),
+    ] {
+        let r = client.request("tools/list", json!({})).await.unwrap();
+        assert_eq!(r.status, 401, "{}", r.body);
+        assert_eq!(r.headers["www-authenticate"], challenge);
+        assert_eq!(r.error_code(), Some(-31001));
+        validate_reply("tools/list", &r);
+    }
+    let r = request(&s.client().with_bearer(TOKEN_7), "tools/list", json!({})).await;
+    assert_eq!(r.status, 200);
+}
