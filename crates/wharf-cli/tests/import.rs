@@ -344,6 +344,88 @@ async fn aborted_imports_are_gone(store: &str) {
     assert!(gone.contains("unknown or has expired"), "{gone}");
 }
 
+/// Makes time pass for a handle, straight in the store: 25 h for its whole life, or 2 h
+/// since its last use.
+async fn expire(store: &str, handle: &str, idle: bool) {
+    let hour: i64 = 3_600_000;
+    let (shift, fields): (i64, &[&str]) = if idle {
+        (2 * hour, &["last_used_at"])
+    } else {
+        (25 * hour, &["created_at", "expires_at", "last_used_at"])
+    };
+    if store.starts_with("redis") {
+        let client = ::redis::Client::open(store).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        for f in fields {
+            let _: i64 = ::redis::cmd("HINCRBY")
+                .arg(format!("wharf:h:{handle}"))
+                .arg(f)
+                .arg(-shift)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+    } else {
+        sqlx::any::install_default_drivers();
+        let url = if store.starts_with("sqlite") {
+            format!("{store}?mode=rw")
+        } else {
+            store.to_owned()
+        };
+        let pool = sqlx::AnyPool::connect(&url).await.unwrap();
+        let set: Vec<String> = fields.iter().map(|f| format!("{f} = {f} - $1")).collect();
+        let sql = format!("UPDATE wharf_handles SET {} WHERE id = $2", set.join(", "));
+        let n = sqlx::query(&sql)
+            .bind(shift)
+            .bind(handle)
+            .execute(&pool)
+            .await
+            .unwrap();
+        assert_eq!(n.rows_affected(), 1);
+    }
+}
+
+async fn expired_handles_tell_their_owner(store: &str) {
+    let s = server(store);
+    let (u42, u7) = (
+        s.client().with_bearer(TOKEN_42),
+        s.client().with_bearer(TOKEN_7),
+    );
+    let dataset = unique("weather");
+    for idle in [false, true] {
+        let import = begin(&u42, &dataset).await;
+        ok(
+            &u42,
+            "import_append_rows",
+            json!({ "import": import, "rows": rows(0, 2), "idempotency_key": "e1" }),
+        )
+        .await;
+        expire(store, &import, idle).await;
+        let told = refused(
+            &u42,
+            "import_append_rows",
+            json!({ "import": import, "rows": rows(2, 2), "idempotency_key": "e2" }),
+        )
+        .await;
+        assert!(told.contains("has expired"), "{told}");
+        let why = if idle {
+            "it was not used for 1 h"
+        } else {
+            "its lifetime of 24 h ran out"
+        };
+        assert!(told.contains(why), "{told}");
+        assert!(told.contains("import_begin"), "{told}");
+        // Anyone else is told only that it is unknown or expired.
+        let other = refused(&u7, "import_status", json!({ "import": import })).await;
+        assert!(other.contains("unknown or has expired"), "{other}");
+        // And the expired import cannot be committed.
+        let commit = refused(&u42, "import_commit", json!({ "import": import })).await;
+        assert!(commit.contains("has expired"), "{commit}");
+    }
+    let q = refused(&u42, "dataset_query", json!({ "dataset": dataset })).await;
+    assert!(q.contains("does not exist"), "nothing was committed: {q}");
+}
+
 macro_rules! on_every_store {
     ($($test:ident),* $(,)?) => {
         mod sqlite {
@@ -364,6 +446,7 @@ on_every_store!(
     simultaneous_duplicates_write_once,
     commit_query_and_read,
     aborted_imports_are_gone,
+    expired_handles_tell_their_owner,
 );
 
 #[tokio::test]
