@@ -117,7 +117,7 @@ start_server() { # side port logfile
     fi
     # taskset execs the server, so $! is the server's own pid.
     if [[ $side == wharf ]]; then
-        taskset -c "$SERVER_CPU" "$WHARF_BIN" serve --listen "127.0.0.1:$port" >"$logfile" 2>&1 &
+        taskset -c "$SERVER_CPU" "$WHARF_BIN" serve --profile demo --anonymous --listen "127.0.0.1:$port" >"$logfile" 2>&1 &
     else
         taskset -c "$SERVER_CPU" "$BASELINE_BIN" --listen "127.0.0.1:$port" >"$logfile" 2>&1 &
     fi
