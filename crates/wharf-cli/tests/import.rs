@@ -4,115 +4,9 @@
 
 mod common;
 
-use common::{ServerProcess, request, validate_reply};
+use common::import::*;
+use common::{request, validate_reply};
 use serde_json::{Value, json};
-use wharf_client::{HttpClient, Reply};
-
-const TOKEN_42: &str = "token-of-user-42-aaaaaaaa";
-const TOKEN_7: &str = "token-of-user-7-bbbbbbbbbb";
-
-fn pg_url() -> String {
-    std::env::var("WHARF_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
-fn redis_url() -> String {
-    std::env::var("WHARF_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
-}
-
-fn sqlite_url(tag: &str) -> String {
-    let dir = std::env::temp_dir().join(format!("wharf-import-{}-{tag}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    format!("sqlite://{}/wharf.db", dir.display())
-}
-
-/// `wharf serve` with the import service on `store`, knowing users 42 and 7.
-fn server(store: &str) -> ServerProcess {
-    ServerProcess::start_exact(&[
-        "--profile",
-        "default",
-        "--store",
-        store,
-        "--api-key",
-        &format!("user-42={TOKEN_42}"),
-        "--api-key",
-        &format!("user-7={TOKEN_7}"),
-    ])
-}
-
-fn unique(prefix: &str) -> String {
-    use std::hash::{BuildHasher, RandomState};
-    let n = RandomState::new().hash_one(std::time::Instant::now());
-    format!("{prefix}_{n:x}")
-}
-
-async fn call(client: &HttpClient, name: &str, args: Value) -> Reply {
-    request(
-        client,
-        "tools/call",
-        json!({ "name": name, "arguments": args }),
-    )
-    .await
-}
-
-/// The result of a call that must succeed (no JSON-RPC error, no `isError`).
-async fn ok(client: &HttpClient, name: &str, args: Value) -> Value {
-    let r = call(client, name, args).await;
-    let result = r
-        .result()
-        .unwrap_or_else(|| panic!("{name}: {}", r.body))
-        .clone();
-    assert_ne!(result["isError"], true, "{name}: {}", r.body);
-    result
-}
-
-/// The text of a call that must fail with `isError: true`.
-async fn refused(client: &HttpClient, name: &str, args: Value) -> String {
-    let r = call(client, name, args).await;
-    let result = r.result().unwrap_or_else(|| panic!("{name}: {}", r.body));
-    assert_eq!(
-        result["isError"], true,
-        "{name} should have failed: {}",
-        r.body
-    );
-    result["content"][0]["text"].as_str().unwrap().to_owned()
-}
-
-fn columns() -> Value {
-    json!([
-        { "name": "id", "type": "integer" },
-        { "name": "city", "type": "string" },
-        { "name": "temp", "type": "number", "nullable": true }
-    ])
-}
-
-fn rows(from: i64, n: i64) -> Value {
-    (from..from + n)
-        .map(|i| json!({ "id": i, "city": format!("c{i}"), "temp": i as f64 / 2.0 }))
-        .collect()
-}
-
-async fn staged(client: &HttpClient, import: &str) -> u64 {
-    ok(client, "import_status", json!({ "import": import })).await["structuredContent"]
-        ["stagedRows"]
-        .as_u64()
-        .unwrap()
-}
-
-async fn begin(client: &HttpClient, dataset: &str) -> String {
-    let r = ok(
-        client,
-        "import_begin",
-        json!({ "dataset": dataset, "columns": columns() }),
-    )
-    .await;
-    let import = r["structuredContent"]["import"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    assert!(import.starts_with("imp_") && import.len() == 36, "{import}");
-    import
-}
 
 async fn handles_belong_to_their_owner(store: &str) {
     let s = server(store);
@@ -342,47 +236,6 @@ async fn aborted_imports_are_gone(store: &str) {
     )
     .await;
     assert!(gone.contains("unknown or has expired"), "{gone}");
-}
-
-/// Makes time pass for a handle, straight in the store: 25 h for its whole life, or 2 h
-/// since its last use.
-async fn expire(store: &str, handle: &str, idle: bool) {
-    let hour: i64 = 3_600_000;
-    let (shift, fields): (i64, &[&str]) = if idle {
-        (2 * hour, &["last_used_at"])
-    } else {
-        (25 * hour, &["created_at", "expires_at", "last_used_at"])
-    };
-    if store.starts_with("redis") {
-        let client = ::redis::Client::open(store).unwrap();
-        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        for f in fields {
-            let _: i64 = ::redis::cmd("HINCRBY")
-                .arg(format!("wharf:h:{handle}"))
-                .arg(f)
-                .arg(-shift)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-        }
-    } else {
-        sqlx::any::install_default_drivers();
-        let url = if store.starts_with("sqlite") {
-            format!("{store}?mode=rw")
-        } else {
-            store.to_owned()
-        };
-        let pool = sqlx::AnyPool::connect(&url).await.unwrap();
-        let set: Vec<String> = fields.iter().map(|f| format!("{f} = {f} - $1")).collect();
-        let sql = format!("UPDATE wharf_handles SET {} WHERE id = $2", set.join(", "));
-        let n = sqlx::query(&sql)
-            .bind(shift)
-            .bind(handle)
-            .execute(&pool)
-            .await
-            .unwrap();
-        assert_eq!(n.rows_affected(), 1);
-    }
 }
 
 async fn expired_handles_tell_their_owner(store: &str) {

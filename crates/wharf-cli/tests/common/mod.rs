@@ -2,6 +2,8 @@
 //! against the vendored 2026-07-28 schema.
 #![allow(dead_code)]
 
+pub mod import;
+
 use std::collections::HashMap;
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -33,11 +35,11 @@ impl ServerProcess {
 
     /// Starts `wharf serve` with exactly `args` (plus `--listen`).
     pub fn start_exact(args: &[&str]) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        Self::start_on(free_port(), args)
+    }
+
+    /// Starts `wharf serve` on `port` with exactly `args` (plus `--listen`).
+    pub fn start_on(port: u16, args: &[&str]) -> Self {
         let listen = format!("127.0.0.1:{port}");
         let child = Command::new(env!("CARGO_BIN_EXE_wharf"))
             .args(["serve", "--listen", &listen])
@@ -64,6 +66,12 @@ impl ServerProcess {
         HttpClient::new(self.url())
     }
 
+    /// Kills the process with SIGKILL, as a crash would, and reaps it.
+    pub fn crash(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Sends SIGTERM.
     pub fn terminate(&self) {
         let status = Command::new("kill")
@@ -87,6 +95,15 @@ impl ServerProcess {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl Drop for ServerProcess {
