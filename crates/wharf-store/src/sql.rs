@@ -206,21 +206,16 @@ impl Store for SqlStore {
 
     async fn begin_idempotent(&self, claim: &Claim, now: Millis) -> Result<Begin, StoreError> {
         let mut tx = self.begin_tx(TxMode::Write).await?;
-        // A record past its retention counts as absent.
-        sqlx::query(
-            "DELETE FROM wharf_idempotency WHERE scope = $1 AND key = $2 AND expires_at <= $3",
-        )
-        .bind(&claim.scope)
-        .bind(&claim.key)
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
+        // A record past its retention counts as absent: it is replaced.
         let inserted = sqlx::query(
             "INSERT INTO wharf_idempotency \
              (scope, key, digest, state, result, created_at, updated_at, expires_at) \
              VALUES ($1, $2, $3, 'running', NULL, $4, $4, $5) \
-             ON CONFLICT (scope, key) DO NOTHING",
+             ON CONFLICT (scope, key) DO UPDATE SET \
+             digest = excluded.digest, state = excluded.state, result = NULL, \
+             created_at = excluded.created_at, updated_at = excluded.updated_at, \
+             expires_at = excluded.expires_at \
+             WHERE wharf_idempotency.expires_at <= $4",
         )
         .bind(&claim.scope)
         .bind(&claim.key)
@@ -318,26 +313,24 @@ async fn retire(tx: &mut SqlxTx<'static, Any>, id: &str) -> Result<(), StoreErro
 }
 
 impl SqlTx {
-    /// Reserves `n` sequence numbers at the end of `collection`; the first one.
-    async fn reserve(&mut self, collection: &str, n: i64) -> Result<i64, StoreError> {
-        sqlx::query(
-            "INSERT INTO wharf_collections (name, next_seq, len) VALUES ($1, 0, 0) \
-             ON CONFLICT (name) DO NOTHING",
-        )
-        .bind(collection)
-        .execute(&mut *self.tx)
-        .await
-        .map_err(db_error)?;
-        let next: i64 = sqlx::query_scalar(
-            "UPDATE wharf_collections SET next_seq = next_seq + $2, len = len + $2 \
-             WHERE name = $1 RETURNING next_seq",
+    /// Reserves `n` sequence numbers at the end of `collection`: the first one, and the
+    /// collection's length with them.
+    async fn reserve(&mut self, collection: &str, n: i64) -> Result<(i64, i64), StoreError> {
+        let row = sqlx::query(
+            "INSERT INTO wharf_collections (name, next_seq, len) VALUES ($1, $2, $2) \
+             ON CONFLICT (name) DO UPDATE SET \
+             next_seq = wharf_collections.next_seq + excluded.next_seq, \
+             len = wharf_collections.len + excluded.len \
+             RETURNING next_seq, len",
         )
         .bind(collection)
         .bind(n)
         .fetch_one(&mut *self.tx)
         .await
         .map_err(db_error)?;
-        Ok(next - n)
+        let next: i64 = row.try_get(0).map_err(db_error)?;
+        let len: i64 = row.try_get(1).map_err(db_error)?;
+        Ok((next - n, len))
     }
 }
 
@@ -412,7 +405,7 @@ impl Transaction for SqlTx {
             return self.count_rows(collection).await;
         }
         let n = i64::try_from(rows.len()).unwrap_or(i64::MAX);
-        let mut seq = self.reserve(collection, n).await?;
+        let (mut seq, len) = self.reserve(collection, n).await?;
         for chunk in rows.chunks(INSERT_CHUNK) {
             let mut sql = String::with_capacity(48 + chunk.len() * 24);
             sql.push_str("INSERT INTO wharf_rows (collection, seq, doc) VALUES ");
@@ -430,7 +423,7 @@ impl Transaction for SqlTx {
             }
             q.execute(&mut *self.tx).await.map_err(db_error)?;
         }
-        self.count_rows(collection).await
+        Ok(u64::try_from(len).unwrap_or(0))
     }
 
     async fn count_rows(&mut self, collection: &str) -> Result<u64, StoreError> {
@@ -473,7 +466,7 @@ impl Transaction for SqlTx {
         if n == 0 {
             return Ok(0);
         }
-        let base = self.reserve(to, n).await?;
+        let (base, _) = self.reserve(to, n).await?;
         sqlx::query(
             "INSERT INTO wharf_rows (collection, seq, doc) \
              SELECT $2, $3 + ROW_NUMBER() OVER (ORDER BY seq) - 1, doc \

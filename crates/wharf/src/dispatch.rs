@@ -668,8 +668,13 @@ impl Server {
                 )))
             }
             None => {
-                if record.idle_ms.is_some() {
-                    store.touch_handle(handle, now).await?;
+                // Recording every use would turn each read into a write: uses closer together
+                // than 1 % of the idle lifetime (at most a minute) are recorded once, so a
+                // handle may idle out up to that much early.
+                if let Some(idle) = record.idle_ms {
+                    if now - record.last_used_at >= (idle / 100).min(60_000) {
+                        store.touch_handle(handle, now).await?;
+                    }
                 }
                 Ok(Ok(()))
             }
