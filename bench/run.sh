@@ -51,29 +51,16 @@ CLIENT_CPU=${CLIENT_CPU:-1}
 # compare the two responses.
 BODY='{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"wrk","version":"4.1.0"}},"name":"echo","arguments":{"text":"hello from wrk"}}}'
 
-die() { echo "run.sh: error: $*" >&2; exit 1; }
-log() { echo "run.sh: $*" >&2; }
+SCRIPT=run.sh
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
 
 # ---------------------------------------------------------------------------------------------
 # Tools
 for tool in taskset curl awk; do
     command -v "$tool" >/dev/null || die "'$tool' is required (Debian: apt-get install util-linux curl gawk)"
 done
-if ! command -v wrk >/dev/null; then
-    log "wrk not found; installing it with apt-get"
-    sudo=()
-    if [[ $(id -u) != 0 ]]; then
-        command -v sudo >/dev/null && sudo -n true 2>/dev/null && sudo=(sudo -n)
-    fi
-    if [[ $(id -u) == 0 || ${#sudo[@]} -gt 0 ]]; then
-        export DEBIAN_FRONTEND=noninteractive
-        "${sudo[@]}" apt-get install -y -q wrk >&2 \
-            || { "${sudo[@]}" apt-get update -q >&2 && "${sudo[@]}" apt-get install -y -q wrk >&2; } \
-            || true
-    fi
-    command -v wrk >/dev/null \
-        || die "wrk is not installed and could not be installed; install it (Debian/Ubuntu: apt-get install wrk) and run again"
-fi
+ensure_wrk
 
 cpus=$(nproc)
 ((cpus >= 2)) || die "this benchmark needs 2 CPUs (server on CPU $SERVER_CPU, wrk on CPU $CLIENT_CPU); nproc says $cpus"
@@ -191,13 +178,6 @@ stop_server() {
     wait "$pid" 2>/dev/null || true
 }
 
-# Latency as wrk prints it (123.45us, 1.20ms, 2.00s) in microseconds.
-to_us() {
-    awk -v v="$1" 'BEGIN {
-        n = v + 0
-        if (v ~ /us$/) m = 1; else if (v ~ /ms$/) m = 1000; else if (v ~ /m$/) m = 60e6; else if (v ~ /s$/) m = 1e6; else m = 1
-        printf "%.1f", n * m }'
-}
 
 # Results, indexed by "side:round".
 declare -A RPS P50 P99 RSS

@@ -1,0 +1,158 @@
+//! The baseline for `import_append_rows`: what a developer writes by hand for an idempotent
+//! append, with the same driver Wharf uses (sqlx, `Any`).
+//!
+//! `POST /mcp` takes the same JSON-RPC `tools/call` as Wharf, and in one transaction inserts
+//! an idempotency record for the call's key (a duplicate would get the stored result) and the
+//! rows, as JSON text, in one multi-row insert; then answers with the result. No handles, no
+//! owners, no schema validation, no `_meta`: Wharf's numbers are compared against this one
+//! (see `bench/store.sh`).
+//!
+//! Usage: `wharf-bench-store-baseline --db URL [--listen ADDR]` (sqlite:// or postgres://).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+use sqlx::AnyPool;
+
+#[derive(Deserialize)]
+struct Request<'a> {
+    #[serde(borrow)]
+    id: &'a RawValue,
+    params: Params,
+}
+
+#[derive(Deserialize)]
+struct Params {
+    arguments: Args,
+}
+
+#[derive(Deserialize)]
+struct Args {
+    import: String,
+    idempotency_key: String,
+    rows: Vec<Map<String, Value>>,
+}
+
+struct App {
+    pool: AnyPool,
+    sqlite: bool,
+    next_seq: AtomicI64,
+}
+
+async fn append(State(app): State<Arc<App>>, body: Bytes) -> Response {
+    match run(&app, &body).await {
+        Ok(out) => ([(header::CONTENT_TYPE, "application/json")], out).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e).into_response(),
+    }
+}
+
+async fn run(app: &App, body: &[u8]) -> Result<String, String> {
+    let req: Request = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    let args = req.params.arguments;
+    let n = args.rows.len();
+    let result = format!(r#"{{"appended":{n}}}"#);
+    let mut tx = if app.sqlite {
+        app.pool.begin_with("BEGIN IMMEDIATE").await
+    } else {
+        app.pool.begin().await
+    }
+    .map_err(|e| e.to_string())?;
+    let fresh = sqlx::query(
+        "INSERT INTO bench_idempotency (scope, key, result) VALUES ($1, $2, $3) \
+         ON CONFLICT (scope, key) DO NOTHING",
+    )
+    .bind(&args.import)
+    .bind(&args.idempotency_key)
+    .bind(&result)
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| e.to_string())?
+    .rows_affected()
+        == 1;
+    if fresh && n > 0 {
+        let mut seq = app
+            .next_seq
+            .fetch_add(i64::try_from(n).unwrap_or(0), Ordering::Relaxed);
+        let mut sql = String::from("INSERT INTO bench_rows (collection, seq, doc) VALUES ");
+        for i in 0..n {
+            if i > 0 {
+                sql.push(',');
+            }
+            sql.push_str(&format!("(${}, ${}, ${})", i * 3 + 1, i * 3 + 2, i * 3 + 3));
+        }
+        let mut q = sqlx::query(&sql);
+        for row in args.rows {
+            q = q
+                .bind(args.import.as_str())
+                .bind(seq)
+                .bind(Value::Object(row).to_string());
+            seq += 1;
+        }
+        q.execute(&mut *tx).await.map_err(|e| e.to_string())?;
+    }
+    tx.commit().await.map_err(|e| e.to_string())?;
+    Ok(format!(
+        r#"{{"jsonrpc":"2.0","id":{},"result":{{"content":[{{"type":"text","text":{}}}],"structuredContent":{result}}}}}"#,
+        req.id.get(),
+        Value::String(result.clone())
+    ))
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut listen: SocketAddr = "127.0.0.1:8092".parse()?;
+    let mut db = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--listen" => listen = args.next().ok_or("--listen needs an address")?.parse()?,
+            "--db" => db = Some(args.next().ok_or("--db needs a URL")?),
+            other => return Err(format!("unknown argument {other}").into()),
+        }
+    }
+    let db = db.ok_or("--db URL is required")?;
+    sqlx::any::install_default_drivers();
+    let sqlite = db.starts_with("sqlite");
+    let pool = sqlx::any::AnyPoolOptions::new()
+        .max_connections(16)
+        .after_connect(move |conn, _| {
+            Box::pin(async move {
+                if sqlite {
+                    use sqlx::Executor;
+                    conn.execute("PRAGMA journal_mode = WAL").await?;
+                    conn.execute("PRAGMA synchronous = NORMAL").await?;
+                    conn.execute("PRAGMA busy_timeout = 10000").await?;
+                }
+                Ok(())
+            })
+        })
+        .connect(&db)
+        .await?;
+    for ddl in [
+        "DROP TABLE IF EXISTS bench_rows",
+        "DROP TABLE IF EXISTS bench_idempotency",
+        "CREATE TABLE bench_rows (collection TEXT NOT NULL, seq BIGINT NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (collection, seq))",
+        "CREATE TABLE bench_idempotency (scope TEXT NOT NULL, key TEXT NOT NULL, result TEXT, PRIMARY KEY (scope, key))",
+    ] {
+        sqlx::query(ddl).execute(&pool).await?;
+    }
+    let app = Arc::new(App {
+        pool,
+        sqlite,
+        next_seq: AtomicI64::new(0),
+    });
+    let router = Router::new().route("/mcp", post(append)).with_state(app);
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    axum::serve(listener, router).await?;
+    Ok(())
+}
