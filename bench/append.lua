@@ -1,7 +1,19 @@
 -- wrk script: one idempotent `import_append_rows` per request, each with a fresh
--- idempotency key, ROWS rows per call. Used by bench/store.sh for both sides.
--- Environment: IMPORT (the import handle), TOKEN (bearer), RUN (key prefix), ROWS.
-local import = os.getenv("IMPORT") or "imp_missing"
+-- idempotency key, ROWS rows per call. Used by bench/store.sh for both sides. Each wrk
+-- thread (one connection each) appends to its own import, as independent agents would.
+-- Environment: IMPORTS (comma-separated import handles), TOKEN (bearer), RUN (key prefix),
+-- ROWS.
+local imports = {}
+for h in string.gmatch(os.getenv("IMPORTS") or "imp_missing", "[^,]+") do
+  imports[#imports + 1] = h
+end
+local threads = 0
+function setup(thread)
+  threads = threads + 1
+  thread:set("import", imports[(threads - 1) % #imports + 1])
+  thread:set("tid", threads)
+end
+
 local token = os.getenv("TOKEN") or ""
 local run = os.getenv("RUN") or "run"
 local nrows = tonumber(os.getenv("ROWS") or "50")
@@ -28,7 +40,7 @@ request = function()
     .. '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
     .. '"io.modelcontextprotocol/clientCapabilities":{}},'
     .. '"name":"import_append_rows","arguments":{"import":"' .. import .. '",'
-    .. '"idempotency_key":"' .. run .. '-' .. counter .. '","rows":' .. rows_json .. '}}}'
+    .. '"idempotency_key":"' .. run .. '-' .. tid .. '-' .. counter .. '","rows":' .. rows_json .. '}}}'
   return wrk.format(nil, nil, nil, body)
 end
 

@@ -3,10 +3,11 @@
 # PostgreSQL, against a bare axum handler making the same inserts (the rows and an
 # idempotency record) by hand with the same driver (bench/store-baseline), in the same run.
 #
-# Server pinned to CPU 0, wrk to CPU 1 (`-t1 -c$CONNECTIONS`, bench/append.lua; PostgreSQL
-# itself runs wherever the OS puts it, for both sides alike). Each request carries a fresh
-# idempotency key and ROWS rows. After each Wharf run the staged row count is checked against
-# the requests wrk saw answered. Results to stdout and target/bench/store.txt.
+# Server pinned to CPU 0, wrk to CPU 1 (`-t$CONNECTIONS -c$CONNECTIONS`, bench/append.lua;
+# PostgreSQL itself runs wherever the OS puts it, for both sides alike). Each connection
+# appends to its own import, each request with a fresh idempotency key and ROWS rows. After
+# each Wharf run the staged row counts are checked against the requests wrk saw answered.
+# Results to stdout and target/bench/store.txt.
 #
 # usage: bench/store.sh [--quick] [--no-build]
 # environment: DURATION (s, default 10), ROUNDS (default 2), WARMUP (s, default 2),
@@ -90,7 +91,7 @@ stop() {
 declare -A RPS P50 P99
 
 run_one() { # backend side round
-    local backend=$1 side=$2 round=$3 db import="imp_none" tag="$1-$2-$3"
+    local backend=$1 side=$2 round=$3 db imports="" tag="$1-$2-$3"
     if [[ $backend == sqlite ]]; then db="sqlite://$RAW/$tag.db"; else db=$PG_URL; fi
     if [[ $side == wharf ]]; then
         taskset -c 0 "$WHARF_BIN" serve --listen "127.0.0.1:$PORT" --store "$db" \
@@ -101,26 +102,33 @@ run_one() { # backend side round
     fi
     server_pid=$!
     wait_up
-    if [[ $side == wharf ]]; then
-        local begun
-        begun=$(rpc tools/call import_begin '{"dataset":"bench","columns":[{"name":"id","type":"integer"},{"name":"city","type":"string"},{"name":"temp","type":"number"}]}')
-        import=$(grep -o '"import":"imp_[0-9a-f]*"' <<<"$begun" | head -1 | cut -d'"' -f4)
-        [[ -n $import ]] || die "import_begin failed: $begun"
-    fi
-    local env=(IMPORT="$import" TOKEN="$TOKEN" ROWS="$ROWS")
-    env "${env[@]}" RUN="warm-$tag" taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"${WARMUP}s" -s "$LUA" \
+    local i import begun
+    for i in $(seq 1 "$CONNECTIONS"); do
+        if [[ $side == wharf ]]; then
+            begun=$(rpc tools/call import_begin '{"dataset":"bench","columns":[{"name":"id","type":"integer"},{"name":"city","type":"string"},{"name":"temp","type":"number"}]}')
+            import=$(grep -o '"import":"imp_[0-9a-f]*"' <<<"$begun" | head -1 | cut -d'"' -f4)
+            [[ -n $import ]] || die "import_begin failed: $begun"
+        else
+            import="imp_baseline_$i"
+        fi
+        imports+="${imports:+,}$import"
+    done
+    local env=(IMPORTS="$imports" TOKEN="$TOKEN" ROWS="$ROWS")
+    env "${env[@]}" RUN="warm-$tag" taskset -c 1 wrk -t"$CONNECTIONS" -c"$CONNECTIONS" -d"${WARMUP}s" -s "$LUA" \
         "http://127.0.0.1:$PORT/mcp" >"$RAW/$tag.warmup.txt" 2>&1 || die "wrk warm-up failed ($RAW/$tag.warmup.txt)"
-    env "${env[@]}" RUN="run-$tag" taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$LUA" \
+    env "${env[@]}" RUN="run-$tag" taskset -c 1 wrk -t"$CONNECTIONS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$LUA" \
         "http://127.0.0.1:$PORT/mcp" >"$RAW/$tag.wrk.txt" 2>&1 || { cat "$RAW/$tag.wrk.txt" >&2; die "wrk failed against $side on $backend"; }
     if [[ $side == wharf ]]; then
-        # Every answered append must be in the import, once.
-        local answered staged status
+        # Every answered append must be in its import, once.
+        local answered staged=0 status
         answered=$(( $(awk '/requests in/ { print $1 }' "$RAW/$tag.warmup.txt") + $(awk '/requests in/ { print $1 }' "$RAW/$tag.wrk.txt") ))
-        status=$(rpc tools/call import_status "{\"import\":\"$import\"}")
-        staged=$(grep -o '"stagedRows":[0-9]*' <<<"$status" | head -1 | cut -d: -f2)
+        for import in ${imports//,/ }; do
+            status=$(rpc tools/call import_status "{\"import\":\"$import\"}")
+            staged=$(( staged + $(grep -o '"stagedRows":[0-9]*' <<<"$status" | head -1 | cut -d: -f2) ))
+            rpc tools/call import_abort "{\"import\":\"$import\"}" >/dev/null
+        done
         (( staged >= answered * ROWS && staged <= (answered + 2 * CONNECTIONS) * ROWS )) \
             || die "staged rows $staged do not match $answered answered appends of $ROWS rows"
-        rpc tools/call import_abort "{\"import\":\"$import\"}" >/dev/null
     fi
     stop
     RPS[$tag]=$(awk '/^Requests\/sec:/ { print $2 }' "$RAW/$tag.wrk.txt")

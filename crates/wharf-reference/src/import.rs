@@ -5,8 +5,8 @@
 //! datasets):
 //! - dataset definitions: documents in `datasets:<principal>`, keyed by dataset name;
 //! - dataset rows: the row collection `rows:<principal>:<dataset>`;
-//! - an import: a handle (`imp_…`) with its definition in the document `<handle>/meta` and its
-//!   staged rows in `<handle>/rows`, both removed with the handle.
+//! - an import: a handle (`imp_…`) carrying its definition (dataset and columns), with its
+//!   staged rows in `<handle>/rows`, removed with the handle.
 
 use std::time::Duration;
 
@@ -267,24 +267,17 @@ fn columns_of(doc: &Value) -> Result<Vec<Column>, ToolError> {
         .map_err(|e| ToolError::internal(format!("stored columns are unreadable: {e}")))
 }
 
-/// Reads an import's definition (dataset and columns) in the call's transaction.
-async fn import_meta(
-    cx: &Context,
-    import: &Handle<Import>,
-) -> Result<(String, Vec<Column>), ToolError> {
-    let doc = cx
-        .tx()
-        .await?
-        .get_doc(&import.collection("meta"), "import")
-        .await
-        .map_err(store_error)?
-        .ok_or_else(|| ToolError::internal("an import handle without its definition"))?;
-    let dataset = doc
-        .get("dataset")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    Ok((dataset, columns_of(&doc)?))
+/// What an import handle carries: its dataset and columns.
+#[derive(Debug, Serialize, Deserialize)]
+struct ImportDef {
+    dataset: String,
+    columns: Vec<Column>,
+}
+
+/// An import's definition, read with the handle's ownership check (no extra lookup).
+fn import_meta(cx: &Context, import: &Handle<Import>) -> Result<(String, Vec<Column>), ToolError> {
+    let def: ImportDef = cx.handle_data(import)?;
+    Ok((def.dataset, def.columns))
 }
 
 fn compare(op: Op, have: &Value, want: &Value) -> bool {
@@ -358,18 +351,15 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                             )));
                         }
                     };
-                    let import = cx.mint_handle::<Import>().await?;
-                    let meta = json!({ "dataset": args.dataset, "columns": columns });
-                    cx.tx()
-                        .await?
-                        .put_doc(&import.collection("meta"), "import", &meta)
-                        .await
-                        .map_err(store_error)?;
+                    let def = ImportDef { dataset: args.dataset, columns };
+                    let data = serde_json::to_value(&def).map_err(ToolError::internal)?;
+                    let import = cx.mint_handle_with::<Import>(data).await?;
+                    let ImportDef { dataset, columns } = def;
                     let expires_at = wharf::state::now_millis()
                         + i64::try_from(Import::TTL.as_millis()).unwrap_or(i64::MAX);
                     Ok::<_, ToolError>(Structured(ImportInfo {
                         import: import.id().to_owned(),
-                        dataset: args.dataset,
+                        dataset,
                         columns,
                         staged_rows: 0,
                         expires_at,
@@ -389,7 +379,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                             args.rows.len()
                         )));
                     }
-                    let (_, columns) = import_meta(&cx, &args.import).await?;
+                    let (_, columns) = import_meta(&cx, &args.import)?;
                     for (i, row) in args.rows.iter().enumerate() {
                         check_row(i, row, &columns).map_err(ToolError::Execution)?;
                     }
@@ -414,24 +404,20 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     ..Default::default()
                 })
                 .handler(|cx: Context, args: ImportArgs| async move {
-                    let (dataset, columns) = import_meta(&cx, &args.import).await?;
+                    let (dataset, columns) = import_meta(&cx, &args.import)?;
                     let staged = cx
                         .tx()
                         .await?
                         .count_rows(&args.import.collection("rows"))
                         .await
                         .map_err(store_error)?;
-                    let record = cx
-                        .store()?
-                        .load_handle(args.import.id())
-                        .await
-                        .map_err(store_error)?;
+                    let expires_at = cx.handle_record(&args.import).map_or(0, |r| r.expires_at);
                     Ok::<_, ToolError>(Structured(ImportInfo {
                         import: args.import.id().to_owned(),
                         dataset,
                         columns,
                         staged_rows: staged,
-                        expires_at: record.map_or(0, |r| r.expires_at),
+                        expires_at,
                     }))
                 }),
         )
@@ -439,7 +425,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
             tool("import_commit")
                 .description("Move an import's staged rows into its dataset, all at once, and close the import.")
                 .handler(|cx: Context, args: ImportArgs| async move {
-                    let (dataset, columns) = import_meta(&cx, &args.import).await?;
+                    let (dataset, columns) = import_meta(&cx, &args.import)?;
                     let mut tx = cx.tx().await?;
                     if tx
                         .get_doc(&datasets(&cx), &dataset)

@@ -114,7 +114,7 @@ for _, op in ipairs(cjson.decode(ARGV[4])) do
   elseif o == 'del' then redis.call('DEL', op[2])
   elseif o == 'sadd' then redis.call('SADD', op[2], op[3])
   elseif o == 'handle' then
-    redis.call('HSET', op[2], 'kind', op[4], 'owner', op[5], 'created_at', op[6], 'expires_at', op[7], 'idle_ms', op[8], 'last_used_at', op[9])
+    redis.call('HSET', op[2], 'kind', op[4], 'owner', op[5], 'created_at', op[6], 'expires_at', op[7], 'idle_ms', op[8], 'last_used_at', op[9], 'data', op[11])
     redis.call('ZADD', KEYS[1], op[10], op[3])
   elseif o == 'retire' then
     for _, c in ipairs(redis.call('SMEMBERS', op[3])) do redis.call('DEL', c) end
@@ -205,6 +205,14 @@ impl Store for RedisStore {
             expires_at: num("expires_at")?,
             idle_ms: map.get("idle_ms").and_then(|v| v.parse().ok()),
             last_used_at: num("last_used_at")?,
+            data: map
+                .get("data")
+                .filter(|d| !d.is_empty())
+                .map(|d| {
+                    serde_json::from_str(d)
+                        .map_err(|e| StoreError::Corrupt(format!("handle data: {e}")))
+                })
+                .transpose()?,
         }))
     }
 
@@ -378,7 +386,8 @@ impl Transaction for RedisTx {
             r.expires_at,
             r.idle_ms.map(|i| i.to_string()).unwrap_or_default(),
             r.last_used_at,
-            sweep_at(r)
+            sweep_at(r),
+            r.data.as_ref().map(Value::to_string).unwrap_or_default()
         ]));
         Ok(())
     }

@@ -148,6 +148,12 @@ fn handle_from_row(row: &AnyRow) -> Result<HandleRecord, StoreError> {
         expires_at: row.try_get(4).map_err(get)?,
         idle_ms: row.try_get(5).map_err(get)?,
         last_used_at: row.try_get(6).map_err(get)?,
+        data: row
+            .try_get::<Option<String>, _>(7)
+            .map_err(get)?
+            .as_deref()
+            .map(read_json)
+            .transpose()?,
     })
 }
 
@@ -176,7 +182,7 @@ impl Store for SqlStore {
 
     async fn load_handle(&self, id: &str) -> Result<Option<HandleRecord>, StoreError> {
         let row = sqlx::query(
-            "SELECT id, kind, owner, created_at, expires_at, idle_ms, last_used_at \
+            "SELECT id, kind, owner, created_at, expires_at, idle_ms, last_used_at, data \
              FROM wharf_handles WHERE id = $1",
         )
         .bind(id)
@@ -339,8 +345,8 @@ impl Transaction for SqlTx {
     async fn create_handle(&mut self, r: &HandleRecord) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO wharf_handles \
-             (id, kind, owner, created_at, expires_at, idle_ms, last_used_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+             (id, kind, owner, created_at, expires_at, idle_ms, last_used_at, data) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
         .bind(&r.id)
         .bind(&r.kind)
@@ -349,6 +355,7 @@ impl Transaction for SqlTx {
         .bind(r.expires_at)
         .bind(r.idle_ms)
         .bind(r.last_used_at)
+        .bind(r.data.as_ref().map(Value::to_string))
         .execute(&mut *self.tx)
         .await
         .map(drop)

@@ -35,6 +35,8 @@ pub struct Context {
     outbox: Option<Outbox>,
     last_progress: Mutex<Option<f64>>,
     tx: Arc<TxSlot>,
+    /// The handle arguments the core checked before the handler runs.
+    handles: Vec<HandleRecord>,
     server: Server,
 }
 
@@ -90,8 +92,35 @@ impl Context {
             outbox: scope.outbox,
             last_progress: Mutex::new(None),
             tx,
+            handles: Vec::new(),
             server,
         }
+    }
+
+    pub(crate) fn set_handles(&mut self, handles: Vec<HandleRecord>) {
+        self.handles = handles;
+    }
+
+    /// The stored record of a handle argument of this call (checked: the caller owns it and
+    /// it is alive); `None` for a handle that is not one of the call's arguments.
+    pub fn handle_record<K: HandleKind>(&self, handle: &Handle<K>) -> Option<&HandleRecord> {
+        self.handles.iter().find(|r| r.id == handle.id())
+    }
+
+    /// The data a handle argument was minted with (see [`Context::mint_handle_with`]).
+    pub fn handle_data<K: HandleKind, T: serde::de::DeserializeOwned>(
+        &self,
+        handle: &Handle<K>,
+    ) -> Result<T, ToolError> {
+        let data = self
+            .handle_record(handle)
+            .and_then(|r| r.data.as_ref())
+            .ok_or_else(|| {
+                ToolError::internal(format!("handle {} carries no data", handle.id()))
+            })?;
+        T::deserialize(data).map_err(|e| {
+            ToolError::internal(format!("data of handle {} is unreadable: {e}", handle.id()))
+        })
     }
 
     /// Who the request acts for.
@@ -157,7 +186,22 @@ impl Context {
 
     /// Mints a handle of kind `K` owned by the caller, in the call's transaction.
     pub async fn mint_handle<K: HandleKind>(&self) -> Result<Handle<K>, ToolError> {
-        let record = HandleRecord::mint::<K>(&self.principal, now_millis());
+        self.mint(HandleRecord::mint::<K>(&self.principal, now_millis()))
+            .await
+    }
+
+    /// Mints a handle that carries `data` (what it names: keep it small), handed back with
+    /// the handle's check on every later call ([`Context::handle_data`]).
+    pub async fn mint_handle_with<K: HandleKind>(
+        &self,
+        data: serde_json::Value,
+    ) -> Result<Handle<K>, ToolError> {
+        let mut record = HandleRecord::mint::<K>(&self.principal, now_millis());
+        record.data = Some(data);
+        self.mint(record).await
+    }
+
+    async fn mint<K: HandleKind>(&self, record: HandleRecord) -> Result<Handle<K>, ToolError> {
         self.tx()
             .await?
             .create_handle(&record)

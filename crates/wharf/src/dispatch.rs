@@ -25,7 +25,7 @@ use crate::resource::ReadRequest;
 use crate::schema::first_violation;
 use crate::server::HandleParam;
 use crate::server::Server;
-use crate::state::handle::{Expiry, human};
+use crate::state::handle::{Expiry, HandleRecord, human};
 use crate::state::idempotency::{KEY_ARGUMENT, REPLAY_META};
 use crate::state::{Begin, Claim, Digest, Millis, Store, now_millis};
 use crate::tool::ToolError;
@@ -506,17 +506,19 @@ impl Server {
     ) -> Result<Vec<u8>, RpcError> {
         let name = &entry.def.tool.name;
         let mut handle_scope = None;
+        let mut checked = Vec::new();
         if !entry.handles.is_empty() {
             let now = now_millis();
             for param in &entry.handles {
                 let Some(handle) = args.get(&param.name).and_then(|v| v.as_str()) else {
                     continue;
                 };
-                if let Err(refusal) = self
+                match self
                     .check_handle(param, handle, &scope.principal, now)
                     .await?
                 {
-                    return self.respond_tool(&id, CallToolResult::error(refusal));
+                    Ok(record) => checked.push(record),
+                    Err(refusal) => return self.respond_tool(&id, CallToolResult::error(refusal)),
                 }
                 handle_scope.get_or_insert_with(|| format!("h:{handle}"));
             }
@@ -556,7 +558,8 @@ impl Server {
         } else {
             (Arc::default(), None)
         };
-        let cx = Context::with_tx(id.clone(), info, scope, self.clone(), Arc::clone(&slot));
+        let mut cx = Context::with_tx(id.clone(), info, scope, self.clone(), Arc::clone(&slot));
+        cx.set_handles(checked);
         let result = match entry.def.handler.call(cx, args).await {
             Ok(r) => r,
             Err(ToolError::Execution(message)) => CallToolResult::error(message),
@@ -627,7 +630,7 @@ impl Server {
         handle: &str,
         principal: &Principal,
         now: Millis,
-    ) -> Result<Result<(), String>, RpcError> {
+    ) -> Result<Result<HandleRecord, String>, RpcError> {
         let store = self.require_store()?;
         let record = if handle.len() <= 128 {
             store.load_handle(handle).await?
@@ -676,7 +679,7 @@ impl Server {
                         store.touch_handle(handle, now).await?;
                     }
                 }
-                Ok(Ok(()))
+                Ok(Ok(record))
             }
         }
     }

@@ -43,6 +43,9 @@ pub struct HandleRecord {
     /// Idle lifetime in milliseconds, if any.
     pub idle_ms: Option<i64>,
     pub last_used_at: Millis,
+    /// What the handle names, as its creator described it (read with the ownership check,
+    /// so a handler needs no second lookup).
+    pub data: Option<serde_json::Value>,
 }
 
 /// Why a handle is no longer usable.
@@ -74,6 +77,7 @@ impl HandleRecord {
             expires_at: now.saturating_add(millis(K::TTL)),
             idle_ms: K::IDLE_TTL.map(millis),
             last_used_at: now,
+            data: None,
         }
     }
 
