@@ -86,7 +86,8 @@ async fn run(store: &Arc<dyn Store>, c: &Claim) -> Box<dyn wharf::state::Transac
 
 async fn handles_are_stored_with_their_owner_and_only_when_committed(store: Arc<dyn Store>) {
     let owner = Principal::new("user-42");
-    let kept = HandleRecord::mint::<Thing>(&owner, now_millis());
+    let mut kept = HandleRecord::mint::<Thing>(&owner, now_millis());
+    kept.data = Some(json!({ "dataset": "d", "columns": [1, 2] }));
     let dropped = HandleRecord::mint::<Thing>(&owner, now_millis());
     let mut tx = store.begin(TxMode::Write).await.unwrap();
     tx.create_handle(&kept).await.unwrap();
