@@ -26,6 +26,93 @@ const INSERT_CHUNK: usize = 300;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
+const LOAD_HANDLE_SQL: &str = "SELECT id, kind, owner, created_at, expires_at, idle_ms, last_used_at, data \
+     FROM wharf_handles WHERE id = $1";
+
+/// Claims a key: inserts the record as `running`, replacing one past its retention. One row
+/// affected means the call holds the claim.
+const CLAIM_SQL: &str = "INSERT INTO wharf_idempotency \
+     (scope, key, digest, state, result, created_at, updated_at, expires_at) \
+     VALUES ($1, $2, $3, 'running', NULL, $4, $4, $5) \
+     ON CONFLICT (scope, key) DO UPDATE SET \
+     digest = excluded.digest, state = excluded.state, result = NULL, \
+     created_at = excluded.created_at, updated_at = excluded.updated_at, \
+     expires_at = excluded.expires_at \
+     WHERE wharf_idempotency.expires_at <= $4";
+
+/// [`CLAIM_SQL`] made only when `$7` owns handle `$6`, returning whether it was made, the
+/// handle, and the record as the statement's snapshot saw it (a record committed while the
+/// claim waited is not in that snapshot: [`settle`] reads it again).
+const PG_CLAIM_ON_HANDLE_SQL: &str = "WITH claim AS ( \
+     INSERT INTO wharf_idempotency \
+     (scope, key, digest, state, result, created_at, updated_at, expires_at) \
+     SELECT $1, $2, $3, 'running', NULL, $4, $4, $5 \
+     WHERE EXISTS (SELECT 1 FROM wharf_handles WHERE id = $6 AND owner = $7) \
+     ON CONFLICT (scope, key) DO UPDATE SET \
+     digest = excluded.digest, state = excluded.state, result = NULL, \
+     created_at = excluded.created_at, updated_at = excluded.updated_at, \
+     expires_at = excluded.expires_at \
+     WHERE wharf_idempotency.expires_at <= $4 \
+     RETURNING 1) \
+     SELECT (SELECT count(*) FROM claim), \
+     h.id, h.kind, h.owner, h.created_at, h.expires_at, h.idle_ms, h.last_used_at, h.data, \
+     i.digest, i.state, i.result \
+     FROM (SELECT 1) AS one \
+     LEFT JOIN wharf_handles h ON h.id = $6 \
+     LEFT JOIN wharf_idempotency i ON i.scope = $1 AND i.key = $2";
+
+/// An idempotency record as read.
+struct Seen {
+    digest: String,
+    state: String,
+    result: Option<String>,
+}
+
+/// The outcome of a claim: the transaction holding it, or what the record says.
+async fn settle(
+    mut tx: SqlxTx<'static, Any>,
+    claim: &Claim,
+    claimed: bool,
+    seen: Option<Seen>,
+    dialect: Dialect,
+) -> Result<Begin, StoreError> {
+    if claimed {
+        return Ok(Begin::Run(Box::new(SqlTx { tx, dialect })));
+    }
+    let seen = match seen {
+        Some(s) if s.state == "done" => s,
+        _ => {
+            // A statement that waited for another attempt started before it committed; a new
+            // statement sees the committed record.
+            let row = sqlx::query(
+                "SELECT digest, state, result FROM wharf_idempotency WHERE scope = $1 AND key = $2",
+            )
+            .bind(&claim.scope)
+            .bind(&claim.key)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| {
+                StoreError::Busy("the idempotency record changed under this call".into())
+            })?;
+            Seen {
+                digest: row.try_get(0).map_err(db_error)?,
+                state: row.try_get(1).map_err(db_error)?,
+                result: row.try_get(2).map_err(db_error)?,
+            }
+        }
+    };
+    if seen.digest != claim.digest.as_str() {
+        return Ok(Begin::Mismatch);
+    }
+    match (seen.state.as_str(), seen.result) {
+        ("done", Some(result)) => Ok(Begin::Replay(result)),
+        (state, _) => Err(StoreError::Corrupt(format!(
+            "idempotency record in state {state:?} without a result"
+        ))),
+    }
+}
+
 /// Which SQL database a [`SqlStore`] talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
@@ -139,17 +226,22 @@ fn read_json(text: &str) -> Result<Value, StoreError> {
 }
 
 fn handle_from_row(row: &AnyRow) -> Result<HandleRecord, StoreError> {
+    handle_from_row_at(row, 0)
+}
+
+/// A handle from the columns of [`LOAD_HANDLE_SQL`], starting at column `at`.
+fn handle_from_row_at(row: &AnyRow, at: usize) -> Result<HandleRecord, StoreError> {
     let get = |e: sqlx::Error| StoreError::Corrupt(format!("handle row: {e}"));
     Ok(HandleRecord {
-        id: row.try_get(0).map_err(get)?,
-        kind: row.try_get(1).map_err(get)?,
-        owner: row.try_get(2).map_err(get)?,
-        created_at: row.try_get(3).map_err(get)?,
-        expires_at: row.try_get(4).map_err(get)?,
-        idle_ms: row.try_get(5).map_err(get)?,
-        last_used_at: row.try_get(6).map_err(get)?,
+        id: row.try_get(at).map_err(get)?,
+        kind: row.try_get(at + 1).map_err(get)?,
+        owner: row.try_get(at + 2).map_err(get)?,
+        created_at: row.try_get(at + 3).map_err(get)?,
+        expires_at: row.try_get(at + 4).map_err(get)?,
+        idle_ms: row.try_get(at + 5).map_err(get)?,
+        last_used_at: row.try_get(at + 6).map_err(get)?,
         data: row
-            .try_get::<Option<String>, _>(7)
+            .try_get::<Option<String>, _>(at + 7)
             .map_err(get)?
             .as_deref()
             .map(read_json)
@@ -181,14 +273,11 @@ impl Store for SqlStore {
     }
 
     async fn load_handle(&self, id: &str) -> Result<Option<HandleRecord>, StoreError> {
-        let row = sqlx::query(
-            "SELECT id, kind, owner, created_at, expires_at, idle_ms, last_used_at, data \
-             FROM wharf_handles WHERE id = $1",
-        )
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(db_error)?;
+        let row = sqlx::query(LOAD_HANDLE_SQL)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?;
         row.as_ref().map(handle_from_row).transpose()
     }
 
@@ -207,55 +296,97 @@ impl Store for SqlStore {
     async fn begin(&self, mode: TxMode) -> Result<Box<dyn Transaction>, StoreError> {
         Ok(Box::new(SqlTx {
             tx: self.begin_tx(mode).await?,
+            dialect: self.dialect,
         }))
     }
 
     async fn begin_idempotent(&self, claim: &Claim, now: Millis) -> Result<Begin, StoreError> {
         let mut tx = self.begin_tx(TxMode::Write).await?;
-        // A record past its retention counts as absent: it is replaced.
-        let inserted = sqlx::query(
-            "INSERT INTO wharf_idempotency \
-             (scope, key, digest, state, result, created_at, updated_at, expires_at) \
-             VALUES ($1, $2, $3, 'running', NULL, $4, $4, $5) \
-             ON CONFLICT (scope, key) DO UPDATE SET \
-             digest = excluded.digest, state = excluded.state, result = NULL, \
-             created_at = excluded.created_at, updated_at = excluded.updated_at, \
-             expires_at = excluded.expires_at \
-             WHERE wharf_idempotency.expires_at <= $4",
-        )
-        .bind(&claim.scope)
-        .bind(&claim.key)
-        .bind(claim.digest.as_str())
-        .bind(now)
-        .bind(claim.expires_at)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?
-        .rows_affected();
-        if inserted == 1 {
-            return Ok(Begin::Run(Box::new(SqlTx { tx })));
+        let claimed = sqlx::query(CLAIM_SQL)
+            .bind(&claim.scope)
+            .bind(&claim.key)
+            .bind(claim.digest.as_str())
+            .bind(now)
+            .bind(claim.expires_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .rows_affected()
+            == 1;
+        settle(tx, claim, claimed, None, self.dialect).await
+    }
+
+    async fn claim_on_handle(
+        &self,
+        claim: &Claim,
+        handle: &str,
+        owner: &str,
+        now: Millis,
+    ) -> Result<(Option<HandleRecord>, Option<Begin>), StoreError> {
+        let mut tx = self.begin_tx(TxMode::Write).await?;
+        if self.dialect == Dialect::Sqlite {
+            // In-process: plain statements cost little, and the write lock is already held.
+            let record = sqlx::query(LOAD_HANDLE_SQL)
+                .bind(handle)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db_error)?
+                .as_ref()
+                .map(handle_from_row)
+                .transpose()?;
+            if record.as_ref().is_none_or(|r| r.owner != owner) {
+                return Ok((record, None));
+            }
+            let claimed = sqlx::query(CLAIM_SQL)
+                .bind(&claim.scope)
+                .bind(&claim.key)
+                .bind(claim.digest.as_str())
+                .bind(now)
+                .bind(claim.expires_at)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?
+                .rows_affected()
+                == 1;
+            return Ok((
+                record,
+                Some(settle(tx, claim, claimed, None, self.dialect).await?),
+            ));
         }
-        let row = sqlx::query(
-            "SELECT digest, state, result FROM wharf_idempotency WHERE scope = $1 AND key = $2",
-        )
-        .bind(&claim.scope)
-        .bind(&claim.key)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db_error)?
-        .ok_or_else(|| StoreError::Busy("the idempotency record changed under this call".into()))?;
-        let digest: String = row.try_get(0).map_err(db_error)?;
-        let state: String = row.try_get(1).map_err(db_error)?;
-        let result: Option<String> = row.try_get(2).map_err(db_error)?;
-        if digest != claim.digest.as_str() {
-            return Ok(Begin::Mismatch);
+        // PostgreSQL: the handle, the claim (made only for the owner) and the record as the
+        // statement found it, in one round trip.
+        let row = sqlx::query(PG_CLAIM_ON_HANDLE_SQL)
+            .bind(&claim.scope)
+            .bind(&claim.key)
+            .bind(claim.digest.as_str())
+            .bind(now)
+            .bind(claim.expires_at)
+            .bind(handle)
+            .bind(owner)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let get = |e: sqlx::Error| StoreError::Corrupt(format!("claim row: {e}"));
+        let claimed: i64 = row.try_get(0).map_err(get)?;
+        let record = match row.try_get::<Option<String>, _>(1).map_err(get)? {
+            Some(_) => Some(handle_from_row_at(&row, 1)?),
+            None => None,
+        };
+        if record.as_ref().is_none_or(|r| r.owner != owner) {
+            return Ok((record, None));
         }
-        match (state.as_str(), result) {
-            ("done", Some(result)) => Ok(Begin::Replay(result)),
-            _ => Err(StoreError::Corrupt(format!(
-                "idempotency record in state {state:?} without a result"
-            ))),
-        }
+        let seen = match row.try_get::<Option<String>, _>(9).map_err(get)? {
+            Some(digest) => Some(Seen {
+                digest,
+                state: row.try_get(10).map_err(get)?,
+                result: row.try_get(11).map_err(get)?,
+            }),
+            None => None,
+        };
+        Ok((
+            record,
+            Some(settle(tx, claim, claimed == 1, seen, self.dialect).await?),
+        ))
     }
 
     async fn sweep(&self, now: Millis, batch: u32) -> Result<u64, StoreError> {
@@ -294,6 +425,7 @@ impl Store for SqlStore {
 /// A transaction on a [`SqlStore`].
 pub struct SqlTx {
     tx: SqlxTx<'static, Any>,
+    dialect: Dialect,
 }
 
 async fn retire(tx: &mut SqlxTx<'static, Any>, id: &str) -> Result<(), StoreError> {
@@ -412,8 +544,38 @@ impl Transaction for SqlTx {
             return self.count_rows(collection).await;
         }
         let n = i64::try_from(rows.len()).unwrap_or(i64::MAX);
-        let (mut seq, len) = self.reserve(collection, n).await?;
-        for chunk in rows.chunks(INSERT_CHUNK) {
+        let (mut seq, len, rest) = if self.dialect == Dialect::Postgres {
+            // One round trip: the reservation and the first chunk of rows together.
+            let (first, rest) = rows.split_at(rows.len().min(INSERT_CHUNK));
+            let mut sql = String::from(
+                "WITH r AS (INSERT INTO wharf_collections (name, next_seq, len) VALUES ($1, $2, $2) \
+                 ON CONFLICT (name) DO UPDATE SET \
+                 next_seq = wharf_collections.next_seq + excluded.next_seq, \
+                 len = wharf_collections.len + excluded.len \
+                 RETURNING next_seq - $2 AS base, len), \
+                 ins AS (INSERT INTO wharf_rows (collection, seq, doc) \
+                 SELECT $1, r.base + v.i, v.doc FROM r, (VALUES ",
+            );
+            for i in 0..first.len() {
+                if i > 0 {
+                    sql.push(',');
+                }
+                sql.push_str(&format!("({i}, ${})", i + 3));
+            }
+            sql.push_str(") AS v(i, doc)) SELECT base, len FROM r");
+            let mut q = sqlx::query(&sql).bind(collection).bind(n);
+            for row in first {
+                q = q.bind(row.to_string());
+            }
+            let row = q.fetch_one(&mut *self.tx).await.map_err(db_error)?;
+            let base: i64 = row.try_get(0).map_err(db_error)?;
+            let len: i64 = row.try_get(1).map_err(db_error)?;
+            (base + first.len() as i64, len, rest)
+        } else {
+            let (base, len) = self.reserve(collection, n).await?;
+            (base, len, rows)
+        };
+        for chunk in rest.chunks(INSERT_CHUNK) {
             let mut sql = String::with_capacity(48 + chunk.len() * 24);
             sql.push_str("INSERT INTO wharf_rows (collection, seq, doc) VALUES ");
             for i in 0..chunk.len() {

@@ -321,6 +321,66 @@ async fn the_sweeper_removes_long_expired_handles_in_batches(store: Arc<dyn Stor
     assert!(store.load_handle(&live.id).await.unwrap().is_some());
 }
 
+async fn claims_on_a_handle_are_for_its_owner_only(store: Arc<dyn Store>) {
+    let owner = Principal::new("user-42");
+    let h = HandleRecord::mint::<Thing>(&owner, now_millis());
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.create_handle(&h).await.unwrap();
+    tx.commit().await.unwrap();
+    let scope = format!("h:{}", h.id);
+    let c = claim(&scope, "k", json!({"rows": [1]}));
+
+    // Another principal: the handle comes back for the core to refuse, nothing is claimed.
+    let (record, begun) = store
+        .claim_on_handle(&c, &h.id, "user-7", now_millis())
+        .await
+        .unwrap();
+    assert_eq!(record.as_ref().map(|r| r.owner.as_str()), Some("user-42"));
+    assert!(begun.is_none());
+    let (record, begun) = store
+        .claim_on_handle(&c, "thg_unknown", "user-42", now_millis())
+        .await
+        .unwrap();
+    assert!(record.is_none() && begun.is_none());
+
+    // The owner claims; a duplicate arriving meanwhile waits, then replays.
+    let (record, begun) = store
+        .claim_on_handle(&c, &h.id, "user-42", now_millis())
+        .await
+        .unwrap();
+    assert_eq!(record.unwrap().id, h.id);
+    let Some(Begin::Run(mut first)) = begun else {
+        panic!("the owner's first call must run")
+    };
+    let dup = {
+        let (store, c, id) = (Arc::clone(&store), c.clone(), h.id.clone());
+        tokio::spawn(async move {
+            store
+                .claim_on_handle(&c, &id, "user-42", now_millis())
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !dup.is_finished(),
+        "the duplicate must wait for the first attempt"
+    );
+    first.complete_claim(&c, "\"once\"").await.unwrap();
+    first.commit().await.unwrap();
+    match dup.await.unwrap().unwrap() {
+        (Some(_), Some(Begin::Replay(r))) => assert_eq!(r, "\"once\""),
+        _ => panic!("the duplicate must replay the first result"),
+    }
+    let other = claim(&scope, "k", json!({"rows": [2]}));
+    assert!(matches!(
+        store
+            .claim_on_handle(&other, &h.id, "user-42", now_millis())
+            .await
+            .unwrap(),
+        (Some(_), Some(Begin::Mismatch))
+    ));
+}
+
 macro_rules! suite {
     ($backend:ident: $($test:ident),* $(,)?) => {
         mod $backend {
@@ -352,4 +412,5 @@ all_backends!(
     a_duplicate_waits_for_the_first_and_replays,
     expired_records_count_as_absent,
     the_sweeper_removes_long_expired_handles_in_batches,
+    claims_on_a_handle_are_for_its_owner_only,
 );

@@ -34,6 +34,7 @@ pub mod schema;
 pub mod server;
 pub mod state;
 pub mod tool;
+mod tool_call;
 pub mod uri_template;
 
 pub use bus::{ChangeEvent, InProcessBus, NotificationBus};

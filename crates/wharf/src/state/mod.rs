@@ -91,6 +91,26 @@ pub trait Store: Send + Sync + 'static {
     /// Records older than their retention count as absent.
     async fn begin_idempotent(&self, claim: &Claim, now: Millis) -> Result<Begin, StoreError>;
 
+    /// Loads handle `handle` and, when `owner` owns it, claims `claim` (as
+    /// [`Store::begin_idempotent`]), in as few round trips as the backend allows. Returns the
+    /// handle as stored (for the core to judge before it looks at the claim) and the claim's
+    /// outcome, `None` when the handle is not `owner`'s (nothing is claimed then). Dropping
+    /// the outcome rolls the claim back.
+    async fn claim_on_handle(
+        &self,
+        claim: &Claim,
+        handle: &str,
+        owner: &str,
+        now: Millis,
+    ) -> Result<(Option<HandleRecord>, Option<Begin>), StoreError> {
+        let record = self.load_handle(handle).await?;
+        if record.as_ref().is_none_or(|r| r.owner != owner) {
+            return Ok((record, None));
+        }
+        let begun = self.begin_idempotent(claim, now).await?;
+        Ok((record, Some(begun)))
+    }
+
     /// Removes at most `batch` expired handles (with the app data filed under them) and
     /// expired idempotency records; returns how many records went.
     async fn sweep(&self, now: Millis, batch: u32) -> Result<u64, StoreError>;

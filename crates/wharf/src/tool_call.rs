@@ -1,0 +1,294 @@
+//! Running a `tools/call`: arguments checked against the schema, handle arguments checked
+//! against their owner and expiry, idempotent writes claimed, the handler run in the call's
+//! transaction, and the transaction committed with the first result.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use wharf_protocol::{CallToolParams, CallToolResult, RequestId, ResultType};
+
+use crate::context::{Context, TxSlot};
+use crate::dispatch::{Scope, respond};
+use crate::error::RpcError;
+use crate::meta::{RequestInfo, capabilities_cover};
+use crate::principal::Principal;
+use crate::schema::first_violation;
+use crate::server::{HandleParam, Server, ToolEntry};
+use crate::state::handle::{Expiry, HandleRecord, human};
+use crate::state::idempotency::{KEY_ARGUMENT, REPLAY_META};
+use crate::state::{Begin, Claim, Digest, Millis, Store, now_millis};
+use crate::tool::ToolError;
+
+/// Where a call stands before its handler runs.
+enum Prepared {
+    /// Run the handler with these checked handles, in this transaction slot, completing
+    /// this claim (idempotent tools).
+    Run {
+        handles: Vec<HandleRecord>,
+        slot: Arc<TxSlot>,
+        claim: Option<Claim>,
+    },
+    /// Answer without running the handler.
+    Answer(CallToolResult),
+    /// The stored first result of this write.
+    Replay(String),
+}
+
+impl Server {
+    pub(crate) async fn call_tool(
+        &self,
+        id: RequestId,
+        info: Box<RequestInfo>,
+        params: Box<CallToolParams>,
+        scope: Scope,
+    ) -> Result<Vec<u8>, RpcError> {
+        let inner = &self.inner;
+        let entry = inner
+            .tool_index
+            .get(&params.name)
+            .map(|&i| &inner.tools[i])
+            .ok_or_else(|| RpcError::invalid_params(format!("Unknown tool: {}", params.name)))?;
+        if let Some(required) = &entry.def.requires {
+            if !capabilities_cover(&info.client_capabilities, required) {
+                return Err(RpcError::missing_capability(
+                    required,
+                    &format!("tool {:?}", params.name),
+                ));
+            }
+        }
+        let args = Value::Object(params.arguments.unwrap_or_default());
+        if let Some((message, path)) = entry.input.as_ref().and_then(|v| first_violation(v, &args))
+        {
+            return Err(RpcError::invalid_params(format!(
+                "Invalid arguments for tool {}: {message} (at {path})",
+                params.name
+            ))
+            .with_data(serde_json::json!({ "path": path })));
+        }
+        let Value::Object(mut args) = args else {
+            return Err(RpcError::internal("tool arguments are not an object"));
+        };
+        let prepared = self.prepare(entry, &mut args, &scope.principal).await?;
+        let (handles, slot, claim) = match prepared {
+            Prepared::Run {
+                handles,
+                slot,
+                claim,
+            } => (handles, slot, claim),
+            Prepared::Answer(result) => return self.respond_tool(&id, result),
+            Prepared::Replay(stored) => return self.replay(&id, &stored),
+        };
+        let mut cx = Context::with_tx(id.clone(), info, scope, self.clone(), Arc::clone(&slot));
+        cx.set_handles(handles);
+        let name = &entry.def.tool.name;
+        let result = match entry.def.handler.call(cx, Value::Object(args)).await {
+            Ok(r) => r,
+            Err(ToolError::Execution(message)) => CallToolResult::error(message),
+            Err(ToolError::Protocol(e)) => return Err(e),
+        };
+        let failed = result.is_error == Some(true);
+        if let (Some(validator), Some(structured), false) =
+            (&entry.output, &result.structured_content, failed)
+        {
+            if let Some((message, path)) = first_violation(validator, structured) {
+                return Err(RpcError::internal(format!(
+                    "tool {name} returned structuredContent that violates its outputSchema: {message} at {path}"
+                )));
+            }
+        }
+        // A failed call changes nothing: its transaction is dropped, which rolls it back, and
+        // no idempotency record is kept, so a retry runs again.
+        let tx = slot.take().await.map_err(|()| {
+            RpcError::internal(format!(
+                "tool {name} kept its transaction after returning; it was rolled back"
+            ))
+        })?;
+        if let (Some(mut tx), false) = (tx, failed) {
+            if let Some(claim) = &claim {
+                let stored = serde_json::to_string(&result).map_err(RpcError::internal)?;
+                tx.complete_claim(claim, &stored).await?;
+            }
+            tx.commit().await?;
+        }
+        self.respond_tool(&id, result)
+    }
+
+    /// Checks the handle arguments and, for an idempotent tool, claims its key. The handle
+    /// that scopes the key is loaded together with the claim (one round trip on
+    /// PostgreSQL), and judged before the claim's outcome is looked at.
+    async fn prepare(
+        &self,
+        entry: &ToolEntry,
+        args: &mut Map<String, Value>,
+        principal: &Principal,
+    ) -> Result<Prepared, RpcError> {
+        let name = &entry.def.tool.name;
+        let now = now_millis();
+        let present = entry
+            .handles
+            .iter()
+            .filter_map(|p| Some((p, args.get(&p.name)?.as_str()?.to_owned())));
+        let mut handles = Vec::new();
+        let mut scope_handle = None;
+        for (param, id) in present {
+            if entry.def.idempotent && scope_handle.is_none() {
+                scope_handle = Some((param, id));
+                continue;
+            }
+            let record = self.load_handle(&id).await?;
+            match self.judge_handle(param, record, principal, now).await? {
+                Ok(record) => handles.push(record),
+                Err(refusal) => return Ok(Prepared::Answer(CallToolResult::error(refusal))),
+            }
+        }
+        if !entry.def.idempotent {
+            return Ok(Prepared::Run {
+                handles,
+                slot: Arc::default(),
+                claim: None,
+            });
+        }
+
+        let store = self.require_store()?;
+        let key = match args.remove(KEY_ARGUMENT) {
+            Some(Value::String(k)) => k,
+            _ => {
+                return Err(RpcError::invalid_params(format!(
+                    "Invalid arguments for tool {name}: {KEY_ARGUMENT} is required"
+                )));
+            }
+        };
+        let retention =
+            i64::try_from(self.inner.config.idempotency_retention.as_millis()).unwrap_or(i64::MAX);
+        let claim = Claim {
+            scope: match &scope_handle {
+                Some((_, id)) => format!("h:{id}"),
+                None => format!("p:{}:{name}", principal.id()),
+            },
+            digest: Digest::of(name, args),
+            key,
+            expires_at: now.saturating_add(retention),
+        };
+        let begun = match &scope_handle {
+            Some((param, id)) => {
+                let (record, begun) = if id.len() <= MAX_HANDLE_LEN {
+                    store
+                        .claim_on_handle(&claim, id, principal.id(), now)
+                        .await?
+                } else {
+                    (None, None)
+                };
+                match self.judge_handle(param, record, principal, now).await? {
+                    Ok(record) => handles.push(record),
+                    // Dropping the claim rolls it back: a refused call leaves no trace.
+                    Err(refusal) => return Ok(Prepared::Answer(CallToolResult::error(refusal))),
+                }
+                begun
+                    .ok_or_else(|| RpcError::internal("the store claimed nothing for the owner"))?
+            }
+            None => store.begin_idempotent(&claim, now).await?,
+        };
+        Ok(match begun {
+            Begin::Run(tx) => Prepared::Run {
+                handles,
+                slot: Arc::new(TxSlot::holding(tx)),
+                claim: Some(claim),
+            },
+            Begin::Replay(stored) => Prepared::Replay(stored),
+            Begin::Mismatch => Prepared::Answer(CallToolResult::error(format!(
+                "The idempotency key {:?} was already used for a different call of {name} (other arguments). Retry a call with the same arguments as the first, or use a new key for a new write.",
+                claim.key
+            ))),
+        })
+    }
+
+    fn respond_tool(
+        &self,
+        id: &RequestId,
+        mut result: CallToolResult,
+    ) -> Result<Vec<u8>, RpcError> {
+        result.result_type = ResultType::Complete;
+        result.meta.server_info = Some(self.inner.info.clone());
+        respond(id, &result)
+    }
+
+    /// The stored first result of an idempotent write, marked as a replay.
+    fn replay(&self, id: &RequestId, stored: &str) -> Result<Vec<u8>, RpcError> {
+        let mut result: CallToolResult = serde_json::from_str(stored).map_err(|e| {
+            RpcError::internal(format!("stored idempotent result is unreadable: {e}"))
+        })?;
+        result
+            .meta
+            .extra
+            .insert(REPLAY_META.to_owned(), Value::Bool(true));
+        self.respond_tool(id, result)
+    }
+
+    fn require_store(&self) -> Result<&Arc<dyn Store>, RpcError> {
+        self.inner
+            .store
+            .as_ref()
+            .ok_or_else(|| RpcError::internal("a tool needs a store but none is configured"))
+    }
+
+    async fn load_handle(&self, id: &str) -> Result<Option<HandleRecord>, RpcError> {
+        if id.len() > MAX_HANDLE_LEN {
+            return Ok(None);
+        }
+        Ok(self.require_store()?.load_handle(id).await?)
+    }
+
+    /// Judges a handle argument before the handler runs: it must exist, be of the right
+    /// kind, belong to the caller and be alive. Anything else gets one answer that says
+    /// nothing about other principals' handles; only the owner hears that theirs expired.
+    async fn judge_handle(
+        &self,
+        param: &HandleParam,
+        record: Option<HandleRecord>,
+        principal: &Principal,
+        now: Millis,
+    ) -> Result<Result<HandleRecord, String>, RpcError> {
+        let HandleParam {
+            name,
+            kind,
+            created_by,
+        } = param;
+        let record = match record {
+            Some(r) if r.owner == principal.id() && r.kind == *kind => r,
+            _ => {
+                return Ok(Err(format!(
+                    "The {kind} handle in {name:?} is unknown or has expired. Start a new {kind} with {created_by}."
+                )));
+            }
+        };
+        let Some(why) = record.expired(now) else {
+            // Recording every use would turn each read into a write: uses closer together
+            // than 1 % of the idle lifetime (at most a minute) are recorded once, so a
+            // handle may idle out up to that much early.
+            if let Some(idle) = record.idle_ms {
+                if now - record.last_used_at >= (idle / 100).min(60_000) {
+                    self.require_store()?.touch_handle(&record.id, now).await?;
+                }
+            }
+            return Ok(Ok(record));
+        };
+        let millis = |ms: i64| human(Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
+        let why = match why {
+            Expiry::Lifetime => format!(
+                "its lifetime of {} ran out",
+                millis(record.expires_at - record.created_at)
+            ),
+            Expiry::Idle => format!(
+                "it was not used for {}",
+                millis(record.idle_ms.unwrap_or(0))
+            ),
+        };
+        Ok(Err(format!(
+            "The {kind} handle in {name:?} has expired ({why}); what it held is gone. Start a new {kind} with {created_by}."
+        )))
+    }
+}
+
+/// Longer strings are not handles: they are refused without a lookup.
+const MAX_HANDLE_LEN: usize = 128;
