@@ -88,7 +88,12 @@ async fn run(app: &App, body: &[u8]) -> Result<String, String> {
             if i > 0 {
                 sql.push(',');
             }
-            sql.push_str(&format!("(${}, ${}, ${})", i * 3 + 1, i * 3 + 2, i * 3 + 3));
+            // SQLite: anonymous parameters (sqlx looks up the name of each numbered one).
+            if app.sqlite {
+                sql.push_str("(?, ?, ?)");
+            } else {
+                sql.push_str(&format!("(${}, ${}, ${})", i * 3 + 1, i * 3 + 2, i * 3 + 3));
+            }
         }
         let mut q = sqlx::query(&sql);
         for row in args.rows {

@@ -61,6 +61,84 @@ const PG_CLAIM_ON_HANDLE_SQL: &str = "WITH claim AS ( \
      LEFT JOIN wharf_handles h ON h.id = $6 \
      LEFT JOIN wharf_idempotency i ON i.scope = $1 AND i.key = $2";
 
+/// SQLite: a handle and the idempotency record under a key, in one statement.
+const SQLITE_LOOKUP_SQL: &str = "SELECT \
+     h.id, h.kind, h.owner, h.created_at, h.expires_at, h.idle_ms, h.last_used_at, h.data, \
+     i.digest, i.state, i.result, i.expires_at \
+     FROM (SELECT 1) AS one \
+     LEFT JOIN wharf_handles h ON h.id = ?1 \
+     LEFT JOIN wharf_idempotency i ON i.scope = ?2 AND i.key = ?3";
+
+/// SQLite runs one writer at a time, and a write transaction takes the lock first
+/// (`BEGIN IMMEDIATE`): no duplicate can run beside this one, so the claim needs no
+/// `running` record. The record is looked up here and written, done, with the result
+/// ([`SqlTx::complete_claim`]); a crash in between rolls back both.
+async fn sqlite_lookup(
+    tx: &mut SqlxTx<'static, Any>,
+    claim: &Claim,
+    handle: Option<&str>,
+    now: Millis,
+) -> Result<(Option<HandleRecord>, Option<Seen>), StoreError> {
+    let row = sqlx::query(SQLITE_LOOKUP_SQL)
+        .bind(handle)
+        .bind(&claim.scope)
+        .bind(&claim.key)
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(db_error)?;
+    let get = |e: sqlx::Error| StoreError::Corrupt(format!("lookup row: {e}"));
+    let record = match row.try_get::<Option<String>, _>(0).map_err(get)? {
+        Some(_) => Some(handle_from_row_at(&row, 0)?),
+        None => None,
+    };
+    let expires_at: Option<i64> = row.try_get(11).map_err(get)?;
+    let seen = match row.try_get::<Option<String>, _>(8).map_err(get)? {
+        // A record past its retention counts as absent.
+        Some(digest) if expires_at.is_some_and(|e| e > now) => Some(Seen {
+            digest,
+            state: row.try_get(9).map_err(get)?,
+            result: row.try_get(10).map_err(get)?,
+        }),
+        _ => None,
+    };
+    Ok((record, seen))
+}
+
+/// The outcome of a SQLite lookup: run (the claim is written with the result), or what
+/// the record says.
+async fn settle_sqlite(
+    tx: SqlxTx<'static, Any>,
+    claim: &Claim,
+    seen: Option<Seen>,
+) -> Result<Begin, StoreError> {
+    match seen {
+        None => Ok(Begin::Run(Box::new(SqlTx {
+            tx,
+            dialect: Dialect::Sqlite,
+            claim_written: false,
+        }))),
+        Some(seen) => settle(tx, claim, false, Some(seen), Dialect::Sqlite).await,
+    }
+}
+
+/// `(…, …, …)` for `rows` rows of three parameters. SQLite gets anonymous `?`: sqlx looks up
+/// the name of every numbered parameter, which costs a scan each on long statements.
+fn push_row_params(sql: &mut String, rows: usize, dialect: Dialect) {
+    use std::fmt::Write as _;
+    for i in 0..rows {
+        if i > 0 {
+            sql.push(',');
+        }
+        match dialect {
+            Dialect::Sqlite => sql.push_str("(?, ?, ?)"),
+            Dialect::Postgres => {
+                let p = i * 3;
+                let _ = write!(sql, "(${}, ${}, ${})", p + 1, p + 2, p + 3);
+            }
+        }
+    }
+}
+
 /// An idempotency record as read.
 struct Seen {
     digest: String,
@@ -77,7 +155,11 @@ async fn settle(
     dialect: Dialect,
 ) -> Result<Begin, StoreError> {
     if claimed {
-        return Ok(Begin::Run(Box::new(SqlTx { tx, dialect })));
+        return Ok(Begin::Run(Box::new(SqlTx {
+            tx,
+            dialect,
+            claim_written: true,
+        })));
     }
     let seen = match seen {
         Some(s) if s.state == "done" => s,
@@ -297,11 +379,16 @@ impl Store for SqlStore {
         Ok(Box::new(SqlTx {
             tx: self.begin_tx(mode).await?,
             dialect: self.dialect,
+            claim_written: false,
         }))
     }
 
     async fn begin_idempotent(&self, claim: &Claim, now: Millis) -> Result<Begin, StoreError> {
         let mut tx = self.begin_tx(TxMode::Write).await?;
+        if self.dialect == Dialect::Sqlite {
+            let (_, seen) = sqlite_lookup(&mut tx, claim, None, now).await?;
+            return settle_sqlite(tx, claim, seen).await;
+        }
         let claimed = sqlx::query(CLAIM_SQL)
             .bind(&claim.scope)
             .bind(&claim.key)
@@ -325,33 +412,11 @@ impl Store for SqlStore {
     ) -> Result<(Option<HandleRecord>, Option<Begin>), StoreError> {
         let mut tx = self.begin_tx(TxMode::Write).await?;
         if self.dialect == Dialect::Sqlite {
-            // In-process: plain statements cost little, and the write lock is already held.
-            let record = sqlx::query(LOAD_HANDLE_SQL)
-                .bind(handle)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(db_error)?
-                .as_ref()
-                .map(handle_from_row)
-                .transpose()?;
+            let (record, seen) = sqlite_lookup(&mut tx, claim, Some(handle), now).await?;
             if record.as_ref().is_none_or(|r| r.owner != owner) {
                 return Ok((record, None));
             }
-            let claimed = sqlx::query(CLAIM_SQL)
-                .bind(&claim.scope)
-                .bind(&claim.key)
-                .bind(claim.digest.as_str())
-                .bind(now)
-                .bind(claim.expires_at)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?
-                .rows_affected()
-                == 1;
-            return Ok((
-                record,
-                Some(settle(tx, claim, claimed, None, self.dialect).await?),
-            ));
+            return Ok((record, Some(settle_sqlite(tx, claim, seen).await?)));
         }
         // PostgreSQL: the handle, the claim (made only for the owner) and the record as the
         // statement found it, in one round trip.
@@ -426,6 +491,9 @@ impl Store for SqlStore {
 pub struct SqlTx {
     tx: SqlxTx<'static, Any>,
     dialect: Dialect,
+    /// Whether the claim's record was written as `running` when it was claimed (PostgreSQL);
+    /// on SQLite it is written only on completion.
+    claim_written: bool,
 }
 
 async fn retire(tx: &mut SqlxTx<'static, Any>, id: &str) -> Result<(), StoreError> {
@@ -578,13 +646,7 @@ impl Transaction for SqlTx {
         for chunk in rest.chunks(INSERT_CHUNK) {
             let mut sql = String::with_capacity(48 + chunk.len() * 24);
             sql.push_str("INSERT INTO wharf_rows (collection, seq, doc) VALUES ");
-            for i in 0..chunk.len() {
-                if i > 0 {
-                    sql.push(',');
-                }
-                let p = i * 3;
-                sql.push_str(&format!("(${}, ${}, ${})", p + 1, p + 2, p + 3));
-            }
+            push_row_params(&mut sql, chunk.len(), self.dialect);
             let mut q = sqlx::query(&sql);
             for row in chunk {
                 q = q.bind(collection).bind(seq).bind(row.to_string());
@@ -666,18 +728,40 @@ impl Transaction for SqlTx {
     }
 
     async fn complete_claim(&mut self, claim: &Claim, result: &str) -> Result<(), StoreError> {
-        let n = sqlx::query(
-            "UPDATE wharf_idempotency SET state = 'done', result = $3, updated_at = $4 \
-             WHERE scope = $1 AND key = $2 AND state = 'running'",
-        )
-        .bind(&claim.scope)
-        .bind(&claim.key)
-        .bind(result)
-        .bind(wharf::state::now_millis())
-        .execute(&mut *self.tx)
-        .await
-        .map_err(db_error)?
-        .rows_affected();
+        let now = wharf::state::now_millis();
+        let query = if self.claim_written {
+            sqlx::query(
+                "UPDATE wharf_idempotency SET state = 'done', result = $3, updated_at = $4 \
+                 WHERE scope = $1 AND key = $2 AND state = 'running'",
+            )
+            .bind(&claim.scope)
+            .bind(&claim.key)
+            .bind(result)
+            .bind(now)
+        } else {
+            // Replaces a record past its retention, never a live one.
+            sqlx::query(
+                "INSERT INTO wharf_idempotency \
+                 (scope, key, digest, state, result, created_at, updated_at, expires_at) \
+                 VALUES ($1, $2, $5, 'done', $3, $4, $4, $6) \
+                 ON CONFLICT (scope, key) DO UPDATE SET \
+                 digest = excluded.digest, state = excluded.state, result = excluded.result, \
+                 created_at = excluded.created_at, updated_at = excluded.updated_at, \
+                 expires_at = excluded.expires_at \
+                 WHERE wharf_idempotency.expires_at <= $4",
+            )
+            .bind(&claim.scope)
+            .bind(&claim.key)
+            .bind(result)
+            .bind(now)
+            .bind(claim.digest.as_str())
+            .bind(claim.expires_at)
+        };
+        let n = query
+            .execute(&mut *self.tx)
+            .await
+            .map_err(db_error)?
+            .rows_affected();
         if n == 1 {
             Ok(())
         } else {
