@@ -21,9 +21,6 @@ use wharf::state::{Begin, Claim, HandleRecord, Millis, Store, StoreError, Transa
 /// than that it is unknown.
 pub const EXPIRED_HANDLE_GRACE_MS: i64 = 3_600_000;
 
-/// Rows per multi-row `INSERT` (well under both databases' bound-parameter limits).
-const INSERT_CHUNK: usize = 300;
-
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 const LOAD_HANDLE_SQL: &str = "SELECT id, kind, owner, created_at, expires_at, idle_ms, last_used_at, data \
@@ -121,23 +118,32 @@ async fn settle_sqlite(
     }
 }
 
-/// `(…, …, …)` for `rows` rows of three parameters. SQLite gets anonymous `?`: sqlx looks up
-/// the name of every numbered parameter, which costs a scan each on long statements.
-fn push_row_params(sql: &mut String, rows: usize, dialect: Dialect) {
-    use std::fmt::Write as _;
-    for i in 0..rows {
-        if i > 0 {
-            sql.push(',');
-        }
-        match dialect {
-            Dialect::Sqlite => sql.push_str("(?, ?, ?)"),
-            Dialect::Postgres => {
-                let p = i * 3;
-                let _ = write!(sql, "(${}, ${}, ${})", p + 1, p + 2, p + 3);
-            }
-        }
-    }
-}
+/// Appends the rows of the JSON array `?3` to collection `?1` (`?2` of them), returning the
+/// collection's length: three statements in one call (sqlx runs them in turn on SQLite's
+/// connection thread). `json_each` gives objects and arrays as JSON text and scalars as SQL
+/// values, which are turned back into JSON.
+const SQLITE_APPEND_SQL: &str = "INSERT INTO wharf_collections (name, next_seq, len) \
+     VALUES (?1, ?2, ?2) ON CONFLICT (name) DO UPDATE SET \
+     next_seq = wharf_collections.next_seq + excluded.next_seq, \
+     len = wharf_collections.len + excluded.len; \
+     INSERT INTO wharf_rows (collection, seq, doc) \
+     SELECT ?1, (SELECT next_seq FROM wharf_collections WHERE name = ?1) - ?2 + j.key, \
+     CASE j.type WHEN 'object' THEN j.value WHEN 'array' THEN j.value \
+     WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' WHEN 'null' THEN 'null' \
+     ELSE json_quote(j.value) END \
+     FROM json_each(?3) AS j; \
+     SELECT len FROM wharf_collections WHERE name = ?1";
+
+/// The same on PostgreSQL, in one statement; `json` (not `jsonb`) keeps each row's text.
+const PG_APPEND_SQL: &str = "WITH r AS (INSERT INTO wharf_collections (name, next_seq, len) \
+     VALUES ($1, $2, $2) ON CONFLICT (name) DO UPDATE SET \
+     next_seq = wharf_collections.next_seq + excluded.next_seq, \
+     len = wharf_collections.len + excluded.len \
+     RETURNING next_seq - $2 AS base, len), \
+     ins AS (INSERT INTO wharf_rows (collection, seq, doc) \
+     SELECT $1, r.base + j.ord - 1, j.value::text \
+     FROM r, json_array_elements($3::json) WITH ORDINALITY AS j(value, ord)) \
+     SELECT len FROM r";
 
 /// An idempotency record as read.
 struct Seen {
@@ -611,49 +617,27 @@ impl Transaction for SqlTx {
         if rows.is_empty() {
             return self.count_rows(collection).await;
         }
+        // The rows travel as one JSON array and the database splits them: one parameter and
+        // one round trip however many rows there are, sequence numbers reserved on the way.
         let n = i64::try_from(rows.len()).unwrap_or(i64::MAX);
-        let (mut seq, len, rest) = if self.dialect == Dialect::Postgres {
-            // One round trip: the reservation and the first chunk of rows together.
-            let (first, rest) = rows.split_at(rows.len().min(INSERT_CHUNK));
-            let mut sql = String::from(
-                "WITH r AS (INSERT INTO wharf_collections (name, next_seq, len) VALUES ($1, $2, $2) \
-                 ON CONFLICT (name) DO UPDATE SET \
-                 next_seq = wharf_collections.next_seq + excluded.next_seq, \
-                 len = wharf_collections.len + excluded.len \
-                 RETURNING next_seq - $2 AS base, len), \
-                 ins AS (INSERT INTO wharf_rows (collection, seq, doc) \
-                 SELECT $1, r.base + v.i, v.doc FROM r, (VALUES ",
-            );
-            for i in 0..first.len() {
-                if i > 0 {
-                    sql.push(',');
-                }
-                sql.push_str(&format!("({i}, ${})", i + 3));
-            }
-            sql.push_str(") AS v(i, doc)) SELECT base, len FROM r");
-            let mut q = sqlx::query(&sql).bind(collection).bind(n);
-            for row in first {
-                q = q.bind(row.to_string());
-            }
-            let row = q.fetch_one(&mut *self.tx).await.map_err(db_error)?;
-            let base: i64 = row.try_get(0).map_err(db_error)?;
-            let len: i64 = row.try_get(1).map_err(db_error)?;
-            (base + first.len() as i64, len, rest)
-        } else {
-            let (base, len) = self.reserve(collection, n).await?;
-            (base, len, rows)
+        let array = serde_json::to_string(rows)
+            .map_err(|e| StoreError::Backend(format!("rows do not serialize: {e}")))?;
+        let sql = match self.dialect {
+            Dialect::Sqlite => SQLITE_APPEND_SQL,
+            Dialect::Postgres => PG_APPEND_SQL,
         };
-        for chunk in rest.chunks(INSERT_CHUNK) {
-            let mut sql = String::with_capacity(48 + chunk.len() * 24);
-            sql.push_str("INSERT INTO wharf_rows (collection, seq, doc) VALUES ");
-            push_row_params(&mut sql, chunk.len(), self.dialect);
-            let mut q = sqlx::query(&sql);
-            for row in chunk {
-                q = q.bind(collection).bind(seq).bind(row.to_string());
-                seq += 1;
-            }
-            q.execute(&mut *self.tx).await.map_err(db_error)?;
-        }
+        // `fetch_all`: on SQLite the length comes from the last of the statements.
+        let lens: Vec<i64> = sqlx::query_scalar(sql)
+            .bind(collection)
+            .bind(n)
+            .bind(array)
+            .fetch_all(&mut *self.tx)
+            .await
+            .map_err(db_error)?;
+        let len = lens
+            .last()
+            .copied()
+            .ok_or_else(|| StoreError::Backend("appending rows returned no length".into()))?;
         Ok(u64::try_from(len).unwrap_or(0))
     }
 

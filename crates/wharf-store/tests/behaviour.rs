@@ -192,6 +192,34 @@ async fn rows_append_scan_move_and_clear_in_order(store: Arc<dyn Store>) {
     drop(tx);
 
     let mut tx = store.begin(TxMode::Write).await.unwrap();
+    let odd = unique("odd");
+    let kinds = vec![
+        json!(true),
+        json!(false),
+        json!(null),
+        json!(-7),
+        json!(2.5),
+        json!("it's \"quoted\""),
+        json!([1, {"a": null}]),
+        json!({"nested": {"x": [true, 1e-7]}}),
+    ];
+    assert_eq!(
+        tx.append_rows(&odd, &kinds).await.unwrap(),
+        kinds.len() as u64
+    );
+    tx.commit().await.unwrap();
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    let back: Vec<Value> = tx
+        .scan_rows(&odd, None, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(
+        back, kinds,
+        "every kind of JSON value comes back as it went in"
+    );
     assert_eq!(tx.clear_rows(&dataset).await.unwrap(), 701);
     tx.commit().await.unwrap();
     let mut tx = store.begin(TxMode::Read).await.unwrap();
