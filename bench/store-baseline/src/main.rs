@@ -3,7 +3,8 @@
 //!
 //! `POST /mcp` takes the same JSON-RPC `tools/call` as Wharf, and in one transaction inserts
 //! an idempotency record for the call's key (a duplicate would get the stored result) and the
-//! rows, as JSON text, in one multi-row insert; then answers with the result. No handles, no
+//! rows, as JSON text, in one multi-row insert, with ids from the database and an index to
+//! read an import's rows back in order; then answers with the result. No handles, no
 //! owners, no schema validation, no `_meta`: Wharf's numbers are compared against this one
 //! (see `bench/store.sh`).
 //!
@@ -11,7 +12,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 
 use axum::Router;
 use axum::extract::State;
@@ -46,7 +46,6 @@ struct Args {
 struct App {
     pool: AnyPool,
     sqlite: bool,
-    next_seq: AtomicI64,
 }
 
 async fn append(State(app): State<Arc<App>>, body: Bytes) -> Response {
@@ -80,28 +79,24 @@ async fn run(app: &App, body: &[u8]) -> Result<String, String> {
     .rows_affected()
         == 1;
     if fresh && n > 0 {
-        let mut seq = app
-            .next_seq
-            .fetch_add(i64::try_from(n).unwrap_or(0), Ordering::Relaxed);
-        let mut sql = String::from("INSERT INTO bench_rows (collection, seq, doc) VALUES ");
+        // Row ids come from the database, as they must with several replicas.
+        let mut sql = String::from("INSERT INTO bench_rows (collection, doc) VALUES ");
         for i in 0..n {
             if i > 0 {
                 sql.push(',');
             }
             // SQLite: anonymous parameters (sqlx looks up the name of each numbered one).
             if app.sqlite {
-                sql.push_str("(?, ?, ?)");
+                sql.push_str("(?, ?)");
             } else {
-                sql.push_str(&format!("(${}, ${}, ${})", i * 3 + 1, i * 3 + 2, i * 3 + 3));
+                sql.push_str(&format!("(${}, ${})", i * 2 + 1, i * 2 + 2));
             }
         }
         let mut q = sqlx::query(&sql);
         for row in args.rows {
             q = q
                 .bind(args.import.as_str())
-                .bind(seq)
                 .bind(Value::Object(row).to_string());
-            seq += 1;
         }
         q.execute(&mut *tx).await.map_err(|e| e.to_string())?;
     }
@@ -143,18 +138,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .connect(&db)
         .await?;
+    // Rows are read back per import in order, as Wharf's are: an index on (collection, id).
+    let id = if sqlite {
+        "id INTEGER PRIMARY KEY"
+    } else {
+        "id BIGSERIAL PRIMARY KEY"
+    };
     for ddl in [
-        "DROP TABLE IF EXISTS bench_rows",
-        "DROP TABLE IF EXISTS bench_idempotency",
-        "CREATE TABLE bench_rows (collection TEXT NOT NULL, seq BIGINT NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (collection, seq))",
-        "CREATE TABLE bench_idempotency (scope TEXT NOT NULL, key TEXT NOT NULL, result TEXT, PRIMARY KEY (scope, key))",
+        "DROP TABLE IF EXISTS bench_rows".to_owned(),
+        "DROP TABLE IF EXISTS bench_idempotency".to_owned(),
+        format!("CREATE TABLE bench_rows ({id}, collection TEXT NOT NULL, doc TEXT NOT NULL)"),
+        "CREATE INDEX bench_rows_collection ON bench_rows (collection, id)".to_owned(),
+        "CREATE TABLE bench_idempotency (scope TEXT NOT NULL, key TEXT NOT NULL, result TEXT, PRIMARY KEY (scope, key))".to_owned(),
     ] {
-        sqlx::query(ddl).execute(&pool).await?;
+        sqlx::query(&ddl).execute(&pool).await?;
     }
     let app = Arc::new(App {
         pool,
         sqlite,
-        next_seq: AtomicI64::new(0),
     });
     let router = Router::new().route("/mcp", post(append)).with_state(app);
     let listener = tokio::net::TcpListener::bind(listen).await?;
