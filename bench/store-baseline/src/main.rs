@@ -153,10 +153,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     ] {
         sqlx::query(&ddl).execute(&pool).await?;
     }
-    let app = Arc::new(App {
-        pool,
-        sqlite,
-    });
+    let app = Arc::new(App { pool, sqlite });
     let router = Router::new().route("/mcp", post(append)).with_state(app);
     let listener = tokio::net::TcpListener::bind(listen).await?;
     axum::serve(listener, router).await?;

@@ -21,7 +21,10 @@ use wharf::state::{Begin, Claim, HandleRecord, Millis, Store, StoreError, Transa
 /// than that it is unknown.
 pub const EXPIRED_HANDLE_GRACE_MS: i64 = 3_600_000;
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+/// Each database has its own migrations (SQLite stores text-keyed tables WITHOUT ROWID,
+/// which PostgreSQL does not know); versions go in step.
+static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+static PG_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
 const LOAD_HANDLE_SQL: &str = "SELECT id, kind, owner, created_at, expires_at, idle_ms, last_used_at, data \
      FROM wharf_handles WHERE id = $1";
@@ -228,6 +231,9 @@ impl SqlStore {
         let wait_ms = lock_wait.as_millis();
         let pool = AnyPoolOptions::new()
             .max_connections(max_connections)
+            // A SQLite connection is a file handle in this process: pinging it before each
+            // use (a round trip to its thread) cannot find anything wrong.
+            .test_before_acquire(dialect == Dialect::Postgres)
             .after_connect(move |conn, _| {
                 Box::pin(async move {
                     match dialect {
@@ -251,7 +257,11 @@ impl SqlStore {
             .connect(url)
             .await
             .map_err(|e| StoreError::Backend(format!("cannot open {}: {e}", redact(url))))?;
-        MIGRATOR
+        let migrator = match dialect {
+            Dialect::Sqlite => &SQLITE_MIGRATOR,
+            Dialect::Postgres => &PG_MIGRATOR,
+        };
+        migrator
             .run(&pool)
             .await
             .map_err(|e| StoreError::Backend(format!("migrations failed: {e}")))?;
