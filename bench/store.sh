@@ -11,8 +11,9 @@
 #
 # usage: bench/store.sh [--quick] [--no-build]
 # environment: DURATION (s, default 10), ROUNDS (default 2), WARMUP (s, default 2),
-#   CONNECTIONS (default 8), ROWS (default 50), PG_URL (default
-#   postgres://postgres@127.0.0.1:5432/test), PORT (default 18093)
+#   CONNECTIONS (default 8), ROWS (default 50), PG_ADMIN_URL (default
+#   postgres://postgres@127.0.0.1:5432/postgres; each run gets a fresh database wharf_bench
+#   there, so neither side inherits the other's rows), PORT (default 18093)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -40,7 +41,8 @@ ROUNDS=${ROUNDS:-2}
 WARMUP=${WARMUP:-2}
 CONNECTIONS=${CONNECTIONS:-8}
 ROWS=${ROWS:-50}
-PG_URL=${PG_URL:-postgres://postgres@127.0.0.1:5432/test}
+PG_ADMIN_URL=${PG_ADMIN_URL:-postgres://postgres@127.0.0.1:5432/postgres}
+PG_URL="${PG_ADMIN_URL%/*}/wharf_bench"
 PORT=${PORT:-18093}
 TOKEN=bench-token-aaaaaaaaaaaaaaaa
 
@@ -92,7 +94,13 @@ declare -A RPS P50 P99
 
 run_one() { # backend side round
     local backend=$1 side=$2 round=$3 db imports="" tag="$1-$2-$3"
-    if [[ $backend == sqlite ]]; then db="sqlite://$RAW/$tag.db"; else db=$PG_URL; fi
+    if [[ $backend == sqlite ]]; then
+        db="sqlite://$RAW/$tag.db"
+    else
+        db=$PG_URL
+        psql -q "$PG_ADMIN_URL" -c "DROP DATABASE IF EXISTS wharf_bench" -c "CREATE DATABASE wharf_bench" >/dev/null \
+            || die "cannot create the benchmark database at $PG_ADMIN_URL"
+    fi
     if [[ $side == wharf ]]; then
         taskset -c 0 "$WHARF_BIN" serve --listen "127.0.0.1:$PORT" --store "$db" \
             --api-key "bench=$TOKEN" >"$RAW/$tag.log" 2>&1 &
@@ -131,6 +139,7 @@ run_one() { # backend side round
             || die "staged rows $staged do not match $answered answered appends of $ROWS rows"
     fi
     stop
+    [[ $backend == sqlite ]] && rm -f "$RAW/$tag.db"*
     RPS[$tag]=$(awk '/^Requests\/sec:/ { print $2 }' "$RAW/$tag.wrk.txt")
     P50[$tag]=$(to_us "$(awk '$1 == "50%" { print $2 }' "$RAW/$tag.wrk.txt")")
     P99[$tag]=$(to_us "$(awk '$1 == "99%" { print $2 }' "$RAW/$tag.wrk.txt")")

@@ -212,7 +212,8 @@ impl ReadinessCheck for StoreReady {
     }
 }
 
-fn build_server(args: &ServeArgs, store: Option<Arc<dyn Store>>) -> anyhow::Result<Server> {
+/// The core's settings, checked before anything is opened.
+fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
     let cursor_key = match &args.cursor_key {
         Some(k) => {
             let key = base64::engine::general_purpose::STANDARD
@@ -235,6 +236,14 @@ fn build_server(args: &ServeArgs, store: Option<Arc<dyn Store>>) -> anyhow::Resu
         ),
         ..ServerConfig::default()
     };
+    Ok(config)
+}
+
+fn build_server(
+    config: ServerConfig,
+    args: &ServeArgs,
+    store: Option<Arc<dyn Store>>,
+) -> anyhow::Result<Server> {
     let mut builder = Server::builder(wharf_reference::implementation()).config(config);
     if let Some(store) = store {
         builder = builder.store(store);
@@ -243,13 +252,15 @@ fn build_server(args: &ServeArgs, store: Option<Arc<dyn Store>>) -> anyhow::Resu
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // Settings first: a mistake in them is reported before any file or server is touched.
+    let config = server_config(&args)?;
     let auth = if args.stdio {
         Auth::anonymous()
     } else {
         auth(&args)?
     };
     let store = open_store(&args).await?;
-    let server = build_server(&args, store.clone()).context("invalid server definition")?;
+    let server = build_server(config, &args, store.clone()).context("invalid server definition")?;
     let stop_sweeping = tokio_util::sync::CancellationToken::new();
     let _stop_sweeping = stop_sweeping.clone().drop_guard();
     if let Some(store) = &store {
