@@ -109,6 +109,27 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_test_store_lives_in_a_temporary_file_removed_with_it() {
+        let store = open("memory://", &StoreOptions::default()).await.unwrap();
+        assert_eq!(store.backend(), "memory");
+        store.ping().await.unwrap();
+        let files = || {
+            std::fs::read_dir(std::env::temp_dir())
+                .unwrap()
+                .filter_map(Result::ok)
+                .filter(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .starts_with(&format!("wharf-memory-{}-", std::process::id()))
+                })
+                .count()
+        };
+        assert!(files() > 0);
+        drop(store);
+        assert_eq!(files(), 0, "the file goes with the store");
+    }
+
+    #[tokio::test]
     async fn unknown_schemes_are_refused_by_name() {
         let err = open("mysql://x", &StoreOptions::default()).await.err();
         assert!(matches!(err, Some(OpenError::Scheme(u)) if u == "mysql://x"));
