@@ -116,7 +116,6 @@ async fn settle_sqlite(
             tx,
             dialect: Dialect::Sqlite,
             claim_written: false,
-            record: None,
         }))),
         Some(seen) => settle(tx, claim, false, Some(seen), Dialect::Sqlite).await,
     }
@@ -149,66 +148,6 @@ const PG_APPEND_SQL: &str = "WITH r AS (INSERT INTO wharf_collections (name, nex
      FROM r, json_array_elements($3::json) WITH ORDINALITY AS j(value, ord)) \
      SELECT len FROM r";
 
-/// Runs several statements without parameters as one call. (Boxed with its lifetime spelled
-/// out: the executor bound is too general for the async trait's future otherwise.)
-fn execute_script<'c>(
-    conn: &'c mut sqlx::AnyConnection,
-    sql: &'c str,
-) -> std::pin::Pin<
-    Box<
-        dyn std::future::Future<Output = Result<sqlx::any::AnyQueryResult, sqlx::Error>>
-            + Send
-            + 'c,
-    >,
-> {
-    conn.execute(sqlx::raw_sql(sql))
-}
-
-/// The statement that marks a claim done with its result. Its values are written as literals
-/// because it travels with `COMMIT` as one simple query (no parameters there); each is quoted
-/// so that no text can end its quote (see [`quote`]). On PostgreSQL the `running` record is
-/// updated and then checked: a division by zero stops the query before COMMIT if the update
-/// found nothing. On SQLite (no `running` record) an expired record is removed and the new one
-/// inserted plainly: a live one would fail its unique key, again before COMMIT.
-fn record_sql(dialect: Dialect, claim_written: bool, claim: &Claim, result: &str) -> String {
-    let now = wharf::state::now_millis();
-    let (scope, key) = (quote(dialect, &claim.scope), quote(dialect, &claim.key));
-    let result = quote(dialect, result);
-    if claim_written {
-        format!(
-            "UPDATE wharf_idempotency SET state = 'done', result = {result}, updated_at = {now} \
-             WHERE scope = {scope} AND key = {key} AND state = 'running'; \
-             SELECT 1 / (SELECT count(*)::int FROM wharf_idempotency \
-             WHERE scope = {scope} AND key = {key} AND state = 'done')"
-        )
-    } else {
-        let digest = quote(dialect, claim.digest.as_str());
-        let expires = claim.expires_at;
-        format!(
-            "DELETE FROM wharf_idempotency \
-             WHERE scope = {scope} AND key = {key} AND expires_at <= {now}; \
-             INSERT INTO wharf_idempotency \
-             (scope, key, digest, state, result, created_at, updated_at, expires_at) \
-             VALUES ({scope}, {key}, {digest}, 'done', {result}, {now}, {now}, {expires})"
-        )
-    }
-}
-
-/// A string literal that holds `text` exactly. SQLite: single quotes, doubled inside (it has
-/// no other escapes). PostgreSQL: dollar quotes with a random tag that `text` does not
-/// contain, so nothing in `text` can close them, whatever `standard_conforming_strings` says.
-fn quote(dialect: Dialect, text: &str) -> String {
-    match dialect {
-        Dialect::Sqlite => format!("'{}'", text.replace('\'', "''")),
-        Dialect::Postgres => loop {
-            let tag = format!("$w{:016x}$", rand::random::<u64>());
-            if !text.contains(&tag) {
-                break format!("{tag}{text}{tag}");
-            }
-        },
-    }
-}
-
 /// An idempotency record as read.
 struct Seen {
     digest: String,
@@ -229,7 +168,6 @@ async fn settle(
             tx,
             dialect,
             claim_written: true,
-            record: None,
         })));
     }
     let seen = match seen {
@@ -458,7 +396,6 @@ impl Store for SqlStore {
             tx: self.begin_tx(mode).await?,
             dialect: self.dialect,
             claim_written: false,
-            record: None,
         }))
     }
 
@@ -573,8 +510,6 @@ pub struct SqlTx {
     /// Whether the claim's record was written as `running` when it was claimed (PostgreSQL);
     /// on SQLite it is written only on completion.
     claim_written: bool,
-    /// The statement that records the claim's result, sent with the commit.
-    record: Option<String>,
 }
 
 async fn retire(tx: &mut SqlxTx<'static, Any>, id: &str) -> Result<(), StoreError> {
@@ -787,24 +722,49 @@ impl Transaction for SqlTx {
     }
 
     async fn complete_claim(&mut self, claim: &Claim, result: &str) -> Result<(), StoreError> {
-        // Sent with the commit, in the same round trip (see `commit`).
-        self.record = Some(record_sql(self.dialect, self.claim_written, claim, result));
-        Ok(())
+        let now = wharf::state::now_millis();
+        let query = if self.claim_written {
+            sqlx::query(
+                "UPDATE wharf_idempotency SET state = 'done', result = $3, updated_at = $4 \
+                 WHERE scope = $1 AND key = $2 AND state = 'running'",
+            )
+            .bind(&claim.scope)
+            .bind(&claim.key)
+            .bind(result)
+            .bind(now)
+        } else {
+            // Replaces a record past its retention, never a live one.
+            sqlx::query(
+                "INSERT INTO wharf_idempotency \
+                 (scope, key, digest, state, result, created_at, updated_at, expires_at) \
+                 VALUES ($1, $2, $5, 'done', $3, $4, $4, $6) \
+                 ON CONFLICT (scope, key) DO UPDATE SET \
+                 digest = excluded.digest, state = excluded.state, result = excluded.result, \
+                 created_at = excluded.created_at, updated_at = excluded.updated_at, \
+                 expires_at = excluded.expires_at \
+                 WHERE wharf_idempotency.expires_at <= $4",
+            )
+            .bind(&claim.scope)
+            .bind(&claim.key)
+            .bind(result)
+            .bind(now)
+            .bind(claim.digest.as_str())
+            .bind(claim.expires_at)
+        };
+        let n = query
+            .execute(&mut *self.tx)
+            .await
+            .map_err(db_error)?
+            .rows_affected();
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::ClaimLost)
+        }
     }
 
-    async fn commit(mut self: Box<Self>) -> Result<(), StoreError> {
-        let Some(record) = self.record.take() else {
-            return self.tx.commit().await.map_err(db_error);
-        };
-        // The record, the commit, and a new empty transaction in one call: sqlx still holds
-        // a transaction to close, and dropping it rolls the empty one back without waiting.
-        // Should the record fail (it cannot, under the claim's lock), the statements stop
-        // before COMMIT and everything rolls back.
-        let sql = format!("{record}; COMMIT; BEGIN");
-        execute_script(&mut self.tx, &sql)
-            .await
-            .map(drop)
-            .map_err(db_error)
+    async fn commit(self: Box<Self>) -> Result<(), StoreError> {
+        self.tx.commit().await.map_err(db_error)
     }
 
     fn backend_tx(&mut self) -> &mut dyn std::any::Any {
@@ -815,16 +775,6 @@ impl Transaction for SqlTx {
 #[cfg(test)]
 mod tests {
     use super::redact;
-
-    #[test]
-    fn literals_cannot_be_closed_by_their_text() {
-        use super::{Dialect, quote};
-        assert_eq!(quote(Dialect::Sqlite, "it's"), "'it''s'");
-        let q = quote(Dialect::Postgres, "a $$ b $w$ c");
-        let tag = &q[..q[1..].find('$').unwrap() + 2];
-        assert!(tag.starts_with("$w") && tag.len() == 19, "{tag}");
-        assert_eq!(q, format!("{tag}a $$ b $w$ c{tag}"));
-    }
 
     #[test]
     fn passwords_never_reach_messages() {
