@@ -409,6 +409,20 @@ async fn claims_on_a_handle_are_for_its_owner_only(store: Arc<dyn Store>) {
     ));
 }
 
+async fn keys_and_results_are_stored_exactly_whatever_they_hold(store: Arc<dyn Store>) {
+    let scope = unique("h:quotes");
+    let key = "k'\"; DROP TABLE wharf_rows; --$w$ $$ \\ \u{1F600}";
+    let result = r#"{"text":"it's $w0123456789abcdef$ $$ \\ '' \"q\" 😀"}"#;
+    let c = claim(&scope, key, json!({"a": 1}));
+    let mut tx = run(&store, &c).await;
+    tx.complete_claim(&c, result).await.unwrap();
+    tx.commit().await.unwrap();
+    match store.begin_idempotent(&c, now_millis()).await.unwrap() {
+        Begin::Replay(r) => assert_eq!(r, result),
+        _ => panic!("expected the stored result"),
+    }
+}
+
 macro_rules! suite {
     ($backend:ident: $($test:ident),* $(,)?) => {
         mod $backend {
@@ -441,4 +455,5 @@ all_backends!(
     expired_records_count_as_absent,
     the_sweeper_removes_long_expired_handles_in_batches,
     claims_on_a_handle_are_for_its_owner_only,
+    keys_and_results_are_stored_exactly_whatever_they_hold,
 );
