@@ -29,8 +29,8 @@ impl fmt::Debug for ApiKeys {
 /// Why a key specification was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApiKeyError {
-    #[error("API key {0:?} must be written PRINCIPAL=TOKEN")]
-    Shape(String),
+    #[error("an API key must be written PRINCIPAL=TOKEN (one was given without '=')")]
+    Shape,
     #[error("API key for {0:?}: the principal must be 1 to 200 printable characters")]
     Principal(String),
     #[error(
@@ -46,9 +46,7 @@ impl ApiKeys {
     pub fn parse<'a>(specs: impl IntoIterator<Item = &'a str>) -> Result<Self, ApiKeyError> {
         let mut by_digest = HashMap::new();
         for spec in specs {
-            let (principal, token) = spec
-                .split_once('=')
-                .ok_or_else(|| ApiKeyError::Shape(redact(spec)))?;
+            let (principal, token) = spec.split_once('=').ok_or(ApiKeyError::Shape)?;
             let principal = principal.trim();
             let token = token.trim();
             if principal.is_empty()
@@ -120,12 +118,6 @@ fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
-/// A specification without its token, for error messages.
-fn redact(spec: &str) -> String {
-    let shown: String = spec.chars().take(4).collect();
-    format!("{shown}…")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,9 +145,9 @@ mod tests {
 
     #[test]
     fn bad_specifications_are_refused_without_echoing_tokens() {
-        assert!(
-            matches!(ApiKeys::parse(["nodelimiter-secret"]), Err(ApiKeyError::Shape(s)) if !s.contains("secret"))
-        );
+        let err = ApiKeys::parse(["nodelimiter-secret"]).unwrap_err();
+        assert_eq!(err, ApiKeyError::Shape);
+        assert!(!err.to_string().contains("nodelimiter"));
         assert!(matches!(
             ApiKeys::parse(["=tok-aaaaaaaaaaaaaaaa"]),
             Err(ApiKeyError::Principal(_))

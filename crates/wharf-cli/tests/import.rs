@@ -279,6 +279,64 @@ async fn expired_handles_tell_their_owner(store: &str) {
     assert!(q.contains("does not exist"), "nothing was committed: {q}");
 }
 
+async fn a_pause_between_appends_is_recorded_not_refused(store: &str) {
+    // A use after more than 1 % of the idle lifetime is recorded, inside the call's own
+    // transaction: on SQLite a second writer there would wait on the first forever.
+    let s = server(store);
+    let u42 = s.client().with_bearer(TOKEN_42);
+    let import = begin(&u42, &unique("paused")).await;
+    for (i, pause) in [(0, 40_000), (1, 50 * 60_000)] {
+        shift_times(store, &import, pause, &["last_used_at"]).await;
+        let r = ok(
+            &u42,
+            "import_append_rows",
+            json!({ "import": import, "rows": rows(i, 1), "idempotency_key": format!("p{i}") }),
+        )
+        .await;
+        assert_eq!(r["structuredContent"]["stagedRows"], i + 1);
+    }
+    // The use was recorded: 50 more minutes later the import is still alive (it would have
+    // idled out at 60 had the last use not been written).
+    shift_times(store, &import, 50 * 60_000, &["last_used_at"]).await;
+    assert_eq!(staged(&u42, &import).await, 2);
+}
+
+async fn a_dataset_keeps_the_columns_it_was_created_with(store: &str) {
+    let s = server(store);
+    let u42 = s.client().with_bearer(TOKEN_42);
+    let dataset = unique("shared");
+    let a = begin(&u42, &dataset).await;
+    let b = ok(
+        &u42,
+        "import_begin",
+        json!({ "dataset": dataset, "columns": [{ "name": "label", "type": "string" }] }),
+    )
+    .await["structuredContent"]["import"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    ok(
+        &u42,
+        "import_append_rows",
+        json!({ "import": a, "rows": rows(0, 2), "idempotency_key": "a" }),
+    )
+    .await;
+    ok(
+        &u42,
+        "import_append_rows",
+        json!({ "import": b, "rows": [{ "label": "x" }], "idempotency_key": "b" }),
+    )
+    .await;
+    ok(&u42, "import_commit", json!({ "import": a })).await;
+    let refused_commit = refused(&u42, "import_commit", json!({ "import": b })).await;
+    assert!(refused_commit.contains("other columns"), "{refused_commit}");
+    // Nothing of b reached the dataset, and b is still there to abort.
+    let q = ok(&u42, "dataset_query", json!({ "dataset": dataset })).await;
+    assert_eq!(q["structuredContent"]["rows"].as_array().unwrap().len(), 2);
+    assert_eq!(staged(&u42, &b).await, 1);
+    ok(&u42, "import_abort", json!({ "import": b })).await;
+}
+
 macro_rules! on_every_store {
     ($($test:ident),* $(,)?) => {
         mod sqlite {
@@ -300,6 +358,8 @@ on_every_store!(
     commit_query_and_read,
     aborted_imports_are_gone,
     expired_handles_tell_their_owner,
+    a_pause_between_appends_is_recorded_not_refused,
+    a_dataset_keeps_the_columns_it_was_created_with,
 );
 
 #[tokio::test]

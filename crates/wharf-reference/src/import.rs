@@ -21,6 +21,10 @@ use wharf_protocol::{ResourceContents, ToolAnnotations};
 
 /// Most rows one `import_append_rows` call takes.
 pub const MAX_ROWS_PER_APPEND: usize = 1000;
+/// Most rows an import may stage before it is committed.
+pub const MAX_STAGED_ROWS: u64 = 1_000_000;
+/// Most filters in one `dataset_query`.
+pub const MAX_FILTERS: usize = 32;
 /// Most rows one `dataset_query` call returns.
 pub const MAX_QUERY_LIMIT: u32 = 500;
 /// Most rows one `dataset_query` call examines, so a selective filter over a large dataset
@@ -158,8 +162,9 @@ struct Filter {
 #[serde(deny_unknown_fields)]
 struct QueryArgs {
     dataset: String,
-    /// Every filter must hold (AND).
+    /// Every filter must hold (AND); at most 32.
     #[serde(default)]
+    #[schemars(length(max = 32))]
     filters: Vec<Filter>,
     /// Most rows to return, 1 to 500 (default 100).
     #[serde(default)]
@@ -390,6 +395,11 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                         .append_rows(&args.import.collection("rows"), &rows)
                         .await
                         .map_err(store_error)?;
+                    if staged > MAX_STAGED_ROWS {
+                        return Err(ToolError::execution(format!(
+                            "An import holds at most {MAX_STAGED_ROWS} rows before it is committed; this call would bring it to {staged}. Commit it and start another."
+                        )));
+                    }
                     Ok::<_, ToolError>(Structured(Appended {
                         appended: rows.len() as u64,
                         staged_rows: staged,
@@ -427,19 +437,26 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 .handler(|cx: Context, args: ImportArgs| async move {
                     let (dataset, columns) = import_meta(&cx, &args.import)?;
                     let mut tx = cx.tx().await?;
-                    if tx
-                        .get_doc(&datasets(&cx), &dataset)
-                        .await
-                        .map_err(store_error)?
-                        .is_none()
-                    {
-                        tx.put_doc(
-                            &datasets(&cx),
-                            &dataset,
-                            &json!({ "name": dataset, "columns": columns }),
-                        )
+                    // Lock the import for good first (a recorded use takes the row): appends
+                    // still running finish before it, later ones find it gone.
+                    tx.hold_handle(args.import.id(), Some(wharf::state::now_millis()))
                         .await
                         .map_err(store_error)?;
+                    // Created by the first commit; a dataset another import created meanwhile
+                    // with other columns does not take these rows.
+                    let def = json!({ "name": dataset, "columns": columns });
+                    if let Some(there) = tx
+                        .insert_doc(&datasets(&cx), &dataset, &def)
+                        .await
+                        .map_err(store_error)?
+                    {
+                        let have = columns_of(&there)?;
+                        if have != columns {
+                            return Err(ToolError::execution(format!(
+                                "Dataset {dataset:?} was created meanwhile with other columns ({}); this import's rows do not fit it. Abort this import and start again.",
+                                serde_json::to_string(&have).unwrap_or_default()
+                            )));
+                        }
                     }
                     let target = dataset_rows(&cx, &dataset);
                     let moved = tx
@@ -466,6 +483,9 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 })
                 .handler(|cx: Context, args: ImportArgs| async move {
                     let mut tx = cx.tx().await?;
+                    tx.hold_handle(args.import.id(), Some(wharf::state::now_millis()))
+                        .await
+                        .map_err(store_error)?;
                     let staged = tx
                         .count_rows(&args.import.collection("rows"))
                         .await
@@ -527,6 +547,11 @@ fn tool_to_rpc(e: ToolError) -> wharf::RpcError {
 
 async fn query(cx: &Context, args: QueryArgs) -> Result<Structured<QueryResult>, ToolError> {
     check_dataset_name(&args.dataset)?;
+    if args.filters.len() > MAX_FILTERS {
+        return Err(ToolError::execution(format!(
+            "At most {MAX_FILTERS} filters per query."
+        )));
+    }
     let limit = args.limit.unwrap_or(100).clamp(1, MAX_QUERY_LIMIT);
     let store = cx.store()?;
     let mut tx = store.begin(TxMode::Read).await.map_err(store_error)?;

@@ -72,6 +72,7 @@ pub struct RedisStore {
     lock_wait: Duration,
     claim: Script,
     commit: Script,
+    touch: Script,
 }
 
 /// Claims a record: `run` (new, or taken over after its lease ran out), `replay` with the
@@ -94,17 +95,40 @@ end
 return {'wait'}
 "#;
 
-/// Applies a transaction's buffered writes; with a claim, only while the claim is held.
+/// Records a use of a handle, if it still exists: its last use, and its place in the expiry
+/// set (the earlier of its lifetime and its idle end, plus the grace).
+const TOUCH_LUA: &str = r#"
+local h, id, now, grace = KEYS[1], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+if redis.call('EXISTS', h) == 0 then return 0 end
+redis.call('HSET', h, 'last_used_at', now)
+local at = tonumber(redis.call('HGET', h, 'expires_at'))
+local idle = tonumber(redis.call('HGET', h, 'idle_ms') or '')
+if idle then at = math.min(at, now + idle) end
+redis.call('ZADD', KEYS[2], at + grace, id)
+return 1
+"#;
+
+/// Applies a transaction's buffered writes; with a claim, only while the claim is held, and
+/// only while every handle it holds still exists (returns 0 or -2 otherwise, applying nothing).
 const COMMIT_LUA: &str = r#"
 local claim, token, result = ARGV[1], ARGV[2], ARGV[3]
+local ops = cjson.decode(ARGV[4])
 if claim ~= '' then
   if redis.call('HGET', claim, 'token') ~= token or redis.call('HGET', claim, 'state') ~= 'running' then
     return 0
   end
 end
-for _, op in ipairs(cjson.decode(ARGV[4])) do
+for _, op in ipairs(ops) do
+  if op[1] == 'require' and redis.call('EXISTS', op[2]) == 0 then return -2 end
+  if op[1] == 'hsetnx' then
+    local have = redis.call('HGET', op[2], op[3])
+    if have and have ~= op[4] then return -3 end
+  end
+end
+for _, op in ipairs(ops) do
   local o = op[1]
   if o == 'hset' then redis.call('HSET', op[2], op[3], op[4])
+  elseif o == 'hsetnx' then redis.call('HSETNX', op[2], op[3], op[4])
   elseif o == 'hdel' then redis.call('HDEL', op[2], op[3])
   elseif o == 'rpush' then for i = 3, #op do redis.call('RPUSH', op[2], op[i]) end
   elseif o == 'move' then
@@ -116,6 +140,14 @@ for _, op in ipairs(cjson.decode(ARGV[4])) do
   elseif o == 'handle' then
     redis.call('HSET', op[2], 'kind', op[4], 'owner', op[5], 'created_at', op[6], 'expires_at', op[7], 'idle_ms', op[8], 'last_used_at', op[9], 'data', op[11])
     redis.call('ZADD', KEYS[1], op[10], op[3])
+  elseif o == 'touch' then
+    if redis.call('EXISTS', op[2]) == 1 then
+      redis.call('HSET', op[2], 'last_used_at', op[4])
+      local at = tonumber(redis.call('HGET', op[2], 'expires_at'))
+      local idle = tonumber(redis.call('HGET', op[2], 'idle_ms') or '')
+      if idle then at = math.min(at, op[4] + idle) end
+      redis.call('ZADD', KEYS[1], at + op[5], op[3])
+    end
   elseif o == 'retire' then
     for _, c in ipairs(redis.call('SMEMBERS', op[3])) do redis.call('DEL', c) end
     redis.call('DEL', op[2], op[3])
@@ -142,6 +174,7 @@ impl RedisStore {
             lock_wait: options.lock_wait,
             claim: Script::new(CLAIM_LUA),
             commit: Script::new(COMMIT_LUA),
+            touch: Script::new(TOUCH_LUA),
         };
         store.ping().await?;
         Ok(store)
@@ -217,20 +250,18 @@ impl Store for RedisStore {
     }
 
     async fn touch_handle(&self, id: &str, now: Millis) -> Result<(), StoreError> {
-        let Some(mut record) = self.load_handle(id).await? else {
-            return Ok(());
-        };
-        record.last_used_at = now;
         let mut conn = self.conn.clone();
-        redis::pipe()
-            .atomic()
-            .hset(handle_key(id), "last_used_at", now)
-            .ignore()
-            .zadd(HANDLE_EXPIRY, id, sweep_at(&record))
-            .ignore()
-            .query_async::<()>(&mut conn)
+        let _: i64 = self
+            .touch
+            .key(handle_key(id))
+            .key(HANDLE_EXPIRY)
+            .arg(id)
+            .arg(now)
+            .arg(EXPIRED_HANDLE_GRACE_MS)
+            .invoke_async(&mut conn)
             .await
-            .map_err(backend)
+            .map_err(backend)?;
+        Ok(())
     }
 
     async fn begin(&self, _mode: TxMode) -> Result<Box<dyn Transaction>, StoreError> {
@@ -397,6 +428,25 @@ impl Transaction for RedisTx {
         Ok(())
     }
 
+    async fn hold_handle(
+        &mut self,
+        id: &str,
+        touch_at: Option<Millis>,
+    ) -> Result<bool, StoreError> {
+        // Checked now, and again by the commit script, which applies nothing if it is gone.
+        let key = handle_key(id);
+        let exists: bool = self.conn.exists(&key).await.map_err(backend)?;
+        if !exists {
+            return Ok(false);
+        }
+        self.ops.push(json!(["require", key]));
+        if let Some(now) = touch_at {
+            self.ops
+                .push(json!(["touch", key, id, now, EXPIRED_HANDLE_GRACE_MS]));
+        }
+        Ok(true)
+    }
+
     async fn get_doc(&mut self, collection: &str, key: &str) -> Result<Option<Value>, StoreError> {
         if let Some(pending) = self.docs.get(&(collection.to_owned(), key.to_owned())) {
             return Ok(pending.clone());
@@ -424,6 +474,25 @@ impl Transaction for RedisTx {
         self.docs
             .insert((collection.to_owned(), key.to_owned()), Some(doc.clone()));
         Ok(())
+    }
+
+    async fn insert_doc(
+        &mut self,
+        collection: &str,
+        key: &str,
+        doc: &Value,
+    ) -> Result<Option<Value>, StoreError> {
+        if let Some(there) = self.get_doc(collection, key).await? {
+            return Ok(Some(there));
+        }
+        // Written only if still absent at commit; a different one written meanwhile makes
+        // the whole commit fail (`StoreError::Conflict`).
+        let k = doc_key(collection);
+        self.ops.push(json!(["hsetnx", k, key, doc.to_string()]));
+        self.file_under_owner(&k, collection);
+        self.docs
+            .insert((collection.to_owned(), key.to_owned()), Some(doc.clone()));
+        Ok(None)
     }
 
     async fn delete_doc(&mut self, collection: &str, key: &str) -> Result<bool, StoreError> {
@@ -545,11 +614,14 @@ impl Transaction for RedisTx {
             .invoke_async(&mut self.conn)
             .await
             .map_err(backend)?;
-        if applied == 1 {
-            self.claim = None;
-            Ok(())
-        } else {
-            Err(StoreError::ClaimLost)
+        match applied {
+            1 => {
+                self.claim = None;
+                Ok(())
+            }
+            -2 => Err(StoreError::HandleGone),
+            -3 => Err(StoreError::Conflict),
+            _ => Err(StoreError::ClaimLost),
         }
     }
 

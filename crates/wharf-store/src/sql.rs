@@ -41,13 +41,17 @@ const CLAIM_SQL: &str = "INSERT INTO wharf_idempotency \
      WHERE wharf_idempotency.expires_at <= $4";
 
 /// [`CLAIM_SQL`] made only when `$7` owns handle `$6`, returning whether it was made, the
-/// handle, and the record as the statement's snapshot saw it (a record committed while the
-/// claim waited is not in that snapshot: [`settle`] reads it again).
-const PG_CLAIM_ON_HANDLE_SQL: &str = "WITH claim AS ( \
+/// handle (locked against retirement until the transaction ends), and the record as the
+/// statement's snapshot saw it (a record committed while the claim waited is not in that
+/// snapshot, and one past its retention does not count: [`settle`] reads it again).
+const PG_CLAIM_ON_HANDLE_SQL: &str = "WITH h AS ( \
+     SELECT id, kind, owner, created_at, expires_at, idle_ms, last_used_at, data \
+     FROM wharf_handles WHERE id = $6 FOR SHARE), \
+     claim AS ( \
      INSERT INTO wharf_idempotency \
      (scope, key, digest, state, result, created_at, updated_at, expires_at) \
      SELECT $1, $2, $3, 'running', NULL, $4, $4, $5 \
-     WHERE EXISTS (SELECT 1 FROM wharf_handles WHERE id = $6 AND owner = $7) \
+     WHERE EXISTS (SELECT 1 FROM h WHERE owner = $7) \
      ON CONFLICT (scope, key) DO UPDATE SET \
      digest = excluded.digest, state = excluded.state, result = NULL, \
      created_at = excluded.created_at, updated_at = excluded.updated_at, \
@@ -56,9 +60,9 @@ const PG_CLAIM_ON_HANDLE_SQL: &str = "WITH claim AS ( \
      RETURNING 1) \
      SELECT (SELECT count(*) FROM claim), \
      h.id, h.kind, h.owner, h.created_at, h.expires_at, h.idle_ms, h.last_used_at, h.data, \
-     i.digest, i.state, i.result \
+     i.digest, i.state, i.result, i.expires_at \
      FROM (SELECT 1) AS one \
-     LEFT JOIN wharf_handles h ON h.id = $6 \
+     LEFT JOIN h ON true \
      LEFT JOIN wharf_idempotency i ON i.scope = $1 AND i.key = $2";
 
 /// SQLite: a handle and the idempotency record under a key, in one statement.
@@ -284,8 +288,19 @@ impl SqlStore {
     }
 }
 
-/// The URL without its password, for messages.
+/// The URL without its password (in the authority or as a `password=` parameter), for
+/// messages.
 fn redact(url: &str) -> String {
+    if let Some((base, query)) = url.split_once('?') {
+        let query: Vec<String> = query
+            .split('&')
+            .map(|p| match p.split_once('=') {
+                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                _ => p.to_owned(),
+            })
+            .collect();
+        return format!("{}?{}", redact(base), query.join("&"));
+    }
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => {
             let creds = &url[s + 3..at];
@@ -456,13 +471,14 @@ impl Store for SqlStore {
         if record.as_ref().is_none_or(|r| r.owner != owner) {
             return Ok((record, None));
         }
+        let seen_expires: Option<i64> = row.try_get(12).map_err(get)?;
         let seen = match row.try_get::<Option<String>, _>(9).map_err(get)? {
-            Some(digest) => Some(Seen {
+            Some(digest) if seen_expires.is_some_and(|e| e > now) => Some(Seen {
                 digest,
                 state: row.try_get(10).map_err(get)?,
                 result: row.try_get(11).map_err(get)?,
             }),
-            None => None,
+            _ => None,
         };
         Ok((
             record,
@@ -535,6 +551,20 @@ async fn retire(tx: &mut SqlxTx<'static, Any>, id: &str) -> Result<(), StoreErro
 }
 
 impl SqlTx {
+    async fn handle_exists(&mut self, id: &str, lock: bool) -> Result<bool, StoreError> {
+        let sql = if lock {
+            "SELECT 1 FROM wharf_handles WHERE id = $1 FOR SHARE"
+        } else {
+            "SELECT 1 FROM wharf_handles WHERE id = $1"
+        };
+        let row = sqlx::query(sql)
+            .bind(id)
+            .fetch_optional(&mut *self.tx)
+            .await
+            .map_err(db_error)?;
+        Ok(row.is_some())
+    }
+
     /// Reserves `n` sequence numbers at the end of `collection`: the first one, and the
     /// collection's length with them.
     async fn reserve(&mut self, collection: &str, n: i64) -> Result<(i64, i64), StoreError> {
@@ -582,6 +612,32 @@ impl Transaction for SqlTx {
         retire(&mut self.tx, id).await
     }
 
+    async fn hold_handle(
+        &mut self,
+        id: &str,
+        touch_at: Option<Millis>,
+    ) -> Result<bool, StoreError> {
+        // An update locks the row for the rest of the transaction; PostgreSQL's FOR SHARE
+        // locks it against deletion only. SQLite's write transactions hold the whole
+        // database already.
+        let found = match (touch_at, self.dialect) {
+            (Some(now), _) => sqlx::query(
+                "UPDATE wharf_handles SET last_used_at = $2 WHERE id = $1 AND last_used_at <= $2",
+            )
+            .bind(id)
+            .bind(now)
+            .execute(&mut *self.tx)
+            .await
+            .map_err(db_error)?
+            .rows_affected()
+                > 0
+                || self.handle_exists(id, false).await?,
+            (None, Dialect::Postgres) => self.handle_exists(id, true).await?,
+            (None, Dialect::Sqlite) => self.handle_exists(id, false).await?,
+        };
+        Ok(found)
+    }
+
     async fn get_doc(&mut self, collection: &str, key: &str) -> Result<Option<Value>, StoreError> {
         let text: Option<String> =
             sqlx::query_scalar("SELECT doc FROM wharf_docs WHERE collection = $1 AND key = $2")
@@ -610,6 +666,30 @@ impl Transaction for SqlTx {
         .await
         .map(drop)
         .map_err(db_error)
+    }
+
+    async fn insert_doc(
+        &mut self,
+        collection: &str,
+        key: &str,
+        doc: &Value,
+    ) -> Result<Option<Value>, StoreError> {
+        let inserted = sqlx::query(
+            "INSERT INTO wharf_docs (collection, key, doc) VALUES ($1, $2, $3) \
+             ON CONFLICT (collection, key) DO NOTHING",
+        )
+        .bind(collection)
+        .bind(key)
+        .bind(doc.to_string())
+        .execute(&mut *self.tx)
+        .await
+        .map_err(db_error)?
+        .rows_affected();
+        if inserted == 1 {
+            return Ok(None);
+        }
+        // A new statement sees what the concurrent writer committed.
+        self.get_doc(collection, key).await
     }
 
     async fn delete_doc(&mut self, collection: &str, key: &str) -> Result<bool, StoreError> {
@@ -687,12 +767,21 @@ impl Transaction for SqlTx {
     }
 
     async fn move_rows(&mut self, from: &str, to: &str) -> Result<u64, StoreError> {
-        let n = i64::try_from(self.count_rows(from).await?).unwrap_or(i64::MAX);
+        // Lock the source's counter first: appends to it wait until this transaction ends,
+        // so the count and the rows moved are the same rows.
+        let n: Option<i64> = sqlx::query_scalar(
+            "UPDATE wharf_collections SET len = len WHERE name = $1 RETURNING len",
+        )
+        .bind(from)
+        .fetch_optional(&mut *self.tx)
+        .await
+        .map_err(db_error)?;
+        let n = n.unwrap_or(0);
         if n == 0 {
             return Ok(0);
         }
         let (base, _) = self.reserve(to, n).await?;
-        sqlx::query(
+        let moved = sqlx::query(
             "INSERT INTO wharf_rows (collection, seq, doc) \
              SELECT $2, $3 + ROW_NUMBER() OVER (ORDER BY seq) - 1, doc \
              FROM wharf_rows WHERE collection = $1",
@@ -702,7 +791,13 @@ impl Transaction for SqlTx {
         .bind(base)
         .execute(&mut *self.tx)
         .await
-        .map_err(db_error)?;
+        .map_err(db_error)?
+        .rows_affected();
+        if i64::try_from(moved).ok() != Some(n) {
+            return Err(StoreError::Corrupt(format!(
+                "collection {from:?} counts {n} rows but holds {moved}"
+            )));
+        }
         self.clear_rows(from).await
     }
 
@@ -783,5 +878,9 @@ mod tests {
             "postgres://app:***@db:5432/x"
         );
         assert_eq!(redact("sqlite://./wharf.db"), "sqlite://./wharf.db");
+        assert_eq!(
+            redact("postgres://db/x?user=a&password=s3cret&sslmode=require"),
+            "postgres://db/x?user=a&password=***&sslmode=require"
+        );
     }
 }

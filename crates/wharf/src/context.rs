@@ -14,6 +14,7 @@ use wharf_protocol::{
 use crate::bus::ChangeEvent;
 use crate::cursor::ListKind;
 use crate::dispatch::Scope;
+use crate::error::RpcError;
 use crate::meta::RequestInfo;
 use crate::principal::Principal;
 use crate::server::Server;
@@ -41,29 +42,102 @@ pub struct Context {
 }
 
 /// The write transaction of one call, shared between the handler (through
-/// [`Context::tx`]) and the core, which commits it after the handler succeeds.
+/// [`Context::tx`]) and the core, which commits it after the handler succeeds. It also
+/// carries the holds on the call's handles, taken when the transaction is first used.
 #[derive(Default)]
-pub(crate) struct TxSlot(tokio::sync::Mutex<Option<SharedTx>>);
+pub(crate) struct TxSlot(tokio::sync::Mutex<SlotState>);
+
+#[derive(Default)]
+struct SlotState {
+    tx: Option<SharedTx>,
+    /// Handles to hold (and maybe touch) in the transaction before it is used.
+    holds: Vec<Hold>,
+    /// Set when a held handle turned out to be gone: the call must not commit.
+    refused: Option<String>,
+}
+
+/// A handle a call's transaction must hold before anything is written under it.
+pub(crate) struct Hold {
+    pub(crate) id: String,
+    /// Record a use at this time (the idle expiry is due for a push).
+    pub(crate) touch_at: Option<crate::state::Millis>,
+    /// What the caller is told if the handle is gone by then.
+    pub(crate) refusal: String,
+}
 
 type SharedTx = Arc<tokio::sync::Mutex<Box<dyn Transaction>>>;
 
+/// What is left of a call's transaction once its handler returned.
+pub(crate) enum Finished {
+    /// A transaction to commit (holds taken), or none at all.
+    Commit(Option<Box<dyn Transaction>>),
+    /// No transaction was opened, but these handles are due a recorded use.
+    TouchOnly(Vec<Hold>),
+    /// A held handle was gone: roll back and answer with this.
+    Refused(String),
+}
+
 impl TxSlot {
-    /// A slot already holding `tx` (an idempotent call's claim).
-    pub(crate) fn holding(tx: Box<dyn Transaction>) -> Self {
-        TxSlot(tokio::sync::Mutex::new(Some(Arc::new(
-            tokio::sync::Mutex::new(tx),
-        ))))
+    /// A slot for a call whose handles need `holds` when it writes.
+    pub(crate) fn new(holds: Vec<Hold>) -> Self {
+        TxSlot(tokio::sync::Mutex::new(SlotState {
+            holds,
+            ..SlotState::default()
+        }))
     }
 
-    /// The transaction, if the handler opened one (or the core gave it one); `Err` when
-    /// the handler still holds it somewhere (it leaked a guard into another task), in
-    /// which case it must not be committed.
-    pub(crate) async fn take(&self) -> Result<Option<Box<dyn Transaction>>, ()> {
-        match self.0.lock().await.take() {
-            None => Ok(None),
-            Some(shared) => Arc::try_unwrap(shared)
-                .map(|m| Some(m.into_inner()))
-                .map_err(drop),
+    /// A slot already holding `tx` (an idempotent call's claim).
+    pub(crate) fn holding(tx: Box<dyn Transaction>, holds: Vec<Hold>) -> Self {
+        TxSlot(tokio::sync::Mutex::new(SlotState {
+            tx: Some(Arc::new(tokio::sync::Mutex::new(tx))),
+            holds,
+            refused: None,
+        }))
+    }
+
+    /// Takes the pending holds in `tx`; the refusal if a handle is gone.
+    async fn hold(state: &mut SlotState, tx: &mut dyn Transaction) -> Result<(), ToolError> {
+        if let Some(refusal) = &state.refused {
+            return Err(ToolError::Execution(refusal.clone()));
+        }
+        while let Some(hold) = state.holds.pop() {
+            if !tx
+                .hold_handle(&hold.id, hold.touch_at)
+                .await
+                .map_err(store_error)?
+            {
+                state.refused = Some(hold.refusal.clone());
+                return Err(ToolError::Execution(hold.refusal));
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the handler's use of the slot. `Err` when the handler still holds the
+    /// transaction somewhere (it leaked a guard into another task): it must not commit.
+    pub(crate) async fn finish(&self) -> Result<Finished, RpcError> {
+        let mut state = self.0.lock().await;
+        if let Some(refusal) = state.refused.take() {
+            return Ok(Finished::Refused(refusal));
+        }
+        let Some(shared) = state.tx.take() else {
+            let due = std::mem::take(&mut state.holds)
+                .into_iter()
+                .filter(|h| h.touch_at.is_some())
+                .collect();
+            return Ok(Finished::TouchOnly(due));
+        };
+        let mut tx = Arc::try_unwrap(shared)
+            .map(tokio::sync::Mutex::into_inner)
+            .map_err(|_| {
+                RpcError::internal(
+                    "a tool kept its transaction after returning; it was rolled back",
+                )
+            })?;
+        match Self::hold(&mut state, tx.as_mut()).await {
+            Ok(()) => Ok(Finished::Commit(Some(tx))),
+            Err(ToolError::Execution(refusal)) => Ok(Finished::Refused(refusal)),
+            Err(ToolError::Protocol(e)) => Err(e),
         }
     }
 }
@@ -116,10 +190,14 @@ impl Context {
             .handle_record(handle)
             .and_then(|r| r.data.as_ref())
             .ok_or_else(|| {
-                ToolError::internal(format!("handle {} carries no data", handle.id()))
+                // Handle ids are credentials in anonymous mode: never in logs.
+                ToolError::internal(format!("a {} handle carries no data", K::KIND))
             })?;
         T::deserialize(data).map_err(|e| {
-            ToolError::internal(format!("data of handle {} is unreadable: {e}", handle.id()))
+            ToolError::internal(format!(
+                "the data of a {} handle is unreadable: {e}",
+                K::KIND
+            ))
         })
     }
 
@@ -140,23 +218,25 @@ impl Context {
     /// idempotent tool, and rolls it back otherwise (an error, an `isError` result, a
     /// cancelled call): a failed call changes nothing.
     pub async fn tx(&self) -> Result<TxGuard, ToolError> {
-        let shared = {
-            let mut slot = self.tx.0.lock().await;
-            match &*slot {
-                Some(shared) => Arc::clone(shared),
-                None => {
-                    let tx = self
-                        .store()?
-                        .begin(TxMode::Write)
-                        .await
-                        .map_err(store_error)?;
-                    let shared = Arc::new(tokio::sync::Mutex::new(tx));
-                    *slot = Some(Arc::clone(&shared));
-                    shared
-                }
+        let mut state = self.tx.0.lock().await;
+        let shared = match &state.tx {
+            Some(shared) => Arc::clone(shared),
+            None => {
+                let tx = self
+                    .store()?
+                    .begin(TxMode::Write)
+                    .await
+                    .map_err(store_error)?;
+                let shared = Arc::new(tokio::sync::Mutex::new(tx));
+                state.tx = Some(Arc::clone(&shared));
+                shared
             }
         };
-        Ok(shared.lock_owned().await)
+        let mut guard = shared.lock_owned().await;
+        // Nothing is written under a handle before the transaction holds it: a handle
+        // retired since the core checked it is refused here.
+        TxSlot::hold(&mut state, guard.as_mut()).await?;
+        Ok(guard)
     }
 
     /// A signed cursor for position `position` of an app's own listing, bound to `scope`

@@ -159,6 +159,14 @@ impl From<crate::state::StoreError> for RpcError {
                 ErrorKind::RetryLater,
                 format!("Busy: {why}; retry the same call later"),
             ),
+            crate::state::StoreError::Conflict => RpcError::new(
+                ErrorKind::RetryLater,
+                "Busy: a concurrent call changed the same data first and nothing was applied; retry",
+            ),
+            crate::state::StoreError::HandleGone => RpcError::new(
+                ErrorKind::RetryLater,
+                "Busy: the handle was retired while this call ran and nothing was applied; retry to see its state",
+            ),
             crate::state::StoreError::ClaimLost => RpcError::new(
                 ErrorKind::RetryLater,
                 "Busy: another attempt of this write took over; retry the same call to get its result",

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use wharf_protocol::{CallToolParams, CallToolResult, RequestId, ResultType};
 
-use crate::context::{Context, TxSlot};
+use crate::context::{Context, Finished, Hold, TxSlot};
 use crate::dispatch::{Scope, respond};
 use crate::error::RpcError;
 use crate::meta::{RequestInfo, capabilities_cover};
@@ -99,17 +99,25 @@ impl Server {
         }
         // A failed call changes nothing: its transaction is dropped, which rolls it back, and
         // no idempotency record is kept, so a retry runs again.
-        let tx = slot.take().await.map_err(|()| {
-            RpcError::internal(format!(
-                "tool {name} kept its transaction after returning; it was rolled back"
-            ))
-        })?;
-        if let (Some(mut tx), false) = (tx, failed) {
-            if let Some(claim) = &claim {
-                let stored = serde_json::to_string(&result).map_err(RpcError::internal)?;
-                tx.complete_claim(claim, &stored).await?;
+        match slot.finish().await? {
+            Finished::Refused(refusal) => {
+                return self.respond_tool(&id, CallToolResult::error(refusal));
             }
-            tx.commit().await?;
+            Finished::TouchOnly(due) => {
+                for hold in due {
+                    if let Some(at) = hold.touch_at {
+                        self.require_store()?.touch_handle(&hold.id, at).await?;
+                    }
+                }
+            }
+            Finished::Commit(Some(mut tx)) if !failed => {
+                if let Some(claim) = &claim {
+                    let stored = serde_json::to_string(&result).map_err(RpcError::internal)?;
+                    tx.complete_claim(claim, &stored).await?;
+                }
+                tx.commit().await?;
+            }
+            Finished::Commit(_) => {}
         }
         self.respond_tool(&id, result)
     }
@@ -130,6 +138,7 @@ impl Server {
             .iter()
             .filter_map(|p| Some((p, args.get(&p.name)?.as_str()?.to_owned())));
         let mut handles = Vec::new();
+        let mut holds = Vec::new();
         let mut scope_handle = None;
         for (param, id) in present {
             if entry.def.idempotent && scope_handle.is_none() {
@@ -137,15 +146,22 @@ impl Server {
                 continue;
             }
             let record = self.load_handle(&id).await?;
-            match self.judge_handle(param, record, principal, now).await? {
-                Ok(record) => handles.push(record),
+            match judge_handle(param, record, principal, now) {
+                Ok((record, touch)) => {
+                    holds.push(Hold {
+                        id: record.id.clone(),
+                        touch_at: touch.then_some(now),
+                        refusal: unknown_handle(param),
+                    });
+                    handles.push(record);
+                }
                 Err(refusal) => return Ok(Prepared::Answer(CallToolResult::error(refusal))),
             }
         }
         if !entry.def.idempotent {
             return Ok(Prepared::Run {
                 handles,
-                slot: Arc::default(),
+                slot: Arc::new(TxSlot::new(holds)),
                 claim: None,
             });
         }
@@ -172,15 +188,26 @@ impl Server {
         };
         let begun = match &scope_handle {
             Some((param, id)) => {
-                let (record, begun) = if id.len() <= MAX_HANDLE_LEN {
+                let (record, begun) = if handle_shaped(id) {
                     store
                         .claim_on_handle(&claim, id, principal.id(), now)
                         .await?
                 } else {
                     (None, None)
                 };
-                match self.judge_handle(param, record, principal, now).await? {
-                    Ok(record) => handles.push(record),
+                match judge_handle(param, record, principal, now) {
+                    // The claim's transaction holds this handle already; only a due use is
+                    // left to record, in that transaction.
+                    Ok((record, touch)) => {
+                        if touch {
+                            holds.push(Hold {
+                                id: record.id.clone(),
+                                touch_at: Some(now),
+                                refusal: unknown_handle(param),
+                            });
+                        }
+                        handles.push(record);
+                    }
                     // Dropping the claim rolls it back: a refused call leaves no trace.
                     Err(refusal) => return Ok(Prepared::Answer(CallToolResult::error(refusal))),
                 }
@@ -192,7 +219,7 @@ impl Server {
         Ok(match begun {
             Begin::Run(tx) => Prepared::Run {
                 handles,
-                slot: Arc::new(TxSlot::holding(tx)),
+                slot: Arc::new(TxSlot::holding(tx, holds)),
                 claim: Some(claim),
             },
             Begin::Replay(stored) => Prepared::Replay(stored),
@@ -233,61 +260,77 @@ impl Server {
     }
 
     async fn load_handle(&self, id: &str) -> Result<Option<HandleRecord>, RpcError> {
-        if id.len() > MAX_HANDLE_LEN {
+        if !handle_shaped(id) {
             return Ok(None);
         }
         Ok(self.require_store()?.load_handle(id).await?)
     }
+}
 
-    /// Judges a handle argument before the handler runs: it must exist, be of the right
-    /// kind, belong to the caller and be alive. Anything else gets one answer that says
-    /// nothing about other principals' handles; only the owner hears that theirs expired.
-    async fn judge_handle(
-        &self,
-        param: &HandleParam,
-        record: Option<HandleRecord>,
-        principal: &Principal,
-        now: Millis,
-    ) -> Result<Result<HandleRecord, String>, RpcError> {
-        let HandleParam {
-            name,
-            kind,
-            created_by,
-        } = param;
-        let record = match record {
-            Some(r) if r.owner == principal.id() && r.kind == *kind => r,
-            _ => {
-                return Ok(Err(format!(
-                    "The {kind} handle in {name:?} is unknown or has expired. Start a new {kind} with {created_by}."
-                )));
-            }
-        };
-        let Some(why) = record.expired(now) else {
-            // Recording every use would turn each read into a write: uses closer together
-            // than 1 % of the idle lifetime (at most a minute) are recorded once, so a
-            // handle may idle out up to that much early.
-            if let Some(idle) = record.idle_ms {
-                if now - record.last_used_at >= (idle / 100).min(60_000) {
-                    self.require_store()?.touch_handle(&record.id, now).await?;
-                }
-            }
-            return Ok(Ok(record));
-        };
-        let millis = |ms: i64| human(Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
-        let why = match why {
-            Expiry::Lifetime => format!(
-                "its lifetime of {} ran out",
-                millis(record.expires_at - record.created_at)
-            ),
-            Expiry::Idle => format!(
-                "it was not used for {}",
-                millis(record.idle_ms.unwrap_or(0))
-            ),
-        };
-        Ok(Err(format!(
-            "The {kind} handle in {name:?} has expired ({why}); what it held is gone. Start a new {kind} with {created_by}."
-        )))
-    }
+/// What anyone but a live handle's owner hears: the same words whatever the reason.
+fn unknown_handle(param: &HandleParam) -> String {
+    let HandleParam {
+        name,
+        kind,
+        created_by,
+    } = param;
+    format!(
+        "The {kind} handle in {name:?} is unknown or has expired. Start a new {kind} with {created_by}."
+    )
+}
+
+/// Judges a handle argument before the handler runs: it must exist, be of the right kind,
+/// belong to the caller and be alive. Anything else gets one answer that says nothing about
+/// other principals' handles; only the owner hears that theirs expired. `Ok` says whether a
+/// use is due to be recorded: uses closer together than 1 % of the idle lifetime (at most a
+/// minute) are recorded once, so a handle may idle out up to that much early.
+fn judge_handle(
+    param: &HandleParam,
+    record: Option<HandleRecord>,
+    principal: &Principal,
+    now: Millis,
+) -> Result<(HandleRecord, bool), String> {
+    let record = match record {
+        Some(r) if r.owner == principal.id() && r.kind == param.kind => r,
+        _ => return Err(unknown_handle(param)),
+    };
+    let Some(why) = record.expired(now) else {
+        let touch = record
+            .idle_ms
+            .is_some_and(|idle| now - record.last_used_at >= (idle / 100).min(60_000));
+        return Ok((record, touch));
+    };
+    let millis = |ms: i64| human(Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
+    let why = match why {
+        Expiry::Lifetime => format!(
+            "its lifetime of {} ran out",
+            millis(record.expires_at - record.created_at)
+        ),
+        Expiry::Idle => format!(
+            "it was not used for {}",
+            millis(record.idle_ms.unwrap_or(0))
+        ),
+    };
+    let HandleParam {
+        name,
+        kind,
+        created_by,
+    } = param;
+    Err(format!(
+        "The {kind} handle in {name:?} has expired ({why}); what it held is gone. Start a new {kind} with {created_by}."
+    ))
+}
+
+/// Whether `id` has the shape of a minted handle (`prefix_` and 32 lowercase hex digits):
+/// anything else is refused without a lookup.
+fn handle_shaped(id: &str) -> bool {
+    id.len() <= MAX_HANDLE_LEN
+        && id.split_once('_').is_some_and(|(prefix, hex)| {
+            !prefix.is_empty()
+                && prefix.bytes().all(|b| b.is_ascii_alphanumeric())
+                && hex.len() == 32
+                && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        })
 }
 
 /// Longer strings are not handles: they are refused without a lookup.

@@ -127,11 +127,21 @@ pub async fn begin(client: &HttpClient, dataset: &str) -> String {
 /// since its last use.
 pub async fn expire(store: &str, handle: &str, idle: bool) {
     let hour: i64 = 3_600_000;
-    let (shift, fields): (i64, &[&str]) = if idle {
-        (2 * hour, &["last_used_at"])
+    if idle {
+        shift_times(store, handle, 2 * hour, &["last_used_at"]).await;
     } else {
-        (25 * hour, &["created_at", "expires_at", "last_used_at"])
-    };
+        shift_times(
+            store,
+            handle,
+            25 * hour,
+            &["created_at", "expires_at", "last_used_at"],
+        )
+        .await;
+    }
+}
+
+/// Moves some of a handle's timestamps `shift` milliseconds into the past.
+pub async fn shift_times(store: &str, handle: &str, shift: i64, fields: &[&str]) {
     if store.starts_with("redis") {
         let client = ::redis::Client::open(store).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();

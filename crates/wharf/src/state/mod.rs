@@ -47,6 +47,14 @@ pub enum StoreError {
     /// after this one was presumed dead); nothing it wrote was applied.
     #[error("the write lost its idempotency claim; nothing was applied")]
     ClaimLost,
+    /// Another call wrote, first, a document this one inserted only if absent (Redis, which
+    /// finds out at commit); nothing was applied.
+    #[error("a concurrent call wrote the same document first; nothing was applied")]
+    Conflict,
+    /// A handle the transaction held was retired before it committed (Redis, which checks at
+    /// commit); nothing it wrote was applied.
+    #[error("the handle was retired while the call ran; nothing was applied")]
+    HandleGone,
 }
 
 /// How a transaction will be used; SQLite takes its write lock up front for writes, so a
@@ -94,8 +102,9 @@ pub trait Store: Send + Sync + 'static {
     /// Loads handle `handle` and, when `owner` owns it, claims `claim` (as
     /// [`Store::begin_idempotent`]), in as few round trips as the backend allows. Returns the
     /// handle as stored (for the core to judge before it looks at the claim) and the claim's
-    /// outcome, `None` when the handle is not `owner`'s (nothing is claimed then). Dropping
-    /// the outcome rolls the claim back.
+    /// outcome, `None` when the handle is not `owner`'s (nothing is claimed then). A `Run`
+    /// transaction already holds the handle (see [`Transaction::hold_handle`]). Dropping the
+    /// outcome rolls the claim back.
     async fn claim_on_handle(
         &self,
         claim: &Claim,
@@ -107,7 +116,12 @@ pub trait Store: Send + Sync + 'static {
         if record.as_ref().is_none_or(|r| r.owner != owner) {
             return Ok((record, None));
         }
-        let begun = self.begin_idempotent(claim, now).await?;
+        let mut begun = self.begin_idempotent(claim, now).await?;
+        if let Begin::Run(tx) = &mut begun {
+            if !tx.hold_handle(handle, None).await? {
+                return Ok((None, None));
+            }
+        }
         Ok((record, Some(begun)))
     }
 
@@ -130,12 +144,27 @@ pub trait Transaction: Send {
     /// Deletes a handle and the app data filed under it.
     async fn retire_handle(&mut self, id: &str) -> Result<(), StoreError>;
 
+    /// Keeps handle `id` from being retired by another call until this transaction ends, and
+    /// records a use at `touch_at` when given. `false` when the handle is gone (retired since
+    /// it was checked): the call must not write under it.
+    async fn hold_handle(&mut self, id: &str, touch_at: Option<Millis>)
+    -> Result<bool, StoreError>;
+
     /// Reads a document.
     async fn get_doc(&mut self, collection: &str, key: &str) -> Result<Option<Value>, StoreError>;
 
     /// Writes a document, replacing any previous one.
     async fn put_doc(&mut self, collection: &str, key: &str, doc: &Value)
     -> Result<(), StoreError>;
+
+    /// Writes a document unless one is there already; returns the one that was there (as
+    /// committed by a concurrent call, if that is what won).
+    async fn insert_doc(
+        &mut self,
+        collection: &str,
+        key: &str,
+        doc: &Value,
+    ) -> Result<Option<Value>, StoreError>;
 
     /// Deletes a document; whether it existed.
     async fn delete_doc(&mut self, collection: &str, key: &str) -> Result<bool, StoreError>;
