@@ -41,12 +41,12 @@ const CLAIM_SQL: &str = "INSERT INTO wharf_idempotency \
      WHERE wharf_idempotency.expires_at <= $4";
 
 /// [`CLAIM_SQL`] made only when `$7` owns handle `$6`, returning whether it was made, the
-/// handle (locked against retirement until the transaction ends), and the record as the
+/// handle, and the record as the
 /// statement's snapshot saw it (a record committed while the claim waited is not in that
 /// snapshot, and one past its retention does not count: [`settle`] reads it again).
 const PG_CLAIM_ON_HANDLE_SQL: &str = "WITH h AS ( \
      SELECT id, kind, owner, created_at, expires_at, idle_ms, last_used_at, data \
-     FROM wharf_handles WHERE id = $6 FOR SHARE), \
+     FROM wharf_handles WHERE id = $6), \
      claim AS ( \
      INSERT INTO wharf_idempotency \
      (scope, key, digest, state, result, created_at, updated_at, expires_at) \
@@ -272,6 +272,64 @@ impl SqlStore {
         Ok(SqlStore { pool, dialect })
     }
 
+    /// PostgreSQL's claim on a handle: BEGIN with a shared advisory lock on the handle (see
+    /// `lock_handle`), then the handle, the claim (made only for the owner) and the record as
+    /// the statement found it, in one statement.
+    async fn pg_claim_on_handle(
+        &self,
+        claim: &Claim,
+        handle: &str,
+        owner: &str,
+        now: Millis,
+    ) -> Result<(Option<HandleRecord>, Option<Begin>), StoreError> {
+        // BEGIN takes no parameters, so the id is a literal there: only ids made of letters,
+        // digits and '_' (every handle's) get that far.
+        if handle.is_empty()
+            || !handle
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        {
+            return Ok((None, None));
+        }
+        let begin = format!(
+            "BEGIN; SELECT pg_advisory_xact_lock_shared(hashtextextended('{handle}', 0))::text"
+        );
+        let mut tx = self.pool.begin_with(begin).await.map_err(db_error)?;
+        let row = sqlx::query(PG_CLAIM_ON_HANDLE_SQL)
+            .bind(&claim.scope)
+            .bind(&claim.key)
+            .bind(claim.digest.as_str())
+            .bind(now)
+            .bind(claim.expires_at)
+            .bind(handle)
+            .bind(owner)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let get = |e: sqlx::Error| StoreError::Corrupt(format!("claim row: {e}"));
+        let claimed: i64 = row.try_get(0).map_err(get)?;
+        let record = match row.try_get::<Option<String>, _>(1).map_err(get)? {
+            Some(_) => Some(handle_from_row_at(&row, 1)?),
+            None => None,
+        };
+        if record.as_ref().is_none_or(|r| r.owner != owner) {
+            return Ok((record, None));
+        }
+        let seen_expires: Option<i64> = row.try_get(12).map_err(get)?;
+        let seen = match row.try_get::<Option<String>, _>(9).map_err(get)? {
+            Some(digest) if seen_expires.is_some_and(|e| e > now) => Some(Seen {
+                digest,
+                state: row.try_get(10).map_err(get)?,
+                result: row.try_get(11).map_err(get)?,
+            }),
+            _ => None,
+        };
+        Ok((
+            record,
+            Some(settle(tx, claim, claimed == 1, seen, self.dialect).await?),
+        ))
+    }
+
     /// The connection pool, for apps that keep their own tables next to Wharf's.
     pub fn pool(&self) -> &AnyPool {
         &self.pool
@@ -441,49 +499,15 @@ impl Store for SqlStore {
         owner: &str,
         now: Millis,
     ) -> Result<(Option<HandleRecord>, Option<Begin>), StoreError> {
-        let mut tx = self.begin_tx(TxMode::Write).await?;
-        if self.dialect == Dialect::Sqlite {
-            let (record, seen) = sqlite_lookup(&mut tx, claim, Some(handle), now).await?;
-            if record.as_ref().is_none_or(|r| r.owner != owner) {
-                return Ok((record, None));
-            }
-            return Ok((record, Some(settle_sqlite(tx, claim, seen).await?)));
+        if self.dialect == Dialect::Postgres {
+            return self.pg_claim_on_handle(claim, handle, owner, now).await;
         }
-        // PostgreSQL: the handle, the claim (made only for the owner) and the record as the
-        // statement found it, in one round trip.
-        let row = sqlx::query(PG_CLAIM_ON_HANDLE_SQL)
-            .bind(&claim.scope)
-            .bind(&claim.key)
-            .bind(claim.digest.as_str())
-            .bind(now)
-            .bind(claim.expires_at)
-            .bind(handle)
-            .bind(owner)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        let get = |e: sqlx::Error| StoreError::Corrupt(format!("claim row: {e}"));
-        let claimed: i64 = row.try_get(0).map_err(get)?;
-        let record = match row.try_get::<Option<String>, _>(1).map_err(get)? {
-            Some(_) => Some(handle_from_row_at(&row, 1)?),
-            None => None,
-        };
+        let mut tx = self.begin_tx(TxMode::Write).await?;
+        let (record, seen) = sqlite_lookup(&mut tx, claim, Some(handle), now).await?;
         if record.as_ref().is_none_or(|r| r.owner != owner) {
             return Ok((record, None));
         }
-        let seen_expires: Option<i64> = row.try_get(12).map_err(get)?;
-        let seen = match row.try_get::<Option<String>, _>(9).map_err(get)? {
-            Some(digest) if seen_expires.is_some_and(|e| e > now) => Some(Seen {
-                digest,
-                state: row.try_get(10).map_err(get)?,
-                result: row.try_get(11).map_err(get)?,
-            }),
-            _ => None,
-        };
-        Ok((
-            record,
-            Some(settle(tx, claim, claimed == 1, seen, self.dialect).await?),
-        ))
+        Ok((record, Some(settle_sqlite(tx, claim, seen).await?)))
     }
 
     async fn sweep(&self, now: Millis, batch: u32) -> Result<u64, StoreError> {
@@ -501,7 +525,7 @@ impl Store for SqlStore {
         .map_err(db_error)?;
         let mut removed = 0;
         for id in &ids {
-            retire(&mut tx, id).await?;
+            retire(&mut tx, id, self.dialect).await?;
             removed += 1;
         }
         removed += sqlx::query(
@@ -528,7 +552,35 @@ pub struct SqlTx {
     claim_written: bool,
 }
 
-async fn retire(tx: &mut SqlxTx<'static, Any>, id: &str) -> Result<(), StoreError> {
+/// Takes the advisory lock that stands for handle `id` until the transaction ends: shared
+/// for writing under it, exclusive for changing or retiring it.
+async fn lock_handle(
+    tx: &mut SqlxTx<'static, Any>,
+    id: &str,
+    exclusive: bool,
+) -> Result<(), StoreError> {
+    let sql = if exclusive {
+        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))::text"
+    } else {
+        "SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))::text"
+    };
+    sqlx::query(sql)
+        .bind(id)
+        .execute(&mut **tx)
+        .await
+        .map(drop)
+        .map_err(db_error)
+}
+
+async fn retire(
+    tx: &mut SqlxTx<'static, Any>,
+    id: &str,
+    dialect: Dialect,
+) -> Result<(), StoreError> {
+    if dialect == Dialect::Postgres {
+        // Calls still writing under the handle finish first; later ones find it gone.
+        lock_handle(tx, id, true).await?;
+    }
     sqlx::query("DELETE FROM wharf_handles WHERE id = $1")
         .bind(id)
         .execute(&mut **tx)
@@ -551,13 +603,8 @@ async fn retire(tx: &mut SqlxTx<'static, Any>, id: &str) -> Result<(), StoreErro
 }
 
 impl SqlTx {
-    async fn handle_exists(&mut self, id: &str, lock: bool) -> Result<bool, StoreError> {
-        let sql = if lock {
-            "SELECT 1 FROM wharf_handles WHERE id = $1 FOR SHARE"
-        } else {
-            "SELECT 1 FROM wharf_handles WHERE id = $1"
-        };
-        let row = sqlx::query(sql)
+    async fn handle_exists(&mut self, id: &str) -> Result<bool, StoreError> {
+        let row = sqlx::query("SELECT 1 FROM wharf_handles WHERE id = $1")
             .bind(id)
             .fetch_optional(&mut *self.tx)
             .await
@@ -609,7 +656,7 @@ impl Transaction for SqlTx {
     }
 
     async fn retire_handle(&mut self, id: &str) -> Result<(), StoreError> {
-        retire(&mut self.tx, id).await
+        retire(&mut self.tx, id, self.dialect).await
     }
 
     async fn hold_handle(
@@ -617,23 +664,30 @@ impl Transaction for SqlTx {
         id: &str,
         touch_at: Option<Millis>,
     ) -> Result<bool, StoreError> {
-        // An update locks the row for the rest of the transaction; PostgreSQL's FOR SHARE
-        // locks it against deletion only. SQLite's write transactions hold the whole
-        // database already.
-        let found = match (touch_at, self.dialect) {
-            (Some(now), _) => sqlx::query(
-                "UPDATE wharf_handles SET last_used_at = $2 WHERE id = $1 AND last_used_at <= $2",
-            )
-            .bind(id)
-            .bind(now)
-            .execute(&mut *self.tx)
-            .await
-            .map_err(db_error)?
-            .rows_affected()
-                > 0
-                || self.handle_exists(id, false).await?,
-            (None, Dialect::Postgres) => self.handle_exists(id, true).await?,
-            (None, Dialect::Sqlite) => self.handle_exists(id, false).await?,
+        // PostgreSQL: a transaction-scoped advisory lock on the handle, shared by the calls
+        // that write under it, exclusive for one that records a use or retires it (held in
+        // memory: no row is written for it). The check runs after the lock is granted, in a
+        // statement of its own, so it sees a retirement that committed while it waited.
+        // SQLite's write transactions hold the whole database already.
+        if self.dialect == Dialect::Postgres {
+            lock_handle(&mut self.tx, id, touch_at.is_some()).await?;
+        }
+        let found = match touch_at {
+            Some(now) => {
+                sqlx::query(
+                    "UPDATE wharf_handles SET last_used_at = $2 \
+                     WHERE id = $1 AND last_used_at <= $2",
+                )
+                .bind(id)
+                .bind(now)
+                .execute(&mut *self.tx)
+                .await
+                .map_err(db_error)?
+                .rows_affected()
+                    > 0
+                    || self.handle_exists(id).await?
+            }
+            None => self.handle_exists(id).await?,
         };
         Ok(found)
     }

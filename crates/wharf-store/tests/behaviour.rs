@@ -423,6 +423,48 @@ async fn keys_and_results_are_stored_exactly_whatever_they_hold(store: Arc<dyn S
     }
 }
 
+async fn nothing_is_left_under_a_handle_retired_while_a_write_ran(store: Arc<dyn Store>) {
+    let h = HandleRecord::mint::<Thing>(&Principal::new("u"), now_millis());
+    let rows = format!("{}/rows", h.id);
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.create_handle(&h).await.unwrap();
+    tx.commit().await.unwrap();
+
+    // A write holds the handle and appends; meanwhile another call retires it.
+    let mut writer = store.begin(TxMode::Write).await.unwrap();
+    assert!(writer.hold_handle(&h.id, None).await.unwrap());
+    writer
+        .append_rows(&rows, &[json!(1), json!(2)])
+        .await
+        .unwrap();
+    let retirer = {
+        let (store, id) = (Arc::clone(&store), h.id.clone());
+        tokio::spawn(async move {
+            let mut tx = store.begin(TxMode::Write).await?;
+            tx.retire_handle(&id).await?;
+            tx.commit().await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // SQL stores make the retirement wait for the write; Redis refuses the write at commit.
+    match writer.commit().await {
+        Ok(()) | Err(StoreError::HandleGone) => {}
+        Err(e) => panic!("unexpected: {e}"),
+    }
+    retirer.await.unwrap().unwrap();
+    assert_eq!(store.load_handle(&h.id).await.unwrap(), None);
+    let mut tx = store.begin(TxMode::Read).await.unwrap();
+    assert_eq!(
+        tx.count_rows(&rows).await.unwrap(),
+        0,
+        "no rows outlive their handle"
+    );
+    drop(tx);
+    // And a write that starts after the retirement cannot hold it.
+    let mut late = store.begin(TxMode::Write).await.unwrap();
+    assert!(!late.hold_handle(&h.id, None).await.unwrap());
+}
+
 macro_rules! suite {
     ($backend:ident: $($test:ident),* $(,)?) => {
         mod $backend {
@@ -456,4 +498,5 @@ all_backends!(
     the_sweeper_removes_long_expired_handles_in_batches,
     claims_on_a_handle_are_for_its_owner_only,
     keys_and_results_are_stored_exactly_whatever_they_hold,
+    nothing_is_left_under_a_handle_retired_while_a_write_ran,
 );
