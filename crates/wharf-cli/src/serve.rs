@@ -97,6 +97,15 @@ pub struct ServeArgs {
     /// Seconds a write waits for a duplicate still running before answering "busy, retry".
     #[arg(long, env = "WHARF_LOCK_WAIT_SECS", default_value_t = 10)]
     lock_wait_secs: u64,
+    /// Requests running at once (unlimited if unset); beyond it they queue.
+    #[arg(long, env = "WHARF_MAX_IN_FLIGHT")]
+    max_in_flight: Option<usize>,
+    /// Requests that may wait for a slot; beyond it, 503 with Retry-After at once.
+    #[arg(long, env = "WHARF_MAX_QUEUE", default_value_t = 256)]
+    max_queue: usize,
+    /// Requests running at once per principal; beyond it, 503 at once.
+    #[arg(long, env = "WHARF_MAX_PER_PRINCIPAL")]
+    max_per_principal: Option<usize>,
     /// Seconds between sweeps of expired handles and records.
     #[arg(long, env = "WHARF_SWEEP_SECS", default_value_t = 60)]
     sweep_secs: u64,
@@ -231,6 +240,11 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
     let config = ServerConfig {
         page_size: args.page_size,
         cursor_key,
+        limits: wharf::Limits {
+            max_in_flight: args.max_in_flight.map(|n| n.max(1)),
+            max_queue: args.max_queue,
+            per_principal: args.max_per_principal.map(|n| n.max(1)),
+        },
         idempotency_retention: Duration::from_secs(
             args.idempotency_retention_hours.saturating_mul(3600),
         ),

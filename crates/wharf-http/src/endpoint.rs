@@ -13,7 +13,7 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
-use wharf::{ErrorKind, ParsedRequest, Principal, RpcError, Scope};
+use wharf::{ErrorKind, ParsedRequest, Permit, Principal, RpcError, Scope};
 use wharf_protocol::{Envelope, RequestId};
 
 use crate::AppState;
@@ -98,12 +98,18 @@ async fn serve(
     if req.is_listen() {
         return listen(state, req);
     }
+    // A slot to run in, before anything is answered: a refusal keeps its 503, and a client
+    // that goes away while queued drops this future and leaves the queue.
+    let permit = match server.enter(&req, &principal).await {
+        Ok(p) => p,
+        Err(e) => return error_response(Some(&req.id), &e),
+    };
     if req.info.wants_stream() {
         // Refusals must keep their status: check before committing to a 200 stream.
         if let Err(e) = server.admit(&req) {
             return error_response(Some(&req.id), &e);
         }
-        return stream(state, req, principal);
+        return stream(state, req, principal, permit);
     }
     let id = req.id.clone();
     // Boxed so the handler future axum boxes and moves stays small.
@@ -115,7 +121,9 @@ async fn serve(
             outbox: None,
         },
     ));
-    match work.await {
+    let out = work.await;
+    drop(permit);
+    match out {
         Ok(body) => json_response(StatusCode::OK, body),
         Err(e) => error_response(Some(&id), &e),
     }
@@ -134,12 +142,18 @@ fn event(message: Vec<u8>) -> Result<Event, Infallible> {
 
 /// Runs the request on its own task and streams its notifications, then its response. When
 /// the client closes the stream, the guard cancels the request.
-fn stream(state: &Arc<AppState>, req: ParsedRequest, principal: Principal) -> Response {
+fn stream(
+    state: &Arc<AppState>,
+    req: ParsedRequest,
+    principal: Principal,
+    permit: Permit,
+) -> Response {
     let (tx, rx) = mpsc::channel::<Vec<u8>>(32);
     let cancel = CancellationToken::new();
     let guard = cancel.clone().drop_guard();
     let server = state.server.clone();
     tokio::spawn(async move {
+        let _permit = permit;
         if let Some(last) = server
             .execute_streamed(req, principal, cancel, tx.clone())
             .await

@@ -15,6 +15,17 @@ pub struct EchoArgs {
     pub text: String,
 }
 
+/// How many `slow_count` calls have started in this process (see `demo_stats`).
+static SLOW_COUNTS_STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Result of `demo_stats`.
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Stats {
+    /// `slow_count` calls started since the process began.
+    pub slow_counts_started: u64,
+}
+
 /// Arguments of `slow_count`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct CountArgs {
@@ -46,6 +57,16 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
             "Wharf reference server. `echo` returns its text; `slow_count` counts with progress.",
         )
         .tool(
+            tool("demo_stats")
+                .description("How many slow_count calls this process has started (for tests of queues and cancellation).")
+                .handler(|_cx: Context, _: wharf::NoArgs| async move {
+                    Structured(Stats {
+                        slow_counts_started: SLOW_COUNTS_STARTED
+                            .load(std::sync::atomic::Ordering::Relaxed),
+                    })
+                }),
+        )
+        .tool(
             tool("echo")
                 .description("Return the given text unchanged.")
                 .handler(|_cx: Context, args: EchoArgs| async move { args.text }),
@@ -56,6 +77,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     "Count to `steps`, reporting progress at each step, then return \"counted N\".",
                 )
                 .handler(|cx: Context, args: CountArgs| async move {
+                    SLOW_COUNTS_STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let interval =
                         Duration::from_millis(args.interval_ms.unwrap_or(20).min(10_000));
                     for i in 1..=args.steps {

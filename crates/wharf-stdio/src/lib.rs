@@ -201,12 +201,23 @@ async fn handle_line(
                 Err(e) => send_error(&tx, Some(&id), &e).await,
             }
         } else {
-            // A cancelled request gets no response.
-            if let Some(last) = server
-                .execute_streamed(req, principal, cancel, tx.clone())
-                .await
-            {
-                let _ = tx.send(last).await;
+            // A slot first; cancelled while queued, the request never runs.
+            let entered = tokio::select! {
+                () = cancel.cancelled() => None,
+                entered = server.enter(&req, &principal) => Some(entered),
+            };
+            match entered {
+                None => {}
+                Some(Err(e)) => send_error(&tx, Some(&id), &e).await,
+                Some(Ok(_permit)) => {
+                    // A cancelled request gets no response.
+                    if let Some(last) = server
+                        .execute_streamed(req, principal, cancel, tx.clone())
+                        .await
+                    {
+                        let _ = tx.send(last).await;
+                    }
+                }
             }
         }
         lock(&in_flight).remove(&id);

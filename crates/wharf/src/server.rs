@@ -12,6 +12,7 @@ use wharf_protocol::{
 
 use crate::bus::{ChangeEvent, InProcessBus, NotificationBus};
 use crate::cursor::{CursorCodec, CursorKey};
+use crate::limits::{Gate, Limits, Permit};
 use crate::prompt::PromptDef;
 use crate::resource::{CompiledTemplate, ResourceDef, TemplateDef};
 use crate::schema::{self, HeaderParam};
@@ -65,6 +66,8 @@ pub struct ServerConfig {
     pub cache: CachePolicy,
     /// How long an idempotency record (a write's first result) is kept for replays.
     pub idempotency_retention: Duration,
+    /// Caps on requests in flight and the wait queue.
+    pub limits: Limits,
 }
 
 impl Default for ServerConfig {
@@ -75,6 +78,7 @@ impl Default for ServerConfig {
             cursor_max_age: Duration::from_secs(3600),
             cache: CachePolicy::default(),
             idempotency_retention: Duration::from_secs(24 * 3600),
+            limits: Limits::default(),
         }
     }
 }
@@ -116,6 +120,8 @@ pub(crate) struct HandleParam {
 
 pub(crate) struct ToolEntry {
     pub(crate) def: ToolDef,
+    /// The tool's own cap on calls at once.
+    pub(crate) limit: Option<Arc<tokio::sync::Semaphore>>,
     pub(crate) handles: Vec<HandleParam>,
     pub(crate) input: Option<jsonschema::Validator>,
     pub(crate) output: Option<jsonschema::Validator>,
@@ -138,6 +144,7 @@ pub(crate) struct Inner {
     pub(crate) cursors: CursorCodec,
     pub(crate) bus: Arc<dyn NotificationBus>,
     pub(crate) store: Option<Arc<dyn Store>>,
+    pub(crate) gate: Gate,
     pub(crate) shutdown: CancellationToken,
 }
 
@@ -204,6 +211,30 @@ impl Server {
         if let Err(e) = self.inner.bus.publish(event).await {
             tracing::warn!(error = %e, "could not publish a change notification");
         }
+    }
+
+    /// Takes the slots a request needs to run (see [`Limits`]): waits in the queue when
+    /// there is room, and refuses with `RetryLater` (HTTP 503) when there is none. A
+    /// transport calls this before it answers anything, holds the permit while the request
+    /// runs, and drops this future to take a cancelled request out of the queue.
+    pub async fn enter(
+        &self,
+        req: &crate::dispatch::ParsedRequest,
+        principal: &crate::principal::Principal,
+    ) -> Result<Permit, crate::error::RpcError> {
+        if req.is_listen() {
+            // Listen streams live long by design: they are not requests in flight.
+            return Ok(Permit::default());
+        }
+        let tool = match &req.body {
+            crate::dispatch::RequestBody::CallTool(params) => self
+                .inner
+                .tool_index
+                .get(&params.name)
+                .and_then(|&i| self.inner.tools[i].limit.as_ref()),
+            _ => None,
+        };
+        self.inner.gate.enter(principal.id(), tool).await
     }
 
     /// The store, if one was configured.
@@ -338,8 +369,12 @@ impl ServerBuilder {
             if tool_index.insert(name.clone(), tools.len()).is_some() {
                 return Err(BuildError::Duplicate { kind: "tool", name });
             }
+            let limit = def
+                .max_concurrency
+                .map(|n| Arc::new(tokio::sync::Semaphore::new(n)));
             tools.push(ToolEntry {
                 def,
+                limit,
                 handles,
                 input,
                 output,
@@ -429,6 +464,7 @@ impl ServerBuilder {
             ),
         };
         let cursors = CursorCodec::new(self.config.cursor_key.clone(), self.config.cursor_max_age);
+        let gate = Gate::new(self.config.limits);
         Ok(Server {
             inner: Arc::new(Inner {
                 info: ServerInfo::new(self.info),
@@ -448,6 +484,7 @@ impl ServerBuilder {
                     .bus
                     .unwrap_or_else(|| Arc::new(InProcessBus::default())),
                 store: self.store,
+                gate,
                 shutdown: CancellationToken::new(),
             }),
         })

@@ -186,6 +186,7 @@ pub struct ToolBuilder {
     tool: Tool,
     requires: Option<ClientCapabilities>,
     idempotent: bool,
+    max_concurrency: Option<usize>,
 }
 
 /// Starts describing a tool named `name`.
@@ -203,6 +204,7 @@ pub fn tool(name: impl Into<String>) -> ToolBuilder {
         },
         requires: None,
         idempotent: false,
+        max_concurrency: None,
     }
 }
 
@@ -248,6 +250,12 @@ impl ToolBuilder {
         self
     }
 
+    /// Runs at most `n` calls of this tool at once; more wait in the server's queue.
+    pub fn max_concurrency(mut self, n: usize) -> Self {
+        self.max_concurrency = Some(n.max(1));
+        self
+    }
+
     fn finish(mut self, handler: Arc<dyn ErasedToolHandler>) -> ToolDef {
         if self.idempotent {
             add_key_argument(&mut self.tool.input_schema);
@@ -256,6 +264,7 @@ impl ToolBuilder {
             tool: self.tool,
             requires: self.requires,
             idempotent: self.idempotent,
+            max_concurrency: self.max_concurrency,
             handler,
         }
     }
@@ -296,6 +305,7 @@ pub struct ToolDef {
     pub(crate) tool: Tool,
     pub(crate) requires: Option<ClientCapabilities>,
     pub(crate) idempotent: bool,
+    pub(crate) max_concurrency: Option<usize>,
     pub(crate) handler: Arc<dyn ErasedToolHandler>,
 }
 

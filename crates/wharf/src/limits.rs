@@ -1,0 +1,189 @@
+//! Load shedding: caps on requests in flight (for the server, per principal, per tool) and a
+//! bounded wait queue. A request beyond caps plus queue is refused at once with
+//! [`crate::error::RETRY_LATER`] (HTTP 503 with `Retry-After`), so the server stays healthy
+//! under any load; a queued request that is cancelled leaves the queue and never runs.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::error::{ErrorKind, RpcError};
+
+/// How much a server takes on at once (by default: no caps).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Requests running at once, server-wide (`None`: no cap).
+    pub max_in_flight: Option<usize>,
+    /// Requests waiting for a slot, beyond which new ones are refused at once.
+    pub max_queue: usize,
+    /// Requests running at once per principal; beyond it, refused at once.
+    pub per_principal: Option<usize>,
+}
+
+/// Held while a request runs; dropping it frees its slots.
+#[derive(Debug, Default)]
+pub struct Permit {
+    _slots: Vec<OwnedSemaphorePermit>,
+}
+
+/// The shared state of the caps.
+pub(crate) struct Gate {
+    limits: Limits,
+    global: Option<Arc<Semaphore>>,
+    waiting: AtomicUsize,
+    principals: Mutex<HashMap<String, Arc<Semaphore>>>,
+}
+
+/// Principals tracked before idle ones are forgotten.
+const PRINCIPALS_KEPT: usize = 4096;
+
+impl Gate {
+    pub(crate) fn new(limits: Limits) -> Self {
+        Gate {
+            global: limits.max_in_flight.map(|n| Arc::new(Semaphore::new(n))),
+            limits,
+            waiting: AtomicUsize::new(0),
+            principals: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Takes the slots a request needs: its principal's (at once or refused), its tool's
+    /// and the server's (waiting in the queue if there is room, refused otherwise). The
+    /// future may be dropped while it waits: the request then leaves the queue.
+    pub(crate) async fn enter(
+        &self,
+        principal: &str,
+        tool: Option<&Arc<Semaphore>>,
+    ) -> Result<Permit, RpcError> {
+        let mut slots = Vec::with_capacity(3);
+        if let Some(cap) = self.limits.per_principal {
+            let sem = self.principal_semaphore(principal, cap);
+            let slot = sem.try_acquire_owned().map_err(|_| {
+                busy(&format!(
+                    "this principal already has {cap} requests running"
+                ))
+            })?;
+            slots.push(slot);
+        }
+        for sem in tool.into_iter().chain(self.global.as_ref()) {
+            let slot = match Arc::clone(sem).try_acquire_owned() {
+                Ok(slot) => slot,
+                Err(_) => self.wait(sem).await?,
+            };
+            slots.push(slot);
+        }
+        Ok(Permit { _slots: slots })
+    }
+
+    async fn wait(&self, sem: &Arc<Semaphore>) -> Result<OwnedSemaphorePermit, RpcError> {
+        let queued = self.waiting.fetch_add(1, Ordering::AcqRel);
+        let _leave = Leave(&self.waiting);
+        if queued >= self.limits.max_queue {
+            return Err(busy("the server is at capacity and its queue is full"));
+        }
+        Arc::clone(sem)
+            .acquire_owned()
+            .await
+            .map_err(|_| busy("the server is shutting down"))
+    }
+
+    fn principal_semaphore(&self, principal: &str, cap: usize) -> Arc<Semaphore> {
+        let mut map = self.principals.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= PRINCIPALS_KEPT && !map.contains_key(principal) {
+            // Forget principals with nothing running.
+            map.retain(|_, s| s.available_permits() < cap);
+        }
+        Arc::clone(
+            map.entry(principal.to_owned())
+                .or_insert_with(|| Arc::new(Semaphore::new(cap))),
+        )
+    }
+}
+
+/// Leaves the queue count when the wait ends, however it ends (granted, refused, dropped).
+struct Leave<'a>(&'a AtomicUsize);
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+fn busy(why: &str) -> RpcError {
+    RpcError::new(
+        ErrorKind::RetryLater,
+        format!("Busy: {why}; retry after the time Retry-After gives"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn beyond_caps_and_queue_requests_are_refused_at_once() {
+        let gate = Gate::new(Limits {
+            max_in_flight: Some(1),
+            max_queue: 1,
+            per_principal: None,
+        });
+        let first = gate.enter("a", None).await.unwrap();
+        let gate = Arc::new(gate);
+        let queued = {
+            let gate = Arc::clone(&gate);
+            tokio::spawn(async move { gate.enter("a", None).await.map(drop) })
+        };
+        tokio::task::yield_now().await;
+        while gate.waiting.load(Ordering::Acquire) == 0 {
+            tokio::task::yield_now().await;
+        }
+        let refused = gate.enter("a", None).await.unwrap_err();
+        assert_eq!(refused.kind, ErrorKind::RetryLater);
+        drop(first);
+        queued.await.unwrap().unwrap();
+        assert_eq!(gate.waiting.load(Ordering::Acquire), 0);
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_waiter_leaves_the_queue() {
+        let gate = Arc::new(Gate::new(Limits {
+            max_in_flight: Some(1),
+            max_queue: 1,
+            per_principal: None,
+        }));
+        let first = gate.enter("a", None).await.unwrap();
+        let waiter = {
+            let gate = Arc::clone(&gate);
+            tokio::spawn(async move { gate.enter("a", None).await.map(drop) })
+        };
+        while gate.waiting.load(Ordering::Acquire) == 0 {
+            tokio::task::yield_now().await;
+        }
+        waiter.abort();
+        let _ = waiter.await;
+        assert_eq!(
+            gate.waiting.load(Ordering::Acquire),
+            0,
+            "the queue slot is free again"
+        );
+        drop(first);
+        // The slot it would have taken is there for the next request.
+        drop(gate.enter("a", None).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn each_principal_has_its_own_cap() {
+        let gate = Gate::new(Limits {
+            max_in_flight: None,
+            max_queue: 0,
+            per_principal: Some(1),
+        });
+        let a = gate.enter("a", None).await.unwrap();
+        assert!(gate.enter("a", None).await.is_err());
+        let b = gate.enter("b", None).await.unwrap();
+        drop((a, b));
+        assert!(gate.enter("a", None).await.is_ok());
+    }
+}
