@@ -106,6 +106,9 @@ pub struct ServeArgs {
     /// Requests running at once per principal; beyond it, 503 at once.
     #[arg(long, env = "WHARF_MAX_PER_PRINCIPAL")]
     max_per_principal: Option<usize>,
+    /// Longest a tool call may run, in seconds; then it is stopped (504, -31002).
+    #[arg(long, env = "WHARF_MAX_CALL_SECS", default_value_t = 300)]
+    max_call_secs: u64,
     /// Seconds between sweeps of expired handles and records.
     #[arg(long, env = "WHARF_SWEEP_SECS", default_value_t = 60)]
     sweep_secs: u64,
@@ -240,6 +243,7 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
     let config = ServerConfig {
         page_size: args.page_size,
         cursor_key,
+        max_call_duration: Duration::from_secs(args.max_call_secs.max(1)),
         limits: wharf::Limits {
             max_in_flight: args.max_in_flight.map(|n| n.max(1)),
             max_queue: args.max_queue,

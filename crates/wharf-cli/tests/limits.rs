@@ -110,3 +110,34 @@ async fn each_principal_has_its_own_cap() {
     assert_eq!(refused.status, 503, "{}", refused.body);
     assert!(running.await.unwrap().result().is_some());
 }
+
+#[tokio::test]
+async fn a_call_past_its_time_limit_is_stopped_with_504() {
+    let server = ServerProcess::start(&["--max-call-secs", "1"]);
+    let t = Instant::now();
+    let r = server
+        .client()
+        .request("tools/call", slow(5000))
+        .await
+        .unwrap();
+    assert!(
+        t.elapsed() < Duration::from_millis(3000),
+        "stopped at the limit, not at the end"
+    );
+    assert_eq!(r.status, 504, "{}", r.body);
+    assert_eq!(r.error_code(), Some(-31002));
+    assert!(
+        r.error().unwrap()["message"]
+            .as_str()
+            .unwrap()
+            .contains("1 s")
+    );
+    validate_reply("tools/call", &r);
+    // The server goes on serving.
+    assert_eq!(
+        request(&server.client(), "tools/call", slow(1))
+            .await
+            .status,
+        200
+    );
+}

@@ -23,6 +23,7 @@ pub(crate) fn status_for(kind: ErrorKind) -> StatusCode {
         ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
         ErrorKind::RetryLater => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::TimedOut => StatusCode::GATEWAY_TIMEOUT,
     }
 }
 

@@ -30,6 +30,8 @@ pub enum ErrorKind {
     RetryLater,
     /// The request carries no credentials this server accepts ([`UNAUTHORIZED`]).
     Unauthorized,
+    /// The call ran longer than its time limit and was stopped ([`TIMED_OUT`]).
+    TimedOut,
     /// An application-defined code, outside the reserved range.
     Application(i32),
 }
@@ -41,6 +43,9 @@ pub const RETRY_LATER: i32 = -31000;
 /// Wharf's own JSON-RPC code for a request without acceptable credentials (sent with
 /// HTTP 401).
 pub const UNAUTHORIZED: i32 = -31001;
+
+/// Wharf's own JSON-RPC code for a call stopped at its time limit (sent with HTTP 504).
+pub const TIMED_OUT: i32 = -31002;
 
 impl ErrorKind {
     /// The JSON-RPC code.
@@ -56,6 +61,7 @@ impl ErrorKind {
             ErrorKind::Internal => codes::INTERNAL_ERROR,
             ErrorKind::RetryLater => RETRY_LATER,
             ErrorKind::Unauthorized => UNAUTHORIZED,
+            ErrorKind::TimedOut => TIMED_OUT,
             ErrorKind::Application(code) => code,
         }
     }

@@ -68,6 +68,8 @@ pub struct ServerConfig {
     pub idempotency_retention: Duration,
     /// Caps on requests in flight and the wait queue.
     pub limits: Limits,
+    /// The longest a tool call may run; a tool's own limit can only be shorter.
+    pub max_call_duration: Duration,
 }
 
 impl Default for ServerConfig {
@@ -79,6 +81,7 @@ impl Default for ServerConfig {
             cache: CachePolicy::default(),
             idempotency_retention: Duration::from_secs(24 * 3600),
             limits: Limits::default(),
+            max_call_duration: Duration::from_secs(300),
         }
     }
 }

@@ -187,6 +187,7 @@ pub struct ToolBuilder {
     requires: Option<ClientCapabilities>,
     idempotent: bool,
     max_concurrency: Option<usize>,
+    timeout: Option<std::time::Duration>,
 }
 
 /// Starts describing a tool named `name`.
@@ -205,6 +206,7 @@ pub fn tool(name: impl Into<String>) -> ToolBuilder {
         requires: None,
         idempotent: false,
         max_concurrency: None,
+        timeout: None,
     }
 }
 
@@ -256,6 +258,13 @@ impl ToolBuilder {
         self
     }
 
+    /// Stops calls that run longer than `limit` (never longer than the server's
+    /// `max_call_duration`): the handler's future is dropped and its transaction rolled back.
+    pub fn timeout(mut self, limit: std::time::Duration) -> Self {
+        self.timeout = Some(limit);
+        self
+    }
+
     fn finish(mut self, handler: Arc<dyn ErasedToolHandler>) -> ToolDef {
         if self.idempotent {
             add_key_argument(&mut self.tool.input_schema);
@@ -265,6 +274,7 @@ impl ToolBuilder {
             requires: self.requires,
             idempotent: self.idempotent,
             max_concurrency: self.max_concurrency,
+            timeout: self.timeout,
             handler,
         }
     }
@@ -306,6 +316,7 @@ pub struct ToolDef {
     pub(crate) requires: Option<ClientCapabilities>,
     pub(crate) idempotent: bool,
     pub(crate) max_concurrency: Option<usize>,
+    pub(crate) timeout: Option<std::time::Duration>,
     pub(crate) handler: Arc<dyn ErasedToolHandler>,
 }
 

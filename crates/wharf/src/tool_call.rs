@@ -10,7 +10,7 @@ use wharf_protocol::{CallToolParams, CallToolResult, RequestId, ResultType};
 
 use crate::context::{Context, Finished, Hold, TxSlot};
 use crate::dispatch::{Scope, respond};
-use crate::error::RpcError;
+use crate::error::{ErrorKind, RpcError};
 use crate::meta::{RequestInfo, capabilities_cover};
 use crate::principal::Principal;
 use crate::schema::first_violation;
@@ -82,10 +82,28 @@ impl Server {
         let mut cx = Context::with_tx(id.clone(), info, scope, self.clone(), Arc::clone(&slot));
         cx.set_handles(handles);
         let name = &entry.def.tool.name;
-        let result = match entry.def.handler.call(cx, Value::Object(args)).await {
-            Ok(r) => r,
-            Err(ToolError::Execution(message)) => CallToolResult::error(message),
-            Err(ToolError::Protocol(e)) => return Err(e),
+        // The call's own limit, never beyond the server's: past it the handler's future is
+        // dropped (it stops at its next await) and its transaction rolls back.
+        let limit = entry
+            .def
+            .timeout
+            .map_or(self.inner.config.max_call_duration, |t| {
+                t.min(self.inner.config.max_call_duration)
+            });
+        let call = entry.def.handler.call(cx, Value::Object(args));
+        let result = match tokio::time::timeout(limit, call).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(ToolError::Execution(message))) => CallToolResult::error(message),
+            Ok(Err(ToolError::Protocol(e))) => return Err(e),
+            Err(_) => {
+                return Err(RpcError::new(
+                    ErrorKind::TimedOut,
+                    format!(
+                        "Timed out: tool {name} ran longer than its limit of {}; nothing it wrote was kept",
+                        human(limit)
+                    ),
+                ));
+            }
         };
         let failed = result.is_error == Some(true);
         if let (Some(validator), Some(structured), false) =
