@@ -57,7 +57,8 @@ impl Gate {
         principal: &str,
         tool: Option<&Arc<Semaphore>>,
     ) -> Result<Permit, RpcError> {
-        let mut slots = Vec::with_capacity(3);
+        // No allocation unless a cap applies: the uncapped hot path stays free.
+        let mut slots = Vec::new();
         if let Some(cap) = self.limits.per_principal {
             let sem = self.principal_semaphore(principal, cap);
             let slot = sem.try_acquire_owned().map_err(|_| {
