@@ -109,6 +109,10 @@ pub struct ServeArgs {
     /// Longest a tool call may run, in seconds; then it is stopped (504, -31002).
     #[arg(long, env = "WHARF_MAX_CALL_SECS", default_value_t = 300)]
     max_call_secs: u64,
+    /// Milliseconds between two progress messages of one request (bursts are coalesced;
+    /// the last value is always sent).
+    #[arg(long, env = "WHARF_PROGRESS_INTERVAL_MS", default_value_t = 20)]
+    progress_interval_ms: u64,
     /// Seconds between sweeps of expired handles and records.
     #[arg(long, env = "WHARF_SWEEP_SECS", default_value_t = 60)]
     sweep_secs: u64,
@@ -244,6 +248,7 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         page_size: args.page_size,
         cursor_key,
         max_call_duration: Duration::from_secs(args.max_call_secs.max(1)),
+        progress_interval: Duration::from_millis(args.progress_interval_ms),
         limits: wharf::Limits {
             max_in_flight: args.max_in_flight.map(|n| n.max(1)),
             max_queue: args.max_queue,

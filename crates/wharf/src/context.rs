@@ -1,14 +1,13 @@
 //! What a handler knows about the request it serves, and how it talks back while it runs.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use wharf_protocol::jsonrpc::write_notification;
 use wharf_protocol::{
-    ClientCapabilities, Implementation, LoggingLevel, LoggingMessageParams, ProgressParams,
-    RequestId, methods,
+    ClientCapabilities, Implementation, LoggingLevel, LoggingMessageParams, RequestId, methods,
 };
 
 use crate::bus::ChangeEvent;
@@ -17,6 +16,7 @@ use crate::dispatch::Scope;
 use crate::error::RpcError;
 use crate::meta::RequestInfo;
 use crate::principal::Principal;
+use crate::progress::ProgressStream;
 use crate::server::Server;
 use crate::state::handle::{HandleKind, HandleRecord};
 use crate::state::{Handle, Store, StoreError, Transaction, TxMode, now_millis};
@@ -34,7 +34,7 @@ pub struct Context {
     principal: Principal,
     cancel: Option<CancellationToken>,
     outbox: Option<Outbox>,
-    last_progress: Mutex<Option<f64>>,
+    progress: Option<Arc<ProgressStream>>,
     tx: Arc<TxSlot>,
     /// The handle arguments the core checked before the handler runs.
     handles: Vec<HandleRecord>,
@@ -158,13 +158,21 @@ impl Context {
         server: Server,
         tx: Arc<TxSlot>,
     ) -> Self {
+        let progress = match (&info.progress_token, &scope.outbox) {
+            (Some(token), Some(outbox)) => Some(ProgressStream::new(
+                token.clone(),
+                outbox.clone(),
+                server.inner.config.progress_interval,
+            )),
+            _ => None,
+        };
         Context {
             id,
             info,
             principal: scope.principal,
             cancel: scope.cancel,
             outbox: scope.outbox,
-            last_progress: Mutex::new(None),
+            progress,
             tx,
             handles: Vec::new(),
             server,
@@ -340,28 +348,20 @@ impl Context {
         &self.server
     }
 
-    /// Reports progress, if the client asked for it with a `progressToken`. Values that do
-    /// not increase are dropped, so the client always sees progress strictly increasing.
+    /// Reports progress, if the client asked for it with a `progressToken` (otherwise this
+    /// costs nothing). Values that do not increase are dropped, so the client always sees
+    /// progress strictly increasing; bursts are coalesced to one message per
+    /// `ServerConfig::progress_interval`, the last value is never lost, and nothing is sent
+    /// after the response.
     pub async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
-        let (Some(token), Some(outbox)) = (&self.info.progress_token, &self.outbox) else {
-            return;
-        };
-        {
-            let mut last = self.last_progress.lock().unwrap_or_else(|p| p.into_inner());
-            if last.is_some_and(|l| progress <= l) || !progress.is_finite() {
-                return;
-            }
-            *last = Some(progress);
+        if let Some(stream) = &self.progress {
+            stream.report(progress, total, message).await;
         }
-        let params = ProgressParams {
-            progress_token: token.clone(),
-            progress,
-            // JSON has no infinity: a non-finite total is left out rather than sent as null.
-            total: total.filter(|t| t.is_finite()),
-            message: message.map(str::to_owned),
-            meta: None,
-        };
-        send(outbox, methods::NOTIFICATION_PROGRESS, &params).await;
+    }
+
+    /// The progress stream, for the core to flush and close before the response.
+    pub(crate) fn progress_stream(&self) -> Option<Arc<ProgressStream>> {
+        self.progress.clone()
     }
 
     /// Sends a `notifications/message` if the client asked for logs at `level` or below.

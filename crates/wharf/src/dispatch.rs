@@ -399,7 +399,10 @@ impl Server {
                 let args = params.arguments.unwrap_or_default();
                 prompt.check_args(&args)?;
                 let cx = Context::new(id.clone(), info, scope, self.clone());
-                let mut result = (prompt.get)(cx, args).await?;
+                let progress = cx.progress_stream();
+                let got = (prompt.get)(cx, args).await;
+                finish_progress(progress).await;
+                let mut result = got?;
                 result.meta.server_info = Some(inner.info.clone());
                 respond(&id, &result)
             }
@@ -425,8 +428,10 @@ impl Server {
                 let completion = match handler {
                     Some(h) => {
                         let cx = Context::new(id.clone(), info, scope, self.clone());
-                        let mut c =
-                            h(cx, params.argument, params.context.unwrap_or_default()).await?;
+                        let progress = cx.progress_stream();
+                        let got = h(cx, params.argument, params.context.unwrap_or_default()).await;
+                        finish_progress(progress).await;
+                        let mut c = got?;
                         if c.values.len() > 100 {
                             // The schema caps values at 100: say that there were more.
                             c.total.get_or_insert(c.values.len() as u64);
@@ -475,14 +480,17 @@ impl Server {
             return Err(not_found(&uri));
         };
         let cx = Context::new(id.clone(), info, scope, self.clone());
-        let contents = handler(
+        let progress = cx.progress_stream();
+        let read = handler(
             cx,
             ReadRequest {
                 uri: uri.clone(),
                 vars,
             },
         )
-        .await?;
+        .await;
+        finish_progress(progress).await;
+        let contents = read?;
         if contents.is_empty() {
             // A resource with no contents does not exist (SEP-2164): never answer empty.
             return Err(not_found(&uri));
@@ -533,6 +541,13 @@ impl Server {
                 meta: ResultMeta::server(self.inner.info.clone()),
             },
         )
+    }
+}
+
+/// Sends a request's kept progress and closes its stream before the response goes out.
+async fn finish_progress(progress: Option<std::sync::Arc<crate::progress::ProgressStream>>) {
+    if let Some(progress) = progress {
+        progress.finish().await;
     }
 }
 

@@ -29,6 +29,7 @@ pub mod limits;
 pub mod listen;
 pub mod meta;
 pub mod principal;
+mod progress;
 pub mod prompt;
 pub mod resource;
 pub mod schema;

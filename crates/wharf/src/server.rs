@@ -70,6 +70,9 @@ pub struct ServerConfig {
     pub limits: Limits,
     /// The longest a tool call may run; a tool's own limit can only be shorter.
     pub max_call_duration: Duration,
+    /// Progress messages of one request go out at most once per this interval (bursts are
+    /// coalesced; the last value is always sent).
+    pub progress_interval: Duration,
 }
 
 impl Default for ServerConfig {
@@ -82,6 +85,7 @@ impl Default for ServerConfig {
             idempotency_retention: Duration::from_secs(24 * 3600),
             limits: Limits::default(),
             max_call_duration: Duration::from_secs(300),
+            progress_interval: Duration::from_millis(20),
         }
     }
 }

@@ -90,8 +90,14 @@ impl Server {
             .map_or(self.inner.config.max_call_duration, |t| {
                 t.min(self.inner.config.max_call_duration)
             });
+        let progress = cx.progress_stream();
         let call = entry.def.handler.call(cx, Value::Object(args));
-        let result = match tokio::time::timeout(limit, call).await {
+        let outcome = tokio::time::timeout(limit, call).await;
+        // Kept progress goes out now, and nothing after: the response follows.
+        if let Some(progress) = progress {
+            progress.finish().await;
+        }
+        let result = match outcome {
             Ok(Ok(r)) => r,
             Ok(Err(ToolError::Execution(message))) => CallToolResult::error(message),
             Ok(Err(ToolError::Protocol(e))) => return Err(e),

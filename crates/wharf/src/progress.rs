@@ -1,0 +1,174 @@
+//! Progress of one request: strictly increasing, bursts coalesced to one message per
+//! interval, the last value never lost, nothing sent after the response.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+use wharf_protocol::{ProgressParams, ProgressToken, methods};
+
+use crate::context::Outbox;
+
+/// Where a request's progress goes, when its client asked for it.
+pub(crate) struct ProgressStream {
+    token: ProgressToken,
+    outbox: Outbox,
+    interval: Duration,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    last_value: Option<f64>,
+    last_sent: Option<Instant>,
+    /// The newest value not sent yet (a burst inside the interval).
+    pending: Option<ProgressParams>,
+    flusher: bool,
+    closed: bool,
+}
+
+impl ProgressStream {
+    pub(crate) fn new(token: ProgressToken, outbox: Outbox, interval: Duration) -> Arc<Self> {
+        Arc::new(ProgressStream {
+            token,
+            outbox,
+            interval,
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    /// Reports a value: dropped unless it increases; sent now if the interval since the last
+    /// message has passed, otherwise kept (replacing any kept one) and sent when it has.
+    pub(crate) async fn report(
+        self: &Arc<Self>,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<&str>,
+    ) {
+        let mut state = self.state.lock().await;
+        if state.closed || !progress.is_finite() || state.last_value.is_some_and(|l| progress <= l)
+        {
+            return;
+        }
+        state.last_value = Some(progress);
+        let params = ProgressParams {
+            progress_token: self.token.clone(),
+            progress,
+            // JSON has no infinity: a non-finite total is left out rather than sent as null.
+            total: total.filter(|t| t.is_finite()),
+            message: message.map(str::to_owned),
+            meta: None,
+        };
+        let due = state.last_sent.is_none_or(|t| t.elapsed() >= self.interval);
+        if due {
+            state.pending = None;
+            state.last_sent = Some(Instant::now());
+            self.send(&params).await;
+            return;
+        }
+        state.pending = Some(params);
+        if !state.flusher {
+            state.flusher = true;
+            let at = state
+                .last_sent
+                .map_or_else(Instant::now, |t| t + self.interval);
+            let this = Arc::clone(self);
+            tokio::spawn(async move {
+                tokio::time::sleep_until(at).await;
+                let mut state = this.state.lock().await;
+                state.flusher = false;
+                if state.closed {
+                    return;
+                }
+                if let Some(params) = state.pending.take() {
+                    state.last_sent = Some(Instant::now());
+                    this.send(&params).await;
+                }
+            });
+        }
+    }
+
+    /// Sends what is kept and stops: called by the core before it sends the response, so
+    /// nothing follows the response. (The lock is held while sending, so a flush in progress
+    /// finishes first.)
+    pub(crate) async fn finish(&self) {
+        let mut state = self.state.lock().await;
+        if let Some(params) = state.pending.take() {
+            self.send(&params).await;
+        }
+        state.closed = true;
+    }
+
+    async fn send(&self, params: &ProgressParams) {
+        let mut buf = Vec::with_capacity(128);
+        if wharf_protocol::jsonrpc::write_notification(
+            &mut buf,
+            methods::NOTIFICATION_PROGRESS,
+            params,
+        )
+        .is_ok()
+        {
+            // The receiver is gone only when the response stream closed: nothing to do.
+            let _ = self.outbox.send(buf).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::mpsc;
+
+    fn progress_values(rx: &mut mpsc::Receiver<Vec<u8>>) -> Vec<f64> {
+        let mut out = Vec::new();
+        while let Ok(m) = rx.try_recv() {
+            let v: serde_json::Value = serde_json::from_slice(&m).unwrap();
+            out.push(v["params"]["progress"].as_f64().unwrap());
+        }
+        out
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bursts_are_coalesced_and_the_last_value_is_never_lost() {
+        let (tx, mut rx) = mpsc::channel(64);
+        let p = ProgressStream::new(
+            ProgressToken::String("t".into()),
+            tx,
+            Duration::from_millis(100),
+        );
+        for i in 1..=10 {
+            p.report(f64::from(i), Some(10.0), None).await;
+        }
+        // The first went out at once; the burst after it is one kept value.
+        assert_eq!(progress_values(&mut rx), vec![1.0]);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert_eq!(
+            progress_values(&mut rx),
+            vec![10.0],
+            "sent when the interval passed"
+        );
+        p.report(10.0, None, None).await;
+        p.report(9.0, None, None).await;
+        assert!(
+            progress_values(&mut rx).is_empty(),
+            "never decreasing, never repeated"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn finishing_sends_what_is_kept_and_nothing_after() {
+        let (tx, mut rx) = mpsc::channel(64);
+        let p = ProgressStream::new(ProgressToken::Number(1), tx, Duration::from_millis(100));
+        p.report(1.0, None, None).await;
+        p.report(2.0, None, None).await;
+        p.finish().await;
+        assert_eq!(progress_values(&mut rx), vec![1.0, 2.0]);
+        p.report(3.0, None, None).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            progress_values(&mut rx).is_empty(),
+            "nothing after the response"
+        );
+    }
+}
