@@ -35,7 +35,9 @@ pub struct Context {
     cancel: Option<CancellationToken>,
     outbox: Option<Outbox>,
     progress: Option<Arc<ProgressStream>>,
-    tx: Arc<TxSlot>,
+    /// The call's transaction slot; `None` where no transaction can be opened (no store,
+    /// or a request other than a tool call).
+    tx: Option<Arc<TxSlot>>,
     /// The handle arguments the core checked before the handler runs.
     handles: Vec<HandleRecord>,
     server: Server,
@@ -148,7 +150,7 @@ pub type TxGuard = tokio::sync::OwnedMutexGuard<Box<dyn Transaction>>;
 
 impl Context {
     pub(crate) fn new(id: RequestId, info: Box<RequestInfo>, scope: Scope, server: Server) -> Self {
-        Self::with_tx(id, info, scope, server, Arc::default())
+        Self::with_tx(id, info, scope, server, None)
     }
 
     pub(crate) fn with_tx(
@@ -156,7 +158,7 @@ impl Context {
         info: Box<RequestInfo>,
         scope: Scope,
         server: Server,
-        tx: Arc<TxSlot>,
+        tx: Option<Arc<TxSlot>>,
     ) -> Self {
         let progress = match (&info.progress_token, &scope.outbox) {
             (Some(token), Some(outbox)) => Some(ProgressStream::new(
@@ -226,7 +228,12 @@ impl Context {
     /// idempotent tool, and rolls it back otherwise (an error, an `isError` result, a
     /// cancelled call): a failed call changes nothing.
     pub async fn tx(&self) -> Result<TxGuard, ToolError> {
-        let mut state = self.tx.0.lock().await;
+        let slot = self.tx.as_ref().ok_or_else(|| {
+            ToolError::internal(
+                "no transaction here: only tool calls of a server with a store have one",
+            )
+        })?;
+        let mut state = slot.0.lock().await;
         let shared = match &state.tx {
             Some(shared) => Arc::clone(shared),
             None => {

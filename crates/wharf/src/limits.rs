@@ -31,6 +31,8 @@ pub struct Permit {
 /// The shared state of the caps.
 pub(crate) struct Gate {
     limits: Limits,
+    /// Whether some tool has its own cap.
+    any_tool_cap: bool,
     global: Option<Arc<Semaphore>>,
     waiting: AtomicUsize,
     principals: Mutex<HashMap<String, Arc<Semaphore>>>,
@@ -40,13 +42,20 @@ pub(crate) struct Gate {
 const PRINCIPALS_KEPT: usize = 4096;
 
 impl Gate {
-    pub(crate) fn new(limits: Limits) -> Self {
+    pub(crate) fn new(limits: Limits, any_tool_cap: bool) -> Self {
         Gate {
             global: limits.max_in_flight.map(|n| Arc::new(Semaphore::new(n))),
             limits,
+            any_tool_cap,
             waiting: AtomicUsize::new(0),
             principals: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Whether nothing is capped at all, server-wide or per principal (tools may still cap
+    /// themselves: see `Server::enter`).
+    pub(crate) fn is_open(&self) -> bool {
+        self.global.is_none() && self.limits.per_principal.is_none() && !self.any_tool_cap
     }
 
     /// Takes the slots a request needs: its principal's (at once or refused), its tool's
@@ -103,6 +112,13 @@ impl Gate {
     }
 }
 
+#[cfg(test)]
+impl Gate {
+    fn new_for_test(limits: Limits) -> Self {
+        Gate::new(limits, false)
+    }
+}
+
 /// Leaves the queue count when the wait ends, however it ends (granted, refused, dropped).
 struct Leave<'a>(&'a AtomicUsize);
 
@@ -125,7 +141,7 @@ mod tests {
 
     #[tokio::test]
     async fn beyond_caps_and_queue_requests_are_refused_at_once() {
-        let gate = Gate::new(Limits {
+        let gate = Gate::new_for_test(Limits {
             max_in_flight: Some(1),
             max_queue: 1,
             per_principal: None,
@@ -149,7 +165,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_cancelled_waiter_leaves_the_queue() {
-        let gate = Arc::new(Gate::new(Limits {
+        let gate = Arc::new(Gate::new_for_test(Limits {
             max_in_flight: Some(1),
             max_queue: 1,
             per_principal: None,
@@ -176,7 +192,7 @@ mod tests {
 
     #[tokio::test]
     async fn each_principal_has_its_own_cap() {
-        let gate = Gate::new(Limits {
+        let gate = Gate::new_for_test(Limits {
             max_in_flight: None,
             max_queue: 0,
             per_principal: Some(1),

@@ -229,8 +229,9 @@ impl Server {
         req: &crate::dispatch::ParsedRequest,
         principal: &crate::principal::Principal,
     ) -> Result<Permit, crate::error::RpcError> {
-        if req.is_listen() {
-            // Listen streams live long by design: they are not requests in flight.
+        if req.is_listen() || self.inner.gate.is_open() {
+            // Listen streams live long by design: they are not requests in flight. With no
+            // caps at all there is nothing to take.
             return Ok(Permit::default());
         }
         let tool = match &req.body {
@@ -471,7 +472,7 @@ impl ServerBuilder {
             ),
         };
         let cursors = CursorCodec::new(self.config.cursor_key.clone(), self.config.cursor_max_age);
-        let gate = Gate::new(self.config.limits);
+        let gate = Gate::new(self.config.limits, tools.iter().any(|t| t.limit.is_some()));
         Ok(Server {
             inner: Arc::new(Inner {
                 info: ServerInfo::new(self.info),

@@ -26,7 +26,7 @@ enum Prepared {
     /// this claim (idempotent tools).
     Run {
         handles: Vec<HandleRecord>,
-        slot: Arc<TxSlot>,
+        slot: Option<Arc<TxSlot>>,
         claim: Option<Claim>,
     },
     /// Answer without running the handler.
@@ -79,7 +79,7 @@ impl Server {
             Prepared::Answer(result) => return self.respond_tool(&id, result),
             Prepared::Replay(stored) => return self.replay(&id, &stored),
         };
-        let mut cx = Context::with_tx(id.clone(), info, scope, self.clone(), Arc::clone(&slot));
+        let mut cx = Context::with_tx(id.clone(), info, scope, self.clone(), slot.clone());
         cx.set_handles(handles);
         let name = &entry.def.tool.name;
         // The call's own limit, never beyond the server's: past it the handler's future is
@@ -123,7 +123,11 @@ impl Server {
         }
         // A failed call changes nothing: its transaction is dropped, which rolls it back, and
         // no idempotency record is kept, so a retry runs again.
-        match slot.finish().await? {
+        let finished = match &slot {
+            Some(slot) => slot.finish().await?,
+            None => Finished::Commit(None),
+        };
+        match finished {
             Finished::Refused(refusal) => {
                 return self.respond_tool(&id, CallToolResult::error(refusal));
             }
@@ -185,7 +189,12 @@ impl Server {
         if !entry.def.idempotent {
             return Ok(Prepared::Run {
                 handles,
-                slot: Arc::new(TxSlot::new(holds)),
+                // No store, no transaction: nothing to allocate on the stateless path.
+                slot: self
+                    .inner
+                    .store
+                    .is_some()
+                    .then(|| Arc::new(TxSlot::new(holds))),
                 claim: None,
             });
         }
@@ -243,7 +252,7 @@ impl Server {
         Ok(match begun {
             Begin::Run(tx) => Prepared::Run {
                 handles,
-                slot: Arc::new(TxSlot::holding(tx, holds)),
+                slot: Some(Arc::new(TxSlot::holding(tx, holds))),
                 claim: Some(claim),
             },
             Begin::Replay(stored) => Prepared::Replay(stored),
