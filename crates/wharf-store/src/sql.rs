@@ -90,18 +90,28 @@ async fn sqlite_lookup(
         .fetch_one(&mut **tx)
         .await
         .map_err(db_error)?;
+    handle_and_record(&row, 0, now)
+}
+
+/// A handle (the columns of [`LOAD_HANDLE_SQL`] from `at`, all null when there is none)
+/// followed by an idempotency record's digest, state, result and expiry; a record past its
+/// retention counts as absent.
+fn handle_and_record(
+    row: &AnyRow,
+    at: usize,
+    now: Millis,
+) -> Result<(Option<HandleRecord>, Option<Seen>), StoreError> {
     let get = |e: sqlx::Error| StoreError::Corrupt(format!("lookup row: {e}"));
-    let record = match row.try_get::<Option<String>, _>(0).map_err(get)? {
-        Some(_) => Some(handle_from_row_at(&row, 0)?),
+    let record = match row.try_get::<Option<String>, _>(at).map_err(get)? {
+        Some(_) => Some(handle_from_row_at(row, at)?),
         None => None,
     };
-    let expires_at: Option<i64> = row.try_get(11).map_err(get)?;
-    let seen = match row.try_get::<Option<String>, _>(8).map_err(get)? {
-        // A record past its retention counts as absent.
+    let expires_at: Option<i64> = row.try_get(at + 11).map_err(get)?;
+    let seen = match row.try_get::<Option<String>, _>(at + 8).map_err(get)? {
         Some(digest) if expires_at.is_some_and(|e| e > now) => Some(Seen {
             digest,
-            state: row.try_get(9).map_err(get)?,
-            result: row.try_get(10).map_err(get)?,
+            state: row.try_get(at + 9).map_err(get)?,
+            result: row.try_get(at + 10).map_err(get)?,
         }),
         _ => None,
     };
@@ -308,22 +318,10 @@ impl SqlStore {
             .map_err(db_error)?;
         let get = |e: sqlx::Error| StoreError::Corrupt(format!("claim row: {e}"));
         let claimed: i64 = row.try_get(0).map_err(get)?;
-        let record = match row.try_get::<Option<String>, _>(1).map_err(get)? {
-            Some(_) => Some(handle_from_row_at(&row, 1)?),
-            None => None,
-        };
+        let (record, seen) = handle_and_record(&row, 1, now)?;
         if record.as_ref().is_none_or(|r| r.owner != owner) {
             return Ok((record, None));
         }
-        let seen_expires: Option<i64> = row.try_get(12).map_err(get)?;
-        let seen = match row.try_get::<Option<String>, _>(9).map_err(get)? {
-            Some(digest) if seen_expires.is_some_and(|e| e > now) => Some(Seen {
-                digest,
-                state: row.try_get(10).map_err(get)?,
-                result: row.try_get(11).map_err(get)?,
-            }),
-            _ => None,
-        };
         Ok((
             record,
             Some(settle(tx, claim, claimed == 1, seen, self.dialect).await?),
