@@ -16,6 +16,8 @@
 //! timing. Durability across a Redis crash is Redis's: run it with `appendonly yes` and
 //! `appendfsync always` if an acknowledged write must survive one.
 
+mod lock;
+
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -24,7 +26,8 @@ use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script};
 use serde_json::{Value, json};
 use wharf::state::{
-    Begin, Claim, HandleRecord, Millis, Store, StoreError, Transaction, TxMode, now_millis,
+    Begin, Claim, Fence, HandleRecord, KeyLock, Millis, Store, StoreError, Transaction, TxMode,
+    now_millis,
 };
 
 use crate::StoreOptions;
@@ -73,6 +76,7 @@ pub struct RedisStore {
     claim: Script,
     commit: Script,
     touch: Script,
+    lines: lock::Lines,
 }
 
 /// Claims a record: `run` (new, or taken over after its lease ran out), `replay` with the
@@ -108,8 +112,10 @@ redis.call('ZADD', KEYS[2], at + grace, id)
 return 1
 "#;
 
-/// Applies a transaction's buffered writes; with a claim, only while the claim is held, and
-/// only while every handle it holds still exists (returns 0 or -2 otherwise, applying nothing).
+/// Applies a transaction's buffered writes; with a claim, only while the claim is held, only
+/// while every handle it holds still exists, and only while its fence (if it was written
+/// under a mutation lock) is the live holder (returns 0, -2 or -4 otherwise, applying
+/// nothing).
 const COMMIT_LUA: &str = r#"
 local claim, token, result = ARGV[1], ARGV[2], ARGV[3]
 local ops = cjson.decode(ARGV[4])
@@ -119,6 +125,14 @@ if claim ~= '' then
   end
 end
 for _, op in ipairs(ops) do
+  if op[1] == 'fence' then
+    local head = redis.call('ZRANGE', op[2], 0, 0)[1]
+    local deadline = tonumber(redis.call('HGET', op[3], op[4]) or '0')
+    local t = redis.call('TIME')
+    if head ~= op[4] or deadline < tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
+      return -4
+    end
+  end
   if op[1] == 'require' and redis.call('EXISTS', op[2]) == 0 then return -2 end
   if op[1] == 'hsetnx' then
     local have = redis.call('HGET', op[2], op[3])
@@ -175,6 +189,7 @@ impl RedisStore {
             claim: Script::new(CLAIM_LUA),
             commit: Script::new(COMMIT_LUA),
             touch: Script::new(TOUCH_LUA),
+            lines: lock::Lines::new(options.lock_wait),
         };
         store.ping().await?;
         Ok(store)
@@ -316,6 +331,10 @@ impl Store for RedisStore {
         }
     }
 
+    async fn lock_key(&self, key: &str) -> Result<Option<Box<dyn KeyLock>>, StoreError> {
+        self.lines.lock(&self.conn, key).await.map(Some)
+    }
+
     async fn sweep(&self, now: Millis, batch: u32) -> Result<u64, StoreError> {
         let mut conn = self.conn.clone();
         let ids: Vec<String> = conn
@@ -445,6 +464,12 @@ impl Transaction for RedisTx {
                 .push(json!(["touch", key, id, now, EXPIRED_HANDLE_GRACE_MS]));
         }
         Ok(true)
+    }
+
+    fn fence(&mut self, fence: &Fence) {
+        let [line, alive, _] = lock::line_keys(&fence.key);
+        self.ops
+            .push(json!(["fence", line, alive, fence.token.to_string()]));
     }
 
     async fn get_doc(&mut self, collection: &str, key: &str) -> Result<Option<Value>, StoreError> {
@@ -621,6 +646,7 @@ impl Transaction for RedisTx {
             }
             -2 => Err(StoreError::HandleGone),
             -3 => Err(StoreError::Conflict),
+            -4 => Err(StoreError::LeaseLost),
             _ => Err(StoreError::ClaimLost),
         }
     }

@@ -9,13 +9,17 @@
 //! `busy_timeout`). When the first attempt commits, the duplicate finds the result; when it
 //! dies (a crash drops the connection, the database rolls back), the duplicate runs instead.
 
+mod pg_lock;
+
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{Any, AnyPool, Executor, Row, Transaction as SqlxTx};
-use wharf::state::{Begin, Claim, HandleRecord, Millis, Store, StoreError, Transaction, TxMode};
+use wharf::state::{
+    Begin, Claim, HandleRecord, KeyLock, Millis, Store, StoreError, Transaction, TxMode,
+};
 
 /// How long after expiry a handle stays readable, so its owner is told it expired rather
 /// than that it is unknown.
@@ -229,6 +233,8 @@ pub enum Dialect {
 pub struct SqlStore {
     pool: AnyPool,
     dialect: Dialect,
+    /// PostgreSQL's mutation locks; SQLite lives on one host, where the core's line is enough.
+    locks: Option<pg_lock::PgLocks>,
 }
 
 impl SqlStore {
@@ -279,7 +285,15 @@ impl SqlStore {
             .run(&pool)
             .await
             .map_err(|e| StoreError::Backend(format!("migrations failed: {e}")))?;
-        Ok(SqlStore { pool, dialect })
+        let locks = match dialect {
+            Dialect::Postgres => Some(pg_lock::PgLocks::new(url, max_connections)?),
+            Dialect::Sqlite => None,
+        };
+        Ok(SqlStore {
+            pool,
+            dialect,
+            locks,
+        })
     }
 
     /// PostgreSQL's claim on a handle: BEGIN with a shared advisory lock on the handle (see
@@ -506,6 +520,13 @@ impl Store for SqlStore {
             return Ok((record, None));
         }
         Ok((record, Some(settle_sqlite(tx, claim, seen).await?)))
+    }
+
+    async fn lock_key(&self, key: &str) -> Result<Option<Box<dyn KeyLock>>, StoreError> {
+        match &self.locks {
+            Some(locks) => locks.lock(key).await.map(Some),
+            None => Ok(None),
+        }
     }
 
     async fn sweep(&self, now: Millis, batch: u32) -> Result<u64, StoreError> {

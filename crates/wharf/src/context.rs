@@ -19,7 +19,7 @@ use crate::principal::Principal;
 use crate::progress::ProgressStream;
 use crate::server::Server;
 use crate::state::handle::{HandleKind, HandleRecord};
-use crate::state::{Handle, Store, StoreError, Transaction, TxMode, now_millis};
+use crate::state::{Fence, Handle, Store, StoreError, Transaction, TxMode, now_millis};
 use crate::tool::ToolError;
 
 /// Serialized JSON-RPC messages for the response stream of one request, in order.
@@ -56,6 +56,8 @@ struct SlotState {
     holds: Vec<Hold>,
     /// Set when a held handle turned out to be gone: the call must not commit.
     refused: Option<String>,
+    /// The call's mutation lock, for the transaction to check at commit.
+    fence: Option<Fence>,
 }
 
 /// A handle a call's transaction must hold before anything is written under it.
@@ -81,24 +83,33 @@ pub(crate) enum Finished {
 
 impl TxSlot {
     /// A slot for a call whose handles need `holds` when it writes.
-    pub(crate) fn new(holds: Vec<Hold>) -> Self {
+    pub(crate) fn new(holds: Vec<Hold>, fence: Option<Fence>) -> Self {
         TxSlot(tokio::sync::Mutex::new(SlotState {
             holds,
+            fence,
             ..SlotState::default()
         }))
     }
 
     /// A slot already holding `tx` (an idempotent call's claim).
-    pub(crate) fn holding(tx: Box<dyn Transaction>, holds: Vec<Hold>) -> Self {
+    pub(crate) fn holding(
+        tx: Box<dyn Transaction>,
+        holds: Vec<Hold>,
+        fence: Option<Fence>,
+    ) -> Self {
         TxSlot(tokio::sync::Mutex::new(SlotState {
             tx: Some(Arc::new(tokio::sync::Mutex::new(tx))),
             holds,
             refused: None,
+            fence,
         }))
     }
 
     /// Takes the pending holds in `tx`; the refusal if a handle is gone.
     async fn hold(state: &mut SlotState, tx: &mut dyn Transaction) -> Result<(), ToolError> {
+        if let Some(fence) = state.fence.take() {
+            tx.fence(&fence);
+        }
         if let Some(refusal) = &state.refused {
             return Err(ToolError::Execution(refusal.clone()));
         }

@@ -177,6 +177,10 @@ impl From<crate::state::StoreError> for RpcError {
                 ErrorKind::RetryLater,
                 "Busy: another attempt of this write took over; retry the same call to get its result",
             ),
+            crate::state::StoreError::LeaseLost => RpcError::new(
+                ErrorKind::RetryLater,
+                "Busy: this call held its key longer than its lease and nothing was applied; retry",
+            ),
             other => RpcError::internal(other),
         }
     }

@@ -113,6 +113,10 @@ pub enum BuildError {
         "tool {tool:?} takes handles or is idempotent, which needs a store: call ServerBuilder::store"
     )]
     NeedsStore { tool: String },
+    #[error(
+        "tool {tool:?} mutates the value of {argument:?}, which must be a required string property of its inputSchema"
+    )]
+    MutatesArgument { tool: String, argument: String },
     #[error("page size must be at least 1")]
     PageSize,
 }
@@ -152,6 +156,7 @@ pub(crate) struct Inner {
     pub(crate) bus: Arc<dyn NotificationBus>,
     pub(crate) store: Option<Arc<dyn Store>>,
     pub(crate) gate: Gate,
+    pub(crate) lines: crate::serialize::Lines,
     pub(crate) shutdown: CancellationToken,
 }
 
@@ -374,6 +379,14 @@ impl ServerBuilder {
             if (def.idempotent || !handles.is_empty()) && self.store.is_none() {
                 return Err(BuildError::NeedsStore { tool: name });
             }
+            if let Some(argument) = &def.mutates {
+                if !required_string(&def.tool.input_schema, argument) {
+                    return Err(BuildError::MutatesArgument {
+                        tool: name,
+                        argument: argument.clone(),
+                    });
+                }
+            }
             if tool_index.insert(name.clone(), tools.len()).is_some() {
                 return Err(BuildError::Duplicate { kind: "tool", name });
             }
@@ -493,6 +506,7 @@ impl ServerBuilder {
                     .unwrap_or_else(|| Arc::new(InProcessBus::default())),
                 store: self.store,
                 gate,
+                lines: crate::serialize::Lines::default(),
                 shutdown: CancellationToken::new(),
             }),
         })
@@ -531,4 +545,18 @@ fn handle_params(input: &JsonObject) -> Vec<HandleParam> {
             })
         })
         .collect()
+}
+
+/// Whether `name` is a required property of `input` whose schema says it is a string.
+fn required_string(input: &JsonObject, name: &str) -> bool {
+    let required = input
+        .get("required")
+        .and_then(|r| r.as_array())
+        .is_some_and(|r| r.iter().any(|v| v == name));
+    let string = input
+        .get("properties")
+        .and_then(|p| p.get(name))
+        .and_then(|p| p.get("type"))
+        .is_some_and(|t| t == "string");
+    required && string
 }

@@ -4,6 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use futures_util::{Stream, StreamExt};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -118,6 +119,41 @@ impl<T: Serialize + JsonSchema + Send + 'static> IntoToolResult for Structured<T
 #[serde(deny_unknown_fields)]
 pub struct NoArgs {}
 
+/// One event of a streaming handler (see [`ToolBuilder::stream_handler`]): progress on the
+/// way, then the result.
+#[derive(Debug, Clone)]
+pub enum Step<R> {
+    /// Progress, sent as `notifications/progress` when the client asked for it (kept
+    /// strictly increasing and coalesced, as [`Context::progress`] does).
+    Progress {
+        progress: f64,
+        total: Option<f64>,
+        message: Option<String>,
+    },
+    /// The result; the stream is not polled after it.
+    Done(R),
+}
+
+impl<R> Step<R> {
+    /// Progress `progress` out of `total`.
+    pub fn progress(progress: f64, total: Option<f64>) -> Self {
+        Step::Progress {
+            progress,
+            total,
+            message: None,
+        }
+    }
+
+    /// Progress with a message for the user.
+    pub fn progress_with(progress: f64, total: Option<f64>, message: impl Into<String>) -> Self {
+        Step::Progress {
+            progress,
+            total,
+            message: Some(message.into()),
+        }
+    }
+}
+
 pub(crate) trait ErasedToolHandler: Send + Sync + 'static {
     /// `args` is always a JSON object that passed the input schema.
     fn call(
@@ -144,17 +180,64 @@ where
         cx: Context,
         args: serde_json::Value,
     ) -> BoxFuture<Result<CallToolResult, ToolError>> {
-        // The arguments already passed the input schema; what is left is a shape serde rejects.
-        let args = match serde_json::from_value::<A>(args) {
+        let args = match typed_args::<A>(args) {
             Ok(a) => a,
-            Err(e) => {
-                return Box::pin(async move {
-                    Err(RpcError::invalid_params(format!("Invalid arguments: {e}")).into())
-                });
-            }
+            Err(e) => return Box::pin(async move { Err(e) }),
         };
         let fut = (self.f)(cx, args);
         Box::pin(async move { fut.await.into_tool_result() })
+    }
+}
+
+/// The arguments already passed the input schema; what is left is a shape serde rejects.
+fn typed_args<A: DeserializeOwned>(args: serde_json::Value) -> Result<A, ToolError> {
+    serde_json::from_value::<A>(args)
+        .map_err(|e| RpcError::invalid_params(format!("Invalid arguments: {e}")).into())
+}
+
+struct Streaming<F, A> {
+    f: F,
+    _args: std::marker::PhantomData<fn(A)>,
+}
+
+impl<F, A, S, R> ErasedToolHandler for Streaming<F, A>
+where
+    F: Fn(Context, A) -> S + Send + Sync + 'static,
+    A: DeserializeOwned + Send + 'static,
+    S: Stream<Item = Step<R>> + Send + 'static,
+    R: IntoToolResult,
+{
+    fn call(
+        &self,
+        cx: Context,
+        args: serde_json::Value,
+    ) -> BoxFuture<Result<CallToolResult, ToolError>> {
+        let args = match typed_args::<A>(args) {
+            Ok(a) => a,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        let progress = cx.progress_stream();
+        let steps = (self.f)(cx, args);
+        Box::pin(async move {
+            let mut steps = std::pin::pin!(steps);
+            while let Some(step) = steps.next().await {
+                match step {
+                    Step::Progress {
+                        progress: value,
+                        total,
+                        message,
+                    } => {
+                        if let Some(stream) = &progress {
+                            stream.report(value, total, message.as_deref()).await;
+                        }
+                    }
+                    Step::Done(result) => return result.into_tool_result(),
+                }
+            }
+            Err(ToolError::internal(
+                "the tool's step stream ended without a result",
+            ))
+        })
     }
 }
 
@@ -188,6 +271,7 @@ pub struct ToolBuilder {
     idempotent: bool,
     max_concurrency: Option<usize>,
     timeout: Option<std::time::Duration>,
+    mutates: Option<String>,
 }
 
 /// Starts describing a tool named `name`.
@@ -207,6 +291,7 @@ pub fn tool(name: impl Into<String>) -> ToolBuilder {
         idempotent: false,
         max_concurrency: None,
         timeout: None,
+        mutates: None,
     }
 }
 
@@ -265,6 +350,17 @@ impl ToolBuilder {
         self
     }
 
+    /// Declares that the tool mutates what its required string argument `argument` names
+    /// (typically a handle): calls with the same value, by the same principal, run one at a
+    /// time in arrival order, across every replica on a shared store (PostgreSQL advisory
+    /// locks; on Redis a lease with a fencing token). Calls that wait count against the
+    /// tool's timeout, and a call cancelled while it waits leaves the line without running.
+    /// Reads are not held up (declare only writers), and different values run in parallel.
+    pub fn mutates(mut self, argument: impl Into<String>) -> Self {
+        self.mutates = Some(argument.into());
+        self
+    }
+
     fn finish(mut self, handler: Arc<dyn ErasedToolHandler>) -> ToolDef {
         if self.idempotent {
             add_key_argument(&mut self.tool.input_schema);
@@ -275,6 +371,7 @@ impl ToolBuilder {
             idempotent: self.idempotent,
             max_concurrency: self.max_concurrency,
             timeout: self.timeout,
+            mutates: self.mutates,
             handler,
         }
     }
@@ -291,6 +388,24 @@ impl ToolBuilder {
         self.tool.input_schema = schema::schema_for::<A>();
         self.tool.output_schema = R::output_schema();
         self.finish(Arc::new(Typed {
+            f,
+            _args: std::marker::PhantomData,
+        }))
+    }
+
+    /// Completes the tool with a streaming handler: a stream of [`Step`]s, progress events
+    /// ending with the result (the shape of a generator). Progress goes out only when the
+    /// client asked for it; dropping the stream cancels the call's work.
+    pub fn stream_handler<A, F, S, R>(mut self, f: F) -> ToolDef
+    where
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+        F: Fn(Context, A) -> S + Send + Sync + 'static,
+        S: Stream<Item = Step<R>> + Send + 'static,
+        R: IntoToolResult,
+    {
+        self.tool.input_schema = schema::schema_for::<A>();
+        self.tool.output_schema = R::output_schema();
+        self.finish(Arc::new(Streaming {
             f,
             _args: std::marker::PhantomData,
         }))
@@ -317,6 +432,7 @@ pub struct ToolDef {
     pub(crate) idempotent: bool,
     pub(crate) max_concurrency: Option<usize>,
     pub(crate) timeout: Option<std::time::Duration>,
+    pub(crate) mutates: Option<String>,
     pub(crate) handler: Arc<dyn ErasedToolHandler>,
 }
 

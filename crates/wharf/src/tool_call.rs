@@ -14,10 +14,11 @@ use crate::error::{ErrorKind, RpcError};
 use crate::meta::{RequestInfo, capabilities_cover};
 use crate::principal::Principal;
 use crate::schema::first_violation;
+use crate::serialize::Turn;
 use crate::server::{HandleParam, Server, ToolEntry};
 use crate::state::handle::{Expiry, HandleRecord, human};
 use crate::state::idempotency::{KEY_ARGUMENT, REPLAY_META};
-use crate::state::{Begin, Claim, Digest, Millis, Store, now_millis};
+use crate::state::{Begin, Claim, Digest, Fence, Millis, Store, now_millis};
 use crate::tool::ToolError;
 
 /// Where a call stands before its handler runs.
@@ -69,7 +70,48 @@ impl Server {
         let Value::Object(mut args) = args else {
             return Err(RpcError::internal("tool arguments are not an object"));
         };
-        let prepared = self.prepare(entry, &mut args, &scope.principal).await?;
+        let name = &entry.def.tool.name;
+        // The call's own limit, never beyond the server's, covers its wait for its turn and
+        // its run: past it the handler's future is dropped (it stops at its next await) and
+        // its transaction rolls back.
+        let limit = entry
+            .def
+            .timeout
+            .map_or(self.inner.config.max_call_duration, |t| {
+                t.min(self.inner.config.max_call_duration)
+            });
+        let deadline = tokio::time::Instant::now() + limit;
+        let turn = match &entry.def.mutates {
+            Some(argument) => {
+                let value = args
+                    .get(argument)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let key = mutation_key(&scope.principal, value);
+                let wait = self.inner.lines.wait_turn(key, self.inner.store.as_ref());
+                match tokio::time::timeout_at(deadline, wait).await {
+                    Ok(turn) => Some(turn?),
+                    Err(_) => {
+                        return Err(RpcError::new(
+                            ErrorKind::TimedOut,
+                            format!(
+                                "Timed out: tool {name} waited its whole limit of {} for earlier calls on the same {argument} to finish; it did not run",
+                                human(limit)
+                            ),
+                        ));
+                    }
+                }
+            }
+            None => None,
+        };
+        let prepared = self
+            .prepare(
+                entry,
+                &mut args,
+                &scope.principal,
+                turn.as_ref().and_then(Turn::fence),
+            )
+            .await?;
         let (handles, slot, claim) = match prepared {
             Prepared::Run {
                 handles,
@@ -81,18 +123,9 @@ impl Server {
         };
         let mut cx = Context::with_tx(id.clone(), info, scope, self.clone(), slot.clone());
         cx.set_handles(handles);
-        let name = &entry.def.tool.name;
-        // The call's own limit, never beyond the server's: past it the handler's future is
-        // dropped (it stops at its next await) and its transaction rolls back.
-        let limit = entry
-            .def
-            .timeout
-            .map_or(self.inner.config.max_call_duration, |t| {
-                t.min(self.inner.config.max_call_duration)
-            });
         let progress = cx.progress_stream();
         let call = entry.def.handler.call(cx, Value::Object(args));
-        let outcome = tokio::time::timeout(limit, call).await;
+        let outcome = tokio::time::timeout_at(deadline, call).await;
         // Kept progress goes out now, and nothing after: the response follows.
         if let Some(progress) = progress {
             progress.finish().await;
@@ -147,6 +180,10 @@ impl Server {
             }
             Finished::Commit(_) => {}
         }
+        // Only now, with the writes committed, may the next call on the key run.
+        if let Some(turn) = turn {
+            turn.end().await;
+        }
         self.respond_tool(&id, result)
     }
 
@@ -158,6 +195,7 @@ impl Server {
         entry: &ToolEntry,
         args: &mut Map<String, Value>,
         principal: &Principal,
+        fence: Option<Fence>,
     ) -> Result<Prepared, RpcError> {
         let name = &entry.def.tool.name;
         let now = now_millis();
@@ -194,7 +232,7 @@ impl Server {
                     .inner
                     .store
                     .is_some()
-                    .then(|| Arc::new(TxSlot::new(holds))),
+                    .then(|| Arc::new(TxSlot::new(holds, fence))),
                 claim: None,
             });
         }
@@ -252,7 +290,7 @@ impl Server {
         Ok(match begun {
             Begin::Run(tx) => Prepared::Run {
                 handles,
-                slot: Some(Arc::new(TxSlot::holding(tx, holds))),
+                slot: Some(Arc::new(TxSlot::holding(tx, holds, fence))),
                 claim: Some(claim),
             },
             Begin::Replay(stored) => Prepared::Replay(stored),
@@ -298,6 +336,13 @@ impl Server {
         }
         Ok(self.require_store()?.load_handle(id).await?)
     }
+}
+
+/// The serializer's key for `value`, scoped to the caller: only the owner of what a value
+/// names can mutate it, and nobody can hold up another principal's calls.
+fn mutation_key(principal: &Principal, value: &str) -> String {
+    let id = principal.id();
+    format!("{}:{id}:{value}", id.len())
 }
 
 /// What anyone but a live handle's owner hears: the same words whatever the reason.

@@ -10,6 +10,7 @@
 
 pub mod handle;
 pub mod idempotency;
+pub mod lock;
 
 use std::any::Any;
 
@@ -18,6 +19,7 @@ use serde_json::Value;
 
 pub use handle::{Handle, HandleKind, HandleRecord};
 pub use idempotency::{Claim, Digest};
+pub use lock::{Fence, KeyLock};
 
 /// Milliseconds since the Unix epoch; every timestamp in a store.
 pub type Millis = i64;
@@ -55,6 +57,11 @@ pub enum StoreError {
     /// commit); nothing it wrote was applied.
     #[error("the handle was retired while the call ran; nothing was applied")]
     HandleGone,
+    /// The call's mutation lock was a lease and ran out before it committed (its holder
+    /// stalled longer than the lease); another call may hold the key now, so nothing it
+    /// wrote was applied.
+    #[error("the call's lock on its key ran out before it committed; nothing was applied")]
+    LeaseLost,
 }
 
 /// How a transaction will be used; SQLite takes its write lock up front for writes, so a
@@ -125,6 +132,16 @@ pub trait Store: Send + Sync + 'static {
         Ok((record, Some(begun)))
     }
 
+    /// Takes the lock on mutation key `key` shared by every process on this store, first
+    /// come first served, waiting as long as it takes (the caller bounds the wait). Dropping
+    /// the future while it waits leaves the line without ever holding the lock. `Ok(None)`
+    /// when the backend is not shared between hosts (SQLite): the core's in-process line is
+    /// the lock there.
+    async fn lock_key(&self, key: &str) -> Result<Option<Box<dyn KeyLock>>, StoreError> {
+        let _ = key;
+        Ok(None)
+    }
+
     /// Removes at most `batch` expired handles (with the app data filed under them) and
     /// expired idempotency records; returns how many records went.
     async fn sweep(&self, now: Millis, batch: u32) -> Result<u64, StoreError>;
@@ -149,6 +166,12 @@ pub trait Transaction: Send {
     /// it was checked): the call must not write under it.
     async fn hold_handle(&mut self, id: &str, touch_at: Option<Millis>)
     -> Result<bool, StoreError>;
+
+    /// Makes the commit apply nothing unless `fence` still holds its key (see [`Fence`]);
+    /// stores whose locks cannot run out ignore it.
+    fn fence(&mut self, fence: &Fence) {
+        let _ = fence;
+    }
 
     /// Reads a document.
     async fn get_doc(&mut self, collection: &str, key: &str) -> Result<Option<Value>, StoreError>;

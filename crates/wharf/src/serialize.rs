@@ -1,0 +1,161 @@
+//! The mutation serializer: calls of tools declared with
+//! [`ToolBuilder::mutates`](crate::tool::ToolBuilder::mutates) run one at a time per key,
+//! first come first served. Inside a process a FIFO line per key; behind it, the store's
+//! own lock when the store is shared between replicas.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::OwnedMutexGuard;
+
+use crate::state::{Fence, KeyLock, Store, StoreError};
+
+/// Lines kept before idle ones are forgotten on the next insert.
+const LINES_KEPT: usize = 1024;
+
+/// One FIFO line per key (tokio's mutex queues its waiters in order).
+#[derive(Default)]
+pub(crate) struct Lines {
+    map: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// A call's turn on its key: the process's line and, on a shared store, the store's lock.
+/// Dropping it hands the key to the next waiter.
+pub(crate) struct Turn<'a> {
+    lock: Option<Box<dyn KeyLock>>,
+    _line: InLine<'a>,
+}
+
+impl Turn<'_> {
+    /// What the call's transaction must check at commit, where the lock is a lease.
+    pub(crate) fn fence(&self) -> Option<Fence> {
+        self.lock.as_ref().and_then(|l| l.fence())
+    }
+
+    /// Ends the turn once the call's writes are committed.
+    pub(crate) async fn end(mut self) {
+        if let Some(lock) = self.lock.take() {
+            lock.release().await;
+        }
+    }
+}
+
+/// A place in a process line; leaving it (however the wait ends) forgets the line when
+/// nobody else is in it.
+struct InLine<'a> {
+    lines: &'a Lines,
+    key: String,
+    guard: Option<OwnedMutexGuard<()>>,
+}
+
+impl Drop for InLine<'_> {
+    fn drop(&mut self) {
+        self.guard = None;
+        let mut map = self.lines.map.lock().unwrap_or_else(|p| p.into_inner());
+        if map
+            .get(&self.key)
+            .is_some_and(|m| Arc::strong_count(m) == 1)
+        {
+            map.remove(&self.key);
+        }
+    }
+}
+
+impl Lines {
+    /// Waits for the turn on `key`: first in this process's line, then for the store's lock.
+    /// Dropping the future leaves both lines without ever holding the key.
+    pub(crate) async fn wait_turn<'a>(
+        &'a self,
+        key: String,
+        store: Option<&Arc<dyn Store>>,
+    ) -> Result<Turn<'a>, StoreError> {
+        let line = {
+            let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+            if map.len() >= LINES_KEPT && !map.contains_key(&key) {
+                map.retain(|_, m| Arc::strong_count(m) > 1);
+            }
+            Arc::clone(map.entry(key.clone()).or_default())
+        };
+        let mut place = InLine {
+            lines: self,
+            key,
+            guard: None,
+        };
+        place.guard = Some(line.lock_owned().await);
+        let lock = match store {
+            Some(store) => store.lock_key(&place.key).await?,
+            None => None,
+        };
+        Ok(Turn { lock, _line: place })
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.map.lock().map(|m| m.len()).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn one_call_per_key_in_arrival_order_and_other_keys_in_parallel() {
+        let lines = Arc::new(Lines::default());
+        let first = lines.wait_turn("a".into(), None).await.unwrap();
+        // Another key is not held up.
+        let other = lines.wait_turn("b".into(), None).await.unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for i in 0..5 {
+            let (lines, order) = (Arc::clone(&lines), Arc::clone(&order));
+            waiters.push(tokio::spawn(async move {
+                let turn = lines.wait_turn("a".into(), None).await.unwrap();
+                order.lock().unwrap().push(i);
+                tokio::task::yield_now().await;
+                turn.end().await;
+            }));
+            // Each waiter queues before the next one arrives.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(
+            order.lock().unwrap().is_empty(),
+            "nobody runs while a holds"
+        );
+        first.end().await;
+        for w in waiters {
+            w.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+        other.end().await;
+        assert_eq!(lines.len(), 0, "idle lines are forgotten");
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_waiter_never_takes_the_key() {
+        let lines = Arc::new(Lines::default());
+        let first = lines.wait_turn("k".into(), None).await.unwrap();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let cancelled = {
+            let (lines, ran) = (Arc::clone(&lines), Arc::clone(&ran));
+            tokio::spawn(async move {
+                let _turn = lines.wait_turn("k".into(), None).await.unwrap();
+                ran.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        cancelled.abort();
+        assert!(cancelled.await.unwrap_err().is_cancelled());
+        first.end().await;
+        // The key is free at once for the next caller, and the cancelled one never ran.
+        let next = tokio::time::timeout(Duration::from_secs(1), lines.wait_turn("k".into(), None))
+            .await
+            .expect("the key is free")
+            .unwrap();
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
+        next.end().await;
+        assert_eq!(lines.len(), 0);
+    }
+}
