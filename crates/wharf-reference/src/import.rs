@@ -188,7 +188,7 @@ fn datasets(cx: &Context) -> String {
     format!("datasets:{}", cx.principal().id())
 }
 
-fn dataset_rows(cx: &Context, dataset: &str) -> String {
+pub(crate) fn dataset_rows(cx: &Context, dataset: &str) -> String {
     format!("rows:{}:{dataset}", cx.principal().id())
 }
 
@@ -200,7 +200,7 @@ fn valid_name(name: &str, extra: &[u8]) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || extra.contains(&b))
 }
 
-fn check_dataset_name(name: &str) -> Result<(), ToolError> {
+pub(crate) fn check_dataset_name(name: &str) -> Result<(), ToolError> {
     if valid_name(name, b"-") {
         Ok(())
     } else {
@@ -265,6 +265,24 @@ fn check_row(index: usize, row: &Map<String, Value>, columns: &[Column]) -> Resu
         }
     }
     Ok(())
+}
+
+/// The columns of an existing dataset; a dataset that does not exist is the caller's error.
+pub(crate) async fn dataset_definition(
+    tx: &mut dyn wharf::Transaction,
+    cx: &Context,
+    dataset: &str,
+) -> Result<Vec<Column>, ToolError> {
+    match tx
+        .get_doc(&datasets(cx), dataset)
+        .await
+        .map_err(store_error)?
+    {
+        Some(def) => columns_of(&def),
+        None => Err(ToolError::execution(format!(
+            "Dataset {dataset:?} does not exist."
+        ))),
+    }
 }
 
 fn columns_of(doc: &Value) -> Result<Vec<Column>, ToolError> {
@@ -373,6 +391,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         )
         .tool(
             tool("import_append_rows")
+                .mutates("import")
                 .description(format!(
                     "Append rows to an import (at most {MAX_ROWS_PER_APPEND} per call). Rows are checked against the dataset's columns; nothing is appended if one is wrong. Retry with the same idempotency_key after an error or a lost answer: the rows are appended once."
                 ))
@@ -433,6 +452,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         )
         .tool(
             tool("import_commit")
+                .mutates("import")
                 .description("Move an import's staged rows into its dataset, all at once, and close the import.")
                 .handler(|cx: Context, args: ImportArgs| async move {
                     let (dataset, columns) = import_meta(&cx, &args.import)?;
@@ -476,6 +496,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         )
         .tool(
             tool("import_abort")
+                .mutates("import")
                 .description("Discard an import and its staged rows.")
                 .annotations(ToolAnnotations {
                     destructive_hint: Some(true),
@@ -555,17 +576,7 @@ async fn query(cx: &Context, args: QueryArgs) -> Result<Structured<QueryResult>,
     let limit = args.limit.unwrap_or(100).clamp(1, MAX_QUERY_LIMIT);
     let store = cx.store()?;
     let mut tx = store.begin(TxMode::Read).await.map_err(store_error)?;
-    let Some(def) = tx
-        .get_doc(&datasets(cx), &args.dataset)
-        .await
-        .map_err(store_error)?
-    else {
-        return Err(ToolError::execution(format!(
-            "Dataset {:?} does not exist.",
-            args.dataset
-        )));
-    };
-    let columns = columns_of(&def)?;
+    let columns = dataset_definition(tx.as_mut(), cx, &args.dataset).await?;
     for f in &args.filters {
         if !columns.iter().any(|c| c.name == f.column) {
             return Err(ToolError::execution(format!(

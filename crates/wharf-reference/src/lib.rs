@@ -5,6 +5,7 @@
 pub mod conformance;
 pub mod demo;
 pub mod import;
+pub mod report;
 
 use wharf::ServerBuilder;
 use wharf_protocol::Implementation;
@@ -19,7 +20,7 @@ pub fn implementation() -> Implementation {
 /// Which set of tools a reference server exposes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Profile {
-    /// The import service.
+    /// The import service and reports on its datasets.
     Default,
     /// Small stateless tools: echo, a slow counter, structured output, a resource, a prompt.
     Demo,
@@ -31,7 +32,7 @@ impl Profile {
     /// Registers the profile's definitions on `builder`.
     pub fn register(self, builder: ServerBuilder) -> ServerBuilder {
         match self {
-            Profile::Default => import::register(builder),
+            Profile::Default => report::register(import::register(builder)),
             Profile::Demo => demo::register(builder),
             Profile::Conformance => conformance::register(builder),
         }

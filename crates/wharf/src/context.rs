@@ -40,6 +40,8 @@ pub struct Context {
     tx: Option<Arc<TxSlot>>,
     /// The handle arguments the core checked before the handler runs.
     handles: Vec<HandleRecord>,
+    /// The call's mutation lock, where it is a lease, for transactions the handler opens.
+    fence: Option<Fence>,
     server: Server,
 }
 
@@ -188,12 +190,17 @@ impl Context {
             progress,
             tx,
             handles: Vec::new(),
+            fence: None,
             server,
         }
     }
 
     pub(crate) fn set_handles(&mut self, handles: Vec<HandleRecord>) {
         self.handles = handles;
+    }
+
+    pub(crate) fn set_fence(&mut self, fence: Option<Fence>) {
+        self.fence = fence;
     }
 
     /// The stored record of a handle argument of this call (checked: the caller owns it and
@@ -263,6 +270,19 @@ impl Context {
         // retired since the core checked it is refused here.
         TxSlot::hold(&mut state, guard.as_mut()).await?;
         Ok(guard)
+    }
+
+    /// A transaction of the handler's own, which it commits itself: for work recorded in
+    /// steps (how far a long call got) or reads outside the call's transaction. Under a
+    /// mutation lock ([`ToolBuilder::mutates`](crate::tool::ToolBuilder::mutates)) it carries
+    /// the lock's fence, so on a store whose locks are leases its commit applies nothing once
+    /// the call lost its key.
+    pub async fn transaction(&self, mode: TxMode) -> Result<Box<dyn Transaction>, ToolError> {
+        let mut tx = self.store()?.begin(mode).await.map_err(store_error)?;
+        if let Some(fence) = &self.fence {
+            tx.fence(fence);
+        }
+        Ok(tx)
     }
 
     /// A signed cursor for position `position` of an app's own listing, bound to `scope`

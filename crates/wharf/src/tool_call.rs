@@ -104,13 +104,9 @@ impl Server {
             }
             None => None,
         };
+        let fence = turn.as_ref().and_then(Turn::fence);
         let prepared = self
-            .prepare(
-                entry,
-                &mut args,
-                &scope.principal,
-                turn.as_ref().and_then(Turn::fence),
-            )
+            .prepare(entry, &mut args, &scope.principal, fence.clone())
             .await?;
         let (handles, slot, claim) = match prepared {
             Prepared::Run {
@@ -123,6 +119,7 @@ impl Server {
         };
         let mut cx = Context::with_tx(id.clone(), info, scope, self.clone(), slot.clone());
         cx.set_handles(handles);
+        cx.set_fence(fence);
         let progress = cx.progress_stream();
         let call = entry.def.handler.call(cx, Value::Object(args));
         let outcome = tokio::time::timeout_at(deadline, call).await;

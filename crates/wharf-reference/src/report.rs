@@ -1,0 +1,380 @@
+//! Reports over a dataset: `report_generate` scans it in chunks, streams progress, records
+//! how far it got as it goes, and stops the moment its request is cancelled;
+//! `report_status` reads what was recorded.
+//!
+//! Data layout: the latest report of each dataset is a document in `reports:<principal>`
+//! keyed by the dataset name. A run cancelled before it finished leaves a marker,
+//! `<dataset>#cancelled:<run>`, in the same collection: written by the run's cleanup with
+//! insert-if-absent, it can never overwrite a later run's report.
+
+use std::time::Duration;
+
+use async_stream::stream;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use wharf::context::store_error;
+use wharf::state::{Millis, Store, TxMode, now_millis};
+use wharf::{Context, ServerBuilder, Step, Structured, ToolError, tool};
+use wharf_protocol::ToolAnnotations;
+
+use crate::import::{Column, ColumnType, check_dataset_name, dataset_definition, dataset_rows};
+
+/// Rows read per chunk unless told otherwise.
+const DEFAULT_CHUNK: u32 = 1000;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct GenerateArgs {
+    /// The dataset to report on.
+    dataset: String,
+    /// Rows read per chunk, 100 to 5000 (default 1000); progress is reported per chunk.
+    #[serde(default)]
+    #[schemars(range(min = 100, max = 5000))]
+    chunk_rows: Option<u32>,
+    /// Milliseconds to pause between chunks, 0 to 1000 (default 0), to spare a busy database.
+    #[serde(default)]
+    #[schemars(range(max = 1000))]
+    pause_ms: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct StatusArgs {
+    /// The dataset whose latest report to read.
+    dataset: String,
+}
+
+/// Statistics of one column.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ColumnStats {
+    name: String,
+    /// Rows where the column is present and not null.
+    non_null: u64,
+    /// Numeric columns: the smallest value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min: Option<f64>,
+    /// Numeric columns: the largest value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max: Option<f64>,
+    /// Numeric columns: the mean.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mean: Option<f64>,
+}
+
+/// Where a report stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum State {
+    Running,
+    Done,
+    /// The request that generated it was cancelled (the client went away or cancelled).
+    Cancelled,
+}
+
+/// A dataset's latest report, as recorded.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct Report {
+    dataset: String,
+    state: State,
+    /// Which run of `report_generate` on this dataset this is (1 for the first).
+    run: u64,
+    scanned_rows: u64,
+    total_rows: u64,
+    /// Milliseconds since the Unix epoch.
+    started_at: Millis,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    finished_at: Option<Millis>,
+    /// When done: per-column statistics.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    columns: Option<Vec<ColumnStats>>,
+}
+
+fn reports(cx: &Context) -> String {
+    format!("reports:{}", cx.principal().id())
+}
+
+fn cancelled_marker(dataset: &str, run: u64) -> String {
+    format!("{dataset}#cancelled:{run}")
+}
+
+/// A column's running totals.
+struct Totals {
+    column: Column,
+    non_null: u64,
+    sum: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Totals {
+    fn new(column: Column) -> Self {
+        Totals {
+            column,
+            non_null: 0,
+            sum: 0.0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+        }
+    }
+
+    fn add(&mut self, value: Option<&Value>) {
+        let Some(value) = value.filter(|v| !v.is_null()) else {
+            return;
+        };
+        self.non_null += 1;
+        if let Some(x) = value.as_f64() {
+            self.sum += x;
+            self.min = self.min.min(x);
+            self.max = self.max.max(x);
+        }
+    }
+
+    fn stats(&self) -> ColumnStats {
+        let numeric = matches!(self.column.kind, ColumnType::Integer | ColumnType::Number)
+            && self.non_null > 0;
+        ColumnStats {
+            name: self.column.name.clone(),
+            non_null: self.non_null,
+            min: numeric.then_some(self.min),
+            max: numeric.then_some(self.max),
+            #[allow(clippy::cast_precision_loss)]
+            mean: numeric.then(|| self.sum / self.non_null as f64),
+        }
+    }
+}
+
+/// Marks the run cancelled unless it finished: dropped with the handler's stream when the
+/// request is cancelled, it writes the marker on its own task, holding up nothing.
+struct Unfinished {
+    store: std::sync::Arc<dyn Store>,
+    collection: String,
+    marker: String,
+    finished: bool,
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let (store, collection, marker) = (
+            self.store.clone(),
+            std::mem::take(&mut self.collection),
+            std::mem::take(&mut self.marker),
+        );
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        rt.spawn(async move {
+            let marked = async {
+                let mut tx = store.begin(TxMode::Write).await?;
+                tx.insert_doc(&collection, &marker, &json!({ "at": now_millis() }))
+                    .await?;
+                tx.commit().await
+            };
+            if let Err(e) = marked.await {
+                tracing::warn!(error = %e, "could not mark a cancelled report");
+            }
+        });
+    }
+}
+
+/// One run of `report_generate`.
+struct Run {
+    report: Report,
+    rows_key: String,
+    totals: Vec<Totals>,
+    after: Option<i64>,
+    chunk: u32,
+    unfinished: Unfinished,
+}
+
+impl Run {
+    /// Reads the dataset's definition and size and records the run as started.
+    async fn start(cx: &Context, args: &GenerateArgs) -> Result<Run, ToolError> {
+        check_dataset_name(&args.dataset)?;
+        let rows_key = dataset_rows(cx, &args.dataset);
+        let mut tx = cx.transaction(TxMode::Write).await?;
+        let columns = dataset_definition(tx.as_mut(), cx, &args.dataset).await?;
+        let total_rows = tx.count_rows(&rows_key).await.map_err(store_error)?;
+        let previous = tx
+            .get_doc(&reports(cx), &args.dataset)
+            .await
+            .map_err(store_error)?
+            .and_then(|d| serde_json::from_value::<Report>(d).ok());
+        let run = previous.as_ref().map_or(0, |p| p.run) + 1;
+        if let Some(p) = &previous {
+            tx.delete_doc(&reports(cx), &cancelled_marker(&args.dataset, p.run))
+                .await
+                .map_err(store_error)?;
+        }
+        let report = Report {
+            dataset: args.dataset.clone(),
+            state: State::Running,
+            run,
+            scanned_rows: 0,
+            total_rows,
+            started_at: now_millis(),
+            finished_at: None,
+            columns: None,
+        };
+        put_report(tx.as_mut(), cx, &report).await?;
+        tx.commit().await.map_err(store_error)?;
+        Ok(Run {
+            unfinished: Unfinished {
+                store: cx.store()?.clone(),
+                collection: reports(cx),
+                marker: cancelled_marker(&args.dataset, run),
+                finished: false,
+            },
+            totals: columns.into_iter().map(Totals::new).collect(),
+            rows_key,
+            report,
+            after: None,
+            chunk: args.chunk_rows.unwrap_or(DEFAULT_CHUNK).clamp(100, 5000),
+        })
+    }
+
+    /// Scans the next chunk and records how far the run got; `false` once every row is read.
+    async fn next_chunk(&mut self, cx: &Context) -> Result<bool, ToolError> {
+        let chunk = {
+            let mut read = cx.transaction(TxMode::Read).await?;
+            read.scan_rows(&self.rows_key, self.after, self.chunk)
+                .await
+                .map_err(store_error)?
+        };
+        if chunk.is_empty() {
+            return Ok(false);
+        }
+        for (seq, row) in &chunk {
+            for t in &mut self.totals {
+                t.add(row.get(&t.column.name));
+            }
+            self.after = Some(*seq);
+        }
+        self.report.scanned_rows += chunk.len() as u64;
+        // Rows appended since the start are read too: the total follows.
+        self.report.total_rows = self.report.total_rows.max(self.report.scanned_rows);
+        let mut tx = cx.transaction(TxMode::Write).await?;
+        put_report(tx.as_mut(), cx, &self.report).await?;
+        tx.commit().await.map_err(store_error)?;
+        Ok(chunk.len() as u32 == self.chunk)
+    }
+
+    /// Records the finished report and returns it.
+    async fn finish(mut self, cx: &Context) -> Result<Structured<Report>, ToolError> {
+        self.report.state = State::Done;
+        self.report.total_rows = self.report.scanned_rows;
+        self.report.finished_at = Some(now_millis());
+        self.report.columns = Some(self.totals.iter().map(Totals::stats).collect());
+        let mut tx = cx.transaction(TxMode::Write).await?;
+        put_report(tx.as_mut(), cx, &self.report).await?;
+        tx.commit().await.map_err(store_error)?;
+        self.unfinished.finished = true;
+        Ok(Structured(self.report))
+    }
+
+    fn progress(&self) -> Step<Result<Structured<Report>, ToolError>> {
+        #[allow(clippy::cast_precision_loss)]
+        Step::progress_with(
+            self.report.scanned_rows as f64,
+            Some(self.report.total_rows as f64),
+            format!(
+                "Scanned {} of {} rows of {}",
+                self.report.scanned_rows, self.report.total_rows, self.report.dataset
+            ),
+        )
+    }
+}
+
+async fn put_report(
+    tx: &mut dyn wharf::Transaction,
+    cx: &Context,
+    report: &Report,
+) -> Result<(), ToolError> {
+    let doc = serde_json::to_value(report).map_err(ToolError::internal)?;
+    tx.put_doc(&reports(cx), &report.dataset, &doc)
+        .await
+        .map_err(store_error)
+}
+
+/// Registers `report_generate` and `report_status`.
+pub fn register(builder: ServerBuilder) -> ServerBuilder {
+    builder
+        .tool(
+            tool("report_generate")
+                .description(
+                    "Compute per-column statistics of a dataset (non-null counts; min, max and mean of numeric columns), scanning it in chunks with progress. Runs one at a time per dataset; cancelling the request stops the scan. report_status reads the result later.",
+                )
+                .mutates("dataset")
+                .stream_handler(|cx: Context, args: GenerateArgs| {
+                    stream! {
+                        let mut run = match Run::start(&cx, &args).await {
+                            Ok(run) => run,
+                            Err(e) => {
+                                yield Step::Done(Err(e));
+                                return;
+                            }
+                        };
+                        yield run.progress();
+                        let pause = Duration::from_millis(args.pause_ms.unwrap_or(0).min(1000).into());
+                        loop {
+                            match run.next_chunk(&cx).await {
+                                Ok(more) => {
+                                    yield run.progress();
+                                    if !more {
+                                        break;
+                                    }
+                                }
+                                Err(e) => {
+                                    yield Step::Done(Err(e));
+                                    return;
+                                }
+                            }
+                            if !pause.is_zero() {
+                                tokio::time::sleep(pause).await;
+                            }
+                        }
+                        yield Step::Done(run.finish(&cx).await);
+                    }
+                }),
+        )
+        .tool(
+            tool("report_status")
+                .description("The latest report of a dataset: running (with how far it got), done (with its statistics) or cancelled.")
+                .annotations(ToolAnnotations {
+                    read_only_hint: Some(true),
+                    ..Default::default()
+                })
+                .handler(|cx: Context, args: StatusArgs| async move {
+                    check_dataset_name(&args.dataset)?;
+                    let mut tx = cx.transaction(TxMode::Read).await?;
+                    let Some(doc) = tx
+                        .get_doc(&reports(&cx), &args.dataset)
+                        .await
+                        .map_err(store_error)?
+                    else {
+                        return Err(ToolError::execution(format!(
+                            "Dataset {:?} has no report yet: run report_generate.",
+                            args.dataset
+                        )));
+                    };
+                    let mut report: Report = serde_json::from_value(doc).map_err(|e| {
+                        ToolError::internal(format!("stored report is unreadable: {e}"))
+                    })?;
+                    if report.state == State::Running
+                        && tx
+                            .get_doc(&reports(&cx), &cancelled_marker(&args.dataset, report.run))
+                            .await
+                            .map_err(store_error)?
+                            .is_some()
+                    {
+                        report.state = State::Cancelled;
+                    }
+                    Ok::<_, ToolError>(Structured(report))
+                }),
+        )
+}
