@@ -1,0 +1,336 @@
+//! Long calls over the real transports: `report_generate` streams progress, stops its work
+//! when its request is cancelled (closed stream, closed connection, `notifications/cancelled`),
+//! and runs one at a time per dataset, also across two replicas on one PostgreSQL, while
+//! reports on different datasets run in parallel.
+
+mod common;
+
+use std::time::Duration;
+
+use common::import::{TOKEN_42, begin, ok, pg_url, replica_args, rows, server, sqlite_url, unique};
+use common::{ServerProcess, validate_message};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use wharf_client::{HttpClient, StdioClient};
+
+/// Creates dataset `name` with `n` rows (ids 0..n; temp = id / 2).
+async fn dataset(client: &HttpClient, name: &str, n: i64) {
+    let import = begin(client, name).await;
+    for from in (0..n).step_by(1000) {
+        let count = (n - from).min(1000);
+        ok(
+            client,
+            "import_append_rows",
+            json!({ "import": import, "rows": rows(from, count), "idempotency_key": unique("k") }),
+        )
+        .await;
+    }
+    ok(client, "import_commit", json!({ "import": import })).await;
+}
+
+async fn status(client: &HttpClient, name: &str) -> Value {
+    ok(client, "report_status", json!({ "dataset": name })).await["structuredContent"].clone()
+}
+
+/// Waits until the report of `name` is cancelled, then checks that nothing more is written
+/// for it: the recorded state stays exactly as it was, over many of the run's pauses.
+async fn assert_stopped(client: &HttpClient, name: &str, pause_ms: u64) -> Value {
+    let mut last = Value::Null;
+    for _ in 0..100 {
+        last = status(client, name).await;
+        if last["state"] == "cancelled" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(last["state"], "cancelled", "{last}");
+    tokio::time::sleep(Duration::from_millis(pause_ms * 8)).await;
+    let later = status(client, name).await;
+    assert_eq!(later, last, "nothing was written after the cancellation");
+    assert!(
+        later["scannedRows"].as_u64().unwrap() < later["totalRows"].as_u64().unwrap(),
+        "the scan stopped part-way: {later}"
+    );
+    later
+}
+
+fn generate(name: &str, chunk: u64, pause_ms: u64) -> Value {
+    json!({ "name": "report_generate", "arguments": { "dataset": name, "chunk_rows": chunk, "pause_ms": pause_ms } })
+}
+
+#[tokio::test]
+async fn progress_streams_only_when_asked_then_the_result() {
+    let server = server(&sqlite_url("reports-progress"));
+    let client = server.client().with_bearer(TOKEN_42);
+    let name = unique("ds");
+    dataset(&client, &name, 2500).await;
+
+    let plain = client
+        .request("tools/call", generate(&name, 1000, 0))
+        .await
+        .unwrap();
+    assert!(plain.content_type().starts_with("application/json"));
+    let report = &plain.result().unwrap()["structuredContent"];
+    assert_eq!(report["state"], "done");
+    assert_eq!(report["scannedRows"], 2500);
+    let id = &report["columns"][0];
+    assert_eq!(
+        (&id["name"], &id["min"], &id["max"], &id["mean"]),
+        (&json!("id"), &json!(0.0), &json!(2499.0), &json!(1249.5))
+    );
+    assert_eq!(report["columns"][1]["nonNull"], 2500);
+    assert!(
+        report["columns"][1].get("mean").is_none(),
+        "strings have no mean"
+    );
+
+    let mut params = generate(&name, 500, 30);
+    params["_meta"] = json!({ "progressToken": "rep" });
+    let streamed = client.request("tools/call", params).await.unwrap();
+    assert!(streamed.is_sse());
+    let progress: Vec<(f64, f64)> = streamed
+        .notifications()
+        .map(|n| {
+            validate_message("tools/call", n);
+            assert_eq!(n["params"]["progressToken"], "rep");
+            (
+                n["params"]["progress"].as_f64().unwrap(),
+                n["params"]["total"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(progress.len() >= 2, "{progress:?}");
+    assert!(progress.windows(2).all(|w| w[0].0 < w[1].0), "{progress:?}");
+    assert_eq!(progress.last(), Some(&(2500.0, 2500.0)));
+    let last = streamed.messages.last().unwrap();
+    validate_message("tools/call", last);
+    assert_eq!(last["result"]["structuredContent"]["run"], 2);
+}
+
+/// Closing the SSE stream in the middle of a report stops it: no further chunk is recorded,
+/// and the drop guard marks it cancelled.
+async fn closing_the_stream_stops_the_report(store: &str) {
+    let server = server(store);
+    let client = server.client().with_bearer(TOKEN_42);
+    let name = unique("ds");
+    dataset(&client, &name, 3000).await;
+    let mut params = generate(&name, 100, 40);
+    params["_meta"] = json!({ "progressToken": 1 });
+    let mut stream = Box::pin(client.open_stream("tools/call", params).await.unwrap());
+    let mut seen = 0;
+    while seen < 3 {
+        let m = stream.next().await.expect("progress before the end");
+        assert_eq!(m["method"], "notifications/progress", "{m}");
+        seen += 1;
+    }
+    let running = status(&client, &name).await;
+    assert_eq!(running["state"], "running");
+    assert!(running["scannedRows"].as_u64().unwrap() >= 200, "{running}");
+    drop(stream);
+    let stopped = assert_stopped(&client, &name, 40).await;
+    assert!(stopped["scannedRows"].as_u64().unwrap() <= 600, "{stopped}");
+}
+
+#[tokio::test]
+async fn closing_the_stream_stops_the_report_sqlite() {
+    closing_the_stream_stops_the_report(&sqlite_url("reports-close")).await;
+}
+
+#[tokio::test]
+async fn closing_the_stream_stops_the_report_postgres() {
+    closing_the_stream_stops_the_report(&pg_url()).await;
+}
+
+#[tokio::test]
+async fn closing_the_stream_stops_the_report_redis() {
+    closing_the_stream_stops_the_report(&common::import::redis_url()).await;
+}
+
+/// Without a progress token the answer is a JSON body; a client that goes away before it
+/// stops the work all the same.
+#[tokio::test]
+async fn closing_the_connection_of_a_plain_call_stops_the_report() {
+    let server = server(&sqlite_url("reports-plain"));
+    let client = server.client().with_bearer(TOKEN_42);
+    let name = unique("ds");
+    dataset(&client, &name, 3000).await;
+    let call = tokio::spawn({
+        let client = client.clone();
+        let params = generate(&name, 100, 40);
+        async move { client.request("tools/call", params).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(status(&client, &name).await["state"], "running");
+    call.abort();
+    let _ = call.await;
+    assert_stopped(&client, &name, 40).await;
+}
+
+/// A call waiting for its turn on a dataset, cancelled, never runs: the report's run count
+/// shows only the first run, and the next call is the second.
+#[tokio::test]
+async fn a_call_cancelled_while_waiting_for_its_turn_never_runs() {
+    let server = server(&sqlite_url("reports-turn"));
+    let client = server.client().with_bearer(TOKEN_42);
+    let name = unique("ds");
+    dataset(&client, &name, 1000).await;
+    let first = tokio::spawn({
+        let client = client.clone();
+        let params = generate(&name, 100, 100);
+        async move { client.request("tools/call", params).await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let waiting = tokio::spawn({
+        let client = client.clone();
+        // Slow too: had it started, it would still be running when cancelled.
+        let params = generate(&name, 100, 100);
+        async move { client.request("tools/call", params).await }
+    });
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(status(&client, &name).await["run"], 1, "the second waits");
+    waiting.abort();
+    let _ = waiting.await;
+    let done = first.await.unwrap();
+    assert_eq!(done.result().unwrap()["structuredContent"]["run"], 1);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let after = status(&client, &name).await;
+    assert_eq!(
+        (&after["run"], &after["state"]),
+        (&json!(1), &json!("done"))
+    );
+    let next = ok(&client, "report_generate", json!({ "dataset": name })).await;
+    assert_eq!(next["structuredContent"]["run"], 2);
+}
+
+#[tokio::test]
+async fn stdio_notifications_cancelled_stops_the_report() {
+    let store = sqlite_url("reports-stdio");
+    // The dataset is made over HTTP on the same store, then reported on over stdio.
+    let name = unique("ds");
+    {
+        let http =
+            ServerProcess::start_exact(&["--profile", "default", "--store", &store, "--anonymous"]);
+        dataset(&http.client(), &name, 3000).await;
+    }
+    let mut c = StdioClient::spawn(
+        env!("CARGO_BIN_EXE_wharf"),
+        &[
+            "serve",
+            "--stdio",
+            "--profile",
+            "default",
+            "--store",
+            &store,
+        ],
+    )
+    .unwrap();
+    let mut params = generate(&name, 100, 40);
+    params["_meta"] = json!({ "progressToken": "p" });
+    c.request(json!("rep"), "tools/call", params).await.unwrap();
+    let mut progress = 0;
+    while progress < 3 {
+        let m = recv(&mut c).await;
+        assert_eq!(m["method"], "notifications/progress", "{m}");
+        progress += 1;
+    }
+    c.send(&json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": "rep" } }))
+        .await
+        .unwrap();
+    let mut last = Value::Null;
+    for i in 0..100 {
+        c.request(
+            json!(i),
+            "tools/call",
+            json!({ "name": "report_status", "arguments": { "dataset": name } }),
+        )
+        .await
+        .unwrap();
+        let reply = loop {
+            let m = recv(&mut c).await;
+            assert_ne!(m["id"], "rep", "a cancelled request gets no response: {m}");
+            if m["id"] == i {
+                break m;
+            }
+        };
+        let report = reply["result"]["structuredContent"].clone();
+        if report["state"] == "cancelled" {
+            if last == report {
+                break;
+            }
+            last = report;
+            // Several pauses later, it must be exactly the same.
+            tokio::time::sleep(Duration::from_millis(320)).await;
+        } else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    assert_eq!(last["state"], "cancelled", "{last}");
+    assert!(last["scannedRows"].as_u64().unwrap() < 3000, "{last}");
+    c.close_stdin();
+    assert!(c.wait().await.unwrap().success());
+}
+
+async fn recv(c: &mut StdioClient) -> Value {
+    tokio::time::timeout(Duration::from_secs(10), c.recv())
+        .await
+        .expect("in time")
+        .expect("read")
+        .expect("a message")
+}
+
+/// Two replicas on one PostgreSQL: reports on one dataset never overlap, whichever replica
+/// runs them (the handlers' own start and end times say so); on two datasets they overlap.
+#[tokio::test]
+async fn two_replicas_run_one_report_per_dataset_at_a_time() {
+    let args = replica_args(&pg_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let a = ServerProcess::start_exact(&args);
+    let b = ServerProcess::start_exact(&args);
+    let (ca, cb) = (
+        a.client().with_bearer(TOKEN_42),
+        b.client().with_bearer(TOKEN_42),
+    );
+    let (one, two) = (unique("ds"), unique("ds"));
+    dataset(&ca, &one, 500).await;
+    dataset(&cb, &two, 500).await;
+
+    let run = |client: &HttpClient, name: &str| {
+        let (client, params) = (client.clone(), generate(name, 100, 30));
+        tokio::spawn(async move {
+            let r = client.request("tools/call", params).await.unwrap();
+            let report =
+                r.result().unwrap_or_else(|| panic!("{}", r.body))["structuredContent"].clone();
+            (
+                report["startedAt"].as_i64().unwrap(),
+                report["finishedAt"].as_i64().unwrap(),
+                report["run"].as_u64().unwrap(),
+            )
+        })
+    };
+    let calls = [
+        run(&ca, &one),
+        run(&cb, &one),
+        run(&ca, &one),
+        run(&cb, &one),
+    ];
+    let mut spans = Vec::new();
+    for c in calls {
+        spans.push(c.await.unwrap());
+    }
+    spans.sort_unstable();
+    let runs: Vec<u64> = spans.iter().map(|s| s.2).collect();
+    assert_eq!(runs, vec![1, 2, 3, 4], "each ran once, in turn: {spans:?}");
+    for w in spans.windows(2) {
+        assert!(
+            w[0].1 <= w[1].0,
+            "reports on one dataset overlapped: {spans:?}"
+        );
+    }
+
+    let (x, y) = (run(&ca, &one), run(&cb, &two));
+    let (x, y) = (x.await.unwrap(), y.await.unwrap());
+    assert!(
+        x.0 < y.1 && y.0 < x.1,
+        "reports on two datasets ran in parallel: {x:?} {y:?}"
+    );
+}
