@@ -249,14 +249,23 @@ impl Server {
         };
         match scope.cancel.clone() {
             Some(cancel) => {
-                let work = self.run(req, scope).instrument(span);
+                let work = self.run_chain(req, scope).instrument(span);
                 tokio::select! {
                     biased;
-                    () = cancel.cancelled() => Err(RpcError::new(ErrorKind::Internal, "Request cancelled")),
+                    () = cancel.cancelled() => Err(crate::middleware::cancelled()),
                     out = work => out,
                 }
             }
-            None => self.run(req, scope).instrument(span).await,
+            None => self.run_chain(req, scope).instrument(span).await,
+        }
+    }
+
+    /// The middleware chain, then the core; straight to the core when there is no chain.
+    async fn run_chain(&self, req: ParsedRequest, scope: Scope) -> Result<Vec<u8>, RpcError> {
+        if self.inner.middleware.is_empty() {
+            self.run(req, scope).await
+        } else {
+            self.run_from(0, req, scope).await
         }
     }
 
@@ -315,7 +324,7 @@ impl Server {
         Ok(())
     }
 
-    async fn run(&self, req: ParsedRequest, scope: Scope) -> Result<Vec<u8>, RpcError> {
+    pub(crate) async fn run(&self, req: ParsedRequest, scope: Scope) -> Result<Vec<u8>, RpcError> {
         req.info.check_version()?;
         let ParsedRequest { id, info, body } = req;
         let inner = &self.inner;

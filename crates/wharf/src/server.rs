@@ -157,6 +157,7 @@ pub(crate) struct Inner {
     pub(crate) store: Option<Arc<dyn Store>>,
     pub(crate) gate: Gate,
     pub(crate) lines: crate::serialize::Lines,
+    pub(crate) middleware: Vec<Arc<dyn crate::middleware::Middleware>>,
     pub(crate) shutdown: CancellationToken,
 }
 
@@ -196,6 +197,7 @@ impl Server {
             bus: None,
             store: None,
             logging: true,
+            middleware: Vec::new(),
         }
     }
 
@@ -278,6 +280,7 @@ pub struct ServerBuilder {
     bus: Option<Arc<dyn NotificationBus>>,
     store: Option<Arc<dyn Store>>,
     logging: bool,
+    middleware: Vec<Arc<dyn crate::middleware::Middleware>>,
 }
 
 impl ServerBuilder {
@@ -326,6 +329,18 @@ impl ServerBuilder {
     /// Uses `store` for handles, idempotency records and app data.
     pub fn store(mut self, store: Arc<dyn Store>) -> Self {
         self.store = Some(store);
+        self
+    }
+
+    /// Adds a layer around request handling (see [`crate::middleware`]); the first added is
+    /// the outermost.
+    pub fn middleware(self, layer: impl crate::middleware::Middleware) -> Self {
+        self.middleware_arc(Arc::new(layer))
+    }
+
+    /// Adds a shared layer.
+    pub fn middleware_arc(mut self, layer: Arc<dyn crate::middleware::Middleware>) -> Self {
+        self.middleware.push(layer);
         self
     }
 
@@ -507,6 +522,7 @@ impl ServerBuilder {
                 store: self.store,
                 gate,
                 lines: crate::serialize::Lines::default(),
+                middleware: self.middleware,
                 shutdown: CancellationToken::new(),
             }),
         })
