@@ -225,3 +225,53 @@ async fn redis_refuses_the_writes_of_a_holder_whose_lease_ran_out() {
     next.release().await;
     stalled.release().await;
 }
+
+/// PostgreSQL: an abandoned wait leaves PostgreSQL's lock queue while the key is still held
+/// (its session is closed and the backend notices), instead of lingering until its turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_an_abandoned_wait_leaves_the_queue_at_once() {
+    let (a, b) = (postgres().await, postgres().await);
+    let key = unique_key();
+    let holder = lock(&a, &key).await;
+    let waiter = {
+        let (b, key) = (Arc::clone(&b), key.clone());
+        tokio::spawn(async move {
+            let _lock = lock(&b, &key).await;
+        })
+    };
+    let url = std::env::var("WHARF_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&url).await.unwrap();
+    let waiting = || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+             AND ((classid::bigint << 32) | objid::bigint) = hashtextextended($1, 1)",
+        )
+        .bind(&key)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        n
+    };
+    let mut n = 0;
+    for _ in 0..40 {
+        n = waiting().await;
+        if n == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(n, 1, "the waiter queues in PostgreSQL");
+    waiter.abort();
+    let _ = waiter.await;
+    for _ in 0..80 {
+        n = waiting().await;
+        if n == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(n, 0, "the abandoned wait left the queue while the key was held");
+    holder.release().await;
+}

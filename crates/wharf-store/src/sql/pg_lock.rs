@@ -6,18 +6,22 @@
 //! closes its connections and PostgreSQL releases what they held, so no lease is needed.
 //! The locks live in their own pool, without `lock_timeout`, so waiting for a key never
 //! takes a connection from the calls' transactions (nor deadlocks against them); the core
-//! bounds the wait by the call's own time limit.
+//! bounds the wait by the call's own time limit. Two round trips per call: lock, unlock.
+//!
+//! A wait that is abandoned (the call was cancelled or timed out) closes its session. With
+//! `client_connection_check_interval` (PostgreSQL 14 and later, set on these sessions)
+//! the waiting backend notices within 100 ms and leaves the queue; on older servers it
+//! leaves when the lock reaches it, releasing it at once. Either way the call never runs.
 
 use async_trait::async_trait;
-use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::any::AnyPoolOptions;
 use sqlx::pool::PoolConnection;
-use sqlx::{Any, AnyPool, Row};
+use sqlx::{Any, AnyPool, Executor};
 use wharf::state::{Fence, KeyLock, StoreError};
 
 use super::db_error;
 
 /// Mutation keys are hashed with this seed, so they never meet the handle locks (seed 0).
-const TRY_LOCK: &str = "SELECT pg_try_advisory_lock(hashtextextended($1, 1)), pg_backend_pid()";
 const LOCK: &str = "SELECT pg_advisory_lock(hashtextextended($1, 1))::text";
 const UNLOCK: &str = "SELECT pg_advisory_unlock(hashtextextended($1, 1))";
 
@@ -32,77 +36,53 @@ impl PgLocks {
         let pool = AnyPoolOptions::new()
             .max_connections(max_connections)
             .min_connections(0)
+            // A broken session fails its lock query, which is answered "retry"; a ping
+            // before every lock would cost a round trip per call.
+            .test_before_acquire(false)
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    // PostgreSQL 14+: notice a closed client while waiting for a lock. Older
+                    // servers refuse the setting, which only makes abandoned waits slower
+                    // to leave.
+                    let _ = conn
+                        .execute("SET client_connection_check_interval = 100")
+                        .await;
+                    Ok(())
+                })
+            })
             .connect_lazy(url)
             .map_err(db_error)?;
         Ok(PgLocks { pool })
     }
 
-    /// Waits for `key`, first come first served. Dropped while it waits, the wait is
-    /// cancelled in PostgreSQL and its connection closed, so the key is never held.
+    /// Waits for `key`, first come first served. Dropped while it waits, its session is
+    /// closed, so the key is never held for it.
     pub(super) async fn lock(&self, key: &str) -> Result<Box<dyn KeyLock>, StoreError> {
         let conn = self.pool.acquire().await.map_err(db_error)?;
-        let mut waiting = Waiting {
-            conn: Some(conn),
-            pid: None,
-            pool: self.pool.clone(),
-        };
-        let Some(conn) = waiting.conn.as_mut() else {
+        let mut waiting = Waiting(Some(conn));
+        let Some(conn) = waiting.0.as_mut() else {
             return Err(StoreError::Backend("lock connection missing".into()));
         };
-        let row: AnyRow = sqlx::query(TRY_LOCK)
+        sqlx::query(LOCK)
             .bind(key)
             .fetch_one(&mut **conn)
             .await
             .map_err(db_error)?;
-        let held: bool = row.try_get(0).map_err(corrupt)?;
-        waiting.pid = Some(row.try_get(1).map_err(corrupt)?);
-        if !held {
-            sqlx::query(LOCK)
-                .bind(key)
-                .fetch_one(&mut **conn)
-                .await
-                .map_err(db_error)?;
-        }
         Ok(Box::new(PgKeyLock {
-            conn: waiting.conn.take(),
+            conn: waiting.0.take(),
             key: key.to_owned(),
         }))
     }
 }
 
-fn corrupt(e: sqlx::Error) -> StoreError {
-    StoreError::Corrupt(format!("advisory lock row: {e}"))
-}
-
-/// A connection that is (or may be) waiting for a lock. Dropped before it holds the lock,
-/// it cancels the wait and closes its session, so a lock granted meanwhile goes at once.
-struct Waiting {
-    conn: Option<PoolConnection<Any>>,
-    pid: Option<i32>,
-    pool: AnyPool,
-}
+/// A session that is (or may be) waiting for a lock. Dropped before it holds the lock, it
+/// closes the session: it never goes back to the pool with a lock taken or pending.
+struct Waiting(Option<PoolConnection<Any>>);
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        let Some(conn) = self.conn.take() else {
-            return;
-        };
-        // Closing the session ends whatever it holds or waits for; it never goes back to
-        // the pool with a lock taken.
-        drop(conn.detach());
-        if let (Some(pid), Ok(rt)) = (self.pid, tokio::runtime::Handle::try_current()) {
-            // A backend blocked on a lock notices a closed socket only once granted: cancel
-            // its wait so the waiters behind it move on now.
-            let pool = self.pool.clone();
-            rt.spawn(async move {
-                let cancelled = sqlx::query("SELECT pg_cancel_backend($1)")
-                    .bind(pid)
-                    .execute(&pool)
-                    .await;
-                if let Err(e) = cancelled {
-                    tracing::warn!(error = %e, "could not cancel an abandoned lock wait");
-                }
-            });
+        if let Some(conn) = self.0.take() {
+            drop(conn.detach());
         }
     }
 }
