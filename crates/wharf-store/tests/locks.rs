@@ -272,6 +272,9 @@ async fn postgres_an_abandoned_wait_leaves_the_queue_at_once() {
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    assert_eq!(n, 0, "the abandoned wait left the queue while the key was held");
+    assert_eq!(
+        n, 0,
+        "the abandoned wait left the queue while the key was held"
+    );
     holder.release().await;
 }
