@@ -35,10 +35,9 @@ NODE_MAJOR=22
 REQUIREMENTS="2026-07-28"
 # Not scored by the suite yet, but we require them to pass.
 PENDING_SCENARIOS=(http-header-validation http-custom-header-server-validation json-schema-2020-12)
-# Scored scenarios whose name starts with this prefix may fail without failing the run
-# (the 14 input-required-result-* MRTR scenarios, not implemented yet).
-# Set it to "" once they pass: an empty prefix allows nothing.
-ALLOWED_FAILING_PREFIX="input-required-result-"
+# Scored scenarios whose name starts with this prefix may fail without failing the run.
+# Empty: nothing may fail (the MRTR scenarios pass since issue 5).
+ALLOWED_FAILING_PREFIX=""
 
 usage() {
   sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2

@@ -50,6 +50,21 @@ pub struct ServeArgs {
     /// Base64 key that signs list cursors; give every replica the same one. Random if unset.
     #[arg(long, env = "WHARF_CURSOR_KEY", hide_env_values = true)]
     cursor_key: Option<String>,
+    /// Key that seals multi-round request states, `KID=BASE64` (32 bytes); repeat it to
+    /// rotate: the first seals, all open. Give every replica the same keys. Random if unset.
+    #[arg(
+        long = "state-key",
+        env = "WHARF_STATE_KEYS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    state_keys: Vec<String>,
+    /// How long a multi-round request state stays valid, in seconds.
+    #[arg(long, env = "WHARF_STATE_MAX_AGE_SECS", default_value_t = 600)]
+    state_max_age_secs: u64,
+    /// The most rounds of input one request may take.
+    #[arg(long, env = "WHARF_MAX_INPUT_ROUNDS", default_value_t = 8)]
+    max_input_rounds: u32,
     /// Largest request body in bytes.
     #[arg(long, env = "WHARF_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     max_body_bytes: usize,
@@ -244,7 +259,17 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         }
         None => CursorKey::random(),
     };
+    let request_state = wharf::StateConfig {
+        keys: if args.state_keys.is_empty() {
+            wharf::StateKeys::random()
+        } else {
+            wharf::StateKeys::parse(&args.state_keys).context("--state-key")?
+        },
+        max_age: Duration::from_secs(args.state_max_age_secs.max(1)),
+        max_rounds: args.max_input_rounds.max(1),
+    };
     let config = ServerConfig {
+        request_state,
         page_size: args.page_size,
         cursor_key,
         max_call_duration: Duration::from_secs(args.max_call_secs.max(1)),

@@ -10,12 +10,12 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use wharf::{
-    ChangeEvent, Context, NoArgs, RpcError, ServerBuilder, ToolError, prompt, resource, template,
-    tool,
+    ChangeEvent, Context, Elicited, FormSchema, NoArgs, RpcError, ServerBuilder, ToolError, prompt,
+    resource, template, tool,
 };
 use wharf_protocol::{
-    CallToolResult, ClientCapabilities, Completion, Content, GetPromptResult, JsonObject,
-    LoggingLevel, PromptMessage, ResourceContents, SamplingCapability,
+    CallToolResult, ClientCapabilities, Completion, Content, CreateMessageParams, GetPromptResult,
+    JsonObject, LoggingLevel, PromptMessage, ResourceContents, SamplingCapability,
 };
 
 /// A 1×1 transparent PNG.
@@ -32,14 +32,185 @@ pub struct RegionArgs {
     pub region: String,
 }
 
-fn not_yet(name: &'static str) -> wharf::tool::ToolDef {
-    tool(name)
-        .description("Multi-round-trip fixture (MRTR is not implemented yet).")
-        .handler(|_cx: Context, _a: JsonObject| async move {
-            Err::<CallToolResult, _>(ToolError::execution(
-                "input_required rounds (MRTR) are not implemented yet",
-            ))
-        })
+#[derive(Deserialize)]
+struct NameAnswer {
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct ColorAnswer {
+    color: String,
+}
+
+#[derive(Deserialize)]
+struct ConfirmAnswer {
+    ok: bool,
+}
+
+#[derive(Deserialize)]
+struct ContextAnswer {
+    context: String,
+}
+
+fn name_form() -> FormSchema {
+    FormSchema::new().string("name", "Your name", true)
+}
+
+fn question(text: &str) -> Result<CreateMessageParams, ToolError> {
+    serde_json::from_value(json!({
+        "messages": [{ "role": "user", "content": { "type": "text", "text": text } }],
+        "maxTokens": 100
+    }))
+    .map_err(ToolError::internal)
+}
+
+/// The text of a sampled answer, as far as it is text.
+fn answer_text(result: &wharf_protocol::CreateMessageResult) -> String {
+    serde_json::to_value(&result.content)
+        .ok()
+        .and_then(|c| c.get("text").and_then(|t| t.as_str()).map(str::to_owned))
+        .unwrap_or_else(|| "(no text)".to_owned())
+}
+
+async fn mrtr_elicitation(cx: Context, _a: JsonObject) -> Result<CallToolResult, ToolError> {
+    match cx.elicited::<NameAnswer>("user_name") {
+        Some(Elicited::Accepted(a)) => Ok(CallToolResult::text(format!("Hello, {}!", a.name))),
+        Some(_) => Ok(CallToolResult::text("The user did not give a name.")),
+        None => Err(cx
+            .ask()
+            .elicit("user_name", "What is your name?", name_form())
+            .into()),
+    }
+}
+
+async fn mrtr_sampling(cx: Context, _a: JsonObject) -> Result<CallToolResult, ToolError> {
+    match cx.sampled("capital") {
+        Some(r) => Ok(CallToolResult::text(format!(
+            "The model answered: {}",
+            answer_text(&r)
+        ))),
+        None => Err(cx
+            .ask()
+            .sample("capital", question("What is the capital of France?")?)
+            .into()),
+    }
+}
+
+async fn mrtr_roots(cx: Context, _a: JsonObject) -> Result<CallToolResult, ToolError> {
+    match cx.roots("roots") {
+        Some(r) => {
+            let uris: Vec<_> = r.roots.iter().map(|root| root.uri.as_str()).collect();
+            Ok(CallToolResult::text(format!(
+                "The client has {} roots: {}",
+                uris.len(),
+                uris.join(", ")
+            )))
+        }
+        None => Err(cx.ask().list_roots("roots").into()),
+    }
+}
+
+#[derive(serde::Serialize, Deserialize)]
+struct Step {
+    step: String,
+}
+
+async fn mrtr_request_state(cx: Context, _a: JsonObject) -> Result<CallToolResult, ToolError> {
+    let state = cx.round_state::<Step>();
+    match (cx.elicited::<ConfirmAnswer>("confirm"), state) {
+        (Some(Elicited::Accepted(a)), Some(s)) if s.step == "confirm" => Ok(CallToolResult::text(
+            format!("state-ok: the state came back intact; confirmed: {}", a.ok),
+        )),
+        (Some(Elicited::Declined | Elicited::Cancelled), Some(_)) => {
+            Ok(CallToolResult::text("state-ok: not confirmed"))
+        }
+        _ => Err(cx
+            .ask()
+            .elicit(
+                "confirm",
+                "Do you confirm?",
+                FormSchema::new().boolean("ok", "Confirm", true),
+            )
+            .state(&Step {
+                step: "confirm".into(),
+            })
+            .into()),
+    }
+}
+
+async fn mrtr_multiple(cx: Context, _a: JsonObject) -> Result<CallToolResult, ToolError> {
+    let name = cx.elicited::<NameAnswer>("user_name");
+    let sampled = cx.sampled("capital");
+    let roots = cx.roots("roots");
+    if let (Some(name), Some(sampled), Some(roots)) = (name, sampled, roots) {
+        let name = match name {
+            Elicited::Accepted(a) => a.name,
+            _ => "(declined)".into(),
+        };
+        return Ok(CallToolResult::text(format!(
+            "All inputs received: name {name}; the model said {}; {} roots",
+            answer_text(&sampled),
+            roots.roots.len()
+        )));
+    }
+    Err(cx
+        .ask()
+        .elicit("user_name", "What is your name?", name_form())
+        .sample("capital", question("What is the capital of France?")?)
+        .list_roots("roots")
+        .state(&Step { step: "all".into() })
+        .into())
+}
+
+async fn mrtr_multi_round(cx: Context, _a: JsonObject) -> Result<CallToolResult, ToolError> {
+    let step = cx.round_state::<Step>().map(|s| s.step);
+    match step.as_deref() {
+        Some("color") => {
+            let name = cx
+                .round_state::<serde_json::Value>()
+                .and_then(|s| s.get("name").and_then(|n| n.as_str()).map(str::to_owned))
+                .unwrap_or_default();
+            match cx.elicited::<ColorAnswer>("color") {
+                Some(Elicited::Accepted(c)) => {
+                    Ok(CallToolResult::text(format!("{name} likes {}", c.color)))
+                }
+                Some(_) => Ok(CallToolResult::text(format!("{name} gave no colour"))),
+                None => Err(ask_color(&cx, &name).into()),
+            }
+        }
+        _ => match cx.elicited::<NameAnswer>("name") {
+            Some(Elicited::Accepted(a)) => Err(ask_color(&cx, &a.name).into()),
+            Some(_) => Ok(CallToolResult::text("The user did not give a name.")),
+            None => Err(cx
+                .ask()
+                .elicit("name", "Step 1: what is your name?", name_form())
+                .state(&Step {
+                    step: "name".into(),
+                })
+                .into()),
+        },
+    }
+}
+
+fn ask_color(cx: &Context, name: &str) -> wharf::Ask {
+    cx.ask()
+        .elicit(
+            "color",
+            "Step 2: what is your favourite colour?",
+            FormSchema::new().string("color", "A colour", true),
+        )
+        .state(&json!({ "step": "color", "name": name }))
+}
+
+async fn mrtr_capabilities(cx: Context, _a: JsonObject) -> Result<CallToolResult, ToolError> {
+    if cx.round() > 0 {
+        return Ok(CallToolResult::text("Inputs received"));
+    }
+    Err(cx
+        .ask()
+        .elicit("user_name", "What is your name?", name_form())
+        .sample("capital", question("What is the capital of France?")?)
+        .into())
 }
 
 fn json_schema_2020_12() -> JsonObject {
@@ -157,14 +328,14 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 .description("Tool with JSON Schema 2020-12 features")
                 .raw_handler(json_schema_2020_12(), |_cx: Context, _a: JsonObject| async move { "ok" }),
         )
-        .tool(not_yet("test_input_required_result_elicitation"))
-        .tool(not_yet("test_input_required_result_sampling"))
-        .tool(not_yet("test_input_required_result_list_roots"))
-        .tool(not_yet("test_input_required_result_request_state"))
-        .tool(not_yet("test_input_required_result_multiple_inputs"))
-        .tool(not_yet("test_input_required_result_multi_round"))
-        .tool(not_yet("test_input_required_result_tampered_state"))
-        .tool(not_yet("test_input_required_result_capabilities"))
+        .tool(tool("test_input_required_result_elicitation").description("Asks the user's name (elicitation), then greets them.").handler(mrtr_elicitation))
+        .tool(tool("test_input_required_result_sampling").description("Asks the client's model a question (sampling), then reports the answer.").handler(mrtr_sampling))
+        .tool(tool("test_input_required_result_list_roots").description("Asks the client for its roots, then lists them.").handler(mrtr_roots))
+        .tool(tool("test_input_required_result_request_state").description("Asks for a confirmation and keeps state between the rounds.").handler(mrtr_request_state))
+        .tool(tool("test_input_required_result_multiple_inputs").description("Asks for a form, a completion and the roots in one round.").handler(mrtr_multiple))
+        .tool(tool("test_input_required_result_multi_round").description("Asks a name, then a colour, in two rounds.").handler(mrtr_multi_round))
+        .tool(tool("test_input_required_result_tampered_state").description("Keeps integrity-protected state between rounds; altered state is refused.").handler(mrtr_request_state))
+        .tool(tool("test_input_required_result_capabilities").description("Asks only for what the client declared: a form and a completion.").handler(mrtr_capabilities))
         .resource(resource("test://static-text", "static-text").description("A static text resource.").mime_type("text/plain").handler(
             |_cx, req| async move {
                 Ok(vec![ResourceContents::text(req.uri, "text/plain", "This is the content of the static text resource.")])
@@ -228,9 +399,16 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 ..Default::default()
             })
         }))
-        .prompt(prompt("test_input_required_result_prompt").description("Multi-round-trip prompt fixture (MRTR is not implemented yet).").handler(
-            |_cx, _args| async move {
-                Err::<GetPromptResult, _>(RpcError::invalid_params("input_required rounds (MRTR) are not implemented yet"))
+        .prompt(prompt("test_input_required_result_prompt").description("Asks the user for context (elicitation), then builds the prompt with it.").handler(
+            |cx, _args| async move {
+                match cx.elicited::<ContextAnswer>("user_context") {
+                    Some(Elicited::Accepted(a)) => Ok(user(Content::text(format!("Context: {}", a.context)))),
+                    Some(_) => Ok(user(Content::text("No context was given."))),
+                    None => Err(cx
+                        .ask()
+                        .elicit("user_context", "What context should the prompt use?", FormSchema::new().string("context", "The context", true))
+                        .into()),
+                }
             },
         ))
 }

@@ -42,6 +42,8 @@ pub struct Context {
     handles: Vec<HandleRecord>,
     /// The call's mutation lock, where it is a lease, for transactions the handler opens.
     fence: Option<Fence>,
+    /// The answers and state a multi-round retry carries; `None` on a fresh request.
+    round: Option<Box<crate::mrtr::Round>>,
     server: Server,
 }
 
@@ -191,6 +193,7 @@ impl Context {
             tx,
             handles: Vec::new(),
             fence: None,
+            round: None,
             server,
         }
     }
@@ -201,6 +204,87 @@ impl Context {
 
     pub(crate) fn set_fence(&mut self, fence: Option<Fence>) {
         self.fence = fence;
+    }
+
+    pub(crate) fn set_round(&mut self, round: crate::mrtr::Round) {
+        self.round = Some(Box::new(round));
+    }
+
+    /// Starts asking the client for input (MRTR); return the [`Ask`](crate::mrtr::Ask) as the
+    /// handler's error. Only requests for capabilities the client declared on this request
+    /// are sent.
+    pub fn ask(&self) -> crate::mrtr::Ask {
+        crate::mrtr::Ask::new(self.info.client_capabilities.clone())
+    }
+
+    /// How many rounds of input this request went through: 0 on a fresh request.
+    pub fn round(&self) -> u32 {
+        self.round.as_ref().map_or(0, |r| r.number)
+    }
+
+    /// The state the previous round kept with [`Ask::state`](crate::mrtr::Ask::state).
+    pub fn round_state<S: serde::de::DeserializeOwned>(&self) -> Option<S> {
+        let state = self.round.as_ref()?.state.clone()?;
+        serde_json::from_value(state).ok()
+    }
+
+    /// The answer to form elicitation `key` asked in the previous round, its content checked
+    /// against the form and typed; `None` when it is missing or malformed (ask again).
+    pub fn elicited<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &str,
+    ) -> Option<crate::mrtr::Elicited<T>> {
+        self.round.as_ref()?.elicited(key)
+    }
+
+    /// What the user did with URL elicitation `key`.
+    pub fn elicited_url(&self, key: &str) -> Option<crate::mrtr::Elicited<()>> {
+        self.round.as_ref()?.elicited_url(key)
+    }
+
+    /// The client's completion for sampling request `key`.
+    pub fn sampled(&self, key: &str) -> Option<wharf_protocol::CreateMessageResult> {
+        self.round.as_ref()?.sampled(key)
+    }
+
+    /// The client's roots, asked as `key`.
+    pub fn roots(&self, key: &str) -> Option<wharf_protocol::ListRootsResult> {
+        self.round.as_ref()?.roots(key)
+    }
+
+    /// Redeems this round's request state once only, on every replica sharing the store: a
+    /// second retry with the same state is refused with `-32602`. Call it before the effect
+    /// the answers unlock. A fresh request has nothing to redeem.
+    pub async fn redeem_once(&self) -> Result<(), ToolError> {
+        let Some(round) = &self.round else {
+            return Ok(());
+        };
+        let Some(nonce) = &round.nonce else {
+            return Ok(());
+        };
+        let claim = crate::state::Claim {
+            scope: "mrtr".to_owned(),
+            key: nonce.clone(),
+            digest: crate::state::Digest::of("mrtr", &serde_json::Map::new()),
+            // Kept past the state's own expiry, after which it is refused anyway.
+            expires_at: round.expires_at.saturating_add(60_000),
+        };
+        match self
+            .store()?
+            .begin_idempotent(&claim, now_millis())
+            .await
+            .map_err(store_error)?
+        {
+            crate::state::Begin::Run(mut tx) => {
+                tx.complete_claim(&claim, "redeemed")
+                    .await
+                    .map_err(store_error)?;
+                tx.commit().await.map_err(store_error)
+            }
+            _ => Err(ToolError::Protocol(RpcError::invalid_params(
+                "Invalid requestState: it was already used, and this step can be answered once; send the request again from the start",
+            ))),
+        }
     }
 
     /// The stored record of a handle argument of this call (checked: the caller owns it and

@@ -19,6 +19,7 @@ use crate::context::{Context, Outbox};
 use crate::cursor::ListKind;
 use crate::error::{ErrorKind, RpcError};
 use crate::meta::{RequestInfo, capabilities_cover};
+use crate::mrtr::Binding;
 use crate::principal::Principal;
 use crate::resource::ReadRequest;
 use crate::server::Server;
@@ -407,11 +408,40 @@ impl Server {
                     })?;
                 let args = params.arguments.unwrap_or_default();
                 prompt.check_args(&args)?;
-                let cx = Context::new(id.clone(), info, scope, self.clone());
+                let turn = self.open_turn(
+                    &info,
+                    &scope.principal,
+                    params.request_state.as_deref(),
+                    params.input_responses,
+                    || {
+                        let map = args
+                            .iter()
+                            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+                            .collect();
+                        Binding::new(methods::PROMPTS_GET, &params.name, &map)
+                    },
+                )?;
+                let principal = scope.principal.clone();
+                let mut cx = Context::new(id.clone(), info, scope, self.clone());
+                let mrtr = turn.map(|t| {
+                    let number = t.round.number;
+                    cx.set_round(t.round);
+                    (t.binding, number)
+                });
                 let progress = cx.progress_stream();
                 let got = (prompt.get)(cx, args).await;
                 finish_progress(progress).await;
-                let mut result = got?;
+                let mut result = match got {
+                    Ok(r) => r,
+                    Err(e) => {
+                        return self.answer_ask(
+                            &id,
+                            e,
+                            mrtr.as_ref().map(|(b, n)| (b, *n)),
+                            &principal,
+                        );
+                    }
+                };
                 result.meta.server_info = Some(inner.info.clone());
                 respond(&id, &result)
             }
@@ -488,7 +518,21 @@ impl Server {
         } else {
             return Err(not_found(&uri));
         };
-        let cx = Context::new(id.clone(), info, scope, self.clone());
+        let turn = self.open_turn(
+            &info,
+            &scope.principal,
+            params.request_state.as_deref(),
+            params.input_responses,
+            || Binding::new(methods::RESOURCES_READ, &uri, &serde_json::Map::new()),
+        )?;
+        let principal = scope.principal.clone();
+        let mut cx = Context::new(id.clone(), info, scope, self.clone());
+        let mrtr = turn.map(|t| {
+            let number = t.round.number;
+            cx.set_round(t.round);
+            (t.binding, number)
+        });
+        let retried = mrtr.as_ref().is_some_and(|(_, n)| *n > 0);
         let progress = cx.progress_stream();
         let read = handler(
             cx,
@@ -499,7 +543,12 @@ impl Server {
         )
         .await;
         finish_progress(progress).await;
-        let contents = read?;
+        let contents = match read {
+            Ok(c) => c,
+            Err(e) => {
+                return self.answer_ask(&id, e, mrtr.as_ref().map(|(b, n)| (b, *n)), &principal);
+            }
+        };
         if contents.is_empty() {
             // A resource with no contents does not exist (SEP-2164): never answer empty.
             return Err(not_found(&uri));
@@ -509,7 +558,15 @@ impl Server {
             &ReadResourceResult {
                 result_type: ResultType::Complete,
                 contents,
-                cache: Some(hints.unwrap_or(inner.config.cache.resource_read)),
+                // The answer to a retry depends on the answers it carried: never cached.
+                cache: Some(if retried {
+                    CacheHints {
+                        ttl_ms: 0,
+                        cache_scope: wharf_protocol::CacheScope::Private,
+                    }
+                } else {
+                    hints.unwrap_or(inner.config.cache.resource_read)
+                }),
                 meta: ResultMeta::server(inner.info.clone()),
             },
         )

@@ -32,6 +32,9 @@ pub enum ErrorKind {
     Unauthorized,
     /// The call ran longer than its time limit and was stopped ([`TIMED_OUT`]).
     TimedOut,
+    /// Not an error: the handler needs input from the client first (MRTR). The core turns it
+    /// into an `input_required` result; should one ever reach a transport, it is `-32603`.
+    InputRequired,
     /// An application-defined code, outside the reserved range.
     Application(i32),
 }
@@ -58,7 +61,7 @@ impl ErrorKind {
             ErrorKind::HeaderMismatch => codes::HEADER_MISMATCH,
             ErrorKind::MissingCapability => codes::MISSING_REQUIRED_CLIENT_CAPABILITY,
             ErrorKind::UnsupportedVersion => codes::UNSUPPORTED_PROTOCOL_VERSION,
-            ErrorKind::Internal => codes::INTERNAL_ERROR,
+            ErrorKind::Internal | ErrorKind::InputRequired => codes::INTERNAL_ERROR,
             ErrorKind::RetryLater => RETRY_LATER,
             ErrorKind::Unauthorized => UNAUTHORIZED,
             ErrorKind::TimedOut => TIMED_OUT,
@@ -74,6 +77,8 @@ pub struct RpcError {
     pub kind: ErrorKind,
     pub message: String,
     pub data: Option<Value>,
+    /// What an [`ErrorKind::InputRequired`] asks for.
+    pub(crate) input: Option<Box<crate::mrtr::Ask>>,
 }
 
 impl RpcError {
@@ -83,7 +88,13 @@ impl RpcError {
             kind,
             message: message.into(),
             data: None,
+            input: None,
         }
+    }
+
+    pub(crate) fn with_input(mut self, ask: crate::mrtr::Ask) -> Self {
+        self.input = Some(Box::new(ask));
+        self
     }
 
     /// Adds `data`.

@@ -73,6 +73,8 @@ pub struct ServerConfig {
     /// Progress messages of one request go out at most once per this interval (bursts are
     /// coalesced; the last value is always sent).
     pub progress_interval: Duration,
+    /// Sealing of multi-round request states (MRTR): keys, lifetime, round cap.
+    pub request_state: crate::mrtr::StateConfig,
 }
 
 impl Default for ServerConfig {
@@ -86,6 +88,7 @@ impl Default for ServerConfig {
             limits: Limits::default(),
             max_call_duration: Duration::from_secs(300),
             progress_interval: Duration::from_millis(20),
+            request_state: crate::mrtr::StateConfig::default(),
         }
     }
 }

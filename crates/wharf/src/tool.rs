@@ -30,6 +30,12 @@ pub enum ToolError {
     Protocol(#[from] RpcError),
 }
 
+impl From<crate::mrtr::Ask> for ToolError {
+    fn from(ask: crate::mrtr::Ask) -> Self {
+        ToolError::Protocol(ask.into())
+    }
+}
+
 impl ToolError {
     /// A failure the model can act on (`isError: true`).
     pub fn execution(message: impl Into<String>) -> Self {

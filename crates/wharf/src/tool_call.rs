@@ -6,15 +6,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
-use wharf_protocol::{CallToolParams, CallToolResult, RequestId, ResultType};
+use wharf_protocol::{CallToolParams, CallToolResult, RequestId, ResultType, methods};
 
 use crate::context::{Context, Finished, Hold, TxSlot};
 use crate::dispatch::{Scope, respond};
 use crate::error::{ErrorKind, RpcError};
 use crate::meta::{RequestInfo, capabilities_cover};
+use crate::mrtr::Binding;
 use crate::principal::Principal;
 use crate::schema::first_violation;
-use crate::serialize::Turn;
+use crate::serialize::Turn as LockTurn;
 use crate::server::{HandleParam, Server, ToolEntry};
 use crate::state::handle::{Expiry, HandleRecord, human};
 use crate::state::idempotency::{KEY_ARGUMENT, REPLAY_META};
@@ -70,6 +71,13 @@ impl Server {
         let Value::Object(mut args) = args else {
             return Err(RpcError::internal("tool arguments are not an object"));
         };
+        let turn = self.open_turn(
+            &info,
+            &scope.principal,
+            params.request_state.as_deref(),
+            params.input_responses,
+            || Binding::new(methods::TOOLS_CALL, &params.name, &args),
+        )?;
         let name = &entry.def.tool.name;
         // The call's own limit, never beyond the server's, covers its wait for its turn and
         // its run: past it the handler's future is dropped (it stops at its next await) and
@@ -81,7 +89,7 @@ impl Server {
                 t.min(self.inner.config.max_call_duration)
             });
         let deadline = tokio::time::Instant::now() + limit;
-        let turn = match &entry.def.mutates {
+        let lock = match &entry.def.mutates {
             Some(argument) => {
                 let value = args
                     .get(argument)
@@ -104,7 +112,7 @@ impl Server {
             }
             None => None,
         };
-        let fence = turn.as_ref().and_then(Turn::fence);
+        let fence = lock.as_ref().and_then(LockTurn::fence);
         let prepared = self
             .prepare(entry, &mut args, &scope.principal, fence.clone())
             .await?;
@@ -120,6 +128,13 @@ impl Server {
         let mut cx = Context::with_tx(id.clone(), info, scope, self.clone(), slot.clone());
         cx.set_handles(handles);
         cx.set_fence(fence);
+        // Kept for sealing the next round, should the handler ask for input.
+        let mrtr = turn.map(|t| {
+            let number = t.round.number;
+            cx.set_round(t.round);
+            (t.binding, number)
+        });
+        let principal = mrtr.as_ref().map(|_| cx.principal().clone());
         let progress = cx.progress_stream();
         let call = entry.def.handler.call(cx, Value::Object(args));
         let outcome = tokio::time::timeout_at(deadline, call).await;
@@ -130,7 +145,14 @@ impl Server {
         let result = match outcome {
             Ok(Ok(r)) => r,
             Ok(Err(ToolError::Execution(message))) => CallToolResult::error(message),
-            Ok(Err(ToolError::Protocol(e))) => return Err(e),
+            Ok(Err(ToolError::Protocol(e))) => {
+                return match (&mrtr, principal) {
+                    (Some((binding, n)), Some(p)) => {
+                        self.answer_ask(&id, e, Some((binding, *n)), &p)
+                    }
+                    _ => self.answer_ask(&id, e, None, &Principal::anonymous()),
+                };
+            }
             Err(_) => {
                 return Err(RpcError::new(
                     ErrorKind::TimedOut,
@@ -178,8 +200,8 @@ impl Server {
             Finished::Commit(_) => {}
         }
         // Only now, with the writes committed, may the next call on the key run.
-        if let Some(turn) = turn {
-            turn.end().await;
+        if let Some(lock) = lock {
+            lock.end().await;
         }
         self.respond_tool(&id, result)
     }

@@ -1,0 +1,561 @@
+//! Multi-round-trip requests (MRTR): a handler of `tools/call`, `prompts/get` or
+//! `resources/read` that needs something from the client (an answer from the user, a model
+//! completion, the client's roots) returns [`Ask`] instead of a result. The client answers
+//! and retries with the same params, its `inputResponses` and the sealed `requestState`;
+//! the handler runs again from the top and reads the answers, typed, on its [`Context`].
+//! Nothing is held in memory between rounds: any replica with the same state keys resumes.
+
+pub mod seal;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+use wharf_protocol::{
+    ClientCapabilities, CreateMessageParams, CreateMessageResult, ElicitFormParams, ElicitParams,
+    ElicitUrlParams, ElicitationCapability, InputRequest, InputRequests, InputResponses,
+    ListRootsResult,
+};
+
+use seal::{Asked, SealedState};
+pub use seal::{KeyError, StateKeys};
+
+use crate::error::{ErrorKind, RpcError};
+use crate::principal::Principal;
+use crate::state::{Digest, Millis, now_millis};
+
+/// How request states are sealed and for how long they hold.
+#[derive(Debug, Clone)]
+pub struct StateConfig {
+    /// The keys; share them between replicas.
+    pub keys: StateKeys,
+    /// How long a state stays valid (default 10 minutes).
+    pub max_age: Duration,
+    /// The most rounds one request may take (default 8).
+    pub max_rounds: u32,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        StateConfig {
+            keys: StateKeys::random(),
+            max_age: Duration::from_secs(600),
+            max_rounds: 8,
+        }
+    }
+}
+
+/// A field type of a form elicitation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StringFormat {
+    Email,
+    Uri,
+    Date,
+    DateTime,
+}
+
+/// The schema of what a form elicitation asks for: a flat object of primitive fields, as
+/// the specification allows.
+#[derive(Debug, Clone, Default)]
+pub struct FormSchema {
+    properties: Map<String, Value>,
+    required: Vec<String>,
+}
+
+impl FormSchema {
+    /// An empty form.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn field(mut self, name: &str, schema: Value, required: bool) -> Self {
+        self.properties.insert(name.to_owned(), schema);
+        if required {
+            self.required.push(name.to_owned());
+        }
+        self
+    }
+
+    /// A text field.
+    pub fn string(self, name: &str, description: &str, required: bool) -> Self {
+        self.field(
+            name,
+            json!({ "type": "string", "description": description }),
+            required,
+        )
+    }
+
+    /// A text field with a format (email, URI, date, date-time).
+    pub fn formatted(
+        self,
+        name: &str,
+        description: &str,
+        format: StringFormat,
+        required: bool,
+    ) -> Self {
+        let format = match format {
+            StringFormat::Email => "email",
+            StringFormat::Uri => "uri",
+            StringFormat::Date => "date",
+            StringFormat::DateTime => "date-time",
+        };
+        self.field(
+            name,
+            json!({ "type": "string", "description": description, "format": format }),
+            required,
+        )
+    }
+
+    /// A number field, optionally bounded.
+    pub fn number(
+        self,
+        name: &str,
+        description: &str,
+        bounds: (Option<f64>, Option<f64>),
+        required: bool,
+    ) -> Self {
+        self.bounded("number", name, description, bounds, required)
+    }
+
+    /// An integer field, optionally bounded.
+    pub fn integer(
+        self,
+        name: &str,
+        description: &str,
+        bounds: (Option<f64>, Option<f64>),
+        required: bool,
+    ) -> Self {
+        self.bounded("integer", name, description, bounds, required)
+    }
+
+    fn bounded(
+        self,
+        kind: &str,
+        name: &str,
+        description: &str,
+        (min, max): (Option<f64>, Option<f64>),
+        required: bool,
+    ) -> Self {
+        let mut schema = json!({ "type": kind, "description": description });
+        if let Some(min) = min {
+            schema["minimum"] = json!(min);
+        }
+        if let Some(max) = max {
+            schema["maximum"] = json!(max);
+        }
+        self.field(name, schema, required)
+    }
+
+    /// A yes/no field.
+    pub fn boolean(self, name: &str, description: &str, required: bool) -> Self {
+        self.field(
+            name,
+            json!({ "type": "boolean", "description": description }),
+            required,
+        )
+    }
+
+    /// A choice among `options`.
+    pub fn choice(self, name: &str, description: &str, options: &[&str], required: bool) -> Self {
+        self.field(
+            name,
+            json!({ "type": "string", "description": description, "enum": options }),
+            required,
+        )
+    }
+
+    fn into_schema(self) -> Map<String, Value> {
+        let mut schema = Map::new();
+        schema.insert("type".into(), json!("object"));
+        schema.insert("properties".into(), Value::Object(self.properties));
+        if !self.required.is_empty() {
+            schema.insert("required".into(), json!(self.required));
+        }
+        schema
+    }
+}
+
+/// What a handler asks the client for before it can finish. Build it with
+/// [`Context::ask`](crate::Context::ask) and return it as the handler's error (`?` or
+/// `.into()`): the client gets an `input_required` result. Requests for a capability the
+/// client did not declare on this request are left out; if nothing would be left to ask,
+/// the answer is `-32021` naming what is missing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ask {
+    requests: InputRequests,
+    asked: BTreeMap<String, Asked>,
+    missing: ClientCapabilities,
+    state: Option<Value>,
+    capabilities: ClientCapabilities,
+}
+
+impl Ask {
+    pub(crate) fn new(capabilities: ClientCapabilities) -> Self {
+        Ask {
+            requests: InputRequests::new(),
+            asked: BTreeMap::new(),
+            missing: ClientCapabilities::default(),
+            state: None,
+            capabilities,
+        }
+    }
+
+    fn push(mut self, key: &str, request: InputRequest, asked: Asked, offered: bool) -> Self {
+        if offered {
+            self.requests.insert(key.to_owned(), request);
+            self.asked.insert(key.to_owned(), asked);
+        }
+        self
+    }
+
+    /// Asks the user to fill in a form.
+    pub fn elicit(mut self, key: &str, message: impl Into<String>, form: FormSchema) -> Self {
+        let schema = form.into_schema();
+        let offered = self.capabilities.elicitation.as_ref().is_some_and(|e| {
+            // An empty elicitation capability means form mode.
+            e.form.is_some() || e.url.is_none()
+        });
+        if !offered {
+            self.missing.elicitation = Some(ElicitationCapability {
+                form: Some(Map::new()),
+                url: None,
+            });
+        }
+        let request = InputRequest::Elicit(ElicitParams::Form(ElicitFormParams {
+            mode: None,
+            message: message.into(),
+            requested_schema: schema.clone(),
+        }));
+        self.push(
+            key,
+            request,
+            Asked::Form {
+                schema: Value::Object(schema),
+            },
+            offered,
+        )
+    }
+
+    /// Sends the user to `url` (out of band: credentials, payment, consent).
+    pub fn elicit_url(
+        mut self,
+        key: &str,
+        message: impl Into<String>,
+        url: impl Into<String>,
+    ) -> Self {
+        let offered = self
+            .capabilities
+            .elicitation
+            .as_ref()
+            .is_some_and(|e| e.url.is_some());
+        if !offered {
+            self.missing.elicitation = Some(ElicitationCapability {
+                form: None,
+                url: Some(Map::new()),
+            });
+        }
+        let request = InputRequest::Elicit(ElicitParams::Url(ElicitUrlParams {
+            mode: wharf_protocol::UrlMode::Url,
+            message: message.into(),
+            url: url.into(),
+        }));
+        self.push(key, request, Asked::Url, offered)
+    }
+
+    /// Asks the client's model for a completion.
+    pub fn sample(mut self, key: &str, params: CreateMessageParams) -> Self {
+        let offered = self.capabilities.sampling.is_some();
+        if !offered {
+            self.missing.sampling = Some(Default::default());
+        }
+        self.push(
+            key,
+            InputRequest::CreateMessage(params),
+            Asked::Sample,
+            offered,
+        )
+    }
+
+    /// Asks for the client's roots.
+    pub fn list_roots(mut self, key: &str) -> Self {
+        let offered = self.capabilities.roots.is_some();
+        if !offered {
+            self.missing.roots = Some(Map::new());
+        }
+        self.push(key, InputRequest::ListRoots(None), Asked::Roots, offered)
+    }
+
+    /// Keeps `state` for the next round ([`Context::round_state`](crate::Context::round_state)),
+    /// sealed: the client carries it but can neither read nor change it.
+    pub fn state<S: Serialize>(mut self, state: &S) -> Self {
+        self.state = serde_json::to_value(state).ok();
+        self
+    }
+}
+
+impl From<Ask> for RpcError {
+    fn from(ask: Ask) -> Self {
+        RpcError::new(ErrorKind::InputRequired, "input required").with_input(ask)
+    }
+}
+
+/// The answers of the current round, and what the previous round asked.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Round {
+    /// 0 for a fresh request.
+    pub(crate) number: u32,
+    /// What the previous round asked, when the request carries its state; answers sent
+    /// without a state are read for their shape only.
+    pub(crate) asked: Option<BTreeMap<String, Asked>>,
+    pub(crate) responses: InputResponses,
+    pub(crate) state: Option<Value>,
+    pub(crate) nonce: Option<String>,
+    pub(crate) expires_at: Millis,
+}
+
+/// The answer to a form elicitation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Elicited<T> {
+    /// The user submitted the form; its content, checked against the form's schema.
+    Accepted(T),
+    /// The user said no.
+    Declined,
+    /// The user dismissed the request.
+    Cancelled,
+}
+
+impl Round {
+    /// The answer to `key`, if it answers what was asked as `key` (of the kind `is`).
+    fn answer(&self, key: &str, is: fn(&Asked) -> bool) -> Option<(Option<&Asked>, &Value)> {
+        let answer = self.responses.get(key)?;
+        match &self.asked {
+            Some(asked) => {
+                let asked = asked.get(key).filter(|a| is(a))?;
+                Some((Some(asked), answer))
+            }
+            None => Some((None, answer)),
+        }
+    }
+
+    /// A form answer for `key`: `None` when it is missing or malformed (ask again).
+    pub(crate) fn elicited<T: DeserializeOwned>(&self, key: &str) -> Option<Elicited<T>> {
+        let (asked, answer) = self.answer(key, |a| matches!(a, Asked::Form { .. }))?;
+        match answer.get("action")?.as_str()? {
+            "accept" => {
+                let content = answer.get("content")?;
+                if let Some(Asked::Form { schema }) = asked {
+                    let validator = jsonschema::validator_for(schema).ok()?;
+                    if !validator.is_valid(content) {
+                        return None;
+                    }
+                }
+                serde_json::from_value(content.clone())
+                    .ok()
+                    .map(Elicited::Accepted)
+            }
+            "decline" => Some(Elicited::Declined),
+            "cancel" => Some(Elicited::Cancelled),
+            _ => None,
+        }
+    }
+
+    /// The action the user took on a URL elicitation.
+    pub(crate) fn elicited_url(&self, key: &str) -> Option<Elicited<()>> {
+        let (_, answer) = self.answer(key, |a| matches!(a, Asked::Url))?;
+        match answer.get("action")?.as_str()? {
+            "accept" => Some(Elicited::Accepted(())),
+            "decline" => Some(Elicited::Declined),
+            "cancel" => Some(Elicited::Cancelled),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn sampled(&self, key: &str) -> Option<CreateMessageResult> {
+        let (_, answer) = self.answer(key, |a| matches!(a, Asked::Sample))?;
+        serde_json::from_value(answer.clone()).ok()
+    }
+
+    pub(crate) fn roots(&self, key: &str) -> Option<ListRootsResult> {
+        let (_, answer) = self.answer(key, |a| matches!(a, Asked::Roots))?;
+        serde_json::from_value(answer.clone()).ok()
+    }
+}
+
+/// The request a state is bound to: its method and the digest of its salient params (all but
+/// `_meta`, `inputResponses` and `requestState`).
+#[derive(Debug, Clone)]
+pub(crate) struct Binding {
+    pub(crate) method: &'static str,
+    pub(crate) digest: String,
+}
+
+impl Binding {
+    pub(crate) fn new(method: &'static str, name: &str, args: &Map<String, Value>) -> Self {
+        Binding {
+            method,
+            digest: Digest::of(&format!("{method}\u{0}{name}"), args)
+                .as_str()
+                .to_owned(),
+        }
+    }
+}
+
+/// Opens the round a retry carries: its state checked against the caller and the request.
+pub(crate) fn open_round(
+    config: &StateConfig,
+    binding: &Binding,
+    principal: &Principal,
+    request_state: Option<&str>,
+    responses: Option<InputResponses>,
+) -> Result<Round, RpcError> {
+    let Some(token) = request_state else {
+        // Answers without a state: read for their shape only.
+        return Ok(Round {
+            responses: responses.unwrap_or_default(),
+            ..Round::default()
+        });
+    };
+    let refuse = |why: &str| RpcError::invalid_params(format!("Invalid requestState: {why}"));
+    let state = config.keys.open(token).ok_or_else(|| {
+        refuse("it was not issued by this server or was altered; send the request again without requestState and inputResponses")
+    })?;
+    let now = now_millis();
+    if state.expires_at <= now {
+        return Err(refuse(&format!(
+            "it expired {} s ago; send the request again without requestState and inputResponses",
+            (now - state.expires_at) / 1000
+        )));
+    }
+    if state.principal != principal.id() {
+        return Err(refuse("it was issued to another principal"));
+    }
+    if state.method != binding.method || state.digest != binding.digest {
+        return Err(refuse(
+            "it was issued for another request (the method or its params differ); retry with the same params as the request that returned it",
+        ));
+    }
+    Ok(Round {
+        number: state.round,
+        asked: Some(state.asked),
+        responses: responses.unwrap_or_default(),
+        state: state.state,
+        nonce: Some(state.nonce),
+        expires_at: state.expires_at,
+    })
+}
+
+/// Turns a handler's [`Ask`] into the parts of an `input_required` result: the requests and
+/// the sealed state of the next round.
+pub(crate) fn seal_round(
+    config: &StateConfig,
+    binding: Option<&Binding>,
+    principal: &Principal,
+    previous: u32,
+    ask: Ask,
+) -> Result<(Option<InputRequests>, String), RpcError> {
+    if ask.requests.is_empty() && ask.missing != ClientCapabilities::default() {
+        return Err(RpcError::missing_capability(
+            &ask.missing,
+            "this request asks the client for input and",
+        ));
+    }
+    let binding = binding.ok_or_else(|| {
+        RpcError::internal("a handler kept state for a client that declared no input capability")
+    })?;
+    let round = previous + 1;
+    if round > config.max_rounds {
+        return Err(RpcError::invalid_params(format!(
+            "This request took more than {} rounds of input; it was stopped. Send it again from the start.",
+            config.max_rounds
+        )));
+    }
+    let max_age = i64::try_from(config.max_age.as_millis()).unwrap_or(i64::MAX);
+    let nonce: [u8; 16] = rand::random();
+    let sealed = SealedState {
+        principal: principal.id().to_owned(),
+        expires_at: now_millis().saturating_add(max_age),
+        method: binding.method.to_owned(),
+        digest: binding.digest.clone(),
+        round,
+        nonce: nonce.iter().map(|b| format!("{b:02x}")).collect(),
+        asked: ask.asked,
+        state: ask.state,
+    };
+    let token = config.keys.seal(&sealed)?;
+    let requests = (!ask.requests.is_empty()).then_some(ask.requests);
+    Ok((requests, token))
+}
+
+/// A request's part in MRTR: what its state is bound to and the round it carries.
+pub(crate) struct Turn {
+    pub(crate) binding: Binding,
+    pub(crate) round: Round,
+}
+
+impl crate::server::Server {
+    /// Opens the round of a `tools/call`, `prompts/get` or `resources/read`. Only a request
+    /// that carries a state, or whose client could answer input requests, pays for the
+    /// digest of its params.
+    pub(crate) fn open_turn(
+        &self,
+        info: &crate::meta::RequestInfo,
+        principal: &Principal,
+        request_state: Option<&str>,
+        responses: Option<InputResponses>,
+        binding: impl FnOnce() -> Binding,
+    ) -> Result<Option<Turn>, RpcError> {
+        let caps = &info.client_capabilities;
+        let may_answer =
+            caps.elicitation.is_some() || caps.sampling.is_some() || caps.roots.is_some();
+        if request_state.is_none() && !may_answer {
+            return Ok(None);
+        }
+        let binding = binding();
+        let round = open_round(
+            &self.inner.config.request_state,
+            &binding,
+            principal,
+            request_state,
+            responses,
+        )?;
+        Ok(Some(Turn { binding, round }))
+    }
+
+    /// Turns a handler's [`Ask`] into an `input_required` result; other errors pass.
+    pub(crate) fn answer_ask(
+        &self,
+        id: &wharf_protocol::RequestId,
+        error: RpcError,
+        turn: Option<(&Binding, u32)>,
+        principal: &Principal,
+    ) -> Result<Vec<u8>, RpcError> {
+        if error.kind != ErrorKind::InputRequired {
+            return Err(error);
+        }
+        let Some(ask) = error.input else {
+            return Err(RpcError::internal("an input request without its content"));
+        };
+        let (binding, previous) = match turn {
+            Some((b, n)) => (Some(b), n),
+            None => (None, 0),
+        };
+        let (input_requests, token) = seal_round(
+            &self.inner.config.request_state,
+            binding,
+            principal,
+            previous,
+            *ask,
+        )?;
+        crate::dispatch::respond(
+            id,
+            &wharf_protocol::InputRequiredResult {
+                result_type: wharf_protocol::ResultType::InputRequired,
+                input_requests,
+                request_state: Some(token),
+                meta: wharf_protocol::ResultMeta::server(self.inner.info.clone()),
+            },
+        )
+    }
+}
