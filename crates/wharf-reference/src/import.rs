@@ -16,7 +16,10 @@ use serde_json::{Map, Value, json};
 use wharf::context::store_error;
 use wharf::state::TxMode;
 use wharf::state::handle::human;
-use wharf::{Context, Handle, HandleKind, ServerBuilder, Structured, ToolError, template, tool};
+use wharf::{
+    Context, Elicited, FormSchema, Handle, HandleKind, ServerBuilder, Structured, ToolError,
+    template, tool,
+};
 use wharf_protocol::{ResourceContents, ToolAnnotations};
 
 /// Most rows one `import_append_rows` call takes.
@@ -121,12 +124,62 @@ struct ImportArgs {
     import: Handle<Import>,
 }
 
+/// How `import_commit` lands the rows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum CommitMode {
+    /// After the dataset's rows (the default).
+    #[default]
+    Append,
+    /// Instead of the dataset's rows; the user is asked to confirm when it has any.
+    Replace,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct CommitArgs {
+    import: Handle<Import>,
+    /// `append` (default) or `replace`.
+    #[serde(default)]
+    mode: CommitMode,
+}
+
+/// The user's answer to "replace the dataset?".
+#[derive(Debug, Deserialize)]
+struct ReplaceAnswer {
+    replace: bool,
+}
+
+const CONFIRM_REPLACE: &str = "confirm_replace";
+
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 struct Committed {
     dataset: String,
     committed_rows: u64,
     total_rows: u64,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct DeleteArgs {
+    /// The dataset to delete.
+    dataset: String,
+}
+
+/// The user's answer to "delete the dataset?".
+#[derive(Debug, Deserialize)]
+struct DeleteAnswer {
+    delete: bool,
+}
+
+const CONFIRM_DELETE: &str = "confirm_delete";
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+struct Deleted {
+    dataset: String,
+    deleted_rows: u64,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -453,9 +506,23 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         .tool(
             tool("import_commit")
                 .mutates("import")
-                .description("Move an import's staged rows into its dataset, all at once, and close the import.")
-                .handler(|cx: Context, args: ImportArgs| async move {
+                .description("Move an import's staged rows into its dataset, all at once, and close the import. With mode \"replace\" the dataset's rows are replaced; when it has any, the user is asked to confirm first (elicitation).")
+                .handler(|cx: Context, args: CommitArgs| async move {
                     let (dataset, columns) = import_meta(&cx, &args.import)?;
+                    // An answer to "replace?" is read (and its state redeemed, once) before the
+                    // call's transaction opens.
+                    let confirmed = match cx.elicited::<ReplaceAnswer>(CONFIRM_REPLACE) {
+                        Some(Elicited::Accepted(ReplaceAnswer { replace: true })) => {
+                            cx.redeem_once().await?;
+                            true
+                        }
+                        Some(_) => {
+                            return Err(ToolError::execution(format!(
+                                "Not committed: replacing the rows of dataset {dataset:?} was not confirmed. The import is still open: commit it with mode \"append\", or abort it."
+                            )));
+                        }
+                        None => false,
+                    };
                     let mut tx = cx.tx().await?;
                     // Lock the import for good first (a recorded use takes the row): appends
                     // still running finish before it, later ones find it gone.
@@ -479,6 +546,25 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                         }
                     }
                     let target = dataset_rows(&cx, &dataset);
+                    if args.mode == CommitMode::Replace {
+                        let existing = tx.count_rows(&target).await.map_err(store_error)?;
+                        if existing > 0 && !confirmed {
+                            let staged = tx
+                                .count_rows(&args.import.collection("rows"))
+                                .await
+                                .map_err(store_error)?;
+                            drop(tx);
+                            return Err(cx
+                                .ask()
+                                .elicit(
+                                    CONFIRM_REPLACE,
+                                    format!("Replace the {existing} rows of dataset {dataset:?} with the {staged} rows of this import?"),
+                                    FormSchema::new().boolean("replace", "Replace the dataset's rows", true),
+                                )
+                                .into());
+                        }
+                        tx.clear_rows(&target).await.map_err(store_error)?;
+                    }
                     let moved = tx
                         .move_rows(&args.import.collection("rows"), &target)
                         .await
@@ -518,6 +604,16 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                         discarded_rows: staged,
                     }))
                 }),
+        )
+        .tool(
+            tool("dataset_delete")
+                .description("Delete a dataset and its rows, after the user confirms (elicitation). A confirmation answers this one deletion only: it cannot be replayed.")
+                .annotations(ToolAnnotations {
+                    destructive_hint: Some(true),
+                    ..Default::default()
+                })
+                .mutates("dataset")
+                .handler(|cx: Context, args: DeleteArgs| async move { delete(&cx, args).await }),
         )
         .tool(
             tool("dataset_query")
@@ -564,6 +660,48 @@ fn tool_to_rpc(e: ToolError) -> wharf::RpcError {
         ToolError::Protocol(e) => e,
         ToolError::Execution(m) => wharf::RpcError::internal(m),
     }
+}
+
+async fn delete(cx: &Context, args: DeleteArgs) -> Result<Structured<Deleted>, ToolError> {
+    check_dataset_name(&args.dataset)?;
+    let confirmed = match cx.elicited::<DeleteAnswer>(CONFIRM_DELETE) {
+        Some(Elicited::Accepted(DeleteAnswer { delete: true })) => {
+            // Before anything is deleted: a replayed confirmation must never delete a
+            // dataset created again since.
+            cx.redeem_once().await?;
+            true
+        }
+        Some(_) => {
+            return Err(ToolError::execution(format!(
+                "Not deleted: the user did not confirm deleting dataset {:?}.",
+                args.dataset
+            )));
+        }
+        None => false,
+    };
+    let rows_key = dataset_rows(cx, &args.dataset);
+    let mut tx = cx.tx().await?;
+    dataset_definition(tx.as_mut(), cx, &args.dataset).await?;
+    let rows = tx.count_rows(&rows_key).await.map_err(store_error)?;
+    if !confirmed {
+        drop(tx);
+        return Err(cx
+            .ask()
+            .elicit(
+                CONFIRM_DELETE,
+                format!("Delete dataset {:?} and its {rows} rows?", args.dataset),
+                FormSchema::new().boolean("delete", "Delete the dataset", true),
+            )
+            .into());
+    }
+    let deleted = tx.clear_rows(&rows_key).await.map_err(store_error)?;
+    tx.delete_doc(&datasets(cx), &args.dataset)
+        .await
+        .map_err(store_error)?;
+    Ok(Structured(Deleted {
+        dataset: args.dataset,
+        deleted_rows: deleted,
+    }))
 }
 
 async fn query(cx: &Context, args: QueryArgs) -> Result<Structured<QueryResult>, ToolError> {

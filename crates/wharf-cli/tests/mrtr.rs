@@ -1,0 +1,278 @@
+//! Multi-round requests over real HTTP: the import service asks the user before it replaces or
+//! deletes a dataset; the sealed `requestState` is refused when tampered with, expired, used
+//! by another principal or for another request, and a one-time confirmation is refused the
+//! second time even on another replica; a round answered on another replica completes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::import::{
+    TOKEN_7, TOKEN_42, begin, ok, pg_url, replica_args, rows, sqlite_url, unique,
+};
+use common::{ServerProcess, validate_reply};
+use serde_json::{Value, json};
+use wharf_client::{HttpClient, Reply};
+
+const STATE_KEY: &str = "k1=AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+/// A tool call from a client that can answer elicitations.
+async fn call(client: &HttpClient, name: &str, args: Value, round: Option<(&str, Value)>) -> Reply {
+    let mut params = json!({
+        "name": name,
+        "arguments": args,
+        "_meta": { "io.modelcontextprotocol/clientCapabilities": { "elicitation": {} } }
+    });
+    if let Some((state, responses)) = round {
+        params["requestState"] = json!(state);
+        params["inputResponses"] = responses;
+    }
+    let reply = client.request("tools/call", params).await.unwrap();
+    validate_reply("tools/call", &reply);
+    reply
+}
+
+fn accept(field: &str) -> Value {
+    json!({ "action": "accept", "content": { field: true } })
+}
+
+async fn dataset(client: &HttpClient, name: &str, n: i64) {
+    let import = begin(client, name).await;
+    ok(
+        client,
+        "import_append_rows",
+        json!({ "import": import, "rows": rows(0, n), "idempotency_key": unique("k") }),
+    )
+    .await;
+    ok(client, "import_commit", json!({ "import": import })).await;
+}
+
+async fn count(client: &HttpClient, name: &str) -> usize {
+    let r = ok(
+        client,
+        "dataset_query",
+        json!({ "dataset": name, "limit": 500 }),
+    )
+    .await;
+    r["structuredContent"]["rows"].as_array().unwrap().len()
+}
+
+/// The `requestState` of an `input_required` result, after checking what it asks.
+fn asked(reply: &Reply, key: &str) -> String {
+    let result = reply.result().unwrap_or_else(|| panic!("{}", reply.body));
+    assert_eq!(result["resultType"], "input_required", "{}", reply.body);
+    let request = &result["inputRequests"][key];
+    assert_eq!(request["method"], "elicitation/create", "{}", reply.body);
+    assert_eq!(
+        request["params"]["requestedSchema"]["properties"]
+            .as_object()
+            .unwrap()
+            .len(),
+        1
+    );
+    result["requestState"].as_str().unwrap().to_owned()
+}
+
+fn refused(reply: &Reply, why: &str) {
+    assert_eq!(reply.error_code(), Some(-32602), "{}", reply.body);
+    let message = reply.error().unwrap()["message"].as_str().unwrap();
+    assert!(message.contains(why), "{message:?} should say {why:?}");
+}
+
+#[tokio::test]
+async fn replacing_a_dataset_asks_the_user_first() {
+    let server = common::import::server(&sqlite_url("mrtr-replace"));
+    let client = server.client().with_bearer(TOKEN_42);
+    let name = unique("ds");
+    dataset(&client, &name, 3).await;
+    let import = begin(&client, &name).await;
+    ok(
+        &client,
+        "import_append_rows",
+        json!({ "import": import, "rows": rows(100, 2), "idempotency_key": unique("k") }),
+    )
+    .await;
+    let args = json!({ "import": import, "mode": "replace" });
+
+    let first = call(&client, "import_commit", args.clone(), None).await;
+    let state = asked(&first, "confirm_replace");
+    let message = first.result().unwrap()["inputRequests"]["confirm_replace"]["params"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains("3 rows") && message.contains("2 rows"),
+        "{message}"
+    );
+    assert_eq!(count(&client, &name).await, 3, "nothing changed yet");
+
+    // A malformed answer is asked again; a refusal commits nothing.
+    let again = call(
+        &client,
+        "import_commit",
+        args.clone(),
+        Some((
+            &state,
+            json!({ "confirm_replace": { "action": "accept", "content": { "replace": "yes" } } }),
+        )),
+    )
+    .await;
+    asked(&again, "confirm_replace");
+    let no = call(
+        &client,
+        "import_commit",
+        args.clone(),
+        Some((
+            &state,
+            json!({ "confirm_replace": { "action": "decline" } }),
+        )),
+    )
+    .await;
+    assert_eq!(no.result().unwrap()["isError"], true, "{}", no.body);
+    assert_eq!(count(&client, &name).await, 3);
+
+    let done = call(
+        &client,
+        "import_commit",
+        args.clone(),
+        Some((&state, json!({ "confirm_replace": accept("replace") }))),
+    )
+    .await;
+    let result = done.result().unwrap();
+    assert_eq!(result["resultType"], "complete", "{}", done.body);
+    assert_eq!(result["structuredContent"]["totalRows"], 2);
+    assert_eq!(count(&client, &name).await, 2);
+
+    // A client that cannot answer elicitations is told what it lacks.
+    let other = unique("ds");
+    dataset(&client, &other, 1).await;
+    let import = begin(&client, &other).await;
+    let r = client
+        .request(
+            "tools/call",
+            json!({ "name": "import_commit", "arguments": { "import": import, "mode": "replace" } }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.error_code(), Some(-32021), "{}", r.body);
+    assert!(r.error().unwrap()["data"]["requiredCapabilities"]["elicitation"].is_object());
+}
+
+#[tokio::test]
+async fn bad_states_are_refused_with_the_reason() {
+    let store = sqlite_url("mrtr-states");
+    let mut args = replica_args(&store);
+    args.extend(["--state-key", STATE_KEY, "--state-max-age-secs", "2"].map(str::to_owned));
+    let server = ServerProcess::start_exact(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let user42 = server.client().with_bearer(TOKEN_42);
+    let user7 = server.client().with_bearer(TOKEN_7);
+    let (one, two) = (unique("ds"), unique("ds"));
+    dataset(&user42, &one, 2).await;
+    dataset(&user42, &two, 2).await;
+    let delete = |name: &str| json!({ "dataset": name });
+    let state = asked(
+        &call(&user42, "dataset_delete", delete(&one), None).await,
+        "confirm_delete",
+    );
+    let yes = json!({ "confirm_delete": accept("delete") });
+
+    // One character changed.
+    let mut tampered = state.clone().into_bytes();
+    let i = tampered.len() / 2;
+    tampered[i] = if tampered[i] == b'A' { b'B' } else { b'A' };
+    let tampered = String::from_utf8(tampered).unwrap();
+    let r = call(
+        &user42,
+        "dataset_delete",
+        delete(&one),
+        Some((&tampered, yes.clone())),
+    )
+    .await;
+    refused(&r, "was not issued by this server or was altered");
+
+    // Another principal, with a dataset of the same name.
+    dataset(&user7, &one, 1).await;
+    let r = call(
+        &user7,
+        "dataset_delete",
+        delete(&one),
+        Some((&state, yes.clone())),
+    )
+    .await;
+    refused(&r, "issued to another principal");
+
+    // Another request: the same tool on another dataset.
+    let r = call(
+        &user42,
+        "dataset_delete",
+        delete(&two),
+        Some((&state, yes.clone())),
+    )
+    .await;
+    refused(&r, "issued for another request");
+    assert_eq!(count(&user42, &one).await, 2, "nothing was deleted");
+    assert_eq!(count(&user42, &two).await, 2);
+
+    // Expired (the state lives 2 s here).
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    let r = call(
+        &user42,
+        "dataset_delete",
+        delete(&one),
+        Some((&state, yes.clone())),
+    )
+    .await;
+    refused(&r, "expired");
+    assert_eq!(count(&user42, &one).await, 2);
+}
+
+/// Two replicas on one PostgreSQL, sharing nothing but configuration and the store: a round
+/// asked by one is answered on the other, and the confirmation cannot be replayed anywhere.
+#[tokio::test]
+async fn a_round_completes_on_another_replica_and_a_confirmation_is_used_once() {
+    let mut args = replica_args(&pg_url());
+    args.extend(["--state-key", STATE_KEY].map(str::to_owned));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let a = ServerProcess::start_exact(&args);
+    let b = ServerProcess::start_exact(&args);
+    let (ca, cb) = (
+        a.client().with_bearer(TOKEN_42),
+        b.client().with_bearer(TOKEN_42),
+    );
+    let name = unique("ds");
+    dataset(&ca, &name, 4).await;
+    let delete = json!({ "dataset": name });
+    let state = asked(
+        &call(&ca, "dataset_delete", delete.clone(), None).await,
+        "confirm_delete",
+    );
+    let yes = json!({ "confirm_delete": accept("delete") });
+
+    let done = call(
+        &cb,
+        "dataset_delete",
+        delete.clone(),
+        Some((&state, yes.clone())),
+    )
+    .await;
+    assert_eq!(
+        done.result().unwrap()["structuredContent"]["deletedRows"],
+        4,
+        "{}",
+        done.body
+    );
+
+    // The dataset is made again; the old confirmation must not delete it, on either replica.
+    dataset(&ca, &name, 1).await;
+    for client in [&ca, &cb] {
+        let replay = call(
+            client,
+            "dataset_delete",
+            delete.clone(),
+            Some((&state, yes.clone())),
+        )
+        .await;
+        refused(&replay, "already used");
+    }
+    assert_eq!(count(&ca, &name).await, 1);
+}
