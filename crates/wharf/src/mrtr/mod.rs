@@ -559,3 +559,109 @@ impl crate::server::Server {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caps(v: Value) -> ClientCapabilities {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn binding() -> Binding {
+        Binding::new("tools/call", "t", &Map::new())
+    }
+
+    #[test]
+    fn only_declared_capabilities_are_asked_and_none_left_is_32021() {
+        let ask = Ask::new(caps(json!({ "sampling": {} })))
+            .elicit(
+                "name",
+                "Name?",
+                FormSchema::new().string("name", "Name", true),
+            )
+            .list_roots("roots")
+            .sample(
+                "q",
+                serde_json::from_value(json!({ "messages": [], "maxTokens": 5 })).unwrap(),
+            );
+        assert_eq!(ask.requests.keys().collect::<Vec<_>>(), ["q"]);
+        let config = StateConfig::default();
+        let who = Principal::anonymous();
+        let (requests, _) = seal_round(&config, Some(&binding()), &who, 0, ask).unwrap();
+        assert_eq!(requests.unwrap().len(), 1);
+
+        let ask = Ask::new(caps(json!({}))).elicit(
+            "name",
+            "Name?",
+            FormSchema::new().string("name", "Name", true),
+        );
+        let e = seal_round(&config, Some(&binding()), &who, 0, ask).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::MissingCapability);
+        assert!(e.data.unwrap()["requiredCapabilities"]["elicitation"].is_object());
+    }
+
+    #[test]
+    fn rounds_are_capped_and_states_carry_the_round_and_the_state() {
+        let config = StateConfig {
+            max_rounds: 2,
+            ..StateConfig::default()
+        };
+        let who = Principal::anonymous();
+        let ask = || {
+            Ask::new(caps(json!({ "elicitation": {} })))
+                .elicit("x", "X?", FormSchema::new().boolean("x", "X", true))
+                .state(&json!({ "step": 7 }))
+        };
+        let (_, token) = seal_round(&config, Some(&binding()), &who, 1, ask()).unwrap();
+        let round = open_round(&config, &binding(), &who, Some(&token), None).unwrap();
+        assert_eq!(round.number, 2);
+        assert_eq!(round.state, Some(json!({ "step": 7 })));
+        let e = seal_round(&config, Some(&binding()), &who, 2, ask()).unwrap_err();
+        assert!(e.message.contains("more than 2 rounds"), "{}", e.message);
+    }
+
+    #[test]
+    fn answers_are_read_against_what_was_asked() {
+        let config = StateConfig::default();
+        let who = Principal::anonymous();
+        let ask = Ask::new(caps(json!({ "elicitation": {}, "roots": {} })))
+            .elicit(
+                "age",
+                "Age?",
+                FormSchema::new().integer("age", "Age", (Some(0.0), Some(150.0)), true),
+            )
+            .list_roots("roots");
+        let (_, token) = seal_round(&config, Some(&binding()), &who, 0, ask).unwrap();
+        let answers = |v: Value| {
+            open_round(
+                &config,
+                &binding(),
+                &who,
+                Some(&token),
+                Some(serde_json::from_value(v).unwrap()),
+            )
+            .unwrap()
+        };
+        #[derive(serde::Deserialize, Debug, PartialEq)]
+        struct Age {
+            age: u32,
+        }
+        let ok = answers(json!({ "age": { "action": "accept", "content": { "age": 42 } } }));
+        assert_eq!(
+            ok.elicited::<Age>("age"),
+            Some(Elicited::Accepted(Age { age: 42 }))
+        );
+        // Out of the asked bounds, of the wrong kind, or under a key not asked: asked again.
+        let bad = answers(json!({
+            "age": { "action": "accept", "content": { "age": 200 } },
+            "roots": { "action": "accept" },
+            "other": { "roots": [] }
+        }));
+        assert_eq!(bad.elicited::<Age>("age"), None);
+        assert_eq!(bad.roots("roots"), None);
+        assert_eq!(bad.roots("other"), None);
+        let declined = answers(json!({ "age": { "action": "decline" } }));
+        assert_eq!(declined.elicited::<Age>("age"), Some(Elicited::Declined));
+    }
+}
