@@ -5,16 +5,22 @@
 //!   so handles are bearer capabilities.
 //! - [`Auth::api_keys`]: static keys sent as `Authorization: Bearer TOKEN`, each naming its
 //!   principal.
+//! - [`Auth::oauth`]: an OAuth 2.1 resource server ([`oauth`]).
 
 mod api_keys;
+pub mod oauth;
 
 pub use api_keys::{ApiKeyError, ApiKeys};
+pub use oauth::{OAuth, OAuthConfig, Validation};
+
+use std::sync::Arc;
 
 use http::HeaderMap;
 use http::header::AUTHORIZATION;
 use wharf::Principal;
 
-/// Why a request was refused before it ran (HTTP 401).
+/// Why a request was refused before it ran: HTTP 401, except [`AuthError::InsufficientScope`]
+/// (403) and [`AuthError::Unavailable`] (503).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AuthError {
     /// No `Authorization` header.
@@ -23,18 +29,67 @@ pub enum AuthError {
     /// An `Authorization` header that is not `Bearer <token>`.
     #[error("Unauthorized: the Authorization header must be \"Bearer <token>\"")]
     Malformed,
-    /// A token this server does not know.
+    /// A token sent in the URL, where it leaks into logs.
+    #[error(
+        "Unauthorized: access tokens in the query string are refused; send them in the Authorization header"
+    )]
+    TokenInQuery,
+    /// A token this server does not know, or that is not a token at all.
     #[error("Unauthorized: the bearer token is not valid")]
     InvalidToken,
+    #[error("Unauthorized: the token has expired")]
+    Expired,
+    #[error("Unauthorized: the token is not valid yet")]
+    NotYetValid,
+    #[error("Unauthorized: the token was issued by another issuer")]
+    WrongIssuer,
+    #[error("Unauthorized: the token was issued for another resource (audience)")]
+    WrongAudience,
+    #[error("Unauthorized: the token's signature does not verify")]
+    BadSignature,
+    #[error("Unauthorized: the token is signed with an algorithm this server does not accept")]
+    UnsupportedAlgorithm,
+    #[error("Unauthorized: the token is signed with a key the issuer does not publish")]
+    UnknownKey,
+    #[error("Unauthorized: the token is not active")]
+    Inactive,
+    /// A valid token without the scopes every request needs (HTTP 403).
+    #[error("Forbidden: the token lacks the scopes this server needs: {}", .0.join(" "))]
+    InsufficientScope(Vec<String>),
+    /// The issuer's keys or the introspection endpoint could not be reached (HTTP 503).
+    #[error("Busy: the authorization server could not be reached to check the token; retry later")]
+    Unavailable,
 }
 
 impl AuthError {
-    /// The `WWW-Authenticate` challenge for this refusal (RFC 6750).
+    /// The `WWW-Authenticate` challenge for this refusal in API-key mode (RFC 6750).
     pub fn challenge(&self) -> &'static str {
         match self {
             AuthError::Missing => "Bearer realm=\"wharf\"",
-            AuthError::Malformed => "Bearer realm=\"wharf\", error=\"invalid_request\"",
-            AuthError::InvalidToken => "Bearer realm=\"wharf\", error=\"invalid_token\"",
+            AuthError::Malformed | AuthError::TokenInQuery => {
+                "Bearer realm=\"wharf\", error=\"invalid_request\""
+            }
+            _ => "Bearer realm=\"wharf\", error=\"invalid_token\"",
+        }
+    }
+
+    /// A short description for `error_description` (no token content, ever).
+    pub fn description(&self) -> &'static str {
+        match self {
+            AuthError::Missing => "no token",
+            AuthError::Malformed => "malformed Authorization header",
+            AuthError::TokenInQuery => "token in the query string",
+            AuthError::InvalidToken => "the token is not valid",
+            AuthError::Expired => "the token has expired",
+            AuthError::NotYetValid => "the token is not valid yet",
+            AuthError::WrongIssuer => "the token was issued by another issuer",
+            AuthError::WrongAudience => "the token was issued for another resource",
+            AuthError::BadSignature => "the signature does not verify",
+            AuthError::UnsupportedAlgorithm => "the signing algorithm is not accepted",
+            AuthError::UnknownKey => "unknown signing key",
+            AuthError::Inactive => "the token is not active",
+            AuthError::InsufficientScope(_) => "insufficient scope",
+            AuthError::Unavailable => "the authorization server is unavailable",
         }
     }
 }
@@ -47,6 +102,7 @@ pub struct Auth(Mode);
 enum Mode {
     Anonymous(Principal),
     ApiKeys(ApiKeys),
+    OAuth(Arc<OAuth>),
 }
 
 impl Auth {
@@ -60,6 +116,11 @@ impl Auth {
         Auth(Mode::ApiKeys(keys))
     }
 
+    /// Checks OAuth access tokens (see [`oauth`]).
+    pub fn oauth(resource_server: OAuth) -> Self {
+        Auth(Mode::OAuth(Arc::new(resource_server)))
+    }
+
     /// Whether requests need no credentials.
     pub fn is_anonymous(&self) -> bool {
         matches!(self.0, Mode::Anonymous(_))
@@ -70,8 +131,48 @@ impl Auth {
         match &self.0 {
             Mode::Anonymous(p) => Ok(p.clone()),
             Mode::ApiKeys(keys) => keys.principal_for(bearer_token(headers)?),
+            Mode::OAuth(rs) => rs.authenticate(bearer_token(headers)?).await,
         }
     }
+
+    /// The `WWW-Authenticate` value of a refusal.
+    pub fn challenge(&self, refusal: &AuthError) -> String {
+        match (&self.0, refusal) {
+            (Mode::OAuth(rs), AuthError::InsufficientScope(required)) => {
+                rs.forbidden_challenge(required)
+            }
+            (Mode::OAuth(rs), _) => rs.challenge(refusal),
+            _ => refusal.challenge().to_owned(),
+        }
+    }
+
+    /// The `WWW-Authenticate` value of a 403 for a request that needs `required` scopes.
+    pub fn forbidden_challenge(&self, required: &[String]) -> String {
+        match &self.0 {
+            Mode::OAuth(rs) => rs.forbidden_challenge(required),
+            _ => format!(
+                "Bearer error=\"insufficient_scope\", scope=\"{}\"",
+                required.join(" ")
+            ),
+        }
+    }
+
+    /// The OAuth resource server, when requests carry access tokens.
+    pub fn resource_server(&self) -> Option<&OAuth> {
+        match &self.0 {
+            Mode::OAuth(rs) => Some(rs),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a request URI carries an access token in its query (RFC 6750 §2.3), which this
+/// server refuses.
+pub fn token_in_query(query: Option<&str>) -> bool {
+    query.is_some_and(|q| {
+        q.split('&')
+            .any(|pair| pair.split('=').next() == Some("access_token"))
+    })
 }
 
 /// The token of an `Authorization: Bearer` header. The scheme is case-insensitive

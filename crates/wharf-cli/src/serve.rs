@@ -104,8 +104,70 @@ pub struct ServeArgs {
     api_keys_file: Option<std::path::PathBuf>,
     /// Serve without authentication: every request acts for one anonymous principal, and
     /// handles are bearer capabilities.
-    #[arg(long, env = "WHARF_ANONYMOUS", conflicts_with_all = ["api_keys", "api_keys_file"])]
+    #[arg(long, env = "WHARF_ANONYMOUS", conflicts_with_all = ["api_keys", "api_keys_file", "oauth_issuer"])]
     anonymous: bool,
+    /// Act as an OAuth 2.1 resource server for tokens of this issuer (instead of API keys).
+    #[arg(long, env = "WHARF_OAUTH_ISSUER", conflicts_with_all = ["api_keys", "api_keys_file"])]
+    oauth_issuer: Option<String>,
+    /// This server's canonical resource URI (the public URL of its MCP endpoint): the
+    /// audience tokens must carry and the `resource` of its metadata. Default: the listen
+    /// address and endpoint over http.
+    #[arg(long, env = "WHARF_OAUTH_RESOURCE")]
+    oauth_resource: Option<String>,
+    /// Another accepted audience (repeatable); replaces the default of the resource URI.
+    #[arg(
+        long = "oauth-audience",
+        env = "WHARF_OAUTH_AUDIENCES",
+        value_delimiter = ','
+    )]
+    oauth_audiences: Vec<String>,
+    /// Check tokens by introspection (RFC 7662) at this URL instead of as JWTs.
+    #[arg(long, env = "WHARF_OAUTH_INTROSPECTION_URL")]
+    oauth_introspection_url: Option<String>,
+    /// Client id for introspection.
+    #[arg(long, env = "WHARF_OAUTH_CLIENT_ID", default_value = "")]
+    oauth_client_id: String,
+    /// Client secret for introspection.
+    #[arg(
+        long,
+        env = "WHARF_OAUTH_CLIENT_SECRET",
+        default_value = "",
+        hide_env_values = true
+    )]
+    oauth_client_secret: String,
+    /// Seconds an introspection answer is cached (never past the token's expiry).
+    #[arg(
+        long,
+        env = "WHARF_OAUTH_INTROSPECTION_CACHE_SECS",
+        default_value_t = 30
+    )]
+    oauth_introspection_cache_secs: u64,
+    /// The issuer's JWKS URL, when its metadata does not give one.
+    #[arg(long, env = "WHARF_OAUTH_JWKS_URI")]
+    oauth_jwks_uri: Option<String>,
+    /// A token with an unknown key id fetches the JWKS again at most once per this many seconds.
+    #[arg(long, env = "WHARF_OAUTH_JWKS_MIN_REFRESH_SECS", default_value_t = 60)]
+    oauth_jwks_min_refresh_secs: u64,
+    /// Clock skew tolerated on exp and nbf, in seconds.
+    #[arg(long, env = "WHARF_OAUTH_LEEWAY_SECS", default_value_t = 30)]
+    oauth_leeway_secs: u64,
+    /// Scopes advertised in the protected resource metadata (repeatable).
+    #[arg(
+        long = "oauth-scope-supported",
+        env = "WHARF_OAUTH_SCOPES_SUPPORTED",
+        value_delimiter = ','
+    )]
+    oauth_scopes_supported: Vec<String>,
+    /// A scope every request needs (repeatable).
+    #[arg(
+        long = "oauth-required-scope",
+        env = "WHARF_OAUTH_REQUIRED_SCOPES",
+        value_delimiter = ','
+    )]
+    oauth_required_scopes: Vec<String>,
+    /// tools/list shows a token only the tools its scopes permit (then `cacheScope: private`).
+    #[arg(long, env = "WHARF_LIST_PERMITTED_TOOLS_ONLY")]
+    list_permitted_tools_only: bool,
     /// Hours an idempotent write's first result is kept for replays.
     #[arg(long, env = "WHARF_IDEMPOTENCY_RETENTION_HOURS", default_value_t = 24)]
     idempotency_retention_hours: u64,
@@ -202,6 +264,36 @@ fn auth(args: &ServeArgs) -> anyhow::Result<Auth> {
     if args.anonymous {
         return Ok(Auth::anonymous());
     }
+    if let Some(issuer) = &args.oauth_issuer {
+        let resource = args
+            .oauth_resource
+            .clone()
+            .unwrap_or_else(|| format!("http://{}{}", args.listen, args.endpoint));
+        let validation = match &args.oauth_introspection_url {
+            Some(endpoint) => wharf_auth::Validation::Introspection {
+                endpoint: endpoint.clone(),
+                client_id: args.oauth_client_id.clone(),
+                client_secret: args.oauth_client_secret.clone(),
+                cache_ttl: Duration::from_secs(args.oauth_introspection_cache_secs),
+            },
+            None => wharf_auth::Validation::Jwt {
+                jwks_uri: args.oauth_jwks_uri.clone(),
+                min_refresh: Duration::from_secs(args.oauth_jwks_min_refresh_secs),
+            },
+        };
+        let rs = wharf_auth::OAuth::new(wharf_auth::OAuthConfig {
+            resource,
+            audiences: args.oauth_audiences.clone(),
+            issuer: issuer.clone(),
+            authorization_servers: Vec::new(),
+            scopes_supported: args.oauth_scopes_supported.clone(),
+            required_scopes: args.oauth_required_scopes.clone(),
+            leeway: Duration::from_secs(args.oauth_leeway_secs),
+            validation,
+        })
+        .context("--oauth-issuer")?;
+        return Ok(Auth::oauth(rs));
+    }
     let mut keys = ApiKeys::parse(args.api_keys.iter().map(String::as_str))?;
     if let Some(path) = &args.api_keys_file {
         let text = std::fs::read_to_string(path)
@@ -210,7 +302,7 @@ fn auth(args: &ServeArgs) -> anyhow::Result<Auth> {
     }
     anyhow::ensure!(
         !keys.is_empty(),
-        "no credentials configured: give --api-key PRINCIPAL=TOKEN (or --api-keys-file PATH), or --anonymous to serve without authentication"
+        "no credentials configured: give --api-key PRINCIPAL=TOKEN (or --api-keys-file PATH), --oauth-issuer URL, or --anonymous to serve without authentication"
     );
     Ok(Auth::api_keys(keys))
 }
@@ -270,6 +362,7 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
     };
     let config = ServerConfig {
         request_state,
+        list_permitted_tools_only: args.list_permitted_tools_only,
         page_size: args.page_size,
         cursor_key,
         max_call_duration: Duration::from_secs(args.max_call_secs.max(1)),

@@ -17,7 +17,7 @@ use wharf::{ErrorKind, ParsedRequest, Permit, Principal, RpcError, Scope};
 use wharf_protocol::{Envelope, RequestId};
 
 use crate::AppState;
-use crate::errors::{error_response, error_with_status, json_response, unauthorized};
+use crate::errors::{error_response, error_with_status, json_response, refusal, unauthorized};
 use crate::{guard, headers};
 
 /// GET and DELETE: there is no session stream to open or close.
@@ -35,10 +35,14 @@ pub(crate) async fn handle_post(State(state): State<Arc<AppState>>, request: Req
     if let Err(refused) = guard::check_request(&headers, &state.config) {
         return *refused;
     }
-    // Before the body is read: nothing runs for a request without a principal.
+    // Before the body is read: nothing runs for a request without a principal. A token in
+    // the URL is refused whatever the mode: it would end up in logs.
+    if wharf_auth::token_in_query(parts.uri.query()) {
+        return unauthorized(&state.config.auth, &wharf_auth::AuthError::TokenInQuery);
+    }
     let principal = match state.config.auth.authenticate(&headers).await {
         Ok(p) => p,
-        Err(refusal) => return unauthorized(&refusal),
+        Err(refused) => return unauthorized(&state.config.auth, &refused),
     };
     let limit = state.config.max_body_bytes;
     let bytes = match axum::body::to_bytes(body, limit).await {
@@ -106,8 +110,8 @@ async fn serve(
     };
     if req.info.wants_stream() {
         // Refusals must keep their status: check before committing to a 200 stream.
-        if let Err(e) = server.admit(&req) {
-            return error_response(Some(&req.id), &e);
+        if let Err(e) = server.admit(&req, &principal) {
+            return refusal(&state.config.auth, Some(&req.id), &e);
         }
         return stream(state, req, principal, permit);
     }
@@ -125,7 +129,7 @@ async fn serve(
     drop(permit);
     match out {
         Ok(body) => json_response(StatusCode::OK, body),
-        Err(e) => error_response(Some(&id), &e),
+        Err(e) => refusal(&state.config.auth, Some(&id), &e),
     }
 }
 

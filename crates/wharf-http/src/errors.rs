@@ -24,6 +24,7 @@ pub(crate) fn status_for(kind: ErrorKind) -> StatusCode {
         ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
         ErrorKind::RetryLater => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::TimedOut => StatusCode::GATEWAY_TIMEOUT,
+        ErrorKind::InsufficientScope => StatusCode::FORBIDDEN,
     }
 }
 
@@ -37,14 +38,45 @@ pub(crate) fn error_response(id: Option<&RequestId>, error: &RpcError) -> Respon
     res
 }
 
-/// 401 with its `WWW-Authenticate` challenge.
-pub(crate) fn unauthorized(refusal: &wharf_auth::AuthError) -> Response {
-    let e = RpcError::new(ErrorKind::Unauthorized, refusal.to_string());
-    let mut res = error_with_status(StatusCode::UNAUTHORIZED, None, &e);
-    res.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        header::HeaderValue::from_static(refusal.challenge()),
-    );
+/// A refusal before the request ran: 401 with its challenge, 403 for missing scopes, 503
+/// when the authorization server could not be reached.
+pub(crate) fn unauthorized(auth: &wharf_auth::Auth, refusal: &wharf_auth::AuthError) -> Response {
+    use wharf_auth::AuthError;
+    let (status, kind) = match refusal {
+        AuthError::InsufficientScope(_) => (StatusCode::FORBIDDEN, ErrorKind::InsufficientScope),
+        AuthError::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, ErrorKind::RetryLater),
+        _ => (StatusCode::UNAUTHORIZED, ErrorKind::Unauthorized),
+    };
+    let e = RpcError::new(kind, refusal.to_string());
+    let mut res = error_with_status(status, None, &e);
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        res.headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    } else if let Ok(v) = header::HeaderValue::from_str(&auth.challenge(refusal)) {
+        res.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    }
+    res
+}
+
+/// An error response; a request refused for missing scopes also gets its
+/// `insufficient_scope` challenge.
+pub(crate) fn refusal(
+    auth: &wharf_auth::Auth,
+    id: Option<&RequestId>,
+    error: &RpcError,
+) -> Response {
+    let mut res = error_response(id, error);
+    if error.kind == ErrorKind::InsufficientScope {
+        let required: Vec<String> = error
+            .data
+            .as_ref()
+            .and_then(|d| d.get("requiredScopes"))
+            .and_then(|r| serde_json::from_value(r.clone()).ok())
+            .unwrap_or_default();
+        if let Ok(v) = header::HeaderValue::from_str(&auth.forbidden_challenge(&required)) {
+            res.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+        }
+    }
     res
 }
 

@@ -28,8 +28,28 @@ pub(crate) struct AppState {
 /// The MCP endpoint at `config.endpoint`, with `GET /healthz` and `GET /readyz`.
 pub fn router(server: Server, config: HttpConfig) -> Router {
     let endpoint = config.endpoint.clone();
+    let metadata = config.auth.resource_server().map(|rs| {
+        let paths = std::iter::once("/.well-known/oauth-protected-resource".to_owned())
+            .chain(rs.metadata_path_for_resource())
+            .collect::<Vec<_>>();
+        (paths, Arc::new(rs.metadata().clone()))
+    });
     let state = Arc::new(AppState { server, config });
-    Router::new()
+    let mut router = Router::new();
+    // RFC 9728: at the well-known path, and at its form suffixed with the endpoint's path.
+    if let Some((paths, doc)) = metadata {
+        for path in paths {
+            let doc = Arc::clone(&doc);
+            router = router.route(
+                &path,
+                get(move || {
+                    let doc = Arc::clone(&doc);
+                    async move { axum::Json((*doc).clone()) }
+                }),
+            );
+        }
+    }
+    router
         .route(
             &endpoint,
             post(endpoint::handle_post)

@@ -22,6 +22,11 @@ use wharf::{
 };
 use wharf_protocol::{ResourceContents, ToolAnnotations};
 
+/// The OAuth scope of the tools that read datasets (API keys are not limited by scopes).
+pub const DATASETS_READ: &str = "datasets:read";
+/// The OAuth scope of the tools that write datasets.
+pub const DATASETS_WRITE: &str = "datasets:write";
+
 /// Most rows one `import_append_rows` call takes.
 pub const MAX_ROWS_PER_APPEND: usize = 1000;
 /// Most rows an import may stage before it is committed.
@@ -392,6 +397,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
     builder
         .tool(
             tool("import_begin")
+                .scopes(&[DATASETS_WRITE])
                 .description(format!(
                     "Start loading rows into a dataset (created on commit if it does not exist). Returns an import handle for import_append_rows, import_status, import_commit and import_abort. {retention}"
                 ))
@@ -444,6 +450,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         )
         .tool(
             tool("import_append_rows")
+                .scopes(&[DATASETS_WRITE])
                 .mutates("import")
                 .description(format!(
                     "Append rows to an import (at most {MAX_ROWS_PER_APPEND} per call). Rows are checked against the dataset's columns; nothing is appended if one is wrong. Retry with the same idempotency_key after an error or a lost answer: the rows are appended once."
@@ -480,6 +487,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         )
         .tool(
             tool("import_status")
+                .scopes(&[DATASETS_READ])
                 .description("What an import holds: its dataset, columns and staged rows.")
                 .annotations(ToolAnnotations {
                     read_only_hint: Some(true),
@@ -505,6 +513,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         )
         .tool(
             tool("import_commit")
+                .scopes(&[DATASETS_WRITE])
                 .mutates("import")
                 .description("Move an import's staged rows into its dataset, all at once, and close the import. With mode \"replace\" the dataset's rows are replaced; when it has any, the user is asked to confirm first (elicitation).")
                 .handler(|cx: Context, args: CommitArgs| async move {
@@ -582,6 +591,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         )
         .tool(
             tool("import_abort")
+                .scopes(&[DATASETS_WRITE])
                 .mutates("import")
                 .description("Discard an import and its staged rows.")
                 .annotations(ToolAnnotations {
@@ -607,6 +617,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         )
         .tool(
             tool("dataset_delete")
+                .scopes(&[DATASETS_WRITE])
                 .description("Delete a dataset and its rows, after the user confirms (elicitation). A confirmation answers this one deletion only: it cannot be replayed.")
                 .annotations(ToolAnnotations {
                     destructive_hint: Some(true),
@@ -617,6 +628,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         )
         .tool(
             tool("dataset_query")
+                .scopes(&[DATASETS_READ])
                 .description("Read a dataset's rows in order, optionally filtered; page with nextCursor.")
                 .annotations(ToolAnnotations {
                     read_only_hint: Some(true),
@@ -626,6 +638,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         )
         .template(
             template("dataset://{name}", "dataset")
+                .scopes(&[DATASETS_READ])
                 .description("A dataset: its columns, its row count and its first rows.")
                 .mime_type("application/json")
                 .handler(|cx, req| async move {

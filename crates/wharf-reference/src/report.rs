@@ -18,7 +18,10 @@ use wharf::state::{Millis, Store, TxMode, now_millis};
 use wharf::{Context, ServerBuilder, Step, Structured, ToolError, tool};
 use wharf_protocol::ToolAnnotations;
 
-use crate::import::{Column, ColumnType, check_dataset_name, dataset_definition, dataset_rows};
+use crate::import::{
+    Column, ColumnType, DATASETS_READ, DATASETS_WRITE, check_dataset_name, dataset_definition,
+    dataset_rows,
+};
 
 /// Rows read per chunk unless told otherwise.
 const DEFAULT_CHUNK: u32 = 1000;
@@ -306,6 +309,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
     builder
         .tool(
             tool("report_generate")
+                .scopes(&[DATASETS_WRITE])
                 .description(
                     "Compute per-column statistics of a dataset (non-null counts; min, max and mean of numeric columns), scanning it in chunks with progress. Runs one at a time per dataset; cancelling the request stops the scan. report_status reads the result later.",
                 )
@@ -344,6 +348,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         )
         .tool(
             tool("report_status")
+                .scopes(&[DATASETS_READ])
                 .description("The latest report of a dataset: running (with how far it got), done (with its statistics) or cancelled.")
                 .annotations(ToolAnnotations {
                     read_only_hint: Some(true),

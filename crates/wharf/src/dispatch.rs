@@ -305,7 +305,7 @@ impl Server {
     /// tool call the client capabilities the tool needs. A transport that streams its answer
     /// calls this first, so these refusals keep their HTTP status; [`Server::execute`] makes
     /// the same checks itself.
-    pub fn admit(&self, req: &ParsedRequest) -> Result<(), RpcError> {
+    pub fn admit(&self, req: &ParsedRequest, principal: &Principal) -> Result<(), RpcError> {
         req.info.check_version()?;
         if let RequestBody::CallTool(params) = &req.body {
             let entry = self
@@ -313,6 +313,9 @@ impl Server {
                 .tool_index
                 .get(&params.name)
                 .map(|&i| &self.inner.tools[i]);
+            if let Some(entry) = entry {
+                check_scopes(principal, &entry.def.scopes, "tool", &params.name)?;
+            }
             if let Some(required) = entry.and_then(|e| e.def.requires.as_ref()) {
                 if !capabilities_cover(&req.info.client_capabilities, required) {
                     return Err(RpcError::missing_capability(
@@ -347,7 +350,23 @@ impl Server {
                 },
             ),
             RequestBody::ListTools { cursor } => {
-                let items: Vec<_> = inner.tools.iter().map(|t| &t.def.tool).collect();
+                // Filtered per principal, the list is private to it.
+                let filter =
+                    inner.config.list_permitted_tools_only && scope.principal.grant().is_some();
+                let items: Vec<_> = inner
+                    .tools
+                    .iter()
+                    .filter(|t| !filter || scope.principal.missing_scopes(&t.def.scopes).is_empty())
+                    .map(|t| &t.def.tool)
+                    .collect();
+                let hints = if filter {
+                    CacheHints {
+                        cache_scope: wharf_protocol::CacheScope::Private,
+                        ..cache.tools_list
+                    }
+                } else {
+                    cache.tools_list
+                };
                 self.page(
                     &id,
                     "tools",
@@ -355,7 +374,7 @@ impl Server {
                     cursor,
                     ListKind::Tools,
                     inner.fingerprints.tools,
-                    cache.tools_list,
+                    hints,
                 )
             }
             RequestBody::ListPrompts { cursor } => {
@@ -406,6 +425,7 @@ impl Server {
                     .ok_or_else(|| {
                         RpcError::invalid_params(format!("Unknown prompt: {}", params.name))
                     })?;
+                check_scopes(&scope.principal, &prompt.scopes, "prompt", &params.name)?;
                 let args = params.arguments.unwrap_or_default();
                 prompt.check_args(&args)?;
                 let turn = self.open_turn(
@@ -506,18 +526,19 @@ impl Server {
     ) -> Result<Vec<u8>, RpcError> {
         let inner = &self.inner;
         let uri = params.uri;
-        let (handler, hints, vars) = if let Some(&i) = inner.resource_index.get(&uri) {
+        let (handler, hints, vars, scopes) = if let Some(&i) = inner.resource_index.get(&uri) {
             let r = &inner.resources[i];
-            (r.read.clone(), r.cache, Default::default())
+            (r.read.clone(), r.cache, Default::default(), &r.scopes)
         } else if let Some((t, vars)) = inner
             .templates
             .iter()
             .find_map(|t| t.parsed.match_uri(&uri).map(|v| (t, v)))
         {
-            (t.def.read.clone(), t.def.cache, vars)
+            (t.def.read.clone(), t.def.cache, vars, &t.def.scopes)
         } else {
             return Err(not_found(&uri));
         };
+        check_scopes(&scope.principal, scopes, "resource", &uri)?;
         let turn = self.open_turn(
             &info,
             &scope.principal,
@@ -607,6 +628,25 @@ impl Server {
                 meta: ResultMeta::server(self.inner.info.clone()),
             },
         )
+    }
+}
+
+/// Refuses a principal whose token lacks a scope `what` needs.
+pub(crate) fn check_scopes(
+    principal: &Principal,
+    required: &[String],
+    kind: &str,
+    name: &str,
+) -> Result<(), RpcError> {
+    let missing = principal.missing_scopes(required);
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(RpcError::insufficient_scope(
+            &format!("{kind} {name:?}"),
+            required,
+            &missing,
+        ))
     }
 }
 

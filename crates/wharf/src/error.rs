@@ -32,6 +32,8 @@ pub enum ErrorKind {
     Unauthorized,
     /// The call ran longer than its time limit and was stopped ([`TIMED_OUT`]).
     TimedOut,
+    /// The principal's token lacks a scope this request needs ([`FORBIDDEN`], HTTP 403).
+    InsufficientScope,
     /// Not an error: the handler needs input from the client first (MRTR). The core turns it
     /// into an `input_required` result; should one ever reach a transport, it is `-32603`.
     InputRequired,
@@ -50,6 +52,10 @@ pub const UNAUTHORIZED: i32 = -31001;
 /// Wharf's own JSON-RPC code for a call stopped at its time limit (sent with HTTP 504).
 pub const TIMED_OUT: i32 = -31002;
 
+/// Wharf's own JSON-RPC code for a request whose token lacks a needed scope (sent with HTTP
+/// 403 and an `insufficient_scope` challenge).
+pub const FORBIDDEN: i32 = -31003;
+
 impl ErrorKind {
     /// The JSON-RPC code.
     pub fn code(self) -> i32 {
@@ -65,6 +71,7 @@ impl ErrorKind {
             ErrorKind::RetryLater => RETRY_LATER,
             ErrorKind::Unauthorized => UNAUTHORIZED,
             ErrorKind::TimedOut => TIMED_OUT,
+            ErrorKind::InsufficientScope => FORBIDDEN,
             ErrorKind::Application(code) => code,
         }
     }
@@ -146,6 +153,19 @@ impl RpcError {
             ),
         )
         .with_data(json!({ "requiredCapabilities": required }))
+    }
+
+    /// [`FORBIDDEN`] naming what needs which scopes; `data.requiredScopes` lists them all.
+    pub fn insufficient_scope(what: &str, required: &[String], missing: &[&str]) -> Self {
+        Self::new(
+            ErrorKind::InsufficientScope,
+            format!(
+                "Forbidden: {what} needs the scopes {}; the token lacks {}",
+                required.join(" "),
+                missing.join(" ")
+            ),
+        )
+        .with_data(json!({ "requiredScopes": required }))
     }
 
     /// `-32603`. The detail is logged, never sent.

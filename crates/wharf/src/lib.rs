@@ -52,7 +52,7 @@ pub use listen::Listener;
 pub use meta::RequestInfo;
 pub use middleware::{Middleware, Next};
 pub use mrtr::{Ask, Elicited, FormSchema, StateConfig, StateKeys};
-pub use principal::Principal;
+pub use principal::{Grant, Principal};
 pub use prompt::{PromptArgs, prompt};
 pub use resource::{ReadRequest, resource, template};
 pub use server::{BuildError, CachePolicy, Server, ServerBuilder, ServerConfig};

@@ -1,5 +1,6 @@
 //! Who a request acts for.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
@@ -9,6 +10,17 @@ use std::sync::Arc;
 pub struct Principal {
     id: Arc<str>,
     anonymous: bool,
+    grant: Option<Arc<Grant>>,
+}
+
+/// What an OAuth access token granted: who (issuer and subject), through which client, and
+/// the scopes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Grant {
+    pub issuer: String,
+    pub subject: String,
+    pub client_id: Option<String>,
+    pub scopes: BTreeSet<String>,
 }
 
 impl Principal {
@@ -17,6 +29,36 @@ impl Principal {
         Principal {
             id: id.into(),
             anonymous: false,
+            grant: None,
+        }
+    }
+
+    /// The principal of an OAuth access token: identified by its issuer and subject (so
+    /// handles and idempotency records belong to the user, whichever client they use), and
+    /// limited to the token's scopes.
+    pub fn oauth(grant: Grant) -> Self {
+        Principal {
+            id: format!("{}#{}", grant.issuer, grant.subject).into(),
+            anonymous: false,
+            grant: Some(Arc::new(grant)),
+        }
+    }
+
+    /// The OAuth grant behind this principal, if it came from a token.
+    pub fn grant(&self) -> Option<&Grant> {
+        self.grant.as_deref()
+    }
+
+    /// The scopes among `required` this principal lacks. Principals not limited by scopes
+    /// (API keys, anonymous) lack none.
+    pub fn missing_scopes<'a>(&self, required: &'a [String]) -> Vec<&'a str> {
+        match &self.grant {
+            Some(g) => required
+                .iter()
+                .filter(|s| !g.scopes.contains(s.as_str()))
+                .map(String::as_str)
+                .collect(),
+            None => Vec::new(),
         }
     }
 
@@ -26,6 +68,7 @@ impl Principal {
         Principal {
             id: Arc::from("anonymous"),
             anonymous: true,
+            grant: None,
         }
     }
 

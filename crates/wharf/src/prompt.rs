@@ -24,6 +24,7 @@ pub(crate) type PromptHandler =
 pub struct PromptBuilder {
     prompt: Prompt,
     complete: Option<CompleteHandler>,
+    scopes: Vec<String>,
 }
 
 /// Starts describing the prompt `name`.
@@ -38,6 +39,7 @@ pub fn prompt(name: impl Into<String>) -> PromptBuilder {
             meta: None,
         },
         complete: None,
+        scopes: Vec::new(),
     }
 }
 
@@ -45,6 +47,12 @@ impl PromptBuilder {
     /// What the prompt is for.
     pub fn description(mut self, text: impl Into<String>) -> Self {
         self.prompt.description = Some(text.into());
+        self
+    }
+
+    /// OAuth scopes a token needs to get it (HTTP 403 with `insufficient_scope` otherwise).
+    pub fn scopes(mut self, scopes: &[&str]) -> Self {
+        self.scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
         self
     }
 
@@ -86,6 +94,7 @@ impl PromptBuilder {
         PromptDef {
             prompt: self.prompt,
             complete: self.complete,
+            scopes: self.scopes,
             get: Arc::new(move |cx, args| Box::pin(f(cx, args))),
         }
     }
@@ -95,6 +104,7 @@ impl PromptBuilder {
 pub struct PromptDef {
     pub(crate) prompt: Prompt,
     pub(crate) complete: Option<CompleteHandler>,
+    pub(crate) scopes: Vec<String>,
     pub(crate) get: PromptHandler,
 }
 

@@ -58,6 +58,7 @@ where
 pub struct ResourceBuilder {
     resource: Resource,
     cache: Option<CacheHints>,
+    scopes: Vec<String>,
 }
 
 /// Starts describing the resource at `uri`.
@@ -75,6 +76,7 @@ pub fn resource(uri: impl Into<String>, name: impl Into<String>) -> ResourceBuil
             meta: None,
         },
         cache: None,
+        scopes: Vec::new(),
     }
 }
 
@@ -92,6 +94,12 @@ impl ResourceBuilder {
     }
 
     /// Caching hints for reads of this resource (the server default otherwise).
+    /// OAuth scopes a token needs to read it (HTTP 403 with `insufficient_scope` otherwise).
+    pub fn scopes(mut self, scopes: &[&str]) -> Self {
+        self.scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
+        self
+    }
+
     pub fn cache(mut self, hints: CacheHints) -> Self {
         self.cache = Some(hints);
         self
@@ -106,6 +114,7 @@ impl ResourceBuilder {
         ResourceDef {
             resource: self.resource,
             cache: self.cache,
+            scopes: self.scopes,
             read: erase_read(f),
         }
     }
@@ -115,6 +124,7 @@ impl ResourceBuilder {
 pub struct ResourceDef {
     pub(crate) resource: Resource,
     pub(crate) cache: Option<CacheHints>,
+    pub(crate) scopes: Vec<String>,
     pub(crate) read: ReadHandler,
 }
 
@@ -123,6 +133,7 @@ pub struct ResourceDef {
 pub struct TemplateBuilder {
     template: ResourceTemplate,
     cache: Option<CacheHints>,
+    scopes: Vec<String>,
     complete: Option<CompleteHandler>,
 }
 
@@ -140,6 +151,7 @@ pub fn template(uri_template: impl Into<String>, name: impl Into<String>) -> Tem
             meta: None,
         },
         cache: None,
+        scopes: Vec::new(),
         complete: None,
     }
 }
@@ -158,6 +170,12 @@ impl TemplateBuilder {
     }
 
     /// Caching hints for reads through this template.
+    /// OAuth scopes a token needs to read it (HTTP 403 with `insufficient_scope` otherwise).
+    pub fn scopes(mut self, scopes: &[&str]) -> Self {
+        self.scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
+        self
+    }
+
     pub fn cache(mut self, hints: CacheHints) -> Self {
         self.cache = Some(hints);
         self
@@ -182,6 +200,7 @@ impl TemplateBuilder {
         TemplateDef {
             template: self.template,
             cache: self.cache,
+            scopes: self.scopes,
             complete: self.complete,
             read: erase_read(f),
         }
@@ -192,6 +211,7 @@ impl TemplateBuilder {
 pub struct TemplateDef {
     pub(crate) template: ResourceTemplate,
     pub(crate) cache: Option<CacheHints>,
+    pub(crate) scopes: Vec<String>,
     pub(crate) complete: Option<CompleteHandler>,
     pub(crate) read: ReadHandler,
 }

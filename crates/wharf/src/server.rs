@@ -75,6 +75,9 @@ pub struct ServerConfig {
     pub progress_interval: Duration,
     /// Sealing of multi-round request states (MRTR): keys, lifetime, round cap.
     pub request_state: crate::mrtr::StateConfig,
+    /// Whether `tools/list` shows an OAuth principal only the tools its token's scopes
+    /// permit (the list is then `cacheScope: "private"`); otherwise it shows every tool.
+    pub list_permitted_tools_only: bool,
 }
 
 impl Default for ServerConfig {
@@ -89,6 +92,7 @@ impl Default for ServerConfig {
             max_call_duration: Duration::from_secs(300),
             progress_interval: Duration::from_millis(20),
             request_state: crate::mrtr::StateConfig::default(),
+            list_permitted_tools_only: false,
         }
     }
 }

@@ -278,6 +278,7 @@ pub struct ToolBuilder {
     max_concurrency: Option<usize>,
     timeout: Option<std::time::Duration>,
     mutates: Option<String>,
+    scopes: Vec<String>,
 }
 
 /// Starts describing a tool named `name`.
@@ -298,6 +299,7 @@ pub fn tool(name: impl Into<String>) -> ToolBuilder {
         max_concurrency: None,
         timeout: None,
         mutates: None,
+        scopes: Vec::new(),
     }
 }
 
@@ -356,6 +358,13 @@ impl ToolBuilder {
         self
     }
 
+    /// OAuth scopes a token needs to call the tool (HTTP 403 with `insufficient_scope`
+    /// otherwise; see also `ServerConfig::list_permitted_tools_only`).
+    pub fn scopes(mut self, scopes: &[&str]) -> Self {
+        self.scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
+        self
+    }
+
     /// Declares that the tool mutates what its required string argument `argument` names
     /// (typically a handle): calls with the same value, by the same principal, run one at a
     /// time in arrival order, across every replica on a shared store (PostgreSQL advisory
@@ -378,6 +387,7 @@ impl ToolBuilder {
             max_concurrency: self.max_concurrency,
             timeout: self.timeout,
             mutates: self.mutates,
+            scopes: self.scopes,
             handler,
         }
     }
@@ -439,6 +449,7 @@ pub struct ToolDef {
     pub(crate) max_concurrency: Option<usize>,
     pub(crate) timeout: Option<std::time::Duration>,
     pub(crate) mutates: Option<String>,
+    pub(crate) scopes: Vec<String>,
     pub(crate) handler: Arc<dyn ErasedToolHandler>,
 }
 

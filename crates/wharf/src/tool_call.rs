@@ -51,6 +51,7 @@ impl Server {
             .get(&params.name)
             .map(|&i| &inner.tools[i])
             .ok_or_else(|| RpcError::invalid_params(format!("Unknown tool: {}", params.name)))?;
+        crate::dispatch::check_scopes(&scope.principal, &entry.def.scopes, "tool", &params.name)?;
         if let Some(required) = &entry.def.requires {
             if !capabilities_cover(&info.client_capabilities, required) {
                 return Err(RpcError::missing_capability(

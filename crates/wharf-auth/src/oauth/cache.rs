@@ -1,0 +1,87 @@
+//! Checked tokens, kept a short time so an agent that reuses its token is not checked (or
+//! introspected) again on every call. Keyed by a SHA-256 of the token: the cache never holds
+//! a token.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use super::Checked;
+use crate::AuthError;
+
+/// Entries kept before expired ones are dropped (and, if that is not enough, all).
+const MAX_ENTRIES: usize = 10_000;
+
+#[derive(Debug)]
+pub(crate) struct TokenCache {
+    ttl: u64,
+    map: Mutex<HashMap<[u8; 32], Entry>>,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    outcome: Result<Checked, AuthError>,
+    /// Seconds since the Unix epoch.
+    until: u64,
+}
+
+fn key(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+impl TokenCache {
+    pub(crate) fn new(ttl: Duration) -> Self {
+        TokenCache {
+            ttl: ttl.as_secs(),
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A cached outcome that still holds at `now`.
+    pub(crate) fn get(&self, token: &str, now: u64) -> Option<Result<Checked, AuthError>> {
+        if self.ttl == 0 {
+            return None;
+        }
+        let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = map.get(&key(token))?;
+        (entry.until > now).then(|| entry.outcome.clone())
+    }
+
+    /// Keeps an outcome: a valid token until the earlier of the TTL and its expiry; a refusal
+    /// that cannot change (bad signature, other issuer or audience, inactive) for the TTL.
+    /// Refusals that time or a key rotation may lift are not kept.
+    pub(crate) fn put(&self, token: &str, outcome: &Result<Checked, AuthError>, now: u64) {
+        if self.ttl == 0 {
+            return;
+        }
+        let until = match outcome {
+            Ok(c) => (now + self.ttl).min(c.expires_at),
+            Err(
+                AuthError::NotYetValid
+                | AuthError::UnknownKey
+                | AuthError::Unavailable
+                | AuthError::Missing
+                | AuthError::Malformed
+                | AuthError::TokenInQuery
+                | AuthError::InsufficientScope(_),
+            ) => return,
+            Err(_) => now + self.ttl,
+        };
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= MAX_ENTRIES {
+            map.retain(|_, e| e.until > now);
+            if map.len() >= MAX_ENTRIES {
+                map.clear();
+            }
+        }
+        map.insert(
+            key(token),
+            Entry {
+                outcome: outcome.clone(),
+                until,
+            },
+        );
+    }
+}

@@ -1,0 +1,249 @@
+//! JWT access tokens verified locally against the issuer's JWKS.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet, KeyAlgorithm};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, decode_header};
+use serde_json::{Map, Value};
+use wharf::Grant;
+
+use super::{Checked, audience_ok, scopes_of};
+use crate::AuthError;
+
+/// The signature algorithms accepted: asymmetric only, so `none` and HMAC (with a public key
+/// as the secret) never verify.
+const ACCEPTED: [Algorithm; 3] = [Algorithm::RS256, Algorithm::ES256, Algorithm::EdDSA];
+
+#[derive(Debug)]
+pub(crate) struct JwtChecker {
+    http: reqwest::Client,
+    issuer: String,
+    jwks_uri: RwLock<Option<String>>,
+    keys: RwLock<Keys>,
+    /// Serializes fetches, so a burst of tokens with a new key id fetches once.
+    fetching: tokio::sync::Mutex<()>,
+    min_refresh: Duration,
+}
+
+#[derive(Default)]
+struct Keys {
+    by_kid: HashMap<String, (Algorithm, DecodingKey)>,
+    /// Keys published without a key id.
+    unnamed: Vec<(Algorithm, DecodingKey)>,
+    fetched_at: Option<Instant>,
+}
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keys")
+            .field("kids", &self.by_kid.keys().collect::<Vec<_>>())
+            .field("unnamed", &self.unnamed.len())
+            .finish()
+    }
+}
+
+impl JwtChecker {
+    pub(crate) fn new(
+        http: reqwest::Client,
+        issuer: String,
+        jwks_uri: Option<String>,
+        min_refresh: Duration,
+    ) -> Self {
+        JwtChecker {
+            http,
+            issuer,
+            jwks_uri: RwLock::new(jwks_uri),
+            keys: RwLock::new(Keys::default()),
+            fetching: tokio::sync::Mutex::new(()),
+            min_refresh,
+        }
+    }
+
+    pub(crate) async fn check(
+        &self,
+        token: &str,
+        audiences: &[String],
+        leeway: Duration,
+    ) -> Result<Checked, AuthError> {
+        let header = decode_header(token).map_err(|_| AuthError::InvalidToken)?;
+        if !ACCEPTED.contains(&header.alg) {
+            return Err(AuthError::UnsupportedAlgorithm);
+        }
+        let key = match self.key(header.kid.as_deref(), header.alg) {
+            Some(k) => k,
+            None => {
+                self.refresh().await?;
+                self.key(header.kid.as_deref(), header.alg)
+                    .ok_or(AuthError::UnknownKey)?
+            }
+        };
+        let mut validation = Validation::new(header.alg);
+        validation.set_issuer(&[&self.issuer]);
+        // The audience is checked below, against every accepted value.
+        validation.validate_aud = false;
+        validation.validate_nbf = true;
+        validation.leeway = leeway.as_secs();
+        validation.set_required_spec_claims(&["exp", "iss", "sub"]);
+        let data = decode::<Map<String, Value>>(token, &key, &validation).map_err(|e| {
+            use jsonwebtoken::errors::ErrorKind as K;
+            match e.kind() {
+                K::ExpiredSignature => AuthError::Expired,
+                K::ImmatureSignature => AuthError::NotYetValid,
+                K::InvalidIssuer => AuthError::WrongIssuer,
+                K::InvalidSignature => AuthError::BadSignature,
+                _ => AuthError::InvalidToken,
+            }
+        })?;
+        let claims = data.claims;
+        if !audience_ok(claims.get("aud"), audiences) {
+            return Err(AuthError::WrongAudience);
+        }
+        let text = |k: &str| claims.get(k).and_then(Value::as_str).map(str::to_owned);
+        let subject = text("sub").ok_or(AuthError::InvalidToken)?;
+        Ok(Checked {
+            expires_at: claims.get("exp").and_then(Value::as_u64).unwrap_or(0),
+            grant: Grant {
+                issuer: self.issuer.clone(),
+                subject,
+                client_id: text("client_id").or_else(|| text("azp")),
+                scopes: scopes_of(&claims),
+            },
+        })
+    }
+
+    /// The cached key for `kid` (or, without one, the only key of that algorithm).
+    fn key(&self, kid: Option<&str>, alg: Algorithm) -> Option<DecodingKey> {
+        let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
+        let found = match kid {
+            Some(kid) => keys.by_kid.get(kid).filter(|(a, _)| *a == alg),
+            None => {
+                let mut of_alg = keys
+                    .unnamed
+                    .iter()
+                    .chain(keys.by_kid.values())
+                    .filter(|(a, _)| *a == alg);
+                match (of_alg.next(), of_alg.next()) {
+                    (Some(only), None) => Some(only),
+                    _ => None,
+                }
+            }
+        };
+        found.map(|(_, k)| k.clone())
+    }
+
+    /// Fetches the key set again, unless it was fetched less than `min_refresh` ago.
+    async fn refresh(&self) -> Result<(), AuthError> {
+        let _one = self.fetching.lock().await;
+        let recent = self
+            .keys
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .fetched_at
+            .is_some_and(|t| t.elapsed() < self.min_refresh);
+        if recent {
+            return Ok(());
+        }
+        let uri = self.jwks_uri().await?;
+        let set: JwkSet = self
+            .get_json(&uri)
+            .await
+            .and_then(|v| serde_json::from_value(v).map_err(|_| AuthError::Unavailable))?;
+        let mut fresh = Keys {
+            fetched_at: Some(Instant::now()),
+            ..Keys::default()
+        };
+        for jwk in &set.keys {
+            let Some((alg, key)) = decoding_key(jwk) else {
+                continue;
+            };
+            match &jwk.common.key_id {
+                Some(kid) => {
+                    fresh.by_kid.insert(kid.clone(), (alg, key));
+                }
+                None => fresh.unnamed.push((alg, key)),
+            }
+        }
+        *self.keys.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+        Ok(())
+    }
+
+    /// The JWKS URI: configured, or from the issuer's metadata (RFC 8414, then OpenID
+    /// Connect discovery), whose `issuer` must be the configured one.
+    async fn jwks_uri(&self) -> Result<String, AuthError> {
+        if let Some(uri) = self
+            .jwks_uri
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
+            return Ok(uri);
+        }
+        let issuer = self.issuer.trim_end_matches('/');
+        let (origin, path) = split_origin(issuer);
+        let candidates = [
+            format!("{origin}/.well-known/oauth-authorization-server{path}"),
+            format!("{issuer}/.well-known/openid-configuration"),
+        ];
+        for url in candidates {
+            let Ok(meta) = self.get_json(&url).await else {
+                continue;
+            };
+            let same_issuer = meta
+                .get("issuer")
+                .and_then(Value::as_str)
+                .is_some_and(|i| i.trim_end_matches('/') == issuer);
+            if let (true, Some(uri)) = (same_issuer, meta.get("jwks_uri").and_then(Value::as_str)) {
+                *self.jwks_uri.write().unwrap_or_else(|p| p.into_inner()) = Some(uri.to_owned());
+                return Ok(uri.to_owned());
+            }
+        }
+        tracing::warn!(issuer = %self.issuer, "no usable authorization server metadata (jwks_uri)");
+        Err(AuthError::Unavailable)
+    }
+
+    async fn get_json(&self, url: &str) -> Result<Value, AuthError> {
+        let res = self.http.get(url).send().await.map_err(|e| {
+            tracing::warn!(url, error = %e, "cannot reach the authorization server");
+            AuthError::Unavailable
+        })?;
+        if !res.status().is_success() {
+            tracing::warn!(url, status = %res.status(), "authorization server refused a fetch");
+            return Err(AuthError::Unavailable);
+        }
+        res.json().await.map_err(|_| AuthError::Unavailable)
+    }
+}
+
+/// A verification key and the one algorithm it may verify, from a JWK: RSA keys for RS256,
+/// P-256 keys for ES256, Ed25519 keys for EdDSA. A key whose `alg` says otherwise is skipped.
+fn decoding_key(jwk: &Jwk) -> Option<(Algorithm, DecodingKey)> {
+    let alg = match &jwk.algorithm {
+        AlgorithmParameters::RSA(_) => Algorithm::RS256,
+        AlgorithmParameters::EllipticCurve(p) if p.curve == EllipticCurve::P256 => Algorithm::ES256,
+        AlgorithmParameters::OctetKeyPair(p) if p.curve == EllipticCurve::Ed25519 => {
+            Algorithm::EdDSA
+        }
+        _ => return None,
+    };
+    let declared = jwk.common.key_algorithm.map(|a| match a {
+        KeyAlgorithm::RS256 => Some(Algorithm::RS256),
+        KeyAlgorithm::ES256 => Some(Algorithm::ES256),
+        KeyAlgorithm::EdDSA => Some(Algorithm::EdDSA),
+        _ => None,
+    });
+    if declared.is_some_and(|d| d != Some(alg)) {
+        return None;
+    }
+    DecodingKey::from_jwk(jwk).ok().map(|k| (alg, k))
+}
+
+/// `(scheme://authority, /path)` of an issuer URL.
+fn split_origin(url: &str) -> (&str, &str) {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    match url[after_scheme..].find('/') {
+        Some(i) => url.split_at(after_scheme + i),
+        None => (url, ""),
+    }
+}

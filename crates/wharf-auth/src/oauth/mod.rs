@@ -1,0 +1,330 @@
+//! OAuth 2.1 resource server: every request's bearer token is checked, locally as a JWT
+//! against the issuer's keys or remotely by introspection (RFC 7662); it must be issued by
+//! the configured issuer for this server (RFC 8707 audience). The principal is the token's
+//! issuer and subject, with its client and scopes.
+
+mod cache;
+mod introspect;
+mod jwt;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use wharf::{Grant, Principal};
+
+use crate::AuthError;
+use cache::TokenCache;
+
+/// How tokens are checked.
+#[derive(Debug, Clone)]
+pub enum Validation {
+    /// JWTs signed with RS256, ES256 or EdDSA, verified against the issuer's JWKS (found
+    /// through its metadata unless given). A token signed with a key id the cached set lacks
+    /// makes the set be fetched again, at most once per `min_refresh`.
+    Jwt {
+        jwks_uri: Option<String>,
+        min_refresh: Duration,
+    },
+    /// Token introspection (RFC 7662) at `endpoint`, authenticated with the client's
+    /// credentials; answers are cached for `cache_ttl` (never past the token's expiry),
+    /// keyed by a hash of the token.
+    Introspection {
+        endpoint: String,
+        client_id: String,
+        client_secret: String,
+        cache_ttl: Duration,
+    },
+}
+
+/// The resource server's settings.
+#[derive(Debug, Clone)]
+pub struct OAuthConfig {
+    /// This server's canonical resource URI (its MCP endpoint's URL), published in the
+    /// protected resource metadata.
+    pub resource: String,
+    /// Audiences a token may carry; empty means `[resource]`.
+    pub audiences: Vec<String>,
+    /// The one issuer whose tokens are accepted.
+    pub issuer: String,
+    /// Authorization servers to advertise; empty means `[issuer]`.
+    pub authorization_servers: Vec<String>,
+    /// Scopes to advertise.
+    pub scopes_supported: Vec<String>,
+    /// Scopes every request needs.
+    pub required_scopes: Vec<String>,
+    /// Clock skew tolerated on `exp` and `nbf`.
+    pub leeway: Duration,
+    pub validation: Validation,
+}
+
+/// Why the resource server could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum OAuthSetupError {
+    #[error("cannot build the HTTP client: {0}")]
+    Client(String),
+    #[error("{0} must be an http(s) URL")]
+    Url(&'static str),
+}
+
+/// A checked token, as cached.
+#[derive(Debug, Clone)]
+pub(crate) struct Checked {
+    pub(crate) grant: Grant,
+    /// Seconds since the Unix epoch.
+    pub(crate) expires_at: u64,
+}
+
+/// The resource server: shared by every request.
+#[derive(Debug)]
+pub struct OAuth {
+    config: OAuthConfig,
+    audiences: Vec<String>,
+    checker: Checker,
+    cache: TokenCache,
+    metadata: Value,
+}
+
+#[derive(Debug)]
+enum Checker {
+    Jwt(jwt::JwtChecker),
+    Introspection(introspect::Introspector),
+}
+
+impl OAuth {
+    /// Sets the resource server up; nothing is fetched until the first token arrives.
+    pub fn new(config: OAuthConfig) -> Result<Self, OAuthSetupError> {
+        let http_url = |u: &str| u.starts_with("https://") || u.starts_with("http://");
+        if !http_url(&config.issuer) {
+            return Err(OAuthSetupError::Url("the issuer"));
+        }
+        if !http_url(&config.resource) {
+            return Err(OAuthSetupError::Url("the resource URI"));
+        }
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            // Keys and introspection answers come from the configured URLs, never elsewhere.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| OAuthSetupError::Client(e.to_string()))?;
+        let audiences = if config.audiences.is_empty() {
+            vec![config.resource.clone()]
+        } else {
+            config.audiences.clone()
+        };
+        let checker = match &config.validation {
+            Validation::Jwt {
+                jwks_uri,
+                min_refresh,
+            } => Checker::Jwt(jwt::JwtChecker::new(
+                http,
+                config.issuer.clone(),
+                jwks_uri.clone(),
+                *min_refresh,
+            )),
+            Validation::Introspection {
+                endpoint,
+                client_id,
+                client_secret,
+                ..
+            } => {
+                if !http_url(endpoint) {
+                    return Err(OAuthSetupError::Url("the introspection endpoint"));
+                }
+                Checker::Introspection(introspect::Introspector::new(
+                    http,
+                    endpoint.clone(),
+                    client_id.clone(),
+                    client_secret.clone(),
+                ))
+            }
+        };
+        let cache_ttl = match &config.validation {
+            // A verified JWT stays valid until it expires; the cache spares the signature
+            // check on every call of an agent that reuses its token.
+            Validation::Jwt { .. } => Duration::from_secs(300),
+            Validation::Introspection { cache_ttl, .. } => *cache_ttl,
+        };
+        let authorization_servers = if config.authorization_servers.is_empty() {
+            vec![config.issuer.clone()]
+        } else {
+            config.authorization_servers.clone()
+        };
+        let metadata = json!({
+            "resource": config.resource,
+            "authorization_servers": authorization_servers,
+            "scopes_supported": config.scopes_supported,
+            "bearer_methods_supported": ["header"],
+        });
+        Ok(OAuth {
+            audiences,
+            checker,
+            cache: TokenCache::new(cache_ttl),
+            metadata,
+            config,
+        })
+    }
+
+    /// The protected resource metadata (RFC 9728).
+    pub fn metadata(&self) -> &Value {
+        &self.metadata
+    }
+
+    /// Where the metadata is served: the well-known path at the resource's origin.
+    pub fn metadata_url(&self) -> String {
+        let origin = origin_of(&self.config.resource);
+        format!("{origin}/.well-known/oauth-protected-resource")
+    }
+
+    /// The path-suffixed metadata path for the resource's own path (RFC 9728 §3.1), if it has one.
+    pub fn metadata_path_for_resource(&self) -> Option<String> {
+        let origin = origin_of(&self.config.resource);
+        let path = self.config.resource[origin.len()..].trim_end_matches('/');
+        (!path.is_empty()).then(|| format!("/.well-known/oauth-protected-resource{path}"))
+    }
+
+    /// The `WWW-Authenticate` value of a 401 (RFC 6750 §3, RFC 9728 §5.1).
+    pub fn challenge(&self, refusal: &AuthError) -> String {
+        let mut c = format!("Bearer resource_metadata=\"{}\"", self.metadata_url());
+        let scopes = if self.config.required_scopes.is_empty() {
+            &self.config.scopes_supported
+        } else {
+            &self.config.required_scopes
+        };
+        if !scopes.is_empty() {
+            c.push_str(&format!(", scope=\"{}\"", scopes.join(" ")));
+        }
+        match refusal {
+            AuthError::Missing => {}
+            AuthError::Malformed | AuthError::TokenInQuery => {
+                c.push_str(", error=\"invalid_request\"")
+            }
+            other => {
+                c.push_str(", error=\"invalid_token\"");
+                c.push_str(&format!(", error_description=\"{}\"", other.description()));
+            }
+        }
+        c
+    }
+
+    /// The `WWW-Authenticate` value of a 403 for a token that lacks `required` scopes.
+    pub fn forbidden_challenge(&self, required: &[String]) -> String {
+        format!(
+            "Bearer error=\"insufficient_scope\", scope=\"{}\", resource_metadata=\"{}\"",
+            required.join(" "),
+            self.metadata_url()
+        )
+    }
+
+    /// Checks a token and returns its principal.
+    pub async fn authenticate(&self, token: &str) -> Result<Principal, AuthError> {
+        let now = now_secs();
+        let checked = match self.cache.get(token, now) {
+            Some(hit) => hit?,
+            None => {
+                let fresh = match &self.checker {
+                    Checker::Jwt(j) => j.check(token, &self.audiences, self.config.leeway).await,
+                    Checker::Introspection(i) => {
+                        i.check(token, &self.config.issuer, &self.audiences).await
+                    }
+                };
+                match fresh {
+                    // A key or endpoint that could not be reached says nothing of the token.
+                    Err(AuthError::Unavailable) => return Err(AuthError::Unavailable),
+                    other => {
+                        self.cache.put(token, &other, now);
+                        other?
+                    }
+                }
+            }
+        };
+        let missing: Vec<&String> = self
+            .config
+            .required_scopes
+            .iter()
+            .filter(|s| !checked.grant.scopes.contains(s.as_str()))
+            .collect();
+        if !missing.is_empty() {
+            return Err(AuthError::InsufficientScope(
+                self.config.required_scopes.clone(),
+            ));
+        }
+        Ok(Principal::oauth(checked.grant))
+    }
+}
+
+/// The scopes of a `scope` claim (space-separated) or `scp` (an array).
+pub(crate) fn scopes_of(claims: &serde_json::Map<String, Value>) -> BTreeSet<String> {
+    match (claims.get("scope"), claims.get("scp")) {
+        (Some(Value::String(s)), _) => s
+            .split(' ')
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        (_, Some(Value::Array(a))) => a
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect(),
+        (_, Some(Value::String(s))) => s
+            .split(' ')
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        _ => BTreeSet::new(),
+    }
+}
+
+/// Whether an `aud` claim (a string or an array) names one of `accepted`.
+pub(crate) fn audience_ok(aud: Option<&Value>, accepted: &[String]) -> bool {
+    match aud {
+        Some(Value::String(a)) => accepted.iter().any(|x| x == a),
+        Some(Value::Array(list)) => list
+            .iter()
+            .filter_map(Value::as_str)
+            .any(|a| accepted.iter().any(|x| x == a)),
+        _ => false,
+    }
+}
+
+pub(crate) fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// `scheme://authority` of a URL.
+fn origin_of(url: &str) -> &str {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    match url[after_scheme..].find('/') {
+        Some(i) => &url[..after_scheme + i],
+        None => url,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_paths_follow_rfc_9728() {
+        assert_eq!(
+            origin_of("https://mcp.example.com/mcp"),
+            "https://mcp.example.com"
+        );
+        assert_eq!(origin_of("http://127.0.0.1:8080"), "http://127.0.0.1:8080");
+    }
+
+    #[test]
+    fn scopes_and_audiences_are_read_in_both_shapes() {
+        let claims = json!({ "scope": "a b  c" });
+        assert_eq!(scopes_of(claims.as_object().unwrap()).len(), 3);
+        let claims = json!({ "scp": ["a", "b"] });
+        assert_eq!(scopes_of(claims.as_object().unwrap()).len(), 2);
+        let ok = vec!["https://r".to_owned()];
+        assert!(audience_ok(Some(&json!("https://r")), &ok));
+        assert!(audience_ok(Some(&json!(["x", "https://r"])), &ok));
+        assert!(!audience_ok(Some(&json!("https://other")), &ok));
+        assert!(!audience_ok(None, &ok));
+    }
+}
