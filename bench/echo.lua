@@ -12,3 +12,9 @@ wrk.body = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{'
   .. '"io.modelcontextprotocol/clientCapabilities":{},'
   .. '"io.modelcontextprotocol/clientInfo":{"name":"wrk","version":"4.1.0"}},'
   .. '"name":"echo","arguments":{"text":"hello from wrk"}}}'
+
+-- AUTH=es256 (bench/run.sh): the token the issuer printed, on every request.
+local token = os.getenv("WHARF_TOKEN")
+if token ~= nil and token ~= "" then
+  wrk.headers["Authorization"] = "Bearer " .. token
+end

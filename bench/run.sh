@@ -14,7 +14,10 @@
 #   --no-build       use the binaries already in target/release
 # environment: DURATION (s, default 10), ROUNDS (default 2), WARMUP (s, default 3),
 #   CONNECTIONS (default 32), WHARF_PORT (default 18091), BASELINE_PORT (default 18090),
-#   SERVER_CPU (default 0), CLIENT_CPU (default 1), WHARF_BIN (default target/release/wharf)
+#   SERVER_CPU (default 0), CLIENT_CPU (default 1), WHARF_BIN (default target/release/wharf),
+#   AUTH (unset: anonymous; `es256`: every request carries an ES256 JWT that Wharf verifies as
+#   an OAuth resource server against bench/issuer's JWKS; the baseline gets the same header
+#   and ignores it), ISSUER_PORT (default 18095)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -67,8 +70,12 @@ cpus=$(nproc)
 
 # ---------------------------------------------------------------------------------------------
 # Build
+AUTH=${AUTH:-}
+ISSUER_PORT=${ISSUER_PORT:-18095}
+[[ -z $AUTH || $AUTH == es256 ]] || die "AUTH must be unset or es256"
 packages=(-p wharf-bench-baseline)
 ((baseline_only)) || packages=(-p wharf-cli "${packages[@]}")
+[[ $AUTH == es256 ]] && packages+=(-p wharf-bench-issuer)
 if ((build)); then
     log "building ${packages[*]} (release)"
     (cd "$ROOT" && cargo build --release "${packages[@]}") >&2 || die "cargo build failed"
@@ -81,6 +88,23 @@ WHARF_BIN="${WHARF_BIN:-$TARGET/release/wharf}"
 mkdir -p "$RAW"
 
 # ---------------------------------------------------------------------------------------------
+# The authorization server, for AUTH=es256: it prints the token every request carries.
+issuer_pid=""
+export WHARF_TOKEN=""
+if [[ $AUTH == es256 ]]; then
+    "$TARGET/release/wharf-bench-issuer" --listen "127.0.0.1:$ISSUER_PORT" \
+        --audience "http://127.0.0.1:$WHARF_PORT/mcp" >"$RAW/issuer.out" 2>&1 &
+    issuer_pid=$!
+    for _ in $(seq 1 100); do
+        WHARF_TOKEN=$(head -n1 "$RAW/issuer.out" 2>/dev/null || true)
+        [[ -n $WHARF_TOKEN ]] && break
+        sleep 0.05
+    done
+    [[ -n $WHARF_TOKEN ]] || die "the issuer did not print a token (see $RAW/issuer.out)"
+    log "AUTH=es256: every request carries an ES256 JWT (${#WHARF_TOKEN} bytes)"
+fi
+
+# ---------------------------------------------------------------------------------------------
 # One measurement
 
 server_pid=""
@@ -91,6 +115,7 @@ cleanup() {
         kill "$server_pid" 2>/dev/null || true
         wait "$server_pid" 2>/dev/null || true
     fi
+    if [[ -n $issuer_pid ]]; then kill "$issuer_pid" 2>/dev/null || true; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -103,7 +128,11 @@ start_server() { # side port logfile
         die "something already answers on 127.0.0.1:$port; choose another port (WHARF_PORT, BASELINE_PORT)"
     fi
     # taskset execs the server, so $! is the server's own pid.
-    if [[ $side == wharf ]]; then
+    if [[ $side == wharf && $AUTH == es256 ]]; then
+        taskset -c "$SERVER_CPU" "$WHARF_BIN" serve --profile demo --listen "127.0.0.1:$port" \
+            --oauth-issuer "http://127.0.0.1:$ISSUER_PORT" --oauth-resource "http://127.0.0.1:$port/mcp" \
+            >"$logfile" 2>&1 &
+    elif [[ $side == wharf ]]; then
         taskset -c "$SERVER_CPU" "$WHARF_BIN" serve --profile demo --anonymous --listen "127.0.0.1:$port" >"$logfile" 2>&1 &
     else
         taskset -c "$SERVER_CPU" "$BASELINE_BIN" --listen "127.0.0.1:$port" >"$logfile" 2>&1 &
@@ -118,6 +147,7 @@ probe() { # port -> prints "STATUS BODY"
         -H 'MCP-Protocol-Version: 2026-07-28' \
         -H 'Mcp-Method: tools/call' \
         -H 'Mcp-Name: echo' \
+        ${WHARF_TOKEN:+-H "Authorization: Bearer $WHARF_TOKEN"} \
         --data-binary "$BODY" 2>/dev/null || true
 }
 
@@ -286,7 +316,7 @@ max_rss() {
 declare -A BEST
 report() {
     local side b
-    echo "MCP tools/call echo, POST /mcp: server on CPU $SERVER_CPU, wrk -t1 -c$CONNECTIONS -d${DURATION}s on CPU $CLIENT_CPU"
+    echo "MCP tools/call echo, POST /mcp${AUTH:+, with an $AUTH JWT}: server on CPU $SERVER_CPU, wrk -t1 -c$CONNECTIONS -d${DURATION}s on CPU $CLIENT_CPU"
     echo "best of $ROUNDS round(s) alternating; ${WARMUP}s warm-up each; $(date -u +%Y-%m-%dT%H:%MZ); $(uname -sr); $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
     echo
     printf '%-6s %12s %10s %10s %14s\n' side 'requests/s' 'p50 ms' 'p99 ms' 'peak RSS MiB'
@@ -312,5 +342,5 @@ report() {
             'BEGIN { if (lo > 0 && hi / lo > 1.15) printf "warning: %s rounds differ by %.0f%%: something else was using the CPUs; run again\n", s, (hi / lo - 1) * 100 }'
     done
 }
-report | tee "$OUT/echo.txt"
-log "wrote $OUT/echo.txt (raw output in $RAW)"
+report | tee "$OUT/echo${AUTH:+-$AUTH}.txt"
+log "wrote $OUT/echo${AUTH:+-$AUTH}.txt (raw output in $RAW)"
