@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use super::Checked;
+use super::Accepted;
 use crate::AuthError;
 
 /// Entries kept before expired ones are dropped (and, if that is not enough, all).
@@ -22,7 +22,7 @@ pub(crate) struct TokenCache {
 
 #[derive(Debug, Clone)]
 struct Entry {
-    outcome: Result<Checked, AuthError>,
+    outcome: Result<Accepted, AuthError>,
     /// Seconds since the Unix epoch.
     until: u64,
 }
@@ -40,7 +40,7 @@ impl TokenCache {
     }
 
     /// A cached outcome that still holds at `now`.
-    pub(crate) fn get(&self, token: &str, now: u64) -> Option<Result<Checked, AuthError>> {
+    pub(crate) fn get(&self, token: &str, now: u64) -> Option<Result<Accepted, AuthError>> {
         if self.ttl == 0 {
             return None;
         }
@@ -50,9 +50,10 @@ impl TokenCache {
     }
 
     /// Keeps an outcome: a valid token until the earlier of the TTL and its expiry; a refusal
-    /// that cannot change (bad signature, other issuer or audience, inactive) for the TTL.
+    /// that cannot change (bad signature, other issuer or audience, inactive, too few
+    /// scopes) for the TTL.
     /// Refusals that time or a key rotation may lift are not kept.
-    pub(crate) fn put(&self, token: &str, outcome: &Result<Checked, AuthError>, now: u64) {
+    pub(crate) fn put(&self, token: &str, outcome: &Result<Accepted, AuthError>, now: u64) {
         if self.ttl == 0 {
             return;
         }
@@ -64,8 +65,7 @@ impl TokenCache {
                 | AuthError::Unavailable
                 | AuthError::Missing
                 | AuthError::Malformed
-                | AuthError::TokenInQuery
-                | AuthError::InsufficientScope(_),
+                | AuthError::TokenInQuery,
             ) => return,
             Err(_) => now + self.ttl,
         };

@@ -216,41 +216,44 @@ impl OAuth {
         )
     }
 
-    /// Checks a token and returns its principal.
+    /// Checks a token and returns its principal. A token seen recently costs a hash and a
+    /// lookup: its outcome (principal or refusal) is cached.
     pub async fn authenticate(&self, token: &str) -> Result<Principal, AuthError> {
         let now = now_secs();
-        let checked = match self.cache.get(token, now) {
-            Some(hit) => hit?,
-            None => {
-                let fresh = match &self.checker {
-                    Checker::Jwt(j) => j.check(token, &self.audiences, self.config.leeway).await,
-                    Checker::Introspection(i) => {
-                        i.check(token, &self.config.issuer, &self.audiences).await
-                    }
-                };
-                match fresh {
-                    // A key or endpoint that could not be reached says nothing of the token.
-                    Err(AuthError::Unavailable) => return Err(AuthError::Unavailable),
-                    other => {
-                        self.cache.put(token, &other, now);
-                        other?
-                    }
-                }
-            }
-        };
-        let missing: Vec<&String> = self
-            .config
-            .required_scopes
-            .iter()
-            .filter(|s| !checked.grant.scopes.contains(s.as_str()))
-            .collect();
-        if !missing.is_empty() {
-            return Err(AuthError::InsufficientScope(
-                self.config.required_scopes.clone(),
-            ));
+        if let Some(hit) = self.cache.get(token, now) {
+            return hit.map(|a| a.principal);
         }
-        Ok(Principal::oauth(checked.grant))
+        let fresh = match &self.checker {
+            Checker::Jwt(j) => j.check(token, &self.audiences, self.config.leeway).await,
+            Checker::Introspection(i) => i.check(token, &self.config.issuer, &self.audiences).await,
+        };
+        let outcome = fresh.and_then(|checked| self.accept(checked));
+        // A key or endpoint that could not be reached says nothing of the token: not kept.
+        if outcome != Err(AuthError::Unavailable) {
+            self.cache.put(token, &outcome, now);
+        }
+        outcome.map(|a| a.principal)
     }
+
+    /// A checked token's principal, if it has the scopes every request needs.
+    fn accept(&self, checked: Checked) -> Result<Accepted, AuthError> {
+        let required = &self.config.required_scopes;
+        if required.iter().any(|s| !checked.grant.scopes.contains(s)) {
+            return Err(AuthError::InsufficientScope(required.clone()));
+        }
+        Ok(Accepted {
+            principal: Principal::oauth(checked.grant),
+            expires_at: checked.expires_at,
+        })
+    }
+}
+
+/// A token's accepted principal, as cached.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Accepted {
+    pub(crate) principal: Principal,
+    /// Seconds since the Unix epoch.
+    pub(crate) expires_at: u64,
 }
 
 /// The scopes of a `scope` claim (space-separated) or `scp` (an array).
