@@ -301,10 +301,10 @@ impl Server {
         }))
     }
 
-    /// The checks a request must pass before anything is sent for it: the version, and for a
-    /// tool call the client capabilities the tool needs. A transport that streams its answer
-    /// calls this first, so these refusals keep their HTTP status; [`Server::execute`] makes
-    /// the same checks itself.
+    /// The checks a request must pass before anything is sent for it: the version, the
+    /// scopes of what it calls, and for a tool call the client capabilities the tool needs.
+    /// A transport that streams its answer calls this first, so these refusals keep their
+    /// HTTP status; [`Server::execute`] makes the same checks itself.
     pub fn admit(&self, req: &ParsedRequest, principal: &Principal) -> Result<(), RpcError> {
         req.info.check_version()?;
         if let RequestBody::CallTool(params) = &req.body {
@@ -323,6 +323,26 @@ impl Server {
                         &format!("tool {:?}", params.name),
                     ));
                 }
+            }
+        }
+        if let RequestBody::GetPrompt(params) = &req.body {
+            if let Some(&i) = self.inner.prompt_index.get(&params.name) {
+                let scopes = &self.inner.prompts[i].scopes;
+                check_scopes(principal, scopes, "prompt", &params.name)?;
+            }
+        }
+        if let RequestBody::ReadResource(params) = &req.body {
+            let scopes = match self.inner.resource_index.get(&params.uri) {
+                Some(&i) => Some(&self.inner.resources[i].scopes),
+                None => self
+                    .inner
+                    .templates
+                    .iter()
+                    .find(|t| t.parsed.match_uri(&params.uri).is_some())
+                    .map(|t| &t.def.scopes),
+            };
+            if let Some(scopes) = scopes {
+                check_scopes(principal, scopes, "resource", &params.uri)?;
             }
         }
         Ok(())
