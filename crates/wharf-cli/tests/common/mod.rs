@@ -48,9 +48,13 @@ impl ServerProcess {
             .stdin(Stdio::null())
             .spawn()
             .expect("start wharf serve");
+        let mut child = child;
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(&listen).is_err() {
             assert!(Instant::now() < deadline, "wharf serve did not start");
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("wharf serve exited ({status}) before listening on {listen}");
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
         ServerProcess { child, port }
@@ -97,13 +101,23 @@ impl ServerProcess {
     }
 }
 
-/// A port nobody listens on right now.
+/// A port nobody listens on right now, and never handed out before in this process: tests
+/// run in parallel, and the system may give a port just released to the next caller, so two
+/// servers could be started on one port.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 impl Drop for ServerProcess {
