@@ -213,6 +213,20 @@ async fn bad_states_are_refused_with_the_reason() {
     assert_eq!(count(&user42, &one).await, 2, "nothing was deleted");
     assert_eq!(count(&user42, &two).await, 2);
 
+    // A confirmation sent without any state (as if the question had been asked) is refused:
+    // a step answered once needs the state of the round that asked.
+    let r = call(&user42, "dataset_delete", delete(&one), None).await;
+    let mut params = json!({ "name": "dataset_delete", "arguments": delete(&one),
+        "inputResponses": yes.clone(),
+        "_meta": { "io.modelcontextprotocol/clientCapabilities": { "elicitation": {} } } });
+    assert_eq!(r.result().unwrap()["resultType"], "input_required");
+    let forged = user42.request("tools/call", params.take()).await.unwrap();
+    refused(
+        &forged,
+        "only with the requestState of the round that asked",
+    );
+    assert_eq!(count(&user42, &one).await, 2);
+
     // Expired (the state lives 2 s here).
     tokio::time::sleep(Duration::from_millis(2200)).await;
     let r = call(

@@ -139,6 +139,9 @@ async fn introspect(State(s): State<Issuer>, body: String) -> Json<Value> {
     // The test's tokens need no percent-decoding.
     let token = body.split('&').find_map(|pair| pair.strip_prefix("token="));
     Json(match token {
+        Some("opaque-refresh-token") => json!({
+            "active": true, "sub": "alice", "iss": s.url, "token_type": "refresh_token",
+            "aud": RESOURCE_PLACEHOLDER, "exp": now() + 3600 }),
         Some("opaque-active-token") => json!({
             "active": true, "sub": "alice", "iss": s.url, "client_id": "agent-1",
             "aud": RESOURCE_PLACEHOLDER, "scope": "datasets:read datasets:write",
@@ -303,6 +306,19 @@ async fn jwt_access_tokens_are_checked_on_every_request() {
     .unwrap();
     let r = call_as(&server, &hs, "import_begin", begin("x")).await;
     assert_401(&r, &server, "algorithm");
+
+    // A JWT of another type (an ID token, a DPoP proof…) signed by the same key.
+    let mut typed = Header::new(Algorithm::ES256);
+    typed.kid = Some("key-a".into());
+    typed.typ = Some("dpop+jwt".into());
+    let other = encode(
+        &typed,
+        &claims(&issuer, &resource, "alice", all),
+        &a.encoding,
+    )
+    .unwrap();
+    let r = call_as(&server, &other, "import_begin", begin("x")).await;
+    assert_401(&r, &server, "invalid_token");
 
     // An unknown key id: refused, then accepted once the issuer publishes the key and the
     // set may be fetched again (at most once per second here).
@@ -486,6 +502,18 @@ async fn opaque_tokens_are_introspected_and_cached_briefly() {
         "the cache expired"
     );
 
+    let r = call_as(
+        &server,
+        "opaque-refresh-token",
+        "dataset_query",
+        query.clone(),
+    )
+    .await;
+    assert_eq!(
+        r.status, 401,
+        "a refresh token is not an access token: {}",
+        r.body
+    );
     let r = call_as(&server, "revoked-token", "dataset_query", query.clone()).await;
     assert_eq!(r.status, 401, "{}", r.body);
     assert!(challenge(&r).contains("not active"), "{}", challenge(&r));

@@ -260,7 +260,14 @@ impl Context {
             return Ok(());
         };
         let Some(nonce) = &round.nonce else {
-            return Ok(());
+            if round.responses.is_empty() {
+                return Ok(());
+            }
+            // Answers without the state of the round that asked could be replayed at will:
+            // a step that must be answered once needs its state.
+            return Err(ToolError::Protocol(RpcError::invalid_params(
+                "Invalid requestState: this step can be answered once, and only with the requestState of the round that asked; send the request again without inputResponses",
+            )));
         };
         let claim = crate::state::Claim {
             scope: "mrtr".to_owned(),

@@ -559,6 +559,11 @@ impl Server {
             return Err(not_found(&uri));
         };
         check_scopes(&scope.principal, scopes, "resource", &uri)?;
+        // An answer that carries answers depends on them: never cached.
+        let answered = params
+            .input_responses
+            .as_ref()
+            .is_some_and(|r| !r.is_empty());
         let turn = self.open_turn(
             &info,
             &scope.principal,
@@ -573,7 +578,7 @@ impl Server {
             cx.set_round(t.round);
             (t.binding, number)
         });
-        let retried = mrtr.as_ref().is_some_and(|(_, n)| *n > 0);
+        let retried = mrtr.as_ref().is_some_and(|(_, n)| *n > 0) || answered;
         let progress = cx.progress_stream();
         let read = handler(
             cx,

@@ -21,12 +21,12 @@ pub(crate) struct Lines {
 
 /// A call's turn on its key: the process's line and, on a shared store, the store's lock.
 /// Dropping it hands the key to the next waiter.
-pub(crate) struct Turn<'a> {
+pub(crate) struct Turn {
     lock: Option<Box<dyn KeyLock>>,
-    _line: InLine<'a>,
+    _line: InLine,
 }
 
-impl Turn<'_> {
+impl Turn {
     /// What the call's transaction must check at commit, where the lock is a lease.
     pub(crate) fn fence(&self) -> Option<Fence> {
         self.lock.as_ref().and_then(|l| l.fence())
@@ -42,13 +42,13 @@ impl Turn<'_> {
 
 /// A place in a process line; leaving it (however the wait ends) forgets the line when
 /// nobody else is in it.
-struct InLine<'a> {
-    lines: &'a Lines,
+struct InLine {
+    lines: Arc<Lines>,
     key: String,
     guard: Option<OwnedMutexGuard<()>>,
 }
 
-impl Drop for InLine<'_> {
+impl Drop for InLine {
     fn drop(&mut self) {
         self.guard = None;
         let mut map = self.lines.map.lock().unwrap_or_else(|p| p.into_inner());
@@ -64,11 +64,11 @@ impl Drop for InLine<'_> {
 impl Lines {
     /// Waits for the turn on `key`: first in this process's line, then for the store's lock.
     /// Dropping the future leaves both lines without ever holding the key.
-    pub(crate) async fn wait_turn<'a>(
-        &'a self,
+    pub(crate) async fn wait_turn(
+        self: &Arc<Self>,
         key: String,
         store: Option<&Arc<dyn Store>>,
-    ) -> Result<Turn<'a>, StoreError> {
+    ) -> Result<Turn, StoreError> {
         let line = {
             let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
             if map.len() >= LINES_KEPT && !map.contains_key(&key) {
@@ -77,7 +77,7 @@ impl Lines {
             Arc::clone(map.entry(key.clone()).or_default())
         };
         let mut place = InLine {
-            lines: self,
+            lines: Arc::clone(self),
             key,
             guard: None,
         };

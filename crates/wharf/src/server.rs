@@ -163,7 +163,7 @@ pub(crate) struct Inner {
     pub(crate) bus: Arc<dyn NotificationBus>,
     pub(crate) store: Option<Arc<dyn Store>>,
     pub(crate) gate: Gate,
-    pub(crate) lines: crate::serialize::Lines,
+    pub(crate) lines: Arc<crate::serialize::Lines>,
     pub(crate) middleware: Vec<Arc<dyn crate::middleware::Middleware>>,
     pub(crate) shutdown: CancellationToken,
 }
@@ -528,7 +528,7 @@ impl ServerBuilder {
                     .unwrap_or_else(|| Arc::new(InProcessBus::default())),
                 store: self.store,
                 gate,
-                lines: crate::serialize::Lines::default(),
+                lines: Arc::default(),
                 middleware: self.middleware,
                 shutdown: CancellationToken::new(),
             }),

@@ -174,22 +174,44 @@ impl Server {
                 )));
             }
         }
+        if slot.is_none() && lock.is_none() {
+            return self.respond_tool(&id, result);
+        }
+        // Once the handler has returned, its commit and the release of its key run to the end
+        // on their own task, even if the client goes away meanwhile: a commit cut short must
+        // never let the next writer of the key in before it lands.
+        let settle = tokio::spawn(self.clone().settle(slot, claim, lock, result, failed));
+        let result = settle
+            .await
+            .map_err(|e| RpcError::internal(format!("the commit task failed: {e}")))??;
+        self.respond_tool(&id, result)
+    }
+
+    /// Commits a call's writes with its idempotency record (or rolls them back when it
+    /// failed), then hands its key to the next caller. Returns the result to send.
+    async fn settle(
+        self,
+        slot: Option<Arc<TxSlot>>,
+        claim: Option<Claim>,
+        lock: Option<LockTurn>,
+        result: CallToolResult,
+        failed: bool,
+    ) -> Result<CallToolResult, RpcError> {
         // A failed call changes nothing: its transaction is dropped, which rolls it back, and
         // no idempotency record is kept, so a retry runs again.
         let finished = match &slot {
             Some(slot) => slot.finish().await?,
             None => Finished::Commit(None),
         };
-        match finished {
-            Finished::Refused(refusal) => {
-                return self.respond_tool(&id, CallToolResult::error(refusal));
-            }
+        let result = match finished {
+            Finished::Refused(refusal) => CallToolResult::error(refusal),
             Finished::TouchOnly(due) => {
                 for hold in due {
                     if let Some(at) = hold.touch_at {
                         self.require_store()?.touch_handle(&hold.id, at).await?;
                     }
                 }
+                result
             }
             Finished::Commit(Some(mut tx)) if !failed => {
                 if let Some(claim) = &claim {
@@ -197,14 +219,15 @@ impl Server {
                     tx.complete_claim(claim, &stored).await?;
                 }
                 tx.commit().await?;
+                result
             }
-            Finished::Commit(_) => {}
-        }
+            Finished::Commit(_) => result,
+        };
         // Only now, with the writes committed, may the next call on the key run.
         if let Some(lock) = lock {
             lock.end().await;
         }
-        self.respond_tool(&id, result)
+        Ok(result)
     }
 
     /// Checks the handle arguments and, for an idempotent tool, claims its key. The handle

@@ -59,19 +59,24 @@ impl TokenCache {
         }
         let until = match outcome {
             Ok(c) => (now + self.ttl).min(c.expires_at),
+            // Refusals time or a key rotation may lift, and junk that costs nothing to
+            // refuse again, are not kept.
             Err(
                 AuthError::NotYetValid
                 | AuthError::UnknownKey
                 | AuthError::Unavailable
                 | AuthError::Missing
                 | AuthError::Malformed
-                | AuthError::TokenInQuery,
+                | AuthError::TokenInQuery
+                | AuthError::InvalidToken
+                | AuthError::UnsupportedAlgorithm,
             ) => return,
             Err(_) => now + self.ttl,
         };
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         if map.len() >= MAX_ENTRIES {
-            map.retain(|_, e| e.until > now);
+            // Refusals go first: a flood of bad tokens must not push out the good ones.
+            map.retain(|_, e| e.until > now && e.outcome.is_ok());
             if map.len() >= MAX_ENTRIES {
                 map.clear();
             }

@@ -55,6 +55,12 @@ impl Introspector {
             return Err(AuthError::Inactive);
         }
         let text = |k: &str| answer.get(k).and_then(Value::as_str).map(str::to_owned);
+        // An access token only: never a refresh token the server happens to know.
+        if text("token_type").is_some_and(|t| {
+            !t.eq_ignore_ascii_case("access_token") && !t.eq_ignore_ascii_case("bearer")
+        }) {
+            return Err(AuthError::InvalidToken);
+        }
         if text("iss").is_some_and(|i| i.trim_end_matches('/') != issuer.trim_end_matches('/')) {
             return Err(AuthError::WrongIssuer);
         }

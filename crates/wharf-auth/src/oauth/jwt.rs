@@ -32,7 +32,8 @@ struct Keys {
     by_kid: HashMap<String, (Algorithm, DecodingKey)>,
     /// Keys published without a key id.
     unnamed: Vec<(Algorithm, DecodingKey)>,
-    fetched_at: Option<Instant>,
+    /// When the set was last fetched, or tried.
+    attempted_at: Option<Instant>,
 }
 
 impl std::fmt::Debug for Keys {
@@ -70,6 +71,14 @@ impl JwtChecker {
         let header = decode_header(token).map_err(|_| AuthError::InvalidToken)?;
         if !ACCEPTED.contains(&header.alg) {
             return Err(AuthError::UnsupportedAlgorithm);
+        }
+        // An access token (RFC 9068 `at+jwt`) or an untyped JWT; never an ID token or
+        // anything else that happens to be signed by the same issuer.
+        let typ_ok = header.typ.as_deref().is_none_or(|t| {
+            ["jwt", "at+jwt", "application/at+jwt"].contains(&t.to_ascii_lowercase().as_str())
+        });
+        if !typ_ok {
+            return Err(AuthError::InvalidToken);
         }
         let key = match self.key(header.kid.as_deref(), header.alg) {
             Some(k) => k,
@@ -136,14 +145,17 @@ impl JwtChecker {
     /// Fetches the key set again, unless it was fetched less than `min_refresh` ago.
     async fn refresh(&self) -> Result<(), AuthError> {
         let _one = self.fetching.lock().await;
-        let recent = self
-            .keys
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .fetched_at
-            .is_some_and(|t| t.elapsed() < self.min_refresh);
-        if recent {
-            return Ok(());
+        {
+            // Every attempt counts, failed or not: tokens with made-up key ids cannot make
+            // this server fetch more than once per interval, however the issuer answers.
+            let mut keys = self.keys.write().unwrap_or_else(|p| p.into_inner());
+            if keys
+                .attempted_at
+                .is_some_and(|t| t.elapsed() < self.min_refresh)
+            {
+                return Ok(());
+            }
+            keys.attempted_at = Some(Instant::now());
         }
         let uri = self.jwks_uri().await?;
         let set: JwkSet = self
@@ -151,7 +163,7 @@ impl JwtChecker {
             .await
             .and_then(|v| serde_json::from_value(v).map_err(|_| AuthError::Unavailable))?;
         let mut fresh = Keys {
-            fetched_at: Some(Instant::now()),
+            attempted_at: Some(Instant::now()),
             ..Keys::default()
         };
         for jwk in &set.keys {
@@ -219,6 +231,15 @@ impl JwtChecker {
 /// A verification key and the one algorithm it may verify, from a JWK: RSA keys for RS256,
 /// P-256 keys for ES256, Ed25519 keys for EdDSA. A key whose `alg` says otherwise is skipped.
 fn decoding_key(jwk: &Jwk) -> Option<(Algorithm, DecodingKey)> {
+    // Only signing keys.
+    if jwk
+        .common
+        .public_key_use
+        .as_ref()
+        .is_some_and(|u| *u != jsonwebtoken::jwk::PublicKeyUse::Signature)
+    {
+        return None;
+    }
     let alg = match &jwk.algorithm {
         AlgorithmParameters::RSA(_) => Algorithm::RS256,
         AlgorithmParameters::EllipticCurve(p) if p.curve == EllipticCurve::P256 => Algorithm::ES256,

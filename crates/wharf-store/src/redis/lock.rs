@@ -206,8 +206,12 @@ struct Place {
 }
 
 impl Place {
-    async fn leave(&mut self) -> Result<(), StoreError> {
+    /// Gives up on leaving: the place lapses with its deadline.
+    fn disarm(&mut self) {
         self.left = true;
+    }
+
+    async fn leave(&mut self) -> Result<(), StoreError> {
         let _: i64 = Script::new(LEAVE_LUA)
             .key(&self.keys[0])
             .key(&self.keys[1])
@@ -215,6 +219,8 @@ impl Place {
             .invoke_async(&mut self.conn)
             .await
             .map_err(backend)?;
+        // Only once Redis confirmed: a leave cut short is retried by the drop.
+        self.left = true;
         Ok(())
     }
 }
@@ -236,6 +242,8 @@ impl Drop for Place {
                 if let Err(e) = place.leave().await {
                     tracing::warn!(error = %e, "could not leave a mutation line; the place lapses");
                 }
+                // Tried once: a failure is left to the deadline.
+                place.disarm();
             });
         } else {
             place.left = true;

@@ -109,19 +109,21 @@ impl KeyLock for PgKeyLock {
     }
 
     async fn release(mut self: Box<Self>) {
-        let Some(mut conn) = self.conn.take() else {
+        // Until the unlock is confirmed the session stays behind a guard: if this future is
+        // dropped half-way, the session is closed rather than pooled with the lock held.
+        let mut guard = Waiting(self.conn.take());
+        let Some(conn) = guard.0.as_mut() else {
             return;
         };
         match sqlx::query(UNLOCK)
             .bind(&self.key)
-            .execute(&mut *conn)
+            .execute(&mut **conn)
             .await
         {
             // Back to the pool, holding nothing.
-            Ok(_) => drop(conn),
+            Ok(_) => drop(guard.0.take()),
             Err(e) => {
                 tracing::warn!(error = %e, "could not release a mutation lock; closing its session");
-                drop(conn.detach());
             }
         }
     }

@@ -395,7 +395,9 @@ impl Binding {
     pub(crate) fn new(method: &'static str, name: &str, args: &Map<String, Value>) -> Self {
         Binding {
             method,
-            digest: Digest::of(&format!("{method}\u{0}{name}"), args)
+            // Every argument, the idempotency key included: a confirmation given for one
+            // write never authorizes another.
+            digest: Digest::of_all(&format!("{method}\u{0}{name}"), args)
                 .as_str()
                 .to_owned(),
         }
@@ -599,6 +601,25 @@ mod tests {
         let e = seal_round(&config, Some(&binding()), &who, 0, ask).unwrap_err();
         assert_eq!(e.kind, ErrorKind::MissingCapability);
         assert!(e.data.unwrap()["requiredCapabilities"]["elicitation"].is_object());
+    }
+
+    #[test]
+    fn states_are_bound_to_every_argument_including_the_idempotency_key() {
+        let args = |key: &str| {
+            let Value::Object(m) = json!({ "import": "imp_1", "idempotency_key": key }) else {
+                unreachable!()
+            };
+            m
+        };
+        let (one, two) = (
+            Binding::new("tools/call", "t", &args("k1")),
+            Binding::new("tools/call", "t", &args("k2")),
+        );
+        assert_ne!(one.digest, two.digest);
+        let other_tool = Binding::new("tools/call", "u", &args("k1"));
+        assert_ne!(one.digest, other_tool.digest);
+        let other_method = Binding::new("prompts/get", "t", &args("k1"));
+        assert_ne!(one.digest, other_method.digest);
     }
 
     #[test]

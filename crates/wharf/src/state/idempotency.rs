@@ -22,11 +22,20 @@ pub struct Digest(String);
 impl Digest {
     /// The digest of a call of `tool` with `args`.
     pub fn of(tool: &str, args: &Map<String, Value>) -> Self {
+        Self::canonical(tool, args, Some(KEY_ARGUMENT))
+    }
+
+    /// The digest of `tool` with every one of `args`, the idempotency key included.
+    pub fn of_all(tool: &str, args: &Map<String, Value>) -> Self {
+        Self::canonical(tool, args, None)
+    }
+
+    fn canonical(tool: &str, args: &Map<String, Value>, skip: Option<&str>) -> Self {
         let mut h = Sha256::new();
         h.update(tool.as_bytes());
         h.update([0]);
         let mut buf = Vec::with_capacity(256);
-        write_canonical_object(&mut buf, args, Some(KEY_ARGUMENT));
+        write_canonical_object(&mut buf, args, skip);
         h.update(&buf);
         let out = h.finalize();
         let mut hex = String::with_capacity(64);
