@@ -382,7 +382,9 @@ impl Server {
 }
 
 /// The serializer's key for `value`, scoped to the caller: only the owner of what a value
-/// names can mutate it, and nobody can hold up another principal's calls.
+/// names can mutate it, and no principal can queue in another's line. (On PostgreSQL every
+/// held or waiting key also takes a session from the store's lock pool, which all principals
+/// share.)
 fn mutation_key(principal: &Principal, value: &str) -> String {
     let id = principal.id();
     format!("{}:{id}:{value}", id.len())
