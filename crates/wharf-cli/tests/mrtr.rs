@@ -162,7 +162,7 @@ async fn replacing_a_dataset_asks_the_user_first() {
 async fn bad_states_are_refused_with_the_reason() {
     let store = sqlite_url("mrtr-states");
     let mut args = replica_args(&store);
-    args.extend(["--state-key", STATE_KEY, "--state-max-age-secs", "2"].map(str::to_owned));
+    args.extend(["--state-key", STATE_KEY, "--state-max-age-secs", "4"].map(str::to_owned));
     let server = ServerProcess::start_exact(&args.iter().map(String::as_str).collect::<Vec<_>>());
     let user42 = server.client().with_bearer(TOKEN_42);
     let user7 = server.client().with_bearer(TOKEN_7);
@@ -174,6 +174,7 @@ async fn bad_states_are_refused_with_the_reason() {
         &call(&user42, "dataset_delete", delete(&one), None).await,
         "confirm_delete",
     );
+    let issued = std::time::Instant::now();
     let yes = json!({ "confirm_delete": accept("delete") });
 
     // One character changed.
@@ -227,8 +228,12 @@ async fn bad_states_are_refused_with_the_reason() {
     );
     assert_eq!(count(&user42, &one).await, 2);
 
-    // Expired (the state lives 2 s here).
-    tokio::time::sleep(Duration::from_millis(2200)).await;
+    // Expired (the state lives 4 s here; the checks above must finish well within that).
+    assert!(
+        issued.elapsed() < Duration::from_secs(3),
+        "the checks above were too slow to tell"
+    );
+    tokio::time::sleep(Duration::from_millis(4300).saturating_sub(issued.elapsed())).await;
     let r = call(
         &user42,
         "dataset_delete",

@@ -128,7 +128,11 @@ async fn closing_the_stream_stops_the_report(store: &str) {
     assert!(running["scannedRows"].as_u64().unwrap() >= 200, "{running}");
     drop(stream);
     let stopped = assert_stopped(&client, &name, 40).await;
-    assert!(stopped["scannedRows"].as_u64().unwrap() <= 600, "{stopped}");
+    // Stopped soon after the close, far from the end (3000 rows).
+    assert!(
+        stopped["scannedRows"].as_u64().unwrap() <= 1500,
+        "{stopped}"
+    );
 }
 
 #[tokio::test]

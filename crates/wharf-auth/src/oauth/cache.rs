@@ -14,6 +14,8 @@ use crate::AuthError;
 /// Entries kept before expired ones are dropped (and, if that is not enough, all).
 const MAX_ENTRIES: usize = 10_000;
 
+/// Times are in milliseconds since the Unix epoch: a TTL of a second must not end at the
+/// next whole second.
 #[derive(Debug)]
 pub(crate) struct TokenCache {
     ttl: u64,
@@ -23,7 +25,7 @@ pub(crate) struct TokenCache {
 #[derive(Debug, Clone)]
 struct Entry {
     outcome: Result<Accepted, AuthError>,
-    /// Seconds since the Unix epoch.
+    /// Milliseconds since the Unix epoch.
     until: u64,
 }
 
@@ -34,7 +36,7 @@ fn key(token: &str) -> [u8; 32] {
 impl TokenCache {
     pub(crate) fn new(ttl: Duration) -> Self {
         TokenCache {
-            ttl: ttl.as_secs(),
+            ttl: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
             map: Mutex::new(HashMap::new()),
         }
     }
@@ -58,7 +60,9 @@ impl TokenCache {
             return;
         }
         let until = match outcome {
-            Ok(c) => (now + self.ttl).min(c.expires_at),
+            Ok(c) => now
+                .saturating_add(self.ttl)
+                .min(c.expires_at.saturating_mul(1000)),
             // Refusals time or a key rotation may lift, and junk that costs nothing to
             // refuse again, are not kept.
             Err(
@@ -71,7 +75,7 @@ impl TokenCache {
                 | AuthError::InvalidToken
                 | AuthError::UnsupportedAlgorithm,
             ) => return,
-            Err(_) => now + self.ttl,
+            Err(_) => now.saturating_add(self.ttl),
         };
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         if map.len() >= MAX_ENTRIES {

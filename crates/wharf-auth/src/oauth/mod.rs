@@ -219,7 +219,7 @@ impl OAuth {
     /// Checks a token and returns its principal. A token seen recently costs a hash and a
     /// lookup: its outcome (principal or refusal) is cached.
     pub async fn authenticate(&self, token: &str) -> Result<Principal, AuthError> {
-        let now = now_secs();
+        let now = now_millis();
         if let Some(hit) = self.cache.get(token, now) {
             return hit.map(|a| a.principal);
         }
@@ -287,6 +287,13 @@ pub(crate) fn audience_ok(aud: Option<&Value>, accepted: &[String]) -> bool {
             .any(|a| accepted.iter().any(|x| x == a)),
         _ => false,
     }
+}
+
+pub(crate) fn now_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }
 
 pub(crate) fn now_secs() -> u64 {
