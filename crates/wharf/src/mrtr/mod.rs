@@ -686,3 +686,52 @@ mod tests {
         assert_eq!(declined.elicited::<Age>("age"), Some(Elicited::Declined));
     }
 }
+
+#[cfg(test)]
+mod url_tests {
+    use super::*;
+
+    #[test]
+    fn url_elicitation_needs_the_url_capability_and_reads_the_action() {
+        let caps = |v: Value| -> ClientCapabilities { serde_json::from_value(v).unwrap() };
+        let form_only = Ask::new(caps(json!({ "elicitation": {} }))).elicit_url(
+            "pay",
+            "Pay here",
+            "https://pay.example/123",
+        );
+        assert!(form_only.requests.is_empty());
+        assert!(
+            form_only
+                .missing
+                .elicitation
+                .as_ref()
+                .unwrap()
+                .url
+                .is_some()
+        );
+
+        let config = StateConfig::default();
+        let who = Principal::anonymous();
+        let binding = Binding::new("tools/call", "t", &Map::new());
+        let ask = Ask::new(caps(json!({ "elicitation": { "url": {} } }))).elicit_url(
+            "pay",
+            "Pay here",
+            "https://pay.example/123",
+        );
+        let (requests, token) = seal_round(&config, Some(&binding), &who, 0, ask).unwrap();
+        let wire = serde_json::to_value(requests.unwrap()).unwrap();
+        assert_eq!(wire["pay"]["method"], "elicitation/create");
+        assert_eq!(wire["pay"]["params"]["mode"], "url");
+        let round = open_round(
+            &config,
+            &binding,
+            &who,
+            Some(&token),
+            Some(serde_json::from_value(json!({ "pay": { "action": "accept" } })).unwrap()),
+        )
+        .unwrap();
+        assert_eq!(round.elicited_url("pay"), Some(Elicited::Accepted(())));
+        // A URL answer is not a form answer.
+        assert_eq!(round.elicited::<Value>("pay"), None);
+    }
+}
