@@ -165,6 +165,10 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     oauth_required_scopes: Vec<String>,
+    /// Store-level mutation locks (PostgreSQL sessions, Redis leases) one principal may hold
+    /// or wait for at once in this process; keep it below the store's connections.
+    #[arg(long, env = "WHARF_MAX_STORE_LOCKS_PER_PRINCIPAL", default_value_t = 8)]
+    max_store_locks_per_principal: usize,
     /// tools/list shows a token only the tools its scopes permit (then `cacheScope: private`).
     #[arg(long, env = "WHARF_LIST_PERMITTED_TOOLS_ONLY")]
     list_permitted_tools_only: bool,
@@ -363,6 +367,7 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
     let config = ServerConfig {
         request_state,
         list_permitted_tools_only: args.list_permitted_tools_only,
+        max_store_locks_per_principal: args.max_store_locks_per_principal.max(1),
         page_size: args.page_size,
         cursor_key,
         max_call_duration: Duration::from_secs(args.max_call_secs.max(1)),

@@ -331,6 +331,10 @@ impl Store for RedisStore {
         }
     }
 
+    fn shares_locks(&self) -> bool {
+        true
+    }
+
     async fn lock_key(&self, key: &str) -> Result<Option<Box<dyn KeyLock>>, StoreError> {
         self.lines.lock(&self.conn, key).await.map(Some)
     }

@@ -522,6 +522,10 @@ impl Store for SqlStore {
         Ok((record, Some(settle_sqlite(tx, claim, seen).await?)))
     }
 
+    fn shares_locks(&self) -> bool {
+        self.locks.is_some()
+    }
+
     async fn lock_key(&self, key: &str) -> Result<Option<Box<dyn KeyLock>>, StoreError> {
         match &self.locks {
             Some(locks) => locks.lock(key).await.map(Some),

@@ -1,28 +1,61 @@
 //! The mutation serializer: calls of tools declared with
 //! [`ToolBuilder::mutates`](crate::tool::ToolBuilder::mutates) run one at a time per key,
 //! first come first served. Inside a process a FIFO line per key; behind it, the store's
-//! own lock when the store is shared between replicas.
+//! own lock when the store is shared between replicas. Store locks cost the store a session
+//! each (PostgreSQL), so one principal holds at most a few of them at once per process.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::OwnedMutexGuard;
+use tokio::sync::{OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
 
 use crate::state::{Fence, KeyLock, Store, StoreError};
 
 /// Lines kept before idle ones are forgotten on the next insert.
 const LINES_KEPT: usize = 1024;
 
+/// Principals whose store-lock caps are kept before idle ones are forgotten.
+const PRINCIPALS_KEPT: usize = 4096;
+
 /// One FIFO line per key (tokio's mutex queues its waiters in order).
-#[derive(Default)]
 pub(crate) struct Lines {
     map: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Store locks one principal may hold or wait for at once in this process.
+    per_principal: usize,
+    principals: Mutex<HashMap<String, Arc<Semaphore>>>,
+}
+
+impl Lines {
+    pub(crate) fn new(per_principal: usize) -> Self {
+        Lines {
+            map: Mutex::new(HashMap::new()),
+            per_principal: per_principal.max(1),
+            principals: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A slot among the principal's store locks, waiting in turn for one.
+    async fn principal_slot(&self, principal: &str) -> Option<OwnedSemaphorePermit> {
+        let sem = {
+            let mut map = self.principals.lock().unwrap_or_else(|p| p.into_inner());
+            if map.len() >= PRINCIPALS_KEPT && !map.contains_key(principal) {
+                let cap = self.per_principal;
+                map.retain(|_, s| s.available_permits() < cap);
+            }
+            Arc::clone(
+                map.entry(principal.to_owned())
+                    .or_insert_with(|| Arc::new(Semaphore::new(self.per_principal))),
+            )
+        };
+        sem.acquire_owned().await.ok()
+    }
 }
 
 /// A call's turn on its key: the process's line and, on a shared store, the store's lock.
 /// Dropping it hands the key to the next waiter.
 pub(crate) struct Turn {
     lock: Option<Box<dyn KeyLock>>,
+    _slot: Option<OwnedSemaphorePermit>,
     _line: InLine,
 }
 
@@ -67,6 +100,7 @@ impl Lines {
     pub(crate) async fn wait_turn(
         self: &Arc<Self>,
         key: String,
+        principal: &str,
         store: Option<&Arc<dyn Store>>,
     ) -> Result<Turn, StoreError> {
         let line = {
@@ -82,11 +116,20 @@ impl Lines {
             guard: None,
         };
         place.guard = Some(line.lock_owned().await);
-        let lock = match store {
+        let shared = store.filter(|s| s.shares_locks());
+        let slot = match shared {
+            Some(_) => self.principal_slot(principal).await,
+            None => None,
+        };
+        let lock = match shared {
             Some(store) => store.lock_key(&place.key).await?,
             None => None,
         };
-        Ok(Turn { lock, _line: place })
+        Ok(Turn {
+            lock,
+            _slot: slot,
+            _line: place,
+        })
     }
 
     #[cfg(test)]
@@ -103,16 +146,16 @@ mod tests {
 
     #[tokio::test]
     async fn one_call_per_key_in_arrival_order_and_other_keys_in_parallel() {
-        let lines = Arc::new(Lines::default());
-        let first = lines.wait_turn("a".into(), None).await.unwrap();
+        let lines = Arc::new(Lines::new(8));
+        let first = lines.wait_turn("a".into(), "p", None).await.unwrap();
         // Another key is not held up.
-        let other = lines.wait_turn("b".into(), None).await.unwrap();
+        let other = lines.wait_turn("b".into(), "p", None).await.unwrap();
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut waiters = Vec::new();
         for i in 0..5 {
             let (lines, order) = (Arc::clone(&lines), Arc::clone(&order));
             waiters.push(tokio::spawn(async move {
-                let turn = lines.wait_turn("a".into(), None).await.unwrap();
+                let turn = lines.wait_turn("a".into(), "p", None).await.unwrap();
                 order.lock().unwrap().push(i);
                 tokio::task::yield_now().await;
                 turn.end().await;
@@ -134,14 +177,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn one_principal_holds_at_most_its_share_of_store_locks() {
+        let lines = Arc::new(Lines::new(2));
+        let (a, b) = (
+            lines.principal_slot("p").await.unwrap(),
+            lines.principal_slot("p").await.unwrap(),
+        );
+        // A third waits for one of them; another principal does not.
+        let third =
+            tokio::time::timeout(Duration::from_millis(50), lines.principal_slot("p")).await;
+        assert!(third.is_err(), "the principal's share is taken");
+        let other = lines.principal_slot("q").await;
+        assert!(other.is_some());
+        drop(a);
+        assert!(lines.principal_slot("p").await.is_some());
+        drop(b);
+    }
+
+    #[tokio::test]
     async fn a_cancelled_waiter_never_takes_the_key() {
-        let lines = Arc::new(Lines::default());
-        let first = lines.wait_turn("k".into(), None).await.unwrap();
+        let lines = Arc::new(Lines::new(8));
+        let first = lines.wait_turn("k".into(), "p", None).await.unwrap();
         let ran = Arc::new(AtomicUsize::new(0));
         let cancelled = {
             let (lines, ran) = (Arc::clone(&lines), Arc::clone(&ran));
             tokio::spawn(async move {
-                let _turn = lines.wait_turn("k".into(), None).await.unwrap();
+                let _turn = lines.wait_turn("k".into(), "p", None).await.unwrap();
                 ran.fetch_add(1, Ordering::SeqCst);
             })
         };
@@ -150,10 +211,13 @@ mod tests {
         assert!(cancelled.await.unwrap_err().is_cancelled());
         first.end().await;
         // The key is free at once for the next caller, and the cancelled one never ran.
-        let next = tokio::time::timeout(Duration::from_secs(1), lines.wait_turn("k".into(), None))
-            .await
-            .expect("the key is free")
-            .unwrap();
+        let next = tokio::time::timeout(
+            Duration::from_secs(1),
+            lines.wait_turn("k".into(), "p", None),
+        )
+        .await
+        .expect("the key is free")
+        .unwrap();
         assert_eq!(ran.load(Ordering::SeqCst), 0);
         next.end().await;
         assert_eq!(lines.len(), 0);

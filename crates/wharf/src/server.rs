@@ -78,6 +78,10 @@ pub struct ServerConfig {
     /// Whether `tools/list` shows an OAuth principal only the tools its token's scopes
     /// permit (the list is then `cacheScope: "private"`); otherwise it shows every tool.
     pub list_permitted_tools_only: bool,
+    /// Store-level mutation locks (PostgreSQL sessions, Redis leases) one principal may hold
+    /// or wait for at once in this process; its other mutating calls wait in turn, so one
+    /// principal cannot take every lock session of the store.
+    pub max_store_locks_per_principal: usize,
 }
 
 impl Default for ServerConfig {
@@ -93,6 +97,7 @@ impl Default for ServerConfig {
             progress_interval: Duration::from_millis(20),
             request_state: crate::mrtr::StateConfig::default(),
             list_permitted_tools_only: false,
+            max_store_locks_per_principal: 8,
         }
     }
 }
@@ -508,6 +513,9 @@ impl ServerBuilder {
         };
         let cursors = CursorCodec::new(self.config.cursor_key.clone(), self.config.cursor_max_age);
         let gate = Gate::new(self.config.limits, tools.iter().any(|t| t.limit.is_some()));
+        let lines = Arc::new(crate::serialize::Lines::new(
+            self.config.max_store_locks_per_principal,
+        ));
         Ok(Server {
             inner: Arc::new(Inner {
                 info: ServerInfo::new(self.info),
@@ -528,7 +536,7 @@ impl ServerBuilder {
                     .unwrap_or_else(|| Arc::new(InProcessBus::default())),
                 store: self.store,
                 gate,
-                lines: Arc::default(),
+                lines,
                 middleware: self.middleware,
                 shutdown: CancellationToken::new(),
             }),

@@ -97,7 +97,11 @@ impl Server {
                     .and_then(Value::as_str)
                     .unwrap_or_default();
                 let key = mutation_key(&scope.principal, value);
-                let wait = self.inner.lines.wait_turn(key, self.inner.store.as_ref());
+                let wait = self.inner.lines.wait_turn(
+                    key,
+                    scope.principal.id(),
+                    self.inner.store.as_ref(),
+                );
                 match tokio::time::timeout_at(deadline, wait).await {
                     Ok(turn) => Some(turn?),
                     Err(_) => {
@@ -382,9 +386,8 @@ impl Server {
 }
 
 /// The serializer's key for `value`, scoped to the caller: only the owner of what a value
-/// names can mutate it, and no principal can queue in another's line. (On PostgreSQL every
-/// held or waiting key also takes a session from the store's lock pool, which all principals
-/// share.)
+/// names can mutate it, and no principal can queue in another's line. (Store locks are
+/// capped per principal: see `ServerConfig::max_store_locks_per_principal`.)
 fn mutation_key(principal: &Principal, value: &str) -> String {
     let id = principal.id();
     format!("{}:{id}:{value}", id.len())

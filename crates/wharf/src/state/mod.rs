@@ -132,6 +132,12 @@ pub trait Store: Send + Sync + 'static {
         Ok((record, Some(begun)))
     }
 
+    /// Whether [`Store::lock_key`] takes a lock shared between processes (each one costs the
+    /// backend a session or a lease).
+    fn shares_locks(&self) -> bool {
+        false
+    }
+
     /// Takes the lock on mutation key `key` shared by every process on this store, first
     /// come first served, waiting as long as it takes (the caller bounds the wait). Dropping
     /// the future while it waits leaves the line without ever holding the lock. `Ok(None)`
