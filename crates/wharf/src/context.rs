@@ -206,8 +206,20 @@ impl Context {
         self.fence = fence;
     }
 
-    pub(crate) fn set_round(&mut self, round: crate::mrtr::Round) {
-        self.round = Some(Box::new(round));
+    /// Hands a retry's round to the handler, and keeps what sealing the next round needs
+    /// should the handler ask again.
+    pub(crate) fn enter_turn(
+        &mut self,
+        turn: Option<crate::mrtr::Turn>,
+    ) -> Option<crate::mrtr::Resume> {
+        let turn = turn?;
+        let resume = crate::mrtr::Resume {
+            binding: turn.binding,
+            round: turn.round.number,
+            principal: self.principal.clone(),
+        };
+        self.round = Some(Box::new(turn.round));
+        Some(resume)
     }
 
     /// Starts asking the client for input (MRTR); return the [`Ask`](crate::mrtr::Ask) as the

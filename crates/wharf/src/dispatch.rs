@@ -461,26 +461,14 @@ impl Server {
                         Binding::new(methods::PROMPTS_GET, &params.name, &map)
                     },
                 )?;
-                let principal = scope.principal.clone();
                 let mut cx = Context::new(id.clone(), info, scope, self.clone());
-                let mrtr = turn.map(|t| {
-                    let number = t.round.number;
-                    cx.set_round(t.round);
-                    (t.binding, number)
-                });
+                let resume = cx.enter_turn(turn);
                 let progress = cx.progress_stream();
                 let got = (prompt.get)(cx, args).await;
                 finish_progress(progress).await;
                 let mut result = match got {
                     Ok(r) => r,
-                    Err(e) => {
-                        return self.answer_ask(
-                            &id,
-                            e,
-                            mrtr.as_ref().map(|(b, n)| (b, *n)),
-                            &principal,
-                        );
-                    }
+                    Err(e) => return self.answer_ask(&id, e, resume.as_ref()),
                 };
                 result.meta.server_info = Some(inner.info.clone());
                 respond(&id, &result)
@@ -571,14 +559,9 @@ impl Server {
             params.input_responses,
             || Binding::new(methods::RESOURCES_READ, &uri, &serde_json::Map::new()),
         )?;
-        let principal = scope.principal.clone();
         let mut cx = Context::new(id.clone(), info, scope, self.clone());
-        let mrtr = turn.map(|t| {
-            let number = t.round.number;
-            cx.set_round(t.round);
-            (t.binding, number)
-        });
-        let retried = mrtr.as_ref().is_some_and(|(_, n)| *n > 0) || answered;
+        let resume = cx.enter_turn(turn);
+        let retried = resume.as_ref().is_some_and(|r| r.round > 0) || answered;
         let progress = cx.progress_stream();
         let read = handler(
             cx,
@@ -591,9 +574,7 @@ impl Server {
         finish_progress(progress).await;
         let contents = match read {
             Ok(c) => c,
-            Err(e) => {
-                return self.answer_ask(&id, e, mrtr.as_ref().map(|(b, n)| (b, *n)), &principal);
-            }
+            Err(e) => return self.answer_ask(&id, e, resume.as_ref()),
         };
         if contents.is_empty() {
             // A resource with no contents does not exist (SEP-2164): never answer empty.

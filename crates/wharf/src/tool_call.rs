@@ -133,13 +133,7 @@ impl Server {
         let mut cx = Context::with_tx(id.clone(), info, scope, self.clone(), slot.clone());
         cx.set_handles(handles);
         cx.set_fence(fence);
-        // Kept for sealing the next round, should the handler ask for input.
-        let mrtr = turn.map(|t| {
-            let number = t.round.number;
-            cx.set_round(t.round);
-            (t.binding, number)
-        });
-        let principal = mrtr.as_ref().map(|_| cx.principal().clone());
+        let resume = cx.enter_turn(turn);
         let progress = cx.progress_stream();
         let call = entry.def.handler.call(cx, Value::Object(args));
         let outcome = tokio::time::timeout_at(deadline, call).await;
@@ -150,14 +144,7 @@ impl Server {
         let result = match outcome {
             Ok(Ok(r)) => r,
             Ok(Err(ToolError::Execution(message))) => CallToolResult::error(message),
-            Ok(Err(ToolError::Protocol(e))) => {
-                return match (&mrtr, principal) {
-                    (Some((binding, n)), Some(p)) => {
-                        self.answer_ask(&id, e, Some((binding, *n)), &p)
-                    }
-                    _ => self.answer_ask(&id, e, None, &Principal::anonymous()),
-                };
-            }
+            Ok(Err(ToolError::Protocol(e))) => return self.answer_ask(&id, e, resume.as_ref()),
             Err(_) => {
                 return Err(RpcError::new(
                     ErrorKind::TimedOut,

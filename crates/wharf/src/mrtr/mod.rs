@@ -452,8 +452,7 @@ pub(crate) fn open_round(
 /// the sealed state of the next round.
 pub(crate) fn seal_round(
     config: &StateConfig,
-    binding: Option<&Binding>,
-    principal: &Principal,
+    bound: Option<(&Binding, &Principal)>,
     previous: u32,
     ask: Ask,
 ) -> Result<(Option<InputRequests>, String), RpcError> {
@@ -463,7 +462,7 @@ pub(crate) fn seal_round(
             "this request asks the client for input and",
         ));
     }
-    let binding = binding.ok_or_else(|| {
+    let (binding, principal) = bound.ok_or_else(|| {
         RpcError::internal("a handler kept state for a client that declared no input capability")
     })?;
     let round = previous + 1;
@@ -494,6 +493,15 @@ pub(crate) fn seal_round(
 pub(crate) struct Turn {
     pub(crate) binding: Binding,
     pub(crate) round: Round,
+}
+
+/// What sealing the next round of a request needs once its handler has the round:
+/// see [`Context::enter_turn`](crate::Context).
+pub(crate) struct Resume {
+    pub(crate) binding: Binding,
+    /// The round the request carried (0 for a fresh one).
+    pub(crate) round: u32,
+    pub(crate) principal: Principal,
 }
 
 impl crate::server::Server {
@@ -530,8 +538,7 @@ impl crate::server::Server {
         &self,
         id: &wharf_protocol::RequestId,
         error: RpcError,
-        turn: Option<(&Binding, u32)>,
-        principal: &Principal,
+        resume: Option<&Resume>,
     ) -> Result<Vec<u8>, RpcError> {
         if error.kind != ErrorKind::InputRequired {
             return Err(error);
@@ -539,15 +546,10 @@ impl crate::server::Server {
         let Some(ask) = error.input else {
             return Err(RpcError::internal("an input request without its content"));
         };
-        let (binding, previous) = match turn {
-            Some((b, n)) => (Some(b), n),
-            None => (None, 0),
-        };
         let (input_requests, token) = seal_round(
             &self.inner.config.request_state,
-            binding,
-            principal,
-            previous,
+            resume.map(|r| (&r.binding, &r.principal)),
+            resume.map_or(0, |r| r.round),
             *ask,
         )?;
         crate::dispatch::respond(
@@ -590,7 +592,7 @@ mod tests {
         assert_eq!(ask.requests.keys().collect::<Vec<_>>(), ["q"]);
         let config = StateConfig::default();
         let who = Principal::anonymous();
-        let (requests, _) = seal_round(&config, Some(&binding()), &who, 0, ask).unwrap();
+        let (requests, _) = seal_round(&config, Some((&binding(), &who)), 0, ask).unwrap();
         assert_eq!(requests.unwrap().len(), 1);
 
         let ask = Ask::new(caps(json!({}))).elicit(
@@ -598,7 +600,7 @@ mod tests {
             "Name?",
             FormSchema::new().string("name", "Name", true),
         );
-        let e = seal_round(&config, Some(&binding()), &who, 0, ask).unwrap_err();
+        let e = seal_round(&config, Some((&binding(), &who)), 0, ask).unwrap_err();
         assert_eq!(e.kind, ErrorKind::MissingCapability);
         assert!(e.data.unwrap()["requiredCapabilities"]["elicitation"].is_object());
     }
@@ -634,11 +636,11 @@ mod tests {
                 .elicit("x", "X?", FormSchema::new().boolean("x", "X", true))
                 .state(&json!({ "step": 7 }))
         };
-        let (_, token) = seal_round(&config, Some(&binding()), &who, 1, ask()).unwrap();
+        let (_, token) = seal_round(&config, Some((&binding(), &who)), 1, ask()).unwrap();
         let round = open_round(&config, &binding(), &who, Some(&token), None).unwrap();
         assert_eq!(round.number, 2);
         assert_eq!(round.state, Some(json!({ "step": 7 })));
-        let e = seal_round(&config, Some(&binding()), &who, 2, ask()).unwrap_err();
+        let e = seal_round(&config, Some((&binding(), &who)), 2, ask()).unwrap_err();
         assert!(e.message.contains("more than 2 rounds"), "{}", e.message);
     }
 
@@ -653,7 +655,7 @@ mod tests {
                 FormSchema::new().integer("age", "Age", (Some(0.0), Some(150.0)), true),
             )
             .list_roots("roots");
-        let (_, token) = seal_round(&config, Some(&binding()), &who, 0, ask).unwrap();
+        let (_, token) = seal_round(&config, Some((&binding(), &who)), 0, ask).unwrap();
         let answers = |v: Value| {
             open_round(
                 &config,
@@ -718,7 +720,7 @@ mod url_tests {
             "Pay here",
             "https://pay.example/123",
         );
-        let (requests, token) = seal_round(&config, Some(&binding), &who, 0, ask).unwrap();
+        let (requests, token) = seal_round(&config, Some((&binding, &who)), 0, ask).unwrap();
         let wire = serde_json::to_value(requests.unwrap()).unwrap();
         assert_eq!(wire["pay"]["method"], "elicitation/create");
         assert_eq!(wire["pay"]["params"]["mode"], "url");
