@@ -24,8 +24,10 @@
 #
 # The verdict is taken from the checks.json files, not from the suite's exit code: with
 # --requirements the suite exits 1 as soon as any scored scenario fails, including the
-# allowed ones. A scenario counts as failed when any of its checks has status FAILURE, or
-# when it left no checks.json (the suite crashed inside it). WARNING/INFO/SKIPPED never fail.
+# allowed ones. A scenario counts as failed when any of its checks has status FAILURE, when
+# none of its checks has status SUCCESS (all skipped, informational or empty: it proved
+# nothing), or when it left no checks.json (the suite crashed inside it). A WARNING, INFO or
+# SKIPPED check beside a passing one does not fail it.
 set -euo pipefail
 
 SUITE_PACKAGE="@modelcontextprotocol/conformance"
@@ -203,6 +205,11 @@ function judge(runs) {
         problems.push(`${c.id}${c.name && c.name !== c.id ? ` (${c.name})` : ''}: ${msg}`);
       }
     }
+  }
+  // A scenario passes on what it checked: one whose checks were all skipped, informational
+  // or absent proved nothing, and counts as failed.
+  if (problems.length === 0 && counts.SUCCESS === 0) {
+    problems.push(`no passing check (${counts.WARNING} warning, ${counts.other} skipped/info): the scenario proved nothing`);
   }
   return { ok: problems.length === 0, problems, counts };
 }

@@ -1,16 +1,39 @@
 //! Load shedding over real HTTP: with small caps, the request beyond caps plus queue gets 503
 //! with `Retry-After` at once and the server stays healthy; a request cancelled while queued
-//! never runs.
+//! never runs; a call past its time limit is stopped with 504.
+//!
+//! Nothing here is decided by a sleep: a call holds its slot until the test drops it (its
+//! first progress notification says it runs), and the server's debug log says when a request
+//! queues or leaves the queue.
 
 mod common;
 
-use std::time::{Duration, Instant};
-
 use common::{ServerProcess, request, validate_reply};
-use serde_json::json;
+use futures_util::{Stream, StreamExt};
+use serde_json::{Value, json};
 
-fn slow(ms: u64) -> serde_json::Value {
-    json!({ "name": "slow_count", "arguments": { "steps": 1, "interval_ms": ms } })
+const QUEUED: &str = "request queued for a slot";
+const LEFT_QUEUE: &str = "queued request cancelled; it left the queue";
+
+fn slow(steps: u32, ms: u64) -> Value {
+    json!({ "name": "slow_count", "arguments": { "steps": steps, "interval_ms": ms } })
+}
+
+/// A call that runs for minutes unless dropped: it holds its slots until the test drops the
+/// stream (closing the connection cancels it). Returns once the handler runs.
+async fn holding(server: &ServerProcess) -> impl Stream<Item = Value> + use<> {
+    let mut params = slow(1000, 200);
+    params["_meta"] = json!({ "progressToken": "hold" });
+    let mut stream = Box::pin(
+        server
+            .client()
+            .open_stream("tools/call", params)
+            .await
+            .unwrap(),
+    );
+    let first = stream.next().await.expect("the held call runs");
+    assert_eq!(first["method"], "notifications/progress", "{first}");
+    stream
 }
 
 async fn started(server: &ServerProcess) -> u64 {
@@ -28,43 +51,45 @@ async fn started(server: &ServerProcess) -> u64 {
 #[tokio::test]
 async fn beyond_caps_and_queue_the_answer_is_503_at_once() {
     let server = ServerProcess::start(&["--max-in-flight", "1", "--max-queue", "1"]);
-    let running = tokio::spawn({
-        let c = server.client();
-        async move { c.request("tools/call", slow(1500)).await.unwrap() }
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let held = holding(&server).await;
     let queued = tokio::spawn({
         let c = server.client();
-        async move { c.request("tools/call", slow(10)).await.unwrap() }
+        async move { c.request("tools/call", slow(1, 1)).await.unwrap() }
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.log.wait_for(QUEUED, 1).await;
 
-    let t = Instant::now();
+    // The slot is held until the test lets go, so an answer now was not a turn in the queue.
     let refused = server
         .client()
-        .request("tools/call", slow(10))
+        .request("tools/call", slow(1, 1))
         .await
         .unwrap();
-    assert!(
-        t.elapsed() < Duration::from_millis(1000),
-        "refused at once, not after a wait"
-    );
     assert_eq!(refused.status, 503, "{}", refused.body);
     assert_eq!(refused.headers["retry-after"], "1");
     assert_eq!(refused.error_code(), Some(-31000));
+    assert!(
+        refused.error().unwrap()["message"]
+            .as_str()
+            .unwrap()
+            .contains("queue is full"),
+        "{}",
+        refused.body
+    );
     validate_reply("tools/call", &refused);
+    assert!(!queued.is_finished(), "the queued request still waits");
+    assert_eq!(server.log.count(QUEUED), 1, "the refused one never queued");
 
-    // The server stays healthy: liveness answers, and the others complete in turn.
+    // The server stays healthy: liveness answers while it is full.
     let health = reqwest::get(format!("http://127.0.0.1:{}/healthz", server.port))
         .await
         .unwrap();
     assert_eq!(health.status(), 200);
-    for job in [running, queued] {
-        let r = job.await.unwrap();
-        assert_eq!(r.status, 200, "{}", r.body);
-        assert_eq!(r.result().unwrap()["content"][0]["text"], "counted 1");
-    }
-    let after = request(&server.client(), "tools/call", slow(1)).await;
+    // Letting go of the slot lets the queued request run.
+    drop(held);
+    let r = queued.await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.result().unwrap()["content"][0]["text"], "counted 1");
+    let after = request(&server.client(), "tools/call", slow(1, 1)).await;
     assert_eq!(after.status, 200);
 }
 
@@ -72,58 +97,68 @@ async fn beyond_caps_and_queue_the_answer_is_503_at_once() {
 async fn a_request_cancelled_while_queued_never_runs() {
     let server = ServerProcess::start(&["--max-in-flight", "1", "--max-queue", "4"]);
     let before = started(&server).await;
-    let running = tokio::spawn({
-        let c = server.client();
-        async move { c.request("tools/call", slow(1200)).await.unwrap() }
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let held = holding(&server).await;
     // Queued behind it, then the client goes away (its connection closes).
     let queued = tokio::spawn({
         let c = server.client();
-        async move { c.request("tools/call", slow(10)).await }
+        async move { c.request("tools/call", slow(1, 1)).await }
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.log.wait_for(QUEUED, 1).await;
     queued.abort();
     let _ = queued.await;
-    running.await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.log.wait_for(LEFT_QUEUE, 1).await;
+    drop(held);
+    // The slot is a fair queue: had the cancelled request stayed in it, it would run before
+    // this one, and the count would show it.
     assert_eq!(
         started(&server).await - before,
         1,
-        "only the first call ever ran"
+        "only the held call ever ran"
     );
 }
 
 #[tokio::test]
 async fn each_principal_has_its_own_cap() {
-    let server = ServerProcess::start(&["--max-per-principal", "1"]);
-    let running = tokio::spawn({
-        let c = server.client();
-        async move { c.request("tools/call", slow(800)).await.unwrap() }
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let refused = server
-        .client()
-        .request("tools/call", slow(1))
-        .await
-        .unwrap();
+    let server = ServerProcess::start_exact(&[
+        "--profile",
+        "demo",
+        "--api-key",
+        "alice=alice-key-0123456789",
+        "--api-key",
+        "bob=bob-key-0123456789ab",
+        "--max-per-principal",
+        "1",
+    ]);
+    let alice = server.client().with_bearer("alice-key-0123456789");
+    let mut params = slow(1000, 200);
+    params["_meta"] = json!({ "progressToken": "hold" });
+    let mut held = Box::pin(alice.open_stream("tools/call", params).await.unwrap());
+    assert_eq!(
+        held.next().await.unwrap()["method"],
+        "notifications/progress"
+    );
+
+    let refused = alice.request("tools/call", slow(1, 1)).await.unwrap();
     assert_eq!(refused.status, 503, "{}", refused.body);
-    assert!(running.await.unwrap().result().is_some());
+    assert_eq!(refused.error_code(), Some(-31000));
+    validate_reply("tools/call", &refused);
+    // Another principal is not held up by Alice's cap.
+    let bob = server.client().with_bearer("bob-key-0123456789ab");
+    let other = bob.request("tools/call", slow(1, 1)).await.unwrap();
+    assert_eq!(other.status, 200, "{}", other.body);
+    drop(held);
 }
 
 #[tokio::test]
 async fn a_call_past_its_time_limit_is_stopped_with_504() {
     let server = ServerProcess::start(&["--max-call-secs", "1"]);
-    let t = Instant::now();
+    let before = started(&server).await;
+    // Minutes of work: only the limit can end it with an answer.
     let r = server
         .client()
-        .request("tools/call", slow(5000))
+        .request("tools/call", slow(1000, 200))
         .await
         .unwrap();
-    assert!(
-        t.elapsed() < Duration::from_millis(3000),
-        "stopped at the limit, not at the end"
-    );
     assert_eq!(r.status, 504, "{}", r.body);
     assert_eq!(r.error_code(), Some(-31002));
     assert!(
@@ -133,9 +168,10 @@ async fn a_call_past_its_time_limit_is_stopped_with_504() {
             .contains("1 s")
     );
     validate_reply("tools/call", &r);
+    assert_eq!(started(&server).await - before, 1);
     // The server goes on serving.
     assert_eq!(
-        request(&server.client(), "tools/call", slow(1))
+        request(&server.client(), "tools/call", slow(1, 1))
             .await
             .status,
         200

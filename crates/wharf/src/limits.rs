@@ -89,14 +89,19 @@ impl Gate {
 
     async fn wait(&self, sem: &Arc<Semaphore>) -> Result<OwnedSemaphorePermit, RpcError> {
         let queued = self.waiting.fetch_add(1, Ordering::AcqRel);
-        let _leave = Leave(&self.waiting);
+        let mut leave = Leave {
+            waiting: &self.waiting,
+            in_queue: false,
+        };
         if queued >= self.limits.max_queue {
             return Err(busy("the server is at capacity and its queue is full"));
         }
-        Arc::clone(sem)
-            .acquire_owned()
-            .await
-            .map_err(|_| busy("the server is shutting down"))
+        // Operators see queueing at debug level; the tests wait for these lines too.
+        tracing::debug!(queued = queued + 1, "request queued for a slot");
+        leave.in_queue = true;
+        let slot = Arc::clone(sem).acquire_owned().await;
+        leave.in_queue = false;
+        slot.map_err(|_| busy("the server is shutting down"))
     }
 
     fn principal_semaphore(&self, principal: &str, cap: usize) -> Arc<Semaphore> {
@@ -120,11 +125,18 @@ impl Gate {
 }
 
 /// Leaves the queue count when the wait ends, however it ends (granted, refused, dropped).
-struct Leave<'a>(&'a AtomicUsize);
+struct Leave<'a> {
+    waiting: &'a AtomicUsize,
+    /// Still waiting when dropped: the request was cancelled in the queue.
+    in_queue: bool,
+}
 
 impl Drop for Leave<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        if self.in_queue {
+            tracing::debug!("queued request cancelled; it left the queue without running");
+        }
     }
 }
 

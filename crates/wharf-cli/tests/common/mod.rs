@@ -17,6 +17,53 @@ use wharf_client::{HttpClient, Reply};
 pub struct ServerProcess {
     pub child: Child,
     pub port: u16,
+    /// What it logged (at debug level for the `wharf` core).
+    pub log: Log,
+}
+
+/// The lines a server writes to stderr, kept so a test can wait for what the server says it
+/// did, instead of sleeping and hoping it did. Each line is echoed to the test's stderr.
+#[derive(Clone, Default)]
+pub struct Log(std::sync::Arc<Mutex<Vec<String>>>);
+
+impl Log {
+    fn follow(stderr: std::process::ChildStderr) -> Log {
+        use std::io::BufRead as _;
+        let log = Log::default();
+        let lines = log.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                eprintln!("{line}");
+                lines.0.lock().unwrap().push(line);
+            }
+        });
+        log
+    }
+
+    /// How many lines so far contain `needle`.
+    pub fn count(&self, needle: &str) -> usize {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(needle))
+            .count()
+    }
+
+    /// Waits until `n` lines contain `needle` (a generous deadline only turns a hang into a
+    /// failure; nothing is decided by it).
+    pub async fn wait_for(&self, needle: &str, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.count(needle) < n {
+            assert!(
+                Instant::now() < deadline,
+                "the server never logged {n} × {needle:?}; it logged:\n{}",
+                self.0.lock().unwrap().join("\n")
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
 }
 
 impl ServerProcess {
@@ -41,14 +88,15 @@ impl ServerProcess {
     /// Starts `wharf serve` on `port` with exactly `args` (plus `--listen`).
     pub fn start_on(port: u16, args: &[&str]) -> Self {
         let listen = format!("127.0.0.1:{port}");
-        let child = Command::new(env!("CARGO_BIN_EXE_wharf"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
             .args(["serve", "--listen", &listen])
             .args(args)
-            .env("WHARF_LOG", "warn")
+            .env("WHARF_LOG", "warn,wharf=debug")
             .stdin(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("start wharf serve");
-        let mut child = child;
+        let log = Log::follow(child.stderr.take().expect("piped stderr"));
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(&listen).is_err() {
             assert!(Instant::now() < deadline, "wharf serve did not start");
@@ -57,7 +105,7 @@ impl ServerProcess {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        ServerProcess { child, port }
+        ServerProcess { child, port, log }
     }
 
     /// The MCP endpoint URL.
