@@ -49,6 +49,9 @@ pub enum AuthError {
     BadSignature,
     #[error("Unauthorized: the token is signed with an algorithm this server does not accept")]
     UnsupportedAlgorithm,
+    /// A token of another type (an ID token, a DPoP proof, a refresh token…) from the issuer.
+    #[error("Unauthorized: the token is not an access token")]
+    NotAnAccessToken,
     #[error("Unauthorized: the token is signed with a key the issuer does not publish")]
     UnknownKey,
     #[error("Unauthorized: the token is not active")]
@@ -86,6 +89,7 @@ impl AuthError {
             AuthError::WrongAudience => "the token was issued for another resource",
             AuthError::BadSignature => "the signature does not verify",
             AuthError::UnsupportedAlgorithm => "the signing algorithm is not accepted",
+            AuthError::NotAnAccessToken => "the token is not an access token",
             AuthError::UnknownKey => "unknown signing key",
             AuthError::Inactive => "the token is not active",
             AuthError::InsufficientScope(_) => "insufficient scope",

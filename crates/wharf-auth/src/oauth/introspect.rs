@@ -59,7 +59,7 @@ impl Introspector {
         if text("token_type").is_some_and(|t| {
             !t.eq_ignore_ascii_case("access_token") && !t.eq_ignore_ascii_case("bearer")
         }) {
-            return Err(AuthError::InvalidToken);
+            return Err(AuthError::NotAnAccessToken);
         }
         if text("iss").is_some_and(|i| i.trim_end_matches('/') != issuer.trim_end_matches('/')) {
             return Err(AuthError::WrongIssuer);

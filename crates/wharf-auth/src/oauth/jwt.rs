@@ -68,7 +68,7 @@ impl JwtChecker {
         audiences: &[String],
         leeway: Duration,
     ) -> Result<Checked, AuthError> {
-        let header = decode_header(token).map_err(|_| AuthError::InvalidToken)?;
+        let header = decode_header(token).map_err(|_| refused_header(token))?;
         if !ACCEPTED.contains(&header.alg) {
             return Err(AuthError::UnsupportedAlgorithm);
         }
@@ -78,7 +78,7 @@ impl JwtChecker {
             ["jwt", "at+jwt", "application/at+jwt"].contains(&t.to_ascii_lowercase().as_str())
         });
         if !typ_ok {
-            return Err(AuthError::InvalidToken);
+            return Err(AuthError::NotAnAccessToken);
         }
         let key = match self.key(header.kid.as_deref(), header.alg) {
             Some(k) => k,
@@ -266,5 +266,27 @@ fn split_origin(url: &str) -> (&str, &str) {
     match url[after_scheme..].find('/') {
         Some(i) => url.split_at(after_scheme + i),
         None => (url, ""),
+    }
+}
+
+/// Why a JWT header the JWT library cannot read is refused: a readable header naming an
+/// algorithm the library does not know (`none`, say) is an unsupported algorithm, so the
+/// client learns that rather than a bare "not valid".
+fn refused_header(token: &str) -> AuthError {
+    use base64::Engine as _;
+    let alg = token
+        .split('.')
+        .next()
+        .and_then(|h| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(h)
+                .ok()
+        })
+        .and_then(|h| serde_json::from_slice::<serde_json::Value>(&h).ok())
+        .is_some_and(|h| h.get("alg").is_some_and(serde_json::Value::is_string));
+    if alg {
+        AuthError::UnsupportedAlgorithm
+    } else {
+        AuthError::InvalidToken
     }
 }
