@@ -519,15 +519,20 @@ async fn params_errors() {
 #[tokio::test]
 async fn refusals_keep_their_status_when_a_stream_was_asked_for() {
     let server = ServerProcess::start(&["--profile", "conformance"]);
-    let client = server.client();
-    // A progress token asks for SSE, but a refused request must still be a 400 JSON error.
-    let r = common::request(
-        &client,
+    // A progress token asks for SSE, but a refused request must still be a 400 JSON error
+    // that answers the request's own id.
+    let mut m = meta();
+    m["progressToken"] = json!("p");
+    let body = json!({ "jsonrpc": "2.0", "id": "refused-8", "method": "tools/call",
+        "params": { "_meta": m, "name": "test_missing_capability", "arguments": {} } });
+    let r = post_std(
+        &server,
         "tools/call",
-        json!({ "name": "test_missing_capability", "arguments": {}, "_meta": { "progressToken": "p" } }),
+        body,
+        &[("mcp-name", "test_missing_capability")],
     )
     .await;
-    assert_error(&r, 400, -32021, r.response().unwrap().get("id").cloned());
+    assert_error(&r, 400, -32021, Some(json!("refused-8")));
     let mut m = meta();
     m["io.modelcontextprotocol/protocolVersion"] = json!("2025-01-01");
     m["progressToken"] = json!(1);

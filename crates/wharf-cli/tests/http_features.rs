@@ -332,18 +332,23 @@ async fn listen_streams_ack_filter_and_end_gracefully() {
 
 #[tokio::test]
 async fn sigterm_lets_in_flight_requests_finish_and_exits_zero() {
-    let mut server = ServerProcess::start(&["--drain-secs", "10"]);
-    let client = server.client();
-    let call = tokio::spawn(async move {
-        client
-            .call_tool("slow_count", json!({ "steps": 10, "interval_ms": 100 }))
+    let mut server = ServerProcess::start(&["--drain-secs", "30"]);
+    let params = json!({ "name": "slow_count", "arguments": { "steps": 10, "interval_ms": 100 },
+        "_meta": { "progressToken": "drain" } });
+    let mut call = Box::pin(
+        server
+            .client()
+            .open_stream("tools/call", params)
             .await
-            .expect("answered")
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+            .unwrap(),
+    );
+    // Its first progress says the request runs; then the signal.
+    let first = call.next().await.expect("progress");
+    assert_eq!(first["method"], "notifications/progress", "{first}");
     server.terminate();
-    let reply = call.await.unwrap();
-    assert_eq!(reply.result().unwrap()["content"][0]["text"], "counted 10");
+    let rest: Vec<Value> = call.collect().await;
+    let last = rest.last().expect("an answer");
+    assert_eq!(last["result"]["content"][0]["text"], "counted 10", "{last}");
     assert!(
         server.wait_exit(Duration::from_secs(15)).success(),
         "exit code 0"
