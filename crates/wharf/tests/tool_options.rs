@@ -1,0 +1,173 @@
+//! A tool's own execution limits, in-process: `tool(..).max_concurrency(n)` runs at most `n`
+//! calls at once and queues the rest in the server's queue (refusing beyond it), and
+//! `tool(..).timeout(limit)` stops a call past its limit, dropping the handler's future.
+//! Time is paused: tokio advances it only when every task waits, so nothing here depends on
+//! how fast the machine is.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::value::RawValue;
+use tokio::sync::Semaphore;
+use wharf::protocol::{Implementation, RequestId};
+use wharf::{
+    Context, ErrorKind, Limits, NoArgs, ParsedRequest, Principal, Scope, Server, ServerConfig, tool,
+};
+
+fn call(server: &Server, id: i64, name: &str) -> ParsedRequest {
+    let params = RawValue::from_string(format!(
+        r#"{{"name":"{name}","arguments":{{}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}"#
+    ))
+    .unwrap();
+    server
+        .parse_request(RequestId::Int(id), "tools/call", Some(&params))
+        .map_err(|(e, _)| e)
+        .unwrap()
+}
+
+fn scope() -> Scope {
+    Scope {
+        principal: Principal::anonymous(),
+        cancel: None,
+        outbox: None,
+    }
+}
+
+/// Enters and runs one call the way a transport does: a slot first, then the call.
+async fn run(server: &Server, id: i64, name: &str) -> Result<String, wharf::RpcError> {
+    let req = call(server, id, name);
+    let permit = server.enter(&req, &Principal::anonymous()).await?;
+    let out = server.execute(req, scope()).await;
+    drop(permit);
+    out.map(|body| String::from_utf8(body).unwrap())
+}
+
+/// Waits until `counter` reaches `n`, letting the other tasks run.
+async fn until(counter: &AtomicUsize, n: usize) {
+    while counter.load(Ordering::SeqCst) < n {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_runs_at_most_its_concurrency_and_queues_the_rest() {
+    let started = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(Semaphore::new(0));
+    let handler = {
+        let (started, gate) = (Arc::clone(&started), Arc::clone(&gate));
+        move |_cx: Context, _: NoArgs| {
+            let (started, gate) = (Arc::clone(&started), Arc::clone(&gate));
+            async move {
+                started.fetch_add(1, Ordering::SeqCst);
+                gate.acquire().await.unwrap().forget();
+                "done"
+            }
+        }
+    };
+    let server = Arc::new(
+        Server::builder(Implementation::new("t", "1"))
+            .tool(tool("narrow").max_concurrency(1).handler(handler))
+            .tool(tool("other").handler(|_cx: Context, _: NoArgs| async { "other" }))
+            .config(ServerConfig {
+                limits: Limits {
+                    max_in_flight: None,
+                    max_queue: 1,
+                    per_principal: None,
+                },
+                ..ServerConfig::default()
+            })
+            .build()
+            .unwrap(),
+    );
+    let spawn = |id: i64| {
+        let server = Arc::clone(&server);
+        tokio::spawn(async move { run(&server, id, "narrow").await })
+    };
+    let first = spawn(1);
+    until(&started, 1).await;
+    let second = spawn(2);
+    // On this single-threaded runtime, one yield lets the second call run until it waits in
+    // the queue; with the queue's one place taken, a third is refused at once.
+    tokio::task::yield_now().await;
+    let third = run(&server, 3, "narrow").await.unwrap_err();
+    assert_eq!(third.kind, ErrorKind::RetryLater);
+    assert!(third.message.contains("queue is full"), "{}", third.message);
+    assert!(third.message.contains("retry"), "{}", third.message);
+    assert_eq!(started.load(Ordering::SeqCst), 1, "one call at a time");
+    // Other tools are not held up by this tool's cap.
+    assert!(
+        run(&server, 4, "other")
+            .await
+            .unwrap()
+            .contains("\"other\"")
+    );
+
+    gate.add_permits(1);
+    assert!(first.await.unwrap().unwrap().contains("\"done\""));
+    until(&started, 2).await;
+    gate.add_permits(1);
+    assert!(second.await.unwrap().unwrap().contains("\"done\""));
+    assert_eq!(started.load(Ordering::SeqCst), 2);
+}
+
+/// Set when dropped: the handler's future was dropped, not left running.
+struct Dropped(Arc<AtomicUsize>);
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_past_its_timeout_is_stopped_and_its_future_dropped() {
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let dropped = Arc::clone(&dropped);
+        move |_cx: Context, _: NoArgs| {
+            let guard = Dropped(Arc::clone(&dropped));
+            async move {
+                let _guard = guard;
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                "finished"
+            }
+        }
+    };
+    let server = Server::builder(Implementation::new("t", "1"))
+        .tool(
+            tool("bounded")
+                .timeout(Duration::from_secs(2))
+                .handler(handler),
+        )
+        .build()
+        .unwrap();
+    let began = tokio::time::Instant::now();
+    let e = run(&server, 1, "bounded").await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::TimedOut);
+    assert!(e.message.contains("2 s"), "{}", e.message);
+    // Paused time moves only as far as the next timer: the tool's limit, not the server's.
+    assert_eq!(began.elapsed(), Duration::from_secs(2));
+    assert_eq!(dropped.load(Ordering::SeqCst), 1, "the handler was dropped");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_timeout_never_extends_the_servers_limit() {
+    let server = Server::builder(Implementation::new("t", "1"))
+        .tool(tool("long").timeout(Duration::from_secs(600)).handler(
+            |_cx: Context, _: NoArgs| async {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                "finished"
+            },
+        ))
+        .config(ServerConfig {
+            max_call_duration: Duration::from_secs(5),
+            ..ServerConfig::default()
+        })
+        .build()
+        .unwrap();
+    let began = tokio::time::Instant::now();
+    let e = run(&server, 1, "long").await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::TimedOut);
+    assert_eq!(began.elapsed(), Duration::from_secs(5));
+}
