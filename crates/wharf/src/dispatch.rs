@@ -1,6 +1,8 @@
 //! From a parsed envelope to a response: method lookup, params, `_meta`, version, and the
 //! handlers.
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde::ser::SerializeMap;
@@ -333,16 +335,15 @@ impl Server {
         }
         if let RequestBody::ReadResource(params) = &req.body {
             let scopes = match self.inner.resource_index.get(&params.uri) {
-                Some(&i) => Some(&self.inner.resources[i].scopes),
-                None => self
-                    .inner
-                    .templates
-                    .iter()
-                    .find(|t| t.parsed.match_uri(&params.uri).is_some())
-                    .map(|t| &t.def.scopes),
+                Some(&i) => Some(Cow::Borrowed(self.inner.resources[i].scopes.as_slice())),
+                None => self.inner.templates.iter().find_map(|t| {
+                    t.parsed
+                        .match_uri(&params.uri)
+                        .map(|vars| t.scopes_for(&vars))
+                }),
             };
             if let Some(scopes) = scopes {
-                check_scopes(principal, scopes, "resource", &params.uri)?;
+                check_scopes(principal, &scopes, "resource", &params.uri)?;
             }
         }
         Ok(())
@@ -536,17 +537,19 @@ impl Server {
         let uri = params.uri;
         let (handler, hints, vars, scopes) = if let Some(&i) = inner.resource_index.get(&uri) {
             let r = &inner.resources[i];
-            (r.read.clone(), r.cache, Default::default(), &r.scopes)
+            let scopes = Cow::Borrowed(r.scopes.as_slice());
+            (r.read.clone(), r.cache, Default::default(), scopes)
         } else if let Some((t, vars)) = inner
             .templates
             .iter()
             .find_map(|t| t.parsed.match_uri(&uri).map(|v| (t, v)))
         {
-            (t.def.read.clone(), t.def.cache, vars, &t.def.scopes)
+            let scopes = t.scopes_for(&vars);
+            (t.def.read.clone(), t.def.cache, vars, scopes)
         } else {
             return Err(not_found(&uri));
         };
-        check_scopes(&scope.principal, scopes, "resource", &uri)?;
+        check_scopes(&scope.principal, &scopes, "resource", &uri)?;
         // An answer that carries answers depends on them: never cached.
         let answered = params
             .input_responses

@@ -1,5 +1,6 @@
 //! Resources and resource templates.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -93,13 +94,13 @@ impl ResourceBuilder {
         self
     }
 
-    /// Caching hints for reads of this resource (the server default otherwise).
     /// OAuth scopes a token needs to read it (HTTP 403 with `insufficient_scope` otherwise).
     pub fn scopes(mut self, scopes: &[&str]) -> Self {
         self.scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
         self
     }
 
+    /// Caching hints for reads of this resource (the server default otherwise).
     pub fn cache(mut self, hints: CacheHints) -> Self {
         self.cache = Some(hints);
         self
@@ -169,13 +170,23 @@ impl TemplateBuilder {
         self
     }
 
-    /// Caching hints for reads through this template.
-    /// OAuth scopes a token needs to read it (HTTP 403 with `insufficient_scope` otherwise).
+    /// OAuth scopes a token needs to read a resource of this template (HTTP 403 with
+    /// `insufficient_scope` otherwise).
+    ///
+    /// A scope may name a variable of the template in braces, so that each resource needs
+    /// its own scope: with `template("files://{owner}/{name}", ..)`, the scope
+    /// `files:{owner}` is `files:alice` for a read of `files://alice/notes`. The value is
+    /// the variable as matched and decoded, written back the way the template expands it
+    /// (every character but `A-Z a-z 0-9 - . _ ~` percent-encoded), so one resource has one
+    /// scope however its URI was encoded, and a value can neither add a scope nor break the
+    /// challenge. A scope that names a variable the template lacks, or that is not a
+    /// `{name}` expression, fails [`ServerBuilder::build`](crate::ServerBuilder::build).
     pub fn scopes(mut self, scopes: &[&str]) -> Self {
         self.scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
         self
     }
 
+    /// Caching hints for reads through this template.
     pub fn cache(mut self, hints: CacheHints) -> Self {
         self.cache = Some(hints);
         self
@@ -219,4 +230,158 @@ pub struct TemplateDef {
 pub(crate) struct CompiledTemplate {
     pub(crate) def: TemplateDef,
     pub(crate) parsed: UriTemplate,
+    /// The scopes parsed as templates, when one of them names a variable (empty otherwise:
+    /// the scopes are then the same for every resource of the template).
+    scope_templates: Vec<UriTemplate>,
+}
+
+impl CompiledTemplate {
+    /// Compiles `def`; the error says what is wrong with its URI template or its scopes.
+    pub(crate) fn new(def: TemplateDef) -> Result<Self, String> {
+        let parsed = UriTemplate::parse(&def.template.uri_template).map_err(|e| e.to_string())?;
+        let mut scope_templates = Vec::with_capacity(def.scopes.len());
+        for scope in &def.scopes {
+            let t = UriTemplate::parse(scope).map_err(|e| format!("scope {scope:?}: {e}"))?;
+            if let Some(v) = t.variables().find(|v| !parsed.variables().any(|p| p == *v)) {
+                return Err(format!(
+                    "scope {scope:?} names {{{v}}}, which is not a variable of the template"
+                ));
+            }
+            scope_templates.push(t);
+        }
+        if scope_templates
+            .iter()
+            .all(|t| t.variables().next().is_none())
+        {
+            scope_templates.clear();
+        }
+        Ok(CompiledTemplate {
+            def,
+            parsed,
+            scope_templates,
+        })
+    }
+
+    /// The scopes a read needs of the resource whose URI matched with `vars`.
+    pub(crate) fn scopes_for(&self, vars: &Vars) -> Cow<'_, [String]> {
+        if self.scope_templates.is_empty() {
+            Cow::Borrowed(&self.def.scopes)
+        } else {
+            Cow::Owned(
+                self.scope_templates
+                    .iter()
+                    .map(|t| t.expand(vars))
+                    .collect(),
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use serde_json::value::RawValue;
+    use wharf_protocol::{Implementation, RequestId};
+
+    use super::*;
+    use crate::dispatch::{ParsedRequest, Scope};
+    use crate::principal::{Grant, Principal};
+    use crate::server::{BuildError, Server};
+
+    fn files(scopes: &[&str]) -> Result<Server, BuildError> {
+        Server::builder(Implementation::new("t", "1"))
+            .template(
+                template("files://{owner}/{name}", "files")
+                    .scopes(scopes)
+                    .handler(|_cx, req| async move {
+                        Ok(vec![ResourceContents::text(req.uri, "text/plain", "x")])
+                    }),
+            )
+            .build()
+    }
+
+    fn read(server: &Server, uri: &str) -> ParsedRequest {
+        let params = RawValue::from_string(
+            serde_json::json!({ "uri": uri, "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {} } })
+            .to_string(),
+        )
+        .unwrap();
+        server
+            .parse_request(RequestId::Int(1), "resources/read", Some(&params))
+            .map_err(|(e, _)| e)
+            .unwrap()
+    }
+
+    fn token(scopes: &[&str]) -> Principal {
+        Principal::oauth(Grant {
+            issuer: "https://as".into(),
+            subject: "alice".into(),
+            client_id: None,
+            scopes: scopes
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect::<BTreeSet<_>>(),
+        })
+    }
+
+    /// What a read of `uri` by `who` needs, if it is refused (both checks agree).
+    async fn refused(server: &Server, who: &Principal, uri: &str) -> Option<serde_json::Value> {
+        let admitted = server.admit(&read(server, uri), who);
+        let scope = Scope {
+            principal: who.clone(),
+            cancel: None,
+            outbox: None,
+        };
+        let ran = server.execute(read(server, uri), scope).await;
+        assert_eq!(
+            admitted.is_ok(),
+            ran.is_ok(),
+            "{uri}: {admitted:?} / {ran:?}"
+        );
+        let e = ran.err()?;
+        assert_eq!(e.kind, crate::ErrorKind::InsufficientScope);
+        Some(e.data.unwrap()["requiredScopes"].clone())
+    }
+
+    #[tokio::test]
+    async fn a_template_scope_names_the_matched_resource() {
+        let s = files(&["files:read", "files:{owner}"]).unwrap();
+        let alice = token(&["files:read", "files:alice"]);
+        assert_eq!(refused(&s, &alice, "files://alice/notes").await, None);
+        // The same resource, its variable percent-encoded: the same scope.
+        assert_eq!(refused(&s, &alice, "files://%61lice/notes").await, None);
+        assert_eq!(
+            refused(&s, &alice, "files://bob/notes").await,
+            Some(serde_json::json!(["files:read", "files:bob"]))
+        );
+        // A value cannot add a scope nor pass for another one: it stays encoded.
+        assert_eq!(
+            refused(&s, &alice, "files://x%20files:alice/notes").await,
+            Some(serde_json::json!(["files:read", "files:x%20files%3Aalice"]))
+        );
+        // Principals not limited by scopes are not limited by these either.
+        assert_eq!(
+            refused(&s, &Principal::anonymous(), "files://bob/n").await,
+            None
+        );
+
+        // Fixed scopes stay fixed.
+        let s = files(&["files:read"]).unwrap();
+        assert_eq!(
+            refused(&s, &token(&["files:read"]), "files://bob/n").await,
+            None
+        );
+    }
+
+    #[test]
+    fn a_template_scope_must_name_a_variable_of_the_template() {
+        let e = files(&["files:{user}"]).err().unwrap().to_string();
+        assert!(e.contains("{user}") && e.contains("not a variable"), "{e}");
+        let e = files(&["files:{+owner}"]).err().unwrap().to_string();
+        assert!(e.contains("scope \"files:{+owner}\""), "{e}");
+        assert!(files(&["files:{owner}:{name}"]).is_ok());
+    }
 }

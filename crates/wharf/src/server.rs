@@ -19,7 +19,6 @@ use crate::schema::{self, HeaderParam};
 use crate::state::Store;
 use crate::state::handle::SCHEMA_KEYWORD;
 use crate::tool::ToolDef;
-use crate::uri_template::UriTemplate;
 
 /// Caching hints per kind of result.
 #[derive(Debug, Clone, Copy)]
@@ -449,22 +448,21 @@ impl ServerBuilder {
         }
         let mut templates = Vec::with_capacity(self.templates.len());
         for def in self.templates {
-            let parsed = UriTemplate::parse(&def.template.uri_template).map_err(|e| {
-                BuildError::Template {
-                    uri: def.template.uri_template.clone(),
-                    reason: e.to_string(),
-                }
+            let uri = def.template.uri_template.clone();
+            let compiled = CompiledTemplate::new(def).map_err(|reason| BuildError::Template {
+                uri: uri.clone(),
+                reason,
             })?;
             if templates
                 .iter()
-                .any(|t: &CompiledTemplate| t.parsed == parsed)
+                .any(|t: &CompiledTemplate| t.parsed == compiled.parsed)
             {
                 return Err(BuildError::Duplicate {
                     kind: "resource template",
-                    name: def.template.uri_template,
+                    name: uri,
                 });
             }
-            templates.push(CompiledTemplate { def, parsed });
+            templates.push(compiled);
         }
 
         let listed = Some(true);
