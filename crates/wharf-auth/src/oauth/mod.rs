@@ -207,11 +207,21 @@ impl OAuth {
         c
     }
 
-    /// The `WWW-Authenticate` value of a 403 for a token that lacks `required` scopes.
+    /// The `WWW-Authenticate` value of a 403 for a request that needs `required` scopes and
+    /// whose token lacks some. It names every scope the request needs, in one challenge
+    /// (SEP-2350): the scopes every request needs, then `required`, each once. A client that
+    /// asks for exactly these gets a token that can make the request; one asked for
+    /// `required` alone would lack the server-wide scopes and be refused everything.
     pub fn forbidden_challenge(&self, required: &[String]) -> String {
+        let mut scopes: Vec<&str> = Vec::new();
+        for s in self.config.required_scopes.iter().chain(required) {
+            if !scopes.contains(&s.as_str()) {
+                scopes.push(s);
+            }
+        }
         format!(
             "Bearer error=\"insufficient_scope\", scope=\"{}\", resource_metadata=\"{}\"",
-            required.join(" "),
+            scopes.join(" "),
             self.metadata_url()
         )
     }
@@ -323,6 +333,30 @@ mod tests {
             "https://mcp.example.com"
         );
         assert_eq!(origin_of("http://127.0.0.1:8080"), "http://127.0.0.1:8080");
+    }
+
+    #[test]
+    fn a_scope_challenge_names_everything_the_request_needs() {
+        let rs = OAuth::new(OAuthConfig {
+            resource: "https://mcp.example.com/mcp".into(),
+            audiences: Vec::new(),
+            issuer: "https://as.example.com".into(),
+            authorization_servers: Vec::new(),
+            scopes_supported: Vec::new(),
+            required_scopes: vec!["base".into()],
+            leeway: Duration::ZERO,
+            validation: Validation::Jwt {
+                jwks_uri: None,
+                min_refresh: Duration::from_secs(60),
+            },
+        })
+        .unwrap();
+        let needs = ["a".to_owned(), "base".to_owned(), "b".to_owned()];
+        assert_eq!(
+            rs.forbidden_challenge(&needs),
+            "Bearer error=\"insufficient_scope\", scope=\"base a b\", \
+             resource_metadata=\"https://mcp.example.com/.well-known/oauth-protected-resource\""
+        );
     }
 
     #[test]
