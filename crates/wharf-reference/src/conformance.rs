@@ -18,6 +18,16 @@ use wharf_protocol::{
     JsonObject, LoggingLevel, PromptMessage, ResourceContents, SamplingCapability,
 };
 
+/// The scopes of the suite's scope-challenge scenario (SEP-2350, `sep-2350-server-scope-challenge`):
+/// a token with only `mcp:conformance:baseline` is refused these four fixtures (HTTP 403 and a
+/// challenge naming both of their scopes); anonymous runs and API keys are not limited by
+/// scopes, so the other scenarios are unaffected.
+pub const TOOLS_CALL: &str = "mcp:conformance:tools:call";
+/// See [`TOOLS_CALL`].
+pub const RESOURCES_READ: &str = "mcp:conformance:resources:read";
+/// See [`TOOLS_CALL`].
+pub const PROMPTS_GET: &str = "mcp:conformance:prompts:get";
+
 /// A 1×1 transparent PNG.
 pub const PNG_1X1: &str =
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII=";
@@ -247,7 +257,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         ..Default::default()
     };
     builder
-        .tool(tool("test_simple_text").description("Returns a simple text response.").handler(
+        .tool(tool("test_simple_text").description("Returns a simple text response.").scopes(&[TOOLS_CALL, "mcp:conformance:tools:test_simple_text"]).handler(
             |_cx: Context, _a: NoArgs| async move { "This is a simple text response for testing." },
         ))
         .tool(tool("test_header_param").description("Echoes its region argument, mirrored in the Mcp-Param-Region header.").handler(
@@ -336,7 +346,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         .tool(tool("test_input_required_result_multi_round").description("Asks a name, then a colour, in two rounds.").handler(mrtr_multi_round))
         .tool(tool("test_input_required_result_tampered_state").description("Keeps integrity-protected state between rounds; altered state is refused.").handler(mrtr_request_state))
         .tool(tool("test_input_required_result_capabilities").description("Asks only for what the client declared: a form and a completion.").handler(mrtr_capabilities))
-        .resource(resource("test://static-text", "static-text").description("A static text resource.").mime_type("text/plain").handler(
+        .resource(resource("test://static-text", "static-text").description("A static text resource.").mime_type("text/plain").scopes(&[RESOURCES_READ, "mcp:conformance:resources:static"]).handler(
             |_cx, req| async move {
                 Ok(vec![ResourceContents::text(req.uri, "text/plain", "This is the content of the static text resource.")])
             },
@@ -348,13 +358,15 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
             template("test://template/{id}/data", "template-data")
                 .description("JSON data for an id.")
                 .mime_type("application/json")
+                // One scope per item: `…:template:123` for test://template/123/data.
+                .scopes(&[RESOURCES_READ, "mcp:conformance:resources:template:{id}"])
                 .handler(|_cx, req| async move {
                     let id = req.vars.get("id").cloned().unwrap_or_default();
                     let text = json!({ "id": id, "templateTest": true, "data": format!("Data for ID: {id}") }).to_string();
                     Ok(vec![ResourceContents::text(req.uri, "application/json", text)])
                 }),
         )
-        .prompt(prompt("test_simple_prompt").description("A simple prompt without arguments.").handler(|_cx, _args| async move {
+        .prompt(prompt("test_simple_prompt").description("A simple prompt without arguments.").scopes(&[PROMPTS_GET, "mcp:conformance:prompts:test_simple_prompt"]).handler(|_cx, _args| async move {
             Ok(user(Content::text("This is a simple prompt for testing.")))
         }))
         .prompt(
