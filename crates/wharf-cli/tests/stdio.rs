@@ -93,3 +93,67 @@ async fn serves_concurrently_cancels_and_exits_on_eof() {
     }
     assert!(c.wait().await.unwrap().success());
 }
+
+/// Lines that are not requests get the precise error a JSON-RPC peer expects, and the
+/// server goes on serving the requests that follow.
+#[tokio::test]
+async fn bad_lines_get_precise_errors_and_the_server_carries_on() {
+    let mut c = StdioClient::spawn(
+        env!("CARGO_BIN_EXE_wharf"),
+        &["serve", "--stdio", "--profile", "demo"],
+    )
+    .unwrap();
+    let meta = json!({ "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {} });
+    let cases: Vec<(String, i64, Value, &str)> = vec![
+        ("{not json".into(), -32700, Value::Null, "Parse error"),
+        (
+            json!({ "jsonrpc": "1.0", "id": 3, "method": "tools/list", "params": { "_meta": meta } })
+                .to_string(),
+            -32600,
+            json!(3),
+            "jsonrpc",
+        ),
+        (
+            json!({ "jsonrpc": "2.0", "id": "u", "method": "no/such", "params": { "_meta": meta } })
+                .to_string(),
+            -32601,
+            json!("u"),
+            "no/such",
+        ),
+        (
+            json!({ "jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": { "_meta": meta, "name": "echo", "arguments": { "text": 7 } } })
+                .to_string(),
+            -32602,
+            json!(4),
+            "text",
+        ),
+        (
+            format!("\"{}\"", "x".repeat(wharf_stdio::MAX_LINE_BYTES)),
+            -32600,
+            Value::Null,
+            "longer than",
+        ),
+    ];
+    for (line, code, id, says) in cases {
+        c.send_line(&line).await.unwrap();
+        let m = recv(&mut c).await;
+        validate_message("tools/call", &m);
+        assert_eq!(m["error"]["code"], code, "{m}");
+        assert_eq!(m["id"], id, "{m}");
+        let message = m["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{message:?} should name {says:?}");
+    }
+    c.request(
+        json!("after"),
+        "tools/call",
+        json!({ "name": "echo", "arguments": { "text": "still here" } }),
+    )
+    .await
+    .unwrap();
+    let m = recv(&mut c).await;
+    assert_eq!(m["id"], "after");
+    assert_eq!(m["result"]["content"][0]["text"], "still here");
+    c.close_stdin();
+    assert!(c.wait().await.unwrap().success());
+}

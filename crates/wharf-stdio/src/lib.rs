@@ -5,11 +5,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::BytesMut;
 use futures_util::StreamExt;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
+use tokio_util::codec::{Decoder, FramedRead, LinesCodec, LinesCodecError};
 use tokio_util::sync::CancellationToken;
 use wharf::{ErrorKind, Principal, RpcError, Server};
 use wharf_protocol::jsonrpc::write_error;
@@ -78,11 +79,14 @@ where
     });
     let in_flight: InFlight = Arc::default();
     let mut tasks = JoinSet::new();
-    let mut lines = FramedRead::new(input, LinesCodec::new_with_max_length(MAX_LINE_BYTES));
+    let mut lines = FramedRead::new(
+        input,
+        Lines(LinesCodec::new_with_max_length(MAX_LINE_BYTES)),
+    );
     while let Some(line) = lines.next().await {
         match line {
-            Ok(line) if line.trim().is_empty() => {}
-            Ok(line) => {
+            Ok(Line::Text(line)) if line.trim().is_empty() => {}
+            Ok(Line::Text(line)) => {
                 handle_line(
                     &server,
                     &config.principal,
@@ -93,14 +97,14 @@ where
                 )
                 .await
             }
-            Err(LinesCodecError::MaxLineLengthExceeded) => {
+            Ok(Line::TooLong) => {
                 let e = RpcError::new(
                     ErrorKind::InvalidRequest,
                     format!("Message longer than {MAX_LINE_BYTES} bytes"),
                 );
                 send_error(&tx, None, &e).await;
             }
-            Err(LinesCodecError::Io(e)) => {
+            Err(e) => {
                 tracing::warn!(error = %e, "stdin failed");
                 break;
             }
@@ -125,6 +129,39 @@ where
     writer
         .await
         .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+}
+
+/// One line of input.
+enum Line {
+    Text(String),
+    /// A line over [`MAX_LINE_BYTES`], skipped up to its end.
+    TooLong,
+}
+
+/// Newline-delimited lines, where a line over the limit is an item rather than an error: a
+/// framed reader ends at its first error, and one over-long message must not end the
+/// session. `LinesCodec` skips the rest of such a line by itself.
+struct Lines(LinesCodec);
+
+impl Decoder for Lines {
+    type Item = Line;
+    type Error = std::io::Error;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Line>, std::io::Error> {
+        lift(self.0.decode(src))
+    }
+
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Line>, std::io::Error> {
+        lift(self.0.decode_eof(src))
+    }
+}
+
+fn lift(r: Result<Option<String>, LinesCodecError>) -> Result<Option<Line>, std::io::Error> {
+    match r {
+        Ok(line) => Ok(line.map(Line::Text)),
+        Err(LinesCodecError::MaxLineLengthExceeded) => Ok(Some(Line::TooLong)),
+        Err(LinesCodecError::Io(e)) => Err(e),
+    }
 }
 
 async fn send_error(tx: &mpsc::Sender<Vec<u8>>, id: Option<&RequestId>, e: &RpcError) {
