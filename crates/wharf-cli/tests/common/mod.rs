@@ -87,11 +87,18 @@ impl ServerProcess {
 
     /// Starts `wharf serve` on `port` with exactly `args` (plus `--listen`).
     pub fn start_on(port: u16, args: &[&str]) -> Self {
+        Self::start_with_env(port, args, &[])
+    }
+
+    /// Starts `wharf serve` on `port` with exactly `args` (plus `--listen`) and the
+    /// environment variables `env` set.
+    pub fn start_with_env(port: u16, args: &[&str], env: &[(&str, &str)]) -> Self {
         let listen = format!("127.0.0.1:{port}");
         let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
             .args(["serve", "--listen", &listen])
             .args(args)
             .env("WHARF_LOG", "warn,wharf=debug")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -1,0 +1,181 @@
+//! How `wharf serve` is run in production: keys from a file, settings from `WHARF_*`
+//! variables, `/readyz` turning away traffic when the store is gone, and a drain that ends at
+//! its deadline.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::import::{pg_url, unique};
+use common::{ServerProcess, free_port, request};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+const ALICE: &str = "alice-token-from-file-0001";
+const BOB: &str = "bob-token-from-the-env-0002";
+
+#[tokio::test]
+async fn keys_from_a_file_and_settings_from_the_environment() {
+    let dir = std::env::temp_dir().join(format!("wharf-ops-{}", unique("keys")));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("keys");
+    std::fs::write(
+        &file,
+        format!("# the team's keys\n\nalice = {ALICE}\n   \n# end\n"),
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let port = free_port();
+    let server = ServerProcess::start_with_env(
+        port,
+        &[],
+        &[
+            ("WHARF_PROFILE", "demo"),
+            ("WHARF_ENDPOINT", "/rpc"),
+            ("WHARF_API_KEYS_FILE", file),
+            ("WHARF_API_KEYS", &format!("bob={BOB}")),
+            ("WHARF_MAX_PER_PRINCIPAL", "1"),
+        ],
+    );
+    let at = |path: &str| wharf_client::HttpClient::new(format!("http://127.0.0.1:{port}{path}"));
+    // The endpoint the environment named, and both sources of keys.
+    for token in [ALICE, BOB] {
+        let r = request(
+            &at("/rpc").with_bearer(token),
+            "tools/call",
+            json!({ "name": "echo", "arguments": { "text": "hi" } }),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let r = at("/rpc")
+        .with_bearer("nobody-knows-this-token")
+        .request("tools/list", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 401, "{}", r.body);
+    let r = at("/mcp")
+        .with_bearer(ALICE)
+        .request("tools/list", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 404, "only the configured endpoint serves MCP");
+
+    // WHARF_MAX_PER_PRINCIPAL took effect: Alice's second call at once is refused.
+    let mut params = json!({ "name": "slow_count", "arguments": { "steps": 1000, "interval_ms": 100 },
+        "_meta": { "progressToken": "hold" } });
+    let alice = at("/rpc").with_bearer(ALICE);
+    let mut held = Box::pin(
+        alice
+            .open_stream("tools/call", params.take())
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        held.next().await.unwrap()["method"],
+        "notifications/progress"
+    );
+    let refused = request(
+        &alice,
+        "tools/call",
+        json!({ "name": "echo", "arguments": { "text": "again" } }),
+    )
+    .await;
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    drop(held);
+    drop(server);
+
+    // A key file with a broken line: the server refuses to start and says which.
+    std::fs::write(dir.join("broken"), format!("alice = {ALICE}\nbob {BOB}\n")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args(["serve", "--profile", "demo", "--listen"])
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .arg("--api-keys-file")
+        .arg(dir.join("broken"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("PRINCIPAL=TOKEN"), "{said}");
+}
+
+/// A database of its own, dropped by the test while the server runs.
+async fn scratch_database() -> (String, sqlx::PgPool, String) {
+    let admin = sqlx::PgPool::connect(&pg_url()).await.unwrap();
+    let name = unique("wharf_ready");
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    let base = pg_url();
+    let url = format!("{}/{name}", &base[..base.rfind('/').unwrap()]);
+    (url, admin, name)
+}
+
+async fn readyz(port: u16) -> (u16, Value) {
+    let r = reqwest::get(format!("http://127.0.0.1:{port}/readyz"))
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn readyz_fails_when_the_store_is_gone_and_liveness_does_not() {
+    let (url, admin, name) = scratch_database().await;
+    let server = ServerProcess::start(&["--profile", "default", "--store", &url]);
+    assert_eq!(
+        readyz(server.port).await,
+        (200, json!({ "status": "ready" }))
+    );
+    sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    let (status, body) = readyz(server.port).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["status"], "unavailable");
+    assert!(
+        body["failures"]["store"]
+            .as_str()
+            .is_some_and(|why| !why.is_empty()),
+        "{body}"
+    );
+    // Liveness is about the process, not its dependencies: restarting would not help.
+    let live = reqwest::get(format!("http://127.0.0.1:{}/healthz", server.port))
+        .await
+        .unwrap();
+    assert_eq!(live.status(), 200);
+}
+
+#[tokio::test]
+async fn the_drain_deadline_cuts_off_a_request_that_outlasts_it() {
+    let mut server = ServerProcess::start(&["--drain-secs", "1"]);
+    // A hundred seconds of work: only the deadline can end it.
+    let params = json!({ "name": "slow_count", "arguments": { "steps": 1000, "interval_ms": 100 },
+        "_meta": { "progressToken": "cut" } });
+    let mut call = Box::pin(
+        server
+            .client()
+            .open_stream("tools/call", params)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        call.next().await.unwrap()["method"],
+        "notifications/progress"
+    );
+    server.terminate();
+    server.log.wait_for("drain deadline passed", 1).await;
+    // The stream ends without an answer: the request was cut off, not finished.
+    let rest: Vec<Value> = call.collect().await;
+    assert!(
+        rest.iter().all(|m| m["method"] == "notifications/progress"),
+        "{rest:?}"
+    );
+    assert!(
+        server.wait_exit(Duration::from_secs(30)).success(),
+        "a drain that ends at its deadline is still an orderly exit"
+    );
+}
