@@ -151,10 +151,11 @@ impl Lines {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
-    #[tokio::test]
+    // Time is paused in these tests: a sleep ends only once every other task waits, so "each
+    // waiter queues before the next one arrives" holds whatever the machine's speed.
+    #[tokio::test(start_paused = true)]
     async fn one_call_per_key_in_arrival_order_and_other_keys_in_parallel() {
         let lines = Arc::new(Lines::new(8));
         let first = lines.wait_turn("a".into(), "p", None).await.unwrap();
@@ -186,7 +187,7 @@ mod tests {
         assert_eq!(lines.len(), 0, "idle lines are forgotten");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn one_principal_holds_at_most_its_share_of_store_locks() {
         let lines = Arc::new(Lines::new(2));
         let (a, b) = (
@@ -204,32 +205,30 @@ mod tests {
         drop(b);
     }
 
-    #[tokio::test]
-    async fn a_cancelled_waiter_never_takes_the_key() {
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_waiter_leaves_the_line_and_the_key_goes_past_it() {
         let lines = Arc::new(Lines::new(8));
         let first = lines.wait_turn("k".into(), "p", None).await.unwrap();
-        let ran = Arc::new(AtomicUsize::new(0));
-        let cancelled = {
-            let (lines, ran) = (Arc::clone(&lines), Arc::clone(&ran));
-            tokio::spawn(async move {
-                let _turn = lines.wait_turn("k".into(), "p", None).await.unwrap();
-                ran.fetch_add(1, Ordering::SeqCst);
-            })
+        let waiter = |lines: &Arc<Lines>| {
+            let lines = Arc::clone(lines);
+            tokio::spawn(async move { lines.wait_turn("k".into(), "p", None).await.unwrap() })
         };
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        // In line: the one to be cancelled, then the next caller behind it.
+        let cancelled = waiter(&lines);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let next = waiter(&lines);
+        tokio::time::sleep(Duration::from_millis(1)).await;
         cancelled.abort();
-        assert!(cancelled.await.unwrap_err().is_cancelled());
+        assert!(cancelled.await.is_err_and(|e| e.is_cancelled()));
         first.end().await;
-        // The key is free at once for the next caller, and the cancelled one never ran.
-        let next = tokio::time::timeout(
-            Duration::from_secs(1),
-            lines.wait_turn("k".into(), "p", None),
-        )
-        .await
-        .expect("the key is free")
-        .unwrap();
-        assert_eq!(ran.load(Ordering::SeqCst), 0);
-        next.end().await;
-        assert_eq!(lines.len(), 0);
+        // Had the cancelled waiter kept its place, it would hold the key now and the next
+        // caller would wait for ever (paused time makes that timeout fire at once).
+        let turn = tokio::time::timeout(Duration::from_secs(60), next)
+            .await
+            .expect("the key went past the cancelled waiter")
+            .unwrap();
+        assert_eq!(lines.len(), 1, "only the holder's line is left");
+        turn.end().await;
+        assert_eq!(lines.len(), 0, "idle lines are forgotten");
     }
 }

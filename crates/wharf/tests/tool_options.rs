@@ -171,3 +171,74 @@ async fn a_tool_timeout_never_extends_the_servers_limit() {
     assert_eq!(e.kind, ErrorKind::TimedOut);
     assert_eq!(began.elapsed(), Duration::from_secs(5));
 }
+
+/// Arguments of a mutating tool.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Key {
+    key: String,
+}
+
+fn call_with(server: &Server, id: i64, name: &str, arguments: &str) -> ParsedRequest {
+    let params = RawValue::from_string(format!(
+        r#"{{"name":"{name}","arguments":{arguments},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}"#
+    ))
+    .unwrap();
+    server
+        .parse_request(RequestId::Int(id), "tools/call", Some(&params))
+        .map_err(|(e, _)| e)
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiting_for_a_turn_counts_against_the_limit_and_the_call_never_runs() {
+    let started = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(Semaphore::new(0));
+    let handler = {
+        let (started, gate) = (Arc::clone(&started), Arc::clone(&gate));
+        move |_cx: Context, args: Key| {
+            let (started, gate) = (Arc::clone(&started), Arc::clone(&gate));
+            async move {
+                started.fetch_add(1, Ordering::SeqCst);
+                gate.acquire().await.unwrap().forget();
+                args.key
+            }
+        }
+    };
+    let server = Arc::new(
+        Server::builder(Implementation::new("t", "1"))
+            .tool(
+                tool("write")
+                    .mutates("key")
+                    .timeout(Duration::from_secs(2))
+                    .handler(handler),
+            )
+            .build()
+            .unwrap(),
+    );
+    let first = {
+        let server = Arc::clone(&server);
+        tokio::spawn(async move {
+            let req = call_with(&server, 1, "write", r#"{"key":"k"}"#);
+            server.execute(req, scope()).await
+        })
+    };
+    until(&started, 1).await;
+    // The first holds the key past the second's limit: the second times out in line.
+    let began = tokio::time::Instant::now();
+    let req = call_with(&server, 2, "write", r#"{"key":"k"}"#);
+    let e = server.execute(req, scope()).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::TimedOut);
+    assert!(e.message.contains("did not run"), "{}", e.message);
+    assert_eq!(began.elapsed(), Duration::from_secs(2));
+    assert_eq!(started.load(Ordering::SeqCst), 1, "the second never ran");
+    // The first is cut off by its own limit in the same instant (it waited on the gate).
+    let first = first.await.unwrap().unwrap_err();
+    assert_eq!(first.kind, ErrorKind::TimedOut);
+    assert!(first.message.contains("ran longer"), "{}", first.message);
+    // The key is free again, and the next call on it runs.
+    gate.add_permits(1);
+    let req = call_with(&server, 3, "write", r#"{"key":"k"}"#);
+    let next = server.execute(req, scope()).await;
+    assert!(next.is_ok(), "{next:?}");
+    assert_eq!(started.load(Ordering::SeqCst), 2);
+}
