@@ -1,0 +1,263 @@
+//! Idempotent tool calls through the core, on every store: a tool without a handle keeps its
+//! records per (principal, tool, key); a failed or cancelled call rolls back and records
+//! nothing, so its retry runs; a call whose client leaves once the handler returned is still
+//! committed, with its record, so the retry replays it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use wharf::protocol::{Implementation, RequestId};
+use wharf::state::{Store, TxMode};
+use wharf::{Context, ParsedRequest, Principal, Scope, Server, Structured, ToolError, tool};
+use wharf_store::{StoreOptions, open};
+
+#[derive(Deserialize, schemars::JsonSchema)]
+struct Append {
+    /// Where the row goes (unique per test: the stores are shared).
+    log: String,
+    n: i64,
+}
+
+#[derive(Serialize, schemars::JsonSchema)]
+struct Appended {
+    appended: i64,
+}
+
+/// What the handlers of one server do besides writing, set by the test.
+#[derive(Default)]
+struct Script {
+    /// Block after writing, until cancelled.
+    hang: AtomicBool,
+    /// Told when the handler has written (and, unless hanging, is about to return).
+    written: tokio::sync::Mutex<Option<tokio::sync::mpsc::UnboundedSender<()>>>,
+}
+
+async fn append(
+    cx: Context,
+    args: Append,
+    script: Arc<Script>,
+) -> Result<Structured<Appended>, ToolError> {
+    cx.tx()
+        .await?
+        .append_rows(&args.log, &[json!(args.n)])
+        .await
+        .map_err(|e| ToolError::internal(e.to_string()))?;
+    if let Some(tx) = script.written.lock().await.as_ref() {
+        let _ = tx.send(());
+    }
+    if script.hang.load(Ordering::SeqCst) {
+        std::future::pending::<()>().await;
+    }
+    Ok(Structured(Appended { appended: args.n }))
+}
+
+fn server(store: Arc<dyn Store>, script: &Arc<Script>) -> Server {
+    let mut builder = Server::builder(Implementation::new("t", "1")).store(store);
+    for name in ["append", "append_too"] {
+        let script = Arc::clone(script);
+        builder = builder.tool(
+            tool(name)
+                .idempotent()
+                .handler(move |cx, args: Append| append(cx, args, Arc::clone(&script))),
+        );
+    }
+    builder.build().unwrap()
+}
+
+fn call(server: &Server, name: &str, args: Value) -> ParsedRequest {
+    let params = json!({ "name": name, "arguments": args, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {} } });
+    let params = RawValue::from_string(params.to_string()).unwrap();
+    server
+        .parse_request(RequestId::Int(1), "tools/call", Some(&params))
+        .map_err(|(e, _)| e)
+        .unwrap()
+}
+
+fn scope(who: &str) -> Scope {
+    Scope {
+        principal: Principal::new(who),
+        cancel: None,
+        outbox: None,
+    }
+}
+
+/// The call's result, read from the response body.
+async fn run(server: &Server, who: &str, name: &str, args: Value) -> Value {
+    let body = server
+        .execute(call(server, name, args), scope(who))
+        .await
+        .unwrap();
+    let response: Value = serde_json::from_slice(&body).unwrap();
+    response["result"].clone()
+}
+
+fn replayed(result: &Value) -> bool {
+    result["_meta"]["dev.wharf/idempotentReplay"] == true
+}
+
+async fn rows(store: &Arc<dyn Store>, log: &str) -> u64 {
+    let mut tx = store.begin(TxMode::Read).await.unwrap();
+    tx.count_rows(log).await.unwrap()
+}
+
+fn unique(prefix: &str) -> String {
+    use std::hash::{BuildHasher, RandomState};
+    format!(
+        "{prefix}-{:016x}",
+        RandomState::new().hash_one(std::time::Instant::now())
+    )
+}
+
+async fn records_are_kept_per_principal_tool_and_key(store: Arc<dyn Store>) {
+    let script = Arc::new(Script::default());
+    let s = server(Arc::clone(&store), &script);
+    let (log, key) = (unique("log"), unique("key"));
+    let args = |n: i64| json!({ "log": log, "n": n, "idempotency_key": key });
+
+    let first = run(&s, "alice", "append", args(1)).await;
+    assert_eq!(first["structuredContent"]["appended"], 1, "{first}");
+    assert!(!replayed(&first));
+    let again = run(&s, "alice", "append", args(1)).await;
+    assert!(replayed(&again), "{again}");
+    assert_eq!(again["structuredContent"], first["structuredContent"]);
+    assert_eq!(rows(&store, &log).await, 1, "the replay wrote nothing");
+
+    // Another principal with the same key, and the same principal with another tool, are
+    // other writes: they run.
+    let bob = run(&s, "bob", "append", args(1)).await;
+    assert!(!replayed(&bob), "{bob}");
+    let other_tool = run(&s, "alice", "append_too", args(1)).await;
+    assert!(!replayed(&other_tool), "{other_tool}");
+    assert_eq!(rows(&store, &log).await, 3);
+
+    // The same key with other arguments is refused, and changes nothing.
+    let changed = run(&s, "alice", "append", args(2)).await;
+    assert_eq!(changed["isError"], true, "{changed}");
+    assert!(
+        changed["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("other arguments"),
+        "{changed}"
+    );
+    assert_eq!(rows(&store, &log).await, 3);
+}
+
+async fn a_cancelled_write_rolls_back_and_its_retry_runs(store: Arc<dyn Store>) {
+    let script = Arc::new(Script::default());
+    let s = server(Arc::clone(&store), &script);
+    let (log, key) = (unique("log"), unique("key"));
+    let args = json!({ "log": log, "n": 7, "idempotency_key": key });
+    let (tx, mut written) = tokio::sync::mpsc::unbounded_channel();
+    *script.written.lock().await = Some(tx);
+
+    script.hang.store(true, Ordering::SeqCst);
+    let mut stalled = Box::pin(s.execute(call(&s, "append", args.clone()), scope("alice")));
+    tokio::select! {
+        _ = &mut stalled => panic!("a hanging call answered"),
+        _ = written.recv() => {}
+    }
+    // The client leaves while the handler waits, its row written but not committed.
+    drop(stalled);
+    assert_eq!(rows(&store, &log).await, 0, "rolled back");
+
+    script.hang.store(false, Ordering::SeqCst);
+    let retry = run(&s, "alice", "append", args).await;
+    assert!(
+        !replayed(&retry),
+        "nothing was recorded: the retry runs: {retry}"
+    );
+    assert_eq!(retry["structuredContent"]["appended"], 7);
+    assert_eq!(rows(&store, &log).await, 1);
+}
+
+async fn a_call_whose_client_leaves_after_the_handler_returned_is_committed(store: Arc<dyn Store>) {
+    let script = Arc::new(Script::default());
+    let s = server(Arc::clone(&store), &script);
+    let log = unique("log");
+    let (tx, mut written) = tokio::sync::mpsc::unbounded_channel();
+    *script.written.lock().await = Some(tx);
+    // The handler returns in the same poll that tells the test it wrote; the test then
+    // leaves while the core commits. Should the whole call finish within that one poll,
+    // the window was missed: try again with another key.
+    let mut left = 0;
+    for _ in 0..20 {
+        let key = unique("key");
+        let args = json!({ "log": log, "n": 1, "idempotency_key": key });
+        let before = rows(&store, &log).await;
+        {
+            let call = s.execute(call(&s, "append", args.clone()), scope("alice"));
+            tokio::pin!(call);
+            tokio::select! {
+                biased;
+                _ = &mut call => continue,
+                _ = written.recv() => {}
+            }
+        }
+        left += 1;
+        // The commit goes on without the client: the row and the record land.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while rows(&store, &log).await == before {
+            assert!(std::time::Instant::now() < deadline, "never committed");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let retry = run(&s, "alice", "append", args).await;
+        assert!(
+            replayed(&retry),
+            "the retry finds the first result: {retry}"
+        );
+        assert_eq!(rows(&store, &log).await, before + 1, "written once");
+    }
+    assert!(left > 0, "the client never left between return and commit");
+}
+
+fn options() -> StoreOptions {
+    StoreOptions {
+        max_connections: 8,
+        lock_wait: Duration::from_secs(3),
+    }
+}
+
+async fn sqlite() -> Arc<dyn Store> {
+    let dir = std::env::temp_dir().join(format!("wharf-idem-calls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    open(&format!("sqlite://{}/store.db", dir.display()), &options())
+        .await
+        .unwrap()
+}
+
+async fn postgres() -> Arc<dyn Store> {
+    let url = std::env::var("WHARF_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    open(&url, &options())
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {url} is required for these tests: {e}"))
+}
+
+async fn redis() -> Arc<dyn Store> {
+    let url =
+        std::env::var("WHARF_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
+    open(&url, &options())
+        .await
+        .unwrap_or_else(|e| panic!("Redis at {url} is required for these tests: {e}"))
+}
+
+macro_rules! all_backends {
+    ($($test:ident),* $(,)?) => {
+        mod sqlite { $( #[tokio::test] async fn $test() { super::$test(super::sqlite().await).await; } )* }
+        mod postgres { $( #[tokio::test] async fn $test() { super::$test(super::postgres().await).await; } )* }
+        mod redis { $( #[tokio::test] async fn $test() { super::$test(super::redis().await).await; } )* }
+    };
+}
+
+all_backends!(
+    records_are_kept_per_principal_tool_and_key,
+    a_cancelled_write_rolls_back_and_its_retry_runs,
+    a_call_whose_client_leaves_after_the_handler_returned_is_committed,
+);
