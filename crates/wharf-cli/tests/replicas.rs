@@ -110,15 +110,13 @@ async fn writes_survive_crashes_exactly_once(store: &str) {
         let client = client.clone();
         let import = import.clone();
         tokio::spawn(async move {
-            let mut replays = 0;
+            let mut answers = Vec::new();
             for batch in 0..BATCHES {
                 let r = append_until_answered(&client, &import, batch, SIZE).await;
                 assert_eq!(r["structuredContent"]["appended"], SIZE);
-                if r["_meta"]["dev.wharf/idempotentReplay"] == true {
-                    replays += 1;
-                }
+                answers.push(r);
             }
-            replays
+            answers
         })
     };
     // Kill the server with SIGKILL at uneven moments while the writer runs, and restart it.
@@ -132,16 +130,45 @@ async fn writes_survive_crashes_exactly_once(store: &str) {
         kills += 1;
         server = start(port, store);
     }
-    let replays = writer.await.unwrap();
+    let answers = writer.await.unwrap();
     assert!(
         kills >= 3,
         "the writer finished before the server was killed enough ({kills})"
     );
-    eprintln!("{kills} crashes, {replays} batches answered by a replay");
+    let replays = answers
+        .iter()
+        .filter(|r| r["_meta"]["dev.wharf/idempotentReplay"] == true)
+        .count();
+    let backend = store.split(':').next().unwrap_or_default();
+    eprintln!("{backend}: {kills} crashes, {replays} batches answered by a replay");
     // The old client's pooled connections died with the processes.
     let client = server.client().with_bearer(TOKEN_42);
-
     assert_eq!(staged(&client, &import).await, (BATCHES * SIZE) as u64);
+
+    // A client that never saw its answers retries every batch with its key: each retry is a
+    // replay of the first result, and appends nothing.
+    for (batch, first) in (0..BATCHES).zip(&answers) {
+        let args = json!({
+            "import": import,
+            "rows": rows(batch * SIZE, SIZE),
+            "idempotency_key": format!("batch-{batch}"),
+        });
+        let retry = ok(&client, "import_append_rows", args).await;
+        assert_eq!(
+            retry["_meta"]["dev.wharf/idempotentReplay"], true,
+            "batch {batch} ran again: {retry}"
+        );
+        assert_eq!(
+            retry["structuredContent"], first["structuredContent"],
+            "batch {batch} replays its first result"
+        );
+        assert_eq!(retry["content"], first["content"]);
+    }
+    assert_eq!(
+        staged(&client, &import).await,
+        (BATCHES * SIZE) as u64,
+        "the retries appended nothing"
+    );
     let done = ok(&client, "import_commit", json!({ "import": import })).await;
     assert_eq!(done["structuredContent"]["totalRows"], BATCHES * SIZE);
     let mut ids = Vec::new();
@@ -190,4 +217,9 @@ async fn postgres_writes_survive_crashes_exactly_once() {
 #[tokio::test]
 async fn sqlite_writes_survive_crashes_exactly_once() {
     writes_survive_crashes_exactly_once(&sqlite_url("crash")).await;
+}
+
+#[tokio::test]
+async fn redis_writes_survive_crashes_exactly_once() {
+    writes_survive_crashes_exactly_once(&redis_url()).await;
 }
