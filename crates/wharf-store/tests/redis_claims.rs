@@ -1,0 +1,172 @@
+//! Redis's idempotency claims are leases, and its commits check at the last moment what the
+//! SQL stores lock for the whole transaction. Two store instances stand for two replicas.
+
+mod support;
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use serde_json::{Value, json};
+use support::*;
+use wharf::state::{Begin, Claim, Digest, StoreError, TxMode, now_millis};
+
+fn claim(scope: &str, key: &str, args: Value) -> Claim {
+    let Value::Object(map) = args else {
+        unreachable!("test args are objects")
+    };
+    Claim {
+        scope: scope.to_owned(),
+        key: key.to_owned(),
+        digest: Digest::of("tool", &map),
+        expires_at: now_millis() + 60_000,
+    }
+}
+
+/// When the stalled holder's late commit comes, relative to the taker's.
+#[derive(Clone, Copy, PartialEq)]
+enum Late {
+    /// After the taker committed (the record is done).
+    AfterTheTakerCommitted,
+    /// While the taker still runs (the record is running, under the taker's token).
+    WhileTheTakerRuns,
+}
+
+/// A holder that stalls past its claim's lease loses the claim: another replica takes it
+/// over and commits; the stalled holder's late commit is refused and applies nothing; a
+/// third attempt replays the second one's result. Every write lands exactly once.
+async fn a_stalled_claim_is_taken_over_and_its_late_commit_applies_nothing(late: Late) {
+    // The claim's lease is the store's lock_wait.
+    let lease = Duration::from_millis(500);
+    let (a, b) = (redis_with(lease).await, redis_with(lease).await);
+    let rows = unique("rows");
+    let docs = unique("docs");
+    let c = claim(&unique("h:takeover"), "k", json!({"n": 1}));
+
+    let Begin::Run(mut stalled) = a.begin_idempotent(&c, now_millis()).await.unwrap() else {
+        panic!("the first attempt must run")
+    };
+    stalled
+        .append_rows(&rows, &[json!("a1"), json!("a2")])
+        .await
+        .unwrap();
+    stalled.put_doc(&docs, "by", &json!("a")).await.unwrap();
+
+    // The stall: A does nothing more until its lease, as the record in Redis states it, is
+    // over by the clock the claim script is given.
+    let mut raw = raw_redis().await;
+    let lease_until: i64 = raw
+        .hget(redis_claim_key(&c), "lease_until")
+        .await
+        .expect("a running claim has a lease");
+    wait_until(
+        "the first attempt's lease is over",
+        lease * 20,
+        async || now_millis() > lease_until,
+    )
+    .await;
+
+    let Begin::Run(mut taker) = b.begin_idempotent(&c, now_millis()).await.unwrap() else {
+        panic!("a claim past its lease is taken over")
+    };
+    taker.append_rows(&rows, &[json!("b1")]).await.unwrap();
+    taker.put_doc(&docs, "by", &json!("b")).await.unwrap();
+    taker.complete_claim(&c, "\"b\"").await.unwrap();
+    let running = match late {
+        Late::AfterTheTakerCommitted => {
+            taker.commit().await.unwrap();
+            None
+        }
+        Late::WhileTheTakerRuns => Some(taker),
+    };
+
+    // A wakes up and finishes as if nothing happened.
+    stalled.complete_claim(&c, "\"a\"").await.unwrap();
+    assert!(
+        matches!(stalled.commit().await, Err(StoreError::ClaimLost)),
+        "the late commit of a lost claim is refused"
+    );
+    if let Some(taker) = running {
+        taker.commit().await.unwrap();
+    }
+
+    match a.begin_idempotent(&c, now_millis()).await.unwrap() {
+        Begin::Replay(r) => assert_eq!(r, "\"b\"", "the duplicate gets the taker's result"),
+        Begin::Run(_) => panic!("a third attempt ran the write again"),
+        Begin::Mismatch => panic!("mismatch"),
+    }
+    let mut read = b.begin(TxMode::Read).await.unwrap();
+    let stored: Vec<Value> = read
+        .scan_rows(&rows, None, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(stored, vec![json!("b1")], "only the taker's rows, once");
+    assert_eq!(read.get_doc(&docs, "by").await.unwrap(), Some(json!("b")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_commit_after_the_takers_commit_applies_nothing() {
+    a_stalled_claim_is_taken_over_and_its_late_commit_applies_nothing(Late::AfterTheTakerCommitted)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_commit_while_the_taker_runs_applies_nothing() {
+    a_stalled_claim_is_taken_over_and_its_late_commit_applies_nothing(Late::WhileTheTakerRuns)
+        .await;
+}
+
+/// Two calls insert the same absent document; Redis finds out at commit: the later commit
+/// is refused with `Conflict` and applies none of its writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_later_of_two_inserts_of_one_document_conflicts_and_applies_nothing() {
+    let (a, b) = (
+        redis_with(Duration::from_secs(3)).await,
+        redis_with(Duration::from_secs(3)).await,
+    );
+    let docs = unique("docs");
+    let rows = unique("rows");
+    let mut first = a.begin(TxMode::Write).await.unwrap();
+    let mut second = b.begin(TxMode::Write).await.unwrap();
+    assert_eq!(
+        first.insert_doc(&docs, "k", &json!("first")).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        second
+            .insert_doc(&docs, "k", &json!("second"))
+            .await
+            .unwrap(),
+        None,
+        "neither is committed yet: both see it absent"
+    );
+    second.append_rows(&rows, &[json!(1)]).await.unwrap();
+    second.put_doc(&docs, "other", &json!(2)).await.unwrap();
+
+    first.commit().await.unwrap();
+    assert!(
+        matches!(second.commit().await, Err(StoreError::Conflict)),
+        "the later insert conflicts"
+    );
+    let mut read = a.begin(TxMode::Read).await.unwrap();
+    assert_eq!(
+        read.get_doc(&docs, "k").await.unwrap(),
+        Some(json!("first"))
+    );
+    assert_eq!(
+        read.get_doc(&docs, "other").await.unwrap(),
+        None,
+        "none of the conflicting transaction's writes applied"
+    );
+    assert_eq!(read.count_rows(&rows).await.unwrap(), 0);
+
+    // Once committed, the document is seen and an insert returns it instead of conflicting.
+    let mut late = b.begin(TxMode::Write).await.unwrap();
+    assert_eq!(
+        late.insert_doc(&docs, "k", &json!("late")).await.unwrap(),
+        Some(json!("first"))
+    );
+    late.commit().await.unwrap();
+}
