@@ -1,47 +1,38 @@
 //! Mutation locks on the stores shared between replicas (PostgreSQL and Redis), each test
 //! with two store instances standing for two replicas. SQLite has none: it lives on one
 //! host, where the core's in-process line is the lock (tested in the core).
+//!
+//! Who holds and who waits is read from the backend itself (Redis's line, PostgreSQL's
+//! `pg_locks`), polled with a deadline; leases are a minute long unless a test is about
+//! leases, so nothing passes because one ran out.
+
+mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use ::redis::AsyncCommands;
 use serde_json::json;
+use support::*;
 use wharf::state::{KeyLock, Store, StoreError, TxMode};
-use wharf_store::{StoreOptions, open};
+use wharf_store::open;
 
-fn options() -> StoreOptions {
-    StoreOptions {
-        max_connections: 8,
-        lock_wait: Duration::from_secs(2),
-    }
-}
+/// A lease (Redis) far longer than any test here: none passes because a lease ran out.
+const LONG: Duration = Duration::from_secs(60);
+/// How long the tests wait for something the store is about to do.
+const SOON: Duration = Duration::from_secs(10);
 
 async fn postgres() -> Arc<dyn Store> {
-    let url = std::env::var("WHARF_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    open(&url, &options())
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL at {url} is required for these tests: {e}"))
-}
-
-fn redis_url() -> String {
-    std::env::var("WHARF_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
+    postgres_with(LONG).await
 }
 
 async fn redis() -> Arc<dyn Store> {
-    let url = redis_url();
-    open(&url, &options())
-        .await
-        .unwrap_or_else(|e| panic!("Redis at {url} is required for these tests: {e}"))
+    redis_with(LONG).await
 }
 
 fn unique_key() -> String {
-    use std::hash::{BuildHasher, RandomState};
-    format!(
-        "test:{:016x}",
-        RandomState::new().hash_one(std::time::Instant::now())
-    )
+    unique("test")
 }
 
 async fn lock(store: &Arc<dyn Store>, key: &str) -> Box<dyn KeyLock> {
@@ -52,29 +43,106 @@ async fn lock(store: &Arc<dyn Store>, key: &str) -> Box<dyn KeyLock> {
         .expect("a shared store has locks")
 }
 
+/// The line of one key as the backend itself reports it: Redis's sorted set of members
+/// (the head holds the key), PostgreSQL's `pg_locks` rows (granted or waiting).
+enum Line {
+    Redis(::redis::aio::MultiplexedConnection, (String, String)),
+    Postgres(sqlx::AnyPool, String),
+}
+
+impl Line {
+    async fn of(store: &Arc<dyn Store>, key: &str) -> Self {
+        match store.backend() {
+            "redis" => Line::Redis(raw_redis().await, redis_line_keys(key)),
+            "postgres" => Line::Postgres(pg_observer().await, key.to_owned()),
+            other => panic!("{other} has no shared lines"),
+        }
+    }
+
+    /// The holder and the waiters.
+    async fn members(&mut self) -> i64 {
+        match self {
+            Line::Redis(conn, (line, _)) => conn.zcard(&*line).await.expect("ZCARD"),
+            Line::Postgres(pool, key) => sqlx::query_scalar(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' \
+                 AND ((classid::bigint << 32) | objid::bigint) = hashtextextended($1, 1)",
+            )
+            .bind(&*key)
+            .fetch_one(&*pool)
+            .await
+            .expect("pg_locks"),
+        }
+    }
+
+    /// Waits until the line has `n` members.
+    async fn until_members(&mut self, n: i64, what: &str) {
+        wait_until(what, SOON, async || self.members().await == n).await;
+    }
+
+    /// Waits until the last to join the line is waiting in it. On Redis a member joins by
+    /// one script and then polls its place: until its first poll renews its deadline, its
+    /// process may not have its token yet. (A wait cancelled in that round trip leaves a
+    /// place nobody can leave, which lapses with its deadline: another case, not tested
+    /// here.) On PostgreSQL the session that waits is the member.
+    async fn until_last_polls(&mut self) {
+        let Line::Redis(conn, (line, alive)) = self else {
+            return;
+        };
+        let last: Vec<u64> = conn.zrange(&*line, -1, -1).await.expect("ZRANGE");
+        let last = *last.first().expect("a member");
+        let joined: i64 = conn.hget(&*alive, last).await.expect("HGET");
+        wait_until("the last member polls its place", SOON, async || {
+            conn.hget::<_, _, i64>(&*alive, last).await.expect("HGET") != joined
+        })
+        .await;
+    }
+}
+
+/// Counts the holders of a key at any moment, and the most there ever were.
+#[derive(Default)]
+struct Holders {
+    now: AtomicUsize,
+    most: AtomicUsize,
+}
+
+impl Holders {
+    fn enter(&self) {
+        let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(n, Ordering::SeqCst);
+    }
+
+    fn leave(&self) {
+        self.now.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Starts a waiter that records when it holds the key, then holds it until told to go.
 fn waiter(
     store: &Arc<dyn Store>,
     key: &str,
     order: &Arc<std::sync::Mutex<Vec<usize>>>,
+    holders: &Arc<Holders>,
     me: usize,
 ) -> (
     tokio::task::JoinHandle<()>,
     tokio::sync::oneshot::Sender<()>,
 ) {
-    let (store, key, order) = (Arc::clone(store), key.to_owned(), Arc::clone(order));
+    let (store, key, order, holders) = (
+        Arc::clone(store),
+        key.to_owned(),
+        Arc::clone(order),
+        Arc::clone(holders),
+    );
     let (go, gone) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let held = lock(&store, &key).await;
+        holders.enter();
         order.lock().unwrap().push(me);
         let _ = gone.await;
+        holders.leave();
         held.release().await;
     });
     (task, go)
-}
-
-async fn settle() {
-    tokio::time::sleep(Duration::from_millis(150)).await;
 }
 
 async fn one_holder_at_a_time_in_arrival_order_across_replicas(
@@ -82,65 +150,94 @@ async fn one_holder_at_a_time_in_arrival_order_across_replicas(
     b: Arc<dyn Store>,
 ) {
     let key = unique_key();
+    let mut line = Line::of(&a, &key).await;
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let holders = Arc::new(Holders::default());
     let first = lock(&a, &key).await;
+    holders.enter();
     let mut waiters = Vec::new();
     for (i, store) in [&b, &a, &b].into_iter().enumerate() {
-        waiters.push(waiter(store, &key, &order, i));
-        settle().await;
+        waiters.push(waiter(store, &key, &order, &holders, i));
+        // The next one arrives only once the store has this one in line.
+        line.until_members(i as i64 + 2, "the waiter is in line")
+            .await;
     }
     assert!(
         order.lock().unwrap().is_empty(),
         "nobody holds the key beside the first"
     );
     // Another key is free meanwhile.
-    let other = tokio::time::timeout(Duration::from_secs(2), lock(&b, &unique_key()))
+    let other = tokio::time::timeout(SOON, lock(&b, &unique_key()))
         .await
         .expect("other keys are not held up");
     other.release().await;
+    holders.leave();
     first.release().await;
     for (i, (task, go)) in waiters.into_iter().enumerate() {
-        settle().await;
+        wait_until("the next waiter holds the key", SOON, async || {
+            order.lock().unwrap().len() > i
+        })
+        .await;
         assert_eq!(
             *order.lock().unwrap(),
             (0..=i).collect::<Vec<_>>(),
-            "waiter {i} holds the key, alone and in turn"
+            "waiter {i} holds the key, in turn"
         );
         go.send(()).unwrap();
         task.await.unwrap();
     }
+    assert_eq!(
+        holders.most.load(Ordering::SeqCst),
+        1,
+        "never two holders at once"
+    );
+    line.until_members(0, "the line is empty").await;
 }
 
-async fn a_cancelled_waiter_never_holds_the_key(a: Arc<dyn Store>, b: Arc<dyn Store>) {
+/// A waiter whose call is cancelled leaves the line at once, while the key is still held:
+/// the holder's lease is a minute long and heads the line, so nothing but the waiter's own
+/// leaving (Redis) or its closed session (PostgreSQL) can take its place out.
+async fn a_cancelled_waiter_leaves_the_line_and_never_holds_the_key(
+    a: Arc<dyn Store>,
+    b: Arc<dyn Store>,
+) {
     let key = unique_key();
+    let mut line = Line::of(&a, &key).await;
     let first = lock(&a, &key).await;
-    let held = Arc::new(AtomicUsize::new(0));
     let cancelled = {
-        let (b, key, held) = (Arc::clone(&b), key.clone(), Arc::clone(&held));
+        let (b, key) = (Arc::clone(&b), key.clone());
         tokio::spawn(async move {
             let _lock = lock(&b, &key).await;
-            held.fetch_add(1, Ordering::SeqCst);
             std::future::pending::<()>().await;
         })
     };
-    settle().await;
+    line.until_members(2, "the waiter is in line").await;
+    line.until_last_polls().await;
     cancelled.abort();
     assert!(cancelled.await.unwrap_err().is_cancelled());
-    settle().await;
+    line.until_members(
+        1,
+        "the cancelled waiter left the line while the key was held",
+    )
+    .await;
     first.release().await;
-    // Had the cancelled waiter taken the key, this would wait for ever.
-    let next = tokio::time::timeout(Duration::from_secs(3), lock(&a, &key))
+    let next = tokio::time::timeout(SOON, lock(&a, &key))
         .await
         .expect("the key goes past the cancelled waiter");
-    assert_eq!(held.load(Ordering::SeqCst), 0);
     next.release().await;
 }
 
+/// A holder dropped without `release` (its call's future was dropped) gives the key up at
+/// once, not when its minute-long lease runs out.
 async fn a_holder_dropped_without_release_frees_the_key(a: Arc<dyn Store>, b: Arc<dyn Store>) {
     let key = unique_key();
+    let mut line = Line::of(&a, &key).await;
     let first = lock(&a, &key).await;
+    line.until_members(1, "the holder is in line").await;
     drop(first);
-    let next = tokio::time::timeout(Duration::from_secs(3), lock(&b, &key))
+    line.until_members(0, "the dropped holder left the line")
+        .await;
+    let next = tokio::time::timeout(SOON, lock(&b, &key))
         .await
         .expect("a dropped holder lets go");
     next.release().await;
@@ -169,7 +266,7 @@ macro_rules! shared_backends {
 
 shared_backends!(
     one_holder_at_a_time_in_arrival_order_across_replicas,
-    a_cancelled_waiter_never_holds_the_key,
+    a_cancelled_waiter_leaves_the_line_and_never_holds_the_key,
     a_holder_dropped_without_release_frees_the_key,
 );
 
@@ -177,7 +274,7 @@ shared_backends!(
 async fn sqlite_relies_on_the_in_process_line() {
     let dir = std::env::temp_dir().join(format!("wharf-locks-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let store = open(&format!("sqlite://{}/s.db", dir.display()), &options())
+    let store = open(&format!("sqlite://{}/s.db", dir.display()), &options(LONG))
         .await
         .unwrap();
     assert!(store.lock_key("k").await.unwrap().is_none());
@@ -191,10 +288,9 @@ async fn redis_refuses_the_writes_of_a_holder_whose_lease_ran_out() {
     let stalled = lock(&a, &key).await;
     let fence = stalled.fence().expect("Redis locks are fenced");
     // The stall, as the rest of the deployment sees it: the holder's deadline passes.
-    let client = ::redis::Client::open(redis_url()).unwrap();
-    let mut raw = client.get_multiplexed_async_connection().await.unwrap();
+    let mut raw = raw_redis().await;
     let _: () = ::redis::cmd("HSET")
-        .arg(format!("wharf:m:{key}:alive"))
+        .arg(redis_line_keys(&key).1)
         .arg(fence.token)
         .arg(0)
         .query_async(&mut raw)
@@ -226,55 +322,69 @@ async fn redis_refuses_the_writes_of_a_holder_whose_lease_ran_out() {
     stalled.release().await;
 }
 
-/// PostgreSQL: an abandoned wait leaves PostgreSQL's lock queue while the key is still held
-/// (its session is closed and the backend notices), instead of lingering until its turn.
+/// A holder keeps its key for as long as it holds it, far past one lease: its lease is
+/// renewed every third of it, so another replica's waiter never takes the key over, and the
+/// holder's fenced commit still goes through after four lease lengths.
+///
+/// Margins: a renewal may come up to two thirds of a lease (600 ms here) late before the
+/// lease runs out, which is far more than a loaded runner delays a timer or a round trip to
+/// a local Redis. The time that passes is read from Redis's clock, which leases are measured
+/// by; nothing is decided by how long the test slept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_an_abandoned_wait_leaves_the_queue_at_once() {
-    let (a, b) = (postgres().await, postgres().await);
+async fn redis_renews_the_lease_of_a_holder_that_keeps_its_key() {
+    const LEASE: Duration = Duration::from_millis(900);
+    let lease_ms = LEASE.as_millis() as i64;
+    let (a, b) = (redis_with(LEASE).await, redis_with(LEASE).await);
     let key = unique_key();
-    let holder = lock(&a, &key).await;
-    let waiter = {
+    let (line, alive) = redis_line_keys(&key);
+    let mut raw = raw_redis().await;
+
+    let held = lock(&a, &key).await;
+    let fence = held.fence().expect("Redis locks are fenced");
+    let first_deadline: i64 = raw.hget(&alive, fence.token).await.unwrap();
+    let contender = {
         let (b, key) = (Arc::clone(&b), key.clone());
-        tokio::spawn(async move {
-            let _lock = lock(&b, &key).await;
-        })
+        tokio::spawn(async move { lock(&b, &key).await })
     };
-    let url = std::env::var("WHARF_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    sqlx::any::install_default_drivers();
-    let pool = sqlx::AnyPool::connect(&url).await.unwrap();
-    let waiting = || async {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
-             AND ((classid::bigint << 32) | objid::bigint) = hashtextextended($1, 1)",
-        )
-        .bind(&key)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        n
-    };
-    let mut n = 0;
-    for _ in 0..40 {
-        n = waiting().await;
-        if n == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert_eq!(n, 1, "the waiter queues in PostgreSQL");
-    waiter.abort();
-    let _ = waiter.await;
-    for _ in 0..80 {
-        n = waiting().await;
-        if n == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert_eq!(
-        n, 0,
-        "the abandoned wait left the queue while the key was held"
+    wait_until("the other replica waits in line", SOON, async || {
+        raw.zcard::<_, i64>(&line).await.unwrap() == 2
+    })
+    .await;
+
+    // Four lease lengths after the key was taken: the first lease ran out three lease
+    // lengths ago, unless it was renewed.
+    let until = first_deadline + 3 * lease_ms;
+    wait_until("four lease lengths have passed", 10 * SOON, async || {
+        redis_now_ms(&mut raw).await > until
+    })
+    .await;
+    assert!(
+        !contender.is_finished(),
+        "another replica took the key from its live holder"
     );
-    holder.release().await;
+    let head: Vec<u64> = raw.zrange(&line, 0, 0).await.unwrap();
+    assert_eq!(head, vec![fence.token], "the holder still heads the line");
+    let deadline: i64 = raw.hget(&alive, fence.token).await.unwrap();
+    assert!(deadline > until, "the holder's lease was renewed");
+
+    let doc = unique_key();
+    let mut tx = a.begin(TxMode::Write).await.unwrap();
+    tx.fence(&fence);
+    tx.put_doc("fenced", &doc, &json!("kept")).await.unwrap();
+    tx.commit()
+        .await
+        .expect("the holder's fenced commit goes through after four lease lengths");
+    let mut read = b.begin(TxMode::Read).await.unwrap();
+    assert_eq!(
+        read.get_doc("fenced", &doc).await.unwrap(),
+        Some(json!("kept"))
+    );
+
+    held.release().await;
+    let next = tokio::time::timeout(SOON, contender)
+        .await
+        .expect("the waiter holds the key once it is released")
+        .unwrap();
+    assert!(next.fence().unwrap().token > fence.token, "tokens increase");
+    next.release().await;
 }
