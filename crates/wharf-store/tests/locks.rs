@@ -388,3 +388,33 @@ async fn redis_renews_the_lease_of_a_holder_that_keeps_its_key() {
     assert!(next.fence().unwrap().token > fence.token, "tokens increase");
     next.release().await;
 }
+
+/// A runtime that shuts down while its tasks hold or wait for Redis keys (a server that
+/// stops) drops those tasks; their places in line are left to lapse, and nothing else
+/// happens: in particular no drop tries, over and over, to spawn its leaving on a runtime
+/// that no longer runs anything.
+#[test]
+fn a_runtime_shut_down_with_keys_held_and_awaited_exits_cleanly() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let key = unique_key();
+    runtime.block_on(async {
+        let (a, b) = (redis().await, redis().await);
+        let mut line = Line::of(&a, &key).await;
+        let held = lock(&a, &key).await;
+        tokio::spawn(async move {
+            let _held = held;
+            std::future::pending::<()>().await;
+        });
+        let waiting = Arc::clone(&b);
+        let key = key.clone();
+        tokio::spawn(async move {
+            let _lock = lock(&waiting, &key).await;
+        });
+        line.until_members(2, "the waiter is in line").await;
+    });
+    drop(runtime);
+}

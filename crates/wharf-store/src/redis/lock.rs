@@ -206,11 +206,6 @@ struct Place {
 }
 
 impl Place {
-    /// Gives up on leaving: the place lapses with its deadline.
-    fn disarm(&mut self) {
-        self.left = true;
-    }
-
     async fn leave(&mut self) -> Result<(), StoreError> {
         let _: i64 = Script::new(LEAVE_LUA)
             .key(&self.keys[0])
@@ -231,22 +226,21 @@ impl Drop for Place {
             return;
         }
         self.left = true;
+        // Tried once, by a task: a failure is left to the deadline. The task's copy never
+        // leaves on its own drop: a runtime that shuts down drops the tasks spawned on it
+        // unrun, and a copy that spawned again from its drop would do so without end.
         let mut place = Place {
             conn: self.conn.clone(),
             keys: self.keys.clone(),
             token: self.token,
-            left: false,
+            left: true,
         };
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
                 if let Err(e) = place.leave().await {
                     tracing::warn!(error = %e, "could not leave a mutation line; the place lapses");
                 }
-                // Tried once: a failure is left to the deadline.
-                place.disarm();
             });
-        } else {
-            place.left = true;
         }
     }
 }
