@@ -2,13 +2,20 @@
 //! Redis (the real servers; `WHARF_TEST_POSTGRES_URL` and `WHARF_TEST_REDIS_URL` override
 //! the local defaults). A backend that cannot be reached fails its tests: nothing is skipped.
 
+mod support;
+
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::{
+    Monitor, pg_backend_pid, pg_blocked_by, pg_observer, postgres_with, redis_claim_key,
+    redis_with, sqlite_url, sqlite_with, wait_until,
+};
 use wharf::Principal;
 use wharf::state::{
-    Begin, Claim, Digest, HandleKind, HandleRecord, Store, StoreError, TxMode, now_millis,
+    Begin, Claim, Digest, HandleKind, HandleRecord, Store, StoreError, Transaction, TxMode,
+    now_millis,
 };
 use wharf_store::{StoreOptions, open};
 
@@ -69,6 +76,51 @@ fn claim(scope: &str, key: &str, args: Value) -> Claim {
         key: key.to_owned(),
         digest: Digest::of("tool", &map),
         expires_at: now_millis() + 60_000,
+    }
+}
+
+/// Shows, from the backend, that a duplicate waits for a first attempt still running.
+enum Watch {
+    /// A session blocked by the first attempt's session (on its uncommitted record).
+    Postgres { pool: sqlx::AnyPool, first: i32 },
+    /// The duplicate's claim script runs a second time: it was told to wait, and asks again.
+    Redis { monitor: Monitor, key: String },
+    /// SQLite's wait happens inside the waiting connection's busy handler, which nothing
+    /// outside it can see: the duplicate's wait is not observed there (the busy test below
+    /// shows that it waits).
+    Sqlite,
+}
+
+impl Watch {
+    /// Starts watching; before the duplicate starts.
+    async fn start(store: &Arc<dyn Store>, first: &mut Box<dyn Transaction>, c: &Claim) -> Self {
+        match store.backend() {
+            "postgres" => Watch::Postgres {
+                first: pg_backend_pid(first).await,
+                pool: pg_observer().await,
+            },
+            "redis" => Watch::Redis {
+                monitor: Monitor::start().await,
+                key: redis_claim_key(c),
+            },
+            _ => Watch::Sqlite,
+        }
+    }
+
+    async fn until_the_duplicate_waits(&mut self) {
+        let within = Duration::from_secs(10);
+        match self {
+            Watch::Postgres { pool, first } => {
+                wait_until(
+                    "the duplicate waits for the first attempt",
+                    within,
+                    async || pg_blocked_by(pool, *first).await >= 1,
+                )
+                .await
+            }
+            Watch::Redis { monitor, key } => monitor.scripts_on(key, 2, within).await,
+            Watch::Sqlite => tokio::task::yield_now().await,
+        }
     }
 }
 
@@ -282,12 +334,15 @@ async fn a_duplicate_waits_for_the_first_and_replays(store: Arc<dyn Store>) {
     let c = claim(&scope, "k", json!({"n": 1}));
     let mut first = run(&store, &c).await;
     first.append_rows(&rows, &[json!("once")]).await.unwrap();
+    let mut watch = Watch::start(&store, &mut first, &c).await;
     let dup = {
         let store = Arc::clone(&store);
         let c = c.clone();
         tokio::spawn(async move { store.begin_idempotent(&c, now_millis()).await })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Once the duplicate is seen waiting, it can only end as a replay of the first result:
+    // a duplicate that ran beside the first, or gave up at once, fails below.
+    watch.until_the_duplicate_waits().await;
     assert!(
         !dup.is_finished(),
         "the duplicate must wait for the first attempt"
@@ -380,6 +435,7 @@ async fn claims_on_a_handle_are_for_its_owner_only(store: Arc<dyn Store>) {
     let Some(Begin::Run(mut first)) = begun else {
         panic!("the owner's first call must run")
     };
+    let mut watch = Watch::start(&store, &mut first, &c).await;
     let dup = {
         let (store, c, id) = (Arc::clone(&store), c.clone(), h.id.clone());
         tokio::spawn(async move {
@@ -388,7 +444,7 @@ async fn claims_on_a_handle_are_for_its_owner_only(store: Arc<dyn Store>) {
                 .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    watch.until_the_duplicate_waits().await;
     assert!(
         !dup.is_finished(),
         "the duplicate must wait for the first attempt"
@@ -463,6 +519,83 @@ async fn nothing_is_left_under_a_handle_retired_while_a_write_ran(store: Arc<dyn
     // And a write that starts after the retirement cannot hold it.
     let mut late = store.begin(TxMode::Write).await.unwrap();
     assert!(!late.hold_handle(&h.id, None).await.unwrap());
+}
+
+/// A duplicate of a write still running waits at most its store's `lock_wait`, then is
+/// told "busy" (the core answers 503 / -31000: retry); it never runs beside the first. The
+/// retry, after the first committed, replays. `holder` keeps its claim far longer than
+/// `dup` waits (on Redis a claim's lease is the lock_wait of the store that took it).
+async fn a_duplicate_of_a_write_still_running_is_busy_after_its_wait(
+    holder: Arc<dyn Store>,
+    dup: Arc<dyn Store>,
+    wait: Duration,
+) {
+    let scope = unique("h:busy");
+    let rows = unique("rows");
+    let c = claim(&scope, "k", json!({"n": 1}));
+    let mut first = run(&holder, &c).await;
+    first.append_rows(&rows, &[json!("once")]).await.unwrap();
+
+    let started = Instant::now();
+    match dup.begin_idempotent(&c, now_millis()).await {
+        Err(StoreError::Busy(_)) => {}
+        Ok(Begin::Run(_)) => panic!("the duplicate ran beside the first attempt"),
+        Ok(Begin::Replay(r)) => panic!("a replay of {r} before the first committed"),
+        Ok(Begin::Mismatch) => panic!("mismatch"),
+        Err(e) => panic!("expected busy, got {e}"),
+    }
+    let waited = started.elapsed();
+    assert!(
+        waited >= wait,
+        "the duplicate gave up after {waited:?}, before its wait of {wait:?}"
+    );
+    assert!(
+        waited < wait + Duration::from_secs(10),
+        "the duplicate's wait of {wait:?} lasted {waited:?}"
+    );
+
+    first.complete_claim(&c, "\"first\"").await.unwrap();
+    first.commit().await.unwrap();
+    match dup.begin_idempotent(&c, now_millis()).await.unwrap() {
+        Begin::Replay(r) => assert_eq!(r, "\"first\""),
+        _ => panic!("the retry must replay the first result"),
+    }
+    let mut tx = dup.begin(TxMode::Read).await.unwrap();
+    assert_eq!(tx.count_rows(&rows).await.unwrap(), 1);
+}
+
+const SHORT_WAIT: Duration = Duration::from_millis(700);
+const LONG_WAIT: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_duplicate_of_a_write_still_running_is_busy_after_its_wait() {
+    // A file of its own: the first attempt holds its write lock for the whole wait.
+    let url = sqlite_url("busy");
+    let (holder, dup) = (
+        sqlite_with(&url, LONG_WAIT).await,
+        sqlite_with(&url, SHORT_WAIT).await,
+    );
+    a_duplicate_of_a_write_still_running_is_busy_after_its_wait(holder, dup, SHORT_WAIT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_duplicate_of_a_write_still_running_is_busy_after_its_wait() {
+    a_duplicate_of_a_write_still_running_is_busy_after_its_wait(
+        postgres_with(LONG_WAIT).await,
+        postgres_with(SHORT_WAIT).await,
+        SHORT_WAIT,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_duplicate_of_a_write_still_running_is_busy_after_its_wait() {
+    a_duplicate_of_a_write_still_running_is_busy_after_its_wait(
+        redis_with(LONG_WAIT).await,
+        redis_with(SHORT_WAIT).await,
+        SHORT_WAIT,
+    )
+    .await;
 }
 
 macro_rules! suite {
