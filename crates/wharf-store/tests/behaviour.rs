@@ -17,7 +17,6 @@ use wharf::state::{
     Begin, Claim, Digest, HandleKind, HandleRecord, Store, StoreError, Transaction, TxMode,
     now_millis,
 };
-use wharf_store::{StoreOptions, open};
 
 struct Thing;
 impl HandleKind for Thing {
@@ -28,34 +27,18 @@ impl HandleKind for Thing {
     const IDLE_TTL: Option<Duration> = Some(Duration::from_secs(600));
 }
 
-fn options() -> StoreOptions {
-    StoreOptions {
-        max_connections: 8,
-        lock_wait: Duration::from_secs(3),
-    }
-}
+const WAIT: Duration = Duration::from_secs(3);
 
 async fn sqlite() -> Arc<dyn Store> {
-    let dir = std::env::temp_dir().join(format!("wharf-behaviour-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let url = format!("sqlite://{}/store.db", dir.display());
-    open(&url, &options()).await.expect("open SQLite")
+    support::sqlite_with(&support::sqlite_url("behaviour"), WAIT).await
 }
 
 async fn postgres() -> Arc<dyn Store> {
-    let url = std::env::var("WHARF_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    open(&url, &options())
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL at {url} is required for these tests: {e}"))
+    support::postgres_with(WAIT).await
 }
 
 async fn redis() -> Arc<dyn Store> {
-    let url =
-        std::env::var("WHARF_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
-    open(&url, &options())
-        .await
-        .unwrap_or_else(|e| panic!("Redis at {url} is required for these tests: {e}"))
+    support::redis_with(WAIT).await
 }
 
 fn unique(prefix: &str) -> String {

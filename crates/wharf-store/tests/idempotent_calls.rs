@@ -13,7 +13,10 @@ use serde_json::{Value, json};
 use wharf::protocol::{Implementation, RequestId};
 use wharf::state::{Store, TxMode};
 use wharf::{Context, ParsedRequest, Principal, Scope, Server, Structured, ToolError, tool};
-use wharf_store::{StoreOptions, open};
+
+mod support;
+
+use support::unique;
 
 #[derive(Deserialize, schemars::JsonSchema)]
 struct Append {
@@ -104,14 +107,6 @@ fn replayed(result: &Value) -> bool {
 async fn rows(store: &Arc<dyn Store>, log: &str) -> u64 {
     let mut tx = store.begin(TxMode::Read).await.unwrap();
     tx.count_rows(log).await.unwrap()
-}
-
-fn unique(prefix: &str) -> String {
-    use std::hash::{BuildHasher, RandomState};
-    format!(
-        "{prefix}-{:016x}",
-        RandomState::new().hash_one(std::time::Instant::now())
-    )
 }
 
 async fn records_are_kept_per_principal_tool_and_key(store: Arc<dyn Store>) {
@@ -217,35 +212,18 @@ async fn a_call_whose_client_leaves_after_the_handler_returned_is_committed(stor
     assert!(left > 0, "the client never left between return and commit");
 }
 
-fn options() -> StoreOptions {
-    StoreOptions {
-        max_connections: 8,
-        lock_wait: Duration::from_secs(3),
-    }
-}
+const WAIT: Duration = Duration::from_secs(3);
 
 async fn sqlite() -> Arc<dyn Store> {
-    let dir = std::env::temp_dir().join(format!("wharf-idem-calls-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    open(&format!("sqlite://{}/store.db", dir.display()), &options())
-        .await
-        .unwrap()
+    support::sqlite_with(&support::sqlite_url("idempotent-calls"), WAIT).await
 }
 
 async fn postgres() -> Arc<dyn Store> {
-    let url = std::env::var("WHARF_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
-    open(&url, &options())
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL at {url} is required for these tests: {e}"))
+    support::postgres_with(WAIT).await
 }
 
 async fn redis() -> Arc<dyn Store> {
-    let url =
-        std::env::var("WHARF_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
-    open(&url, &options())
-        .await
-        .unwrap_or_else(|e| panic!("Redis at {url} is required for these tests: {e}"))
+    support::redis_with(WAIT).await
 }
 
 macro_rules! all_backends {
