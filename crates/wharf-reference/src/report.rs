@@ -150,12 +150,32 @@ impl Totals {
 }
 
 /// Marks the run cancelled unless it finished: dropped with the handler's stream when the
-/// request is cancelled, it writes the marker on its own task, holding up nothing.
+/// request is cancelled, it writes the marker on its own task, holding up nothing. The marker
+/// goes in only after a progress commit in flight at the cancellation has landed (see
+/// [`Unfinished::commit`]), so a run seen cancelled is not written to any more.
 struct Unfinished {
     store: std::sync::Arc<dyn Store>,
     collection: String,
     marker: String,
     finished: bool,
+    /// Held by a progress commit until it has landed, whether or not the run is dropped.
+    committing: std::sync::Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Unfinished {
+    /// Commits `tx` on its own task: a commit the cancellation would cut short may still
+    /// land in the store, and the cancellation marker must come after it.
+    async fn commit(&self, tx: Box<dyn wharf::Transaction>) -> Result<(), ToolError> {
+        let turn = std::sync::Arc::clone(&self.committing).lock_owned().await;
+        tokio::spawn(async move {
+            let landed = tx.commit().await;
+            drop(turn);
+            landed
+        })
+        .await
+        .map_err(ToolError::internal)?
+        .map_err(store_error)
+    }
 }
 
 impl Drop for Unfinished {
@@ -163,15 +183,17 @@ impl Drop for Unfinished {
         if self.finished {
             return;
         }
-        let (store, collection, marker) = (
+        let (store, collection, marker, committing) = (
             self.store.clone(),
             std::mem::take(&mut self.collection),
             std::mem::take(&mut self.marker),
+            std::sync::Arc::clone(&self.committing),
         );
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
         rt.spawn(async move {
+            let _landed = committing.lock().await;
             let marked = async {
                 let mut tx = store.begin(TxMode::Write).await?;
                 tx.insert_doc(&collection, &marker, &json!({ "at": now_millis() }))
@@ -232,6 +254,7 @@ impl Run {
                 collection: reports(cx),
                 marker: cancelled_marker(&args.dataset, run),
                 finished: false,
+                committing: std::sync::Arc::default(),
             },
             totals: columns.into_iter().map(Totals::new).collect(),
             rows_key,
@@ -263,7 +286,7 @@ impl Run {
         self.report.total_rows = self.report.total_rows.max(self.report.scanned_rows);
         let mut tx = cx.transaction(TxMode::Write).await?;
         put_report(tx.as_mut(), cx, &self.report).await?;
-        tx.commit().await.map_err(store_error)?;
+        self.unfinished.commit(tx).await?;
         Ok(chunk.len() as u32 == self.chunk)
     }
 
