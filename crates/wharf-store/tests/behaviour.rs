@@ -357,34 +357,61 @@ async fn expired_records_count_as_absent(store: Arc<dyn Store>) {
 }
 
 async fn the_sweeper_removes_long_expired_handles_in_batches(store: Arc<dyn Store>) {
+    const HOUR: i64 = 3_600_000;
     let owner = Principal::new("u");
-    let long_ago = now_millis() - 10 * 3_600_000;
+    let idle = i64::try_from(Thing::IDLE_TTL.unwrap().as_millis()).unwrap();
+    let now = now_millis();
+    // Handles whose idle lifetime ended `ago` milliseconds before now.
+    let expired = |ago: i64| HandleRecord::mint::<Thing>(&owner, now - idle - ago);
     let mut tx = store.begin(TxMode::Write).await.unwrap();
     let mut old = Vec::new();
-    for _ in 0..3 {
-        let h = HandleRecord::mint::<Thing>(&owner, long_ago);
+    for _ in 0..5 {
+        let h = expired(10 * HOUR);
         tx.create_handle(&h).await.unwrap();
         tx.append_rows(&format!("{}/rows", h.id), &[json!(1)])
             .await
             .unwrap();
         old.push(h);
     }
-    let live = HandleRecord::mint::<Thing>(&owner, now_millis());
+    // Expired, but within the hour of grace in which its owner is told why it is gone.
+    let recent = expired(HOUR - 60_000);
+    tx.create_handle(&recent).await.unwrap();
+    let live = HandleRecord::mint::<Thing>(&owner, now);
     tx.create_handle(&live).await.unwrap();
     tx.commit().await.unwrap();
-    // Other tests share the store: sweep until ours are gone, one small batch at a time.
-    for _ in 0..1000 {
+    // Other tests share the store: sweep until nothing is left, one small batch at a time;
+    // no call removes more than its batch of handles and its batch of idempotency records.
+    let mut calls = 0;
+    loop {
         let n = store.sweep(now_millis(), 2).await.unwrap();
+        assert!(
+            n <= 4,
+            "a sweep removed {n} records, beyond its batches of 2"
+        );
+        calls += 1;
         if n == 0 {
             break;
         }
+        assert!(calls < 10_000, "the sweep never ends");
     }
+    assert!(
+        calls >= 3,
+        "five handles in batches of two take three sweeps"
+    );
     for h in &old {
         assert_eq!(store.load_handle(&h.id).await.unwrap(), None);
         let mut tx = store.begin(TxMode::Read).await.unwrap();
         assert_eq!(tx.count_rows(&format!("{}/rows", h.id)).await.unwrap(), 0);
     }
+    let kept = store.load_handle(&recent.id).await.unwrap();
+    assert!(
+        kept.is_some_and(|h| h.expired(now_millis()).is_some()),
+        "an hour of grace: kept, and known to have expired"
+    );
     assert!(store.load_handle(&live.id).await.unwrap().is_some());
+    // Past the grace, it goes too.
+    store.sweep(now_millis() + 2 * HOUR, 1000).await.unwrap();
+    assert_eq!(store.load_handle(&recent.id).await.unwrap(), None);
 }
 
 async fn claims_on_a_handle_are_for_its_owner_only(store: Arc<dyn Store>) {
