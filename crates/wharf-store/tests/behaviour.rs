@@ -348,8 +348,15 @@ async fn expired_records_count_as_absent(store: Arc<dyn Store>) {
     let mut tx = run(&store, &c).await;
     tx.complete_claim(&c, "1").await.unwrap();
     tx.commit().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Still there before it expires: the same key with other arguments is a mismatch.
     let later = claim(&scope, "k", json!({"other": true}));
+    assert!(matches!(
+        store.begin_idempotent(&later, now_millis()).await.unwrap(),
+        Begin::Mismatch
+    ));
+    // Once it has expired, the key is free again. Redis expires records on its own clock,
+    // so the test waits for the expiry itself (a lower bound: no machine is too slow).
+    tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(matches!(
         store.begin_idempotent(&later, now_millis()).await.unwrap(),
         Begin::Run(_)
