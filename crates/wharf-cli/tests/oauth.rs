@@ -6,7 +6,7 @@
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use axum::extract::State;
@@ -92,45 +92,108 @@ fn rs256(kid: &str) -> SigningKey {
     }
 }
 
-/// The authorization server: metadata, a JWKS that can rotate, and introspection.
+/// The authorization server: metadata, a JWKS that can rotate, and introspection. It counts
+/// what it is asked, and can stop and start again on its port, so a test can cut it off from
+/// the server and bring it back.
 #[derive(Clone)]
 struct Issuer {
     url: String,
+    port: u16,
     jwks: Arc<RwLock<Vec<Value>>>,
     jwks_fetches: Arc<AtomicUsize>,
+    metadata_fetches: Arc<AtomicUsize>,
     introspections: Arc<AtomicUsize>,
+    running: Arc<Mutex<Option<Running>>>,
 }
 
+/// A serving issuer: the signal that stops it, and the task that ends once every connection
+/// is closed.
+struct Running {
+    stop: tokio::sync::oneshot::Sender<()>,
+    done: tokio::task::JoinHandle<()>,
+}
+
+impl Issuer {
+    /// An issuer at `http://127.0.0.1:port`, not serving yet: nothing listens there until
+    /// [`Issuer::start`].
+    fn at(port: u16) -> Issuer {
+        Issuer {
+            url: format!("http://127.0.0.1:{port}"),
+            port,
+            jwks: Arc::default(),
+            jwks_fetches: Arc::default(),
+            metadata_fetches: Arc::default(),
+            introspections: Arc::default(),
+            running: Arc::default(),
+        }
+    }
+
+    /// Listens on its port again.
+    async fn start(&self) {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
+            .await
+            .unwrap();
+        self.serve(listener);
+    }
+
+    fn serve(&self, listener: tokio::net::TcpListener) {
+        let app = Router::new()
+            .route(
+                "/.well-known/oauth-authorization-server",
+                get(|State(s): State<Issuer>| async move {
+                    s.metadata_fetches.fetch_add(1, Ordering::SeqCst);
+                    Json(
+                        json!({ "issuer": s.url, "jwks_uri": format!("{}/jwks", s.url),
+                        "introspection_endpoint": format!("{}/introspect", s.url) }),
+                    )
+                }),
+            )
+            .route(
+                "/jwks",
+                get(|State(s): State<Issuer>| async move {
+                    s.jwks_fetches.fetch_add(1, Ordering::SeqCst);
+                    Json(json!({ "keys": *s.jwks.read().unwrap() }))
+                }),
+            )
+            .route("/introspect", post(introspect))
+            .with_state(self.clone());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let done = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+        });
+        let previous = self.running.lock().unwrap().replace(Running { stop, done });
+        assert!(previous.is_none(), "the issuer is already serving");
+    }
+
+    /// Stops serving: once this returns, the port is closed and so is every connection the
+    /// server had open to it.
+    async fn stop(&self) {
+        let running = self.running.lock().unwrap().take();
+        let Running { stop, done } = running.expect("the issuer is serving");
+        let _ = stop.send(());
+        done.await.unwrap();
+    }
+
+    fn metadata_fetches(&self) -> usize {
+        self.metadata_fetches.load(Ordering::SeqCst)
+    }
+
+    fn jwks_fetches(&self) -> usize {
+        self.jwks_fetches.load(Ordering::SeqCst)
+    }
+}
+
+/// An issuer serving on a port of its own.
 async fn issuer() -> Issuer {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let state = Issuer {
-        url: url.clone(),
-        jwks: Arc::new(RwLock::new(Vec::new())),
-        jwks_fetches: Arc::new(AtomicUsize::new(0)),
-        introspections: Arc::new(AtomicUsize::new(0)),
-    };
-    let app = Router::new()
-        .route(
-            "/.well-known/oauth-authorization-server",
-            get(|State(s): State<Issuer>| async move {
-                Json(
-                    json!({ "issuer": s.url, "jwks_uri": format!("{}/jwks", s.url),
-                    "introspection_endpoint": format!("{}/introspect", s.url) }),
-                )
-            }),
-        )
-        .route(
-            "/jwks",
-            get(|State(s): State<Issuer>| async move {
-                s.jwks_fetches.fetch_add(1, Ordering::SeqCst);
-                Json(json!({ "keys": *s.jwks.read().unwrap() }))
-            }),
-        )
-        .route("/introspect", post(introspect))
-        .with_state(state.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    state
+    let issuer = Issuer::at(listener.local_addr().unwrap().port());
+    issuer.serve(listener);
+    issuer
 }
 
 /// Knows two opaque tokens: one active for alice, one inactive.
@@ -172,12 +235,31 @@ fn claims(issuer: &Issuer, resource: &str, sub: &str, scope: &str) -> Value {
 }
 
 async fn call_as(server: &ServerProcess, token: &str, name: &str, args: Value) -> Reply {
-    server
-        .client()
-        .with_bearer(token)
-        .request("tools/call", json!({ "name": name, "arguments": args }))
-        .await
-        .unwrap()
+    send(
+        server,
+        token,
+        "tools/call",
+        json!({ "name": name, "arguments": args }),
+    )
+    .await
+}
+
+/// Sends `method` with `token`; every message of the reply is checked against the schema.
+async fn send(server: &ServerProcess, token: &str, method: &str, params: Value) -> Reply {
+    common::request(&server.client().with_bearer(token), method, params).await
+}
+
+/// Where the server's challenges point: its RFC 9728 metadata.
+fn metadata_url(server: &ServerProcess) -> String {
+    format!(
+        "http://127.0.0.1:{}/.well-known/oauth-protected-resource",
+        server.port
+    )
+}
+
+/// The canonical resource URI of a server started by [`jwt_server_with`].
+fn resource_of(server: &ServerProcess) -> String {
+    format!("http://127.0.0.1:{}/mcp", server.port)
 }
 
 fn challenge(reply: &Reply) -> String {
@@ -192,10 +274,7 @@ fn challenge(reply: &Reply) -> String {
 fn assert_401(reply: &Reply, server: &ServerProcess, why: &str) {
     assert_eq!(reply.status, 401, "{}", reply.body);
     let c = challenge(reply);
-    let metadata = format!(
-        "resource_metadata=\"http://127.0.0.1:{}/.well-known/oauth-protected-resource\"",
-        server.port
-    );
+    let metadata = format!("resource_metadata=\"{}\"", metadata_url(server));
     assert!(c.starts_with("Bearer "), "{c}");
     assert!(c.contains(&metadata), "{c}");
     assert!(c.contains("scope=\"datasets:read datasets:write\""), "{c}");
@@ -204,28 +283,58 @@ fn assert_401(reply: &Reply, server: &ServerProcess, why: &str) {
     assert_eq!(reply.error_code(), Some(-31001));
 }
 
+/// A 503 for a token that could not be checked: Retry-After, -31000 and a message that names
+/// the authorization server; no challenge, since nothing is wrong with the token.
+fn assert_issuer_unavailable(reply: &Reply) {
+    assert_eq!(reply.status, 503, "{}", reply.body);
+    assert_eq!(
+        reply
+            .headers
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap()),
+        Some("1"),
+        "{:?}",
+        reply.headers
+    );
+    assert_eq!(reply.error_code(), Some(-31000), "{}", reply.body);
+    assert_eq!(
+        reply.error().unwrap()["message"],
+        "Busy: the authorization server could not be reached to check the token; retry later"
+    );
+    assert!(reply.headers.get("www-authenticate").is_none());
+}
+
 fn jwt_server(issuer: &Issuer, store: &str) -> ServerProcess {
-    let port = common::free_port();
-    let resource = format!("http://127.0.0.1:{port}/mcp");
-    ServerProcess::start_on(
-        port,
+    jwt_server_with(
+        issuer,
+        store,
         &[
-            "--profile",
-            "default",
-            "--store",
-            store,
-            "--oauth-issuer",
-            &issuer.url,
-            "--oauth-resource",
-            &resource,
-            "--oauth-scope-supported",
-            "datasets:read,datasets:write",
             "--oauth-jwks-min-refresh-secs",
             "1",
             "--oauth-leeway-secs",
             "5",
         ],
     )
+}
+
+/// `wharf serve` (default profile) taking JWTs of `issuer` for the URL of its own endpoint,
+/// advertising the dataset scopes, with `extra` flags.
+fn jwt_server_with(issuer: &Issuer, store: &str, extra: &[&str]) -> ServerProcess {
+    let port = common::free_port();
+    let resource = format!("http://127.0.0.1:{port}/mcp");
+    let args = [
+        "--profile",
+        "default",
+        "--store",
+        store,
+        "--oauth-issuer",
+        &issuer.url,
+        "--oauth-resource",
+        &resource,
+        "--oauth-scope-supported",
+        "datasets:read,datasets:write",
+    ];
+    ServerProcess::start_on(port, &[&args[..], extra].concat())
 }
 
 #[tokio::test]
@@ -327,10 +436,10 @@ async fn jwt_access_tokens_are_checked_on_every_request() {
     assert_401(&r, &server, "unknown signing key");
     issuer.jwks.write().unwrap().push(b.jwk.clone());
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let fetches = issuer.jwks_fetches.load(Ordering::SeqCst);
+    let fetches = issuer.jwks_fetches();
     let r = call_as(&server, &rotated, "import_begin", begin(&unique("ds"))).await;
     assert_eq!(r.status, 200, "{}", r.body);
-    assert_eq!(issuer.jwks_fetches.load(Ordering::SeqCst), fetches + 1);
+    assert_eq!(issuer.jwks_fetches(), fetches + 1);
 
     // No token, and a token in the URL.
     let r = server
@@ -595,4 +704,62 @@ async fn tools_list_can_show_only_permitted_tools() {
         .unwrap();
     assert!(names(&r).contains(&"import_begin".to_owned()));
     assert_eq!(r.result().unwrap()["cacheScope"], "public");
+}
+
+/// 503 with Retry-After, never a 401, when the issuer cannot be reached: first its metadata
+/// (nothing listens at the issuer's address yet), later its JWKS, for a key id the server has
+/// not seen (the issuer stopped). Nothing of an outage is kept: once the issuer answers, the
+/// tokens refused are accepted. `--oauth-jwks-min-refresh-secs 0` lets every token with an
+/// unknown key id fetch, so only the outage decides here.
+#[tokio::test]
+async fn an_unreachable_issuer_is_503_and_nothing_of_the_outage_is_kept() {
+    let issuer = Issuer::at(common::free_port());
+    let (k1, k2) = (es256("k1"), es256("k2"));
+    issuer.jwks.write().unwrap().push(k1.jwk.clone());
+    let server = jwt_server_with(
+        &issuer,
+        &sqlite_url("oauth-outage"),
+        &["--oauth-jwks-min-refresh-secs", "0"],
+    );
+    let resource = resource_of(&server);
+    let all = "datasets:read datasets:write";
+    let query = json!({ "name": "dataset_query", "arguments": { "dataset": "none" } });
+
+    let alice = sign(&k1, &claims(&issuer, &resource, "alice", all));
+    for _ in 0..2 {
+        assert_issuer_unavailable(&send(&server, &alice, "tools/list", json!({})).await);
+        assert_issuer_unavailable(&send(&server, &alice, "tools/call", query.clone()).await);
+    }
+    // Each of the four tried to reach the issuer (no refusal was kept).
+    server
+        .log
+        .wait_for("no usable authorization server metadata", 4)
+        .await;
+
+    issuer.start().await;
+    let r = send(&server, &alice, "tools/call", query.clone()).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.result().unwrap()["isError"], true, "{}", r.body);
+    assert_eq!((issuer.metadata_fetches(), issuer.jwks_fetches()), (1, 1));
+
+    // The issuer goes away with k1 known: tokens signed by k1 need no fetch and pass; a token
+    // signed by k2, which the server has never seen, needs the JWKS and cannot get it.
+    issuer.stop().await;
+    let bob = sign(&k1, &claims(&issuer, &resource, "bob", all));
+    let r = send(&server, &bob, "tools/list", json!({})).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let rotated = sign(&k2, &claims(&issuer, &resource, "alice", all));
+    assert_issuer_unavailable(&send(&server, &rotated, "tools/list", json!({})).await);
+    assert_issuer_unavailable(&send(&server, &rotated, "tools/call", query.clone()).await);
+    server
+        .log
+        .wait_for(&format!("{}/jwks", issuer.url), 2)
+        .await;
+
+    // Back, now publishing k2: the same token is accepted, after one more fetch.
+    issuer.jwks.write().unwrap().push(k2.jwk.clone());
+    issuer.start().await;
+    let r = send(&server, &rotated, "tools/call", query.clone()).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!((issuer.metadata_fetches(), issuer.jwks_fetches()), (1, 2));
 }
