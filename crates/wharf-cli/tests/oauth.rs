@@ -283,6 +283,25 @@ fn assert_401(reply: &Reply, server: &ServerProcess, why: &str) {
     assert_eq!(reply.error_code(), Some(-31001));
 }
 
+/// A 401 for a token that was sent: exactly the challenge a server advertising the dataset
+/// scopes gives, with `description`, and `message` in the JSON-RPC error.
+fn assert_invalid_token(reply: &Reply, server: &ServerProcess, description: &str, message: &str) {
+    assert_eq!(reply.status, 401, "{}", reply.body);
+    assert_eq!(
+        challenge(reply),
+        format!(
+            "Bearer resource_metadata=\"{}\", scope=\"datasets:read datasets:write\", \
+             error=\"invalid_token\", error_description=\"{description}\"",
+            metadata_url(server)
+        )
+    );
+    assert_eq!(reply.error_code(), Some(-31001), "{}", reply.body);
+    assert_eq!(reply.error().unwrap()["message"], message, "{}", reply.body);
+}
+
+const UNKNOWN_KEY: &str =
+    "Unauthorized: the token is signed with a key the issuer does not publish";
+
 /// A 503 for a token that could not be checked: Retry-After, -31000 and a message that names
 /// the authorization server; no challenge, since nothing is wrong with the token.
 fn assert_issuer_unavailable(reply: &Reply) {
@@ -762,4 +781,59 @@ async fn an_unreachable_issuer_is_503_and_nothing_of_the_outage_is_kept() {
     let r = send(&server, &rotated, "tools/call", query.clone()).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!((issuer.metadata_fetches(), issuer.jwks_fetches()), (1, 2));
+}
+
+/// `--oauth-jwks-min-refresh-secs`: tokens signed with key ids the server has not seen make it
+/// fetch the JWKS again at most once per interval, however many come, one after another or
+/// at once, and even when the issuer has meanwhile published one of the keys: within the
+/// interval each is refused 401 "unknown signing key", without a fetch.
+#[tokio::test]
+async fn unknown_key_ids_fetch_the_jwks_at_most_once_per_interval() {
+    let issuer = issuer().await;
+    let k = es256("k");
+    issuer.jwks.write().unwrap().push(k.jwk.clone());
+    let server = jwt_server_with(
+        &issuer,
+        &sqlite_url("oauth-refetch"),
+        &["--oauth-jwks-min-refresh-secs", "600"],
+    );
+    let resource = resource_of(&server);
+    let all = "datasets:read datasets:write";
+    let r = send(
+        &server,
+        &sign(&k, &claims(&issuer, &resource, "alice", all)),
+        "tools/list",
+        json!({}),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(issuer.jwks_fetches(), 1);
+
+    let published = es256("published-later");
+    issuer.jwks.write().unwrap().push(published.jwk.clone());
+    let mut unknown = vec![published];
+    unknown.extend((0..3).map(|i| es256(&format!("made-up-{i}"))));
+    let tokens: Vec<String> = unknown
+        .iter()
+        .map(|key| sign(key, &claims(&issuer, &resource, "alice", all)))
+        .collect();
+    for token in &tokens {
+        let r = send(&server, token, "tools/list", json!({})).await;
+        assert_invalid_token(&r, &server, "unknown signing key", UNKNOWN_KEY);
+    }
+    let burst = futures_util::future::join_all(
+        tokens
+            .iter()
+            .map(|token| send(&server, token, "tools/list", json!({}))),
+    )
+    .await;
+    for r in &burst {
+        assert_invalid_token(r, &server, "unknown signing key", UNKNOWN_KEY);
+    }
+    assert_eq!(
+        issuer.jwks_fetches(),
+        1,
+        "fetched again within the interval"
+    );
+    assert_eq!(issuer.metadata_fetches(), 1);
 }
