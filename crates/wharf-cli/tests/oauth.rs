@@ -837,3 +837,84 @@ async fn unknown_key_ids_fetch_the_jwks_at_most_once_per_interval() {
     );
     assert_eq!(issuer.metadata_fetches(), 1);
 }
+
+/// `--oauth-required-scope`: a token without the scope is refused on every request, whatever
+/// the method (and again from the token cache), 403 with an `insufficient_scope` challenge
+/// naming it and -31003; a token with it passes, and a tool that needs more asks for both.
+/// The 401 challenge asks for the required scope.
+#[tokio::test]
+async fn a_required_scope_is_needed_on_every_request() {
+    let issuer = issuer().await;
+    let k = es256("k");
+    issuer.jwks.write().unwrap().push(k.jwk.clone());
+    let server = jwt_server_with(
+        &issuer,
+        &sqlite_url("oauth-required-scope"),
+        &["--oauth-required-scope", "mcp:access"],
+    );
+    let resource = resource_of(&server);
+    let begin = json!({ "name": "import_begin", "arguments": { "dataset": unique("ds"),
+        "columns": [{ "name": "id", "type": "integer" }] } });
+    let query = json!({ "name": "dataset_query", "arguments": { "dataset": "none" } });
+    let requests = [
+        ("tools/list", json!({})),
+        ("resources/list", json!({})),
+        ("tools/call", query.clone()),
+        ("tools/call", begin.clone()),
+    ];
+    let forbidden = format!(
+        "Bearer error=\"insufficient_scope\", scope=\"mcp:access\", resource_metadata=\"{}\"",
+        metadata_url(&server)
+    );
+    for scope in ["datasets:read datasets:write", ""] {
+        let token = sign(&k, &claims(&issuer, &resource, "alice", scope));
+        for _ in 0..2 {
+            for (method, params) in &requests {
+                let r = send(&server, &token, method, params.clone()).await;
+                assert_eq!(r.status, 403, "{scope:?} {method}: {}", r.body);
+                assert_eq!(challenge(&r), forbidden);
+                assert_eq!(r.error_code(), Some(-31003), "{}", r.body);
+                assert_eq!(
+                    r.error().unwrap()["message"],
+                    "Forbidden: the token lacks the scopes this server needs: mcp:access"
+                );
+            }
+        }
+    }
+
+    let token = sign(
+        &k,
+        &claims(&issuer, &resource, "alice", "mcp:access datasets:read"),
+    );
+    for (method, params) in &requests[..3] {
+        let r = send(&server, &token, method, params.clone()).await;
+        assert_eq!(r.status, 200, "{method}: {}", r.body);
+        assert!(r.result().is_some(), "{}", r.body);
+    }
+    let r = send(&server, &token, "tools/call", begin).await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(
+        challenge(&r),
+        format!(
+            "Bearer error=\"insufficient_scope\", scope=\"mcp:access datasets:write\", \
+             resource_metadata=\"{}\"",
+            metadata_url(&server)
+        )
+    );
+    assert_eq!(r.error_code(), Some(-31003), "{}", r.body);
+    assert_eq!(
+        r.error().unwrap()["data"]["requiredScopes"],
+        json!(["datasets:write"])
+    );
+
+    let r = common::request(&server.client(), "tools/list", json!({})).await;
+    assert_eq!(r.status, 401, "{}", r.body);
+    assert_eq!(
+        challenge(&r),
+        format!(
+            "Bearer resource_metadata=\"{}\", scope=\"mcp:access\"",
+            metadata_url(&server)
+        )
+    );
+    assert_eq!(r.error_code(), Some(-31001), "{}", r.body);
+}
