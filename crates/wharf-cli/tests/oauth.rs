@@ -918,3 +918,72 @@ async fn a_required_scope_is_needed_on_every_request() {
     );
     assert_eq!(r.error_code(), Some(-31001), "{}", r.body);
 }
+
+/// `--oauth-audience` (repeatable) lists the audiences a token may carry instead of the
+/// resource URI (README: "`--oauth-resource`, or a list with `--oauth-audience`"): a token
+/// for a listed audience, alone or among others, is accepted; a token for anything else is
+/// refused as issued for another resource, and so is one for the resource URI, which the
+/// list replaces. The metadata still names the resource URI.
+#[tokio::test]
+async fn oauth_audiences_replace_the_resource_uri_as_accepted_audience() {
+    let issuer = issuer().await;
+    let k = es256("k");
+    issuer.jwks.write().unwrap().push(k.jwk.clone());
+    let server = jwt_server_with(
+        &issuer,
+        &sqlite_url("oauth-audience"),
+        &[
+            "--oauth-audience",
+            "https://mcp.example.com/mcp",
+            "--oauth-audience",
+            "urn:wharf:tests",
+        ],
+    );
+    let resource = resource_of(&server);
+    let all = "datasets:read datasets:write";
+    let token_for = |aud: Option<Value>| {
+        let mut c = claims(&issuer, &resource, "alice", all);
+        match aud {
+            Some(aud) => c["aud"] = aud,
+            None => {
+                c.as_object_mut().unwrap().remove("aud");
+            }
+        }
+        sign(&k, &c)
+    };
+    for aud in [
+        json!("https://mcp.example.com/mcp"),
+        json!("urn:wharf:tests"),
+        json!(["https://elsewhere.example/mcp", "urn:wharf:tests"]),
+    ] {
+        let r = send(
+            &server,
+            &token_for(Some(aud.clone())),
+            "tools/list",
+            json!({}),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{aud}: {}", r.body);
+    }
+    for aud in [
+        Some(json!("https://elsewhere.example/mcp")),
+        Some(json!(["https://elsewhere.example/mcp", "urn:wharf:other"])),
+        Some(json!(resource)),
+        None,
+    ] {
+        let r = send(&server, &token_for(aud), "tools/list", json!({})).await;
+        assert_invalid_token(
+            &r,
+            &server,
+            "the token was issued for another resource",
+            "Unauthorized: the token was issued for another resource (audience)",
+        );
+    }
+    let doc: Value = reqwest::get(metadata_url(&server))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(doc["resource"], resource);
+}
