@@ -92,15 +92,18 @@ fn rs256(kid: &str) -> SigningKey {
     }
 }
 
-/// The authorization server: metadata, a JWKS that can rotate, and introspection. It counts
-/// what it is asked, and can stop and start again on its port, so a test can cut it off from
-/// the server and bring it back.
+/// The authorization server: metadata, a JWKS that can rotate, introspection, and a second
+/// JWKS at `/direct/jwks` that the metadata does not name. It counts what it is asked, and can
+/// stop and start again on its port, so a test can cut it off from the server and bring it
+/// back.
 #[derive(Clone)]
 struct Issuer {
     url: String,
     port: u16,
     jwks: Arc<RwLock<Vec<Value>>>,
     jwks_fetches: Arc<AtomicUsize>,
+    direct_jwks: Arc<RwLock<Vec<Value>>>,
+    direct_fetches: Arc<AtomicUsize>,
     metadata_fetches: Arc<AtomicUsize>,
     introspections: Arc<AtomicUsize>,
     running: Arc<Mutex<Option<Running>>>,
@@ -122,6 +125,8 @@ impl Issuer {
             port,
             jwks: Arc::default(),
             jwks_fetches: Arc::default(),
+            direct_jwks: Arc::default(),
+            direct_fetches: Arc::default(),
             metadata_fetches: Arc::default(),
             introspections: Arc::default(),
             running: Arc::default(),
@@ -155,6 +160,13 @@ impl Issuer {
                     Json(json!({ "keys": *s.jwks.read().unwrap() }))
                 }),
             )
+            .route(
+                "/direct/jwks",
+                get(|State(s): State<Issuer>| async move {
+                    s.direct_fetches.fetch_add(1, Ordering::SeqCst);
+                    Json(json!({ "keys": *s.direct_jwks.read().unwrap() }))
+                }),
+            )
             .route("/introspect", post(introspect))
             .with_state(self.clone());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -185,6 +197,10 @@ impl Issuer {
 
     fn jwks_fetches(&self) -> usize {
         self.jwks_fetches.load(Ordering::SeqCst)
+    }
+
+    fn direct_fetches(&self) -> usize {
+        self.direct_fetches.load(Ordering::SeqCst)
     }
 }
 
@@ -986,4 +1002,37 @@ async fn oauth_audiences_replace_the_resource_uri_as_accepted_audience() {
         .await
         .unwrap();
     assert_eq!(doc["resource"], resource);
+}
+
+/// `--oauth-jwks-uri`: the keys come from that URL alone. The issuer's metadata, whose
+/// `jwks_uri` names a set without the signing key, is never fetched, nor is that set.
+#[tokio::test]
+async fn oauth_jwks_uri_is_where_the_keys_come_from() {
+    let issuer = issuer().await;
+    let (k, decoy) = (es256("k"), es256("decoy"));
+    issuer.jwks.write().unwrap().push(decoy.jwk.clone());
+    issuer.direct_jwks.write().unwrap().push(k.jwk.clone());
+    let server = jwt_server_with(
+        &issuer,
+        &sqlite_url("oauth-jwks-uri"),
+        &["--oauth-jwks-uri", &format!("{}/direct/jwks", issuer.url)],
+    );
+    let resource = resource_of(&server);
+    let all = "datasets:read datasets:write";
+    for sub in ["alice", "bob"] {
+        let token = sign(&k, &claims(&issuer, &resource, sub, all));
+        let r = send(&server, &token, "tools/list", json!({})).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let token = sign(&decoy, &claims(&issuer, &resource, "alice", all));
+    let r = send(&server, &token, "tools/list", json!({})).await;
+    assert_invalid_token(&r, &server, "unknown signing key", UNKNOWN_KEY);
+    assert_eq!(
+        (
+            issuer.metadata_fetches(),
+            issuer.jwks_fetches(),
+            issuer.direct_fetches()
+        ),
+        (0, 0, 1)
+    );
 }
