@@ -5,11 +5,12 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine;
@@ -93,15 +94,17 @@ fn rs256(kid: &str) -> SigningKey {
 }
 
 /// The authorization server: metadata, a JWKS that can rotate, introspection, and a second
-/// JWKS at `/direct/jwks` that the metadata does not name. It counts what it is asked, and can
-/// stop and start again on its port, so a test can cut it off from the server and bring it
-/// back.
+/// JWKS at `/direct/jwks` that the metadata does not name. It counts what it is asked, can
+/// fail its JWKS fetches on demand, and can stop and start again on its port, so a test can
+/// cut it off from the server and bring it back.
 #[derive(Clone)]
 struct Issuer {
     url: String,
     port: u16,
     jwks: Arc<RwLock<Vec<Value>>>,
     jwks_fetches: Arc<AtomicUsize>,
+    /// While set, `/jwks` answers 500 (the fetch still counts).
+    jwks_failing: Arc<AtomicBool>,
     direct_jwks: Arc<RwLock<Vec<Value>>>,
     direct_fetches: Arc<AtomicUsize>,
     metadata_fetches: Arc<AtomicUsize>,
@@ -125,6 +128,7 @@ impl Issuer {
             port,
             jwks: Arc::default(),
             jwks_fetches: Arc::default(),
+            jwks_failing: Arc::default(),
             direct_jwks: Arc::default(),
             direct_fetches: Arc::default(),
             metadata_fetches: Arc::default(),
@@ -157,7 +161,10 @@ impl Issuer {
                 "/jwks",
                 get(|State(s): State<Issuer>| async move {
                     s.jwks_fetches.fetch_add(1, Ordering::SeqCst);
-                    Json(json!({ "keys": *s.jwks.read().unwrap() }))
+                    if s.jwks_failing.load(Ordering::SeqCst) {
+                        return Err(StatusCode::INTERNAL_SERVER_ERROR);
+                    }
+                    Ok(Json(json!({ "keys": *s.jwks.read().unwrap() })))
                 }),
             )
             .route(
@@ -1034,5 +1041,38 @@ async fn oauth_jwks_uri_is_where_the_keys_come_from() {
             issuer.direct_fetches()
         ),
         (0, 0, 1)
+    );
+}
+
+/// A failed JWKS fetch is the interval's fetch too: however the issuer answers, tokens cannot
+/// make the server fetch more than once per interval. Until the interval has passed, a
+/// token that needs the set is answered 503, not refused as if the issuer did not publish
+/// its key: the server could not learn what the issuer publishes.
+#[tokio::test]
+async fn a_failed_jwks_fetch_counts_toward_the_interval() {
+    let issuer = issuer().await;
+    let k = es256("k");
+    issuer.jwks.write().unwrap().push(k.jwk.clone());
+    issuer.jwks_failing.store(true, Ordering::SeqCst);
+    let server = jwt_server_with(
+        &issuer,
+        &sqlite_url("oauth-failed-fetch"),
+        &["--oauth-jwks-min-refresh-secs", "600"],
+    );
+    let resource = resource_of(&server);
+    let all = "datasets:read datasets:write";
+    let token = sign(&k, &claims(&issuer, &resource, "alice", all));
+    assert_issuer_unavailable(&send(&server, &token, "tools/list", json!({})).await);
+    assert_eq!(issuer.jwks_fetches(), 1);
+
+    issuer.jwks_failing.store(false, Ordering::SeqCst);
+    let other = sign(&es256("other"), &claims(&issuer, &resource, "alice", all));
+    for t in [&token, &other, &token] {
+        assert_issuer_unavailable(&send(&server, t, "tools/list", json!({})).await);
+    }
+    assert_eq!(
+        issuer.jwks_fetches(),
+        1,
+        "fetched again within the interval"
     );
 }

@@ -34,6 +34,9 @@ struct Keys {
     unnamed: Vec<(Algorithm, DecodingKey)>,
     /// When the set was last fetched, or tried.
     attempted_at: Option<Instant>,
+    /// Whether that attempt failed (or never finished): until the next attempt, the server
+    /// cannot know which keys the issuer publishes.
+    attempt_failed: bool,
 }
 
 impl std::fmt::Debug for Keys {
@@ -41,6 +44,7 @@ impl std::fmt::Debug for Keys {
         f.debug_struct("Keys")
             .field("kids", &self.by_kid.keys().collect::<Vec<_>>())
             .field("unnamed", &self.unnamed.len())
+            .field("attempt_failed", &self.attempt_failed)
             .finish()
     }
 }
@@ -153,9 +157,17 @@ impl JwtChecker {
                 .attempted_at
                 .is_some_and(|t| t.elapsed() < self.min_refresh)
             {
-                return Ok(());
+                // After a failed attempt, a key missing from the set says nothing about the
+                // token: the issuer could not be asked (503), it did not disown the key (401).
+                return if keys.attempt_failed {
+                    Err(AuthError::Unavailable)
+                } else {
+                    Ok(())
+                };
             }
             keys.attempted_at = Some(Instant::now());
+            // Until the set arrives: an attempt dropped halfway failed too.
+            keys.attempt_failed = true;
         }
         let uri = self.jwks_uri().await?;
         let set: JwkSet = self
@@ -288,5 +300,68 @@ fn refused_header(token: &str) -> AuthError {
         AuthError::UnsupportedAlgorithm
     } else {
         AuthError::InvalidToken
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine as _;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    /// A JWT naming key `kid`: refused for its key before its signature is looked at.
+    fn token_with_kid(kid: &str) -> String {
+        let part =
+            |v: Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+        format!(
+            "{}.{}.c2ln",
+            part(serde_json::json!({ "alg": "ES256", "typ": "JWT", "kid": kid })),
+            part(serde_json::json!({ "sub": "alice" }))
+        )
+    }
+
+    /// A JWKS endpoint that answers every request 500, counting them.
+    async fn failing_jwks() -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/jwks", listener.local_addr().unwrap());
+        let requests = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&requests);
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                counted.fetch_add(1, Ordering::SeqCst);
+                let _ = conn
+                    .write_all(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    .await;
+            }
+        });
+        (url, requests)
+    }
+
+    #[tokio::test]
+    async fn within_the_interval_after_a_failed_fetch_keys_are_unavailable_not_unknown() {
+        let (url, requests) = failing_jwks().await;
+        let checker = JwtChecker::new(
+            reqwest::Client::new(),
+            "https://as.example.com".into(),
+            Some(url),
+            Duration::from_secs(600),
+        );
+        let audiences = ["https://mcp.example.com/mcp".to_owned()];
+        for kid in ["a", "a", "b"] {
+            let refused = checker
+                .check(&token_with_kid(kid), &audiences, Duration::ZERO)
+                .await
+                .unwrap_err();
+            assert_eq!(refused, AuthError::Unavailable, "{kid}");
+        }
+        assert_eq!(
+            requests.load(Ordering::SeqCst),
+            1,
+            "one attempt per interval"
+        );
     }
 }
