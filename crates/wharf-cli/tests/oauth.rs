@@ -772,17 +772,17 @@ async fn an_unreachable_issuer_is_503_and_nothing_of_the_outage_is_kept() {
         assert_issuer_unavailable(&send(&server, &alice, "tools/list", json!({})).await);
         assert_issuer_unavailable(&send(&server, &alice, "tools/call", query.clone()).await);
     }
-    // Each of the four tried to reach the issuer (no refusal was kept).
-    server
-        .log
-        .wait_for("no usable authorization server metadata", 4)
-        .await;
 
     issuer.start().await;
     let r = send(&server, &alice, "tools/call", query.clone()).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.result().unwrap()["isError"], true, "{}", r.body);
     assert_eq!((issuer.metadata_fetches(), issuer.jwks_fetches()), (1, 1));
+    // Each of the four refused requests tried to reach the issuer: no refusal was kept.
+    server
+        .log
+        .wait_for("no usable authorization server metadata", 4)
+        .await;
 
     // The issuer goes away with k1 known: tokens signed by k1 need no fetch and pass; a token
     // signed by k2, which the server has never seen, needs the JWKS and cannot get it.
