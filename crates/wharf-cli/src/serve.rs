@@ -114,7 +114,7 @@ pub struct ServeArgs {
     /// address and endpoint over http.
     #[arg(long, env = "WHARF_OAUTH_RESOURCE")]
     oauth_resource: Option<String>,
-    /// Another accepted audience (repeatable); replaces the default of the resource URI.
+    /// An accepted audience (repeatable): the list replaces the default, the resource URI.
     #[arg(
         long = "oauth-audience",
         env = "WHARF_OAUTH_AUDIENCES",
