@@ -333,18 +333,8 @@ async fn listen_streams_ack_filter_and_end_gracefully() {
 #[tokio::test]
 async fn sigterm_lets_in_flight_requests_finish_and_exits_zero() {
     let mut server = ServerProcess::start(&["--drain-secs", "30"]);
-    let params = json!({ "name": "slow_count", "arguments": { "steps": 10, "interval_ms": 100 },
-        "_meta": { "progressToken": "drain" } });
-    let mut call = Box::pin(
-        server
-            .client()
-            .open_stream("tools/call", params)
-            .await
-            .unwrap(),
-    );
     // Its first progress says the request runs; then the signal.
-    let first = call.next().await.expect("progress");
-    assert_eq!(first["method"], "notifications/progress", "{first}");
+    let call = common::running_count(&server.client(), 10, 100).await;
     server.terminate();
     let rest: Vec<Value> = call.collect().await;
     let last = rest.last().expect("an answer");

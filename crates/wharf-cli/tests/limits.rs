@@ -9,7 +9,7 @@
 mod common;
 
 use common::{ServerProcess, request, validate_reply};
-use futures_util::{Stream, StreamExt};
+use futures_util::Stream;
 use serde_json::{Value, json};
 
 const QUEUED: &str = "request queued for a slot";
@@ -22,18 +22,7 @@ fn slow(steps: u32, ms: u64) -> Value {
 /// A call that runs for minutes unless dropped: it holds its slots until the test drops the
 /// stream (closing the connection cancels it). Returns once the handler runs.
 async fn holding(server: &ServerProcess) -> impl Stream<Item = Value> + use<> {
-    let mut params = slow(1000, 200);
-    params["_meta"] = json!({ "progressToken": "hold" });
-    let mut stream = Box::pin(
-        server
-            .client()
-            .open_stream("tools/call", params)
-            .await
-            .unwrap(),
-    );
-    let first = stream.next().await.expect("the held call runs");
-    assert_eq!(first["method"], "notifications/progress", "{first}");
-    stream
+    common::running_count(&server.client(), 1000, 200).await
 }
 
 async fn started(server: &ServerProcess) -> u64 {
@@ -130,13 +119,7 @@ async fn each_principal_has_its_own_cap() {
         "1",
     ]);
     let alice = server.client().with_bearer("alice-key-0123456789");
-    let mut params = slow(1000, 200);
-    params["_meta"] = json!({ "progressToken": "hold" });
-    let mut held = Box::pin(alice.open_stream("tools/call", params).await.unwrap());
-    assert_eq!(
-        held.next().await.unwrap()["method"],
-        "notifications/progress"
-    );
+    let held = common::running_count(&alice, 1000, 200).await;
 
     let refused = alice.request("tools/call", slow(1, 1)).await.unwrap();
     assert_eq!(refused.status, 503, "{}", refused.body);

@@ -63,19 +63,8 @@ async fn keys_from_a_file_and_settings_from_the_environment() {
     assert_eq!(r.status, 404, "only the configured endpoint serves MCP");
 
     // WHARF_MAX_PER_PRINCIPAL took effect: Alice's second call at once is refused.
-    let mut params = json!({ "name": "slow_count", "arguments": { "steps": 1000, "interval_ms": 100 },
-        "_meta": { "progressToken": "hold" } });
     let alice = at("/rpc").with_bearer(ALICE);
-    let mut held = Box::pin(
-        alice
-            .open_stream("tools/call", params.take())
-            .await
-            .unwrap(),
-    );
-    assert_eq!(
-        held.next().await.unwrap()["method"],
-        "notifications/progress"
-    );
+    let held = common::running_count(&alice, 1000, 100).await;
     let refused = request(
         &alice,
         "tools/call",
@@ -153,19 +142,7 @@ async fn readyz_fails_when_the_store_is_gone_and_liveness_does_not() {
 async fn the_drain_deadline_cuts_off_a_request_that_outlasts_it() {
     let mut server = ServerProcess::start(&["--drain-secs", "1"]);
     // A hundred seconds of work: only the deadline can end it.
-    let params = json!({ "name": "slow_count", "arguments": { "steps": 1000, "interval_ms": 100 },
-        "_meta": { "progressToken": "cut" } });
-    let mut call = Box::pin(
-        server
-            .client()
-            .open_stream("tools/call", params)
-            .await
-            .unwrap(),
-    );
-    assert_eq!(
-        call.next().await.unwrap()["method"],
-        "notifications/progress"
-    );
+    let call = common::running_count(&server.client(), 1000, 100).await;
     server.terminate();
     server.log.wait_for("drain deadline passed", 1).await;
     // The stream ends without an answer: the request was cut off, not finished.

@@ -9,13 +9,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{
-    Monitor, pg_backend_pid, pg_blocked_by, pg_observer, postgres_with, redis_claim_key,
+    Monitor, claim, pg_backend_pid, pg_blocked_by, pg_observer, postgres_with, redis_claim_key,
     redis_with, sqlite_url, sqlite_with, wait_until,
 };
 use wharf::Principal;
 use wharf::state::{
-    Begin, Claim, Digest, HandleKind, HandleRecord, Store, StoreError, Transaction, TxMode,
-    now_millis,
+    Begin, Claim, HandleKind, HandleRecord, Store, StoreError, Transaction, TxMode, now_millis,
 };
 
 struct Thing;
@@ -48,18 +47,6 @@ fn unique(prefix: &str) -> String {
 fn rand_u64() -> u64 {
     use std::hash::{BuildHasher, RandomState};
     RandomState::new().hash_one(std::time::Instant::now())
-}
-
-fn claim(scope: &str, key: &str, args: Value) -> Claim {
-    let Value::Object(map) = args else {
-        unreachable!("test args are objects")
-    };
-    Claim {
-        scope: scope.to_owned(),
-        key: key.to_owned(),
-        digest: Digest::of("tool", &map),
-        expires_at: now_millis() + 60_000,
-    }
 }
 
 /// Shows, from the backend, that a duplicate waits for a first attempt still running.

@@ -8,19 +8,7 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 use support::*;
-use wharf::state::{Begin, Claim, Digest, StoreError, TxMode, now_millis};
-
-fn claim(scope: &str, key: &str, args: Value) -> Claim {
-    let Value::Object(map) = args else {
-        unreachable!("test args are objects")
-    };
-    Claim {
-        scope: scope.to_owned(),
-        key: key.to_owned(),
-        digest: Digest::of("tool", &map),
-        expires_at: now_millis() + 60_000,
-    }
-}
+use wharf::state::{Begin, StoreError, TxMode, now_millis};
 
 /// When the stalled holder's late commit comes, relative to the taker's.
 #[derive(Clone, Copy, PartialEq)]

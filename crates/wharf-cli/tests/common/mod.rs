@@ -283,6 +283,26 @@ pub fn validate_reply(method: &str, reply: &Reply) {
     }
 }
 
+/// A `slow_count` call of `steps` steps `interval_ms` apart, with a progress token, opened
+/// as a stream; returns once its first progress arrives, which says the handler runs. Until
+/// the stream is dropped (which closes its connection and cancels the call) it holds its
+/// slots: with many steps, a call that ends only when the test says so.
+pub async fn running_count(
+    client: &HttpClient,
+    steps: u32,
+    interval_ms: u64,
+) -> std::pin::Pin<Box<impl futures_util::Stream<Item = Value> + use<>>> {
+    use futures_util::StreamExt as _;
+    let params = serde_json::json!({ "name": "slow_count",
+        "arguments": { "steps": steps, "interval_ms": interval_ms },
+        "_meta": { "progressToken": "running" } });
+    let mut stream = Box::pin(client.open_stream("tools/call", params).await.unwrap());
+    let first = stream.next().await.expect("the call runs");
+    assert_eq!(first["method"], "notifications/progress", "{first}");
+    validate_message("tools/call", &first);
+    stream
+}
+
 /// Sends a request and validates everything that comes back.
 pub async fn request(client: &HttpClient, method: &str, params: Value) -> Reply {
     let reply = client.request(method, params).await.expect("request");

@@ -53,6 +53,19 @@ pub async fn sqlite_with(url: &str, lock_wait: Duration) -> Arc<dyn Store> {
     open(url, &options(lock_wait)).await.expect("open SQLite")
 }
 
+/// A claim of key `key` in `scope` for a call of "tool" with `args`, kept a minute.
+pub fn claim(scope: &str, key: &str, args: serde_json::Value) -> Claim {
+    let serde_json::Value::Object(map) = args else {
+        unreachable!("test args are objects")
+    };
+    Claim {
+        scope: scope.to_owned(),
+        key: key.to_owned(),
+        digest: wharf::state::Digest::of("tool", &map),
+        expires_at: wharf::state::now_millis() + 60_000,
+    }
+}
+
 pub fn unique(prefix: &str) -> String {
     use std::hash::{BuildHasher, RandomState};
     format!(
