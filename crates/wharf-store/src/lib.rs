@@ -108,6 +108,28 @@ mod tests {
         assert_eq!(sqlite_url("sqlite://w.db?mode=ro"), "sqlite://w.db?mode=ro");
     }
 
+    /// Two replicas (or a replica and the `wharf` command) starting on one new SQLite file
+    /// both apply its migrations: neither fails on the other's tables.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn replicas_opening_a_new_sqlite_file_at_once_all_start() {
+        for round in 0..5 {
+            let dir = std::env::temp_dir()
+                .join(format!("wharf-first-open-{}-{round}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let url = format!("sqlite://{}/w.db", dir.display());
+            let mut opens = tokio::task::JoinSet::new();
+            for _ in 0..6 {
+                let url = url.clone();
+                opens.spawn(async move { open(&url, &StoreOptions::default()).await.map(drop) });
+            }
+            while let Some(opened) = opens.join_next().await {
+                opened.unwrap().unwrap();
+            }
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+
     #[tokio::test]
     async fn the_test_store_lives_in_a_temporary_file_removed_with_it() {
         let store = open("memory://", &StoreOptions::default()).await.unwrap();

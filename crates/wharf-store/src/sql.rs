@@ -281,10 +281,7 @@ impl SqlStore {
             Dialect::Sqlite => &SQLITE_MIGRATOR,
             Dialect::Postgres => &PG_MIGRATOR,
         };
-        migrator
-            .run(&pool)
-            .await
-            .map_err(|e| StoreError::Backend(format!("migrations failed: {e}")))?;
+        migrate(migrator, &pool, dialect).await?;
         let locks = match dialect {
             Dialect::Postgres => Some(pg_lock::PgLocks::new(url, max_connections)?),
             Dialect::Sqlite => None,
@@ -355,6 +352,32 @@ impl SqlStore {
             _ => self.pool.begin().await,
         };
         tx.map_err(db_error)
+    }
+}
+
+/// Applies pending migrations. PostgreSQL's migrator locks the database while it works;
+/// SQLite's does not, so two processes opening a new file at once both apply the first
+/// migration and the later one fails on the other's tables. Each migration commits with its
+/// record, so reading the applied ones again and going on is safe: a SQLite store retries,
+/// at most once per migration.
+async fn migrate(
+    migrator: &sqlx::migrate::Migrator,
+    pool: &AnyPool,
+    dialect: Dialect,
+) -> Result<(), StoreError> {
+    let mut retries = match dialect {
+        Dialect::Sqlite => migrator.iter().count(),
+        Dialect::Postgres => 0,
+    };
+    loop {
+        match migrator.run(pool).await {
+            Ok(()) => return Ok(()),
+            Err(e) if retries > 0 => {
+                retries -= 1;
+                tracing::debug!(error = %e, "a migration failed; reading the applied ones again");
+            }
+            Err(e) => return Err(StoreError::Backend(format!("migrations failed: {e}"))),
+        }
     }
 }
 
