@@ -1,7 +1,7 @@
 //! JWT access tokens verified locally against the issuer's JWKS.
 
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet, KeyAlgorithm};
@@ -16,8 +16,13 @@ use crate::AuthError;
 /// as the secret) never verify.
 const ACCEPTED: [Algorithm; 3] = [Algorithm::RS256, Algorithm::ES256, Algorithm::EdDSA];
 
+/// Checks JWTs against the issuer's keys, fetched when a token names one it lacks.
 #[derive(Debug)]
-pub(crate) struct JwtChecker {
+pub(crate) struct JwtChecker(Arc<KeySource>);
+
+/// Where keys come from and the keys known; shared with a fetch running on its own task.
+#[derive(Debug)]
+struct KeySource {
     http: reqwest::Client,
     issuer: String,
     jwks_uri: RwLock<Option<String>>,
@@ -56,14 +61,24 @@ impl JwtChecker {
         jwks_uri: Option<String>,
         min_refresh: Duration,
     ) -> Self {
-        JwtChecker {
+        JwtChecker(Arc::new(KeySource {
             http,
             issuer,
             jwks_uri: RwLock::new(jwks_uri),
             keys: RwLock::new(Keys::default()),
             fetching: tokio::sync::Mutex::new(()),
             min_refresh,
-        }
+        }))
+    }
+
+    /// Fetches the key set again (at most once per `min_refresh`) on its own task: a client
+    /// that hangs up must not leave an attempt counted but never made, which would refuse
+    /// every new key for the rest of the interval.
+    async fn refresh(&self) -> Result<(), AuthError> {
+        let source = Arc::clone(&self.0);
+        tokio::spawn(async move { source.refresh().await })
+            .await
+            .map_err(|_| AuthError::Unavailable)?
     }
 
     pub(crate) async fn check(
@@ -84,16 +99,17 @@ impl JwtChecker {
         if !typ_ok {
             return Err(AuthError::NotAnAccessToken);
         }
-        let key = match self.key(header.kid.as_deref(), header.alg) {
+        let key = match self.0.key(header.kid.as_deref(), header.alg) {
             Some(k) => k,
             None => {
                 self.refresh().await?;
-                self.key(header.kid.as_deref(), header.alg)
+                self.0
+                    .key(header.kid.as_deref(), header.alg)
                     .ok_or(AuthError::UnknownKey)?
             }
         };
         let mut validation = Validation::new(header.alg);
-        validation.set_issuer(&[&self.issuer]);
+        validation.set_issuer(&[&self.0.issuer]);
         // The audience is checked below, against every accepted value.
         validation.validate_aud = false;
         validation.validate_nbf = true;
@@ -118,14 +134,16 @@ impl JwtChecker {
         Ok(Checked {
             expires_at: claims.get("exp").and_then(Value::as_u64).unwrap_or(0),
             grant: Grant {
-                issuer: self.issuer.clone(),
+                issuer: self.0.issuer.clone(),
                 subject,
                 client_id: text("client_id").or_else(|| text("azp")),
                 scopes: scopes_of(&claims),
             },
         })
     }
+}
 
+impl KeySource {
     /// The cached key for `kid` (or, without one, the only key of that algorithm).
     fn key(&self, kid: Option<&str>, alg: Algorithm) -> Option<DecodingKey> {
         let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
@@ -166,7 +184,7 @@ impl JwtChecker {
                 };
             }
             keys.attempted_at = Some(Instant::now());
-            // Until the set arrives: an attempt dropped halfway failed too.
+            // Until the set arrives (a fetch that errs leaves it so).
             keys.attempt_failed = true;
         }
         let uri = self.jwks_uri().await?;
@@ -283,7 +301,8 @@ fn split_origin(url: &str) -> (&str, &str) {
 
 /// Why a JWT header the JWT library cannot read is refused: a readable header naming an
 /// algorithm the library does not know (`none`, say) is an unsupported algorithm, so the
-/// client learns that rather than a bare "not valid".
+/// client learns that rather than a bare "not valid"; any other unreadable header is not
+/// valid.
 fn refused_header(token: &str) -> AuthError {
     use base64::Engine as _;
     let alg = token
@@ -295,7 +314,11 @@ fn refused_header(token: &str) -> AuthError {
                 .ok()
         })
         .and_then(|h| serde_json::from_slice::<serde_json::Value>(&h).ok())
-        .is_some_and(|h| h.get("alg").is_some_and(serde_json::Value::is_string));
+        .is_some_and(|h| {
+            h.get("alg").is_some_and(|a| {
+                a.is_string() && serde_json::from_value::<Algorithm>(a.clone()).is_err()
+            })
+        });
     if alg {
         AuthError::UnsupportedAlgorithm
     } else {
@@ -363,5 +386,87 @@ mod tests {
             1,
             "one attempt per interval"
         );
+    }
+
+    /// A JWKS endpoint that holds each request until `release` is notified, then answers an
+    /// empty key set; counts the requests it received.
+    async fn held_jwks(release: Arc<tokio::sync::Notify>) -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/jwks", listener.local_addr().unwrap());
+        let requests = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&requests);
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                counted.fetch_add(1, Ordering::SeqCst);
+                release.notified().await;
+                let body = r#"{"keys":[]}"#;
+                let _ = conn
+                    .write_all(
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
+                        .as_bytes(),
+                    )
+                    .await;
+            }
+        });
+        (url, requests)
+    }
+
+    #[tokio::test]
+    async fn a_fetch_whose_client_hung_up_still_completes() {
+        let release = Arc::new(tokio::sync::Notify::new());
+        let (url, requests) = held_jwks(Arc::clone(&release)).await;
+        let checker = Arc::new(JwtChecker::new(
+            reqwest::Client::new(),
+            "https://as.example.com".into(),
+            Some(url),
+            Duration::from_secs(600),
+        ));
+        let audiences = ["https://mcp.example.com/mcp".to_owned()];
+        let hung_up = {
+            let (checker, audiences) = (Arc::clone(&checker), audiences.clone());
+            tokio::spawn(async move {
+                checker
+                    .check(&token_with_kid("new"), &audiences, Duration::ZERO)
+                    .await
+            })
+        };
+        while requests.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        hung_up.abort();
+        assert!(hung_up.await.unwrap_err().is_cancelled());
+        release.notify_one();
+        // The fetch went on and learned the set: the key is unknown (401), not unreachable.
+        let refused = checker
+            .check(&token_with_kid("new"), &audiences, Duration::ZERO)
+            .await
+            .unwrap_err();
+        assert_eq!(refused, AuthError::UnknownKey);
+        assert_eq!(requests.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn unreadable_headers_are_refused_for_what_is_wrong_with_them() {
+        let header = |h: &str| {
+            format!(
+                "{}.e30.c2ln",
+                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(h)
+            )
+        };
+        assert_eq!(
+            refused_header(&header(r#"{"alg":"none","typ":"JWT"}"#)),
+            AuthError::UnsupportedAlgorithm
+        );
+        // A known algorithm with some other fault is not an algorithm problem.
+        assert_eq!(
+            refused_header(&header(r#"{"alg":"RS256","kid":5}"#)),
+            AuthError::InvalidToken
+        );
+        assert_eq!(refused_header("not a token"), AuthError::InvalidToken);
     }
 }
