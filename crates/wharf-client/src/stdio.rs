@@ -42,17 +42,17 @@ impl StdioClient {
 
     /// Writes one message.
     pub async fn send(&mut self, message: &Value) -> Result<(), ClientError> {
-        self.send_line(&message.to_string()).await
+        self.send_line(message.to_string()).await
     }
 
     /// Writes `line` as it is, then a newline: for testing how a server takes bytes that
     /// are not a message.
-    pub async fn send_line(&mut self, line: &str) -> Result<(), ClientError> {
+    pub async fn send_line(&mut self, line: impl AsRef<[u8]>) -> Result<(), ClientError> {
         let stdin = self
             .stdin
             .as_mut()
             .ok_or_else(|| ClientError::Protocol("stdin is closed".into()))?;
-        stdin.write_all(line.as_bytes()).await?;
+        stdin.write_all(line.as_ref()).await?;
         stdin.write_all(b"\n").await?;
         stdin.flush().await?;
         Ok(())

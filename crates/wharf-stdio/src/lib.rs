@@ -104,6 +104,10 @@ where
                 );
                 send_error(&tx, None, &e).await;
             }
+            Ok(Line::NotUtf8) => {
+                let e = RpcError::new(ErrorKind::Parse, "Parse error: the line is not UTF-8");
+                send_error(&tx, None, &e).await;
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "stdin failed");
                 break;
@@ -136,11 +140,13 @@ enum Line {
     Text(String),
     /// A line over [`MAX_LINE_BYTES`], skipped up to its end.
     TooLong,
+    /// A line that is not UTF-8 (so not JSON), already taken off the input.
+    NotUtf8,
 }
 
-/// Newline-delimited lines, where a line over the limit is an item rather than an error: a
-/// framed reader ends at its first error, and one over-long message must not end the
-/// session. `LinesCodec` skips the rest of such a line by itself.
+/// Newline-delimited lines, where a line over the limit or not in UTF-8 is an item rather
+/// than an error: a framed reader ends at its first error, and one bad message must not end
+/// the session. `LinesCodec` skips the rest of an over-long line by itself.
 struct Lines(LinesCodec);
 
 impl Decoder for Lines {
@@ -160,6 +166,11 @@ fn lift(r: Result<Option<String>, LinesCodecError>) -> Result<Option<Line>, std:
     match r {
         Ok(line) => Ok(line.map(Line::Text)),
         Err(LinesCodecError::MaxLineLengthExceeded) => Ok(Some(Line::TooLong)),
+        // The codec reports a line that is not UTF-8 as invalid data, once it has taken the
+        // line off the buffer: the next line reads as usual.
+        Err(LinesCodecError::Io(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+            Ok(Some(Line::NotUtf8))
+        }
         Err(LinesCodecError::Io(e)) => Err(e),
     }
 }
