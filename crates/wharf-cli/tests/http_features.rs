@@ -333,12 +333,13 @@ async fn listen_streams_ack_filter_and_end_gracefully() {
 #[tokio::test]
 async fn sigterm_lets_in_flight_requests_finish_and_exits_zero() {
     let mut server = ServerProcess::start(&["--drain-secs", "30"]);
-    // Its first progress says the request runs; then the signal.
-    let call = common::running_count(&server.client(), 10, 100).await;
+    // Its first progress says the request runs (for five seconds); then the signal.
+    let call = common::running_count(&server.client(), 50, 100).await;
     server.terminate();
+    server.log.wait_for("shutting down: draining", 1).await;
     let rest: Vec<Value> = call.collect().await;
     let last = rest.last().expect("an answer");
-    assert_eq!(last["result"]["content"][0]["text"], "counted 10", "{last}");
+    assert_eq!(last["result"]["content"][0]["text"], "counted 50", "{last}");
     assert!(
         server.wait_exit(Duration::from_secs(15)).success(),
         "exit code 0"

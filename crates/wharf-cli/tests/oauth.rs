@@ -213,7 +213,11 @@ impl Issuer {
 
 /// An issuer serving on a port of its own.
 async fn issuer() -> Issuer {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    // A port from free_port: one bound by the system could be one handed to a server not yet
+    // listening.
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", common::free_port()))
+        .await
+        .unwrap();
     let issuer = Issuer::at(listener.local_addr().unwrap().port());
     issuer.serve(listener);
     issuer

@@ -77,15 +77,29 @@ async fn keys_from_a_file_and_settings_from_the_environment() {
 
     // A key file with a broken line: the server refuses to start and says which.
     std::fs::write(dir.join("broken"), format!("alice = {ALICE}\nbob {BOB}\n")).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_wharf"))
+    let mut refused = Command::new(env!("CARGO_BIN_EXE_wharf"))
         .args(["serve", "--profile", "demo", "--listen"])
         .arg(format!("127.0.0.1:{}", free_port()))
         .arg("--api-keys-file")
         .arg(dir.join("broken"))
-        .output()
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
-    assert!(!out.status.success());
-    let said = String::from_utf8_lossy(&out.stderr);
+    // Had it started anyway, it would serve until killed: a deadline turns that into a failure.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = refused.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            refused.kill().unwrap();
+            panic!("wharf serve started with a broken key file");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(!status.success());
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut refused.stderr.take().unwrap(), &mut said).unwrap();
     assert!(said.contains("PRINCIPAL=TOKEN"), "{said}");
 }
 

@@ -261,34 +261,40 @@ async fn stdio_notifications_cancelled_stops_the_report() {
     c.send(&json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": "rep" } }))
         .await
         .unwrap();
-    let mut last = Value::Null;
-    for i in 0..100 {
+    let mut next_id = 0;
+    let mut status = async |c: &mut StdioClient| {
+        next_id += 1;
+        let id = next_id;
         c.request(
-            json!(i),
+            json!(id),
             "tools/call",
             json!({ "name": "report_status", "arguments": { "dataset": name } }),
         )
         .await
         .unwrap();
-        let reply = loop {
-            let m = recv(&mut c).await;
+        loop {
+            let m = recv(c).await;
             assert_ne!(m["id"], "rep", "a cancelled request gets no response: {m}");
-            if m["id"] == i {
-                break m;
+            if m["id"] == id {
+                break m["result"]["structuredContent"].clone();
             }
-        };
-        let report = reply["result"]["structuredContent"].clone();
-        if report["state"] == "cancelled" {
-            if last == report {
-                break;
-            }
-            last = report;
-            // Several pauses later, it must be exactly the same.
-            tokio::time::sleep(Duration::from_millis(1600)).await;
-        } else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-    }
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let last = loop {
+        let report = status(&mut c).await;
+        if report["state"] == "cancelled" {
+            break report;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never cancelled: {report}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // Several pauses later, it must be exactly the same (an absence is watched for a while).
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    assert_eq!(status(&mut c).await, last, "written after the cancellation");
     assert_eq!(last["state"], "cancelled", "{last}");
     assert!(last["scannedRows"].as_u64().unwrap() < 10_000, "{last}");
     c.close_stdin();

@@ -74,7 +74,9 @@ struct Issuer {
 
 /// Starts the issuer on a free loopback port; it knows the tokens [`scopes_of_token`] lists.
 async fn issuer(resource: String) -> Issuer {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", common::free_port()))
+        .await
+        .unwrap();
     let state = Issuer {
         url: format!("http://{}", listener.local_addr().unwrap()),
         resource,

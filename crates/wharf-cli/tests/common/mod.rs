@@ -17,7 +17,7 @@ use wharf_client::{HttpClient, Reply};
 pub struct ServerProcess {
     pub child: Child,
     pub port: u16,
-    /// What it logged (at debug level for the `wharf` core).
+    /// What it logged (at debug level for Wharf's own crates, `WHARF_LOG=warn,wharf=debug`).
     pub log: Log,
 }
 
