@@ -180,7 +180,11 @@ impl TemplateBuilder {
     /// (every character but `A-Z a-z 0-9 - . _ ~` percent-encoded), so one resource has one
     /// scope however its URI was encoded, and a value can neither add a scope nor break the
     /// challenge. A scope that names a variable the template lacks, or that is not a
-    /// `{name}` expression, fails [`ServerBuilder::build`](crate::ServerBuilder::build).
+    /// `{name}` expression, fails [`ServerBuilder::build`](crate::ServerBuilder::build); so
+    /// does one that can expand to a fixed scope of any tool, prompt, resource or template
+    /// of the server (`files:{owner}` beside `files:read`: owner `read` would need only
+    /// `files:read`). Give per-item scopes a prefix of their own (`files:owner:{owner}`).
+    /// Scopes every request needs (`--oauth-required-scope`) are not known here.
     pub fn scopes(mut self, scopes: &[&str]) -> Self {
         self.scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
         self
@@ -259,6 +263,26 @@ impl CompiledTemplate {
             def,
             parsed,
             scope_templates,
+        })
+    }
+
+    /// The first scope this template's variable scopes can expand to among `fixed`, with
+    /// the variable scope: a token granted that fixed scope for something else would read
+    /// the resources whose variable takes that value.
+    pub(crate) fn collision<'a>(
+        &'a self,
+        fixed: impl IntoIterator<Item = &'a str>,
+    ) -> Option<(&'a str, &'a str)> {
+        let variable = || {
+            self.scope_templates
+                .iter()
+                .zip(&self.def.scopes)
+                .filter(|(t, _)| t.variables().next().is_some())
+        };
+        fixed.into_iter().find_map(|f| {
+            variable()
+                .find(|(t, _)| t.match_uri(f).is_some())
+                .map(|(_, scope)| (scope.as_str(), f))
         })
     }
 
@@ -348,19 +372,22 @@ mod tests {
 
     #[tokio::test]
     async fn a_template_scope_names_the_matched_resource() {
-        let s = files(&["files:read", "files:{owner}"]).unwrap();
-        let alice = token(&["files:read", "files:alice"]);
+        let s = files(&["files:read", "files:owner:{owner}"]).unwrap();
+        let alice = token(&["files:read", "files:owner:alice"]);
         assert_eq!(refused(&s, &alice, "files://alice/notes").await, None);
         // The same resource, its variable percent-encoded: the same scope.
         assert_eq!(refused(&s, &alice, "files://%61lice/notes").await, None);
         assert_eq!(
             refused(&s, &alice, "files://bob/notes").await,
-            Some(serde_json::json!(["files:read", "files:bob"]))
+            Some(serde_json::json!(["files:read", "files:owner:bob"]))
         );
         // A value cannot add a scope nor pass for another one: it stays encoded.
         assert_eq!(
-            refused(&s, &alice, "files://x%20files:alice/notes").await,
-            Some(serde_json::json!(["files:read", "files:x%20files%3Aalice"]))
+            refused(&s, &alice, "files://x%20files:owner:alice/notes").await,
+            Some(serde_json::json!([
+                "files:read",
+                "files:owner:x%20files%3Aowner%3Aalice"
+            ]))
         );
         // Principals not limited by scopes are not limited by these either.
         assert_eq!(
@@ -383,5 +410,37 @@ mod tests {
         let e = files(&["files:{+owner}"]).err().unwrap().to_string();
         assert!(e.contains("scope \"files:{+owner}\""), "{e}");
         assert!(files(&["files:{owner}:{name}"]).is_ok());
+    }
+
+    #[test]
+    fn a_template_scope_that_can_expand_to_a_fixed_scope_is_refused() {
+        // Owner "read" would need only files:read, which every reader holds.
+        let e = files(&["files:read", "files:{owner}"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("\"files:{owner}\" can expand to \"files:read\""),
+            "{e}"
+        );
+        // So is one that collides with another definition's scope.
+        let e = Server::builder(Implementation::new("t", "1"))
+            .tool(
+                crate::tool::tool("admin")
+                    .scopes(&["files:admin"])
+                    .handler(|_cx: Context, _: crate::NoArgs| async { "ok" }),
+            )
+            .template(
+                template("files://{owner}/{name}", "files")
+                    .scopes(&["files:{owner}"])
+                    .handler(|_cx, req| async move {
+                        Ok(vec![ResourceContents::text(req.uri, "text/plain", "x")])
+                    }),
+            )
+            .build()
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("\"files:admin\""), "{e}");
     }
 }

@@ -464,6 +464,31 @@ impl ServerBuilder {
             }
             templates.push(compiled);
         }
+        let fixed: Vec<&str> = tools
+            .iter()
+            .flat_map(|t| &t.def.scopes)
+            .chain(self.prompts.iter().flat_map(|p| &p.scopes))
+            .chain(self.resources.iter().flat_map(|r| &r.scopes))
+            .chain(
+                templates
+                    .iter()
+                    .flat_map(|t| &t.def.scopes)
+                    .filter(|s| !s.contains('{')),
+            )
+            .map(String::as_str)
+            .collect();
+        for t in &templates {
+            if let Some((scope, fixed)) = t.collision(fixed.iter().copied()) {
+                return Err(BuildError::Template {
+                    uri: t.def.template.uri_template.clone(),
+                    reason: format!(
+                        "scope {scope:?} can expand to {fixed:?}, a fixed scope of this server: \
+                         a token granted {fixed:?} would read those resources; give the variable \
+                         scope a prefix of its own"
+                    ),
+                });
+            }
+        }
 
         let listed = Some(true);
         let capabilities = ServerCapabilities {
