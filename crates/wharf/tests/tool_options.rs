@@ -16,8 +16,12 @@ use wharf::{
 };
 
 fn call(server: &Server, id: i64, name: &str) -> ParsedRequest {
+    call_with(server, id, name, "{}")
+}
+
+fn call_with(server: &Server, id: i64, name: &str, arguments: &str) -> ParsedRequest {
     let params = RawValue::from_string(format!(
-        r#"{{"name":"{name}","arguments":{{}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}"#
+        r#"{{"name":"{name}","arguments":{arguments},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}"#
     ))
     .unwrap();
     server
@@ -176,17 +180,6 @@ async fn a_tool_timeout_never_extends_the_servers_limit() {
 #[derive(serde::Deserialize, schemars::JsonSchema)]
 struct Key {
     key: String,
-}
-
-fn call_with(server: &Server, id: i64, name: &str, arguments: &str) -> ParsedRequest {
-    let params = RawValue::from_string(format!(
-        r#"{{"name":"{name}","arguments":{arguments},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}"#
-    ))
-    .unwrap();
-    server
-        .parse_request(RequestId::Int(id), "tools/call", Some(&params))
-        .map_err(|(e, _)| e)
-        .unwrap()
 }
 
 #[tokio::test(start_paused = true)]

@@ -345,8 +345,12 @@ mod tests {
         )
     }
 
-    /// A JWKS endpoint that answers every request 500, counting them.
-    async fn failing_jwks() -> (String, Arc<AtomicUsize>) {
+    /// A JWKS endpoint answering every request with `response` (a whole HTTP response),
+    /// once `release` (if any) is notified; counts the requests it received.
+    async fn stub_jwks(
+        response: String,
+        release: Option<Arc<tokio::sync::Notify>>,
+    ) -> (String, Arc<AtomicUsize>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/jwks", listener.local_addr().unwrap());
         let requests = Arc::new(AtomicUsize::new(0));
@@ -356,12 +360,31 @@ mod tests {
                 let mut buf = [0u8; 4096];
                 let _ = conn.read(&mut buf).await;
                 counted.fetch_add(1, Ordering::SeqCst);
-                let _ = conn
-                    .write_all(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-                    .await;
+                if let Some(release) = &release {
+                    release.notified().await;
+                }
+                let _ = conn.write_all(response.as_bytes()).await;
             }
         });
         (url, requests)
+    }
+
+    /// A JWKS endpoint that answers every request 500.
+    async fn failing_jwks() -> (String, Arc<AtomicUsize>) {
+        let failure =
+            "HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+        stub_jwks(failure.into(), None).await
+    }
+
+    /// A JWKS endpoint that holds each request until `release` is notified, then answers an
+    /// empty key set.
+    async fn held_jwks(release: Arc<tokio::sync::Notify>) -> (String, Arc<AtomicUsize>) {
+        let body = r#"{"keys":[]}"#;
+        let ok = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        stub_jwks(ok, Some(release)).await
     }
 
     #[tokio::test]
@@ -386,34 +409,6 @@ mod tests {
             1,
             "one attempt per interval"
         );
-    }
-
-    /// A JWKS endpoint that holds each request until `release` is notified, then answers an
-    /// empty key set; counts the requests it received.
-    async fn held_jwks(release: Arc<tokio::sync::Notify>) -> (String, Arc<AtomicUsize>) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/jwks", listener.local_addr().unwrap());
-        let requests = Arc::new(AtomicUsize::new(0));
-        let counted = Arc::clone(&requests);
-        tokio::spawn(async move {
-            while let Ok((mut conn, _)) = listener.accept().await {
-                let mut buf = [0u8; 4096];
-                let _ = conn.read(&mut buf).await;
-                counted.fetch_add(1, Ordering::SeqCst);
-                release.notified().await;
-                let body = r#"{"keys":[]}"#;
-                let _ = conn
-                    .write_all(
-                        format!(
-                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                            body.len()
-                        )
-                        .as_bytes(),
-                    )
-                    .await;
-            }
-        });
-        (url, requests)
     }
 
     #[tokio::test]
