@@ -317,6 +317,53 @@ async fn a_challenge_names_every_scope_needed_not_only_the_missing_ones() {
     assert_challenged(&r, &server, &BTreeSet::from([BASELINE]));
 }
 
+/// What a request reaches through another method needs the target's scopes: a completion
+/// those of its prompt, a `subscriptions/listen` those of each resource it subscribes to.
+#[tokio::test]
+async fn completions_and_subscriptions_need_the_scopes_of_their_targets() {
+    let (server, _issuer) = server().await;
+    let complete = json!({ "ref": { "type": "ref/prompt", "name": "test_prompt_with_arguments" },
+        "argument": { "name": "arg1", "value": "pa" } });
+    let r = send(&server, LOW, "completion/complete", &complete).await;
+    assert_challenged(
+        &r,
+        &server,
+        &BTreeSet::from([BASELINE, "mcp:conformance:prompts:get"]),
+    );
+    let r = send(&server, FULL, "completion/complete", &complete).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.result().unwrap()["completion"]["values"],
+        json!(["paris", "park", "party"])
+    );
+
+    let listen = json!({ "notifications": { "resourceSubscriptions": ["test://static-text"] } });
+    let r = send(&server, LOW, "subscriptions/listen", &listen).await;
+    assert_challenged(
+        &r,
+        &server,
+        &BTreeSet::from([
+            BASELINE,
+            "mcp:conformance:resources:read",
+            "mcp:conformance:resources:static",
+        ]),
+    );
+    let mut stream = Box::pin(
+        server
+            .client()
+            .with_bearer(FULL)
+            .open_stream("subscriptions/listen", listen)
+            .await
+            .unwrap(),
+    );
+    let first = futures_util::StreamExt::next(&mut stream).await.unwrap();
+    common::validate_message("subscriptions/listen", &first);
+    assert_eq!(
+        first["method"], "notifications/subscriptions/acknowledged",
+        "{first}"
+    );
+}
+
 #[tokio::test]
 async fn anonymous_runs_are_not_limited_by_these_scopes() {
     let server = ServerProcess::start_exact(&["--profile", "conformance", "--anonymous"]);

@@ -100,6 +100,9 @@ async fn serve(
         return error_response(Some(&req.id), &e);
     }
     if req.is_listen() {
+        if let Err(e) = server.admit(&req, &principal) {
+            return refusal(&state.config.auth, Some(&req.id), &e);
+        }
         return listen(state, req);
     }
     // A slot to run in, before anything is answered: a refusal keeps its 503, and a client

@@ -372,6 +372,8 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         .prompt(
             prompt("test_prompt_with_arguments")
                 .description("A prompt with two required arguments.")
+                // Its completer lists values of the prompt: it needs the prompt's scope too.
+                .scopes(&[PROMPTS_GET])
                 .argument("arg1", "First argument", true)
                 .argument("arg2", "Second argument", true)
                 .completer(|_cx, arg, _ctx| async move {

@@ -236,7 +236,10 @@ async fn handle_line(
     let principal = principal.clone();
     tasks.spawn(async move {
         if req.is_listen() {
-            match server.listen(req) {
+            match server
+                .admit(&req, &principal)
+                .and_then(|()| server.listen(req))
+            {
                 Ok(mut listener) => loop {
                     tokio::select! {
                         () = cancel.cancelled() => break,

@@ -304,9 +304,11 @@ impl Server {
     }
 
     /// The checks a request must pass before anything is sent for it: the version, the
-    /// scopes of what it calls, and for a tool call the client capabilities the tool needs.
-    /// A transport that streams its answer calls this first, so these refusals keep their
-    /// HTTP status; [`Server::execute`] makes the same checks itself.
+    /// scopes of what it calls (a tool, a prompt, a resource; a completion needs those of its
+    /// prompt or template, a `subscriptions/listen` those of each resource it subscribes
+    /// to), and for a tool call the client capabilities the tool needs. A transport that
+    /// streams its answer (and every `subscriptions/listen`) calls this first, so these
+    /// refusals keep their HTTP status; [`Server::execute`] makes the same checks itself.
     pub fn admit(&self, req: &ParsedRequest, principal: &Principal) -> Result<(), RpcError> {
         req.info.check_version()?;
         if let RequestBody::CallTool(params) = &req.body {
@@ -334,23 +336,66 @@ impl Server {
             }
         }
         if let RequestBody::ReadResource(params) = &req.body {
-            let scopes = match self.inner.resource_index.get(&params.uri) {
-                Some(&i) => Some(Cow::Borrowed(self.inner.resources[i].scopes.as_slice())),
-                None => self.inner.templates.iter().find_map(|t| {
-                    t.parsed
-                        .match_uri(&params.uri)
-                        .map(|vars| t.scopes_for(&vars))
-                }),
-            };
-            if let Some(scopes) = scopes {
-                check_scopes(principal, &scopes, "resource", &params.uri)?;
+            self.check_resource_scopes(principal, &params.uri)?;
+        }
+        // A completer lists values of its prompt or template: it needs what they need.
+        if let RequestBody::Complete(params) = &req.body {
+            match &params.reference {
+                CompletionReference::Prompt { name, .. } => {
+                    if let Some(&i) = self.inner.prompt_index.get(name) {
+                        check_scopes(principal, &self.inner.prompts[i].scopes, "prompt", name)?;
+                    }
+                }
+                CompletionReference::Resource { uri } => {
+                    if let Some(t) = self
+                        .inner
+                        .templates
+                        .iter()
+                        .find(|t| t.def.template.uri_template == *uri)
+                    {
+                        // Per-item scopes name no item yet: the template's fixed ones apply.
+                        let fixed: Vec<String> = t
+                            .def
+                            .scopes
+                            .iter()
+                            .filter(|s| !s.contains('{'))
+                            .cloned()
+                            .collect();
+                        check_scopes(principal, &fixed, "resource template", uri)?;
+                    } else {
+                        self.check_resource_scopes(principal, uri)?;
+                    }
+                }
+            }
+        }
+        // A subscription to a resource tells when it changes: it needs what a read needs.
+        if let RequestBody::Listen(params) = &req.body {
+            for uri in params.notifications.resource_subscriptions.iter().flatten() {
+                self.check_resource_scopes(principal, uri)?;
             }
         }
         Ok(())
     }
 
+    /// The scopes a read of `uri` needs, checked (none for a URI no definition serves).
+    fn check_resource_scopes(&self, principal: &Principal, uri: &str) -> Result<(), RpcError> {
+        let scopes = match self.inner.resource_index.get(uri) {
+            Some(&i) => Some(Cow::Borrowed(self.inner.resources[i].scopes.as_slice())),
+            None => self
+                .inner
+                .templates
+                .iter()
+                .find_map(|t| t.parsed.match_uri(uri).map(|vars| t.scopes_for(&vars))),
+        };
+        match scopes {
+            Some(scopes) => check_scopes(principal, &scopes, "resource", uri),
+            None => Ok(()),
+        }
+    }
+
     pub(crate) async fn run(&self, req: ParsedRequest, scope: Scope) -> Result<Vec<u8>, RpcError> {
-        req.info.check_version()?;
+        // Whatever path led here, nothing runs that admission would refuse.
+        self.admit(&req, &scope.principal)?;
         let ParsedRequest { id, info, body } = req;
         let inner = &self.inner;
         let meta = || ResultMeta::server(inner.info.clone());
