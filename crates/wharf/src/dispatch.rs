@@ -308,7 +308,8 @@ impl Server {
     /// prompt or template, a `subscriptions/listen` those of each resource it subscribes
     /// to), and for a tool call the client capabilities the tool needs. A transport that
     /// streams its answer (and every `subscriptions/listen`) calls this first, so these
-    /// refusals keep their HTTP status; [`Server::execute`] makes the same checks itself.
+    /// refusals keep their HTTP status; [`Server::execute`] runs it for every request, and
+    /// the methods themselves check nothing of this again.
     pub fn admit(&self, req: &ParsedRequest, principal: &Principal) -> Result<(), RpcError> {
         req.info.check_version()?;
         if let RequestBody::CallTool(params) = &req.body {
@@ -491,7 +492,6 @@ impl Server {
                     .ok_or_else(|| {
                         RpcError::invalid_params(format!("Unknown prompt: {}", params.name))
                     })?;
-                check_scopes(&scope.principal, &prompt.scopes, "prompt", &params.name)?;
                 let args = params.arguments.unwrap_or_default();
                 prompt.check_args(&args)?;
                 let turn = self.open_turn(
@@ -580,21 +580,19 @@ impl Server {
     ) -> Result<Vec<u8>, RpcError> {
         let inner = &self.inner;
         let uri = params.uri;
-        let (handler, hints, vars, scopes) = if let Some(&i) = inner.resource_index.get(&uri) {
+        // Its scopes were checked in admission (`Server::admit`).
+        let (handler, hints, vars) = if let Some(&i) = inner.resource_index.get(&uri) {
             let r = &inner.resources[i];
-            let scopes = Cow::Borrowed(r.scopes.as_slice());
-            (r.read.clone(), r.cache, Default::default(), scopes)
+            (r.read.clone(), r.cache, Default::default())
         } else if let Some((t, vars)) = inner
             .templates
             .iter()
             .find_map(|t| t.parsed.match_uri(&uri).map(|v| (t, v)))
         {
-            let scopes = t.scopes_for(&vars);
-            (t.def.read.clone(), t.def.cache, vars, scopes)
+            (t.def.read.clone(), t.def.cache, vars)
         } else {
             return Err(not_found(&uri));
         };
-        check_scopes(&scope.principal, &scopes, "resource", &uri)?;
         // An answer that carries answers depends on them: never cached.
         let answered = params
             .input_responses

@@ -11,7 +11,7 @@ use wharf_protocol::{CallToolParams, CallToolResult, RequestId, ResultType, meth
 use crate::context::{Context, Finished, Hold, TxSlot};
 use crate::dispatch::{Scope, respond};
 use crate::error::{ErrorKind, RpcError};
-use crate::meta::{RequestInfo, capabilities_cover};
+use crate::meta::RequestInfo;
 use crate::mrtr::Binding;
 use crate::principal::Principal;
 use crate::schema::first_violation;
@@ -51,15 +51,7 @@ impl Server {
             .get(&params.name)
             .map(|&i| &inner.tools[i])
             .ok_or_else(|| RpcError::invalid_params(format!("Unknown tool: {}", params.name)))?;
-        crate::dispatch::check_scopes(&scope.principal, &entry.def.scopes, "tool", &params.name)?;
-        if let Some(required) = &entry.def.requires {
-            if !capabilities_cover(&info.client_capabilities, required) {
-                return Err(RpcError::missing_capability(
-                    required,
-                    &format!("tool {:?}", params.name),
-                ));
-            }
-        }
+        // Scopes and client capabilities were checked in admission (`Server::admit`).
         let args = Value::Object(params.arguments.unwrap_or_default());
         if let Some((message, path)) = entry.input.as_ref().and_then(|v| first_violation(v, &args))
         {
