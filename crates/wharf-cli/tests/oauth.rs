@@ -223,6 +223,14 @@ async fn issuer() -> Issuer {
     issuer
 }
 
+/// An issuer publishing one ES256 key, `kid`, and that key.
+async fn issuer_publishing(kid: &str) -> (Issuer, SigningKey) {
+    let issuer = issuer().await;
+    let key = es256(kid);
+    issuer.jwks.write().unwrap().push(key.jwk.clone());
+    (issuer, key)
+}
+
 /// Knows two opaque tokens: one active for alice, one inactive.
 async fn introspect(State(s): State<Issuer>, body: String) -> Json<Value> {
     s.introspections.fetch_add(1, Ordering::SeqCst);
@@ -816,9 +824,7 @@ async fn an_unreachable_issuer_is_503_and_nothing_of_the_outage_is_kept() {
 /// interval each is refused 401 "unknown signing key", without a fetch.
 #[tokio::test]
 async fn unknown_key_ids_fetch_the_jwks_at_most_once_per_interval() {
-    let issuer = issuer().await;
-    let k = es256("k");
-    issuer.jwks.write().unwrap().push(k.jwk.clone());
+    let (issuer, k) = issuer_publishing("k").await;
     let server = jwt_server_with(
         &issuer,
         &sqlite_url("oauth-refetch"),
@@ -871,9 +877,7 @@ async fn unknown_key_ids_fetch_the_jwks_at_most_once_per_interval() {
 /// The 401 challenge asks for the required scope.
 #[tokio::test]
 async fn a_required_scope_is_needed_on_every_request() {
-    let issuer = issuer().await;
-    let k = es256("k");
-    issuer.jwks.write().unwrap().push(k.jwk.clone());
+    let (issuer, k) = issuer_publishing("k").await;
     let server = jwt_server_with(
         &issuer,
         &sqlite_url("oauth-required-scope"),
@@ -953,9 +957,7 @@ async fn a_required_scope_is_needed_on_every_request() {
 /// list replaces. The metadata still names the resource URI.
 #[tokio::test]
 async fn oauth_audiences_replace_the_resource_uri_as_accepted_audience() {
-    let issuer = issuer().await;
-    let k = es256("k");
-    issuer.jwks.write().unwrap().push(k.jwk.clone());
+    let (issuer, k) = issuer_publishing("k").await;
     let server = jwt_server_with(
         &issuer,
         &sqlite_url("oauth-audience"),
@@ -1054,9 +1056,7 @@ async fn oauth_jwks_uri_is_where_the_keys_come_from() {
 /// its key: the server could not learn what the issuer publishes.
 #[tokio::test]
 async fn a_failed_jwks_fetch_counts_toward_the_interval() {
-    let issuer = issuer().await;
-    let k = es256("k");
-    issuer.jwks.write().unwrap().push(k.jwk.clone());
+    let (issuer, k) = issuer_publishing("k").await;
     issuer.jwks_failing.store(true, Ordering::SeqCst);
     let server = jwt_server_with(
         &issuer,
