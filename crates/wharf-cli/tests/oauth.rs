@@ -213,11 +213,8 @@ impl Issuer {
 
 /// An issuer serving on a port of its own.
 async fn issuer() -> Issuer {
-    // A port from free_port: one bound by the system could be one handed to a server not yet
-    // listening.
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", common::free_port()))
-        .await
-        .unwrap();
+    // Bound by the system (nothing else holds it) and never handed to a server by free_port.
+    let listener = common::tokio_listener();
     let issuer = Issuer::at(listener.local_addr().unwrap().port());
     issuer.serve(listener);
     issuer

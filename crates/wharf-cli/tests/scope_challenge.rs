@@ -74,9 +74,8 @@ struct Issuer {
 
 /// Starts the issuer on a free loopback port; it knows the tokens [`scopes_of_token`] lists.
 async fn issuer(resource: String) -> Issuer {
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", common::free_port()))
-        .await
-        .unwrap();
+    // Bound by the system (nothing else holds it) and never handed to a server by free_port.
+    let listener = common::tokio_listener();
     let state = Issuer {
         url: format!("http://{}", listener.local_addr().unwrap()),
         resource,

@@ -156,23 +156,35 @@ impl ServerProcess {
     }
 }
 
+/// Ports handed out in this process (to servers about to start, or bound by tests).
+static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+
 /// A port nobody listens on right now, and never handed out before in this process: tests
 /// run in parallel, and the system may give a port just released to the next caller, so two
 /// servers could be started on one port.
 pub fn free_port() -> u16 {
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loopback_listener().local_addr().unwrap().port()
+}
+
+/// A listener on a loopback port the system chose (so nothing else holds it), which
+/// [`free_port`] will never hand out: for a test's own servers (an issuer, say).
+pub fn loopback_listener() -> TcpListener {
     let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
     loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
         if !given.contains(&port) {
             given.push(port);
-            return port;
+            return listener;
         }
     }
+}
+
+/// [`loopback_listener`] for tokio.
+pub fn tokio_listener() -> tokio::net::TcpListener {
+    let listener = loopback_listener();
+    listener.set_nonblocking(true).unwrap();
+    tokio::net::TcpListener::from_std(listener).unwrap()
 }
 
 impl Drop for ServerProcess {
