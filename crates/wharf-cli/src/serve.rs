@@ -364,24 +364,21 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         max_age: Duration::from_secs(args.state_max_age_secs.max(1)),
         max_rounds: args.max_input_rounds.max(1),
     };
-    let config = ServerConfig {
-        request_state,
-        list_permitted_tools_only: args.list_permitted_tools_only,
-        max_store_locks_per_principal: args.max_store_locks_per_principal.max(1),
-        page_size: args.page_size,
-        cursor_key,
-        max_call_duration: Duration::from_secs(args.max_call_secs.max(1)),
-        progress_interval: Duration::from_millis(args.progress_interval_ms),
-        limits: wharf::Limits {
-            max_in_flight: args.max_in_flight.map(|n| n.max(1)),
-            max_queue: args.max_queue,
-            per_principal: args.max_per_principal.map(|n| n.max(1)),
-        },
-        idempotency_retention: Duration::from_secs(
-            args.idempotency_retention_hours.saturating_mul(3600),
-        ),
-        ..ServerConfig::default()
+    let mut config = ServerConfig::default();
+    config.request_state = request_state;
+    config.list_permitted_tools_only = args.list_permitted_tools_only;
+    config.max_store_locks_per_principal = args.max_store_locks_per_principal.max(1);
+    config.page_size = args.page_size;
+    config.cursor_key = cursor_key;
+    config.max_call_duration = Duration::from_secs(args.max_call_secs.max(1));
+    config.progress_interval = Duration::from_millis(args.progress_interval_ms);
+    config.limits = wharf::Limits {
+        max_in_flight: args.max_in_flight.map(|n| n.max(1)),
+        max_queue: args.max_queue,
+        per_principal: args.max_per_principal.map(|n| n.max(1)),
     };
+    config.idempotency_retention =
+        Duration::from_secs(args.idempotency_retention_hours.saturating_mul(3600));
     Ok(config)
 }
 

@@ -13,11 +13,11 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
-use wharf::{ErrorKind, ParsedRequest, Permit, Principal, RpcError, Scope};
-use wharf_protocol::{Envelope, RequestId};
+use wharf::{Admitted, ErrorKind, Principal, RpcError};
+use wharf_protocol::Envelope;
 
 use crate::AppState;
-use crate::errors::{error_response, error_with_status, json_response, refusal, unauthorized};
+use crate::errors::{error_response, error_with_status, json_response, reply_error, unauthorized};
 use crate::{guard, headers};
 
 /// GET and DELETE: there is no session stream to open or close.
@@ -92,54 +92,28 @@ async fn serve(
         return StatusCode::ACCEPTED.into_response();
     };
     let server = &state.server;
+    let auth = &state.config.auth;
     let req = match server.parse_request(id, method, envelope.params) {
         Ok(r) => r,
-        Err((e, id)) => return error_response(Some(&id), &e),
+        Err(reply) => return reply_error(auth, &reply),
     };
     if let Err(e) = headers::validate(headers, &req, server) {
         return error_response(Some(&req.id), &e);
     }
-    if req.is_listen() {
-        if let Err(e) = server.admit(&req, &principal) {
-            return refusal(&state.config.auth, Some(&req.id), &e);
-        }
-        return listen(state, req);
-    }
-    // A slot to run in, before anything is answered: a refusal keeps its 503, and a client
-    // that goes away while queued drops this future and leaves the queue.
-    let permit = match server.enter(&req, &principal).await {
-        Ok(p) => p,
-        Err(e) => return error_response(Some(&req.id), &e),
+    // Before anything is answered: a refusal keeps its status, and a client that goes away
+    // while queued drops this future and leaves the queue.
+    let admitted = match server.admit(req, principal).await {
+        Ok(a) => a,
+        Err(reply) => return reply_error(auth, &reply),
     };
-    if req.info.wants_stream() {
-        // Refusals must keep their status: check before committing to a 200 stream.
-        if let Err(e) = server.admit(&req, &principal) {
-            return refusal(&state.config.auth, Some(&req.id), &e);
-        }
-        return stream(state, req, principal, permit);
+    if admitted.is_stream() {
+        return stream(state, admitted);
     }
-    let id = req.id.clone();
     // Boxed so the handler future axum boxes and moves stays small.
-    let work = Box::pin(server.execute(
-        req,
-        Scope {
-            principal,
-            cancel: None,
-            outbox: None,
-        },
-    ));
-    let out = work.await;
-    drop(permit);
-    match out {
+    match Box::pin(admitted.respond()).await {
         Ok(body) => json_response(StatusCode::OK, body),
-        Err(e) => refusal(&state.config.auth, Some(&id), &e),
+        Err(reply) => reply_error(auth, &reply),
     }
-}
-
-fn sse_headers(mut res: Response) -> Response {
-    res.headers_mut()
-        .insert("x-accel-buffering", HeaderValue::from_static("no"));
-    res
 }
 
 fn event(message: Vec<u8>) -> Result<Event, Infallible> {
@@ -147,50 +121,22 @@ fn event(message: Vec<u8>) -> Result<Event, Infallible> {
     Ok(Event::default().data(String::from_utf8(message).unwrap_or_default()))
 }
 
-/// Runs the request on its own task and streams its notifications, then its response. When
-/// the client closes the stream, the guard cancels the request.
-fn stream(
-    state: &Arc<AppState>,
-    req: ParsedRequest,
-    principal: Principal,
-    permit: Permit,
-) -> Response {
+/// Runs the request on its own task and streams its messages, with keep-alive comments
+/// between them (a listen stream may be quiet for long). When the client closes the stream,
+/// the guard cancels the request.
+fn stream(state: &Arc<AppState>, admitted: Admitted) -> Response {
     let (tx, rx) = mpsc::channel::<Vec<u8>>(32);
     let cancel = CancellationToken::new();
     let guard = cancel.clone().drop_guard();
-    let server = state.server.clone();
-    tokio::spawn(async move {
-        let _permit = permit;
-        if let Some(last) = server
-            .execute_streamed(req, principal, cancel, tx.clone())
-            .await
-        {
-            let _ = tx.send(last).await;
-        }
-    });
+    tokio::spawn(admitted.stream(tx, cancel));
     let events = ReceiverStream::new(rx).map(move |m| {
         let _keep = &guard;
         event(m)
     });
-    sse_headers(Sse::new(events).into_response())
-}
-
-/// A `subscriptions/listen` stream with keep-alive comments.
-fn listen(state: &Arc<AppState>, req: ParsedRequest) -> Response {
-    let id: RequestId = req.id.clone();
-    let listener = match state.server.listen(req) {
-        Ok(l) => l,
-        Err(e) => return error_response(Some(&id), &e),
-    };
-    let messages =
-        futures_util::stream::unfold(
-            listener,
-            |mut l| async move { l.next().await.map(|m| (m, l)) },
-        );
-    let events = messages.map(event);
-    sse_headers(
-        Sse::new(events)
-            .keep_alive(KeepAlive::new().interval(state.config.keep_alive).text(""))
-            .into_response(),
-    )
+    let mut res = Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(state.config.keep_alive).text(""))
+        .into_response();
+    res.headers_mut()
+        .insert("x-accel-buffering", HeaderValue::from_static("no"));
+    res
 }

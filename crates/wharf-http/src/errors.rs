@@ -3,7 +3,7 @@
 use axum::body::Body;
 use axum::http::{StatusCode, header};
 use axum::response::Response;
-use wharf::{ErrorKind, RpcError};
+use wharf::{ErrorKind, ErrorReply, RpcError};
 use wharf_protocol::RequestId;
 use wharf_protocol::jsonrpc::write_error;
 
@@ -20,11 +20,13 @@ pub(crate) fn status_for(kind: ErrorKind) -> StatusCode {
         // The request was well-formed and reached its method: the HTTP exchange succeeded,
         // the JSON-RPC error says what was wrong with the params.
         ErrorKind::InvalidParams | ErrorKind::Application(_) => StatusCode::OK,
-        ErrorKind::Internal | ErrorKind::InputRequired => StatusCode::INTERNAL_SERVER_ERROR,
+        ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
         ErrorKind::RetryLater => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::TimedOut => StatusCode::GATEWAY_TIMEOUT,
         ErrorKind::InsufficientScope => StatusCode::FORBIDDEN,
+        // Kinds added later are server-side until they are given a status of their own.
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
@@ -58,22 +60,13 @@ pub(crate) fn unauthorized(auth: &wharf_auth::Auth, refusal: &wharf_auth::AuthEr
     res
 }
 
-/// An error response; a request refused for missing scopes also gets its
+/// An error answer of the core; a request refused for missing scopes also gets its
 /// `insufficient_scope` challenge.
-pub(crate) fn refusal(
-    auth: &wharf_auth::Auth,
-    id: Option<&RequestId>,
-    error: &RpcError,
-) -> Response {
-    let mut res = error_response(id, error);
-    if error.kind == ErrorKind::InsufficientScope {
-        let required: Vec<String> = error
-            .data
-            .as_ref()
-            .and_then(|d| d.get("requiredScopes"))
-            .and_then(|r| serde_json::from_value(r.clone()).ok())
-            .unwrap_or_default();
-        if let Ok(v) = header::HeaderValue::from_str(&auth.forbidden_challenge(&required)) {
+pub(crate) fn reply_error(auth: &wharf_auth::Auth, reply: &ErrorReply) -> Response {
+    let mut res = error_response(reply.id(), reply.error());
+    if reply.error().kind == ErrorKind::InsufficientScope {
+        let challenge = auth.forbidden_challenge(reply.required_scopes());
+        if let Ok(v) = header::HeaderValue::from_str(&challenge) {
             res.headers_mut().insert(header::WWW_AUTHENTICATE, v);
         }
     }

@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use wharf::{
-    ChangeEvent, Context, Elicited, FormSchema, NoArgs, RpcError, ServerBuilder, ToolError, prompt,
+    ChangeEvent, Context, Elicited, FormSchema, HandlerError, NoArgs, ServerBuilder, prompt,
     resource, template, tool,
 };
 use wharf_protocol::{
@@ -66,12 +66,12 @@ fn name_form() -> FormSchema {
     FormSchema::new().string("name", "Your name", true)
 }
 
-fn question(text: &str) -> Result<CreateMessageParams, ToolError> {
+fn question(text: &str) -> Result<CreateMessageParams, HandlerError> {
     serde_json::from_value(json!({
         "messages": [{ "role": "user", "content": { "type": "text", "text": text } }],
         "maxTokens": 100
     }))
-    .map_err(ToolError::internal)
+    .map_err(HandlerError::internal)
 }
 
 /// The text of a sampled answer, as far as it is text.
@@ -82,7 +82,7 @@ fn answer_text(result: &wharf_protocol::CreateMessageResult) -> String {
         .unwrap_or_else(|| "(no text)".to_owned())
 }
 
-async fn mrtr_elicitation(cx: Context, _a: JsonObject) -> Result<CallToolResult, ToolError> {
+async fn mrtr_elicitation(cx: Context, _a: JsonObject) -> Result<CallToolResult, HandlerError> {
     match cx.elicited::<NameAnswer>("user_name") {
         Some(Elicited::Accepted(a)) => Ok(CallToolResult::text(format!("Hello, {}!", a.name))),
         Some(_) => Ok(CallToolResult::text("The user did not give a name.")),
@@ -93,7 +93,7 @@ async fn mrtr_elicitation(cx: Context, _a: JsonObject) -> Result<CallToolResult,
     }
 }
 
-async fn mrtr_sampling(cx: Context, _a: JsonObject) -> Result<CallToolResult, ToolError> {
+async fn mrtr_sampling(cx: Context, _a: JsonObject) -> Result<CallToolResult, HandlerError> {
     match cx.sampled("capital") {
         Some(r) => Ok(CallToolResult::text(format!(
             "The model answered: {}",
@@ -106,7 +106,7 @@ async fn mrtr_sampling(cx: Context, _a: JsonObject) -> Result<CallToolResult, To
     }
 }
 
-async fn mrtr_roots(cx: Context, _a: JsonObject) -> Result<CallToolResult, ToolError> {
+async fn mrtr_roots(cx: Context, _a: JsonObject) -> Result<CallToolResult, HandlerError> {
     match cx.roots("roots") {
         Some(r) => {
             let uris: Vec<_> = r.roots.iter().map(|root| root.uri.as_str()).collect();
@@ -125,7 +125,7 @@ struct Step {
     step: String,
 }
 
-async fn mrtr_request_state(cx: Context, _a: JsonObject) -> Result<CallToolResult, ToolError> {
+async fn mrtr_request_state(cx: Context, _a: JsonObject) -> Result<CallToolResult, HandlerError> {
     let state = cx.round_state::<Step>();
     match (cx.elicited::<ConfirmAnswer>("confirm"), state) {
         (Some(Elicited::Accepted(a)), Some(s)) if s.step == "confirm" => Ok(CallToolResult::text(
@@ -148,7 +148,7 @@ async fn mrtr_request_state(cx: Context, _a: JsonObject) -> Result<CallToolResul
     }
 }
 
-async fn mrtr_multiple(cx: Context, _a: JsonObject) -> Result<CallToolResult, ToolError> {
+async fn mrtr_multiple(cx: Context, _a: JsonObject) -> Result<CallToolResult, HandlerError> {
     let name = cx.elicited::<NameAnswer>("user_name");
     let sampled = cx.sampled("capital");
     let roots = cx.roots("roots");
@@ -172,7 +172,7 @@ async fn mrtr_multiple(cx: Context, _a: JsonObject) -> Result<CallToolResult, To
         .into())
 }
 
-async fn mrtr_multi_round(cx: Context, _a: JsonObject) -> Result<CallToolResult, ToolError> {
+async fn mrtr_multi_round(cx: Context, _a: JsonObject) -> Result<CallToolResult, HandlerError> {
     let step = cx.round_state::<Step>().map(|s| s.step);
     match step.as_deref() {
         Some("color") => {
@@ -212,7 +212,7 @@ fn ask_color(cx: &Context, name: &str) -> wharf::Ask {
         .state(&json!({ "step": "color", "name": name }))
 }
 
-async fn mrtr_capabilities(cx: Context, _a: JsonObject) -> Result<CallToolResult, ToolError> {
+async fn mrtr_capabilities(cx: Context, _a: JsonObject) -> Result<CallToolResult, HandlerError> {
     if cx.round() > 0 {
         return Ok(CallToolResult::text("Inputs received"));
     }
@@ -293,7 +293,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         ))
         .tool(tool("test_error_handling").description("Always fails with a tool execution error.").handler(
             |_cx: Context, _a: NoArgs| async move {
-                Err::<CallToolResult, _>(ToolError::execution("This tool intentionally returns an error for testing"))
+                Err::<CallToolResult, _>(HandlerError::execution("This tool intentionally returns an error for testing"))
             },
         ))
         .tool(tool("test_tool_with_progress").description("Reports progress 0, 50, 100 of 100, about 50 ms apart.").handler(
@@ -378,7 +378,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 .argument("arg2", "Second argument", true)
                 .completer(|_cx, arg, _ctx| async move {
                     let values = ["paris", "park", "party"].iter().filter(|v| v.starts_with(&arg.value)).map(|v| (*v).to_owned()).collect();
-                    Ok::<_, RpcError>(Completion { values, ..Default::default() })
+                    Ok::<_, HandlerError>(Completion { values, ..Default::default() })
                 })
                 .handler(|_cx, args| async move {
                     let (a1, a2) = (args.get("arg1").cloned().unwrap_or_default(), args.get("arg2").cloned().unwrap_or_default());

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use wharf::{Context, ServerBuilder, Structured, ToolError, prompt, resource, template, tool};
+use wharf::{Context, HandlerError, ServerBuilder, Structured, prompt, resource, template, tool};
 use wharf_protocol::{Content, GetPromptResult, LoggingLevel, PromptMessage, ResourceContents};
 
 /// Arguments of `echo`.
@@ -112,7 +112,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                         .checked_add(args.b)
                         .map(|sum| Structured(Sum { sum }))
                         .ok_or_else(|| {
-                            ToolError::execution(format!(
+                            HandlerError::execution(format!(
                                 "{} + {} overflows a 64-bit integer; use smaller numbers",
                                 args.a, args.b
                             ))

@@ -13,11 +13,10 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use wharf::context::store_error;
 use wharf::state::TxMode;
 use wharf::state::handle::human;
 use wharf::{
-    Context, Elicited, FormSchema, Handle, HandleKind, ServerBuilder, Structured, ToolError,
+    Context, Elicited, FormSchema, Handle, HandleKind, HandlerError, ServerBuilder, Structured,
     template, tool,
 };
 use wharf_protocol::{ResourceContents, ToolAnnotations};
@@ -258,29 +257,29 @@ fn valid_name(name: &str, extra: &[u8]) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || extra.contains(&b))
 }
 
-pub(crate) fn check_dataset_name(name: &str) -> Result<(), ToolError> {
+pub(crate) fn check_dataset_name(name: &str) -> Result<(), HandlerError> {
     if valid_name(name, b"-") {
         Ok(())
     } else {
-        Err(ToolError::execution(format!(
+        Err(HandlerError::execution(format!(
             "Invalid dataset name {name:?}: use 1 to 64 letters, digits, '_' or '-', not starting with a digit."
         )))
     }
 }
 
-fn check_columns(columns: &[Column]) -> Result<(), ToolError> {
+fn check_columns(columns: &[Column]) -> Result<(), HandlerError> {
     if columns.is_empty() || columns.len() > 100 {
-        return Err(ToolError::execution("A dataset needs 1 to 100 columns."));
+        return Err(HandlerError::execution("A dataset needs 1 to 100 columns."));
     }
     for (i, c) in columns.iter().enumerate() {
         if !valid_name(&c.name, b"") {
-            return Err(ToolError::execution(format!(
+            return Err(HandlerError::execution(format!(
                 "Invalid column name {:?}: use 1 to 64 letters, digits or '_', not starting with a digit.",
                 c.name
             )));
         }
         if columns[..i].iter().any(|o| o.name == c.name) {
-            return Err(ToolError::execution(format!(
+            return Err(HandlerError::execution(format!(
                 "Column {:?} is given twice.",
                 c.name
             )));
@@ -330,22 +329,22 @@ pub(crate) async fn dataset_definition(
     tx: &mut dyn wharf::Transaction,
     cx: &Context,
     dataset: &str,
-) -> Result<Vec<Column>, ToolError> {
+) -> Result<Vec<Column>, HandlerError> {
     match tx
         .get_doc(&datasets(cx), dataset)
         .await
-        .map_err(store_error)?
+        .map_err(HandlerError::from)?
     {
         Some(def) => columns_of(&def),
-        None => Err(ToolError::execution(format!(
+        None => Err(HandlerError::execution(format!(
             "Dataset {dataset:?} does not exist."
         ))),
     }
 }
 
-fn columns_of(doc: &Value) -> Result<Vec<Column>, ToolError> {
+fn columns_of(doc: &Value) -> Result<Vec<Column>, HandlerError> {
     serde_json::from_value(doc.get("columns").cloned().unwrap_or(Value::Null))
-        .map_err(|e| ToolError::internal(format!("stored columns are unreadable: {e}")))
+        .map_err(|e| HandlerError::internal(format!("stored columns are unreadable: {e}")))
 }
 
 /// What an import handle carries: its dataset and columns.
@@ -356,7 +355,10 @@ struct ImportDef {
 }
 
 /// An import's definition, read with the handle's ownership check (no extra lookup).
-fn import_meta(cx: &Context, import: &Handle<Import>) -> Result<(String, Vec<Column>), ToolError> {
+fn import_meta(
+    cx: &Context,
+    import: &Handle<Import>,
+) -> Result<(String, Vec<Column>), HandlerError> {
     let def: ImportDef = cx.handle_data(import)?;
     Ok((def.dataset, def.columns))
 }
@@ -408,13 +410,13 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                         .await?
                         .get_doc(&datasets(&cx), &args.dataset)
                         .await
-                        .map_err(store_error)?;
+                        .map_err(HandlerError::from)?;
                     let columns = match (existing, args.columns) {
                         (Some(doc), None) => columns_of(&doc)?,
                         (Some(doc), Some(given)) => {
                             let have = columns_of(&doc)?;
                             if have != given {
-                                return Err(ToolError::execution(format!(
+                                return Err(HandlerError::execution(format!(
                                     "Dataset {:?} exists with other columns: {}. Leave columns out to use them.",
                                     args.dataset,
                                     serde_json::to_string(&have).unwrap_or_default()
@@ -427,19 +429,19 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                             given
                         }
                         (None, None) => {
-                            return Err(ToolError::execution(format!(
+                            return Err(HandlerError::execution(format!(
                                 "Dataset {:?} does not exist yet: give its columns.",
                                 args.dataset
                             )));
                         }
                     };
                     let def = ImportDef { dataset: args.dataset, columns };
-                    let data = serde_json::to_value(&def).map_err(ToolError::internal)?;
+                    let data = serde_json::to_value(&def).map_err(HandlerError::internal)?;
                     let import = cx.mint_handle_with::<Import>(data).await?;
                     let ImportDef { dataset, columns } = def;
                     let expires_at = wharf::state::now_millis()
                         + i64::try_from(Import::TTL.as_millis()).unwrap_or(i64::MAX);
-                    Ok::<_, ToolError>(Structured(ImportInfo {
+                    Ok::<_, HandlerError>(Structured(ImportInfo {
                         import: import.id().to_owned(),
                         dataset,
                         columns,
@@ -458,14 +460,14 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 .idempotent()
                 .handler(|cx: Context, args: AppendArgs| async move {
                     if args.rows.len() > MAX_ROWS_PER_APPEND {
-                        return Err(ToolError::execution(format!(
+                        return Err(HandlerError::execution(format!(
                             "{} rows given; send at most {MAX_ROWS_PER_APPEND} per call.",
                             args.rows.len()
                         )));
                     }
                     let (_, columns) = import_meta(&cx, &args.import)?;
                     for (i, row) in args.rows.iter().enumerate() {
-                        check_row(i, row, &columns).map_err(ToolError::Execution)?;
+                        check_row(i, row, &columns).map_err(HandlerError::Execution)?;
                     }
                     let rows: Vec<Value> = args.rows.into_iter().map(Value::Object).collect();
                     let staged = cx
@@ -473,13 +475,13 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                         .await?
                         .append_rows(&args.import.collection("rows"), &rows)
                         .await
-                        .map_err(store_error)?;
+                        .map_err(HandlerError::from)?;
                     if staged > MAX_STAGED_ROWS {
-                        return Err(ToolError::execution(format!(
+                        return Err(HandlerError::execution(format!(
                             "An import holds at most {MAX_STAGED_ROWS} rows before it is committed; this call would bring it to {staged}. Commit it and start another."
                         )));
                     }
-                    Ok::<_, ToolError>(Structured(Appended {
+                    Ok::<_, HandlerError>(Structured(Appended {
                         appended: rows.len() as u64,
                         staged_rows: staged,
                     }))
@@ -500,9 +502,9 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                         .await?
                         .count_rows(&args.import.collection("rows"))
                         .await
-                        .map_err(store_error)?;
+                        .map_err(HandlerError::from)?;
                     let expires_at = cx.handle_record(&args.import).map_or(0, |r| r.expires_at);
-                    Ok::<_, ToolError>(Structured(ImportInfo {
+                    Ok::<_, HandlerError>(Structured(ImportInfo {
                         import: args.import.id().to_owned(),
                         dataset,
                         columns,
@@ -526,7 +528,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                             true
                         }
                         Some(_) => {
-                            return Err(ToolError::execution(format!(
+                            return Err(HandlerError::execution(format!(
                                 "Not committed: replacing the rows of dataset {dataset:?} was not confirmed. The import is still open: commit it with mode \"append\", or abort it."
                             )));
                         }
@@ -537,18 +539,18 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     // still running finish before it, later ones find it gone.
                     tx.hold_handle(args.import.id(), Some(wharf::state::now_millis()))
                         .await
-                        .map_err(store_error)?;
+                        .map_err(HandlerError::from)?;
                     // Created by the first commit; a dataset another import created meanwhile
                     // with other columns does not take these rows.
                     let def = json!({ "name": dataset, "columns": columns });
                     if let Some(there) = tx
                         .insert_doc(&datasets(&cx), &dataset, &def)
                         .await
-                        .map_err(store_error)?
+                        .map_err(HandlerError::from)?
                     {
                         let have = columns_of(&there)?;
                         if have != columns {
-                            return Err(ToolError::execution(format!(
+                            return Err(HandlerError::execution(format!(
                                 "Dataset {dataset:?} was created meanwhile with other columns ({}); this import's rows do not fit it. Abort this import and start again.",
                                 serde_json::to_string(&have).unwrap_or_default()
                             )));
@@ -556,12 +558,12 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     }
                     let target = dataset_rows(&cx, &dataset);
                     if args.mode == CommitMode::Replace {
-                        let existing = tx.count_rows(&target).await.map_err(store_error)?;
+                        let existing = tx.count_rows(&target).await.map_err(HandlerError::from)?;
                         if existing > 0 && !confirmed {
                             let staged = tx
                                 .count_rows(&args.import.collection("rows"))
                                 .await
-                                .map_err(store_error)?;
+                                .map_err(HandlerError::from)?;
                             drop(tx);
                             return Err(cx
                                 .ask()
@@ -572,17 +574,17 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                                 )
                                 .into());
                         }
-                        tx.clear_rows(&target).await.map_err(store_error)?;
+                        tx.clear_rows(&target).await.map_err(HandlerError::from)?;
                     }
                     let moved = tx
                         .move_rows(&args.import.collection("rows"), &target)
                         .await
-                        .map_err(store_error)?;
-                    let total = tx.count_rows(&target).await.map_err(store_error)?;
+                        .map_err(HandlerError::from)?;
+                    let total = tx.count_rows(&target).await.map_err(HandlerError::from)?;
                     tx.retire_handle(args.import.id())
                         .await
-                        .map_err(store_error)?;
-                    Ok::<_, ToolError>(Structured(Committed {
+                        .map_err(HandlerError::from)?;
+                    Ok::<_, HandlerError>(Structured(Committed {
                         dataset,
                         committed_rows: moved,
                         total_rows: total,
@@ -602,15 +604,15 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     let mut tx = cx.tx().await?;
                     tx.hold_handle(args.import.id(), Some(wharf::state::now_millis()))
                         .await
-                        .map_err(store_error)?;
+                        .map_err(HandlerError::from)?;
                     let staged = tx
                         .count_rows(&args.import.collection("rows"))
                         .await
-                        .map_err(store_error)?;
+                        .map_err(HandlerError::from)?;
                     tx.retire_handle(args.import.id())
                         .await
-                        .map_err(store_error)?;
-                    Ok::<_, ToolError>(Structured(Aborted {
+                        .map_err(HandlerError::from)?;
+                    Ok::<_, HandlerError>(Structured(Aborted {
                         discarded_rows: staged,
                     }))
                 }),
@@ -643,17 +645,15 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 .mime_type("application/json")
                 .handler(|cx, req| async move {
                     let name = req.vars.get("name").cloned().unwrap_or_default();
-                    let store = cx.store().map_err(tool_to_rpc)?;
-                    let mut tx = store.begin(TxMode::Read).await.map_err(wharf::RpcError::from)?;
-                    let Some(def) = tx.get_doc(&datasets(&cx), &name).await.map_err(wharf::RpcError::from)? else {
-                        return Err(wharf::dispatch::not_found(&req.uri));
+                    let mut tx = cx.store()?.begin(TxMode::Read).await?;
+                    let Some(def) = tx.get_doc(&datasets(&cx), &name).await? else {
+                        return Err(wharf::RpcError::resource_not_found(&req.uri).into());
                     };
                     let rows = dataset_rows(&cx, &name);
-                    let count = tx.count_rows(&rows).await.map_err(wharf::RpcError::from)?;
+                    let count = tx.count_rows(&rows).await?;
                     let sample: Vec<Value> = tx
                         .scan_rows(&rows, None, 20)
-                        .await
-                        .map_err(wharf::RpcError::from)?
+                        .await?
                         .into_iter()
                         .map(|(_, v)| v)
                         .collect();
@@ -668,14 +668,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         )
 }
 
-fn tool_to_rpc(e: ToolError) -> wharf::RpcError {
-    match e {
-        ToolError::Protocol(e) => e,
-        ToolError::Execution(m) => wharf::RpcError::internal(m),
-    }
-}
-
-async fn delete(cx: &Context, args: DeleteArgs) -> Result<Structured<Deleted>, ToolError> {
+async fn delete(cx: &Context, args: DeleteArgs) -> Result<Structured<Deleted>, HandlerError> {
     check_dataset_name(&args.dataset)?;
     let confirmed = match cx.elicited::<DeleteAnswer>(CONFIRM_DELETE) {
         Some(Elicited::Accepted(DeleteAnswer { delete: true })) => {
@@ -685,7 +678,7 @@ async fn delete(cx: &Context, args: DeleteArgs) -> Result<Structured<Deleted>, T
             true
         }
         Some(_) => {
-            return Err(ToolError::execution(format!(
+            return Err(HandlerError::execution(format!(
                 "Not deleted: the user did not confirm deleting dataset {:?}.",
                 args.dataset
             )));
@@ -695,7 +688,7 @@ async fn delete(cx: &Context, args: DeleteArgs) -> Result<Structured<Deleted>, T
     let rows_key = dataset_rows(cx, &args.dataset);
     let mut tx = cx.tx().await?;
     dataset_definition(tx.as_mut(), cx, &args.dataset).await?;
-    let rows = tx.count_rows(&rows_key).await.map_err(store_error)?;
+    let rows = tx.count_rows(&rows_key).await.map_err(HandlerError::from)?;
     if !confirmed {
         drop(tx);
         return Err(cx
@@ -707,30 +700,33 @@ async fn delete(cx: &Context, args: DeleteArgs) -> Result<Structured<Deleted>, T
             )
             .into());
     }
-    let deleted = tx.clear_rows(&rows_key).await.map_err(store_error)?;
+    let deleted = tx.clear_rows(&rows_key).await.map_err(HandlerError::from)?;
     tx.delete_doc(&datasets(cx), &args.dataset)
         .await
-        .map_err(store_error)?;
+        .map_err(HandlerError::from)?;
     Ok(Structured(Deleted {
         dataset: args.dataset,
         deleted_rows: deleted,
     }))
 }
 
-async fn query(cx: &Context, args: QueryArgs) -> Result<Structured<QueryResult>, ToolError> {
+async fn query(cx: &Context, args: QueryArgs) -> Result<Structured<QueryResult>, HandlerError> {
     check_dataset_name(&args.dataset)?;
     if args.filters.len() > MAX_FILTERS {
-        return Err(ToolError::execution(format!(
+        return Err(HandlerError::execution(format!(
             "At most {MAX_FILTERS} filters per query."
         )));
     }
     let limit = args.limit.unwrap_or(100).clamp(1, MAX_QUERY_LIMIT);
     let store = cx.store()?;
-    let mut tx = store.begin(TxMode::Read).await.map_err(store_error)?;
+    let mut tx = store
+        .begin(TxMode::Read)
+        .await
+        .map_err(HandlerError::from)?;
     let columns = dataset_definition(tx.as_mut(), cx, &args.dataset).await?;
     for f in &args.filters {
         if !columns.iter().any(|c| c.name == f.column) {
-            return Err(ToolError::execution(format!(
+            return Err(HandlerError::execution(format!(
                 "Filter on unknown column {:?}.",
                 f.column
             )));
@@ -741,7 +737,7 @@ async fn query(cx: &Context, args: QueryArgs) -> Result<Structured<QueryResult>,
         "dataset": args.dataset,
         "filters": args.filters.iter().map(|f| json!([f.column, format!("{:?}", f.op), f.value])).collect::<Vec<_>>(),
     }))
-    .map_err(ToolError::internal)?;
+    .map_err(HandlerError::internal)?;
     let mut after = match &args.cursor {
         Some(c) => Some(i64::try_from(cx.resume(c, &scope)?).unwrap_or(i64::MAX)),
         None => None,
@@ -754,7 +750,7 @@ async fn query(cx: &Context, args: QueryArgs) -> Result<Structured<QueryResult>,
         let chunk = tx
             .scan_rows(&rows_key, after, SCAN_CHUNK)
             .await
-            .map_err(store_error)?;
+            .map_err(HandlerError::from)?;
         let len = chunk.len() as u32;
         for (seq, row) in chunk {
             scanned += 1;

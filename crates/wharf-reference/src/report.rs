@@ -13,9 +13,8 @@ use async_stream::stream;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use wharf::context::store_error;
 use wharf::state::{Millis, Store, TxMode, now_millis};
-use wharf::{Context, ServerBuilder, Step, Structured, ToolError, tool};
+use wharf::{Context, HandlerError, ServerBuilder, Step, Structured, tool};
 use wharf_protocol::ToolAnnotations;
 
 use crate::import::{
@@ -165,7 +164,7 @@ struct Unfinished {
 impl Unfinished {
     /// Commits `tx` on its own task: a commit the cancellation would cut short may still
     /// land in the store, and the cancellation marker must come after it.
-    async fn commit(&self, tx: Box<dyn wharf::Transaction>) -> Result<(), ToolError> {
+    async fn commit(&self, tx: Box<dyn wharf::Transaction>) -> Result<(), HandlerError> {
         let turn = std::sync::Arc::clone(&self.committing).lock_owned().await;
         tokio::spawn(async move {
             let landed = tx.commit().await;
@@ -173,8 +172,8 @@ impl Unfinished {
             landed
         })
         .await
-        .map_err(ToolError::internal)?
-        .map_err(store_error)
+        .map_err(HandlerError::internal)?
+        .map_err(HandlerError::from)
     }
 }
 
@@ -219,22 +218,22 @@ struct Run {
 
 impl Run {
     /// Reads the dataset's definition and size and records the run as started.
-    async fn start(cx: &Context, args: &GenerateArgs) -> Result<Run, ToolError> {
+    async fn start(cx: &Context, args: &GenerateArgs) -> Result<Run, HandlerError> {
         check_dataset_name(&args.dataset)?;
         let rows_key = dataset_rows(cx, &args.dataset);
         let mut tx = cx.transaction(TxMode::Write).await?;
         let columns = dataset_definition(tx.as_mut(), cx, &args.dataset).await?;
-        let total_rows = tx.count_rows(&rows_key).await.map_err(store_error)?;
+        let total_rows = tx.count_rows(&rows_key).await.map_err(HandlerError::from)?;
         let previous = tx
             .get_doc(&reports(cx), &args.dataset)
             .await
-            .map_err(store_error)?
+            .map_err(HandlerError::from)?
             .and_then(|d| serde_json::from_value::<Report>(d).ok());
         let run = previous.as_ref().map_or(0, |p| p.run) + 1;
         if let Some(p) = &previous {
             tx.delete_doc(&reports(cx), &cancelled_marker(&args.dataset, p.run))
                 .await
-                .map_err(store_error)?;
+                .map_err(HandlerError::from)?;
         }
         let report = Report {
             dataset: args.dataset.clone(),
@@ -247,7 +246,7 @@ impl Run {
             columns: None,
         };
         put_report(tx.as_mut(), cx, &report).await?;
-        tx.commit().await.map_err(store_error)?;
+        tx.commit().await.map_err(HandlerError::from)?;
         Ok(Run {
             unfinished: Unfinished {
                 store: cx.store()?.clone(),
@@ -265,12 +264,12 @@ impl Run {
     }
 
     /// Scans the next chunk and records how far the run got; `false` once every row is read.
-    async fn next_chunk(&mut self, cx: &Context) -> Result<bool, ToolError> {
+    async fn next_chunk(&mut self, cx: &Context) -> Result<bool, HandlerError> {
         let chunk = {
             let mut read = cx.transaction(TxMode::Read).await?;
             read.scan_rows(&self.rows_key, self.after, self.chunk)
                 .await
-                .map_err(store_error)?
+                .map_err(HandlerError::from)?
         };
         if chunk.is_empty() {
             return Ok(false);
@@ -291,19 +290,19 @@ impl Run {
     }
 
     /// Records the finished report and returns it.
-    async fn finish(mut self, cx: &Context) -> Result<Structured<Report>, ToolError> {
+    async fn finish(mut self, cx: &Context) -> Result<Structured<Report>, HandlerError> {
         self.report.state = State::Done;
         self.report.total_rows = self.report.scanned_rows;
         self.report.finished_at = Some(now_millis());
         self.report.columns = Some(self.totals.iter().map(Totals::stats).collect());
         let mut tx = cx.transaction(TxMode::Write).await?;
         put_report(tx.as_mut(), cx, &self.report).await?;
-        tx.commit().await.map_err(store_error)?;
+        tx.commit().await.map_err(HandlerError::from)?;
         self.unfinished.finished = true;
         Ok(Structured(self.report))
     }
 
-    fn progress(&self) -> Step<Result<Structured<Report>, ToolError>> {
+    fn progress(&self) -> Step<Result<Structured<Report>, HandlerError>> {
         #[allow(clippy::cast_precision_loss)]
         Step::progress_with(
             self.report.scanned_rows as f64,
@@ -320,11 +319,11 @@ async fn put_report(
     tx: &mut dyn wharf::Transaction,
     cx: &Context,
     report: &Report,
-) -> Result<(), ToolError> {
-    let doc = serde_json::to_value(report).map_err(ToolError::internal)?;
+) -> Result<(), HandlerError> {
+    let doc = serde_json::to_value(report).map_err(HandlerError::internal)?;
     tx.put_doc(&reports(cx), &report.dataset, &doc)
         .await
-        .map_err(store_error)
+        .map_err(HandlerError::from)
 }
 
 /// Registers `report_generate` and `report_status`.
@@ -383,26 +382,26 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     let Some(doc) = tx
                         .get_doc(&reports(&cx), &args.dataset)
                         .await
-                        .map_err(store_error)?
+                        .map_err(HandlerError::from)?
                     else {
-                        return Err(ToolError::execution(format!(
+                        return Err(HandlerError::execution(format!(
                             "Dataset {:?} has no report yet: run report_generate.",
                             args.dataset
                         )));
                     };
                     let mut report: Report = serde_json::from_value(doc).map_err(|e| {
-                        ToolError::internal(format!("stored report is unreadable: {e}"))
+                        HandlerError::internal(format!("stored report is unreadable: {e}"))
                     })?;
                     if report.state == State::Running
                         && tx
                             .get_doc(&reports(&cx), &cancelled_marker(&args.dataset, report.run))
                             .await
-                            .map_err(store_error)?
+                            .map_err(HandlerError::from)?
                             .is_some()
                     {
                         report.state = State::Cancelled;
                     }
-                    Ok::<_, ToolError>(Structured(report))
+                    Ok::<_, HandlerError>(Structured(report))
                 }),
         )
 }

@@ -215,7 +215,10 @@ async fn handle_line(
     };
     let req = match server.parse_request(id, method, envelope.params) {
         Ok(r) => r,
-        Err((e, id)) => return send_error(tx, Some(&id), &e).await,
+        Err(reply) => {
+            let _ = tx.send(reply.to_message()).await;
+            return;
+        }
     };
     let id = req.id.clone();
     let cancel = CancellationToken::new();
@@ -235,41 +238,18 @@ async fn handle_line(
     let (server, tx, in_flight) = (server.clone(), tx.clone(), in_flight.clone());
     let principal = principal.clone();
     tasks.spawn(async move {
-        if req.is_listen() {
-            match server
-                .admit(&req, &principal)
-                .and_then(|()| server.listen(req))
-            {
-                Ok(mut listener) => loop {
-                    tokio::select! {
-                        () = cancel.cancelled() => break,
-                        next = listener.next() => match next {
-                            Some(m) => { let _ = tx.send(m).await; }
-                            None => break,
-                        },
-                    }
-                },
-                Err(e) => send_error(&tx, Some(&id), &e).await,
+        // Admitted first (a slot under the caps); cancelled while queued, it never runs, and
+        // a cancelled request gets no response.
+        let admitted = tokio::select! {
+            () = cancel.cancelled() => None,
+            admitted = server.admit(req, principal) => Some(admitted),
+        };
+        match admitted {
+            None => {}
+            Some(Err(reply)) => {
+                let _ = tx.send(reply.to_message()).await;
             }
-        } else {
-            // A slot first; cancelled while queued, the request never runs.
-            let entered = tokio::select! {
-                () = cancel.cancelled() => None,
-                entered = server.enter(&req, &principal) => Some(entered),
-            };
-            match entered {
-                None => {}
-                Some(Err(e)) => send_error(&tx, Some(&id), &e).await,
-                Some(Ok(_permit)) => {
-                    // A cancelled request gets no response.
-                    if let Some(last) = server
-                        .execute_streamed(req, principal, cancel, tx.clone())
-                        .await
-                    {
-                        let _ = tx.send(last).await;
-                    }
-                }
-            }
+            Some(Ok(admitted)) => admitted.stream(tx, cancel).await,
         }
         lock(&in_flight).remove(&id);
     });

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use wharf::protocol::{Completion, GetPromptResult, Implementation, ResourceContents};
-use wharf::{Grant, Principal, RpcError, Server, prompt, resource};
+use wharf::{Grant, HandlerError, Principal, Server, prompt, resource};
 use wharf_stdio::{StdioConfig, serve_with};
 
 fn server() -> Server {
@@ -16,7 +16,7 @@ fn server() -> Server {
                 .argument("note", "Which note", true)
                 .scopes(&["notes:read"])
                 .completer(|_cx, _arg, _ctx| async {
-                    Ok::<_, RpcError>(Completion {
+                    Ok::<_, HandlerError>(Completion {
                         values: vec!["secret-name".into()],
                         ..Default::default()
                     })

@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use wharf::protocol::{Implementation, RequestId};
+use wharf::protocol::Implementation;
 use wharf::state::{Store, TxMode};
-use wharf::{Context, ParsedRequest, Principal, Scope, Server, Structured, ToolError, tool};
+use wharf::testing::Harness;
+use wharf::{Context, HandlerError, Principal, Server, Structured, tool};
 
 mod support;
 
@@ -43,12 +43,12 @@ async fn append(
     cx: Context,
     args: Append,
     script: Arc<Script>,
-) -> Result<Structured<Appended>, ToolError> {
+) -> Result<Structured<Appended>, HandlerError> {
     cx.tx()
         .await?
         .append_rows(&args.log, &[json!(args.n)])
         .await
-        .map_err(|e| ToolError::internal(e.to_string()))?;
+        .map_err(|e| HandlerError::internal(e.to_string()))?;
     if let Some(tx) = script.written.lock().await.as_ref() {
         let _ = tx.send(());
     }
@@ -71,33 +71,21 @@ fn server(store: Arc<dyn Store>, script: &Arc<Script>) -> Server {
     builder.build().unwrap()
 }
 
-fn call(server: &Server, name: &str, args: Value) -> ParsedRequest {
-    let params = json!({ "name": name, "arguments": args, "_meta": {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {} } });
-    let params = RawValue::from_string(params.to_string()).unwrap();
-    server
-        .parse_request(RequestId::Int(1), "tools/call", Some(&params))
-        .map_err(|(e, _)| e)
-        .unwrap()
+/// Calls in-process as `who`, through parse and admission as a transport does.
+fn as_user(server: &Server, who: &str) -> Harness {
+    Harness::new(server.clone()).principal(Principal::new(who))
 }
 
-fn scope(who: &str) -> Scope {
-    Scope {
-        principal: Principal::new(who),
-        cancel: None,
-        outbox: None,
-    }
+fn call(name: &str, args: Value) -> Value {
+    json!({ "name": name, "arguments": args })
 }
 
-/// The call's result, read from the response body.
+/// The call's result.
 async fn run(server: &Server, who: &str, name: &str, args: Value) -> Value {
-    let body = server
-        .execute(call(server, name, args), scope(who))
+    as_user(server, who)
+        .call("tools/call", call(name, args))
         .await
-        .unwrap();
-    let response: Value = serde_json::from_slice(&body).unwrap();
-    response["result"].clone()
+        .unwrap()
 }
 
 fn replayed(result: &Value) -> bool {
@@ -153,7 +141,8 @@ async fn a_cancelled_write_rolls_back_and_its_retry_runs(store: Arc<dyn Store>) 
     *script.written.lock().await = Some(tx);
 
     script.hang.store(true, Ordering::SeqCst);
-    let mut stalled = Box::pin(s.execute(call(&s, "append", args.clone()), scope("alice")));
+    let alice = as_user(&s, "alice");
+    let mut stalled = Box::pin(alice.call("tools/call", call("append", args.clone())));
     tokio::select! {
         _ = &mut stalled => panic!("a hanging call answered"),
         _ = written.recv() => {}
@@ -187,7 +176,8 @@ async fn a_call_whose_client_leaves_after_the_handler_returned_is_committed(stor
         let args = json!({ "log": log, "n": 1, "idempotency_key": key });
         let before = rows(&store, &log).await;
         {
-            let call = s.execute(call(&s, "append", args.clone()), scope("alice"));
+            let alice = as_user(&s, "alice");
+            let call = alice.call("tools/call", call("append", args.clone()));
             tokio::pin!(call);
             tokio::select! {
                 biased;

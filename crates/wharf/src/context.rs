@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use serde::Serialize;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use wharf_protocol::jsonrpc::write_notification;
 use wharf_protocol::{
@@ -12,18 +11,16 @@ use wharf_protocol::{
 
 use crate::bus::ChangeEvent;
 use crate::cursor::ListKind;
-use crate::dispatch::Scope;
 use crate::error::RpcError;
+use crate::handler::HandlerError;
 use crate::meta::RequestInfo;
+use crate::mrtr::{Ask, Elicited, Round};
 use crate::principal::Principal;
 use crate::progress::ProgressStream;
-use crate::server::Server;
+use crate::request::{Caller, Outbox};
+use crate::runtime::Runtime;
 use crate::state::handle::{HandleKind, HandleRecord};
-use crate::state::{Fence, Handle, Store, StoreError, Transaction, TxMode, now_millis};
-use crate::tool::ToolError;
-
-/// Serialized JSON-RPC messages for the response stream of one request, in order.
-pub type Outbox = mpsc::Sender<Vec<u8>>;
+use crate::state::{Fence, Handle, Store, Transaction, TxMode, now_millis};
 
 /// The request a handler serves: its id, its `_meta`, its cancellation, and its stream.
 ///
@@ -43,8 +40,8 @@ pub struct Context {
     /// The call's mutation lock, where it is a lease, for transactions the handler opens.
     fence: Option<Fence>,
     /// The answers and state a multi-round retry carries; `None` on a fresh request.
-    round: Option<Box<crate::mrtr::Round>>,
-    server: Server,
+    round: Option<Box<Round>>,
+    runtime: Arc<Runtime>,
 }
 
 /// The write transaction of one call, shared between the handler (through
@@ -110,21 +107,21 @@ impl TxSlot {
     }
 
     /// Takes the pending holds in `tx`; the refusal if a handle is gone.
-    async fn hold(state: &mut SlotState, tx: &mut dyn Transaction) -> Result<(), ToolError> {
+    async fn hold(state: &mut SlotState, tx: &mut dyn Transaction) -> Result<(), HandlerError> {
         if let Some(fence) = state.fence.take() {
             tx.fence(&fence);
         }
         if let Some(refusal) = &state.refused {
-            return Err(ToolError::Execution(refusal.clone()));
+            return Err(HandlerError::Execution(refusal.clone()));
         }
         while let Some(hold) = state.holds.pop() {
             if !tx
                 .hold_handle(&hold.id, hold.touch_at)
                 .await
-                .map_err(store_error)?
+                .map_err(HandlerError::from)?
             {
                 state.refused = Some(hold.refusal.clone());
-                return Err(ToolError::Execution(hold.refusal));
+                return Err(HandlerError::Execution(hold.refusal));
             }
         }
         Ok(())
@@ -153,8 +150,9 @@ impl TxSlot {
             })?;
         match Self::hold(&mut state, tx.as_mut()).await {
             Ok(()) => Ok(Finished::Commit(Some(tx))),
-            Err(ToolError::Execution(refusal)) => Ok(Finished::Refused(refusal)),
-            Err(ToolError::Protocol(e)) => Err(e),
+            Err(HandlerError::Execution(refusal)) => Ok(Finished::Refused(refusal)),
+            Err(HandlerError::Protocol(e)) => Err(e),
+            Err(other) => Err(RpcError::internal(other)),
         }
     }
 }
@@ -164,38 +162,43 @@ impl TxSlot {
 pub type TxGuard = tokio::sync::OwnedMutexGuard<Box<dyn Transaction>>;
 
 impl Context {
-    pub(crate) fn new(id: RequestId, info: Box<RequestInfo>, scope: Scope, server: Server) -> Self {
-        Self::with_tx(id, info, scope, server, None)
-    }
-
-    pub(crate) fn with_tx(
+    pub(crate) fn new(
+        runtime: &Arc<Runtime>,
         id: RequestId,
         info: Box<RequestInfo>,
-        scope: Scope,
-        server: Server,
-        tx: Option<Arc<TxSlot>>,
+        caller: Caller,
     ) -> Self {
-        let progress = match (&info.progress_token, &scope.outbox) {
+        let progress = match (&info.progress_token, &caller.outbox) {
             (Some(token), Some(outbox)) => Some(ProgressStream::new(
                 token.clone(),
                 outbox.clone(),
-                server.inner.config.progress_interval,
+                runtime.config.progress_interval,
             )),
             _ => None,
         };
         Context {
             id,
             info,
-            principal: scope.principal,
-            cancel: scope.cancel,
-            outbox: scope.outbox,
+            principal: caller.principal,
+            cancel: caller.cancel,
+            outbox: caller.outbox,
             progress,
-            tx,
+            tx: None,
             handles: Vec::new(),
             fence: None,
             round: None,
-            server,
+            runtime: Arc::clone(runtime),
         }
+    }
+
+    /// The runtime this request runs in.
+    pub(crate) fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
+    }
+
+    /// Gives the call its transaction slot.
+    pub(crate) fn set_tx(&mut self, tx: Option<Arc<TxSlot>>) {
+        self.tx = tx;
     }
 
     pub(crate) fn set_handles(&mut self, handles: Vec<HandleRecord>) {
@@ -222,11 +225,11 @@ impl Context {
         Some(resume)
     }
 
-    /// Starts asking the client for input (MRTR); return the [`Ask`](crate::mrtr::Ask) as the
-    /// handler's error. Only requests for capabilities the client declared on this request
-    /// are sent.
-    pub fn ask(&self) -> crate::mrtr::Ask {
-        crate::mrtr::Ask::new(self.info.client_capabilities.clone())
+    /// Starts asking the client for input (MRTR); return the [`Ask`] as the handler's error
+    /// (`Err(ask.into())`). Only requests for capabilities the client declared on this
+    /// request are sent.
+    pub fn ask(&self) -> Ask {
+        Ask::new(self.info.client_capabilities.clone())
     }
 
     /// How many rounds of input this request went through: 0 on a fresh request.
@@ -234,7 +237,7 @@ impl Context {
         self.round.as_ref().map_or(0, |r| r.number)
     }
 
-    /// The state the previous round kept with [`Ask::state`](crate::mrtr::Ask::state).
+    /// The state the previous round kept with [`Ask::state`].
     pub fn round_state<S: serde::de::DeserializeOwned>(&self) -> Option<S> {
         let state = self.round.as_ref()?.state.clone()?;
         serde_json::from_value(state).ok()
@@ -242,15 +245,12 @@ impl Context {
 
     /// The answer to form elicitation `key` asked in the previous round, its content checked
     /// against the form and typed; `None` when it is missing or malformed (ask again).
-    pub fn elicited<T: serde::de::DeserializeOwned>(
-        &self,
-        key: &str,
-    ) -> Option<crate::mrtr::Elicited<T>> {
+    pub fn elicited<T: serde::de::DeserializeOwned>(&self, key: &str) -> Option<Elicited<T>> {
         self.round.as_ref()?.elicited(key)
     }
 
     /// What the user did with URL elicitation `key`.
-    pub fn elicited_url(&self, key: &str) -> Option<crate::mrtr::Elicited<()>> {
+    pub fn elicited_url(&self, key: &str) -> Option<Elicited<()>> {
         self.round.as_ref()?.elicited_url(key)
     }
 
@@ -267,7 +267,7 @@ impl Context {
     /// Redeems this round's request state once only, on every replica sharing the store: a
     /// second retry with the same state is refused with `-32602`. Call it before the effect
     /// the answers unlock. A fresh request has nothing to redeem.
-    pub async fn redeem_once(&self) -> Result<(), ToolError> {
+    pub async fn redeem_once(&self) -> Result<(), HandlerError> {
         let Some(round) = &self.round else {
             return Ok(());
         };
@@ -277,7 +277,7 @@ impl Context {
             }
             // Answers without the state of the round that asked could be replayed at will:
             // a step that must be answered once needs its state.
-            return Err(ToolError::Protocol(RpcError::invalid_params(
+            return Err(HandlerError::Protocol(RpcError::invalid_params(
                 "Invalid requestState: this step can be answered once, and only with the requestState of the round that asked; send the request again without inputResponses",
             )));
         };
@@ -292,15 +292,15 @@ impl Context {
             .store()?
             .begin_idempotent(&claim, now_millis())
             .await
-            .map_err(store_error)?
+            .map_err(HandlerError::from)?
         {
             crate::state::Begin::Run(mut tx) => {
                 tx.complete_claim(&claim, "redeemed")
                     .await
-                    .map_err(store_error)?;
-                tx.commit().await.map_err(store_error)
+                    .map_err(HandlerError::from)?;
+                tx.commit().await.map_err(HandlerError::from)
             }
-            _ => Err(ToolError::Protocol(RpcError::invalid_params(
+            _ => Err(HandlerError::Protocol(RpcError::invalid_params(
                 "Invalid requestState: it was already used, and this step can be answered once; send the request again from the start",
             ))),
         }
@@ -316,16 +316,16 @@ impl Context {
     pub fn handle_data<K: HandleKind, T: serde::de::DeserializeOwned>(
         &self,
         handle: &Handle<K>,
-    ) -> Result<T, ToolError> {
+    ) -> Result<T, HandlerError> {
         let data = self
             .handle_record(handle)
             .and_then(|r| r.data.as_ref())
             .ok_or_else(|| {
                 // Handle ids are credentials in anonymous mode: never in logs.
-                ToolError::internal(format!("a {} handle carries no data", K::KIND))
+                HandlerError::internal(format!("a {} handle carries no data", K::KIND))
             })?;
         T::deserialize(data).map_err(|e| {
-            ToolError::internal(format!(
+            HandlerError::internal(format!(
                 "the data of a {} handle is unreadable: {e}",
                 K::KIND
             ))
@@ -338,19 +338,20 @@ impl Context {
     }
 
     /// The server's store, for reads outside the call's transaction.
-    pub fn store(&self) -> Result<&Arc<dyn Store>, ToolError> {
-        self.server
-            .store()
-            .ok_or_else(|| ToolError::internal("this server has no store configured"))
+    pub fn store(&self) -> Result<&Arc<dyn Store>, HandlerError> {
+        self.runtime
+            .store
+            .as_ref()
+            .ok_or_else(|| HandlerError::internal("this server has no store configured"))
     }
 
     /// The call's write transaction, opened on first use. The core commits it when the
     /// handler returns a successful result, together with the idempotency record of an
     /// idempotent tool, and rolls it back otherwise (an error, an `isError` result, a
     /// cancelled call): a failed call changes nothing.
-    pub async fn tx(&self) -> Result<TxGuard, ToolError> {
+    pub async fn tx(&self) -> Result<TxGuard, HandlerError> {
         let slot = self.tx.as_ref().ok_or_else(|| {
-            ToolError::internal(
+            HandlerError::internal(
                 "no transaction here: only tool calls of a server with a store have one",
             )
         })?;
@@ -362,7 +363,7 @@ impl Context {
                     .store()?
                     .begin(TxMode::Write)
                     .await
-                    .map_err(store_error)?;
+                    .map_err(HandlerError::from)?;
                 let shared = Arc::new(tokio::sync::Mutex::new(tx));
                 state.tx = Some(Arc::clone(&shared));
                 shared
@@ -380,8 +381,12 @@ impl Context {
     /// mutation lock ([`ToolBuilder::mutates`](crate::tool::ToolBuilder::mutates)) it carries
     /// the lock's fence, so on a store whose locks are leases its commit applies nothing once
     /// the call lost its key.
-    pub async fn transaction(&self, mode: TxMode) -> Result<Box<dyn Transaction>, ToolError> {
-        let mut tx = self.store()?.begin(mode).await.map_err(store_error)?;
+    pub async fn transaction(&self, mode: TxMode) -> Result<Box<dyn Transaction>, HandlerError> {
+        let mut tx = self
+            .store()?
+            .begin(mode)
+            .await
+            .map_err(HandlerError::from)?;
         if let Some(fence) = &self.fence {
             tx.fence(fence);
         }
@@ -392,7 +397,7 @@ impl Context {
     /// (what was listed: its name, filters, the caller): any replica with the same cursor
     /// key resumes it, and nobody can forge or move it.
     pub fn cursor(&self, position: u64, scope: &[u8]) -> String {
-        self.server.inner.cursors.encode(
+        self.runtime.cursors.encode(
             ListKind::App,
             position,
             scope_fingerprint(scope, &self.principal),
@@ -401,20 +406,19 @@ impl Context {
 
     /// The position a cursor from [`Context::cursor`] points at; a garbage, forged, expired
     /// cursor, or one issued for another listing or caller, is `-32602`.
-    pub fn resume(&self, cursor: &str, scope: &[u8]) -> Result<u64, ToolError> {
-        self.server
-            .inner
+    pub fn resume(&self, cursor: &str, scope: &[u8]) -> Result<u64, HandlerError> {
+        self.runtime
             .cursors
             .decode(
                 cursor,
                 ListKind::App,
                 scope_fingerprint(scope, &self.principal),
             )
-            .map_err(|e| ToolError::Protocol(e.into()))
+            .map_err(|e| HandlerError::Protocol(e.into()))
     }
 
     /// Mints a handle of kind `K` owned by the caller, in the call's transaction.
-    pub async fn mint_handle<K: HandleKind>(&self) -> Result<Handle<K>, ToolError> {
+    pub async fn mint_handle<K: HandleKind>(&self) -> Result<Handle<K>, HandlerError> {
         self.mint(HandleRecord::mint::<K>(&self.principal, now_millis()))
             .await
     }
@@ -424,28 +428,31 @@ impl Context {
     pub async fn mint_handle_with<K: HandleKind>(
         &self,
         data: serde_json::Value,
-    ) -> Result<Handle<K>, ToolError> {
+    ) -> Result<Handle<K>, HandlerError> {
         let mut record = HandleRecord::mint::<K>(&self.principal, now_millis());
         record.data = Some(data);
         self.mint(record).await
     }
 
-    async fn mint<K: HandleKind>(&self, record: HandleRecord) -> Result<Handle<K>, ToolError> {
+    async fn mint<K: HandleKind>(&self, record: HandleRecord) -> Result<Handle<K>, HandlerError> {
         self.tx()
             .await?
             .create_handle(&record)
             .await
-            .map_err(store_error)?;
+            .map_err(HandlerError::from)?;
         Ok(Handle::new(record.id))
     }
 
     /// Retires a handle (and the data filed under it) in the call's transaction.
-    pub async fn retire_handle<K: HandleKind>(&self, handle: &Handle<K>) -> Result<(), ToolError> {
+    pub async fn retire_handle<K: HandleKind>(
+        &self,
+        handle: &Handle<K>,
+    ) -> Result<(), HandlerError> {
         self.tx()
             .await?
             .retire_handle(handle.id())
             .await
-            .map_err(store_error)
+            .map_err(HandlerError::from)
     }
 
     /// The JSON-RPC id of the request.
@@ -484,11 +491,6 @@ impl Context {
             .is_some_and(CancellationToken::is_cancelled)
     }
 
-    /// The server, to announce changes from inside a handler.
-    pub fn server(&self) -> &Server {
-        &self.server
-    }
-
     /// Reports progress, if the client asked for it with a `progressToken` (otherwise this
     /// costs nothing). Values that do not increase are dropped, so the client always sees
     /// progress strictly increasing; bursts are coalesced to one message per
@@ -522,9 +524,10 @@ impl Context {
         send(outbox, methods::NOTIFICATION_MESSAGE, &params).await;
     }
 
-    /// Announces a change to every listen stream (see [`Server::announce`]).
+    /// Announces a change to every listen stream that opted into it, on every replica the
+    /// server's bus reaches (see [`Server::announce`](crate::Server::announce)).
     pub async fn announce(&self, event: ChangeEvent) {
-        self.server.announce(event).await;
+        self.runtime.announce(event).await;
     }
 }
 
@@ -536,11 +539,6 @@ fn scope_fingerprint(scope: &[u8], principal: &Principal) -> u64 {
     h.update(scope);
     let d = h.finalize();
     u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
-}
-
-/// A store failure as a tool error: busy stores ask for a retry, others are internal.
-pub fn store_error(e: StoreError) -> ToolError {
-    ToolError::Protocol(e.into())
 }
 
 async fn send<P: Serialize>(outbox: &Outbox, method: &str, params: &P) {

@@ -6,6 +6,7 @@ use wharf_protocol::{ClientCapabilities, ErrorObject, codes, version};
 
 /// What went wrong, in terms a transport can map to a status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ErrorKind {
     /// The body is not JSON (`-32700`).
     Parse,
@@ -34,9 +35,6 @@ pub enum ErrorKind {
     TimedOut,
     /// The principal's token lacks a scope this request needs ([`FORBIDDEN`], HTTP 403).
     InsufficientScope,
-    /// Not an error: the handler needs input from the client first (MRTR). The core turns it
-    /// into an `input_required` result; should one ever reach a transport, it is `-32603`.
-    InputRequired,
     /// An application-defined code, outside the reserved range.
     Application(i32),
 }
@@ -67,7 +65,7 @@ impl ErrorKind {
             ErrorKind::HeaderMismatch => codes::HEADER_MISMATCH,
             ErrorKind::MissingCapability => codes::MISSING_REQUIRED_CLIENT_CAPABILITY,
             ErrorKind::UnsupportedVersion => codes::UNSUPPORTED_PROTOCOL_VERSION,
-            ErrorKind::Internal | ErrorKind::InputRequired => codes::INTERNAL_ERROR,
+            ErrorKind::Internal => codes::INTERNAL_ERROR,
             ErrorKind::RetryLater => RETRY_LATER,
             ErrorKind::Unauthorized => UNAUTHORIZED,
             ErrorKind::TimedOut => TIMED_OUT,
@@ -81,11 +79,12 @@ impl ErrorKind {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{message}")]
 pub struct RpcError {
+    /// What went wrong, for the transport's status.
     pub kind: ErrorKind,
+    /// What the client is told.
     pub message: String,
+    /// Structured detail for the client (`error.data`).
     pub data: Option<Value>,
-    /// What an [`ErrorKind::InputRequired`] asks for.
-    pub(crate) input: Option<Box<crate::mrtr::Ask>>,
 }
 
 impl RpcError {
@@ -95,13 +94,7 @@ impl RpcError {
             kind,
             message: message.into(),
             data: None,
-            input: None,
         }
-    }
-
-    pub(crate) fn with_input(mut self, ask: crate::mrtr::Ask) -> Self {
-        self.input = Some(Box::new(ask));
-        self
     }
 
     /// Adds `data`.
@@ -141,6 +134,11 @@ impl RpcError {
             ),
         )
         .with_data(json!({ "supported": version::SUPPORTED, "requested": requested }))
+    }
+
+    /// `-32602` for a resource that does not exist, with its URI in `data`.
+    pub fn resource_not_found(uri: &str) -> Self {
+        Self::invalid_params(format!("Resource not found: {uri}")).with_data(json!({ "uri": uri }))
     }
 
     /// `-32021` listing the capabilities the request needs.

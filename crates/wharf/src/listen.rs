@@ -5,42 +5,48 @@ use tokio::sync::broadcast::{self, error::RecvError};
 use wharf_protocol::jsonrpc::{write_notification, write_result};
 use wharf_protocol::{RequestId, ResultType, SubscriptionFilter, methods};
 
+use std::sync::Arc;
+
 use crate::bus::ChangeEvent;
-use crate::dispatch::{ParsedRequest, RequestBody};
 use crate::error::{ErrorKind, RpcError};
-use crate::server::Server;
+use crate::registry::Registry;
+use crate::request::{ParsedRequest, RequestBody};
+use crate::runtime::Runtime;
 
 /// An open subscription. [`Listener::next`] yields serialized messages: the acknowledgment
 /// first, then the notifications the client opted into, and on server shutdown the final
 /// `subscriptions/listen` response, after which it yields `None`.
-pub struct Listener {
+pub(crate) struct Listener {
     id: RequestId,
     filter: SubscriptionFilter,
     rx: broadcast::Receiver<ChangeEvent>,
-    server: Server,
+    runtime: Arc<Runtime>,
     acknowledged: bool,
     done: bool,
     /// Notifications owed after a lag, sent before anything new.
     backlog: Vec<ChangeEvent>,
 }
 
-impl Server {
-    /// Opens a subscription for a parsed `subscriptions/listen` request.
-    pub fn listen(&self, req: ParsedRequest) -> Result<Listener, RpcError> {
-        req.info.check_version()?;
+impl Listener {
+    /// Opens a subscription for an admitted `subscriptions/listen` request.
+    pub(crate) fn open(
+        registry: &Registry,
+        runtime: &Arc<Runtime>,
+        req: ParsedRequest,
+    ) -> Result<Listener, RpcError> {
         let RequestBody::Listen(params) = req.body else {
             return Err(RpcError::new(
                 ErrorKind::InvalidRequest,
                 "not a subscriptions/listen request",
             ));
         };
-        let caps = &self.inner.capabilities;
+        let caps = &registry.capabilities;
         let asked = params.notifications;
         let yes =
             |asked: Option<bool>, offered: bool| (asked == Some(true) && offered).then_some(true);
         let subscribable: Option<Vec<String>> = asked.resource_subscriptions.map(|uris| {
             uris.into_iter()
-                .filter(|u| self.knows_resource(u))
+                .filter(|u| registry.resource(u).is_some())
                 .collect()
         });
         let filter = SubscriptionFilter {
@@ -52,33 +58,12 @@ impl Server {
         Ok(Listener {
             id: req.id,
             filter,
-            rx: self.inner.bus.subscribe(),
-            server: self.clone(),
+            rx: runtime.bus.subscribe(),
+            runtime: Arc::clone(runtime),
             acknowledged: false,
             done: false,
             backlog: Vec::new(),
         })
-    }
-
-    fn knows_resource(&self, uri: &str) -> bool {
-        self.inner.resource_index.contains_key(uri)
-            || self
-                .inner
-                .templates
-                .iter()
-                .any(|t| t.parsed.match_uri(uri).is_some())
-    }
-}
-
-impl Listener {
-    /// The subscription's id (the listen request's id).
-    pub fn id(&self) -> &RequestId {
-        &self.id
-    }
-
-    /// The subset of notifications the server honours.
-    pub fn filter(&self) -> &SubscriptionFilter {
-        &self.filter
     }
 
     fn wants(&self, event: &ChangeEvent) -> bool {
@@ -150,7 +135,7 @@ impl Listener {
     }
 
     /// The final response that ends the subscription gracefully.
-    pub fn final_response(&self) -> Vec<u8> {
+    fn final_response(&self) -> Vec<u8> {
         #[derive(Serialize)]
         struct Final<'a> {
             #[serde(rename = "resultType")]
@@ -160,7 +145,7 @@ impl Listener {
         }
         let meta = SubscriptionMeta {
             id: &self.id,
-            server_info: Some(self.server.info()),
+            server_info: Some(&self.runtime.info),
         };
         let mut buf = Vec::with_capacity(160);
         let _ = write_result(
@@ -175,7 +160,7 @@ impl Listener {
     }
 
     /// The next message to send, or `None` once the subscription has ended.
-    pub async fn next(&mut self) -> Option<Vec<u8>> {
+    pub(crate) async fn next(&mut self) -> Option<Vec<u8>> {
         if self.done {
             return None;
         }
@@ -198,7 +183,7 @@ impl Listener {
         if let Some(event) = self.backlog.pop() {
             return Some(self.render(&event));
         }
-        let shutdown = self.server.shutdown_token().clone();
+        let shutdown = self.runtime.shutdown.clone();
         loop {
             tokio::select! {
                 biased;

@@ -9,41 +9,59 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
-use crate::dispatch::{ParsedRequest, Scope};
 use crate::error::{ErrorKind, RpcError};
-use crate::server::Server;
+use crate::request::{Caller, ParsedRequest};
 
 /// What a layer returns: the whole JSON-RPC response message, or the error to send.
 pub type MiddlewareFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, RpcError>> + Send>>;
 
-/// A layer around request handling. Closures `Fn(ParsedRequest, Scope, Next) -> impl Future`
+/// A layer around request handling. Closures `Fn(ParsedRequest, Caller, Next) -> impl Future`
 /// are layers.
 pub trait Middleware: Send + Sync + 'static {
-    /// Handles `req`, usually by awaiting `next.run(req, scope)`.
-    fn call(&self, req: ParsedRequest, scope: Scope, next: Next) -> MiddlewareFuture;
+    /// Handles `req`, usually by awaiting `next.run(req, caller)`.
+    fn call(&self, req: ParsedRequest, caller: Caller, next: Next) -> MiddlewareFuture;
 }
 
 impl<F, Fut> Middleware for F
 where
-    F: Fn(ParsedRequest, Scope, Next) -> Fut + Send + Sync + 'static,
+    F: Fn(ParsedRequest, Caller, Next) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Vec<u8>, RpcError>> + Send + 'static,
 {
-    fn call(&self, req: ParsedRequest, scope: Scope, next: Next) -> MiddlewareFuture {
-        Box::pin(self(req, scope, next))
+    fn call(&self, req: ParsedRequest, caller: Caller, next: Next) -> MiddlewareFuture {
+        Box::pin(self(req, caller, next))
     }
+}
+
+/// What runs a request from a given layer of its chain on (the core implements it).
+pub(crate) trait Chain: Send + Sync + 'static {
+    /// Runs layer `index` onwards, then the method.
+    fn run_from(
+        self: Arc<Self>,
+        index: usize,
+        req: ParsedRequest,
+        caller: Caller,
+    ) -> MiddlewareFuture;
 }
 
 /// The rest of the chain after a layer: the next layers, then the core.
 pub struct Next {
-    server: Server,
+    chain: Arc<dyn Chain>,
     index: usize,
 }
 
 impl Next {
+    pub(crate) fn new(chain: Arc<dyn Chain>, index: usize) -> Self {
+        Next { chain, index }
+    }
+
     /// Runs the rest of the chain, unless the request was cancelled meanwhile.
-    pub fn run(self, req: ParsedRequest, scope: Scope) -> MiddlewareFuture {
-        self.server.run_from(self.index, req, scope)
+    pub fn run(self, req: ParsedRequest, caller: Caller) -> MiddlewareFuture {
+        if caller.is_cancelled() {
+            return Box::pin(std::future::ready(Err(cancelled())));
+        }
+        self.chain.run_from(self.index, req, caller)
     }
 }
 
@@ -53,49 +71,20 @@ pub(crate) fn cancelled() -> RpcError {
     RpcError::new(ErrorKind::Internal, "Request cancelled")
 }
 
-impl Server {
-    /// Runs layer `index` onwards, then the core.
-    pub(crate) fn run_from(
-        &self,
-        index: usize,
-        req: ParsedRequest,
-        scope: Scope,
-    ) -> MiddlewareFuture {
-        if scope.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
-            return Box::pin(std::future::ready(Err(cancelled())));
-        }
-        match self.inner.middleware.get(index) {
-            Some(layer) => layer.call(
-                req,
-                scope,
-                Next {
-                    server: self.clone(),
-                    index: index + 1,
-                },
-            ),
-            None => {
-                let server = self.clone();
-                Box::pin(async move { server.run(req, scope).await })
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use serde_json::value::RawValue;
+    use serde_json::json;
     use tokio_util::sync::CancellationToken;
-    use wharf_protocol::{Implementation, RequestId};
+    use wharf_protocol::Implementation;
 
     use super::*;
-    use crate::principal::Principal;
+    use crate::testing::Harness;
     use crate::tool::{NoArgs, tool};
-    use crate::{Context, ErrorKind};
+    use crate::{Context, ErrorKind, Server};
 
-    fn server(layers: Vec<Arc<dyn Middleware>>, ran: Arc<AtomicUsize>) -> Server {
+    fn server(layers: Vec<Arc<dyn Middleware>>, ran: Arc<AtomicUsize>) -> Harness {
         let mut builder = Server::builder(Implementation::new("t", "1")).tool(
             tool("count").handler(move |_cx: Context, _: NoArgs| {
                 let ran = Arc::clone(&ran);
@@ -108,26 +97,11 @@ mod tests {
         for layer in layers {
             builder = builder.middleware_arc(layer);
         }
-        builder.build().unwrap()
+        Harness::new(builder.build().unwrap())
     }
 
-    fn call(server: &Server) -> ParsedRequest {
-        let params = RawValue::from_string(
-            r#"{"name":"count","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}"#.into(),
-        )
-        .unwrap();
-        server
-            .parse_request(RequestId::Int(1), "tools/call", Some(&params))
-            .map_err(|(e, _)| e)
-            .unwrap()
-    }
-
-    fn scope(cancel: Option<CancellationToken>) -> Scope {
-        Scope {
-            principal: Principal::anonymous(),
-            cancel,
-            outbox: None,
-        }
+    fn count() -> serde_json::Value {
+        json!({ "name": "count", "arguments": {} })
     }
 
     #[tokio::test]
@@ -135,32 +109,32 @@ mod tests {
         let order = Arc::new(std::sync::Mutex::new(Vec::new()));
         let layer = |name: &'static str, refuse: bool| -> Arc<dyn Middleware> {
             let order = Arc::clone(&order);
-            Arc::new(move |req: ParsedRequest, scope: Scope, next: Next| {
+            Arc::new(move |req: ParsedRequest, caller: Caller, next: Next| {
                 let order = Arc::clone(&order);
                 async move {
                     order.lock().unwrap().push(name);
                     if refuse {
                         return Err(RpcError::invalid_params("refused by a layer"));
                     }
-                    let out = next.run(req, scope).await;
+                    let out = next.run(req, caller).await;
                     order.lock().unwrap().push(name);
                     out
                 }
             })
         };
         let ran = Arc::new(AtomicUsize::new(0));
-        let s = server(
+        let h = server(
             vec![layer("outer", false), layer("inner", false)],
             Arc::clone(&ran),
         );
-        let out = s.execute(call(&s), scope(None)).await.unwrap();
-        assert!(String::from_utf8(out).unwrap().contains("\"ran\""));
+        let out = h.call("tools/call", count()).await.unwrap();
+        assert_eq!(out["content"][0]["text"], "ran");
         assert_eq!(*order.lock().unwrap(), ["outer", "inner", "inner", "outer"]);
         assert_eq!(ran.load(Ordering::SeqCst), 1);
 
-        let s = server(vec![layer("refuser", true)], Arc::clone(&ran));
-        let e = s.execute(call(&s), scope(None)).await.unwrap_err();
-        assert_eq!(e.kind, ErrorKind::InvalidParams);
+        let h = server(vec![layer("refuser", true)], Arc::clone(&ran));
+        let e = h.call("tools/call", count()).await.unwrap_err();
+        assert_eq!(e.error().kind, ErrorKind::InvalidParams);
         assert_eq!(ran.load(Ordering::SeqCst), 1, "the core never ran");
     }
 
@@ -170,28 +144,66 @@ mod tests {
         let cancel = CancellationToken::new();
         let first: Arc<dyn Middleware> = {
             let cancel = cancel.clone();
-            Arc::new(move |req: ParsedRequest, scope: Scope, next: Next| {
+            Arc::new(move |req: ParsedRequest, caller: Caller, next: Next| {
                 let cancel = cancel.clone();
                 async move {
                     // The client leaves while this layer awaits something.
                     cancel.cancel();
-                    next.run(req, scope).await
+                    next.run(req, caller).await
                 }
             })
         };
         let second: Arc<dyn Middleware> = {
             let later = Arc::clone(&later);
-            Arc::new(move |req: ParsedRequest, scope: Scope, next: Next| {
+            Arc::new(move |req: ParsedRequest, caller: Caller, next: Next| {
                 later.fetch_add(1, Ordering::SeqCst);
-                next.run(req, scope)
+                next.run(req, caller)
             })
         };
         let ran = Arc::new(AtomicUsize::new(0));
-        let s = server(vec![first, second], Arc::clone(&ran));
-        // Straight through the chain (a transport's execute would also stop at the token).
-        let out = s.run_from(0, call(&s), scope(Some(cancel))).await;
-        assert!(out.is_err());
+        let h = server(vec![first, second], Arc::clone(&ran));
+        let sent = h.stream("tools/call", count(), cancel).await.unwrap();
+        assert!(
+            sent.is_empty(),
+            "nothing is sent for a cancelled request: {sent:?}"
+        );
         assert_eq!(later.load(Ordering::SeqCst), 0, "the next layer never ran");
         assert_eq!(ran.load(Ordering::SeqCst), 0, "the handler never ran");
+    }
+
+    #[tokio::test]
+    async fn a_layer_cannot_steer_a_request_past_admission() {
+        // A layer swaps the request for a call of a tool the caller may not call.
+        let h = {
+            let swap: Arc<dyn Middleware> =
+                Arc::new(|req: ParsedRequest, caller: Caller, next: Next| {
+                    let mut req = req;
+                    if let crate::RequestBody::CallTool(params) = &mut req.body {
+                        params.name = "secret".into();
+                    }
+                    next.run(req, caller)
+                });
+            let server = Server::builder(Implementation::new("t", "1"))
+                .tool(tool("open").handler(|_cx: Context, _: NoArgs| async { "open" }))
+                .tool(
+                    tool("secret")
+                        .scopes(&["admin"])
+                        .handler(|_cx: Context, _: NoArgs| async { "secret" }),
+                )
+                .middleware_arc(swap)
+                .build()
+                .unwrap();
+            Harness::new(server).principal(crate::Principal::oauth(crate::Grant {
+                issuer: "https://as".into(),
+                subject: "alice".into(),
+                client_id: None,
+                scopes: Default::default(),
+            }))
+        };
+        let e = h
+            .call("tools/call", json!({ "name": "open", "arguments": {} }))
+            .await
+            .unwrap_err();
+        assert_eq!(e.error().kind, ErrorKind::InsufficientScope);
     }
 }

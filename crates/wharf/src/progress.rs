@@ -8,7 +8,7 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use wharf_protocol::{ProgressParams, ProgressToken, methods};
 
-use crate::context::Outbox;
+use crate::request::Outbox;
 
 /// Where a request's progress goes, when its client asked for it.
 pub(crate) struct ProgressStream {

@@ -10,14 +10,15 @@ use wharf_protocol::{
 
 use crate::context::Context;
 use crate::error::RpcError;
+use crate::handler::{BoxFuture, HandlerError};
 use crate::resource::{CompleteHandler, erase_complete};
-use crate::tool::BoxFuture;
 
 /// The arguments a prompt was called with.
 pub type PromptArgs = BTreeMap<String, String>;
 
-pub(crate) type PromptHandler =
-    Arc<dyn Fn(Context, PromptArgs) -> BoxFuture<Result<GetPromptResult, RpcError>> + Send + Sync>;
+pub(crate) type PromptHandler = Arc<
+    dyn Fn(Context, PromptArgs) -> BoxFuture<Result<GetPromptResult, HandlerError>> + Send + Sync,
+>;
 
 /// A prompt being described.
 #[must_use = "a prompt needs a handler before it can be registered"]
@@ -79,7 +80,7 @@ impl PromptBuilder {
     pub fn completer<F, Fut>(mut self, f: F) -> Self
     where
         F: Fn(Context, CompletionArgument, CompletionContext) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Completion, RpcError>> + Send + 'static,
+        Fut: Future<Output = Result<Completion, HandlerError>> + Send + 'static,
     {
         self.complete = Some(erase_complete(f));
         self
@@ -89,7 +90,7 @@ impl PromptBuilder {
     pub fn handler<F, Fut>(self, f: F) -> PromptDef
     where
         F: Fn(Context, PromptArgs) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<GetPromptResult, RpcError>> + Send + 'static,
+        Fut: Future<Output = Result<GetPromptResult, HandlerError>> + Send + 'static,
     {
         PromptDef {
             prompt: self.prompt,

@@ -10,8 +10,7 @@ use wharf_protocol::{
 };
 
 use crate::context::Context;
-use crate::error::RpcError;
-use crate::tool::BoxFuture;
+use crate::handler::{BoxFuture, HandlerError};
 use crate::uri_template::{UriTemplate, Vars};
 
 /// What a resource handler is asked for.
@@ -24,7 +23,7 @@ pub struct ReadRequest {
 }
 
 pub(crate) type ReadHandler = Arc<
-    dyn Fn(Context, ReadRequest) -> BoxFuture<Result<Vec<ResourceContents>, RpcError>>
+    dyn Fn(Context, ReadRequest) -> BoxFuture<Result<Vec<ResourceContents>, HandlerError>>
         + Send
         + Sync,
 >;
@@ -33,7 +32,7 @@ pub(crate) type CompleteHandler = Arc<
             Context,
             CompletionArgument,
             CompletionContext,
-        ) -> BoxFuture<Result<Completion, RpcError>>
+        ) -> BoxFuture<Result<Completion, HandlerError>>
         + Send
         + Sync,
 >;
@@ -41,7 +40,7 @@ pub(crate) type CompleteHandler = Arc<
 fn erase_read<F, Fut>(f: F) -> ReadHandler
 where
     F: Fn(Context, ReadRequest) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Vec<ResourceContents>, RpcError>> + Send + 'static,
+    Fut: Future<Output = Result<Vec<ResourceContents>, HandlerError>> + Send + 'static,
 {
     Arc::new(move |cx, req| Box::pin(f(cx, req)))
 }
@@ -49,7 +48,7 @@ where
 pub(crate) fn erase_complete<F, Fut>(f: F) -> CompleteHandler
 where
     F: Fn(Context, CompletionArgument, CompletionContext) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Completion, RpcError>> + Send + 'static,
+    Fut: Future<Output = Result<Completion, HandlerError>> + Send + 'static,
 {
     Arc::new(move |cx, arg, ctx| Box::pin(f(cx, arg, ctx)))
 }
@@ -110,7 +109,7 @@ impl ResourceBuilder {
     pub fn handler<F, Fut>(self, f: F) -> ResourceDef
     where
         F: Fn(Context, ReadRequest) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Vec<ResourceContents>, RpcError>> + Send + 'static,
+        Fut: Future<Output = Result<Vec<ResourceContents>, HandlerError>> + Send + 'static,
     {
         ResourceDef {
             resource: self.resource,
@@ -200,7 +199,7 @@ impl TemplateBuilder {
     pub fn completer<F, Fut>(mut self, f: F) -> Self
     where
         F: Fn(Context, CompletionArgument, CompletionContext) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Completion, RpcError>> + Send + 'static,
+        Fut: Future<Output = Result<Completion, HandlerError>> + Send + 'static,
     {
         self.complete = Some(erase_complete(f));
         self
@@ -210,7 +209,7 @@ impl TemplateBuilder {
     pub fn handler<F, Fut>(self, f: F) -> TemplateDef
     where
         F: Fn(Context, ReadRequest) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Vec<ResourceContents>, RpcError>> + Send + 'static,
+        Fut: Future<Output = Result<Vec<ResourceContents>, HandlerError>> + Send + 'static,
     {
         TemplateDef {
             template: self.template,
@@ -305,13 +304,13 @@ impl CompiledTemplate {
 mod tests {
     use std::collections::BTreeSet;
 
-    use serde_json::value::RawValue;
-    use wharf_protocol::{Implementation, RequestId};
+    use wharf_protocol::Implementation;
 
     use super::*;
-    use crate::dispatch::{ParsedRequest, Scope};
     use crate::principal::{Grant, Principal};
-    use crate::server::{BuildError, Server};
+    use crate::registry::BuildError;
+    use crate::server::Server;
+    use crate::testing::Harness;
 
     fn files(scopes: &[&str]) -> Result<Server, BuildError> {
         Server::builder(Implementation::new("t", "1"))
@@ -323,20 +322,6 @@ mod tests {
                     }),
             )
             .build()
-    }
-
-    fn read(server: &Server, uri: &str) -> ParsedRequest {
-        let params = RawValue::from_string(
-            serde_json::json!({ "uri": uri, "_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientCapabilities": {} } })
-            .to_string(),
-        )
-        .unwrap();
-        server
-            .parse_request(RequestId::Int(1), "resources/read", Some(&params))
-            .map_err(|(e, _)| e)
-            .unwrap()
     }
 
     fn token(scopes: &[&str]) -> Principal {
@@ -351,23 +336,18 @@ mod tests {
         })
     }
 
-    /// What a read of `uri` by `who` needs, if it is refused (both checks agree).
+    /// What a read of `uri` by `who` needs, if it is refused.
     async fn refused(server: &Server, who: &Principal, uri: &str) -> Option<serde_json::Value> {
-        let admitted = server.admit(&read(server, uri), who);
-        let scope = Scope {
-            principal: who.clone(),
-            cancel: None,
-            outbox: None,
-        };
-        let ran = server.execute(read(server, uri), scope).await;
-        assert_eq!(
-            admitted.is_ok(),
-            ran.is_ok(),
-            "{uri}: {admitted:?} / {ran:?}"
-        );
-        let e = ran.err()?;
-        assert_eq!(e.kind, crate::ErrorKind::InsufficientScope);
-        Some(e.data.unwrap()["requiredScopes"].clone())
+        let h = Harness::new(server.clone()).principal(who.clone());
+        let e = h
+            .call("resources/read", serde_json::json!({ "uri": uri }))
+            .await
+            .err()?;
+        assert_eq!(e.error().kind, crate::ErrorKind::InsufficientScope);
+        // The transport's challenge names what the error's data names.
+        let data = e.error().data.as_ref().unwrap()["requiredScopes"].clone();
+        assert_eq!(data, serde_json::json!(e.required_scopes()));
+        Some(data)
     }
 
     #[tokio::test]

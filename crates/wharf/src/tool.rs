@@ -1,7 +1,6 @@
 //! Tools: typed handlers, their schemas, and what a handler may return.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use futures_util::{Stream, StreamExt};
@@ -14,44 +13,14 @@ use wharf_protocol::{
 
 use crate::context::Context;
 use crate::error::RpcError;
+use crate::handler::{BoxFuture, HandlerError};
 use crate::schema;
 use crate::state::idempotency::{KEY_ARGUMENT, key_schema};
-
-pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-
-/// Why a tool call did not produce a result.
-#[derive(Debug, thiserror::Error)]
-pub enum ToolError {
-    /// A failure the model can read and act on; sent as a result with `isError: true`.
-    #[error("{0}")]
-    Execution(String),
-    /// A protocol error, sent as a JSON-RPC error.
-    #[error(transparent)]
-    Protocol(#[from] RpcError),
-}
-
-impl From<crate::mrtr::Ask> for ToolError {
-    fn from(ask: crate::mrtr::Ask) -> Self {
-        ToolError::Protocol(ask.into())
-    }
-}
-
-impl ToolError {
-    /// A failure the model can act on (`isError: true`).
-    pub fn execution(message: impl Into<String>) -> Self {
-        ToolError::Execution(message.into())
-    }
-
-    /// A server failure: logged with its detail, sent as a bare `-32603`.
-    pub fn internal(detail: impl std::fmt::Display) -> Self {
-        ToolError::Protocol(RpcError::internal(detail))
-    }
-}
 
 /// What a tool handler may return.
 pub trait IntoToolResult: Send + 'static {
     /// The result to send.
-    fn into_tool_result(self) -> Result<CallToolResult, ToolError>;
+    fn into_tool_result(self) -> Result<CallToolResult, HandlerError>;
 
     /// The `outputSchema` this type implies, if it carries structured content.
     fn output_schema() -> Option<JsonObject> {
@@ -60,37 +29,37 @@ pub trait IntoToolResult: Send + 'static {
 }
 
 impl IntoToolResult for CallToolResult {
-    fn into_tool_result(self) -> Result<CallToolResult, ToolError> {
+    fn into_tool_result(self) -> Result<CallToolResult, HandlerError> {
         Ok(self)
     }
 }
 
 impl IntoToolResult for String {
-    fn into_tool_result(self) -> Result<CallToolResult, ToolError> {
+    fn into_tool_result(self) -> Result<CallToolResult, HandlerError> {
         Ok(CallToolResult::text(self))
     }
 }
 
 impl IntoToolResult for &'static str {
-    fn into_tool_result(self) -> Result<CallToolResult, ToolError> {
+    fn into_tool_result(self) -> Result<CallToolResult, HandlerError> {
         Ok(CallToolResult::text(self))
     }
 }
 
 impl IntoToolResult for Content {
-    fn into_tool_result(self) -> Result<CallToolResult, ToolError> {
+    fn into_tool_result(self) -> Result<CallToolResult, HandlerError> {
         Ok(CallToolResult::success(vec![self]))
     }
 }
 
 impl IntoToolResult for Vec<Content> {
-    fn into_tool_result(self) -> Result<CallToolResult, ToolError> {
+    fn into_tool_result(self) -> Result<CallToolResult, HandlerError> {
         Ok(CallToolResult::success(self))
     }
 }
 
-impl<T: IntoToolResult, E: Into<ToolError> + Send + 'static> IntoToolResult for Result<T, E> {
-    fn into_tool_result(self) -> Result<CallToolResult, ToolError> {
+impl<T: IntoToolResult, E: Into<HandlerError> + Send + 'static> IntoToolResult for Result<T, E> {
+    fn into_tool_result(self) -> Result<CallToolResult, HandlerError> {
         self.map_err(Into::into)
             .and_then(IntoToolResult::into_tool_result)
     }
@@ -106,8 +75,8 @@ impl<T: IntoToolResult, E: Into<ToolError> + Send + 'static> IntoToolResult for 
 pub struct Structured<T>(pub T);
 
 impl<T: Serialize + JsonSchema + Send + 'static> IntoToolResult for Structured<T> {
-    fn into_tool_result(self) -> Result<CallToolResult, ToolError> {
-        let value = serde_json::to_value(&self.0).map_err(ToolError::internal)?;
+    fn into_tool_result(self) -> Result<CallToolResult, HandlerError> {
+        let value = serde_json::to_value(&self.0).map_err(HandlerError::internal)?;
         let text = value.to_string();
         Ok(CallToolResult {
             structured_content: Some(value),
@@ -166,7 +135,7 @@ pub(crate) trait ErasedToolHandler: Send + Sync + 'static {
         &self,
         cx: Context,
         args: serde_json::Value,
-    ) -> BoxFuture<Result<CallToolResult, ToolError>>;
+    ) -> BoxFuture<Result<CallToolResult, HandlerError>>;
 }
 
 struct Typed<F, A> {
@@ -185,7 +154,7 @@ where
         &self,
         cx: Context,
         args: serde_json::Value,
-    ) -> BoxFuture<Result<CallToolResult, ToolError>> {
+    ) -> BoxFuture<Result<CallToolResult, HandlerError>> {
         let args = match typed_args::<A>(args) {
             Ok(a) => a,
             Err(e) => return Box::pin(async move { Err(e) }),
@@ -196,7 +165,7 @@ where
 }
 
 /// The arguments already passed the input schema; what is left is a shape serde rejects.
-fn typed_args<A: DeserializeOwned>(args: serde_json::Value) -> Result<A, ToolError> {
+fn typed_args<A: DeserializeOwned>(args: serde_json::Value) -> Result<A, HandlerError> {
     serde_json::from_value::<A>(args)
         .map_err(|e| RpcError::invalid_params(format!("Invalid arguments: {e}")).into())
 }
@@ -217,7 +186,7 @@ where
         &self,
         cx: Context,
         args: serde_json::Value,
-    ) -> BoxFuture<Result<CallToolResult, ToolError>> {
+    ) -> BoxFuture<Result<CallToolResult, HandlerError>> {
         let args = match typed_args::<A>(args) {
             Ok(a) => a,
             Err(e) => return Box::pin(async move { Err(e) }),
@@ -240,7 +209,7 @@ where
                     Step::Done(result) => return result.into_tool_result(),
                 }
             }
-            Err(ToolError::internal(
+            Err(HandlerError::internal(
                 "the tool's step stream ended without a result",
             ))
         })
@@ -259,7 +228,7 @@ where
         &self,
         cx: Context,
         args: serde_json::Value,
-    ) -> BoxFuture<Result<CallToolResult, ToolError>> {
+    ) -> BoxFuture<Result<CallToolResult, HandlerError>> {
         let args = match args {
             serde_json::Value::Object(map) => map,
             _ => JsonObject::new(),

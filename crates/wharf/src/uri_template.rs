@@ -68,11 +68,6 @@ impl UriTemplate {
         })
     }
 
-    /// The template text.
-    pub fn as_str(&self) -> &str {
-        &self.source
-    }
-
     /// The variable names, in order.
     pub fn variables(&self) -> impl Iterator<Item = &str> {
         self.parts.iter().filter_map(|p| match p {

@@ -7,11 +7,12 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use wharf::protocol::{Completion, GetPromptResult, Implementation, RequestId, ResourceContents};
+use tokio_util::sync::CancellationToken;
+use wharf::protocol::{Completion, GetPromptResult, Implementation, ResourceContents};
+use wharf::testing::Harness;
 use wharf::{
-    ErrorKind, Grant, ParsedRequest, Principal, RpcError, Scope, Server, prompt, resource, template,
+    ErrorKind, ErrorReply, Grant, HandlerError, Principal, Server, prompt, resource, template,
 };
 
 const READ: &str = "notes:read";
@@ -22,7 +23,7 @@ fn server(completions: &Arc<AtomicUsize>) -> Server {
         move |_cx, _arg, _ctx| {
             n.fetch_add(1, Ordering::SeqCst);
             async {
-                Ok::<_, RpcError>(Completion {
+                Ok::<_, HandlerError>(Completion {
                     values: vec!["secret-name".into()],
                     ..Default::default()
                 })
@@ -64,34 +65,15 @@ fn token(scopes: &[&str]) -> Principal {
     })
 }
 
-fn request(server: &Server, method: &str, params: Value) -> ParsedRequest {
-    let mut params = params;
-    params["_meta"] = json!({ "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {} });
-    let params = RawValue::from_string(params.to_string()).unwrap();
-    server
-        .parse_request(RequestId::Int(1), method, Some(&params))
-        .map_err(|(e, _)| e)
-        .unwrap()
-}
-
 fn completion(reference: Value) -> Value {
     json!({ "ref": reference, "argument": { "name": "note", "value": "" } })
 }
 
-async fn complete(server: &Server, who: &Principal, reference: Value) -> Result<Value, RpcError> {
-    let scope = Scope {
-        principal: who.clone(),
-        cancel: None,
-        outbox: None,
-    };
-    let body = server
-        .execute(
-            request(server, "completion/complete", completion(reference)),
-            scope,
-        )
-        .await?;
-    Ok(serde_json::from_slice(&body).unwrap())
+async fn complete(server: &Server, who: &Principal, reference: Value) -> Result<Value, ErrorReply> {
+    Harness::new(server.clone())
+        .principal(who.clone())
+        .call("completion/complete", completion(reference))
+        .await
 }
 
 #[tokio::test]
@@ -104,18 +86,19 @@ async fn a_completion_needs_the_scopes_of_its_prompt_or_template() {
         let refused = complete(&s, &token(&[]), reference.clone())
             .await
             .unwrap_err();
-        assert_eq!(refused.kind, ErrorKind::InsufficientScope, "{reference}");
-        assert_eq!(refused.data.unwrap()["requiredScopes"], json!([READ]));
+        assert_eq!(
+            refused.error().kind,
+            ErrorKind::InsufficientScope,
+            "{reference}"
+        );
+        assert_eq!(refused.required_scopes(), [READ]);
     }
     assert_eq!(completions.load(Ordering::SeqCst), 0, "no completer ran");
 
     // With the scope (a template's per-item scopes name no item yet, so they do not apply).
     for reference in [prompt_ref, template_ref] {
         let done = complete(&s, &token(&[READ]), reference).await.unwrap();
-        assert_eq!(
-            done["result"]["completion"]["values"],
-            json!(["secret-name"])
-        );
+        assert_eq!(done["completion"]["values"], json!(["secret-name"]));
     }
     // Principals not limited by scopes are not limited here either.
     let anonymous = complete(
@@ -125,40 +108,50 @@ async fn a_completion_needs_the_scopes_of_its_prompt_or_template() {
     )
     .await
     .unwrap();
-    assert_eq!(
-        anonymous["result"]["completion"]["values"],
-        json!(["secret-name"])
-    );
+    assert_eq!(anonymous["completion"]["values"], json!(["secret-name"]));
     assert_eq!(completions.load(Ordering::SeqCst), 3);
 }
 
 #[tokio::test]
 async fn a_subscription_needs_the_scopes_of_each_resource() {
     let s = server(&Arc::new(AtomicUsize::new(0)));
-    let listen = |uris: &[&str]| {
-        request(
-            &s,
-            "subscriptions/listen",
-            json!({ "notifications": { "toolsListChanged": true, "resourceSubscriptions": uris } }),
-        )
+    // The first messages of a listen stream, or its refusal.
+    let listen = |who: Principal, uris: &[&str]| {
+        let h = Harness::new(s.clone()).principal(who);
+        let params =
+            json!({ "notifications": { "toolsListChanged": true, "resourceSubscriptions": uris } });
+        async move {
+            let cancel = CancellationToken::new();
+            // Shut down at once: an admitted stream acknowledges, then ends.
+            h.server().shutdown();
+            h.stream("subscriptions/listen", params, cancel).await
+        }
     };
     let reader = token(&[READ]);
     // A fixed resource, and a template's item with its own scope.
-    let refused = s
-        .admit(&listen(&["notes://index"]), &token(&[]))
-        .unwrap_err();
-    assert_eq!(refused.kind, ErrorKind::InsufficientScope);
-    let refused = s.admit(&listen(&["notes://7"]), &reader).unwrap_err();
-    assert_eq!(refused.kind, ErrorKind::InsufficientScope);
-    assert_eq!(
-        refused.data.unwrap()["requiredScopes"],
-        json!([READ, "notes:item:7"])
-    );
+    let refused = listen(token(&[]), &["notes://index"]).await.unwrap_err();
+    assert_eq!(refused.error().kind, ErrorKind::InsufficientScope);
+    let refused = listen(reader, &["notes://7"]).await.unwrap_err();
+    assert_eq!(refused.error().kind, ErrorKind::InsufficientScope);
+    assert_eq!(refused.required_scopes(), [READ, "notes:item:7"]);
     // Allowed: what the token may read, and list changes, which need no scope.
-    s.admit(
-        &listen(&["notes://index", "notes://7"]),
-        &token(&[READ, "notes:item:7"]),
+    let sent = listen(
+        token(&[READ, "notes:item:7"]),
+        &["notes://index", "notes://7"],
     )
+    .await
     .unwrap();
-    s.admit(&listen(&[]), &token(&[])).unwrap();
+    assert_eq!(
+        sent[0]["method"],
+        "notifications/subscriptions/acknowledged"
+    );
+    assert_eq!(
+        sent[0]["params"]["notifications"]["resourceSubscriptions"],
+        json!(["notes://index", "notes://7"])
+    );
+    let sent = listen(token(&[]), &[]).await.unwrap();
+    assert_eq!(
+        sent[0]["method"],
+        "notifications/subscriptions/acknowledged"
+    );
 }

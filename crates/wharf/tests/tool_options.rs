@@ -8,43 +8,26 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use serde_json::value::RawValue;
+use serde_json::{Value, json};
 use tokio::sync::Semaphore;
-use wharf::protocol::{Implementation, RequestId};
-use wharf::{
-    Context, ErrorKind, Limits, NoArgs, ParsedRequest, Principal, Scope, Server, ServerConfig, tool,
-};
+use wharf::protocol::Implementation;
+use wharf::testing::Harness;
+use wharf::{Context, ErrorKind, Limits, NoArgs, RpcError, Server, ServerConfig, tool};
 
-fn call(server: &Server, id: i64, name: &str) -> ParsedRequest {
-    call_with(server, id, name, "{}")
+/// Calls tool `name` the way a transport does: admitted (a slot first), then run.
+async fn run(server: &Server, name: &str) -> Result<String, RpcError> {
+    run_with(server, name, json!({})).await
 }
 
-fn call_with(server: &Server, id: i64, name: &str, arguments: &str) -> ParsedRequest {
-    let params = RawValue::from_string(format!(
-        r#"{{"name":"{name}","arguments":{arguments},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}"#
-    ))
-    .unwrap();
-    server
-        .parse_request(RequestId::Int(id), "tools/call", Some(&params))
-        .map_err(|(e, _)| e)
-        .unwrap()
-}
-
-fn scope() -> Scope {
-    Scope {
-        principal: Principal::anonymous(),
-        cancel: None,
-        outbox: None,
-    }
-}
-
-/// Enters and runs one call the way a transport does: a slot first, then the call.
-async fn run(server: &Server, id: i64, name: &str) -> Result<String, wharf::RpcError> {
-    let req = call(server, id, name);
-    let permit = server.enter(&req, &Principal::anonymous()).await?;
-    let out = server.execute(req, scope()).await;
-    drop(permit);
-    out.map(|body| String::from_utf8(body).unwrap())
+async fn run_with(server: &Server, name: &str, arguments: Value) -> Result<String, RpcError> {
+    Harness::new(server.clone())
+        .call(
+            "tools/call",
+            json!({ "name": name, "arguments": arguments }),
+        )
+        .await
+        .map(|result| result.to_string())
+        .map_err(|e| e.error().clone())
 }
 
 /// Waits until `counter` reaches `n`, letting the other tasks run.
@@ -73,20 +56,21 @@ async fn a_tool_runs_at_most_its_concurrency_and_queues_the_rest() {
         Server::builder(Implementation::new("t", "1"))
             .tool(tool("narrow").max_concurrency(1).handler(handler))
             .tool(tool("other").handler(|_cx: Context, _: NoArgs| async { "other" }))
-            .config(ServerConfig {
-                limits: Limits {
+            .config({
+                let mut config = ServerConfig::default();
+                config.limits = Limits {
                     max_in_flight: None,
                     max_queue: 1,
                     per_principal: None,
-                },
-                ..ServerConfig::default()
+                };
+                config
             })
             .build()
             .unwrap(),
     );
-    let spawn = |id: i64| {
+    let spawn = |_id: i64| {
         let server = Arc::clone(&server);
-        tokio::spawn(async move { run(&server, id, "narrow").await })
+        tokio::spawn(async move { run(&server, "narrow").await })
     };
     let first = spawn(1);
     until(&started, 1).await;
@@ -94,18 +78,13 @@ async fn a_tool_runs_at_most_its_concurrency_and_queues_the_rest() {
     // On this single-threaded runtime, one yield lets the second call run until it waits in
     // the queue; with the queue's one place taken, a third is refused at once.
     tokio::task::yield_now().await;
-    let third = run(&server, 3, "narrow").await.unwrap_err();
+    let third = run(&server, "narrow").await.unwrap_err();
     assert_eq!(third.kind, ErrorKind::RetryLater);
     assert!(third.message.contains("queue is full"), "{}", third.message);
     assert!(third.message.contains("retry"), "{}", third.message);
     assert_eq!(started.load(Ordering::SeqCst), 1, "one call at a time");
     // Other tools are not held up by this tool's cap.
-    assert!(
-        run(&server, 4, "other")
-            .await
-            .unwrap()
-            .contains("\"other\"")
-    );
+    assert!(run(&server, "other").await.unwrap().contains("\"other\""));
 
     gate.add_permits(1);
     assert!(first.await.unwrap().unwrap().contains("\"done\""));
@@ -147,7 +126,7 @@ async fn a_tool_past_its_timeout_is_stopped_and_its_future_dropped() {
         .build()
         .unwrap();
     let began = tokio::time::Instant::now();
-    let e = run(&server, 1, "bounded").await.unwrap_err();
+    let e = run(&server, "bounded").await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::TimedOut);
     assert!(e.message.contains("2 s"), "{}", e.message);
     // Paused time moves only as far as the next timer: the tool's limit, not the server's.
@@ -164,14 +143,15 @@ async fn a_tool_timeout_never_extends_the_servers_limit() {
                 "finished"
             },
         ))
-        .config(ServerConfig {
-            max_call_duration: Duration::from_secs(5),
-            ..ServerConfig::default()
+        .config({
+            let mut config = ServerConfig::default();
+            config.max_call_duration = Duration::from_secs(5);
+            config
         })
         .build()
         .unwrap();
     let began = tokio::time::Instant::now();
-    let e = run(&server, 1, "long").await.unwrap_err();
+    let e = run(&server, "long").await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::TimedOut);
     assert_eq!(began.elapsed(), Duration::from_secs(5));
 }
@@ -210,16 +190,14 @@ async fn waiting_for_a_turn_counts_against_the_limit_and_the_call_never_runs() {
     );
     let first = {
         let server = Arc::clone(&server);
-        tokio::spawn(async move {
-            let req = call_with(&server, 1, "write", r#"{"key":"k"}"#);
-            server.execute(req, scope()).await
-        })
+        tokio::spawn(async move { run_with(&server, "write", json!({ "key": "k" })).await })
     };
     until(&started, 1).await;
     // The first holds the key past the second's limit: the second times out in line.
     let began = tokio::time::Instant::now();
-    let req = call_with(&server, 2, "write", r#"{"key":"k"}"#);
-    let e = server.execute(req, scope()).await.unwrap_err();
+    let e = run_with(&server, "write", json!({ "key": "k" }))
+        .await
+        .unwrap_err();
     assert_eq!(e.kind, ErrorKind::TimedOut);
     assert!(e.message.contains("did not run"), "{}", e.message);
     assert_eq!(began.elapsed(), Duration::from_secs(2));
@@ -230,8 +208,7 @@ async fn waiting_for_a_turn_counts_against_the_limit_and_the_call_never_runs() {
     assert!(first.message.contains("ran longer"), "{}", first.message);
     // The key is free again, and the next call on it runs.
     gate.add_permits(1);
-    let req = call_with(&server, 3, "write", r#"{"key":"k"}"#);
-    let next = server.execute(req, scope()).await;
+    let next = run_with(&server, "write", json!({ "key": "k" })).await;
     assert!(next.is_ok(), "{next:?}");
     assert_eq!(started.load(Ordering::SeqCst), 2);
 }

@@ -22,7 +22,7 @@ use wharf_protocol::{
 use seal::{Asked, SealedState};
 pub use seal::{KeyError, StateKeys};
 
-use crate::error::{ErrorKind, RpcError};
+use crate::error::RpcError;
 use crate::principal::Principal;
 use crate::state::{Digest, Millis, now_millis};
 
@@ -295,12 +295,6 @@ impl Ask {
     }
 }
 
-impl From<Ask> for RpcError {
-    fn from(ask: Ask) -> Self {
-        RpcError::new(ErrorKind::InputRequired, "input required").with_input(ask)
-    }
-}
-
 /// The answers of the current round, and what the previous round asked.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Round {
@@ -504,69 +498,10 @@ pub(crate) struct Resume {
     pub(crate) principal: Principal,
 }
 
-impl crate::server::Server {
-    /// Opens the round of a `tools/call`, `prompts/get` or `resources/read`. Only a request
-    /// that carries a state, or whose client could answer input requests, pays for the
-    /// digest of its params.
-    pub(crate) fn open_turn(
-        &self,
-        info: &crate::meta::RequestInfo,
-        principal: &Principal,
-        request_state: Option<&str>,
-        responses: Option<InputResponses>,
-        binding: impl FnOnce() -> Binding,
-    ) -> Result<Option<Turn>, RpcError> {
-        let caps = &info.client_capabilities;
-        let may_answer =
-            caps.elicitation.is_some() || caps.sampling.is_some() || caps.roots.is_some();
-        if request_state.is_none() && !may_answer {
-            return Ok(None);
-        }
-        let binding = binding();
-        let round = open_round(
-            &self.inner.config.request_state,
-            &binding,
-            principal,
-            request_state,
-            responses,
-        )?;
-        Ok(Some(Turn { binding, round }))
-    }
-
-    /// Turns a handler's [`Ask`] into an `input_required` result; other errors pass.
-    pub(crate) fn answer_ask(
-        &self,
-        id: &wharf_protocol::RequestId,
-        error: RpcError,
-        resume: Option<&Resume>,
-    ) -> Result<Vec<u8>, RpcError> {
-        if error.kind != ErrorKind::InputRequired {
-            return Err(error);
-        }
-        let Some(ask) = error.input else {
-            return Err(RpcError::internal("an input request without its content"));
-        };
-        let (input_requests, token) = seal_round(
-            &self.inner.config.request_state,
-            resume.map(|r| (&r.binding, &r.principal)),
-            resume.map_or(0, |r| r.round),
-            *ask,
-        )?;
-        crate::dispatch::respond(
-            id,
-            &wharf_protocol::InputRequiredResult {
-                result_type: wharf_protocol::ResultType::InputRequired,
-                input_requests,
-                request_state: Some(token),
-                meta: wharf_protocol::ResultMeta::server(self.inner.info.clone()),
-            },
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     fn caps(v: Value) -> ClientCapabilities {
         serde_json::from_value(v).unwrap()

@@ -1,5 +1,5 @@
 //! The mutation serializer: calls of tools declared with
-//! [`ToolBuilder::mutates`](crate::tool::ToolBuilder::mutates) run one at a time per key,
+//! `ToolBuilder::mutates` run one at a time per key,
 //! first come first served. Inside a process a FIFO line per key; behind it, the store's
 //! own lock when the store is shared between replicas. Store locks cost the store a session
 //! each (PostgreSQL), so one principal holds at most a few of them at once per process.
@@ -18,16 +18,16 @@ const LINES_KEPT: usize = 1024;
 const PRINCIPALS_KEPT: usize = 4096;
 
 /// One FIFO line per key (tokio's mutex queues its waiters in order).
-pub(crate) struct Lines {
+pub(crate) struct MutationQueue {
     map: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Store locks one principal may hold or wait for at once in this process.
     per_principal: usize,
     principals: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
-impl Lines {
+impl MutationQueue {
     pub(crate) fn new(per_principal: usize) -> Self {
-        Lines {
+        MutationQueue {
             map: Mutex::new(HashMap::new()),
             per_principal: per_principal.max(1),
             principals: Mutex::new(HashMap::new()),
@@ -53,13 +53,13 @@ impl Lines {
 
 /// A call's turn on its key: the process's line and, on a shared store, the store's lock.
 /// Dropping it hands the key to the next waiter.
-pub(crate) struct Turn {
+pub(crate) struct KeyTurn {
     lock: Option<Box<dyn KeyLock>>,
     _slot: Option<OwnedSemaphorePermit>,
     _line: InLine,
 }
 
-impl Turn {
+impl KeyTurn {
     /// What the call's transaction must check at commit, where the lock is a lease.
     pub(crate) fn fence(&self) -> Option<Fence> {
         self.lock.as_ref().and_then(|l| l.fence())
@@ -76,7 +76,7 @@ impl Turn {
 /// A place in a process line; leaving it (however the wait ends) forgets the line when
 /// nobody else is in it.
 struct InLine {
-    lines: Arc<Lines>,
+    lines: Arc<MutationQueue>,
     key: String,
     guard: Option<OwnedMutexGuard<()>>,
 }
@@ -96,7 +96,7 @@ impl Drop for InLine {
     }
 }
 
-impl Lines {
+impl MutationQueue {
     /// Waits for the turn on `key`: first in this process's line, then for the store's lock.
     /// Dropping the future leaves both lines without ever holding the key.
     pub(crate) async fn wait_turn(
@@ -104,7 +104,7 @@ impl Lines {
         key: String,
         principal: &str,
         store: Option<&Arc<dyn Store>>,
-    ) -> Result<Turn, StoreError> {
+    ) -> Result<KeyTurn, StoreError> {
         let line = {
             let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
             if map.len() >= LINES_KEPT && !map.contains_key(&key) {
@@ -135,7 +135,7 @@ impl Lines {
             Some(store) => store.lock_key(&place.key).await?,
             None => None,
         };
-        Ok(Turn {
+        Ok(KeyTurn {
             lock,
             _slot: slot,
             _line: place,
@@ -157,7 +157,7 @@ mod tests {
     // waiter queues before the next one arrives" holds whatever the machine's speed.
     #[tokio::test(start_paused = true)]
     async fn one_call_per_key_in_arrival_order_and_other_keys_in_parallel() {
-        let lines = Arc::new(Lines::new(8));
+        let lines = Arc::new(MutationQueue::new(8));
         let first = lines.wait_turn("a".into(), "p", None).await.unwrap();
         // Another key is not held up.
         let other = lines.wait_turn("b".into(), "p", None).await.unwrap();
@@ -189,7 +189,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn one_principal_holds_at_most_its_share_of_store_locks() {
-        let lines = Arc::new(Lines::new(2));
+        let lines = Arc::new(MutationQueue::new(2));
         let (a, b) = (
             lines.principal_slot("p").await.unwrap(),
             lines.principal_slot("p").await.unwrap(),
@@ -207,9 +207,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_cancelled_waiter_leaves_the_line_and_the_key_goes_past_it() {
-        let lines = Arc::new(Lines::new(8));
+        let lines = Arc::new(MutationQueue::new(8));
         let first = lines.wait_turn("k".into(), "p", None).await.unwrap();
-        let waiter = |lines: &Arc<Lines>| {
+        let waiter = |lines: &Arc<MutationQueue>| {
             let lines = Arc::clone(lines);
             tokio::spawn(async move { lines.wait_turn("k".into(), "p", None).await.unwrap() })
         };

@@ -1,0 +1,200 @@
+//! The contract between a transport and the core. A transport parses a request
+//! ([`Server::parse_request`](crate::Server::parse_request)), checks what only it can see
+//! (headers), and hands the request with its caller to [`Server::admit`](crate::Server::admit).
+//! Admission decides once, for every method, whether the request may run: the protocol
+//! version, the scopes of what it reaches, the client capabilities it needs, and a slot
+//! under the load caps (waiting in the queue when there is room). It answers with an
+//! [`ErrorReply`] or an [`Admitted`] request, which the transport runs to one JSON body
+//! ([`Admitted::respond`]) or to a stream of messages ([`Admitted::stream`]).
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use wharf_protocol::RequestId;
+
+use crate::access::{self, Denial};
+use crate::dispatch::{self, Core};
+use crate::error::{ErrorKind, RpcError};
+use crate::limits::Permit;
+use crate::listen::Listener;
+use crate::principal::Principal;
+use crate::reply::error_message;
+use crate::request::{Caller, Outbox, ParsedRequest, RequestBody};
+
+/// An error answer of the core: the JSON-RPC error, the id it answers, and what a transport
+/// needs to choose its status ([`RpcError::kind`]) and its challenge
+/// ([`ErrorReply::required_scopes`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ErrorReply {
+    id: Option<RequestId>,
+    error: RpcError,
+    required_scopes: Vec<String>,
+}
+
+impl ErrorReply {
+    /// An answer to `id` (none when the request's id could not be read).
+    pub fn new(id: Option<RequestId>, error: RpcError) -> Self {
+        ErrorReply {
+            id,
+            error,
+            required_scopes: Vec::new(),
+        }
+    }
+
+    pub(crate) fn denied(id: RequestId, denial: Denial) -> Self {
+        ErrorReply {
+            id: Some(id),
+            error: denial.error,
+            required_scopes: denial.required_scopes,
+        }
+    }
+
+    /// The id it answers.
+    pub fn id(&self) -> Option<&RequestId> {
+        self.id.as_ref()
+    }
+
+    /// The error.
+    pub fn error(&self) -> &RpcError {
+        &self.error
+    }
+
+    /// Every scope the request needs, when missing scopes are why it was refused (an HTTP
+    /// transport names them in its `insufficient_scope` challenge); empty otherwise.
+    pub fn required_scopes(&self) -> &[String] {
+        &self.required_scopes
+    }
+
+    /// The JSON-RPC error response message.
+    pub fn to_message(&self) -> Vec<u8> {
+        error_message(self.id.as_ref(), &self.error)
+    }
+}
+
+/// A request admission let through, holding its slot under the load caps until it ends.
+#[must_use = "an admitted request holds a slot until it is run or dropped"]
+pub struct Admitted {
+    core: Arc<Core>,
+    req: ParsedRequest,
+    principal: Principal,
+    _permit: Permit,
+}
+
+impl std::fmt::Debug for Admitted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admitted")
+            .field("id", &self.req.id)
+            .field("method", &self.req.body.method())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Admits `req` for `principal`, or says why not. Dropping the future while it waits in the
+/// queue takes the request out of the queue: it never runs.
+pub(crate) async fn admit(
+    core: &Arc<Core>,
+    req: ParsedRequest,
+    principal: Principal,
+) -> Result<Admitted, ErrorReply> {
+    if let Err(denial) = access::check(&core.registry, &req, &principal) {
+        return Err(ErrorReply::denied(req.id, denial));
+    }
+    let gate = &core.runtime.gate;
+    // Listen streams live long by design: they are not requests in flight. With no caps at
+    // all there is nothing to take.
+    let permit = if req.is_listen() || gate.is_open() {
+        Permit::default()
+    } else {
+        let tool = match &req.body {
+            RequestBody::CallTool(params) => core
+                .registry
+                .tool(&params.name)
+                .and_then(|t| t.limit.as_ref()),
+            _ => None,
+        };
+        match gate.enter(principal.id(), tool).await {
+            Ok(permit) => permit,
+            Err(e) => return Err(ErrorReply::new(Some(req.id), e)),
+        }
+    };
+    Ok(Admitted {
+        core: Arc::clone(core),
+        req,
+        principal,
+        _permit: permit,
+    })
+}
+
+impl Admitted {
+    /// The request.
+    pub fn request(&self) -> &ParsedRequest {
+        &self.req
+    }
+
+    /// Whether the answer must be a stream: a `subscriptions/listen`, or a request whose
+    /// client asked for progress or log messages.
+    pub fn is_stream(&self) -> bool {
+        self.req.is_listen() || self.req.info.wants_stream()
+    }
+
+    /// Runs the request to its one response message. Nothing can cancel it and it sends no
+    /// notifications; a `subscriptions/listen` is refused (it needs [`Admitted::stream`]).
+    pub async fn respond(self) -> Result<Vec<u8>, ErrorReply> {
+        let id = self.req.id.clone();
+        if self.req.is_listen() {
+            let e = RpcError::new(
+                ErrorKind::InvalidRequest,
+                "subscriptions/listen needs a streaming response",
+            );
+            return Err(ErrorReply::new(Some(id), e));
+        }
+        let caller = Caller {
+            principal: self.principal,
+            cancel: None,
+            outbox: None,
+        };
+        dispatch::execute(&self.core, self.req, caller)
+            .await
+            .map_err(|e| ErrorReply::new(Some(id), e))
+    }
+
+    /// Runs the request as a stream: its messages go to `outbox` in order (notifications,
+    /// then the response, which ends it; a listen stream's acknowledgment, its
+    /// notifications, and its final response when the server shuts down). Once `cancel`
+    /// fires the work stops at its next await and nothing more is sent.
+    pub async fn stream(self, outbox: Outbox, cancel: CancellationToken) {
+        let id = self.req.id.clone();
+        if self.req.is_listen() {
+            let mut listener =
+                match Listener::open(&self.core.registry, &self.core.runtime, self.req) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        let _ = outbox.send(error_message(Some(&id), &e)).await;
+                        return;
+                    }
+                };
+            loop {
+                tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => return,
+                    next = listener.next() => match next {
+                        // The receiver is gone only when the stream closed.
+                        Some(m) => if outbox.send(m).await.is_err() { return },
+                        None => return,
+                    },
+                }
+            }
+        }
+        let caller = Caller {
+            principal: self.principal,
+            cancel: Some(cancel.clone()),
+            outbox: Some(outbox.clone()),
+        };
+        let outcome = dispatch::execute(&self.core, self.req, caller).await;
+        if cancel.is_cancelled() {
+            return;
+        }
+        let last = outcome.unwrap_or_else(|e| error_message(Some(&id), &e));
+        let _ = outbox.send(last).await;
+    }
+}

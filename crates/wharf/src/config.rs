@@ -1,0 +1,97 @@
+//! What a server can be tuned with.
+
+use std::time::Duration;
+
+use wharf_protocol::{CacheHints, CacheScope};
+
+use crate::cursor::CursorKey;
+use crate::limits::Limits;
+use crate::mrtr::StateConfig;
+
+/// Caching hints per kind of result.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct CachePolicy {
+    /// For `server/discover`.
+    pub discover: CacheHints,
+    /// For `tools/list`.
+    pub tools_list: CacheHints,
+    /// For `prompts/list`.
+    pub prompts_list: CacheHints,
+    /// For `resources/list`.
+    pub resources_list: CacheHints,
+    /// For `resources/templates/list`.
+    pub templates_list: CacheHints,
+    /// Default for `resources/read` when a resource sets none.
+    pub resource_read: CacheHints,
+}
+
+impl Default for CachePolicy {
+    fn default() -> Self {
+        let public = |ttl_ms| CacheHints {
+            ttl_ms,
+            cache_scope: CacheScope::Public,
+        };
+        CachePolicy {
+            discover: public(60_000),
+            tools_list: public(60_000),
+            prompts_list: public(60_000),
+            resources_list: public(60_000),
+            templates_list: public(60_000),
+            resource_read: CacheHints {
+                ttl_ms: 0,
+                cache_scope: CacheScope::Private,
+            },
+        }
+    }
+}
+
+/// Tunables of the core. Start from [`ServerConfig::default`] and change what you need.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ServerConfig {
+    /// Items per page of a list.
+    pub page_size: usize,
+    /// Key that signs cursors; share it between replicas.
+    pub cursor_key: CursorKey,
+    /// How long a cursor stays valid.
+    pub cursor_max_age: Duration,
+    /// Caching hints.
+    pub cache: CachePolicy,
+    /// How long an idempotency record (a write's first result) is kept for replays.
+    pub idempotency_retention: Duration,
+    /// Caps on requests in flight and the wait queue.
+    pub limits: Limits,
+    /// The longest a tool call may run; a tool's own limit can only be shorter.
+    pub max_call_duration: Duration,
+    /// Progress messages of one request go out at most once per this interval (bursts are
+    /// coalesced; the last value is always sent).
+    pub progress_interval: Duration,
+    /// Sealing of multi-round request states (MRTR): keys, lifetime, round cap.
+    pub request_state: StateConfig,
+    /// Whether `tools/list` shows an OAuth principal only the tools its token's scopes
+    /// permit (the list is then `cacheScope: "private"`); otherwise it shows every tool.
+    pub list_permitted_tools_only: bool,
+    /// Store-level mutation locks (PostgreSQL sessions, Redis leases) one principal may hold
+    /// or wait for at once in this process; its other mutating calls wait in turn, so one
+    /// principal cannot take every lock session of the store.
+    pub max_store_locks_per_principal: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            page_size: 100,
+            cursor_key: CursorKey::random(),
+            cursor_max_age: Duration::from_secs(3600),
+            cache: CachePolicy::default(),
+            idempotency_retention: Duration::from_secs(24 * 3600),
+            limits: Limits::default(),
+            max_call_duration: Duration::from_secs(300),
+            progress_interval: Duration::from_millis(20),
+            request_state: StateConfig::default(),
+            list_permitted_tools_only: false,
+            max_store_locks_per_principal: 8,
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! `prompts/get`.
+
+use std::sync::Arc;
+
+use wharf_protocol::{GetPromptParams, RequestId, methods};
+
+use crate::context::Context;
+use crate::driver::{drive, open_turn};
+use crate::error::RpcError;
+use crate::meta::RequestInfo;
+use crate::mrtr::Binding;
+use crate::registry::Registry;
+use crate::reply::respond;
+use crate::request::Caller;
+use crate::runtime::Runtime;
+
+/// Gets prompt `params.name` with its arguments.
+pub(crate) async fn get(
+    registry: &Registry,
+    runtime: &Arc<Runtime>,
+    id: RequestId,
+    info: Box<RequestInfo>,
+    params: Box<GetPromptParams>,
+    caller: Caller,
+) -> Result<Vec<u8>, RpcError> {
+    let prompt = registry
+        .prompt(&params.name)
+        .ok_or_else(|| RpcError::invalid_params(format!("Unknown prompt: {}", params.name)))?;
+    let args = params.arguments.unwrap_or_default();
+    prompt.check_args(&args)?;
+    let turn = open_turn(
+        runtime,
+        &info,
+        &caller.principal,
+        params.request_state.as_deref(),
+        params.input_responses,
+        || {
+            let map = args
+                .iter()
+                .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+                .collect();
+            Binding::new(methods::PROMPTS_GET, &params.name, &map)
+        },
+    )?;
+    let cx = Context::new(runtime, id.clone(), info, caller);
+    let get = Arc::clone(&prompt.get);
+    match drive(cx, turn, |cx| get(cx, args)).await?.or_error()? {
+        Ok(mut result) => {
+            result.meta.server_info = Some(runtime.info.clone());
+            respond(&id, &result)
+        }
+        Err(asked) => Ok(asked),
+    }
+}

@@ -1,0 +1,82 @@
+//! `resources/read`.
+
+use std::sync::Arc;
+
+use wharf_protocol::{
+    CacheHints, CacheScope, ReadResourceParams, ReadResourceResult, RequestId, ResultType, methods,
+};
+
+use crate::context::Context;
+use crate::driver::{drive, open_turn};
+use crate::error::RpcError;
+use crate::meta::RequestInfo;
+use crate::mrtr::Binding;
+use crate::registry::{Registry, ResourceTarget};
+use crate::reply::respond;
+use crate::request::Caller;
+use crate::resource::ReadRequest;
+use crate::runtime::Runtime;
+
+/// Reads the resource `params.uri`, static or through a template.
+pub(crate) async fn read(
+    registry: &Registry,
+    runtime: &Arc<Runtime>,
+    id: RequestId,
+    info: Box<RequestInfo>,
+    params: Box<ReadResourceParams>,
+    caller: Caller,
+) -> Result<Vec<u8>, RpcError> {
+    let uri = params.uri;
+    // Its scopes were checked in admission.
+    let (handler, hints, vars) = match registry.resource(&uri) {
+        Some(ResourceTarget::Static(r)) => (Arc::clone(&r.read), r.cache, Default::default()),
+        Some(ResourceTarget::Template(t, vars)) => (Arc::clone(&t.def.read), t.def.cache, vars),
+        None => return Err(RpcError::resource_not_found(&uri)),
+    };
+    // The answer to a request that carries answers depends on them: never cached.
+    let answered = params
+        .input_responses
+        .as_ref()
+        .is_some_and(|r| !r.is_empty());
+    let turn = open_turn(
+        runtime,
+        &info,
+        &caller.principal,
+        params.request_state.as_deref(),
+        params.input_responses,
+        || Binding::new(methods::RESOURCES_READ, &uri, &serde_json::Map::new()),
+    )?;
+    let retried = answered || turn.as_ref().is_some_and(|t| t.round.number > 0);
+    let cx = Context::new(runtime, id.clone(), info, caller);
+    let request = ReadRequest {
+        uri: uri.clone(),
+        vars,
+    };
+    let contents = match drive(cx, turn, |cx| handler(cx, request))
+        .await?
+        .or_error()?
+    {
+        Ok(contents) => contents,
+        Err(asked) => return Ok(asked),
+    };
+    if contents.is_empty() {
+        // A resource with no contents does not exist (SEP-2164): never answer empty.
+        return Err(RpcError::resource_not_found(&uri));
+    }
+    respond(
+        &id,
+        &ReadResourceResult {
+            result_type: ResultType::Complete,
+            contents,
+            cache: Some(if retried {
+                CacheHints {
+                    ttl_ms: 0,
+                    cache_scope: CacheScope::Private,
+                }
+            } else {
+                hints.unwrap_or(runtime.config.cache.resource_read)
+            }),
+            meta: runtime.result_meta(),
+        },
+    )
+}

@@ -1,0 +1,385 @@
+//! Every definition of a server, checked and compiled once when it is built, and the
+//! lookups requests make in them (template matching lives here and nowhere else).
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use wharf_protocol::{JsonObject, ListCapability, ResourcesCapability, ServerCapabilities};
+
+use crate::prompt::PromptDef;
+use crate::resource::{CompiledTemplate, ResourceDef, TemplateDef};
+use crate::schema::{self, HeaderParam};
+use crate::state::handle::SCHEMA_KEYWORD;
+use crate::tool::ToolDef;
+use crate::uri_template::Vars;
+
+/// What a server is built from.
+pub(crate) struct Definitions {
+    pub(crate) instructions: Option<String>,
+    pub(crate) tools: Vec<ToolDef>,
+    pub(crate) prompts: Vec<PromptDef>,
+    pub(crate) resources: Vec<ResourceDef>,
+    pub(crate) templates: Vec<TemplateDef>,
+    /// Whether the server has a store (handles and idempotent tools need one).
+    pub(crate) has_store: bool,
+    /// Whether to declare the `logging` capability.
+    pub(crate) logging: bool,
+}
+
+/// Why a server could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("tool {0:?}: the name must be 1 to 128 characters of A-Z, a-z, 0-9, '_', '-' and '.'")]
+    ToolName(String),
+    #[error("{kind} {name:?} is registered twice")]
+    Duplicate { kind: &'static str, name: String },
+    #[error("tool {tool:?}: inputSchema must be a JSON Schema object with \"type\": \"object\"")]
+    InputNotObject { tool: String },
+    #[error("tool {tool:?}: invalid {which}: {reason}")]
+    Schema {
+        tool: String,
+        which: &'static str,
+        reason: String,
+    },
+    #[error("tool {tool:?}: invalid x-mcp-header: {reason}")]
+    HeaderParam { tool: String, reason: String },
+    #[error("resource template {uri:?}: {reason}")]
+    Template { uri: String, reason: String },
+    #[error(
+        "tool {tool:?} takes handles or is idempotent, which needs a store: call ServerBuilder::store"
+    )]
+    NeedsStore { tool: String },
+    #[error(
+        "tool {tool:?} mutates the value of {argument:?}, which must be a required string property of its inputSchema"
+    )]
+    MutatesArgument { tool: String, argument: String },
+    #[error("page size must be at least 1")]
+    PageSize,
+}
+
+/// A tool argument that is a handle, found through its schema marker.
+#[derive(Debug, Clone)]
+pub(crate) struct HandleParam {
+    pub(crate) name: String,
+    pub(crate) kind: String,
+    pub(crate) created_by: String,
+}
+
+pub(crate) struct ToolEntry {
+    pub(crate) def: ToolDef,
+    /// The tool's own cap on calls at once.
+    pub(crate) limit: Option<Arc<tokio::sync::Semaphore>>,
+    pub(crate) handles: Vec<HandleParam>,
+    pub(crate) input: Option<jsonschema::Validator>,
+    pub(crate) output: Option<jsonschema::Validator>,
+    pub(crate) header_params: Vec<HeaderParam>,
+}
+
+#[derive(Default)]
+pub(crate) struct Fingerprints {
+    pub(crate) tools: u64,
+    pub(crate) prompts: u64,
+    pub(crate) resources: u64,
+    pub(crate) templates: u64,
+}
+
+/// The definitions of a built server, indexed.
+pub(crate) struct Registry {
+    pub(crate) instructions: Option<String>,
+    pub(crate) capabilities: ServerCapabilities,
+    pub(crate) tools: Vec<ToolEntry>,
+    tool_index: HashMap<String, usize>,
+    pub(crate) prompts: Vec<PromptDef>,
+    prompt_index: HashMap<String, usize>,
+    pub(crate) resources: Vec<ResourceDef>,
+    resource_index: HashMap<String, usize>,
+    pub(crate) templates: Vec<CompiledTemplate>,
+    pub(crate) fingerprints: Fingerprints,
+}
+
+/// What a resource URI resolves to.
+pub(crate) enum ResourceTarget<'a> {
+    /// A static resource.
+    Static(&'a ResourceDef),
+    /// A resource of a template, with the variables its URI matched.
+    Template(&'a CompiledTemplate, Vars),
+}
+
+impl ResourceTarget<'_> {
+    /// The scopes a read of this resource needs.
+    pub(crate) fn scopes(&self) -> Cow<'_, [String]> {
+        match self {
+            ResourceTarget::Static(r) => Cow::Borrowed(r.scopes.as_slice()),
+            ResourceTarget::Template(t, vars) => t.scopes_for(vars),
+        }
+    }
+}
+
+impl Registry {
+    /// Checks every definition and compiles every schema, once.
+    pub(crate) fn build(defs: Definitions) -> Result<Registry, BuildError> {
+        let mut tools = Vec::with_capacity(defs.tools.len());
+        let mut tool_index = HashMap::new();
+        for def in defs.tools {
+            let name = def.tool.name.clone();
+            let valid_name = (1..=128).contains(&name.len())
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
+            if !valid_name {
+                return Err(BuildError::ToolName(name));
+            }
+            if def.tool.input_schema.get("type").and_then(|t| t.as_str()) != Some("object") {
+                return Err(BuildError::InputNotObject { tool: name });
+            }
+            let input =
+                schema::compile(&def.tool.input_schema).map_err(|reason| BuildError::Schema {
+                    tool: name.clone(),
+                    which: "inputSchema",
+                    reason,
+                })?;
+            let output = match &def.tool.output_schema {
+                Some(s) => schema::compile(s).map_err(|reason| BuildError::Schema {
+                    tool: name.clone(),
+                    which: "outputSchema",
+                    reason,
+                })?,
+                None => None,
+            };
+            let header_params =
+                schema::header_params(&def.tool.input_schema).map_err(|reason| {
+                    BuildError::HeaderParam {
+                        tool: name.clone(),
+                        reason,
+                    }
+                })?;
+            let handles = handle_params(&def.tool.input_schema);
+            if (def.idempotent || !handles.is_empty()) && !defs.has_store {
+                return Err(BuildError::NeedsStore { tool: name });
+            }
+            if let Some(argument) = &def.mutates {
+                if !required_string(&def.tool.input_schema, argument) {
+                    return Err(BuildError::MutatesArgument {
+                        tool: name,
+                        argument: argument.clone(),
+                    });
+                }
+            }
+            if tool_index.insert(name.clone(), tools.len()).is_some() {
+                return Err(BuildError::Duplicate { kind: "tool", name });
+            }
+            let limit = def
+                .max_concurrency
+                .map(|n| Arc::new(tokio::sync::Semaphore::new(n)));
+            tools.push(ToolEntry {
+                def,
+                limit,
+                handles,
+                input,
+                output,
+                header_params,
+            });
+        }
+        let mut prompt_index = HashMap::new();
+        for (i, p) in defs.prompts.iter().enumerate() {
+            if prompt_index.insert(p.prompt.name.clone(), i).is_some() {
+                return Err(BuildError::Duplicate {
+                    kind: "prompt",
+                    name: p.prompt.name.clone(),
+                });
+            }
+        }
+        let mut resource_index = HashMap::new();
+        for (i, r) in defs.resources.iter().enumerate() {
+            if resource_index.insert(r.resource.uri.clone(), i).is_some() {
+                return Err(BuildError::Duplicate {
+                    kind: "resource",
+                    name: r.resource.uri.clone(),
+                });
+            }
+        }
+        let mut templates = Vec::with_capacity(defs.templates.len());
+        for def in defs.templates {
+            let uri = def.template.uri_template.clone();
+            let compiled = CompiledTemplate::new(def).map_err(|reason| BuildError::Template {
+                uri: uri.clone(),
+                reason,
+            })?;
+            if templates
+                .iter()
+                .any(|t: &CompiledTemplate| t.parsed == compiled.parsed)
+            {
+                return Err(BuildError::Duplicate {
+                    kind: "resource template",
+                    name: uri,
+                });
+            }
+            templates.push(compiled);
+        }
+        let fixed: Vec<&str> = tools
+            .iter()
+            .flat_map(|t| &t.def.scopes)
+            .chain(defs.prompts.iter().flat_map(|p| &p.scopes))
+            .chain(defs.resources.iter().flat_map(|r| &r.scopes))
+            .chain(
+                templates
+                    .iter()
+                    .flat_map(|t| &t.def.scopes)
+                    .filter(|s| !s.contains('{')),
+            )
+            .map(String::as_str)
+            .collect();
+        for t in &templates {
+            if let Some((scope, fixed)) = t.collision(fixed.iter().copied()) {
+                return Err(BuildError::Template {
+                    uri: t.def.template.uri_template.clone(),
+                    reason: format!(
+                        "scope {scope:?} can expand to {fixed:?}, a fixed scope of this server: \
+                     a token granted {fixed:?} would read those resources; give the variable \
+                     scope a prefix of its own"
+                    ),
+                });
+            }
+        }
+
+        let listed = Some(true);
+        let capabilities = ServerCapabilities {
+            tools: (!tools.is_empty()).then_some(ListCapability {
+                list_changed: listed,
+            }),
+            prompts: (!defs.prompts.is_empty()).then_some(ListCapability {
+                list_changed: listed,
+            }),
+            resources: (!defs.resources.is_empty() || !templates.is_empty()).then_some(
+                ResourcesCapability {
+                    list_changed: listed,
+                    subscribe: Some(true),
+                },
+            ),
+            completions: (defs.prompts.iter().any(|p| p.complete.is_some())
+                || templates.iter().any(|t| t.def.complete.is_some())
+                || !defs.prompts.is_empty())
+            .then(JsonObject::new),
+            logging: defs.logging.then(JsonObject::new),
+            experimental: None,
+            extensions: None,
+        };
+        let fingerprints = Fingerprints {
+            tools: fingerprint(
+                tools
+                    .iter()
+                    .map(|t| serde_json::to_string(&t.def.tool).unwrap_or_default()),
+            ),
+            prompts: fingerprint(
+                defs.prompts
+                    .iter()
+                    .map(|p| serde_json::to_string(&p.prompt).unwrap_or_default()),
+            ),
+            resources: fingerprint(
+                defs.resources
+                    .iter()
+                    .map(|r| serde_json::to_string(&r.resource).unwrap_or_default()),
+            ),
+            templates: fingerprint(
+                templates
+                    .iter()
+                    .map(|t| serde_json::to_string(&t.def.template).unwrap_or_default()),
+            ),
+        };
+        Ok(Registry {
+            instructions: defs.instructions,
+            capabilities,
+            tools,
+            tool_index,
+            prompts: defs.prompts,
+            prompt_index,
+            resources: defs.resources,
+            resource_index,
+            templates,
+            fingerprints,
+        })
+    }
+
+    /// The tool called `name`.
+    pub(crate) fn tool(&self, name: &str) -> Option<&ToolEntry> {
+        self.tool_index.get(name).map(|&i| &self.tools[i])
+    }
+
+    /// The prompt called `name`.
+    pub(crate) fn prompt(&self, name: &str) -> Option<&PromptDef> {
+        self.prompt_index.get(name).map(|&i| &self.prompts[i])
+    }
+
+    /// What serves `uri`: a static resource first, then the first template that matches.
+    pub(crate) fn resource(&self, uri: &str) -> Option<ResourceTarget<'_>> {
+        if let Some(&i) = self.resource_index.get(uri) {
+            return Some(ResourceTarget::Static(&self.resources[i]));
+        }
+        self.templates.iter().find_map(|t| {
+            t.parsed
+                .match_uri(uri)
+                .map(|vars| ResourceTarget::Template(t, vars))
+        })
+    }
+
+    /// The template whose URI template is `uri_template` (what a completion refers to).
+    pub(crate) fn template(&self, uri_template: &str) -> Option<&CompiledTemplate> {
+        self.templates
+            .iter()
+            .find(|t| t.def.template.uri_template == uri_template)
+    }
+
+    /// Whether `uri` names a static resource (not a template's).
+    pub(crate) fn is_static_resource(&self, uri: &str) -> bool {
+        self.resource_index.contains_key(uri)
+    }
+}
+
+/// A stable digest of a list's definitions: cursors issued for another version of the list
+/// are refused as stale. Uses a fixed hasher so every replica computes the same value.
+fn fingerprint(items: impl Iterator<Item = String>) -> u64 {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for item in items {
+        h.update(item.as_bytes());
+        h.update([0]);
+    }
+    let out = h.finalize();
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&out[..8]);
+    u64::from_be_bytes(word)
+}
+
+/// The top-level properties of an input schema that carry the handle marker.
+fn handle_params(input: &JsonObject) -> Vec<HandleParam> {
+    let Some(props) = input.get("properties").and_then(|p| p.as_object()) else {
+        return Vec::new();
+    };
+    props
+        .iter()
+        .filter_map(|(name, schema)| {
+            let marker = schema.get(SCHEMA_KEYWORD)?;
+            let text = |k: &str| marker.get(k).and_then(|v| v.as_str()).unwrap_or_default();
+            Some(HandleParam {
+                name: name.clone(),
+                kind: text("kind").to_owned(),
+                created_by: text("createdBy").to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// Whether `name` is a required property of `input` whose schema says it is a string.
+fn required_string(input: &JsonObject, name: &str) -> bool {
+    let required = input
+        .get("required")
+        .and_then(|r| r.as_array())
+        .is_some_and(|r| r.iter().any(|v| v == name));
+    let string = input
+        .get("properties")
+        .and_then(|p| p.get(name))
+        .and_then(|p| p.get("type"))
+        .is_some_and(|t| t == "string");
+    required && string
+}

@@ -1,0 +1,52 @@
+//! What running requests share besides the definitions: the configuration, the store, the
+//! keys, the bus, the caps and the shutdown signal. A handler's [`Context`](crate::Context)
+//! holds this, never the whole server.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use wharf_protocol::{ResultMeta, ServerInfo};
+
+use crate::bus::{ChangeEvent, NotificationBus};
+use crate::config::ServerConfig;
+use crate::cursor::CursorCodec;
+use crate::error::RpcError;
+use crate::limits::Gate;
+use crate::mutation::MutationQueue;
+use crate::state::Store;
+
+/// The shared state of a running server.
+pub(crate) struct Runtime {
+    /// Who the server is, for the `_meta` of every result.
+    pub(crate) info: ServerInfo,
+    pub(crate) config: ServerConfig,
+    pub(crate) cursors: CursorCodec,
+    pub(crate) bus: Arc<dyn NotificationBus>,
+    pub(crate) store: Option<Arc<dyn Store>>,
+    /// The caps on requests in flight.
+    pub(crate) gate: Gate,
+    /// The per-key queues of mutating calls.
+    pub(crate) mutations: Arc<MutationQueue>,
+    pub(crate) shutdown: CancellationToken,
+}
+
+impl Runtime {
+    /// The `_meta` of a result: who answered.
+    pub(crate) fn result_meta(&self) -> ResultMeta {
+        ResultMeta::server(self.info.clone())
+    }
+
+    /// The store, which a call that reached this point needs.
+    pub(crate) fn require_store(&self) -> Result<&Arc<dyn Store>, RpcError> {
+        self.store
+            .as_ref()
+            .ok_or_else(|| RpcError::internal("a call needs a store but none is configured"))
+    }
+
+    /// Announces a change to every listen stream that opted into it.
+    pub(crate) async fn announce(&self, event: ChangeEvent) {
+        if let Err(e) = self.bus.publish(event).await {
+            tracing::warn!(error = %e, "could not publish a change notification");
+        }
+    }
+}
