@@ -1,0 +1,230 @@
+//! The core's modules depend on each other in one direction only: no module imports one
+//! that imports it back. This reads the crate's sources (test code excluded: tests may use
+//! anything) and fails with the cycle it finds.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use syn::visit::Visit;
+
+/// A top-level module of the crate, named as in `lib.rs`.
+type Module = String;
+
+/// What each module refers to through `crate::…` paths.
+fn graph(src: &Path) -> BTreeMap<Module, BTreeSet<Module>> {
+    let lib = parse(&src.join("lib.rs"));
+    let modules: BTreeSet<Module> = lib
+        .items
+        .iter()
+        .filter_map(|item| match item {
+            syn::Item::Mod(m) => Some(m.ident.to_string()),
+            _ => None,
+        })
+        .collect();
+    // What the root re-exports, by the module that defines it: `crate::Context` is the
+    // `context` module's.
+    let mut reexports = BTreeMap::new();
+    for item in &lib.items {
+        if let syn::Item::Use(u) = item {
+            collect_reexports(&u.tree, None, &modules, &mut reexports);
+        }
+    }
+    let mut graph = BTreeMap::new();
+    for module in &modules {
+        let mut refs = Refs {
+            modules: &modules,
+            reexports: &reexports,
+            found: BTreeSet::new(),
+        };
+        for file in files_of(src, module) {
+            refs.visit_file(&parse(&file));
+        }
+        refs.found.remove(module);
+        graph.insert(module.clone(), refs.found);
+    }
+    graph
+}
+
+fn parse(path: &Path) -> syn::File {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The files of `module`: `module.rs`, or everything under `module/`.
+fn files_of(src: &Path, module: &str) -> Vec<PathBuf> {
+    let single = src.join(format!("{module}.rs"));
+    if single.exists() {
+        return vec![single];
+    }
+    let mut out = Vec::new();
+    let mut dirs = vec![src.join(module)];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+fn collect_reexports(
+    tree: &syn::UseTree,
+    module: Option<&str>,
+    modules: &BTreeSet<Module>,
+    out: &mut BTreeMap<String, Module>,
+) {
+    match tree {
+        syn::UseTree::Path(p) => {
+            let name = p.ident.to_string();
+            let module = module.or(modules.contains(&name).then_some(name.as_str()));
+            collect_reexports(&p.tree, module, modules, out);
+        }
+        syn::UseTree::Name(n) => {
+            if let Some(m) = module {
+                out.insert(n.ident.to_string(), m.to_owned());
+            }
+        }
+        syn::UseTree::Rename(r) => {
+            if let Some(m) = module {
+                out.insert(r.rename.to_string(), m.to_owned());
+            }
+        }
+        syn::UseTree::Group(g) => {
+            for t in &g.items {
+                collect_reexports(t, module, modules, out);
+            }
+        }
+        syn::UseTree::Glob(_) => {}
+    }
+}
+
+struct Refs<'a> {
+    modules: &'a BTreeSet<Module>,
+    reexports: &'a BTreeMap<String, Module>,
+    found: BTreeSet<Module>,
+}
+
+impl Refs<'_> {
+    /// Records what `crate::name` refers to.
+    fn crate_item(&mut self, name: &str) {
+        if self.modules.contains(name) {
+            self.found.insert(name.to_owned());
+        } else if let Some(m) = self.reexports.get(name) {
+            self.found.insert(m.clone());
+        }
+    }
+
+    fn use_tree(&mut self, tree: &syn::UseTree, after_crate: bool) {
+        match tree {
+            syn::UseTree::Path(p) if after_crate => self.crate_item(&p.ident.to_string()),
+            syn::UseTree::Path(p) => self.use_tree(&p.tree, p.ident == "crate"),
+            syn::UseTree::Name(n) if after_crate => self.crate_item(&n.ident.to_string()),
+            syn::UseTree::Rename(r) if after_crate => self.crate_item(&r.ident.to_string()),
+            syn::UseTree::Group(g) => {
+                for t in &g.items {
+                    self.use_tree(t, after_crate);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn is_test_only(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        a.path().is_ident("cfg")
+            && a.parse_args::<syn::Meta>()
+                .is_ok_and(|m| m.path().is_ident("test"))
+    })
+}
+
+impl<'ast> Visit<'ast> for Refs<'_> {
+    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+        if !is_test_only(&m.attrs) {
+            syn::visit::visit_item_mod(self, m);
+        }
+    }
+
+    fn visit_item_impl(&mut self, i: &'ast syn::ItemImpl) {
+        if !is_test_only(&i.attrs) {
+            syn::visit::visit_item_impl(self, i);
+        }
+    }
+
+    fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
+        if !is_test_only(&u.attrs) {
+            self.use_tree(&u.tree, false);
+        }
+    }
+
+    fn visit_path(&mut self, path: &'ast syn::Path) {
+        let mut segments = path.segments.iter();
+        if segments.next().is_some_and(|s| s.ident == "crate") {
+            if let Some(next) = segments.next() {
+                self.crate_item(&next.ident.to_string());
+            }
+        }
+        syn::visit::visit_path(self, path);
+    }
+}
+
+/// A cycle through `graph`, if there is one.
+fn find_cycle(graph: &BTreeMap<Module, BTreeSet<Module>>) -> Option<Vec<Module>> {
+    fn walk(
+        node: &Module,
+        graph: &BTreeMap<Module, BTreeSet<Module>>,
+        path: &mut Vec<Module>,
+        done: &mut BTreeSet<Module>,
+    ) -> Option<Vec<Module>> {
+        if let Some(at) = path.iter().position(|m| m == node) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(node.clone());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.clone());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = walk(next, graph, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(node.clone());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|m| walk(m, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn the_core_modules_depend_on_each_other_in_one_direction() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graph = graph(&src);
+    assert!(graph.len() > 20, "the modules were found: {graph:?}");
+    // The check sees edges: the transport contract sits above the dispatcher.
+    assert!(graph["admission"].contains("dispatch"), "{graph:?}");
+    if let Some(cycle) = find_cycle(&graph) {
+        panic!("import cycle between the core's modules: {}", cycle.join(" → "));
+    }
+}
+
+#[test]
+fn a_cycle_is_found_and_named() {
+    let edges = [("a", "b"), ("b", "c"), ("c", "a"), ("d", "a")];
+    let mut graph: BTreeMap<Module, BTreeSet<Module>> = BTreeMap::new();
+    for (from, to) in edges {
+        graph.entry(from.into()).or_default().insert(to.into());
+        graph.entry(to.into()).or_default();
+    }
+    assert_eq!(find_cycle(&graph).unwrap(), ["a", "b", "c", "a"]);
+    graph.get_mut("c").unwrap().clear();
+    assert_eq!(find_cycle(&graph), None);
+}
