@@ -11,7 +11,7 @@ use wharf::Principal;
 use crate::AuthError;
 
 /// Fewest characters a token may have: shorter ones are guessable.
-pub const MIN_TOKEN_LEN: usize = 16;
+pub(crate) const MIN_TOKEN_LEN: usize = 16;
 
 /// A set of keys. Only SHA-256 digests of the tokens are kept, and lookups go by digest, so
 /// neither memory dumps nor comparison timing give a token away.

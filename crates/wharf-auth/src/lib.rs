@@ -7,6 +7,10 @@
 //!   principal.
 //! - [`Auth::oauth`]: an OAuth 2.1 resource server ([`oauth`]).
 
+// Some public items here still lack docs (the core, `wharf`, has them all): documenting
+// them is still to do.
+#![allow(missing_docs)]
+
 mod api_keys;
 pub mod oauth;
 

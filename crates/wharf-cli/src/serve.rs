@@ -20,7 +20,7 @@ use wharf_store::StoreOptions;
 
 /// Options of `wharf serve`; each can also come from the environment.
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "WHARF_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
@@ -217,7 +217,7 @@ impl From<ProfileArg> for Profile {
 }
 
 /// Runs `wharf serve`; exits 0 after a graceful shutdown.
-pub fn run(args: ServeArgs) -> ExitCode {
+pub(crate) fn run(args: ServeArgs) -> ExitCode {
     // Logs go to stderr: on stdio, stdout carries only MCP messages.
     // `Targets` reads `info,wharf=debug`-style filters without compiling regular expressions
     // at startup (EnvFilter does, and every page of that code stays resident).

@@ -10,11 +10,19 @@ use tokio::sync::broadcast;
 
 /// Something changed that listeners may want to hear about.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ChangeEvent {
+    /// The list of tools changed.
     ToolsListChanged,
+    /// The list of prompts changed.
     PromptsListChanged,
+    /// The list of resources or templates changed.
     ResourcesListChanged,
-    ResourceUpdated { uri: String },
+    /// The resource at `uri` changed.
+    ResourceUpdated {
+        /// The resource's URI.
+        uri: String,
+    },
 }
 
 /// Why an event could not be published.

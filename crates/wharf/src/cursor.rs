@@ -19,7 +19,7 @@ const TAG_LEN: usize = 16;
 /// Which list a cursor belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub enum ListKind {
+pub(crate) enum ListKind {
     Tools = 1,
     Prompts = 2,
     Resources = 3,
@@ -72,14 +72,14 @@ impl From<CursorError> for RpcError {
 
 /// Issues and checks cursors.
 #[derive(Debug, Clone)]
-pub struct CursorCodec {
+pub(crate) struct CursorCodec {
     key: CursorKey,
     max_age: Duration,
 }
 
 impl CursorCodec {
     /// A codec that refuses cursors older than `max_age`.
-    pub fn new(key: CursorKey, max_age: Duration) -> Self {
+    pub(crate) fn new(key: CursorKey, max_age: Duration) -> Self {
         CursorCodec { key, max_age }
     }
 
@@ -90,7 +90,7 @@ impl CursorCodec {
     }
 
     /// A cursor pointing at `offset` in list `kind` whose content has `fingerprint`.
-    pub fn encode(&self, kind: ListKind, offset: u64, fingerprint: u64) -> String {
+    pub(crate) fn encode(&self, kind: ListKind, offset: u64, fingerprint: u64) -> String {
         let issued = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -109,7 +109,7 @@ impl CursorCodec {
     }
 
     /// The offset a cursor points at, after checking its signature, list, freshness and age.
-    pub fn decode(
+    pub(crate) fn decode(
         &self,
         cursor: &str,
         kind: ListKind,

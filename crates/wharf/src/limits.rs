@@ -24,7 +24,7 @@ pub struct Limits {
 
 /// Held while a request runs; dropping it frees its slots.
 #[derive(Debug, Default)]
-pub struct Permit {
+pub(crate) struct Permit {
     _slots: Vec<OwnedSemaphorePermit>,
 }
 

@@ -11,12 +11,19 @@ use crate::error::{ErrorKind, RpcError};
 /// required fields, so a handler never sees a request without them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestInfo {
+    /// The protocol version the request speaks.
     pub protocol_version: String,
+    /// What the client can do for this request (input requests it can answer, …).
     pub client_capabilities: ClientCapabilities,
+    /// Who the client says it is.
     pub client_info: Option<Implementation>,
+    /// The least severe log level the client wants as `notifications/message`.
     pub log_level: Option<LoggingLevel>,
+    /// The token progress notifications carry, when the client asked for progress.
     pub progress_token: Option<ProgressToken>,
+    /// W3C trace context: the caller's `traceparent`.
     pub traceparent: Option<String>,
+    /// W3C trace context: the caller's `tracestate`.
     pub tracestate: Option<String>,
 }
 
@@ -66,7 +73,10 @@ impl RequestInfo {
 }
 
 /// Whether `declared` covers every capability named in `required` (top-level keys).
-pub fn capabilities_cover(declared: &ClientCapabilities, required: &ClientCapabilities) -> bool {
+pub(crate) fn capabilities_cover(
+    declared: &ClientCapabilities,
+    required: &ClientCapabilities,
+) -> bool {
     (required.sampling.is_none() || declared.sampling.is_some())
         && (required.roots.is_none() || declared.roots.is_some())
         && match (&required.elicitation, &declared.elicitation) {

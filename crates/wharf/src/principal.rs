@@ -17,9 +17,13 @@ pub struct Principal {
 /// the scopes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Grant {
+    /// The authorization server that issued the token (`iss`).
     pub issuer: String,
+    /// Whom the token was issued for (`sub`).
     pub subject: String,
+    /// The OAuth client the token was issued to, when the token says.
     pub client_id: Option<String>,
+    /// The scopes the token grants.
     pub scopes: BTreeSet<String>,
 }
 

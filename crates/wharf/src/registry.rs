@@ -29,31 +29,70 @@ pub(crate) struct Definitions {
 
 /// Why a server could not be built.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BuildError {
+    /// A tool name outside the allowed characters or length.
     #[error("tool {0:?}: the name must be 1 to 128 characters of A-Z, a-z, 0-9, '_', '-' and '.'")]
     ToolName(String),
+    /// Two definitions of one kind share a name (or a URI).
     #[error("{kind} {name:?} is registered twice")]
-    Duplicate { kind: &'static str, name: String },
+    Duplicate {
+        /// What kind of definition.
+        kind: &'static str,
+        /// The shared name.
+        name: String,
+    },
     #[error("tool {tool:?}: inputSchema must be a JSON Schema object with \"type\": \"object\"")]
-    InputNotObject { tool: String },
+    /// A tool whose input schema is not an object schema.
+    InputNotObject {
+        /// The tool.
+        tool: String,
+    },
+    /// A schema that does not compile.
     #[error("tool {tool:?}: invalid {which}: {reason}")]
     Schema {
+        /// The tool.
         tool: String,
+        /// Which schema.
         which: &'static str,
+        /// What is wrong with it.
         reason: String,
     },
+    /// An invalid `x-mcp-header` argument.
     #[error("tool {tool:?}: invalid x-mcp-header: {reason}")]
-    HeaderParam { tool: String, reason: String },
+    HeaderParam {
+        /// The tool.
+        tool: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An invalid URI template, or scopes of a template that cannot stand.
     #[error("resource template {uri:?}: {reason}")]
-    Template { uri: String, reason: String },
+    Template {
+        /// The template.
+        uri: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     #[error(
         "tool {tool:?} takes handles or is idempotent, which needs a store: call ServerBuilder::store"
     )]
-    NeedsStore { tool: String },
+    /// A tool that needs a store on a server without one.
+    NeedsStore {
+        /// The tool.
+        tool: String,
+    },
     #[error(
         "tool {tool:?} mutates the value of {argument:?}, which must be a required string property of its inputSchema"
     )]
-    MutatesArgument { tool: String, argument: String },
+    /// A `mutates` argument that is not a required string.
+    MutatesArgument {
+        /// The tool.
+        tool: String,
+        /// The argument it names.
+        argument: String,
+    },
+    /// A page size of 0.
     #[error("page size must be at least 1")]
     PageSize,
 }

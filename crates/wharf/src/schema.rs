@@ -10,7 +10,7 @@ use wharf_protocol::JsonObject;
 use wharf_protocol::headers::{HeaderParamType, X_MCP_HEADER, is_token};
 
 /// The JSON Schema 2020-12 of `T`, as an object.
-pub fn schema_for<T: JsonSchema>() -> JsonObject {
+pub(crate) fn schema_for<T: JsonSchema>() -> JsonObject {
     let schema = SchemaSettings::draft2020_12()
         .into_generator()
         .into_root_schema_for::<T>();
@@ -27,7 +27,7 @@ pub fn schema_for<T: JsonSchema>() -> JsonObject {
 
 /// A compiled validator, or `None` when the schema accepts any object and validation can be
 /// skipped on the hot path.
-pub fn compile(schema: &JsonObject) -> Result<Option<jsonschema::Validator>, String> {
+pub(crate) fn compile(schema: &JsonObject) -> Result<Option<jsonschema::Validator>, String> {
     let trivial = schema.iter().all(|(k, v)| match k.as_str() {
         "$schema" | "description" => true,
         "type" => v == "object",
@@ -42,7 +42,7 @@ pub fn compile(schema: &JsonObject) -> Result<Option<jsonschema::Validator>, Str
 }
 
 /// The first violation of `value` against `validator`, as "message at /path".
-pub fn first_violation(
+pub(crate) fn first_violation(
     validator: &jsonschema::Validator,
     value: &Value,
 ) -> Option<(String, String)> {
@@ -89,7 +89,7 @@ impl HeaderParam {
 }
 
 /// Reads every `x-mcp-header` annotation of an input schema, refusing invalid ones.
-pub fn header_params(schema: &JsonObject) -> Result<Vec<HeaderParam>, String> {
+pub(crate) fn header_params(schema: &JsonObject) -> Result<Vec<HeaderParam>, String> {
     let mut out = Vec::new();
     walk(schema, Some(Vec::new()), &mut out)?;
     let mut seen = HashSet::new();

@@ -93,7 +93,7 @@ impl Server {
             .map_err(|(e, id)| ErrorReply::new(Some(id), e))
     }
 
-    /// Decides whether `req` may run for `principal` (see [`crate::admission`]): the
+    /// Decides whether `req` may run for `principal` (see [`Admitted`]): the
     /// version, scopes, client capabilities and a slot under the load caps. Waits in the
     /// queue when the caps are reached and there is room; dropping the future takes the
     /// request out of the queue.

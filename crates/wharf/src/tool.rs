@@ -101,8 +101,11 @@ pub enum Step<R> {
     /// Progress, sent as `notifications/progress` when the client asked for it (kept
     /// strictly increasing and coalesced, as [`Context::progress`] does).
     Progress {
+        /// How far the work got.
         progress: f64,
+        /// Of how much, when known.
         total: Option<f64>,
+        /// A message for the user.
         message: Option<String>,
     },
     /// The result; the stream is not polled after it.

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 /// A parsed URI template.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UriTemplate {
+pub(crate) struct UriTemplate {
     source: String,
     parts: Vec<Part>,
 }
@@ -18,7 +18,7 @@ enum Part {
 
 /// Why a template could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TemplateError {
+pub(crate) enum TemplateError {
     #[error("unclosed '{{' in URI template {0:?}")]
     Unclosed(String),
     #[error(
@@ -34,7 +34,7 @@ pub type Vars = BTreeMap<String, String>;
 
 impl UriTemplate {
     /// Parses `source`.
-    pub fn parse(source: &str) -> Result<Self, TemplateError> {
+    pub(crate) fn parse(source: &str) -> Result<Self, TemplateError> {
         let mut parts = Vec::new();
         let mut rest = source;
         while let Some(open) = rest.find('{') {
@@ -69,7 +69,7 @@ impl UriTemplate {
     }
 
     /// The variable names, in order.
-    pub fn variables(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn variables(&self) -> impl Iterator<Item = &str> {
         self.parts.iter().filter_map(|p| match p {
             Part::Var(v) => Some(v.as_str()),
             Part::Literal(_) => None,
@@ -78,7 +78,7 @@ impl UriTemplate {
 
     /// Expands the template; missing variables expand to nothing, values are percent-encoded
     /// except for unreserved characters.
-    pub fn expand(&self, vars: &Vars) -> String {
+    pub(crate) fn expand(&self, vars: &Vars) -> String {
         let mut out = String::new();
         for part in &self.parts {
             match part {
@@ -102,7 +102,7 @@ impl UriTemplate {
     /// Matches `uri`, returning the percent-decoded variables. A variable matches one or more
     /// characters other than `/`, `?` and `#` *before* decoding, so a decoded value may hold
     /// any character (`%2F` gives `/`): handlers must treat variables as untrusted input.
-    pub fn match_uri(&self, uri: &str) -> Option<Vars> {
+    pub(crate) fn match_uri(&self, uri: &str) -> Option<Vars> {
         let mut vars = Vars::new();
         let mut rest = uri;
         let mut parts = self.parts.iter().peekable();

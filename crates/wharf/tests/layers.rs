@@ -212,7 +212,10 @@ fn the_core_modules_depend_on_each_other_in_one_direction() {
     // The check sees edges: the transport contract sits above the dispatcher.
     assert!(graph["admission"].contains("dispatch"), "{graph:?}");
     if let Some(cycle) = find_cycle(&graph) {
-        panic!("import cycle between the core's modules: {}", cycle.join(" → "));
+        panic!(
+            "import cycle between the core's modules: {}",
+            cycle.join(" → ")
+        );
     }
 }
 

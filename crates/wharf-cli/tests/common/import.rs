@@ -6,33 +6,33 @@ use wharf_client::{HttpClient, Reply};
 
 use super::{ServerProcess, request};
 
-pub const TOKEN_42: &str = "token-of-user-42-aaaaaaaa";
-pub const TOKEN_7: &str = "token-of-user-7-bbbbbbbbbb";
+pub(crate) const TOKEN_42: &str = "token-of-user-42-aaaaaaaa";
+pub(crate) const TOKEN_7: &str = "token-of-user-7-bbbbbbbbbb";
 
-pub fn pg_url() -> String {
+pub(crate) fn pg_url() -> String {
     std::env::var("WHARF_TEST_POSTGRES_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
-pub fn redis_url() -> String {
+pub(crate) fn redis_url() -> String {
     std::env::var("WHARF_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
 }
 
-pub fn sqlite_url(tag: &str) -> String {
+pub(crate) fn sqlite_url(tag: &str) -> String {
     let dir = std::env::temp_dir().join(format!("wharf-import-{}-{tag}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     format!("sqlite://{}/wharf.db", dir.display())
 }
 
 /// `wharf serve` with the import service on `store`, knowing users 42 and 7.
-pub fn server(store: &str) -> ServerProcess {
+pub(crate) fn server(store: &str) -> ServerProcess {
     let args = replica_args(store);
     ServerProcess::start_exact(&args.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
 /// What every replica of one deployment is started with: the same store, keys and cursor
 /// key.
-pub fn replica_args(store: &str) -> Vec<String> {
+pub(crate) fn replica_args(store: &str) -> Vec<String> {
     [
         "--profile",
         "default",
@@ -49,13 +49,13 @@ pub fn replica_args(store: &str) -> Vec<String> {
     .to_vec()
 }
 
-pub fn unique(prefix: &str) -> String {
+pub(crate) fn unique(prefix: &str) -> String {
     use std::hash::{BuildHasher, RandomState};
     let n = RandomState::new().hash_one(std::time::Instant::now());
     format!("{prefix}_{n:x}")
 }
 
-pub async fn call(client: &HttpClient, name: &str, args: Value) -> Reply {
+pub(crate) async fn call(client: &HttpClient, name: &str, args: Value) -> Reply {
     request(
         client,
         "tools/call",
@@ -65,7 +65,7 @@ pub async fn call(client: &HttpClient, name: &str, args: Value) -> Reply {
 }
 
 /// The result of a call that must succeed (no JSON-RPC error, no `isError`).
-pub async fn ok(client: &HttpClient, name: &str, args: Value) -> Value {
+pub(crate) async fn ok(client: &HttpClient, name: &str, args: Value) -> Value {
     let r = call(client, name, args).await;
     let result = r
         .result()
@@ -76,7 +76,7 @@ pub async fn ok(client: &HttpClient, name: &str, args: Value) -> Value {
 }
 
 /// The text of a call that must fail with `isError: true`.
-pub async fn refused(client: &HttpClient, name: &str, args: Value) -> String {
+pub(crate) async fn refused(client: &HttpClient, name: &str, args: Value) -> String {
     let r = call(client, name, args).await;
     let result = r.result().unwrap_or_else(|| panic!("{name}: {}", r.body));
     assert_eq!(
@@ -87,7 +87,7 @@ pub async fn refused(client: &HttpClient, name: &str, args: Value) -> String {
     result["content"][0]["text"].as_str().unwrap().to_owned()
 }
 
-pub fn columns() -> Value {
+pub(crate) fn columns() -> Value {
     json!([
         { "name": "id", "type": "integer" },
         { "name": "city", "type": "string" },
@@ -95,20 +95,20 @@ pub fn columns() -> Value {
     ])
 }
 
-pub fn rows(from: i64, n: i64) -> Value {
+pub(crate) fn rows(from: i64, n: i64) -> Value {
     (from..from + n)
         .map(|i| json!({ "id": i, "city": format!("c{i}"), "temp": i as f64 / 2.0 }))
         .collect()
 }
 
-pub async fn staged(client: &HttpClient, import: &str) -> u64 {
+pub(crate) async fn staged(client: &HttpClient, import: &str) -> u64 {
     ok(client, "import_status", json!({ "import": import })).await["structuredContent"]
         ["stagedRows"]
         .as_u64()
         .unwrap()
 }
 
-pub async fn begin(client: &HttpClient, dataset: &str) -> String {
+pub(crate) async fn begin(client: &HttpClient, dataset: &str) -> String {
     let r = ok(
         client,
         "import_begin",
@@ -125,7 +125,7 @@ pub async fn begin(client: &HttpClient, dataset: &str) -> String {
 
 /// Makes time pass for a handle, straight in the store: 25 h for its whole life, or 2 h
 /// since its last use.
-pub async fn expire(store: &str, handle: &str, idle: bool) {
+pub(crate) async fn expire(store: &str, handle: &str, idle: bool) {
     let hour: i64 = 3_600_000;
     if idle {
         shift_times(store, handle, 2 * hour, &["last_used_at"]).await;
@@ -141,7 +141,7 @@ pub async fn expire(store: &str, handle: &str, idle: bool) {
 }
 
 /// Moves some of a handle's timestamps `shift` milliseconds into the past.
-pub async fn shift_times(store: &str, handle: &str, shift: i64, fields: &[&str]) {
+pub(crate) async fn shift_times(store: &str, handle: &str, shift: i64, fields: &[&str]) {
     if store.starts_with("redis") {
         let client = ::redis::Client::open(store).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();

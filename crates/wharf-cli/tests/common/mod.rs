@@ -2,7 +2,7 @@
 //! against the vendored 2026-07-28 schema.
 #![allow(dead_code)]
 
-pub mod import;
+pub(crate) mod import;
 
 use std::collections::HashMap;
 use std::net::TcpListener;
@@ -14,7 +14,7 @@ use serde_json::Value;
 use wharf_client::{HttpClient, Reply};
 
 /// A `wharf serve` child process on a free loopback port.
-pub struct ServerProcess {
+pub(crate) struct ServerProcess {
     pub child: Child,
     pub port: u16,
     /// What it logged (at debug level for Wharf's own crates, `WHARF_LOG=warn,wharf=debug`).
@@ -24,7 +24,7 @@ pub struct ServerProcess {
 /// The lines a server writes to stderr, kept so a test can wait for what the server says it
 /// did, instead of sleeping and hoping it did. Each line is echoed to the test's stderr.
 #[derive(Clone, Default)]
-pub struct Log(std::sync::Arc<Mutex<Vec<String>>>);
+pub(crate) struct Log(std::sync::Arc<Mutex<Vec<String>>>);
 
 impl Log {
     fn follow(stderr: std::process::ChildStderr) -> Log {
@@ -42,7 +42,7 @@ impl Log {
     }
 
     /// How many lines so far contain `needle`.
-    pub fn count(&self, needle: &str) -> usize {
+    pub(crate) fn count(&self, needle: &str) -> usize {
         self.0
             .lock()
             .unwrap()
@@ -53,7 +53,7 @@ impl Log {
 
     /// Waits until `n` lines contain `needle` (a generous deadline only turns a hang into a
     /// failure; nothing is decided by it).
-    pub async fn wait_for(&self, needle: &str, n: usize) {
+    pub(crate) async fn wait_for(&self, needle: &str, n: usize) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while self.count(needle) < n {
             assert!(
@@ -69,7 +69,7 @@ impl Log {
 impl ServerProcess {
     /// Starts `wharf serve` with `args` and waits until `/healthz` answers. Without a
     /// `--profile` it serves the demo tools, and without credentials it runs anonymous.
-    pub fn start(args: &[&str]) -> Self {
+    pub(crate) fn start(args: &[&str]) -> Self {
         let mut defaults = Vec::new();
         if !args.contains(&"--profile") {
             defaults.extend(["--profile", "demo"]);
@@ -81,18 +81,18 @@ impl ServerProcess {
     }
 
     /// Starts `wharf serve` with exactly `args` (plus `--listen`).
-    pub fn start_exact(args: &[&str]) -> Self {
+    pub(crate) fn start_exact(args: &[&str]) -> Self {
         Self::start_on(free_port(), args)
     }
 
     /// Starts `wharf serve` on `port` with exactly `args` (plus `--listen`).
-    pub fn start_on(port: u16, args: &[&str]) -> Self {
+    pub(crate) fn start_on(port: u16, args: &[&str]) -> Self {
         Self::start_with_env(port, args, &[])
     }
 
     /// Starts `wharf serve` on `port` with exactly `args` (plus `--listen`) and the
     /// environment variables `env` set.
-    pub fn start_with_env(port: u16, args: &[&str], env: &[(&str, &str)]) -> Self {
+    pub(crate) fn start_with_env(port: u16, args: &[&str], env: &[(&str, &str)]) -> Self {
         let listen = format!("127.0.0.1:{port}");
         let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
             .args(["serve", "--listen", &listen])
@@ -116,23 +116,23 @@ impl ServerProcess {
     }
 
     /// The MCP endpoint URL.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}/mcp", self.port)
     }
 
     /// A client of the endpoint.
-    pub fn client(&self) -> HttpClient {
+    pub(crate) fn client(&self) -> HttpClient {
         HttpClient::new(self.url())
     }
 
     /// Kills the process with SIGKILL, as a crash would, and reaps it.
-    pub fn crash(&mut self) {
+    pub(crate) fn crash(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
     /// Sends SIGTERM.
-    pub fn terminate(&self) {
+    pub(crate) fn terminate(&self) {
         let status = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
@@ -141,7 +141,7 @@ impl ServerProcess {
     }
 
     /// Waits for exit, at most `timeout`.
-    pub fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+    pub(crate) fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -162,13 +162,13 @@ static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
 /// A port nobody listens on right now, and never handed out before in this process: tests
 /// run in parallel, and the system may give a port just released to the next caller, so two
 /// servers could be started on one port.
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     loopback_listener().local_addr().unwrap().port()
 }
 
 /// A listener on a loopback port the system chose (so nothing else holds it), which
 /// [`free_port`] will never hand out: for a test's own servers (an issuer, say).
-pub fn loopback_listener() -> TcpListener {
+pub(crate) fn loopback_listener() -> TcpListener {
     let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
     loop {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -181,7 +181,7 @@ pub fn loopback_listener() -> TcpListener {
 }
 
 /// [`loopback_listener`] for tokio.
-pub fn tokio_listener() -> tokio::net::TcpListener {
+pub(crate) fn tokio_listener() -> tokio::net::TcpListener {
     let listener = loopback_listener();
     listener.set_nonblocking(true).unwrap();
     tokio::net::TcpListener::from_std(listener).unwrap()
@@ -208,7 +208,7 @@ fn schema_root() -> &'static Value {
 
 /// Validates `message` against definition `def` of the vendored schema; panics with the
 /// violations otherwise.
-pub fn assert_valid(def: &str, message: &Value) {
+pub(crate) fn assert_valid(def: &str, message: &Value) {
     static VALIDATORS: OnceLock<Mutex<HashMap<String, std::sync::Arc<jsonschema::Validator>>>> =
         OnceLock::new();
     let validator = {
@@ -239,7 +239,7 @@ pub fn assert_valid(def: &str, message: &Value) {
 }
 
 /// The schema definition of the response to `method`.
-pub fn response_def(method: &str) -> &'static str {
+pub(crate) fn response_def(method: &str) -> &'static str {
     match method {
         "server/discover" => "DiscoverResultResponse",
         "tools/list" => "ListToolsResultResponse",
@@ -256,7 +256,7 @@ pub fn response_def(method: &str) -> &'static str {
 }
 
 /// The schema definition of a notification by method.
-pub fn notification_def(method: &str) -> &'static str {
+pub(crate) fn notification_def(method: &str) -> &'static str {
     match method {
         "notifications/progress" => "ProgressNotification",
         "notifications/message" => "LoggingMessageNotification",
@@ -271,7 +271,7 @@ pub fn notification_def(method: &str) -> &'static str {
 }
 
 /// Validates one message the server emitted in answer to `method`.
-pub fn validate_message(method: &str, m: &Value) {
+pub(crate) fn validate_message(method: &str, m: &Value) {
     if let Some(n) = m.get("method").and_then(Value::as_str) {
         assert_valid(notification_def(n), m);
     } else if let Some(e) = m.get("error") {
@@ -289,7 +289,7 @@ pub fn validate_message(method: &str, m: &Value) {
 }
 
 /// Validates every message of a reply to `method`.
-pub fn validate_reply(method: &str, reply: &Reply) {
+pub(crate) fn validate_reply(method: &str, reply: &Reply) {
     for m in &reply.messages {
         validate_message(method, m);
     }
@@ -299,7 +299,7 @@ pub fn validate_reply(method: &str, reply: &Reply) {
 /// as a stream; returns once its first progress arrives, which says the handler runs. Until
 /// the stream is dropped (which closes its connection and cancels the call) it holds its
 /// slots: with many steps, a call that ends only when the test says so.
-pub async fn running_count(
+pub(crate) async fn running_count(
     client: &HttpClient,
     steps: u32,
     interval_ms: u64,
@@ -316,7 +316,7 @@ pub async fn running_count(
 }
 
 /// Sends a request and validates everything that comes back.
-pub async fn request(client: &HttpClient, method: &str, params: Value) -> Reply {
+pub(crate) async fn request(client: &HttpClient, method: &str, params: Value) -> Reply {
     let reply = client.request(method, params).await.expect("request");
     validate_reply(method, &reply);
     reply

@@ -12,30 +12,30 @@ use tokio::net::TcpStream;
 use wharf::state::{Claim, Store, Transaction};
 use wharf_store::{StoreOptions, open};
 
-pub fn pg_url() -> String {
+pub(crate) fn pg_url() -> String {
     std::env::var("WHARF_TEST_POSTGRES_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
-pub fn redis_url() -> String {
+pub(crate) fn redis_url() -> String {
     std::env::var("WHARF_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
 }
 
-pub fn options(lock_wait: Duration) -> StoreOptions {
+pub(crate) fn options(lock_wait: Duration) -> StoreOptions {
     StoreOptions {
         max_connections: 8,
         lock_wait,
     }
 }
 
-pub async fn postgres_with(lock_wait: Duration) -> Arc<dyn Store> {
+pub(crate) async fn postgres_with(lock_wait: Duration) -> Arc<dyn Store> {
     let url = pg_url();
     open(&url, &options(lock_wait))
         .await
         .unwrap_or_else(|e| panic!("PostgreSQL at {url} is required for these tests: {e}"))
 }
 
-pub async fn redis_with(lock_wait: Duration) -> Arc<dyn Store> {
+pub(crate) async fn redis_with(lock_wait: Duration) -> Arc<dyn Store> {
     let url = redis_url();
     open(&url, &options(lock_wait))
         .await
@@ -43,18 +43,18 @@ pub async fn redis_with(lock_wait: Duration) -> Arc<dyn Store> {
 }
 
 /// A SQLite file of its own (`tag` tells tests apart), for tests that hold its write lock.
-pub fn sqlite_url(tag: &str) -> String {
+pub(crate) fn sqlite_url(tag: &str) -> String {
     let dir = std::env::temp_dir().join(format!("wharf-store-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     format!("sqlite://{}/store.db", dir.display())
 }
 
-pub async fn sqlite_with(url: &str, lock_wait: Duration) -> Arc<dyn Store> {
+pub(crate) async fn sqlite_with(url: &str, lock_wait: Duration) -> Arc<dyn Store> {
     open(url, &options(lock_wait)).await.expect("open SQLite")
 }
 
 /// A claim of key `key` in `scope` for a call of "tool" with `args`, kept a minute.
-pub fn claim(scope: &str, key: &str, args: serde_json::Value) -> Claim {
+pub(crate) fn claim(scope: &str, key: &str, args: serde_json::Value) -> Claim {
     let serde_json::Value::Object(map) = args else {
         unreachable!("test args are objects")
     };
@@ -66,7 +66,7 @@ pub fn claim(scope: &str, key: &str, args: serde_json::Value) -> Claim {
     }
 }
 
-pub fn unique(prefix: &str) -> String {
+pub(crate) fn unique(prefix: &str) -> String {
     use std::hash::{BuildHasher, RandomState};
     format!(
         "{prefix}-{:016x}",
@@ -75,7 +75,7 @@ pub fn unique(prefix: &str) -> String {
 }
 
 /// Polls `check` until it holds; fails the test after `within`.
-pub async fn wait_until(what: &str, within: Duration, mut check: impl AsyncFnMut() -> bool) {
+pub(crate) async fn wait_until(what: &str, within: Duration, mut check: impl AsyncFnMut() -> bool) {
     let deadline = Instant::now() + within;
     loop {
         if check().await {
@@ -87,7 +87,7 @@ pub async fn wait_until(what: &str, within: Duration, mut check: impl AsyncFnMut
 }
 
 /// A plain Redis connection, to read (or change) what the store keeps.
-pub async fn raw_redis() -> redis::aio::MultiplexedConnection {
+pub(crate) async fn raw_redis() -> redis::aio::MultiplexedConnection {
     redis::Client::open(redis_url())
         .expect("Redis URL")
         .get_multiplexed_async_connection()
@@ -96,13 +96,13 @@ pub async fn raw_redis() -> redis::aio::MultiplexedConnection {
 }
 
 /// Redis's clock, in milliseconds (the clock leases are measured by).
-pub async fn redis_now_ms(conn: &mut redis::aio::MultiplexedConnection) -> i64 {
+pub(crate) async fn redis_now_ms(conn: &mut redis::aio::MultiplexedConnection) -> i64 {
     let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await.unwrap();
     secs * 1000 + micros / 1000
 }
 
 /// Where the Redis store keeps an idempotency record (see `claim_key` in `redis.rs`).
-pub fn redis_claim_key(claim: &Claim) -> String {
+pub(crate) fn redis_claim_key(claim: &Claim) -> String {
     format!(
         "wharf:i:{}:{}:{}",
         claim.scope.len(),
@@ -113,7 +113,7 @@ pub fn redis_claim_key(claim: &Claim) -> String {
 
 /// The keys of a mutation line in Redis: the line (a sorted set of tokens, the head holds
 /// the key) and the members' deadlines (see `line_keys` in `redis/lock.rs`).
-pub fn redis_line_keys(key: &str) -> (String, String) {
+pub(crate) fn redis_line_keys(key: &str) -> (String, String) {
     (
         format!("wharf:m:{key}:line"),
         format!("wharf:m:{key}:alive"),
@@ -121,12 +121,12 @@ pub fn redis_line_keys(key: &str) -> (String, String) {
 }
 
 /// The commands Redis runs, as `MONITOR` streams them (one line each).
-pub struct Monitor {
+pub(crate) struct Monitor {
     lines: Lines<BufReader<TcpStream>>,
 }
 
 impl Monitor {
-    pub async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let info = redis::Client::open(redis_url())
             .expect("Redis URL")
             .get_connection_info()
@@ -161,7 +161,7 @@ impl Monitor {
 
     /// Waits until `n` script calls (EVAL or EVALSHA) naming `key` have run since the
     /// monitor started.
-    pub async fn scripts_on(&mut self, key: &str, n: usize, within: Duration) {
+    pub(crate) async fn scripts_on(&mut self, key: &str, n: usize, within: Duration) {
         let quoted = format!("\"{key}\"");
         let mut seen = 0;
         let deadline = tokio::time::Instant::now() + within;
@@ -190,7 +190,7 @@ fn resp(parts: &[&str]) -> Vec<u8> {
 }
 
 /// The PostgreSQL session behind a transaction of the SQL store.
-pub async fn pg_backend_pid(tx: &mut Box<dyn Transaction>) -> i32 {
+pub(crate) async fn pg_backend_pid(tx: &mut Box<dyn Transaction>) -> i32 {
     let sql = tx
         .backend_tx()
         .downcast_mut::<sqlx::Transaction<'static, sqlx::Any>>()
@@ -202,7 +202,7 @@ pub async fn pg_backend_pid(tx: &mut Box<dyn Transaction>) -> i32 {
 }
 
 /// A pool to look at PostgreSQL's own views (`pg_locks`, `pg_stat_activity`).
-pub async fn pg_observer() -> sqlx::AnyPool {
+pub(crate) async fn pg_observer() -> sqlx::AnyPool {
     sqlx::any::install_default_drivers();
     sqlx::any::AnyPoolOptions::new()
         .max_connections(1)
@@ -212,7 +212,7 @@ pub async fn pg_observer() -> sqlx::AnyPool {
 }
 
 /// How many sessions PostgreSQL reports blocked by session `pid`.
-pub async fn pg_blocked_by(pool: &sqlx::AnyPool, pid: i32) -> i64 {
+pub(crate) async fn pg_blocked_by(pool: &sqlx::AnyPool, pid: i32) -> i64 {
     sqlx::query_scalar(
         "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
     )

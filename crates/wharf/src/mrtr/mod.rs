@@ -2,7 +2,7 @@
 //! `resources/read` that needs something from the client (an answer from the user, a model
 //! completion, the client's roots) returns [`Ask`] instead of a result. The client answers
 //! and retries with the same params, its `inputResponses` and the sealed `requestState`;
-//! the handler runs again from the top and reads the answers, typed, on its [`Context`].
+//! the handler runs again from the top and reads the answers, typed, on its [`Context`](crate::Context).
 //! Nothing is held in memory between rounds: any replica with the same state keys resumes.
 
 pub mod seal;
@@ -49,10 +49,15 @@ impl Default for StateConfig {
 
 /// A field type of a form elicitation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StringFormat {
+    /// An email address.
     Email,
+    /// A URI.
     Uri,
+    /// A calendar date (`2026-11-30`).
     Date,
+    /// A date and time (RFC 3339).
     DateTime,
 }
 

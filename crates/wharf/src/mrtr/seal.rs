@@ -42,12 +42,16 @@ impl fmt::Debug for StateKeys {
 /// Why a key specification was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
+    /// Not `KID=BASE64`.
     #[error("a state key is written KID=BASE64 (KID: 1 to 16 letters, digits, '-' or '_')")]
     Shape,
+    /// The key is not 32 bytes of base64.
     #[error("state key {0:?}: the key must be 32 bytes in standard or URL-safe base64")]
     Key(String),
+    /// Two keys share an id.
     #[error("state key id {0:?} is given twice")]
     Duplicate(String),
+    /// No key at all.
     #[error("no state key given")]
     Empty,
 }

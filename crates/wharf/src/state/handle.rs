@@ -33,15 +33,19 @@ pub trait HandleKind: Send + Sync + 'static {
 /// A handle as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandleRecord {
+    /// The handle's id (what the client holds).
     pub id: String,
+    /// Its kind ([`HandleKind::KIND`]).
     pub kind: String,
     /// [`Principal::id`] of the owner.
     pub owner: String,
+    /// When it was minted.
     pub created_at: Millis,
     /// Absolute expiry.
     pub expires_at: Millis,
     /// Idle lifetime in milliseconds, if any.
     pub idle_ms: Option<i64>,
+    /// When it was last used (pushes the idle expiry).
     pub last_used_at: Millis,
     /// What the handle names, as its creator described it (read with the ownership check,
     /// so a handler needs no second lookup).

@@ -101,6 +101,7 @@ pub struct Claim {
     pub scope: String,
     /// The caller's key.
     pub key: String,
+    /// The digest of the call's arguments: the same key with other arguments is refused.
     pub digest: Digest,
     /// When the record may be forgotten.
     pub expires_at: Millis,

@@ -68,7 +68,9 @@ pub enum StoreError {
 /// write never fails half-way on a lock it could not upgrade.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TxMode {
+    /// Reads only.
     Read,
+    /// Reads and writes.
     Write,
 }
 
