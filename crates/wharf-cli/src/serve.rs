@@ -445,7 +445,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .map(|s| Arc::new(StoreReady(s)) as Arc<dyn ReadinessCheck>)
             .into_iter()
             .collect(),
-        auth,
+        auth: Arc::new(auth),
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

@@ -4,6 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use wharf_auth::Auth;
 
+use crate::authenticate::Authenticate;
+
 use crate::health::ReadinessCheck;
 
 const LOCALHOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
@@ -129,8 +131,10 @@ pub struct HttpConfig {
     pub keep_alive: Duration,
     /// Dependencies `GET /readyz` checks.
     pub readiness: Vec<Arc<dyn ReadinessCheck>>,
-    /// How a request's principal is resolved (anonymous unless configured).
-    pub auth: Auth,
+    /// How a request's principal is resolved (anonymous unless configured): `wharf-auth`'s
+    /// [`Auth`], [`FromExtensions`](crate::FromExtensions) behind the app's own
+    /// authentication layer, or any [`Authenticate`].
+    pub auth: Arc<dyn Authenticate>,
 }
 
 impl Default for HttpConfig {
@@ -143,7 +147,7 @@ impl Default for HttpConfig {
             max_header_bytes: 16 * 1024,
             keep_alive: Duration::from_secs(15),
             readiness: Vec::new(),
-            auth: Auth::anonymous(),
+            auth: Arc::new(Auth::anonymous()),
         }
     }
 }
@@ -157,7 +161,7 @@ impl std::fmt::Debug for HttpConfig {
             .field("max_json_depth", &self.max_json_depth)
             .field("max_header_bytes", &self.max_header_bytes)
             .field("keep_alive", &self.keep_alive)
-            .field("auth", &self.auth)
+            .field("auth", &"dyn Authenticate")
             .finish_non_exhaustive()
     }
 }

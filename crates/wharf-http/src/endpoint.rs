@@ -31,18 +31,13 @@ pub(crate) async fn method_not_allowed() -> Response {
 pub(crate) async fn handle_post(State(state): State<Arc<AppState>>, request: Request) -> Response {
     // Taking the request whole moves the headers out instead of cloning them.
     let (parts, body) = request.into_parts();
-    let headers = parts.headers;
-    if let Err(refused) = guard::check_request(&headers, &state.config) {
+    if let Err(refused) = guard::check_request(&parts.headers, &state.config) {
         return *refused;
     }
-    // Before the body is read: nothing runs for a request without a principal. A token in
-    // the URL is refused whatever the mode: it would end up in logs.
-    if wharf_auth::token_in_query(parts.uri.query()) {
-        return unauthorized(&state.config.auth, &wharf_auth::AuthError::TokenInQuery);
-    }
-    let principal = match state.config.auth.authenticate(&headers).await {
+    // Before the body is read: nothing runs for a request without a principal.
+    let principal = match state.config.auth.authenticate(&parts).await {
         Ok(p) => p,
-        Err(refused) => return unauthorized(&state.config.auth, &refused),
+        Err(refused) => return unauthorized(&refused),
     };
     let limit = state.config.max_body_bytes;
     let bytes = match axum::body::to_bytes(body, limit).await {
@@ -65,7 +60,7 @@ pub(crate) async fn handle_post(State(state): State<Arc<AppState>>, request: Req
             };
         }
     };
-    serve(&state, &headers, &bytes, principal).await
+    serve(&state, &parts.headers, &bytes, principal).await
 }
 
 async fn serve(
@@ -92,7 +87,7 @@ async fn serve(
         return StatusCode::ACCEPTED.into_response();
     };
     let server = &state.server;
-    let auth = &state.config.auth;
+    let auth = state.config.auth.as_ref();
     let req = match server.parse_request(id, method, envelope.params) {
         Ok(r) => r,
         Err(reply) => return reply_error(auth, &reply),

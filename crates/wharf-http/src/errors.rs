@@ -4,6 +4,8 @@ use axum::body::Body;
 use axum::http::{StatusCode, header};
 use axum::response::Response;
 use wharf::{ErrorKind, ErrorReply, RpcError};
+
+use crate::authenticate::{Authenticate, Refusal};
 use wharf_protocol::RequestId;
 use wharf_protocol::jsonrpc::write_error;
 
@@ -40,21 +42,24 @@ pub(crate) fn error_response(id: Option<&RequestId>, error: &RpcError) -> Respon
     res
 }
 
-/// A refusal before the request ran: 401 with its challenge, 403 for missing scopes, 503
-/// when the authorization server could not be reached.
-pub(crate) fn unauthorized(auth: &wharf_auth::Auth, refusal: &wharf_auth::AuthError) -> Response {
-    use wharf_auth::AuthError;
-    let (status, kind) = match refusal {
-        AuthError::InsufficientScope(_) => (StatusCode::FORBIDDEN, ErrorKind::InsufficientScope),
-        AuthError::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, ErrorKind::RetryLater),
-        _ => (StatusCode::UNAUTHORIZED, ErrorKind::Unauthorized),
+/// A request its authentication refused: 401 with its challenge, 403, or 503 with
+/// `Retry-After` when the credentials could not be checked.
+pub(crate) fn unauthorized(refusal: &Refusal) -> Response {
+    let kind = match refusal.status {
+        StatusCode::FORBIDDEN => ErrorKind::InsufficientScope,
+        StatusCode::SERVICE_UNAVAILABLE => ErrorKind::RetryLater,
+        _ => ErrorKind::Unauthorized,
     };
-    let e = RpcError::new(kind, refusal.to_string());
-    let mut res = error_with_status(status, None, &e);
-    if status == StatusCode::SERVICE_UNAVAILABLE {
+    let e = RpcError::new(kind, refusal.message.clone());
+    let mut res = error_with_status(refusal.status, None, &e);
+    if refusal.status == StatusCode::SERVICE_UNAVAILABLE {
         res.headers_mut()
             .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
-    } else if let Ok(v) = header::HeaderValue::from_str(&auth.challenge(refusal)) {
+    } else if let Some(v) = refusal
+        .challenge
+        .as_deref()
+        .and_then(|c| header::HeaderValue::from_str(c).ok())
+    {
         res.headers_mut().insert(header::WWW_AUTHENTICATE, v);
     }
     res
@@ -62,11 +67,11 @@ pub(crate) fn unauthorized(auth: &wharf_auth::Auth, refusal: &wharf_auth::AuthEr
 
 /// An error answer of the core; a request refused for missing scopes also gets its
 /// `insufficient_scope` challenge.
-pub(crate) fn reply_error(auth: &wharf_auth::Auth, reply: &ErrorReply) -> Response {
+pub(crate) fn reply_error(auth: &dyn Authenticate, reply: &ErrorReply) -> Response {
     let mut res = error_response(reply.id(), reply.error());
     if reply.error().kind == ErrorKind::InsufficientScope {
         let challenge = auth.forbidden_challenge(reply.required_scopes());
-        if let Ok(v) = header::HeaderValue::from_str(&challenge) {
+        if let Some(v) = challenge.and_then(|c| header::HeaderValue::from_str(&c).ok()) {
             res.headers_mut().insert(header::WWW_AUTHENTICATE, v);
         }
     }

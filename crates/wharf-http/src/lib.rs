@@ -8,6 +8,7 @@
 // them is still to do.
 #![allow(missing_docs)]
 
+mod authenticate;
 mod config;
 mod endpoint;
 mod errors;
@@ -15,6 +16,7 @@ mod guard;
 mod headers;
 mod health;
 
+pub use authenticate::{AuthFuture, Authenticate, FromExtensions, Refusal};
 pub use config::{HostPolicy, HttpConfig};
 pub use health::ReadinessCheck;
 
@@ -32,26 +34,18 @@ pub(crate) struct AppState {
 /// The MCP endpoint at `config.endpoint`, with `GET /healthz` and `GET /readyz`.
 pub fn router(server: Server, config: HttpConfig) -> Router {
     let endpoint = config.endpoint.clone();
-    let metadata = config.auth.resource_server().map(|rs| {
-        let paths = std::iter::once("/.well-known/oauth-protected-resource".to_owned())
-            .chain(rs.metadata_path_for_resource())
-            .collect::<Vec<_>>();
-        (paths, Arc::new(rs.metadata().clone()))
-    });
+    let documents = config.auth.documents();
     let state = Arc::new(AppState { server, config });
     let mut router = Router::new();
-    // RFC 9728: at the well-known path, and at its form suffixed with the endpoint's path.
-    if let Some((paths, doc)) = metadata {
-        for path in paths {
-            let doc = Arc::clone(&doc);
-            router = router.route(
-                &path,
-                get(move || {
-                    let doc = Arc::clone(&doc);
-                    async move { axum::Json((*doc).clone()) }
-                }),
-            );
-        }
+    for (path, doc) in documents {
+        let doc = Arc::new(doc);
+        router = router.route(
+            &path,
+            get(move || {
+                let doc = Arc::clone(&doc);
+                async move { axum::Json((*doc).clone()) }
+            }),
+        );
     }
     router
         .route(

@@ -443,11 +443,20 @@ impl Context {
         Ok(Handle::new(record.id))
     }
 
-    /// Retires a handle (and the data filed under it) in the call's transaction.
+    /// Retires a handle (and the data filed under it) in the call's transaction. Only a
+    /// handle argument of this call, checked before the handler ran (the caller owns it and
+    /// it is alive), can be retired: any other is refused.
     pub async fn retire_handle<K: HandleKind>(
         &self,
         handle: &Handle<K>,
     ) -> Result<(), HandlerError> {
+        if self.handle_record(handle).is_none() {
+            // Handle ids are credentials in anonymous mode: never in logs.
+            return Err(HandlerError::internal(format!(
+                "a {} handle that is not a checked argument of this call cannot be retired",
+                K::KIND
+            )));
+        }
         self.tx()
             .await?
             .retire_handle(handle.id())

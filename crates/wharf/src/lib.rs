@@ -36,6 +36,7 @@ mod cursor;
 mod dispatch;
 mod driver;
 mod error;
+mod handle_args;
 mod handler;
 mod limits;
 mod listen;

@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use wharf_protocol::{JsonObject, ListCapability, ResourcesCapability, ServerCapabilities};
 
+use crate::handle_args;
+pub(crate) use crate::handle_args::HandleParam;
 use crate::prompt::PromptDef;
 use crate::resource::{CompiledTemplate, ResourceDef, TemplateDef};
 use crate::schema::{self, HeaderParam};
-use crate::state::handle::SCHEMA_KEYWORD;
 use crate::tool::ToolDef;
 use crate::uri_template::Vars;
 
@@ -95,14 +96,6 @@ pub enum BuildError {
     /// A page size of 0.
     #[error("page size must be at least 1")]
     PageSize,
-}
-
-/// A tool argument that is a handle, found through its schema marker.
-#[derive(Debug, Clone)]
-pub(crate) struct HandleParam {
-    pub(crate) name: String,
-    pub(crate) kind: String,
-    pub(crate) created_by: String,
 }
 
 pub(crate) struct ToolEntry {
@@ -193,7 +186,12 @@ impl Registry {
                         reason,
                     }
                 })?;
-            let handles = handle_params(&def.tool.input_schema);
+            let handles =
+                handle_args::find(&def.tool.input_schema).map_err(|reason| BuildError::Schema {
+                    tool: name.clone(),
+                    which: "inputSchema",
+                    reason,
+                })?;
             if (def.idempotent || !handles.is_empty()) && !defs.has_store {
                 return Err(BuildError::NeedsStore { tool: name });
             }
@@ -388,25 +386,6 @@ fn fingerprint(items: impl Iterator<Item = String>) -> u64 {
     let mut word = [0u8; 8];
     word.copy_from_slice(&out[..8]);
     u64::from_be_bytes(word)
-}
-
-/// The top-level properties of an input schema that carry the handle marker.
-fn handle_params(input: &JsonObject) -> Vec<HandleParam> {
-    let Some(props) = input.get("properties").and_then(|p| p.as_object()) else {
-        return Vec::new();
-    };
-    props
-        .iter()
-        .filter_map(|(name, schema)| {
-            let marker = schema.get(SCHEMA_KEYWORD)?;
-            let text = |k: &str| marker.get(k).and_then(|v| v.as_str()).unwrap_or_default();
-            Some(HandleParam {
-                name: name.clone(),
-                kind: text("kind").to_owned(),
-                created_by: text("createdBy").to_owned(),
-            })
-        })
-        .collect()
 }
 
 /// Whether `name` is a required property of `input` whose schema says it is a string.

@@ -227,15 +227,17 @@ async fn prepare(
 ) -> Result<Prepared, RpcError> {
     let name = &entry.def.tool.name;
     let now = now_millis();
-    let present = entry
+    let present: Vec<(&HandleParam, String)> = entry
         .handles
         .iter()
-        .filter_map(|p| Some((p, args.get(&p.name)?.as_str()?.to_owned())));
+        .flat_map(|p| p.ids(args).into_iter().map(move |id| (p, id.to_owned())))
+        .collect();
     let mut handles = Vec::new();
     let mut holds = Vec::new();
     let mut scope_handle = None;
     for (param, id) in present {
-        if entry.def.idempotent && scope_handle.is_none() {
+        // The first handle of the arguments themselves scopes an idempotency key.
+        if entry.def.idempotent && scope_handle.is_none() && param.is_top_level() {
             scope_handle = Some((param, id));
             continue;
         }
@@ -369,6 +371,7 @@ fn unknown_handle(param: &HandleParam) -> String {
         name,
         kind,
         created_by,
+        ..
     } = param;
     format!(
         "The {kind} handle in {name:?} is unknown or has expired. Start a new {kind} with {created_by}."
@@ -411,6 +414,7 @@ fn judge_handle(
         name,
         kind,
         created_by,
+        ..
     } = param;
     Err(format!(
         "The {kind} handle in {name:?} has expired ({why}); what it held is gone. Start a new {kind} with {created_by}."

@@ -1,0 +1,125 @@
+//! Who an HTTP request acts for. The endpoint asks an [`Authenticate`] before it reads the
+//! body; `wharf-auth`'s [`Auth`](wharf_auth::Auth) (anonymous, API keys, OAuth resource
+//! server) is one, [`FromExtensions`] trusts the principal an app's own middleware (cookies,
+//! mTLS, a session) put in the request's extensions.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use serde_json::Value;
+use wharf::Principal;
+use wharf_auth::{Auth, AuthError};
+
+/// What [`Authenticate::authenticate`] returns.
+pub type AuthFuture<'a> = Pin<Box<dyn Future<Output = Result<Principal, Refusal>> + Send + 'a>>;
+
+/// Resolves the principal of a request from its head (headers, extensions, URI).
+pub trait Authenticate: Send + Sync + 'static {
+    /// The principal `parts` authenticate, or the refusal to answer with.
+    fn authenticate<'a>(&'a self, parts: &'a Parts) -> AuthFuture<'a>;
+
+    /// The `WWW-Authenticate` value of a 403 answered to a request whose principal lacks
+    /// `required` scopes; none by default.
+    fn forbidden_challenge(&self, required: &[String]) -> Option<String> {
+        let _ = required;
+        None
+    }
+
+    /// Documents to serve beside the endpoint, by path (an OAuth resource server's RFC 9728
+    /// metadata); none by default.
+    fn documents(&self) -> Vec<(String, Value)> {
+        Vec::new()
+    }
+}
+
+/// Why a request was not authenticated, as the HTTP answer says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub(crate) status: StatusCode,
+    pub(crate) message: String,
+    pub(crate) challenge: Option<String>,
+}
+
+impl Refusal {
+    /// 401: no credentials this server accepts; `challenge` goes to `WWW-Authenticate`.
+    pub fn unauthorized(message: impl Into<String>, challenge: Option<String>) -> Self {
+        Refusal {
+            status: StatusCode::UNAUTHORIZED,
+            message: message.into(),
+            challenge,
+        }
+    }
+
+    /// 403: credentials that do not allow this request.
+    pub fn forbidden(message: impl Into<String>, challenge: Option<String>) -> Self {
+        Refusal {
+            status: StatusCode::FORBIDDEN,
+            message: message.into(),
+            challenge,
+        }
+    }
+
+    /// 503 with `Retry-After`: the credentials could not be checked right now.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Refusal {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: message.into(),
+            challenge: None,
+        }
+    }
+}
+
+impl Authenticate for Auth {
+    fn authenticate<'a>(&'a self, parts: &'a Parts) -> AuthFuture<'a> {
+        Box::pin(async move {
+            // A token in the URL is refused whatever the mode: it would end up in logs.
+            let checked = if wharf_auth::token_in_query(parts.uri.query()) {
+                Err(AuthError::TokenInQuery)
+            } else {
+                Auth::authenticate(self, &parts.headers).await
+            };
+            checked.map_err(|e| {
+                let challenge = Some(self.challenge(&e));
+                match e {
+                    AuthError::InsufficientScope(_) => Refusal::forbidden(e.to_string(), challenge),
+                    AuthError::Unavailable => Refusal::unavailable(e.to_string()),
+                    _ => Refusal::unauthorized(e.to_string(), challenge),
+                }
+            })
+        })
+    }
+
+    fn forbidden_challenge(&self, required: &[String]) -> Option<String> {
+        Some(Auth::forbidden_challenge(self, required))
+    }
+
+    fn documents(&self) -> Vec<(String, Value)> {
+        let Some(rs) = self.resource_server() else {
+            return Vec::new();
+        };
+        let doc = rs.metadata().clone();
+        // RFC 9728: at the well-known path, and at its form suffixed with the endpoint's path.
+        std::iter::once("/.well-known/oauth-protected-resource".to_owned())
+            .chain(rs.metadata_path_for_resource())
+            .map(|path| (path, doc.clone()))
+            .collect()
+    }
+}
+
+/// Trusts the [`Principal`] an outer layer put in the request's extensions (the app's own
+/// authentication: cookies, mTLS, a session); refuses a request that carries none (401).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FromExtensions;
+
+impl Authenticate for FromExtensions {
+    fn authenticate<'a>(&'a self, parts: &'a Parts) -> AuthFuture<'a> {
+        let found = parts.extensions.get::<Principal>().cloned();
+        Box::pin(async move {
+            found.ok_or_else(|| {
+                Refusal::unauthorized("Unauthorized: the request was not authenticated", None)
+            })
+        })
+    }
+}

@@ -1,0 +1,143 @@
+//! The HTTP transport as a tower service, one request at a time (`Router::oneshot`), no
+//! socket: statuses, challenges and the app's own authentication through request extensions.
+
+use std::collections::BTreeSet;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+use wharf::protocol::Implementation;
+use wharf::{Context, Grant, NoArgs, Principal, Server, tool};
+use wharf_http::{FromExtensions, HttpConfig};
+
+fn server() -> Server {
+    Server::builder(Implementation::new("t", "1"))
+        .tool(
+            tool("hello").handler(|cx: Context, _: NoArgs| async move {
+                format!("hello {}", cx.principal())
+            }),
+        )
+        .tool(
+            tool("admin")
+                .scopes(&["admin"])
+                .handler(|_cx: Context, _: NoArgs| async { "done" }),
+        )
+        .build()
+        .unwrap()
+}
+
+/// The endpoint behind the app's own authentication: here a layer that turns an
+/// `X-User` header into a principal (a real app would read a session cookie).
+fn app() -> Router {
+    let config = HttpConfig {
+        auth: std::sync::Arc::new(FromExtensions),
+        ..HttpConfig::default()
+    };
+    wharf_http::router(server(), config).layer(axum::middleware::from_fn(
+        |mut req: Request<Body>, next: axum::middleware::Next| async move {
+            let user = req
+                .headers()
+                .get("x-user")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            if let Some(user) = user {
+                let scopes: BTreeSet<String> = req
+                    .headers()
+                    .get("x-scopes")
+                    .and_then(|v| v.to_str().ok())
+                    .map(|s| s.split(' ').map(str::to_owned).collect())
+                    .unwrap_or_default();
+                req.extensions_mut().insert(Principal::oauth(Grant {
+                    issuer: "https://app.example".into(),
+                    subject: user,
+                    client_id: None,
+                    scopes,
+                }));
+            }
+            next.run(req).await
+        },
+    ))
+}
+
+fn call(name: &str) -> Request<Body> {
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": name, "arguments": {},
+        "_meta": { "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                   "io.modelcontextprotocol/clientCapabilities": {} } } });
+    Request::post("/mcp")
+        .header(header::HOST, "localhost")
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", name)
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
+async fn send(req: Request<Body>) -> (StatusCode, Value) {
+    let res = app().oneshot(req).await.unwrap();
+    let status = res.status();
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test]
+async fn the_apps_own_authentication_decides_who_calls() {
+    let mut req = call("hello");
+    req.headers_mut().insert("x-user", "alice".parse().unwrap());
+    let (status, body) = send(req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let text = body["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("hello ") && text.contains("alice"),
+        "{text}"
+    );
+
+    // No principal in the extensions: refused before the body is read.
+    let (status, body) = send(call("hello")).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert_eq!(body["error"]["code"], wharf::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn scopes_are_checked_in_admission_whatever_authenticated_the_principal() {
+    let mut req = call("admin");
+    req.headers_mut().insert("x-user", "bob".parse().unwrap());
+    let (status, body) = send(req).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["error"]["data"]["requiredScopes"], json!(["admin"]));
+
+    let mut req = call("admin");
+    req.headers_mut().insert("x-user", "bob".parse().unwrap());
+    req.headers_mut()
+        .insert("x-scopes", "admin".parse().unwrap());
+    let (status, body) = send(req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["result"]["content"][0]["text"], "done");
+}
+
+#[tokio::test]
+async fn a_get_is_405_and_a_mismatched_header_is_400() {
+    let get = Request::get("/mcp")
+        .header(header::HOST, "localhost")
+        .body(Body::empty())
+        .unwrap();
+    let res = app().oneshot(get).await.unwrap();
+    assert_eq!(res.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(res.headers()[header::ALLOW], "POST");
+
+    let mut req = call("hello");
+    req.headers_mut().insert("x-user", "alice".parse().unwrap());
+    req.headers_mut()
+        .insert("mcp-name", "other".parse().unwrap());
+    let (status, body) = send(req).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["code"], -32020);
+}
