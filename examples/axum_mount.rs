@@ -1,0 +1,61 @@
+//! Wharf inside an existing axum application that authenticates with its own middleware:
+//! the app's layer turns a session cookie into a [`Principal`] in the request's extensions,
+//! and the MCP endpoint trusts it ([`FromExtensions`]). Scopes, handles and idempotency then
+//! work for that principal as for any other.
+//!
+//! ```text
+//! cargo run -p wharf-examples --example axum_mount  # ADDR=127.0.0.1:8080
+//! curl -b session=alice …/mcp                        # a request as alice
+//! ```
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::Request;
+use axum::http::header;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::get;
+use wharf::protocol::Implementation;
+use wharf::{Context, NoArgs, Principal, Server, tool};
+use wharf_http::{FromExtensions, HttpConfig};
+
+/// The app's own authentication. A real app checks a signed session; this one trusts the
+/// cookie's value, which is enough to show where the principal comes from.
+async fn session(mut req: Request, next: Next) -> Response {
+    let user = req
+        .headers()
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|c| c.trim().strip_prefix("session=").map(str::to_owned));
+    if let Some(user) = user {
+        req.extensions_mut().insert(Principal::new(user));
+    }
+    next.run(req).await
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let mcp = Server::builder(Implementation::new("app", "1.0.0"))
+        .tool(
+            tool("whoami")
+                .description("Who the app says you are.")
+                .handler(|cx: Context, _: NoArgs| async move { cx.principal().id().to_owned() }),
+        )
+        .build()?;
+    let config = HttpConfig {
+        auth: Arc::new(FromExtensions),
+        ..HttpConfig::default()
+    };
+    let app = Router::new()
+        .route("/", get(|| async { "the app's own pages" }))
+        .merge(wharf_http::router(mcp, config))
+        .layer(middleware::from_fn(session));
+    let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:8080".into());
+    let listener = tokio::net::TcpListener::bind(&addr).await?;
+    println!("listening on http://{}/mcp", listener.local_addr()?);
+    axum::serve(listener, app).await?;
+    Ok(())
+}

@@ -1,0 +1,159 @@
+//! Runs each example as a newcomer would (the built binary, a real socket) and calls it over
+//! HTTP the way an MCP client does.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{Value, json};
+
+/// A running example, killed when dropped.
+struct Example {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Example {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn binary(name: &str) -> PathBuf {
+    // This test runs from target/<profile>/deps; cargo builds examples beside it.
+    let exe = std::env::current_exe().unwrap();
+    exe.parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(name)
+}
+
+fn start(name: &str, env: &[(&str, String)]) -> Example {
+    let mut cmd = Command::new(binary(name));
+    cmd.env("ADDR", "127.0.0.1:0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("{name} did not start: {e}"));
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("{name} printed {line:?}"))
+        .to_owned();
+    Example { child, url }
+}
+
+const META: &str = "io.modelcontextprotocol/protocolVersion";
+
+/// A `tools/call` with the headers and `_meta` a 2026-07-28 client sends.
+async fn call(
+    url: &str,
+    name: &str,
+    mut params: Value,
+    cookie: Option<&str>,
+) -> (reqwest::StatusCode, Value) {
+    params["name"] = json!(name);
+    params["_meta"][META] = json!("2026-07-28");
+    if params["_meta"]["io.modelcontextprotocol/clientCapabilities"].is_null() {
+        params["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!({});
+    }
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params });
+    let mut req = reqwest::Client::new()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", name)
+        .json(&body);
+    if let Some(cookie) = cookie {
+        req = req.header("cookie", cookie);
+    }
+    let res = req.send().await.unwrap();
+    let status = res.status();
+    (status, res.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn hello_tools_greets_and_adds() {
+    let ex = start("hello_tools", &[]);
+    let (status, body) = call(
+        &ex.url,
+        "greet",
+        json!({ "arguments": { "name": "Ada" } }),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["content"][0]["text"], "Hello, Ada!");
+    let (_, body) = call(
+        &ex.url,
+        "add",
+        json!({ "arguments": { "a": 2, "b": 3 } }),
+        None,
+    )
+    .await;
+    assert_eq!(body["result"]["structuredContent"]["sum"], 5.0, "{body}");
+}
+
+#[tokio::test]
+async fn confirm_asks_then_acts_once() {
+    let dir = std::env::temp_dir().join(format!("wharf-example-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = format!("sqlite://{}", dir.join("confirm.db").display());
+    let ex = start("confirm", &[("STORE", store)]);
+    let caps = json!({ "elicitation": { "form": {} } });
+    let ask = json!({ "arguments": { "path": "/tmp/x" },
+        "_meta": { "io.modelcontextprotocol/clientCapabilities": caps } });
+    let (status, body) = call(&ex.url, "delete_file", ask.clone(), None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["resultType"], "input_required", "{body}");
+    let state = body["result"]["requestState"].clone();
+    assert_eq!(
+        body["result"]["inputRequests"]["confirm"]["method"],
+        "elicitation/create"
+    );
+
+    let mut answer = ask.clone();
+    answer["requestState"] = state;
+    answer["inputResponses"] =
+        json!({ "confirm": { "action": "accept", "content": { "delete": true } } });
+    let (_, body) = call(&ex.url, "delete_file", answer.clone(), None).await;
+    assert_eq!(
+        body["result"]["content"][0]["text"], "Deleted /tmp/x.",
+        "{body}"
+    );
+    // The same confirmation again: redeemed already, refused.
+    let (_, body) = call(&ex.url, "delete_file", answer, None).await;
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn axum_mount_serves_the_app_and_trusts_its_session() {
+    let ex = start("axum_mount", &[]);
+    let (status, body) = call(&ex.url, "whoami", json!({ "arguments": {} }), None).await;
+    assert_eq!(status, 401, "no session, no principal: {body}");
+    let (status, body) = call(
+        &ex.url,
+        "whoami",
+        json!({ "arguments": {} }),
+        Some("session=alice"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["content"][0]["text"], "alice");
+    let home = ex.url.trim_end_matches("mcp");
+    let page = reqwest::get(home).await.unwrap().text().await.unwrap();
+    assert_eq!(page, "the app's own pages");
+}
