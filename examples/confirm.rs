@@ -41,7 +41,7 @@ async fn delete(cx: Context, args: Delete) -> Result<String, HandlerError> {
             .ask()
             .elicit(
                 "confirm",
-                &format!("Delete {}?", args.path),
+                format!("Delete {}?", args.path),
                 FormSchema::new().boolean("delete", "Delete it", true),
             )
             .into()),

@@ -11,7 +11,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use wharf::{CursorKey, Server, ServerConfig, Store};
+use wharf::store::Store;
+use wharf::{CursorKey, Server, ServerConfig};
 use wharf_auth::{ApiKeys, Auth};
 use wharf_http::{HostPolicy, HttpConfig, ReadinessCheck};
 use wharf_reference::Profile;

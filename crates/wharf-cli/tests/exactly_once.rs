@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::ServerProcess;
 use common::import::*;
 use serde_json::{Value, json};
-use wharf::state::{Begin, Claim, Digest, now_millis};
+use wharf::store::{Begin, Claim, Digest, now_millis};
 use wharf_store::StoreOptions;
 
 const TOOL: &str = "import_append_rows";

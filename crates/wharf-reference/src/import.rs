@@ -13,8 +13,8 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use wharf::state::TxMode;
-use wharf::state::handle::human;
+use wharf::store::TxMode;
+use wharf::store::human;
 use wharf::{
     Context, Elicited, FormSchema, Handle, HandleKind, HandlerError, ServerBuilder, Structured,
     template, tool,
@@ -326,7 +326,7 @@ fn check_row(index: usize, row: &Map<String, Value>, columns: &[Column]) -> Resu
 
 /// The columns of an existing dataset; a dataset that does not exist is the caller's error.
 pub(crate) async fn dataset_definition(
-    tx: &mut dyn wharf::Transaction,
+    tx: &mut dyn wharf::store::Transaction,
     cx: &Context,
     dataset: &str,
 ) -> Result<Vec<Column>, HandlerError> {
@@ -439,7 +439,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     let data = serde_json::to_value(&def).map_err(HandlerError::internal)?;
                     let import = cx.mint_handle_with::<Import>(data).await?;
                     let ImportDef { dataset, columns } = def;
-                    let expires_at = wharf::state::now_millis()
+                    let expires_at = wharf::store::now_millis()
                         + i64::try_from(Import::TTL.as_millis()).unwrap_or(i64::MAX);
                     Ok::<_, HandlerError>(Structured(ImportInfo {
                         import: import.id().to_owned(),
@@ -537,7 +537,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     let mut tx = cx.tx().await?;
                     // Lock the import for good first (a recorded use takes the row): appends
                     // still running finish before it, later ones find it gone.
-                    tx.hold_handle(args.import.id(), Some(wharf::state::now_millis()))
+                    tx.hold_handle(args.import.id(), Some(wharf::store::now_millis()))
                         .await
                         .map_err(HandlerError::from)?;
                     // Created by the first commit; a dataset another import created meanwhile
@@ -602,7 +602,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 })
                 .handler(|cx: Context, args: ImportArgs| async move {
                     let mut tx = cx.tx().await?;
-                    tx.hold_handle(args.import.id(), Some(wharf::state::now_millis()))
+                    tx.hold_handle(args.import.id(), Some(wharf::store::now_millis()))
                         .await
                         .map_err(HandlerError::from)?;
                     let staged = tx

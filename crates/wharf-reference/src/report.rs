@@ -13,7 +13,7 @@ use async_stream::stream;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use wharf::state::{Millis, Store, TxMode, now_millis};
+use wharf::store::{Millis, Store, TxMode, now_millis};
 use wharf::{Context, HandlerError, ServerBuilder, Step, Structured, tool};
 use wharf_protocol::ToolAnnotations;
 
@@ -164,7 +164,7 @@ struct Unfinished {
 impl Unfinished {
     /// Commits `tx` on its own task: a commit the cancellation would cut short may still
     /// land in the store, and the cancellation marker must come after it.
-    async fn commit(&self, tx: Box<dyn wharf::Transaction>) -> Result<(), HandlerError> {
+    async fn commit(&self, tx: Box<dyn wharf::store::Transaction>) -> Result<(), HandlerError> {
         let turn = std::sync::Arc::clone(&self.committing).lock_owned().await;
         tokio::spawn(async move {
             let landed = tx.commit().await;
@@ -316,7 +316,7 @@ impl Run {
 }
 
 async fn put_report(
-    tx: &mut dyn wharf::Transaction,
+    tx: &mut dyn wharf::store::Transaction,
     cx: &Context,
     report: &Report,
 ) -> Result<(), HandlerError> {

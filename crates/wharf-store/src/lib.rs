@@ -6,13 +6,17 @@
 //! - `redis://…` — for several replicas, see [`redis`] for what it guarantees;
 //! - `memory://` — a throwaway SQLite file in the temporary directory, for tests.
 //!
-//! Migrations are embedded in the binary and applied when the store opens.
+//! Migrations are embedded in the binary and applied when the store opens. Each backend is
+//! a cargo feature (`sqlite`, `postgres`, `redis`; all on by default): an app that uses one
+//! database compiles only its driver.
 
 // Some public items here still lack docs (the core, `wharf`, has them all): documenting
 // them is still to do.
 #![allow(missing_docs)]
 
+#[cfg(feature = "sqlite")]
 pub mod memory;
+#[cfg(feature = "redis")]
 pub mod redis;
 pub mod sql;
 pub mod sweeper;
@@ -20,7 +24,7 @@ pub mod sweeper;
 use std::sync::Arc;
 use std::time::Duration;
 
-use wharf::state::{Store, StoreError};
+use wharf::store::{Store, StoreError};
 
 pub use sql::{Dialect, SqlStore};
 pub use sweeper::spawn_sweeper;
@@ -52,6 +56,9 @@ impl Default for StoreOptions {
 pub enum OpenError {
     #[error("unsupported store URL {0:?}: use sqlite://PATH, postgres://…, redis://… or memory://")]
     Scheme(String),
+    /// A backend this build leaves out.
+    #[error("this build has no {0} store: enable wharf-store's {0:?} feature")]
+    NotBuilt(&'static str),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -60,6 +67,7 @@ pub enum OpenError {
 pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn Store>, OpenError> {
     let scheme = url.split_once(':').map(|(s, _)| s).unwrap_or_default();
     match scheme {
+        #[cfg(feature = "sqlite")]
         "sqlite" => {
             let url = sqlite_url(url);
             let store = SqlStore::connect(
@@ -71,6 +79,7 @@ pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn Store>, O
             .await?;
             Ok(Arc::new(store))
         }
+        #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => {
             let store = SqlStore::connect(
                 url,
@@ -81,13 +90,22 @@ pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn Store>, O
             .await?;
             Ok(Arc::new(store))
         }
+        #[cfg(feature = "redis")]
         "redis" | "rediss" => Ok(Arc::new(redis::RedisStore::connect(url, options).await?)),
+        #[cfg(feature = "sqlite")]
         "memory" => Ok(Arc::new(memory::MemoryStore::open(options).await?)),
+        #[cfg(not(feature = "sqlite"))]
+        "sqlite" | "memory" => Err(OpenError::NotBuilt("sqlite")),
+        #[cfg(not(feature = "postgres"))]
+        "postgres" | "postgresql" => Err(OpenError::NotBuilt("postgres")),
+        #[cfg(not(feature = "redis"))]
+        "redis" | "rediss" => Err(OpenError::NotBuilt("redis")),
         _ => Err(OpenError::Scheme(url.to_owned())),
     }
 }
 
 /// SQLite URLs create their file unless told otherwise.
+#[cfg(feature = "sqlite")]
 fn sqlite_url(url: &str) -> String {
     if url.contains("mode=") {
         url.to_owned()
@@ -98,7 +116,7 @@ fn sqlite_url(url: &str) -> String {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "sqlite"))]
 mod tests {
     use super::*;
 

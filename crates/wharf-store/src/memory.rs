@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use async_trait::async_trait;
-use wharf::state::{Begin, Claim, HandleRecord, Millis, Store, StoreError, Transaction, TxMode};
+use wharf::store::{Begin, Claim, HandleRecord, Millis, Store, StoreError, Transaction, TxMode};
 
 use crate::StoreOptions;
 use crate::sql::{Dialect, SqlStore};

@@ -25,7 +25,7 @@ use async_trait::async_trait;
 use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script};
 use serde_json::{Value, json};
-use wharf::state::{
+use wharf::store::{
     Begin, Claim, Fence, HandleRecord, KeyLock, Millis, Store, StoreError, Transaction, TxMode,
     now_millis,
 };

@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{Any, AnyPool, Executor, Row, Transaction as SqlxTx};
-use wharf::state::{
+use wharf::store::{
     Begin, Claim, HandleRecord, KeyLock, Millis, Store, StoreError, Transaction, TxMode,
 };
 
@@ -225,7 +225,9 @@ async fn settle(
 /// Which SQL database a [`SqlStore`] talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
+    /// SQLite (feature `sqlite`).
     Sqlite,
+    /// PostgreSQL (feature `postgres`).
     Postgres,
 }
 
@@ -247,6 +249,15 @@ impl SqlStore {
         max_connections: u32,
         lock_wait: Duration,
     ) -> Result<Self, StoreError> {
+        let built = match dialect {
+            Dialect::Sqlite => cfg!(feature = "sqlite"),
+            Dialect::Postgres => cfg!(feature = "postgres"),
+        };
+        if !built {
+            return Err(StoreError::Backend(format!(
+                "this build has no {dialect:?} driver: enable wharf-store's feature for it"
+            )));
+        }
         sqlx::any::install_default_drivers();
         let wait_ms = lock_wait.as_millis();
         let pool = AnyPoolOptions::new()
@@ -917,7 +928,7 @@ impl Transaction for SqlTx {
     }
 
     async fn complete_claim(&mut self, claim: &Claim, result: &str) -> Result<(), StoreError> {
-        let now = wharf::state::now_millis();
+        let now = wharf::store::now_millis();
         let query = if self.claim_written {
             sqlx::query(
                 "UPDATE wharf_idempotency SET state = 'done', result = $3, updated_at = $4 \

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use wharf::state::{Store, now_millis};
+use wharf::store::{Store, now_millis};
 
 /// Every `interval`, removes expired records in batches of at most `batch`, yielding between
 /// batches so traffic is never held up; stops when `stop` is cancelled.

@@ -13,7 +13,7 @@ use support::{
     redis_with, sqlite_url, sqlite_with, unique, wait_until,
 };
 use wharf::Principal;
-use wharf::state::{
+use wharf::store::{
     Begin, Claim, HandleKind, HandleRecord, Store, StoreError, Transaction, TxMode, now_millis,
 };
 
@@ -85,7 +85,7 @@ impl Watch {
     }
 }
 
-async fn run(store: &Arc<dyn Store>, c: &Claim) -> Box<dyn wharf::state::Transaction> {
+async fn run(store: &Arc<dyn Store>, c: &Claim) -> Box<dyn wharf::store::Transaction> {
     match store
         .begin_idempotent(c, now_millis())
         .await

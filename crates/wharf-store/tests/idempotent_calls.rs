@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use wharf::protocol::Implementation;
-use wharf::state::{Store, TxMode};
+use wharf::store::{Store, TxMode};
 use wharf::testing::Harness;
 use wharf::{Context, HandlerError, Principal, Server, Structured, tool};
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use ::redis::AsyncCommands;
 use serde_json::json;
 use support::*;
-use wharf::state::{KeyLock, Store, StoreError, TxMode};
+use wharf::store::{KeyLock, Store, StoreError, TxMode};
 use wharf_store::open;
 
 /// A lease (Redis) far longer than any test here: none passes because a lease ran out.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 use support::*;
-use wharf::state::{Begin, StoreError, TxMode, now_millis};
+use wharf::store::{Begin, StoreError, TxMode, now_millis};
 
 /// When the stalled holder's late commit comes, relative to the taker's.
 #[derive(Clone, Copy, PartialEq)]

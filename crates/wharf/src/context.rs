@@ -19,8 +19,8 @@ use crate::principal::Principal;
 use crate::progress::ProgressStream;
 use crate::request::{Caller, Outbox};
 use crate::runtime::Runtime;
-use crate::state::handle::{HandleKind, HandleRecord};
-use crate::state::{Fence, Handle, Store, Transaction, TxMode, now_millis};
+use crate::store::{Fence, Handle, Store, Transaction, TxMode, now_millis};
+use crate::store::{HandleKind, HandleRecord};
 
 /// The request a handler serves: its id, its `_meta`, its cancellation, and its stream.
 ///
@@ -65,7 +65,7 @@ struct SlotState {
 pub(crate) struct Hold {
     pub(crate) id: String,
     /// Record a use at this time (the idle expiry is due for a push).
-    pub(crate) touch_at: Option<crate::state::Millis>,
+    pub(crate) touch_at: Option<crate::store::Millis>,
     /// What the caller is told if the handle is gone by then.
     pub(crate) refusal: String,
 }
@@ -281,10 +281,10 @@ impl Context {
                 "Invalid requestState: this step can be answered once, and only with the requestState of the round that asked; send the request again without inputResponses",
             )));
         };
-        let claim = crate::state::Claim {
+        let claim = crate::store::Claim {
             scope: "mrtr".to_owned(),
             key: nonce.clone(),
-            digest: crate::state::Digest::of("mrtr", &serde_json::Map::new()),
+            digest: crate::store::Digest::of("mrtr", &serde_json::Map::new()),
             // Kept past the state's own expiry, after which it is refused anyway.
             expires_at: round.expires_at.saturating_add(60_000),
         };
@@ -294,7 +294,7 @@ impl Context {
             .await
             .map_err(HandlerError::from)?
         {
-            crate::state::Begin::Run(mut tx) => {
+            crate::store::Begin::Run(mut tx) => {
                 tx.complete_claim(&claim, "redeemed")
                     .await
                     .map_err(HandlerError::from)?;

@@ -53,6 +53,7 @@ impl std::fmt::Debug for CursorKey {
 
 /// Why a cursor was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CursorError {
     #[error("the cursor is not one this server issued")]
     Invalid,

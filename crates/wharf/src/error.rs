@@ -187,26 +187,26 @@ impl RpcError {
     }
 }
 
-impl From<crate::state::StoreError> for RpcError {
-    fn from(e: crate::state::StoreError) -> Self {
+impl From<crate::store::StoreError> for RpcError {
+    fn from(e: crate::store::StoreError) -> Self {
         match e {
-            crate::state::StoreError::Busy(why) => RpcError::new(
+            crate::store::StoreError::Busy(why) => RpcError::new(
                 ErrorKind::RetryLater,
                 format!("Busy: {why}; retry the same call later"),
             ),
-            crate::state::StoreError::Conflict => RpcError::new(
+            crate::store::StoreError::Conflict => RpcError::new(
                 ErrorKind::RetryLater,
                 "Busy: a concurrent call changed the same data first and nothing was applied; retry",
             ),
-            crate::state::StoreError::HandleGone => RpcError::new(
+            crate::store::StoreError::HandleGone => RpcError::new(
                 ErrorKind::RetryLater,
                 "Busy: the handle was retired while this call ran and nothing was applied; retry to see its state",
             ),
-            crate::state::StoreError::ClaimLost => RpcError::new(
+            crate::store::StoreError::ClaimLost => RpcError::new(
                 ErrorKind::RetryLater,
                 "Busy: another attempt of this write took over; retry the same call to get its result",
             ),
-            crate::state::StoreError::LeaseLost => RpcError::new(
+            crate::store::StoreError::LeaseLost => RpcError::new(
                 ErrorKind::RetryLater,
                 "Busy: this call held its key longer than its lease and nothing was applied; retry",
             ),

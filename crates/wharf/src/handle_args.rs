@@ -5,7 +5,7 @@
 use serde_json::{Map, Value};
 use wharf_protocol::JsonObject;
 
-use crate::state::handle::SCHEMA_KEYWORD;
+use crate::store::SCHEMA_KEYWORD;
 
 /// One step from the arguments object towards a handle.
 #[derive(Debug, Clone, PartialEq, Eq)]

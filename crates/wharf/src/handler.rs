@@ -6,7 +6,7 @@ use std::pin::Pin;
 
 use crate::error::RpcError;
 use crate::mrtr::Ask;
-use crate::state::StoreError;
+use crate::store::StoreError;
 
 /// A boxed, sendable future: what the core keeps of a handler's work.
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;

@@ -53,7 +53,7 @@ impl Gate {
     }
 
     /// Whether nothing is capped at all, server-wide or per principal (tools may still cap
-    /// themselves: see `Server::enter`).
+    /// themselves: see admission).
     pub(crate) fn is_open(&self) -> bool {
         self.global.is_none() && self.limits.per_principal.is_none() && !self.any_tool_cap
     }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
 
-use crate::state::{Fence, KeyLock, Store, StoreError};
+use crate::store::{Fence, KeyLock, Store, StoreError};
 
 /// Lines kept before idle ones are forgotten on the next insert.
 const LINES_KEPT: usize = 1024;

@@ -13,7 +13,7 @@ use crate::cursor::CursorCodec;
 use crate::error::RpcError;
 use crate::limits::Gate;
 use crate::mutation::MutationQueue;
-use crate::state::Store;
+use crate::store::Store;
 
 /// The shared state of a running server.
 pub(crate) struct Runtime {

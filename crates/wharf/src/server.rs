@@ -21,7 +21,7 @@ use crate::request::{self, ParsedRequest};
 use crate::resource::{ResourceDef, TemplateDef};
 use crate::runtime::Runtime;
 use crate::schema::HeaderParam;
-use crate::state::Store;
+use crate::store::Store;
 use crate::tool::ToolDef;
 
 /// A built MCP server. Cheap to clone; every clone is the same server.

@@ -15,7 +15,7 @@ use crate::context::Context;
 use crate::error::RpcError;
 use crate::handler::{BoxFuture, HandlerError};
 use crate::schema;
-use crate::state::idempotency::{KEY_ARGUMENT, key_schema};
+use crate::store::{KEY_ARGUMENT, key_schema};
 
 /// What a tool handler may return.
 pub trait IntoToolResult: Send + 'static {
@@ -97,6 +97,7 @@ pub struct NoArgs {}
 /// One event of a streaming handler (see [`ToolBuilder::stream_handler`]): progress on the
 /// way, then the result.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum Step<R> {
     /// Progress, sent as `notifications/progress` when the client asked for it (kept
     /// strictly increasing and coalesced, as [`Context::progress`] does).

@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use redis::Script;
 use redis::aio::ConnectionManager;
 use tokio::task::JoinHandle;
-use wharf::state::{Fence, KeyLock, StoreError};
+use wharf::store::{Fence, KeyLock, StoreError};
 
 use super::backend;
 

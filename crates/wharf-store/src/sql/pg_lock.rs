@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use sqlx::any::AnyPoolOptions;
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyPool, Executor};
-use wharf::state::{Fence, KeyLock, StoreError};
+use wharf::store::{Fence, KeyLock, StoreError};
 
 use super::db_error;
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::net::TcpStream;
-use wharf::state::{Claim, Store, Transaction};
+use wharf::store::{Claim, Store, Transaction};
 use wharf_store::{StoreOptions, open};
 
 pub(crate) fn pg_url() -> String {
@@ -61,8 +61,8 @@ pub(crate) fn claim(scope: &str, key: &str, args: serde_json::Value) -> Claim {
     Claim {
         scope: scope.to_owned(),
         key: key.to_owned(),
-        digest: wharf::state::Digest::of("tool", &map),
-        expires_at: wharf::state::now_millis() + 60_000,
+        digest: wharf::store::Digest::of("tool", &map),
+        expires_at: wharf::store::now_millis() + 60_000,
     }
 }
 

@@ -20,9 +20,9 @@ use crate::reply::respond;
 use crate::request::Caller;
 use crate::runtime::Runtime;
 use crate::schema::first_violation;
-use crate::state::handle::{Expiry, HandleRecord, human};
-use crate::state::idempotency::{KEY_ARGUMENT, REPLAY_META};
-use crate::state::{Begin, Claim, Digest, Fence, Millis, now_millis};
+use crate::store::{Begin, Claim, Digest, Fence, Millis, now_millis};
+use crate::store::{Expiry, HandleRecord, human};
+use crate::store::{KEY_ARGUMENT, REPLAY_META};
 
 /// Where a call stands before its handler runs.
 enum Prepared {

@@ -5,7 +5,7 @@
 //! the handler runs again from the top and reads the answers, typed, on its [`Context`](crate::Context).
 //! Nothing is held in memory between rounds: any replica with the same state keys resumes.
 
-pub mod seal;
+pub(crate) mod seal;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -24,7 +24,7 @@ pub use seal::{KeyError, StateKeys};
 
 use crate::error::RpcError;
 use crate::principal::Principal;
-use crate::state::{Digest, Millis, now_millis};
+use crate::store::{Digest, Millis, now_millis};
 
 /// How request states are sealed and for how long they hold.
 #[derive(Debug, Clone)]

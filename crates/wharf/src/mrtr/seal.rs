@@ -13,10 +13,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::RpcError;
-use crate::state::Millis;
+use crate::store::Millis;
 
 /// Bytes of a state key.
-pub const KEY_LEN: usize = 32;
+pub(crate) const KEY_LEN: usize = 32;
 const NONCE_LEN: usize = 24;
 
 /// The keys that seal and open request states. The current key seals; every key opens, so
@@ -41,6 +41,7 @@ impl fmt::Debug for StateKeys {
 
 /// Why a key specification was refused.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum KeyError {
     /// Not `KID=BASE64`.
     #[error("a state key is written KID=BASE64 (KID: 1 to 16 letters, digits, '-' or '_')")]

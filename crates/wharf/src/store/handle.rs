@@ -14,7 +14,7 @@ use crate::principal::Principal;
 
 /// The schema keyword that marks a tool argument as a handle; the core finds handle
 /// arguments through it and checks them before the handler runs.
-pub const SCHEMA_KEYWORD: &str = "x-wharf-handle";
+pub(crate) const SCHEMA_KEYWORD: &str = "x-wharf-handle";
 
 /// A kind of handle: what it names and how long it lives.
 pub trait HandleKind: Send + Sync + 'static {
@@ -54,6 +54,7 @@ pub struct HandleRecord {
 
 /// Why a handle is no longer usable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Expiry {
     /// Its absolute lifetime ran out.
     Lifetime,

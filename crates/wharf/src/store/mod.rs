@@ -2,23 +2,25 @@
 //! over. Backends live in `wharf-store`; the core only knows these traits.
 //!
 //! A store holds three things:
-//! - **handles**: server-minted ids with an owner and an expiry ([`handle`]);
+//! - **handles**: server-minted ids with an owner and an expiry ([`Handle`], [`HandleRecord`]);
 //! - **idempotency records**: the first result of a write, kept per handle (or per
-//!   principal and tool) under the caller's key ([`idempotency`]);
+//!   principal and tool) under the caller's key ([`Claim`]);
 //! - **app data**: documents and ordered row collections, written in the same transaction
 //!   as the idempotency record, so an effect and its record commit together or not at all.
 
-pub mod handle;
-pub mod idempotency;
-pub mod lock;
+mod handle;
+mod idempotency;
+mod lock;
 
 use std::any::Any;
 
 use async_trait::async_trait;
 use serde_json::Value;
 
-pub use handle::{Handle, HandleKind, HandleRecord};
-pub use idempotency::{Claim, Digest};
+pub(crate) use handle::SCHEMA_KEYWORD;
+pub use handle::{Expiry, Handle, HandleKind, HandleRecord, human};
+pub use idempotency::{Claim, Digest, MAX_KEY_LEN};
+pub(crate) use idempotency::{KEY_ARGUMENT, REPLAY_META, key_schema};
 pub use lock::{Fence, KeyLock};
 
 /// Milliseconds since the Unix epoch; every timestamp in a store.
@@ -34,6 +36,7 @@ pub fn now_millis() -> Millis {
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// Another call holds what this one needs for longer than the store waits (a duplicate
     /// write still running, a lock). Retrying later is safe.

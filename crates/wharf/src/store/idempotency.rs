@@ -6,13 +6,13 @@ use sha2::{Digest as _, Sha256};
 use super::Millis;
 
 /// The argument an idempotent tool gains.
-pub const KEY_ARGUMENT: &str = "idempotency_key";
+pub(crate) const KEY_ARGUMENT: &str = "idempotency_key";
 
 /// Longest key accepted, in characters.
 pub const MAX_KEY_LEN: u64 = 200;
 
 /// The `_meta` key that marks a replayed result (our vendor prefix).
-pub const REPLAY_META: &str = "dev.wharf/idempotentReplay";
+pub(crate) const REPLAY_META: &str = "dev.wharf/idempotentReplay";
 
 /// SHA-256 of a write's tool name and arguments (keys sorted, the idempotency key left
 /// out), hex-encoded: two calls are "the same write" when their digests are equal.
@@ -108,7 +108,7 @@ pub struct Claim {
 }
 
 /// The schema of the argument an idempotent tool gains.
-pub fn key_schema() -> Value {
+pub(crate) fn key_schema() -> Value {
     json!({
         "type": "string",
         "minLength": 1,
