@@ -8,8 +8,9 @@
 # The list is taken with valgrind's callgrind (every function executed, not a sample) while
 # the release binary starts and serves: first the demo profile (echo, the benchmark's path),
 # then the import service on SQLite. Symbol names carry crate hashes that change with the
-# toolchain and dependency versions: rerun this after upgrading either (a stale list only
-# costs the gain, never correctness).
+# toolchain and dependency versions: rerun this after upgrading either, and after changing the
+# request path (a stale list only costs the gain, never correctness). CI runs
+# scripts/check-symbols.sh, which fails when the binary no longer defines what the list names.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT="$ROOT/crates/wharf-cli/link/hot-symbols.txt"

@@ -29,14 +29,21 @@ impl fmt::Debug for ApiKeys {
 /// Why a key specification was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApiKeyError {
+    /// Not `PRINCIPAL=TOKEN`.
     #[error("an API key must be written PRINCIPAL=TOKEN (one was given without '=')")]
     Shape,
+    /// A principal name that is empty, too long or not printable.
     #[error("API key for {0:?}: the principal must be 1 to 200 printable characters")]
     Principal(String),
+    /// A token too short or with spaces.
     #[error(
         "API key for {principal:?}: the token must be at least {MIN_TOKEN_LEN} characters without spaces"
     )]
-    Token { principal: String },
+    Token {
+        /// Whose token.
+        principal: String,
+    },
+    /// One token given to two principals.
     #[error("API key for {0:?}: the same token is given twice")]
     Duplicate(String),
 }

@@ -7,10 +7,6 @@
 //!   principal.
 //! - [`Auth::oauth`]: an OAuth 2.1 resource server ([`oauth`]).
 
-// Some public items here still lack docs (the core, `wharf`, has them all): documenting
-// them is still to do.
-#![allow(missing_docs)]
-
 mod api_keys;
 pub mod oauth;
 
@@ -41,23 +37,31 @@ pub enum AuthError {
     /// A token this server does not know, or that is not a token at all.
     #[error("Unauthorized: the bearer token is not valid")]
     InvalidToken,
+    /// Past its `exp`.
     #[error("Unauthorized: the token has expired")]
     Expired,
+    /// Before its `nbf`.
     #[error("Unauthorized: the token is not valid yet")]
     NotYetValid,
+    /// Another `iss`.
     #[error("Unauthorized: the token was issued by another issuer")]
     WrongIssuer,
+    /// An `aud` that is not this resource.
     #[error("Unauthorized: the token was issued for another resource (audience)")]
     WrongAudience,
+    /// A signature that does not verify.
     #[error("Unauthorized: the token's signature does not verify")]
     BadSignature,
+    /// An algorithm outside RS256, ES256 and EdDSA (`none` included).
     #[error("Unauthorized: the token is signed with an algorithm this server does not accept")]
     UnsupportedAlgorithm,
     /// A token of another type (an ID token, a DPoP proof, a refresh token…) from the issuer.
     #[error("Unauthorized: the token is not an access token")]
     NotAnAccessToken,
+    /// A key id the issuer's key set lacks, even after a refetch.
     #[error("Unauthorized: the token is signed with a key the issuer does not publish")]
     UnknownKey,
+    /// Introspection answered `active: false`.
     #[error("Unauthorized: the token is not active")]
     Inactive,
     /// A valid token without the scopes every request needs (HTTP 403).

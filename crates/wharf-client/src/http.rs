@@ -21,7 +21,9 @@ pub struct HttpClient {
 /// Everything an HTTP exchange returned.
 #[derive(Debug, Clone)]
 pub struct Reply {
+    /// The HTTP status.
     pub status: u16,
+    /// The response headers.
     pub headers: HeaderMap,
     /// The raw body.
     pub body: String,

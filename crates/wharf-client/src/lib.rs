@@ -1,10 +1,6 @@
 //! A client for stateless MCP servers (revision 2026-07-28): every request carries its
 //! `_meta` and the headers that mirror it; responses are read as JSON or SSE.
 
-// Some public items here still lack docs (the core, `wharf`, has them all): documenting
-// them is still to do.
-#![allow(missing_docs)]
-
 mod http;
 mod sse;
 mod stdio;
@@ -19,10 +15,13 @@ use wharf_protocol::{meta, version};
 /// Why a request failed at the transport level.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
+    /// The HTTP exchange failed.
     #[error("HTTP: {0}")]
     Http(#[from] reqwest::Error),
+    /// Talking to a child process failed.
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
+    /// The answer was not JSON-RPC.
     #[error("the server sent something that is not JSON-RPC: {0}")]
     Protocol(String),
 }
@@ -30,8 +29,11 @@ pub enum ClientError {
 /// The `_meta` a request carries: version, capabilities and client identity.
 #[derive(Debug, Clone)]
 pub struct RequestMetaBuilder {
+    /// `io.modelcontextprotocol/protocolVersion`.
     pub protocol_version: String,
+    /// `io.modelcontextprotocol/clientCapabilities`.
     pub capabilities: Value,
+    /// `io.modelcontextprotocol/clientInfo`.
     pub client_info: Value,
 }
 

@@ -15,11 +15,16 @@ const LOCALHOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
 pub enum HostPolicy {
     /// Accept any `Host` (behind a proxy that already checks it). `Origin` is still checked:
     /// localhost origins and these ones only.
-    AnyHost { origins: Vec<String> },
+    AnyHost {
+        /// Browser origins accepted besides localhost ones.
+        origins: Vec<String>,
+    },
     /// Accept only these host names (no port); `Origin` must name one of them too, or be one
     /// of the listed origins exactly.
     Only {
+        /// Host names accepted.
         hosts: Vec<String>,
+        /// Origins accepted exactly.
         origins: Vec<String>,
     },
 }

@@ -1,12 +1,8 @@
 //! Streamable HTTP for Wharf: one POST endpoint that answers with JSON or with an SSE stream
 //! scoped to the request, plus liveness and readiness probes.
 //!
-//! [`router`] gives an axum [`Router`](axum::Router) to serve on its own or to nest into an
+//! [`router`] gives an axum [`Router`] to serve on its own or to nest into an
 //! existing application; it is also a tower `Service`.
-
-// Some public items here still lack docs (the core, `wharf`, has them all): documenting
-// them is still to do.
-#![allow(missing_docs)]
 
 mod authenticate;
 mod config;

@@ -40,13 +40,16 @@ pub struct CountArgs {
 /// Arguments of `add`.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct AddArgs {
+    /// The first addend.
     pub a: i64,
+    /// The second addend.
     pub b: i64,
 }
 
 /// Result of `add`.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Sum {
+    /// `a + b`.
     pub sum: i64,
 }
 

@@ -53,10 +53,15 @@ impl HandleKind for Import {
 /// The type of a column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
+/// What a column holds.
 pub enum ColumnType {
+    /// Text.
     String,
+    /// Whole numbers.
     Integer,
+    /// Any number.
     Number,
+    /// `true` or `false`.
     Boolean,
 }
 
@@ -76,6 +81,7 @@ impl ColumnType {
 pub struct Column {
     /// Letters, digits and `_`, not starting with a digit; at most 64 characters.
     pub name: String,
+    /// What the column holds.
     #[serde(rename = "type")]
     pub kind: ColumnType,
     /// Whether the column may be null or left out (default: false).

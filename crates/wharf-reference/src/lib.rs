@@ -2,10 +2,6 @@
 //! (small tools the benchmark and transport tests use) and the conformance profile (exactly
 //! the fixture set the official conformance suite calls).
 
-// Some public items here still lack docs (the core, `wharf`, has them all): documenting
-// them is still to do.
-#![allow(missing_docs)]
-
 pub mod conformance;
 pub mod demo;
 pub mod import;

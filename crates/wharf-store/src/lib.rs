@@ -10,10 +10,6 @@
 //! a cargo feature (`sqlite`, `postgres`, `redis`; all on by default): an app that uses one
 //! database compiles only its driver.
 
-// Some public items here still lack docs (the core, `wharf`, has them all): documenting
-// them is still to do.
-#![allow(missing_docs)]
-
 #[cfg(feature = "sqlite")]
 pub mod memory;
 #[cfg(feature = "redis")]
@@ -54,11 +50,13 @@ impl Default for StoreOptions {
 /// Why a store URL could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
+    /// A URL of no known scheme.
     #[error("unsupported store URL {0:?}: use sqlite://PATH, postgres://…, redis://… or memory://")]
     Scheme(String),
     /// A backend this build leaves out.
     #[error("this build has no {0} store: enable wharf-store's {0:?} feature")]
     NotBuilt(&'static str),
+    /// The store refused to open (unreachable, migrations failed, …).
     #[error(transparent)]
     Store(#[from] StoreError),
 }

@@ -40,23 +40,27 @@ pub(crate) async fn execute(
         ),
         None => tracing::debug_span!("mcp.request", method = req.body.method(), id = %req.id),
     };
-    let cancel = caller.cancel.clone();
-    let work = async {
-        if core.middleware.is_empty() {
-            run(core, req, caller).await
-        } else {
-            Arc::clone(core).run_from(0, req, caller).await
-        }
-    };
-    match cancel {
+    // Each branch builds its own future: one built before the match would be kept beside
+    // its instrumented copy, doubling the state every request carries.
+    match caller.cancel.clone() {
         Some(cancel) => {
+            let work = chain(core, req, caller).instrument(span);
             tokio::select! {
                 biased;
                 () = cancel.cancelled() => Err(cancelled()),
-                out = work.instrument(span) => out,
+                out = work => out,
             }
         }
-        None => work.instrument(span).await,
+        None => chain(core, req, caller).instrument(span).await,
+    }
+}
+
+/// The middleware chain, then the method; straight to the method when there is no chain.
+async fn chain(core: &Arc<Core>, req: ParsedRequest, caller: Caller) -> Result<Vec<u8>, RpcError> {
+    if core.middleware.is_empty() {
+        run(core, req, caller).await
+    } else {
+        Arc::clone(core).run_from(0, req, caller).await
     }
 }
 

@@ -23,16 +23,22 @@ pub enum Validation {
     /// through its metadata unless given). A token signed with a key id the cached set lacks
     /// makes the set be fetched again, at most once per `min_refresh`.
     Jwt {
+        /// Where the key set is; from the issuer's metadata when `None`.
         jwks_uri: Option<String>,
+        /// The least time between two fetches of the key set.
         min_refresh: Duration,
     },
     /// Token introspection (RFC 7662) at `endpoint`, authenticated with the client's
     /// credentials; answers are cached for `cache_ttl` (never past the token's expiry),
     /// keyed by a hash of the token.
     Introspection {
+        /// The introspection endpoint.
         endpoint: String,
+        /// This resource server's client id at the authorization server.
         client_id: String,
+        /// Its client secret.
         client_secret: String,
+        /// How long an answer is reused.
         cache_ttl: Duration,
     },
 }
@@ -55,14 +61,17 @@ pub struct OAuthConfig {
     pub required_scopes: Vec<String>,
     /// Clock skew tolerated on `exp` and `nbf`.
     pub leeway: Duration,
+    /// How tokens are checked.
     pub validation: Validation,
 }
 
 /// Why the resource server could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum OAuthSetupError {
+    /// The HTTP client for the issuer could not be built.
     #[error("cannot build the HTTP client: {0}")]
     Client(String),
+    /// A URL that is not http(s).
     #[error("{0} must be an http(s) URL")]
     Url(&'static str),
 }
