@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use axum::http::StatusCode;
 use axum::http::request::Parts;
@@ -12,8 +13,42 @@ use serde_json::Value;
 use wharf::Principal;
 use wharf_auth::{Auth, AuthError};
 
-/// What [`Authenticate::authenticate`] returns.
-pub type AuthFuture<'a> = Pin<Box<dyn Future<Output = Result<Principal, Refusal>> + Send + 'a>>;
+/// What [`Authenticate::authenticate`] returns: an answer at once (no allocation), or one
+/// still to come.
+pub struct AuthFuture<'a>(Answer<'a>);
+
+enum Answer<'a> {
+    Ready(Option<Result<Principal, Refusal>>),
+    Pending(Pin<Box<dyn Future<Output = Result<Principal, Refusal>> + Send + 'a>>),
+}
+
+impl<'a> AuthFuture<'a> {
+    /// An answer known now.
+    pub fn ready(answer: Result<Principal, Refusal>) -> Self {
+        AuthFuture(Answer::Ready(Some(answer)))
+    }
+
+    /// An answer that needs I/O first.
+    pub fn pending(answer: impl Future<Output = Result<Principal, Refusal>> + Send + 'a) -> Self {
+        AuthFuture(Answer::Pending(Box::pin(answer)))
+    }
+}
+
+impl Future for AuthFuture<'_> {
+    type Output = Result<Principal, Refusal>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.0 {
+            Answer::Ready(answer) => Poll::Ready(answer.take().unwrap_or_else(|| {
+                Err(Refusal::unauthorized(
+                    "Unauthorized: polled after it answered",
+                    None,
+                ))
+            })),
+            Answer::Pending(answer) => answer.as_mut().poll(cx),
+        }
+    }
+}
 
 /// Resolves the principal of a request from its head (headers, extensions, URI).
 pub trait Authenticate: Send + Sync + 'static {
@@ -73,22 +108,26 @@ impl Refusal {
 
 impl Authenticate for Auth {
     fn authenticate<'a>(&'a self, parts: &'a Parts) -> AuthFuture<'a> {
-        Box::pin(async move {
-            // A token in the URL is refused whatever the mode: it would end up in logs.
-            let checked = if wharf_auth::token_in_query(parts.uri.query()) {
-                Err(AuthError::TokenInQuery)
-            } else {
-                Auth::authenticate(self, &parts.headers).await
-            };
-            checked.map_err(|e| {
-                let challenge = Some(self.challenge(&e));
-                match e {
-                    AuthError::InsufficientScope(_) => Refusal::forbidden(e.to_string(), challenge),
-                    AuthError::Unavailable => Refusal::unavailable(e.to_string()),
-                    _ => Refusal::unauthorized(e.to_string(), challenge),
-                }
-            })
-        })
+        let refusal = move |e: AuthError| {
+            let challenge = Some(self.challenge(&e));
+            match e {
+                AuthError::InsufficientScope(_) => Refusal::forbidden(e.to_string(), challenge),
+                AuthError::Unavailable => Refusal::unavailable(e.to_string()),
+                _ => Refusal::unauthorized(e.to_string(), challenge),
+            }
+        };
+        // A token in the URL is refused whatever the mode: it would end up in logs.
+        if wharf_auth::token_in_query(parts.uri.query()) {
+            return AuthFuture::ready(Err(refusal(AuthError::TokenInQuery)));
+        }
+        match self.authenticate_now(&parts.headers) {
+            Some(answer) => AuthFuture::ready(answer.map_err(refusal)),
+            None => AuthFuture::pending(async move {
+                Auth::authenticate(self, &parts.headers)
+                    .await
+                    .map_err(refusal)
+            }),
+        }
     }
 
     fn forbidden_challenge(&self, required: &[String]) -> Option<String> {
@@ -115,11 +154,8 @@ pub struct FromExtensions;
 
 impl Authenticate for FromExtensions {
     fn authenticate<'a>(&'a self, parts: &'a Parts) -> AuthFuture<'a> {
-        let found = parts.extensions.get::<Principal>().cloned();
-        Box::pin(async move {
-            found.ok_or_else(|| {
-                Refusal::unauthorized("Unauthorized: the request was not authenticated", None)
-            })
-        })
+        AuthFuture::ready(parts.extensions.get::<Principal>().cloned().ok_or_else(|| {
+            Refusal::unauthorized("Unauthorized: the request was not authenticated", None)
+        }))
     }
 }

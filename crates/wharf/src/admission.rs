@@ -24,8 +24,14 @@ use crate::request::{Caller, Outbox, ParsedRequest, RequestBody};
 /// An error answer of the core: the JSON-RPC error, the id it answers, and what a transport
 /// needs to choose its status ([`RpcError::kind`]) and its challenge
 /// ([`ErrorReply::required_scopes`]).
+///
+/// Boxed: errors are the cold path, and every `Result` that may carry one stays as small as
+/// its success value.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ErrorReply {
+pub struct ErrorReply(Box<Reply>);
+
+#[derive(Debug, Clone, PartialEq)]
+struct Reply {
     id: Option<RequestId>,
     error: RpcError,
     required_scopes: Vec<String>,
@@ -34,40 +40,40 @@ pub struct ErrorReply {
 impl ErrorReply {
     /// An answer to `id` (none when the request's id could not be read).
     pub fn new(id: Option<RequestId>, error: RpcError) -> Self {
-        ErrorReply {
+        ErrorReply(Box::new(Reply {
             id,
             error,
             required_scopes: Vec::new(),
-        }
+        }))
     }
 
     pub(crate) fn denied(id: RequestId, denial: Denial) -> Self {
-        ErrorReply {
+        ErrorReply(Box::new(Reply {
             id: Some(id),
             error: denial.error,
             required_scopes: denial.required_scopes,
-        }
+        }))
     }
 
     /// The id it answers.
     pub fn id(&self) -> Option<&RequestId> {
-        self.id.as_ref()
+        self.0.id.as_ref()
     }
 
     /// The error.
     pub fn error(&self) -> &RpcError {
-        &self.error
+        &self.0.error
     }
 
     /// Every scope the request needs, when missing scopes are why it was refused (an HTTP
     /// transport names them in its `insufficient_scope` challenge); empty otherwise.
     pub fn required_scopes(&self) -> &[String] {
-        &self.required_scopes
+        &self.0.required_scopes
     }
 
     /// The JSON-RPC error response message.
     pub fn to_message(&self) -> Vec<u8> {
-        error_message(self.id.as_ref(), &self.error)
+        error_message(self.0.id.as_ref(), &self.0.error)
     }
 }
 
