@@ -157,3 +157,42 @@ async fn axum_mount_serves_the_app_and_trusts_its_session() {
     let page = reqwest::get(home).await.unwrap().text().await.unwrap();
     assert_eq!(page, "the app's own pages");
 }
+
+#[tokio::test]
+async fn pg_orders_writes_its_own_table_once_per_key() {
+    let pg = std::env::var("WHARF_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let ex = start("pg_orders", &[("STORE", pg.clone())]);
+    let item = format!("widget-{}-{}", std::process::id(), rand_suffix());
+    let args = json!({ "arguments": { "item": item, "quantity": 3, "idempotency_key": item } });
+    let (status, first) = call(&ex.url, "place_order", args.clone(), None).await;
+    assert_eq!(status, 200, "{first}");
+    let order = first["result"]["structuredContent"]["order"].clone();
+    assert!(order.is_i64(), "{first}");
+    // The client lost the answer and retries: the same order, replayed, nothing inserted.
+    let (_, again) = call(&ex.url, "place_order", args, None).await;
+    assert_eq!(
+        again["result"]["structuredContent"]["order"], order,
+        "{again}"
+    );
+    assert_eq!(
+        again["result"]["_meta"]["dev.wharf/idempotentReplay"], true,
+        "{again}"
+    );
+    let pool = sqlx::any::AnyPoolOptions::new().max_connections(1);
+    sqlx::any::install_default_drivers();
+    let pool = pool.connect(&pg).await.unwrap();
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM example_orders WHERE item = $1")
+        .bind(&item)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 1, "one row for one key");
+}
+
+fn rand_suffix() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}

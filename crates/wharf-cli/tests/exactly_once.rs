@@ -6,6 +6,7 @@
 mod common;
 
 use std::time::{Duration, Instant};
+use wharf_store::Documents;
 
 use common::ServerProcess;
 use common::import::*;

@@ -20,6 +20,7 @@ use wharf::{
     template, tool,
 };
 use wharf_protocol::{ResourceContents, ToolAnnotations};
+use wharf_store::Documents;
 
 /// The OAuth scope of the tools that read datasets (API keys are not limited by scopes).
 pub const DATASETS_READ: &str = "datasets:read";

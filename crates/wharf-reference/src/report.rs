@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use wharf::store::{Millis, Store, TxMode, now_millis};
 use wharf::{Context, HandlerError, ServerBuilder, Step, Structured, tool};
 use wharf_protocol::ToolAnnotations;
+use wharf_store::Documents;
 
 use crate::import::{
     Column, ColumnType, DATASETS_READ, DATASETS_WRITE, check_dataset_name, dataset_definition,

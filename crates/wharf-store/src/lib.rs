@@ -10,6 +10,7 @@
 //! a cargo feature (`sqlite`, `postgres`, `redis`; all on by default): an app that uses one
 //! database compiles only its driver.
 
+mod documents;
 #[cfg(feature = "sqlite")]
 pub mod memory;
 #[cfg(feature = "redis")]
@@ -22,7 +23,8 @@ use std::time::Duration;
 
 use wharf::store::{Store, StoreError};
 
-pub use sql::{Dialect, SqlStore};
+pub use documents::Documents;
+pub use sql::{Dialect, SqlStore, SqlTx};
 pub use sweeper::spawn_sweeper;
 
 /// The store a server uses when told nothing.

@@ -22,6 +22,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
+
+use crate::documents::Documents;
 use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script};
 use serde_json::{Value, json};
@@ -476,6 +478,67 @@ impl Transaction for RedisTx {
             .push(json!(["fence", line, alive, fence.token.to_string()]));
     }
 
+    async fn complete_claim(&mut self, claim: &Claim, result: &str) -> Result<(), StoreError> {
+        match &self.claim {
+            Some((key, _)) if *key == claim_key(claim) => {
+                // The record is marked done by the commit script, with the writes.
+                self.ops.push(json!(["result", result]));
+                Ok(())
+            }
+            _ => Err(StoreError::ClaimLost),
+        }
+    }
+
+    async fn commit(mut self: Box<Self>) -> Result<(), StoreError> {
+        let result = match self.ops.last() {
+            Some(Value::Array(op)) if op.first() == Some(&json!("result")) => {
+                let r = op
+                    .get(1)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                self.ops.pop();
+                Some(r)
+            }
+            _ => None,
+        };
+        if self.ops.is_empty() && self.claim.is_none() {
+            return Ok(());
+        }
+        let (claim, token) = self.claim.clone().unwrap_or_default();
+        if !claim.is_empty() && result.is_none() {
+            return Err(StoreError::ClaimLost);
+        }
+        let ops = Value::Array(std::mem::take(&mut self.ops)).to_string();
+        let applied: i64 = self
+            .commit
+            .key(HANDLE_EXPIRY)
+            .arg(claim)
+            .arg(token)
+            .arg(result.unwrap_or_default())
+            .arg(ops)
+            .invoke_async(&mut self.conn)
+            .await
+            .map_err(backend)?;
+        match applied {
+            1 => {
+                self.claim = None;
+                Ok(())
+            }
+            -2 => Err(StoreError::HandleGone),
+            -3 => Err(StoreError::Conflict),
+            -4 => Err(StoreError::LeaseLost),
+            _ => Err(StoreError::ClaimLost),
+        }
+    }
+
+    fn backend_tx(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+#[async_trait]
+impl Documents for RedisTx {
     async fn get_doc(&mut self, collection: &str, key: &str) -> Result<Option<Value>, StoreError> {
         if let Some(pending) = self.docs.get(&(collection.to_owned(), key.to_owned())) {
             return Ok(pending.clone());
@@ -599,63 +662,5 @@ impl Transaction for RedisTx {
         *self.appended.entry(collection.to_owned()).or_default() -=
             i64::try_from(n).unwrap_or(i64::MAX);
         Ok(n)
-    }
-
-    async fn complete_claim(&mut self, claim: &Claim, result: &str) -> Result<(), StoreError> {
-        match &self.claim {
-            Some((key, _)) if *key == claim_key(claim) => {
-                // The record is marked done by the commit script, with the writes.
-                self.ops.push(json!(["result", result]));
-                Ok(())
-            }
-            _ => Err(StoreError::ClaimLost),
-        }
-    }
-
-    async fn commit(mut self: Box<Self>) -> Result<(), StoreError> {
-        let result = match self.ops.last() {
-            Some(Value::Array(op)) if op.first() == Some(&json!("result")) => {
-                let r = op
-                    .get(1)
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned();
-                self.ops.pop();
-                Some(r)
-            }
-            _ => None,
-        };
-        if self.ops.is_empty() && self.claim.is_none() {
-            return Ok(());
-        }
-        let (claim, token) = self.claim.clone().unwrap_or_default();
-        if !claim.is_empty() && result.is_none() {
-            return Err(StoreError::ClaimLost);
-        }
-        let ops = Value::Array(std::mem::take(&mut self.ops)).to_string();
-        let applied: i64 = self
-            .commit
-            .key(HANDLE_EXPIRY)
-            .arg(claim)
-            .arg(token)
-            .arg(result.unwrap_or_default())
-            .arg(ops)
-            .invoke_async(&mut self.conn)
-            .await
-            .map_err(backend)?;
-        match applied {
-            1 => {
-                self.claim = None;
-                Ok(())
-            }
-            -2 => Err(StoreError::HandleGone),
-            -3 => Err(StoreError::Conflict),
-            -4 => Err(StoreError::LeaseLost),
-            _ => Err(StoreError::ClaimLost),
-        }
-    }
-
-    fn backend_tx(&mut self) -> &mut dyn std::any::Any {
-        self
     }
 }

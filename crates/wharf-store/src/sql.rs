@@ -14,6 +14,8 @@ mod pg_lock;
 use std::time::Duration;
 
 use async_trait::async_trait;
+
+use crate::documents::Documents;
 use serde_json::Value;
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{Any, AnyPool, Executor, Row, Transaction as SqlxTx};
@@ -600,7 +602,8 @@ impl Store for SqlStore {
     }
 }
 
-/// A transaction on a [`SqlStore`].
+/// A transaction on a [`SqlStore`]: what [`Transaction::backend_tx`] of a SQL store gives,
+/// for code that writes its own tables in the call's transaction ([`SqlTx::sqlx`]).
 pub struct SqlTx {
     tx: SqlxTx<'static, Any>,
     dialect: Dialect,
@@ -660,6 +663,17 @@ async fn retire(
 }
 
 impl SqlTx {
+    /// The underlying sqlx transaction: statements run in it commit with the call (and its
+    /// idempotency record), or not at all.
+    pub fn sqlx(&mut self) -> &mut SqlxTx<'static, Any> {
+        &mut self.tx
+    }
+
+    /// The database it talks to.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
     async fn handle_exists(&mut self, id: &str) -> Result<bool, StoreError> {
         let row = sqlx::query("SELECT 1 FROM wharf_handles WHERE id = $1")
             .bind(id)
@@ -749,6 +763,59 @@ impl Transaction for SqlTx {
         Ok(found)
     }
 
+    async fn complete_claim(&mut self, claim: &Claim, result: &str) -> Result<(), StoreError> {
+        let now = wharf::store::now_millis();
+        let query = if self.claim_written {
+            sqlx::query(
+                "UPDATE wharf_idempotency SET state = 'done', result = $3, updated_at = $4 \
+                 WHERE scope = $1 AND key = $2 AND state = 'running'",
+            )
+            .bind(&claim.scope)
+            .bind(&claim.key)
+            .bind(result)
+            .bind(now)
+        } else {
+            // Replaces a record past its retention, never a live one.
+            sqlx::query(
+                "INSERT INTO wharf_idempotency \
+                 (scope, key, digest, state, result, created_at, updated_at, expires_at) \
+                 VALUES ($1, $2, $5, 'done', $3, $4, $4, $6) \
+                 ON CONFLICT (scope, key) DO UPDATE SET \
+                 digest = excluded.digest, state = excluded.state, result = excluded.result, \
+                 created_at = excluded.created_at, updated_at = excluded.updated_at, \
+                 expires_at = excluded.expires_at \
+                 WHERE wharf_idempotency.expires_at <= $4",
+            )
+            .bind(&claim.scope)
+            .bind(&claim.key)
+            .bind(result)
+            .bind(now)
+            .bind(claim.digest.as_str())
+            .bind(claim.expires_at)
+        };
+        let n = query
+            .execute(&mut *self.tx)
+            .await
+            .map_err(db_error)?
+            .rows_affected();
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::ClaimLost)
+        }
+    }
+
+    async fn commit(self: Box<Self>) -> Result<(), StoreError> {
+        self.tx.commit().await.map_err(db_error)
+    }
+
+    fn backend_tx(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+#[async_trait]
+impl Documents for SqlTx {
     async fn get_doc(&mut self, collection: &str, key: &str) -> Result<Option<Value>, StoreError> {
         let text: Option<String> =
             sqlx::query_scalar("SELECT doc FROM wharf_docs WHERE collection = $1 AND key = $2")
@@ -925,56 +992,6 @@ impl Transaction for SqlTx {
             .await
             .map_err(db_error)?;
         Ok(n)
-    }
-
-    async fn complete_claim(&mut self, claim: &Claim, result: &str) -> Result<(), StoreError> {
-        let now = wharf::store::now_millis();
-        let query = if self.claim_written {
-            sqlx::query(
-                "UPDATE wharf_idempotency SET state = 'done', result = $3, updated_at = $4 \
-                 WHERE scope = $1 AND key = $2 AND state = 'running'",
-            )
-            .bind(&claim.scope)
-            .bind(&claim.key)
-            .bind(result)
-            .bind(now)
-        } else {
-            // Replaces a record past its retention, never a live one.
-            sqlx::query(
-                "INSERT INTO wharf_idempotency \
-                 (scope, key, digest, state, result, created_at, updated_at, expires_at) \
-                 VALUES ($1, $2, $5, 'done', $3, $4, $4, $6) \
-                 ON CONFLICT (scope, key) DO UPDATE SET \
-                 digest = excluded.digest, state = excluded.state, result = excluded.result, \
-                 created_at = excluded.created_at, updated_at = excluded.updated_at, \
-                 expires_at = excluded.expires_at \
-                 WHERE wharf_idempotency.expires_at <= $4",
-            )
-            .bind(&claim.scope)
-            .bind(&claim.key)
-            .bind(result)
-            .bind(now)
-            .bind(claim.digest.as_str())
-            .bind(claim.expires_at)
-        };
-        let n = query
-            .execute(&mut *self.tx)
-            .await
-            .map_err(db_error)?
-            .rows_affected();
-        if n == 1 {
-            Ok(())
-        } else {
-            Err(StoreError::ClaimLost)
-        }
-    }
-
-    async fn commit(self: Box<Self>) -> Result<(), StoreError> {
-        self.tx.commit().await.map_err(db_error)
-    }
-
-    fn backend_tx(&mut self) -> &mut dyn std::any::Any {
-        &mut self.tx
     }
 }
 

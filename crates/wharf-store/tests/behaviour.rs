@@ -6,6 +6,7 @@ mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use wharf_store::Documents;
 
 use serde_json::{Value, json};
 use support::{

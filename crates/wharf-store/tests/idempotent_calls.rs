@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use wharf_store::Documents;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

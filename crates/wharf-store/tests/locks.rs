@@ -11,6 +11,7 @@ mod support;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+use wharf_store::Documents;
 
 use ::redis::AsyncCommands;
 use serde_json::json;

@@ -4,6 +4,7 @@
 mod support;
 
 use std::time::Duration;
+use wharf_store::Documents;
 
 use redis::AsyncCommands;
 use serde_json::{Value, json};

@@ -193,8 +193,9 @@ fn resp(parts: &[&str]) -> Vec<u8> {
 pub(crate) async fn pg_backend_pid(tx: &mut Box<dyn Transaction>) -> i32 {
     let sql = tx
         .backend_tx()
-        .downcast_mut::<sqlx::Transaction<'static, sqlx::Any>>()
-        .expect("a SQL store's transaction");
+        .downcast_mut::<wharf_store::SqlTx>()
+        .expect("a SQL store's transaction")
+        .sqlx();
     sqlx::query_scalar("SELECT pg_backend_pid()")
         .fetch_one(&mut **sql)
         .await

@@ -5,8 +5,9 @@
 //! - **handles**: server-minted ids with an owner and an expiry ([`Handle`], [`HandleRecord`]);
 //! - **idempotency records**: the first result of a write, kept per handle (or per
 //!   principal and tool) under the caller's key ([`Claim`]);
-//! - **app data**: documents and ordered row collections, written in the same transaction
-//!   as the idempotency record, so an effect and its record commit together or not at all.
+//! - **app data**: written through [`Transaction::backend_tx`] in the same transaction as the
+//!   idempotency record, so an effect and its record commit together or not at all (the
+//!   documents and row collections of `wharf_store::Documents` are one such model).
 
 mod handle;
 mod idempotency;
@@ -15,7 +16,6 @@ mod lock;
 use std::any::Any;
 
 use async_trait::async_trait;
-use serde_json::Value;
 
 pub(crate) use handle::SCHEMA_KEYWORD;
 pub use handle::{Expiry, Handle, HandleKind, HandleRecord, human};
@@ -184,45 +184,6 @@ pub trait Transaction: Send {
         let _ = fence;
     }
 
-    /// Reads a document.
-    async fn get_doc(&mut self, collection: &str, key: &str) -> Result<Option<Value>, StoreError>;
-
-    /// Writes a document, replacing any previous one.
-    async fn put_doc(&mut self, collection: &str, key: &str, doc: &Value)
-    -> Result<(), StoreError>;
-
-    /// Writes a document unless one is there already; returns the one that was there (as
-    /// committed by a concurrent call, if that is what won).
-    async fn insert_doc(
-        &mut self,
-        collection: &str,
-        key: &str,
-        doc: &Value,
-    ) -> Result<Option<Value>, StoreError>;
-
-    /// Deletes a document; whether it existed.
-    async fn delete_doc(&mut self, collection: &str, key: &str) -> Result<bool, StoreError>;
-
-    /// Appends rows; the collection's length afterwards.
-    async fn append_rows(&mut self, collection: &str, rows: &[Value]) -> Result<u64, StoreError>;
-
-    /// The number of rows in a collection.
-    async fn count_rows(&mut self, collection: &str) -> Result<u64, StoreError>;
-
-    /// Up to `limit` rows with a sequence number above `after`, in order.
-    async fn scan_rows(
-        &mut self,
-        collection: &str,
-        after: Option<i64>,
-        limit: u32,
-    ) -> Result<Vec<(i64, Value)>, StoreError>;
-
-    /// Moves every row of `from` to the end of `to`, in order; how many moved.
-    async fn move_rows(&mut self, from: &str, to: &str) -> Result<u64, StoreError>;
-
-    /// Deletes every row of a collection; how many went.
-    async fn clear_rows(&mut self, collection: &str) -> Result<u64, StoreError>;
-
     /// Marks the claimed idempotency record done with the write's first result. Called by
     /// the core, in this transaction, just before [`Transaction::commit`].
     async fn complete_claim(&mut self, claim: &Claim, result: &str) -> Result<(), StoreError>;
@@ -230,7 +191,8 @@ pub trait Transaction: Send {
     /// Commits everything written in this transaction, atomically.
     async fn commit(self: Box<Self>) -> Result<(), StoreError>;
 
-    /// The backend's own transaction, for apps that write their own tables in it (for SQL
-    /// stores an `sqlx::Transaction<'static, sqlx::Any>`).
+    /// The store's own transaction, for code that knows the backend and writes its own data
+    /// in the call's transaction (downcast it: `wharf_store::SqlTx` for the SQL stores). The
+    /// app data model of `wharf-store` (`wharf_store::Documents`) goes through it.
     fn backend_tx(&mut self) -> &mut dyn Any;
 }
