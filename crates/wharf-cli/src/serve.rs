@@ -78,7 +78,7 @@ pub(crate) struct ServeArgs {
     /// Items per page of a list.
     #[arg(long, env = "WHARF_PAGE_SIZE", default_value_t = 100)]
     page_size: usize,
-    /// Seconds between keep-alive comments on listen streams.
+    /// Seconds between keep-alive comments on streamed answers.
     #[arg(long, env = "WHARF_KEEP_ALIVE_SECS", default_value_t = 15)]
     keep_alive_secs: u64,
     /// Seconds in-flight requests get to finish after SIGTERM/SIGINT.

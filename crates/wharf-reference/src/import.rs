@@ -337,11 +337,7 @@ pub(crate) async fn dataset_definition(
     cx: &Context,
     dataset: &str,
 ) -> Result<Vec<Column>, HandlerError> {
-    match tx
-        .get_doc(&datasets(cx), dataset)
-        .await
-        .map_err(HandlerError::from)?
-    {
+    match tx.get_doc(&datasets(cx), dataset).await? {
         Some(def) => columns_of(&def),
         None => Err(HandlerError::execution(format!(
             "Dataset {dataset:?} does not exist."
@@ -416,8 +412,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                         .tx()
                         .await?
                         .get_doc(&datasets(&cx), &args.dataset)
-                        .await
-                        .map_err(HandlerError::from)?;
+                        .await?;
                     let columns = match (existing, args.columns) {
                         (Some(doc), None) => columns_of(&doc)?,
                         (Some(doc), Some(given)) => {
@@ -481,8 +476,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                         .tx()
                         .await?
                         .append_rows(&args.import.collection("rows"), &rows)
-                        .await
-                        .map_err(HandlerError::from)?;
+                        .await?;
                     if staged > MAX_STAGED_ROWS {
                         return Err(HandlerError::execution(format!(
                             "An import holds at most {MAX_STAGED_ROWS} rows before it is committed; this call would bring it to {staged}. Commit it and start another."
@@ -508,8 +502,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                         .tx()
                         .await?
                         .count_rows(&args.import.collection("rows"))
-                        .await
-                        .map_err(HandlerError::from)?;
+                        .await?;
                     let expires_at = cx.handle_record(&args.import).map_or(0, |r| r.expires_at);
                     Ok::<_, HandlerError>(Structured(ImportInfo {
                         import: args.import.id().to_owned(),
@@ -545,15 +538,13 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     // Lock the import for good first (a recorded use takes the row): appends
                     // still running finish before it, later ones find it gone.
                     tx.hold_handle(args.import.id(), Some(wharf::store::now_millis()))
-                        .await
-                        .map_err(HandlerError::from)?;
+                        .await?;
                     // Created by the first commit; a dataset another import created meanwhile
                     // with other columns does not take these rows.
                     let def = json!({ "name": dataset, "columns": columns });
                     if let Some(there) = tx
                         .insert_doc(&datasets(&cx), &dataset, &def)
-                        .await
-                        .map_err(HandlerError::from)?
+                        .await?
                     {
                         let have = columns_of(&there)?;
                         if have != columns {
@@ -565,12 +556,11 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     }
                     let target = dataset_rows(&cx, &dataset);
                     if args.mode == CommitMode::Replace {
-                        let existing = tx.count_rows(&target).await.map_err(HandlerError::from)?;
+                        let existing = tx.count_rows(&target).await?;
                         if existing > 0 && !confirmed {
                             let staged = tx
                                 .count_rows(&args.import.collection("rows"))
-                                .await
-                                .map_err(HandlerError::from)?;
+                                .await?;
                             drop(tx);
                             return Err(cx
                                 .ask()
@@ -581,16 +571,14 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                                 )
                                 .into());
                         }
-                        tx.clear_rows(&target).await.map_err(HandlerError::from)?;
+                        tx.clear_rows(&target).await?;
                     }
                     let moved = tx
                         .move_rows(&args.import.collection("rows"), &target)
-                        .await
-                        .map_err(HandlerError::from)?;
-                    let total = tx.count_rows(&target).await.map_err(HandlerError::from)?;
+                        .await?;
+                    let total = tx.count_rows(&target).await?;
                     tx.retire_handle(args.import.id())
-                        .await
-                        .map_err(HandlerError::from)?;
+                        .await?;
                     Ok::<_, HandlerError>(Structured(Committed {
                         dataset,
                         committed_rows: moved,
@@ -610,15 +598,12 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 .handler(|cx: Context, args: ImportArgs| async move {
                     let mut tx = cx.tx().await?;
                     tx.hold_handle(args.import.id(), Some(wharf::store::now_millis()))
-                        .await
-                        .map_err(HandlerError::from)?;
+                        .await?;
                     let staged = tx
                         .count_rows(&args.import.collection("rows"))
-                        .await
-                        .map_err(HandlerError::from)?;
+                        .await?;
                     tx.retire_handle(args.import.id())
-                        .await
-                        .map_err(HandlerError::from)?;
+                        .await?;
                     Ok::<_, HandlerError>(Structured(Aborted {
                         discarded_rows: staged,
                     }))
@@ -695,7 +680,7 @@ async fn delete(cx: &Context, args: DeleteArgs) -> Result<Structured<Deleted>, H
     let rows_key = dataset_rows(cx, &args.dataset);
     let mut tx = cx.tx().await?;
     dataset_definition(tx.as_mut(), cx, &args.dataset).await?;
-    let rows = tx.count_rows(&rows_key).await.map_err(HandlerError::from)?;
+    let rows = tx.count_rows(&rows_key).await?;
     if !confirmed {
         drop(tx);
         return Err(cx
@@ -707,10 +692,8 @@ async fn delete(cx: &Context, args: DeleteArgs) -> Result<Structured<Deleted>, H
             )
             .into());
     }
-    let deleted = tx.clear_rows(&rows_key).await.map_err(HandlerError::from)?;
-    tx.delete_doc(&datasets(cx), &args.dataset)
-        .await
-        .map_err(HandlerError::from)?;
+    let deleted = tx.clear_rows(&rows_key).await?;
+    tx.delete_doc(&datasets(cx), &args.dataset).await?;
     Ok(Structured(Deleted {
         dataset: args.dataset,
         deleted_rows: deleted,
@@ -726,10 +709,7 @@ async fn query(cx: &Context, args: QueryArgs) -> Result<Structured<QueryResult>,
     }
     let limit = args.limit.unwrap_or(100).clamp(1, MAX_QUERY_LIMIT);
     let store = cx.store()?;
-    let mut tx = store
-        .begin(TxMode::Read)
-        .await
-        .map_err(HandlerError::from)?;
+    let mut tx = store.begin(TxMode::Read).await?;
     let columns = dataset_definition(tx.as_mut(), cx, &args.dataset).await?;
     for f in &args.filters {
         if !columns.iter().any(|c| c.name == f.column) {
@@ -754,10 +734,7 @@ async fn query(cx: &Context, args: QueryArgs) -> Result<Structured<QueryResult>,
     let mut scanned = 0;
     let mut exhausted = false;
     'scan: while scanned < MAX_SCAN_PER_QUERY {
-        let chunk = tx
-            .scan_rows(&rows_key, after, SCAN_CHUNK)
-            .await
-            .map_err(HandlerError::from)?;
+        let chunk = tx.scan_rows(&rows_key, after, SCAN_CHUNK).await?;
         let len = chunk.len() as u32;
         for (seq, row) in chunk {
             scanned += 1;

@@ -224,17 +224,15 @@ impl Run {
         let rows_key = dataset_rows(cx, &args.dataset);
         let mut tx = cx.transaction(TxMode::Write).await?;
         let columns = dataset_definition(tx.as_mut(), cx, &args.dataset).await?;
-        let total_rows = tx.count_rows(&rows_key).await.map_err(HandlerError::from)?;
+        let total_rows = tx.count_rows(&rows_key).await?;
         let previous = tx
             .get_doc(&reports(cx), &args.dataset)
-            .await
-            .map_err(HandlerError::from)?
+            .await?
             .and_then(|d| serde_json::from_value::<Report>(d).ok());
         let run = previous.as_ref().map_or(0, |p| p.run) + 1;
         if let Some(p) = &previous {
             tx.delete_doc(&reports(cx), &cancelled_marker(&args.dataset, p.run))
-                .await
-                .map_err(HandlerError::from)?;
+                .await?;
         }
         let report = Report {
             dataset: args.dataset.clone(),
@@ -247,7 +245,7 @@ impl Run {
             columns: None,
         };
         put_report(tx.as_mut(), cx, &report).await?;
-        tx.commit().await.map_err(HandlerError::from)?;
+        tx.commit().await?;
         Ok(Run {
             unfinished: Unfinished {
                 store: cx.store()?.clone(),
@@ -269,8 +267,7 @@ impl Run {
         let chunk = {
             let mut read = cx.transaction(TxMode::Read).await?;
             read.scan_rows(&self.rows_key, self.after, self.chunk)
-                .await
-                .map_err(HandlerError::from)?
+                .await?
         };
         if chunk.is_empty() {
             return Ok(false);
@@ -298,7 +295,7 @@ impl Run {
         self.report.columns = Some(self.totals.iter().map(Totals::stats).collect());
         let mut tx = cx.transaction(TxMode::Write).await?;
         put_report(tx.as_mut(), cx, &self.report).await?;
-        tx.commit().await.map_err(HandlerError::from)?;
+        tx.commit().await?;
         self.unfinished.finished = true;
         Ok(Structured(self.report))
     }
@@ -382,8 +379,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     let mut tx = cx.transaction(TxMode::Read).await?;
                     let Some(doc) = tx
                         .get_doc(&reports(&cx), &args.dataset)
-                        .await
-                        .map_err(HandlerError::from)?
+                        .await?
                     else {
                         return Err(HandlerError::execution(format!(
                             "Dataset {:?} has no report yet: run report_generate.",
@@ -396,8 +392,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     if report.state == State::Running
                         && tx
                             .get_doc(&reports(&cx), &cancelled_marker(&args.dataset, report.run))
-                            .await
-                            .map_err(HandlerError::from)?
+                            .await?
                             .is_some()
                     {
                         report.state = State::Cancelled;

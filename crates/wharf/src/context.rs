@@ -19,8 +19,9 @@ use crate::principal::Principal;
 use crate::progress::ProgressStream;
 use crate::request::{Caller, Outbox};
 use crate::runtime::Runtime;
-use crate::store::{Fence, Handle, Store, Transaction, TxMode, now_millis};
-use crate::store::{HandleKind, HandleRecord};
+use crate::store::{
+    Fence, Handle, HandleKind, HandleRecord, Store, Transaction, TxMode, now_millis,
+};
 
 /// The request a handler serves: its id, its `_meta`, its cancellation, and its stream.
 ///
@@ -115,11 +116,7 @@ impl TxSlot {
             return Err(HandlerError::Execution(refusal.clone()));
         }
         while let Some(hold) = state.holds.pop() {
-            if !tx
-                .hold_handle(&hold.id, hold.touch_at)
-                .await
-                .map_err(HandlerError::from)?
-            {
+            if !tx.hold_handle(&hold.id, hold.touch_at).await? {
                 state.refused = Some(hold.refusal.clone());
                 return Err(HandlerError::Execution(hold.refusal));
             }
@@ -288,16 +285,9 @@ impl Context {
             // Kept past the state's own expiry, after which it is refused anyway.
             expires_at: round.expires_at.saturating_add(60_000),
         };
-        match self
-            .store()?
-            .begin_idempotent(&claim, now_millis())
-            .await
-            .map_err(HandlerError::from)?
-        {
+        match self.store()?.begin_idempotent(&claim, now_millis()).await? {
             crate::store::Begin::Run(mut tx) => {
-                tx.complete_claim(&claim, "redeemed")
-                    .await
-                    .map_err(HandlerError::from)?;
+                tx.complete_claim(&claim, "redeemed").await?;
                 tx.commit().await.map_err(HandlerError::from)
             }
             _ => Err(HandlerError::Protocol(RpcError::invalid_params(
@@ -359,11 +349,7 @@ impl Context {
         let shared = match &state.tx {
             Some(shared) => Arc::clone(shared),
             None => {
-                let tx = self
-                    .store()?
-                    .begin(TxMode::Write)
-                    .await
-                    .map_err(HandlerError::from)?;
+                let tx = self.store()?.begin(TxMode::Write).await?;
                 let shared = Arc::new(tokio::sync::Mutex::new(tx));
                 state.tx = Some(Arc::clone(&shared));
                 shared
@@ -382,11 +368,7 @@ impl Context {
     /// the lock's fence, so on a store whose locks are leases its commit applies nothing once
     /// the call lost its key.
     pub async fn transaction(&self, mode: TxMode) -> Result<Box<dyn Transaction>, HandlerError> {
-        let mut tx = self
-            .store()?
-            .begin(mode)
-            .await
-            .map_err(HandlerError::from)?;
+        let mut tx = self.store()?.begin(mode).await?;
         if let Some(fence) = &self.fence {
             tx.fence(fence);
         }
@@ -435,11 +417,7 @@ impl Context {
     }
 
     async fn mint<K: HandleKind>(&self, record: HandleRecord) -> Result<Handle<K>, HandlerError> {
-        self.tx()
-            .await?
-            .create_handle(&record)
-            .await
-            .map_err(HandlerError::from)?;
+        self.tx().await?.create_handle(&record).await?;
         Ok(Handle::new(record.id))
     }
 
