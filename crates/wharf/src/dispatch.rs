@@ -7,7 +7,7 @@ use tracing::Instrument;
 use crate::access;
 use crate::error::{ErrorKind, RpcError};
 use crate::methods::lists::{self, List};
-use crate::methods::{completion, prompts, resources, tools};
+use crate::methods::{Call, completion, prompts, resources, tools};
 use crate::middleware::{Chain, Middleware, MiddlewareFuture, Next, cancelled};
 use crate::registry::Registry;
 use crate::request::{Caller, ParsedRequest, RequestBody};
@@ -87,25 +87,34 @@ impl Chain for Core {
 async fn run(core: &Core, req: ParsedRequest, caller: Caller) -> Result<Vec<u8>, RpcError> {
     let ParsedRequest { id, info, body } = req;
     let (registry, runtime) = (&core.registry, &core.runtime);
-    let list = |list, cursor| lists::page(registry, runtime, &id, list, cursor, &caller.principal);
+    let call = Call {
+        registry,
+        runtime,
+        id,
+        info,
+        params: (),
+        caller,
+    };
+    let list = |list, cursor| {
+        lists::page(
+            registry,
+            runtime,
+            &call.id,
+            list,
+            cursor,
+            &call.caller.principal,
+        )
+    };
     match body {
-        RequestBody::Discover => lists::discover(registry, runtime, &id),
+        RequestBody::Discover => lists::discover(registry, runtime, &call.id),
         RequestBody::ListTools { cursor } => list(List::Tools, cursor),
         RequestBody::ListPrompts { cursor } => list(List::Prompts, cursor),
         RequestBody::ListResources { cursor } => list(List::Resources, cursor),
         RequestBody::ListResourceTemplates { cursor } => list(List::ResourceTemplates, cursor),
-        RequestBody::CallTool(params) => {
-            tools::call(registry, runtime, id, info, params, caller).await
-        }
-        RequestBody::ReadResource(params) => {
-            resources::read(registry, runtime, id, info, params, caller).await
-        }
-        RequestBody::GetPrompt(params) => {
-            prompts::get(registry, runtime, id, info, params, caller).await
-        }
-        RequestBody::Complete(params) => {
-            completion::complete(registry, runtime, id, info, params, caller).await
-        }
+        RequestBody::CallTool(params) => tools::call(call.with(params)).await,
+        RequestBody::ReadResource(params) => resources::read(call.with(params)).await,
+        RequestBody::GetPrompt(params) => prompts::get(call.with(params)).await,
+        RequestBody::Complete(params) => completion::complete(call.with(params)).await,
         RequestBody::Listen(_) => Err(RpcError::new(
             ErrorKind::InvalidRequest,
             "subscriptions/listen is a stream: it is served by admission, not here",

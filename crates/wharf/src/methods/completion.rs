@@ -1,32 +1,26 @@
 //! `completion/complete`: the values a prompt argument or a template variable may take.
 
-use std::sync::Arc;
-
-use wharf_protocol::{
-    CompleteParams, CompleteResult, Completion, CompletionReference, RequestId, ResultType,
-};
+use wharf_protocol::{CompleteParams, CompleteResult, Completion, CompletionReference, ResultType};
 
 use crate::context::Context;
 use crate::driver::drive;
 use crate::error::RpcError;
-use crate::meta::RequestInfo;
-use crate::registry::Registry;
+use crate::methods::Call;
 use crate::reply::respond;
-use crate::request::Caller;
-use crate::runtime::Runtime;
 
 /// The most values a completion carries (the schema's cap).
 const MAX_VALUES: usize = 100;
 
 /// Completes an argument of what `params.reference` names.
-pub(crate) async fn complete(
-    registry: &Registry,
-    runtime: &Arc<Runtime>,
-    id: RequestId,
-    info: Box<RequestInfo>,
-    params: Box<CompleteParams>,
-    caller: Caller,
-) -> Result<Vec<u8>, RpcError> {
+pub(crate) async fn complete(call: Call<'_, Box<CompleteParams>>) -> Result<Vec<u8>, RpcError> {
+    let Call {
+        registry,
+        runtime,
+        id,
+        info,
+        params,
+        caller,
+    } = call;
     let completer = match &params.reference {
         CompletionReference::Prompt { name, .. } => registry
             .prompt(name)

@@ -2,27 +2,25 @@
 
 use std::sync::Arc;
 
-use wharf_protocol::{GetPromptParams, RequestId, methods};
+use wharf_protocol::{GetPromptParams, methods};
 
 use crate::context::Context;
 use crate::driver::{drive, open_turn};
 use crate::error::RpcError;
-use crate::meta::RequestInfo;
+use crate::methods::Call;
 use crate::mrtr::Binding;
-use crate::registry::Registry;
 use crate::reply::respond;
-use crate::request::Caller;
-use crate::runtime::Runtime;
 
 /// Gets prompt `params.name` with its arguments.
-pub(crate) async fn get(
-    registry: &Registry,
-    runtime: &Arc<Runtime>,
-    id: RequestId,
-    info: Box<RequestInfo>,
-    params: Box<GetPromptParams>,
-    caller: Caller,
-) -> Result<Vec<u8>, RpcError> {
+pub(crate) async fn get(call: Call<'_, Box<GetPromptParams>>) -> Result<Vec<u8>, RpcError> {
+    let Call {
+        registry,
+        runtime,
+        id,
+        info,
+        params,
+        caller,
+    } = call;
     let prompt = registry
         .prompt(&params.name)
         .ok_or_else(|| RpcError::invalid_params(format!("Unknown prompt: {}", params.name)))?;

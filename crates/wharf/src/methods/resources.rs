@@ -3,29 +3,28 @@
 use std::sync::Arc;
 
 use wharf_protocol::{
-    CacheHints, CacheScope, ReadResourceParams, ReadResourceResult, RequestId, ResultType, methods,
+    CacheHints, CacheScope, ReadResourceParams, ReadResourceResult, ResultType, methods,
 };
 
 use crate::context::Context;
 use crate::driver::{drive, open_turn};
 use crate::error::RpcError;
-use crate::meta::RequestInfo;
+use crate::methods::Call;
 use crate::mrtr::Binding;
-use crate::registry::{Registry, ResourceTarget};
+use crate::registry::ResourceTarget;
 use crate::reply::respond;
-use crate::request::Caller;
 use crate::resource::ReadRequest;
-use crate::runtime::Runtime;
 
 /// Reads the resource `params.uri`, static or through a template.
-pub(crate) async fn read(
-    registry: &Registry,
-    runtime: &Arc<Runtime>,
-    id: RequestId,
-    info: Box<RequestInfo>,
-    params: Box<ReadResourceParams>,
-    caller: Caller,
-) -> Result<Vec<u8>, RpcError> {
+pub(crate) async fn read(call: Call<'_, Box<ReadResourceParams>>) -> Result<Vec<u8>, RpcError> {
+    let Call {
+        registry,
+        runtime,
+        id,
+        info,
+        params,
+        caller,
+    } = call;
     let uri = params.uri;
     // Its scopes were checked in admission.
     let (handler, hints, vars) = match registry.resource(&uri) {

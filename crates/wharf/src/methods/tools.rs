@@ -11,13 +11,12 @@ use wharf_protocol::{CallToolParams, CallToolResult, RequestId, ResultType, meth
 use crate::context::{Context, Finished, Hold, TxSlot};
 use crate::driver::{Ended, drive, open_turn};
 use crate::error::{ErrorKind, RpcError};
-use crate::meta::RequestInfo;
+use crate::methods::Call;
 use crate::mrtr::Binding;
 use crate::mutation::KeyTurn;
 use crate::principal::Principal;
-use crate::registry::{HandleParam, Registry, ToolEntry};
+use crate::registry::{HandleParam, ToolEntry};
 use crate::reply::respond;
-use crate::request::Caller;
 use crate::runtime::Runtime;
 use crate::schema::first_violation;
 use crate::store::{Begin, Claim, Digest, Fence, Millis, now_millis};
@@ -40,14 +39,15 @@ enum Prepared {
 }
 
 /// Calls tool `params.name`.
-pub(crate) async fn call(
-    registry: &Registry,
-    runtime: &Arc<Runtime>,
-    id: RequestId,
-    info: Box<RequestInfo>,
-    params: Box<CallToolParams>,
-    caller: Caller,
-) -> Result<Vec<u8>, RpcError> {
+pub(crate) async fn call(call: Call<'_, Box<CallToolParams>>) -> Result<Vec<u8>, RpcError> {
+    let Call {
+        registry,
+        runtime,
+        id,
+        info,
+        params,
+        caller,
+    } = call;
     let entry = registry
         .tool(&params.name)
         .ok_or_else(|| RpcError::invalid_params(format!("Unknown tool: {}", params.name)))?;
