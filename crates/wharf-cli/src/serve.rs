@@ -317,10 +317,10 @@ async fn open_store(args: &ServeArgs) -> anyhow::Result<Option<Arc<dyn Store>>> 
     if !Profile::from(args.profile).needs_store() {
         return Ok(None);
     }
-    let options = StoreOptions {
-        lock_wait: Duration::from_secs(args.lock_wait_secs.max(1)),
-        ..StoreOptions::default()
-    };
+    let mut options = StoreOptions::default();
+    options.lock_wait = Duration::from_secs(args.lock_wait_secs.max(1));
+    // The import service's own tables, created beside the store's.
+    options.app_migrations = Some(Arc::new(wharf_reference::data::migrations()));
     let store = wharf_store::open(&args.store, &options)
         .await
         .context("cannot open the store")?;

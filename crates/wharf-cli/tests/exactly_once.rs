@@ -6,15 +6,24 @@
 mod common;
 
 use std::time::{Duration, Instant};
-use wharf_store::Documents;
 
 use common::ServerProcess;
 use common::import::*;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use wharf::store::{Begin, Claim, Digest, now_millis};
+use wharf_reference::data::Data;
 use wharf_store::StoreOptions;
 
 const TOOL: &str = "import_append_rows";
+
+/// The other replica's store, opened as `wharf serve` opens it.
+fn options() -> StoreOptions {
+    let mut options = StoreOptions::default();
+    options.max_connections = 2;
+    options.lock_wait = Duration::from_secs(60);
+    options.app_migrations = Some(std::sync::Arc::new(wharf_reference::data::migrations()));
+    options
+}
 
 async fn a_duplicate_of_a_write_running_elsewhere_is_503_then_replays(store: &str) {
     let mut args = replica_args(store);
@@ -27,15 +36,7 @@ async fn a_duplicate_of_a_write_running_elsewhere_is_503_then_replays(store: &st
 
     // The other replica claims the write and is still running it (its claim, on Redis, is
     // good for a minute).
-    let other = wharf_store::open(
-        store,
-        &StoreOptions {
-            max_connections: 2,
-            lock_wait: Duration::from_secs(60),
-        },
-    )
-    .await
-    .unwrap();
+    let other = wharf_store::open(store, &options()).await.unwrap();
     let Value::Object(map) = &call_args else {
         unreachable!("arguments are an object")
     };
@@ -48,9 +49,10 @@ async fn a_duplicate_of_a_write_running_elsewhere_is_503_then_replays(store: &st
     let Begin::Run(mut first) = other.begin_idempotent(&claim, now_millis()).await.unwrap() else {
         panic!("the other replica's attempt is the first")
     };
-    let staged_rows: Vec<Value> = rows(0, 3).as_array().unwrap().clone();
-    first
-        .append_rows(&format!("{import}/rows"), &staged_rows)
+    let staged_rows: Vec<Map<String, Value>> = serde_json::from_value(rows(0, 3)).unwrap();
+    Data::of(first.as_mut())
+        .unwrap()
+        .append_staged(&import, now_millis() + 3_600_000, &staged_rows)
         .await
         .unwrap();
 

@@ -1,12 +1,9 @@
 //! The import service: load rows into a dataset over several calls, through an import
 //! handle, with idempotent appends; then query the dataset.
 //!
-//! Data layout in the store (every name is per principal, so callers never see each other's
-//! datasets):
-//! - dataset definitions: documents in `datasets:<principal>`, keyed by dataset name;
-//! - dataset rows: the row collection `rows:<principal>:<dataset>`;
-//! - an import: a handle (`imp_…`) carrying its definition (dataset and columns), with its
-//!   staged rows in `<handle>/rows`, removed with the handle.
+//! Datasets are per principal, so callers never see each other's. An import is a handle
+//! (`imp_…`) carrying its definition (dataset and columns); its staged rows go with it. The
+//! data lives in the service's own tables or keys: see [`crate::data`].
 
 use std::time::Duration;
 
@@ -20,7 +17,8 @@ use wharf::{
     template, tool,
 };
 use wharf_protocol::{ResourceContents, ToolAnnotations};
-use wharf_store::Documents;
+
+use crate::data::{Commit, Data};
 
 /// The OAuth scope of the tools that read datasets (API keys are not limited by scopes).
 pub const DATASETS_READ: &str = "datasets:read";
@@ -248,14 +246,6 @@ struct QueryResult {
     next_cursor: Option<String>,
 }
 
-fn datasets(cx: &Context) -> String {
-    format!("datasets:{}", cx.principal().id())
-}
-
-pub(crate) fn dataset_rows(cx: &Context, dataset: &str) -> String {
-    format!("rows:{}:{dataset}", cx.principal().id())
-}
-
 fn valid_name(name: &str, extra: &[u8]) -> bool {
     (1..=64).contains(&name.len())
         && !name.as_bytes()[0].is_ascii_digit()
@@ -331,23 +321,32 @@ fn check_row(index: usize, row: &Map<String, Value>, columns: &[Column]) -> Resu
     Ok(())
 }
 
-/// The columns of an existing dataset; a dataset that does not exist is the caller's error.
+/// The columns and row count of an existing dataset of the caller's; a dataset that does not
+/// exist is the caller's error.
 pub(crate) async fn dataset_definition(
-    tx: &mut dyn wharf::store::Transaction,
+    data: &mut Data<'_>,
     cx: &Context,
     dataset: &str,
-) -> Result<Vec<Column>, HandlerError> {
-    match tx.get_doc(&datasets(cx), dataset).await? {
-        Some(def) => columns_of(&def),
+) -> Result<(Vec<Column>, u64), HandlerError> {
+    match data.dataset(cx.principal().id(), dataset).await? {
+        Some(d) => Ok((columns_of(&d.columns)?, d.rows)),
         None => Err(HandlerError::execution(format!(
             "Dataset {dataset:?} does not exist."
         ))),
     }
 }
 
-fn columns_of(doc: &Value) -> Result<Vec<Column>, HandlerError> {
-    serde_json::from_value(doc.get("columns").cloned().unwrap_or(Value::Null))
+fn columns_of(columns: &Value) -> Result<Vec<Column>, HandlerError> {
+    serde_json::from_value(columns.clone())
         .map_err(|e| HandlerError::internal(format!("stored columns are unreadable: {e}")))
+}
+
+/// The error of an import whose dataset was created meanwhile with other columns.
+fn other_columns(dataset: &str, have: &[Column]) -> HandlerError {
+    HandlerError::execution(format!(
+        "Dataset {dataset:?} was created meanwhile with other columns ({}); this import's rows do not fit it. Abort this import and start again.",
+        serde_json::to_string(have).unwrap_or_default()
+    ))
 }
 
 /// What an import handle carries: its dataset and columns.
@@ -408,15 +407,16 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 ))
                 .handler(|cx: Context, args: BeginArgs| async move {
                     check_dataset_name(&args.dataset)?;
-                    let existing = cx
-                        .tx()
-                        .await?
-                        .get_doc(&datasets(&cx), &args.dataset)
-                        .await?;
+                    let existing = {
+                        let mut tx = cx.tx().await?;
+                        Data::of(tx.as_mut())?
+                            .dataset(cx.principal().id(), &args.dataset)
+                            .await?
+                    };
                     let columns = match (existing, args.columns) {
-                        (Some(doc), None) => columns_of(&doc)?,
-                        (Some(doc), Some(given)) => {
-                            let have = columns_of(&doc)?;
+                        (Some(d), None) => columns_of(&d.columns)?,
+                        (Some(d), Some(given)) => {
+                            let have = columns_of(&d.columns)?;
                             if have != given {
                                 return Err(HandlerError::execution(format!(
                                     "Dataset {:?} exists with other columns: {}. Leave columns out to use them.",
@@ -471,19 +471,25 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     for (i, row) in args.rows.iter().enumerate() {
                         check_row(i, row, &columns).map_err(HandlerError::Execution)?;
                     }
-                    let rows: Vec<Value> = args.rows.into_iter().map(Value::Object).collect();
-                    let staged = cx
-                        .tx()
-                        .await?
-                        .append_rows(&args.import.collection("rows"), &rows)
-                        .await?;
+                    // The staged rows expire with the import (its record is there: it was
+                    // checked for this call).
+                    let expires_at = cx
+                        .handle_record(&args.import)
+                        .map(|r| r.expires_at)
+                        .ok_or_else(|| HandlerError::internal("the import's record was not loaded"))?;
+                    let staged = {
+                        let mut tx = cx.tx().await?;
+                        Data::of(tx.as_mut())?
+                            .append_staged(args.import.id(), expires_at, &args.rows)
+                            .await?
+                    };
                     if staged > MAX_STAGED_ROWS {
                         return Err(HandlerError::execution(format!(
                             "An import holds at most {MAX_STAGED_ROWS} rows before it is committed; this call would bring it to {staged}. Commit it and start another."
                         )));
                     }
                     Ok::<_, HandlerError>(Structured(Appended {
-                        appended: rows.len() as u64,
+                        appended: args.rows.len() as u64,
                         staged_rows: staged,
                     }))
                 }),
@@ -498,11 +504,10 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 })
                 .handler(|cx: Context, args: ImportArgs| async move {
                     let (dataset, columns) = import_meta(&cx, &args.import)?;
-                    let staged = cx
-                        .tx()
-                        .await?
-                        .count_rows(&args.import.collection("rows"))
-                        .await?;
+                    let staged = {
+                        let mut tx = cx.tx().await?;
+                        Data::of(tx.as_mut())?.staged(args.import.id()).await?
+                    };
                     let expires_at = cx.handle_record(&args.import).map_or(0, |r| r.expires_at);
                     Ok::<_, HandlerError>(Structured(ImportInfo {
                         import: args.import.id().to_owned(),
@@ -539,46 +544,43 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     // still running finish before it, later ones find it gone.
                     tx.hold_handle(args.import.id(), Some(wharf::store::now_millis()))
                         .await?;
-                    // Created by the first commit; a dataset another import created meanwhile
-                    // with other columns does not take these rows.
-                    let def = json!({ "name": dataset, "columns": columns });
-                    if let Some(there) = tx
-                        .insert_doc(&datasets(&cx), &dataset, &def)
+                    let owner = cx.principal().id();
+                    let import = args.import.id();
+                    let mut data = Data::of(tx.as_mut())?;
+                    let existing = data.dataset(owner, &dataset).await?;
+                    if let Some(there) = &existing {
+                        // Created meanwhile by another import, with other columns: these
+                        // rows do not fit it.
+                        let have = columns_of(&there.columns)?;
+                        if have != columns {
+                            return Err(other_columns(&dataset, &have));
+                        }
+                    }
+                    let replace = args.mode == CommitMode::Replace;
+                    let existing = existing.map_or(0, |d| d.rows);
+                    if replace && existing > 0 && !confirmed {
+                        let staged = data.staged(import).await?;
+                        drop(tx);
+                        return Err(cx
+                            .ask()
+                            .elicit(
+                                CONFIRM_REPLACE,
+                                format!("Replace the {existing} rows of dataset {dataset:?} with the {staged} rows of this import?"),
+                                FormSchema::new().boolean("replace", "Replace the dataset's rows", true),
+                            )
+                            .into());
+                    }
+                    let columns_json = serde_json::to_value(&columns).map_err(HandlerError::internal)?;
+                    let (moved, total) = match data
+                        .commit_staged(owner, &dataset, &columns_json, import, replace)
                         .await?
                     {
-                        let have = columns_of(&there)?;
-                        if have != columns {
-                            return Err(HandlerError::execution(format!(
-                                "Dataset {dataset:?} was created meanwhile with other columns ({}); this import's rows do not fit it. Abort this import and start again.",
-                                serde_json::to_string(&have).unwrap_or_default()
-                            )));
+                        Commit::Done { moved, total } => (moved, total),
+                        Commit::OtherColumns(have) => {
+                            return Err(other_columns(&dataset, &columns_of(&have)?));
                         }
-                    }
-                    let target = dataset_rows(&cx, &dataset);
-                    if args.mode == CommitMode::Replace {
-                        let existing = tx.count_rows(&target).await?;
-                        if existing > 0 && !confirmed {
-                            let staged = tx
-                                .count_rows(&args.import.collection("rows"))
-                                .await?;
-                            drop(tx);
-                            return Err(cx
-                                .ask()
-                                .elicit(
-                                    CONFIRM_REPLACE,
-                                    format!("Replace the {existing} rows of dataset {dataset:?} with the {staged} rows of this import?"),
-                                    FormSchema::new().boolean("replace", "Replace the dataset's rows", true),
-                                )
-                                .into());
-                        }
-                        tx.clear_rows(&target).await?;
-                    }
-                    let moved = tx
-                        .move_rows(&args.import.collection("rows"), &target)
-                        .await?;
-                    let total = tx.count_rows(&target).await?;
-                    tx.retire_handle(args.import.id())
-                        .await?;
+                    };
+                    tx.retire_handle(import).await?;
                     Ok::<_, HandlerError>(Structured(Committed {
                         dataset,
                         committed_rows: moved,
@@ -599,11 +601,10 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     let mut tx = cx.tx().await?;
                     tx.hold_handle(args.import.id(), Some(wharf::store::now_millis()))
                         .await?;
-                    let staged = tx
-                        .count_rows(&args.import.collection("rows"))
+                    let staged = Data::of(tx.as_mut())?
+                        .discard_staged(args.import.id())
                         .await?;
-                    tx.retire_handle(args.import.id())
-                        .await?;
+                    tx.retire_handle(args.import.id()).await?;
                     Ok::<_, HandlerError>(Structured(Aborted {
                         discarded_rows: staged,
                     }))
@@ -638,21 +639,21 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 .handler(|cx, req| async move {
                     let name = req.vars.get("name").cloned().unwrap_or_default();
                     let mut tx = cx.store()?.begin(TxMode::Read).await?;
-                    let Some(def) = tx.get_doc(&datasets(&cx), &name).await? else {
+                    let mut data = Data::of(tx.as_mut())?;
+                    let owner = cx.principal().id();
+                    let Some(def) = data.dataset(owner, &name).await? else {
                         return Err(wharf::RpcError::resource_not_found(&req.uri).into());
                     };
-                    let rows = dataset_rows(&cx, &name);
-                    let count = tx.count_rows(&rows).await?;
-                    let sample: Vec<Value> = tx
-                        .scan_rows(&rows, None, 20)
+                    let sample: Vec<Value> = data
+                        .scan(owner, &name, None, 20)
                         .await?
                         .into_iter()
                         .map(|(_, v)| v)
                         .collect();
                     let body = json!({
                         "name": name,
-                        "columns": def.get("columns"),
-                        "rowCount": count,
+                        "columns": def.columns,
+                        "rowCount": def.rows,
                         "firstRows": sample,
                     });
                     Ok(vec![ResourceContents::text(req.uri, "application/json", body.to_string())])
@@ -677,10 +678,16 @@ async fn delete(cx: &Context, args: DeleteArgs) -> Result<Structured<Deleted>, H
         }
         None => false,
     };
-    let rows_key = dataset_rows(cx, &args.dataset);
+    let owner = cx.principal().id();
     let mut tx = cx.tx().await?;
-    dataset_definition(tx.as_mut(), cx, &args.dataset).await?;
-    let rows = tx.count_rows(&rows_key).await?;
+    let mut data = Data::of(tx.as_mut())?;
+    let Some(dataset) = data.dataset(owner, &args.dataset).await? else {
+        return Err(HandlerError::execution(format!(
+            "Dataset {:?} does not exist.",
+            args.dataset
+        )));
+    };
+    let rows = dataset.rows;
     if !confirmed {
         drop(tx);
         return Err(cx
@@ -692,8 +699,7 @@ async fn delete(cx: &Context, args: DeleteArgs) -> Result<Structured<Deleted>, H
             )
             .into());
     }
-    let deleted = tx.clear_rows(&rows_key).await?;
-    tx.delete_doc(&datasets(cx), &args.dataset).await?;
+    let deleted = data.delete_dataset(owner, dataset, &args.dataset).await?;
     Ok(Structured(Deleted {
         dataset: args.dataset,
         deleted_rows: deleted,
@@ -710,7 +716,8 @@ async fn query(cx: &Context, args: QueryArgs) -> Result<Structured<QueryResult>,
     let limit = args.limit.unwrap_or(100).clamp(1, MAX_QUERY_LIMIT);
     let store = cx.store()?;
     let mut tx = store.begin(TxMode::Read).await?;
-    let columns = dataset_definition(tx.as_mut(), cx, &args.dataset).await?;
+    let mut data = Data::of(tx.as_mut())?;
+    let (columns, _) = dataset_definition(&mut data, cx, &args.dataset).await?;
     for f in &args.filters {
         if !columns.iter().any(|c| c.name == f.column) {
             return Err(HandlerError::execution(format!(
@@ -729,12 +736,12 @@ async fn query(cx: &Context, args: QueryArgs) -> Result<Structured<QueryResult>,
         Some(c) => Some(i64::try_from(cx.resume(c, &scope)?).unwrap_or(i64::MAX)),
         None => None,
     };
-    let rows_key = dataset_rows(cx, &args.dataset);
+    let owner = cx.principal().id();
     let mut rows = Vec::new();
     let mut scanned = 0;
     let mut exhausted = false;
     'scan: while scanned < MAX_SCAN_PER_QUERY {
-        let chunk = tx.scan_rows(&rows_key, after, SCAN_CHUNK).await?;
+        let chunk = data.scan(owner, &args.dataset, after, SCAN_CHUNK).await?;
         let len = chunk.len() as u32;
         for (seq, row) in chunk {
             scanned += 1;

@@ -3,6 +3,7 @@
 //! the fixture set the official conformance suite calls).
 
 pub mod conformance;
+pub mod data;
 pub mod demo;
 pub mod import;
 pub mod report;

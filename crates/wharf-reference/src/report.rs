@@ -2,26 +2,23 @@
 //! how far it got as it goes, and stops the moment its request is cancelled;
 //! `report_status` reads what was recorded.
 //!
-//! Data layout: the latest report of each dataset is a document in `reports:<principal>`
-//! keyed by the dataset name. A run cancelled before it finished leaves a marker,
-//! `<dataset>#cancelled:<run>`, in the same collection: written by the run's cleanup with
-//! insert-if-absent, it can never overwrite a later run's report.
+//! The latest report of each dataset is kept per principal (see [`crate::data`]). A run
+//! cancelled before it finished is marked so by its cleanup, for that run only: the mark
+//! can never touch a later run's report.
 
 use std::time::Duration;
 
+use crate::data::Data;
+use crate::import::{
+    Column, ColumnType, DATASETS_READ, DATASETS_WRITE, check_dataset_name, dataset_definition,
+};
 use async_stream::stream;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use wharf::store::{Millis, Store, TxMode, now_millis};
 use wharf::{Context, HandlerError, ServerBuilder, Step, Structured, tool};
 use wharf_protocol::ToolAnnotations;
-use wharf_store::Documents;
-
-use crate::import::{
-    Column, ColumnType, DATASETS_READ, DATASETS_WRITE, check_dataset_name, dataset_definition,
-    dataset_rows,
-};
 
 /// Rows read per chunk unless told otherwise.
 const DEFAULT_CHUNK: u32 = 1000;
@@ -95,14 +92,6 @@ struct Report {
     columns: Option<Vec<ColumnStats>>,
 }
 
-fn reports(cx: &Context) -> String {
-    format!("reports:{}", cx.principal().id())
-}
-
-fn cancelled_marker(dataset: &str, run: u64) -> String {
-    format!("{dataset}#cancelled:{run}")
-}
-
 /// A column's running totals.
 struct Totals {
     column: Column,
@@ -155,8 +144,9 @@ impl Totals {
 /// [`Unfinished::commit`]), so a run seen cancelled is not written to any more.
 struct Unfinished {
     store: std::sync::Arc<dyn Store>,
-    collection: String,
-    marker: String,
+    owner: String,
+    dataset: String,
+    run: u64,
     finished: bool,
     /// Held by a progress commit until it has landed, whether or not the run is dropped.
     committing: std::sync::Arc<tokio::sync::Mutex<()>>,
@@ -183,10 +173,11 @@ impl Drop for Unfinished {
         if self.finished {
             return;
         }
-        let (store, collection, marker, committing) = (
+        let (store, owner, dataset, run, committing) = (
             self.store.clone(),
-            std::mem::take(&mut self.collection),
-            std::mem::take(&mut self.marker),
+            std::mem::take(&mut self.owner),
+            std::mem::take(&mut self.dataset),
+            self.run,
             std::sync::Arc::clone(&self.committing),
         );
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
@@ -196,9 +187,10 @@ impl Drop for Unfinished {
             let _landed = committing.lock().await;
             let marked = async {
                 let mut tx = store.begin(TxMode::Write).await?;
-                tx.insert_doc(&collection, &marker, &json!({ "at": now_millis() }))
+                Data::of(tx.as_mut())?
+                    .mark_cancelled(&owner, &dataset, run)
                     .await?;
-                tx.commit().await
+                tx.commit().await.map_err(HandlerError::from)
             };
             if let Err(e) = marked.await {
                 tracing::warn!(error = %e, "could not mark a cancelled report");
@@ -210,7 +202,6 @@ impl Drop for Unfinished {
 /// One run of `report_generate`.
 struct Run {
     report: Report,
-    rows_key: String,
     totals: Vec<Totals>,
     after: Option<i64>,
     chunk: u32,
@@ -221,19 +212,15 @@ impl Run {
     /// Reads the dataset's definition and size and records the run as started.
     async fn start(cx: &Context, args: &GenerateArgs) -> Result<Run, HandlerError> {
         check_dataset_name(&args.dataset)?;
-        let rows_key = dataset_rows(cx, &args.dataset);
+        let owner = cx.principal().id();
         let mut tx = cx.transaction(TxMode::Write).await?;
-        let columns = dataset_definition(tx.as_mut(), cx, &args.dataset).await?;
-        let total_rows = tx.count_rows(&rows_key).await?;
-        let previous = tx
-            .get_doc(&reports(cx), &args.dataset)
+        let mut data = Data::of(tx.as_mut())?;
+        let (columns, total_rows) = dataset_definition(&mut data, cx, &args.dataset).await?;
+        let previous = data
+            .report(owner, &args.dataset)
             .await?
-            .and_then(|d| serde_json::from_value::<Report>(d).ok());
+            .and_then(|(d, _)| serde_json::from_value::<Report>(d).ok());
         let run = previous.as_ref().map_or(0, |p| p.run) + 1;
-        if let Some(p) = &previous {
-            tx.delete_doc(&reports(cx), &cancelled_marker(&args.dataset, p.run))
-                .await?;
-        }
         let report = Report {
             dataset: args.dataset.clone(),
             state: State::Running,
@@ -244,18 +231,18 @@ impl Run {
             finished_at: None,
             columns: None,
         };
-        put_report(tx.as_mut(), cx, &report).await?;
+        put_report(&mut data, cx, &report).await?;
         tx.commit().await?;
         Ok(Run {
             unfinished: Unfinished {
                 store: cx.store()?.clone(),
-                collection: reports(cx),
-                marker: cancelled_marker(&args.dataset, run),
+                owner: owner.to_owned(),
+                dataset: args.dataset.clone(),
+                run,
                 finished: false,
                 committing: std::sync::Arc::default(),
             },
             totals: columns.into_iter().map(Totals::new).collect(),
-            rows_key,
             report,
             after: None,
             chunk: args.chunk_rows.unwrap_or(DEFAULT_CHUNK).clamp(100, 5000),
@@ -266,7 +253,13 @@ impl Run {
     async fn next_chunk(&mut self, cx: &Context) -> Result<bool, HandlerError> {
         let chunk = {
             let mut read = cx.transaction(TxMode::Read).await?;
-            read.scan_rows(&self.rows_key, self.after, self.chunk)
+            Data::of(read.as_mut())?
+                .scan(
+                    cx.principal().id(),
+                    &self.report.dataset,
+                    self.after,
+                    self.chunk,
+                )
                 .await?
         };
         if chunk.is_empty() {
@@ -282,7 +275,7 @@ impl Run {
         // Rows appended since the start are read too: the total follows.
         self.report.total_rows = self.report.total_rows.max(self.report.scanned_rows);
         let mut tx = cx.transaction(TxMode::Write).await?;
-        put_report(tx.as_mut(), cx, &self.report).await?;
+        put_report(&mut Data::of(tx.as_mut())?, cx, &self.report).await?;
         self.unfinished.commit(tx).await?;
         Ok(chunk.len() as u32 == self.chunk)
     }
@@ -294,7 +287,7 @@ impl Run {
         self.report.finished_at = Some(now_millis());
         self.report.columns = Some(self.totals.iter().map(Totals::stats).collect());
         let mut tx = cx.transaction(TxMode::Write).await?;
-        put_report(tx.as_mut(), cx, &self.report).await?;
+        put_report(&mut Data::of(tx.as_mut())?, cx, &self.report).await?;
         tx.commit().await?;
         self.unfinished.finished = true;
         Ok(Structured(self.report))
@@ -314,14 +307,13 @@ impl Run {
 }
 
 async fn put_report(
-    tx: &mut dyn wharf::store::Transaction,
+    data: &mut Data<'_>,
     cx: &Context,
     report: &Report,
 ) -> Result<(), HandlerError> {
     let doc = serde_json::to_value(report).map_err(HandlerError::internal)?;
-    tx.put_doc(&reports(cx), &report.dataset, &doc)
+    data.put_report(cx.principal().id(), &report.dataset, report.run, &doc)
         .await
-        .map_err(HandlerError::from)
 }
 
 /// Registers `report_generate` and `report_status`.
@@ -377,8 +369,8 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 .handler(|cx: Context, args: StatusArgs| async move {
                     check_dataset_name(&args.dataset)?;
                     let mut tx = cx.transaction(TxMode::Read).await?;
-                    let Some(doc) = tx
-                        .get_doc(&reports(&cx), &args.dataset)
+                    let Some((doc, cancelled)) = Data::of(tx.as_mut())?
+                        .report(cx.principal().id(), &args.dataset)
                         .await?
                     else {
                         return Err(HandlerError::execution(format!(
@@ -389,12 +381,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     let mut report: Report = serde_json::from_value(doc).map_err(|e| {
                         HandlerError::internal(format!("stored report is unreadable: {e}"))
                     })?;
-                    if report.state == State::Running
-                        && tx
-                            .get_doc(&reports(&cx), &cancelled_marker(&args.dataset, report.run))
-                            .await?
-                            .is_some()
-                    {
+                    if report.state == State::Running && cancelled {
                         report.state = State::Cancelled;
                     }
                     Ok::<_, HandlerError>(Structured(report))

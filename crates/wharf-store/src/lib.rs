@@ -6,13 +6,21 @@
 //! - `redis://…` — for several replicas, see [`redis`] for what it guarantees;
 //! - `memory://` — a throwaway SQLite file in the temporary directory, for tests.
 //!
-//! Migrations are embedded in the binary and applied when the store opens. Each backend is
-//! a cargo feature (`sqlite`, `postgres`, `redis`; all on by default): an app that uses one
-//! database compiles only its driver.
+//! Migrations are embedded in the binary and applied when the store opens, the store's own
+//! first and then the app's ([`AppMigrations`]). Each backend is a cargo feature (`sqlite`,
+//! `postgres`, `redis`; all on by default): an app that uses one database compiles only its
+//! driver.
+//!
+//! An app keeps its own data in the call's transaction, so it commits with the call's
+//! idempotency record: on SQL stores in tables of its own through [`SqlTx::sqlx`], on Redis in
+//! keys of its own through [`redis::RedisTx`]'s command buffer. The optional `documents`
+//! feature adds [`Documents`], a ready-made model of keyed documents and ordered rows.
 
+#[cfg(feature = "documents")]
 mod documents;
 #[cfg(feature = "sqlite")]
 pub mod memory;
+mod migrations;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod sql;
@@ -23,7 +31,9 @@ use std::time::Duration;
 
 use wharf::store::{Store, StoreError};
 
+#[cfg(feature = "documents")]
 pub use documents::Documents;
+pub use migrations::AppMigrations;
 pub use sql::{Dialect, SqlStore, SqlTx};
 pub use sweeper::spawn_sweeper;
 
@@ -32,12 +42,15 @@ pub const DEFAULT_URL: &str = "sqlite://./wharf.db";
 
 /// How a store is opened.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct StoreOptions {
     /// Connections per process (SQL backends).
     pub max_connections: u32,
     /// How long a write waits for a lock (a duplicate still running) before answering
     /// "busy, retry".
     pub lock_wait: Duration,
+    /// The app's own schema, applied after the store's when a SQL store opens.
+    pub app_migrations: Option<Arc<AppMigrations>>,
 }
 
 impl Default for StoreOptions {
@@ -45,6 +58,7 @@ impl Default for StoreOptions {
         StoreOptions {
             max_connections: 16,
             lock_wait: Duration::from_secs(10),
+            app_migrations: None,
         }
     }
 }
@@ -70,24 +84,12 @@ pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn Store>, O
         #[cfg(feature = "sqlite")]
         "sqlite" => {
             let url = sqlite_url(url);
-            let store = SqlStore::connect(
-                &url,
-                Dialect::Sqlite,
-                options.max_connections,
-                options.lock_wait,
-            )
-            .await?;
+            let store = SqlStore::connect(&url, Dialect::Sqlite, options).await?;
             Ok(Arc::new(store))
         }
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => {
-            let store = SqlStore::connect(
-                url,
-                Dialect::Postgres,
-                options.max_connections,
-                options.lock_wait,
-            )
-            .await?;
+            let store = SqlStore::connect(url, Dialect::Postgres, options).await?;
             Ok(Arc::new(store))
         }
         #[cfg(feature = "redis")]

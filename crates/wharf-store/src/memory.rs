@@ -25,13 +25,7 @@ impl MemoryStore {
         );
         let path = std::env::temp_dir().join(name);
         let url = format!("sqlite://{}?mode=rwc", path.display());
-        let inner = SqlStore::connect(
-            &url,
-            Dialect::Sqlite,
-            options.max_connections,
-            options.lock_wait,
-        )
-        .await?;
+        let inner = SqlStore::connect(&url, Dialect::Sqlite, options).await?;
         Ok(MemoryStore { inner, path })
     }
 }

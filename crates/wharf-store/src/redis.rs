@@ -23,7 +23,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::documents::Documents;
 use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script};
 use serde_json::{Value, json};
@@ -40,14 +39,8 @@ const HANDLE_EXPIRY: &str = "wharf:handles:expiry";
 fn handle_key(id: &str) -> String {
     format!("wharf:h:{id}")
 }
-fn owned_key(id: &str) -> String {
+pub(crate) fn owned_key(id: &str) -> String {
     format!("wharf:h:{id}:collections")
-}
-fn doc_key(collection: &str) -> String {
-    format!("wharf:d:{collection}")
-}
-fn rows_key(collection: &str) -> String {
-    format!("wharf:r:{collection}")
 }
 /// The scope's length goes first so no (scope, key) pair can spell another's key.
 fn claim_key(claim: &Claim) -> String {
@@ -58,12 +51,8 @@ fn claim_key(claim: &Claim) -> String {
         claim.key
     )
 }
-/// The handle a collection is filed under, if its name says so.
-fn owner_of(collection: &str) -> Option<&str> {
-    collection.split_once('/').map(|(h, _)| h)
-}
 
-fn backend(e: redis::RedisError) -> StoreError {
+pub(crate) fn backend(e: redis::RedisError) -> StoreError {
     StoreError::Backend(format!("redis: {e}"))
 }
 
@@ -136,6 +125,12 @@ for _, op in ipairs(ops) do
     end
   end
   if op[1] == 'require' and redis.call('EXISTS', op[2]) == 0 then return -2 end
+  if op[1] == 'expect' then
+    local have = redis.call('HGET', op[2], op[3])
+    if op[4] == nil then
+      if have then return -3 end
+    elseif have ~= op[4] then return -3 end
+  end
   if op[1] == 'hsetnx' then
     local have = redis.call('HGET', op[2], op[3])
     if have and have ~= op[4] then return -3 end
@@ -143,7 +138,8 @@ for _, op in ipairs(ops) do
 end
 for _, op in ipairs(ops) do
   local o = op[1]
-  if o == 'hset' then redis.call('HSET', op[2], op[3], op[4])
+  if o == 'call' then redis.call(unpack(op, 2))
+  elseif o == 'hset' then redis.call('HSET', op[2], op[3], op[4])
   elseif o == 'hsetnx' then redis.call('HSETNX', op[2], op[3], op[4])
   elseif o == 'hdel' then redis.call('HDEL', op[2], op[3])
   elseif o == 'rpush' then for i = 3, #op do redis.call('RPUSH', op[2], op[i]) end
@@ -202,7 +198,9 @@ impl RedisStore {
             conn: self.conn.clone(),
             commit: self.commit.clone(),
             ops: Vec::new(),
+            #[cfg(feature = "documents")]
             docs: HashMap::new(),
+            #[cfg(feature = "documents")]
             appended: HashMap::new(),
             claim: None,
         }
@@ -365,13 +363,15 @@ impl Store for RedisStore {
 
 /// A transaction on a [`RedisStore`]: writes buffered until [`Transaction::commit`].
 pub struct RedisTx {
-    conn: ConnectionManager,
+    pub(crate) conn: ConnectionManager,
     commit: Script,
-    ops: Vec<Value>,
+    pub(crate) ops: Vec<Value>,
     /// Documents written in this transaction (`None`: deleted).
-    docs: HashMap<(String, String), Option<Value>>,
+    #[cfg(feature = "documents")]
+    pub(crate) docs: HashMap<(String, String), Option<Value>>,
     /// Rows appended (or, negative, removed) per collection in this transaction.
-    appended: HashMap<String, i64>,
+    #[cfg(feature = "documents")]
+    pub(crate) appended: HashMap<String, i64>,
     /// The idempotency record this transaction holds, and its token.
     claim: Option<(String, String)>,
 }
@@ -407,25 +407,65 @@ impl Drop for RedisTx {
     }
 }
 
+/// The command buffer: an app's own keys, written with the call.
+impl RedisTx {
+    /// Most arguments one queued command may have (Lua's limit on unpacking them, with room).
+    pub const MAX_ARGS: usize = 7_000;
+
+    /// The connection for reads. They see what is committed, not this transaction's
+    /// buffered writes.
+    pub fn reader(&mut self) -> &mut ConnectionManager {
+        &mut self.conn
+    }
+
+    /// Queues a write (`["RPUSH", key, value]`, …) to run at commit: after every check of the
+    /// commit (the claim, held handles, fences, [`expect_field`](Self::expect_field)), with
+    /// the transaction's other writes and the call's idempotency record, in one script. A
+    /// command Redis rejects (a wrong key type) stops the script where it is, and Redis
+    /// keeps what ran before it: queue only commands that cannot fail on the keys as the
+    /// app keeps them. Keys must live on one node (standalone Redis, or one hash slot).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Backend`] for an empty command or one of more than
+    /// [`MAX_ARGS`](Self::MAX_ARGS) arguments; nothing is queued.
+    pub fn queue<I, S>(&mut self, command: I) -> Result<(), StoreError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut op = vec![Value::from("call")];
+        op.extend(command.into_iter().map(|a| Value::String(a.into())));
+        match op.len() - 1 {
+            0 => Err(StoreError::Backend(
+                "an empty Redis command was queued".into(),
+            )),
+            n if n > Self::MAX_ARGS => Err(StoreError::Backend(format!(
+                "a queued Redis command has {n} arguments; split it (at most {})",
+                Self::MAX_ARGS
+            ))),
+            _ => {
+                self.ops.push(Value::Array(op));
+                Ok(())
+            }
+        }
+    }
+
+    /// Makes the commit apply nothing, failing with [`StoreError::Conflict`], unless field
+    /// `field` of hash `key` then holds `value` (`None`: is absent). An app reads a value,
+    /// decides from it, and expects it unchanged: a concurrent writer makes one of the two
+    /// calls retry instead of both acting on what they read.
+    pub fn expect_field(&mut self, key: &str, field: &str, value: Option<&str>) {
+        let mut op = vec![json!("expect"), json!(key), json!(field)];
+        op.extend(value.map(Value::from));
+        self.ops.push(Value::Array(op));
+    }
+}
+
 impl RedisTx {
     fn retire(&mut self, id: &str) {
         self.ops
             .push(json!(["retire", handle_key(id), owned_key(id), id]));
-    }
-
-    fn file_under_owner(&mut self, key: &str, collection: &str) {
-        if let Some(owner) = owner_of(collection) {
-            self.ops.push(json!(["sadd", owned_key(owner), key]));
-        }
-    }
-
-    async fn stored_len(&mut self, collection: &str) -> Result<i64, StoreError> {
-        let n: i64 = self
-            .conn
-            .llen(rows_key(collection))
-            .await
-            .map_err(backend)?;
-        Ok(n)
     }
 }
 
@@ -534,133 +574,5 @@ impl Transaction for RedisTx {
 
     fn backend_tx(&mut self) -> &mut dyn std::any::Any {
         self
-    }
-}
-
-#[async_trait]
-impl Documents for RedisTx {
-    async fn get_doc(&mut self, collection: &str, key: &str) -> Result<Option<Value>, StoreError> {
-        if let Some(pending) = self.docs.get(&(collection.to_owned(), key.to_owned())) {
-            return Ok(pending.clone());
-        }
-        let text: Option<String> = self
-            .conn
-            .hget(doc_key(collection), key)
-            .await
-            .map_err(backend)?;
-        text.map(|t| {
-            serde_json::from_str(&t).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
-        })
-        .transpose()
-    }
-
-    async fn put_doc(
-        &mut self,
-        collection: &str,
-        key: &str,
-        doc: &Value,
-    ) -> Result<(), StoreError> {
-        let k = doc_key(collection);
-        self.ops.push(json!(["hset", k, key, doc.to_string()]));
-        self.file_under_owner(&k, collection);
-        self.docs
-            .insert((collection.to_owned(), key.to_owned()), Some(doc.clone()));
-        Ok(())
-    }
-
-    async fn insert_doc(
-        &mut self,
-        collection: &str,
-        key: &str,
-        doc: &Value,
-    ) -> Result<Option<Value>, StoreError> {
-        if let Some(there) = self.get_doc(collection, key).await? {
-            return Ok(Some(there));
-        }
-        // Written only if still absent at commit; a different one written meanwhile makes
-        // the whole commit fail (`StoreError::Conflict`).
-        let k = doc_key(collection);
-        self.ops.push(json!(["hsetnx", k, key, doc.to_string()]));
-        self.file_under_owner(&k, collection);
-        self.docs
-            .insert((collection.to_owned(), key.to_owned()), Some(doc.clone()));
-        Ok(None)
-    }
-
-    async fn delete_doc(&mut self, collection: &str, key: &str) -> Result<bool, StoreError> {
-        let existed = self.get_doc(collection, key).await?.is_some();
-        self.ops.push(json!(["hdel", doc_key(collection), key]));
-        self.docs
-            .insert((collection.to_owned(), key.to_owned()), None);
-        Ok(existed)
-    }
-
-    async fn append_rows(&mut self, collection: &str, rows: &[Value]) -> Result<u64, StoreError> {
-        if !rows.is_empty() {
-            let k = rows_key(collection);
-            let mut op = vec![json!("rpush"), json!(k)];
-            op.extend(rows.iter().map(|r| Value::String(r.to_string())));
-            self.ops.push(Value::Array(op));
-            self.file_under_owner(&k, collection);
-            *self.appended.entry(collection.to_owned()).or_default() +=
-                i64::try_from(rows.len()).unwrap_or(i64::MAX);
-        }
-        self.count_rows(collection).await
-    }
-
-    async fn count_rows(&mut self, collection: &str) -> Result<u64, StoreError> {
-        let pending = self.appended.get(collection).copied().unwrap_or(0);
-        let n = self.stored_len(collection).await? + pending;
-        Ok(u64::try_from(n).unwrap_or(0))
-    }
-
-    async fn scan_rows(
-        &mut self,
-        collection: &str,
-        after: Option<i64>,
-        limit: u32,
-    ) -> Result<Vec<(i64, Value)>, StoreError> {
-        let start = after.map_or(0, |a| a + 1);
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let stop = start + i64::from(limit) - 1;
-        let items: Vec<String> = self
-            .conn
-            .lrange(
-                rows_key(collection),
-                isize::try_from(start).unwrap_or(isize::MAX),
-                isize::try_from(stop).unwrap_or(isize::MAX),
-            )
-            .await
-            .map_err(backend)?;
-        items
-            .iter()
-            .zip(start..)
-            .map(|(t, seq)| {
-                serde_json::from_str(t)
-                    .map(|v| (seq, v))
-                    .map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
-            })
-            .collect()
-    }
-
-    async fn move_rows(&mut self, from: &str, to: &str) -> Result<u64, StoreError> {
-        let n = self.count_rows(from).await?;
-        let to_key = rows_key(to);
-        self.ops.push(json!(["move", rows_key(from), to_key]));
-        self.file_under_owner(&to_key, to);
-        let moved = i64::try_from(n).unwrap_or(i64::MAX);
-        *self.appended.entry(to.to_owned()).or_default() += moved;
-        *self.appended.entry(from.to_owned()).or_default() -= moved;
-        Ok(n)
-    }
-
-    async fn clear_rows(&mut self, collection: &str) -> Result<u64, StoreError> {
-        let n = self.count_rows(collection).await?;
-        self.ops.push(json!(["del", rows_key(collection)]));
-        *self.appended.entry(collection.to_owned()).or_default() -=
-            i64::try_from(n).unwrap_or(i64::MAX);
-        Ok(n)
     }
 }

@@ -22,10 +22,10 @@ pub(crate) fn redis_url() -> String {
 }
 
 pub(crate) fn options(lock_wait: Duration) -> StoreOptions {
-    StoreOptions {
-        max_connections: 8,
-        lock_wait,
-    }
+    let mut options = StoreOptions::default();
+    options.max_connections = 8;
+    options.lock_wait = lock_wait;
+    options
 }
 
 pub(crate) async fn postgres_with(lock_wait: Duration) -> Arc<dyn Store> {

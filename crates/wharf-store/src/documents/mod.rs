@@ -1,7 +1,8 @@
-//! Documents and ordered row collections: the app data model the reference import service
-//! uses, kept in the store's own tables (SQL) or keys (Redis) and written in the call's
-//! transaction, so it commits with the call's idempotency record. An app with a model of its
-//! own writes through [`Transaction::backend_tx`] instead (on SQL stores, [`SqlTx::sqlx`]).
+//! Documents and ordered row collections (feature `documents`): a ready-made app data model,
+//! kept in tables (SQL) or keys (Redis) of the store's and written in the call's transaction,
+//! so it commits with the call's idempotency record. An app with a model of its own keeps it
+//! in tables of its own through [`SqlTx::sqlx`], or keys of its own through
+//! [`RedisTx::queue`].
 //!
 //! Collections named `<handle>/…` belong to that handle: they go when it is retired.
 
@@ -12,6 +13,10 @@ use wharf::store::{StoreError, Transaction};
 #[cfg(feature = "redis")]
 use crate::redis::RedisTx;
 use crate::sql::SqlTx;
+
+#[cfg(feature = "redis")]
+mod redis;
+mod sql;
 
 /// Documents by key and ordered rows, per collection.
 #[async_trait]

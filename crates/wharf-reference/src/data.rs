@@ -1,0 +1,615 @@
+//! Where the import service and its reports keep their data: tables of their own on SQLite
+//! and PostgreSQL (created by the migrations in `migrations/`, see [`migrations`]), keys of
+//! their own on Redis. Every write goes into the call's transaction, so it commits with the
+//! call's idempotency record, or not at all.
+//!
+//! On Redis (the owner's length goes first, so no owner can spell another's keys):
+//! - `ref:<len>:<owner>:datasets`, a hash: dataset name → [`Stored`] as JSON, which lists
+//!   the dataset's segments, one per committed import;
+//! - `ref:seg:<import>`: a committed import's rows (a list, its staging list renamed);
+//! - `ref:staged:<import>`: an open import's rows, expiring with the import's handle;
+//! - `ref:<len>:<owner>:reports`, a hash: dataset → its latest report, and
+//!   `ref:<len>:<owner>:cancelled`, a set of `<run>:<dataset>` for runs cut short.
+//!
+//! Each change of a dataset on Redis expects the hash field it read to be unchanged at
+//! commit, so two calls changing one dataset at once cannot both act on what they read.
+
+use redis::AsyncCommands;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sqlx::Row;
+use wharf::HandlerError;
+use wharf::store::{Millis, StoreError, Transaction};
+use wharf_store::redis::RedisTx;
+use wharf_store::sql::EXPIRED_HANDLE_GRACE_MS;
+use wharf_store::{AppMigrations, Dialect, SqlTx};
+
+/// The tables of the import service and its reports, for the store to create when it opens.
+pub fn migrations() -> AppMigrations {
+    AppMigrations::new()
+        .sqlite(sqlx::migrate!("./migrations/sqlite"))
+        .postgres(sqlx::migrate!("./migrations/postgres"))
+}
+
+/// A dataset as stored: its columns (JSON) and how many rows it holds.
+pub struct Dataset {
+    /// Its columns, as the import service defines them.
+    pub columns: Value,
+    /// How many rows it holds.
+    pub rows: u64,
+    /// On Redis: the hash field as read, to expect unchanged when writing.
+    redis: Option<(String, Stored)>,
+}
+
+/// A dataset on Redis.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Stored {
+    columns: Value,
+    rows: u64,
+    next_seq: i64,
+    segments: Vec<Segment>,
+}
+
+/// A committed import's rows on Redis: its list, the sequence number of its first row, and
+/// how many rows it holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Segment(String, i64, u64);
+
+/// How committing an import's rows went.
+pub enum Commit {
+    /// The rows were moved; the dataset holds `total` rows now.
+    Done {
+        /// Rows moved from the import.
+        moved: u64,
+        /// Rows in the dataset now.
+        total: u64,
+    },
+    /// The dataset exists with these other columns; nothing was written.
+    OtherColumns(Value),
+}
+
+/// The app's data, in the transaction of whichever store the server runs on.
+pub enum Data<'t> {
+    /// SQLite or PostgreSQL.
+    Sql(&'t mut SqlTx),
+    /// Redis.
+    Redis(&'t mut RedisTx),
+}
+
+fn backend(e: impl std::fmt::Display) -> HandlerError {
+    HandlerError::from(StoreError::Backend(e.to_string()))
+}
+
+fn sql(e: sqlx::Error) -> HandlerError {
+    match e {
+        sqlx::Error::PoolTimedOut => StoreError::Busy("no database connection was free".into()),
+        e => StoreError::Backend(format!("import tables: {e}")),
+    }
+    .into()
+}
+
+fn corrupt(what: &str, e: impl std::fmt::Display) -> HandlerError {
+    HandlerError::from(StoreError::Corrupt(format!("{what}: {e}")))
+}
+
+fn json_text(text: &str) -> Result<Value, HandlerError> {
+    serde_json::from_str(text).map_err(|e| corrupt("stored JSON", e))
+}
+
+fn count(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+fn owner_key(owner: &str, what: &str) -> String {
+    format!("ref:{}:{owner}:{what}", owner.len())
+}
+
+fn staged_key(import: &str) -> String {
+    format!("ref:staged:{import}")
+}
+
+impl<'t> Data<'t> {
+    /// The app's view of a transaction of one of wharf-store's stores.
+    pub fn of(tx: &'t mut (dyn Transaction + '_)) -> Result<Self, HandlerError> {
+        let any = tx.backend_tx();
+        let unknown = || HandlerError::internal("the import service runs on wharf-store's stores");
+        if any.is::<RedisTx>() {
+            return any
+                .downcast_mut::<RedisTx>()
+                .map(Data::Redis)
+                .ok_or_else(unknown);
+        }
+        any.downcast_mut::<SqlTx>()
+            .map(Data::Sql)
+            .ok_or_else(unknown)
+    }
+
+    /// A dataset of `owner`'s, if it exists.
+    pub async fn dataset(
+        &mut self,
+        owner: &str,
+        name: &str,
+    ) -> Result<Option<Dataset>, HandlerError> {
+        match self {
+            Data::Sql(tx) => {
+                let row = sqlx::query(
+                    "SELECT columns, row_count FROM ref_datasets WHERE owner = $1 AND name = $2",
+                )
+                .bind(owner)
+                .bind(name)
+                .fetch_optional(&mut **tx.sqlx())
+                .await
+                .map_err(sql)?;
+                row.map(|row| {
+                    let columns: String = row.try_get(0).map_err(sql)?;
+                    Ok(Dataset {
+                        columns: json_text(&columns)?,
+                        rows: count(row.try_get(1).map_err(sql)?),
+                        redis: None,
+                    })
+                })
+                .transpose()
+            }
+            Data::Redis(tx) => {
+                let text: Option<String> = tx
+                    .reader()
+                    .hget(owner_key(owner, "datasets"), name)
+                    .await
+                    .map_err(backend)?;
+                text.map(|text| {
+                    let stored: Stored =
+                        serde_json::from_str(&text).map_err(|e| corrupt("stored dataset", e))?;
+                    Ok(Dataset {
+                        columns: stored.columns.clone(),
+                        rows: stored.rows,
+                        redis: Some((text, stored)),
+                    })
+                })
+                .transpose()
+            }
+        }
+    }
+
+    /// How many rows an import has staged.
+    pub async fn staged(&mut self, import: &str) -> Result<u64, HandlerError> {
+        match self {
+            Data::Sql(tx) => {
+                // Numbered from 0 without gaps: the last number tells the count, from the
+                // primary key alone.
+                let n: i64 = sqlx::query_scalar(
+                    "SELECT COALESCE(MAX(seq) + 1, 0) FROM ref_staged_rows WHERE import = $1",
+                )
+                .bind(import)
+                .fetch_one(&mut **tx.sqlx())
+                .await
+                .map_err(sql)?;
+                Ok(count(n))
+            }
+            Data::Redis(tx) => {
+                let n: i64 = tx
+                    .reader()
+                    .llen(staged_key(import))
+                    .await
+                    .map_err(backend)?;
+                Ok(count(n))
+            }
+        }
+    }
+
+    /// Stages rows (objects) for an import whose handle expires at `expires_at`; how many
+    /// it has staged with them. Appends to one import are serialized by its mutation lock.
+    pub async fn append_staged(
+        &mut self,
+        import: &str,
+        expires_at: Millis,
+        rows: &[Map<String, Value>],
+    ) -> Result<u64, HandlerError> {
+        let before = self.staged(import).await?;
+        if rows.is_empty() {
+            return Ok(before);
+        }
+        match self {
+            Data::Sql(tx) => {
+                let statement = match tx.dialect() {
+                    // `json_each` gives each object as JSON text.
+                    Dialect::Sqlite => {
+                        "INSERT INTO ref_staged_rows (import, seq, doc) \
+                         SELECT $1, $2 + j.key, j.value FROM json_each($3) AS j"
+                    }
+                    Dialect::Postgres => {
+                        "INSERT INTO ref_staged_rows (import, seq, doc) \
+                         SELECT $1, $2 + j.ord - 1, j.value::text \
+                         FROM json_array_elements($3::json) WITH ORDINALITY AS j(value, ord)"
+                    }
+                };
+                let array = serde_json::to_string(rows).map_err(HandlerError::internal)?;
+                sqlx::query(statement)
+                    .bind(import)
+                    .bind(i64::try_from(before).unwrap_or(i64::MAX))
+                    .bind(array)
+                    .execute(&mut **tx.sqlx())
+                    .await
+                    .map_err(sql)?;
+            }
+            Data::Redis(tx) => {
+                let key = staged_key(import);
+                let mut push = vec!["RPUSH".to_owned(), key.clone()];
+                for row in rows {
+                    push.push(serde_json::to_string(row).map_err(HandlerError::internal)?);
+                }
+                tx.queue(push)?;
+                // The rows outlive the handle's lifetime by the grace during which it is
+                // still reported as expired, never the other way round.
+                let until = expires_at.saturating_add(EXPIRED_HANDLE_GRACE_MS);
+                tx.queue(["PEXPIREAT".to_owned(), key, until.to_string()])?;
+            }
+        }
+        Ok(before + rows.len() as u64)
+    }
+
+    /// Drops an import's staged rows; how many there were.
+    pub async fn discard_staged(&mut self, import: &str) -> Result<u64, HandlerError> {
+        let staged = self.staged(import).await?;
+        match self {
+            Data::Sql(tx) => {
+                sqlx::query("DELETE FROM ref_staged_rows WHERE import = $1")
+                    .bind(import)
+                    .execute(&mut **tx.sqlx())
+                    .await
+                    .map_err(sql)?;
+            }
+            Data::Redis(tx) => tx.queue(["DEL".to_owned(), staged_key(import)])?,
+        }
+        Ok(staged)
+    }
+
+    /// Moves an import's staged rows to the end of dataset `name` (created with `columns`
+    /// if it does not exist), or in place of its rows with `replace`.
+    pub async fn commit_staged(
+        &mut self,
+        owner: &str,
+        name: &str,
+        columns: &Value,
+        import: &str,
+        replace: bool,
+    ) -> Result<Commit, HandlerError> {
+        let staged = self.staged(import).await?;
+        let n = i64::try_from(staged).unwrap_or(i64::MAX);
+        match self {
+            Data::Sql(tx) => {
+                let columns_text = columns.to_string();
+                sqlx::query(
+                    "INSERT INTO ref_datasets (owner, name, columns) VALUES ($1, $2, $3) \
+                     ON CONFLICT (owner, name) DO NOTHING",
+                )
+                .bind(owner)
+                .bind(name)
+                .bind(&columns_text)
+                .execute(&mut **tx.sqlx())
+                .await
+                .map_err(sql)?;
+                // The update takes the dataset's row lock (PostgreSQL; SQLite has one
+                // writer): concurrent commits to one dataset number their rows in turn.
+                let update = if replace {
+                    "UPDATE ref_datasets SET row_count = $3, next_seq = next_seq + $3 \
+                     WHERE owner = $1 AND name = $2 RETURNING columns, next_seq - $3, row_count"
+                } else {
+                    "UPDATE ref_datasets SET row_count = row_count + $3, next_seq = next_seq + $3 \
+                     WHERE owner = $1 AND name = $2 RETURNING columns, next_seq - $3, row_count"
+                };
+                let row = sqlx::query(update)
+                    .bind(owner)
+                    .bind(name)
+                    .bind(n)
+                    .fetch_one(&mut **tx.sqlx())
+                    .await
+                    .map_err(sql)?;
+                let have = json_text(&row.try_get::<String, _>(0).map_err(sql)?)?;
+                if have != *columns {
+                    // The call fails, and its transaction is rolled back.
+                    return Ok(Commit::OtherColumns(have));
+                }
+                let first: i64 = row.try_get(1).map_err(sql)?;
+                let total: i64 = row.try_get(2).map_err(sql)?;
+                if replace {
+                    sqlx::query("DELETE FROM ref_dataset_rows WHERE owner = $1 AND dataset = $2")
+                        .bind(owner)
+                        .bind(name)
+                        .execute(&mut **tx.sqlx())
+                        .await
+                        .map_err(sql)?;
+                }
+                sqlx::query(
+                    "INSERT INTO ref_dataset_rows (owner, dataset, seq, doc) \
+                     SELECT $1, $2, $3 + seq, doc FROM ref_staged_rows WHERE import = $4",
+                )
+                .bind(owner)
+                .bind(name)
+                .bind(first)
+                .bind(import)
+                .execute(&mut **tx.sqlx())
+                .await
+                .map_err(sql)?;
+                sqlx::query("DELETE FROM ref_staged_rows WHERE import = $1")
+                    .bind(import)
+                    .execute(&mut **tx.sqlx())
+                    .await
+                    .map_err(sql)?;
+                Ok(Commit::Done {
+                    moved: staged,
+                    total: count(total),
+                })
+            }
+            Data::Redis(tx) => {
+                let datasets = owner_key(owner, "datasets");
+                let text: Option<String> =
+                    tx.reader().hget(&datasets, name).await.map_err(backend)?;
+                let mut stored = match &text {
+                    Some(text) => {
+                        serde_json::from_str(text).map_err(|e| corrupt("stored dataset", e))?
+                    }
+                    None => Stored {
+                        columns: columns.clone(),
+                        rows: 0,
+                        next_seq: 0,
+                        segments: Vec::new(),
+                    },
+                };
+                if stored.columns != *columns {
+                    return Ok(Commit::OtherColumns(stored.columns));
+                }
+                tx.expect_field(&datasets, name, text.as_deref());
+                if replace {
+                    for Segment(key, ..) in stored.segments.drain(..) {
+                        tx.queue(["DEL".to_owned(), key])?;
+                    }
+                    stored.rows = 0;
+                }
+                if staged > 0 {
+                    // Renamed, not copied: committing is as cheap for a million rows as
+                    // for one. The staging list expired with the handle; the segment lasts.
+                    let segment = format!("ref:seg:{import}");
+                    tx.queue(["RENAME".to_owned(), staged_key(import), segment.clone()])?;
+                    tx.queue(["PERSIST".to_owned(), segment.clone()])?;
+                    stored
+                        .segments
+                        .push(Segment(segment, stored.next_seq, staged));
+                    stored.next_seq += n;
+                    stored.rows += staged;
+                }
+                let json = serde_json::to_string(&stored).map_err(HandlerError::internal)?;
+                tx.queue(["HSET".to_owned(), datasets, name.to_owned(), json])?;
+                Ok(Commit::Done {
+                    moved: staged,
+                    total: stored.rows,
+                })
+            }
+        }
+    }
+
+    /// Deletes a dataset and its rows; how many rows went.
+    pub async fn delete_dataset(
+        &mut self,
+        owner: &str,
+        dataset: Dataset,
+        name: &str,
+    ) -> Result<u64, HandlerError> {
+        match self {
+            Data::Sql(tx) => {
+                // Its rows go with it (ON DELETE CASCADE).
+                let row: Option<i64> = sqlx::query_scalar(
+                    "DELETE FROM ref_datasets WHERE owner = $1 AND name = $2 RETURNING row_count",
+                )
+                .bind(owner)
+                .bind(name)
+                .fetch_optional(&mut **tx.sqlx())
+                .await
+                .map_err(sql)?;
+                Ok(row.map_or(0, count))
+            }
+            Data::Redis(tx) => {
+                let Some((text, stored)) = dataset.redis else {
+                    return Err(HandlerError::internal(
+                        "a Redis dataset read without its text",
+                    ));
+                };
+                let datasets = owner_key(owner, "datasets");
+                tx.expect_field(&datasets, name, Some(&text));
+                tx.queue(["HDEL".to_owned(), datasets, name.to_owned()])?;
+                for Segment(key, ..) in stored.segments {
+                    tx.queue(["DEL".to_owned(), key])?;
+                }
+                Ok(stored.rows)
+            }
+        }
+    }
+
+    /// Up to `limit` rows of a dataset numbered above `after`, in order.
+    pub async fn scan(
+        &mut self,
+        owner: &str,
+        name: &str,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<(i64, Value)>, HandlerError> {
+        match self {
+            Data::Sql(tx) => {
+                let rows = sqlx::query(
+                    "SELECT seq, doc FROM ref_dataset_rows \
+                     WHERE owner = $1 AND dataset = $2 AND seq > $3 ORDER BY seq LIMIT $4",
+                )
+                .bind(owner)
+                .bind(name)
+                .bind(after.unwrap_or(-1))
+                .bind(i64::from(limit))
+                .fetch_all(&mut **tx.sqlx())
+                .await
+                .map_err(sql)?;
+                rows.iter()
+                    .map(|row| {
+                        let doc: String = row.try_get(1).map_err(sql)?;
+                        Ok((row.try_get(0).map_err(sql)?, json_text(&doc)?))
+                    })
+                    .collect()
+            }
+            Data::Redis(_) => {
+                let Some(Dataset {
+                    redis: Some((_, stored)),
+                    ..
+                }) = self.dataset(owner, name).await?
+                else {
+                    return Ok(Vec::new());
+                };
+                let Data::Redis(tx) = self else {
+                    return Ok(Vec::new());
+                };
+                let mut out = Vec::new();
+                let mut next = after.map_or(0, |a| a.saturating_add(1));
+                for Segment(key, first, len) in stored.segments {
+                    let end = first.saturating_add(i64::try_from(len).unwrap_or(i64::MAX));
+                    let wanted = i64::from(limit) - out.len() as i64;
+                    if wanted <= 0 {
+                        break;
+                    }
+                    if end <= next {
+                        continue;
+                    }
+                    let from = (next - first).max(0);
+                    let items: Vec<String> = tx
+                        .reader()
+                        .lrange(
+                            &key,
+                            isize::try_from(from).unwrap_or(isize::MAX),
+                            isize::try_from(from + wanted - 1).unwrap_or(isize::MAX),
+                        )
+                        .await
+                        .map_err(backend)?;
+                    for (item, seq) in items.iter().zip(first + from..) {
+                        out.push((seq, json_text(item)?));
+                        next = seq + 1;
+                    }
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// A dataset's latest report, and whether its run was cut short.
+    pub async fn report(
+        &mut self,
+        owner: &str,
+        dataset: &str,
+    ) -> Result<Option<(Value, bool)>, HandlerError> {
+        match self {
+            Data::Sql(tx) => {
+                let row = sqlx::query(
+                    "SELECT doc, cancelled FROM ref_reports WHERE owner = $1 AND dataset = $2",
+                )
+                .bind(owner)
+                .bind(dataset)
+                .fetch_optional(&mut **tx.sqlx())
+                .await
+                .map_err(sql)?;
+                row.map(|row| {
+                    let doc: String = row.try_get(0).map_err(sql)?;
+                    let cancelled: i64 = row.try_get(1).map_err(sql)?;
+                    Ok((json_text(&doc)?, cancelled != 0))
+                })
+                .transpose()
+            }
+            Data::Redis(tx) => {
+                let text: Option<String> = tx
+                    .reader()
+                    .hget(owner_key(owner, "reports"), dataset)
+                    .await
+                    .map_err(backend)?;
+                let Some(text) = text else {
+                    return Ok(None);
+                };
+                let doc = json_text(&text)?;
+                let run = doc.get("run").and_then(Value::as_u64).unwrap_or(0);
+                let cancelled: bool = tx
+                    .reader()
+                    .sismember(owner_key(owner, "cancelled"), format!("{run}:{dataset}"))
+                    .await
+                    .map_err(backend)?;
+                Ok(Some((doc, cancelled)))
+            }
+        }
+    }
+
+    /// Records run `run`'s report of a dataset; a new run starts not cancelled.
+    pub async fn put_report(
+        &mut self,
+        owner: &str,
+        dataset: &str,
+        run: u64,
+        doc: &Value,
+    ) -> Result<(), HandlerError> {
+        match self {
+            Data::Sql(tx) => {
+                sqlx::query(
+                    "INSERT INTO ref_reports (owner, dataset, run, doc, cancelled) \
+                     VALUES ($1, $2, $3, $4, 0) ON CONFLICT (owner, dataset) DO UPDATE SET \
+                     cancelled = CASE WHEN ref_reports.run = excluded.run \
+                     THEN ref_reports.cancelled ELSE 0 END, \
+                     run = excluded.run, doc = excluded.doc",
+                )
+                .bind(owner)
+                .bind(dataset)
+                .bind(i64::try_from(run).unwrap_or(i64::MAX))
+                .bind(doc.to_string())
+                .execute(&mut **tx.sqlx())
+                .await
+                .map_err(sql)?;
+            }
+            Data::Redis(tx) => {
+                let reports = owner_key(owner, "reports");
+                tx.queue([
+                    "HSET".to_owned(),
+                    reports,
+                    dataset.to_owned(),
+                    doc.to_string(),
+                ])?;
+                if let Some(previous) = run.checked_sub(1) {
+                    let cancelled = owner_key(owner, "cancelled");
+                    tx.queue([
+                        "SREM".to_owned(),
+                        cancelled,
+                        format!("{previous}:{dataset}"),
+                    ])?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks run `run` of a dataset's report cut short; a later run is left alone.
+    pub async fn mark_cancelled(
+        &mut self,
+        owner: &str,
+        dataset: &str,
+        run: u64,
+    ) -> Result<(), HandlerError> {
+        match self {
+            Data::Sql(tx) => {
+                sqlx::query(
+                    "UPDATE ref_reports SET cancelled = 1 \
+                     WHERE owner = $1 AND dataset = $2 AND run = $3",
+                )
+                .bind(owner)
+                .bind(dataset)
+                .bind(i64::try_from(run).unwrap_or(i64::MAX))
+                .execute(&mut **tx.sqlx())
+                .await
+                .map_err(sql)?;
+            }
+            Data::Redis(tx) => {
+                let cancelled = owner_key(owner, "cancelled");
+                tx.queue(["SADD".to_owned(), cancelled, format!("{run}:{dataset}")])?;
+            }
+        }
+        Ok(())
+    }
+}

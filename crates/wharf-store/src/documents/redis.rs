@@ -1,0 +1,168 @@
+//! [`Documents`] on Redis: a collection's documents in one hash, its rows in one list, both
+//! written through the transaction's buffer; reads see this transaction's own writes.
+
+use async_trait::async_trait;
+use redis::AsyncCommands;
+use serde_json::{Value, json};
+use wharf::store::StoreError;
+
+use super::Documents;
+use crate::redis::{RedisTx, backend, owned_key};
+
+fn doc_key(collection: &str) -> String {
+    format!("wharf:d:{collection}")
+}
+
+fn rows_key(collection: &str) -> String {
+    format!("wharf:r:{collection}")
+}
+
+/// The handle a collection is filed under, if its name says so.
+fn owner_of(collection: &str) -> Option<&str> {
+    collection.split_once('/').map(|(h, _)| h)
+}
+
+impl RedisTx {
+    fn file_under_owner(&mut self, key: &str, collection: &str) {
+        if let Some(owner) = owner_of(collection) {
+            self.ops.push(json!(["sadd", owned_key(owner), key]));
+        }
+    }
+
+    async fn stored_len(&mut self, collection: &str) -> Result<i64, StoreError> {
+        let n: i64 = self
+            .conn
+            .llen(rows_key(collection))
+            .await
+            .map_err(backend)?;
+        Ok(n)
+    }
+}
+
+#[async_trait]
+impl Documents for RedisTx {
+    async fn get_doc(&mut self, collection: &str, key: &str) -> Result<Option<Value>, StoreError> {
+        if let Some(pending) = self.docs.get(&(collection.to_owned(), key.to_owned())) {
+            return Ok(pending.clone());
+        }
+        let text: Option<String> = self
+            .conn
+            .hget(doc_key(collection), key)
+            .await
+            .map_err(backend)?;
+        text.map(|t| {
+            serde_json::from_str(&t).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
+        })
+        .transpose()
+    }
+
+    async fn put_doc(
+        &mut self,
+        collection: &str,
+        key: &str,
+        doc: &Value,
+    ) -> Result<(), StoreError> {
+        let k = doc_key(collection);
+        self.ops.push(json!(["hset", k, key, doc.to_string()]));
+        self.file_under_owner(&k, collection);
+        self.docs
+            .insert((collection.to_owned(), key.to_owned()), Some(doc.clone()));
+        Ok(())
+    }
+
+    async fn insert_doc(
+        &mut self,
+        collection: &str,
+        key: &str,
+        doc: &Value,
+    ) -> Result<Option<Value>, StoreError> {
+        if let Some(there) = self.get_doc(collection, key).await? {
+            return Ok(Some(there));
+        }
+        // Written only if still absent at commit; a different one written meanwhile makes
+        // the whole commit fail (`StoreError::Conflict`).
+        let k = doc_key(collection);
+        self.ops.push(json!(["hsetnx", k, key, doc.to_string()]));
+        self.file_under_owner(&k, collection);
+        self.docs
+            .insert((collection.to_owned(), key.to_owned()), Some(doc.clone()));
+        Ok(None)
+    }
+
+    async fn delete_doc(&mut self, collection: &str, key: &str) -> Result<bool, StoreError> {
+        let existed = self.get_doc(collection, key).await?.is_some();
+        self.ops.push(json!(["hdel", doc_key(collection), key]));
+        self.docs
+            .insert((collection.to_owned(), key.to_owned()), None);
+        Ok(existed)
+    }
+
+    async fn append_rows(&mut self, collection: &str, rows: &[Value]) -> Result<u64, StoreError> {
+        if !rows.is_empty() {
+            let k = rows_key(collection);
+            let mut op = vec![json!("rpush"), json!(k)];
+            op.extend(rows.iter().map(|r| Value::String(r.to_string())));
+            self.ops.push(Value::Array(op));
+            self.file_under_owner(&k, collection);
+            *self.appended.entry(collection.to_owned()).or_default() +=
+                i64::try_from(rows.len()).unwrap_or(i64::MAX);
+        }
+        self.count_rows(collection).await
+    }
+
+    async fn count_rows(&mut self, collection: &str) -> Result<u64, StoreError> {
+        let pending = self.appended.get(collection).copied().unwrap_or(0);
+        let n = self.stored_len(collection).await? + pending;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    async fn scan_rows(
+        &mut self,
+        collection: &str,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<(i64, Value)>, StoreError> {
+        let start = after.map_or(0, |a| a + 1);
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let stop = start + i64::from(limit) - 1;
+        let items: Vec<String> = self
+            .conn
+            .lrange(
+                rows_key(collection),
+                isize::try_from(start).unwrap_or(isize::MAX),
+                isize::try_from(stop).unwrap_or(isize::MAX),
+            )
+            .await
+            .map_err(backend)?;
+        items
+            .iter()
+            .zip(start..)
+            .map(|(t, seq)| {
+                serde_json::from_str(t)
+                    .map(|v| (seq, v))
+                    .map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
+            })
+            .collect()
+    }
+
+    async fn move_rows(&mut self, from: &str, to: &str) -> Result<u64, StoreError> {
+        let n = self.count_rows(from).await?;
+        let to_key = rows_key(to);
+        self.ops.push(json!(["move", rows_key(from), to_key]));
+        self.file_under_owner(&to_key, to);
+        let moved = i64::try_from(n).unwrap_or(i64::MAX);
+        *self.appended.entry(to.to_owned()).or_default() += moved;
+        *self.appended.entry(from.to_owned()).or_default() -= moved;
+        Ok(n)
+    }
+
+    async fn clear_rows(&mut self, collection: &str) -> Result<u64, StoreError> {
+        let n = self.count_rows(collection).await?;
+        self.ops.push(json!(["del", rows_key(collection)]));
+        *self.appended.entry(collection.to_owned()).or_default() -=
+            i64::try_from(n).unwrap_or(i64::MAX);
+        Ok(n)
+    }
+}
