@@ -4,7 +4,7 @@
 //! call's idempotency record, or not at all.
 //!
 //! On Redis (the owner's length goes first, so no owner can spell another's keys):
-//! - `ref:<len>:<owner>:datasets`, a hash: dataset name → [`Stored`] as JSON, which lists
+//! - `ref:<len>:<owner>:datasets`, a hash: dataset name → the dataset as JSON, which lists
 //!   the dataset's segments, one per committed import;
 //! - `ref:seg:<import>`: a committed import's rows (a list, its staging list renamed);
 //! - `ref:staged:<import>`: an open import's rows, expiring with the import's handle;
@@ -289,14 +289,33 @@ impl<'t> Data<'t> {
                 .execute(&mut **tx.sqlx())
                 .await
                 .map_err(sql)?;
-                // The update takes the dataset's row lock (PostgreSQL; SQLite has one
-                // writer): concurrent commits to one dataset number their rows in turn.
+                // The dataset's row is locked first (PostgreSQL; SQLite has one writer):
+                // concurrent commits to one dataset number their rows in turn, and nothing
+                // is written when the columns differ.
+                let read = match tx.dialect() {
+                    Dialect::Postgres => {
+                        "SELECT columns FROM ref_datasets WHERE owner = $1 AND name = $2 FOR UPDATE"
+                    }
+                    Dialect::Sqlite => {
+                        "SELECT columns FROM ref_datasets WHERE owner = $1 AND name = $2"
+                    }
+                };
+                let have: String = sqlx::query_scalar(read)
+                    .bind(owner)
+                    .bind(name)
+                    .fetch_one(&mut **tx.sqlx())
+                    .await
+                    .map_err(sql)?;
+                let have = json_text(&have)?;
+                if have != *columns {
+                    return Ok(Commit::OtherColumns(have));
+                }
                 let update = if replace {
                     "UPDATE ref_datasets SET row_count = $3, next_seq = next_seq + $3 \
-                     WHERE owner = $1 AND name = $2 RETURNING columns, next_seq - $3, row_count"
+                     WHERE owner = $1 AND name = $2 RETURNING next_seq - $3, row_count"
                 } else {
                     "UPDATE ref_datasets SET row_count = row_count + $3, next_seq = next_seq + $3 \
-                     WHERE owner = $1 AND name = $2 RETURNING columns, next_seq - $3, row_count"
+                     WHERE owner = $1 AND name = $2 RETURNING next_seq - $3, row_count"
                 };
                 let row = sqlx::query(update)
                     .bind(owner)
@@ -305,13 +324,8 @@ impl<'t> Data<'t> {
                     .fetch_one(&mut **tx.sqlx())
                     .await
                     .map_err(sql)?;
-                let have = json_text(&row.try_get::<String, _>(0).map_err(sql)?)?;
-                if have != *columns {
-                    // The call fails, and its transaction is rolled back.
-                    return Ok(Commit::OtherColumns(have));
-                }
-                let first: i64 = row.try_get(1).map_err(sql)?;
-                let total: i64 = row.try_get(2).map_err(sql)?;
+                let first: i64 = row.try_get(0).map_err(sql)?;
+                let total: i64 = row.try_get(1).map_err(sql)?;
                 if replace {
                     sqlx::query("DELETE FROM ref_dataset_rows WHERE owner = $1 AND dataset = $2")
                         .bind(owner)

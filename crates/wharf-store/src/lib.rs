@@ -14,7 +14,7 @@
 //! An app keeps its own data in the call's transaction, so it commits with the call's
 //! idempotency record: on SQL stores in tables of its own through [`SqlTx::sqlx`], on Redis in
 //! keys of its own through [`redis::RedisTx`]'s command buffer. The optional `documents`
-//! feature adds [`Documents`], a ready-made model of keyed documents and ordered rows.
+//! feature adds `Documents`, a ready-made model of keyed documents and ordered rows.
 
 #[cfg(feature = "documents")]
 mod documents;

@@ -76,3 +76,23 @@ pub(crate) fn tolerant(mut migrator: Migrator) -> Migrator {
     migrator.set_ignore_missing(true);
     migrator
 }
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn app_migrations_numbered_like_the_stores_are_refused_by_name() {
+        // The store's own migrations, passed off as an app's: versions 1, 2, ….
+        let app = AppMigrations::new().sqlite(sqlx::migrate!("./migrations/sqlite"));
+        let err = app
+            .for_dialect(Dialect::Sqlite)
+            .err()
+            .map(|e| e.to_string());
+        let err = err.unwrap_or_default();
+        assert!(err.contains("app migration 1 (wharf core)"), "{err}");
+        assert!(err.contains("from 10000 on"), "{err}");
+        // A dialect the app has no migrations for applies none.
+        assert!(matches!(app.for_dialect(Dialect::Postgres), Ok(None)));
+    }
+}

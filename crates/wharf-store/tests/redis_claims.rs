@@ -159,3 +159,49 @@ async fn the_later_of_two_inserts_of_one_document_conflicts_and_applies_nothing(
     );
     late.commit().await.unwrap();
 }
+
+/// The command buffer: an app's own commands land with the call's idempotency record, once;
+/// a field the app expected unchanged that changed meanwhile makes the commit apply nothing.
+#[tokio::test]
+async fn queued_commands_land_with_the_claim_or_not_at_all() {
+    use wharf_store::redis::RedisTx;
+    let store = redis_with(Duration::from_secs(5)).await;
+    let mut raw = raw_redis().await;
+    let (list, hash) = (unique("app:list"), unique("app:hash"));
+    let c = claim(&unique("h:buffer"), "k", json!({"n": 1}));
+    let Begin::Run(mut tx) = store.begin_idempotent(&c, now_millis()).await.unwrap() else {
+        panic!("the first attempt runs")
+    };
+    let app = tx.backend_tx().downcast_mut::<RedisTx>().unwrap();
+    app.queue(["RPUSH", list.as_str(), "a", "b"]).unwrap();
+    app.expect_field(&hash, "v", None);
+    app.queue(["HSET", hash.as_str(), "v", "1"]).unwrap();
+    let before: Vec<String> = raw.lrange(&list, 0, -1).await.unwrap();
+    assert!(before.is_empty(), "nothing lands before the commit");
+    tx.complete_claim(&c, "\"done\"").await.unwrap();
+    tx.commit().await.unwrap();
+    let after: Vec<String> = raw.lrange(&list, 0, -1).await.unwrap();
+    assert_eq!(after, ["a", "b"]);
+    // The retry replays; the commands do not run again.
+    assert!(matches!(
+        store.begin_idempotent(&c, now_millis()).await.unwrap(),
+        Begin::Replay(r) if r == "\"done\""
+    ));
+
+    // Expected "1", but another writer made it "2": nothing of this commit lands.
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    let app = tx.backend_tx().downcast_mut::<RedisTx>().unwrap();
+    app.expect_field(&hash, "v", Some("1"));
+    app.queue(["RPUSH", list.as_str(), "c"]).unwrap();
+    let () = raw.hset(&hash, "v", "2").await.unwrap();
+    assert!(matches!(tx.commit().await, Err(StoreError::Conflict)));
+    let after: Vec<String> = raw.lrange(&list, 0, -1).await.unwrap();
+    assert_eq!(after, ["a", "b"]);
+
+    // Commands a script cannot take are refused when queued.
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    let app = tx.backend_tx().downcast_mut::<RedisTx>().unwrap();
+    assert!(app.queue(Vec::<String>::new()).is_err());
+    let huge = std::iter::repeat_n("x".to_owned(), RedisTx::MAX_ARGS + 1);
+    assert!(app.queue(huge).is_err());
+}

@@ -5,9 +5,9 @@
 //! - **handles**: server-minted ids with an owner and an expiry ([`Handle`], [`HandleRecord`]);
 //! - **idempotency records**: the first result of a write, kept per handle (or per
 //!   principal and tool) under the caller's key ([`Claim`]);
-//! - **app data**: written through [`Transaction::backend_tx`] in the same transaction as the
-//!   idempotency record, so an effect and its record commit together or not at all (the
-//!   documents and row collections of `wharf_store::Documents` are one such model).
+//! - **app data**: the app's own tables or keys, written through [`Transaction::backend_tx`]
+//!   in the same transaction as the idempotency record, so an effect and its record commit
+//!   together or not at all.
 
 mod handle;
 mod idempotency;
@@ -52,9 +52,9 @@ pub enum StoreError {
     /// after this one was presumed dead); nothing it wrote was applied.
     #[error("the write lost its idempotency claim; nothing was applied")]
     ClaimLost,
-    /// Another call wrote, first, a document this one inserted only if absent (Redis, which
-    /// finds out at commit); nothing was applied.
-    #[error("a concurrent call wrote the same document first; nothing was applied")]
+    /// Another call changed, first, data this one expected unchanged (Redis, which finds out
+    /// at commit); nothing was applied.
+    #[error("a concurrent call changed the same data first; nothing was applied")]
     Conflict,
     /// A handle the transaction held was retired before it committed (Redis, which checks at
     /// commit); nothing it wrote was applied.
@@ -159,11 +159,6 @@ pub trait Store: Send + Sync + 'static {
 }
 
 /// One transaction on a store. Dropped without [`Transaction::commit`], it rolls back.
-///
-/// App data comes in two shapes: *documents* (a JSON value under a key in a collection) and
-/// *rows* (an ordered, append-only list of JSON values per collection, each with a sequence
-/// number). Collections whose name starts with a handle id and `/` belong to that handle and
-/// are removed with it.
 #[async_trait]
 pub trait Transaction: Send {
     /// Stores a new handle.
@@ -192,7 +187,7 @@ pub trait Transaction: Send {
     async fn commit(self: Box<Self>) -> Result<(), StoreError>;
 
     /// The store's own transaction, for code that knows the backend and writes its own data
-    /// in the call's transaction (downcast it: `wharf_store::SqlTx` for the SQL stores). The
-    /// app data model of `wharf-store` (`wharf_store::Documents`) goes through it.
+    /// in the call's transaction (downcast it: `wharf_store::SqlTx` for the SQL stores,
+    /// `wharf_store::redis::RedisTx` and its command buffer for Redis).
     fn backend_tx(&mut self) -> &mut dyn Any;
 }

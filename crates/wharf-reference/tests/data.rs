@@ -1,0 +1,336 @@
+//! The import service's own data on every store it runs on: its tables (created by its
+//! migrations when the store opens) on a SQLite file and on PostgreSQL, its keys on Redis.
+//! Each test uses owners of its own, so runs against one database do not meet.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+use wharf::Principal;
+use wharf::store::{HandleRecord, Store, StoreError, TxMode, now_millis};
+use wharf_reference::data::{Commit, Data, migrations};
+use wharf_reference::import::Import;
+use wharf_store::{StoreOptions, open};
+
+fn options() -> StoreOptions {
+    let mut options = StoreOptions::default();
+    options.max_connections = 4;
+    options.app_migrations = Some(Arc::new(migrations()));
+    options
+}
+
+fn sqlite_url(tag: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("wharf-ref-data-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    format!("sqlite://{}/app.db", dir.display())
+}
+
+fn pg_url() -> String {
+    std::env::var("WHARF_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+fn redis_url() -> String {
+    std::env::var("WHARF_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
+}
+
+async fn store(url: &str) -> Arc<dyn Store> {
+    open(url, &options())
+        .await
+        .unwrap_or_else(|e| panic!("the store at {url} is required for these tests: {e}"))
+}
+
+/// An owner no other run or test uses.
+fn owner(tag: &str) -> Principal {
+    Principal::new(format!("{tag}-{}-{}", std::process::id(), now_millis()))
+}
+
+fn rows(from: u64, n: u64) -> Vec<Map<String, Value>> {
+    (from..from + n)
+        .map(|i| {
+            let Value::Object(row) = json!({ "id": i, "name": format!("row {i}") }) else {
+                unreachable!("rows are objects")
+            };
+            row
+        })
+        .collect()
+}
+
+fn columns() -> Value {
+    json!([{ "name": "id", "type": "integer", "nullable": false }])
+}
+
+/// Mints an import for `owner`, committed.
+async fn import(store: &dyn Store, owner: &Principal) -> HandleRecord {
+    let record = HandleRecord::mint::<Import>(owner, now_millis());
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.create_handle(&record).await.unwrap();
+    tx.commit().await.unwrap();
+    record
+}
+
+/// Runs `f` on the app's data in a write transaction, then commits it.
+async fn write<T>(
+    store: &dyn Store,
+    f: impl AsyncFnOnce(&mut Data<'_>) -> T,
+) -> Result<T, StoreError> {
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    let out = f(&mut Data::of(tx.as_mut()).unwrap()).await;
+    tx.commit().await.map(|()| out)
+}
+
+async fn read<T>(store: &dyn Store, f: impl AsyncFnOnce(&mut Data<'_>) -> T) -> T {
+    let mut tx = store.begin(TxMode::Read).await.unwrap();
+    f(&mut Data::of(tx.as_mut()).unwrap()).await
+}
+
+async fn ids(store: &dyn Store, owner: &str, after: Option<i64>) -> Vec<(i64, u64)> {
+    read(store, async |d| {
+        d.scan(owner, "sales", after, 100).await.unwrap()
+    })
+    .await
+    .into_iter()
+    .map(|(seq, row)| (seq, row["id"].as_u64().unwrap()))
+    .collect()
+}
+
+/// Stages rows over two calls, commits them, replaces them with another import's, reads
+/// them in order from any point, and deletes the dataset.
+async fn imports_commit_replace_scan_and_delete(store: Arc<dyn Store>) {
+    let who = owner("commit");
+    let owner = who.id();
+    let first = import(&*store, &who).await;
+    for (from, n) in [(0, 3), (3, 2)] {
+        let staged = write(&*store, async |d| {
+            d.append_staged(&first.id, first.expires_at, &rows(from, n))
+                .await
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        assert_eq!(staged, from + n);
+    }
+    // Staged rows are not the dataset's yet.
+    assert!(ids(&*store, owner, None).await.is_empty());
+    let committed = write(&*store, async |d| {
+        d.commit_staged(owner, "sales", &columns(), &first.id, false)
+            .await
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(matches!(committed, Commit::Done { moved: 5, total: 5 }));
+    let all = ids(&*store, owner, None).await;
+    assert_eq!(all, (0..5).map(|i| (i, i as u64)).collect::<Vec<_>>());
+    assert_eq!(ids(&*store, owner, Some(2)).await, all[3..]);
+
+    let second = import(&*store, &who).await;
+    write(&*store, async |d| {
+        d.append_staged(&second.id, second.expires_at, &rows(100, 2))
+            .await
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    // Other columns are refused and change nothing.
+    let refused = write(&*store, async |d| {
+        d.commit_staged(owner, "sales", &json!([]), &second.id, true)
+            .await
+            .unwrap()
+    })
+    .await;
+    assert!(matches!(refused, Ok(Commit::OtherColumns(c)) if c == columns()));
+    let replaced = write(&*store, async |d| {
+        d.commit_staged(owner, "sales", &columns(), &second.id, true)
+            .await
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(matches!(replaced, Commit::Done { moved: 2, total: 2 }));
+    // Numbers go on from where the replaced rows ended: an old cursor never points into
+    // the new rows.
+    assert_eq!(ids(&*store, owner, None).await, vec![(5, 100), (6, 101)]);
+    assert_eq!(ids(&*store, owner, Some(5)).await, vec![(6, 101)]);
+    let staged = read(&*store, async |d| d.staged(&second.id).await.unwrap()).await;
+    assert_eq!(staged, 0, "committed rows leave the import");
+
+    let deleted = write(&*store, async |d| {
+        let dataset = d.dataset(owner, "sales").await.unwrap().unwrap();
+        assert_eq!(dataset.rows, 2);
+        d.delete_dataset(owner, dataset, "sales").await.unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(deleted, 2);
+    let gone = read(&*store, async |d| d.dataset(owner, "sales").await.unwrap()).await;
+    assert!(gone.is_none());
+    assert!(ids(&*store, owner, None).await.is_empty());
+}
+
+/// An import's staged rows go when its handle is retired (SQL: with the handle's row).
+async fn staged_rows_go_with_their_import(store: Arc<dyn Store>) {
+    let who = owner("retire");
+    let import = import(&*store, &who).await;
+    write(&*store, async |d| {
+        d.append_staged(&import.id, import.expires_at, &rows(0, 4))
+            .await
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.retire_handle(&import.id).await.unwrap();
+    if store.backend() == "redis" {
+        // On Redis the service discards them itself, as `import_abort` does.
+        Data::of(tx.as_mut())
+            .unwrap()
+            .discard_staged(&import.id)
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    let left = read(&*store, async |d| d.staged(&import.id).await.unwrap()).await;
+    assert_eq!(left, 0);
+}
+
+/// A report's cancellation mark holds for its own run only.
+async fn a_cancellation_marks_its_own_run_only(store: Arc<dyn Store>) {
+    let who = owner("report");
+    let owner = who.id();
+    let report = |run: u64| json!({ "dataset": "sales", "run": run, "state": "running" });
+    write(&*store, async |d| {
+        d.put_report(owner, "sales", 1, &report(1)).await.unwrap()
+    })
+    .await
+    .unwrap();
+    write(&*store, async |d| {
+        d.mark_cancelled(owner, "sales", 1).await.unwrap()
+    })
+    .await
+    .unwrap();
+    let seen = read(&*store, async |d| d.report(owner, "sales").await.unwrap()).await;
+    assert_eq!(seen, Some((report(1), true)));
+    // Run 2 starts; run 1's late mark does not reach it.
+    write(&*store, async |d| {
+        d.put_report(owner, "sales", 2, &report(2)).await.unwrap()
+    })
+    .await
+    .unwrap();
+    write(&*store, async |d| {
+        d.mark_cancelled(owner, "sales", 1).await.unwrap()
+    })
+    .await
+    .unwrap();
+    let seen = read(&*store, async |d| d.report(owner, "sales").await.unwrap()).await;
+    assert_eq!(seen, Some((report(2), false)));
+}
+
+macro_rules! on_every_store {
+    ($($test:ident),*) => {
+        mod sqlite {
+            $(#[tokio::test]
+            async fn $test() {
+                super::$test(super::store(&super::sqlite_url(stringify!($test))).await).await;
+            })*
+        }
+        mod postgres {
+            $(#[tokio::test]
+            async fn $test() {
+                super::$test(super::store(&super::pg_url()).await).await;
+            })*
+        }
+        mod redis {
+            $(#[tokio::test]
+            async fn $test() {
+                super::$test(super::store(&super::redis_url()).await).await;
+            })*
+        }
+    };
+}
+
+on_every_store!(
+    imports_commit_replace_scan_and_delete,
+    staged_rows_go_with_their_import,
+    a_cancellation_marks_its_own_run_only
+);
+
+/// Two calls commit imports into one new dataset at once: on SQL the second waits for the
+/// first's lock and numbers its rows after them; on Redis it finds the dataset changed and
+/// applies nothing (a retry then lands). Either way every row is there once, numbered once.
+async fn concurrent_commits_to_one_dataset_number_rows_once(store: Arc<dyn Store>) {
+    let who = owner("race");
+    let owner = who.id().to_owned();
+    let (a, b) = (import(&*store, &who).await, import(&*store, &who).await);
+    for (i, imp) in [&a, &b].into_iter().enumerate() {
+        write(&*store, async |d| {
+            d.append_staged(&imp.id, imp.expires_at, &rows(i as u64 * 10, 3))
+                .await
+                .unwrap()
+        })
+        .await
+        .unwrap();
+    }
+    // Both read the dataset (absent) and queue or make their writes before either commits.
+    let mut ta = store.begin(TxMode::Write).await.unwrap();
+    Data::of(ta.as_mut())
+        .unwrap()
+        .commit_staged(&owner, "sales", &columns(), &a.id, false)
+        .await
+        .unwrap();
+    let racer = {
+        let (store, owner, b) = (Arc::clone(&store), owner.clone(), b.id.clone());
+        tokio::spawn(async move {
+            let mut tb = store.begin(TxMode::Write).await.unwrap();
+            Data::of(tb.as_mut())
+                .unwrap()
+                .commit_staged(&owner, "sales", &columns(), &b, false)
+                .await
+                .unwrap();
+            tb.commit().await
+        })
+    };
+    if store.backend() == "redis" {
+        // Let b read and commit first on Redis (its reads do not wait).
+        let b_landed = racer.await.unwrap();
+        assert!(b_landed.is_ok());
+        assert!(matches!(ta.commit().await, Err(StoreError::Conflict)));
+        write(&*store, async |d| {
+            d.commit_staged(&owner, "sales", &columns(), &a.id, false)
+                .await
+                .unwrap()
+        })
+        .await
+        .unwrap();
+    } else {
+        ta.commit().await.unwrap();
+        racer.await.unwrap().unwrap();
+    }
+    let mut seen = ids(&*store, &owner, None).await;
+    let seqs: Vec<i64> = seen.iter().map(|(s, _)| *s).collect();
+    assert_eq!(seqs, (0..6).collect::<Vec<_>>());
+    seen.sort_by_key(|(_, id)| *id);
+    let got: Vec<u64> = seen.into_iter().map(|(_, id)| id).collect();
+    assert_eq!(got, vec![0, 1, 2, 10, 11, 12]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_concurrent_commits_to_one_dataset_number_rows_once() {
+    concurrent_commits_to_one_dataset_number_rows_once(store(&pg_url()).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_concurrent_commits_to_one_dataset_number_rows_once() {
+    concurrent_commits_to_one_dataset_number_rows_once(store(&redis_url()).await).await;
+}
+
+/// The service's migrations and the store's share one table of applied versions: a store
+/// opened again, with or without the app's migrations, starts.
+#[tokio::test]
+async fn a_store_with_app_tables_opens_again_either_way() {
+    let url = sqlite_url("reopen");
+    drop(store(&url).await);
+    drop(store(&url).await);
+    let plain = open(&url, &StoreOptions::default()).await;
+    assert!(plain.is_ok(), "{:?}", plain.err());
+}
