@@ -205,35 +205,53 @@ impl<'t> Data<'t> {
         expires_at: Millis,
         rows: &[Map<String, Value>],
     ) -> Result<u64, HandlerError> {
-        let before = self.staged(import).await?;
         if rows.is_empty() {
-            return Ok(before);
+            return self.staged(import).await;
         }
+        let n = rows.len() as u64;
         match self {
             Data::Sql(tx) => {
-                let statement = match tx.dialect() {
-                    // `json_each` gives each object as JSON text.
-                    Dialect::Sqlite => {
-                        "INSERT INTO ref_staged_rows (import, seq, doc) \
-                         SELECT $1, $2 + j.key, j.value FROM json_each($3) AS j"
-                    }
-                    Dialect::Postgres => {
-                        "INSERT INTO ref_staged_rows (import, seq, doc) \
-                         SELECT $1, $2 + j.ord - 1, j.value::text \
-                         FROM json_array_elements($3::json) WITH ORDINALITY AS j(value, ord)"
-                    }
-                };
                 let array = serde_json::to_string(rows).map_err(HandlerError::internal)?;
-                sqlx::query(statement)
+                if tx.dialect() == Dialect::Sqlite {
+                    // In process, a second statement costs no round trip; `json_each` gives
+                    // each object as JSON text.
+                    let before = self.staged(import).await?;
+                    let Data::Sql(tx) = self else {
+                        return Err(HandlerError::internal("the store changed under the call"));
+                    };
+                    sqlx::query(
+                        "INSERT INTO ref_staged_rows (import, seq, doc) \
+                         SELECT $1, $2 + j.key, j.value FROM json_each($3) AS j",
+                    )
                     .bind(import)
                     .bind(i64::try_from(before).unwrap_or(i64::MAX))
                     .bind(array)
                     .execute(&mut **tx.sqlx())
                     .await
                     .map_err(sql)?;
+                    return Ok(before + n);
+                }
+                // One round trip to PostgreSQL: the rows are numbered on from the import's
+                // last one, and the statement answers how many it holds then.
+                let staged: i64 = sqlx::query_scalar(
+                    "WITH base AS (SELECT COALESCE(MAX(seq) + 1, 0) AS b \
+                     FROM ref_staged_rows WHERE import = $1), \
+                     ins AS (INSERT INTO ref_staged_rows (import, seq, doc) \
+                     SELECT $1, base.b + j.ord - 1, j.value::text FROM base, \
+                     json_array_elements($2::json) WITH ORDINALITY AS j(value, ord)) \
+                     SELECT b + $3 FROM base",
+                )
+                .bind(import)
+                .bind(array)
+                .bind(i64::try_from(n).unwrap_or(i64::MAX))
+                .fetch_one(&mut **tx.sqlx())
+                .await
+                .map_err(sql)?;
+                Ok(count(staged))
             }
             Data::Redis(tx) => {
                 let key = staged_key(import);
+                let before: i64 = tx.reader().llen(&key).await.map_err(backend)?;
                 let mut push = vec!["RPUSH".to_owned(), key.clone()];
                 for row in rows {
                     push.push(serde_json::to_string(row).map_err(HandlerError::internal)?);
@@ -243,9 +261,9 @@ impl<'t> Data<'t> {
                 // still reported as expired, never the other way round.
                 let until = expires_at.saturating_add(EXPIRED_HANDLE_GRACE_MS);
                 tx.queue(["PEXPIREAT".to_owned(), key, until.to_string()])?;
+                Ok(count(before) + n)
             }
         }
-        Ok(before + rows.len() as u64)
     }
 
     /// Drops an import's staged rows; how many there were.
