@@ -11,7 +11,8 @@
 #
 # usage: bench/store.sh [--quick] [--no-build]
 # environment: DURATION (s, default 10), ROUNDS (default 2), WARMUP (s, default 2),
-#   CONNECTIONS (default 8), ROWS (default 50), PG_ADMIN_URL (default
+#   CONNECTIONS (default 8), ROWS (default 50), BACKENDS (default "sqlite postgres"),
+#   PG_ADMIN_URL (default
 #   postgres://postgres@127.0.0.1:5432/postgres; each run gets a fresh database wharf_bench
 #   there, so neither side inherits the other's rows), PORT (default 18093)
 set -euo pipefail
@@ -31,7 +32,7 @@ for arg in "$@"; do
     case "$arg" in
         --quick) quick=1 ;;
         --no-build) build=0 ;;
-        -h | --help) sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument: $arg (try --help)" ;;
     esac
 done
@@ -41,6 +42,7 @@ ROUNDS=${ROUNDS:-2}
 WARMUP=${WARMUP:-2}
 CONNECTIONS=${CONNECTIONS:-8}
 ROWS=${ROWS:-50}
+BACKENDS=${BACKENDS:-sqlite postgres}
 PG_ADMIN_URL=${PG_ADMIN_URL:-postgres://postgres@127.0.0.1:5432/postgres}
 PG_URL="${PG_ADMIN_URL%/*}/wharf_bench"
 PORT=${PORT:-18093}
@@ -154,7 +156,8 @@ report=$(mktemp)
     echo "| --- | --- | ---: | ---: | ---: | ---: |"
 } >"$report"
 ratios=()
-for backend in sqlite postgres; do
+for backend in $BACKENDS; do
+    [[ $backend == sqlite || $backend == postgres ]] || die "unknown backend in BACKENDS: $backend"
     for round in $(seq 1 "$ROUNDS"); do
         run_one "$backend" wharf "$round"
         run_one "$backend" baseline "$round"

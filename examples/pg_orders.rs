@@ -39,17 +39,18 @@ struct Placed {
 
 async fn place(cx: Context, args: Order) -> Result<Structured<Placed>, HandlerError> {
     let mut tx = cx.tx().await?;
-    let sql = tx
+    // The call's transaction, as sqlx's own `Transaction<Postgres>`.
+    let pg = tx
         .backend_tx()
         .downcast_mut::<SqlTx>()
-        .ok_or_else(|| HandlerError::internal("this example needs a SQL store"))?
-        .sqlx();
+        .and_then(SqlTx::postgres)
+        .ok_or_else(|| HandlerError::internal("this example needs a PostgreSQL store"))?;
     let order: i64 = sqlx::query_scalar(
         "INSERT INTO example_orders (item, quantity) VALUES ($1, $2) RETURNING id",
     )
     .bind(&args.item)
     .bind(args.quantity)
-    .fetch_one(&mut **sql)
+    .fetch_one(&mut **pg)
     .await
     .map_err(HandlerError::internal)?;
     Ok(Structured(Placed { order }))
@@ -61,9 +62,14 @@ async fn main() -> anyhow::Result<()> {
     let store = wharf_store::open(&url, &wharf_store::StoreOptions::default()).await?;
     // The app's migration: here one statement, run in a transaction of the store.
     let mut tx = store.begin(wharf::store::TxMode::Write).await?;
-    if let Some(sql) = tx.backend_tx().downcast_mut::<SqlTx>() {
-        sql.sqlx().execute(SCHEMA).await?;
-    }
+    let pg = tx
+        .backend_tx()
+        .downcast_mut::<SqlTx>()
+        .and_then(SqlTx::postgres);
+    let Some(pg) = pg else {
+        anyhow::bail!("this example needs a PostgreSQL store, not {url}");
+    };
+    pg.execute(SCHEMA).await?;
     tx.commit().await?;
     let server = Server::builder(Implementation::new("orders", "1.0.0"))
         .store(store)

@@ -179,9 +179,7 @@ async fn pg_orders_writes_its_own_table_once_per_key() {
         again["result"]["_meta"]["dev.wharf/idempotentReplay"], true,
         "{again}"
     );
-    let pool = sqlx::any::AnyPoolOptions::new().max_connections(1);
-    sqlx::any::install_default_drivers();
-    let pool = pool.connect(&pg).await.unwrap();
+    let pool = sqlx::PgPool::connect(&pg).await.unwrap();
     let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM example_orders WHERE item = $1")
         .bind(&item)
         .fetch_one(&pool)

@@ -1,5 +1,5 @@
 //! The baseline for `import_append_rows`: what a developer writes by hand for an idempotent
-//! append, with the same driver Wharf uses (sqlx, `Any`).
+//! append, with the same drivers Wharf uses (sqlx's SQLite and PostgreSQL drivers).
 //!
 //! `POST /mcp` takes the same JSON-RPC `tools/call` as Wharf, and in one transaction inserts
 //! an idempotency record for the call's key (a duplicate would get the stored result) and the
@@ -22,7 +22,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
-use sqlx::AnyPool;
+use sqlx::{Executor, PgPool, SqlitePool};
 
 #[derive(Deserialize)]
 struct Request<'a> {
@@ -43,9 +43,9 @@ struct Args {
     rows: Vec<Map<String, Value>>,
 }
 
-struct App {
-    pool: AnyPool,
-    sqlite: bool,
+enum App {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
 }
 
 async fn append(State(app): State<Arc<App>>, body: Bytes) -> Response {
@@ -55,52 +55,58 @@ async fn append(State(app): State<Arc<App>>, body: Bytes) -> Response {
     }
 }
 
+/// In the transaction `$tx`: the idempotency record, then (for a new key) the rows in one
+/// multi-row insert whose placeholders `$param(i)` spells for row `i`.
+macro_rules! insert {
+    ($tx:expr, $args:ident, $result:ident, $param:expr) => {{
+        let mut tx = $tx.map_err(|e| e.to_string())?;
+        let fresh = sqlx::query(
+            "INSERT INTO bench_idempotency (scope, key, result) VALUES ($1, $2, $3) \
+             ON CONFLICT (scope, key) DO NOTHING",
+        )
+        .bind(&$args.import)
+        .bind(&$args.idempotency_key)
+        .bind(&$result)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| e.to_string())?
+        .rows_affected()
+            == 1;
+        if fresh && !$args.rows.is_empty() {
+            // Row ids come from the database, as they must with several replicas.
+            let values: Vec<String> = (0..$args.rows.len()).map($param).collect();
+            let sql = format!(
+                "INSERT INTO bench_rows (collection, doc) VALUES {}",
+                values.join(",")
+            );
+            let mut q = sqlx::query(&sql);
+            for row in $args.rows {
+                q = q
+                    .bind($args.import.as_str())
+                    .bind(Value::Object(row).to_string());
+            }
+            q.execute(&mut *tx).await.map_err(|e| e.to_string())?;
+        }
+        tx.commit().await.map_err(|e| e.to_string())?;
+    }};
+}
+
 async fn run(app: &App, body: &[u8]) -> Result<String, String> {
     let req: Request = serde_json::from_slice(body).map_err(|e| e.to_string())?;
     let args = req.params.arguments;
     let n = args.rows.len();
     let result = format!(r#"{{"appended":{n}}}"#);
-    let mut tx = if app.sqlite {
-        app.pool.begin_with("BEGIN IMMEDIATE").await
-    } else {
-        app.pool.begin().await
-    }
-    .map_err(|e| e.to_string())?;
-    let fresh = sqlx::query(
-        "INSERT INTO bench_idempotency (scope, key, result) VALUES ($1, $2, $3) \
-         ON CONFLICT (scope, key) DO NOTHING",
-    )
-    .bind(&args.import)
-    .bind(&args.idempotency_key)
-    .bind(&result)
-    .execute(&mut *tx)
-    .await
-    .map_err(|e| e.to_string())?
-    .rows_affected()
-        == 1;
-    if fresh && n > 0 {
-        // Row ids come from the database, as they must with several replicas.
-        let mut sql = String::from("INSERT INTO bench_rows (collection, doc) VALUES ");
-        for i in 0..n {
-            if i > 0 {
-                sql.push(',');
-            }
-            // SQLite: anonymous parameters (sqlx looks up the name of each numbered one).
-            if app.sqlite {
-                sql.push_str("(?, ?)");
-            } else {
-                sql.push_str(&format!("(${}, ${})", i * 2 + 1, i * 2 + 2));
-            }
+    match app {
+        App::Sqlite(pool) => {
+            let tx = pool.begin_with("BEGIN IMMEDIATE").await;
+            insert!(tx, args, result, |_| "(?, ?)".to_owned())
         }
-        let mut q = sqlx::query(&sql);
-        for row in args.rows {
-            q = q
-                .bind(args.import.as_str())
-                .bind(Value::Object(row).to_string());
-        }
-        q.execute(&mut *tx).await.map_err(|e| e.to_string())?;
+        App::Postgres(pool) => insert!(pool.begin().await, args, result, |i| format!(
+            "(${}, ${})",
+            i * 2 + 1,
+            i * 2 + 2
+        )),
     }
-    tx.commit().await.map_err(|e| e.to_string())?;
     Ok(format!(
         r#"{{"jsonrpc":"2.0","id":{},"result":{{"content":[{{"type":"text","text":{}}}],"structuredContent":{result}}}}}"#,
         req.id.get(),
@@ -121,23 +127,29 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let db = db.ok_or("--db URL is required")?;
-    sqlx::any::install_default_drivers();
     let sqlite = db.starts_with("sqlite");
-    let pool = sqlx::any::AnyPoolOptions::new()
-        .max_connections(16)
-        .after_connect(move |conn, _| {
-            Box::pin(async move {
-                if sqlite {
-                    use sqlx::Executor;
+    let app = if sqlite {
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(16)
+            .after_connect(|conn, _| {
+                Box::pin(async move {
                     conn.execute("PRAGMA journal_mode = WAL").await?;
                     conn.execute("PRAGMA synchronous = NORMAL").await?;
                     conn.execute("PRAGMA busy_timeout = 10000").await?;
-                }
-                Ok(())
+                    Ok(())
+                })
             })
-        })
-        .connect(&db)
-        .await?;
+            .connect(&db)
+            .await?;
+        App::Sqlite(pool)
+    } else {
+        App::Postgres(
+            sqlx::postgres::PgPoolOptions::new()
+                .max_connections(16)
+                .connect(&db)
+                .await?,
+        )
+    };
     // Rows are read back per import in order, as Wharf's are: an index on (collection, id).
     let id = if sqlite {
         "id INTEGER PRIMARY KEY"
@@ -151,9 +163,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "CREATE INDEX bench_rows_collection ON bench_rows (collection, id)".to_owned(),
         "CREATE TABLE bench_idempotency (scope TEXT NOT NULL, key TEXT NOT NULL, result TEXT, PRIMARY KEY (scope, key))".to_owned(),
     ] {
-        sqlx::query(&ddl).execute(&pool).await?;
+        match &app {
+            App::Sqlite(pool) => pool.execute(&*ddl).await.map(drop)?,
+            App::Postgres(pool) => pool.execute(&*ddl).await.map(drop)?,
+        };
     }
-    let app = Arc::new(App { pool, sqlite });
+    let app = Arc::new(app);
     let router = Router::new().route("/mcp", post(append)).with_state(app);
     let listener = tokio::net::TcpListener::bind(listen).await?;
     axum::serve(listener, router).await?;

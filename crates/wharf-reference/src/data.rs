@@ -20,9 +20,9 @@ use serde_json::{Map, Value};
 use sqlx::Row;
 use wharf::HandlerError;
 use wharf::store::{Millis, StoreError, Transaction};
+use wharf_store::EXPIRED_HANDLE_GRACE_MS;
 use wharf_store::redis::RedisTx;
-use wharf_store::sql::EXPIRED_HANDLE_GRACE_MS;
-use wharf_store::{AppMigrations, Dialect, SqlTx};
+use wharf_store::{AppMigrations, SqlTx, TypedTx};
 
 /// The tables of the import service and its reports, for the store to create when it opens.
 pub fn migrations() -> AppMigrations {
@@ -71,10 +71,28 @@ pub enum Commit {
 
 /// The app's data, in the transaction of whichever store the server runs on.
 pub enum Data<'t> {
-    /// SQLite or PostgreSQL.
-    Sql(&'t mut SqlTx),
+    /// SQLite or PostgreSQL: the driver's own typed transaction.
+    Sql(&'t mut TypedTx),
     /// Redis.
     Redis(&'t mut RedisTx),
+}
+
+/// How many rows an import has staged: numbered from 0 without gaps, the last number tells
+/// the count, from the primary key alone.
+const STAGED_SQL: &str = "SELECT COALESCE(MAX(seq) + 1, 0) FROM ref_staged_rows WHERE import = $1";
+
+/// Runs `$body` with `$c` bound to the typed transaction of a SQL store, once per database:
+/// where both take the same SQL, each driver binds and decodes it with its own types.
+macro_rules! on_sql {
+    ($tx:expr, |$c:ident| $body:expr) => {
+        match $tx {
+            TypedTx::Sqlite($c) => $body,
+            TypedTx::Postgres($c) => $body,
+            _ => Err(HandlerError::internal(
+                "the import service has no SQL for this database",
+            )),
+        }
+    };
 }
 
 fn backend(e: impl std::fmt::Display) -> HandlerError {
@@ -121,7 +139,7 @@ impl<'t> Data<'t> {
                 .ok_or_else(unknown);
         }
         any.downcast_mut::<SqlTx>()
-            .map(Data::Sql)
+            .map(|sql| Data::Sql(sql.sqlx()))
             .ok_or_else(unknown)
     }
 
@@ -132,13 +150,13 @@ impl<'t> Data<'t> {
         name: &str,
     ) -> Result<Option<Dataset>, HandlerError> {
         match self {
-            Data::Sql(tx) => {
+            Data::Sql(tx) => on_sql!(&mut **tx, |c| {
                 let row = sqlx::query(
                     "SELECT columns, row_count FROM ref_datasets WHERE owner = $1 AND name = $2",
                 )
                 .bind(owner)
                 .bind(name)
-                .fetch_optional(&mut **tx.sqlx())
+                .fetch_optional(&mut **c)
                 .await
                 .map_err(sql)?;
                 row.map(|row| {
@@ -150,7 +168,7 @@ impl<'t> Data<'t> {
                     })
                 })
                 .transpose()
-            }
+            }),
             Data::Redis(tx) => {
                 let text: Option<String> = tx
                     .reader()
@@ -174,18 +192,14 @@ impl<'t> Data<'t> {
     /// How many rows an import has staged.
     pub async fn staged(&mut self, import: &str) -> Result<u64, HandlerError> {
         match self {
-            Data::Sql(tx) => {
-                // Numbered from 0 without gaps: the last number tells the count, from the
-                // primary key alone.
-                let n: i64 = sqlx::query_scalar(
-                    "SELECT COALESCE(MAX(seq) + 1, 0) FROM ref_staged_rows WHERE import = $1",
-                )
-                .bind(import)
-                .fetch_one(&mut **tx.sqlx())
-                .await
-                .map_err(sql)?;
+            Data::Sql(tx) => on_sql!(&mut **tx, |c| {
+                let n: i64 = sqlx::query_scalar(STAGED_SQL)
+                    .bind(import)
+                    .fetch_one(&mut **c)
+                    .await
+                    .map_err(sql)?;
                 Ok(count(n))
-            }
+            }),
             Data::Redis(tx) => {
                 let n: i64 = tx
                     .reader()
@@ -210,29 +224,31 @@ impl<'t> Data<'t> {
         }
         let n = rows.len() as u64;
         match self {
-            Data::Sql(tx) => {
+            Data::Sql(TypedTx::Sqlite(tx)) => {
                 let array = serde_json::to_string(rows).map_err(HandlerError::internal)?;
-                if tx.dialect() == Dialect::Sqlite {
-                    // In process, a second statement costs no round trip; `json_each` gives
-                    // each object as JSON text.
-                    let before = self.staged(import).await?;
-                    let Data::Sql(tx) = self else {
-                        return Err(HandlerError::internal("the store changed under the call"));
-                    };
-                    sqlx::query(
-                        "INSERT INTO ref_staged_rows (import, seq, doc) \
-                         SELECT $1, $2 + j.key, j.value FROM json_each($3) AS j",
-                    )
+                // One writer at a time on SQLite: the count read here is still the count
+                // when the rows go in.
+                let before: i64 = sqlx::query_scalar(STAGED_SQL)
                     .bind(import)
-                    .bind(i64::try_from(before).unwrap_or(i64::MAX))
-                    .bind(array)
-                    .execute(&mut **tx.sqlx())
+                    .fetch_one(&mut **tx)
                     .await
                     .map_err(sql)?;
-                    return Ok(before + n);
-                }
-                // One round trip to PostgreSQL: the rows are numbered on from the import's
-                // last one, and the statement answers how many it holds then.
+                sqlx::query(
+                    "INSERT INTO ref_staged_rows (import, seq, doc) \
+                     SELECT $1, $2 + j.key, j.value FROM json_each($3) AS j",
+                )
+                .bind(import)
+                .bind(before)
+                .bind(array)
+                .execute(&mut **tx)
+                .await
+                .map_err(sql)?;
+                Ok(count(before) + n)
+            }
+            Data::Sql(TypedTx::Postgres(tx)) => {
+                let array = serde_json::to_string(rows).map_err(HandlerError::internal)?;
+                // Numbered on from the import's last row, in one statement: PostgreSQL's
+                // `json_array_elements` keeps each row's text as sent.
                 let staged: i64 = sqlx::query_scalar(
                     "WITH base AS (SELECT COALESCE(MAX(seq) + 1, 0) AS b \
                      FROM ref_staged_rows WHERE import = $1), \
@@ -244,11 +260,14 @@ impl<'t> Data<'t> {
                 .bind(import)
                 .bind(array)
                 .bind(i64::try_from(n).unwrap_or(i64::MAX))
-                .fetch_one(&mut **tx.sqlx())
+                .fetch_one(&mut **tx)
                 .await
                 .map_err(sql)?;
                 Ok(count(staged))
             }
+            Data::Sql(_) => Err(HandlerError::internal(
+                "the import service has no SQL for this database",
+            )),
             Data::Redis(tx) => {
                 let key = staged_key(import);
                 let before: i64 = tx.reader().llen(&key).await.map_err(backend)?;
@@ -270,13 +289,14 @@ impl<'t> Data<'t> {
     pub async fn discard_staged(&mut self, import: &str) -> Result<u64, HandlerError> {
         let staged = self.staged(import).await?;
         match self {
-            Data::Sql(tx) => {
+            Data::Sql(tx) => on_sql!(&mut **tx, |c| {
                 sqlx::query("DELETE FROM ref_staged_rows WHERE import = $1")
                     .bind(import)
-                    .execute(&mut **tx.sqlx())
+                    .execute(&mut **c)
                     .await
                     .map_err(sql)?;
-            }
+                Ok(())
+            })?,
             Data::Redis(tx) => tx.queue(["DEL".to_owned(), staged_key(import)])?,
         }
         Ok(staged)
@@ -296,81 +316,83 @@ impl<'t> Data<'t> {
         let n = i64::try_from(staged).unwrap_or(i64::MAX);
         match self {
             Data::Sql(tx) => {
-                let columns_text = columns.to_string();
-                sqlx::query(
-                    "INSERT INTO ref_datasets (owner, name, columns) VALUES ($1, $2, $3) \
-                     ON CONFLICT (owner, name) DO NOTHING",
-                )
-                .bind(owner)
-                .bind(name)
-                .bind(&columns_text)
-                .execute(&mut **tx.sqlx())
-                .await
-                .map_err(sql)?;
-                // The dataset's row is locked first (PostgreSQL; SQLite has one writer):
-                // concurrent commits to one dataset number their rows in turn, and nothing
-                // is written when the columns differ.
-                let read = match tx.dialect() {
-                    Dialect::Postgres => {
+                let read = match &**tx {
+                    TypedTx::Postgres(_) => {
                         "SELECT columns FROM ref_datasets WHERE owner = $1 AND name = $2 FOR UPDATE"
                     }
-                    Dialect::Sqlite => {
-                        "SELECT columns FROM ref_datasets WHERE owner = $1 AND name = $2"
-                    }
+                    _ => "SELECT columns FROM ref_datasets WHERE owner = $1 AND name = $2",
                 };
-                let have: String = sqlx::query_scalar(read)
+                on_sql!(&mut **tx, |c| {
+                    let columns_text = columns.to_string();
+                    sqlx::query(
+                        "INSERT INTO ref_datasets (owner, name, columns) VALUES ($1, $2, $3) \
+                     ON CONFLICT (owner, name) DO NOTHING",
+                    )
                     .bind(owner)
                     .bind(name)
-                    .fetch_one(&mut **tx.sqlx())
+                    .bind(&columns_text)
+                    .execute(&mut **c)
                     .await
                     .map_err(sql)?;
-                let have = json_text(&have)?;
-                if have != *columns {
-                    return Ok(Commit::OtherColumns(have));
-                }
-                let update = if replace {
-                    "UPDATE ref_datasets SET row_count = $3, next_seq = next_seq + $3 \
-                     WHERE owner = $1 AND name = $2 RETURNING next_seq - $3, row_count"
-                } else {
-                    "UPDATE ref_datasets SET row_count = row_count + $3, next_seq = next_seq + $3 \
-                     WHERE owner = $1 AND name = $2 RETURNING next_seq - $3, row_count"
-                };
-                let row = sqlx::query(update)
-                    .bind(owner)
-                    .bind(name)
-                    .bind(n)
-                    .fetch_one(&mut **tx.sqlx())
-                    .await
-                    .map_err(sql)?;
-                let first: i64 = row.try_get(0).map_err(sql)?;
-                let total: i64 = row.try_get(1).map_err(sql)?;
-                if replace {
-                    sqlx::query("DELETE FROM ref_dataset_rows WHERE owner = $1 AND dataset = $2")
+                    // The dataset's row is locked first (PostgreSQL; SQLite has one writer):
+                    // concurrent commits to one dataset number their rows in turn, and nothing
+                    // is written when the columns differ.
+                    let have: String = sqlx::query_scalar(read)
                         .bind(owner)
                         .bind(name)
-                        .execute(&mut **tx.sqlx())
+                        .fetch_one(&mut **c)
                         .await
                         .map_err(sql)?;
-                }
-                sqlx::query(
-                    "INSERT INTO ref_dataset_rows (owner, dataset, seq, doc) \
+                    let have = json_text(&have)?;
+                    if have != *columns {
+                        return Ok(Commit::OtherColumns(have));
+                    }
+                    let update = if replace {
+                        "UPDATE ref_datasets SET row_count = $3, next_seq = next_seq + $3 \
+                     WHERE owner = $1 AND name = $2 RETURNING next_seq - $3, row_count"
+                    } else {
+                        "UPDATE ref_datasets SET row_count = row_count + $3, next_seq = next_seq + $3 \
+                     WHERE owner = $1 AND name = $2 RETURNING next_seq - $3, row_count"
+                    };
+                    let row = sqlx::query(update)
+                        .bind(owner)
+                        .bind(name)
+                        .bind(n)
+                        .fetch_one(&mut **c)
+                        .await
+                        .map_err(sql)?;
+                    let first: i64 = row.try_get(0).map_err(sql)?;
+                    let total: i64 = row.try_get(1).map_err(sql)?;
+                    if replace {
+                        sqlx::query(
+                            "DELETE FROM ref_dataset_rows WHERE owner = $1 AND dataset = $2",
+                        )
+                        .bind(owner)
+                        .bind(name)
+                        .execute(&mut **c)
+                        .await
+                        .map_err(sql)?;
+                    }
+                    sqlx::query(
+                        "INSERT INTO ref_dataset_rows (owner, dataset, seq, doc) \
                      SELECT $1, $2, $3 + seq, doc FROM ref_staged_rows WHERE import = $4",
-                )
-                .bind(owner)
-                .bind(name)
-                .bind(first)
-                .bind(import)
-                .execute(&mut **tx.sqlx())
-                .await
-                .map_err(sql)?;
-                sqlx::query("DELETE FROM ref_staged_rows WHERE import = $1")
+                    )
+                    .bind(owner)
+                    .bind(name)
+                    .bind(first)
                     .bind(import)
-                    .execute(&mut **tx.sqlx())
+                    .execute(&mut **c)
                     .await
                     .map_err(sql)?;
-                Ok(Commit::Done {
-                    moved: staged,
-                    total: count(total),
+                    sqlx::query("DELETE FROM ref_staged_rows WHERE import = $1")
+                        .bind(import)
+                        .execute(&mut **c)
+                        .await
+                        .map_err(sql)?;
+                    Ok(Commit::Done {
+                        moved: staged,
+                        total: count(total),
+                    })
                 })
             }
             Data::Redis(tx) => {
@@ -428,18 +450,18 @@ impl<'t> Data<'t> {
         name: &str,
     ) -> Result<u64, HandlerError> {
         match self {
-            Data::Sql(tx) => {
+            Data::Sql(tx) => on_sql!(&mut **tx, |c| {
                 // Its rows go with it (ON DELETE CASCADE).
                 let row: Option<i64> = sqlx::query_scalar(
                     "DELETE FROM ref_datasets WHERE owner = $1 AND name = $2 RETURNING row_count",
                 )
                 .bind(owner)
                 .bind(name)
-                .fetch_optional(&mut **tx.sqlx())
+                .fetch_optional(&mut **c)
                 .await
                 .map_err(sql)?;
                 Ok(row.map_or(0, count))
-            }
+            }),
             Data::Redis(tx) => {
                 let Some((text, stored)) = dataset.redis else {
                     return Err(HandlerError::internal(
@@ -466,7 +488,7 @@ impl<'t> Data<'t> {
         limit: u32,
     ) -> Result<Vec<(i64, Value)>, HandlerError> {
         match self {
-            Data::Sql(tx) => {
+            Data::Sql(tx) => on_sql!(&mut **tx, |c| {
                 let rows = sqlx::query(
                     "SELECT seq, doc FROM ref_dataset_rows \
                      WHERE owner = $1 AND dataset = $2 AND seq > $3 ORDER BY seq LIMIT $4",
@@ -475,7 +497,7 @@ impl<'t> Data<'t> {
                 .bind(name)
                 .bind(after.unwrap_or(-1))
                 .bind(i64::from(limit))
-                .fetch_all(&mut **tx.sqlx())
+                .fetch_all(&mut **c)
                 .await
                 .map_err(sql)?;
                 rows.iter()
@@ -484,7 +506,7 @@ impl<'t> Data<'t> {
                         Ok((row.try_get(0).map_err(sql)?, json_text(&doc)?))
                     })
                     .collect()
-            }
+            }),
             Data::Redis(_) => {
                 let Some(Dataset {
                     redis: Some((_, stored)),
@@ -534,13 +556,13 @@ impl<'t> Data<'t> {
         dataset: &str,
     ) -> Result<Option<(Value, bool)>, HandlerError> {
         match self {
-            Data::Sql(tx) => {
+            Data::Sql(tx) => on_sql!(&mut **tx, |c| {
                 let row = sqlx::query(
                     "SELECT doc, cancelled FROM ref_reports WHERE owner = $1 AND dataset = $2",
                 )
                 .bind(owner)
                 .bind(dataset)
-                .fetch_optional(&mut **tx.sqlx())
+                .fetch_optional(&mut **c)
                 .await
                 .map_err(sql)?;
                 row.map(|row| {
@@ -549,7 +571,7 @@ impl<'t> Data<'t> {
                     Ok((json_text(&doc)?, cancelled != 0))
                 })
                 .transpose()
-            }
+            }),
             Data::Redis(tx) => {
                 let text: Option<String> = tx
                     .reader()
@@ -580,7 +602,7 @@ impl<'t> Data<'t> {
         doc: &Value,
     ) -> Result<(), HandlerError> {
         match self {
-            Data::Sql(tx) => {
+            Data::Sql(tx) => on_sql!(&mut **tx, |c| {
                 sqlx::query(
                     "INSERT INTO ref_reports (owner, dataset, run, doc, cancelled) \
                      VALUES ($1, $2, $3, $4, 0) ON CONFLICT (owner, dataset) DO UPDATE SET \
@@ -592,10 +614,11 @@ impl<'t> Data<'t> {
                 .bind(dataset)
                 .bind(i64::try_from(run).unwrap_or(i64::MAX))
                 .bind(doc.to_string())
-                .execute(&mut **tx.sqlx())
+                .execute(&mut **c)
                 .await
                 .map_err(sql)?;
-            }
+                Ok(())
+            })?,
             Data::Redis(tx) => {
                 let reports = owner_key(owner, "reports");
                 tx.queue([
@@ -625,7 +648,7 @@ impl<'t> Data<'t> {
         run: u64,
     ) -> Result<(), HandlerError> {
         match self {
-            Data::Sql(tx) => {
+            Data::Sql(tx) => on_sql!(&mut **tx, |c| {
                 sqlx::query(
                     "UPDATE ref_reports SET cancelled = 1 \
                      WHERE owner = $1 AND dataset = $2 AND run = $3",
@@ -633,10 +656,11 @@ impl<'t> Data<'t> {
                 .bind(owner)
                 .bind(dataset)
                 .bind(i64::try_from(run).unwrap_or(i64::MAX))
-                .execute(&mut **tx.sqlx())
+                .execute(&mut **c)
                 .await
                 .map_err(sql)?;
-            }
+                Ok(())
+            })?,
             Data::Redis(tx) => {
                 let cancelled = owner_key(owner, "cancelled");
                 tx.queue(["SADD".to_owned(), cancelled, format!("{run}:{dataset}")])?;

@@ -12,7 +12,8 @@
 //! driver.
 //!
 //! An app keeps its own data in the call's transaction, so it commits with the call's
-//! idempotency record: on SQL stores in tables of its own through [`SqlTx::sqlx`], on Redis in
+//! idempotency record: on SQL stores in tables of its own through the database's typed sqlx
+//! transaction ([`SqlTx::postgres`], [`SqlTx::sqlite`]), on Redis in
 //! keys of its own through [`redis::RedisTx`]'s command buffer. The optional `documents`
 //! feature adds `Documents`, a ready-made model of keyed documents and ordered rows.
 
@@ -23,6 +24,7 @@ pub mod memory;
 mod migrations;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub mod sql;
 pub mod sweeper;
 
@@ -34,11 +36,26 @@ use wharf::store::{Store, StoreError};
 #[cfg(feature = "documents")]
 pub use documents::Documents;
 pub use migrations::AppMigrations;
-pub use sql::{Dialect, SqlStore, SqlTx};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub use sql::{SqlPool, SqlStore, SqlTx, TypedTx};
 pub use sweeper::spawn_sweeper;
+
+/// How long after expiry a handle stays readable, so its owner is told it expired rather
+/// than that it is unknown.
+pub const EXPIRED_HANDLE_GRACE_MS: i64 = 3_600_000;
 
 /// The store a server uses when told nothing.
 pub const DEFAULT_URL: &str = "sqlite://./wharf.db";
+
+/// Which SQL database a store talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Dialect {
+    /// SQLite (feature `sqlite`).
+    Sqlite,
+    /// PostgreSQL (feature `postgres`).
+    Postgres,
+}
 
 /// How a store is opened.
 #[derive(Debug, Clone)]

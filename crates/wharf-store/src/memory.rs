@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use async_trait::async_trait;
 use wharf::store::{Begin, Claim, HandleRecord, Millis, Store, StoreError, Transaction, TxMode};
 
+use crate::Dialect;
 use crate::StoreOptions;
-use crate::sql::{Dialect, SqlStore};
+use crate::sql::SqlStore;
 
 /// A [`SqlStore`] on a temporary SQLite file.
 pub struct MemoryStore {

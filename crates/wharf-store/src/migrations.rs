@@ -8,7 +8,7 @@
 use sqlx::migrate::Migrator;
 use wharf::store::StoreError;
 
-use crate::sql::Dialect;
+use crate::Dialect;
 
 /// The migrations of an app's own tables, per SQL database; build them with
 /// `sqlx::migrate!("./migrations/sqlite")` and so on. A store of a dialect without migrations
@@ -54,6 +54,7 @@ impl AppMigrations {
     }
 
     /// The migrator for `dialect`, refused when one of its versions is in the store's range.
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
     pub(crate) fn for_dialect(&self, dialect: Dialect) -> Result<Option<&Migrator>, StoreError> {
         let migrator = match dialect {
             Dialect::Sqlite => self.sqlite.as_ref(),

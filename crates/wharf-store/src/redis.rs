@@ -31,8 +31,8 @@ use wharf::store::{
     now_millis,
 };
 
+use crate::EXPIRED_HANDLE_GRACE_MS;
 use crate::StoreOptions;
-use crate::sql::EXPIRED_HANDLE_GRACE_MS;
 
 const HANDLE_EXPIRY: &str = "wharf:handles:expiry";
 

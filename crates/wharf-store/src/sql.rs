@@ -1,5 +1,6 @@
-//! SQLite and PostgreSQL, through sqlx's `Any` driver: one set of portable SQL, one set of
-//! migrations.
+//! SQLite and PostgreSQL, each through its own sqlx driver (so an app's code in the call's
+//! transaction gets the typed `sqlx::Transaction` of its database): one set of portable SQL
+//! where the two agree, a migration set per database.
 //!
 //! Exactly-once writes rest on the database's own locks. An idempotent call inserts its
 //! record as `running` inside the transaction that will hold the handler's writes, and marks
@@ -9,25 +10,97 @@
 //! `busy_timeout`). When the first attempt commits, the duplicate finds the result; when it
 //! dies (a crash drops the connection, the database rolls back), the duplicate runs instead.
 
+#[cfg(feature = "postgres")]
 mod pg_lock;
 
 use async_trait::async_trait;
 
-use crate::StoreOptions;
 #[cfg(doc)]
 use crate::migrations::AppMigrations;
 use crate::migrations::tolerant;
+use crate::{Dialect, EXPIRED_HANDLE_GRACE_MS, StoreOptions};
 use serde_json::Value;
-use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::migrate::Migrator;
-use sqlx::{Any, AnyPool, Executor, Row, Transaction as SqlxTx};
+use sqlx::{Executor, Row};
 use wharf::store::{
     Begin, Claim, HandleRecord, KeyLock, Millis, Store, StoreError, Transaction, TxMode,
 };
 
-/// How long after expiry a handle stays readable, so its owner is told it expired rather
-/// than that it is unknown.
-pub const EXPIRED_HANDLE_GRACE_MS: i64 = 3_600_000;
+#[cfg(feature = "postgres")]
+use sqlx::Postgres;
+#[cfg(feature = "sqlite")]
+use sqlx::Sqlite;
+
+/// Runs `$body` with `$c` bound to the inner value of whichever variant `$e` (a [`SqlPool`] or
+/// [`TypedTx`], by value or reference) holds: the body is compiled once per driver, so the
+/// same query text binds and decodes with each database's own types.
+macro_rules! on_driver {
+    ($ty:ident, $e:expr, |$c:ident| $body:expr) => {
+        match $e {
+            #[cfg(feature = "sqlite")]
+            $ty::Sqlite($c) => $body,
+            #[cfg(feature = "postgres")]
+            $ty::Postgres($c) => $body,
+        }
+    };
+}
+
+#[cfg(feature = "documents")]
+pub(crate) use on_driver;
+
+/// A connection pool of either database, for apps that read or write their own tables
+/// outside a call (inside one, use the call's [`SqlTx`]).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum SqlPool {
+    /// SQLite (feature `sqlite`).
+    #[cfg(feature = "sqlite")]
+    Sqlite(sqlx::SqlitePool),
+    /// PostgreSQL (feature `postgres`).
+    #[cfg(feature = "postgres")]
+    Postgres(sqlx::PgPool),
+}
+
+/// The call's transaction as its database's typed sqlx transaction: statements run in it
+/// commit with the call and its idempotency record, or not at all.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TypedTx {
+    /// SQLite (feature `sqlite`).
+    #[cfg(feature = "sqlite")]
+    Sqlite(sqlx::Transaction<'static, Sqlite>),
+    /// PostgreSQL (feature `postgres`).
+    #[cfg(feature = "postgres")]
+    Postgres(sqlx::Transaction<'static, Postgres>),
+}
+
+/// The columns the store reads, from either driver's rows.
+trait Columns {
+    fn text(&self, at: usize) -> Result<Option<String>, sqlx::Error>;
+    fn int(&self, at: usize) -> Result<Option<i64>, sqlx::Error>;
+}
+
+macro_rules! columns {
+    ($row:ty) => {
+        impl Columns for $row {
+            fn text(&self, at: usize) -> Result<Option<String>, sqlx::Error> {
+                self.try_get(at)
+            }
+            fn int(&self, at: usize) -> Result<Option<i64>, sqlx::Error> {
+                self.try_get(at)
+            }
+        }
+    };
+}
+#[cfg(feature = "sqlite")]
+columns!(sqlx::sqlite::SqliteRow);
+#[cfg(feature = "postgres")]
+columns!(sqlx::postgres::PgRow);
+
+/// A column that may not be null.
+fn required<T>(value: Option<T>, what: &str, at: usize) -> Result<T, StoreError> {
+    value.ok_or_else(|| StoreError::Corrupt(format!("{what}: column {at} is null")))
+}
 
 /// Each database has its own migrations (SQLite stores text-keyed tables WITHOUT ROWID,
 /// which PostgreSQL does not know); versions go in step, below
@@ -44,6 +117,7 @@ const LOAD_HANDLE_SQL: &str = "SELECT id, kind, owner, created_at, expires_at, i
 
 /// Claims a key: inserts the record as `running`, replacing one past its retention. One row
 /// affected means the call holds the claim.
+#[cfg(feature = "postgres")]
 const CLAIM_SQL: &str = "INSERT INTO wharf_idempotency \
      (scope, key, digest, state, result, created_at, updated_at, expires_at) \
      VALUES ($1, $2, $3, 'running', NULL, $4, $4, $5) \
@@ -57,6 +131,7 @@ const CLAIM_SQL: &str = "INSERT INTO wharf_idempotency \
 /// handle, and the record as the
 /// statement's snapshot saw it (a record committed while the claim waited is not in that
 /// snapshot, and one past its retention does not count: [`settle`] reads it again).
+#[cfg(feature = "postgres")]
 const PG_CLAIM_ON_HANDLE_SQL: &str = "WITH h AS ( \
      SELECT id, kind, owner, created_at, expires_at, idle_ms, last_used_at, data \
      FROM wharf_handles WHERE id = $6), \
@@ -79,6 +154,7 @@ const PG_CLAIM_ON_HANDLE_SQL: &str = "WITH h AS ( \
      LEFT JOIN wharf_idempotency i ON i.scope = $1 AND i.key = $2";
 
 /// SQLite: a handle and the idempotency record under a key, in one statement.
+#[cfg(feature = "sqlite")]
 const SQLITE_LOOKUP_SQL: &str = "SELECT \
      h.id, h.kind, h.owner, h.created_at, h.expires_at, h.idle_ms, h.last_used_at, h.data, \
      i.digest, i.state, i.result, i.expires_at \
@@ -90,8 +166,9 @@ const SQLITE_LOOKUP_SQL: &str = "SELECT \
 /// (`BEGIN IMMEDIATE`): no duplicate can run beside this one, so the claim needs no
 /// `running` record. The record is looked up here and written, done, with the result
 /// ([`SqlTx::complete_claim`]); a crash in between rolls back both.
+#[cfg(feature = "sqlite")]
 async fn sqlite_lookup(
-    tx: &mut SqlxTx<'static, Any>,
+    tx: &mut sqlx::Transaction<'static, Sqlite>,
     claim: &Claim,
     handle: Option<&str>,
     now: Millis,
@@ -110,21 +187,21 @@ async fn sqlite_lookup(
 /// followed by an idempotency record's digest, state, result and expiry; a record past its
 /// retention counts as absent.
 fn handle_and_record(
-    row: &AnyRow,
+    row: &impl Columns,
     at: usize,
     now: Millis,
 ) -> Result<(Option<HandleRecord>, Option<Seen>), StoreError> {
     let get = |e: sqlx::Error| StoreError::Corrupt(format!("lookup row: {e}"));
-    let record = match row.try_get::<Option<String>, _>(at).map_err(get)? {
+    let record = match row.text(at).map_err(get)? {
         Some(_) => Some(handle_from_row_at(row, at)?),
         None => None,
     };
-    let expires_at: Option<i64> = row.try_get(at + 11).map_err(get)?;
-    let seen = match row.try_get::<Option<String>, _>(at + 8).map_err(get)? {
+    let expires_at = row.int(at + 11).map_err(get)?;
+    let seen = match row.text(at + 8).map_err(get)? {
         Some(digest) if expires_at.is_some_and(|e| e > now) => Some(Seen {
             digest,
-            state: row.try_get(at + 9).map_err(get)?,
-            result: row.try_get(at + 10).map_err(get)?,
+            state: required(row.text(at + 9).map_err(get)?, "lookup row", at + 9)?,
+            result: row.text(at + 10).map_err(get)?,
         }),
         _ => None,
     };
@@ -133,18 +210,19 @@ fn handle_and_record(
 
 /// The outcome of a SQLite lookup: run (the claim is written with the result), or what
 /// the record says.
+#[cfg(feature = "sqlite")]
 async fn settle_sqlite(
-    tx: SqlxTx<'static, Any>,
+    tx: sqlx::Transaction<'static, Sqlite>,
     claim: &Claim,
     seen: Option<Seen>,
 ) -> Result<Begin, StoreError> {
+    let tx = TypedTx::Sqlite(tx);
     match seen {
         None => Ok(Begin::Run(Box::new(SqlTx {
             tx,
-            dialect: Dialect::Sqlite,
             claim_written: false,
         }))),
-        Some(seen) => settle(tx, claim, false, Some(seen), Dialect::Sqlite).await,
+        Some(seen) => settle(tx, claim, false, Some(seen)).await,
     }
 }
 
@@ -157,16 +235,14 @@ struct Seen {
 
 /// The outcome of a claim: the transaction holding it, or what the record says.
 async fn settle(
-    mut tx: SqlxTx<'static, Any>,
+    mut tx: TypedTx,
     claim: &Claim,
     claimed: bool,
     seen: Option<Seen>,
-    dialect: Dialect,
 ) -> Result<Begin, StoreError> {
     if claimed {
         return Ok(Begin::Run(Box::new(SqlTx {
             tx,
-            dialect,
             claim_written: true,
         })));
     }
@@ -175,21 +251,28 @@ async fn settle(
         _ => {
             // A statement that waited for another attempt started before it committed; a new
             // statement sees the committed record.
-            let row = sqlx::query(
-                "SELECT digest, state, result FROM wharf_idempotency WHERE scope = $1 AND key = $2",
-            )
-            .bind(&claim.scope)
-            .bind(&claim.key)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_error)?
-            .ok_or_else(|| {
+            let sql =
+                "SELECT digest, state, result FROM wharf_idempotency WHERE scope = $1 AND key = $2";
+            let row = on_driver!(TypedTx, &mut tx, |tx| {
+                let row = sqlx::query(sql)
+                    .bind(&claim.scope)
+                    .bind(&claim.key)
+                    .fetch_optional(&mut **tx)
+                    .await
+                    .map_err(db_error)?;
+                row.map(|row| -> Result<_, sqlx::Error> {
+                    Ok((row.text(0)?, row.text(1)?, row.text(2)?))
+                })
+                .transpose()
+                .map_err(db_error)?
+            });
+            let (digest, state, result) = row.ok_or_else(|| {
                 StoreError::Busy("the idempotency record changed under this call".into())
             })?;
             Seen {
-                digest: row.try_get(0).map_err(db_error)?,
-                state: row.try_get(1).map_err(db_error)?,
-                result: row.try_get(2).map_err(db_error)?,
+                digest: required(digest, "idempotency row", 0)?,
+                state: required(state, "idempotency row", 1)?,
+                result,
             }
         }
     };
@@ -204,20 +287,11 @@ async fn settle(
     }
 }
 
-/// Which SQL database a [`SqlStore`] talks to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
-    /// SQLite (feature `sqlite`).
-    Sqlite,
-    /// PostgreSQL (feature `postgres`).
-    Postgres,
-}
-
 /// A store in SQLite or PostgreSQL.
 pub struct SqlStore {
-    pool: AnyPool,
-    dialect: Dialect,
+    pool: SqlPool,
     /// PostgreSQL's mutation locks; SQLite lives on one host, where the core's line is enough.
+    #[cfg(feature = "postgres")]
     locks: Option<pg_lock::PgLocks>,
 }
 
@@ -230,70 +304,31 @@ impl SqlStore {
         dialect: Dialect,
         options: &StoreOptions,
     ) -> Result<Self, StoreError> {
-        let (max_connections, lock_wait) = (options.max_connections, options.lock_wait);
         let app = match &options.app_migrations {
             Some(app) => app.for_dialect(dialect)?,
             None => None,
         };
-        let built = match dialect {
-            Dialect::Sqlite => cfg!(feature = "sqlite"),
-            Dialect::Postgres => cfg!(feature = "postgres"),
-        };
-        if !built {
-            return Err(StoreError::Backend(format!(
-                "this build has no {dialect:?} driver: enable wharf-store's feature for it"
-            )));
-        }
-        sqlx::any::install_default_drivers();
-        let wait_ms = lock_wait.as_millis();
-        let pool = AnyPoolOptions::new()
-            .max_connections(max_connections)
-            // A SQLite connection is a file handle in this process: pinging it before each
-            // use (a round trip to its thread) cannot find anything wrong.
-            .test_before_acquire(dialect == Dialect::Postgres)
-            .after_connect(move |conn, _| {
-                Box::pin(async move {
-                    match dialect {
-                        Dialect::Sqlite => {
-                            // WAL lets readers run beside the one writer; NORMAL sync is
-                            // durable at every commit in WAL mode except across power loss.
-                            conn.execute("PRAGMA journal_mode = WAL").await?;
-                            conn.execute("PRAGMA synchronous = NORMAL").await?;
-                            conn.execute("PRAGMA foreign_keys = ON").await?;
-                            conn.execute(&*format!("PRAGMA busy_timeout = {wait_ms}"))
-                                .await?;
-                        }
-                        Dialect::Postgres => {
-                            conn.execute(&*format!("SET lock_timeout = {wait_ms}"))
-                                .await?;
-                        }
-                    }
-                    Ok(())
-                })
-            })
-            .connect(url)
-            .await
-            .map_err(|e| StoreError::Backend(format!("cannot open {}: {e}", redact(url))))?;
-        migrate(&own_migrations(dialect), &pool, dialect).await?;
+        let pool = SqlPool::connect(url, dialect, options).await?;
+        migrate(&own_migrations(dialect), &pool).await?;
         if let Some(app) = app {
-            migrate(app, &pool, dialect).await?;
+            migrate(app, &pool).await?;
         }
-        let locks = match dialect {
-            Dialect::Postgres => Some(pg_lock::PgLocks::new(url, max_connections)?),
-            Dialect::Sqlite => None,
-        };
         Ok(SqlStore {
+            #[cfg(feature = "postgres")]
+            locks: match dialect {
+                Dialect::Postgres => Some(pg_lock::PgLocks::new(url, options.max_connections)?),
+                Dialect::Sqlite => None,
+            },
             pool,
-            dialect,
-            locks,
         })
     }
 
     /// PostgreSQL's claim on a handle: BEGIN with a shared advisory lock on the handle (see
     /// `lock_handle`), then the handle, the claim (made only for the owner) and the record as
     /// the statement found it, in one statement.
+    #[cfg(feature = "postgres")]
     async fn pg_claim_on_handle(
-        &self,
+        pool: &sqlx::PgPool,
         claim: &Claim,
         handle: &str,
         owner: &str,
@@ -308,10 +343,9 @@ impl SqlStore {
         {
             return Ok((None, None));
         }
-        let begin = format!(
-            "BEGIN; SELECT pg_advisory_xact_lock_shared(hashtextextended('{handle}', 0))::text"
-        );
-        let mut tx = self.pool.begin_with(begin).await.map_err(db_error)?;
+        let begin =
+            format!("BEGIN; SELECT pg_advisory_xact_lock_shared(hashtextextended('{handle}', 0))");
+        let mut tx = pool.begin_with(begin).await.map_err(db_error)?;
         let row = sqlx::query(PG_CLAIM_ON_HANDLE_SQL)
             .bind(&claim.scope)
             .bind(&claim.key)
@@ -324,30 +358,107 @@ impl SqlStore {
             .await
             .map_err(db_error)?;
         let get = |e: sqlx::Error| StoreError::Corrupt(format!("claim row: {e}"));
-        let claimed: i64 = row.try_get(0).map_err(get)?;
+        let claimed = row.int(0).map_err(get)?;
         let (record, seen) = handle_and_record(&row, 1, now)?;
         if record.as_ref().is_none_or(|r| r.owner != owner) {
             return Ok((record, None));
         }
-        Ok((
-            record,
-            Some(settle(tx, claim, claimed == 1, seen, self.dialect).await?),
-        ))
+        let begin = settle(TypedTx::Postgres(tx), claim, claimed == Some(1), seen).await?;
+        Ok((record, Some(begin)))
     }
 
     /// The connection pool, for apps that keep their own tables next to Wharf's.
-    pub fn pool(&self) -> &AnyPool {
+    pub fn pool(&self) -> &SqlPool {
         &self.pool
     }
 
-    async fn begin_tx(&self, mode: TxMode) -> Result<SqlxTx<'static, Any>, StoreError> {
-        let tx = match (self.dialect, mode) {
+    /// The database it talks to.
+    pub fn dialect(&self) -> Dialect {
+        self.pool.dialect()
+    }
+
+    async fn begin_tx(&self, mode: TxMode) -> Result<TypedTx, StoreError> {
+        let tx = match &self.pool {
             // Taking SQLite's write lock up front: a deferred transaction that read first
             // could fail half-way when it upgrades.
-            (Dialect::Sqlite, TxMode::Write) => self.pool.begin_with("BEGIN IMMEDIATE").await,
-            _ => self.pool.begin().await,
+            #[cfg(feature = "sqlite")]
+            SqlPool::Sqlite(pool) => match mode {
+                TxMode::Write => pool.begin_with("BEGIN IMMEDIATE").await,
+                TxMode::Read => pool.begin().await,
+            }
+            .map(TypedTx::Sqlite),
+            // PostgreSQL takes row locks as statements need them, whatever the mode.
+            #[cfg(feature = "postgres")]
+            SqlPool::Postgres(pool) => {
+                let _ = mode;
+                pool.begin().await.map(TypedTx::Postgres)
+            }
         };
         tx.map_err(db_error)
+    }
+}
+
+impl SqlPool {
+    /// Opens a pool with the settings every store connection needs.
+    async fn connect(
+        url: &str,
+        dialect: Dialect,
+        options: &StoreOptions,
+    ) -> Result<Self, StoreError> {
+        let wait_ms = options.lock_wait.as_millis();
+        let opened = match dialect {
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => sqlx::pool::PoolOptions::<Sqlite>::new()
+                .max_connections(options.max_connections)
+                // A SQLite connection is a file handle in this process: pinging it before
+                // each use (a round trip to its thread) cannot find anything wrong.
+                .test_before_acquire(false)
+                .after_connect(move |conn, _| {
+                    Box::pin(async move {
+                        // WAL lets readers run beside the one writer; NORMAL sync is durable
+                        // at every commit in WAL mode except across power loss.
+                        conn.execute("PRAGMA journal_mode = WAL").await?;
+                        conn.execute("PRAGMA synchronous = NORMAL").await?;
+                        conn.execute("PRAGMA foreign_keys = ON").await?;
+                        conn.execute(&*format!("PRAGMA busy_timeout = {wait_ms}"))
+                            .await?;
+                        Ok(())
+                    })
+                })
+                .connect(url)
+                .await
+                .map(SqlPool::Sqlite),
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => sqlx::pool::PoolOptions::<Postgres>::new()
+                .max_connections(options.max_connections)
+                .after_connect(move |conn, _| {
+                    Box::pin(async move {
+                        conn.execute(&*format!("SET lock_timeout = {wait_ms}"))
+                            .await?;
+                        Ok(())
+                    })
+                })
+                .connect(url)
+                .await
+                .map(SqlPool::Postgres),
+            #[allow(unreachable_patterns)]
+            _ => {
+                return Err(StoreError::Backend(format!(
+                    "this build has no {dialect:?} driver: enable wharf-store's feature for it"
+                )));
+            }
+        };
+        opened.map_err(|e| StoreError::Backend(format!("cannot open {}: {e}", redact(url))))
+    }
+
+    /// The database it talks to.
+    pub fn dialect(&self) -> Dialect {
+        match self {
+            #[cfg(feature = "sqlite")]
+            SqlPool::Sqlite(_) => Dialect::Sqlite,
+            #[cfg(feature = "postgres")]
+            SqlPool::Postgres(_) => Dialect::Postgres,
+        }
     }
 }
 
@@ -356,13 +467,14 @@ impl SqlStore {
 /// migration and the later one fails on the other's tables. Each migration commits with its
 /// record, so reading the applied ones again and going on is safe: a SQLite store retries,
 /// at most once per migration.
-async fn migrate(migrator: &Migrator, pool: &AnyPool, dialect: Dialect) -> Result<(), StoreError> {
-    let mut retries = match dialect {
+async fn migrate(migrator: &Migrator, pool: &SqlPool) -> Result<(), StoreError> {
+    let mut retries = match pool.dialect() {
         Dialect::Sqlite => migrator.iter().count(),
         Dialect::Postgres => 0,
     };
     loop {
-        match migrator.run(pool).await {
+        let ran = on_driver!(SqlPool, pool, |pool| migrator.run(pool).await);
+        match ran {
             Ok(()) => return Ok(()),
             Err(e) if retries > 0 => {
                 retries -= 1;
@@ -423,23 +535,21 @@ pub(crate) fn read_json(text: &str) -> Result<Value, StoreError> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("stored JSON: {e}")))
 }
 
-fn handle_from_row(row: &AnyRow) -> Result<HandleRecord, StoreError> {
-    handle_from_row_at(row, 0)
-}
-
 /// A handle from the columns of [`LOAD_HANDLE_SQL`], starting at column `at`.
-fn handle_from_row_at(row: &AnyRow, at: usize) -> Result<HandleRecord, StoreError> {
+fn handle_from_row_at(row: &impl Columns, at: usize) -> Result<HandleRecord, StoreError> {
     let get = |e: sqlx::Error| StoreError::Corrupt(format!("handle row: {e}"));
+    let text = |i: usize| required(row.text(at + i).map_err(get)?, "handle row", at + i);
+    let int = |i: usize| required(row.int(at + i).map_err(get)?, "handle row", at + i);
     Ok(HandleRecord {
-        id: row.try_get(at).map_err(get)?,
-        kind: row.try_get(at + 1).map_err(get)?,
-        owner: row.try_get(at + 2).map_err(get)?,
-        created_at: row.try_get(at + 3).map_err(get)?,
-        expires_at: row.try_get(at + 4).map_err(get)?,
-        idle_ms: row.try_get(at + 5).map_err(get)?,
-        last_used_at: row.try_get(at + 6).map_err(get)?,
+        id: text(0)?,
+        kind: text(1)?,
+        owner: text(2)?,
+        created_at: int(3)?,
+        expires_at: int(4)?,
+        idle_ms: row.int(at + 5).map_err(get)?,
+        last_used_at: int(6)?,
         data: row
-            .try_get::<Option<String>, _>(at + 7)
+            .text(at + 7)
             .map_err(get)?
             .as_deref()
             .map(read_json)
@@ -456,67 +566,72 @@ fn owned_range(handle: &str) -> (String, String) {
 #[async_trait]
 impl Store for SqlStore {
     fn backend(&self) -> &'static str {
-        match self.dialect {
+        match self.dialect() {
             Dialect::Sqlite => "sqlite",
             Dialect::Postgres => "postgres",
         }
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1")
-            .execute(&self.pool)
+        on_driver!(SqlPool, &self.pool, |pool| sqlx::query("SELECT 1")
+            .execute(pool)
             .await
             .map(drop)
-            .map_err(db_error)
+            .map_err(db_error))
     }
 
     async fn load_handle(&self, id: &str) -> Result<Option<HandleRecord>, StoreError> {
-        let row = sqlx::query(LOAD_HANDLE_SQL)
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db_error)?;
-        row.as_ref().map(handle_from_row).transpose()
+        on_driver!(SqlPool, &self.pool, |pool| {
+            let row = sqlx::query(LOAD_HANDLE_SQL)
+                .bind(id)
+                .fetch_optional(pool)
+                .await
+                .map_err(db_error)?;
+            row.as_ref().map(|r| handle_from_row_at(r, 0)).transpose()
+        })
     }
 
     async fn touch_handle(&self, id: &str, now: Millis) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE wharf_handles SET last_used_at = $2 WHERE id = $1 AND last_used_at < $2",
-        )
-        .bind(id)
-        .bind(now)
-        .execute(&self.pool)
-        .await
-        .map(drop)
-        .map_err(db_error)
+        let sql = "UPDATE wharf_handles SET last_used_at = $2 WHERE id = $1 AND last_used_at < $2";
+        on_driver!(SqlPool, &self.pool, |pool| sqlx::query(sql)
+            .bind(id)
+            .bind(now)
+            .execute(pool)
+            .await
+            .map(drop)
+            .map_err(db_error))
     }
 
     async fn begin(&self, mode: TxMode) -> Result<Box<dyn Transaction>, StoreError> {
         Ok(Box::new(SqlTx {
             tx: self.begin_tx(mode).await?,
-            dialect: self.dialect,
             claim_written: false,
         }))
     }
 
     async fn begin_idempotent(&self, claim: &Claim, now: Millis) -> Result<Begin, StoreError> {
-        let mut tx = self.begin_tx(TxMode::Write).await?;
-        if self.dialect == Dialect::Sqlite {
-            let (_, seen) = sqlite_lookup(&mut tx, claim, None, now).await?;
-            return settle_sqlite(tx, claim, seen).await;
+        match self.begin_tx(TxMode::Write).await? {
+            #[cfg(feature = "sqlite")]
+            TypedTx::Sqlite(mut tx) => {
+                let (_, seen) = sqlite_lookup(&mut tx, claim, None, now).await?;
+                settle_sqlite(tx, claim, seen).await
+            }
+            #[cfg(feature = "postgres")]
+            TypedTx::Postgres(mut tx) => {
+                let claimed = sqlx::query(CLAIM_SQL)
+                    .bind(&claim.scope)
+                    .bind(&claim.key)
+                    .bind(claim.digest.as_str())
+                    .bind(now)
+                    .bind(claim.expires_at)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db_error)?
+                    .rows_affected()
+                    == 1;
+                settle(TypedTx::Postgres(tx), claim, claimed, None).await
+            }
         }
-        let claimed = sqlx::query(CLAIM_SQL)
-            .bind(&claim.scope)
-            .bind(&claim.key)
-            .bind(claim.digest.as_str())
-            .bind(now)
-            .bind(claim.expires_at)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?
-            .rows_affected()
-            == 1;
-        settle(tx, claim, claimed, None, self.dialect).await
     }
 
     async fn claim_on_handle(
@@ -526,66 +641,92 @@ impl Store for SqlStore {
         owner: &str,
         now: Millis,
     ) -> Result<(Option<HandleRecord>, Option<Begin>), StoreError> {
-        if self.dialect == Dialect::Postgres {
-            return self.pg_claim_on_handle(claim, handle, owner, now).await;
+        match &self.pool {
+            #[cfg(feature = "postgres")]
+            SqlPool::Postgres(pool) => {
+                Self::pg_claim_on_handle(pool, claim, handle, owner, now).await
+            }
+            #[cfg(feature = "sqlite")]
+            SqlPool::Sqlite(pool) => {
+                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+                let (record, seen) = sqlite_lookup(&mut tx, claim, Some(handle), now).await?;
+                if record.as_ref().is_none_or(|r| r.owner != owner) {
+                    return Ok((record, None));
+                }
+                Ok((record, Some(settle_sqlite(tx, claim, seen).await?)))
+            }
         }
-        let mut tx = self.begin_tx(TxMode::Write).await?;
-        let (record, seen) = sqlite_lookup(&mut tx, claim, Some(handle), now).await?;
-        if record.as_ref().is_none_or(|r| r.owner != owner) {
-            return Ok((record, None));
-        }
-        Ok((record, Some(settle_sqlite(tx, claim, seen).await?)))
     }
 
     fn shares_locks(&self) -> bool {
-        self.locks.is_some()
+        #[cfg(feature = "postgres")]
+        return self.locks.is_some();
+        #[cfg(not(feature = "postgres"))]
+        false
     }
 
     async fn lock_key(&self, key: &str) -> Result<Option<Box<dyn KeyLock>>, StoreError> {
-        match &self.locks {
-            Some(locks) => locks.lock(key).await.map(Some),
-            None => Ok(None),
+        #[cfg(feature = "postgres")]
+        if let Some(locks) = &self.locks {
+            return locks.lock(key).await.map(Some);
         }
+        let _ = key;
+        Ok(None)
     }
 
     async fn sweep(&self, now: Millis, batch: u32) -> Result<u64, StoreError> {
         let cutoff = now.saturating_sub(EXPIRED_HANDLE_GRACE_MS);
-        let mut tx = self.begin_tx(TxMode::Write).await?;
-        let ids: Vec<String> = sqlx::query_scalar(
-            "SELECT id FROM wharf_handles \
+        let mut tx = SqlTx {
+            tx: self.begin_tx(TxMode::Write).await?,
+            claim_written: false,
+        };
+        let expired = "SELECT id FROM wharf_handles \
              WHERE expires_at < $1 OR (idle_ms IS NOT NULL AND last_used_at + idle_ms < $1) \
-             LIMIT $2",
-        )
-        .bind(cutoff)
-        .bind(i64::from(batch))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(db_error)?;
+             LIMIT $2";
+        let ids: Vec<String> = on_driver!(TypedTx, &mut tx.tx, |t| sqlx::query_scalar(expired)
+            .bind(cutoff)
+            .bind(i64::from(batch))
+            .fetch_all(&mut **t)
+            .await
+            .map_err(db_error)?);
         let mut removed = 0;
         for id in &ids {
-            retire(&mut tx, id, self.dialect).await?;
+            tx.retire(id).await?;
             removed += 1;
         }
-        removed += sqlx::query(
-            "DELETE FROM wharf_idempotency WHERE (scope, key) IN \
-             (SELECT scope, key FROM wharf_idempotency WHERE expires_at <= $1 LIMIT $2)",
-        )
-        .bind(now)
-        .bind(i64::from(batch))
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?
-        .rows_affected();
-        tx.commit().await.map_err(db_error)?;
+        let past = "DELETE FROM wharf_idempotency WHERE (scope, key) IN \
+             (SELECT scope, key FROM wharf_idempotency WHERE expires_at <= $1 LIMIT $2)";
+        removed += on_driver!(TypedTx, &mut tx.tx, |t| sqlx::query(past)
+            .bind(now)
+            .bind(i64::from(batch))
+            .execute(&mut **t)
+            .await
+            .map_err(db_error)?
+            .rows_affected());
+        Box::new(tx).commit().await?;
         Ok(removed)
     }
 }
 
 /// A transaction on a [`SqlStore`]: what [`Transaction::backend_tx`] of a SQL store gives,
-/// for code that writes its own tables in the call's transaction ([`SqlTx::sqlx`]).
+/// for code that writes its own tables in the call's transaction ([`SqlTx::postgres`],
+/// [`SqlTx::sqlite`], or [`SqlTx::sqlx`] for code that serves both).
+///
+/// ```no_run
+/// # async fn write(tx: &mut dyn wharf::store::Transaction) -> Result<(), sqlx::Error> {
+/// use wharf_store::SqlTx;
+/// if let Some(sql) = tx.backend_tx().downcast_mut::<SqlTx>()
+///     && let Some(pg) = sql.postgres()
+/// {
+///     sqlx::query("INSERT INTO orders (item) VALUES ($1)")
+///         .bind("anchor")
+///         .execute(&mut **pg)
+///         .await?;
+/// }
+/// # Ok(()) }
+/// ```
 pub struct SqlTx {
-    tx: SqlxTx<'static, Any>,
-    dialect: Dialect,
+    tx: TypedTx,
     /// Whether the claim's record was written as `running` when it was claimed (PostgreSQL);
     /// on SQLite it is written only on completion.
     claim_written: bool,
@@ -593,15 +734,16 @@ pub struct SqlTx {
 
 /// Takes the advisory lock that stands for handle `id` until the transaction ends: shared
 /// for writing under it, exclusive for changing or retiring it.
+#[cfg(feature = "postgres")]
 async fn lock_handle(
-    tx: &mut SqlxTx<'static, Any>,
+    tx: &mut sqlx::Transaction<'static, Postgres>,
     id: &str,
     exclusive: bool,
 ) -> Result<(), StoreError> {
     let sql = if exclusive {
-        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))::text"
+        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
     } else {
-        "SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))::text"
+        "SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))"
     };
     sqlx::query(sql)
         .bind(id)
@@ -611,82 +753,113 @@ async fn lock_handle(
         .map_err(db_error)
 }
 
-async fn retire(
-    tx: &mut SqlxTx<'static, Any>,
-    id: &str,
-    dialect: Dialect,
-) -> Result<(), StoreError> {
-    if dialect == Dialect::Postgres {
-        // Calls still writing under the handle finish first; later ones find it gone.
-        lock_handle(tx, id, true).await?;
-    }
-    sqlx::query("DELETE FROM wharf_handles WHERE id = $1")
-        .bind(id)
-        .execute(&mut **tx)
-        .await
-        .map_err(db_error)?;
-    let (lo, hi) = owned_range(id);
-    for table in [
-        "DELETE FROM wharf_rows WHERE collection >= $1 AND collection < $2",
-        "DELETE FROM wharf_docs WHERE collection >= $1 AND collection < $2",
-        "DELETE FROM wharf_collections WHERE name >= $1 AND name < $2",
-    ] {
-        sqlx::query(table)
-            .bind(&lo)
-            .bind(&hi)
-            .execute(&mut **tx)
-            .await
-            .map_err(db_error)?;
-    }
-    Ok(())
-}
-
 impl SqlTx {
-    /// The underlying sqlx transaction: statements run in it commit with the call (and its
-    /// idempotency record), or not at all.
-    pub fn sqlx(&mut self) -> &mut SqlxTx<'static, Any> {
+    /// The call's transaction, typed for its database.
+    pub fn sqlx(&mut self) -> &mut TypedTx {
         &mut self.tx
+    }
+
+    /// The call's transaction if the store is PostgreSQL.
+    #[cfg(feature = "postgres")]
+    pub fn postgres(&mut self) -> Option<&mut sqlx::Transaction<'static, Postgres>> {
+        match &mut self.tx {
+            TypedTx::Postgres(tx) => Some(tx),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
+    /// The call's transaction if the store is SQLite.
+    #[cfg(feature = "sqlite")]
+    pub fn sqlite(&mut self) -> Option<&mut sqlx::Transaction<'static, Sqlite>> {
+        match &mut self.tx {
+            TypedTx::Sqlite(tx) => Some(tx),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
     }
 
     /// The database it talks to.
     pub fn dialect(&self) -> Dialect {
-        self.dialect
+        match self.tx {
+            #[cfg(feature = "sqlite")]
+            TypedTx::Sqlite(_) => Dialect::Sqlite,
+            #[cfg(feature = "postgres")]
+            TypedTx::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
+    /// Runs one statement of the store's own, with text parameters, answering the rows it
+    /// changed.
+    pub(crate) async fn run(&mut self, sql: &str, params: &[&str]) -> Result<u64, StoreError> {
+        on_driver!(TypedTx, &mut self.tx, |tx| {
+            let mut query = sqlx::query(sql);
+            for p in params {
+                query = query.bind(*p);
+            }
+            query
+                .execute(&mut **tx)
+                .await
+                .map(|done| done.rows_affected())
+                .map_err(db_error)
+        })
     }
 
     async fn handle_exists(&mut self, id: &str) -> Result<bool, StoreError> {
-        let row = sqlx::query("SELECT 1 FROM wharf_handles WHERE id = $1")
+        let sql = "SELECT 1 FROM wharf_handles WHERE id = $1";
+        on_driver!(TypedTx, &mut self.tx, |tx| sqlx::query(sql)
             .bind(id)
-            .fetch_optional(&mut *self.tx)
+            .fetch_optional(&mut **tx)
             .await
-            .map_err(db_error)?;
-        Ok(row.is_some())
+            .map(|row| row.is_some())
+            .map_err(db_error))
+    }
+
+    async fn retire(&mut self, id: &str) -> Result<(), StoreError> {
+        // Calls still writing under the handle finish first; later ones find it gone.
+        #[cfg(feature = "postgres")]
+        #[allow(irrefutable_let_patterns)]
+        if let TypedTx::Postgres(tx) = &mut self.tx {
+            lock_handle(tx, id, true).await?;
+        }
+        self.run("DELETE FROM wharf_handles WHERE id = $1", &[id])
+            .await?;
+        let (lo, hi) = owned_range(id);
+        for table in [
+            "DELETE FROM wharf_rows WHERE collection >= $1 AND collection < $2",
+            "DELETE FROM wharf_docs WHERE collection >= $1 AND collection < $2",
+            "DELETE FROM wharf_collections WHERE name >= $1 AND name < $2",
+        ] {
+            self.run(table, &[&lo, &hi]).await?;
+        }
+        Ok(())
     }
 }
 
 #[async_trait]
 impl Transaction for SqlTx {
     async fn create_handle(&mut self, r: &HandleRecord) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO wharf_handles \
+        let sql = "INSERT INTO wharf_handles \
              (id, kind, owner, created_at, expires_at, idle_ms, last_used_at, data) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        )
-        .bind(&r.id)
-        .bind(&r.kind)
-        .bind(&r.owner)
-        .bind(r.created_at)
-        .bind(r.expires_at)
-        .bind(r.idle_ms)
-        .bind(r.last_used_at)
-        .bind(r.data.as_ref().map(Value::to_string))
-        .execute(&mut *self.tx)
-        .await
-        .map(drop)
-        .map_err(db_error)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+        let data = r.data.as_ref().map(Value::to_string);
+        on_driver!(TypedTx, &mut self.tx, |tx| sqlx::query(sql)
+            .bind(&r.id)
+            .bind(&r.kind)
+            .bind(&r.owner)
+            .bind(r.created_at)
+            .bind(r.expires_at)
+            .bind(r.idle_ms)
+            .bind(r.last_used_at)
+            .bind(&data)
+            .execute(&mut **tx)
+            .await
+            .map(drop)
+            .map_err(db_error))
     }
 
     async fn retire_handle(&mut self, id: &str) -> Result<(), StoreError> {
-        retire(&mut self.tx, id, self.dialect).await
+        self.retire(id).await
     }
 
     async fn hold_handle(
@@ -699,64 +872,61 @@ impl Transaction for SqlTx {
         // memory: no row is written for it). The check runs after the lock is granted, in a
         // statement of its own, so it sees a retirement that committed while it waited.
         // SQLite's write transactions hold the whole database already.
-        if self.dialect == Dialect::Postgres {
-            lock_handle(&mut self.tx, id, touch_at.is_some()).await?;
+        #[cfg(feature = "postgres")]
+        #[allow(irrefutable_let_patterns)]
+        if let TypedTx::Postgres(tx) = &mut self.tx {
+            lock_handle(tx, id, touch_at.is_some()).await?;
         }
-        let found = match touch_at {
-            Some(now) => {
-                sqlx::query(
-                    "UPDATE wharf_handles SET last_used_at = $2 \
-                     WHERE id = $1 AND last_used_at <= $2",
-                )
-                .bind(id)
-                .bind(now)
-                .execute(&mut *self.tx)
-                .await
-                .map_err(db_error)?
-                .rows_affected()
-                    > 0
-                    || self.handle_exists(id).await?
-            }
-            None => self.handle_exists(id).await?,
+        let Some(now) = touch_at else {
+            return self.handle_exists(id).await;
         };
-        Ok(found)
+        let sql = "UPDATE wharf_handles SET last_used_at = $2 \
+             WHERE id = $1 AND last_used_at <= $2";
+        let touched = on_driver!(TypedTx, &mut self.tx, |tx| sqlx::query(sql)
+            .bind(id)
+            .bind(now)
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?
+            .rows_affected());
+        Ok(touched > 0 || self.handle_exists(id).await?)
     }
 
     async fn complete_claim(&mut self, claim: &Claim, result: &str) -> Result<(), StoreError> {
         let now = wharf::store::now_millis();
-        let query = if self.claim_written {
-            sqlx::query(
-                "UPDATE wharf_idempotency SET state = 'done', result = $3, updated_at = $4 \
-                 WHERE scope = $1 AND key = $2 AND state = 'running'",
-            )
-            .bind(&claim.scope)
-            .bind(&claim.key)
-            .bind(result)
-            .bind(now)
+        let n = if self.claim_written {
+            let sql = "UPDATE wharf_idempotency SET state = 'done', result = $3, updated_at = $4 \
+                 WHERE scope = $1 AND key = $2 AND state = 'running'";
+            on_driver!(TypedTx, &mut self.tx, |tx| sqlx::query(sql)
+                .bind(&claim.scope)
+                .bind(&claim.key)
+                .bind(result)
+                .bind(now)
+                .execute(&mut **tx)
+                .await
+                .map(|done| done.rows_affected()))
         } else {
             // Replaces a record past its retention, never a live one.
-            sqlx::query(
-                "INSERT INTO wharf_idempotency \
+            let sql = "INSERT INTO wharf_idempotency \
                  (scope, key, digest, state, result, created_at, updated_at, expires_at) \
                  VALUES ($1, $2, $5, 'done', $3, $4, $4, $6) \
                  ON CONFLICT (scope, key) DO UPDATE SET \
                  digest = excluded.digest, state = excluded.state, result = excluded.result, \
                  created_at = excluded.created_at, updated_at = excluded.updated_at, \
                  expires_at = excluded.expires_at \
-                 WHERE wharf_idempotency.expires_at <= $4",
-            )
-            .bind(&claim.scope)
-            .bind(&claim.key)
-            .bind(result)
-            .bind(now)
-            .bind(claim.digest.as_str())
-            .bind(claim.expires_at)
-        };
-        let n = query
-            .execute(&mut *self.tx)
-            .await
-            .map_err(db_error)?
-            .rows_affected();
+                 WHERE wharf_idempotency.expires_at <= $4";
+            on_driver!(TypedTx, &mut self.tx, |tx| sqlx::query(sql)
+                .bind(&claim.scope)
+                .bind(&claim.key)
+                .bind(result)
+                .bind(now)
+                .bind(claim.digest.as_str())
+                .bind(claim.expires_at)
+                .execute(&mut **tx)
+                .await
+                .map(|done| done.rows_affected()))
+        }
+        .map_err(db_error)?;
         if n == 1 {
             Ok(())
         } else {
@@ -765,7 +935,7 @@ impl Transaction for SqlTx {
     }
 
     async fn commit(self: Box<Self>) -> Result<(), StoreError> {
-        self.tx.commit().await.map_err(db_error)
+        on_driver!(TypedTx, self.tx, |tx| tx.commit().await.map_err(db_error))
     }
 
     fn backend_tx(&mut self) -> &mut dyn std::any::Any {

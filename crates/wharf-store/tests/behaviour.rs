@@ -44,7 +44,7 @@ async fn redis() -> Arc<dyn Store> {
 /// Shows, from the backend, that a duplicate waits for a first attempt still running.
 enum Watch {
     /// A session blocked by the first attempt's session (on its uncommitted record).
-    Postgres { pool: sqlx::AnyPool, first: i32 },
+    Postgres { pool: sqlx::PgPool, first: i32 },
     /// The duplicate's claim script runs a second time: it was told to wait, and asks again.
     Redis { monitor: Monitor, key: String },
     /// SQLite's wait happens inside the waiting connection's busy handler, which nothing

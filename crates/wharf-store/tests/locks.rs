@@ -48,7 +48,7 @@ async fn lock(store: &Arc<dyn Store>, key: &str) -> Box<dyn KeyLock> {
 /// (the head holds the key), PostgreSQL's `pg_locks` rows (granted or waiting).
 enum Line {
     Redis(::redis::aio::MultiplexedConnection, (String, String)),
-    Postgres(sqlx::AnyPool, String),
+    Postgres(sqlx::PgPool, String),
 }
 
 impl Line {

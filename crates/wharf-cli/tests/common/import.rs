@@ -155,21 +155,19 @@ pub(crate) async fn shift_times(store: &str, handle: &str, shift: i64, fields: &
                 .unwrap();
         }
     } else {
-        sqlx::any::install_default_drivers();
-        let url = if store.starts_with("sqlite") {
-            format!("{store}?mode=rw")
-        } else {
-            store.to_owned()
-        };
-        let pool = sqlx::AnyPool::connect(&url).await.unwrap();
         let set: Vec<String> = fields.iter().map(|f| format!("{f} = {f} - $1")).collect();
         let sql = format!("UPDATE wharf_handles SET {} WHERE id = $2", set.join(", "));
-        let n = sqlx::query(&sql)
-            .bind(shift)
-            .bind(handle)
-            .execute(&pool)
-            .await
-            .unwrap();
-        assert_eq!(n.rows_affected(), 1);
+        let n = if store.starts_with("sqlite") {
+            let pool = sqlx::SqlitePool::connect(&format!("{store}?mode=rw"))
+                .await
+                .unwrap();
+            let done = sqlx::query(&sql).bind(shift).bind(handle).execute(&pool);
+            done.await.unwrap().rows_affected()
+        } else {
+            let pool = sqlx::PgPool::connect(store).await.unwrap();
+            let done = sqlx::query(&sql).bind(shift).bind(handle).execute(&pool);
+            done.await.unwrap().rows_affected()
+        };
+        assert_eq!(n, 1);
     }
 }

@@ -1,7 +1,8 @@
 //! Documents and ordered row collections (feature `documents`): a ready-made app data model,
 //! kept in tables (SQL) or keys (Redis) of the store's and written in the call's transaction,
 //! so it commits with the call's idempotency record. An app with a model of its own keeps it
-//! in tables of its own through [`SqlTx::sqlx`], or keys of its own through
+//! in tables of its own through its database's typed transaction (`SqlTx::postgres`,
+//! `SqlTx::sqlite`), or keys of its own through
 //! [`RedisTx::queue`].
 //!
 //! Collections named `<handle>/…` belong to that handle: they go when it is retired.
@@ -12,10 +13,12 @@ use wharf::store::{StoreError, Transaction};
 
 #[cfg(feature = "redis")]
 use crate::redis::RedisTx;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 use crate::sql::SqlTx;
 
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql;
 
 /// Documents by key and ordered rows, per collection.
@@ -76,9 +79,14 @@ fn documents<'a>(tx: &'a mut (dyn Transaction + '_)) -> Result<&'a mut dyn Docum
             .map(|t| t as &mut dyn Documents)
             .ok_or_else(foreign);
     }
-    any.downcast_mut::<SqlTx>()
-        .map(|t| t as &mut dyn Documents)
-        .ok_or_else(foreign)
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    if any.is::<SqlTx>() {
+        return any
+            .downcast_mut::<SqlTx>()
+            .map(|t| t as &mut dyn Documents)
+            .ok_or_else(foreign);
+    }
+    Err(foreign())
 }
 
 /// Any transaction of a wharf-store store, as the core hands it out (`Context::tx`,

@@ -3,16 +3,16 @@
 
 use async_trait::async_trait;
 use serde_json::Value;
-use sqlx::Row;
 use wharf::store::StoreError;
 
 use super::Documents;
-use crate::sql::{Dialect, SqlTx, db_error, read_json};
+use crate::sql::{SqlTx, TypedTx, db_error, on_driver, read_json};
 
 /// Appends the rows of the JSON array `?3` to collection `?1` (`?2` of them), returning the
 /// collection's length: three statements in one call (sqlx runs them in turn on SQLite's
 /// connection thread). `json_each` gives objects and arrays as JSON text and scalars as SQL
 /// values, which are turned back into JSON.
+#[cfg(feature = "sqlite")]
 const SQLITE_APPEND_SQL: &str = "INSERT INTO wharf_collections (name, next_seq, len) \
      VALUES (?1, ?2, ?2) ON CONFLICT (name) DO UPDATE SET \
      next_seq = wharf_collections.next_seq + excluded.next_seq, \
@@ -26,6 +26,7 @@ const SQLITE_APPEND_SQL: &str = "INSERT INTO wharf_collections (name, next_seq, 
      SELECT len FROM wharf_collections WHERE name = ?1";
 
 /// The same on PostgreSQL, in one statement; `json` (not `jsonb`) keeps each row's text.
+#[cfg(feature = "postgres")]
 const PG_APPEND_SQL: &str = "WITH r AS (INSERT INTO wharf_collections (name, next_seq, len) \
      VALUES ($1, $2, $2) ON CONFLICT (name) DO UPDATE SET \
      next_seq = wharf_collections.next_seq + excluded.next_seq, \
@@ -40,34 +41,48 @@ impl SqlTx {
     /// Reserves `n` sequence numbers at the end of `collection`: the first one, and the
     /// collection's length with them.
     async fn reserve(&mut self, collection: &str, n: i64) -> Result<(i64, i64), StoreError> {
-        let row = sqlx::query(
-            "INSERT INTO wharf_collections (name, next_seq, len) VALUES ($1, $2, $2) \
+        let sql = "INSERT INTO wharf_collections (name, next_seq, len) VALUES ($1, $2, $2) \
              ON CONFLICT (name) DO UPDATE SET \
              next_seq = wharf_collections.next_seq + excluded.next_seq, \
              len = wharf_collections.len + excluded.len \
-             RETURNING next_seq, len",
-        )
-        .bind(collection)
-        .bind(n)
-        .fetch_one(&mut **self.sqlx())
-        .await
-        .map_err(db_error)?;
-        let next: i64 = row.try_get(0).map_err(db_error)?;
-        let len: i64 = row.try_get(1).map_err(db_error)?;
+             RETURNING next_seq, len";
+        let (next, len): (i64, i64) = on_driver!(TypedTx, self.sqlx(), |tx| sqlx::query_as(sql)
+            .bind(collection)
+            .bind(n)
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(db_error)?);
         Ok((next - n, len))
+    }
+
+    /// A text column of the first row a statement with text parameters returns.
+    async fn text(&mut self, sql: &str, params: &[&str]) -> Result<Option<String>, StoreError> {
+        on_driver!(TypedTx, self.sqlx(), |tx| {
+            let mut query = sqlx::query_scalar(sql);
+            for p in params {
+                query = query.bind(*p);
+            }
+            query.fetch_optional(&mut **tx).await.map_err(db_error)
+        })
+    }
+
+    /// An integer column of the first row a statement with text parameters returns.
+    async fn int(&mut self, sql: &str, params: &[&str]) -> Result<Option<i64>, StoreError> {
+        on_driver!(TypedTx, self.sqlx(), |tx| {
+            let mut query = sqlx::query_scalar(sql);
+            for p in params {
+                query = query.bind(*p);
+            }
+            query.fetch_optional(&mut **tx).await.map_err(db_error)
+        })
     }
 }
 
 #[async_trait]
 impl Documents for SqlTx {
     async fn get_doc(&mut self, collection: &str, key: &str) -> Result<Option<Value>, StoreError> {
-        let text: Option<String> =
-            sqlx::query_scalar("SELECT doc FROM wharf_docs WHERE collection = $1 AND key = $2")
-                .bind(collection)
-                .bind(key)
-                .fetch_optional(&mut **self.sqlx())
-                .await
-                .map_err(db_error)?;
+        let sql = "SELECT doc FROM wharf_docs WHERE collection = $1 AND key = $2";
+        let text = self.text(sql, &[collection, key]).await?;
         text.as_deref().map(read_json).transpose()
     }
 
@@ -77,17 +92,11 @@ impl Documents for SqlTx {
         key: &str,
         doc: &Value,
     ) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO wharf_docs (collection, key, doc) VALUES ($1, $2, $3) \
-             ON CONFLICT (collection, key) DO UPDATE SET doc = excluded.doc",
-        )
-        .bind(collection)
-        .bind(key)
-        .bind(doc.to_string())
-        .execute(&mut **self.sqlx())
-        .await
-        .map(drop)
-        .map_err(db_error)
+        let sql = "INSERT INTO wharf_docs (collection, key, doc) VALUES ($1, $2, $3) \
+             ON CONFLICT (collection, key) DO UPDATE SET doc = excluded.doc";
+        self.run(sql, &[collection, key, &doc.to_string()])
+            .await
+            .map(drop)
     }
 
     async fn insert_doc(
@@ -96,18 +105,9 @@ impl Documents for SqlTx {
         key: &str,
         doc: &Value,
     ) -> Result<Option<Value>, StoreError> {
-        let inserted = sqlx::query(
-            "INSERT INTO wharf_docs (collection, key, doc) VALUES ($1, $2, $3) \
-             ON CONFLICT (collection, key) DO NOTHING",
-        )
-        .bind(collection)
-        .bind(key)
-        .bind(doc.to_string())
-        .execute(&mut **self.sqlx())
-        .await
-        .map_err(db_error)?
-        .rows_affected();
-        if inserted == 1 {
+        let sql = "INSERT INTO wharf_docs (collection, key, doc) VALUES ($1, $2, $3) \
+             ON CONFLICT (collection, key) DO NOTHING";
+        if self.run(sql, &[collection, key, &doc.to_string()]).await? == 1 {
             return Ok(None);
         }
         // A new statement sees what the concurrent writer committed.
@@ -115,14 +115,8 @@ impl Documents for SqlTx {
     }
 
     async fn delete_doc(&mut self, collection: &str, key: &str) -> Result<bool, StoreError> {
-        let n = sqlx::query("DELETE FROM wharf_docs WHERE collection = $1 AND key = $2")
-            .bind(collection)
-            .bind(key)
-            .execute(&mut **self.sqlx())
-            .await
-            .map_err(db_error)?
-            .rows_affected();
-        Ok(n > 0)
+        let sql = "DELETE FROM wharf_docs WHERE collection = $1 AND key = $2";
+        Ok(self.run(sql, &[collection, key]).await? > 0)
     }
 
     async fn append_rows(&mut self, collection: &str, rows: &[Value]) -> Result<u64, StoreError> {
@@ -134,18 +128,28 @@ impl Documents for SqlTx {
         let n = i64::try_from(rows.len()).unwrap_or(i64::MAX);
         let array = serde_json::to_string(rows)
             .map_err(|e| StoreError::Backend(format!("rows do not serialize: {e}")))?;
-        let sql = match self.dialect() {
-            Dialect::Sqlite => SQLITE_APPEND_SQL,
-            Dialect::Postgres => PG_APPEND_SQL,
-        };
         // `fetch_all`: on SQLite the length comes from the last of the statements.
-        let lens: Vec<i64> = sqlx::query_scalar(sql)
-            .bind(collection)
-            .bind(n)
-            .bind(array)
-            .fetch_all(&mut **self.sqlx())
-            .await
-            .map_err(db_error)?;
+        let lens: Vec<i64> = match self.sqlx() {
+            #[cfg(feature = "sqlite")]
+            TypedTx::Sqlite(tx) => {
+                sqlx::query_scalar(SQLITE_APPEND_SQL)
+                    .bind(collection)
+                    .bind(n)
+                    .bind(array)
+                    .fetch_all(&mut **tx)
+                    .await
+            }
+            #[cfg(feature = "postgres")]
+            TypedTx::Postgres(tx) => {
+                sqlx::query_scalar(PG_APPEND_SQL)
+                    .bind(collection)
+                    .bind(n)
+                    .bind(array)
+                    .fetch_all(&mut **tx)
+                    .await
+            }
+        }
+        .map_err(db_error)?;
         let len = lens
             .last()
             .copied()
@@ -154,12 +158,8 @@ impl Documents for SqlTx {
     }
 
     async fn count_rows(&mut self, collection: &str) -> Result<u64, StoreError> {
-        let len: Option<i64> =
-            sqlx::query_scalar("SELECT len FROM wharf_collections WHERE name = $1")
-                .bind(collection)
-                .fetch_optional(&mut **self.sqlx())
-                .await
-                .map_err(db_error)?;
+        let sql = "SELECT len FROM wharf_collections WHERE name = $1";
+        let len = self.int(sql, &[collection]).await?;
         Ok(len.and_then(|l| u64::try_from(l).ok()).unwrap_or(0))
     }
 
@@ -169,52 +169,40 @@ impl Documents for SqlTx {
         after: Option<i64>,
         limit: u32,
     ) -> Result<Vec<(i64, Value)>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT seq, doc FROM wharf_rows WHERE collection = $1 AND seq > $2 \
-             ORDER BY seq LIMIT $3",
-        )
-        .bind(collection)
-        .bind(after.unwrap_or(-1))
-        .bind(i64::from(limit))
-        .fetch_all(&mut **self.sqlx())
-        .await
-        .map_err(db_error)?;
-        rows.iter()
-            .map(|r| {
-                let seq: i64 = r.try_get(0).map_err(db_error)?;
-                let doc: String = r.try_get(1).map_err(db_error)?;
-                Ok((seq, read_json(&doc)?))
-            })
+        let sql = "SELECT seq, doc FROM wharf_rows WHERE collection = $1 AND seq > $2 \
+             ORDER BY seq LIMIT $3";
+        let rows: Vec<(i64, String)> = on_driver!(TypedTx, self.sqlx(), |tx| sqlx::query_as(sql)
+            .bind(collection)
+            .bind(after.unwrap_or(-1))
+            .bind(i64::from(limit))
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(db_error)?);
+        rows.into_iter()
+            .map(|(seq, doc)| Ok((seq, read_json(&doc)?)))
             .collect()
     }
 
     async fn move_rows(&mut self, from: &str, to: &str) -> Result<u64, StoreError> {
         // Lock the source's counter first: appends to it wait until this transaction ends,
         // so the count and the rows moved are the same rows.
-        let n: Option<i64> = sqlx::query_scalar(
-            "UPDATE wharf_collections SET len = len WHERE name = $1 RETURNING len",
-        )
-        .bind(from)
-        .fetch_optional(&mut **self.sqlx())
-        .await
-        .map_err(db_error)?;
-        let n = n.unwrap_or(0);
+        let sql = "UPDATE wharf_collections SET len = len WHERE name = $1 RETURNING len";
+        let n = self.int(sql, &[from]).await?.unwrap_or(0);
         if n == 0 {
             return Ok(0);
         }
         let (base, _) = self.reserve(to, n).await?;
-        let moved = sqlx::query(
-            "INSERT INTO wharf_rows (collection, seq, doc) \
+        let sql = "INSERT INTO wharf_rows (collection, seq, doc) \
              SELECT $2, $3 + ROW_NUMBER() OVER (ORDER BY seq) - 1, doc \
-             FROM wharf_rows WHERE collection = $1",
-        )
-        .bind(from)
-        .bind(to)
-        .bind(base)
-        .execute(&mut **self.sqlx())
-        .await
-        .map_err(db_error)?
-        .rows_affected();
+             FROM wharf_rows WHERE collection = $1";
+        let moved = on_driver!(TypedTx, self.sqlx(), |tx| sqlx::query(sql)
+            .bind(from)
+            .bind(to)
+            .bind(base)
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?
+            .rows_affected());
         if i64::try_from(moved).ok() != Some(n) {
             return Err(StoreError::Corrupt(format!(
                 "collection {from:?} counts {n} rows but holds {moved}"
@@ -224,17 +212,17 @@ impl Documents for SqlTx {
     }
 
     async fn clear_rows(&mut self, collection: &str) -> Result<u64, StoreError> {
-        let n = sqlx::query("DELETE FROM wharf_rows WHERE collection = $1")
-            .bind(collection)
-            .execute(&mut **self.sqlx())
-            .await
-            .map_err(db_error)?
-            .rows_affected();
-        sqlx::query("UPDATE wharf_collections SET len = 0 WHERE name = $1")
-            .bind(collection)
-            .execute(&mut **self.sqlx())
-            .await
-            .map_err(db_error)?;
+        let n = self
+            .run(
+                "DELETE FROM wharf_rows WHERE collection = $1",
+                &[collection],
+            )
+            .await?;
+        self.run(
+            "UPDATE wharf_collections SET len = 0 WHERE name = $1",
+            &[collection],
+        )
+        .await?;
         Ok(n)
     }
 }

@@ -14,26 +14,25 @@
 //! leaves when the lock reaches it, releasing it at once. Either way the call never runs.
 
 use async_trait::async_trait;
-use sqlx::any::AnyPoolOptions;
-use sqlx::pool::PoolConnection;
-use sqlx::{Any, AnyPool, Executor};
+use sqlx::pool::{PoolConnection, PoolOptions};
+use sqlx::{Executor, PgPool, Postgres};
 use wharf::store::{Fence, KeyLock, StoreError};
 
 use super::db_error;
 
 /// Mutation keys are hashed with this seed, so they never meet the handle locks (seed 0).
-const LOCK: &str = "SELECT pg_advisory_lock(hashtextextended($1, 1))::text";
+const LOCK: &str = "SELECT pg_advisory_lock(hashtextextended($1, 1))";
 const UNLOCK: &str = "SELECT pg_advisory_unlock(hashtextextended($1, 1))";
 
 /// The lock pool of one store.
 pub(super) struct PgLocks {
-    pool: AnyPool,
+    pool: PgPool,
 }
 
 impl PgLocks {
     /// Connects lazily: a deployment without mutating tools never opens a lock connection.
     pub(super) fn new(url: &str, max_connections: u32) -> Result<Self, StoreError> {
-        let pool = AnyPoolOptions::new()
+        let pool = PoolOptions::<Postgres>::new()
             .max_connections(max_connections)
             .min_connections(0)
             // A broken session fails its lock query, which is answered "retry"; a ping
@@ -65,7 +64,7 @@ impl PgLocks {
         };
         sqlx::query(LOCK)
             .bind(key)
-            .fetch_one(&mut **conn)
+            .execute(&mut **conn)
             .await
             .map_err(db_error)?;
         Ok(Box::new(PgKeyLock {
@@ -77,7 +76,7 @@ impl PgLocks {
 
 /// A session that is (or may be) waiting for a lock. Dropped before it holds the lock, it
 /// closes the session: it never goes back to the pool with a lock taken or pending.
-struct Waiting(Option<PoolConnection<Any>>);
+struct Waiting(Option<PoolConnection<Postgres>>);
 
 impl Drop for Waiting {
     fn drop(&mut self) {
@@ -89,7 +88,7 @@ impl Drop for Waiting {
 
 /// A held advisory lock and the session that holds it.
 struct PgKeyLock {
-    conn: Option<PoolConnection<Any>>,
+    conn: Option<PoolConnection<Postgres>>,
     key: String,
 }
 

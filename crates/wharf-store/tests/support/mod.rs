@@ -194,8 +194,8 @@ pub(crate) async fn pg_backend_pid(tx: &mut Box<dyn Transaction>) -> i32 {
     let sql = tx
         .backend_tx()
         .downcast_mut::<wharf_store::SqlTx>()
-        .expect("a SQL store's transaction")
-        .sqlx();
+        .and_then(wharf_store::SqlTx::postgres)
+        .expect("a PostgreSQL store's transaction");
     sqlx::query_scalar("SELECT pg_backend_pid()")
         .fetch_one(&mut **sql)
         .await
@@ -203,9 +203,8 @@ pub(crate) async fn pg_backend_pid(tx: &mut Box<dyn Transaction>) -> i32 {
 }
 
 /// A pool to look at PostgreSQL's own views (`pg_locks`, `pg_stat_activity`).
-pub(crate) async fn pg_observer() -> sqlx::AnyPool {
-    sqlx::any::install_default_drivers();
-    sqlx::any::AnyPoolOptions::new()
+pub(crate) async fn pg_observer() -> sqlx::PgPool {
+    sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
         .connect(&pg_url())
         .await
@@ -213,7 +212,7 @@ pub(crate) async fn pg_observer() -> sqlx::AnyPool {
 }
 
 /// How many sessions PostgreSQL reports blocked by session `pid`.
-pub(crate) async fn pg_blocked_by(pool: &sqlx::AnyPool, pid: i32) -> i64 {
+pub(crate) async fn pg_blocked_by(pool: &sqlx::PgPool, pid: i32) -> i64 {
     sqlx::query_scalar(
         "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
     )
