@@ -14,7 +14,9 @@
 #   CONNECTIONS (default 8), ROWS (default 50), BACKENDS (default "sqlite postgres"),
 #   PG_ADMIN_URL (default
 #   postgres://postgres@127.0.0.1:5432/postgres; each run gets a fresh database wharf_bench
-#   there, so neither side inherits the other's rows), PORT (default 18093)
+#   there, so neither side inherits the other's rows), PORT (default 18093), WHARF_BIN and
+#   BASELINE_BIN (the binaries to compare, default the release builds; with --no-build, to
+#   measure one build against another)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -32,7 +34,7 @@ for arg in "$@"; do
     case "$arg" in
         --quick) quick=1 ;;
         --no-build) build=0 ;;
-        -h | --help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument: $arg (try --help)" ;;
     esac
 done
@@ -59,8 +61,8 @@ if ((build)); then
     log "building wharf-cli and wharf-bench-store-baseline (release)"
     (cd "$ROOT" && cargo build --release -p wharf-cli -p wharf-bench-store-baseline) >&2 || die "cargo build failed"
 fi
-WHARF_BIN="$TARGET/release/wharf"
-BASELINE_BIN="$TARGET/release/wharf-bench-store-baseline"
+WHARF_BIN=${WHARF_BIN:-$TARGET/release/wharf}
+BASELINE_BIN=${BASELINE_BIN:-$TARGET/release/wharf-bench-store-baseline}
 [[ -x $WHARF_BIN && -x $BASELINE_BIN ]] || die "release binaries missing; run without --no-build"
 rm -rf "$RAW"
 mkdir -p "$RAW"
