@@ -99,12 +99,10 @@ fn backend(e: impl std::fmt::Display) -> HandlerError {
     HandlerError::from(StoreError::Backend(e.to_string()))
 }
 
+/// As the store maps its own errors: a lock wait that ran out (a commit holding the dataset
+/// row, say) is "busy, retry".
 fn sql(e: sqlx::Error) -> HandlerError {
-    match e {
-        sqlx::Error::PoolTimedOut => StoreError::Busy("no database connection was free".into()),
-        e => StoreError::Backend(format!("import tables: {e}")),
-    }
-    .into()
+    HandlerError::from(wharf_store::sql::db_error(e))
 }
 
 fn corrupt(what: &str, e: impl std::fmt::Display) -> HandlerError {

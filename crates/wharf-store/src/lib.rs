@@ -13,7 +13,7 @@
 //!
 //! An app keeps its own data in the call's transaction, so it commits with the call's
 //! idempotency record: on SQL stores in tables of its own through the database's typed sqlx
-//! transaction ([`SqlTx::postgres`], [`SqlTx::sqlite`]), on Redis in
+//! transaction (`SqlTx::postgres`, `SqlTx::sqlite`), on Redis in
 //! keys of its own through [`redis::RedisTx`]'s command buffer. The optional `documents`
 //! feature adds `Documents`, a ready-made model of keyed documents and ordered rows.
 

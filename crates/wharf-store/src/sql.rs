@@ -323,9 +323,14 @@ impl SqlStore {
         })
     }
 
-    /// PostgreSQL's claim on a handle: BEGIN with a shared advisory lock on the handle (see
+    /// PostgreSQL's claim on a handle: BEGIN, a shared advisory lock on the handle (see
     /// `lock_handle`), then the handle, the claim (made only for the owner) and the record as
     /// the statement found it, in one statement.
+    ///
+    /// The lock is a statement of the open transaction, not part of a `BEGIN` batch: a batch
+    /// whose lock wait fails (lock timeout, deadlock) or is abandoned leaves the session in a
+    /// failed or open transaction that sqlx does not know it began, and the pool would hand
+    /// that session to the next call.
     #[cfg(feature = "postgres")]
     async fn pg_claim_on_handle(
         pool: &sqlx::PgPool,
@@ -334,18 +339,8 @@ impl SqlStore {
         owner: &str,
         now: Millis,
     ) -> Result<(Option<HandleRecord>, Option<Begin>), StoreError> {
-        // BEGIN takes no parameters, so the id is a literal there: only ids made of letters,
-        // digits and '_' (every handle's) get that far.
-        if handle.is_empty()
-            || !handle
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        {
-            return Ok((None, None));
-        }
-        let begin =
-            format!("BEGIN; SELECT pg_advisory_xact_lock_shared(hashtextextended('{handle}', 0))");
-        let mut tx = pool.begin_with(begin).await.map_err(db_error)?;
+        let mut tx = pool.begin().await.map_err(db_error)?;
+        lock_handle(&mut tx, handle, false).await?;
         let row = sqlx::query(PG_CLAIM_ON_HANDLE_SQL)
             .bind(&claim.scope)
             .bind(&claim.key)
@@ -510,8 +505,10 @@ fn redact(url: &str) -> String {
     }
 }
 
-/// Maps a database error: lock waits that ran out become [`StoreError::Busy`].
-pub(crate) fn db_error(e: sqlx::Error) -> StoreError {
+/// Maps a database error as the store does, for app code in the call's transaction: lock
+/// waits that ran out and pools without a free connection become [`StoreError::Busy`]
+/// (answered "retry"), anything else [`StoreError::Backend`].
+pub fn db_error(e: sqlx::Error) -> StoreError {
     if let sqlx::Error::Database(db) = &e {
         let code = db.code();
         let busy = matches!(
@@ -715,9 +712,8 @@ impl Store for SqlStore {
 /// ```no_run
 /// # async fn write(tx: &mut dyn wharf::store::Transaction) -> Result<(), sqlx::Error> {
 /// use wharf_store::SqlTx;
-/// if let Some(sql) = tx.backend_tx().downcast_mut::<SqlTx>()
-///     && let Some(pg) = sql.postgres()
-/// {
+/// let pg = tx.backend_tx().downcast_mut::<SqlTx>().and_then(SqlTx::postgres);
+/// if let Some(pg) = pg {
 ///     sqlx::query("INSERT INTO orders (item) VALUES ($1)")
 ///         .bind("anchor")
 ///         .execute(&mut **pg)

@@ -621,3 +621,47 @@ all_backends!(
     keys_and_results_are_stored_exactly_whatever_they_hold,
     nothing_is_left_under_a_handle_retired_while_a_write_ran,
 );
+
+/// A claim whose wait for its handle's lock runs out is answered "busy", and the session it
+/// waited on goes back to the pool clean: with one connection, the next claim runs.
+#[tokio::test]
+async fn postgres_a_claim_that_timed_out_on_its_handle_leaves_the_pool_usable() {
+    let holder = postgres().await;
+    let mut one = support::options(Duration::from_millis(200));
+    one.max_connections = 1;
+    let url = support::pg_url();
+    let waiter = wharf_store::open(&url, &one).await.expect("PostgreSQL");
+    let owner = Principal::new(unique("timeout"));
+    let handle = HandleRecord::mint::<Thing>(&owner, now_millis());
+    let mut tx = holder.begin(TxMode::Write).await.unwrap();
+    tx.create_handle(&handle).await.unwrap();
+    tx.commit().await.unwrap();
+
+    // Held exclusively, as a commit or an abort under the handle holds it.
+    let mut busy = holder.begin(TxMode::Write).await.unwrap();
+    assert!(
+        busy.hold_handle(&handle.id, Some(now_millis()))
+            .await
+            .unwrap()
+    );
+    let c = claim(&format!("h:{}", handle.id), "k1", json!({ "n": 1 }));
+    let waited = waiter
+        .claim_on_handle(&c, &handle.id, owner.id(), now_millis())
+        .await;
+    assert!(
+        matches!(waited, Err(StoreError::Busy(_))),
+        "{:?}",
+        waited.err()
+    );
+    busy.commit().await.unwrap();
+
+    let (record, begun) = waiter
+        .claim_on_handle(&c, &handle.id, owner.id(), now_millis())
+        .await
+        .expect("the pool's only session is usable again");
+    assert!(record.is_some());
+    let Some(Begin::Run(tx)) = begun else {
+        panic!("the claim runs once the handle is free")
+    };
+    tx.commit().await.unwrap();
+}
