@@ -67,7 +67,7 @@ impl Log {
 }
 
 impl ServerProcess {
-    /// Starts `wharf serve` with `args` and waits until `/healthz` answers. Without a
+    /// Starts `wharf serve` with `args` and waits until it answers HTTP (`/healthz`). Without a
     /// `--profile` it serves the demo tools, and without credentials it runs anonymous.
     pub(crate) fn start(args: &[&str]) -> Self {
         let mut defaults = Vec::new();
@@ -105,7 +105,7 @@ impl ServerProcess {
             .expect("start wharf serve");
         let log = Log::follow(child.stderr.take().expect("piped stderr"));
         let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(&listen).is_err() {
+        while !answers_http(&listen) {
             assert!(Instant::now() < deadline, "wharf serve did not start");
             if let Ok(Some(status)) = child.try_wait() {
                 panic!("wharf serve exited ({status}) before listening on {listen}");
@@ -185,6 +185,23 @@ pub(crate) fn tokio_listener() -> tokio::net::TcpListener {
     let listener = loopback_listener();
     listener.set_nonblocking(true).unwrap();
     tokio::net::TcpListener::from_std(listener).unwrap()
+}
+
+/// Whether an HTTP server answers at `addr`. A bare connect is not enough: while nothing
+/// listens on a port in the ephemeral range, a connect from that same port (which Linux may
+/// pick) connects the socket to itself and succeeds.
+fn answers_http(addr: &str) -> bool {
+    use std::io::{Read as _, Write as _};
+    let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let probe = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(probe.as_bytes()).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 8];
+    stream.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.")
 }
 
 impl Drop for ServerProcess {
