@@ -48,11 +48,13 @@ pub(crate) struct ServeArgs {
         value_delimiter = ','
     )]
     allowed_hosts: Vec<String>,
-    /// Base64 key that signs list cursors; give every replica the same one. Random if unset.
+    /// Base64 key that signs list cursors, instead of the keys replicas share (and rotate)
+    /// through their store; give every replica the same one.
     #[arg(long, env = "WHARF_CURSOR_KEY", hide_env_values = true)]
     cursor_key: Option<String>,
-    /// Key that seals multi-round request states, `KID=BASE64` (32 bytes); repeat it to
-    /// rotate: the first seals, all open. Give every replica the same keys. Random if unset.
+    /// Key that seals multi-round request states, `KID=BASE64` (32 bytes), instead of the
+    /// keys replicas share (and rotate) through their store; repeat it to rotate by hand: the
+    /// first seals, all open. Give every replica the same keys.
     #[arg(
         long = "state-key",
         env = "WHARF_STATE_KEYS",
@@ -60,6 +62,9 @@ pub(crate) struct ServeArgs {
         hide_env_values = true
     )]
     state_keys: Vec<String>,
+    /// Hours between rotations of the keys replicas share through their store.
+    #[arg(long, env = "WHARF_KEY_ROTATION_HOURS", default_value_t = 24)]
+    key_rotation_hours: u64,
     /// How long a multi-round request state stays valid, in seconds.
     #[arg(long, env = "WHARF_STATE_MAX_AGE_SECS", default_value_t = 600)]
     state_max_age_secs: u64,
@@ -81,7 +86,12 @@ pub(crate) struct ServeArgs {
     /// Seconds between keep-alive comments on streamed answers.
     #[arg(long, env = "WHARF_KEEP_ALIVE_SECS", default_value_t = 15)]
     keep_alive_secs: u64,
-    /// Seconds in-flight requests get to finish after SIGTERM/SIGINT.
+    /// Seconds the server keeps accepting after SIGTERM/SIGINT while `/readyz` answers 503
+    /// (and responses close their connections), so load balancers move traffic away before
+    /// it stops accepting. A second signal skips the rest of it.
+    #[arg(long, env = "WHARF_DRAIN_GRACE_SECS", default_value_t = 5)]
+    drain_grace_secs: u64,
+    /// Seconds in-flight requests get to finish once the server stops accepting.
     #[arg(long, env = "WHARF_DRAIN_SECS", default_value_t = 10)]
     drain_secs: u64,
     /// Worker threads (default: the CPUs this process may use).
@@ -352,15 +362,15 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
                 "--cursor-key must decode to at least 32 bytes (it decodes to {}); generate one with `openssl rand -base64 32`",
                 key.len()
             );
-            CursorKey::new(key)
+            Some(CursorKey::new(key))
         }
-        None => CursorKey::random(),
+        None => None,
     };
     let request_state = wharf::StateConfig {
         keys: if args.state_keys.is_empty() {
-            wharf::StateKeys::random()
+            None
         } else {
-            wharf::StateKeys::parse(&args.state_keys).context("--state-key")?
+            Some(wharf::StateKeys::parse(&args.state_keys).context("--state-key")?)
         },
         max_age: Duration::from_secs(args.state_max_age_secs.max(1)),
         max_rounds: args.max_input_rounds.max(1),
@@ -371,6 +381,7 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
     config.max_store_locks_per_principal = args.max_store_locks_per_principal.max(1);
     config.page_size = args.page_size;
     config.cursor_key = cursor_key;
+    config.key_rotation = Duration::from_secs(args.key_rotation_hours.max(1).saturating_mul(3600));
     config.max_call_duration = Duration::from_secs(args.max_call_secs.max(1));
     config.progress_interval = Duration::from_millis(args.progress_interval_ms);
     config.limits = wharf::Limits {
@@ -458,9 +469,21 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let stopping = tokio_util::sync::CancellationToken::new();
     let signal_seen = stopping.clone();
     let drain_server = server.clone();
+    let grace = Duration::from_secs(args.drain_grace_secs);
     let shutdown = async move {
         wait_for_signal().await;
-        tracing::info!("shutting down: draining in-flight requests");
+        drain_server.drain();
+        if !grace.is_zero() {
+            tracing::info!(
+                seconds = grace.as_secs(),
+                "draining: /readyz answers 503; still accepting until load balancers move away"
+            );
+            tokio::select! {
+                () = tokio::time::sleep(grace) => {}
+                () = wait_for_signal() => {}
+            }
+        }
+        tracing::info!("shutting down: draining in-flight requests; no longer accepting");
         drain_server.shutdown();
         signal_seen.cancel();
     };

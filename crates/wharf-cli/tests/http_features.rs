@@ -261,7 +261,14 @@ async fn next_message(stream: &mut (impl futures_util::Stream<Item = Value> + Un
 
 #[tokio::test]
 async fn listen_streams_ack_filter_and_end_gracefully() {
-    let mut server = ServerProcess::start(&["--profile", "conformance", "--keep-alive-secs", "1"]);
+    let mut server = ServerProcess::start(&[
+        "--profile",
+        "conformance",
+        "--keep-alive-secs",
+        "1",
+        "--drain-grace-secs",
+        "1",
+    ]);
     let client = server.client();
     let mut tools = Box::pin(client.open_stream("subscriptions/listen", json!({ "notifications": { "toolsListChanged": true, "resourceSubscriptions": ["test://static-text", "test://nope"] } })).await.unwrap());
     let ack = next_message(&mut tools).await;

@@ -6,8 +6,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::ServerProcess;
 use common::import::*;
+use common::{ServerProcess, validate_message, validate_reply};
+use futures_util::StreamExt;
 use serde_json::{Value, json};
 use wharf_client::HttpClient;
 
@@ -17,14 +18,24 @@ fn start(port: u16, store: &str) -> ServerProcess {
     ServerProcess::start_on(port, &args)
 }
 
+/// Replicas started with nothing but the store and credentials: no key handed to them.
 async fn any_replica_serves_any_call(store: &str) {
     let a = start(common::free_port(), store);
     let b = start(common::free_port(), store);
-    let (on_a, on_b) = (
+    let c = start(common::free_port(), store);
+    let (on_a, on_b, on_c) = (
         a.client().with_bearer(TOKEN_42),
         b.client().with_bearer(TOKEN_42),
+        c.client().with_bearer(TOKEN_42),
     );
     let dataset = unique("replicated");
+    // A listen stream on the third replica, subscribed to the dataset; another principal
+    // subscribed to a dataset of the same name hears nothing of it.
+    let uri = format!("dataset://{dataset}");
+    let mut updates = Box::pin(listen(&on_c, &uri).await);
+    let on_c_7 = c.client().with_bearer(TOKEN_7);
+    let mut others = Box::pin(listen(&on_c_7, &uri).await);
+
     let import = begin(&on_a, &dataset).await;
     let args = json!({ "import": import, "rows": rows(0, 5), "idempotency_key": "r-1" });
     let first = ok(&on_a, "import_append_rows", args.clone()).await;
@@ -44,7 +55,13 @@ async fn any_replica_serves_any_call(store: &str) {
     let no = refused(&u7, "import_status", json!({ "import": import })).await;
     assert!(no.contains("unknown or has expired"), "{no}");
     ok(&on_b, "import_commit", json!({ "import": import })).await;
-    // A query cursor issued by one replica resumes on the other.
+    // The commit, made through the second replica, reaches the stream on the third.
+    let n = next_notification(&mut updates).await;
+    validate_message("subscriptions/listen", &n);
+    assert_eq!(n["method"], "notifications/resources/updated", "{n}");
+    assert_eq!(n["params"]["uri"], uri.as_str());
+
+    // A query cursor issued by one replica resumes on the others.
     let page = ok(
         &on_a,
         "dataset_query",
@@ -55,20 +72,140 @@ async fn any_replica_serves_any_call(store: &str) {
         .as_str()
         .unwrap()
         .to_owned();
-    let rest = ok(
+    let middle = ok(
         &on_b,
+        "dataset_query",
+        json!({ "dataset": dataset, "cursor": cursor, "limit": 4 }),
+    )
+    .await;
+    let cursor = middle["structuredContent"]["nextCursor"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let rest = ok(
+        &on_c,
         "dataset_query",
         json!({ "dataset": dataset, "cursor": cursor }),
     )
     .await;
-    let ids: Vec<i64> = page["structuredContent"]["rows"]
-        .as_array()
-        .unwrap()
+    let ids: Vec<i64> = [&page, &middle, &rest]
         .iter()
-        .chain(rest["structuredContent"]["rows"].as_array().unwrap())
+        .flat_map(|p| p["structuredContent"]["rows"].as_array().unwrap().clone())
         .map(|r| r["id"].as_i64().unwrap())
         .collect();
     assert_eq!(ids, (0..10).collect::<Vec<_>>());
+
+    // A confirmation asked by one replica is answered on another.
+    let asked = confirm_round(&on_a, &dataset, None).await;
+    let state = asked["requestState"].as_str().unwrap().to_owned();
+    let done = confirm_round(&on_c, &dataset, Some(&state)).await;
+    assert_eq!(done["structuredContent"]["deletedRows"], 10, "{done}");
+    let n = next_notification(&mut updates).await;
+    assert_eq!(n["method"], "notifications/resources/updated", "{n}");
+    assert_eq!(n["params"]["uri"], uri.as_str());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), others.next())
+            .await
+            .is_err(),
+        "another principal's stream hears nothing of this dataset"
+    );
+}
+
+/// A `subscriptions/listen` stream subscribed to `uri`, past its acknowledgment.
+async fn listen(client: &HttpClient, uri: &str) -> impl futures_util::Stream<Item = Value> + use<> {
+    let mut stream = Box::pin(
+        client
+            .open_stream(
+                "subscriptions/listen",
+                json!({ "notifications": { "resourceSubscriptions": [uri] } }),
+            )
+            .await
+            .unwrap(),
+    );
+    let ack = next_notification(&mut stream).await;
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(
+        ack["params"]["notifications"]["resourceSubscriptions"],
+        json!([uri])
+    );
+    stream
+}
+
+async fn next_notification(
+    stream: &mut (impl futures_util::Stream<Item = Value> + Unpin),
+) -> Value {
+    tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .expect("a message in time")
+        .expect("the stream is open")
+}
+
+/// `dataset_delete` of `dataset`: the question, or with `state` the confirmed answer.
+async fn confirm_round(client: &HttpClient, dataset: &str, state: Option<&str>) -> Value {
+    let mut params = json!({
+        "name": "dataset_delete",
+        "arguments": { "dataset": dataset },
+        "_meta": { "io.modelcontextprotocol/clientCapabilities": { "elicitation": {} } }
+    });
+    if let Some(state) = state {
+        params["requestState"] = json!(state);
+        params["inputResponses"] =
+            json!({ "confirm_delete": { "action": "accept", "content": { "delete": true } } });
+    }
+    let reply = client.request("tools/call", params).await.unwrap();
+    validate_reply("tools/call", &reply);
+    let result = reply
+        .result()
+        .unwrap_or_else(|| panic!("{}", reply.body))
+        .clone();
+    let expected = if state.is_some() {
+        "complete"
+    } else {
+        "input_required"
+    };
+    assert_eq!(result["resultType"], expected, "{}", reply.body);
+    result
+}
+
+/// On SQLite the shared keys live in the file: a cursor issued before a restart resumes
+/// after it.
+#[tokio::test]
+async fn sqlite_cursors_survive_a_restart() {
+    let store = sqlite_url("restart-keys");
+    let port = common::free_port();
+    let mut first = start(port, &store);
+    let client = first.client().with_bearer(TOKEN_42);
+    let dataset = unique("kept");
+    let import = begin(&client, &dataset).await;
+    ok(
+        &client,
+        "import_append_rows",
+        json!({ "import": import, "rows": rows(0, 6), "idempotency_key": "k" }),
+    )
+    .await;
+    ok(&client, "import_commit", json!({ "import": import })).await;
+    let page = ok(
+        &client,
+        "dataset_query",
+        json!({ "dataset": dataset, "limit": 4 }),
+    )
+    .await;
+    let cursor = page["structuredContent"]["nextCursor"].clone();
+    first.crash();
+    let second = start(common::free_port(), &store);
+    let rest = ok(
+        &second.client().with_bearer(TOKEN_42),
+        "dataset_query",
+        json!({ "dataset": dataset, "cursor": cursor }),
+    )
+    .await;
+    let ids: Vec<i64> = rest["structuredContent"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, [4, 5]);
 }
 
 /// Sends one append until some replica answers it, whatever happens to the processes.

@@ -25,13 +25,20 @@ pub(crate) async fn healthz() -> Response {
 
 /// Readiness: every dependency answers and the server is not draining.
 pub(crate) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
-    if state.server.shutdown_token().is_cancelled() {
+    if state.server.is_draining() {
         return json(
             StatusCode::SERVICE_UNAVAILABLE,
             serde_json::json!({ "status": "draining" }),
         );
     }
     let mut failures = serde_json::Map::new();
+    if !state.server.bus().is_connected() {
+        // Listen streams here would miss what other replicas announce.
+        failures.insert(
+            "bus".to_owned(),
+            "not listening for change notifications".into(),
+        );
+    }
     for check in &state.config.readiness {
         if let Err(reason) = check.check().await {
             failures.insert(check.name().to_owned(), reason.into());

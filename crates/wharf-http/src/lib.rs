@@ -22,6 +22,22 @@ use axum::Router;
 use axum::routing::{get, post};
 use wharf::Server;
 
+/// While the server drains, every response closes its connection: a proxy then opens a new
+/// one for its next request, which finds the listener closed once draining ends and goes to
+/// another replica, instead of reusing a kept-alive connection that closes under it.
+async fn close_while_draining(
+    axum::extract::State(state): axum::extract::State<Arc<AppState>>,
+    mut response: axum::response::Response,
+) -> axum::response::Response {
+    if state.server.is_draining() {
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    response
+}
+
 pub(crate) struct AppState {
     pub(crate) server: Server,
     pub(crate) config: HttpConfig,
@@ -52,5 +68,9 @@ pub fn router(server: Server, config: HttpConfig) -> Router {
         )
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .layer(axum::middleware::map_response_with_state(
+            Arc::clone(&state),
+            close_while_draining,
+        ))
         .with_state(state)
 }

@@ -13,8 +13,8 @@ use serde_json::{Map, Value, json};
 use wharf::store::TxMode;
 use wharf::store::human;
 use wharf::{
-    Context, Elicited, FormSchema, Handle, HandleKind, HandlerError, ServerBuilder, Structured,
-    template, tool,
+    ChangeEvent, Context, Elicited, FormSchema, Handle, HandleKind, HandlerError, ServerBuilder,
+    Structured, template, tool,
 };
 use wharf_protocol::{ResourceContents, ToolAnnotations};
 
@@ -581,6 +581,8 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                         }
                     };
                     tx.retire_handle(import).await?;
+                    drop(tx);
+                    cx.announce_on_commit(dataset_changed(owner, &dataset)).await;
                     Ok::<_, HandlerError>(Structured(Committed {
                         dataset,
                         committed_rows: moved,
@@ -661,6 +663,15 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         )
 }
 
+/// `resources/updated` for `dataset://NAME`, to its owner's listen streams only (another
+/// principal's dataset of the same name is another resource).
+fn dataset_changed(owner: &str, name: &str) -> ChangeEvent {
+    ChangeEvent::PrivateResourceUpdated {
+        uri: format!("dataset://{name}"),
+        principal: owner.to_owned(),
+    }
+}
+
 async fn delete(cx: &Context, args: DeleteArgs) -> Result<Structured<Deleted>, HandlerError> {
     check_dataset_name(&args.dataset)?;
     let confirmed = match cx.elicited::<DeleteAnswer>(CONFIRM_DELETE) {
@@ -700,6 +711,8 @@ async fn delete(cx: &Context, args: DeleteArgs) -> Result<Structured<Deleted>, H
             .into());
     }
     let deleted = data.delete_dataset(owner, dataset, &args.dataset).await?;
+    cx.announce_on_commit(dataset_changed(owner, &args.dataset))
+        .await;
     Ok(Structured(Deleted {
         dataset: args.dataset,
         deleted_rows: deleted,

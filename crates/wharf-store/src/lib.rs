@@ -17,6 +17,8 @@
 //! keys of its own through [`redis::RedisTx`]'s command buffer. The optional `documents`
 //! feature adds `Documents`, a ready-made model of keyed documents and ordered rows.
 
+#[cfg(any(feature = "postgres", feature = "redis"))]
+mod bus;
 #[cfg(feature = "documents")]
 mod documents;
 #[cfg(feature = "sqlite")]

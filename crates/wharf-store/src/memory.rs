@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 use async_trait::async_trait;
-use wharf::store::{Begin, Claim, HandleRecord, Millis, Store, StoreError, Transaction, TxMode};
+use wharf::store::{
+    Begin, Claim, HandleRecord, Millis, SharedKey, Store, StoreError, Transaction, TxMode,
+};
 
 use crate::Dialect;
 use crate::StoreOptions;
@@ -65,6 +67,12 @@ impl Store for MemoryStore {
     }
     async fn begin_idempotent(&self, claim: &Claim, now: Millis) -> Result<Begin, StoreError> {
         self.inner.begin_idempotent(claim, now).await
+    }
+    async fn shared_keys(&self) -> Result<Vec<SharedKey>, StoreError> {
+        self.inner.shared_keys().await
+    }
+    async fn add_shared_key(&self, key: &SharedKey) -> Result<(), StoreError> {
+        self.inner.add_shared_key(key).await
     }
     async fn sweep(&self, now: Millis, batch: u32) -> Result<u64, StoreError> {
         self.inner.sweep(now, batch).await

@@ -27,14 +27,44 @@ use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script};
 use serde_json::{Value, json};
 use wharf::store::{
-    Begin, Claim, Fence, HandleRecord, KeyLock, Millis, Store, StoreError, Transaction, TxMode,
-    now_millis,
+    Begin, Claim, Fence, HandleRecord, KeyLock, Millis, SHARED_KEY_LEN, SharedKey, Store,
+    StoreError, Transaction, TxMode, now_millis,
 };
 
 use crate::EXPIRED_HANDLE_GRACE_MS;
 use crate::StoreOptions;
 
 const HANDLE_EXPIRY: &str = "wharf:handles:expiry";
+/// The shared keys: a hash of id → `ACTIVE_FROM:EXPIRES_AT:SECRET_HEX`.
+const SHARED_KEYS: &str = "wharf:keys";
+
+fn shared_key_value(key: &SharedKey) -> String {
+    let hex: String = key.secret.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}:{}:{hex}", key.active_from, key.expires_at)
+}
+
+fn shared_key_from(id: String, value: &str) -> Result<SharedKey, StoreError> {
+    let bad = || corrupt(&format!("{SHARED_KEYS} {id}"));
+    let mut parts = value.splitn(3, ':');
+    let mut next = || parts.next().ok_or_else(bad);
+    let (active_from, expires_at, hex) = (next()?, next()?, next()?);
+    let int = |s: &str| s.parse::<i64>().map_err(|_| bad());
+    let (active_from, expires_at) = (int(active_from)?, int(expires_at)?);
+    if hex.len() != 2 * SHARED_KEY_LEN {
+        return Err(bad());
+    }
+    let mut secret = [0u8; SHARED_KEY_LEN];
+    for (i, byte) in secret.iter_mut().enumerate() {
+        let pair = hex.get(2 * i..2 * i + 2).ok_or_else(bad)?;
+        *byte = u8::from_str_radix(pair, 16).map_err(|_| bad())?;
+    }
+    Ok(SharedKey {
+        id,
+        secret,
+        active_from,
+        expires_at,
+    })
+}
 
 fn handle_key(id: &str) -> String {
     format!("wharf:h:{id}")
@@ -63,6 +93,7 @@ fn corrupt(what: &str) -> StoreError {
 /// A store in Redis.
 pub struct RedisStore {
     conn: ConnectionManager,
+    bus: std::sync::Arc<crate::bus::StoreBus>,
     lock_wait: Duration,
     claim: Script,
     commit: Script,
@@ -178,10 +209,11 @@ impl RedisStore {
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
         let client = redis::Client::open(url)
             .map_err(|e| StoreError::Backend(format!("invalid Redis URL: {e}")))?;
-        let conn = ConnectionManager::new(client)
+        let conn = ConnectionManager::new(client.clone())
             .await
             .map_err(|e| StoreError::Backend(format!("cannot reach Redis: {e}")))?;
         let store = RedisStore {
+            bus: crate::bus::redis(client, conn.clone()),
             conn,
             lock_wait: options.lock_wait,
             claim: Script::new(CLAIM_LUA),
@@ -335,6 +367,10 @@ impl Store for RedisStore {
         true
     }
 
+    fn bus(&self) -> Option<std::sync::Arc<dyn wharf::NotificationBus>> {
+        Some(self.bus.clone())
+    }
+
     async fn lock_key(&self, key: &str) -> Result<Option<Box<dyn KeyLock>>, StoreError> {
         self.lines.lock(&self.conn, key).await.map(Some)
     }
@@ -356,8 +392,37 @@ impl Store for RedisStore {
             tx.retire(id);
         }
         Box::new(tx).commit().await?;
+        let mut removed = ids.len() as u64;
+        let expired: Vec<String> = self
+            .shared_keys()
+            .await?
+            .into_iter()
+            .filter(|k| k.expires_at <= now)
+            .map(|k| k.id)
+            .collect();
+        if !expired.is_empty() {
+            let gone: u64 = conn.hdel(SHARED_KEYS, &expired).await.map_err(backend)?;
+            removed += gone;
+        }
         // Idempotency records expire by themselves (PEXPIREAT at their retention).
-        Ok(ids.len() as u64)
+        Ok(removed)
+    }
+
+    async fn shared_keys(&self) -> Result<Vec<SharedKey>, StoreError> {
+        let mut conn = self.conn.clone();
+        let all: HashMap<String, String> = conn.hgetall(SHARED_KEYS).await.map_err(backend)?;
+        all.into_iter()
+            .map(|(id, value)| shared_key_from(id, &value))
+            .collect()
+    }
+
+    async fn add_shared_key(&self, key: &SharedKey) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let _: bool = conn
+            .hset_nx(SHARED_KEYS, &key.id, shared_key_value(key))
+            .await
+            .map_err(backend)?;
+        Ok(())
     }
 }
 

@@ -23,7 +23,8 @@ use serde_json::Value;
 use sqlx::migrate::Migrator;
 use sqlx::{Executor, Row};
 use wharf::store::{
-    Begin, Claim, HandleRecord, KeyLock, Millis, Store, StoreError, Transaction, TxMode,
+    Begin, Claim, HandleRecord, KeyLock, Millis, SHARED_KEY_LEN, SharedKey, Store, StoreError,
+    Transaction, TxMode,
 };
 
 #[cfg(feature = "postgres")]
@@ -293,6 +294,9 @@ pub struct SqlStore {
     /// PostgreSQL's mutation locks; SQLite lives on one host, where the core's line is enough.
     #[cfg(feature = "postgres")]
     locks: Option<pg_lock::PgLocks>,
+    /// PostgreSQL's LISTEN/NOTIFY bus; SQLite processes keep to their own.
+    #[cfg(feature = "postgres")]
+    bus: Option<std::sync::Arc<crate::bus::StoreBus>>,
 }
 
 impl SqlStore {
@@ -318,6 +322,12 @@ impl SqlStore {
             locks: match dialect {
                 Dialect::Postgres => Some(pg_lock::PgLocks::new(url, options.max_connections)?),
                 Dialect::Sqlite => None,
+            },
+            #[cfg(feature = "postgres")]
+            bus: match &pool {
+                SqlPool::Postgres(pg) => Some(crate::bus::postgres(pg.clone())),
+                #[cfg(feature = "sqlite")]
+                SqlPool::Sqlite(_) => None,
             },
             pool,
         })
@@ -655,6 +665,13 @@ impl Store for SqlStore {
         }
     }
 
+    #[cfg(feature = "postgres")]
+    fn bus(&self) -> Option<std::sync::Arc<dyn wharf::NotificationBus>> {
+        self.bus
+            .clone()
+            .map(|b| b as std::sync::Arc<dyn wharf::NotificationBus>)
+    }
+
     fn shares_locks(&self) -> bool {
         #[cfg(feature = "postgres")]
         return self.locks.is_some();
@@ -669,6 +686,42 @@ impl Store for SqlStore {
         }
         let _ = key;
         Ok(None)
+    }
+
+    async fn shared_keys(&self) -> Result<Vec<SharedKey>, StoreError> {
+        let sql = "SELECT id, secret, active_from, expires_at FROM wharf_keys";
+        let rows: Vec<(String, Vec<u8>, i64, i64)> =
+            on_driver!(SqlPool, &self.pool, |pool| sqlx::query_as(sql)
+                .fetch_all(pool)
+                .await
+                .map_err(db_error)?);
+        rows.into_iter()
+            .map(|(id, secret, active_from, expires_at)| {
+                let secret: [u8; SHARED_KEY_LEN] = secret.try_into().map_err(|_| {
+                    StoreError::Corrupt(format!("shared key {id}: not {SHARED_KEY_LEN} bytes"))
+                })?;
+                Ok(SharedKey {
+                    id,
+                    secret,
+                    active_from,
+                    expires_at,
+                })
+            })
+            .collect()
+    }
+
+    async fn add_shared_key(&self, key: &SharedKey) -> Result<(), StoreError> {
+        let sql = "INSERT INTO wharf_keys (id, secret, active_from, expires_at) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING";
+        on_driver!(SqlPool, &self.pool, |pool| sqlx::query(sql)
+            .bind(&key.id)
+            .bind(key.secret.as_slice())
+            .bind(key.active_from)
+            .bind(key.expires_at)
+            .execute(pool)
+            .await
+            .map(drop)
+            .map_err(db_error))
     }
 
     async fn sweep(&self, now: Millis, batch: u32) -> Result<u64, StoreError> {
@@ -696,6 +749,13 @@ impl Store for SqlStore {
         removed += on_driver!(TypedTx, &mut tx.tx, |t| sqlx::query(past)
             .bind(now)
             .bind(i64::from(batch))
+            .execute(&mut **t)
+            .await
+            .map_err(db_error)?
+            .rows_affected());
+        let keys = "DELETE FROM wharf_keys WHERE expires_at <= $1";
+        removed += on_driver!(TypedTx, &mut tx.tx, |t| sqlx::query(keys)
+            .bind(now)
             .execute(&mut **t)
             .await
             .map_err(db_error)?

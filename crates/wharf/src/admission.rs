@@ -105,6 +105,11 @@ pub(crate) async fn admit(
     if let Err(denial) = access::check(&core.registry, &req, &principal) {
         return Err(ErrorReply::denied(req.id, denial));
     }
+    // Shared keys load on the first request (a no-op afterwards): every request that runs
+    // has the keys to open and seal cursors and request states.
+    if let Err(e) = core.runtime.keys.ready().await {
+        return Err(ErrorReply::new(Some(req.id), e.into()));
+    }
     let gate = &core.runtime.gate;
     // Listen streams live long by design: they are not requests in flight. With no caps at
     // all there is nothing to take.
@@ -171,14 +176,18 @@ impl Admitted {
     pub async fn stream(self, outbox: Outbox, cancel: CancellationToken) {
         let id = self.req.id.clone();
         if self.req.is_listen() {
-            let mut listener =
-                match Listener::open(&self.core.registry, &self.core.runtime, self.req) {
-                    Ok(l) => l,
-                    Err(e) => {
-                        let _ = outbox.send(error_message(Some(&id), &e)).await;
-                        return;
-                    }
-                };
+            let mut listener = match Listener::open(
+                &self.core.registry,
+                &self.core.runtime,
+                self.req,
+                &self.principal,
+            ) {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = outbox.send(error_message(Some(&id), &e)).await;
+                    return;
+                }
+            };
             loop {
                 tokio::select! {
                     biased;

@@ -1,7 +1,8 @@
 //! Change notifications and the bus they travel on.
 //!
 //! A subscription stream listens to its replica's bus. The in-process bus reaches the
-//! streams of one process; backends on a shared store fan events out across replicas.
+//! streams of one process; a shared store brings its own (`Store::bus`), which fans
+//! events out across replicas.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -23,6 +24,14 @@ pub enum ChangeEvent {
         /// The resource's URI.
         uri: String,
     },
+    /// The resource at `uri` as `principal` sees it changed (a URI that names something of
+    /// each principal's own): only that principal's listen streams hear of it.
+    PrivateResourceUpdated {
+        /// The resource's URI.
+        uri: String,
+        /// The id of the principal it belongs to.
+        principal: String,
+    },
 }
 
 /// Why an event could not be published.
@@ -37,8 +46,16 @@ pub trait NotificationBus: Send + Sync + 'static {
         &self,
         event: ChangeEvent,
     ) -> Pin<Box<dyn Future<Output = Result<(), BusError>> + Send + '_>>;
-    /// A receiver of the events published from now on.
+    /// A receiver of the events published from now on. A bus that can no longer promise a
+    /// receiver every event (its connection was lost) closes it: the listen stream then ends
+    /// with its final result, and the client listens again.
     fn subscribe(&self) -> broadcast::Receiver<ChangeEvent>;
+
+    /// Whether events published elsewhere reach this process now (a shared bus whose
+    /// listening connection is down answers `false`; `/readyz` reports it).
+    fn is_connected(&self) -> bool {
+        true
+    }
 }
 
 /// The bus of a single process.

@@ -52,8 +52,13 @@ impl Default for CachePolicy {
 pub struct ServerConfig {
     /// Items per page of a list.
     pub page_size: usize,
-    /// Key that signs cursors; share it between replicas.
-    pub cursor_key: CursorKey,
+    /// A fixed key to sign cursors with. `None` (the default): the keys every replica on the
+    /// store shares and rotates (see [`ServerConfig::key_rotation`]), or a random key of
+    /// this process when there is no store.
+    pub cursor_key: Option<CursorKey>,
+    /// How often the shared keys rotate (cursor and request-state keys, when not fixed); a
+    /// retired key still opens what it signed for as long as that lives.
+    pub key_rotation: Duration,
     /// How long a cursor stays valid.
     pub cursor_max_age: Duration,
     /// Caching hints.
@@ -82,7 +87,8 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             page_size: 100,
-            cursor_key: CursorKey::random(),
+            cursor_key: None,
+            key_rotation: Duration::from_secs(24 * 3600),
             cursor_max_age: Duration::from_secs(3600),
             cache: CachePolicy::default(),
             idempotency_retention: Duration::from_secs(24 * 3600),

@@ -60,6 +60,8 @@ struct SlotState {
     refused: Option<String>,
     /// The call's mutation lock, for the transaction to check at commit.
     fence: Option<Fence>,
+    /// Changes to announce once the transaction has committed.
+    announcements: Vec<ChangeEvent>,
 }
 
 /// A handle a call's transaction must hold before anything is written under it.
@@ -104,7 +106,13 @@ impl TxSlot {
             holds,
             refused: None,
             fence,
+            announcements: Vec::new(),
         }))
+    }
+
+    /// The changes the handler asked to announce once its writes commit.
+    pub(crate) async fn take_announcements(&self) -> Vec<ChangeEvent> {
+        std::mem::take(&mut self.0.lock().await.announcements)
     }
 
     /// Takes the pending holds in `tx`; the refusal if a handle is gone.
@@ -379,7 +387,7 @@ impl Context {
     /// (what was listed: its name, filters, the caller): any replica with the same cursor
     /// key resumes it, and nobody can forge or move it.
     pub fn cursor(&self, position: u64, scope: &[u8]) -> String {
-        self.runtime.cursors.encode(
+        self.runtime.keys.get().cursors.encode(
             ListKind::App,
             position,
             scope_fingerprint(scope, &self.principal),
@@ -390,6 +398,8 @@ impl Context {
     /// cursor, or one issued for another listing or caller, is `-32602`.
     pub fn resume(&self, cursor: &str, scope: &[u8]) -> Result<u64, HandlerError> {
         self.runtime
+            .keys
+            .get()
             .cursors
             .decode(
                 cursor,
@@ -515,6 +525,17 @@ impl Context {
     /// server's bus reaches (see [`Server::announce`](crate::Server::announce)).
     pub async fn announce(&self, event: ChangeEvent) {
         self.runtime.announce(event).await;
+    }
+
+    /// Announces `event` once the call's writes have committed (see [`Context::tx`]), and
+    /// not at all when they are rolled back: listeners who re-read on the notification see
+    /// the change. Where there is no call transaction (no store, or not a tool call) it is
+    /// announced at once.
+    pub async fn announce_on_commit(&self, event: ChangeEvent) {
+        match &self.tx {
+            Some(slot) => slot.0.lock().await.announcements.push(event),
+            None => self.runtime.announce(event).await,
+        }
     }
 }
 

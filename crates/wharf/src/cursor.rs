@@ -1,5 +1,6 @@
 //! Signed stateless cursors: the position in a list, sealed with HMAC-SHA256 so any replica
-//! holding the same key can resume a listing, and nobody can forge one.
+//! holding the same keys can resume a listing, and nobody can forge one. A cursor names the
+//! key that signed it (`KID.PAYLOAD`), so keys rotate without breaking cursors in use.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -9,10 +10,12 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use crate::error::RpcError;
+use crate::keyset::KeySet;
+use crate::store::{Millis, now_millis};
 
 type HmacSha256 = Hmac<Sha256>;
 
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 const PAYLOAD_LEN: usize = 1 + 1 + 8 + 8 + 8;
 const TAG_LEN: usize = 16;
 
@@ -28,9 +31,13 @@ pub(crate) enum ListKind {
     App = 5,
 }
 
-/// The key cursors are signed with. Replicas that share a key resume each other's cursors.
+/// A fixed key to sign cursors with, instead of the keys replicas share through their store.
+/// Replicas that share a key resume each other's cursors.
 #[derive(Clone)]
 pub struct CursorKey(Vec<u8>);
+
+/// The key id of a fixed [`CursorKey`].
+const FIXED_KID: &str = "c";
 
 impl CursorKey {
     /// A key from secret bytes (at least 32 are recommended).
@@ -72,22 +79,44 @@ impl From<CursorError> for RpcError {
 }
 
 /// Issues and checks cursors.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct CursorCodec {
-    key: CursorKey,
+    keys: KeySet<HmacSha256>,
     max_age: Duration,
 }
 
+impl std::fmt::Debug for CursorCodec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CursorCodec")
+            .field("key_ids", &self.keys.ids())
+            .field("max_age", &self.max_age)
+            .finish()
+    }
+}
+
+fn keyed(secret: &[u8]) -> HmacSha256 {
+    // HMAC accepts keys of any length.
+    HmacSha256::new_from_slice(secret).unwrap_or_else(|_| unreachable!("HMAC takes any key length"))
+}
+
 impl CursorCodec {
-    /// A codec that refuses cursors older than `max_age`.
-    pub(crate) fn new(key: CursorKey, max_age: Duration) -> Self {
-        CursorCodec { key, max_age }
+    /// A codec that signs with `key` alone and refuses cursors older than `max_age`.
+    pub(crate) fn new(key: &CursorKey, max_age: Duration) -> Self {
+        CursorCodec {
+            keys: KeySet::single(FIXED_KID, keyed(&key.0)),
+            max_age,
+        }
     }
 
-    fn mac(&self) -> HmacSha256 {
-        // HMAC accepts keys of any length.
-        HmacSha256::new_from_slice(&self.key.0)
-            .unwrap_or_else(|_| unreachable!("HMAC takes any key length"))
+    /// A codec over rotating keys: `(id, secret, active from, expires at)`.
+    pub(crate) fn rotating(
+        keys: impl IntoIterator<Item = (String, [u8; 32], Millis, Millis)>,
+        max_age: Duration,
+    ) -> Option<Self> {
+        Some(CursorCodec {
+            keys: KeySet::rotating(keys, |secret| keyed(secret))?,
+            max_age,
+        })
     }
 
     /// A cursor pointing at `offset` in list `kind` whose content has `fingerprint`.
@@ -102,11 +131,13 @@ impl CursorCodec {
         buf.extend_from_slice(&offset.to_be_bytes());
         buf.extend_from_slice(&fingerprint.to_be_bytes());
         buf.extend_from_slice(&issued.to_be_bytes());
-        let mut mac = self.mac();
+        let signer = self.keys.current(now_millis());
+        let mut mac = signer.key.clone();
+        mac.update(signer.id.as_bytes());
         mac.update(&buf);
         let tag = mac.finalize().into_bytes();
         buf.extend_from_slice(&tag[..TAG_LEN]);
-        URL_SAFE_NO_PAD.encode(buf)
+        format!("{}.{}", signer.id, URL_SAFE_NO_PAD.encode(buf))
     }
 
     /// The offset a cursor points at, after checking its signature, list, freshness and age.
@@ -116,14 +147,20 @@ impl CursorCodec {
         kind: ListKind,
         fingerprint: u64,
     ) -> Result<u64, CursorError> {
+        let (kid, body) = cursor.split_once('.').ok_or(CursorError::Invalid)?;
+        let key = self
+            .keys
+            .opener(kid, now_millis())
+            .ok_or(CursorError::Invalid)?;
         let buf = URL_SAFE_NO_PAD
-            .decode(cursor)
+            .decode(body)
             .map_err(|_| CursorError::Invalid)?;
         if buf.len() != PAYLOAD_LEN + TAG_LEN || buf[0] != VERSION {
             return Err(CursorError::Invalid);
         }
         let (payload, tag) = buf.split_at(PAYLOAD_LEN);
-        let mut mac = self.mac();
+        let mut mac = key.clone();
+        mac.update(kid.as_bytes());
         mac.update(payload);
         mac.verify_truncated_left(tag)
             .map_err(|_| CursorError::Invalid)?;
@@ -156,35 +193,50 @@ mod tests {
     use super::*;
 
     fn codec() -> CursorCodec {
-        CursorCodec::new(CursorKey::new(b"k".repeat(32)), Duration::from_secs(60))
+        CursorCodec::new(&CursorKey::new(b"k".repeat(32)), Duration::from_secs(60))
+    }
+
+    /// The payload of a cursor, re-signed with `codec`'s current key after `edit`.
+    fn resigned(codec: &CursorCodec, cursor: &str, edit: impl FnOnce(&mut Vec<u8>)) -> String {
+        let (kid, body) = cursor.split_once('.').unwrap();
+        let mut bytes = URL_SAFE_NO_PAD.decode(body).unwrap();
+        edit(&mut bytes);
+        let mut mac = codec.keys.current(now_millis()).key.clone();
+        mac.update(kid.as_bytes());
+        mac.update(&bytes[..PAYLOAD_LEN]);
+        let tag = mac.finalize().into_bytes();
+        bytes[PAYLOAD_LEN..].copy_from_slice(&tag[..TAG_LEN]);
+        format!("{kid}.{}", URL_SAFE_NO_PAD.encode(bytes))
     }
 
     #[test]
     fn a_cursor_resumes_on_any_codec_with_the_same_key() {
         let c = codec().encode(ListKind::Tools, 7, 42);
+        assert!(c.starts_with("c."), "{c}");
         assert_eq!(codec().decode(&c, ListKind::Tools, 42), Ok(7));
     }
 
     #[test]
     fn forged_garbage_stale_and_foreign_cursors_are_refused() {
         let c = codec().encode(ListKind::Tools, 7, 42);
-        assert_eq!(
-            codec().decode("garbage!", ListKind::Tools, 42),
-            Err(CursorError::Invalid)
-        );
-        assert_eq!(
-            codec().decode("", ListKind::Tools, 42),
-            Err(CursorError::Invalid)
-        );
-        let other = CursorCodec::new(CursorKey::new(b"x".repeat(32)), Duration::from_secs(60));
+        for garbage in ["garbage!", "", "c.", "c.!!", "x.AAAA"] {
+            assert_eq!(
+                codec().decode(garbage, ListKind::Tools, 42),
+                Err(CursorError::Invalid),
+                "{garbage}"
+            );
+        }
+        let other = CursorCodec::new(&CursorKey::new(b"x".repeat(32)), Duration::from_secs(60));
         assert_eq!(
             other.decode(&c, ListKind::Tools, 42),
             Err(CursorError::Invalid)
         );
-        let mut bytes = URL_SAFE_NO_PAD.decode(&c).unwrap();
+        let (kid, body) = c.split_once('.').unwrap();
+        let mut bytes = URL_SAFE_NO_PAD.decode(body).unwrap();
         bytes[5] ^= 1; // move the offset without re-signing
+        let moved = format!("{kid}.{}", URL_SAFE_NO_PAD.encode(bytes));
         assert_eq!(
-            codec().decode(&URL_SAFE_NO_PAD.encode(bytes), ListKind::Tools, 42),
+            codec().decode(&moved, ListKind::Tools, 42),
             Err(CursorError::Invalid)
         );
         assert_eq!(
@@ -195,16 +247,51 @@ mod tests {
             codec().decode(&c, ListKind::Tools, 43),
             Err(CursorError::Stale)
         );
-        let strict = CursorCodec::new(CursorKey::new(b"k".repeat(32)), Duration::ZERO);
-        let mut old = URL_SAFE_NO_PAD.decode(&c).unwrap();
-        old[18..26].copy_from_slice(&0u64.to_be_bytes());
-        let mut mac = strict.mac();
-        mac.update(&old[..PAYLOAD_LEN]);
-        let tag = mac.finalize().into_bytes();
-        old[PAYLOAD_LEN..].copy_from_slice(&tag[..TAG_LEN]);
+        let strict = CursorCodec::new(&CursorKey::new(b"k".repeat(32)), Duration::ZERO);
+        let old = resigned(&strict, &c, |b| {
+            b[18..26].copy_from_slice(&0u64.to_be_bytes())
+        });
         assert_eq!(
-            strict.decode(&URL_SAFE_NO_PAD.encode(old), ListKind::Tools, 42),
+            strict.decode(&old, ListKind::Tools, 42),
             Err(CursorError::Expired)
+        );
+    }
+
+    #[test]
+    fn rotated_keys_open_what_they_signed_until_they_expire() {
+        let now = now_millis();
+        let day = 86_400_000;
+        let ring = |keys: &[(&str, u8, Millis, Millis)]| {
+            CursorCodec::rotating(
+                keys.iter()
+                    .map(|(id, b, from, to)| ((*id).to_owned(), [*b; 32], *from, *to)),
+                Duration::from_secs(60),
+            )
+            .unwrap()
+        };
+        let before = ring(&[("e1", 1, now - day, now + day)]);
+        let c = before.encode(ListKind::Tools, 3, 9);
+        assert!(c.starts_with("e1."), "{c}");
+        let after = ring(&[
+            ("e1", 1, now - 2 * day, now + 1000),
+            ("e2", 2, now - 10, now + day),
+        ]);
+        assert!(after.encode(ListKind::Tools, 3, 9).starts_with("e2."));
+        assert_eq!(after.decode(&c, ListKind::Tools, 9), Ok(3), "the overlap");
+        let expired = ring(&[
+            ("e1", 1, now - 2 * day, now - 1),
+            ("e2", 2, now - 10, now + day),
+        ]);
+        assert_eq!(
+            expired.decode(&c, ListKind::Tools, 9),
+            Err(CursorError::Invalid)
+        );
+        // The key id is signed: a cursor moved under another id does not verify.
+        let same_secret = ring(&[("e3", 1, now - day, now + day)]);
+        let renamed = c.replacen("e1.", "e3.", 1);
+        assert_eq!(
+            same_secret.decode(&renamed, ListKind::Tools, 9),
+            Err(CursorError::Invalid)
         );
     }
 }

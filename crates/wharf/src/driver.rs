@@ -56,7 +56,7 @@ pub(crate) fn open_turn(
     }
     let binding = binding();
     let round = open_round(
-        &runtime.config.request_state,
+        &runtime.keys.get().states,
         &binding,
         principal,
         request_state,
@@ -103,6 +103,7 @@ fn input_required(
 ) -> Result<Vec<u8>, RpcError> {
     let (input_requests, token) = seal_round(
         &runtime.config.request_state,
+        &runtime.keys.get().states,
         resume.map(|r| (&r.binding, &r.principal)),
         resume.map_or(0, |r| r.round),
         ask,

@@ -38,6 +38,8 @@ mod driver;
 mod error;
 mod handle_args;
 mod handler;
+mod keys;
+mod keyset;
 mod limits;
 mod listen;
 mod meta;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::bus::ChangeEvent;
 use crate::error::{ErrorKind, RpcError};
+use crate::principal::Principal;
 use crate::registry::Registry;
 use crate::request::{ParsedRequest, RequestBody};
 use crate::runtime::Runtime;
@@ -18,6 +19,8 @@ use crate::runtime::Runtime;
 /// `subscriptions/listen` response, after which it yields `None`.
 pub(crate) struct Listener {
     id: RequestId,
+    /// Whose stream it is: private resource changes reach only their principal.
+    principal: String,
     filter: SubscriptionFilter,
     rx: broadcast::Receiver<ChangeEvent>,
     runtime: Arc<Runtime>,
@@ -33,6 +36,7 @@ impl Listener {
         registry: &Registry,
         runtime: &Arc<Runtime>,
         req: ParsedRequest,
+        principal: &Principal,
     ) -> Result<Listener, RpcError> {
         let RequestBody::Listen(params) = req.body else {
             return Err(RpcError::new(
@@ -57,6 +61,7 @@ impl Listener {
         };
         Ok(Listener {
             id: req.id,
+            principal: principal.id().to_owned(),
             filter,
             rx: runtime.bus.subscribe(),
             runtime: Arc::clone(runtime),
@@ -71,12 +76,18 @@ impl Listener {
             ChangeEvent::ToolsListChanged => self.filter.tools_list_changed == Some(true),
             ChangeEvent::PromptsListChanged => self.filter.prompts_list_changed == Some(true),
             ChangeEvent::ResourcesListChanged => self.filter.resources_list_changed == Some(true),
-            ChangeEvent::ResourceUpdated { uri } => self
-                .filter
-                .resource_subscriptions
-                .as_ref()
-                .is_some_and(|s| s.iter().any(|u| u == uri)),
+            ChangeEvent::ResourceUpdated { uri } => self.subscribed(uri),
+            ChangeEvent::PrivateResourceUpdated { uri, principal } => {
+                *principal == self.principal && self.subscribed(uri)
+            }
         }
+    }
+
+    fn subscribed(&self, uri: &str) -> bool {
+        self.filter
+            .resource_subscriptions
+            .as_ref()
+            .is_some_and(|s| s.iter().any(|u| u == uri))
     }
 
     /// Everything this subscription could have missed, for after a lag: clients refetch.
@@ -121,7 +132,8 @@ impl Listener {
             ChangeEvent::ResourcesListChanged => {
                 (methods::NOTIFICATION_RESOURCES_LIST_CHANGED, None)
             }
-            ChangeEvent::ResourceUpdated { uri } => {
+            ChangeEvent::ResourceUpdated { uri }
+            | ChangeEvent::PrivateResourceUpdated { uri, .. } => {
                 (methods::NOTIFICATION_RESOURCE_UPDATED, Some(uri.as_str()))
             }
         };

@@ -9,8 +9,8 @@ use wharf_protocol::{ResultMeta, ServerInfo};
 
 use crate::bus::{ChangeEvent, NotificationBus};
 use crate::config::ServerConfig;
-use crate::cursor::CursorCodec;
 use crate::error::RpcError;
+use crate::keys::KeyRing;
 use crate::limits::Gate;
 use crate::mutation::MutationQueue;
 use crate::store::Store;
@@ -20,7 +20,8 @@ pub(crate) struct Runtime {
     /// Who the server is, for the `_meta` of every result.
     pub(crate) info: ServerInfo,
     pub(crate) config: ServerConfig,
-    pub(crate) cursors: CursorCodec,
+    /// The cursor and request-state keys.
+    pub(crate) keys: Arc<KeyRing>,
     pub(crate) bus: Arc<dyn NotificationBus>,
     pub(crate) store: Option<Arc<dyn Store>>,
     /// The caps on requests in flight.
@@ -28,6 +29,8 @@ pub(crate) struct Runtime {
     /// The per-key queues of mutating calls.
     pub(crate) mutations: Arc<MutationQueue>,
     pub(crate) shutdown: CancellationToken,
+    /// Cancelled when the server starts draining (and at shutdown).
+    pub(crate) draining: CancellationToken,
 }
 
 impl Runtime {

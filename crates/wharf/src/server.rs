@@ -9,8 +9,8 @@ use wharf_protocol::{Implementation, RequestId, ServerCapabilities, ServerInfo};
 use crate::admission::{self, Admitted, ErrorReply};
 use crate::bus::{ChangeEvent, InProcessBus, NotificationBus};
 use crate::config::ServerConfig;
-use crate::cursor::CursorCodec;
 use crate::dispatch::Core;
+use crate::keys::KeyRing;
 use crate::limits::Gate;
 use crate::middleware::Middleware;
 use crate::mutation::MutationQueue;
@@ -110,9 +110,27 @@ impl Server {
         self.core.runtime.store.as_ref()
     }
 
+    /// Starts draining: the server still serves everything, but tells load balancers it
+    /// is going away (`/readyz` answers 503, HTTP responses close their connections), so
+    /// they stop sending it work before it stops accepting.
+    pub fn drain(&self) {
+        self.core.runtime.draining.cancel();
+    }
+
+    /// Whether [`Server::drain`] (or [`Server::shutdown`]) was called.
+    pub fn is_draining(&self) -> bool {
+        self.core.runtime.draining.is_cancelled()
+    }
+
     /// Starts a graceful shutdown: open listen streams send their final response and end.
     pub fn shutdown(&self) {
+        self.core.runtime.draining.cancel();
         self.core.runtime.shutdown.cancel();
+    }
+
+    /// The bus change notifications travel on.
+    pub fn bus(&self) -> &Arc<dyn NotificationBus> {
+        &self.core.runtime.bus
     }
 
     /// Cancelled once [`Server::shutdown`] is called.
@@ -173,7 +191,8 @@ impl ServerBuilder {
         self
     }
 
-    /// Uses `bus` for change notifications (the in-process bus otherwise).
+    /// Uses `bus` for change notifications (otherwise the store's, when it has one, or the
+    /// in-process bus).
     pub fn bus(mut self, bus: Arc<dyn NotificationBus>) -> Self {
         self.bus = Some(bus);
         self
@@ -220,7 +239,7 @@ impl ServerBuilder {
         let config = self.config;
         let runtime = Runtime {
             info: ServerInfo::new(self.info),
-            cursors: CursorCodec::new(config.cursor_key.clone(), config.cursor_max_age),
+            keys: Arc::new(KeyRing::new(&config, self.store.as_ref())),
             gate: Gate::new(
                 config.limits,
                 registry.tools.iter().any(|t| t.limit.is_some()),
@@ -228,9 +247,11 @@ impl ServerBuilder {
             mutations: Arc::new(MutationQueue::new(config.max_store_locks_per_principal)),
             bus: self
                 .bus
+                .or_else(|| self.store.as_ref().and_then(|s| s.bus()))
                 .unwrap_or_else(|| Arc::new(InProcessBus::default())),
             store: self.store,
             shutdown: CancellationToken::new(),
+            draining: CancellationToken::new(),
             config,
         };
         Ok(Server {

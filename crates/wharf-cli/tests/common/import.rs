@@ -42,8 +42,6 @@ pub(crate) fn replica_args(store: &str) -> Vec<String> {
         &format!("user-42={TOKEN_42}"),
         "--api-key",
         &format!("user-7={TOKEN_7}"),
-        "--cursor-key",
-        "d2hhcmYgdGVzdCByZXBsaWNhcyBzaGFyZSB0aGlzIGtleSEhIQ==",
     ]
     .map(str::to_owned)
     .to_vec()

@@ -124,7 +124,8 @@ fn paginate<T: Serialize>(
     cursor: Option<String>,
     at: Position,
 ) -> Result<Vec<u8>, RpcError> {
-    let codec = &runtime.cursors;
+    let keys = runtime.keys.get();
+    let codec = &keys.cursors;
     let start = match cursor {
         Some(c) => {
             usize::try_from(codec.decode(&c, at.kind, at.fingerprint)?).unwrap_or(usize::MAX)

@@ -184,10 +184,11 @@ async fn settle(
 ) -> Result<CallToolResult, RpcError> {
     // A failed call changes nothing: its transaction is dropped, which rolls it back, and
     // no idempotency record is kept, so a retry runs again.
-    let finished = match &slot {
-        Some(slot) => slot.finish().await?,
-        None => Finished::Commit(None),
+    let (finished, announcements) = match &slot {
+        Some(slot) => (slot.finish().await?, slot.take_announcements().await),
+        None => (Finished::Commit(None), Vec::new()),
     };
+    let mut committed = false;
     let result = match finished {
         Finished::Refused(refusal) => CallToolResult::error(refusal),
         Finished::TouchOnly(due) => {
@@ -196,6 +197,7 @@ async fn settle(
                     runtime.require_store()?.touch_handle(&hold.id, at).await?;
                 }
             }
+            committed = !failed;
             result
         }
         Finished::Commit(Some(mut tx)) if !failed => {
@@ -204,6 +206,11 @@ async fn settle(
                 tx.complete_claim(claim, &stored).await?;
             }
             tx.commit().await?;
+            committed = true;
+            result
+        }
+        Finished::Commit(None) if !failed => {
+            committed = true;
             result
         }
         Finished::Commit(_) => result,
@@ -211,6 +218,11 @@ async fn settle(
     // Only now, with the writes committed, may the next call on the key run.
     if let Some(lock) = lock {
         lock.end().await;
+    }
+    if committed {
+        for event in announcements {
+            runtime.announce(event).await;
+        }
     }
     Ok(result)
 }

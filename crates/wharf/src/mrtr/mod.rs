@@ -29,8 +29,9 @@ use crate::store::{Digest, Millis, now_millis};
 /// How request states are sealed and for how long they hold.
 #[derive(Debug, Clone)]
 pub struct StateConfig {
-    /// The keys; share them between replicas.
-    pub keys: StateKeys,
+    /// Fixed keys. `None` (the default): the keys every replica on the store shares and
+    /// rotates, or a random key of this process when there is no store.
+    pub keys: Option<StateKeys>,
     /// How long a state stays valid (default 10 minutes).
     pub max_age: Duration,
     /// The most rounds one request may take (default 8).
@@ -40,7 +41,7 @@ pub struct StateConfig {
 impl Default for StateConfig {
     fn default() -> Self {
         StateConfig {
-            keys: StateKeys::random(),
+            keys: None,
             max_age: Duration::from_secs(600),
             max_rounds: 8,
         }
@@ -405,7 +406,7 @@ impl Binding {
 
 /// Opens the round a retry carries: its state checked against the caller and the request.
 pub(crate) fn open_round(
-    config: &StateConfig,
+    keys: &StateKeys,
     binding: &Binding,
     principal: &Principal,
     request_state: Option<&str>,
@@ -419,7 +420,7 @@ pub(crate) fn open_round(
         });
     };
     let refuse = |why: &str| RpcError::invalid_params(format!("Invalid requestState: {why}"));
-    let state = config.keys.open(token).ok_or_else(|| {
+    let state = keys.open(token).ok_or_else(|| {
         refuse("it was not issued by this server or was altered; send the request again without requestState and inputResponses")
     })?;
     let now = now_millis();
@@ -451,6 +452,7 @@ pub(crate) fn open_round(
 /// the sealed state of the next round.
 pub(crate) fn seal_round(
     config: &StateConfig,
+    keys: &StateKeys,
     bound: Option<(&Binding, &Principal)>,
     previous: u32,
     ask: Ask,
@@ -483,7 +485,7 @@ pub(crate) fn seal_round(
         asked: ask.asked,
         state: ask.state,
     };
-    let token = config.keys.seal(&sealed)?;
+    let token = keys.seal(&sealed)?;
     let requests = (!ask.requests.is_empty()).then_some(ask.requests);
     Ok((requests, token))
 }
@@ -531,8 +533,9 @@ mod tests {
             );
         assert_eq!(ask.requests.keys().collect::<Vec<_>>(), ["q"]);
         let config = StateConfig::default();
+        let keys = StateKeys::random();
         let who = Principal::anonymous();
-        let (requests, _) = seal_round(&config, Some((&binding(), &who)), 0, ask).unwrap();
+        let (requests, _) = seal_round(&config, &keys, Some((&binding(), &who)), 0, ask).unwrap();
         assert_eq!(requests.unwrap().len(), 1);
 
         let ask = Ask::new(caps(json!({}))).elicit(
@@ -540,7 +543,7 @@ mod tests {
             "Name?",
             FormSchema::new().string("name", "Name", true),
         );
-        let e = seal_round(&config, Some((&binding(), &who)), 0, ask).unwrap_err();
+        let e = seal_round(&config, &keys, Some((&binding(), &who)), 0, ask).unwrap_err();
         assert_eq!(e.kind, ErrorKind::MissingCapability);
         assert!(e.data.unwrap()["requiredCapabilities"]["elicitation"].is_object());
     }
@@ -570,23 +573,25 @@ mod tests {
             max_rounds: 2,
             ..StateConfig::default()
         };
+        let keys = StateKeys::random();
         let who = Principal::anonymous();
         let ask = || {
             Ask::new(caps(json!({ "elicitation": {} })))
                 .elicit("x", "X?", FormSchema::new().boolean("x", "X", true))
                 .state(&json!({ "step": 7 }))
         };
-        let (_, token) = seal_round(&config, Some((&binding(), &who)), 1, ask()).unwrap();
-        let round = open_round(&config, &binding(), &who, Some(&token), None).unwrap();
+        let (_, token) = seal_round(&config, &keys, Some((&binding(), &who)), 1, ask()).unwrap();
+        let round = open_round(&keys, &binding(), &who, Some(&token), None).unwrap();
         assert_eq!(round.number, 2);
         assert_eq!(round.state, Some(json!({ "step": 7 })));
-        let e = seal_round(&config, Some((&binding(), &who)), 2, ask()).unwrap_err();
+        let e = seal_round(&config, &keys, Some((&binding(), &who)), 2, ask()).unwrap_err();
         assert!(e.message.contains("more than 2 rounds"), "{}", e.message);
     }
 
     #[test]
     fn answers_are_read_against_what_was_asked() {
         let config = StateConfig::default();
+        let keys = StateKeys::random();
         let who = Principal::anonymous();
         let ask = Ask::new(caps(json!({ "elicitation": {}, "roots": {} })))
             .elicit(
@@ -595,10 +600,10 @@ mod tests {
                 FormSchema::new().integer("age", "Age", (Some(0.0), Some(150.0)), true),
             )
             .list_roots("roots");
-        let (_, token) = seal_round(&config, Some((&binding(), &who)), 0, ask).unwrap();
+        let (_, token) = seal_round(&config, &keys, Some((&binding(), &who)), 0, ask).unwrap();
         let answers = |v: Value| {
             open_round(
-                &config,
+                &keys,
                 &binding(),
                 &who,
                 Some(&token),
@@ -653,6 +658,7 @@ mod url_tests {
         );
 
         let config = StateConfig::default();
+        let keys = StateKeys::random();
         let who = Principal::anonymous();
         let binding = Binding::new("tools/call", "t", &Map::new());
         let ask = Ask::new(caps(json!({ "elicitation": { "url": {} } }))).elicit_url(
@@ -660,12 +666,12 @@ mod url_tests {
             "Pay here",
             "https://pay.example/123",
         );
-        let (requests, token) = seal_round(&config, Some((&binding, &who)), 0, ask).unwrap();
+        let (requests, token) = seal_round(&config, &keys, Some((&binding, &who)), 0, ask).unwrap();
         let wire = serde_json::to_value(requests.unwrap()).unwrap();
         assert_eq!(wire["pay"]["method"], "elicitation/create");
         assert_eq!(wire["pay"]["params"]["mode"], "url");
         let round = open_round(
-            &config,
+            &keys,
             &binding,
             &who,
             Some(&token),

@@ -2,7 +2,7 @@
 //! authenticated (XChaCha20-Poly1305) under a key id, so the client can carry it but neither
 //! read nor alter it, and any replica holding the key can open it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 
 use base64::Engine;
@@ -13,28 +13,27 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::RpcError;
-use crate::store::Millis;
+use crate::keyset::{KeySet, Versioned};
+use crate::store::{Millis, now_millis};
 
 /// Bytes of a state key.
 pub(crate) const KEY_LEN: usize = 32;
 const NONCE_LEN: usize = 24;
 
-/// The keys that seal and open request states. The current key seals; every key opens, so
-/// keys can be rotated: add the new key everywhere, make it current, drop the old one after
-/// the state lifetime. Replicas must share the keys.
+/// Fixed keys to seal and open request states with, instead of the keys replicas share
+/// through their store. The first key seals; every key opens, so keys can be rotated by
+/// hand: add the new key everywhere, put it first, drop the old one after the state
+/// lifetime. Replicas must share the keys.
 #[derive(Clone)]
 pub struct StateKeys {
-    current: String,
-    keys: HashMap<String, XChaCha20Poly1305>,
+    keys: KeySet<XChaCha20Poly1305>,
 }
 
 impl fmt::Debug for StateKeys {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut ids: Vec<_> = self.keys.keys().collect();
-        ids.sort();
         f.debug_struct("StateKeys")
-            .field("current", &self.current)
-            .field("key_ids", &ids)
+            .field("current", &self.keys.current(now_millis()).id)
+            .field("key_ids", &self.keys.ids())
             .finish()
     }
 }
@@ -61,22 +60,23 @@ impl StateKeys {
     /// A random key for this process only: states then resume only on this replica.
     pub fn random() -> Self {
         let key: [u8; KEY_LEN] = rand::random();
-        Self::single("r", &key)
+        StateKeys {
+            keys: KeySet::single("r", XChaCha20Poly1305::new(&key.into())),
+        }
     }
 
-    fn single(kid: &str, key: &[u8; KEY_LEN]) -> Self {
-        let mut keys = HashMap::new();
-        keys.insert(kid.to_owned(), XChaCha20Poly1305::new(key.into()));
-        StateKeys {
-            current: kid.to_owned(),
-            keys,
-        }
+    /// Rotating keys: `(id, secret, active from, expires at)`; `None` when there is none.
+    pub(crate) fn rotating(
+        keys: impl IntoIterator<Item = (String, [u8; KEY_LEN], Millis, Millis)>,
+    ) -> Option<Self> {
+        Some(StateKeys {
+            keys: KeySet::rotating(keys, |secret| XChaCha20Poly1305::new(secret.into()))?,
+        })
     }
 
     /// Keys from `KID=BASE64` specifications; the first seals, all open.
     pub fn parse<S: AsRef<str>>(specs: &[S]) -> Result<Self, KeyError> {
-        let mut keys = HashMap::new();
-        let mut current = None;
+        let mut keys: Vec<Versioned<XChaCha20Poly1305>> = Vec::new();
         for spec in specs {
             let (kid, b64) = spec.as_ref().split_once('=').ok_or(KeyError::Shape)?;
             let valid_kid = (1..=16).contains(&kid.len())
@@ -93,52 +93,48 @@ impl StateKeys {
             let key: [u8; KEY_LEN] = bytes
                 .try_into()
                 .map_err(|_| KeyError::Key(kid.to_owned()))?;
-            if keys
-                .insert(kid.to_owned(), XChaCha20Poly1305::new(&key.into()))
-                .is_some()
-            {
+            if keys.iter().any(|k| k.id == kid) {
                 return Err(KeyError::Duplicate(kid.to_owned()));
             }
-            current.get_or_insert_with(|| kid.to_owned());
+            keys.push(Versioned {
+                id: kid.to_owned(),
+                // The first key is the newest, so it seals.
+                active_from: if keys.is_empty() { 0 } else { Millis::MIN },
+                expires_at: Millis::MAX,
+                key: XChaCha20Poly1305::new(&key.into()),
+            });
         }
         Ok(StateKeys {
-            current: current.ok_or(KeyError::Empty)?,
-            keys,
+            keys: KeySet::new(keys).ok_or(KeyError::Empty)?,
         })
     }
 
     /// Seals `state` under the current key.
     pub(crate) fn seal(&self, state: &SealedState) -> Result<String, RpcError> {
-        let cipher = self
-            .keys
-            .get(&self.current)
-            .ok_or_else(|| RpcError::internal("the current state key is missing"))?;
+        let current = self.keys.current(now_millis());
         let plain = serde_json::to_vec(state).map_err(RpcError::internal)?;
         let nonce: [u8; NONCE_LEN] = rand::random();
-        let sealed = cipher
+        let sealed = current
+            .key
             .encrypt(
                 XNonce::from_slice(&nonce),
                 Payload {
                     msg: &plain,
-                    aad: self.current.as_bytes(),
+                    aad: current.id.as_bytes(),
                 },
             )
             .map_err(|_| RpcError::internal("sealing a request state failed"))?;
         let mut bytes = Vec::with_capacity(NONCE_LEN + sealed.len());
         bytes.extend_from_slice(&nonce);
         bytes.extend_from_slice(&sealed);
-        Ok(format!(
-            "{}.{}",
-            self.current,
-            URL_SAFE_NO_PAD.encode(bytes)
-        ))
+        Ok(format!("{}.{}", current.id, URL_SAFE_NO_PAD.encode(bytes)))
     }
 
     /// Opens a state this server (or a replica with the same keys) sealed; `None` when it
     /// did not, or when it was altered.
     pub(crate) fn open(&self, token: &str) -> Option<SealedState> {
         let (kid, body) = token.split_once('.')?;
-        let cipher = self.keys.get(kid)?;
+        let cipher = self.keys.opener(kid, now_millis())?;
         let bytes = URL_SAFE_NO_PAD.decode(body).ok()?;
         if bytes.len() <= NONCE_LEN {
             return None;

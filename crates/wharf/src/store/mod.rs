@@ -5,6 +5,8 @@
 //! - **handles**: server-minted ids with an owner and an expiry ([`Handle`], [`HandleRecord`]);
 //! - **idempotency records**: the first result of a write, kept per handle (or per
 //!   principal and tool) under the caller's key ([`Claim`]);
+//! - **shared keys**: the secrets every replica signs cursors and seals request states with
+//!   ([`SharedKey`]);
 //! - **app data**: the app's own tables or keys, written through [`Transaction::backend_tx`]
 //!   in the same transaction as the idempotency record, so an effect and its record commit
 //!   together or not at all.
@@ -12,16 +14,20 @@
 mod handle;
 mod idempotency;
 mod lock;
+mod shared_key;
 
 use std::any::Any;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use crate::bus::NotificationBus;
 pub(crate) use handle::SCHEMA_KEYWORD;
 pub use handle::{Expiry, Handle, HandleKind, HandleRecord, human};
 pub use idempotency::{Claim, Digest, MAX_KEY_LEN};
 pub(crate) use idempotency::{KEY_ARGUMENT, REPLAY_META, key_schema};
 pub use lock::{Fence, KeyLock};
+pub use shared_key::{SHARED_KEY_LEN, SharedKey};
 
 /// Milliseconds since the Unix epoch; every timestamp in a store.
 pub type Millis = i64;
@@ -153,8 +159,22 @@ pub trait Store: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// The bus that carries change notifications between the processes on this store
+    /// (PostgreSQL LISTEN/NOTIFY, Redis pub/sub); `None` for a store one process uses at a
+    /// time, whose processes keep to the in-process bus.
+    fn bus(&self) -> Option<Arc<dyn NotificationBus>> {
+        None
+    }
+
+    /// Every shared key the store holds (expired ones may be among them until swept).
+    async fn shared_keys(&self) -> Result<Vec<SharedKey>, StoreError>;
+
+    /// Adds `key` unless a key with its id exists: of two replicas adding the same id at
+    /// once, the first write wins and both then read the same key.
+    async fn add_shared_key(&self, key: &SharedKey) -> Result<(), StoreError>;
+
     /// Removes at most `batch` expired handles (with the app data filed under them) and
-    /// expired idempotency records; returns how many records went.
+    /// expired idempotency records and shared keys; returns how many records went.
     async fn sweep(&self, now: Millis, batch: u32) -> Result<u64, StoreError>;
 }
 

@@ -1,0 +1,405 @@
+//! Change notifications shared by every replica of a store: PostgreSQL's LISTEN/NOTIFY or
+//! Redis pub/sub.
+//!
+//! Each process keeps one connection listening on the store's channel and fans what arrives
+//! out to its own listen streams; publishing goes through the store's ordinary connections,
+//! and a process hears its own events back through its listener like everyone else's.
+//!
+//! Delivery is not replayed after an outage, so a stream that may have missed something
+//! ends instead: when the listening connection is lost, and again when it is back (for the
+//! streams opened meanwhile), every open receiver is closed, which ends its listen stream
+//! with the final `subscriptions/listen` result; clients listen again and re-read, as the
+//! specification expects of them.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use futures_util::{Stream, StreamExt};
+use tokio::sync::broadcast;
+use wharf::{BusError, ChangeEvent, NotificationBus};
+
+/// The channel every replica listens on.
+pub(crate) const CHANNEL: &str = "wharf_changes";
+
+/// Events each slow listen stream may fall behind by before it lags (and is told that
+/// everything it subscribed to may have changed).
+const CAPACITY: usize = 1024;
+
+/// What travels on the channel.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Message {
+    Event(ChangeEvent),
+    /// An event too large for the channel, or one this version does not know: every stream
+    /// may have missed something.
+    Gap,
+}
+
+/// One line per event: `t`, `p` and `r` for the tools, prompts and resources lists, `u URI`
+/// for an updated resource, `o LEN PRINCIPALURI` for one private to a principal (its id's
+/// length in bytes first), `g` for a gap.
+pub(crate) fn encode(event: &ChangeEvent) -> String {
+    match event {
+        ChangeEvent::ToolsListChanged => "t".into(),
+        ChangeEvent::PromptsListChanged => "p".into(),
+        ChangeEvent::ResourcesListChanged => "r".into(),
+        ChangeEvent::ResourceUpdated { uri } => format!("u {uri}"),
+        ChangeEvent::PrivateResourceUpdated { uri, principal } => {
+            format!("o {} {principal}{uri}", principal.len())
+        }
+        _ => "g".into(),
+    }
+}
+
+pub(crate) fn decode(payload: &str) -> Message {
+    match payload {
+        "t" => Message::Event(ChangeEvent::ToolsListChanged),
+        "p" => Message::Event(ChangeEvent::PromptsListChanged),
+        "r" => Message::Event(ChangeEvent::ResourcesListChanged),
+        _ => {
+            if let Some(uri) = payload.strip_prefix("u ") {
+                return Message::Event(ChangeEvent::ResourceUpdated {
+                    uri: uri.to_owned(),
+                });
+            }
+            let private = payload.strip_prefix("o ").and_then(|rest| {
+                let (len, rest) = rest.split_once(' ')?;
+                let len: usize = len.parse().ok()?;
+                let principal = rest.get(..len)?;
+                let uri = rest.get(len..)?;
+                Some(ChangeEvent::PrivateResourceUpdated {
+                    uri: uri.to_owned(),
+                    principal: principal.to_owned(),
+                })
+            });
+            private.map_or(Message::Gap, Message::Event)
+        }
+    }
+}
+
+/// The receivers of one process, and whether its listening connection is up.
+pub(crate) struct Fanout {
+    tx: Mutex<broadcast::Sender<ChangeEvent>>,
+    connected: AtomicBool,
+}
+
+impl Fanout {
+    fn new() -> Self {
+        Fanout {
+            tx: Mutex::new(broadcast::channel(CAPACITY).0),
+            connected: AtomicBool::new(false),
+        }
+    }
+
+    fn sender(&self) -> std::sync::MutexGuard<'_, broadcast::Sender<ChangeEvent>> {
+        self.tx.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn deliver(&self, event: ChangeEvent) {
+        // Nobody listening is not an error.
+        let _ = self.sender().send(event);
+    }
+
+    /// Ends every open receiver (after what it has buffered): each may have missed events.
+    fn gap(&self) {
+        *self.sender() = broadcast::channel(CAPACITY).0;
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<ChangeEvent> {
+        self.sender().subscribe()
+    }
+}
+
+/// Opens a listening connection: a stream of payloads that ends when the connection is lost.
+pub(crate) type Connect = Box<
+    dyn Fn() -> Pin<
+            Box<
+                dyn Future<Output = Result<Pin<Box<dyn Stream<Item = String> + Send>>, String>>
+                    + Send,
+            >,
+        > + Send
+        + Sync,
+>;
+
+/// Publishes one payload through the store's ordinary connections.
+pub(crate) type Publish =
+    Box<dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
+
+/// A [`NotificationBus`] over a store's channel.
+pub(crate) struct StoreBus {
+    backend: &'static str,
+    fanout: Arc<Fanout>,
+    /// Taken by the listening task when it starts, on first use inside a Tokio runtime.
+    connect: Mutex<Option<Connect>>,
+    started: OnceLock<()>,
+    publish: Publish,
+    /// Longest payload the channel carries; longer events go out as a gap.
+    max_payload: usize,
+}
+
+impl StoreBus {
+    /// A bus that listens through `connect` (from a task started on first use, which stops
+    /// when the bus is dropped) and publishes through `publish`.
+    pub(crate) fn new(
+        backend: &'static str,
+        connect: Connect,
+        publish: Publish,
+        max_payload: usize,
+    ) -> Arc<Self> {
+        Arc::new(StoreBus {
+            backend,
+            fanout: Arc::new(Fanout::new()),
+            connect: Mutex::new(Some(connect)),
+            started: OnceLock::new(),
+            publish,
+            max_payload,
+        })
+    }
+
+    /// Starts listening, once, when called inside a Tokio runtime.
+    fn start(&self) {
+        if self.started.get().is_some() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        self.started.get_or_init(|| {
+            let connect = self
+                .connect
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            if let Some(connect) = connect {
+                runtime.spawn(listen(self.backend, Arc::downgrade(&self.fanout), connect));
+            }
+        });
+    }
+}
+
+impl NotificationBus for StoreBus {
+    fn publish(
+        &self,
+        event: ChangeEvent,
+    ) -> Pin<Box<dyn Future<Output = Result<(), BusError>> + Send + '_>> {
+        let mut payload = encode(&event);
+        if payload.len() > self.max_payload {
+            tracing::warn!(
+                bytes = payload.len(),
+                "change notification too large for the {} channel; announcing a gap",
+                self.backend
+            );
+            payload = "g".into();
+        }
+        self.start();
+        Box::pin(async move {
+            (self.publish)(payload)
+                .await
+                .map_err(|e| BusError(format!("{}: {e}", self.backend)))
+        })
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<ChangeEvent> {
+        self.start();
+        self.fanout.subscribe()
+    }
+
+    fn is_connected(&self) -> bool {
+        self.start();
+        self.fanout.connected.load(Ordering::Acquire)
+    }
+}
+
+/// Keeps a listening connection open, reconnecting with capped exponential backoff, until
+/// the bus is dropped.
+async fn listen(backend: &'static str, fanout: Weak<Fanout>, connect: Connect) {
+    let mut backoff = Backoff::default();
+    let mut ever_connected = false;
+    loop {
+        if fanout.strong_count() == 0 {
+            return;
+        }
+        let mut payloads = match connect().await {
+            Ok(stream) => stream,
+            Err(e) => {
+                tracing::warn!(error = %e, "{backend} change bus: cannot listen; retrying");
+                tokio::time::sleep(backoff.next()).await;
+                continue;
+            }
+        };
+        {
+            let Some(fanout) = fanout.upgrade() else {
+                return;
+            };
+            if ever_connected {
+                // Streams opened while the connection was down may have missed events.
+                fanout.gap();
+                tracing::info!("{backend} change bus: listening again");
+            }
+            fanout.connected.store(true, Ordering::Release);
+        }
+        ever_connected = true;
+        backoff = Backoff::default();
+        while let Some(payload) = payloads.next().await {
+            let Some(fanout) = fanout.upgrade() else {
+                return;
+            };
+            match decode(&payload) {
+                Message::Event(event) => fanout.deliver(event),
+                Message::Gap => fanout.gap(),
+            }
+        }
+        let Some(fanout) = fanout.upgrade() else {
+            return;
+        };
+        fanout.connected.store(false, Ordering::Release);
+        fanout.gap();
+        tracing::warn!(
+            "{backend} change bus: connection lost; open listen streams end, reconnecting"
+        );
+        drop(fanout);
+        tokio::time::sleep(backoff.next()).await;
+    }
+}
+
+/// 100 ms doubling to 5 s, with jitter so replicas do not reconnect in step.
+#[derive(Default)]
+struct Backoff {
+    attempt: u32,
+}
+
+impl Backoff {
+    fn next(&mut self) -> Duration {
+        let base = 100u64.saturating_mul(1 << self.attempt.min(6)).min(5_000);
+        self.attempt = self.attempt.saturating_add(1);
+        Duration::from_millis(base / 2 + rand::random::<u64>() % (base / 2 + 1))
+    }
+}
+
+/// PostgreSQL: `LISTEN wharf_changes` on a connection of its own, `pg_notify` to publish
+/// (payloads under 8000 bytes).
+#[cfg(feature = "postgres")]
+pub(crate) fn postgres(pool: sqlx::PgPool) -> Arc<StoreBus> {
+    let listen_pool = pool.clone();
+    let connect: Connect = Box::new(move || {
+        let pool = listen_pool.clone();
+        Box::pin(async move {
+            let mut listener = sqlx::postgres::PgListener::connect_with(&pool)
+                .await
+                .map_err(|e| e.to_string())?;
+            listener.listen(CHANNEL).await.map_err(|e| e.to_string())?;
+            // `try_recv` answers `Ok(None)` when the connection was lost: the stream ends
+            // there rather than reconnecting quietly past what it missed.
+            let stream = futures_util::stream::unfold(listener, |mut l| async move {
+                match l.try_recv().await {
+                    Ok(Some(n)) => Some((n.payload().to_owned(), l)),
+                    Ok(None) | Err(_) => None,
+                }
+            });
+            Ok(Box::pin(stream) as Pin<Box<dyn Stream<Item = String> + Send>>)
+        })
+    });
+    let publish: Publish = Box::new(move |payload| {
+        let pool = pool.clone();
+        Box::pin(async move {
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(CHANNEL)
+                .bind(payload)
+                .execute(&pool)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })
+    });
+    // PostgreSQL's limit is 8000 bytes, the channel name's share included.
+    StoreBus::new("postgres", connect, publish, 7900)
+}
+
+/// Redis: `SUBSCRIBE wharf_changes` on a connection of its own, `PUBLISH` through the
+/// store's connection.
+#[cfg(feature = "redis")]
+pub(crate) fn redis(client: redis::Client, conn: redis::aio::ConnectionManager) -> Arc<StoreBus> {
+    let connect: Connect = Box::new(move || {
+        let client = client.clone();
+        Box::pin(async move {
+            let mut pubsub = client.get_async_pubsub().await.map_err(|e| e.to_string())?;
+            pubsub.subscribe(CHANNEL).await.map_err(|e| e.to_string())?;
+            let stream = pubsub
+                .into_on_message()
+                .filter_map(|m| async move { m.get_payload::<String>().ok() });
+            Ok(Box::pin(stream) as Pin<Box<dyn Stream<Item = String> + Send>>)
+        })
+    });
+    let publish: Publish = Box::new(move |payload| {
+        let mut conn = conn.clone();
+        Box::pin(async move {
+            redis::cmd("PUBLISH")
+                .arg(CHANNEL)
+                .arg(payload)
+                .query_async::<i64>(&mut conn)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })
+    });
+    StoreBus::new("redis", connect, publish, 64 * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_travel_as_short_lines_and_unknown_lines_are_gaps() {
+        for event in [
+            ChangeEvent::ToolsListChanged,
+            ChangeEvent::PromptsListChanged,
+            ChangeEvent::ResourcesListChanged,
+            ChangeEvent::ResourceUpdated {
+                uri: "dataset://a b/ü".into(),
+            },
+            ChangeEvent::PrivateResourceUpdated {
+                uri: "dataset://x y".into(),
+                principal: "ann 1".into(),
+            },
+            ChangeEvent::PrivateResourceUpdated {
+                uri: String::new(),
+                principal: "ü".into(),
+            },
+        ] {
+            assert_eq!(decode(&encode(&event)), Message::Event(event));
+        }
+        assert_eq!(decode("g"), Message::Gap);
+        assert_eq!(decode("x something"), Message::Gap);
+        assert_eq!(decode(""), Message::Gap);
+        assert_eq!(decode("o 9 short"), Message::Gap);
+        assert_eq!(decode("o x abc"), Message::Gap);
+    }
+
+    #[tokio::test]
+    async fn a_gap_ends_every_open_receiver_after_what_it_buffered() {
+        let fanout = Fanout::new();
+        let mut open = fanout.subscribe();
+        fanout.deliver(ChangeEvent::ToolsListChanged);
+        fanout.gap();
+        let mut later = fanout.subscribe();
+        fanout.deliver(ChangeEvent::PromptsListChanged);
+        assert_eq!(open.recv().await.unwrap(), ChangeEvent::ToolsListChanged);
+        assert!(matches!(
+            open.recv().await,
+            Err(broadcast::error::RecvError::Closed)
+        ));
+        assert_eq!(later.recv().await.unwrap(), ChangeEvent::PromptsListChanged);
+    }
+
+    #[test]
+    fn backoff_grows_to_its_cap() {
+        let mut b = Backoff::default();
+        let first = b.next();
+        assert!(first <= Duration::from_millis(100));
+        let capped = (0..20).map(|_| b.next()).last().unwrap();
+        assert!(capped >= Duration::from_millis(2_500) && capped <= Duration::from_secs(5));
+    }
+}
