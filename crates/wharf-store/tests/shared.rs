@@ -1,0 +1,216 @@
+//! What replicas share through the store besides data: the keys they sign cursors and seal
+//! request states with (every backend), and the bus change notifications travel on
+//! (PostgreSQL and Redis, against the real servers; two stores opened on one database stand
+//! for two replicas).
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::broadcast::error::RecvError;
+use wharf::ChangeEvent;
+use wharf::store::{SharedKey, Store, now_millis};
+
+const WAIT: Duration = Duration::from_secs(3);
+
+/// The bus tests cut every listening connection of their backend: one at a time, so that
+/// no test sees its streams end because of another.
+static BUS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn key(id: &str, byte: u8, expires_at: i64) -> SharedKey {
+    SharedKey {
+        id: id.to_owned(),
+        secret: [byte; 32],
+        active_from: now_millis() - 1000,
+        expires_at,
+    }
+}
+
+async fn shared_keys_keep_the_first_write_and_go_when_expired(store: Arc<dyn Store>) {
+    let live = support::unique("live");
+    let gone = support::unique("gone");
+    let far = now_millis() + 3_600_000;
+    store.add_shared_key(&key(&live, 1, far)).await.unwrap();
+    // A second replica racing for the same id keeps the first one's secret.
+    store.add_shared_key(&key(&live, 2, far)).await.unwrap();
+    store
+        .add_shared_key(&key(&gone, 3, now_millis() - 1))
+        .await
+        .unwrap();
+    let keys = store.shared_keys().await.unwrap();
+    let found = keys.iter().find(|k| k.id == live).expect("the key is kept");
+    assert_eq!(found.secret, [1; 32], "the first write wins");
+    assert_eq!(found.expires_at, far);
+    assert!(keys.iter().any(|k| k.id == gone));
+    store.sweep(now_millis(), 500).await.unwrap();
+    let keys = store.shared_keys().await.unwrap();
+    assert!(keys.iter().any(|k| k.id == live), "an unexpired key stays");
+    assert!(
+        !keys.iter().any(|k| k.id == gone),
+        "an expired key is swept"
+    );
+}
+
+#[tokio::test]
+async fn sqlite_shared_keys_keep_the_first_write_and_go_when_expired() {
+    let store = support::sqlite_with(&support::sqlite_url("shared-keys"), WAIT).await;
+    shared_keys_keep_the_first_write_and_go_when_expired(store).await;
+}
+
+#[tokio::test]
+async fn postgres_shared_keys_keep_the_first_write_and_go_when_expired() {
+    shared_keys_keep_the_first_write_and_go_when_expired(support::postgres_with(WAIT).await).await;
+}
+
+#[tokio::test]
+async fn redis_shared_keys_keep_the_first_write_and_go_when_expired() {
+    shared_keys_keep_the_first_write_and_go_when_expired(support::redis_with(WAIT).await).await;
+}
+
+/// Waits until `store`'s bus listens.
+async fn listening(store: &Arc<dyn Store>) {
+    let bus = store.bus().expect("a shared store has a bus");
+    support::wait_until("the bus listens", Duration::from_secs(10), async || {
+        bus.is_connected()
+    })
+    .await;
+}
+
+async fn next(
+    rx: &mut tokio::sync::broadcast::Receiver<ChangeEvent>,
+) -> Result<ChangeEvent, RecvError> {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("an event or the end in time")
+}
+
+/// Events published on one replica reach the subscribers of every replica, the publisher's
+/// own included; a lost listening connection ends the open receivers (they may have missed
+/// events), and the bus listens again by itself.
+async fn events_reach_every_replica_and_an_outage_ends_open_streams(
+    a: Arc<dyn Store>,
+    b: Arc<dyn Store>,
+    kill_listeners: impl AsyncFnOnce(),
+) {
+    listening(&a).await;
+    listening(&b).await;
+    let (bus_a, bus_b) = (a.bus().unwrap(), b.bus().unwrap());
+    let mut on_a = bus_a.subscribe();
+    let mut on_b = bus_b.subscribe();
+    let uri = format!("dataset://{}", support::unique("ds"));
+    let private = ChangeEvent::PrivateResourceUpdated {
+        uri: uri.clone(),
+        principal: "user 42".into(),
+    };
+    bus_b.publish(private.clone()).await.unwrap();
+    // Other tests may publish on the same channel: skip what is not ours.
+    let ours = async |rx: &mut tokio::sync::broadcast::Receiver<ChangeEvent>| loop {
+        let event = next(rx).await.expect("open");
+        if event == private {
+            return;
+        }
+    };
+    ours(&mut on_a).await;
+    ours(&mut on_b).await;
+
+    // The listening connections are cut: every open stream ends.
+    kill_listeners().await;
+    for rx in [&mut on_a, &mut on_b] {
+        loop {
+            match next(rx).await {
+                Ok(_) => continue,
+                Err(RecvError::Closed) => break,
+                Err(RecvError::Lagged(_)) => continue,
+            }
+        }
+    }
+    listening(&a).await;
+    listening(&b).await;
+    let mut again = bus_a.subscribe();
+    bus_b
+        .publish(ChangeEvent::ResourceUpdated { uri: uri.clone() })
+        .await
+        .unwrap();
+    loop {
+        if next(&mut again).await.expect("open")
+            == (ChangeEvent::ResourceUpdated { uri: uri.clone() })
+        {
+            break;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_events_reach_every_replica_and_an_outage_ends_open_streams() {
+    let _one_at_a_time = BUS.lock().await;
+    let (a, b) = (
+        support::postgres_with(WAIT).await,
+        support::postgres_with(WAIT).await,
+    );
+    events_reach_every_replica_and_an_outage_ends_open_streams(a, b, async || {
+        let pool = support::pg_observer().await;
+        let killed: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE query LIKE 'LISTEN %wharf_changes%' AND pid <> pg_backend_pid()) k",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert!(killed >= 2, "both listening sessions were found ({killed})");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_events_reach_every_replica_and_an_outage_ends_open_streams() {
+    let _one_at_a_time = BUS.lock().await;
+    let (a, b) = (
+        support::redis_with(WAIT).await,
+        support::redis_with(WAIT).await,
+    );
+    events_reach_every_replica_and_an_outage_ends_open_streams(a, b, async || {
+        let mut conn = support::raw_redis().await;
+        let killed: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("pubsub")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(
+            killed >= 2,
+            "both listening connections were found ({killed})"
+        );
+    })
+    .await;
+}
+
+/// An event too large for PostgreSQL's channel is not dropped in silence: it goes out as a
+/// gap, which ends every open stream on every replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_an_event_too_large_for_the_channel_ends_open_streams() {
+    let _one_at_a_time = BUS.lock().await;
+    let (a, b) = (
+        support::postgres_with(WAIT).await,
+        support::postgres_with(WAIT).await,
+    );
+    listening(&a).await;
+    let mut on_a = a.bus().unwrap().subscribe();
+    let huge = ChangeEvent::ResourceUpdated {
+        uri: format!("dataset://{}", "x".repeat(10_000)),
+    };
+    b.bus().unwrap().publish(huge).await.unwrap();
+    loop {
+        match next(&mut on_a).await {
+            Err(RecvError::Closed) => break,
+            Ok(ChangeEvent::ResourceUpdated { uri }) => {
+                assert!(
+                    uri.len() < 10_000,
+                    "the oversized event never arrives whole"
+                )
+            }
+            _ => continue,
+        }
+    }
+}
