@@ -339,10 +339,40 @@ async fn listen_streams_ack_filter_and_end_gracefully() {
 
 #[tokio::test]
 async fn sigterm_lets_in_flight_requests_finish_and_exits_zero() {
-    let mut server = ServerProcess::start(&["--drain-secs", "30"]);
+    let mut server = ServerProcess::start(&["--drain-secs", "30", "--drain-grace-secs", "2"]);
+    let http = reqwest::Client::new();
+    let readyz = format!("http://127.0.0.1:{}/readyz", server.port);
+    assert_eq!(http.get(&readyz).send().await.unwrap().status(), 200);
     // Its first progress says the request runs (for five seconds); then the signal.
     let call = common::running_count(&server.client(), 50, 100).await;
+    let signalled = std::time::Instant::now();
     server.terminate();
+    // Draining: from the moment the signal is handled, load balancers are told at once…
+    server
+        .log
+        .wait_for("draining: /readyz answers 503", 1)
+        .await;
+    let answer = http.get(&readyz).send().await.unwrap();
+    println!("/readyz 503 {:?} after SIGTERM", signalled.elapsed());
+    assert_eq!(answer.status(), 503);
+    assert_eq!(
+        answer.json::<Value>().await.unwrap(),
+        json!({ "status": "draining" })
+    );
+    // …while requests are still served, on connections that close after their response.
+    let served = http
+        .post(server.url())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "server/discover")
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(served.status(), 200);
+    assert_eq!(served.headers()["connection"], "close");
+    // Then it stops accepting, and the call in flight still finishes.
     server.log.wait_for("shutting down: draining", 1).await;
     let rest: Vec<Value> = call.collect().await;
     let last = rest.last().expect("an answer");
