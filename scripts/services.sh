@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Makes sure the PostgreSQL and Redis the tests use answer on 127.0.0.1:5432 and :6379:
+# Makes sure the PostgreSQL and Redis the tests use answer on 127.0.0.1:5432 and :6379
+# (and that nginx, which the deployment tests run, is installed):
 # starts them when they are installed but stopped, installs them from Debian's packages when
 # they are missing, and exits non-zero, naming what is wrong, when they still do not answer.
 # Tests never skip a backend: without these services they fail.
@@ -62,4 +63,12 @@ if ! redis_up; then
   wait_for Redis redis_up || die "Redis does not answer on 127.0.0.1:6379 (tests need it: $REDIS_URL)"
 fi
 
-say "PostgreSQL ($PG_URL) and Redis ($REDIS_URL) answer"
+# nginx: the deployment tests (crates/wharf-cli/tests/deploy.rs) run deploy/nginx/wharf.conf
+# in an nginx of their own; the package's own service is not needed.
+if ! [ -x /usr/sbin/nginx ] && ! command -v nginx >/dev/null; then
+  apt_install nginx-light
+  "${sudo[@]}" service nginx stop >&2 2>/dev/null || true
+fi
+{ [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null; } || die "nginx is not installed (deploy tests need it)"
+
+say "PostgreSQL ($PG_URL) and Redis ($REDIS_URL) answer; nginx is installed"

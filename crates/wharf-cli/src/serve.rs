@@ -416,6 +416,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let store = open_store(&args).await?;
     let server = build_server(config, &args, store.clone()).context("invalid server definition")?;
+    server
+        .prepare(Duration::from_secs(10))
+        .await
+        .context("cannot load the shared keys from the store")?;
     let stop_sweeping = tokio_util::sync::CancellationToken::new();
     let _stop_sweeping = stop_sweeping.clone().drop_guard();
     if let Some(store) = &store {
@@ -463,6 +467,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let local = listener.local_addr()?;
+    let (listener, closer) = wharf_http::DrainingListener::new(listener)?;
     tracing::info!(address = %local, endpoint = %args.endpoint, "wharf serving MCP 2026-07-28");
     let app = wharf_http::router(server.clone(), config);
 
@@ -485,6 +490,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         tracing::info!("shutting down: draining in-flight requests; no longer accepting");
         drain_server.shutdown();
+        closer.close(Duration::from_millis(500)).await;
         signal_seen.cancel();
     };
     let serve = axum::serve(listener, app).with_graceful_shutdown(shutdown);

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::import::{
-    TOKEN_7, TOKEN_42, begin, ok, pg_url, replica_args, rows, sqlite_url, unique,
+    TOKEN_7, TOKEN_42, begin, committed_dataset, ok, pg_url, replica_args, rows, sqlite_url, unique,
 };
 use common::{ServerProcess, validate_reply};
 use serde_json::{Value, json};
@@ -34,17 +34,6 @@ async fn call(client: &HttpClient, name: &str, args: Value, round: Option<(&str,
 
 fn accept(field: &str) -> Value {
     json!({ "action": "accept", "content": { field: true } })
-}
-
-async fn dataset(client: &HttpClient, name: &str, n: i64) {
-    let import = begin(client, name).await;
-    ok(
-        client,
-        "import_append_rows",
-        json!({ "import": import, "rows": rows(0, n), "idempotency_key": unique("k") }),
-    )
-    .await;
-    ok(client, "import_commit", json!({ "import": import })).await;
 }
 
 async fn count(client: &HttpClient, name: &str) -> usize {
@@ -84,7 +73,7 @@ async fn replacing_a_dataset_asks_the_user_first() {
     let server = common::import::server(&sqlite_url("mrtr-replace"));
     let client = server.client().with_bearer(TOKEN_42);
     let name = unique("ds");
-    dataset(&client, &name, 3).await;
+    committed_dataset(&client, &name, 3).await;
     let import = begin(&client, &name).await;
     ok(
         &client,
@@ -145,7 +134,7 @@ async fn replacing_a_dataset_asks_the_user_first() {
 
     // A client that cannot answer elicitations is told what it lacks.
     let other = unique("ds");
-    dataset(&client, &other, 1).await;
+    committed_dataset(&client, &other, 1).await;
     let import = begin(&client, &other).await;
     let r = client
         .request(
@@ -167,8 +156,8 @@ async fn bad_states_are_refused_with_the_reason() {
     let user42 = server.client().with_bearer(TOKEN_42);
     let user7 = server.client().with_bearer(TOKEN_7);
     let (one, two) = (unique("ds"), unique("ds"));
-    dataset(&user42, &one, 2).await;
-    dataset(&user42, &two, 2).await;
+    committed_dataset(&user42, &one, 2).await;
+    committed_dataset(&user42, &two, 2).await;
     let delete = |name: &str| json!({ "dataset": name });
     let state = asked(
         &call(&user42, "dataset_delete", delete(&one), None).await,
@@ -191,7 +180,7 @@ async fn bad_states_are_refused_with_the_reason() {
     refused(&r, "was not issued by this server or was altered");
 
     // Another principal, with a dataset of the same name.
-    dataset(&user7, &one, 1).await;
+    committed_dataset(&user7, &one, 1).await;
     let r = call(
         &user7,
         "dataset_delete",
@@ -263,7 +252,7 @@ async fn a_round_completes_on_another_replica_and_a_confirmation_is_used_once() 
         b.client().with_bearer(TOKEN_42),
     );
     let name = unique("ds");
-    dataset(&ca, &name, 4).await;
+    committed_dataset(&ca, &name, 4).await;
     let delete = json!({ "dataset": name });
     let state = asked(
         &call(&ca, "dataset_delete", delete.clone(), None).await,
@@ -286,7 +275,7 @@ async fn a_round_completes_on_another_replica_and_a_confirmation_is_used_once() 
     );
 
     // The dataset is made again; the old confirmation must not delete it, on either replica.
-    dataset(&ca, &name, 1).await;
+    committed_dataset(&ca, &name, 1).await;
     for client in [&ca, &cb] {
         let replay = call(
             client,

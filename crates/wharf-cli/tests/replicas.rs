@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::import::*;
-use common::{ServerProcess, validate_message, validate_reply};
+use common::{ServerProcess, validate_message};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use wharf_client::HttpClient;
@@ -111,62 +111,6 @@ async fn any_replica_serves_any_call(store: &str) {
     );
 }
 
-/// A `subscriptions/listen` stream subscribed to `uri`, past its acknowledgment.
-async fn listen(client: &HttpClient, uri: &str) -> impl futures_util::Stream<Item = Value> + use<> {
-    let mut stream = Box::pin(
-        client
-            .open_stream(
-                "subscriptions/listen",
-                json!({ "notifications": { "resourceSubscriptions": [uri] } }),
-            )
-            .await
-            .unwrap(),
-    );
-    let ack = next_notification(&mut stream).await;
-    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
-    assert_eq!(
-        ack["params"]["notifications"]["resourceSubscriptions"],
-        json!([uri])
-    );
-    stream
-}
-
-async fn next_notification(
-    stream: &mut (impl futures_util::Stream<Item = Value> + Unpin),
-) -> Value {
-    tokio::time::timeout(Duration::from_secs(10), stream.next())
-        .await
-        .expect("a message in time")
-        .expect("the stream is open")
-}
-
-/// `dataset_delete` of `dataset`: the question, or with `state` the confirmed answer.
-async fn confirm_round(client: &HttpClient, dataset: &str, state: Option<&str>) -> Value {
-    let mut params = json!({
-        "name": "dataset_delete",
-        "arguments": { "dataset": dataset },
-        "_meta": { "io.modelcontextprotocol/clientCapabilities": { "elicitation": {} } }
-    });
-    if let Some(state) = state {
-        params["requestState"] = json!(state);
-        params["inputResponses"] =
-            json!({ "confirm_delete": { "action": "accept", "content": { "delete": true } } });
-    }
-    let reply = client.request("tools/call", params).await.unwrap();
-    validate_reply("tools/call", &reply);
-    let result = reply
-        .result()
-        .unwrap_or_else(|| panic!("{}", reply.body))
-        .clone();
-    let expected = if state.is_some() {
-        "complete"
-    } else {
-        "input_required"
-    };
-    assert_eq!(result["resultType"], expected, "{}", reply.body);
-    result
-}
-
 /// On SQLite the shared keys live in the file: a cursor issued before a restart resumes
 /// after it.
 #[tokio::test]
@@ -176,14 +120,7 @@ async fn sqlite_cursors_survive_a_restart() {
     let mut first = start(port, &store);
     let client = first.client().with_bearer(TOKEN_42);
     let dataset = unique("kept");
-    let import = begin(&client, &dataset).await;
-    ok(
-        &client,
-        "import_append_rows",
-        json!({ "import": import, "rows": rows(0, 6), "idempotency_key": "k" }),
-    )
-    .await;
-    ok(&client, "import_commit", json!({ "import": import })).await;
+    committed_dataset(&client, &dataset, 6).await;
     let page = ok(
         &client,
         "dataset_query",
@@ -308,26 +245,7 @@ async fn writes_survive_crashes_exactly_once(store: &str) {
     );
     let done = ok(&client, "import_commit", json!({ "import": import })).await;
     assert_eq!(done["structuredContent"]["totalRows"], BATCHES * SIZE);
-    let mut ids = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let mut args = json!({ "dataset": dataset, "limit": 500 });
-        if let Some(c) = &cursor {
-            args["cursor"] = json!(c);
-        }
-        let page = ok(&client, "dataset_query", args).await;
-        ids.extend(
-            page["structuredContent"]["rows"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|r| r["id"].as_i64().unwrap()),
-        );
-        match page["structuredContent"]["nextCursor"].as_str() {
-            Some(c) => cursor = Some(c.to_owned()),
-            None => break,
-        }
-    }
+    let (mut ids, _) = read_pages(&client, &dataset, 500).await;
     ids.sort_unstable();
     assert_eq!(
         ids,

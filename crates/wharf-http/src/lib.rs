@@ -11,10 +11,12 @@ mod errors;
 mod guard;
 mod headers;
 mod health;
+mod listener;
 
 pub use authenticate::{AuthFuture, Authenticate, FromExtensions, Refusal};
 pub use config::{HostPolicy, HttpConfig};
 pub use health::ReadinessCheck;
+pub use listener::{Closer, DrainingListener};
 
 use std::sync::Arc;
 

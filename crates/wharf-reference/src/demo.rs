@@ -32,7 +32,7 @@ pub struct CountArgs {
     /// How many steps to count, 1 to 1000.
     #[schemars(range(min = 1, max = 1000))]
     pub steps: u32,
-    /// Milliseconds between steps (default 20).
+    /// Milliseconds between steps (default 20, at most 60,000).
     #[serde(default)]
     pub interval_ms: Option<u64>,
 }
@@ -82,7 +82,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 .handler(|cx: Context, args: CountArgs| async move {
                     SLOW_COUNTS_STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let interval =
-                        Duration::from_millis(args.interval_ms.unwrap_or(20).min(10_000));
+                        Duration::from_millis(args.interval_ms.unwrap_or(20).min(60_000));
                     for i in 1..=args.steps {
                         tokio::time::sleep(interval).await;
                         cx.progress(

@@ -6,8 +6,8 @@
 //! and a process hears its own events back through its listener like everyone else's.
 //!
 //! Delivery is not replayed after an outage, so a stream that may have missed something
-//! ends instead: when the listening connection is lost, and again when it is back (for the
-//! streams opened meanwhile), every open receiver is closed, which ends its listen stream
+//! ends instead: when the listening connection is lost, and again whenever it is established
+//! (for the streams opened before it listened), every open receiver is closed, which ends its listen stream
 //! with the final `subscriptions/listen` result; clients listen again and re-read, as the
 //! specification expects of them.
 
@@ -216,7 +216,6 @@ impl NotificationBus for StoreBus {
 /// the bus is dropped.
 async fn listen(backend: &'static str, fanout: Weak<Fanout>, connect: Connect) {
     let mut backoff = Backoff::default();
-    let mut ever_connected = false;
     loop {
         if fanout.strong_count() == 0 {
             return;
@@ -233,14 +232,11 @@ async fn listen(backend: &'static str, fanout: Weak<Fanout>, connect: Connect) {
             let Some(fanout) = fanout.upgrade() else {
                 return;
             };
-            if ever_connected {
-                // Streams opened while the connection was down may have missed events.
-                fanout.gap();
-                tracing::info!("{backend} change bus: listening again");
-            }
+            // Streams opened before the connection listened may have missed events.
+            fanout.gap();
             fanout.connected.store(true, Ordering::Release);
+            tracing::debug!("{backend} change bus: listening");
         }
-        ever_connected = true;
         backoff = Backoff::default();
         while let Some(payload) = payloads.next().await {
             let Some(fanout) = fanout.upgrade() else {

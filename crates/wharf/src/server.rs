@@ -21,7 +21,7 @@ use crate::request::{self, ParsedRequest};
 use crate::resource::{ResourceDef, TemplateDef};
 use crate::runtime::Runtime;
 use crate::schema::HeaderParam;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use crate::tool::ToolDef;
 
 /// A built MCP server. Cheap to clone; every clone is the same server.
@@ -103,6 +103,25 @@ impl Server {
         principal: Principal,
     ) -> Result<Admitted, ErrorReply> {
         admission::admit(&self.core, req, principal).await
+    }
+
+    /// Gets the server ready before it accepts anything: loads the keys replicas share and
+    /// waits, at most `within`, until the bus listens, so that no listen stream opens before
+    /// the changes announced elsewhere can reach it. Without this, the keys load on the first
+    /// request, and streams opened before the bus listens end once it does (clients listen
+    /// again). `Err` when the store cannot give the keys.
+    pub async fn prepare(&self, within: std::time::Duration) -> Result<(), StoreError> {
+        self.core.runtime.keys.ready().await?;
+        let bus = &self.core.runtime.bus;
+        let deadline = tokio::time::Instant::now() + within;
+        while !bus.is_connected() {
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!("the change bus is not listening yet; /readyz says so until it is");
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        Ok(())
     }
 
     /// The store, if one was configured.

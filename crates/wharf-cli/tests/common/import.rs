@@ -1,10 +1,13 @@
 //! Helpers for tests of the import service: a server with two users, calls that must
-//! succeed or fail, rows, and time travel for handles.
+//! succeed or fail, rows, listen streams, confirmation rounds, and time travel for handles.
 
+use std::time::Duration;
+
+use futures_util::StreamExt;
 use serde_json::{Value, json};
 use wharf_client::{HttpClient, Reply};
 
-use super::{ServerProcess, request};
+use super::{ServerProcess, request, validate_reply};
 
 pub(crate) const TOKEN_42: &str = "token-of-user-42-aaaaaaaa";
 pub(crate) const TOKEN_7: &str = "token-of-user-7-bbbbbbbbbb";
@@ -167,5 +170,110 @@ pub(crate) async fn shift_times(store: &str, handle: &str, shift: i64, fields: &
             done.await.unwrap().rows_affected()
         };
         assert_eq!(n, 1);
+    }
+}
+
+/// A `subscriptions/listen` stream subscribed to `uri`, past its acknowledgment.
+pub(crate) async fn listen(
+    client: &HttpClient,
+    uri: &str,
+) -> impl futures_util::Stream<Item = Value> + use<> {
+    let mut stream = Box::pin(
+        client
+            .open_stream(
+                "subscriptions/listen",
+                json!({ "notifications": { "resourceSubscriptions": [uri] } }),
+            )
+            .await
+            .unwrap(),
+    );
+    let ack = next_notification(&mut stream).await;
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(
+        ack["params"]["notifications"]["resourceSubscriptions"],
+        json!([uri])
+    );
+    stream
+}
+
+pub(crate) async fn next_notification(
+    stream: &mut (impl futures_util::Stream<Item = Value> + Unpin),
+) -> Value {
+    tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .expect("a message in time")
+        .expect("the stream is open")
+}
+
+/// `dataset_delete` of `dataset`: the question, or with `state` the confirmed answer.
+pub(crate) async fn confirm_round(
+    client: &HttpClient,
+    dataset: &str,
+    state: Option<&str>,
+) -> Value {
+    let mut params = json!({
+        "name": "dataset_delete",
+        "arguments": { "dataset": dataset },
+        "_meta": { "io.modelcontextprotocol/clientCapabilities": { "elicitation": {} } }
+    });
+    if let Some(state) = state {
+        params["requestState"] = json!(state);
+        params["inputResponses"] =
+            json!({ "confirm_delete": { "action": "accept", "content": { "delete": true } } });
+    }
+    let reply = client.request("tools/call", params).await.unwrap();
+    validate_reply("tools/call", &reply);
+    let result = reply
+        .result()
+        .unwrap_or_else(|| panic!("{}", reply.body))
+        .clone();
+    let expected = if state.is_some() {
+        "complete"
+    } else {
+        "input_required"
+    };
+    assert_eq!(result["resultType"], expected, "{}", reply.body);
+    result
+}
+
+/// Dataset `name` of `n` rows (ids 0 to n-1), committed through one import.
+pub(crate) async fn committed_dataset(client: &HttpClient, name: &str, n: i64) {
+    let import = begin(client, name).await;
+    ok(
+        client,
+        "import_append_rows",
+        json!({ "import": import, "rows": rows(0, n), "idempotency_key": unique("k") }),
+    )
+    .await;
+    ok(client, "import_commit", json!({ "import": import })).await;
+}
+
+/// Every row id of `dataset`, read `limit` at a time, and how many pages that took.
+pub(crate) async fn read_pages(
+    client: &HttpClient,
+    dataset: &str,
+    limit: u32,
+) -> (Vec<i64>, usize) {
+    let mut ids = Vec::new();
+    let mut cursor = Value::Null;
+    let mut pages = 0;
+    loop {
+        let mut args = json!({ "dataset": dataset, "limit": limit });
+        if !cursor.is_null() {
+            args["cursor"] = cursor.clone();
+        }
+        let page = ok(client, "dataset_query", args).await;
+        pages += 1;
+        ids.extend(
+            page["structuredContent"]["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["id"].as_i64().unwrap()),
+        );
+        cursor = page["structuredContent"]["nextCursor"].clone();
+        if cursor.is_null() {
+            return (ids, pages);
+        }
     }
 }
