@@ -214,3 +214,62 @@ async fn postgres_an_event_too_large_for_the_channel_ends_open_streams() {
         }
     }
 }
+
+/// Two replicas on one store, keys rotating every second: a cursor one signs opens on the
+/// other, in the next rotation period too (its key is kept for the cursor's lifetime), and
+/// new cursors are signed with the new period's key; once the old key has expired, what it
+/// signed is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cursors_open_on_every_replica_across_a_key_rotation() {
+    use wharf::testing::Harness;
+    let url = support::sqlite_url("rotation");
+    let replica = async || {
+        let store = support::sqlite_with(&url, WAIT).await;
+        let mut config = wharf::ServerConfig::default();
+        config.page_size = 1;
+        config.key_rotation = Duration::from_secs(1);
+        config.cursor_max_age = Duration::from_secs(2);
+        config.request_state.max_age = Duration::from_secs(1);
+        let echo = |name: &str| {
+            wharf::tool(name).handler(|_cx: wharf::Context, _: wharf::NoArgs| async move { "ok" })
+        };
+        let server = wharf::Server::builder(wharf::protocol::Implementation::new("r", "1"))
+            .config(config)
+            .store(store)
+            .tool(echo("first"))
+            .tool(echo("second"))
+            .build()
+            .unwrap();
+        Harness::new(server)
+    };
+    let (a, b) = (replica().await, replica().await);
+    let page = a.call("tools/list", serde_json::json!({})).await.unwrap();
+    let cursor = page["nextCursor"].as_str().unwrap().to_owned();
+    let kid = cursor.split('.').next().unwrap().to_owned();
+    assert!(kid.starts_with('e'), "{cursor}");
+    let second = |h: &Harness, c: String| {
+        let h = h.clone();
+        async move {
+            h.call("tools/list", serde_json::json!({ "cursor": c }))
+                .await
+                .map(|p| p["tools"][0]["name"].clone())
+        }
+    };
+    assert_eq!(second(&b, cursor.clone()).await.unwrap(), "second");
+    // The next period: the old key still opens, the new one signs.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(second(&b, cursor.clone()).await.unwrap(), "second");
+    let newer = b.call("tools/list", serde_json::json!({})).await.unwrap()["nextCursor"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        !newer.starts_with(&format!("{kid}.")),
+        "{newer} after {cursor}"
+    );
+    assert_eq!(second(&a, newer).await.unwrap(), "second");
+    // Past the old key's overlap (its period's end plus the cursor lifetime).
+    tokio::time::sleep(Duration::from_millis(3100)).await;
+    let refused = second(&a, cursor).await.unwrap_err();
+    assert_eq!(refused.error().code(), -32602, "{refused:?}");
+}
