@@ -434,3 +434,70 @@ async fn listen_echoes_ids_beyond_64_bits_exactly() {
         "{text}"
     );
 }
+
+/// A call cancelled before it returns runs the cleanup its handler registered
+/// (`cx.on_cancel`), to completion: when a plain JSON client goes away, and when a streamed
+/// call's stream is closed. A call that finishes runs none.
+#[tokio::test]
+async fn cancelled_calls_run_their_cleanup() {
+    let server = ServerProcess::start(&[]);
+    let stats = async || {
+        let r = request(
+            &server.client(),
+            "tools/call",
+            json!({ "name": "demo_stats", "arguments": {} }),
+        )
+        .await;
+        let s = &r.result().unwrap()["structuredContent"];
+        (
+            s["slowCountsStarted"].as_u64().unwrap(),
+            s["slowCountsCancelled"].as_u64().unwrap(),
+        )
+    };
+    let until = async |want: (u64, u64)| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let got = stats().await;
+            if got == want {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "stats {got:?}, expected {want:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    // One that finishes: no cleanup.
+    request(
+        &server.client(),
+        "tools/call",
+        json!({ "name": "slow_count", "arguments": { "steps": 1, "interval_ms": 1 } }),
+    )
+    .await;
+    until((1, 0)).await;
+
+    // Plain JSON: the client gives up while the call runs.
+    let body = json!({ "jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "slow_count", "arguments": { "steps": 1000, "interval_ms": 200 },
+        "_meta": { "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                   "io.modelcontextprotocol/clientCapabilities": {} } } });
+    let gave_up = reqwest::Client::new()
+        .post(server.url())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "slow_count")
+        .body(body.to_string())
+        .timeout(Duration::from_millis(500))
+        .send()
+        .await;
+    assert!(gave_up.is_err_and(|e| e.is_timeout()));
+    until((2, 1)).await;
+
+    // Streamed: the client closes the stream.
+    let call = common::running_count(&server.client(), 1000, 200).await;
+    drop(call);
+    until((3, 2)).await;
+}

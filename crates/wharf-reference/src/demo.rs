@@ -17,6 +17,8 @@ pub struct EchoArgs {
 
 /// How many `slow_count` calls have started in this process (see `demo_stats`).
 static SLOW_COUNTS_STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// How many of them were cancelled, counted by their cleanup (see `Context::on_cancel`).
+static SLOW_COUNTS_CANCELLED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Result of `demo_stats`.
 #[derive(Debug, Serialize, JsonSchema)]
@@ -24,6 +26,8 @@ static SLOW_COUNTS_STARTED: std::sync::atomic::AtomicU64 = std::sync::atomic::At
 pub struct Stats {
     /// `slow_count` calls started since the process began.
     pub slow_counts_started: u64,
+    /// Of those, the ones cancelled before they finished (their cleanup ran).
+    pub slow_counts_cancelled: u64,
 }
 
 /// Arguments of `slow_count`.
@@ -66,6 +70,8 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     Structured(Stats {
                         slow_counts_started: SLOW_COUNTS_STARTED
                             .load(std::sync::atomic::Ordering::Relaxed),
+                        slow_counts_cancelled: SLOW_COUNTS_CANCELLED
+                            .load(std::sync::atomic::Ordering::Relaxed),
                     })
                 }),
         )
@@ -81,6 +87,11 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 )
                 .handler(|cx: Context, args: CountArgs| async move {
                     SLOW_COUNTS_STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    cx.on_cancel(async {
+                        // Cleanup may await: it runs to completion on its own task.
+                        tokio::task::yield_now().await;
+                        SLOW_COUNTS_CANCELLED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    });
                     let interval =
                         Duration::from_millis(args.interval_ms.unwrap_or(20).min(60_000));
                     for i in 1..=args.steps {

@@ -138,25 +138,18 @@ impl Totals {
     }
 }
 
-/// Marks the run cancelled unless it finished: dropped with the handler's stream when the
-/// request is cancelled, it writes the marker on its own task, holding up nothing. The marker
-/// goes in only after a progress commit in flight at the cancellation has landed (see
-/// [`Unfinished::commit`]), so a run seen cancelled is not written to any more.
-struct Unfinished {
-    store: std::sync::Arc<dyn Store>,
-    owner: String,
-    dataset: String,
-    run: u64,
-    finished: bool,
-    /// Held by a progress commit until it has landed, whether or not the run is dropped.
-    committing: std::sync::Arc<tokio::sync::Mutex<()>>,
-}
+/// Orders a run's progress commits before its cancellation mark: the cleanup registered
+/// with `cx.on_cancel` marks the run cancelled only after a progress commit in flight at the
+/// cancellation has landed (see [`Committing::commit`]), so a run seen cancelled is not
+/// written to any more.
+#[derive(Default, Clone)]
+struct Committing(std::sync::Arc<tokio::sync::Mutex<()>>);
 
-impl Unfinished {
+impl Committing {
     /// Commits `tx` on its own task: a commit the cancellation would cut short may still
-    /// land in the store, and the cancellation marker must come after it.
+    /// land in the store, and the cancellation mark must come after it.
     async fn commit(&self, tx: Box<dyn wharf::store::Transaction>) -> Result<(), HandlerError> {
-        let turn = std::sync::Arc::clone(&self.committing).lock_owned().await;
+        let turn = std::sync::Arc::clone(&self.0).lock_owned().await;
         tokio::spawn(async move {
             let landed = tx.commit().await;
             drop(turn);
@@ -166,36 +159,26 @@ impl Unfinished {
         .map_err(HandlerError::internal)?
         .map_err(HandlerError::from)
     }
-}
 
-impl Drop for Unfinished {
-    fn drop(&mut self) {
-        if self.finished {
-            return;
-        }
-        let (store, owner, dataset, run, committing) = (
-            self.store.clone(),
-            std::mem::take(&mut self.owner),
-            std::mem::take(&mut self.dataset),
-            self.run,
-            std::sync::Arc::clone(&self.committing),
-        );
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
+    /// The cleanup of a cancelled run: the mark, once no progress commit is in flight.
+    async fn mark_cancelled(
+        self,
+        store: std::sync::Arc<dyn Store>,
+        owner: String,
+        dataset: String,
+        run: u64,
+    ) {
+        let _landed = self.0.lock().await;
+        let marked = async {
+            let mut tx = store.begin(TxMode::Write).await?;
+            Data::of(tx.as_mut())?
+                .mark_cancelled(&owner, &dataset, run)
+                .await?;
+            tx.commit().await.map_err(HandlerError::from)
         };
-        rt.spawn(async move {
-            let _landed = committing.lock().await;
-            let marked = async {
-                let mut tx = store.begin(TxMode::Write).await?;
-                Data::of(tx.as_mut())?
-                    .mark_cancelled(&owner, &dataset, run)
-                    .await?;
-                tx.commit().await.map_err(HandlerError::from)
-            };
-            if let Err(e) = marked.await {
-                tracing::warn!(error = %e, "could not mark a cancelled report");
-            }
-        });
+        if let Err(e) = marked.await {
+            tracing::warn!(error = %e, "could not mark a cancelled report");
+        }
     }
 }
 
@@ -205,7 +188,7 @@ struct Run {
     totals: Vec<Totals>,
     after: Option<i64>,
     chunk: u32,
-    unfinished: Unfinished,
+    committing: Committing,
 }
 
 impl Run {
@@ -233,15 +216,15 @@ impl Run {
         };
         put_report(&mut data, cx, &report).await?;
         tx.commit().await?;
+        let committing = Committing::default();
+        cx.on_cancel(committing.clone().mark_cancelled(
+            cx.store()?.clone(),
+            owner.to_owned(),
+            args.dataset.clone(),
+            run,
+        ));
         Ok(Run {
-            unfinished: Unfinished {
-                store: cx.store()?.clone(),
-                owner: owner.to_owned(),
-                dataset: args.dataset.clone(),
-                run,
-                finished: false,
-                committing: std::sync::Arc::default(),
-            },
+            committing,
             totals: columns.into_iter().map(Totals::new).collect(),
             report,
             after: None,
@@ -276,7 +259,7 @@ impl Run {
         self.report.total_rows = self.report.total_rows.max(self.report.scanned_rows);
         let mut tx = cx.transaction(TxMode::Write).await?;
         put_report(&mut Data::of(tx.as_mut())?, cx, &self.report).await?;
-        self.unfinished.commit(tx).await?;
+        self.committing.commit(tx).await?;
         Ok(chunk.len() as u32 == self.chunk)
     }
 
@@ -289,7 +272,6 @@ impl Run {
         let mut tx = cx.transaction(TxMode::Write).await?;
         put_report(&mut Data::of(tx.as_mut())?, cx, &self.report).await?;
         tx.commit().await?;
-        self.unfinished.finished = true;
         Ok(Structured(self.report))
     }
 

@@ -42,7 +42,48 @@ pub struct Context {
     fence: Option<Fence>,
     /// The answers and state a multi-round retry carries; `None` on a fresh request.
     round: Option<Box<Round>>,
+    /// What to run if the call is cancelled (see [`Context::on_cancel`]).
+    cleanups: Arc<Cleanups>,
     runtime: Arc<Runtime>,
+}
+
+/// Cleanup work a handler registered with [`Context::on_cancel`].
+#[derive(Default)]
+pub(crate) struct Cleanups(std::sync::Mutex<Vec<Cleanup>>);
+
+type Cleanup = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Held by the driver while a handler runs: dropped with the handler before it returned
+/// (the call was cancelled: its client went away, it was cancelled, or its time ran out),
+/// it runs the handler's cleanups to completion on a task of their own.
+pub(crate) struct CleanupGuard(Option<Arc<Cleanups>>);
+
+impl CleanupGuard {
+    /// The handler returned: its cleanups are not needed.
+    pub(crate) fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CleanupGuard {
+    fn drop(&mut self) {
+        let Some(cleanups) = self.0.take() else {
+            return;
+        };
+        let pending = std::mem::take(&mut *cleanups.0.lock().unwrap_or_else(|p| p.into_inner()));
+        if pending.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!("a cancelled call's cleanup could not run: no runtime");
+            return;
+        };
+        runtime.spawn(async move {
+            for cleanup in pending {
+                cleanup.await;
+            }
+        });
+    }
 }
 
 /// The write transaction of one call, shared between the handler (through
@@ -192,8 +233,29 @@ impl Context {
             handles: Vec::new(),
             fence: None,
             round: None,
+            cleanups: Arc::default(),
             runtime: Arc::clone(runtime),
         }
+    }
+
+    /// The guard that runs this call's cleanups if it is dropped before disarmed.
+    pub(crate) fn cleanup_guard(&self) -> CleanupGuard {
+        CleanupGuard(Some(Arc::clone(&self.cleanups)))
+    }
+
+    /// Runs `cleanup` to completion, on a task of its own, if this call is cancelled before
+    /// its handler returns: the client went away (plain JSON or a stream), sent
+    /// `notifications/cancelled`, or the call's time ran out. A cancelled handler is dropped
+    /// at the await it was in, so code after that point never runs: cleanup that must await
+    /// (release a reservation, tell another system) belongs here, not in a `Drop` that spawns
+    /// a task. Cleanups run in the order they were registered; none runs when the handler
+    /// returns, whatever it returns.
+    pub fn on_cancel(&self, cleanup: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.cleanups
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Box::pin(cleanup));
     }
 
     /// The runtime this request runs in.
@@ -472,8 +534,10 @@ impl Context {
         self.info.client_info.as_ref()
     }
 
-    /// Resolves when the request is cancelled (the client went away or cancelled it); never
-    /// resolves for a request that cannot be cancelled.
+    /// Resolves when a streamed request is cancelled (the client closed the stream or sent
+    /// `notifications/cancelled`). A plain JSON call whose client goes away is cancelled by
+    /// dropping it where it waits, so this never resolves there: cleanup that must run in
+    /// every case is registered with [`Context::on_cancel`].
     pub async fn cancelled(&self) {
         match &self.cancel {
             Some(token) => token.cancelled().await,

@@ -79,7 +79,9 @@ where
     let id = cx.request_id().clone();
     let resume = cx.enter_turn(turn);
     let progress = cx.progress_stream();
+    let cleanup = cx.cleanup_guard();
     let got = call(cx).await;
+    cleanup.disarm();
     // Kept progress goes out now, and nothing after: the response follows.
     if let Some(progress) = progress {
         progress.finish().await;
