@@ -319,6 +319,27 @@ fn parse_args() -> Result<SocketAddr, String> {
         .map_err(|e| format!("bad --listen address {listen:?}: {e}"))
 }
 
+/// The physical limit for an idle listen stream (bench/replicas.sh): an SSE response that
+/// sends one event and then only keep-alive comments, served by the same axum and hyper.
+async fn listen() -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    use futures_util::StreamExt as _;
+    let ack = futures_util::stream::once(async {
+        Ok::<_, std::convert::Infallible>(Event::default().data(
+            r#"{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{}}"#,
+        ))
+    });
+    let idle = ack.chain(futures_util::stream::pending());
+    Sse::new(idle)
+        .keep_alive(
+            KeepAlive::new()
+                .interval(std::time::Duration::from_secs(15))
+                .text(""),
+        )
+        .into_response()
+}
+
 fn main() {
     let addr = match parse_args() {
         Ok(a) => a,
@@ -351,7 +372,9 @@ fn main() {
         };
         eprintln!("wharf-bench-baseline: listening on http://{addr}/mcp with {workers} worker(s)");
         // Served exactly as `wharf serve` serves its router: plain `axum::serve`, default options.
-        let app = Router::new().route("/mcp", post(mcp));
+        let app = Router::new()
+            .route("/mcp", post(mcp))
+            .route("/listen", post(listen));
         if let Err(e) = axum::serve(listener, app).await {
             eprintln!("wharf-bench-baseline: {e}");
             std::process::exit(1);
