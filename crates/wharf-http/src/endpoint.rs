@@ -116,18 +116,31 @@ fn event(message: Vec<u8>) -> Result<Event, Infallible> {
     Ok(Event::default().data(String::from_utf8(message).unwrap_or_default()))
 }
 
-/// Runs the request on its own task and streams its messages, with keep-alive comments
-/// between them (a listen stream may be quiet for long). When the client closes the stream,
-/// the guard cancels the request.
+/// Streams the request's messages with keep-alive comments between them (a listen stream
+/// may be quiet for long). A listen stream is pulled straight from its subscription as the
+/// response is written; any other request runs on its own task, and when the client closes
+/// the stream the guard cancels it.
 fn stream(state: &Arc<AppState>, admitted: Admitted) -> Response {
+    if admitted.request().is_listen() {
+        return sse(state, admitted.listen_stream().map(event));
+    }
     let (tx, rx) = mpsc::channel::<Vec<u8>>(32);
     let cancel = CancellationToken::new();
     let guard = cancel.clone().drop_guard();
     tokio::spawn(admitted.stream(tx, cancel));
-    let events = ReceiverStream::new(rx).map(move |m| {
-        let _keep = &guard;
-        event(m)
-    });
+    sse(
+        state,
+        ReceiverStream::new(rx).map(move |m| {
+            let _keep = &guard;
+            event(m)
+        }),
+    )
+}
+
+fn sse(
+    state: &AppState,
+    events: impl futures_util::Stream<Item = Result<Event, Infallible>> + Send + 'static,
+) -> Response {
     let mut res = Sse::new(events)
         .keep_alive(KeepAlive::new().interval(state.config.keep_alive).text(""))
         .into_response();

@@ -169,30 +169,47 @@ impl Admitted {
             .map_err(|e| ErrorReply::new(Some(id), e))
     }
 
+    /// A `subscriptions/listen` request as the stream of its messages, which the transport
+    /// pulls as it writes them: the acknowledgment, the notifications, and the final response
+    /// when the server shuts down. Nothing runs between two messages and dropping the stream
+    /// ends the subscription, so an idle stream costs only its subscription. Any other
+    /// request is refused (its one message is the error): run those with
+    /// [`Admitted::stream`].
+    pub fn listen_stream(self) -> ListenStream {
+        let id = self.req.id.clone();
+        let opened = Listener::open(
+            &self.core.registry,
+            &self.core.runtime,
+            self.req,
+            &self.principal,
+        )
+        .map_err(|e| error_message(Some(&id), &e));
+        let messages = futures_util::stream::unfold(Some(opened), |state| async move {
+            match state? {
+                Ok(mut listener) => {
+                    let next = listener.next().await?;
+                    Some((next, Some(Ok(listener))))
+                }
+                // A refusal is the stream's one message.
+                Err(refusal) => Some((refusal, None)),
+            }
+        });
+        ListenStream(Box::pin(messages))
+    }
+
     /// Runs the request as a stream: its messages go to `outbox` in order (notifications,
     /// then the response, which ends it; a listen stream's acknowledgment, its
     /// notifications, and its final response when the server shuts down). Once `cancel`
     /// fires the work stops at its next await and nothing more is sent.
     pub async fn stream(self, outbox: Outbox, cancel: CancellationToken) {
-        let id = self.req.id.clone();
         if self.req.is_listen() {
-            let mut listener = match Listener::open(
-                &self.core.registry,
-                &self.core.runtime,
-                self.req,
-                &self.principal,
-            ) {
-                Ok(l) => l,
-                Err(e) => {
-                    let _ = outbox.send(error_message(Some(&id), &e)).await;
-                    return;
-                }
-            };
+            let mut messages = self.listen_stream();
+            use futures_util::StreamExt as _;
             loop {
                 tokio::select! {
                     biased;
                     () = cancel.cancelled() => return,
-                    next = listener.next() => match next {
+                    next = messages.next() => match next {
                         // The receiver is gone only when the stream closed.
                         Some(m) => if outbox.send(m).await.is_err() { return },
                         None => return,
@@ -200,6 +217,7 @@ impl Admitted {
                 }
             }
         }
+        let id = self.req.id.clone();
         let caller = Caller {
             principal: self.principal,
             cancel: Some(cancel.clone()),
@@ -211,5 +229,26 @@ impl Admitted {
         }
         let last = outcome.unwrap_or_else(|e| error_message(Some(&id), &e));
         let _ = outbox.send(last).await;
+    }
+}
+
+/// The messages of a `subscriptions/listen` request (see [`Admitted::listen_stream`]).
+#[must_use = "a listen stream sends nothing unless polled"]
+pub struct ListenStream(std::pin::Pin<Box<dyn futures_util::Stream<Item = Vec<u8>> + Send>>);
+
+impl std::fmt::Debug for ListenStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ListenStream")
+    }
+}
+
+impl futures_util::Stream for ListenStream {
+    type Item = Vec<u8>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Vec<u8>>> {
+        self.0.as_mut().poll_next(cx)
     }
 }

@@ -62,7 +62,7 @@ pub mod testing;
 mod tool;
 mod uri_template;
 
-pub use admission::{Admitted, ErrorReply};
+pub use admission::{Admitted, ErrorReply, ListenStream};
 pub use bus::{BusError, ChangeEvent, InProcessBus, NotificationBus};
 pub use config::{CachePolicy, ServerConfig};
 pub use context::{Context, TxGuard};
