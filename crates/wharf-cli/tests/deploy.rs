@@ -305,9 +305,8 @@ async fn append_load(
 /// under idempotent write load: nothing lost, nothing doubled, and the client never sees an
 /// error. A listen stream whose replica goes ends cleanly; listened to again, it hears the
 /// commit made after the restart.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rolling_restart_under_write_load_shows_the_client_no_error() {
-    let mut fleet = Fleet::start(&pg_url(), &[], &[]);
+async fn a_rolling_restart_under_write_load_shows_the_client_no_error(store: &str) {
+    let mut fleet = Fleet::start(store, &[], &[]);
     let client = fleet.client(TOKEN_42);
     let dataset = unique("rolling");
     let uri = format!("dataset://{dataset}");
@@ -381,9 +380,8 @@ async fn a_rolling_restart_under_write_load_shows_the_client_no_error() {
 
 /// Replicas SIGKILLed and restarted, one after another, under idempotent write load with
 /// client retries: every row exactly once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sigkill_loop_under_write_load_loses_and_doubles_nothing() {
-    let mut fleet = Fleet::start(&pg_url(), &[], &[]);
+async fn a_sigkill_loop_under_write_load_loses_and_doubles_nothing(store: &str) {
+    let mut fleet = Fleet::start(store, &[], &[]);
     let client = fleet.client(TOKEN_42);
     let dataset = unique("killed");
     let import = begin(&client, &dataset).await;
@@ -417,6 +415,26 @@ async fn a_sigkill_loop_under_write_load_loses_and_doubles_nothing() {
         "every row exactly once ({kills} kills, {} errors retried)",
         errors.load(Ordering::Relaxed)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_rolling_restart_under_write_load_shows_the_client_no_error() {
+    a_rolling_restart_under_write_load_shows_the_client_no_error(&pg_url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_rolling_restart_under_write_load_shows_the_client_no_error() {
+    a_rolling_restart_under_write_load_shows_the_client_no_error(&redis_url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_sigkill_loop_under_write_load_loses_and_doubles_nothing() {
+    a_sigkill_loop_under_write_load_loses_and_doubles_nothing(&pg_url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_sigkill_loop_under_write_load_loses_and_doubles_nothing() {
+    a_sigkill_loop_under_write_load_loses_and_doubles_nothing(&redis_url()).await;
 }
 
 /// A call streaming progress with 20 s between events, through nginx whose idle timeout is
