@@ -29,6 +29,12 @@ pub(crate) async fn method_not_allowed() -> Response {
 }
 
 pub(crate) async fn handle_post(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    let mut response = answer(&state, request).await;
+    crate::close_while_draining(&state, &mut response);
+    response
+}
+
+async fn answer(state: &Arc<AppState>, request: Request) -> Response {
     // Taking the request whole moves the headers out instead of cloning them.
     let (parts, body) = request.into_parts();
     if let Err(refused) = guard::check_request(&parts.headers, &state.config) {
@@ -60,7 +66,7 @@ pub(crate) async fn handle_post(State(state): State<Arc<AppState>>, request: Req
             };
         }
     };
-    serve(&state, &parts.headers, &bytes, principal).await
+    serve(state, &parts.headers, &bytes, principal).await
 }
 
 async fn serve(

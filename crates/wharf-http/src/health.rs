@@ -26,10 +26,12 @@ pub(crate) async fn healthz() -> Response {
 /// Readiness: every dependency answers and the server is not draining.
 pub(crate) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     if state.server.is_draining() {
-        return json(
+        let mut draining = json(
             StatusCode::SERVICE_UNAVAILABLE,
             serde_json::json!({ "status": "draining" }),
         );
+        crate::close_while_draining(&state, &mut draining);
+        return draining;
     }
     let mut failures = serde_json::Map::new();
     if !state.server.bus().is_connected() {

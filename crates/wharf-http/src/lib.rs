@@ -24,20 +24,18 @@ use axum::Router;
 use axum::routing::{get, post};
 use wharf::Server;
 
-/// While the server drains, every response closes its connection: a proxy then opens a new
+/// While the server drains, its responses close their connections: a proxy then opens a new
 /// one for its next request, which finds the listener closed once draining ends and goes to
-/// another replica, instead of reusing a kept-alive connection that closes under it.
-async fn close_while_draining(
-    axum::extract::State(state): axum::extract::State<Arc<AppState>>,
-    mut response: axum::response::Response,
-) -> axum::response::Response {
+/// another replica, instead of reusing a kept-alive connection that closes under it. (Set
+/// by each handler rather than by a layer: a layer costs every request about 1,800
+/// instructions, 3.5 % of an echo call, measured with callgrind.)
+pub(crate) fn close_while_draining(state: &AppState, response: &mut axum::response::Response) {
     if state.server.is_draining() {
         response.headers_mut().insert(
             axum::http::header::CONNECTION,
             axum::http::HeaderValue::from_static("close"),
         );
     }
-    response
 }
 
 pub(crate) struct AppState {
@@ -70,9 +68,5 @@ pub fn router(server: Server, config: HttpConfig) -> Router {
         )
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .layer(axum::middleware::map_response_with_state(
-            Arc::clone(&state),
-            close_while_draining,
-        ))
         .with_state(state)
 }
