@@ -349,7 +349,7 @@ impl SqlStore {
         owner: &str,
         now: Millis,
     ) -> Result<(Option<HandleRecord>, Option<Begin>), StoreError> {
-        let mut tx = pool.begin().await.map_err(db_error)?;
+        let mut tx = pg_begin(pool).await?;
         lock_handle(&mut tx, handle, false).await?;
         let row = sqlx::query(PG_CLAIM_ON_HANDLE_SQL)
             .bind(&claim.scope)
@@ -396,7 +396,7 @@ impl SqlStore {
             #[cfg(feature = "postgres")]
             SqlPool::Postgres(pool) => {
                 let _ = mode;
-                pool.begin().await.map(TypedTx::Postgres)
+                return pg_begin(pool).await.map(TypedTx::Postgres);
             }
         };
         tx.map_err(db_error)
@@ -786,6 +786,21 @@ pub struct SqlTx {
     /// Whether the claim's record was written as `running` when it was claimed (PostgreSQL);
     /// on SQLite it is written only on completion.
     claim_written: bool,
+}
+
+/// `pool.begin()` on a task of its own, so that it completes even when the call waiting for
+/// it is dropped (a client that goes away). sqlx 0.8's PostgreSQL `BEGIN` is not cancel-safe:
+/// dropped while in flight, it leaves the pooled session inside a transaction nothing ends,
+/// and the pool hands that session on (transact-rs/sqlx#4393): later statements run, and hold
+/// their locks, inside it, and a `pg_notify` waits for its commit. Completed here, the
+/// transaction is dropped if nobody takes it, which rolls it back.
+#[cfg(feature = "postgres")]
+async fn pg_begin(pool: &sqlx::PgPool) -> Result<sqlx::Transaction<'static, Postgres>, StoreError> {
+    let pool = pool.clone();
+    tokio::spawn(async move { pool.begin().await })
+        .await
+        .map_err(|e| StoreError::Backend(format!("beginning a transaction failed: {e}")))?
+        .map_err(db_error)
 }
 
 /// Takes the advisory lock that stands for handle `id` until the transaction ends: shared

@@ -665,3 +665,40 @@ async fn postgres_a_claim_that_timed_out_on_its_handle_leaves_the_pool_usable() 
     };
     tx.commit().await.unwrap();
 }
+
+/// A transaction whose caller goes away while its `BEGIN` is in flight (a client that
+/// disconnects) leaves no transaction open on the pooled session: with one connection, the
+/// next transaction starts fresh, not inside a leftover one.
+#[tokio::test]
+async fn postgres_a_begin_dropped_in_flight_leaves_no_transaction_behind() {
+    let mut one = support::options(WAIT);
+    one.max_connections = 1;
+    let store = wharf_store::open(&support::pg_url(), &one)
+        .await
+        .expect("PostgreSQL");
+    for round in 0..10 {
+        // Polled once (BEGIN sent), then dropped.
+        let _ = tokio::time::timeout(Duration::ZERO, store.begin(TxMode::Write)).await;
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let mut tx = store.begin(TxMode::Write).await.unwrap();
+        let sql = wharf_store::SqlTx::postgres(
+            tx.backend_tx()
+                .downcast_mut::<wharf_store::SqlTx>()
+                .expect("a SQL transaction"),
+        )
+        .expect("PostgreSQL");
+        // A transaction begun just now started less than 50 ms ago; a leftover one, before
+        // the sleep.
+        let stale: bool = sqlx::query_scalar(
+            "SELECT xact_start < clock_timestamp() - interval '50 milliseconds' \
+             FROM pg_stat_activity WHERE pid = pg_backend_pid()",
+        )
+        .fetch_one(&mut **sql)
+        .await
+        .unwrap();
+        assert!(
+            !stale,
+            "round {round}: the session was still in an old transaction"
+        );
+    }
+}
