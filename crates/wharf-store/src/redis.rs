@@ -399,6 +399,7 @@ impl Store for RedisStore {
             .into_iter()
             .filter(|k| k.expires_at <= now)
             .map(|k| k.id)
+            .take(usize::try_from(batch).unwrap_or(usize::MAX))
             .collect();
         if !expired.is_empty() {
             let gone: u64 = conn.hdel(SHARED_KEYS, &expired).await.map_err(backend)?;

@@ -753,9 +753,11 @@ impl Store for SqlStore {
             .await
             .map_err(db_error)?
             .rows_affected());
-        let keys = "DELETE FROM wharf_keys WHERE expires_at <= $1";
+        let keys = "DELETE FROM wharf_keys WHERE id IN \
+             (SELECT id FROM wharf_keys WHERE expires_at <= $1 LIMIT $2)";
         removed += on_driver!(TypedTx, &mut tx.tx, |t| sqlx::query(keys)
             .bind(now)
+            .bind(i64::from(batch))
             .execute(&mut **t)
             .await
             .map_err(db_error)?

@@ -173,8 +173,8 @@ pub trait Store: Send + Sync + 'static {
     /// once, the first write wins and both then read the same key.
     async fn add_shared_key(&self, key: &SharedKey) -> Result<(), StoreError>;
 
-    /// Removes at most `batch` expired handles (with the app data filed under them) and
-    /// expired idempotency records and shared keys; returns how many records went.
+    /// Removes at most `batch` each of expired handles (with the app data filed under them),
+    /// expired idempotency records and expired shared keys; returns how many records went.
     async fn sweep(&self, now: Millis, batch: u32) -> Result<u64, StoreError>;
 }
 
