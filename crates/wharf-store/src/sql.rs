@@ -383,7 +383,7 @@ impl SqlStore {
     }
 
     async fn begin_tx(&self, mode: TxMode) -> Result<TypedTx, StoreError> {
-        let tx = match &self.pool {
+        match &self.pool {
             // Taking SQLite's write lock up front: a deferred transaction that read first
             // could fail half-way when it upgrades.
             #[cfg(feature = "sqlite")]
@@ -391,15 +391,15 @@ impl SqlStore {
                 TxMode::Write => pool.begin_with("BEGIN IMMEDIATE").await,
                 TxMode::Read => pool.begin().await,
             }
-            .map(TypedTx::Sqlite),
+            .map(TypedTx::Sqlite)
+            .map_err(db_error),
             // PostgreSQL takes row locks as statements need them, whatever the mode.
             #[cfg(feature = "postgres")]
             SqlPool::Postgres(pool) => {
                 let _ = mode;
-                return pg_begin(pool).await.map(TypedTx::Postgres);
+                pg_begin(pool).await.map(TypedTx::Postgres)
             }
-        };
-        tx.map_err(db_error)
+        }
     }
 }
 
