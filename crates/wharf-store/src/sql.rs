@@ -744,24 +744,21 @@ impl Store for SqlStore {
             tx.retire(id).await?;
             removed += 1;
         }
-        let past = "DELETE FROM wharf_idempotency WHERE (scope, key) IN \
-             (SELECT scope, key FROM wharf_idempotency WHERE expires_at <= $1 LIMIT $2)";
-        removed += on_driver!(TypedTx, &mut tx.tx, |t| sqlx::query(past)
-            .bind(now)
-            .bind(i64::from(batch))
-            .execute(&mut **t)
-            .await
-            .map_err(db_error)?
-            .rows_affected());
-        let keys = "DELETE FROM wharf_keys WHERE id IN \
-             (SELECT id FROM wharf_keys WHERE expires_at <= $1 LIMIT $2)";
-        removed += on_driver!(TypedTx, &mut tx.tx, |t| sqlx::query(keys)
-            .bind(now)
-            .bind(i64::from(batch))
-            .execute(&mut **t)
-            .await
-            .map_err(db_error)?
-            .rows_affected());
+        // Past idempotency records and expired shared keys, a batch of each.
+        for past in [
+            "DELETE FROM wharf_idempotency WHERE (scope, key) IN \
+             (SELECT scope, key FROM wharf_idempotency WHERE expires_at <= $1 LIMIT $2)",
+            "DELETE FROM wharf_keys WHERE id IN \
+             (SELECT id FROM wharf_keys WHERE expires_at <= $1 LIMIT $2)",
+        ] {
+            removed += on_driver!(TypedTx, &mut tx.tx, |t| sqlx::query(past)
+                .bind(now)
+                .bind(i64::from(batch))
+                .execute(&mut **t)
+                .await
+                .map_err(db_error)?
+                .rows_affected());
+        }
         Box::new(tx).commit().await?;
         Ok(removed)
     }
