@@ -14,13 +14,13 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use wharf::{Admitted, ErrorKind, Principal, RpcError};
-use wharf_protocol::Envelope;
+use wharf_protocol::{Envelope, headers as mcp, methods};
 
 use crate::AppState;
 use crate::errors::{error_response, error_with_status, json_response, reply_error, unauthorized};
-use crate::{guard, headers};
+use crate::{guard, headers, session};
 
-/// GET and DELETE: there is no session stream to open or close.
+/// GET and DELETE without a session: a stateless server has no stream to open or close.
 pub(crate) async fn method_not_allowed() -> Response {
     let mut res = StatusCode::METHOD_NOT_ALLOWED.into_response();
     res.headers_mut()
@@ -81,6 +81,15 @@ async fn serve(
             return error_response(failure.id.as_ref(), &RpcError::from(&failure.error));
         }
     };
+    // A legacy session's message, or `initialize`, which opens one.
+    if headers.contains_key(mcp::SESSION_ID) {
+        return session::post(state, headers, envelope, principal).await;
+    }
+    if envelope.method.as_deref() == Some(methods::INITIALIZE) {
+        if let Some(id) = envelope.id {
+            return session::initialize(state, id, envelope.params, &principal).await;
+        }
+    }
     let Some(method) = envelope.method.as_deref() else {
         let e = RpcError::new(
             ErrorKind::InvalidRequest,
@@ -117,7 +126,7 @@ async fn serve(
     }
 }
 
-fn event(message: Vec<u8>) -> Result<Event, Infallible> {
+pub(crate) fn event(message: Vec<u8>) -> Result<Event, Infallible> {
     // serde_json writes UTF-8 without raw newlines, so one message is one `data:` line.
     Ok(Event::default().data(String::from_utf8(message).unwrap_or_default()))
 }
@@ -143,7 +152,7 @@ fn stream(state: &Arc<AppState>, admitted: Admitted) -> Response {
     )
 }
 
-fn sse(
+pub(crate) fn sse(
     state: &AppState,
     events: impl futures_util::Stream<Item = Result<Event, Infallible>> + Send + 'static,
 ) -> Response {

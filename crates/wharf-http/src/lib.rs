@@ -12,6 +12,7 @@ mod guard;
 mod headers;
 mod health;
 mod listener;
+mod session;
 
 pub use authenticate::{AuthFuture, Authenticate, FromExtensions, Refusal};
 pub use config::{HostPolicy, HttpConfig};
@@ -63,8 +64,8 @@ pub fn router(server: Server, config: HttpConfig) -> Router {
         .route(
             &endpoint,
             post(endpoint::handle_post)
-                .get(endpoint::method_not_allowed)
-                .delete(endpoint::method_not_allowed),
+                .get(session::get)
+                .delete(session::delete),
         )
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

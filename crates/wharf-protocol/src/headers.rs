@@ -10,6 +10,9 @@ pub const METHOD: &str = "mcp-method";
 pub const NAME: &str = "mcp-name";
 /// Prefix of the headers that mirror tool arguments marked with `x-mcp-header`.
 pub const PARAM_PREFIX: &str = "mcp-param-";
+/// `Mcp-Session-Id`: the legacy session a request belongs to (2025-11-25 basic/transports),
+/// minted by the server's answer to `initialize`.
+pub const SESSION_ID: &str = "mcp-session-id";
 /// The JSON Schema keyword that marks a tool argument to be mirrored into a header.
 pub const X_MCP_HEADER: &str = "x-mcp-header";
 

@@ -184,6 +184,10 @@ pub struct Envelope<'a> {
     pub method: Option<Cow<'a, str>>,
     /// The raw `params`.
     pub params: Option<&'a RawValue>,
+    /// The raw `result` of a response (a legacy client answering a server request).
+    pub result: Option<&'a RawValue>,
+    /// The raw `error` of an error response.
+    pub error: Option<&'a RawValue>,
 }
 
 impl Envelope<'_> {
@@ -298,6 +302,8 @@ impl<'a> Envelope<'a> {
             id,
             method,
             params: raw.params,
+            result: raw.result,
+            error: raw.error,
         })
     }
 }

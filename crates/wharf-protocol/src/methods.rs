@@ -24,3 +24,13 @@ pub const NOTIFICATION_RESOURCES_LIST_CHANGED: &str = "notifications/resources/l
 pub const NOTIFICATION_RESOURCE_UPDATED: &str = "notifications/resources/updated";
 pub const NOTIFICATION_SUBSCRIPTIONS_ACKNOWLEDGED: &str =
     "notifications/subscriptions/acknowledged";
+
+// The initialization-based era (2025-11-25 and earlier); a dual-era server serves these in
+// legacy sessions only.
+pub const INITIALIZE: &str = "initialize";
+pub const PING: &str = "ping";
+pub const LOGGING_SET_LEVEL: &str = "logging/setLevel";
+pub const RESOURCES_SUBSCRIBE: &str = "resources/subscribe";
+pub const RESOURCES_UNSUBSCRIBE: &str = "resources/unsubscribe";
+pub const NOTIFICATION_INITIALIZED: &str = "notifications/initialized";
+pub const NOTIFICATION_ROOTS_LIST_CHANGED: &str = "notifications/roots/list_changed";

@@ -6,7 +6,40 @@ pub const LATEST: &str = "2026-07-28";
 /// Revisions a stateless Wharf server accepts in `_meta`, newest first.
 pub const SUPPORTED: &[&str] = &[LATEST];
 
+/// The initialization-based revisions a dual-era server also serves, newest first: a client
+/// that opens with `initialize` gets one of these for its session.
+pub const LEGACY: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
+
 /// Whether `version` is one of [`SUPPORTED`].
 pub fn is_supported(version: &str) -> bool {
     SUPPORTED.contains(&version)
+}
+
+/// Whether `version` is one of [`LEGACY`].
+pub fn is_legacy(version: &str) -> bool {
+    LEGACY.contains(&version)
+}
+
+/// The version a legacy `initialize` settles on (2025-11-25 basic/lifecycle): the client's
+/// own when the server speaks it, else the newest the server speaks.
+pub fn negotiate_legacy(requested: &str) -> &'static str {
+    LEGACY
+        .iter()
+        .find(|v| **v == requested)
+        .copied()
+        .unwrap_or(LEGACY[0])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn legacy_negotiation_keeps_a_known_version_and_offers_the_newest_otherwise() {
+        assert_eq!(negotiate_legacy("2025-06-18"), "2025-06-18");
+        assert_eq!(negotiate_legacy("2025-03-26"), "2025-03-26");
+        assert_eq!(negotiate_legacy("2024-11-05"), "2025-11-25");
+        assert_eq!(negotiate_legacy(LATEST), "2025-11-25");
+        assert!(!is_legacy(LATEST) && !is_supported(LEGACY[0]));
+    }
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
 use tokio::sync::broadcast;
-use wharf::{BusError, ChangeEvent, NotificationBus};
+use wharf::{BusError, ChangeEvent, NotificationBus, SessionSignal};
 
 /// The channel every replica listens on.
 pub(crate) const CHANNEL: &str = "wharf_changes";
@@ -39,7 +39,8 @@ pub(crate) enum Message {
 
 /// One line per event: `t`, `p` and `r` for the tools, prompts and resources lists, `u URI`
 /// for an updated resource, `o LEN PRINCIPALURI` for one private to a principal (its id's
-/// length in bytes first), `g` for a gap.
+/// length in bytes first), `s LEN SESSION` and a signal for a legacy session (`c ID` a
+/// cancellation, `r KEY` a reply, `u` changed, `e` ended), `g` for a gap.
 pub(crate) fn encode(event: &ChangeEvent) -> String {
     match event {
         ChangeEvent::ToolsListChanged => "t".into(),
@@ -49,8 +50,34 @@ pub(crate) fn encode(event: &ChangeEvent) -> String {
         ChangeEvent::PrivateResourceUpdated { uri, principal } => {
             format!("o {} {principal}{uri}", principal.len())
         }
+        ChangeEvent::Session { session, signal } => {
+            let signal = match signal {
+                SessionSignal::Cancel(id) => format!("c {id}"),
+                SessionSignal::Reply(key) => format!("r {key}"),
+                SessionSignal::Changed => "u".into(),
+                SessionSignal::Ended => "e".into(),
+                _ => return "g".into(),
+            };
+            format!("s {} {session}{signal}", session.len())
+        }
         _ => "g".into(),
     }
+}
+
+fn decode_session(rest: &str) -> Option<ChangeEvent> {
+    let (len, rest) = rest.split_once(' ')?;
+    let len: usize = len.parse().ok()?;
+    let session = rest.get(..len)?.to_owned();
+    let signal = match rest.get(len..)? {
+        "u" => SessionSignal::Changed,
+        "e" => SessionSignal::Ended,
+        other => match other.split_once(' ')? {
+            ("c", id) => SessionSignal::Cancel(id.to_owned()),
+            ("r", key) => SessionSignal::Reply(key.to_owned()),
+            _ => return None,
+        },
+    };
+    Some(ChangeEvent::Session { session, signal })
 }
 
 pub(crate) fn decode(payload: &str) -> Message {
@@ -74,7 +101,13 @@ pub(crate) fn decode(payload: &str) -> Message {
                     principal: principal.to_owned(),
                 })
             });
-            private.map_or(Message::Gap, Message::Event)
+            if let Some(private) = private {
+                return Message::Event(private);
+            }
+            payload
+                .strip_prefix("s ")
+                .and_then(decode_session)
+                .map_or(Message::Gap, Message::Event)
         }
     }
 }
@@ -364,6 +397,22 @@ mod tests {
                 uri: String::new(),
                 principal: "ü".into(),
             },
+            ChangeEvent::Session {
+                session: "mcs_1 2".into(),
+                signal: SessionSignal::Cancel("\"a b\"".into()),
+            },
+            ChangeEvent::Session {
+                session: "mcs_1".into(),
+                signal: SessionSignal::Reply("rpl_ab".into()),
+            },
+            ChangeEvent::Session {
+                session: "mcs_1".into(),
+                signal: SessionSignal::Changed,
+            },
+            ChangeEvent::Session {
+                session: "m".into(),
+                signal: SessionSignal::Ended,
+            },
         ] {
             assert_eq!(decode(&encode(&event)), Message::Event(event));
         }
@@ -372,6 +421,8 @@ mod tests {
         assert_eq!(decode(""), Message::Gap);
         assert_eq!(decode("o 9 short"), Message::Gap);
         assert_eq!(decode("o x abc"), Message::Gap);
+        assert_eq!(decode("s 3 abcz"), Message::Gap);
+        assert_eq!(decode("s 9 abcu"), Message::Gap);
     }
 
     #[tokio::test]

@@ -100,7 +100,11 @@ pub(crate) fn check(
 }
 
 /// The scopes a read of `uri` needs, checked (none for a URI no definition serves).
-fn resource(registry: &Registry, principal: &Principal, uri: &str) -> Result<(), Denial> {
+pub(crate) fn resource(
+    registry: &Registry,
+    principal: &Principal,
+    uri: &str,
+) -> Result<(), Denial> {
     match registry.resource(uri) {
         Some(target) => scopes(principal, &target.scopes(), "resource", uri),
         None => Ok(()),

@@ -137,6 +137,11 @@ pub(crate) async fn admit(
 }
 
 impl Admitted {
+    /// What a legacy call runs its rounds with.
+    pub(crate) fn into_parts(self) -> (Arc<Core>, ParsedRequest, Principal, Permit) {
+        (self.core, self.req, self.principal, self._permit)
+    }
+
     /// The request.
     pub fn request(&self) -> &ParsedRequest {
         &self.req

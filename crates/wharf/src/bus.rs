@@ -32,6 +32,28 @@ pub enum ChangeEvent {
         /// The id of the principal it belongs to.
         principal: String,
     },
+    /// A message for a legacy session whose requests may run on any replica (listen
+    /// streams ignore it).
+    Session {
+        /// The session's id.
+        session: String,
+        /// What happened.
+        signal: SessionSignal,
+    },
+}
+
+/// What one replica tells the others about a legacy session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SessionSignal {
+    /// The client cancelled its request with this id (the id's JSON text).
+    Cancel(String),
+    /// The client answered a server request; the answer waits in the store under this key.
+    Reply(String),
+    /// The session's record changed (its subscriptions or log level).
+    Changed,
+    /// The session ended.
+    Ended,
 }
 
 /// Why an event could not be published.

@@ -81,6 +81,35 @@ pub struct ServerConfig {
     /// or wait for at once in this process; its other mutating calls wait in turn, so one
     /// principal cannot take every lock session of the store.
     pub max_store_locks_per_principal: usize,
+    /// How clients of the initialization-based era are served.
+    pub legacy: LegacyConfig,
+}
+
+/// How clients that open with `initialize` (2025-11-25, 2025-06-18, 2025-03-26) are served.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct LegacyConfig {
+    /// Whether they are served at all; when not, `initialize` is refused with an error that
+    /// names the supported versions.
+    pub enabled: bool,
+    /// A session ends after going unused this long.
+    pub session_idle: Duration,
+    /// A session ends this long after `initialize`, however busy.
+    pub session_lifetime: Duration,
+    /// How long a call waits for the client to answer one round of its server requests
+    /// (the rounds themselves are capped by [`StateConfig::max_rounds`]).
+    pub input_timeout: Duration,
+}
+
+impl Default for LegacyConfig {
+    fn default() -> Self {
+        LegacyConfig {
+            enabled: true,
+            session_idle: Duration::from_secs(3600),
+            session_lifetime: Duration::from_secs(24 * 3600),
+            input_timeout: Duration::from_secs(600),
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -98,6 +127,7 @@ impl Default for ServerConfig {
             request_state: StateConfig::default(),
             list_permitted_tools_only: false,
             max_store_locks_per_principal: 8,
+            legacy: LegacyConfig::default(),
         }
     }
 }

@@ -40,6 +40,7 @@ mod handle_args;
 mod handler;
 mod keys;
 mod keyset;
+mod legacy;
 mod limits;
 mod listen;
 mod meta;
@@ -57,20 +58,24 @@ mod resource;
 mod runtime;
 mod schema;
 mod server;
+mod session;
 pub mod store;
 pub mod testing;
 mod tool;
 mod uri_template;
 
 pub use admission::{Admitted, ErrorReply, ListenStream};
-pub use bus::{BusError, ChangeEvent, InProcessBus, NotificationBus};
-pub use config::{CachePolicy, ServerConfig};
+pub use bus::{BusError, ChangeEvent, InProcessBus, NotificationBus, SessionSignal};
+pub use config::{CachePolicy, LegacyConfig, ServerConfig};
 pub use context::{Context, TxGuard};
 pub use cursor::CursorKey;
 pub use error::{ErrorKind, FORBIDDEN, RETRY_LATER, RpcError, TIMED_OUT, UNAUTHORIZED};
 pub use handler::HandlerError;
+pub use legacy::{
+    Answer, LegacyCall, Outcome, Rounds, Scope, Session, SessionError, SessionStream, Sessions,
+};
 pub use limits::Limits;
-pub use meta::RequestInfo;
+pub use meta::{Era, RequestInfo};
 pub use middleware::{Middleware, MiddlewareFuture, Next};
 pub use mrtr::{Ask, Elicited, FormSchema, KeyError, StateConfig, StateKeys, StringFormat};
 pub use principal::{Grant, Principal};

@@ -80,6 +80,7 @@ impl Listener {
             ChangeEvent::PrivateResourceUpdated { uri, principal } => {
                 *principal == self.principal && self.subscribed(uri)
             }
+            ChangeEvent::Session { .. } => false,
         }
     }
 
@@ -136,6 +137,8 @@ impl Listener {
             | ChangeEvent::PrivateResourceUpdated { uri, .. } => {
                 (methods::NOTIFICATION_RESOURCE_UPDATED, Some(uri.as_str()))
             }
+            // Never wanted, so never rendered; an empty list-changed would do no harm.
+            ChangeEvent::Session { .. } => (methods::NOTIFICATION_RESOURCES_LIST_CHANGED, None),
         };
         self.notification(
             method,

@@ -6,6 +6,7 @@ use wharf_protocol::{
 };
 
 use crate::error::{ErrorKind, RpcError};
+use crate::session::Session;
 
 /// What a stateless request says about itself. Built only from a `_meta` that carries both
 /// required fields, so a handler never sees a request without them.
@@ -25,6 +26,19 @@ pub struct RequestInfo {
     pub traceparent: Option<String>,
     /// W3C trace context: the caller's `tracestate`.
     pub tracestate: Option<String>,
+    /// Which era the request belongs to.
+    era: Era,
+}
+
+/// The era a request belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Era {
+    /// 2026-07-28: every request carries its version and capabilities in `_meta`.
+    Stateless,
+    /// An initialization-based version: version, capabilities and log level come from the
+    /// session `initialize` opened.
+    Legacy,
 }
 
 impl RequestInfo {
@@ -54,12 +68,39 @@ impl RequestInfo {
             progress_token: meta.progress_token,
             traceparent: meta.traceparent,
             tracestate: meta.tracestate,
+            era: Era::Stateless,
         })
+    }
+
+    /// What a request of a legacy session says about itself: the session's version,
+    /// capabilities and log level, and from its own `_meta` only the progress token and
+    /// trace context.
+    pub(crate) fn in_session(session: &Session, meta: Option<RequestMeta>) -> Self {
+        let meta = meta.unwrap_or_default();
+        RequestInfo {
+            protocol_version: session.version().to_owned(),
+            client_capabilities: session.client_capabilities().clone(),
+            client_info: Some(session.client_info().clone()),
+            log_level: session.log_level(),
+            progress_token: meta.progress_token,
+            traceparent: meta.traceparent,
+            tracestate: meta.tracestate,
+            era: Era::Legacy,
+        }
+    }
+
+    /// The era the request belongs to.
+    pub fn era(&self) -> Era {
+        self.era
     }
 
     /// Refuses versions this server does not speak.
     pub fn check_version(&self) -> Result<(), RpcError> {
-        if version::is_supported(&self.protocol_version) {
+        let known = match self.era {
+            Era::Stateless => version::is_supported(&self.protocol_version),
+            Era::Legacy => version::is_legacy(&self.protocol_version),
+        };
+        if known {
             Ok(())
         } else {
             Err(RpcError::unsupported_version(&self.protocol_version))

@@ -13,6 +13,7 @@ use wharf_protocol::{
 use crate::error::{ErrorKind, RpcError};
 use crate::meta::RequestInfo;
 use crate::principal::Principal;
+use crate::session::Session;
 
 /// Serialized JSON-RPC messages for the response stream of one request, in order.
 pub type Outbox = mpsc::Sender<Vec<u8>>;
@@ -191,16 +192,34 @@ pub(crate) fn parse(
     method: &str,
     params: Option<&RawValue>,
 ) -> Result<ParsedRequest, (RpcError, RequestId)> {
-    match read_request(caps, method, params) {
+    match read_request(caps, method, params, None) {
         Ok((info, body)) => Ok(ParsedRequest { id, info, body }),
         Err(e) => Err((e, id)),
     }
+}
+
+/// Reads a request of a legacy session: as [`parse`], except that what `_meta` must carry
+/// in 2026-07-28 comes from the session, and the methods of that revision alone do not
+/// exist here.
+pub(crate) fn parse_in_session(
+    caps: &ServerCapabilities,
+    session: &Session,
+    id: RequestId,
+    method: &str,
+    params: Option<&RawValue>,
+) -> Result<ParsedRequest, RpcError> {
+    if method == methods::DISCOVER || method == methods::SUBSCRIPTIONS_LISTEN {
+        return Err(RpcError::method_not_found(method));
+    }
+    let (info, body) = read_request(caps, method, params, Some(session))?;
+    Ok(ParsedRequest { id, info, body })
 }
 
 fn read_request(
     caps: &ServerCapabilities,
     method: &str,
     params: Option<&RawValue>,
+    session: Option<&Session>,
 ) -> Result<(Box<RequestInfo>, RequestBody), RpcError> {
     let offered = |present: bool| {
         if present {
@@ -260,5 +279,9 @@ fn read_request(
         }
         _ => return Err(RpcError::method_not_found(method)),
     };
-    Ok((Box::new(RequestInfo::from_meta(meta)?), body))
+    let info = match session {
+        None => RequestInfo::from_meta(meta)?,
+        Some(s) => RequestInfo::in_session(s, meta),
+    };
+    Ok((Box::new(info), body))
 }

@@ -13,6 +13,7 @@ use crate::error::RpcError;
 use crate::keys::KeyRing;
 use crate::limits::Gate;
 use crate::mutation::MutationQueue;
+use crate::session::{Book, Hub};
 use crate::store::Store;
 
 /// The shared state of a running server.
@@ -31,6 +32,10 @@ pub(crate) struct Runtime {
     pub(crate) shutdown: CancellationToken,
     /// Cancelled when the server starts draining (and at shutdown).
     pub(crate) draining: CancellationToken,
+    /// Where legacy sessions live.
+    pub(crate) sessions: Book,
+    /// The legacy calls running here and the answers they wait for.
+    pub(crate) hub: Arc<Hub>,
 }
 
 impl Runtime {

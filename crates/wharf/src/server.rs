@@ -11,6 +11,7 @@ use crate::bus::{ChangeEvent, InProcessBus, NotificationBus};
 use crate::config::ServerConfig;
 use crate::dispatch::Core;
 use crate::keys::KeyRing;
+use crate::legacy::Sessions;
 use crate::limits::Gate;
 use crate::middleware::Middleware;
 use crate::mutation::MutationQueue;
@@ -21,6 +22,7 @@ use crate::request::{self, ParsedRequest};
 use crate::resource::{ResourceDef, TemplateDef};
 use crate::runtime::Runtime;
 use crate::schema::HeaderParam;
+use crate::session::Book;
 use crate::store::{Store, StoreError};
 use crate::tool::ToolDef;
 
@@ -134,6 +136,12 @@ impl Server {
     /// they stop sending it work before it stops accepting.
     pub fn drain(&self) {
         self.core.runtime.draining.cancel();
+    }
+
+    /// The legacy sessions of clients that open with `initialize`: what a transport calls
+    /// for a request that belongs to one (see [`Sessions`]).
+    pub fn sessions(&self) -> Sessions {
+        Sessions::new(Arc::clone(&self.core))
     }
 
     /// Whether [`Server::drain`] (or [`Server::shutdown`]) was called.
@@ -268,6 +276,8 @@ impl ServerBuilder {
                 .bus
                 .or_else(|| self.store.as_ref().and_then(|s| s.bus()))
                 .unwrap_or_else(|| Arc::new(InProcessBus::default())),
+            sessions: Book::new(self.store.as_ref()),
+            hub: Arc::default(),
             store: self.store,
             shutdown: CancellationToken::new(),
             draining: CancellationToken::new(),

@@ -1,0 +1,228 @@
+//! Clients of the initialization-based era on the same endpoint (2025-11-25
+//! basic/transports): `initialize` opens a session whose id (`Mcp-Session-Id`) every later
+//! POST, GET and DELETE carries. Sessions live in the server's store, so each message may
+//! reach any replica.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+use serde_json::value::RawValue;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use wharf::{
+    Answer, ErrorKind, ErrorReply, LegacyCall, Outcome, Principal, RpcError, Scope, Session,
+    SessionError,
+};
+use wharf_protocol::{Envelope, RequestId, headers as mcp};
+
+use crate::AppState;
+use crate::endpoint::{event, method_not_allowed, sse};
+use crate::errors::{error_with_status, json_response, reply_error, unauthorized};
+use crate::guard;
+
+/// Answers `initialize`: the response carries the new session's id.
+pub(crate) async fn initialize(
+    state: &AppState,
+    id: RequestId,
+    params: Option<&RawValue>,
+    principal: &Principal,
+) -> Response {
+    match state
+        .server
+        .sessions()
+        .initialize(id, params, principal, Scope::Shared)
+        .await
+    {
+        Ok((session, body)) => {
+            let mut res = json_response(StatusCode::OK, body);
+            if let Ok(v) = HeaderValue::from_str(session.id()) {
+                res.headers_mut().insert(mcp::SESSION_ID, v);
+            }
+            res
+        }
+        Err(reply) => reply_error(state.config.auth.as_ref(), &reply),
+    }
+}
+
+/// A POST of a session: a request, a notification, or the client's answer to a server
+/// request.
+pub(crate) async fn post(
+    state: &AppState,
+    headers: &HeaderMap,
+    envelope: Envelope<'_>,
+    principal: Principal,
+) -> Response {
+    let mut session = match resume(state, headers, envelope.id.as_ref(), &principal).await {
+        Ok(s) => s,
+        Err(refused) => return *refused,
+    };
+    let sessions = state.server.sessions();
+    let Some(method) = envelope.method.as_deref() else {
+        // A response: the client's answer to one of the server's requests.
+        let Some(id) = envelope.id.as_ref() else {
+            return bad_request(
+                None,
+                "a response must carry the id of the request it answers",
+            );
+        };
+        return match sessions
+            .answer(&session, id, envelope.result, envelope.error)
+            .await
+        {
+            Ok(()) => StatusCode::ACCEPTED.into_response(),
+            Err(e) => error_with_status(StatusCode::BAD_REQUEST, None, &e),
+        };
+    };
+    let Some(id) = envelope.id else {
+        return match sessions.notify(&session, method, envelope.params).await {
+            Ok(()) => StatusCode::ACCEPTED.into_response(),
+            Err(e) => error_with_status(StatusCode::BAD_REQUEST, None, &e),
+        };
+    };
+    match sessions
+        .request(&mut session, id, method, envelope.params, principal)
+        .await
+    {
+        Ok(Answer::Message(body)) => json_response(StatusCode::OK, body),
+        Ok(Answer::Call(call)) => run(state, *call).await,
+        Err(reply) => refused(state, &reply),
+        Ok(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+/// Runs a call: one JSON body when it needs no stream, else an SSE stream. A call that asks
+/// the client for input switches to a stream when it asks. The call runs on its own task
+/// once streaming: a client that goes away does not cancel it (its cancellation is
+/// `notifications/cancelled`).
+async fn run(state: &AppState, call: LegacyCall) -> Response {
+    let (tx, rx) = mpsc::channel::<Vec<u8>>(32);
+    if call.is_stream() {
+        tokio::spawn(call.stream(tx));
+    } else {
+        match Box::pin(call.respond()).await {
+            Outcome::Done(body) => return json_response(StatusCode::OK, body),
+            Outcome::Asks(rounds) => {
+                tokio::spawn(rounds.stream(tx));
+            }
+            _ => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        }
+    }
+    sse(state, ReceiverStream::new(rx).map(event))
+}
+
+/// GET with a session: its stream of list changes and resource updates.
+pub(crate) async fn get(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    let (parts, _) = request.into_parts();
+    if !parts.headers.contains_key(mcp::SESSION_ID) {
+        return method_not_allowed().await;
+    }
+    let session = match checked(&state, &parts).await {
+        Ok(s) => s,
+        Err(refused) => return *refused,
+    };
+    let stream = state.server.sessions().stream(&session);
+    let mut res = sse(&state, stream.map(event));
+    crate::close_while_draining(&state, &mut res);
+    res
+}
+
+/// DELETE with a session: ends it.
+pub(crate) async fn delete(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    let (parts, _) = request.into_parts();
+    if !parts.headers.contains_key(mcp::SESSION_ID) {
+        return method_not_allowed().await;
+    }
+    let session = match checked(&state, &parts).await {
+        Ok(s) => s,
+        Err(refused) => return *refused,
+    };
+    match state.server.sessions().end(&session).await {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(e) => session_error(None, e),
+    }
+}
+
+/// The Host/Origin and credential checks of a GET or DELETE, then its session.
+async fn checked(
+    state: &AppState,
+    parts: &axum::http::request::Parts,
+) -> Result<Session, Box<Response>> {
+    guard::check_headers(&parts.headers, &state.config)?;
+    let principal = match state.config.auth.authenticate(parts).await {
+        Ok(p) => p,
+        Err(refusal) => return Err(Box::new(unauthorized(&refusal))),
+    };
+    resume(state, &parts.headers, None, &principal).await
+}
+
+/// The session the request names, if its principal opened it and it lives; the version
+/// header, when sent, must be the session's.
+async fn resume(
+    state: &AppState,
+    headers: &HeaderMap,
+    id: Option<&RequestId>,
+    principal: &Principal,
+) -> Result<Session, Box<Response>> {
+    let Some(value) = headers.get(mcp::SESSION_ID).and_then(|v| v.to_str().ok()) else {
+        return Err(Box::new(bad_request(
+            id,
+            "the Mcp-Session-Id header is not visible ASCII",
+        )));
+    };
+    let session = match state.server.sessions().resume(value, principal).await {
+        Ok(s) => s,
+        Err(e) => return Err(Box::new(session_error(id, e))),
+    };
+    if let Some(version) = headers.get(mcp::PROTOCOL_VERSION) {
+        if version.as_bytes() != session.version().as_bytes() {
+            let message = format!(
+                "the MCP-Protocol-Version header {:?} is not the session's version {:?}",
+                String::from_utf8_lossy(version.as_bytes()),
+                session.version()
+            );
+            return Err(Box::new(bad_request(id, &message)));
+        }
+    }
+    Ok(session)
+}
+
+/// 404 for a session that is gone (the client initializes again), 503 when the store
+/// failed.
+fn session_error(id: Option<&RequestId>, e: SessionError) -> Response {
+    match e {
+        SessionError::Unknown => error_with_status(
+            StatusCode::NOT_FOUND,
+            id,
+            &RpcError::new(ErrorKind::InvalidRequest, e.to_string()),
+        ),
+        SessionError::Store(e) => {
+            tracing::warn!(error = %e, "could not read a session from the store");
+            let e = RpcError::new(
+                ErrorKind::RetryLater,
+                "Busy: the session store did not answer; retry",
+            );
+            error_with_status(StatusCode::SERVICE_UNAVAILABLE, id, &e)
+        }
+        _ => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+fn bad_request(id: Option<&RequestId>, message: &str) -> Response {
+    let e = RpcError::new(ErrorKind::InvalidRequest, format!("Bad request: {message}"));
+    error_with_status(StatusCode::BAD_REQUEST, id, &e)
+}
+
+/// A session's request the core refused: a JSON-RPC error over 200 (the HTTP exchange
+/// worked; 2025-era clients read the error from the body), except what authorization
+/// refused, which keeps its status and challenge.
+fn refused(state: &AppState, reply: &ErrorReply) -> Response {
+    match reply.error().kind {
+        ErrorKind::Unauthorized | ErrorKind::InsufficientScope => {
+            reply_error(state.config.auth.as_ref(), reply)
+        }
+        _ => json_response(StatusCode::OK, reply.to_message()),
+    }
+}

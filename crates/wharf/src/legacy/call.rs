@@ -1,0 +1,448 @@
+//! A request of a legacy session, run to its response. It runs like a stateless request,
+//! round after round: when the handler needs input, the round's `input_required` result
+//! becomes server requests (`elicitation/create`, `sampling/createMessage`, `roots/list`)
+//! on the call's stream, and once the client has answered each (a POST that may reach any
+//! replica), the next round runs with those answers and the sealed request state, exactly as
+//! a stateless client would have retried.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use wharf_protocol::{
+    ClientCapabilities, ElicitationCapability, InputResponses, RequestId, methods,
+};
+
+use super::{REPLY_KIND, reply_key};
+use crate::admission::Admitted;
+use crate::dispatch::{self, Core};
+use crate::error::{ErrorKind, RpcError};
+use crate::limits::Permit;
+use crate::meta::capabilities_cover;
+use crate::principal::Principal;
+use crate::reply::error_message;
+use crate::request::{self, Caller, Outbox, ParsedRequest, RequestBody};
+use crate::session::{Book, Delivery, Running, Session, Waiter};
+use crate::store::TxMode;
+
+/// How often a call waiting for an answer looks in the store even without a signal (one
+/// can be lost while the bus reconnects).
+const POLL: Duration = Duration::from_secs(1);
+
+/// An admitted request of a legacy session. Run it to one message with
+/// [`LegacyCall::respond`] (which hands back the [`Rounds`] still to run if the handler
+/// asks for input), or as a stream with [`LegacyCall::stream`] (when [`LegacyCall::is_stream`]:
+/// the client asked for progress, or set a log level).
+///
+/// A client that goes away does not cancel a legacy call (2025-11-25 basic/transports):
+/// `notifications/cancelled` does, on whichever replica it arrives.
+#[must_use = "an admitted call holds a slot until it is run or dropped"]
+pub struct LegacyCall {
+    run: Run,
+    req: ParsedRequest,
+}
+
+impl std::fmt::Debug for LegacyCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LegacyCall")
+            .field("id", &self.req.id)
+            .field("method", &self.run.method)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`LegacyCall::respond`] came to.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The response message.
+    Done(Vec<u8>),
+    /// The handler needs input from the client: the rest must run on a stream.
+    Asks(Box<Rounds>),
+}
+
+/// The rest of a call whose handler needs input: run it with [`Rounds::stream`].
+#[must_use = "the call waits for its rounds to run"]
+pub struct Rounds {
+    run: Run,
+    asked: Asked,
+}
+
+impl std::fmt::Debug for Rounds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rounds")
+            .field("method", &self.run.method)
+            .field("asked", &self.asked.requests.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one round asked for.
+struct Asked {
+    requests: Map<String, Value>,
+    state: Option<String>,
+}
+
+enum Step {
+    Done(Vec<u8>),
+    Ask(Asked),
+    Cancelled,
+}
+
+/// What every round of one call shares.
+struct Run {
+    core: Arc<Core>,
+    session: Session,
+    principal: Principal,
+    id: RequestId,
+    method: &'static str,
+    /// The params as sent, for the next round (only methods whose handlers may ask).
+    raw: Option<Box<RawValue>>,
+    cancel: CancellationToken,
+    rounds: u32,
+    _running: Running,
+    _permit: Permit,
+}
+
+impl LegacyCall {
+    pub(crate) fn new(admitted: Admitted, session: Session, params: Option<&RawValue>) -> Self {
+        let (core, req, principal, permit) = admitted.into_parts();
+        let method = req.body.method();
+        let may_ask = matches!(
+            method,
+            methods::TOOLS_CALL | methods::PROMPTS_GET | methods::RESOURCES_READ
+        );
+        let runtime = &core.runtime;
+        let cancel = runtime.shutdown.child_token();
+        if session.booked && runtime.sessions.is_shared() {
+            runtime.hub.listen(&runtime.bus, &runtime.shutdown);
+        }
+        let id_text = serde_json::to_string(&req.id).unwrap_or_default();
+        let running = runtime.hub.run(session.id(), &id_text, cancel.clone());
+        LegacyCall {
+            run: Run {
+                raw: params.filter(|_| may_ask).map(ToOwned::to_owned),
+                core: Arc::clone(&core),
+                session,
+                principal,
+                id: req.id.clone(),
+                method,
+                cancel,
+                rounds: 0,
+                _running: running,
+                _permit: permit,
+            },
+            req,
+        }
+    }
+
+    /// The request.
+    pub fn request(&self) -> &ParsedRequest {
+        &self.req
+    }
+
+    /// Whether the answer must be a stream: the client asked for progress, or set a log
+    /// level for the session.
+    pub fn is_stream(&self) -> bool {
+        self.req.info.wants_stream()
+    }
+
+    /// Runs the first round: its response, or the rounds still to run on a stream.
+    pub async fn respond(self) -> Outcome {
+        let LegacyCall { mut run, req } = self;
+        match run.round(req, None).await {
+            Step::Done(m) => Outcome::Done(m),
+            Step::Cancelled => Outcome::Done(run.cancelled()),
+            Step::Ask(asked) => Outcome::Asks(Box::new(Rounds { run, asked })),
+        }
+    }
+
+    /// Runs the call as a stream: its notifications, server requests and response go to
+    /// `outbox`, the response last. Nothing is sent after a cancellation.
+    pub async fn stream(self, outbox: Outbox) {
+        self.run.drive(Next::Request(self.req), &outbox).await;
+    }
+}
+
+impl Rounds {
+    /// Sends the input requests of the round that asked, then runs the rounds after it as
+    /// [`LegacyCall::stream`] does.
+    pub async fn stream(self, outbox: Outbox) {
+        self.run.drive(Next::Ask(self.asked), &outbox).await;
+    }
+}
+
+enum Next {
+    Request(ParsedRequest),
+    Ask(Asked),
+}
+
+impl Run {
+    async fn drive(mut self, mut next: Next, outbox: &Outbox) {
+        loop {
+            let asked = match next {
+                Next::Request(req) => match self.round(req, Some(outbox)).await {
+                    Step::Done(m) => {
+                        let _ = outbox.send(m).await;
+                        return;
+                    }
+                    Step::Cancelled => return,
+                    Step::Ask(asked) => asked,
+                },
+                Next::Ask(asked) => asked,
+            };
+            match self.ask(asked, outbox).await {
+                Ok(req) => next = Next::Request(req),
+                Err(Some(m)) => {
+                    let _ = outbox.send(m).await;
+                    return;
+                }
+                Err(None) => return,
+            }
+        }
+    }
+
+    async fn round(&mut self, req: ParsedRequest, outbox: Option<&Outbox>) -> Step {
+        self.rounds += 1;
+        let caller = Caller {
+            principal: self.principal.clone(),
+            cancel: Some(self.cancel.clone()),
+            outbox: outbox.cloned(),
+        };
+        match dispatch::execute(&self.core, req, caller).await {
+            Err(_) if self.cancel.is_cancelled() => Step::Cancelled,
+            Err(e) => Step::Done(error_message(Some(&self.id), &e)),
+            Ok(m) => classify(m),
+        }
+    }
+
+    /// The answer to a cancelled call when one must be sent (a plain JSON response).
+    fn cancelled(&self) -> Vec<u8> {
+        let e = RpcError::new(ErrorKind::Internal, "Request cancelled by the client");
+        error_message(Some(&self.id), &e)
+    }
+
+    fn fail(&self, e: RpcError) -> Option<Vec<u8>> {
+        Some(error_message(Some(&self.id), &e))
+    }
+
+    /// Sends the round's input requests, waits for every answer, and builds the next
+    /// round's request. `Err(None)`: cancelled, or the client is gone; nothing to send.
+    async fn ask(
+        &mut self,
+        asked: Asked,
+        outbox: &Outbox,
+    ) -> Result<ParsedRequest, Option<Vec<u8>>> {
+        let runtime = &self.core.runtime;
+        let max = runtime.config.request_state.max_rounds;
+        if self.rounds > max {
+            return Err(self.fail(RpcError::new(
+                ErrorKind::InvalidRequest,
+                format!("The call asked for input more than {max} times; it was stopped"),
+            )));
+        }
+        let nonce: u64 = rand::random();
+        let mut waiting = Vec::with_capacity(asked.requests.len());
+        for (n, (key, request)) in asked.requests.iter().enumerate() {
+            let method = request
+                .get("method")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let params = request.get("params");
+            let required = required_capability(method, params).ok_or_else(|| {
+                self.fail(RpcError::internal(format!(
+                    "input request {key:?} has an unknown method {method:?}"
+                )))
+            })?;
+            if !capabilities_cover(self.session.client_capabilities(), &required) {
+                let what = format!("input request {key:?} ({method})");
+                return Err(self.fail(RpcError::missing_capability(&required, &what)));
+            }
+            let id = RequestId::String(format!("wharf-{nonce:016x}-{n}"));
+            // Waiting before sending: the answer cannot arrive before anyone listens.
+            let waiter = runtime.hub.wait(&reply_key(self.session.id(), &id));
+            let mut message = json!({ "jsonrpc": "2.0", "id": id, "method": method });
+            if let Some(p) = params {
+                message["params"] = p.clone();
+            }
+            let bytes =
+                serde_json::to_vec(&message).map_err(|e| self.fail(RpcError::internal(e)))?;
+            if outbox.send(bytes).await.is_err() {
+                // The stream is gone: nobody is there to answer.
+                return Err(None);
+            }
+            waiting.push((key.clone(), method, waiter));
+        }
+        let deadline = Instant::now() + runtime.config.legacy.input_timeout;
+        let mut responses = InputResponses::new();
+        for (key, method, mut waiter) in waiting {
+            let answer = self.answer_of(&mut waiter, deadline, &key).await?;
+            match answer {
+                Answer::Result(r) => {
+                    responses.insert(key, r);
+                }
+                Answer::Error(e) => {
+                    let message = e
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("no message");
+                    return Err(self.fail(RpcError::new(
+                        ErrorKind::InvalidRequest,
+                        format!("The client answered input request {key:?} ({method}) with an error: {message}"),
+                    )));
+                }
+            }
+        }
+        let caps = &self.core.registry.capabilities;
+        let mut req = request::parse_in_session(
+            caps,
+            &self.session,
+            self.id.clone(),
+            self.method,
+            self.raw.as_deref(),
+        )
+        .map_err(|e| self.fail(e))?;
+        match &mut req.body {
+            RequestBody::CallTool(p) => {
+                p.input_responses = Some(responses);
+                p.request_state = asked.state;
+            }
+            RequestBody::GetPrompt(p) => {
+                p.input_responses = Some(responses);
+                p.request_state = asked.state;
+            }
+            RequestBody::ReadResource(p) => {
+                p.input_responses = Some(responses);
+                p.request_state = asked.state;
+            }
+            _ => {
+                return Err(self.fail(RpcError::internal(
+                    "only tools, prompts and resources ask for input",
+                )));
+            }
+        }
+        Ok(req)
+    }
+
+    /// Waits for the answer `waiter` expects: handed over in this process, or filed in the
+    /// store by the replica the client POSTed it to.
+    async fn answer_of(
+        &self,
+        waiter: &mut Waiter,
+        deadline: Instant,
+        key: &str,
+    ) -> Result<Answer, Option<Vec<u8>>> {
+        let runtime = &self.core.runtime;
+        loop {
+            let delivery = tokio::select! {
+                biased;
+                () = self.cancel.cancelled() => return Err(None),
+                () = tokio::time::sleep_until(deadline) => {
+                    let secs = runtime.config.legacy.input_timeout.as_secs();
+                    return Err(self.fail(RpcError::new(
+                        ErrorKind::TimedOut,
+                        format!("The client did not answer input request {key:?} within {secs} s"),
+                    )));
+                }
+                d = waiter.next(POLL) => d,
+            };
+            if let Some(Delivery::Local(v)) = delivery {
+                return Ok(Answer::from(v));
+            }
+            let Book::Store(store) = &runtime.sessions else {
+                continue;
+            };
+            if !self.session.booked {
+                continue;
+            }
+            match store.load_handle(waiter.key()).await {
+                Ok(Some(record))
+                    if record.kind == REPLY_KIND && record.owner == self.session.owner() =>
+                {
+                    // Taken once: a late duplicate finds nothing to take.
+                    if let Ok(mut tx) = store.begin(TxMode::Write).await {
+                        if tx.retire_handle(&record.id).await.is_ok() {
+                            let _ = tx.commit().await;
+                        }
+                    }
+                    if let Some(v) = record.data {
+                        return Ok(Answer::from(v));
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not look for a client's answer in the store")
+                }
+            }
+        }
+    }
+}
+
+enum Answer {
+    Result(Value),
+    Error(Value),
+}
+
+impl From<Value> for Answer {
+    fn from(mut v: Value) -> Self {
+        match v.get_mut("error").map(Value::take) {
+            Some(e) => Answer::Error(e),
+            None => Answer::Result(v.get_mut("result").map(Value::take).unwrap_or(Value::Null)),
+        }
+    }
+}
+
+/// What the client must have declared to be sent a request of `method`.
+fn required_capability(method: &str, params: Option<&Value>) -> Option<ClientCapabilities> {
+    let mut caps = ClientCapabilities::default();
+    match method {
+        methods::ELICITATION_CREATE => {
+            let url = params.and_then(|p| p.get("mode")).and_then(Value::as_str) == Some("url");
+            caps.elicitation = Some(if url {
+                ElicitationCapability {
+                    form: None,
+                    url: Some(Map::new()),
+                }
+            } else {
+                ElicitationCapability {
+                    form: Some(Map::new()),
+                    url: None,
+                }
+            });
+        }
+        methods::SAMPLING_CREATE_MESSAGE => caps.sampling = Some(Default::default()),
+        methods::ROOTS_LIST => caps.roots = Some(Map::new()),
+        _ => return None,
+    }
+    Some(caps)
+}
+
+/// Sorts a round's response: input required, or the response, less what only 2026-07-28
+/// has (`resultType`, and the cache hints `ttlMs` and `cacheScope`).
+fn classify(message: Vec<u8>) -> Step {
+    let Ok(mut v) = serde_json::from_slice::<Value>(&message) else {
+        return Step::Done(message);
+    };
+    let Some(result) = v.get_mut("result").and_then(Value::as_object_mut) else {
+        // An error response is the same in both eras.
+        return Step::Done(message);
+    };
+    if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
+        let requests = match result.remove("inputRequests") {
+            Some(Value::Object(r)) => r,
+            _ => Map::new(),
+        };
+        let state = match result.remove("requestState") {
+            Some(Value::String(s)) => Some(s),
+            _ => None,
+        };
+        return Step::Ask(Asked { requests, state });
+    }
+    for field in ["resultType", "ttlMs", "cacheScope"] {
+        result.remove(field);
+    }
+    Step::Done(serde_json::to_vec(&v).unwrap_or(message))
+}

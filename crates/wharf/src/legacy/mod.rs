@@ -1,0 +1,408 @@
+//! Clients of the initialization-based era (2025-11-25, 2025-06-18, 2025-03-26), served on
+//! the same endpoint as stateless ones (2026-07-28 basic/versioning, "Backward
+//! Compatibility with Initialization-Based Versions").
+//!
+//! `initialize` opens a [`Session`]: the negotiated version, the client's capabilities, its
+//! log level and its resource subscriptions, kept in the server's store so that any replica
+//! serves any request of the session (without a store, in this process). A transport hands
+//! each message of a session to [`Sessions`]: requests run through the same admission,
+//! methods and handlers as stateless ones, with what `_meta` carries in 2026-07-28 taken from
+//! the session. What differs is at the edges: results lose the fields only 2026-07-28 has,
+//! a handler's input requests go to the client as server requests on the call's stream
+//! ([`LegacyCall`]), and the session's own stream ([`SessionStream`]) carries list changes
+//! and updates of subscribed resources.
+
+mod call;
+mod stream;
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use serde_json::value::RawValue;
+use sha2::{Digest as _, Sha256};
+use wharf_protocol::{
+    CancelledParams, InitializeParams, InitializeResult, RequestId, ServerCapabilities,
+    SetLevelParams, SubscribeParams, methods, version,
+};
+
+pub use call::{LegacyCall, Outcome, Rounds};
+pub use stream::SessionStream;
+
+use crate::access;
+use crate::admission::{self, ErrorReply};
+use crate::bus::{ChangeEvent, SessionSignal};
+use crate::dispatch::Core;
+use crate::error::{ErrorKind, RpcError};
+use crate::principal::Principal;
+use crate::reply::respond;
+use crate::request;
+pub use crate::session::Session;
+use crate::session::{Book, Delivery, SessionKind, SessionState};
+use crate::store::{HandleRecord, Millis, StoreError, TxMode, now_millis};
+
+/// Where a session is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Scope {
+    /// In the server's session book (the store, shared by every replica): HTTP, where each
+    /// request may reach another replica.
+    Shared,
+    /// By the transport alone, for as long as the process runs: stdio.
+    Process,
+}
+
+/// Why a session cannot be resumed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// No such session: it never existed, ended, expired or belongs to someone else (all
+    /// answered alike, so a session id tells nothing to whoever does not own it).
+    #[error("the session is unknown or has ended; initialize a new one")]
+    Unknown,
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What a request of a session gets.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Answer {
+    /// Its one response message, ready (`ping`, `logging/setLevel`, subscriptions).
+    Message(Vec<u8>),
+    /// A call admitted to run (see [`LegacyCall`]).
+    Call(Box<LegacyCall>),
+}
+
+/// The legacy side of a server (see [`Server::sessions`](crate::Server::sessions)).
+#[derive(Clone)]
+pub struct Sessions {
+    core: Arc<Core>,
+}
+
+impl std::fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sessions")
+            .field("enabled", &self.enabled())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sessions {
+    pub(crate) fn new(core: Arc<Core>) -> Self {
+        Sessions { core }
+    }
+
+    /// Whether clients that open with `initialize` are served.
+    pub fn enabled(&self) -> bool {
+        self.core.runtime.config.legacy.enabled
+    }
+
+    /// Answers `initialize`: negotiates the version, opens a session for `principal` and
+    /// returns it with the response message. A server that serves only 2026-07-28 refuses
+    /// with the versions it supports.
+    pub async fn initialize(
+        &self,
+        id: RequestId,
+        params: Option<&RawValue>,
+        principal: &Principal,
+        scope: Scope,
+    ) -> Result<(Session, Vec<u8>), ErrorReply> {
+        let fail = |e: RpcError| ErrorReply::new(Some(id.clone()), e);
+        let params: InitializeParams = read(params).map_err(fail)?;
+        if !self.enabled() {
+            return Err(fail(RpcError::unsupported_version(
+                &params.protocol_version,
+            )));
+        }
+        let runtime = &self.core.runtime;
+        let config = &runtime.config.legacy;
+        let now = now_millis();
+        let mut record = HandleRecord::mint::<SessionKind>(principal, now);
+        record.expires_at = now.saturating_add(millis(config.session_lifetime));
+        record.idle_ms = Some(millis(config.session_idle));
+        let negotiated = version::negotiate_legacy(&params.protocol_version);
+        let session = Session {
+            record,
+            state: SessionState {
+                version: negotiated.to_owned(),
+                capabilities: params.capabilities,
+                client_info: params.client_info,
+                log_level: None,
+                subscriptions: Default::default(),
+            },
+            booked: scope == Scope::Shared,
+        };
+        if session.booked {
+            runtime
+                .sessions
+                .insert(&session.to_record(), now)
+                .await
+                .map_err(|e| fail(e.into()))?;
+        }
+        let result = InitializeResult {
+            protocol_version: negotiated.to_owned(),
+            capabilities: legacy_capabilities(&self.core.registry.capabilities),
+            server_info: runtime.info.get().clone(),
+            instructions: self.core.registry.instructions.clone(),
+        };
+        let message = respond(&id, &result).map_err(fail)?;
+        Ok((session, message))
+    }
+
+    /// The session `id`, if `principal` opened it and it is still alive.
+    pub async fn resume(&self, id: &str, principal: &Principal) -> Result<Session, SessionError> {
+        let book = &self.core.runtime.sessions;
+        let Some(record) = book.load(id).await? else {
+            return Err(SessionError::Unknown);
+        };
+        let now = now_millis();
+        if record.kind != SESSION_KIND
+            || record.owner != principal.id()
+            || record.expired(now).is_some()
+        {
+            return Err(SessionError::Unknown);
+        }
+        let session = Session::from_record(record)?;
+        if session.needs_touch(now) {
+            book.touch(id, now).await?;
+        }
+        Ok(session)
+    }
+
+    /// Ends `session` (HTTP DELETE); its stream ends too, on every replica.
+    pub async fn end(&self, session: &Session) -> Result<(), SessionError> {
+        let runtime = &self.core.runtime;
+        if !runtime.sessions.remove(session.id()).await? {
+            return Err(SessionError::Unknown);
+        }
+        self.signal(session, SessionSignal::Ended).await;
+        Ok(())
+    }
+
+    /// Handles a request of `session`: answers the session's own methods at once and admits
+    /// everything else as a [`LegacyCall`].
+    pub async fn request(
+        &self,
+        session: &mut Session,
+        id: RequestId,
+        method: &str,
+        params: Option<&RawValue>,
+        principal: Principal,
+    ) -> Result<Answer, ErrorReply> {
+        let caps = &self.core.registry.capabilities;
+        let fail = |e: RpcError| ErrorReply::new(Some(id.clone()), e);
+        let empty = || respond(&id, &Empty {}).map(Answer::Message).map_err(fail);
+        match method {
+            methods::PING => empty(),
+            methods::INITIALIZE => Err(fail(RpcError::new(
+                ErrorKind::InvalidRequest,
+                "Invalid request: this session is initialized already; initialize opens a new one without Mcp-Session-Id",
+            ))),
+            methods::LOGGING_SET_LEVEL => {
+                if caps.logging.is_none() {
+                    return Err(fail(RpcError::method_not_found(method)));
+                }
+                let p: SetLevelParams = read(params).map_err(fail)?;
+                session.state.log_level = Some(p.level);
+                self.save(session).await.map_err(fail)?;
+                empty()
+            }
+            methods::RESOURCES_SUBSCRIBE | methods::RESOURCES_UNSUBSCRIBE => {
+                if caps
+                    .resources
+                    .as_ref()
+                    .is_none_or(|r| r.subscribe != Some(true))
+                {
+                    return Err(fail(RpcError::method_not_found(method)));
+                }
+                let p: SubscribeParams = read(params).map_err(fail)?;
+                if method == methods::RESOURCES_SUBSCRIBE {
+                    let registry = &self.core.registry;
+                    if registry.resource(&p.uri).is_none() {
+                        return Err(fail(RpcError::resource_not_found(&p.uri)));
+                    }
+                    // A subscription tells when a resource changes: it needs what a read
+                    // needs.
+                    access::resource(registry, &principal, &p.uri)
+                        .map_err(|d| ErrorReply::denied(id.clone(), d))?;
+                    session.state.subscriptions.insert(p.uri);
+                } else {
+                    session.state.subscriptions.remove(&p.uri);
+                }
+                self.save(session).await.map_err(fail)?;
+                empty()
+            }
+            _ => {
+                let req = request::parse_in_session(caps, session, id.clone(), method, params)
+                    .map_err(fail)?;
+                let admitted = admission::admit(&self.core, req, principal).await?;
+                Ok(Answer::Call(Box::new(LegacyCall::new(
+                    admitted,
+                    session.clone(),
+                    params,
+                ))))
+            }
+        }
+    }
+
+    /// Handles a notification of `session`: a cancellation reaches the call it names on
+    /// whichever replica runs it; the others need nothing.
+    pub async fn notify(
+        &self,
+        session: &Session,
+        method: &str,
+        params: Option<&RawValue>,
+    ) -> Result<(), RpcError> {
+        if method == methods::NOTIFICATION_CANCELLED {
+            let p: CancelledParams = read(params)?;
+            let id = serde_json::to_string(&p.request_id).map_err(RpcError::internal)?;
+            self.signal(session, SessionSignal::Cancel(id)).await;
+        }
+        Ok(())
+    }
+
+    /// Takes the client's answer to a server request (a JSON-RPC response with `id`) and
+    /// hands it to the call waiting for it, on whichever replica that runs.
+    pub async fn answer(
+        &self,
+        session: &Session,
+        id: &RequestId,
+        result: Option<&RawValue>,
+        error: Option<&RawValue>,
+    ) -> Result<(), RpcError> {
+        let mut answer = serde_json::Map::new();
+        match (result, error) {
+            (Some(r), None) => answer.insert("result".into(), parse_raw(r)?),
+            (None, Some(e)) => answer.insert("error".into(), parse_raw(e)?),
+            _ => {
+                return Err(RpcError::new(
+                    ErrorKind::InvalidRequest,
+                    "Invalid request: a response carries exactly one of \"result\" and \"error\"",
+                ));
+            }
+        };
+        let answer = Value::Object(answer);
+        let key = reply_key(session.id(), id);
+        let runtime = &self.core.runtime;
+        match (&runtime.sessions, session.booked) {
+            (Book::Store(store), true) => {
+                // A second answer to the same request changes nothing.
+                if store
+                    .load_handle(&key)
+                    .await
+                    .map_err(RpcError::from)?
+                    .is_some()
+                {
+                    return Ok(());
+                }
+                let now = now_millis();
+                let record = HandleRecord {
+                    id: key.clone(),
+                    kind: REPLY_KIND.to_owned(),
+                    owner: session.owner().to_owned(),
+                    created_at: now,
+                    expires_at: now.saturating_add(millis(runtime.config.legacy.input_timeout)),
+                    idle_ms: None,
+                    last_used_at: now,
+                    data: Some(answer),
+                };
+                let mut tx = store.begin(TxMode::Write).await?;
+                tx.create_handle(&record).await?;
+                tx.commit().await?;
+                self.signal(session, SessionSignal::Reply(key)).await;
+            }
+            _ => runtime.hub.deliver(&key, Delivery::Local(answer)),
+        }
+        Ok(())
+    }
+
+    /// The session's stream of messages unrelated to any request: list changes and updates
+    /// of the resources it subscribed to (HTTP GET; stdio writes them as they come).
+    pub fn stream(&self, session: &Session) -> SessionStream {
+        SessionStream::open(&self.core, session)
+    }
+
+    /// Writes the session's changed state back, and tells its stream, wherever it is.
+    async fn save(&self, session: &Session) -> Result<(), RpcError> {
+        if !session.booked {
+            return Ok(());
+        }
+        if !self
+            .core
+            .runtime
+            .sessions
+            .update(&session.to_record())
+            .await?
+        {
+            return Err(RpcError::new(
+                ErrorKind::InvalidRequest,
+                "Invalid request: the session ended",
+            ));
+        }
+        self.signal(session, SessionSignal::Changed).await;
+        Ok(())
+    }
+
+    /// Tells every replica (or, for a session this process alone holds, this process).
+    async fn signal(&self, session: &Session, signal: SessionSignal) {
+        let runtime = &self.core.runtime;
+        if session.booked && runtime.sessions.is_shared() {
+            let event = ChangeEvent::Session {
+                session: session.id().to_owned(),
+                signal,
+            };
+            runtime.announce(event).await;
+        } else {
+            runtime.hub.route(session.id(), signal);
+        }
+    }
+}
+
+/// The handle kind of a session, as stored.
+const SESSION_KIND: &str = "mcp-session";
+/// The handle kind of a client's answer waiting for its call.
+const REPLY_KIND: &str = "mcp-reply";
+
+/// Where the answer to server request `id` of `session` is filed: a digest, so any id the
+/// client chose makes a key of fixed shape.
+pub(crate) fn reply_key(session: &str, id: &RequestId) -> String {
+    let mut h = Sha256::new();
+    h.update(session.as_bytes());
+    h.update([0]);
+    h.update(serde_json::to_string(id).unwrap_or_default().as_bytes());
+    let digest = h.finalize();
+    let mut key = String::with_capacity(4 + 32);
+    key.push_str("rpl_");
+    for b in &digest[..16] {
+        key.push_str(&format!("{b:02x}"));
+    }
+    key
+}
+
+/// What a 2025-era client may be told the server offers: the 2026-07-28 capabilities less
+/// what that era has no place for.
+fn legacy_capabilities(caps: &ServerCapabilities) -> ServerCapabilities {
+    let mut legacy = caps.clone();
+    legacy.extensions = None;
+    legacy
+}
+
+#[derive(Serialize)]
+struct Empty {}
+
+fn read<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T, RpcError> {
+    let text = params.map_or("{}", RawValue::get);
+    serde_json::from_str(text).map_err(|e| RpcError::invalid_params(format!("Invalid params: {e}")))
+}
+
+fn parse_raw(raw: &RawValue) -> Result<Value, RpcError> {
+    serde_json::from_str(raw.get())
+        .map_err(|e| RpcError::invalid_params(format!("Invalid response: {e}")))
+}
+
+fn millis(d: std::time::Duration) -> Millis {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}

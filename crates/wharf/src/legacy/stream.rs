@@ -1,0 +1,179 @@
+//! A session's stream of messages unrelated to any request (HTTP GET, 2025-11-25
+//! basic/transports): list changes of what the server offers and updates of the resources
+//! the session subscribed to, heard on the bus from every replica.
+
+use std::collections::BTreeSet;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures_util::Stream;
+use serde_json::json;
+use tokio::sync::broadcast;
+use wharf_protocol::methods;
+
+use crate::bus::{ChangeEvent, SessionSignal};
+use crate::dispatch::Core;
+use crate::session::Session;
+
+/// The notifications of one session, pulled as they are written. It ends when the session
+/// ends, and when the bus could not promise every event (the client opens it again, and
+/// refetches what it holds).
+#[must_use = "a session stream sends nothing unless polled"]
+pub struct SessionStream(Pin<Box<dyn Stream<Item = Vec<u8>> + Send>>);
+
+impl std::fmt::Debug for SessionStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SessionStream")
+    }
+}
+
+struct State {
+    core: Arc<Core>,
+    id: String,
+    owner: String,
+    subscriptions: BTreeSet<String>,
+    booked: bool,
+    rx: broadcast::Receiver<ChangeEvent>,
+    /// Messages due before the next event (after a lag: everything may have changed).
+    backlog: Vec<Vec<u8>>,
+}
+
+impl SessionStream {
+    pub(crate) fn open(core: &Arc<Core>, session: &Session) -> Self {
+        let state = State {
+            core: Arc::clone(core),
+            id: session.id().to_owned(),
+            owner: session.owner().to_owned(),
+            subscriptions: session.subscriptions().clone(),
+            booked: session.booked,
+            rx: core.runtime.bus.subscribe(),
+            backlog: Vec::new(),
+        };
+        SessionStream(Box::pin(futures_util::stream::unfold(
+            state,
+            |mut s| async move {
+                let next = s.next().await?;
+                Some((next, s))
+            },
+        )))
+    }
+}
+
+impl Stream for SessionStream {
+    type Item = Vec<u8>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Vec<u8>>> {
+        self.0.as_mut().poll_next(cx)
+    }
+}
+
+impl State {
+    async fn next(&mut self) -> Option<Vec<u8>> {
+        loop {
+            if let Some(m) = self.backlog.pop() {
+                return Some(m);
+            }
+            match self.rx.recv().await {
+                Ok(event) => {
+                    if let Some(m) = self.render(event).await? {
+                        return Some(m);
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    self.backlog = self.everything();
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+
+    /// The message for `event`, if this session wants it; `None` when the stream ends.
+    async fn render(&mut self, event: ChangeEvent) -> Option<Option<Vec<u8>>> {
+        match event {
+            ChangeEvent::Session { session, signal } if session == self.id => match signal {
+                SessionSignal::Ended => None,
+                SessionSignal::Changed => {
+                    self.reload().await;
+                    Some(None)
+                }
+                _ => Some(None),
+            },
+            other => Some(self.message(&other)),
+        }
+    }
+
+    /// The notification for a change, if this session wants it.
+    fn message(&self, event: &ChangeEvent) -> Option<Vec<u8>> {
+        let caps = &self.core.registry.capabilities;
+        let listed = |c: Option<bool>| c == Some(true);
+        let (method, uri) = match event {
+            ChangeEvent::ToolsListChanged
+                if caps.tools.as_ref().is_some_and(|t| listed(t.list_changed)) =>
+            {
+                (methods::NOTIFICATION_TOOLS_LIST_CHANGED, None)
+            }
+            ChangeEvent::PromptsListChanged
+                if caps
+                    .prompts
+                    .as_ref()
+                    .is_some_and(|p| listed(p.list_changed)) =>
+            {
+                (methods::NOTIFICATION_PROMPTS_LIST_CHANGED, None)
+            }
+            ChangeEvent::ResourcesListChanged
+                if caps
+                    .resources
+                    .as_ref()
+                    .is_some_and(|r| listed(r.list_changed)) =>
+            {
+                (methods::NOTIFICATION_RESOURCES_LIST_CHANGED, None)
+            }
+            ChangeEvent::ResourceUpdated { uri } if self.subscriptions.contains(uri) => {
+                (methods::NOTIFICATION_RESOURCE_UPDATED, Some(uri))
+            }
+            ChangeEvent::PrivateResourceUpdated { uri, principal }
+                if *principal == self.owner && self.subscriptions.contains(uri) =>
+            {
+                (methods::NOTIFICATION_RESOURCE_UPDATED, Some(uri))
+            }
+            _ => return None,
+        };
+        let message = match uri {
+            Some(uri) => json!({ "jsonrpc": "2.0", "method": method, "params": { "uri": uri } }),
+            None => json!({ "jsonrpc": "2.0", "method": method }),
+        };
+        serde_json::to_vec(&message).ok()
+    }
+
+    /// Reads the session's subscriptions again (another replica changed them).
+    async fn reload(&mut self) {
+        if !self.booked {
+            return;
+        }
+        let loaded = self.core.runtime.sessions.load(&self.id).await;
+        match loaded.map(|r| r.map(Session::from_record).transpose()) {
+            Ok(Ok(Some(s))) => self.subscriptions = s.subscriptions().clone(),
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) | Err(e) => tracing::warn!(error = %e, "could not read a session"),
+        }
+    }
+
+    /// What to send after missing events: every list, every subscribed resource.
+    fn everything(&self) -> Vec<Vec<u8>> {
+        let lists = [
+            ChangeEvent::ToolsListChanged,
+            ChangeEvent::PromptsListChanged,
+            ChangeEvent::ResourcesListChanged,
+        ];
+        let updates = self
+            .subscriptions
+            .iter()
+            .map(|uri| ChangeEvent::ResourceUpdated { uri: uri.clone() });
+        lists
+            .into_iter()
+            .chain(updates)
+            .filter_map(|e| self.message(&e))
+            .collect()
+    }
+}

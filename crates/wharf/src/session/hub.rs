@@ -1,0 +1,170 @@
+//! Routes what a legacy client sends about a running call to the replica running it: a
+//! `notifications/cancelled`, or its answer to a server request, may be POSTed to any
+//! replica. Every replica publishes what it receives on the bus; each process's hub hears
+//! everything and hands each signal to the call it concerns, if that call runs here.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::bus::{ChangeEvent, NotificationBus, SessionSignal};
+
+/// How an answer reached this process.
+#[derive(Debug)]
+pub(crate) enum Delivery {
+    /// The answer itself (it arrived here, on a session only this process holds).
+    Local(Value),
+    /// A signal that the answer waits in the store.
+    Stored,
+}
+
+type RunKey = (Box<str>, Box<str>);
+
+/// The calls of legacy sessions running in this process, and the answers they wait for.
+#[derive(Default)]
+pub(crate) struct Hub {
+    running: Mutex<HashMap<RunKey, CancellationToken>>,
+    waiting: Mutex<HashMap<Box<str>, mpsc::Sender<Delivery>>>,
+    listening: OnceLock<()>,
+}
+
+impl Hub {
+    /// Starts hearing the bus, once per process (the first legacy call does it).
+    pub(crate) fn listen(
+        self: &Arc<Self>,
+        bus: &Arc<dyn NotificationBus>,
+        stop: &CancellationToken,
+    ) {
+        if self.listening.set(()).is_err() {
+            return;
+        }
+        let (hub, bus, stop) = (Arc::downgrade(self), Arc::clone(bus), stop.clone());
+        tokio::spawn(async move {
+            loop {
+                let mut rx = bus.subscribe();
+                loop {
+                    let event = tokio::select! {
+                        () = stop.cancelled() => return,
+                        e = rx.recv() => e,
+                    };
+                    let Some(hub) = hub.upgrade() else { return };
+                    match event {
+                        Ok(ChangeEvent::Session { session, signal }) => hub.route(&session, signal),
+                        Ok(_) => {}
+                        // Missed signals: waiting calls also look in the store on their own.
+                        Err(broadcast::error::RecvError::Lagged(_)) => hub.wake_all(),
+                        Err(broadcast::error::RecvError::Closed) => {
+                            hub.wake_all();
+                            break;
+                        }
+                    }
+                }
+                // The bus lost its connection: listen again once it has a new one.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+    }
+
+    /// Hands `signal` to the call of `session` it concerns, if that runs here.
+    pub(crate) fn route(&self, session: &str, signal: SessionSignal) {
+        match signal {
+            SessionSignal::Cancel(id) => {
+                let key: RunKey = (session.into(), id.into());
+                if let Some(token) = lock(&self.running).get(&key) {
+                    token.cancel();
+                }
+            }
+            SessionSignal::Reply(key) => self.deliver(&key, Delivery::Stored),
+            _ => {}
+        }
+    }
+
+    fn wake_all(&self) {
+        for tx in lock(&self.waiting).values() {
+            let _ = tx.try_send(Delivery::Stored);
+        }
+    }
+
+    /// Hands an answer to the call waiting for `key`, if it waits in this process.
+    pub(crate) fn deliver(&self, key: &str, delivery: Delivery) {
+        if let Some(tx) = lock(&self.waiting).get(key) {
+            let _ = tx.try_send(delivery);
+        }
+    }
+
+    /// Registers a call of `session` with request id `id` (its JSON text): a cancellation of
+    /// that id cancels `token` until the registration is dropped.
+    pub(crate) fn run(
+        self: &Arc<Self>,
+        session: &str,
+        id: &str,
+        token: CancellationToken,
+    ) -> Running {
+        let key: RunKey = (session.into(), id.into());
+        lock(&self.running).insert(key.clone(), token);
+        Running {
+            hub: Arc::clone(self),
+            key,
+        }
+    }
+
+    /// Waits for the answer filed under `key` from now on, until the waiter is dropped.
+    pub(crate) fn wait(self: &Arc<Self>, key: &str) -> Waiter {
+        let (tx, rx) = mpsc::channel(4);
+        lock(&self.waiting).insert(key.into(), tx);
+        Waiter {
+            hub: Arc::clone(self),
+            key: key.into(),
+            rx,
+        }
+    }
+}
+
+/// A call registered for cancellation; dropping it unregisters the call.
+pub(crate) struct Running {
+    hub: Arc<Hub>,
+    key: RunKey,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        lock(&self.hub.running).remove(&self.key);
+    }
+}
+
+/// A call waiting for one answer; dropping it stops the wait.
+pub(crate) struct Waiter {
+    hub: Arc<Hub>,
+    key: Box<str>,
+    rx: mpsc::Receiver<Delivery>,
+}
+
+impl Waiter {
+    /// The key the answer is filed under.
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The next delivery, or `None` after `poll`, when it is time to look in the store
+    /// anyway (a signal can be lost while the bus reconnects).
+    pub(crate) async fn next(&mut self, poll: Duration) -> Option<Delivery> {
+        tokio::time::timeout(poll, self.rx.recv())
+            .await
+            .ok()
+            .flatten()
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        lock(&self.hub.waiting).remove(&self.key);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
