@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use wharf::{Admitted, ErrorKind, Principal, RpcError};
-use wharf_protocol::{Envelope, headers as mcp, methods};
+use wharf_protocol::{Envelope, headers as mcp};
 
 use crate::AppState;
 use crate::errors::{error_response, error_with_status, json_response, reply_error, unauthorized};
@@ -85,9 +85,13 @@ async fn serve(
     if headers.contains_key(mcp::SESSION_ID) {
         return session::post(state, headers, envelope, principal).await;
     }
-    if envelope.method.as_deref() == Some(methods::INITIALIZE) {
-        if let Some(id) = envelope.id {
-            return session::initialize(state, id, envelope.params, &principal).await;
+    if let (Some(method), Some(id)) = (envelope.method.as_deref(), &envelope.id) {
+        if state
+            .server
+            .sessions()
+            .opens_session(method, envelope.params)
+        {
+            return session::initialize(state, id.clone(), envelope.params, &principal).await;
         }
     }
     let Some(method) = envelope.method.as_deref() else {

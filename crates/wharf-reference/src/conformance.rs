@@ -10,8 +10,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use wharf::{
-    ChangeEvent, Context, Elicited, FormSchema, HandlerError, NoArgs, ServerBuilder, prompt,
-    resource, template, tool,
+    ChangeEvent, Context, Elicited, FormSchema, HandlerError, NoArgs, ServerBuilder, StringFormat,
+    prompt, resource, template, tool,
 };
 use wharf_protocol::{
     CallToolResult, ClientCapabilities, Completion, Content, CreateMessageParams, GetPromptResult,
@@ -60,6 +60,120 @@ struct ConfirmAnswer {
 #[derive(Deserialize)]
 struct ContextAnswer {
     context: String,
+}
+
+/// Arguments of `test_sampling`.
+#[derive(Deserialize, JsonSchema)]
+struct PromptArgs {
+    /// What to ask the client's model.
+    prompt: String,
+}
+
+/// Arguments of `test_elicitation`.
+#[derive(Deserialize, JsonSchema)]
+struct MessageArgs {
+    /// What to tell the user.
+    message: String,
+}
+
+/// Asks the client's model (`sampling/createMessage`; a server request in a legacy session).
+async fn sample_prompt(cx: Context, a: PromptArgs) -> Result<CallToolResult, HandlerError> {
+    match cx.sampled("answer") {
+        Some(r) => Ok(CallToolResult::text(format!(
+            "LLM response: {}",
+            answer_text(&r)
+        ))),
+        None => Err(cx.ask().sample("answer", question(&a.prompt)?).into()),
+    }
+}
+
+/// What the user answered a form, as text.
+fn elicited_text(cx: &Context, key: &str) -> Option<String> {
+    cx.elicited::<JsonObject>(key).map(|answer| match answer {
+        Elicited::Accepted(content) => {
+            format!("User accepted: {}", serde_json::Value::Object(content))
+        }
+        other => format!("User did not accept: {other:?}"),
+    })
+}
+
+async fn elicitation(cx: Context, a: MessageArgs) -> Result<CallToolResult, HandlerError> {
+    if let Some(text) = elicited_text(&cx, "info") {
+        return Ok(CallToolResult::text(text));
+    }
+    let form = FormSchema::new()
+        .string("username", "Your username", true)
+        .formatted("email", "Your email address", StringFormat::Email, true);
+    Err(cx.ask().elicit("info", a.message, form).into())
+}
+
+/// A form whose every field has a default (SEP-1034).
+async fn elicitation_defaults(cx: Context, _a: NoArgs) -> Result<CallToolResult, HandlerError> {
+    if let Some(text) = elicited_text(&cx, "form") {
+        return Ok(CallToolResult::text(text));
+    }
+    let form = FormSchema::new()
+        .string("name", "User name", false)
+        .with_default("name", "John Doe")
+        .integer("age", "User age", (None, None), false)
+        .with_default("age", 30)
+        .number("score", "User score", (None, None), false)
+        .with_default("score", 95.5)
+        .choice(
+            "status",
+            "User status",
+            &["active", "inactive", "pending"],
+            false,
+        )
+        .with_default("status", "active")
+        .boolean("verified", "Verification status", false)
+        .with_default("verified", true);
+    let message = "Please review and update the form fields with defaults";
+    Err(cx.ask().elicit("form", message, form).into())
+}
+
+/// A form of every kind of choice (SEP-1330).
+async fn elicitation_enums(cx: Context, _a: NoArgs) -> Result<CallToolResult, HandlerError> {
+    if let Some(text) = elicited_text(&cx, "form") {
+        return Ok(CallToolResult::text(text));
+    }
+    let options = ["option1", "option2", "option3"];
+    let titled = [
+        ("value1", "First Option"),
+        ("value2", "Second Option"),
+        ("value3", "Third Option"),
+    ];
+    let form = FormSchema::new()
+        .choice("untitledSingle", "Select one option", &options, false)
+        .titled_choice(
+            "titledSingle",
+            "Select one option with titles",
+            &titled,
+            false,
+        )
+        .named_choice(
+            "legacyEnum",
+            "Select one option (legacy)",
+            &["opt1", "opt2", "opt3"],
+            &["Option One", "Option Two", "Option Three"],
+            false,
+        )
+        .multi_choice(
+            "untitledMulti",
+            "Select multiple options",
+            &options,
+            (Some(1), Some(3)),
+            false,
+        )
+        .titled_multi_choice(
+            "titledMulti",
+            "Select multiple options with titles",
+            &titled,
+            (Some(1), Some(3)),
+            false,
+        );
+    let message = "Please select options from the enum fields";
+    Err(cx.ask().elicit("form", message, form).into())
 }
 
 fn name_form() -> FormSchema {
@@ -315,6 +429,21 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 "Logging test completed"
             },
         ))
+        .tool(tool("test_tool_with_logging").description("Logs three messages about 50 ms apart (at the session's or the request's log level).").handler(
+            |cx: Context, _a: NoArgs| async move {
+                for (i, text) in ["Tool execution started", "Tool processing data", "Tool execution completed"].into_iter().enumerate() {
+                    if i > 0 {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    cx.log(LoggingLevel::Info, Some("conformance"), json!(text)).await;
+                }
+                "Logging test completed"
+            },
+        ))
+        .tool(tool("test_sampling").description("Asks the client's model the given prompt (sampling).").handler(sample_prompt))
+        .tool(tool("test_elicitation").description("Asks the user for a username and an email (elicitation).").handler(elicitation))
+        .tool(tool("test_elicitation_sep1034_defaults").description("Asks for a form whose fields all have defaults.").handler(elicitation_defaults))
+        .tool(tool("test_elicitation_sep1330_enums").description("Asks for a form of single and multiple choices, titled and untitled.").handler(elicitation_enums))
         .tool(tool("test_missing_capability").description("Needs the client's sampling capability.").requires(sampling).handler(
             |_cx: Context, _a: NoArgs| async move { "The client declared sampling." },
         ))
@@ -350,6 +479,9 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
             |_cx, req| async move {
                 Ok(vec![ResourceContents::text(req.uri, "text/plain", "This is the content of the static text resource.")])
             },
+        ))
+        .resource(resource("test://watched-resource", "watched-resource").description("A resource clients subscribe to.").mime_type("text/plain").handler(
+            |_cx, req| async move { Ok(vec![ResourceContents::text(req.uri, "text/plain", "Watched resource content.")]) },
         ))
         .resource(resource("test://static-binary", "static-binary").description("A static PNG.").mime_type("image/png").handler(
             |_cx, req| async move { Ok(vec![ResourceContents::blob(req.uri, "image/png", PNG_1X1)]) },

@@ -140,8 +140,8 @@ impl Server {
 
     /// The legacy sessions of clients that open with `initialize`: what a transport calls
     /// for a request that belongs to one (see [`Sessions`]).
-    pub fn sessions(&self) -> Sessions {
-        Sessions::new(Arc::clone(&self.core))
+    pub fn sessions(&self) -> Sessions<'_> {
+        Sessions::new(&self.core)
     }
 
     /// Whether [`Server::drain`] (or [`Server::shutdown`]) was called.

@@ -77,12 +77,12 @@ pub enum Answer {
 }
 
 /// The legacy side of a server (see [`Server::sessions`](crate::Server::sessions)).
-#[derive(Clone)]
-pub struct Sessions {
-    core: Arc<Core>,
+#[derive(Clone, Copy)]
+pub struct Sessions<'a> {
+    core: &'a Arc<Core>,
 }
 
-impl std::fmt::Debug for Sessions {
+impl std::fmt::Debug for Sessions<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sessions")
             .field("enabled", &self.enabled())
@@ -90,14 +90,30 @@ impl std::fmt::Debug for Sessions {
     }
 }
 
-impl Sessions {
-    pub(crate) fn new(core: Arc<Core>) -> Self {
+impl<'a> Sessions<'a> {
+    pub(crate) fn new(core: &'a Arc<Core>) -> Self {
         Sessions { core }
     }
 
     /// Whether clients that open with `initialize` are served.
     pub fn enabled(&self) -> bool {
         self.core.runtime.config.legacy.enabled
+    }
+
+    /// Whether a message opens a legacy session: an `initialize` request that does not carry
+    /// the `_meta` of 2026-07-28 (which is served statelessly, and there `initialize` does
+    /// not exist).
+    pub fn opens_session(&self, method: &str, params: Option<&RawValue>) -> bool {
+        #[derive(serde::Deserialize)]
+        struct Probe {
+            #[serde(rename = "_meta", default)]
+            meta: Option<wharf_protocol::RequestMeta>,
+        }
+        method == methods::INITIALIZE
+            && params
+                .and_then(|p| serde_json::from_str::<Probe>(p.get()).ok())
+                .and_then(|p| p.meta)
+                .is_none_or(|m| m.protocol_version.is_none())
     }
 
     /// Answers `initialize`: negotiates the version, opens a session for `principal` and
@@ -238,7 +254,7 @@ impl Sessions {
             _ => {
                 let req = request::parse_in_session(caps, session, id.clone(), method, params)
                     .map_err(fail)?;
-                let admitted = admission::admit(&self.core, req, principal).await?;
+                let admitted = admission::admit(self.core, req, principal).await?;
                 Ok(Answer::Call(Box::new(LegacyCall::new(
                     admitted,
                     session.clone(),
@@ -322,7 +338,7 @@ impl Sessions {
     /// The session's stream of messages unrelated to any request: list changes and updates
     /// of the resources it subscribed to (HTTP GET; stdio writes them as they come).
     pub fn stream(&self, session: &Session) -> SessionStream {
-        SessionStream::open(&self.core, session)
+        SessionStream::open(self.core, session)
     }
 
     /// Writes the session's changed state back, and tells its stream, wherever it is.
