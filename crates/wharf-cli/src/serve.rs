@@ -71,6 +71,16 @@ pub(crate) struct ServeArgs {
     /// The most rounds of input one request may take.
     #[arg(long, env = "WHARF_MAX_INPUT_ROUNDS", default_value_t = 8)]
     max_input_rounds: u32,
+    /// Serve only stateless 2026-07-28 clients: `initialize` is refused with the supported
+    /// versions, instead of opening a legacy session.
+    #[arg(long, env = "WHARF_MODERN_ONLY")]
+    modern_only: bool,
+    /// Minutes a legacy session lives unused (sessions live in the store, shared by replicas).
+    #[arg(long, env = "WHARF_SESSION_IDLE_MINS", default_value_t = 60)]
+    session_idle_mins: u64,
+    /// Seconds a legacy call waits for the client to answer its server requests.
+    #[arg(long, env = "WHARF_INPUT_TIMEOUT_SECS", default_value_t = 600)]
+    input_timeout_secs: u64,
     /// Largest request body in bytes.
     #[arg(long, env = "WHARF_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
     max_body_bytes: usize,
@@ -391,6 +401,10 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
     };
     config.idempotency_retention =
         Duration::from_secs(args.idempotency_retention_hours.saturating_mul(3600));
+    config.legacy.enabled = !args.modern_only;
+    config.legacy.session_idle =
+        Duration::from_secs(args.session_idle_mins.max(1).saturating_mul(60));
+    config.legacy.input_timeout = Duration::from_secs(args.input_timeout_secs.max(1));
     Ok(config)
 }
 

@@ -10,11 +10,11 @@ use crate::{ClientError, RequestMetaBuilder, SseParser};
 /// A client of one MCP endpoint.
 #[derive(Debug, Clone)]
 pub struct HttpClient {
-    http: reqwest::Client,
+    pub(crate) http: reqwest::Client,
     url: String,
     /// What every request's `_meta` carries.
     pub meta: RequestMetaBuilder,
-    bearer: Option<String>,
+    pub(crate) bearer: Option<String>,
     next_id: std::sync::Arc<std::sync::atomic::AtomicI64>,
 }
 
@@ -107,15 +107,7 @@ impl HttpClient {
 
     /// The standard headers for a request of `method` with `params` (already holding `_meta`).
     pub fn headers_for(&self, method: &str, params: &Value) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        h.insert(
-            reqwest::header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        h.insert(
-            reqwest::header::ACCEPT,
-            HeaderValue::from_static("application/json, text/event-stream"),
-        );
+        let mut h = self.base_headers();
         let version = params["_meta"][wharf_protocol::meta::PROTOCOL_VERSION]
             .as_str()
             .unwrap_or(&self.meta.protocol_version);
@@ -132,11 +124,6 @@ impl HttpClient {
         };
         if let Some(v) = name.and_then(|n| HeaderValue::from_str(&headers::encode_value(n)).ok()) {
             h.insert(HeaderName::from_static(headers::NAME), v);
-        }
-        if let Some(token) = &self.bearer {
-            if let Ok(v) = HeaderValue::from_str(&format!("Bearer {token}")) {
-                h.insert(reqwest::header::AUTHORIZATION, v);
-            }
         }
         h
     }
@@ -219,18 +206,48 @@ impl HttpClient {
             .body(body.to_string())
             .send()
             .await?;
-        let mut parser = SseParser::default();
-        let stream = res.bytes_stream().flat_map(move |chunk| {
-            let events = match chunk {
-                Ok(bytes) => parser.feed(&bytes),
-                Err(_) => Vec::new(),
-            };
-            futures_util::stream::iter(
-                events
-                    .into_iter()
-                    .filter_map(|d| serde_json::from_str::<Value>(&d).ok()),
-            )
-        });
-        Ok(stream)
+        Ok(messages_of(res))
     }
+
+    /// What every POST carries: the content types, and the token when there is one.
+    pub(crate) fn base_headers(&self) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(
+            reqwest::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        h.insert(
+            reqwest::header::ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        self.authorize(&mut h);
+        h
+    }
+
+    /// `Authorization: Bearer …`, when the client has a token.
+    fn authorize(&self, headers: &mut HeaderMap) {
+        if let Some(v) = self
+            .bearer
+            .as_ref()
+            .and_then(|t| HeaderValue::from_str(&format!("Bearer {t}")).ok())
+        {
+            headers.insert(reqwest::header::AUTHORIZATION, v);
+        }
+    }
+}
+
+/// The JSON-RPC messages of an SSE response, as they arrive.
+pub(crate) fn messages_of(res: reqwest::Response) -> impl Stream<Item = Value> + use<> {
+    let mut parser = SseParser::default();
+    res.bytes_stream().flat_map(move |chunk| {
+        let events = match chunk {
+            Ok(bytes) => parser.feed(&bytes),
+            Err(_) => Vec::new(),
+        };
+        futures_util::stream::iter(
+            events
+                .into_iter()
+                .filter_map(|d| serde_json::from_str::<Value>(&d).ok()),
+        )
+    })
 }

@@ -1,11 +1,14 @@
 //! A client for stateless MCP servers (revision 2026-07-28): every request carries its
 //! `_meta` and the headers that mirror it; responses are read as JSON or SSE.
+//! [`LegacySession`] speaks the initialization-based era (2025-11-25 and earlier).
 
 mod http;
+mod legacy;
 mod sse;
 mod stdio;
 
 pub use http::{HttpClient, Reply};
+pub use legacy::LegacySession;
 pub use sse::SseParser;
 pub use stdio::StdioClient;
 

@@ -211,29 +211,37 @@ impl Drop for ServerProcess {
     }
 }
 
-fn schema_root() -> &'static Value {
-    static ROOT: OnceLock<Value> = OnceLock::new();
-    ROOT.get_or_init(|| {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../spec/2026-07-28/schema.structural.json"
-        );
-        serde_json::from_str(&std::fs::read_to_string(path).expect("vendored schema"))
-            .expect("schema JSON")
-    })
+/// The vendored schema of revision `rev` ("2026-07-28", or "2025-11-25" for legacy clients).
+fn schema_root(rev: &str) -> Value {
+    let path = format!(
+        "{}/../../spec/{rev}/schema.structural.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).expect("vendored schema"))
+        .expect("schema JSON")
 }
 
 /// Validates `message` against definition `def` of the vendored schema; panics with the
 /// violations otherwise.
 pub(crate) fn assert_valid(def: &str, message: &Value) {
-    static VALIDATORS: OnceLock<Mutex<HashMap<String, std::sync::Arc<jsonschema::Validator>>>> =
-        OnceLock::new();
+    assert_valid_in("2026-07-28", def, message);
+}
+
+/// Validates `message` against definition `def` of revision `rev`'s vendored schema.
+pub(crate) fn assert_valid_in(rev: &str, def: &str, message: &Value) {
+    type Cache = Mutex<HashMap<(String, String), std::sync::Arc<jsonschema::Validator>>>;
+    static VALIDATORS: OnceLock<Cache> = OnceLock::new();
+    static ROOTS: OnceLock<Mutex<HashMap<String, Value>>> = OnceLock::new();
     let validator = {
         let mut cache = VALIDATORS.get_or_init(Default::default).lock().unwrap();
         cache
-            .entry(def.to_owned())
+            .entry((rev.to_owned(), def.to_owned()))
             .or_insert_with(|| {
-                let mut schema = schema_root().clone();
+                let mut roots = ROOTS.get_or_init(Default::default).lock().unwrap();
+                let mut schema = roots
+                    .entry(rev.to_owned())
+                    .or_insert_with(|| schema_root(rev))
+                    .clone();
                 schema["$ref"] = Value::String(format!("#/$defs/{def}"));
                 std::sync::Arc::new(
                     // Formats (uri, byte…) are asserted too, as the conformance suite does.
@@ -251,8 +259,50 @@ pub(crate) fn assert_valid(def: &str, message: &Value) {
         .collect();
     assert!(
         errors.is_empty(),
-        "message does not validate as {def}: {errors:?}\n{message}"
+        "message does not validate as {def} ({rev}): {errors:?}\n{message}"
     );
+}
+
+/// Validates one message the server sent a legacy client in answer to `method` against the
+/// 2025-11-25 schema, and checks that no field only 2026-07-28 has slipped into a result.
+pub(crate) fn validate_legacy(method: &str, m: &Value) {
+    const REV: &str = "2025-11-25";
+    match (m.get("method").and_then(Value::as_str), m.get("id")) {
+        (Some(request), Some(_)) => {
+            let def = match request {
+                "elicitation/create" => "ElicitRequest",
+                "sampling/createMessage" => "CreateMessageRequest",
+                "roots/list" => "ListRootsRequest",
+                other => panic!("unexpected server request {other}: {m}"),
+            };
+            assert_valid_in(REV, def, m);
+            assert_valid_in(REV, "JSONRPCRequest", m);
+        }
+        (Some(n), None) => assert_valid_in(REV, notification_def(n), m),
+        (None, _) if m.get("error").is_some() => assert_valid_in(REV, "JSONRPCErrorResponse", m),
+        (None, _) => {
+            assert_valid_in(REV, "JSONRPCResultResponse", m);
+            let def = match method {
+                "initialize" => "InitializeResult",
+                "tools/list" => "ListToolsResult",
+                "tools/call" => "CallToolResult",
+                "prompts/list" => "ListPromptsResult",
+                "prompts/get" => "GetPromptResult",
+                "resources/list" => "ListResourcesResult",
+                "resources/templates/list" => "ListResourceTemplatesResult",
+                "resources/read" => "ReadResourceResult",
+                "completion/complete" => "CompleteResult",
+                _ => "EmptyResult",
+            };
+            assert_valid_in(REV, def, &m["result"]);
+            for field in ["resultType", "ttlMs", "cacheScope"] {
+                assert!(
+                    m["result"].get(field).is_none(),
+                    "{field} sent to a legacy client: {m}"
+                );
+            }
+        }
+    }
 }
 
 /// The schema definition of the response to `method`.

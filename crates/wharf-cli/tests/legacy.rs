@@ -1,0 +1,389 @@
+//! Clients of the initialization-based era (2025-11-25 and earlier) on the same endpoint as
+//! stateless ones: sessions opened by `initialize`, kept in the store, served by any replica;
+//! input requests as server requests on the call's stream; cancellation, subscriptions and
+//! list changes across replicas. Every message the server sends them validates against the
+//! 2025-11-25 schema.
+
+mod common;
+
+use std::time::Duration;
+
+use common::import::*;
+use common::{ServerProcess, validate_legacy};
+use futures_util::{Stream, StreamExt};
+use serde_json::{Value, json};
+use wharf_client::{HttpClient, LegacySession};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn start(store: &str, extra: &[&str]) -> ServerProcess {
+    let mut args = replica_args(store);
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    ServerProcess::start_on(common::free_port(), &args)
+}
+
+fn elicitation() -> Value {
+    json!({ "elicitation": {} })
+}
+
+async fn open(client: &HttpClient) -> LegacySession {
+    let session = LegacySession::initialize(client, "2025-11-25", elicitation())
+        .await
+        .expect("initialize");
+    validate_legacy(
+        "initialize",
+        &json!({ "jsonrpc": "2.0", "id": 1, "result": session.initialized }),
+    );
+    session
+}
+
+/// A request of the session whose answer must be a result; returns it, every message
+/// validated.
+async fn ok(session: &LegacySession, method: &str, params: Value) -> Value {
+    let reply = session.request(method, params).await.expect("request");
+    assert_eq!(reply.status, 200, "{method}: {}", reply.body);
+    for m in &reply.messages {
+        validate_legacy(method, m);
+    }
+    reply
+        .result()
+        .unwrap_or_else(|| panic!("{method}: no result: {}", reply.body))
+        .clone()
+}
+
+async fn tool(session: &LegacySession, name: &str, args: Value) -> Value {
+    let result = ok(
+        session,
+        "tools/call",
+        json!({ "name": name, "arguments": args }),
+    )
+    .await;
+    assert_ne!(result["isError"], true, "{name}: {result}");
+    result["structuredContent"].clone()
+}
+
+async fn next(stream: &mut (impl Stream<Item = Value> + Unpin), what: &str) -> Value {
+    tokio::time::timeout(WAIT, stream.next())
+        .await
+        .unwrap_or_else(|_| panic!("no {what} within {WAIT:?}"))
+        .unwrap_or_else(|| panic!("the stream ended before {what}"))
+}
+
+/// A committed dataset of `n` rows, loaded through the session.
+async fn dataset(session: &LegacySession, n: i64) -> String {
+    let name = unique("legacy");
+    let begun = tool(
+        session,
+        "import_begin",
+        json!({ "dataset": name, "columns": columns() }),
+    )
+    .await;
+    let import = begun["import"].as_str().unwrap().to_owned();
+    let args = json!({ "import": import, "rows": rows(0, n), "idempotency_key": "k1" });
+    tool(session, "import_append_rows", args).await;
+    tool(session, "import_commit", json!({ "import": import })).await;
+    name
+}
+
+/// Tells every replica on the store that the tool list changed, as a replica announcing it
+/// would (the bus's own encoding: `t` on channel `wharf_changes`).
+async fn announce_tools_changed(store: &str) {
+    if store.starts_with("postgres") {
+        let pool = sqlx::PgPool::connect(store).await.unwrap();
+        sqlx::query("SELECT pg_notify('wharf_changes', 't')")
+            .execute(&pool)
+            .await
+            .unwrap();
+    } else {
+        let client = redis::Client::open(store).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let _: i64 = redis::cmd("PUBLISH")
+            .arg("wharf_changes")
+            .arg("t")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+}
+
+/// Two replicas, each message of one session sent to whichever the test picks: the
+/// session, its subscriptions, an answer to a server request, a cancellation and a list
+/// change all reach the replica that needs them.
+async fn a_legacy_session_spans_replicas(store: &str) {
+    let a = start(store, &[]);
+    let b = start(store, &[]);
+    let on_a = open(&a.client().with_bearer(TOKEN_42)).await;
+    let on_b = on_a.through(&b.client().with_bearer(TOKEN_42));
+
+    // The session opened on A is served by B, and its stream opens there.
+    let tools = ok(&on_b, "tools/list", json!({})).await;
+    assert!(
+        tools["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "import_commit")
+    );
+    let (status, events) = on_b.listen().await.unwrap();
+    assert_eq!(status, 200);
+    let mut events = Box::pin(events);
+
+    // Subscribed through A; a commit through A reaches the stream on B.
+    let name = dataset(&on_a, 450).await;
+    let uri = format!("dataset://{name}");
+    ok(&on_a, "resources/subscribe", json!({ "uri": uri })).await;
+    let import = tool(&on_b, "import_begin", json!({ "dataset": name })).await["import"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let args = json!({ "import": import, "rows": rows(0, 2), "idempotency_key": "k2" });
+    tool(&on_b, "import_append_rows", args).await;
+
+    // The commit replaces rows: A asks the user on the call's stream; the answer goes to B.
+    let commit = on_a.message(
+        "tools/call",
+        json!({ "name": "import_commit", "arguments": { "import": import, "mode": "replace" } }),
+    );
+    let mut call = Box::pin(on_a.stream(&commit).await.unwrap());
+    let ask = next(&mut call, "the confirmation request").await;
+    validate_legacy("tools/call", &ask);
+    assert_eq!(ask["method"], "elicitation/create", "{ask}");
+    let message = ask["params"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("450 rows") && message.contains("2 rows"),
+        "{message}"
+    );
+    let answer = json!({ "action": "accept", "content": { "replace": true } });
+    assert_eq!(on_b.respond(&ask["id"], answer).await.unwrap(), 202);
+    let done = next(&mut call, "the commit's result").await;
+    validate_legacy("tools/call", &done);
+    assert_eq!(done["id"], commit["id"]);
+    assert_eq!(
+        done["result"]["structuredContent"]["totalRows"], 2,
+        "{done}"
+    );
+    assert!(
+        call.next().await.is_none(),
+        "the call's stream ends with its result"
+    );
+    let updated = next(&mut events, "the dataset's update").await;
+    validate_legacy("", &updated);
+    assert_eq!(updated["method"], "notifications/resources/updated");
+    assert_eq!(updated["params"]["uri"], uri);
+
+    // A list change announced anywhere reaches the session's stream.
+    announce_tools_changed(store).await;
+    let changed = next(&mut events, "tools/list_changed").await;
+    validate_legacy("", &changed);
+    assert_eq!(changed["method"], "notifications/tools/list_changed");
+
+    // A report runs on A; its cancellation, POSTed to B, stops it there.
+    let big = dataset(&on_a, 1000).await;
+    let report = on_a.message(
+        "tools/call",
+        json!({
+            "name": "report_generate",
+            "arguments": { "dataset": big, "chunk_rows": 100, "pause_ms": 300 },
+            "_meta": { "progressToken": "r1" },
+        }),
+    );
+    let mut running = Box::pin(on_a.stream(&report).await.unwrap());
+    let progress = next(&mut running, "the report's progress").await;
+    validate_legacy("tools/call", &progress);
+    assert_eq!(progress["params"]["progressToken"], "r1");
+    let cancel = json!({ "requestId": report["id"], "reason": "the user changed their mind" });
+    assert_eq!(
+        on_b.notify("notifications/cancelled", cancel)
+            .await
+            .unwrap(),
+        202
+    );
+    let rest: Vec<Value> = tokio::time::timeout(WAIT, running.collect())
+        .await
+        .expect("the cancelled call's stream ends");
+    assert!(
+        rest.iter()
+            .all(|m| m.get("result").is_none() && m.get("error").is_none()),
+        "a cancelled call sends no response: {rest:?}"
+    );
+    let status = tool(&on_b, "report_status", json!({ "dataset": big })).await;
+    assert_eq!(status["state"], "cancelled", "{status}");
+
+    // Unsubscribed through B: the next commit is not heard.
+    ok(&on_b, "resources/unsubscribe", json!({ "uri": uri })).await;
+
+    // Ended through B: the stream ends, and A answers 404 from then on.
+    assert_eq!(on_b.delete().await.unwrap(), 200);
+    let rest: Vec<Value> = tokio::time::timeout(WAIT, events.collect())
+        .await
+        .expect("the session's stream ends with the session");
+    assert!(
+        rest.iter()
+            .all(|m| m["method"] != "notifications/resources/updated"),
+        "{rest:?}"
+    );
+    let gone = on_a.request("ping", json!({})).await.unwrap();
+    assert_eq!(gone.status, 404, "{}", gone.body);
+}
+
+#[tokio::test]
+async fn postgres_a_legacy_session_spans_replicas() {
+    a_legacy_session_spans_replicas(&pg_url()).await;
+}
+
+#[tokio::test]
+async fn redis_a_legacy_session_spans_replicas() {
+    a_legacy_session_spans_replicas(&redis_url()).await;
+}
+
+/// The lifecycle rules of 2025-11-25 on one replica (SQLite): version negotiation, the
+/// session's owner, its end, the header that must match it, and the methods each era has.
+#[tokio::test]
+async fn sessions_follow_the_lifecycle_and_belong_to_their_principal() {
+    let server = start(&sqlite_url("legacy-lifecycle"), &[]);
+    let client = server.client().with_bearer(TOKEN_42);
+
+    for (asked, settled) in [
+        ("2025-06-18", "2025-06-18"),
+        ("2025-03-26", "2025-03-26"),
+        ("2024-11-05", "2025-11-25"),
+        ("2026-07-28", "2025-11-25"),
+    ] {
+        let s = LegacySession::initialize(&client, asked, json!({}))
+            .await
+            .unwrap();
+        assert_eq!(s.version(), settled, "asked {asked}");
+    }
+    let session = open(&client).await;
+    assert!(session.id().bytes().all(|b| (0x21..=0x7e).contains(&b)));
+    assert_eq!(ok(&session, "ping", json!({})).await, json!({}));
+
+    // Another principal holding the id is refused as if it did not exist.
+    let stolen = session.through(&server.client().with_bearer(TOKEN_7));
+    let reply = stolen.request("tools/list", json!({})).await.unwrap();
+    assert_eq!(reply.status, 404, "{}", reply.body);
+
+    // The version header, when sent, must be the session's.
+    let body = session.message("ping", json!({}));
+    let mut headers = client.headers_for("ping", &json!({}));
+    headers.insert("mcp-session-id", session.id().parse().unwrap());
+    headers.insert("mcp-protocol-version", "2025-06-18".parse().unwrap());
+    let reply = client
+        .send_raw(body.to_string().into_bytes(), headers)
+        .await
+        .unwrap();
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert!(
+        reply.body.contains("is not the session's version"),
+        "{}",
+        reply.body
+    );
+
+    // The methods of 2026-07-28 alone do not exist in a session, nor does a second
+    // initialize.
+    for method in ["server/discover", "subscriptions/listen"] {
+        let reply = session.request(method, json!({})).await.unwrap();
+        validate_legacy(method, reply.response().unwrap());
+        assert_eq!(reply.error_code(), Some(-32601), "{method}: {}", reply.body);
+    }
+    let again = session
+        .request(
+            "initialize",
+            json!({ "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "c", "version": "1" } }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.error_code(), Some(-32600), "{}", again.body);
+
+    // Stateless requests on the same endpoint are untouched, and an `initialize` that
+    // carries their `_meta` is one of theirs: the method does not exist there.
+    let discover = client.request("server/discover", json!({})).await.unwrap();
+    assert_eq!(discover.status, 200, "{}", discover.body);
+    let modern = client.request("initialize", json!({})).await.unwrap();
+    assert_eq!(
+        (modern.status, modern.error_code()),
+        (404, Some(-32601)),
+        "{}",
+        modern.body
+    );
+
+    // A made-up session, an ended one, and an initialize without its version.
+    let mut headers = client.headers_for("ping", &json!({}));
+    headers.insert(
+        "mcp-session-id",
+        "mcs_00000000000000000000000000000000".parse().unwrap(),
+    );
+    let made_up = client
+        .send_raw(body.to_string().into_bytes(), headers)
+        .await
+        .unwrap();
+    assert_eq!(made_up.status, 404, "{}", made_up.body);
+    let ended = LegacySession::initialize(&client, "2025-11-25", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(ended.delete().await.unwrap(), 200);
+    assert_eq!(ended.delete().await.unwrap(), 404);
+    assert_eq!(ended.request("ping", json!({})).await.unwrap().status, 404);
+    let bad = client
+        .send_raw(
+            json!({ "jsonrpc": "2.0", "id": 5, "method": "initialize", "params": { "capabilities": {} } })
+                .to_string()
+                .into_bytes(),
+            client.headers_for("initialize", &json!({})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(bad.error_code(), Some(-32602), "{}", bad.body);
+    assert!(bad.body.contains("protocolVersion"), "{}", bad.body);
+    // None of this touched the session.
+    assert_eq!(ok(&session, "ping", json!({})).await, json!({}));
+}
+
+/// A session's log level applies to every later call; its messages travel on the call's
+/// stream, in the 2025-11-25 shapes.
+#[tokio::test]
+async fn set_level_streams_log_messages_of_later_calls() {
+    let server = ServerProcess::start_exact(&["--profile", "conformance", "--anonymous"]);
+    let session = open(&server.client()).await;
+    let quiet = session
+        .request(
+            "tools/call",
+            json!({ "name": "test_tool_with_logging", "arguments": {} }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(quiet.notifications().count(), 0, "{}", quiet.body);
+    assert_eq!(
+        ok(&session, "logging/setLevel", json!({ "level": "info" })).await,
+        json!({})
+    );
+    let loud = session
+        .request(
+            "tools/call",
+            json!({ "name": "test_tool_with_logging", "arguments": {} }),
+        )
+        .await
+        .unwrap();
+    assert!(loud.is_sse(), "{}", loud.body);
+    for m in &loud.messages {
+        validate_legacy("tools/call", m);
+    }
+    let logs: Vec<&Value> = loud.notifications().collect();
+    assert_eq!(logs.len(), 3, "{}", loud.body);
+    assert!(logs.iter().all(|m| m["method"] == "notifications/message"));
+}
+
+/// A server started modern-only refuses `initialize`, naming the versions it speaks.
+#[tokio::test]
+async fn a_modern_only_server_names_its_versions_to_initialize() {
+    let server = ServerProcess::start_exact(&["--profile", "demo", "--anonymous", "--modern-only"]);
+    let err = LegacySession::initialize(&server.client(), "2025-11-25", json!({}))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("-32022") && text.contains("2026-07-28"),
+        "{text}"
+    );
+}

@@ -1,0 +1,174 @@
+//! Sessions of the initialization-based era (2025-11-25 basic/lifecycle and transports):
+//! `initialize`, then every message carries `Mcp-Session-Id` and `MCP-Protocol-Version`.
+
+use futures_util::Stream;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::{Value, json};
+use wharf_protocol::{headers, methods};
+
+use crate::http::messages_of;
+use crate::{ClientError, HttpClient, Reply};
+
+/// A legacy session with one server, spoken through an [`HttpClient`] (its URL and token).
+#[derive(Debug, Clone)]
+pub struct LegacySession {
+    client: HttpClient,
+    id: String,
+    version: String,
+    /// The `initialize` result.
+    pub initialized: Value,
+}
+
+impl LegacySession {
+    /// Opens a session: `initialize` asking for `version` with `capabilities`, then
+    /// `notifications/initialized`.
+    pub async fn initialize(
+        client: &HttpClient,
+        version: &str,
+        capabilities: Value,
+    ) -> Result<Self, ClientError> {
+        let body = json!({
+            "jsonrpc": "2.0",
+            "id": client.next_id(),
+            "method": methods::INITIALIZE,
+            "params": {
+                "protocolVersion": version,
+                "capabilities": capabilities,
+                "clientInfo": client.meta.client_info,
+            },
+        });
+        let reply = client
+            .send_raw(body.to_string().into_bytes(), client.base_headers())
+            .await?;
+        let id = reply
+            .headers
+            .get(headers::SESSION_ID)
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| {
+                ClientError::Protocol(format!("initialize opened no session: {}", reply.body))
+            })?
+            .to_owned();
+        let initialized = reply
+            .result()
+            .cloned()
+            .ok_or_else(|| ClientError::Protocol(format!("initialize failed: {}", reply.body)))?;
+        let version = initialized["protocolVersion"]
+            .as_str()
+            .unwrap_or(version)
+            .to_owned();
+        let session = LegacySession {
+            client: client.clone(),
+            id,
+            version,
+            initialized,
+        };
+        session
+            .notify(methods::NOTIFICATION_INITIALIZED, json!({}))
+            .await?;
+        Ok(session)
+    }
+
+    /// The same session, spoken through `client` (another replica's URL, say).
+    pub fn through(&self, client: &HttpClient) -> Self {
+        LegacySession {
+            client: client.clone(),
+            ..self.clone()
+        }
+    }
+
+    /// The session id (`Mcp-Session-Id`).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The negotiated version.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    fn headers(&self) -> HeaderMap {
+        let mut h = self.client.base_headers();
+        if let Ok(v) = HeaderValue::from_str(&self.id) {
+            h.insert(HeaderName::from_static(headers::SESSION_ID), v);
+        }
+        if let Ok(v) = HeaderValue::from_str(&self.version) {
+            h.insert(HeaderName::from_static(headers::PROTOCOL_VERSION), v);
+        }
+        h
+    }
+
+    /// Sends a request and reads its whole reply (JSON, or an SSE stream to its end).
+    pub async fn request(&self, method: &str, params: Value) -> Result<Reply, ClientError> {
+        self.post(&self.message(method, params)).await
+    }
+
+    /// The request message for `method` (with a fresh id).
+    pub fn message(&self, method: &str, params: Value) -> Value {
+        json!({ "jsonrpc": "2.0", "id": self.client.next_id(), "method": method, "params": params })
+    }
+
+    /// Posts `message` as it is and reads the whole reply.
+    pub async fn post(&self, message: &Value) -> Result<Reply, ClientError> {
+        self.client
+            .send_raw(message.to_string().into_bytes(), self.headers())
+            .await
+    }
+
+    /// Posts a request and yields the messages of its SSE answer as they arrive (server
+    /// requests among them, which the caller answers with [`LegacySession::respond`]).
+    pub async fn stream(
+        &self,
+        message: &Value,
+    ) -> Result<impl Stream<Item = Value> + use<>, ClientError> {
+        let res = self
+            .client
+            .http
+            .post(self.client.url())
+            .headers(self.headers())
+            .body(message.to_string())
+            .send()
+            .await?;
+        Ok(messages_of(res))
+    }
+
+    /// Sends a notification; the HTTP status (202 when accepted).
+    pub async fn notify(&self, method: &str, params: Value) -> Result<u16, ClientError> {
+        let body = json!({ "jsonrpc": "2.0", "method": method, "params": params });
+        Ok(self.post(&body).await?.status)
+    }
+
+    /// Answers server request `id` with `result`; the HTTP status (202 when accepted).
+    pub async fn respond(&self, id: &Value, result: Value) -> Result<u16, ClientError> {
+        let body = json!({ "jsonrpc": "2.0", "id": id, "result": result });
+        Ok(self.post(&body).await?.status)
+    }
+
+    /// Opens the session's own stream (GET): list changes and resource updates.
+    pub async fn listen(&self) -> Result<(u16, impl Stream<Item = Value> + use<>), ClientError> {
+        let mut h = self.headers();
+        h.insert(
+            reqwest::header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        let res = self
+            .client
+            .http
+            .get(self.client.url())
+            .headers(h)
+            .send()
+            .await?;
+        Ok((res.status().as_u16(), messages_of(res)))
+    }
+
+    /// Ends the session (DELETE); the HTTP status.
+    pub async fn delete(&self) -> Result<u16, ClientError> {
+        let res = self
+            .client
+            .http
+            .delete(self.client.url())
+            .headers(self.headers())
+            .send()
+            .await?;
+        Ok(res.status().as_u16())
+    }
+}
