@@ -387,3 +387,44 @@ async fn a_modern_only_server_names_its_versions_to_initialize() {
         "{text}"
     );
 }
+
+/// A call that needs what the client did not declare is refused with what it lacks; one
+/// whose question goes unanswered ends with a timeout, not a hang.
+#[tokio::test]
+async fn input_requests_need_the_capability_and_an_answer_in_time() {
+    let server = ServerProcess::start_exact(&[
+        "--profile",
+        "conformance",
+        "--anonymous",
+        "--input-timeout-secs",
+        "1",
+    ]);
+    let client = server.client();
+    let bare = LegacySession::initialize(&client, "2025-11-25", json!({}))
+        .await
+        .unwrap();
+    let args = json!({ "name": "test_elicitation", "arguments": { "message": "Who?" } });
+    let refused = bare.request("tools/call", args.clone()).await.unwrap();
+    validate_legacy("tools/call", refused.response().unwrap());
+    assert_eq!(refused.error_code(), Some(-32021), "{}", refused.body);
+    assert!(refused.body.contains("elicitation"), "{}", refused.body);
+
+    let session = open(&client).await;
+    let call = session.message("tools/call", args);
+    let mut stream = Box::pin(session.stream(&call).await.unwrap());
+    let ask = next(&mut stream, "the question").await;
+    assert_eq!(ask["method"], "elicitation/create");
+    let timed_out = next(&mut stream, "the timeout").await;
+    validate_legacy("tools/call", &timed_out);
+    assert_eq!(timed_out["id"], call["id"]);
+    let message = timed_out["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("did not answer") && message.contains("1 s"),
+        "{message}"
+    );
+    // A late answer changes nothing, and the session goes on.
+    let late =
+        json!({ "action": "accept", "content": { "username": "u", "email": "u@example.com" } });
+    assert_eq!(session.respond(&ask["id"], late).await.unwrap(), 202);
+    assert_eq!(ok(&session, "ping", json!({})).await, json!({}));
+}

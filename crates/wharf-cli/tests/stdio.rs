@@ -175,3 +175,68 @@ async fn bad_lines_get_precise_errors_and_the_server_carries_on() {
     c.close_stdin();
     assert!(c.wait().await.unwrap().success());
 }
+
+/// A client that opens with `initialize` gets a legacy session for the process: the
+/// handler's input request goes out on stdout as a server request, the answer comes back on
+/// stdin, and the call finishes; progress and log messages use the 2025 shapes.
+#[tokio::test]
+async fn a_legacy_client_initializes_and_answers_an_elicitation() {
+    use common::validate_legacy;
+    let mut c = StdioClient::spawn(
+        env!("CARGO_BIN_EXE_wharf"),
+        &["serve", "--stdio", "--profile", "conformance"],
+    )
+    .unwrap();
+    let init = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": { "elicitation": {} },
+        "clientInfo": { "name": "legacy-test", "version": "1" },
+    }});
+    c.send(&init).await.unwrap();
+    let m = recv(&mut c).await;
+    validate_legacy("initialize", &m);
+    assert_eq!(m["result"]["protocolVersion"], "2025-06-18");
+    c.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }))
+        .await
+        .unwrap();
+
+    let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "test_elicitation", "arguments": { "message": "Who are you?" } } });
+    c.send(&call).await.unwrap();
+    let ask = recv(&mut c).await;
+    validate_legacy("tools/call", &ask);
+    assert_eq!(ask["method"], "elicitation/create", "{ask}");
+    assert_eq!(ask["params"]["message"], "Who are you?");
+    let answer =
+        json!({ "action": "accept", "content": { "username": "ann", "email": "ann@example.com" } });
+    c.send(&json!({ "jsonrpc": "2.0", "id": ask["id"], "result": answer }))
+        .await
+        .unwrap();
+    let done = recv(&mut c).await;
+    validate_legacy("tools/call", &done);
+    assert_eq!(done["id"], 1);
+    let text = done["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("ann@example.com"), "{text}");
+
+    // The session's log level holds for the calls after it.
+    let level = json!({ "jsonrpc": "2.0", "id": 2, "method": "logging/setLevel", "params": { "level": "info" } });
+    c.send(&level).await.unwrap();
+    let m = recv(&mut c).await;
+    assert_eq!(m, json!({ "jsonrpc": "2.0", "id": 2, "result": {} }));
+    let logged = json!({ "jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "test_tool_with_logging", "arguments": {} } });
+    c.send(&logged).await.unwrap();
+    let mut logs = 0;
+    loop {
+        let m = recv(&mut c).await;
+        validate_legacy("tools/call", &m);
+        if m["id"] == 3 {
+            break;
+        }
+        assert_eq!(m["method"], "notifications/message", "{m}");
+        logs += 1;
+    }
+    assert_eq!(logs, 3);
+    c.close_stdin();
+    assert!(c.wait().await.unwrap().success());
+}

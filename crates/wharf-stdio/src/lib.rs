@@ -1,5 +1,9 @@
 //! stdio for Wharf: newline-delimited JSON-RPC on stdin/stdout, requests served
 //! concurrently, `notifications/cancelled` honoured, logs on stderr (never stdout).
+//!
+//! A client that opens with `initialize` gets the initialization-based era for the rest of
+//! the process (2026-07-28 basic/versioning): one session, held here, whose server requests
+//! (a handler's input requests) go out on stdout and whose answers come back on stdin.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -12,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::codec::{Decoder, FramedRead, LinesCodec, LinesCodecError};
 use tokio_util::sync::CancellationToken;
-use wharf::{ErrorKind, Principal, RpcError, Server};
+use wharf::{Answer, ErrorKind, Principal, RpcError, Scope, Server, Session};
 use wharf_protocol::jsonrpc::write_error;
 use wharf_protocol::{CancelledParams, Envelope, RequestId, methods};
 
@@ -79,6 +83,7 @@ where
     });
     let in_flight: InFlight = Arc::default();
     let mut tasks = JoinSet::new();
+    let mut legacy = Legacy::default();
     let mut lines = FramedRead::new(
         input,
         Lines(LinesCodec::new_with_max_length(MAX_LINE_BYTES)),
@@ -87,15 +92,13 @@ where
         match line {
             Ok(Line::Text(line)) if line.trim().is_empty() => {}
             Ok(Line::Text(line)) => {
-                handle_line(
-                    &server,
-                    &config.principal,
-                    &line,
-                    &tx,
-                    &in_flight,
-                    &mut tasks,
-                )
-                .await
+                let link = Link {
+                    server: &server,
+                    principal: &config.principal,
+                    tx: &tx,
+                    in_flight: &in_flight,
+                };
+                handle_line(&link, &line, &mut tasks, &mut legacy).await
             }
             Ok(Line::TooLong) => {
                 let e = RpcError::new(
@@ -116,6 +119,9 @@ where
         while tasks.try_join_next().is_some() {}
     }
     // Input closed: finish what was asked, end subscriptions, flush.
+    if let Some(stream) = legacy.stream.take() {
+        stream.abort();
+    }
     server.shutdown();
     let finished = tokio::time::timeout(config.drain, async {
         while tasks.join_next().await.is_some() {}
@@ -181,24 +187,69 @@ async fn send_error(tx: &mpsc::Sender<Vec<u8>>, id: Option<&RequestId>, e: &RpcE
     let _ = tx.send(buf).await;
 }
 
-async fn handle_line(
-    server: &Server,
-    principal: &Principal,
-    line: &str,
-    tx: &mpsc::Sender<Vec<u8>>,
-    in_flight: &InFlight,
-    tasks: &mut JoinSet<()>,
-) {
+/// What a line's handling needs from the session loop.
+struct Link<'a> {
+    server: &'a Server,
+    principal: &'a Principal,
+    tx: &'a mpsc::Sender<Vec<u8>>,
+    in_flight: &'a InFlight,
+}
+
+/// The process's legacy session, once a client opened one, and the task that writes its
+/// list changes and resource updates.
+#[derive(Default)]
+struct Legacy {
+    session: Option<Session>,
+    stream: Option<tokio::task::JoinHandle<()>>,
+}
+
+async fn handle_line(link: &Link<'_>, line: &str, tasks: &mut JoinSet<()>, legacy: &mut Legacy) {
+    let Link {
+        server,
+        principal,
+        tx,
+        in_flight,
+    } = *link;
     let envelope = match Envelope::parse(line.as_bytes(), MAX_JSON_DEPTH) {
         Ok(env) => env,
         Err(failure) => {
             return send_error(tx, failure.id.as_ref(), &RpcError::from(&failure.error)).await;
         }
     };
+    let sessions = server.sessions();
+    if let Some(session) = &mut legacy.session {
+        return in_session(link, envelope, session, tasks).await;
+    }
     let Some(method) = envelope.method.as_deref() else {
-        // A response from the client: this revision has no server-to-client requests.
+        // A response from the client: without a legacy session, nothing asked for one.
         return;
     };
+    if let Some(id) = &envelope.id {
+        if sessions.opens_session(method, envelope.params) {
+            let opened = sessions
+                .initialize(id.clone(), envelope.params, principal, Scope::Process)
+                .await;
+            match opened {
+                Ok((session, message)) => {
+                    let _ = tx.send(message).await;
+                    let mut stream = sessions.stream(&session);
+                    let out = tx.clone();
+                    legacy.stream = Some(tokio::spawn(async move {
+                        while let Some(m) = stream.next().await {
+                            if out.send(m).await.is_err() {
+                                return;
+                            }
+                        }
+                    }));
+                    legacy.session = Some(session);
+                }
+                Err(reply) => {
+                    let _ = tx.send(reply.to_message()).await;
+                }
+            }
+            return;
+        }
+    }
     let Some(id) = envelope.id else {
         if method == methods::NOTIFICATION_CANCELLED {
             // Invalid cancellations are ignored, as the specification asks.
@@ -220,21 +271,9 @@ async fn handle_line(
             return;
         }
     };
-    let id = req.id.clone();
-    let cancel = CancellationToken::new();
-    // Cancellation and responses are matched by id: a second live request with the same id
-    // would make both ambiguous.
-    let registered = {
-        let mut map = lock(in_flight);
-        !map.contains_key(&id) && map.insert(id.clone(), cancel.clone()).is_none()
+    let Some((id, cancel)) = register(link, &req.id).await else {
+        return;
     };
-    if !registered {
-        let e = RpcError::new(
-            ErrorKind::InvalidRequest,
-            format!("Request id {id} is already in use by a running request"),
-        );
-        return send_error(tx, Some(&id), &e).await;
-    }
     let (server, tx, in_flight) = (server.clone(), tx.clone(), in_flight.clone());
     let principal = principal.clone();
     tasks.spawn(async move {
@@ -250,6 +289,104 @@ async fn handle_line(
                 let _ = tx.send(reply.to_message()).await;
             }
             Some(Ok(admitted)) => admitted.stream(tx, cancel).await,
+        }
+        lock(&in_flight).remove(&id);
+    });
+}
+
+/// Registers a request by id, or answers that the id is taken: cancellation and responses
+/// are matched by id, so a second live request with the same id would make both ambiguous.
+async fn register(link: &Link<'_>, id: &RequestId) -> Option<(RequestId, CancellationToken)> {
+    let cancel = CancellationToken::new();
+    let registered = {
+        let mut map = lock(link.in_flight);
+        !map.contains_key(id) && map.insert(id.clone(), cancel.clone()).is_none()
+    };
+    if registered {
+        return Some((id.clone(), cancel));
+    }
+    let e = RpcError::new(
+        ErrorKind::InvalidRequest,
+        format!("Request id {id} is already in use by a running request"),
+    );
+    send_error(link.tx, Some(id), &e).await;
+    None
+}
+
+/// A message of the process's legacy session. What changes the session (its log level,
+/// its subscriptions) is handled in turn; calls run concurrently.
+async fn in_session(
+    link: &Link<'_>,
+    envelope: Envelope<'_>,
+    session: &mut Session,
+    tasks: &mut JoinSet<()>,
+) {
+    let sessions = link.server.sessions();
+    let Some(method) = envelope.method.as_deref() else {
+        if let Some(id) = &envelope.id {
+            if let Err(e) = sessions
+                .answer(session, id, envelope.result, envelope.error)
+                .await
+            {
+                tracing::warn!(error = %e.message, "a response from the client was refused");
+            }
+        }
+        return;
+    };
+    let Some(id) = envelope.id else {
+        if let Err(e) = sessions.notify(session, method, envelope.params).await {
+            tracing::debug!(error = %e.message, "an invalid notification was ignored");
+        }
+        return;
+    };
+    let stateful = matches!(
+        method,
+        methods::LOGGING_SET_LEVEL
+            | methods::RESOURCES_SUBSCRIBE
+            | methods::RESOURCES_UNSUBSCRIBE
+            | methods::PING
+            | methods::INITIALIZE
+    );
+    if stateful {
+        let answer = sessions
+            .request(session, id, method, envelope.params, link.principal.clone())
+            .await;
+        let message = match answer {
+            Ok(Answer::Message(m)) => m,
+            Err(reply) => reply.to_message(),
+            // These methods are answered at once.
+            Ok(_) => return,
+        };
+        let _ = link.tx.send(message).await;
+        return;
+    }
+    let Some((id, _)) = register(link, &id).await else {
+        return;
+    };
+    let (server, tx, in_flight) = (link.server.clone(), link.tx.clone(), link.in_flight.clone());
+    let (mut session, principal) = (session.clone(), link.principal.clone());
+    let params = envelope.params.map(ToOwned::to_owned);
+    let method = method.to_owned();
+    tasks.spawn(async move {
+        let answer = server
+            .sessions()
+            .request(
+                &mut session,
+                id.clone(),
+                &method,
+                params.as_deref(),
+                principal,
+            )
+            .await;
+        match answer {
+            Ok(Answer::Call(call)) => call.stream(tx).await,
+            Ok(Answer::Message(m)) => {
+                let _ = tx.send(m).await;
+            }
+            Err(reply) => {
+                let _ = tx.send(reply.to_message()).await;
+            }
+            Ok(_) => {}
         }
         lock(&in_flight).remove(&id);
     });
