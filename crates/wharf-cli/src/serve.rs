@@ -107,10 +107,12 @@ pub(crate) struct ServeArgs {
     /// Worker threads (default: the CPUs this process may use).
     #[arg(long, env = "WHARF_WORKERS")]
     workers: Option<usize>,
-    /// Where handles, idempotency records and data live: sqlite://PATH, postgres://…,
-    /// redis://… (profiles without state open no store).
-    #[arg(long, env = "WHARF_STORE", default_value = wharf_store::DEFAULT_URL, hide_env_values = true)]
-    store: String,
+    /// Where handles, idempotency records, legacy sessions and data live: sqlite://PATH,
+    /// postgres://…, redis://… (default sqlite://./wharf.db). Profiles without state of
+    /// their own open a store only when given one; their legacy sessions then live in it
+    /// (shared by replicas) instead of in the process.
+    #[arg(long, env = "WHARF_STORE", hide_env_values = true)]
+    store: Option<String>,
     /// An API key, `PRINCIPAL=TOKEN`, sent by clients as `Authorization: Bearer TOKEN`;
     /// repeatable. WHARF_API_KEYS takes a comma-separated list.
     #[arg(
@@ -332,16 +334,18 @@ fn auth(args: &ServeArgs) -> anyhow::Result<Auth> {
     Ok(Auth::api_keys(keys))
 }
 
-/// The store, opened and migrated, when the profile keeps state.
+/// The store, opened and migrated, when the profile keeps state or one was given.
 async fn open_store(args: &ServeArgs) -> anyhow::Result<Option<Arc<dyn Store>>> {
-    if !Profile::from(args.profile).needs_store() {
-        return Ok(None);
-    }
+    let url = match (&args.store, Profile::from(args.profile).needs_store()) {
+        (Some(url), _) => url.as_str(),
+        (None, true) => wharf_store::DEFAULT_URL,
+        (None, false) => return Ok(None),
+    };
     let mut options = StoreOptions::default();
     options.lock_wait = Duration::from_secs(args.lock_wait_secs.max(1));
     // The import service's own tables, created beside the store's.
     options.app_migrations = Some(Arc::new(wharf_reference::data::migrations()));
-    let store = wharf_store::open(&args.store, &options)
+    let store = wharf_store::open(url, &options)
         .await
         .context("cannot open the store")?;
     tracing::info!(backend = store.backend(), "store ready");

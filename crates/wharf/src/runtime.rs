@@ -33,7 +33,7 @@ pub(crate) struct Runtime {
     /// Cancelled when the server starts draining (and at shutdown).
     pub(crate) draining: CancellationToken,
     /// Where legacy sessions live.
-    pub(crate) sessions: Book,
+    pub(crate) sessions: Arc<Book>,
     /// The legacy calls running here and the answers they wait for.
     pub(crate) hub: Arc<Hub>,
 }

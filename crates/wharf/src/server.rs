@@ -276,7 +276,7 @@ impl ServerBuilder {
                 .bus
                 .or_else(|| self.store.as_ref().and_then(|s| s.bus()))
                 .unwrap_or_else(|| Arc::new(InProcessBus::default())),
-            sessions: Book::new(self.store.as_ref()),
+            sessions: Arc::new(Book::new(self.store.as_ref())),
             hub: Arc::default(),
             store: self.store,
             shutdown: CancellationToken::new(),

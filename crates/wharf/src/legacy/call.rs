@@ -5,6 +5,8 @@
 //! replica), the next round runs with those answers and the sealed request state, exactly as
 //! a stateless client would have retried.
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +27,7 @@ use crate::meta::capabilities_cover;
 use crate::principal::Principal;
 use crate::reply::error_message;
 use crate::request::{self, Caller, Outbox, ParsedRequest, RequestBody};
-use crate::session::{Book, Delivery, Running, Session, Waiter};
+use crate::session::{Delivery, Running, Session, Waiter};
 use crate::store::TxMode;
 
 /// How often a call waiting for an answer looks in the store even without a signal (one
@@ -116,9 +118,14 @@ impl LegacyCall {
             methods::TOOLS_CALL | methods::PROMPTS_GET | methods::RESOURCES_READ
         );
         let runtime = &core.runtime;
-        let cancel = runtime.shutdown.child_token();
+        // Not a child of the shutdown token: a child registers with its parent under a
+        // lock every call would contend for. Shutdown drains calls as it drains stateless
+        // ones.
+        let cancel = CancellationToken::new();
         if session.booked && runtime.sessions.is_shared() {
-            runtime.hub.listen(&runtime.bus, &runtime.shutdown);
+            runtime
+                .hub
+                .listen(&runtime.bus, &runtime.shutdown, &runtime.sessions);
         }
         let id_text = serde_json::to_string(&req.id).unwrap_or_default();
         let running = runtime.hub.run(session.id(), &id_text, cancel.clone());
@@ -352,12 +359,9 @@ impl Run {
             if let Some(Delivery::Local(v)) = delivery {
                 return Ok(Answer::from(v));
             }
-            let Book::Store(store) = &runtime.sessions else {
+            let Some(store) = runtime.sessions.store().filter(|_| self.session.booked) else {
                 continue;
             };
-            if !self.session.booked {
-                continue;
-            }
             match store.load_handle(waiter.key()).await {
                 Ok(Some(record))
                     if record.kind == REPLY_KIND && record.owner == self.session.owner() =>
@@ -421,28 +425,114 @@ fn required_capability(method: &str, params: Option<&Value>) -> Option<ClientCap
 }
 
 /// Sorts a round's response: input required, or the response, less what only 2026-07-28
-/// has (`resultType`, and the cache hints `ttlMs` and `cacheScope`).
+/// has (`resultType`, and the cache hints `ttlMs` and `cacheScope`). Only the result's
+/// top-level members are read (the rest stays raw text), since every legacy call pays this.
 fn classify(message: Vec<u8>) -> Step {
-    let Ok(mut v) = serde_json::from_slice::<Value>(&message) else {
+    #[derive(serde::Deserialize)]
+    struct Response<'a> {
+        #[serde(borrow)]
+        id: &'a RawValue,
+        #[serde(borrow, default)]
+        result: Option<&'a RawValue>,
+    }
+    type Members<'a> = BTreeMap<Cow<'a, str>, &'a RawValue>;
+    let Ok(response) = serde_json::from_slice::<Response<'_>>(&message) else {
         return Step::Done(message);
     };
-    let Some(result) = v.get_mut("result").and_then(Value::as_object_mut) else {
-        // An error response is the same in both eras.
+    // An error response is the same in both eras.
+    let Some(result) = response.result else {
         return Step::Done(message);
     };
-    if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
-        let requests = match result.remove("inputRequests") {
-            Some(Value::Object(r)) => r,
-            _ => Map::new(),
-        };
-        let state = match result.remove("requestState") {
-            Some(Value::String(s)) => Some(s),
-            _ => None,
-        };
+    let Ok(mut members) = serde_json::from_str::<Members<'_>>(result.get()) else {
+        return Step::Done(message);
+    };
+    if members.get("resultType").map(|v| v.get()) == Some("\"input_required\"") {
+        let requests = members
+            .remove("inputRequests")
+            .and_then(|r| serde_json::from_str(r.get()).ok())
+            .unwrap_or_default();
+        let state = members
+            .remove("requestState")
+            .and_then(|s| serde_json::from_str(s.get()).ok());
         return Step::Ask(Asked { requests, state });
     }
     for field in ["resultType", "ttlMs", "cacheScope"] {
-        result.remove(field);
+        members.remove(field);
     }
-    Step::Done(serde_json::to_vec(&v).unwrap_or(message))
+    let mut out = Vec::with_capacity(message.len());
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    out.extend_from_slice(response.id.get().as_bytes());
+    out.extend_from_slice(b",\"result\":{");
+    for (i, (key, value)) in members.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        // A key read from JSON writes back as JSON.
+        let _ = serde_json::to_writer(&mut out, key);
+        out.push(b':');
+        out.extend_from_slice(value.get().as_bytes());
+    }
+    out.extend_from_slice(b"}}");
+    Step::Done(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn done(message: &str) -> String {
+        match classify(message.as_bytes().to_vec()) {
+            Step::Done(m) => String::from_utf8(m).unwrap(),
+            _ => panic!("not done: {message}"),
+        }
+    }
+
+    #[test]
+    fn results_lose_only_what_2026_alone_has() {
+        let modern = r#"{"jsonrpc":"2.0","id":"a\"b","result":{"resultType":"complete","ttlMs":0,"cacheScope":"private","content":[{"type":"text","text":"\"resultType\":\"complete\""}],"_meta":{"k":1}}}"#;
+        let legacy: Value = serde_json::from_str(&done(modern)).unwrap();
+        assert_eq!(
+            legacy,
+            json!({ "jsonrpc": "2.0", "id": "a\"b", "result": {
+                "content": [{ "type": "text", "text": "\"resultType\":\"complete\"" }],
+                "_meta": { "k": 1 } } })
+        );
+        let error = r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32602,"message":"no"}}"#;
+        assert_eq!(done(error), error);
+    }
+
+    #[test]
+    fn an_input_required_result_is_a_round_to_ask() {
+        let asking = r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required","inputRequests":{"k":{"method":"roots/list"}},"requestState":"s1"}}"#;
+        match classify(asking.as_bytes().to_vec()) {
+            Step::Ask(asked) => {
+                assert_eq!(asked.state.as_deref(), Some("s1"));
+                assert_eq!(asked.requests["k"]["method"], "roots/list");
+            }
+            _ => panic!("not a round to ask"),
+        }
+    }
+
+    #[test]
+    fn input_requests_need_their_capability() {
+        let form =
+            required_capability("elicitation/create", Some(&json!({ "message": "m" }))).unwrap();
+        assert!(form.elicitation.unwrap().form.is_some());
+        let url =
+            required_capability("elicitation/create", Some(&json!({ "mode": "url" }))).unwrap();
+        assert!(url.elicitation.unwrap().url.is_some());
+        assert!(
+            required_capability("sampling/createMessage", None)
+                .unwrap()
+                .sampling
+                .is_some()
+        );
+        assert!(
+            required_capability("roots/list", None)
+                .unwrap()
+                .roots
+                .is_some()
+        );
+        assert!(required_capability("tasks/get", None).is_none());
+    }
 }

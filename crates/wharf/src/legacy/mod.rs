@@ -39,7 +39,7 @@ use crate::principal::Principal;
 use crate::reply::respond;
 use crate::request;
 pub use crate::session::Session;
-use crate::session::{Book, Delivery, SessionKind, SessionState};
+use crate::session::{Delivery, SessionKind, SessionState};
 use crate::store::{HandleRecord, Millis, StoreError, TxMode, now_millis};
 
 /// Where a session is kept.
@@ -141,20 +141,20 @@ impl<'a> Sessions<'a> {
         record.idle_ms = Some(millis(config.session_idle));
         let negotiated = version::negotiate_legacy(&params.protocol_version);
         let session = Session {
-            record,
-            state: SessionState {
+            record: Arc::new(record),
+            state: Arc::new(SessionState {
                 version: negotiated.to_owned(),
                 capabilities: params.capabilities,
                 client_info: params.client_info,
                 log_level: None,
                 subscriptions: Default::default(),
-            },
+            }),
             booked: scope == Scope::Shared,
         };
         if session.booked {
             runtime
                 .sessions
-                .insert(&session.to_record(), now)
+                .insert(&session, now)
                 .await
                 .map_err(|e| fail(e.into()))?;
         }
@@ -170,20 +170,21 @@ impl<'a> Sessions<'a> {
 
     /// The session `id`, if `principal` opened it and it is still alive.
     pub async fn resume(&self, id: &str, principal: &Principal) -> Result<Session, SessionError> {
-        let book = &self.core.runtime.sessions;
-        let Some(record) = book.load(id).await? else {
+        let runtime = &self.core.runtime;
+        let book = &runtime.sessions;
+        if book.is_shared() {
+            // Copies of stored sessions are only as good as the signals that drop them.
+            runtime.hub.listen(&runtime.bus, &runtime.shutdown, book);
+        }
+        let Some(mut session) = book.session(id, false).await? else {
             return Err(SessionError::Unknown);
         };
         let now = now_millis();
-        if record.kind != SESSION_KIND
-            || record.owner != principal.id()
-            || record.expired(now).is_some()
-        {
+        if session.owner() != principal.id() || session.record.expired(now).is_some() {
             return Err(SessionError::Unknown);
         }
-        let session = Session::from_record(record)?;
         if session.needs_touch(now) {
-            book.touch(id, now).await?;
+            book.touch(&mut session, now).await?;
         }
         Ok(session)
     }
@@ -222,7 +223,7 @@ impl<'a> Sessions<'a> {
                     return Err(fail(RpcError::method_not_found(method)));
                 }
                 let p: SetLevelParams = read(params).map_err(fail)?;
-                session.state.log_level = Some(p.level);
+                session.state_mut().log_level = Some(p.level);
                 self.save(session).await.map_err(fail)?;
                 empty()
             }
@@ -244,9 +245,9 @@ impl<'a> Sessions<'a> {
                     // needs.
                     access::resource(registry, &principal, &p.uri)
                         .map_err(|d| ErrorReply::denied(id.clone(), d))?;
-                    session.state.subscriptions.insert(p.uri);
+                    session.state_mut().subscriptions.insert(p.uri);
                 } else {
-                    session.state.subscriptions.remove(&p.uri);
+                    session.state_mut().subscriptions.remove(&p.uri);
                 }
                 self.save(session).await.map_err(fail)?;
                 empty()
@@ -303,8 +304,8 @@ impl<'a> Sessions<'a> {
         let answer = Value::Object(answer);
         let key = reply_key(session.id(), id);
         let runtime = &self.core.runtime;
-        match (&runtime.sessions, session.booked) {
-            (Book::Store(store), true) => {
+        match (runtime.sessions.store(), session.booked) {
+            (Some(store), true) => {
                 // A second answer to the same request changes nothing.
                 if store
                     .load_handle(&key)
@@ -346,13 +347,7 @@ impl<'a> Sessions<'a> {
         if !session.booked {
             return Ok(());
         }
-        if !self
-            .core
-            .runtime
-            .sessions
-            .update(&session.to_record())
-            .await?
-        {
+        if !self.core.runtime.sessions.update(session).await? {
             return Err(RpcError::new(
                 ErrorKind::InvalidRequest,
                 "Invalid request: the session ended",
@@ -377,8 +372,6 @@ impl<'a> Sessions<'a> {
     }
 }
 
-/// The handle kind of a session, as stored.
-const SESSION_KIND: &str = "mcp-session";
 /// The handle kind of a client's answer waiting for its call.
 const REPLY_KIND: &str = "mcp-reply";
 

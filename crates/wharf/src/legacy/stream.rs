@@ -151,11 +151,10 @@ impl State {
         if !self.booked {
             return;
         }
-        let loaded = self.core.runtime.sessions.load(&self.id).await;
-        match loaded.map(|r| r.map(Session::from_record).transpose()) {
-            Ok(Ok(Some(s))) => self.subscriptions = s.subscriptions().clone(),
-            Ok(Ok(None)) => {}
-            Ok(Err(e)) | Err(e) => tracing::warn!(error = %e, "could not read a session"),
+        match self.core.runtime.sessions.session(&self.id, true).await {
+            Ok(Some(s)) => self.subscriptions = s.subscriptions().clone(),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "could not read a session"),
         }
     }
 

@@ -11,6 +11,7 @@ use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
+use super::Book;
 use crate::bus::{ChangeEvent, NotificationBus, SessionSignal};
 
 /// How an answer reached this process.
@@ -33,16 +34,19 @@ pub(crate) struct Hub {
 }
 
 impl Hub {
-    /// Starts hearing the bus, once per process (the first legacy call does it).
+    /// Starts hearing the bus, once per process (the first legacy request does it), and
+    /// drops `book`'s copies of the sessions other replicas change or end.
     pub(crate) fn listen(
         self: &Arc<Self>,
         bus: &Arc<dyn NotificationBus>,
         stop: &CancellationToken,
+        book: &Arc<Book>,
     ) {
         if self.listening.set(()).is_err() {
             return;
         }
         let (hub, bus, stop) = (Arc::downgrade(self), Arc::clone(bus), stop.clone());
+        let book = Arc::downgrade(book);
         tokio::spawn(async move {
             loop {
                 let mut rx = bus.subscribe();
@@ -51,13 +55,25 @@ impl Hub {
                         () = stop.cancelled() => return,
                         e = rx.recv() => e,
                     };
-                    let Some(hub) = hub.upgrade() else { return };
+                    let (Some(hub), Some(book)) = (hub.upgrade(), book.upgrade()) else {
+                        return;
+                    };
                     match event {
-                        Ok(ChangeEvent::Session { session, signal }) => hub.route(&session, signal),
+                        Ok(ChangeEvent::Session { session, signal }) => {
+                            if matches!(signal, SessionSignal::Changed | SessionSignal::Ended) {
+                                book.forget(&session);
+                            }
+                            hub.route(&session, signal);
+                        }
                         Ok(_) => {}
-                        // Missed signals: waiting calls also look in the store on their own.
-                        Err(broadcast::error::RecvError::Lagged(_)) => hub.wake_all(),
+                        // Missed signals: waiting calls also look in the store on their own,
+                        // and no copy of a session can be trusted.
+                        Err(broadcast::error::RecvError::Lagged(_)) => {
+                            book.forget_all();
+                            hub.wake_all();
+                        }
                         Err(broadcast::error::RecvError::Closed) => {
+                            book.forget_all();
                             hub.wake_all();
                             break;
                         }

@@ -9,6 +9,7 @@ pub(crate) use book::Book;
 pub(crate) use hub::{Delivery, Hub, Running, Waiter};
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -30,11 +31,12 @@ impl HandleKind for SessionKind {
 }
 
 /// One client's session of the initialization-based era, as any replica reads it from the
-/// shared store (or, on stdio, as the process keeps it).
+/// shared store (or, on stdio, as the process keeps it). Cheap to clone: every request of
+/// the session holds it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Session {
-    pub(crate) record: HandleRecord,
-    pub(crate) state: SessionState,
+    pub(crate) record: Arc<HandleRecord>,
+    pub(crate) state: Arc<SessionState>,
     /// Whether the session is in the server's book (HTTP), not only held by its transport
     /// (stdio).
     pub(crate) booked: bool,
@@ -72,16 +74,16 @@ impl Session {
             )));
         }
         Ok(Session {
-            record,
-            state,
+            record: Arc::new(record),
+            state: Arc::new(state),
             booked: true,
         })
     }
 
     /// The record to store, its data brought up to date.
     pub(crate) fn to_record(&self) -> HandleRecord {
-        let mut record = self.record.clone();
-        record.data = serde_json::to_value(&self.state).ok();
+        let mut record = HandleRecord::clone(&self.record);
+        record.data = serde_json::to_value(&*self.state).ok();
         record
     }
 
@@ -118,6 +120,16 @@ impl Session {
     /// The resources the client subscribed to.
     pub fn subscriptions(&self) -> &BTreeSet<String> {
         &self.state.subscriptions
+    }
+
+    /// The state, to change (the clone every holder of the session shares is left alone).
+    pub(crate) fn state_mut(&mut self) -> &mut SessionState {
+        Arc::make_mut(&mut self.state)
+    }
+
+    /// Notes a use recorded at `now`.
+    pub(crate) fn touched(&mut self, now: Millis) {
+        Arc::make_mut(&mut self.record).last_used_at = now;
     }
 
     /// Whether it was last used long enough ago that a use should be recorded (at most
