@@ -12,7 +12,7 @@ use common::import::*;
 use common::{ServerProcess, validate_legacy};
 use futures_util::{Stream, StreamExt};
 use serde_json::{Value, json};
-use wharf_client::{HttpClient, LegacySession};
+use wharf_client::{Connection, HttpClient, LegacySession};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -207,8 +207,20 @@ async fn a_legacy_session_spans_replicas(store: &str) {
             .all(|m| m.get("result").is_none() && m.get("error").is_none()),
         "a cancelled call sends no response: {rest:?}"
     );
-    let status = tool(&on_b, "report_status", json!({ "dataset": big })).await;
-    assert_eq!(status["state"], "cancelled", "{status}");
+    // The run's cleanup marks it cancelled once its last progress commit has landed.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let status = tool(&on_b, "report_status", json!({ "dataset": big })).await;
+        if status["state"] == "cancelled" {
+            break;
+        }
+        assert_eq!(status["state"], "running", "{status}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never marked cancelled: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     // Unsubscribed through B: the next commit is not heard.
     ok(&on_b, "resources/unsubscribe", json!({ "uri": uri })).await;
@@ -232,7 +244,10 @@ async fn a_legacy_session_spans_replicas(store: &str) {
             break;
         }
         assert_eq!(gone.status, 200, "{}", gone.body);
-        assert!(std::time::Instant::now() < deadline, "A still serves the ended session");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A still serves the ended session"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -437,4 +452,90 @@ async fn input_requests_need_the_capability_and_an_answer_in_time() {
         json!({ "action": "accept", "content": { "username": "u", "email": "u@example.com" } });
     assert_eq!(session.respond(&ask["id"], late).await.unwrap(), 202);
     assert_eq!(ok(&session, "ping", json!({})).await, json!({}));
+}
+
+/// The Python interpreter whose `mcp` is the last 1.x release (scripts/test.sh installs it).
+fn legacy_python() -> String {
+    let path = std::env::var("WHARF_TEST_LEGACY_PYTHON").unwrap_or_else(|_| {
+        format!(
+            "{}/../../target/pyvenv-legacy/bin/python",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    });
+    assert!(
+        std::path::Path::new(&path).exists(),
+        "{path} is missing: run the tests with scripts/test.sh, which installs mcp==1.30.0 there"
+    );
+    path
+}
+
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A dual-era client's fallback (2026-07-28 basic/versioning): a legacy-only server, the
+/// Python SDK's last 1.x FastMCP, answers the modern probe with a 400 of its own and gets
+/// `initialize`; Wharf, dual-era or modern-only, keeps the client modern.
+#[tokio::test]
+async fn a_dual_era_client_falls_back_only_for_a_legacy_server() {
+    let port = common::free_port();
+    let script = format!(
+        "{}/../../tests/python/legacy_server.py",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut server = Child(
+        std::process::Command::new(legacy_python())
+            .args([script, port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start the Python server"),
+    );
+    let deadline = std::time::Instant::now() + WAIT;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            server.0.try_wait().unwrap().is_none(),
+            "the Python server exited"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the Python server did not listen"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let client = HttpClient::new(format!("http://127.0.0.1:{port}/mcp"));
+    let Connection::Legacy(session) = client.connect(json!({})).await.unwrap() else {
+        panic!("a legacy-only server was taken for a modern one");
+    };
+    let echoed = session
+        .request(
+            "tools/call",
+            json!({ "name": "echo", "arguments": { "text": "hi" } }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        echoed.result().unwrap()["content"][0]["text"],
+        "hi",
+        "{}",
+        echoed.body
+    );
+
+    for extra in [&[][..], &["--modern-only"][..]] {
+        let mut args = vec!["--profile", "demo", "--anonymous"];
+        args.extend_from_slice(extra);
+        let wharf = ServerProcess::start_exact(&args);
+        assert!(
+            matches!(
+                wharf.client().connect(json!({})).await.unwrap(),
+                Connection::Modern(_)
+            ),
+            "Wharf {extra:?} was taken for a legacy server"
+        );
+    }
 }

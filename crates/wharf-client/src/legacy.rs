@@ -172,3 +172,46 @@ impl LegacySession {
         Ok(res.status().as_u16())
     }
 }
+
+/// What [`HttpClient::connect`] found the server to speak.
+#[derive(Debug, Clone)]
+pub enum Connection {
+    /// 2026-07-28: every request carries its `_meta`; use the client as it is.
+    Modern(HttpClient),
+    /// An initialization-based version: the session `initialize` opened.
+    Legacy(LegacySession),
+}
+
+/// The errors only a 2026-07-28 server sends (header mismatch, missing capability,
+/// unsupported version): they identify a modern server.
+const MODERN_ERRORS: [i64; 3] = [-32020, -32021, -32022];
+
+impl HttpClient {
+    /// Connects as a dual-era client does (2026-07-28 basic/versioning, "Backward
+    /// Compatibility"): a modern `server/discover` first. A result, or an error only a modern
+    /// server sends, means the server is modern; any other `4xx` means it is legacy, and it
+    /// gets `initialize` (newest legacy version, `capabilities`). A modern server that
+    /// supports no version this client speaks is an error, not a fallback.
+    pub async fn connect(&self, capabilities: Value) -> Result<Connection, ClientError> {
+        let reply = self.request("server/discover", json!({})).await?;
+        if reply.status == 200 && reply.result().is_some() {
+            return Ok(Connection::Modern(self.clone()));
+        }
+        if let Some(code) = reply.error_code().filter(|c| MODERN_ERRORS.contains(c)) {
+            return Err(ClientError::Protocol(format!(
+                "the server speaks 2026-07-28 or later but refused this client ({code}): {}",
+                reply.body
+            )));
+        }
+        if (400..500).contains(&reply.status) {
+            let newest = wharf_protocol::version::LEGACY[0];
+            return LegacySession::initialize(self, newest, capabilities)
+                .await
+                .map(Connection::Legacy);
+        }
+        Err(ClientError::Protocol(format!(
+            "server/discover answered HTTP {}: {}",
+            reply.status, reply.body
+        )))
+    }
+}

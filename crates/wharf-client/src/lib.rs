@@ -8,7 +8,7 @@ mod sse;
 mod stdio;
 
 pub use http::{HttpClient, Reply};
-pub use legacy::LegacySession;
+pub use legacy::{Connection, LegacySession};
 pub use sse::SseParser;
 pub use stdio::StdioClient;
 

@@ -81,8 +81,10 @@ async fn serve(
             return error_response(failure.id.as_ref(), &RpcError::from(&failure.error));
         }
     };
-    // A legacy session's message, or `initialize`, which opens one.
-    if headers.contains_key(mcp::SESSION_ID) {
+    // A legacy session's message, or `initialize`, which opens one. A stateless request
+    // (its version header names a modern revision) is served as one even if it carries a
+    // session id: stateless servers ignore that header.
+    if headers.contains_key(mcp::SESSION_ID) && !headers::is_modern(headers) {
         return session::post(state, headers, envelope, principal).await;
     }
     if let (Some(method), Some(id)) = (envelope.method.as_deref(), &envelope.id) {

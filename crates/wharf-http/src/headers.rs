@@ -42,6 +42,15 @@ fn decoded<'a>(value: &'a [u8], display: &str) -> Result<Cow<'a, str>, RpcError>
         .map_err(|e| RpcError::header_mismatch(format!("the {display} header value {e}")))
 }
 
+/// Whether the `MCP-Protocol-Version` header names a stateless revision (a legacy client
+/// sends its session's version, or none).
+pub(crate) fn is_modern(headers: &HeaderMap) -> bool {
+    headers
+        .get(&PROTOCOL_VERSION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| wharf_protocol::version::is_supported(v.trim()))
+}
+
 /// Checks every mirrored header of `req` against its body.
 pub(crate) fn validate(
     headers: &HeaderMap,
