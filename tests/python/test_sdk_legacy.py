@@ -4,7 +4,8 @@ MCP SDK (mcp==1.30.0, which speaks only `initialize`-based versions) against `wh
 
     WHARF_URL=http://127.0.0.1:8080/mcp python test_sdk_legacy.py
 
-The server must run the default profile (the import service) with `--anonymous`. The check
+The server must run the default profile (the import service), with `--anonymous` or with
+the API key given as WHARF_TOKEN. The check
 initializes a session (ClientSession over streamablehttp_client), lists the tools, loads a
 dataset, generates a report with progress, replaces the dataset (the server asks the user to
 confirm through an `elicitation/create` request on the call's stream, answered by
@@ -25,6 +26,8 @@ from datetime import timedelta
 from typing import Any
 
 URL = os.environ.get("WHARF_URL", "http://127.0.0.1:8080/mcp")
+# A bearer token for servers with API keys (the deployment test runs this behind nginx).
+AUTH = {"Authorization": f"Bearer {os.environ['WHARF_TOKEN']}"} if os.environ.get("WHARF_TOKEN") else {}
 TIMEOUT_S = float(os.environ.get("WHARF_TIMEOUT", "20"))
 
 
@@ -61,7 +64,7 @@ async def run() -> None:
 
     dataset = f"legacy_{uuid.uuid4().hex[:12]}"
     columns = [{"name": "id", "type": "integer"}]
-    async with streamablehttp_client(URL, timeout=TIMEOUT_S) as (read, write, session_id):
+    async with streamablehttp_client(URL, headers=AUTH, timeout=TIMEOUT_S) as (read, write, session_id):
         async with ClientSession(
             read, write, read_timeout_seconds=timedelta(seconds=TIMEOUT_S), elicitation_callback=on_elicit
         ) as session:
@@ -117,6 +120,7 @@ async def run() -> None:
                 "accept": "application/json, text/event-stream",
                 "mcp-session-id": sid,
                 "mcp-protocol-version": "2025-11-25",
+                **AUTH,
             },
             json={"jsonrpc": "2.0", "id": 99, "method": "ping"},
         )

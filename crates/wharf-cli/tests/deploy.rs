@@ -293,6 +293,51 @@ async fn redis_nginx_round_robin_serves_pages_rounds_and_changes() {
     nginx_round_robin_serves_pages_rounds_and_changes(&redis_url()).await;
 }
 
+/// The Python SDK's last 1.x client (legacy sessions only) through nginx's round-robin: its
+/// POSTs, its GET stream, its answer to an elicitation and its DELETE each reach whichever
+/// replica nginx picks (tests/python/test_sdk_legacy.py says what it checks).
+async fn a_legacy_python_client_works_through_round_robin(store: &str) {
+    let fleet = Fleet::start(store, &[], &[]);
+    let python = std::env::var("WHARF_TEST_LEGACY_PYTHON").unwrap_or_else(|_| {
+        format!(
+            "{}/../../target/pyvenv-legacy/bin/python",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    });
+    let script = format!(
+        "{}/../../tests/python/test_sdk_legacy.py",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let url = format!("http://127.0.0.1:{}/mcp", fleet.nginx.port);
+    let run = python.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(run)
+            .arg(script)
+            .env("WHARF_URL", url)
+            .env("WHARF_TOKEN", TOKEN_42)
+            .output()
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("{python}: {e} (scripts/test.sh installs mcp==1.30.0 there)"));
+    assert!(
+        out.status.success(),
+        "the legacy client failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_legacy_python_client_works_through_round_robin() {
+    a_legacy_python_client_works_through_round_robin(&pg_url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_legacy_python_client_works_through_round_robin() {
+    a_legacy_python_client_works_through_round_robin(&redis_url()).await;
+}
+
 /// Appends `batches` batches of `size` rows through nginx, one at a time, each with its
 /// own idempotency key, retrying a batch until it is answered; counts the errors seen.
 async fn append_load(
