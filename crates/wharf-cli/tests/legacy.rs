@@ -361,8 +361,42 @@ async fn sessions_follow_the_lifecycle_and_belong_to_their_principal() {
         .unwrap();
     assert_eq!(bad.error_code(), Some(-32602), "{}", bad.body);
     assert!(bad.body.contains("protocolVersion"), "{}", bad.body);
+    // An answer to a request the server never sent is refused, and kept nowhere.
+    let status = session.respond(&json!("made-up"), json!({})).await.unwrap();
+    assert_eq!(status, 400);
     // None of this touched the session.
     assert_eq!(ok(&session, "ping", json!({})).await, json!({}));
+}
+
+/// Without a store (one process keeps the sessions), the session's stream still hears
+/// list changes, and its end.
+#[tokio::test]
+async fn sessions_kept_in_the_process_hear_changes_and_their_end() {
+    let server = ServerProcess::start_exact(&["--profile", "conformance", "--anonymous"]);
+    let session = open(&server.client()).await;
+    let (status, events) = session.listen().await.unwrap();
+    assert_eq!(status, 200);
+    let mut events = Box::pin(events);
+    ok(
+        &session,
+        "resources/subscribe",
+        json!({ "uri": "test://watched-resource" }),
+    )
+    .await;
+    ok(
+        &session,
+        "tools/call",
+        json!({ "name": "test_trigger_tool_change", "arguments": {} }),
+    )
+    .await;
+    let changed = next(&mut events, "tools/list_changed").await;
+    validate_legacy("", &changed);
+    assert_eq!(changed["method"], "notifications/tools/list_changed");
+    assert_eq!(session.delete().await.unwrap(), 200);
+    let rest: Vec<Value> = tokio::time::timeout(WAIT, events.collect())
+        .await
+        .expect("the session's stream ends with the session");
+    assert!(rest.is_empty(), "{rest:?}");
 }
 
 /// A session's log level applies to every later call; its messages travel on the call's

@@ -14,7 +14,7 @@ pub struct HttpClient {
     url: String,
     /// What every request's `_meta` carries.
     pub meta: RequestMetaBuilder,
-    pub(crate) bearer: Option<String>,
+    bearer: Option<String>,
     next_id: std::sync::Arc<std::sync::atomic::AtomicI64>,
 }
 

@@ -102,9 +102,10 @@ async fn run(state: &AppState, call: LegacyCall) -> Response {
     if call.is_stream() {
         tokio::spawn(call.stream(tx));
     } else {
-        match Box::pin(call.respond()).await {
-            Outcome::Done(body) => return json_response(StatusCode::OK, body),
-            Outcome::Asks(rounds) => {
+        // On its own task, so that a client going away does not cut the call short.
+        match tokio::spawn(call.respond()).await {
+            Ok(Outcome::Done(body)) => return json_response(StatusCode::OK, body),
+            Ok(Outcome::Asks(rounds)) => {
                 tokio::spawn(rounds.stream(tx));
             }
             _ => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),

@@ -203,6 +203,26 @@ struct Legacy {
     stream: Option<tokio::task::JoinHandle<()>>,
 }
 
+impl Legacy {
+    /// (Re)starts writing the session's list changes and resource updates, for the
+    /// subscriptions it holds now.
+    fn restart_stream(&mut self, server: &Server, tx: &mpsc::Sender<Vec<u8>>) {
+        if let Some(old) = self.stream.take() {
+            old.abort();
+        }
+        let Some(session) = &self.session else { return };
+        let mut stream = server.sessions().stream(session);
+        let out = tx.clone();
+        self.stream = Some(tokio::spawn(async move {
+            while let Some(m) = stream.next().await {
+                if out.send(m).await.is_err() {
+                    return;
+                }
+            }
+        }));
+    }
+}
+
 async fn handle_line(link: &Link<'_>, line: &str, tasks: &mut JoinSet<()>, legacy: &mut Legacy) {
     let Link {
         server,
@@ -217,8 +237,8 @@ async fn handle_line(link: &Link<'_>, line: &str, tasks: &mut JoinSet<()>, legac
         }
     };
     let sessions = server.sessions();
-    if let Some(session) = &mut legacy.session {
-        return in_session(link, envelope, session, tasks).await;
+    if legacy.session.is_some() {
+        return in_session(link, envelope, legacy, tasks).await;
     }
     let Some(method) = envelope.method.as_deref() else {
         // A response from the client: without a legacy session, nothing asked for one.
@@ -232,16 +252,8 @@ async fn handle_line(link: &Link<'_>, line: &str, tasks: &mut JoinSet<()>, legac
             match opened {
                 Ok((session, message)) => {
                     let _ = tx.send(message).await;
-                    let mut stream = sessions.stream(&session);
-                    let out = tx.clone();
-                    legacy.stream = Some(tokio::spawn(async move {
-                        while let Some(m) = stream.next().await {
-                            if out.send(m).await.is_err() {
-                                return;
-                            }
-                        }
-                    }));
                     legacy.session = Some(session);
+                    legacy.restart_stream(server, tx);
                 }
                 Err(reply) => {
                     let _ = tx.send(reply.to_message()).await;
@@ -318,9 +330,12 @@ async fn register(link: &Link<'_>, id: &RequestId) -> Option<(RequestId, Cancell
 async fn in_session(
     link: &Link<'_>,
     envelope: Envelope<'_>,
-    session: &mut Session,
+    legacy: &mut Legacy,
     tasks: &mut JoinSet<()>,
 ) {
+    let Some(session) = &mut legacy.session else {
+        return;
+    };
     let sessions = link.server.sessions();
     let Some(method) = envelope.method.as_deref() else {
         if let Some(id) = &envelope.id {
@@ -358,6 +373,12 @@ async fn in_session(
             Ok(_) => return,
         };
         let _ = link.tx.send(message).await;
+        if matches!(
+            method,
+            methods::RESOURCES_SUBSCRIBE | methods::RESOURCES_UNSUBSCRIBE
+        ) {
+            legacy.restart_stream(link.server, link.tx);
+        }
         return;
     }
     let Some((id, _)) = register(link, &id).await else {

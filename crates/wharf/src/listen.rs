@@ -119,7 +119,8 @@ impl Listener {
         buf
     }
 
-    fn render(&self, event: &ChangeEvent) -> Vec<u8> {
+    /// The notification for `event` (`None` for what no listen stream carries).
+    fn render(&self, event: &ChangeEvent) -> Option<Vec<u8>> {
         #[derive(Serialize)]
         struct Params<'a> {
             #[serde(skip_serializing_if = "Option::is_none")]
@@ -137,16 +138,15 @@ impl Listener {
             | ChangeEvent::PrivateResourceUpdated { uri, .. } => {
                 (methods::NOTIFICATION_RESOURCE_UPDATED, Some(uri.as_str()))
             }
-            // Never wanted, so never rendered; an empty list-changed would do no harm.
-            ChangeEvent::Session { .. } => (methods::NOTIFICATION_RESOURCES_LIST_CHANGED, None),
+            ChangeEvent::Session { .. } => return None,
         };
-        self.notification(
+        Some(self.notification(
             method,
             &Params {
                 uri,
                 meta: self.sub_meta(),
             },
-        )
+        ))
     }
 
     /// The final response that ends the subscription gracefully.
@@ -195,8 +195,10 @@ impl Listener {
                 self.notification(methods::NOTIFICATION_SUBSCRIPTIONS_ACKNOWLEDGED, &params),
             );
         }
-        if let Some(event) = self.backlog.pop() {
-            return Some(self.render(&event));
+        while let Some(event) = self.backlog.pop() {
+            if let Some(m) = self.render(&event) {
+                return Some(m);
+            }
         }
         let shutdown = self.runtime.shutdown.clone();
         loop {
@@ -207,13 +209,19 @@ impl Listener {
                     return Some(self.final_response());
                 }
                 received = self.rx.recv() => match received {
-                    Ok(event) if self.wants(&event) => return Some(self.render(&event)),
+                    Ok(event) if self.wants(&event) => {
+                        if let Some(m) = self.render(&event) {
+                            return Some(m);
+                        }
+                    }
                     Ok(_) => {}
                     Err(RecvError::Lagged(missed)) => {
                         tracing::warn!(missed, "listen stream lagged; announcing every subscribed change");
                         self.backlog = self.everything();
-                        if let Some(event) = self.backlog.pop() {
-                            return Some(self.render(&event));
+                        while let Some(event) = self.backlog.pop() {
+                            if let Some(m) = self.render(&event) {
+                                return Some(m);
+                            }
                         }
                     }
                     Err(RecvError::Closed) => {

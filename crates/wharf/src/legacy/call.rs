@@ -18,7 +18,7 @@ use wharf_protocol::{
     ClientCapabilities, ElicitationCapability, InputResponses, RequestId, methods,
 };
 
-use super::{REPLY_KIND, reply_key};
+use super::{REPLY_KIND, SERVER_REQUEST_PREFIX, reply_key};
 use crate::admission::Admitted;
 use crate::dispatch::{self, Core};
 use crate::error::{ErrorKind, RpcError};
@@ -268,7 +268,7 @@ impl Run {
                 let what = format!("input request {key:?} ({method})");
                 return Err(self.fail(RpcError::missing_capability(&required, &what)));
             }
-            let id = RequestId::String(format!("wharf-{nonce:016x}-{n}"));
+            let id = RequestId::String(format!("{SERVER_REQUEST_PREFIX}{nonce:016x}-{n}"));
             // Waiting before sending: the answer cannot arrive before anyone listens.
             let waiter = runtime.hub.wait(&reply_key(self.session.id(), &id));
             let mut message = json!({ "jsonrpc": "2.0", "id": id, "method": method });
@@ -347,6 +347,8 @@ impl Run {
             let delivery = tokio::select! {
                 biased;
                 () = self.cancel.cancelled() => return Err(None),
+                // At shutdown nobody is left to answer (stdio's input ended).
+                () = runtime.shutdown.cancelled() => return Err(None),
                 () = tokio::time::sleep_until(deadline) => {
                     let secs = runtime.config.legacy.input_timeout.as_secs();
                     return Err(self.fail(RpcError::new(

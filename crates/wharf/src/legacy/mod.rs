@@ -223,8 +223,9 @@ impl<'a> Sessions<'a> {
                     return Err(fail(RpcError::method_not_found(method)));
                 }
                 let p: SetLevelParams = read(params).map_err(fail)?;
-                session.state_mut().log_level = Some(p.level);
-                self.save(session).await.map_err(fail)?;
+                self.change(session, |s| s.log_level = Some(p.level))
+                    .await
+                    .map_err(fail)?;
                 empty()
             }
             methods::RESOURCES_SUBSCRIBE | methods::RESOURCES_UNSUBSCRIBE => {
@@ -245,11 +246,32 @@ impl<'a> Sessions<'a> {
                     // needs.
                     access::resource(registry, &principal, &p.uri)
                         .map_err(|d| ErrorReply::denied(id.clone(), d))?;
-                    session.state_mut().subscriptions.insert(p.uri);
+                    if p.uri.len() > MAX_URI_LEN {
+                        return Err(fail(RpcError::invalid_params(format!(
+                            "Invalid params: the URI is longer than {MAX_URI_LEN} bytes"
+                        ))));
+                    }
+                    let subscriptions = &session.subscriptions();
+                    if !subscriptions.contains(&p.uri) && subscriptions.len() >= MAX_SUBSCRIPTIONS {
+                        return Err(fail(RpcError::invalid_params(format!(
+                            "Invalid params: a session subscribes to at most {MAX_SUBSCRIPTIONS} resources; unsubscribe from some first"
+                        ))));
+                    }
+                    self.change(session, |s| {
+                        // Checked again against the state as stored now.
+                        if s.subscriptions.len() < MAX_SUBSCRIPTIONS {
+                            s.subscriptions.insert(p.uri);
+                        }
+                    })
+                    .await
+                    .map_err(fail)?;
                 } else {
-                    session.state_mut().subscriptions.remove(&p.uri);
+                    self.change(session, |s| {
+                        s.subscriptions.remove(&p.uri);
+                    })
+                    .await
+                    .map_err(fail)?;
                 }
-                self.save(session).await.map_err(fail)?;
                 empty()
             }
             _ => {
@@ -301,6 +323,13 @@ impl<'a> Sessions<'a> {
                 ));
             }
         };
+        let asked_here = matches!(id, RequestId::String(s) if s.starts_with(SERVER_REQUEST_PREFIX));
+        if !asked_here {
+            return Err(RpcError::new(
+                ErrorKind::InvalidRequest,
+                format!("Invalid request: {id} is not the id of a request this server sent"),
+            ));
+        }
         let answer = Value::Object(answer);
         let key = reply_key(session.id(), id);
         let runtime = &self.core.runtime;
@@ -342,35 +371,60 @@ impl<'a> Sessions<'a> {
         SessionStream::open(self.core, session)
     }
 
-    /// Writes the session's changed state back, and tells its stream, wherever it is.
-    async fn save(&self, session: &Session) -> Result<(), RpcError> {
+    /// Changes the session's state where it is kept (or, for a session only its transport
+    /// holds, there), then tells its stream, wherever that is.
+    async fn change(
+        &self,
+        session: &mut Session,
+        change: impl FnOnce(&mut SessionState),
+    ) -> Result<(), RpcError> {
         if !session.booked {
+            change(session.state_mut());
+            self.signal(session, SessionSignal::Changed).await;
             return Ok(());
         }
-        if !self.core.runtime.sessions.update(session).await? {
+        let changed = self
+            .core
+            .runtime
+            .sessions
+            .update(session.id(), now_millis(), change)
+            .await?;
+        let Some(changed) = changed else {
             return Err(RpcError::new(
                 ErrorKind::InvalidRequest,
                 "Invalid request: the session ended",
             ));
-        }
+        };
+        *session = changed;
         self.signal(session, SessionSignal::Changed).await;
         Ok(())
     }
 
-    /// Tells every replica (or, for a session this process alone holds, this process).
+    /// Tells every replica. A cancellation of a session no other process holds goes
+    /// straight to this process's hub; a change or an end always goes on the bus, which the
+    /// session's streams hear (the in-process bus when nothing is shared).
     async fn signal(&self, session: &Session, signal: SessionSignal) {
         let runtime = &self.core.runtime;
-        if session.booked && runtime.sessions.is_shared() {
-            let event = ChangeEvent::Session {
-                session: session.id().to_owned(),
-                signal,
-            };
-            runtime.announce(event).await;
-        } else {
+        let shared = session.booked && runtime.sessions.is_shared();
+        if !shared && matches!(signal, SessionSignal::Cancel(_) | SessionSignal::Reply(_)) {
             runtime.hub.route(session.id(), signal);
+            return;
         }
+        let event = ChangeEvent::Session {
+            session: session.id().to_owned(),
+            signal,
+        };
+        runtime.announce(event).await;
     }
 }
+
+/// Resources one session may subscribe to: the session's record holds them all.
+const MAX_SUBSCRIPTIONS: usize = 1_000;
+/// Longest URI a session subscribes to, in bytes.
+const MAX_URI_LEN: usize = 2_048;
+/// What every server request's id starts with (see `call.rs`): an answer to anything
+/// else answers nothing this server asked, and is not kept.
+pub(crate) const SERVER_REQUEST_PREFIX: &str = "wharf-";
 
 /// The handle kind of a client's answer waiting for its call.
 const REPLY_KIND: &str = "mcp-reply";

@@ -93,10 +93,7 @@ impl State {
         match event {
             ChangeEvent::Session { session, signal } if session == self.id => match signal {
                 SessionSignal::Ended => None,
-                SessionSignal::Changed => {
-                    self.reload().await;
-                    Some(None)
-                }
+                SessionSignal::Changed => self.reload().await.then_some(None),
                 _ => Some(None),
             },
             other => Some(self.message(&other)),
@@ -146,15 +143,22 @@ impl State {
         serde_json::to_vec(&message).ok()
     }
 
-    /// Reads the session's subscriptions again (another replica changed them).
-    async fn reload(&mut self) {
+    /// Reads the session's subscriptions again (another replica changed them); `false`
+    /// when the session is gone, which ends the stream.
+    async fn reload(&mut self) -> bool {
         if !self.booked {
-            return;
+            return true;
         }
         match self.core.runtime.sessions.session(&self.id, true).await {
-            Ok(Some(s)) => self.subscriptions = s.subscriptions().clone(),
-            Ok(None) => {}
-            Err(e) => tracing::warn!(error = %e, "could not read a session"),
+            Ok(Some(s)) => {
+                self.subscriptions = s.subscriptions().clone();
+                true
+            }
+            Ok(None) => false,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read a session");
+                true
+            }
         }
     }
 

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::Session;
+use super::{Session, SessionState};
 use crate::store::{HandleKind, Millis, Store, StoreError, TxMode};
 
 /// Sessions a server without a store keeps at most (the expired ones go first); also the
@@ -132,27 +132,44 @@ impl Book {
         }
     }
 
-    /// Replaces a session's record (its state changed), unless the session ended meanwhile.
-    pub(crate) async fn update(&self, session: &Session) -> Result<bool, StoreError> {
+    /// Applies `change` to the session's state as the book holds it now, and returns the
+    /// session changed; `None` when it ended meanwhile. Writers of one session take turns:
+    /// each changes what the last one wrote, so two subscriptions made at once both stay
+    /// (on PostgreSQL the handle's lock orders them, on SQLite the write transaction; Redis
+    /// has no lock to take, and there the later of two simultaneous changes wins).
+    pub(crate) async fn update(
+        &self,
+        id: &str,
+        now: Millis,
+        change: impl FnOnce(&mut SessionState),
+    ) -> Result<Option<Session>, StoreError> {
         match self {
             Book::Store { store, .. } => {
-                let id = session.id();
                 let mut tx = store.begin(TxMode::Write).await?;
-                // Held, so a concurrent DELETE waits for this write or wins before it.
-                if !tx.hold_handle(id, None).await? {
+                // Held exclusively (a use is recorded), so no other change or end of the
+                // session commits between the read below and this transaction's commit.
+                if !tx.hold_handle(id, Some(now)).await? {
                     self.forget(id);
-                    return Ok(false);
+                    return Ok(None);
                 }
+                let Some(record) = store.load_handle(id).await? else {
+                    self.forget(id);
+                    return Ok(None);
+                };
+                let mut session = Session::from_record(record)?;
+                change(session.state_mut());
+                session.touched(now);
                 tx.retire_handle(id).await?;
                 tx.create_handle(&session.to_record()).await?;
                 tx.commit().await?;
-                self.keep(session);
-                Ok(true)
+                self.keep(&session);
+                Ok(Some(session))
             }
-            Book::Local(map) => Ok(lock(map)
-                .get_mut(session.id())
-                .map(|s| *s = session.clone())
-                .is_some()),
+            Book::Local(map) => Ok(lock(map).get_mut(id).map(|s| {
+                change(s.state_mut());
+                s.touched(now);
+                s.clone()
+            })),
         }
     }
 
@@ -160,9 +177,12 @@ impl Book {
     pub(crate) async fn touch(&self, session: &mut Session, now: Millis) -> Result<(), StoreError> {
         session.touched(now);
         match self {
-            Book::Store { store, .. } => {
+            Book::Store { store, copies } => {
                 store.touch_handle(session.id(), now).await?;
-                self.keep(session);
+                // The copy keeps its age: a use is no news of the session.
+                if let Some((copy, _)) = lock(copies).get_mut(session.id()) {
+                    copy.touched(now);
+                }
             }
             Book::Local(map) => {
                 if let Some(s) = lock(map).get_mut(session.id()) {

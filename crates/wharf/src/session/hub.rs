@@ -28,7 +28,10 @@ type RunKey = (Box<str>, Box<str>);
 /// The calls of legacy sessions running in this process, and the answers they wait for.
 #[derive(Default)]
 pub(crate) struct Hub {
-    running: Mutex<HashMap<RunKey, CancellationToken>>,
+    /// Each call's token, with the number of its registration: a second call reusing a
+    /// running call's id replaces its entry, and the first one's end must not remove it.
+    running: Mutex<HashMap<RunKey, (u64, CancellationToken)>>,
+    registrations: std::sync::atomic::AtomicU64,
     waiting: Mutex<HashMap<Box<str>, mpsc::Sender<Delivery>>>,
     listening: OnceLock<()>,
 }
@@ -90,7 +93,7 @@ impl Hub {
         match signal {
             SessionSignal::Cancel(id) => {
                 let key: RunKey = (session.into(), id.into());
-                if let Some(token) = lock(&self.running).get(&key) {
+                if let Some((_, token)) = lock(&self.running).get(&key) {
                     token.cancel();
                 }
             }
@@ -121,10 +124,14 @@ impl Hub {
         token: CancellationToken,
     ) -> Running {
         let key: RunKey = (session.into(), id.into());
-        lock(&self.running).insert(key.clone(), token);
+        let n = self
+            .registrations
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        lock(&self.running).insert(key.clone(), (n, token));
         Running {
             hub: Arc::clone(self),
             key,
+            n,
         }
     }
 
@@ -144,11 +151,15 @@ impl Hub {
 pub(crate) struct Running {
     hub: Arc<Hub>,
     key: RunKey,
+    n: u64,
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        lock(&self.hub.running).remove(&self.key);
+        let mut running = lock(&self.hub.running);
+        if running.get(&self.key).is_some_and(|(n, _)| *n == self.n) {
+            running.remove(&self.key);
+        }
     }
 }
 
