@@ -573,3 +573,33 @@ async fn a_dual_era_client_falls_back_only_for_a_legacy_server() {
         );
     }
 }
+
+/// A legacy client that goes away does not cancel its call (2025-11-25: only
+/// `notifications/cancelled` does): a plain JSON call keeps running to its end.
+#[tokio::test]
+async fn a_dropped_connection_does_not_cancel_a_legacy_call() {
+    let server = ServerProcess::start_exact(&["--profile", "demo", "--anonymous"]);
+    let session = open(&server.client()).await;
+    let stats = async || {
+        let s = tool(&session, "demo_stats", json!({})).await;
+        (
+            s["slowCountsStarted"].as_u64().unwrap(),
+            s["slowCountsCancelled"].as_u64().unwrap(),
+        )
+    };
+    let count = json!({ "name": "slow_count", "arguments": { "steps": 3, "interval_ms": 150 } });
+    let gone = tokio::time::timeout(
+        Duration::from_millis(100),
+        session.request("tools/call", count),
+    )
+    .await;
+    assert!(gone.is_err(), "the client went away before the answer");
+    let deadline = std::time::Instant::now() + WAIT;
+    while stats().await.0 == 0 {
+        assert!(std::time::Instant::now() < deadline, "the count never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The count takes 450 ms; a cancelled one would have said so at once.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(stats().await, (1, 0), "the call was cancelled by the dropped connection");
+}

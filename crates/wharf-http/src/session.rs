@@ -3,7 +3,10 @@
 //! POST, GET and DELETE carries. Sessions live in the server's store, so each message may
 //! reach any replica.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -102,16 +105,44 @@ async fn run(state: &AppState, call: LegacyCall) -> Response {
     if call.is_stream() {
         tokio::spawn(call.stream(tx));
     } else {
-        // On its own task, so that a client going away does not cut the call short.
-        match tokio::spawn(call.respond()).await {
-            Ok(Outcome::Done(body)) => return json_response(StatusCode::OK, body),
-            Ok(Outcome::Asks(rounds)) => {
+        match Detached(Some(Box::pin(call.respond()))).await {
+            Outcome::Done(body) => return json_response(StatusCode::OK, body),
+            Outcome::Asks(rounds) => {
                 tokio::spawn(rounds.stream(tx));
             }
             _ => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
         }
     }
     sse(state, ReceiverStream::new(rx).map(event))
+}
+
+/// A call's first round, run in the request's own task while the client waits; dropped
+/// unfinished (the client went away), it finishes on a task of its own: a dropped
+/// connection does not cancel a legacy call. (Spawning every call instead cost a sixth of
+/// the legacy echo throughput.)
+struct Detached(Option<Pin<Box<dyn Future<Output = Outcome> + Send>>>);
+
+impl Future for Detached {
+    type Output = Outcome;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Outcome> {
+        let Some(round) = self.0.as_mut() else {
+            return Poll::Pending;
+        };
+        let out = round.as_mut().poll(cx);
+        if out.is_ready() {
+            self.0 = None;
+        }
+        out
+    }
+}
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        if let (Some(round), Ok(runtime)) = (self.0.take(), tokio::runtime::Handle::try_current()) {
+            runtime.spawn(round);
+        }
+    }
 }
 
 /// GET with a session: its stream of list changes and resource updates.
