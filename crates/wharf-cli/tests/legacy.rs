@@ -361,6 +361,26 @@ async fn sessions_follow_the_lifecycle_and_belong_to_their_principal() {
         .unwrap();
     assert_eq!(bad.error_code(), Some(-32602), "{}", bad.body);
     assert!(bad.body.contains("protocolVersion"), "{}", bad.body);
+    // A mirrored header, which this era does not require, must match when it is sent.
+    let call = session.message(
+        "tools/call",
+        json!({ "name": "import_status", "arguments": { "import": "imp_x" } }),
+    );
+    let mut headers = client.headers_for("tools/call", &json!({ "name": "dataset_query" }));
+    headers.insert("mcp-session-id", session.id().parse().unwrap());
+    headers.remove("mcp-protocol-version");
+    let mismatch = client
+        .send_raw(call.to_string().into_bytes(), headers)
+        .await
+        .unwrap();
+    assert_eq!(
+        (mismatch.status, mismatch.error_code()),
+        (400, Some(-32020)),
+        "{}",
+        mismatch.body
+    );
+    assert!(mismatch.body.contains("Mcp-Name"), "{}", mismatch.body);
+
     // An answer to a request the server never sent is refused, and kept nowhere.
     let status = session.respond(&json!("made-up"), json!({})).await.unwrap();
     assert_eq!(status, 400);
@@ -596,10 +616,17 @@ async fn a_dropped_connection_does_not_cancel_a_legacy_call() {
     assert!(gone.is_err(), "the client went away before the answer");
     let deadline = std::time::Instant::now() + WAIT;
     while stats().await.0 == 0 {
-        assert!(std::time::Instant::now() < deadline, "the count never started");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the count never started"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // The count takes 450 ms; a cancelled one would have said so at once.
     tokio::time::sleep(Duration::from_millis(800)).await;
-    assert_eq!(stats().await, (1, 0), "the call was cancelled by the dropped connection");
+    assert_eq!(
+        stats().await,
+        (1, 0),
+        "the call was cancelled by the dropped connection"
+    );
 }

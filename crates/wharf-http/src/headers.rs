@@ -65,20 +65,51 @@ pub(crate) fn validate(
             req.info.protocol_version
         )));
     }
-    let method = required(headers, &METHOD, "Mcp-Method")?;
-    if method != req.body.method().as_bytes() {
-        return Err(RpcError::header_mismatch(format!(
-            "Mcp-Method header value '{}' does not match body value '{}'",
-            String::from_utf8_lossy(method),
-            req.body.method()
-        )));
+    mirrored(headers, req, server, true)
+}
+
+/// Checks the mirrored headers a request of a legacy session carries: that era requires
+/// none, but one that is sent must match the body (a gateway may route on it).
+pub(crate) fn validate_present(
+    headers: &HeaderMap,
+    req: &ParsedRequest,
+    server: &Server,
+) -> Result<(), RpcError> {
+    mirrored(headers, req, server, false)
+}
+
+/// `Mcp-Method`, `Mcp-Name` and `Mcp-Param-*` against the body; `strict`: each one the
+/// request has a value for must be there.
+fn mirrored(
+    headers: &HeaderMap,
+    req: &ParsedRequest,
+    server: &Server,
+    strict: bool,
+) -> Result<(), RpcError> {
+    let header = |name: &HeaderName, display: &str| {
+        if strict {
+            required(headers, name, display).map(Some)
+        } else {
+            raw(headers, name)
+        }
+    };
+    if let Some(method) = header(&METHOD, "Mcp-Method")? {
+        if method != req.body.method().as_bytes() {
+            return Err(RpcError::header_mismatch(format!(
+                "Mcp-Method header value '{}' does not match body value '{}'",
+                String::from_utf8_lossy(method),
+                req.body.method()
+            )));
+        }
     }
     if let Some(name) = req.body.name() {
-        let header = decoded(required(headers, &NAME, "Mcp-Name")?, "Mcp-Name")?;
-        if header != name {
-            return Err(RpcError::header_mismatch(format!(
-                "Mcp-Name header value '{header}' does not match body value '{name}'"
-            )));
+        if let Some(value) = header(&NAME, "Mcp-Name")? {
+            let value = decoded(value, "Mcp-Name")?;
+            if value != name {
+                return Err(RpcError::header_mismatch(format!(
+                    "Mcp-Name header value '{value}' does not match body value '{name}'"
+                )));
+            }
         }
     }
     if let RequestBody::CallTool(call) = &req.body {
@@ -92,7 +123,7 @@ pub(crate) fn validate(
             let display = format!("Mcp-Param-{}", p.name);
             let header = raw(headers, p.header.as_str())?;
             match (p.value_in(args), header) {
-                (Some(_), None) => {
+                (Some(_), None) if strict => {
                     return Err(RpcError::header_mismatch(format!(
                         "the {display} header is missing; it must mirror argument '{}'",
                         p.path.join(".")
@@ -107,7 +138,7 @@ pub(crate) fn validate(
                     }
                 }
                 // No value in the body: the header is not expected. A stray one is ignored.
-                (None, _) => {}
+                (None, _) | (Some(_), None) => {}
             }
         }
     }

@@ -90,7 +90,13 @@ pub(crate) async fn post(
         .await
     {
         Ok(Answer::Message(body)) => json_response(StatusCode::OK, body),
-        Ok(Answer::Call(call)) => run(state, *call).await,
+        Ok(Answer::Call(call)) => {
+            if let Err(e) = crate::headers::validate_present(headers, call.request(), &state.server)
+            {
+                return error_with_status(StatusCode::BAD_REQUEST, Some(&call.request().id), &e);
+            }
+            run(state, *call).await
+        }
         Err(reply) => refused(state, &reply),
         Ok(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }

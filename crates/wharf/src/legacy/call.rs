@@ -109,26 +109,46 @@ struct Run {
     _permit: Permit,
 }
 
+/// Registers a request of `session` for cancellation, from now until the registration is
+/// dropped (see [`Running`]); the hub starts hearing the bus for it if it did not yet.
+pub(crate) fn register(
+    core: &Arc<Core>,
+    session: &Session,
+    id: &RequestId,
+) -> (CancellationToken, Running) {
+    let runtime = &core.runtime;
+    // Not a child of the shutdown token: a child registers with its parent under a lock
+    // every call would contend for. Shutdown drains calls as it drains stateless ones.
+    let cancel = CancellationToken::new();
+    if session.booked && runtime.sessions.is_shared() {
+        runtime
+            .hub
+            .listen(&runtime.bus, &runtime.shutdown, &runtime.sessions);
+    }
+    let id_text = serde_json::to_string(id).unwrap_or_default();
+    let running = runtime.hub.run(session.id(), &id_text, cancel.clone());
+    (cancel, running)
+}
+
+/// What a call cancelled by its client gets, when something must be sent (a plain JSON
+/// response).
+pub(crate) fn cancelled_error() -> RpcError {
+    RpcError::new(ErrorKind::Internal, "Request cancelled by the client")
+}
+
 impl LegacyCall {
-    pub(crate) fn new(admitted: Admitted, session: Session, params: Option<&RawValue>) -> Self {
+    pub(crate) fn new(
+        admitted: Admitted,
+        session: Session,
+        params: Option<&RawValue>,
+        (cancel, running): (CancellationToken, Running),
+    ) -> Self {
         let (core, req, principal, permit) = admitted.into_parts();
         let method = req.body.method();
         let may_ask = matches!(
             method,
             methods::TOOLS_CALL | methods::PROMPTS_GET | methods::RESOURCES_READ
         );
-        let runtime = &core.runtime;
-        // Not a child of the shutdown token: a child registers with its parent under a
-        // lock every call would contend for. Shutdown drains calls as it drains stateless
-        // ones.
-        let cancel = CancellationToken::new();
-        if session.booked && runtime.sessions.is_shared() {
-            runtime
-                .hub
-                .listen(&runtime.bus, &runtime.shutdown, &runtime.sessions);
-        }
-        let id_text = serde_json::to_string(&req.id).unwrap_or_default();
-        let running = runtime.hub.run(session.id(), &id_text, cancel.clone());
         LegacyCall {
             run: Run {
                 raw: params.filter(|_| may_ask).map(ToOwned::to_owned),
@@ -228,8 +248,7 @@ impl Run {
 
     /// The answer to a cancelled call when one must be sent (a plain JSON response).
     fn cancelled(&self) -> Vec<u8> {
-        let e = RpcError::new(ErrorKind::Internal, "Request cancelled by the client");
-        error_message(Some(&self.id), &e)
+        error_message(Some(&self.id), &cancelled_error())
     }
 
     fn fail(&self, e: RpcError) -> Option<Vec<u8>> {

@@ -277,11 +277,19 @@ impl<'a> Sessions<'a> {
             _ => {
                 let req = request::parse_in_session(caps, session, id.clone(), method, params)
                     .map_err(fail)?;
-                let admitted = admission::admit(self.core, req, principal).await?;
+                // Registered before admission: a cancellation that arrives while the request
+                // waits in the queue takes it out of the queue.
+                let (cancel, running) = call::register(self.core, session, &id);
+                let admitted = tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => return Err(fail(call::cancelled_error())),
+                    admitted = admission::admit(self.core, req, principal) => admitted?,
+                };
                 Ok(Answer::Call(Box::new(LegacyCall::new(
                     admitted,
                     session.clone(),
                     params,
+                    (cancel, running),
                 ))))
             }
         }
