@@ -73,6 +73,12 @@ async fn next(stream: &mut (impl Stream<Item = Value> + Unpin), what: &str) -> V
 /// A committed dataset of `n` rows, loaded through the session.
 async fn dataset(session: &LegacySession, n: i64) -> String {
     let name = unique("legacy");
+    load(session, &name, n).await;
+    name
+}
+
+/// Dataset `name` created with `n` rows, through the session.
+async fn load(session: &LegacySession, name: &str, n: i64) {
     let begun = tool(
         session,
         "import_begin",
@@ -83,7 +89,6 @@ async fn dataset(session: &LegacySession, n: i64) -> String {
     let args = json!({ "import": import, "rows": rows(0, n), "idempotency_key": "k1" });
     tool(session, "import_append_rows", args).await;
     tool(session, "import_commit", json!({ "import": import })).await;
-    name
 }
 
 /// Tells every replica on the store that the tool list changed, as a replica announcing it
@@ -221,6 +226,34 @@ async fn a_legacy_session_spans_replicas(store: &str) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+
+    // Two subscriptions made at once, on both replicas, both stay: each change is made to
+    // the session as stored, not to a copy.
+    let (x, y) = (unique("legacy_x"), unique("legacy_y"));
+    let (sub_x, sub_y) = tokio::join!(
+        ok(
+            &on_a,
+            "resources/subscribe",
+            json!({ "uri": format!("dataset://{x}") })
+        ),
+        ok(
+            &on_b,
+            "resources/subscribe",
+            json!({ "uri": format!("dataset://{y}") })
+        ),
+    );
+    assert_eq!((sub_x, sub_y), (json!({}), json!({})));
+    load(&on_a, &x, 1).await;
+    load(&on_b, &y, 1).await;
+    let mut heard = Vec::new();
+    while heard.len() < 2 {
+        let n = next(&mut events, "the updates of both datasets").await;
+        if n["method"] == "notifications/resources/updated" {
+            heard.push(n["params"]["uri"].as_str().unwrap().to_owned());
+        }
+    }
+    heard.sort();
+    assert_eq!(heard, [format!("dataset://{x}"), format!("dataset://{y}")]);
 
     // Unsubscribed through B: the next commit is not heard.
     ok(&on_b, "resources/unsubscribe", json!({ "uri": uri })).await;

@@ -133,10 +133,10 @@ impl Book {
     }
 
     /// Applies `change` to the session's state as the book holds it now, and returns the
-    /// session changed; `None` when it ended meanwhile. Writers of one session take turns:
-    /// each changes what the last one wrote, so two subscriptions made at once both stay
-    /// (on PostgreSQL the handle's lock orders them, on SQLite the write transaction; Redis
-    /// has no lock to take, and there the later of two simultaneous changes wins).
+    /// session changed; `None` when it ended meanwhile. Writers of one session take turns
+    /// (the store's mutation lock on the session where it has one shared by processes, and
+    /// on PostgreSQL the handle's lock, on SQLite the write transaction): each changes what
+    /// the last one wrote, so two subscriptions made at once on two replicas both stay.
     pub(crate) async fn update(
         &self,
         id: &str,
@@ -145,7 +145,13 @@ impl Book {
     ) -> Result<Option<Session>, StoreError> {
         match self {
             Book::Store { store, .. } => {
+                // Redis has no lock a transaction can take: its mutation lock orders the
+                // writers, and its fence voids a commit made after the lease ran out.
+                let lock = store.lock_key(&format!("session:{id}")).await?;
                 let mut tx = store.begin(TxMode::Write).await?;
+                if let Some(fence) = lock.as_ref().and_then(|l| l.fence()) {
+                    tx.fence(&fence);
+                }
                 // Held exclusively (a use is recorded), so no other change or end of the
                 // session commits between the read below and this transaction's commit.
                 if !tx.hold_handle(id, Some(now)).await? {
@@ -162,6 +168,9 @@ impl Book {
                 tx.retire_handle(id).await?;
                 tx.create_handle(&session.to_record()).await?;
                 tx.commit().await?;
+                if let Some(lock) = lock {
+                    lock.release().await;
+                }
                 self.keep(&session);
                 Ok(Some(session))
             }
