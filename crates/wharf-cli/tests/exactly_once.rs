@@ -45,6 +45,7 @@ async fn a_duplicate_of_a_write_running_elsewhere_is_503_then_replays(store: &st
         key: "dup-1".into(),
         digest: Digest::of(TOOL, map),
         expires_at: now_millis() + 3_600_000,
+        owner: "user-42".into(),
     };
     let Begin::Run(mut first) = other.begin_idempotent(&claim, now_millis()).await.unwrap() else {
         panic!("the other replica's attempt is the first")

@@ -38,7 +38,7 @@ async fn handles_belong_to_their_owner(store: &str) {
             json!({ "rows": rows(10, 1), "idempotency_key": "k-7" }),
         ),
         ("import_commit", json!({})),
-        ("import_abort", json!({})),
+        ("import_abort", json!({ "idempotency_key": "k-7" })),
     ] {
         let mut args = extra.clone();
         args["import"] = json!(import);
@@ -227,8 +227,13 @@ async fn aborted_imports_are_gone(store: &str) {
         json!({ "import": import, "rows": rows(0, 4), "idempotency_key": "a" }),
     )
     .await;
-    let r = ok(&u42, "import_abort", json!({ "import": import })).await;
+    let abort = json!({ "import": import, "idempotency_key": "abort-1" });
+    let r = ok(&u42, "import_abort", abort.clone()).await;
     assert_eq!(r["structuredContent"]["discardedRows"], 4);
+    assert!(
+        r["_meta"].get("dev.wharf/idempotentReplay").is_none(),
+        "{r}"
+    );
     let gone = refused(
         &u42,
         "import_append_rows",
@@ -236,6 +241,22 @@ async fn aborted_imports_are_gone(store: &str) {
     )
     .await;
     assert!(gone.contains("unknown or has expired"), "{gone}");
+    // The abort retried (its answer was lost, say) replays the first result, though the
+    // import is gone; nothing is discarded twice.
+    let again = ok(&u42, "import_abort", abort.clone()).await;
+    assert_eq!(again["structuredContent"], r["structuredContent"]);
+    assert_eq!(
+        again["_meta"]["dev.wharf/idempotentReplay"], true,
+        "{again}"
+    );
+    // Other arguments under the key, or a new key, find the import gone; another principal
+    // with the same handle and key gets nothing of the first caller's.
+    let other_key = json!({ "import": import, "idempotency_key": "abort-2" });
+    let other = refused(&u42, "import_abort", other_key).await;
+    assert!(other.contains("unknown or has expired"), "{other}");
+    let u7 = s.client().with_bearer(TOKEN_7);
+    let stranger = refused(&u7, "import_abort", abort).await;
+    assert!(stranger.contains("unknown or has expired"), "{stranger}");
 }
 
 async fn expired_handles_tell_their_owner(store: &str) {
@@ -334,7 +355,12 @@ async fn a_dataset_keeps_the_columns_it_was_created_with(store: &str) {
     let q = ok(&u42, "dataset_query", json!({ "dataset": dataset })).await;
     assert_eq!(q["structuredContent"]["rows"].as_array().unwrap().len(), 2);
     assert_eq!(staged(&u42, &b).await, 1);
-    ok(&u42, "import_abort", json!({ "import": b })).await;
+    ok(
+        &u42,
+        "import_abort",
+        json!({ "import": b, "idempotency_key": "abort-b" }),
+    )
+    .await;
 }
 
 macro_rules! on_every_store {

@@ -594,7 +594,8 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
             tool("import_abort")
                 .scopes(&[DATASETS_WRITE])
                 .mutates("import")
-                .description("Discard an import and its staged rows.")
+                .idempotent()
+                .description("Discard an import and its staged rows. Retried with the same idempotency_key, it answers what the first abort did, even though the import is gone.")
                 .annotations(ToolAnnotations {
                     destructive_hint: Some(true),
                     ..Default::default()

@@ -59,6 +59,9 @@ impl Store for MemoryStore {
     async fn load_handle(&self, id: &str) -> Result<Option<HandleRecord>, StoreError> {
         self.inner.load_handle(id).await
     }
+    async fn replay_of(&self, claim: &Claim, now: Millis) -> Result<Option<String>, StoreError> {
+        self.inner.replay_of(claim, now).await
+    }
     async fn touch_handle(&self, id: &str, now: Millis) -> Result<(), StoreError> {
         self.inner.touch_handle(id, now).await
     }

@@ -265,6 +265,17 @@ impl Store for RedisStore {
             .map_err(backend)
     }
 
+    async fn replay_of(&self, claim: &Claim, _now: Millis) -> Result<Option<String>, StoreError> {
+        // A record past its retention has expired with its key.
+        let mut conn = self.conn.clone();
+        let map: HashMap<String, String> = conn.hgetall(claim_key(claim)).await.map_err(backend)?;
+        let field = |f: &str| map.get(f).map(String::as_str);
+        let mine = field("state") == Some("done")
+            && field("digest") == Some(claim.digest.as_str())
+            && field("owner") == Some(claim.owner.as_str());
+        Ok(mine.then(|| field("result").map(str::to_owned)).flatten())
+    }
+
     async fn load_handle(&self, id: &str) -> Result<Option<HandleRecord>, StoreError> {
         let mut conn = self.conn.clone();
         let map: HashMap<String, String> = conn.hgetall(handle_key(id)).await.map_err(backend)?;
@@ -587,7 +598,9 @@ impl Transaction for RedisTx {
     async fn complete_claim(&mut self, claim: &Claim, result: &str) -> Result<(), StoreError> {
         match &self.claim {
             Some((key, _)) if *key == claim_key(claim) => {
-                // The record is marked done by the commit script, with the writes.
+                // The record is marked done by the commit script, with the writes, and
+                // keeps whose write it was.
+                self.ops.push(json!(["hset", key, "owner", claim.owner]));
                 self.ops.push(json!(["result", result]));
                 Ok(())
             }

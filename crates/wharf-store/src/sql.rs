@@ -598,6 +598,24 @@ impl Store for SqlStore {
         })
     }
 
+    async fn replay_of(&self, claim: &Claim, now: Millis) -> Result<Option<String>, StoreError> {
+        let sql = "SELECT result FROM wharf_idempotency WHERE scope = $1 AND key = $2 \
+             AND digest = $3 AND owner = $4 AND state = 'done' AND expires_at > $5";
+        on_driver!(SqlPool, &self.pool, |pool| sqlx::query_scalar::<
+            _,
+            Option<String>,
+        >(sql)
+        .bind(&claim.scope)
+        .bind(&claim.key)
+        .bind(claim.digest.as_str())
+        .bind(&claim.owner)
+        .bind(now)
+        .fetch_optional(pool)
+        .await
+        .map(Option::flatten)
+        .map_err(db_error))
+    }
+
     async fn touch_handle(&self, id: &str, now: Millis) -> Result<(), StoreError> {
         let sql = "UPDATE wharf_handles SET last_used_at = $2 WHERE id = $1 AND last_used_at < $2";
         on_driver!(SqlPool, &self.pool, |pool| sqlx::query(sql)
@@ -965,25 +983,26 @@ impl Transaction for SqlTx {
     async fn complete_claim(&mut self, claim: &Claim, result: &str) -> Result<(), StoreError> {
         let now = wharf::store::now_millis();
         let n = if self.claim_written {
-            let sql = "UPDATE wharf_idempotency SET state = 'done', result = $3, updated_at = $4 \
-                 WHERE scope = $1 AND key = $2 AND state = 'running'";
+            let sql = "UPDATE wharf_idempotency SET state = 'done', result = $3, updated_at = $4, \
+                 owner = $5 WHERE scope = $1 AND key = $2 AND state = 'running'";
             on_driver!(TypedTx, &mut self.tx, |tx| sqlx::query(sql)
                 .bind(&claim.scope)
                 .bind(&claim.key)
                 .bind(result)
                 .bind(now)
+                .bind(&claim.owner)
                 .execute(&mut **tx)
                 .await
                 .map(|done| done.rows_affected()))
         } else {
             // Replaces a record past its retention, never a live one.
             let sql = "INSERT INTO wharf_idempotency \
-                 (scope, key, digest, state, result, created_at, updated_at, expires_at) \
-                 VALUES ($1, $2, $5, 'done', $3, $4, $4, $6) \
+                 (scope, key, digest, state, result, created_at, updated_at, expires_at, owner) \
+                 VALUES ($1, $2, $5, 'done', $3, $4, $4, $6, $7) \
                  ON CONFLICT (scope, key) DO UPDATE SET \
                  digest = excluded.digest, state = excluded.state, result = excluded.result, \
                  created_at = excluded.created_at, updated_at = excluded.updated_at, \
-                 expires_at = excluded.expires_at \
+                 expires_at = excluded.expires_at, owner = excluded.owner \
                  WHERE wharf_idempotency.expires_at <= $4";
             on_driver!(TypedTx, &mut self.tx, |tx| sqlx::query(sql)
                 .bind(&claim.scope)
@@ -992,6 +1011,7 @@ impl Transaction for SqlTx {
                 .bind(now)
                 .bind(claim.digest.as_str())
                 .bind(claim.expires_at)
+                .bind(&claim.owner)
                 .execute(&mut **tx)
                 .await
                 .map(|done| done.rows_affected()))

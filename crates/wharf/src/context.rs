@@ -354,6 +354,7 @@ impl Context {
             digest: crate::store::Digest::of("mrtr", &serde_json::Map::new()),
             // Kept past the state's own expiry, after which it is refused anyway.
             expires_at: round.expires_at.saturating_add(60_000),
+            owner: self.principal.id().to_owned(),
         };
         match self.store()?.begin_idempotent(&claim, now_millis()).await? {
             crate::store::Begin::Run(mut tx) => {

@@ -63,6 +63,7 @@ pub(crate) fn claim(scope: &str, key: &str, args: serde_json::Value) -> Claim {
         key: key.to_owned(),
         digest: wharf::store::Digest::of("tool", &map),
         expires_at: wharf::store::now_millis() + 60_000,
+        owner: "owner".to_owned(),
     }
 }
 

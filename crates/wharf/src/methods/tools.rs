@@ -297,6 +297,7 @@ async fn prepare(
         digest: Digest::of(name, args),
         key,
         expires_at: now.saturating_add(retention),
+        owner: principal.id().to_owned(),
     };
     let begun = match &scope_handle {
         Some((param, id)) => {
@@ -307,6 +308,19 @@ async fn prepare(
             } else {
                 (None, None)
             };
+            // A write already made is replayed before the handle's liveness is judged (the
+            // handle may have expired since), once its owner is known to be the caller's;
+            // if the handle is gone (the write retired it: a commit, an abort), the record
+            // says whose write it was.
+            let gone = record.is_none() && handle_shaped(id);
+            if let Some(Begin::Replay(stored)) = begun {
+                return Ok(Prepared::Replay(stored));
+            }
+            if gone {
+                if let Some(stored) = store.replay_of(&claim, now).await? {
+                    return Ok(Prepared::Replay(stored));
+                }
+            }
             match judge_handle(param, record, principal, now) {
                 // The claim's transaction holds this handle already; only a due use is
                 // left to record, in that transaction.

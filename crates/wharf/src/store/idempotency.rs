@@ -105,6 +105,9 @@ pub struct Claim {
     pub digest: Digest,
     /// When the record may be forgotten.
     pub expires_at: Millis,
+    /// [`Principal::id`](crate::Principal::id) of the caller: the record is theirs, and a
+    /// replay after the record's handle was retired goes to them alone.
+    pub owner: String,
 }
 
 /// The schema of the argument an idempotent tool gains.

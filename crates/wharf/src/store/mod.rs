@@ -117,6 +117,11 @@ pub trait Store: Send + Sync + 'static {
     /// Records older than their retention count as absent.
     async fn begin_idempotent(&self, claim: &Claim, now: Millis) -> Result<Begin, StoreError>;
 
+    /// The first result of a write completed under `claim` (the same scope, key and
+    /// digest) by `claim.owner`, while its record is kept: what a retry gets once the
+    /// write's handle is gone (a commit, an abort). Never a record of another principal's.
+    async fn replay_of(&self, claim: &Claim, now: Millis) -> Result<Option<String>, StoreError>;
+
     /// Loads handle `handle` and, when `owner` owns it, claims `claim` (as
     /// [`Store::begin_idempotent`]), in as few round trips as the backend allows. Returns the
     /// handle as stored (for the core to judge before it looks at the claim) and the claim's
