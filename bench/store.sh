@@ -117,7 +117,7 @@ run_one() { # backend side round
     local i import begun
     for i in $(seq 1 "$CONNECTIONS"); do
         if [[ $side == wharf ]]; then
-            begun=$(rpc tools/call import_begin '{"dataset":"bench","columns":[{"name":"id","type":"integer"},{"name":"city","type":"string"},{"name":"temp","type":"number"}]}')
+            begun=$(rpc tools/call import_begin "{\"dataset\":\"bench\",\"columns\":[{\"name\":\"id\",\"type\":\"integer\"},{\"name\":\"city\",\"type\":\"string\"},{\"name\":\"temp\",\"type\":\"number\"}],\"idempotency_key\":\"begin-$$-$i\"}")
             import=$(grep -o '"import":"imp_[0-9a-f]*"' <<<"$begun" | head -1 | cut -d'"' -f4)
             [[ -n $import ]] || die "import_begin failed: $begun"
         else

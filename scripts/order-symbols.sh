@@ -51,7 +51,7 @@ profile_run import --store "sqlite://$TMP/order.db" --api-key "u=$TOKEN"
 imp=$(curl -s -X POST http://127.0.0.1:18199/mcp -H 'Content-Type: application/json' \
     -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2026-07-28' \
     -H 'Mcp-Method: tools/call' -H 'Mcp-Name: import_begin' -H "Authorization: Bearer $TOKEN" \
-    --data-binary '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}},"name":"import_begin","arguments":{"dataset":"d","columns":[{"name":"id","type":"integer"}]}}}' \
+    --data-binary '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}},"name":"import_begin","arguments":{"dataset":"d","columns":[{"name":"id","type":"integer"}],"idempotency_key":"begin-1"}}}' \
     | grep -o '"import":"imp_[0-9a-f]*"' | head -1 | cut -d'"' -f4)
 for i in $(seq 1 20); do call import_append_rows "{\"import\":\"$imp\",\"rows\":[{\"id\":$i}],\"idempotency_key\":\"k$i\"}" "$TOKEN"; done
 call import_status "{\"import\":\"$imp\"}" "$TOKEN"

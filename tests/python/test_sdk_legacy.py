@@ -78,7 +78,7 @@ async def run() -> None:
             check({"import_begin", "import_commit", "report_generate"} <= names, f"tools/list: {sorted(names)}")
             print(f"ok   tools/list: {len(names)} tools", flush=True)
 
-            first = structured(await session.call_tool("import_begin", {"dataset": dataset, "columns": columns}), "import_begin")
+            first = structured(await session.call_tool("import_begin", {"dataset": dataset, "columns": columns, "idempotency_key": uuid.uuid4().hex}), "import_begin")
             rows = [{"id": i} for i in range(450)]
             await session.call_tool(
                 "import_append_rows", {"import": first["import"], "rows": rows, "idempotency_key": uuid.uuid4().hex}
@@ -96,7 +96,7 @@ async def run() -> None:
             check(len(progress) >= 5 and progress == sorted(progress), f"progress notifications: {progress!r}")
             print(f"ok   report_generate: {len(progress)} progress notifications {progress!r}", flush=True)
 
-            second = structured(await session.call_tool("import_begin", {"dataset": dataset}), "import_begin")
+            second = structured(await session.call_tool("import_begin", {"dataset": dataset, "idempotency_key": uuid.uuid4().hex}), "import_begin")
             await session.call_tool(
                 "import_append_rows",
                 {"import": second["import"], "rows": [{"id": 10}, {"id": 11}], "idempotency_key": uuid.uuid4().hex},

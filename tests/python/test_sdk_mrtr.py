@@ -54,7 +54,7 @@ async def run() -> None:
     dataset = f"sdk_{uuid.uuid4().hex[:12]}"
     columns = [{"name": "id", "type": "integer"}]
     async with Client(URL, mode=MODE, read_timeout_seconds=TIMEOUT_S, elicitation_callback=on_elicit) as client:
-        first = structured(await client.call_tool("import_begin", {"dataset": dataset, "columns": columns}), "import_begin")
+        first = structured(await client.call_tool("import_begin", {"dataset": dataset, "columns": columns, "idempotency_key": uuid.uuid4().hex}), "import_begin")
         await client.call_tool(
             "import_append_rows",
             {"import": first["import"], "rows": [{"id": i} for i in range(3)], "idempotency_key": uuid.uuid4().hex},
@@ -63,7 +63,7 @@ async def run() -> None:
         check(not asked, "appending to a dataset asked the user something")
         print("ok   dataset loaded with 3 rows, no question asked", flush=True)
 
-        second = structured(await client.call_tool("import_begin", {"dataset": dataset}), "import_begin")
+        second = structured(await client.call_tool("import_begin", {"dataset": dataset, "idempotency_key": uuid.uuid4().hex}), "import_begin")
         await client.call_tool(
             "import_append_rows",
             {"import": second["import"], "rows": [{"id": 10}, {"id": 11}], "idempotency_key": uuid.uuid4().hex},

@@ -259,6 +259,40 @@ async fn aborted_imports_are_gone(store: &str) {
     assert!(stranger.contains("unknown or has expired"), "{stranger}");
 }
 
+/// `import_begin` retried with its key returns the import the first call began (no second
+/// import); the same key is another principal's own.
+async fn begin_is_applied_once_per_key(store: &str) {
+    let s = server(store);
+    let (u42, u7) = (
+        s.client().with_bearer(TOKEN_42),
+        s.client().with_bearer(TOKEN_7),
+    );
+    let args =
+        json!({ "dataset": unique("once"), "columns": columns(), "idempotency_key": "begin-1" });
+    let first = ok(&u42, "import_begin", args.clone()).await;
+    let again = ok(&u42, "import_begin", args.clone()).await;
+    assert_eq!(again["structuredContent"], first["structuredContent"]);
+    assert_eq!(
+        again["_meta"]["dev.wharf/idempotentReplay"], true,
+        "{again}"
+    );
+    let import = first["structuredContent"]["import"].as_str().unwrap();
+    assert_eq!(staged(&u42, import).await, 0);
+    let theirs = ok(&u7, "import_begin", args.clone()).await;
+    assert_ne!(theirs["structuredContent"]["import"], import);
+    assert!(
+        theirs["_meta"].get("dev.wharf/idempotentReplay").is_none(),
+        "{theirs}"
+    );
+    let mut other = args;
+    other["columns"] = json!([{ "name": "label", "type": "string" }]);
+    let mismatch = refused(&u42, "import_begin", other).await;
+    assert!(
+        mismatch.contains("already used for a different call"),
+        "{mismatch}"
+    );
+}
+
 async fn expired_handles_tell_their_owner(store: &str) {
     let s = server(store);
     let (u42, u7) = (
@@ -330,7 +364,7 @@ async fn a_dataset_keeps_the_columns_it_was_created_with(store: &str) {
     let b = ok(
         &u42,
         "import_begin",
-        json!({ "dataset": dataset, "columns": [{ "name": "label", "type": "string" }] }),
+        json!({ "dataset": dataset, "columns": [{ "name": "label", "type": "string" }], "idempotency_key": "b" }),
     )
     .await["structuredContent"]["import"]
         .as_str()
@@ -383,6 +417,7 @@ on_every_store!(
     simultaneous_duplicates_write_once,
     commit_query_and_read,
     aborted_imports_are_gone,
+    begin_is_applied_once_per_key,
     expired_handles_tell_their_owner,
     a_pause_between_appends_is_recorded_not_refused,
     a_dataset_keeps_the_columns_it_was_created_with,

@@ -82,7 +82,7 @@ async fn load(session: &LegacySession, name: &str, n: i64) {
     let begun = tool(
         session,
         "import_begin",
-        json!({ "dataset": name, "columns": columns() }),
+        json!({ "dataset": name, "columns": columns(), "idempotency_key": unique("begin") }),
     )
     .await;
     let import = begun["import"].as_str().unwrap().to_owned();
@@ -138,7 +138,12 @@ async fn a_legacy_session_spans_replicas(store: &str) {
     let name = dataset(&on_a, 450).await;
     let uri = format!("dataset://{name}");
     ok(&on_a, "resources/subscribe", json!({ "uri": uri })).await;
-    let import = tool(&on_b, "import_begin", json!({ "dataset": name })).await["import"]
+    let import = tool(
+        &on_b,
+        "import_begin",
+        json!({ "dataset": name, "idempotency_key": "b2" }),
+    )
+    .await["import"]
         .as_str()
         .unwrap()
         .to_owned();

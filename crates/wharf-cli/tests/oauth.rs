@@ -401,8 +401,7 @@ async fn jwt_access_tokens_are_checked_on_every_request() {
     let server = jwt_server(&issuer, &sqlite_url("oauth-jwt"));
     let resource = format!("http://127.0.0.1:{}/mcp", server.port);
     let all = "datasets:read datasets:write";
-    let begin =
-        |ds: &str| json!({ "dataset": ds, "columns": [{ "name": "id", "type": "integer" }] });
+    let begin = |ds: &str| json!({ "dataset": ds, "columns": [{ "name": "id", "type": "integer" }], "idempotency_key": unique("k") });
 
     // Valid, with each accepted algorithm.
     for key in [&a, &ed, &rsa] {
@@ -570,7 +569,7 @@ async fn subjects_of_one_issuer_do_not_share_handles() {
         &server,
         &alice,
         "import_begin",
-        json!({ "dataset": "d", "columns": [{ "name": "id", "type": "integer" }, { "name": "city", "type": "string" }, { "name": "temp", "type": "number", "nullable": true }] }),
+        json!({ "dataset": "d", "columns": [{ "name": "id", "type": "integer" }, { "name": "city", "type": "string" }, { "name": "temp", "type": "number", "nullable": true }], "idempotency_key": "k" }),
     )
     .await;
     let import = r.result().unwrap()["structuredContent"]["import"]
@@ -882,7 +881,7 @@ async fn a_required_scope_is_needed_on_every_request() {
     );
     let resource = resource_of(&server);
     let begin = json!({ "name": "import_begin", "arguments": { "dataset": unique("ds"),
-        "columns": [{ "name": "id", "type": "integer" }] } });
+        "columns": [{ "name": "id", "type": "integer" }], "idempotency_key": "k" } });
     let query = json!({ "name": "dataset_query", "arguments": { "dataset": "none" } });
     let requests = [
         ("tools/list", json!({})),

@@ -402,8 +402,9 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         .tool(
             tool("import_begin")
                 .scopes(&[DATASETS_WRITE])
+                .idempotent()
                 .description(format!(
-                    "Start loading rows into a dataset (created on commit if it does not exist). Returns an import handle for import_append_rows, import_status, import_commit and import_abort. {retention}"
+                    "Start loading rows into a dataset (created on commit if it does not exist). Returns an import handle for import_append_rows, import_status, import_commit and import_abort; retried with the same idempotency_key, it returns the same import. {retention}"
                 ))
                 .handler(|cx: Context, args: BeginArgs| async move {
                     check_dataset_name(&args.dataset)?;

@@ -113,7 +113,7 @@ pub(crate) async fn begin(client: &HttpClient, dataset: &str) -> String {
     let r = ok(
         client,
         "import_begin",
-        json!({ "dataset": dataset, "columns": columns() }),
+        json!({ "dataset": dataset, "columns": columns(), "idempotency_key": unique("begin") }),
     )
     .await;
     let import = r["structuredContent"]["import"]
