@@ -8,9 +8,11 @@
 //! random token stored in the record) and marks the record done with the result: the app's
 //! writes and the record commit atomically, exactly as on the SQL stores.
 //!
-//! A claim is a lease. A duplicate that finds the record `running` polls until it is done
-//! (then replays) or until its wait runs out (then "busy, retry"). If the first attempt died,
-//! its lease runs out and the next attempt takes the claim over; should the first attempt
+//! A claim is a lease, renewed while the call holding it runs (however long it runs). A
+//! duplicate that finds the record `running` polls until it is done (then replays) or until
+//! its wait runs out (then "busy, retry"). If the first attempt died (or its process lost
+//! Redis for longer than the lease), its lease runs out and the next attempt takes the claim
+//! over; should the first attempt
 //! still be alive and try to commit after that, its script finds another token and applies
 //! nothing ([`StoreError::ClaimLost`]). So a write is never applied twice, whatever the
 //! timing. Durability across a Redis crash is Redis's: run it with `appendonly yes` and
@@ -120,6 +122,37 @@ if tonumber(rec[4]) <= now then
 end
 return {'wait'}
 "#;
+
+/// Pushes back the lease of a claim its holder still runs (returns 0, doing nothing, once
+/// the claim is no longer the holder's).
+const RENEW_CLAIM_LUA: &str = r#"
+if redis.call('HGET', KEYS[1], 'token') == ARGV[1] and redis.call('HGET', KEYS[1], 'state') == 'running' then
+  redis.call('HSET', KEYS[1], 'lease_until', ARGV[2])
+  return 1
+end
+return 0
+"#;
+
+/// Keeps a claim's lease while the call holding it runs, however long: renewed every third
+/// of the lease, so only a holder whose process is gone (or cut off) loses it to a retry.
+async fn renew_claim(mut conn: ConnectionManager, key: String, token: String, lease: Duration) {
+    let script = Script::new(RENEW_CLAIM_LUA);
+    let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+    loop {
+        tokio::time::sleep(lease / 3).await;
+        let renewed: Result<i64, _> = script
+            .key(&key)
+            .arg(&token)
+            .arg(now_millis().saturating_add(lease_ms))
+            .invoke_async(&mut conn)
+            .await;
+        match renewed {
+            Ok(1) => {}
+            Ok(_) => return,
+            Err(e) => tracing::warn!(error = %e, "could not renew an idempotency claim"),
+        }
+    }
+}
 
 /// Records a use of a handle, if it still exists: its last use, and its place in the expiry
 /// set (the earlier of its lifetime and its idle end, plus the grace).
@@ -235,6 +268,7 @@ impl RedisStore {
             #[cfg(feature = "documents")]
             appended: HashMap::new(),
             claim: None,
+            renew: None,
         }
     }
 }
@@ -349,6 +383,9 @@ impl Store for RedisStore {
             match answer.first().map(String::as_str) {
                 Some("run") => {
                     let mut tx = self.tx();
+                    let renew =
+                        renew_claim(conn.clone(), key.clone(), token.clone(), self.lock_wait);
+                    tx.renew = Some(tokio::spawn(renew));
                     tx.claim = Some((key, token));
                     return Ok(Begin::Run(Box::new(tx)));
                 }
@@ -451,6 +488,8 @@ pub struct RedisTx {
     pub(crate) appended: HashMap<String, i64>,
     /// The idempotency record this transaction holds, and its token.
     claim: Option<(String, String)>,
+    /// What keeps the claim's lease while the call runs; stopped when the transaction ends.
+    renew: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// Gives a claim back when its call failed, so a retry runs at once instead of waiting out
@@ -462,8 +501,22 @@ end
 return 1
 "#;
 
+impl RedisTx {
+    /// Stops keeping this transaction's claim: from now on its lease runs out as it would
+    /// if this process were gone, and a retry elsewhere takes the claim over (what tests of
+    /// a dead holder use).
+    pub fn stop_renewing(&mut self) {
+        if let Some(renew) = self.renew.take() {
+            renew.abort();
+        }
+    }
+}
+
 impl Drop for RedisTx {
     fn drop(&mut self) {
+        if let Some(renew) = self.renew.take() {
+            renew.abort();
+        }
         // Dropped without a commit (the call failed or was cancelled): release the claim.
         let Some((key, token)) = self.claim.take() else {
             return;

@@ -20,9 +20,10 @@ enum Late {
     WhileTheTakerRuns,
 }
 
-/// A holder that stalls past its claim's lease loses the claim: another replica takes it
-/// over and commits; the stalled holder's late commit is refused and applies nothing; a
-/// third attempt replays the second one's result. Every write lands exactly once.
+/// A holder whose lease is no longer renewed (its replica is gone, or cut off from Redis)
+/// loses the claim once the lease runs out: another replica takes it over and commits; the
+/// stalled holder's late commit is refused and applies nothing; a third attempt replays the
+/// second one's result. Every write lands exactly once.
 async fn a_stalled_claim_is_taken_over_and_its_late_commit_applies_nothing(late: Late) {
     // The claim's lease is the store's lock_wait.
     let lease = Duration::from_millis(500);
@@ -34,6 +35,11 @@ async fn a_stalled_claim_is_taken_over_and_its_late_commit_applies_nothing(late:
     let Begin::Run(mut stalled) = a.begin_idempotent(&c, now_millis()).await.unwrap() else {
         panic!("the first attempt must run")
     };
+    stalled
+        .backend_tx()
+        .downcast_mut::<wharf_store::redis::RedisTx>()
+        .expect("a Redis transaction")
+        .stop_renewing();
     stalled
         .append_rows(&rows, &[json!("a1"), json!("a2")])
         .await
@@ -105,6 +111,48 @@ async fn a_late_commit_after_the_takers_commit_applies_nothing() {
 async fn a_late_commit_while_the_taker_runs_applies_nothing() {
     a_stalled_claim_is_taken_over_and_its_late_commit_applies_nothing(Late::WhileTheTakerRuns)
         .await;
+}
+
+/// A call that runs three times its claim's lease keeps the claim (the lease is renewed
+/// while it runs): a retry sent meanwhile waits instead of taking the write over, and gets
+/// the first attempt's result once that commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_call_keeps_its_claim_and_a_retry_waits_then_replays() {
+    let lease = Duration::from_millis(300);
+    let (a, b) = (
+        redis_with(lease).await,
+        redis_with(Duration::from_secs(5)).await,
+    );
+    let rows = unique("rows");
+    let c = claim(&unique("h:long"), "k", json!({"n": 1}));
+    let Begin::Run(mut long) = a.begin_idempotent(&c, now_millis()).await.unwrap() else {
+        panic!("the first attempt must run")
+    };
+    long.append_rows(&rows, &[json!("once")]).await.unwrap();
+    // Three leases of running: without renewal the claim would be anyone's by now.
+    tokio::time::sleep(lease * 3).await;
+    let retry = tokio::spawn({
+        let c = c.clone();
+        async move { b.begin_idempotent(&c, now_millis()).await }
+    });
+    tokio::time::sleep(lease).await;
+    assert!(!retry.is_finished(), "the retry waits for the running call");
+    long.complete_claim(&c, "\"first\"").await.unwrap();
+    long.commit().await.unwrap();
+    match retry.await.unwrap().unwrap() {
+        Begin::Replay(r) => assert_eq!(r, "\"first\""),
+        Begin::Run(_) => panic!("the retry took the write over from a live call"),
+        Begin::Mismatch => panic!("mismatch"),
+    }
+    let mut read = a.begin(TxMode::Read).await.unwrap();
+    let stored: Vec<Value> = read
+        .scan_rows(&rows, None, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(stored, vec![json!("once")]);
 }
 
 /// Two calls insert the same absent document; Redis finds out at commit: the later commit
