@@ -89,15 +89,12 @@ async fn a_stalled_claim_is_taken_over_and_its_late_commit_applies_nothing(late:
         Begin::Run(_) => panic!("a third attempt ran the write again"),
         Begin::Mismatch => panic!("mismatch"),
     }
+    assert_eq!(
+        stored_rows(&b, &rows).await,
+        vec![json!("b1")],
+        "only the taker's rows, once"
+    );
     let mut read = b.begin(TxMode::Read).await.unwrap();
-    let stored: Vec<Value> = read
-        .scan_rows(&rows, None, 100)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|(_, v)| v)
-        .collect();
-    assert_eq!(stored, vec![json!("b1")], "only the taker's rows, once");
     assert_eq!(read.get_doc(&docs, "by").await.unwrap(), Some(json!("b")));
 }
 
@@ -144,15 +141,18 @@ async fn a_long_call_keeps_its_claim_and_a_retry_waits_then_replays() {
         Begin::Run(_) => panic!("the retry took the write over from a live call"),
         Begin::Mismatch => panic!("mismatch"),
     }
-    let mut read = a.begin(TxMode::Read).await.unwrap();
-    let stored: Vec<Value> = read
-        .scan_rows(&rows, None, 100)
+    assert_eq!(stored_rows(&a, &rows).await, vec![json!("once")]);
+}
+
+/// The rows of collection `rows`, as committed.
+async fn stored_rows(store: &std::sync::Arc<dyn wharf::store::Store>, rows: &str) -> Vec<Value> {
+    let mut read = store.begin(TxMode::Read).await.unwrap();
+    read.scan_rows(rows, None, 100)
         .await
         .unwrap()
         .into_iter()
         .map(|(_, v)| v)
-        .collect();
-    assert_eq!(stored, vec![json!("once")]);
+        .collect()
 }
 
 /// Two calls insert the same absent document; Redis finds out at commit: the later commit
