@@ -143,7 +143,7 @@ async fn fanout() {
         let begun = call(
             &a,
             "import_begin",
-            json!({ "dataset": dataset, "columns": columns, "idempotency_key": format!("begin-{i}") }),
+            json!({ "dataset": dataset, "columns": columns, "idempotency_key": format!("begin-{dataset}-{i}") }),
         )
         .await;
         let import = begun["structuredContent"]["import"].clone();

@@ -267,8 +267,7 @@ async fn begin_is_applied_once_per_key(store: &str) {
         s.client().with_bearer(TOKEN_42),
         s.client().with_bearer(TOKEN_7),
     );
-    let args =
-        json!({ "dataset": unique("once"), "columns": columns(), "idempotency_key": "begin-1" });
+    let args = json!({ "dataset": unique("once"), "columns": columns(), "idempotency_key": unique("begin") });
     let first = ok(&u42, "import_begin", args.clone()).await;
     let again = ok(&u42, "import_begin", args.clone()).await;
     assert_eq!(again["structuredContent"], first["structuredContent"]);
@@ -364,7 +363,7 @@ async fn a_dataset_keeps_the_columns_it_was_created_with(store: &str) {
     let b = ok(
         &u42,
         "import_begin",
-        json!({ "dataset": dataset, "columns": [{ "name": "label", "type": "string" }], "idempotency_key": "b" }),
+        json!({ "dataset": dataset, "columns": [{ "name": "label", "type": "string" }], "idempotency_key": unique("b") }),
     )
     .await["structuredContent"]["import"]
         .as_str()

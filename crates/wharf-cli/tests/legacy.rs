@@ -141,7 +141,7 @@ async fn a_legacy_session_spans_replicas(store: &str) {
     let import = tool(
         &on_b,
         "import_begin",
-        json!({ "dataset": name, "idempotency_key": "b2" }),
+        json!({ "dataset": name, "idempotency_key": unique("b2") }),
     )
     .await["import"]
         .as_str()

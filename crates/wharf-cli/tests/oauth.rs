@@ -569,7 +569,7 @@ async fn subjects_of_one_issuer_do_not_share_handles() {
         &server,
         &alice,
         "import_begin",
-        json!({ "dataset": "d", "columns": [{ "name": "id", "type": "integer" }, { "name": "city", "type": "string" }, { "name": "temp", "type": "number", "nullable": true }], "idempotency_key": "k" }),
+        json!({ "dataset": "d", "columns": [{ "name": "id", "type": "integer" }, { "name": "city", "type": "string" }, { "name": "temp", "type": "number", "nullable": true }], "idempotency_key": unique("k") }),
     )
     .await;
     let import = r.result().unwrap()["structuredContent"]["import"]
@@ -881,7 +881,7 @@ async fn a_required_scope_is_needed_on_every_request() {
     );
     let resource = resource_of(&server);
     let begin = json!({ "name": "import_begin", "arguments": { "dataset": unique("ds"),
-        "columns": [{ "name": "id", "type": "integer" }], "idempotency_key": "k" } });
+        "columns": [{ "name": "id", "type": "integer" }], "idempotency_key": unique("k") } });
     let query = json!({ "name": "dataset_query", "arguments": { "dataset": "none" } });
     let requests = [
         ("tools/list", json!({})),

@@ -648,6 +648,36 @@ impl Transaction for RedisTx {
             .push(json!(["fence", line, alive, fence.token.to_string()]));
     }
 
+    async fn record_once(&mut self, claim: &Claim) -> Result<bool, StoreError> {
+        let key = claim_key(claim);
+        let exists: bool = self.conn.exists(&key).await.map_err(backend)?;
+        if exists {
+            return Ok(false);
+        }
+        // Checked again by the commit script: a record written meanwhile voids the commit.
+        self.expect_field(&key, "state", None);
+        self.ops.push(json!([
+            "call",
+            "HSET",
+            key,
+            "digest",
+            claim.digest.as_str(),
+            "state",
+            "done",
+            "result",
+            "used",
+            "owner",
+            claim.owner
+        ]));
+        self.ops.push(json!([
+            "call",
+            "PEXPIREAT",
+            key,
+            claim.expires_at.to_string()
+        ]));
+        Ok(true)
+    }
+
     async fn complete_claim(&mut self, claim: &Claim, result: &str) -> Result<(), StoreError> {
         match &self.claim {
             Some((key, _)) if *key == claim_key(claim) => {

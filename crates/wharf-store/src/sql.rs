@@ -980,6 +980,31 @@ impl Transaction for SqlTx {
         Ok(touched > 0 || self.handle_exists(id).await?)
     }
 
+    async fn record_once(&mut self, claim: &Claim) -> Result<bool, StoreError> {
+        let now = wharf::store::now_millis();
+        // A record past its retention may be replaced, never a live one.
+        let sql = "INSERT INTO wharf_idempotency \
+             (scope, key, digest, state, result, created_at, updated_at, expires_at, owner) \
+             VALUES ($1, $2, $3, 'done', 'used', $4, $4, $5, $6) \
+             ON CONFLICT (scope, key) DO UPDATE SET \
+             digest = excluded.digest, state = excluded.state, result = excluded.result, \
+             created_at = excluded.created_at, updated_at = excluded.updated_at, \
+             expires_at = excluded.expires_at, owner = excluded.owner \
+             WHERE wharf_idempotency.expires_at <= $4";
+        let n = on_driver!(TypedTx, &mut self.tx, |tx| sqlx::query(sql)
+            .bind(&claim.scope)
+            .bind(&claim.key)
+            .bind(claim.digest.as_str())
+            .bind(now)
+            .bind(claim.expires_at)
+            .bind(&claim.owner)
+            .execute(&mut **tx)
+            .await
+            .map(|done| done.rows_affected()))
+        .map_err(db_error)?;
+        Ok(n == 1)
+    }
+
     async fn complete_claim(&mut self, claim: &Claim, result: &str) -> Result<(), StoreError> {
         let now = wharf::store::now_millis();
         let n = if self.claim_written {

@@ -333,7 +333,8 @@ impl Context {
 
     /// Redeems this round's request state once only, on every replica sharing the store: a
     /// second retry with the same state is refused with `-32602`. Call it before the effect
-    /// the answers unlock. A fresh request has nothing to redeem.
+    /// the answers unlock; in a tool call the redemption commits with the call's writes
+    /// (a call that fails leaves the state unused). A fresh request has nothing to redeem.
     pub async fn redeem_once(&self) -> Result<(), HandlerError> {
         let Some(round) = &self.round else {
             return Ok(());
@@ -356,14 +357,28 @@ impl Context {
             expires_at: round.expires_at.saturating_add(60_000),
             owner: self.principal.id().to_owned(),
         };
+        let used = || {
+            HandlerError::Protocol(RpcError::invalid_params(
+                "Invalid requestState: it was already used, and this step can be answered once; send the request again from the start",
+            ))
+        };
+        // A tool call records the redemption in its own transaction: it commits with the
+        // effect it unlocks, or not at all (and an idempotent call, whose transaction holds
+        // its claim from the start, could not wait on a second one on SQLite).
+        if self.tx.is_some() {
+            let mut tx = self.tx().await?;
+            return if tx.record_once(&claim).await? {
+                Ok(())
+            } else {
+                Err(used())
+            };
+        }
         match self.store()?.begin_idempotent(&claim, now_millis()).await? {
             crate::store::Begin::Run(mut tx) => {
                 tx.complete_claim(&claim, "redeemed").await?;
                 tx.commit().await.map_err(HandlerError::from)
             }
-            _ => Err(HandlerError::Protocol(RpcError::invalid_params(
-                "Invalid requestState: it was already used, and this step can be answered once; send the request again from the start",
-            ))),
+            _ => Err(used()),
         }
     }
 

@@ -204,6 +204,13 @@ pub trait Transaction: Send {
         let _ = fence;
     }
 
+    /// Records `claim` as used, in this transaction, unless a live record holds its key
+    /// already: `false` then (on Redis, where writes wait for the commit, a record written
+    /// meanwhile by another call makes the commit fail with [`StoreError::Conflict`]
+    /// instead). What a one-time step (a confirmation redeemed once) records with the
+    /// call's own writes, so the two commit together or not at all.
+    async fn record_once(&mut self, claim: &Claim) -> Result<bool, StoreError>;
+
     /// Marks the claimed idempotency record done with the write's first result. Called by
     /// the core, in this transaction, just before [`Transaction::commit`].
     async fn complete_claim(&mut self, claim: &Claim, result: &str) -> Result<(), StoreError>;
