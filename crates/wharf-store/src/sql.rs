@@ -879,6 +879,32 @@ impl SqlTx {
 
     /// Runs one statement of the store's own, with text parameters, answering the rows it
     /// changed.
+    /// Writes `claim`'s record, done with `result`, unless a live record holds its key
+    /// (one past its retention is replaced); the rows written, 0 or 1.
+    async fn insert_done(&mut self, claim: &Claim, result: &str) -> Result<u64, StoreError> {
+        let now = wharf::store::now_millis();
+        let sql = "INSERT INTO wharf_idempotency \
+             (scope, key, digest, state, result, created_at, updated_at, expires_at, owner) \
+             VALUES ($1, $2, $3, 'done', $4, $5, $5, $6, $7) \
+             ON CONFLICT (scope, key) DO UPDATE SET \
+             digest = excluded.digest, state = excluded.state, result = excluded.result, \
+             created_at = excluded.created_at, updated_at = excluded.updated_at, \
+             expires_at = excluded.expires_at, owner = excluded.owner \
+             WHERE wharf_idempotency.expires_at <= $5";
+        on_driver!(TypedTx, &mut self.tx, |tx| sqlx::query(sql)
+            .bind(&claim.scope)
+            .bind(&claim.key)
+            .bind(claim.digest.as_str())
+            .bind(result)
+            .bind(now)
+            .bind(claim.expires_at)
+            .bind(&claim.owner)
+            .execute(&mut **tx)
+            .await
+            .map(|done| done.rows_affected()))
+        .map_err(db_error)
+    }
+
     pub(crate) async fn run(&mut self, sql: &str, params: &[&str]) -> Result<u64, StoreError> {
         on_driver!(TypedTx, &mut self.tx, |tx| {
             let mut query = sqlx::query(sql);
@@ -981,32 +1007,10 @@ impl Transaction for SqlTx {
     }
 
     async fn record_once(&mut self, claim: &Claim) -> Result<bool, StoreError> {
-        let now = wharf::store::now_millis();
-        // A record past its retention may be replaced, never a live one.
-        let sql = "INSERT INTO wharf_idempotency \
-             (scope, key, digest, state, result, created_at, updated_at, expires_at, owner) \
-             VALUES ($1, $2, $3, 'done', 'used', $4, $4, $5, $6) \
-             ON CONFLICT (scope, key) DO UPDATE SET \
-             digest = excluded.digest, state = excluded.state, result = excluded.result, \
-             created_at = excluded.created_at, updated_at = excluded.updated_at, \
-             expires_at = excluded.expires_at, owner = excluded.owner \
-             WHERE wharf_idempotency.expires_at <= $4";
-        let n = on_driver!(TypedTx, &mut self.tx, |tx| sqlx::query(sql)
-            .bind(&claim.scope)
-            .bind(&claim.key)
-            .bind(claim.digest.as_str())
-            .bind(now)
-            .bind(claim.expires_at)
-            .bind(&claim.owner)
-            .execute(&mut **tx)
-            .await
-            .map(|done| done.rows_affected()))
-        .map_err(db_error)?;
-        Ok(n == 1)
+        Ok(self.insert_done(claim, "used").await? == 1)
     }
 
     async fn complete_claim(&mut self, claim: &Claim, result: &str) -> Result<(), StoreError> {
-        let now = wharf::store::now_millis();
         let n = if self.claim_written {
             let sql = "UPDATE wharf_idempotency SET state = 'done', result = $3, updated_at = $4, \
                  owner = $5 WHERE scope = $1 AND key = $2 AND state = 'running'";
@@ -1014,34 +1018,15 @@ impl Transaction for SqlTx {
                 .bind(&claim.scope)
                 .bind(&claim.key)
                 .bind(result)
-                .bind(now)
+                .bind(wharf::store::now_millis())
                 .bind(&claim.owner)
                 .execute(&mut **tx)
                 .await
                 .map(|done| done.rows_affected()))
+            .map_err(db_error)?
         } else {
-            // Replaces a record past its retention, never a live one.
-            let sql = "INSERT INTO wharf_idempotency \
-                 (scope, key, digest, state, result, created_at, updated_at, expires_at, owner) \
-                 VALUES ($1, $2, $5, 'done', $3, $4, $4, $6, $7) \
-                 ON CONFLICT (scope, key) DO UPDATE SET \
-                 digest = excluded.digest, state = excluded.state, result = excluded.result, \
-                 created_at = excluded.created_at, updated_at = excluded.updated_at, \
-                 expires_at = excluded.expires_at, owner = excluded.owner \
-                 WHERE wharf_idempotency.expires_at <= $4";
-            on_driver!(TypedTx, &mut self.tx, |tx| sqlx::query(sql)
-                .bind(&claim.scope)
-                .bind(&claim.key)
-                .bind(result)
-                .bind(now)
-                .bind(claim.digest.as_str())
-                .bind(claim.expires_at)
-                .bind(&claim.owner)
-                .execute(&mut **tx)
-                .await
-                .map(|done| done.rows_affected()))
-        }
-        .map_err(db_error)?;
+            self.insert_done(claim, result).await?
+        };
         if n == 1 {
             Ok(())
         } else {
