@@ -83,7 +83,7 @@ async def run() -> None:
             await session.call_tool(
                 "import_append_rows", {"import": first["import"], "rows": rows, "idempotency_key": uuid.uuid4().hex}
             )
-            structured(await session.call_tool("import_commit", {"import": first["import"]}), "import_commit (append)")
+            structured(await session.call_tool("import_commit", {"import": first["import"], "idempotency_key": "commit"}), "import_commit (append)")
             check(not asked, "appending to a dataset asked the user something")
 
             report = structured(
@@ -102,7 +102,7 @@ async def run() -> None:
                 {"import": second["import"], "rows": [{"id": 10}, {"id": 11}], "idempotency_key": uuid.uuid4().hex},
             )
             done = structured(
-                await session.call_tool("import_commit", {"import": second["import"], "mode": "replace"}),
+                await session.call_tool("import_commit", {"import": second["import"], "mode": "replace", "idempotency_key": "commit"}),
                 "import_commit (replace)",
             )
             check(len(asked) == 1, f"expected exactly one elicitation, got {len(asked)}")

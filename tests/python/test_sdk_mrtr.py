@@ -59,7 +59,7 @@ async def run() -> None:
             "import_append_rows",
             {"import": first["import"], "rows": [{"id": i} for i in range(3)], "idempotency_key": uuid.uuid4().hex},
         )
-        structured(await client.call_tool("import_commit", {"import": first["import"]}), "import_commit (append)")
+        structured(await client.call_tool("import_commit", {"import": first["import"], "idempotency_key": "commit"}), "import_commit (append)")
         check(not asked, "appending to a dataset asked the user something")
         print("ok   dataset loaded with 3 rows, no question asked", flush=True)
 
@@ -69,7 +69,7 @@ async def run() -> None:
             {"import": second["import"], "rows": [{"id": 10}, {"id": 11}], "idempotency_key": uuid.uuid4().hex},
         )
         done = structured(
-            await client.call_tool("import_commit", {"import": second["import"], "mode": "replace"}),
+            await client.call_tool("import_commit", {"import": second["import"], "mode": "replace", "idempotency_key": "commit"}),
             "import_commit (replace)",
         )
         check(len(asked) == 1, f"expected exactly one elicitation, got {len(asked)}")

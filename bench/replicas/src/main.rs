@@ -163,7 +163,12 @@ async fn fanout() {
             }
         };
         let commit = async {
-            call(&b, "import_commit", json!({ "import": import })).await;
+            call(
+                &b,
+                "import_commit",
+                json!({ "import": import, "idempotency_key": "commit" }),
+            )
+            .await;
             Instant::now()
         };
         let (heard, committed) = tokio::join!(heard, commit);

@@ -426,7 +426,12 @@ async fn a_rolling_restart_under_write_load_shows_the_client_no_error(store: &st
     );
     let staged = staged(&client, &import).await;
     assert!(staged >= 100, "the load kept going ({staged} rows)");
-    ok(&client, "import_commit", json!({ "import": import })).await;
+    ok(
+        &client,
+        "import_commit",
+        json!({ "import": import, "idempotency_key": "commit" }),
+    )
+    .await;
     let ids = read_pages(&client, &dataset, 500).await.0;
     assert_eq!(
         ids,
@@ -473,7 +478,12 @@ async fn a_sigkill_loop_under_write_load_loses_and_doubles_nothing(store: &str) 
         kills >= 3,
         "every replica was killed at least once ({kills})"
     );
-    ok(&client, "import_commit", json!({ "import": import })).await;
+    ok(
+        &client,
+        "import_commit",
+        json!({ "import": import, "idempotency_key": "commit" }),
+    )
+    .await;
     let ids = read_pages(&client, &dataset, 500).await.0;
     assert_eq!(
         ids,

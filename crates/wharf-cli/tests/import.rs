@@ -37,7 +37,7 @@ async fn handles_belong_to_their_owner(store: &str) {
             "import_append_rows",
             json!({ "rows": rows(10, 1), "idempotency_key": "k-7" }),
         ),
-        ("import_commit", json!({})),
+        ("import_commit", json!({ "idempotency_key": "k-7" })),
         ("import_abort", json!({ "idempotency_key": "k-7" })),
     ] {
         let mut args = extra.clone();
@@ -144,9 +144,23 @@ async fn commit_query_and_read(store: &str) {
     for b in 0..3 {
         ok(&u42, "import_append_rows", json!({ "import": import, "rows": rows(b * 100, 100), "idempotency_key": format!("b{b}") })).await;
     }
-    let done = ok(&u42, "import_commit", json!({ "import": import })).await;
+    let done = ok(
+        &u42,
+        "import_commit",
+        json!({ "import": import, "idempotency_key": "commit" }),
+    )
+    .await;
     assert_eq!(done["structuredContent"]["committedRows"], 300);
     assert_eq!(done["structuredContent"]["totalRows"], 300);
+    // The commit retried (its answer lost) replays; the rows are not committed twice. The
+    // same handle and key are nothing to another principal.
+    let commit = json!({ "import": import, "idempotency_key": "commit" });
+    let again = ok(&u42, "import_commit", commit.clone()).await;
+    assert_eq!(again["structuredContent"], done["structuredContent"]);
+    assert_eq!(again["_meta"]["dev.wharf/idempotentReplay"], true, "{again}");
+    let u7 = s.client().with_bearer(TOKEN_7);
+    let stranger = refused(&u7, "import_commit", commit).await;
+    assert!(stranger.contains("unknown or has expired"), "{stranger}");
     // The handle is retired with the commit.
     let gone = refused(&u42, "import_status", json!({ "import": import })).await;
     assert!(gone.contains("unknown or has expired"), "{gone}");
@@ -326,7 +340,12 @@ async fn expired_handles_tell_their_owner(store: &str) {
         let other = refused(&u7, "import_status", json!({ "import": import })).await;
         assert!(other.contains("unknown or has expired"), "{other}");
         // And the expired import cannot be committed.
-        let commit = refused(&u42, "import_commit", json!({ "import": import })).await;
+        let commit = refused(
+            &u42,
+            "import_commit",
+            json!({ "import": import, "idempotency_key": "commit" }),
+        )
+        .await;
         assert!(commit.contains("has expired"), "{commit}");
     }
     let q = refused(&u42, "dataset_query", json!({ "dataset": dataset })).await;
@@ -381,8 +400,18 @@ async fn a_dataset_keeps_the_columns_it_was_created_with(store: &str) {
         json!({ "import": b, "rows": [{ "label": "x" }], "idempotency_key": "b" }),
     )
     .await;
-    ok(&u42, "import_commit", json!({ "import": a })).await;
-    let refused_commit = refused(&u42, "import_commit", json!({ "import": b })).await;
+    ok(
+        &u42,
+        "import_commit",
+        json!({ "import": a, "idempotency_key": "commit" }),
+    )
+    .await;
+    let refused_commit = refused(
+        &u42,
+        "import_commit",
+        json!({ "import": b, "idempotency_key": "commit" }),
+    )
+    .await;
     assert!(refused_commit.contains("other columns"), "{refused_commit}");
     // Nothing of b reached the dataset, and b is still there to abort.
     let q = ok(&u42, "dataset_query", json!({ "dataset": dataset })).await;

@@ -88,7 +88,12 @@ async fn load(session: &LegacySession, name: &str, n: i64) {
     let import = begun["import"].as_str().unwrap().to_owned();
     let args = json!({ "import": import, "rows": rows(0, n), "idempotency_key": "k1" });
     tool(session, "import_append_rows", args).await;
-    tool(session, "import_commit", json!({ "import": import })).await;
+    tool(
+        session,
+        "import_commit",
+        json!({ "import": import, "idempotency_key": "commit" }),
+    )
+    .await;
 }
 
 /// Tells every replica on the store that the tool list changed, as a replica announcing it
@@ -153,7 +158,7 @@ async fn a_legacy_session_spans_replicas(store: &str) {
     // The commit replaces rows: A asks the user on the call's stream; the answer goes to B.
     let commit = on_a.message(
         "tools/call",
-        json!({ "name": "import_commit", "arguments": { "import": import, "mode": "replace" } }),
+        json!({ "name": "import_commit", "arguments": { "import": import, "mode": "replace", "idempotency_key": "commit" } }),
     );
     let mut call = Box::pin(on_a.stream(&commit).await.unwrap());
     let ask = next(&mut call, "the confirmation request").await;

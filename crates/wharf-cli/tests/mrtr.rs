@@ -81,7 +81,7 @@ async fn replacing_a_dataset_asks_the_user_first() {
         json!({ "import": import, "rows": rows(100, 2), "idempotency_key": unique("k") }),
     )
     .await;
-    let args = json!({ "import": import, "mode": "replace" });
+    let args = json!({ "import": import, "mode": "replace", "idempotency_key": "commit" });
 
     let first = call(&client, "import_commit", args.clone(), None).await;
     let state = asked(&first, "confirm_replace");
@@ -131,6 +131,23 @@ async fn replacing_a_dataset_asks_the_user_first() {
     assert_eq!(result["resultType"], "complete", "{}", done.body);
     assert_eq!(result["structuredContent"]["totalRows"], 2);
     assert_eq!(count(&client, &name).await, 2);
+    // Its answer lost, the client sends the last round again: the commit, which retired
+    // the import, is replayed; nothing is replaced twice.
+    let replayed = call(
+        &client,
+        "import_commit",
+        args.clone(),
+        Some((&state, json!({ "confirm_replace": accept("replace") }))),
+    )
+    .await;
+    let replay = replayed.result().unwrap();
+    assert_eq!(replay["structuredContent"], result["structuredContent"]);
+    assert_eq!(
+        replay["_meta"]["dev.wharf/idempotentReplay"], true,
+        "{}",
+        replayed.body
+    );
+    assert_eq!(count(&client, &name).await, 2);
 
     // A client that cannot answer elicitations is told what it lacks.
     let other = unique("ds");
@@ -139,7 +156,7 @@ async fn replacing_a_dataset_asks_the_user_first() {
     let r = client
         .request(
             "tools/call",
-            json!({ "name": "import_commit", "arguments": { "import": import, "mode": "replace" } }),
+            json!({ "name": "import_commit", "arguments": { "import": import, "mode": "replace", "idempotency_key": "commit" } }),
         )
         .await
         .unwrap();

@@ -54,7 +54,12 @@ async fn any_replica_serves_any_call(store: &str) {
     let u7 = b.client().with_bearer(TOKEN_7);
     let no = refused(&u7, "import_status", json!({ "import": import })).await;
     assert!(no.contains("unknown or has expired"), "{no}");
-    ok(&on_b, "import_commit", json!({ "import": import })).await;
+    ok(
+        &on_b,
+        "import_commit",
+        json!({ "import": import, "idempotency_key": "commit" }),
+    )
+    .await;
     // The commit, made through the second replica, reaches the stream on the third.
     let n = next_notification(&mut updates).await;
     validate_message("subscriptions/listen", &n);
@@ -243,7 +248,12 @@ async fn writes_survive_crashes_exactly_once(store: &str) {
         (BATCHES * SIZE) as u64,
         "the retries appended nothing"
     );
-    let done = ok(&client, "import_commit", json!({ "import": import })).await;
+    let done = ok(
+        &client,
+        "import_commit",
+        json!({ "import": import, "idempotency_key": "commit" }),
+    )
+    .await;
     assert_eq!(done["structuredContent"]["totalRows"], BATCHES * SIZE);
     let (mut ids, _) = read_pages(&client, &dataset, 500).await;
     ids.sort_unstable();

@@ -27,7 +27,12 @@ async fn dataset(client: &HttpClient, name: &str, n: i64) {
         )
         .await;
     }
-    ok(client, "import_commit", json!({ "import": import })).await;
+    ok(
+        client,
+        "import_commit",
+        json!({ "import": import, "idempotency_key": "commit" }),
+    )
+    .await;
 }
 
 async fn status(client: &HttpClient, name: &str) -> Value {

@@ -523,11 +523,12 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
             tool("import_commit")
                 .scopes(&[DATASETS_WRITE])
                 .mutates("import")
-                .description("Move an import's staged rows into its dataset, all at once, and close the import. With mode \"replace\" the dataset's rows are replaced; when it has any, the user is asked to confirm first (elicitation).")
+                .idempotent()
+                .description("Move an import's staged rows into its dataset, all at once, and close the import. With mode \"replace\" the dataset's rows are replaced; when it has any, the user is asked to confirm first (elicitation). Retried with the same idempotency_key (an answer lost), it returns what the first commit did, even though the import is closed: never commit the rows again through a new import.")
                 .handler(|cx: Context, args: CommitArgs| async move {
                     let (dataset, columns) = import_meta(&cx, &args.import)?;
-                    // An answer to "replace?" is read (and its state redeemed, once) before the
-                    // call's transaction opens.
+                    // An answer to "replace?" is read, and its state redeemed once, in the
+                    // call's transaction: the redemption commits with the commit.
                     let confirmed = match cx.elicited::<ReplaceAnswer>(CONFIRM_REPLACE) {
                         Some(Elicited::Accepted(ReplaceAnswer { replace: true })) => {
                             cx.redeem_once().await?;

@@ -245,7 +245,12 @@ pub(crate) async fn committed_dataset(client: &HttpClient, name: &str, n: i64) {
         json!({ "import": import, "rows": rows(0, n), "idempotency_key": unique("k") }),
     )
     .await;
-    ok(client, "import_commit", json!({ "import": import })).await;
+    ok(
+        client,
+        "import_commit",
+        json!({ "import": import, "idempotency_key": "commit" }),
+    )
+    .await;
 }
 
 /// Every row id of `dataset`, read `limit` at a time, and how many pages that took.
