@@ -157,7 +157,10 @@ async fn commit_query_and_read(store: &str) {
     let commit = json!({ "import": import, "idempotency_key": "commit" });
     let again = ok(&u42, "import_commit", commit.clone()).await;
     assert_eq!(again["structuredContent"], done["structuredContent"]);
-    assert_eq!(again["_meta"]["dev.wharf/idempotentReplay"], true, "{again}");
+    assert_eq!(
+        again["_meta"]["dev.wharf/idempotentReplay"], true,
+        "{again}"
+    );
     let u7 = s.client().with_bearer(TOKEN_7);
     let stranger = refused(&u7, "import_commit", commit).await;
     assert!(stranger.contains("unknown or has expired"), "{stranger}");

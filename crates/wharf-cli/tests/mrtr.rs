@@ -175,7 +175,7 @@ async fn bad_states_are_refused_with_the_reason() {
     let (one, two) = (unique("ds"), unique("ds"));
     committed_dataset(&user42, &one, 2).await;
     committed_dataset(&user42, &two, 2).await;
-    let delete = |name: &str| json!({ "dataset": name });
+    let delete = |name: &str| json!({ "dataset": name, "idempotency_key": unique("del") });
     let state = asked(
         &call(&user42, "dataset_delete", delete(&one), None).await,
         "confirm_delete",
@@ -270,7 +270,7 @@ async fn a_round_completes_on_another_replica_and_a_confirmation_is_used_once() 
     );
     let name = unique("ds");
     committed_dataset(&ca, &name, 4).await;
-    let delete = json!({ "dataset": name });
+    let delete = json!({ "dataset": name, "idempotency_key": unique("del") });
     let state = asked(
         &call(&ca, "dataset_delete", delete.clone(), None).await,
         "confirm_delete",
@@ -291,7 +291,10 @@ async fn a_round_completes_on_another_replica_and_a_confirmation_is_used_once() 
         done.body
     );
 
-    // The dataset is made again; the old confirmation must not delete it, on either replica.
+    // The dataset is made again. The confirmed round retried (its answer lost) replays the
+    // deletion it made, on either replica; the confirmation sent with another key is not
+    // this request's (the state binds the request's params). Neither deletes the new
+    // dataset.
     committed_dataset(&ca, &name, 1).await;
     for client in [&ca, &cb] {
         let replay = call(
@@ -301,7 +304,23 @@ async fn a_round_completes_on_another_replica_and_a_confirmation_is_used_once() 
             Some((&state, yes.clone())),
         )
         .await;
-        refused(&replay, "already used");
+        let result = replay.result().unwrap();
+        assert_eq!(
+            result["structuredContent"]["deletedRows"], 4,
+            "{}",
+            replay.body
+        );
+        assert_eq!(result["_meta"]["dev.wharf/idempotentReplay"], true);
+        let mut other_key = delete.clone();
+        other_key["idempotency_key"] = json!(unique("del"));
+        let used = call(
+            client,
+            "dataset_delete",
+            other_key,
+            Some((&state, yes.clone())),
+        )
+        .await;
+        refused(&used, "issued for another request");
     }
     assert_eq!(count(&ca, &name).await, 1);
 }

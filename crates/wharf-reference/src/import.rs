@@ -618,7 +618,8 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         .tool(
             tool("dataset_delete")
                 .scopes(&[DATASETS_WRITE])
-                .description("Delete a dataset and its rows, after the user confirms (elicitation). A confirmation answers this one deletion only: it cannot be replayed.")
+                .idempotent()
+                .description("Delete a dataset and its rows, after the user confirms (elicitation). A confirmation answers this one deletion only: it cannot be used again. Retried with the same idempotency_key (an answer lost), the confirmed deletion answers what it did, and deletes nothing more.")
                 .annotations(ToolAnnotations {
                     destructive_hint: Some(true),
                     ..Default::default()
@@ -679,8 +680,8 @@ async fn delete(cx: &Context, args: DeleteArgs) -> Result<Structured<Deleted>, H
     check_dataset_name(&args.dataset)?;
     let confirmed = match cx.elicited::<DeleteAnswer>(CONFIRM_DELETE) {
         Some(Elicited::Accepted(DeleteAnswer { delete: true })) => {
-            // Before anything is deleted: a replayed confirmation must never delete a
-            // dataset created again since.
+            // Before anything is deleted, in the call's transaction: a confirmation used
+            // again must never delete a dataset created since.
             cx.redeem_once().await?;
             true
         }

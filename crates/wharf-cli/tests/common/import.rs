@@ -213,7 +213,7 @@ pub(crate) async fn confirm_round(
 ) -> Value {
     let mut params = json!({
         "name": "dataset_delete",
-        "arguments": { "dataset": dataset },
+        "arguments": { "dataset": dataset, "idempotency_key": format!("delete-{dataset}") },
         "_meta": { "io.modelcontextprotocol/clientCapabilities": { "elicitation": {} } }
     });
     if let Some(state) = state {
