@@ -40,6 +40,8 @@ pub struct Context {
     handles: Vec<HandleRecord>,
     /// The call's mutation lock, where it is a lease, for transactions the handler opens.
     fence: Option<Fence>,
+    /// The key of an idempotent call's write, for effects outside the store.
+    effect_key: Option<String>,
     /// The answers and state a multi-round retry carries; `None` on a fresh request.
     round: Option<Box<Round>>,
     /// What to run if the call is cancelled (see [`Context::on_cancel`]).
@@ -232,6 +234,7 @@ impl Context {
             tx: None,
             handles: Vec::new(),
             fence: None,
+            effect_key: None,
             round: None,
             cleanups: Arc::default(),
             runtime: Arc::clone(runtime),
@@ -274,6 +277,20 @@ impl Context {
 
     pub(crate) fn set_fence(&mut self, fence: Option<Fence>) {
         self.fence = fence;
+    }
+
+    pub(crate) fn set_effect_key(&mut self, key: String) {
+        self.effect_key = Some(key);
+    }
+
+    /// For an idempotent tool: a key that names this write, the same on every attempt of it
+    /// (retries, replicas, a takeover after a crash) and different for every other write.
+    /// Pass it to what an effect outside the store goes through (a payment API's
+    /// idempotency key, a message id an email service deduplicates on), so that an attempt
+    /// that runs again after the effect happened does not repeat it. `None` for other
+    /// calls.
+    pub fn effect_key(&self) -> Option<&str> {
+        self.effect_key.as_deref()
     }
 
     /// Hands a retry's round to the handler, and keeps what sealing the next round needs

@@ -123,6 +123,9 @@ pub(crate) async fn call(call: Call<'_, Box<CallToolParams>>) -> Result<Vec<u8>,
     cx.set_tx(slot.clone());
     cx.set_handles(handles);
     cx.set_fence(fence);
+    if let Some(claim) = &claim {
+        cx.set_effect_key(claim.effect_key());
+    }
     let handler = Arc::clone(&entry.def.handler);
     let run = |cx| async move {
         match tokio::time::timeout_at(deadline, handler.call(cx, Value::Object(args))).await {

@@ -110,6 +110,24 @@ pub struct Claim {
     pub owner: String,
 }
 
+impl Claim {
+    /// A name of this write for effects outside the store: a digest of its scope and key
+    /// (not of its owner's id or the key as sent), hex, behind `wharf-`.
+    pub fn effect_key(&self) -> String {
+        let mut h = Sha256::new();
+        h.update(self.scope.as_bytes());
+        h.update([0]);
+        h.update(self.key.as_bytes());
+        let mut out = String::with_capacity(6 + 64);
+        out.push_str("wharf-");
+        for b in h.finalize() {
+            out.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
+            out.push(char::from(b"0123456789abcdef"[usize::from(b & 15)]));
+        }
+        out
+    }
+}
+
 /// The schema of the argument an idempotent tool gains.
 pub(crate) fn key_schema() -> Value {
     json!({
@@ -122,6 +140,24 @@ pub(crate) fn key_schema() -> Value {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_effect_key_names_one_write_whoever_retries_it() {
+        let claim = |scope: &str, key: &str| super::Claim {
+            scope: scope.into(),
+            key: key.into(),
+            digest: super::Digest::from_stored(String::new()),
+            expires_at: 0,
+            owner: "ann".into(),
+        };
+        let first = claim("h:imp_1", "k").effect_key();
+        assert_eq!(first, claim("h:imp_1", "k").effect_key());
+        assert!(first.starts_with("wharf-") && first.len() == 70, "{first}");
+        // The key and the scope both count, and their boundary too.
+        assert_ne!(first, claim("h:imp_1", "k2").effect_key());
+        assert_ne!(first, claim("h:imp_2", "k").effect_key());
+        assert_ne!(claim("a", "bc").effect_key(), claim("ab", "c").effect_key());
+    }
+
     use super::*;
 
     fn obj(v: Value) -> Map<String, Value> {
