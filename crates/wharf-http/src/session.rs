@@ -153,11 +153,7 @@ impl Drop for Detached {
 
 /// GET with a session: its stream of list changes and resource updates.
 pub(crate) async fn get(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    let (parts, _) = request.into_parts();
-    if !parts.headers.contains_key(mcp::SESSION_ID) {
-        return method_not_allowed().await;
-    }
-    let session = match checked(&state, &parts).await {
+    let session = match checked(&state, request).await {
         Ok(s) => s,
         Err(refused) => return *refused,
     };
@@ -169,11 +165,7 @@ pub(crate) async fn get(State(state): State<Arc<AppState>>, request: Request) ->
 
 /// DELETE with a session: ends it.
 pub(crate) async fn delete(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    let (parts, _) = request.into_parts();
-    if !parts.headers.contains_key(mcp::SESSION_ID) {
-        return method_not_allowed().await;
-    }
-    let session = match checked(&state, &parts).await {
+    let session = match checked(&state, request).await {
         Ok(s) => s,
         Err(refused) => return *refused,
     };
@@ -183,13 +175,16 @@ pub(crate) async fn delete(State(state): State<Arc<AppState>>, request: Request)
     }
 }
 
-/// The Host/Origin and credential checks of a GET or DELETE, then its session.
-async fn checked(
-    state: &AppState,
-    parts: &axum::http::request::Parts,
-) -> Result<Session, Box<Response>> {
+/// The session a GET or DELETE names, after the Host/Origin and credential checks; without
+/// `Mcp-Session-Id` the method is not allowed (a stateless server has nothing to open or
+/// end).
+async fn checked(state: &AppState, request: Request) -> Result<Session, Box<Response>> {
+    let (parts, _) = request.into_parts();
+    if !parts.headers.contains_key(mcp::SESSION_ID) {
+        return Err(Box::new(method_not_allowed().await));
+    }
     guard::check_headers(&parts.headers, &state.config)?;
-    let principal = match state.config.auth.authenticate(parts).await {
+    let principal = match state.config.auth.authenticate(&parts).await {
         Ok(p) => p,
         Err(refusal) => return Err(Box::new(unauthorized(&refusal))),
     };
