@@ -88,7 +88,9 @@ async def run() -> None:
 
             report = structured(
                 await session.call_tool(
-                    "report_generate", {"dataset": dataset, "chunk_rows": 100, "pause_ms": 30}, progress_callback=on_progress
+                    "report_generate",
+                    {"dataset": dataset, "chunk_rows": 100, "pause_ms": 30, "idempotency_key": f"report-{uuid.uuid4()}"},
+                    progress_callback=on_progress
                 ),
                 "report_generate",
             )

@@ -93,17 +93,4 @@ async fn a_duplicate_of_a_write_running_elsewhere_is_503_then_replays(store: &st
     assert_eq!(staged(&client, &import).await, 3, "written once");
 }
 
-#[tokio::test]
-async fn sqlite_a_duplicate_of_a_write_running_elsewhere_is_503_then_replays() {
-    a_duplicate_of_a_write_running_elsewhere_is_503_then_replays(&sqlite_url("busy")).await;
-}
-
-#[tokio::test]
-async fn postgres_a_duplicate_of_a_write_running_elsewhere_is_503_then_replays() {
-    a_duplicate_of_a_write_running_elsewhere_is_503_then_replays(&pg_url()).await;
-}
-
-#[tokio::test]
-async fn redis_a_duplicate_of_a_write_running_elsewhere_is_503_then_replays() {
-    a_duplicate_of_a_write_running_elsewhere_is_503_then_replays(&redis_url()).await;
-}
+on_every_store!(a_duplicate_of_a_write_running_elsewhere_is_503_then_replays,);

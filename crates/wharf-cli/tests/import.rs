@@ -428,20 +428,6 @@ async fn a_dataset_keeps_the_columns_it_was_created_with(store: &str) {
     .await;
 }
 
-macro_rules! on_every_store {
-    ($($test:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[tokio::test] async fn $test() { super::$test(&super::sqlite_url(stringify!($test))).await; })*
-        }
-        mod postgres {
-            $(#[tokio::test] async fn $test() { super::$test(&super::pg_url()).await; })*
-        }
-        mod redis {
-            $(#[tokio::test] async fn $test() { super::$test(&super::redis_url()).await; })*
-        }
-    };
-}
-
 on_every_store!(
     handles_belong_to_their_owner,
     appends_are_applied_once_per_key,

@@ -199,7 +199,7 @@ async fn a_legacy_session_spans_replicas(store: &str) {
         "tools/call",
         json!({
             "name": "report_generate",
-            "arguments": { "dataset": big, "chunk_rows": 100, "pause_ms": 300 },
+            "arguments": { "dataset": big, "chunk_rows": 100, "pause_ms": 300, "idempotency_key": unique("report") },
             "_meta": { "progressToken": "r1" },
         }),
     );

@@ -394,17 +394,4 @@ async fn redis_any_replica_serves_any_call() {
     any_replica_serves_any_call(&redis_url()).await;
 }
 
-#[tokio::test]
-async fn postgres_writes_survive_crashes_exactly_once() {
-    writes_survive_crashes_exactly_once(&pg_url()).await;
-}
-
-#[tokio::test]
-async fn sqlite_writes_survive_crashes_exactly_once() {
-    writes_survive_crashes_exactly_once(&sqlite_url("crash")).await;
-}
-
-#[tokio::test]
-async fn redis_writes_survive_crashes_exactly_once() {
-    writes_survive_crashes_exactly_once(&redis_url()).await;
-}
+on_every_store!(writes_survive_crashes_exactly_once,);

@@ -8,7 +8,8 @@ mod common;
 use std::time::Duration;
 
 use common::import::{
-    TOKEN_42, begin, call, ok, pg_url, replica_args, rows, server, sqlite_url, unique,
+    TOKEN_7, TOKEN_42, begin, call, ok, on_every_store, pg_url, replica_args, rows, server,
+    sqlite_url, unique,
 };
 use common::{ServerProcess, validate_message};
 use futures_util::StreamExt;
@@ -79,7 +80,15 @@ async fn assert_stopped(client: &HttpClient, name: &str, pause_ms: u64) -> Value
 }
 
 fn generate(name: &str, chunk: u64, pause_ms: u64) -> Value {
-    json!({ "name": "report_generate", "arguments": { "dataset": name, "chunk_rows": chunk, "pause_ms": pause_ms } })
+    json!({
+        "name": "report_generate",
+        "arguments": {
+            "dataset": name,
+            "chunk_rows": chunk,
+            "pause_ms": pause_ms,
+            "idempotency_key": unique("report"),
+        },
+    })
 }
 
 #[tokio::test]
@@ -156,19 +165,96 @@ async fn closing_the_stream_stops_the_report(store: &str) {
     assert_stopped(&client, &name, 200).await;
 }
 
-#[tokio::test]
-async fn closing_the_stream_stops_the_report_sqlite() {
-    closing_the_stream_stops_the_report(&sqlite_url("reports-close")).await;
-}
+/// `report_generate` retried with its key returns the report the first call made, without
+/// a second run: after it finished, and while it still runs (the retry waits, then
+/// replays). The same key is another principal's own, and another call under it is refused;
+/// a run cut short before it finished is started again.
+async fn a_retried_report_is_the_first_report(store: &str) {
+    let server = server(store);
+    let (u42, u7) = (
+        server.client().with_bearer(TOKEN_42),
+        server.client().with_bearer(TOKEN_7),
+    );
+    let name = unique("ds");
+    dataset(&u42, &name, 1200).await;
+    let replayed = |r: &Value| r["_meta"]["dev.wharf/idempotentReplay"] == true;
 
-#[tokio::test]
-async fn closing_the_stream_stops_the_report_postgres() {
-    closing_the_stream_stops_the_report(&pg_url()).await;
-}
+    // Finished, then retried.
+    let args = generate(&name, 100, 0)["arguments"].clone();
+    let first = ok(&u42, "report_generate", args.clone()).await;
+    assert!(!replayed(&first), "{first}");
+    assert_eq!(first["structuredContent"]["state"], "done");
+    let again = ok(&u42, "report_generate", args.clone()).await;
+    assert!(replayed(&again), "{again}");
+    assert_eq!(again["structuredContent"], first["structuredContent"]);
+    let run = first["structuredContent"]["run"].clone();
+    assert_eq!(status(&u42, &name).await["run"], run, "no second run");
 
-#[tokio::test]
-async fn closing_the_stream_stops_the_report_redis() {
-    closing_the_stream_stops_the_report(&common::import::redis_url()).await;
+    // The key is u42's: u7, who has no such dataset, gets nothing of u42's report.
+    let theirs = call(&u7, "report_generate", args.clone()).await;
+    let theirs = theirs.result().unwrap();
+    assert!(!replayed(theirs), "{theirs}");
+    assert_eq!(theirs["isError"], true, "{theirs}");
+    assert!(
+        theirs["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("does not exist"),
+        "{theirs}"
+    );
+    let mut other = args.clone();
+    other["chunk_rows"] = json!(200);
+    let mismatch = call(&u42, "report_generate", other).await;
+    let text = mismatch.result().unwrap()["content"][0]["text"].clone();
+    assert!(
+        text.as_str()
+            .unwrap()
+            .contains("already used for a different call"),
+        "{text}"
+    );
+
+    // Retried while it runs: the retry waits for the first call, then replays its report.
+    // Meanwhile, a retry of the finished report is answered at once, though the running one
+    // holds the dataset (12 chunks, 300 ms apart).
+    let slow = generate(&name, 100, 300)["arguments"].clone();
+    let running_call = {
+        let u42 = u42.clone();
+        let slow = slow.clone();
+        tokio::spawn(async move { ok(&u42, "report_generate", slow).await })
+    };
+    let mid = running(&u42, &name).await;
+    let earlier = ok(&u42, "report_generate", args.clone()).await;
+    assert!(replayed(&earlier), "{earlier}");
+    let meanwhile = status(&u42, &name).await;
+    assert_eq!(
+        (&meanwhile["state"], &meanwhile["run"]),
+        (&json!("running"), &mid["run"]),
+        "the replay did not wait for the running report"
+    );
+    let retry = ok(&u42, "report_generate", slow.clone()).await;
+    let first = running_call.await.unwrap();
+    assert!(replayed(&retry), "{retry}");
+    assert_eq!(retry["structuredContent"], first["structuredContent"]);
+    assert_eq!(first["structuredContent"]["run"], mid["run"]);
+    assert_eq!(
+        status(&u42, &name).await["run"],
+        mid["run"],
+        "no second run"
+    );
+
+    // Cut short (the client went away): nothing was recorded, so the retry runs again.
+    let cut = generate(&name, 100, 200);
+    let mut params = cut.clone();
+    params["_meta"] = json!({ "progressToken": 1 });
+    let mut stream = Box::pin(u42.open_stream("tools/call", params).await.unwrap());
+    let progress = stream.next().await.expect("progress before the end");
+    assert_eq!(progress["method"], "notifications/progress", "{progress}");
+    drop(stream);
+    let stopped = status_until(&u42, &name, |s| s["state"] == "cancelled").await;
+    let rerun = ok(&u42, "report_generate", cut["arguments"].clone()).await;
+    assert!(!replayed(&rerun), "{rerun}");
+    assert_eq!(rerun["structuredContent"]["state"], "done");
+    assert!(rerun["structuredContent"]["run"].as_u64() > stopped["run"].as_u64());
 }
 
 /// Without a progress token the answer is a JSON body; a client that goes away before it
@@ -226,7 +312,12 @@ async fn a_call_cancelled_while_waiting_for_its_turn_never_runs() {
     status_until(&client, &name, |s| s["state"] == "cancelled").await;
     // The line is first come, first served: had the cancelled call stayed in it, it would
     // have run before this one, as run 2.
-    let next = ok(&client, "report_generate", json!({ "dataset": name })).await;
+    let next = ok(
+        &client,
+        "report_generate",
+        json!({ "dataset": name, "idempotency_key": unique("report") }),
+    )
+    .await;
     assert_eq!(next["structuredContent"]["run"], 2);
     assert_eq!(next["structuredContent"]["state"], "done");
 }
@@ -371,7 +462,12 @@ async fn two_replicas_run_one_report_per_dataset_at_a_time() {
         async move { client.request("tools/call", params).await }
     });
     running(&ca, &long).await;
-    let other = ok(&cb, "report_generate", json!({ "dataset": two })).await;
+    let other = ok(
+        &cb,
+        "report_generate",
+        json!({ "dataset": two, "idempotency_key": unique("report") }),
+    )
+    .await;
     assert_eq!(other["structuredContent"]["state"], "done");
     assert_eq!(
         status(&ca, &long).await["state"],
@@ -381,3 +477,8 @@ async fn two_replicas_run_one_report_per_dataset_at_a_time() {
     slow.abort();
     let _ = slow.await;
 }
+
+on_every_store!(
+    closing_the_stream_stops_the_report,
+    a_retried_report_is_the_first_report,
+);

@@ -305,9 +305,11 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
             tool("report_generate")
                 .scopes(&[DATASETS_WRITE])
                 .description(
-                    "Compute per-column statistics of a dataset (non-null counts; min, max and mean of numeric columns), scanning it in chunks with progress. Runs one at a time per dataset; cancelling the request stops the scan. report_status reads the result later.",
+                    "Compute per-column statistics of a dataset (non-null counts; min, max and mean of numeric columns), scanning it in chunks with progress. Runs one at a time per dataset; cancelling the request stops the scan. report_status reads the result later. Retried with the same idempotency_key, it returns the report that call produced (waiting for it while it runs) instead of starting another; a run cut short before it finished is started again.",
                 )
                 .mutates("dataset")
+                // The run records how far it got as it goes, in commits of its own.
+                .idempotent_in_steps()
                 .stream_handler(|cx: Context, args: GenerateArgs| {
                     stream! {
                         let mut run = match Run::start(&cx, &args).await {

@@ -192,7 +192,7 @@ impl Registry {
                     which: "inputSchema",
                     reason,
                 })?;
-            if (def.idempotent || !handles.is_empty()) && !defs.has_store {
+            if (def.idempotent.is_some() || !handles.is_empty()) && !defs.has_store {
                 return Err(BuildError::NeedsStore { tool: name });
             }
             if let Some(argument) = &def.mutates {

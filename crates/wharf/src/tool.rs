@@ -247,11 +247,22 @@ where
 pub struct ToolBuilder {
     tool: Tool,
     requires: Option<ClientCapabilities>,
-    idempotent: bool,
+    idempotent: Option<Idempotence>,
     max_concurrency: Option<usize>,
     timeout: Option<std::time::Duration>,
     mutates: Option<String>,
     scopes: Vec<String>,
+}
+
+/// How an idempotent tool's writes and its idempotency record reach the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Idempotence {
+    /// In the call's one transaction, which holds the claim from the start and commits the
+    /// writes with the record: [`ToolBuilder::idempotent`].
+    OneTransaction,
+    /// In transactions the handler commits as it goes, under a turn on the key; the record
+    /// follows once the handler returns: [`ToolBuilder::idempotent_in_steps`].
+    InSteps,
 }
 
 /// Starts describing a tool named `name`.
@@ -268,7 +279,7 @@ pub fn tool(name: impl Into<String>) -> ToolBuilder {
             meta: None,
         },
         requires: None,
-        idempotent: false,
+        idempotent: None,
         max_concurrency: None,
         timeout: None,
         mutates: None,
@@ -314,7 +325,23 @@ impl ToolBuilder {
     /// replica. The record is kept per handle when the tool takes one, otherwise per
     /// principal and tool. Needs a store.
     pub fn idempotent(mut self) -> Self {
-        self.idempotent = true;
+        self.idempotent = Some(Idempotence::OneTransaction);
+        self
+    }
+
+    /// Makes the tool an idempotent write whose handler commits its own transactions as it
+    /// goes ([`Context::transaction`]): a long call that records how far it got. It gains a
+    /// required `idempotency_key` like [`ToolBuilder::idempotent`]; attempts with the same
+    /// key run one at a time, on every replica (a retry sent meanwhile waits, then replays),
+    /// and the first result is recorded once the handler returns. A write whose first result
+    /// is recorded is never run again.
+    ///
+    /// Unlike [`ToolBuilder::idempotent`], the handler's commits and the record are not one
+    /// transaction: an attempt cut short (cancelled, timed out, its replica gone) before its
+    /// result was recorded is run again by the next retry. Make each step safe to repeat,
+    /// for example by keying what it writes with [`Context::effect_key`]. Needs a store.
+    pub fn idempotent_in_steps(mut self) -> Self {
+        self.idempotent = Some(Idempotence::InSteps);
         self
     }
 
@@ -350,7 +377,7 @@ impl ToolBuilder {
     }
 
     fn finish(mut self, handler: Arc<dyn ErasedToolHandler>) -> ToolDef {
-        if self.idempotent {
+        if self.idempotent.is_some() {
             add_key_argument(&mut self.tool.input_schema);
         }
         ToolDef {
@@ -418,7 +445,7 @@ impl ToolBuilder {
 pub struct ToolDef {
     pub(crate) tool: Tool,
     pub(crate) requires: Option<ClientCapabilities>,
-    pub(crate) idempotent: bool,
+    pub(crate) idempotent: Option<Idempotence>,
     pub(crate) max_concurrency: Option<usize>,
     pub(crate) timeout: Option<std::time::Duration>,
     pub(crate) mutates: Option<String>,

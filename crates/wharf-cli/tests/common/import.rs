@@ -282,3 +282,23 @@ pub(crate) async fn read_pages(
         }
     }
 }
+
+/// Runs each of the named `async fn(store: &str)` tests on SQLite (a file of its own),
+/// PostgreSQL and Redis, as `sqlite::name`, `postgres::name` and `redis::name`. (Not every
+/// test file that includes these helpers uses it.)
+#[allow(unused_macros)]
+macro_rules! on_every_store {
+    ($($test:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test] async fn $test() { super::$test(&super::common::import::sqlite_url(stringify!($test))).await; })*
+        }
+        mod postgres {
+            $(#[tokio::test] async fn $test() { super::$test(&super::common::import::pg_url()).await; })*
+        }
+        mod redis {
+            $(#[tokio::test] async fn $test() { super::$test(&super::common::import::redis_url()).await; })*
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_every_store;

@@ -21,16 +21,15 @@ use crate::runtime::Runtime;
 use crate::schema::first_violation;
 use crate::store::{Begin, Claim, Digest, Fence, Millis, now_millis};
 use crate::store::{Expiry, HandleRecord, human};
-use crate::store::{KEY_ARGUMENT, REPLAY_META};
+use crate::store::{KEY_ARGUMENT, REPLAY_META, StoreError};
+use crate::tool::Idempotence;
 
 /// Where a call stands before its handler runs.
 enum Prepared {
-    /// Run the handler with these checked handles, in this transaction slot, completing
-    /// this claim (idempotent tools).
+    /// Run the handler with these checked handles, in this transaction slot.
     Run {
         handles: Vec<HandleRecord>,
         slot: Option<Arc<TxSlot>>,
-        claim: Option<Claim>,
     },
     /// Answer without running the handler.
     Answer(CallToolResult),
@@ -82,6 +81,31 @@ pub(crate) async fn call(call: Call<'_, Box<CallToolParams>>) -> Result<Vec<u8>,
             t.min(runtime.config.max_call_duration)
         });
     let deadline = tokio::time::Instant::now() + limit;
+    let keyed = keyed(runtime, entry, &mut args, &caller.principal)?;
+    // Attempts of a write in steps take turns on its key: one runs, a retry sent meanwhile
+    // waits, then replays what the first recorded.
+    let key_turn = match &keyed {
+        Some(k) if k.how == Idempotence::InSteps => {
+            // (A tool's own key with the same spelling would only share the line.)
+            let (scope, key) = (&k.claim.scope, &k.claim.key);
+            let line = mutation_key(
+                &caller.principal,
+                &format!("idempotency:{}:{scope}:{key}", scope.len()),
+            );
+            match turn_on(runtime, line, &caller.principal, deadline, Some(&k.claim)).await? {
+                Some(Waited::Turn(turn)) => Some(turn),
+                Some(Waited::Replay(stored)) => return replay(runtime, &id, &stored),
+                None => {
+                    return Err(timed_out_waiting(
+                        name,
+                        limit,
+                        "an earlier attempt of the same write",
+                    ));
+                }
+            }
+        }
+        _ => None,
+    };
     let lock = match &entry.def.mutates {
         Some(argument) => {
             let value = args
@@ -89,33 +113,30 @@ pub(crate) async fn call(call: Call<'_, Box<CallToolParams>>) -> Result<Vec<u8>,
                 .and_then(Value::as_str)
                 .unwrap_or_default();
             let key = mutation_key(&caller.principal, value);
-            let wait =
-                runtime
-                    .mutations
-                    .wait_turn(key, caller.principal.id(), runtime.store.as_ref());
-            match tokio::time::timeout_at(deadline, wait).await {
-                Ok(turn) => Some(turn?),
-                Err(_) => {
-                    return Err(RpcError::new(
-                        ErrorKind::TimedOut,
-                        format!(
-                            "Timed out: tool {name} waited its whole limit of {} for earlier calls on the same {argument} to finish; it did not run",
-                            human(limit)
-                        ),
-                    ));
+            let replayable = keyed.as_ref().map(|k| &k.claim);
+            match turn_on(runtime, key, &caller.principal, deadline, replayable).await? {
+                Some(Waited::Turn(turn)) => Some(turn),
+                Some(Waited::Replay(stored)) => return replay(runtime, &id, &stored),
+                None => {
+                    let earlier = format!("earlier calls on the same {argument}");
+                    return Err(timed_out_waiting(name, limit, &earlier));
                 }
             }
         }
         None => None,
     };
     let fence = lock.as_ref().and_then(KeyTurn::fence);
-    let prepared = prepare(runtime, entry, &mut args, &caller.principal, fence.clone()).await?;
-    let (handles, slot, claim) = match prepared {
-        Prepared::Run {
-            handles,
-            slot,
-            claim,
-        } => (handles, slot, claim),
+    let prepared = prepare(
+        runtime,
+        entry,
+        &args,
+        &caller.principal,
+        keyed.as_ref(),
+        fence.clone(),
+    )
+    .await?;
+    let (handles, slot) = match prepared {
+        Prepared::Run { handles, slot } => (handles, slot),
         Prepared::Answer(result) => return respond_tool(runtime, &id, result),
         Prepared::Replay(stored) => return replay(runtime, &id, &stored),
     };
@@ -123,8 +144,8 @@ pub(crate) async fn call(call: Call<'_, Box<CallToolParams>>) -> Result<Vec<u8>,
     cx.set_tx(slot.clone());
     cx.set_handles(handles);
     cx.set_fence(fence);
-    if let Some(claim) = &claim {
-        cx.set_effect_key(claim.effect_key());
+    if let Some(k) = &keyed {
+        cx.set_effect_key(k.claim.effect_key());
     }
     let handler = Arc::clone(&entry.def.handler);
     let run = |cx| async move {
@@ -164,8 +185,8 @@ pub(crate) async fn call(call: Call<'_, Box<CallToolParams>>) -> Result<Vec<u8>,
     let settle = tokio::spawn(settle(
         Arc::clone(runtime),
         slot,
-        claim,
-        lock,
+        keyed.map(|k| (k.claim, k.how)),
+        [lock, key_turn],
         result,
         failed,
     ));
@@ -176,12 +197,14 @@ pub(crate) async fn call(call: Call<'_, Box<CallToolParams>>) -> Result<Vec<u8>,
 }
 
 /// Commits a call's writes with its idempotency record (or rolls them back when it
-/// failed), then hands its key to the next caller. Returns the result to send.
+/// failed), then hands its keys to the next caller: `turns` are the turn on what the tool
+/// mutates and, for a write in steps, the turn on its idempotency key. Returns the result
+/// to send.
 async fn settle(
     runtime: Arc<Runtime>,
     slot: Option<Arc<TxSlot>>,
-    claim: Option<Claim>,
-    lock: Option<KeyTurn>,
+    claim: Option<(Claim, Idempotence)>,
+    turns: [Option<KeyTurn>; 2],
     result: CallToolResult,
     failed: bool,
 ) -> Result<CallToolResult, RpcError> {
@@ -204,7 +227,7 @@ async fn settle(
             result
         }
         Finished::Commit(Some(mut tx)) if !failed => {
-            if let Some(claim) = &claim {
+            if let Some((claim, Idempotence::OneTransaction)) = &claim {
                 let stored = serde_json::to_string(&result).map_err(RpcError::internal)?;
                 tx.complete_claim(claim, &stored).await?;
             }
@@ -218,9 +241,13 @@ async fn settle(
         }
         Finished::Commit(_) => result,
     };
-    // Only now, with the writes committed, may the next call on the key run.
-    if let Some(lock) = lock {
-        lock.end().await;
+    if let (true, Some((claim, Idempotence::InSteps))) = (committed, &claim) {
+        let fence = turns[1].as_ref().and_then(KeyTurn::fence);
+        record_steps(runtime.require_store()?, claim, &result, fence).await?;
+    }
+    // Only now, with the writes committed, may the next call on the keys run.
+    for turn in turns.into_iter().flatten() {
+        turn.end().await;
     }
     if committed {
         for event in announcements {
@@ -230,14 +257,152 @@ async fn settle(
     Ok(result)
 }
 
+/// The idempotency key of a call of an idempotent tool, taken out of its arguments (the
+/// handler never sees it).
+struct Keyed<'e> {
+    claim: Claim,
+    /// The handle argument that scopes the key: the first handle of the arguments
+    /// themselves, when the tool takes one.
+    handle: Option<(&'e HandleParam, String)>,
+    how: Idempotence,
+}
+
+/// The claim a call of an idempotent tool makes; `None` for other tools.
+fn keyed<'e>(
+    runtime: &Runtime,
+    entry: &'e ToolEntry,
+    args: &mut Map<String, Value>,
+    principal: &Principal,
+) -> Result<Option<Keyed<'e>>, RpcError> {
+    let Some(how) = entry.def.idempotent else {
+        return Ok(None);
+    };
+    let name = &entry.def.tool.name;
+    let key = match args.remove(KEY_ARGUMENT) {
+        Some(Value::String(k)) => k,
+        _ => {
+            return Err(RpcError::invalid_params(format!(
+                "Invalid arguments for tool {name}: {KEY_ARGUMENT} is required"
+            )));
+        }
+    };
+    let handle = entry
+        .handles
+        .iter()
+        .filter(|p| p.is_top_level())
+        .find_map(|p| Some((p, p.ids(args).first()?.to_string())));
+    let retention =
+        i64::try_from(runtime.config.idempotency_retention.as_millis()).unwrap_or(i64::MAX);
+    let claim = Claim {
+        scope: match &handle {
+            Some((_, id)) => format!("h:{id}"),
+            None => Claim::principal_scope(principal.id(), name),
+        },
+        digest: Digest::of(name, args),
+        key,
+        expires_at: now_millis().saturating_add(retention),
+        owner: principal.id().to_owned(),
+    };
+    Ok(Some(Keyed { claim, handle, how }))
+}
+
+/// What waiting for a turn on a key came to.
+enum Waited {
+    Turn(KeyTurn),
+    /// The write the caller retries was made meanwhile: its first result, as stored.
+    Replay(String),
+}
+
+/// How long a call waits for its turn before it looks whether its write was made already:
+/// a turn free at once costs a first attempt no lookup.
+const REPLAY_LOOKUP_AFTER: Duration = Duration::from_millis(5);
+
+/// Waits for the turn on `key` until `deadline` (`None` past it). A retry of the write
+/// `claim` that has to wait behind another call on the key is answered from the write's
+/// record, if it was made, without waiting any longer.
+async fn turn_on(
+    runtime: &Runtime,
+    key: String,
+    principal: &Principal,
+    deadline: tokio::time::Instant,
+    claim: Option<&Claim>,
+) -> Result<Option<Waited>, StoreError> {
+    let store = runtime.store.as_ref();
+    let wait = runtime.mutations.wait_turn(key, principal.id(), store);
+    let waited = async {
+        tokio::pin!(wait);
+        let (Some(claim), Some(store)) = (claim, store) else {
+            return wait.await.map(Waited::Turn);
+        };
+        tokio::select! {
+            biased;
+            turn = &mut wait => return turn.map(Waited::Turn),
+            () = tokio::time::sleep(REPLAY_LOOKUP_AFTER) => {}
+        }
+        tokio::select! {
+            biased;
+            turn = &mut wait => turn.map(Waited::Turn),
+            found = store.replay_of(claim, now_millis()) => match found {
+                Ok(Some(stored)) => Ok(Waited::Replay(stored)),
+                Ok(None) => wait.await.map(Waited::Turn),
+                Err(e) => {
+                    tracing::debug!(error = %e, "no replay lookup; the call waits for its turn");
+                    wait.await.map(Waited::Turn)
+                }
+            },
+        }
+    };
+    match tokio::time::timeout_at(deadline, waited).await {
+        Ok(waited) => waited.map(Some),
+        Err(_) => Ok(None),
+    }
+}
+
+fn timed_out_waiting(name: &str, limit: Duration, behind: &str) -> RpcError {
+    RpcError::new(
+        ErrorKind::TimedOut,
+        format!(
+            "Timed out: tool {name} waited its whole limit of {} for {behind} to finish; it did not run",
+            human(limit)
+        ),
+    )
+}
+
+/// Records the first result of a write in steps, once its handler's commits landed. The
+/// turn on its key kept every other attempt out; `fence` makes the record void if that turn
+/// was a lease that ran out meanwhile.
+async fn record_steps(
+    store: &Arc<dyn crate::store::Store>,
+    claim: &Claim,
+    result: &CallToolResult,
+    fence: Option<Fence>,
+) -> Result<(), RpcError> {
+    let stored = serde_json::to_string(result).map_err(RpcError::internal)?;
+    match store.begin_idempotent(claim, now_millis()).await? {
+        Begin::Run(mut tx) => {
+            if let Some(fence) = &fence {
+                tx.fence(fence);
+            }
+            tx.complete_claim(claim, &stored).await?;
+            Ok(tx.commit().await?)
+        }
+        // Only an attempt that lost its turn (a lease that ran out while it stalled) can
+        // find another attempt's record here.
+        Begin::Replay(_) | Begin::Mismatch => Err(RpcError::internal(
+            "another attempt of this write recorded its result first; retry to get it",
+        )),
+    }
+}
+
 /// Checks the handle arguments and, for an idempotent tool, claims its key. The handle
 /// that scopes the key is loaded together with the claim (one round trip on
 /// PostgreSQL), and judged before the claim's outcome is looked at.
 async fn prepare(
     runtime: &Runtime,
     entry: &ToolEntry,
-    args: &mut Map<String, Value>,
+    args: &Map<String, Value>,
     principal: &Principal,
+    keyed: Option<&Keyed<'_>>,
     fence: Option<Fence>,
 ) -> Result<Prepared, RpcError> {
     let name = &entry.def.tool.name;
@@ -249,11 +414,12 @@ async fn prepare(
         .collect();
     let mut handles = Vec::new();
     let mut holds = Vec::new();
-    let mut scope_handle = None;
+    let mut scope_skipped = keyed.is_none_or(|k| k.handle.is_none());
     for (param, id) in present {
-        // The first handle of the arguments themselves scopes an idempotency key.
-        if entry.def.idempotent && scope_handle.is_none() && param.is_top_level() {
-            scope_handle = Some((param, id));
+        // The handle that scopes the key is loaded with the claim, below (`keyed` chose it
+        // by the same rule: the first top-level handle present).
+        if !scope_skipped && param.is_top_level() {
+            scope_skipped = true;
             continue;
         }
         let record = load_handle(runtime, &id).await?;
@@ -269,7 +435,7 @@ async fn prepare(
             Err(refusal) => return Ok(Prepared::Answer(CallToolResult::error(refusal))),
         }
     }
-    if !entry.def.idempotent {
+    let Some(keyed) = keyed else {
         return Ok(Prepared::Run {
             handles,
             // No store, no transaction: nothing to allocate on the stateless path.
@@ -277,36 +443,19 @@ async fn prepare(
                 .store
                 .is_some()
                 .then(|| Arc::new(TxSlot::new(holds, fence))),
-            claim: None,
         });
-    }
+    };
 
     let store = runtime.require_store()?;
-    let key = match args.remove(KEY_ARGUMENT) {
-        Some(Value::String(k)) => k,
-        _ => {
-            return Err(RpcError::invalid_params(format!(
-                "Invalid arguments for tool {name}: {KEY_ARGUMENT} is required"
-            )));
-        }
-    };
-    let retention =
-        i64::try_from(runtime.config.idempotency_retention.as_millis()).unwrap_or(i64::MAX);
-    let claim = Claim {
-        scope: match &scope_handle {
-            Some((_, id)) => format!("h:{id}"),
-            None => format!("p:{}:{name}", principal.id()),
-        },
-        digest: Digest::of(name, args),
-        key,
-        expires_at: now.saturating_add(retention),
-        owner: principal.id().to_owned(),
-    };
-    let begun = match &scope_handle {
+    let claim = &keyed.claim;
+    // The scope handle's hold: the claim's transaction has it already, so only a due use
+    // is left to record there; a write in steps, whose claim is let go, needs it whole.
+    let mut scope_hold = None;
+    let begun = match &keyed.handle {
         Some((param, id)) => {
             let (record, begun) = if handle_shaped(id) {
                 store
-                    .claim_on_handle(&claim, id, principal.id(), now)
+                    .claim_on_handle(claim, id, principal.id(), now)
                     .await?
             } else {
                 (None, None)
@@ -320,21 +469,17 @@ async fn prepare(
                 return Ok(Prepared::Replay(stored));
             }
             if gone {
-                if let Some(stored) = store.replay_of(&claim, now).await? {
+                if let Some(stored) = store.replay_of(claim, now).await? {
                     return Ok(Prepared::Replay(stored));
                 }
             }
             match judge_handle(param, record, principal, now) {
-                // The claim's transaction holds this handle already; only a due use is
-                // left to record, in that transaction.
                 Ok((record, touch)) => {
-                    if touch {
-                        holds.push(Hold {
-                            id: record.id.clone(),
-                            touch_at: Some(now),
-                            refusal: unknown_handle(param),
-                        });
-                    }
+                    scope_hold = Some(Hold {
+                        id: record.id.clone(),
+                        touch_at: touch.then_some(now),
+                        refusal: unknown_handle(param),
+                    });
                     handles.push(record);
                 }
                 // Dropping the claim rolls it back: a refused call leaves no trace.
@@ -342,14 +487,28 @@ async fn prepare(
             }
             begun.ok_or_else(|| RpcError::internal("the store claimed nothing for the owner"))?
         }
-        None => store.begin_idempotent(&claim, now).await?,
+        None => store.begin_idempotent(claim, now).await?,
     };
     Ok(match begun {
-        Begin::Run(tx) => Prepared::Run {
-            handles,
-            slot: Some(Arc::new(TxSlot::holding(tx, holds, fence))),
-            claim: Some(claim),
-        },
+        Begin::Run(tx) => {
+            let slot = match keyed.how {
+                Idempotence::OneTransaction => {
+                    holds.extend(scope_hold.filter(|h| h.touch_at.is_some()));
+                    TxSlot::holding(tx, holds, fence)
+                }
+                // The claim found no record; the turn on the key keeps other attempts out
+                // while the handler commits its steps, and the record is written after.
+                Idempotence::InSteps => {
+                    drop(tx);
+                    holds.extend(scope_hold);
+                    TxSlot::new(holds, fence)
+                }
+            };
+            Prepared::Run {
+                handles,
+                slot: Some(Arc::new(slot)),
+            }
+        }
         Begin::Replay(stored) => Prepared::Replay(stored),
         Begin::Mismatch => Prepared::Answer(CallToolResult::error(format!(
             "The idempotency key {:?} was already used for a different call of {name} (other arguments). Retry a call with the same arguments as the first, or use a new key for a new write.",

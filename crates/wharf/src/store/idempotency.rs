@@ -111,6 +111,20 @@ pub struct Claim {
 }
 
 impl Claim {
+    /// The scope of a key of a tool that takes no handle: `p:<principal>:<tool>`, one per
+    /// principal and tool. No two (principal, tool) pairs share a scope, whatever the
+    /// principal's id holds: a tool name never contains `:` (the registry refuses any name
+    /// outside `A-Za-z0-9_.-`), so the tool is what follows the last `:` and the principal
+    /// is all between `p:` and it. (A length prefix would say the same, at the cost of
+    /// reading every record kept under the current spelling twice for a retention period.)
+    pub fn principal_scope(principal: &str, tool: &str) -> String {
+        debug_assert!(
+            !tool.contains(':'),
+            "tool names are checked at registration"
+        );
+        format!("p:{principal}:{tool}")
+    }
+
     /// A name of this write for effects outside the store: a digest of its scope and key
     /// (not of its owner's id or the key as sent), hex, behind `wharf-`.
     pub fn effect_key(&self) -> String {
@@ -159,6 +173,34 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn principal_scopes_never_collide() {
+        // Principal ids may hold `:`; tool names never do (see `Registry::build`).
+        let pairs = [
+            ("a", "b.c"),
+            ("a:b", "c"),
+            ("a", "b_c"),
+            ("a:b:c", "d"),
+            ("a:b", "d"),
+            ("", "x"),
+            (":", "x"),
+        ];
+        let scopes: std::collections::HashSet<String> = pairs
+            .iter()
+            .map(|(p, t)| Claim::principal_scope(p, t))
+            .collect();
+        assert_eq!(scopes.len(), pairs.len(), "{scopes:?}");
+        for (p, t) in pairs {
+            let scope = Claim::principal_scope(p, t);
+            let (principal, tool) = scope["p:".len()..].rsplit_once(':').unwrap_or_default();
+            assert_eq!(
+                (principal, tool),
+                (p, t),
+                "the scope reads back as its pair"
+            );
+        }
+    }
 
     fn obj(v: Value) -> Map<String, Value> {
         match v {
