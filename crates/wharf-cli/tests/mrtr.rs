@@ -8,7 +8,8 @@ mod common;
 use std::time::Duration;
 
 use common::import::{
-    TOKEN_7, TOKEN_42, begin, committed_dataset, ok, pg_url, replica_args, rows, sqlite_url, unique,
+    TOKEN_7, TOKEN_42, begin, committed_dataset, ok, on_every_store, pg_url, replica_args, rows,
+    sqlite_url, unique,
 };
 use common::{ServerProcess, validate_reply};
 use serde_json::{Value, json};
@@ -324,3 +325,69 @@ async fn a_round_completes_on_another_replica_and_a_confirmation_is_used_once() 
     }
     assert_eq!(count(&ca, &name).await, 1);
 }
+
+/// A confirmed `dataset_delete` retried with its key replays the deletion it made, to its
+/// owner alone: also as a fresh request (its answer and the round's state both lost), and
+/// after the dataset was made again, which the replay leaves alone. Another principal's call
+/// with the same key and arguments is their own: asked first, and their dataset kept until
+/// they confirm.
+async fn a_confirmed_delete_replays_to_its_owner_alone(store: &str) {
+    let server = common::import::server(store);
+    let (u42, u7) = (
+        server.client().with_bearer(TOKEN_42),
+        server.client().with_bearer(TOKEN_7),
+    );
+    let name = unique("ds");
+    committed_dataset(&u42, &name, 3).await;
+    committed_dataset(&u7, &name, 2).await;
+    let delete = json!({ "dataset": name, "idempotency_key": unique("del") });
+    let state = asked(
+        &call(&u42, "dataset_delete", delete.clone(), None).await,
+        "confirm_delete",
+    );
+    let yes = json!({ "confirm_delete": accept("delete") });
+    let done = call(
+        &u42,
+        "dataset_delete",
+        delete.clone(),
+        Some((&state, yes.clone())),
+    )
+    .await;
+    let first = done.result().unwrap().clone();
+    assert_eq!(
+        first["structuredContent"]["deletedRows"], 3,
+        "{}",
+        done.body
+    );
+    assert!(first["_meta"].get("dev.wharf/idempotentReplay").is_none());
+
+    committed_dataset(&u42, &name, 1).await;
+    for round in [Some((state.as_str(), yes.clone())), None] {
+        let again = call(&u42, "dataset_delete", delete.clone(), round).await;
+        let again = again.result().unwrap();
+        assert_eq!(
+            again["_meta"]["dev.wharf/idempotentReplay"], true,
+            "{again}"
+        );
+        assert_eq!(again["structuredContent"], first["structuredContent"]);
+    }
+    assert_eq!(count(&u42, &name).await, 1, "the replays deleted nothing");
+
+    let theirs = call(&u7, "dataset_delete", delete.clone(), None).await;
+    let their_state = asked(&theirs, "confirm_delete");
+    assert_eq!(count(&u7, &name).await, 2);
+    let confirmed = call(&u7, "dataset_delete", delete, Some((&their_state, yes))).await;
+    let confirmed = confirmed.result().unwrap();
+    assert!(
+        confirmed["_meta"]
+            .get("dev.wharf/idempotentReplay")
+            .is_none()
+    );
+    assert_eq!(
+        confirmed["structuredContent"]["deletedRows"], 2,
+        "{confirmed}"
+    );
+    assert_eq!(count(&u42, &name).await, 1, "u42's dataset is theirs alone");
+}
+
+on_every_store!(a_confirmed_delete_replays_to_its_owner_alone);

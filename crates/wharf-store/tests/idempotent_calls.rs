@@ -38,6 +38,9 @@ struct Script {
     hang: AtomicBool,
     /// Told when the handler has written (and, unless hanging, is about to return).
     written: tokio::sync::Mutex<Option<tokio::sync::mpsc::UnboundedSender<()>>>,
+    /// A write in steps waits for `release` after its first step.
+    hold: AtomicBool,
+    release: tokio::sync::Notify,
 }
 
 async fn append(
@@ -59,8 +62,38 @@ async fn append(
     Ok(Structured(Appended { appended: args.n }))
 }
 
+/// A write in steps: two rows, each committed on its own, then the result.
+async fn append_in_steps(
+    cx: Context,
+    args: Append,
+    script: Arc<Script>,
+) -> Result<Structured<Appended>, HandlerError> {
+    for step in 0..2 {
+        let mut tx = cx.transaction(TxMode::Write).await?;
+        tx.append_rows(&args.log, &[json!(args.n * 10 + step)])
+            .await
+            .map_err(|e| HandlerError::internal(e.to_string()))?;
+        tx.commit().await?;
+        if step == 0 {
+            if let Some(tx) = script.written.lock().await.as_ref() {
+                let _ = tx.send(());
+            }
+            if script.hold.load(Ordering::SeqCst) {
+                script.release.notified().await;
+            }
+        }
+    }
+    Ok(Structured(Appended { appended: 2 }))
+}
+
 fn server(store: Arc<dyn Store>, script: &Arc<Script>) -> Server {
-    let mut builder = Server::builder(Implementation::new("t", "1")).store(store);
+    let script_in_steps = Arc::clone(script);
+    let mut builder =
+        Server::builder(Implementation::new("t", "1"))
+            .store(store)
+            .tool(tool("append_in_steps").idempotent_in_steps().handler(
+                move |cx, args: Append| append_in_steps(cx, args, Arc::clone(&script_in_steps)),
+            ));
     for name in ["append", "append_too"] {
         let script = Arc::clone(script);
         builder = builder.tool(
@@ -203,6 +236,71 @@ async fn a_call_whose_client_leaves_after_the_handler_returned_is_committed(stor
     assert!(left > 0, "the client never left between return and commit");
 }
 
+/// A write in steps runs once per key: a duplicate sent while it runs waits, then replays;
+/// other arguments under the key are refused; another principal's key is theirs. An attempt
+/// cut short before its result was recorded runs again, its first step included.
+async fn writes_in_steps_run_once_per_key(store: Arc<dyn Store>) {
+    let script = Arc::new(Script::default());
+    let s = server(Arc::clone(&store), &script);
+    let (log, key) = (unique("log"), unique("key"));
+    let args = |n: i64, key: &str| json!({ "log": log, "n": n, "idempotency_key": key });
+    let (tx, mut written) = tokio::sync::mpsc::unbounded_channel();
+    *script.written.lock().await = Some(tx);
+
+    script.hold.store(true, Ordering::SeqCst);
+    let first = tokio::spawn(run_owned(s.clone(), "alice", args(1, &key)));
+    written.recv().await.unwrap();
+    let duplicate = tokio::spawn(run_owned(s.clone(), "alice", args(1, &key)));
+    // The duplicate runs up to its wait in the key's line (no I/O on the way there) before
+    // the first is let go.
+    for _ in 0..32 {
+        tokio::task::yield_now().await;
+    }
+    script.hold.store(false, Ordering::SeqCst);
+    script.release.notify_one();
+    let (first, duplicate) = (first.await.unwrap(), duplicate.await.unwrap());
+    assert!(!replayed(&first), "{first}");
+    assert!(replayed(&duplicate), "{duplicate}");
+    assert_eq!(duplicate["structuredContent"], first["structuredContent"]);
+    assert_eq!(rows(&store, &log).await, 2, "both steps, once");
+
+    let again = run(&s, "alice", "append_in_steps", args(1, &key)).await;
+    assert!(replayed(&again), "{again}");
+    let changed = run(&s, "alice", "append_in_steps", args(2, &key)).await;
+    assert_eq!(changed["isError"], true, "{changed}");
+    assert_eq!(rows(&store, &log).await, 2, "neither wrote");
+    let bob = run(&s, "bob", "append_in_steps", args(1, &key)).await;
+    assert!(!replayed(&bob), "{bob}");
+    assert_eq!(rows(&store, &log).await, 4);
+
+    // Cut short after its first step: nothing recorded, so the retry runs both steps.
+    while written.try_recv().is_ok() {} // bob's step
+    let cut = unique("key");
+    script.hold.store(true, Ordering::SeqCst);
+    let alice = as_user(&s, "alice");
+    let mut stalled = Box::pin(alice.call("tools/call", call("append_in_steps", args(3, &cut))));
+    tokio::select! {
+        _ = &mut stalled => panic!("a held call answered"),
+        _ = written.recv() => {}
+    }
+    drop(stalled);
+    script.hold.store(false, Ordering::SeqCst);
+    let retry = run(&s, "alice", "append_in_steps", args(3, &cut)).await;
+    assert!(!replayed(&retry), "{retry}");
+    assert_eq!(
+        rows(&store, &log).await,
+        7,
+        "the cut attempt's first step stays"
+    );
+    let replay = run(&s, "alice", "append_in_steps", args(3, &cut)).await;
+    assert!(replayed(&replay), "{replay}");
+    assert_eq!(rows(&store, &log).await, 7);
+}
+
+async fn run_owned(server: Server, who: &'static str, args: Value) -> Value {
+    run(&server, who, "append_in_steps", args).await
+}
+
 const WAIT: Duration = Duration::from_secs(3);
 
 async fn sqlite() -> Arc<dyn Store> {
@@ -229,4 +327,5 @@ all_backends!(
     records_are_kept_per_principal_tool_and_key,
     a_cancelled_write_rolls_back_and_its_retry_runs,
     a_call_whose_client_leaves_after_the_handler_returned_is_committed,
+    writes_in_steps_run_once_per_key,
 );

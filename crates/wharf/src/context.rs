@@ -42,6 +42,9 @@ pub struct Context {
     fence: Option<Fence>,
     /// The key of an idempotent call's write, for effects outside the store.
     effect_key: Option<String>,
+    /// The handler commits its own steps (`ToolBuilder::idempotent_in_steps`): nothing it
+    /// records waits for the call's transaction.
+    in_steps: bool,
     /// The answers and state a multi-round retry carries; `None` on a fresh request.
     round: Option<Box<Round>>,
     /// What to run if the call is cancelled (see [`Context::on_cancel`]).
@@ -235,6 +238,7 @@ impl Context {
             handles: Vec::new(),
             fence: None,
             effect_key: None,
+            in_steps: false,
             round: None,
             cleanups: Arc::default(),
             runtime: Arc::clone(runtime),
@@ -281,6 +285,10 @@ impl Context {
 
     pub(crate) fn set_effect_key(&mut self, key: String) {
         self.effect_key = Some(key);
+    }
+
+    pub(crate) fn set_in_steps(&mut self) {
+        self.in_steps = true;
     }
 
     /// For an idempotent tool: a key that names this write, the same on every attempt of it
@@ -351,7 +359,8 @@ impl Context {
     /// Redeems this round's request state once only, on every replica sharing the store: a
     /// second retry with the same state is refused with `-32602`. Call it before the effect
     /// the answers unlock; in a tool call the redemption commits with the call's writes
-    /// (a call that fails leaves the state unused). A fresh request has nothing to redeem.
+    /// (a call that fails leaves the state unused), in a tool whose writes are in steps
+    /// at once. A fresh request has nothing to redeem.
     pub async fn redeem_once(&self) -> Result<(), HandlerError> {
         let Some(round) = &self.round else {
             return Ok(());
@@ -382,7 +391,9 @@ impl Context {
         // A tool call records the redemption in its own transaction: it commits with the
         // effect it unlocks, or not at all (and an idempotent call, whose transaction holds
         // its claim from the start, could not wait on a second one on SQLite).
-        if self.tx.is_some() {
+        // A handler in steps commits its own transactions, which an open call transaction
+        // would keep waiting on SQLite: its redemption commits at once, on its own.
+        if self.tx.is_some() && !self.in_steps {
             let mut tx = self.tx().await?;
             return if tx.record_once(&claim).await? {
                 Ok(())

@@ -146,6 +146,9 @@ pub(crate) async fn call(call: Call<'_, Box<CallToolParams>>) -> Result<Vec<u8>,
     cx.set_fence(fence);
     if let Some(k) = &keyed {
         cx.set_effect_key(k.claim.effect_key());
+        if k.how == Idempotence::InSteps {
+            cx.set_in_steps();
+        }
     }
     let handler = Arc::clone(&entry.def.handler);
     let run = |cx| async move {
