@@ -358,8 +358,9 @@ impl Context {
 
     /// Redeems this round's request state once only, on every replica sharing the store: a
     /// second retry with the same state is refused with `-32602`. Call it before the effect
-    /// the answers unlock; in a tool call the redemption commits with the call's writes
-    /// (a call that fails leaves the state unused), in a tool whose writes are in steps
+    /// the answers unlock. In a tool call the redemption commits with the call's writes (a
+    /// call that fails leaves the state unused); in a tool whose writes are in steps
+    /// ([`ToolBuilder::idempotent_in_steps`](crate::tool::ToolBuilder::idempotent_in_steps)),
     /// at once. A fresh request has nothing to redeem.
     pub async fn redeem_once(&self) -> Result<(), HandlerError> {
         let Some(round) = &self.round else {
@@ -451,7 +452,7 @@ impl Context {
 
     /// The call's write transaction, opened on first use. The core commits it when the
     /// handler returns a successful result, together with the idempotency record of an
-    /// idempotent tool, and rolls it back otherwise (an error, an `isError` result, a
+    /// idempotent tool (after it, for a tool in steps), and rolls it back otherwise (an error, an `isError` result, a
     /// cancelled call): a failed call changes nothing.
     pub async fn tx(&self) -> Result<TxGuard, HandlerError> {
         let slot = self.tx.as_ref().ok_or_else(|| {

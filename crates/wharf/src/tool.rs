@@ -331,15 +331,18 @@ impl ToolBuilder {
 
     /// Makes the tool an idempotent write whose handler commits its own transactions as it
     /// goes ([`Context::transaction`]): a long call that records how far it got. It gains a
-    /// required `idempotency_key` like [`ToolBuilder::idempotent`]; attempts with the same
-    /// key run one at a time, on every replica (a retry sent meanwhile waits, then replays),
-    /// and the first result is recorded once the handler returns. A write whose first result
-    /// is recorded is never run again.
+    /// required `idempotency_key` like [`ToolBuilder::idempotent`], and the first result is
+    /// recorded once the handler returns; a write whose first result is recorded is never
+    /// run again. Meanwhile its claim is held (PostgreSQL, Redis: a duplicate waits for it
+    /// up to the store's lock wait, then gets a retryable 503), or, on a store with one
+    /// writer (SQLite, one host), its attempts take turns in the process.
     ///
     /// Unlike [`ToolBuilder::idempotent`], the handler's commits and the record are not one
-    /// transaction: an attempt cut short (cancelled, timed out, its replica gone) before its
-    /// result was recorded is run again by the next retry. Make each step safe to repeat,
-    /// for example by keying what it writes with [`Context::effect_key`]. Needs a store.
+    /// transaction: an attempt that ends without a recorded result (cut short: cancelled,
+    /// timed out, its replica gone; or failed, or asking the client for input) is run again
+    /// by the next retry. Make each step safe to repeat, for example by keying what it
+    /// writes with [`Context::effect_key`]. On Redis the handler's own commits are fenced
+    /// only by the tool's mutation lock ([`ToolBuilder::mutates`]). Needs a store.
     pub fn idempotent_in_steps(mut self) -> Self {
         self.idempotent = Some(Idempotence::InSteps);
         self

@@ -21,15 +21,17 @@ use crate::runtime::Runtime;
 use crate::schema::first_violation;
 use crate::store::{Begin, Claim, Digest, Fence, Millis, now_millis};
 use crate::store::{Expiry, HandleRecord, human};
-use crate::store::{KEY_ARGUMENT, REPLAY_META, StoreError};
+use crate::store::{KEY_ARGUMENT, REPLAY_META, StoreError, Transaction};
 use crate::tool::Idempotence;
 
 /// Where a call stands before its handler runs.
 enum Prepared {
-    /// Run the handler with these checked handles, in this transaction slot.
+    /// Run the handler with these checked handles, in this transaction slot; a write in
+    /// steps holds its claim in `held_claim` meanwhile, where it can.
     Run {
         handles: Vec<HandleRecord>,
         slot: Option<Arc<TxSlot>>,
+        held_claim: Option<Box<dyn Transaction>>,
     },
     /// Answer without running the handler.
     Answer(CallToolResult),
@@ -81,40 +83,45 @@ pub(crate) async fn call(call: Call<'_, Box<CallToolParams>>) -> Result<Vec<u8>,
             t.min(runtime.config.max_call_duration)
         });
     let deadline = tokio::time::Instant::now() + limit;
+    // What the tool mutates, read before the idempotency key leaves the arguments.
+    let mutation = entry.def.mutates.as_ref().map(|argument| {
+        let value = args
+            .get(argument)
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        (argument, mutation_key(&caller.principal, value))
+    });
     let keyed = keyed(runtime, entry, &mut args, &caller.principal)?;
-    // Attempts of a write in steps take turns on its key: one runs, a retry sent meanwhile
-    // waits, then replays what the first recorded.
+    // A write in steps on a store with one writer cannot hold its claim while its handler
+    // commits: its attempts take turns in this process's line instead (such a store serves
+    // one host), and a retry sent meanwhile waits, then replays.
     let key_turn = match &keyed {
-        Some(k) if k.how == Idempotence::InSteps => {
-            // (A tool's own key with the same spelling would only share the line.)
+        Some(k) if !k.holds_claim => {
             let (scope, key) = (&k.claim.scope, &k.claim.key);
-            let line = mutation_key(
-                &caller.principal,
-                &format!("idempotency:{}:{scope}:{key}", scope.len()),
-            );
-            match turn_on(runtime, line, &caller.principal, deadline, Some(&k.claim)).await? {
+            // No mutation key starts like this (theirs start with a length).
+            let line = format!("claim:{}:{scope}:{key}", scope.len());
+            let wait = runtime
+                .mutations
+                .wait_turn(line, caller.principal.id(), None);
+            match turn_on(runtime, wait, deadline, Some(&k.claim)).await? {
                 Some(Waited::Turn(turn)) => Some(turn),
                 Some(Waited::Replay(stored)) => return replay(runtime, &id, &stored),
                 None => {
-                    return Err(timed_out_waiting(
-                        name,
-                        limit,
-                        "an earlier attempt of the same write",
-                    ));
+                    let earlier = "an earlier attempt of the same write";
+                    return Err(timed_out_waiting(name, limit, earlier));
                 }
             }
         }
         _ => None,
     };
-    let lock = match &entry.def.mutates {
-        Some(argument) => {
-            let value = args
-                .get(argument)
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let key = mutation_key(&caller.principal, value);
+    let lock = match mutation {
+        Some((argument, key)) => {
+            let principal = caller.principal.id();
+            let wait = runtime
+                .mutations
+                .wait_turn(key, principal, runtime.store.as_ref());
             let replayable = keyed.as_ref().map(|k| &k.claim);
-            match turn_on(runtime, key, &caller.principal, deadline, replayable).await? {
+            match turn_on(runtime, wait, deadline, replayable).await? {
                 Some(Waited::Turn(turn)) => Some(turn),
                 Some(Waited::Replay(stored)) => return replay(runtime, &id, &stored),
                 None => {
@@ -135,8 +142,12 @@ pub(crate) async fn call(call: Call<'_, Box<CallToolParams>>) -> Result<Vec<u8>,
         fence.clone(),
     )
     .await?;
-    let (handles, slot) = match prepared {
-        Prepared::Run { handles, slot } => (handles, slot),
+    let (handles, slot, held_claim) = match prepared {
+        Prepared::Run {
+            handles,
+            slot,
+            held_claim,
+        } => (handles, slot, held_claim),
         Prepared::Answer(result) => return respond_tool(runtime, &id, result),
         Prepared::Replay(stored) => return replay(runtime, &id, &stored),
     };
@@ -188,7 +199,10 @@ pub(crate) async fn call(call: Call<'_, Box<CallToolParams>>) -> Result<Vec<u8>,
     let settle = tokio::spawn(settle(
         Arc::clone(runtime),
         slot,
-        keyed.map(|k| (k.claim, k.how)),
+        keyed.map(|k| match k.how {
+            Idempotence::OneTransaction => Record::InCallTransaction(k.claim),
+            Idempotence::InSteps => Record::AfterSteps(k.claim, held_claim),
+        }),
         [lock, key_turn],
         result,
         failed,
@@ -199,14 +213,23 @@ pub(crate) async fn call(call: Call<'_, Box<CallToolParams>>) -> Result<Vec<u8>,
     respond_tool(runtime, &id, result)
 }
 
-/// Commits a call's writes with its idempotency record (or rolls them back when it
-/// failed), then hands its keys to the next caller: `turns` are the turn on what the tool
-/// mutates and, for a write in steps, the turn on its idempotency key. Returns the result
-/// to send.
+/// Where an idempotent call's first result is recorded.
+enum Record {
+    /// In the call's transaction, with its writes.
+    InCallTransaction(Claim),
+    /// After the handler's own commits: in the claim held from the start, or (where none
+    /// could be held) in one made then.
+    AfterSteps(Claim, Option<Box<dyn Transaction>>),
+}
+
+/// Commits a call's writes and records its first result (in the same transaction, or
+/// after the handler's own commits for a write in steps), or rolls them back when it
+/// failed; then hands its keys to the next caller: `turns` are the turn on what the tool
+/// mutates and a write in steps' turn on its idempotency key. Returns the result to send.
 async fn settle(
     runtime: Arc<Runtime>,
     slot: Option<Arc<TxSlot>>,
-    claim: Option<(Claim, Idempotence)>,
+    record: Option<Record>,
     turns: [Option<KeyTurn>; 2],
     result: CallToolResult,
     failed: bool,
@@ -230,7 +253,7 @@ async fn settle(
             result
         }
         Finished::Commit(Some(mut tx)) if !failed => {
-            if let Some((claim, Idempotence::OneTransaction)) = &claim {
+            if let Some(Record::InCallTransaction(claim)) = &record {
                 let stored = serde_json::to_string(&result).map_err(RpcError::internal)?;
                 tx.complete_claim(claim, &stored).await?;
             }
@@ -244,9 +267,8 @@ async fn settle(
         }
         Finished::Commit(_) => result,
     };
-    if let (true, Some((claim, Idempotence::InSteps))) = (committed, &claim) {
-        let fence = turns[1].as_ref().and_then(KeyTurn::fence);
-        record_steps(runtime.require_store()?, claim, &result, fence).await?;
+    if let (true, Some(Record::AfterSteps(claim, held))) = (committed, record) {
+        record_steps(runtime.require_store()?, &claim, held, &result).await?;
     }
     // Only now, with the writes committed, may the next call on the keys run.
     for turn in turns.into_iter().flatten() {
@@ -268,6 +290,10 @@ struct Keyed<'e> {
     /// themselves, when the tool takes one.
     handle: Option<(&'e HandleParam, String)>,
     how: Idempotence,
+    /// Whether the claim is held while the handler runs: always for one transaction; for
+    /// a write in steps unless the store has one writer, which the handler's own commits
+    /// need (SQLite).
+    holds_claim: bool,
 }
 
 /// The claim a call of an idempotent tool makes; `None` for other tools.
@@ -306,7 +332,14 @@ fn keyed<'e>(
         expires_at: now_millis().saturating_add(retention),
         owner: principal.id().to_owned(),
     };
-    Ok(Some(Keyed { claim, handle, how }))
+    let holds_claim = how == Idempotence::OneTransaction
+        || runtime.store.as_ref().is_some_and(|s| s.shares_locks());
+    Ok(Some(Keyed {
+        claim,
+        handle,
+        how,
+        holds_claim,
+    }))
 }
 
 /// What waiting for a turn on a key came to.
@@ -320,18 +353,16 @@ enum Waited {
 /// a turn free at once costs a first attempt no lookup.
 const REPLAY_LOOKUP_AFTER: Duration = Duration::from_millis(5);
 
-/// Waits for the turn on `key` until `deadline` (`None` past it). A retry of the write
-/// `claim` that has to wait behind another call on the key is answered from the write's
-/// record, if it was made, without waiting any longer.
+/// Waits for a turn (`wait`) until `deadline` (`None` past it). A retry of the write
+/// `claim` that has to wait behind another call is answered from the write's record, if it
+/// was made, without waiting any longer.
 async fn turn_on(
     runtime: &Runtime,
-    key: String,
-    principal: &Principal,
+    wait: impl std::future::Future<Output = Result<KeyTurn, StoreError>>,
     deadline: tokio::time::Instant,
     claim: Option<&Claim>,
 ) -> Result<Option<Waited>, StoreError> {
     let store = runtime.store.as_ref();
-    let wait = runtime.mutations.wait_turn(key, principal.id(), store);
     let waited = async {
         tokio::pin!(wait);
         let (Some(claim), Some(store)) = (claim, store) else {
@@ -371,35 +402,35 @@ fn timed_out_waiting(name: &str, limit: Duration, behind: &str) -> RpcError {
     )
 }
 
-/// Records the first result of a write in steps, once its handler's commits landed. The
-/// turn on its key kept every other attempt out; `fence` makes the record void if that turn
-/// was a lease that ran out meanwhile.
+/// Records the first result of a write in steps, once its handler's commits landed: in the
+/// claim it held from the start, or, where it could not hold one (one writer), in a claim
+/// made now, which its turn on the key kept free.
 async fn record_steps(
     store: &Arc<dyn crate::store::Store>,
     claim: &Claim,
+    held: Option<Box<dyn Transaction>>,
     result: &CallToolResult,
-    fence: Option<Fence>,
 ) -> Result<(), RpcError> {
     let stored = serde_json::to_string(result).map_err(RpcError::internal)?;
-    match store.begin_idempotent(claim, now_millis()).await? {
-        Begin::Run(mut tx) => {
-            if let Some(fence) = &fence {
-                tx.fence(fence);
+    let mut tx = match held {
+        Some(tx) => tx,
+        None => match store.begin_idempotent(claim, now_millis()).await? {
+            Begin::Run(tx) => tx,
+            Begin::Replay(_) | Begin::Mismatch => {
+                return Err(RpcError::internal(
+                    "a write in steps found its key recorded by another attempt under its own turn",
+                ));
             }
-            tx.complete_claim(claim, &stored).await?;
-            Ok(tx.commit().await?)
-        }
-        // Only an attempt that lost its turn (a lease that ran out while it stalled) can
-        // find another attempt's record here.
-        Begin::Replay(_) | Begin::Mismatch => Err(RpcError::internal(
-            "another attempt of this write recorded its result first; retry to get it",
-        )),
-    }
+        },
+    };
+    tx.complete_claim(claim, &stored).await?;
+    Ok(tx.commit().await?)
 }
 
-/// Checks the handle arguments and, for an idempotent tool, claims its key. The handle
-/// that scopes the key is loaded together with the claim (one round trip on
-/// PostgreSQL), and judged before the claim's outcome is looked at.
+/// Checks the handle arguments and, for an idempotent tool, claims its key (a write in steps
+/// that cannot hold its claim only checks it). The handle that scopes the key is loaded
+/// together with the claim (one round trip on PostgreSQL), and judged before the claim's
+/// outcome is looked at.
 async fn prepare(
     runtime: &Runtime,
     entry: &ToolEntry,
@@ -446,6 +477,7 @@ async fn prepare(
                 .store
                 .is_some()
                 .then(|| Arc::new(TxSlot::new(holds, fence))),
+            held_claim: None,
         });
     };
 
@@ -494,22 +526,24 @@ async fn prepare(
     };
     Ok(match begun {
         Begin::Run(tx) => {
-            let slot = match keyed.how {
+            let (slot, held_claim) = match keyed.how {
                 Idempotence::OneTransaction => {
                     holds.extend(scope_hold.filter(|h| h.touch_at.is_some()));
-                    TxSlot::holding(tx, holds, fence)
+                    (TxSlot::holding(tx, holds, fence), None)
                 }
-                // The claim found no record; the turn on the key keeps other attempts out
-                // while the handler commits its steps, and the record is written after.
+                // The handler commits its steps in transactions of its own; the claim keeps
+                // other attempts out meanwhile (or, where it cannot be held, the turn on the
+                // key does) and takes the record after.
                 Idempotence::InSteps => {
-                    drop(tx);
                     holds.extend(scope_hold);
-                    TxSlot::new(holds, fence)
+                    let held = keyed.holds_claim.then_some(tx);
+                    (TxSlot::new(holds, fence), held)
                 }
             };
             Prepared::Run {
                 handles,
                 slot: Some(Arc::new(slot)),
+                held_claim,
             }
         }
         Begin::Replay(stored) => Prepared::Replay(stored),
