@@ -404,6 +404,18 @@ async fn health_endpoints() {
             .status(),
         200
     );
+    for path in ["/healthz", "/readyz"] {
+        let answer = http.get(format!("{base}{path}")).send().await.unwrap();
+        assert_eq!(answer.headers()["x-content-type-options"], "nosniff");
+        // The probes serve the hosts the endpoint serves, no others (DNS rebinding).
+        let rebound = http
+            .get(format!("{base}{path}"))
+            .header("Host", "attacker.example")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(rebound.status(), 403, "{path}");
+    }
 }
 
 #[tokio::test]

@@ -195,7 +195,11 @@ async fn bad_states_are_refused_with_the_reason() {
         Some((&tampered, yes.clone())),
     )
     .await;
-    refused(&r, "was not issued by this server or was altered");
+    refused(
+        &r,
+        "was not issued by this server to this caller, or was altered",
+    );
+    let forged_message = r.error().unwrap()["message"].clone();
 
     // Another principal, with a dataset of the same name.
     committed_dataset(&user7, &one, 1).await;
@@ -206,7 +210,9 @@ async fn bad_states_are_refused_with_the_reason() {
         Some((&state, yes.clone())),
     )
     .await;
-    refused(&r, "issued to another principal");
+    // Refused in the words a forged state gets: nothing confirms that it is genuine.
+    refused(&r, "was not issued by this server to this caller");
+    assert_eq!(r.error().unwrap()["message"], forged_message);
 
     // Another request: the same tool on another dataset.
     let r = call(
@@ -253,6 +259,15 @@ async fn bad_states_are_refused_with_the_reason() {
     )
     .await;
     refused(&r, "expired");
+    // Another principal's expired state: still not told that it was genuine.
+    let r = call(
+        &short.client().with_bearer(TOKEN_7),
+        "dataset_delete",
+        delete(&one),
+        Some((&state, yes.clone())),
+    )
+    .await;
+    assert_eq!(r.error().unwrap()["message"], forged_message);
     assert_eq!(count(&user42, &one).await, 2);
 }
 

@@ -537,12 +537,18 @@ async fn jwt_access_tokens_are_checked_on_every_request() {
         "/.well-known/oauth-protected-resource",
         "/.well-known/oauth-protected-resource/mcp",
     ] {
-        let doc: Value = reqwest::get(format!("http://127.0.0.1:{}{path}", server.port))
-            .await
-            .unwrap()
-            .json()
+        let answer = reqwest::get(format!("http://127.0.0.1:{}{path}", server.port))
             .await
             .unwrap();
+        assert_eq!(answer.headers()["x-content-type-options"], "nosniff");
+        let doc: Value = answer.json().await.unwrap();
+        let rebound = reqwest::Client::new()
+            .get(format!("http://127.0.0.1:{}{path}", server.port))
+            .header("Host", "attacker.example")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(rebound.status(), 403, "{path}");
         assert_eq!(doc["resource"], resource);
         assert_eq!(doc["authorization_servers"], json!([issuer.url]));
         assert_eq!(

@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::AppState;
@@ -19,12 +19,22 @@ pub trait ReadinessCheck: Send + Sync + 'static {
 }
 
 /// Liveness: the process serves HTTP. Touches nothing else.
-pub(crate) async fn healthz() -> Response {
+pub(crate) async fn healthz(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Err(refused) = crate::guard::check_headers(&headers, &state.config) {
+        return *refused;
+    }
     json(StatusCode::OK, serde_json::json!({ "status": "ok" }))
 }
 
+/// What `/readyz` says of a dependency that does not answer: its error goes to the log
+/// only (it may name hosts, users or paths).
+const NOT_ANSWERING: &str = "does not answer (see the server's log)";
+
 /// Readiness: every dependency answers and the server is not draining.
-pub(crate) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+pub(crate) async fn readyz(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if let Err(refused) = crate::guard::check_headers(&headers, &state.config) {
+        return *refused;
+    }
     if state.server.is_draining() {
         let mut draining = json(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -43,7 +53,8 @@ pub(crate) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     }
     for check in &state.config.readiness {
         if let Err(reason) = check.check().await {
-            failures.insert(check.name().to_owned(), reason.into());
+            tracing::warn!(check = check.name(), %reason, "readiness check failed");
+            failures.insert(check.name().to_owned(), NOT_ANSWERING.into());
         }
     }
     if failures.is_empty() {
@@ -56,10 +67,14 @@ pub(crate) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-fn json(status: StatusCode, body: serde_json::Value) -> Response {
+/// A JSON document, never sniffed as anything else by a browser.
+pub(crate) fn json(status: StatusCode, body: serde_json::Value) -> Response {
     (
         status,
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        [
+            (axum::http::header::CONTENT_TYPE, "application/json"),
+            (axum::http::header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
         body.to_string(),
     )
         .into_response()

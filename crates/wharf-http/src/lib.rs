@@ -54,10 +54,18 @@ pub fn router(server: Server, config: HttpConfig) -> Router {
         let doc = Arc::new(doc);
         router = router.route(
             &path,
-            get(move || {
-                let doc = Arc::clone(&doc);
-                async move { axum::Json((*doc).clone()) }
-            }),
+            get(
+                move |axum::extract::State(state): axum::extract::State<Arc<AppState>>,
+                      headers: axum::http::HeaderMap| {
+                    let doc = Arc::clone(&doc);
+                    async move {
+                        if let Err(refused) = guard::check_headers(&headers, &state.config) {
+                            return *refused;
+                        }
+                        health::json(axum::http::StatusCode::OK, (*doc).clone())
+                    }
+                },
+            ),
         );
     }
     router

@@ -102,10 +102,15 @@ pub fn render_param(value: &serde_json::Value) -> Option<String> {
         serde_json::Value::Bool(b) => Some(b.to_string()),
         serde_json::Value::Number(n) => n
             .as_i64()
-            .filter(|i| i.abs() <= MAX_SAFE_INTEGER)
+            .filter(|i| is_safe_integer(*i))
             .map(|i| i.to_string()),
         _ => None,
     }
+}
+
+/// Whether `i` is within ±(2^53 - 1). (`unsigned_abs`: `i64::MIN` has no `abs`.)
+fn is_safe_integer(i: i64) -> bool {
+    i.unsigned_abs() <= MAX_SAFE_INTEGER.unsigned_abs()
 }
 
 /// Whether a decoded header value mirrors `body` for an argument of type `kind`.
@@ -118,7 +123,7 @@ pub fn param_matches(kind: HeaderParamType, header: &str, body: &serde_json::Val
         }
         (HeaderParamType::Integer, serde_json::Value::Number(n)) => {
             // Only integers in the interoperable range compare; `42.0` in the header is 42.
-            let Some(want) = n.as_i64().filter(|i| i.abs() <= MAX_SAFE_INTEGER) else {
+            let Some(want) = n.as_i64().filter(|i| is_safe_integer(*i)) else {
                 return false;
             };
             let header = header.trim();
@@ -140,6 +145,29 @@ pub fn param_matches(kind: HeaderParamType, header: &str, body: &serde_json::Val
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn integers_beyond_the_safe_range_neither_render_nor_match() {
+        for unsafe_int in [
+            i64::MIN,
+            i64::MIN + 1,
+            -MAX_SAFE_INTEGER - 1,
+            MAX_SAFE_INTEGER + 1,
+        ] {
+            let body = json!(unsafe_int);
+            assert_eq!(render_param(&body), None, "{unsafe_int}");
+            let header = unsafe_int.to_string();
+            assert!(!param_matches(HeaderParamType::Integer, &header, &body));
+        }
+        for safe in [-MAX_SAFE_INTEGER, 0, MAX_SAFE_INTEGER] {
+            assert_eq!(render_param(&json!(safe)), Some(safe.to_string()));
+            assert!(param_matches(
+                HeaderParamType::Integer,
+                &safe.to_string(),
+                &json!(safe)
+            ));
+        }
+    }
 
     #[test]
     fn sentinel_round_trips_the_spec_examples() {

@@ -76,6 +76,8 @@ fn is_integer_literal(text: &str) -> bool {
         && (digits.len() == 1 || !digits.starts_with('0'))
 }
 
+/// What logs carry (`id = ?id`): a string id quoted, with its control characters, quotes
+/// and backslashes escaped, so a client's id can neither break a log line nor forge one.
 impl fmt::Debug for RequestId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -411,6 +413,22 @@ fn write_id(out: &mut Vec<u8>, id: &RequestId) -> serde_json::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_logged_id_cannot_break_or_forge_a_log_line() {
+        let hostile = "7\n2026-12-01T00:00:00Z  INFO forged: \u{1b}[31mroot logged in\"";
+        let logged = format!("{:?}", RequestId::String(hostile.to_owned()));
+        assert!(
+            !logged.chars().any(char::is_control),
+            "no control character reaches a log: {logged}"
+        );
+        assert!(logged.starts_with('"') && logged.ends_with('"'), "{logged}");
+        assert_eq!(
+            logged.matches('"').count() - logged.matches("\\\"").count(),
+            2
+        );
+        assert_eq!(format!("{:?}", RequestId::Int(-3)), "-3");
+    }
 
     #[test]
     fn big_integer_ids_echo_exactly() {

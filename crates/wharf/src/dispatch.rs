@@ -34,11 +34,12 @@ pub(crate) async fn execute(
         Some(tp) => tracing::info_span!(
             "mcp.request",
             method = req.body.method(),
-            id = %req.id,
+            // Debug: a string id quoted and escaped, so no client writes raw text into logs.
+            id = ?req.id,
             traceparent = tp.as_str(),
             tracestate = req.info.tracestate.as_deref().unwrap_or(""),
         ),
-        None => tracing::debug_span!("mcp.request", method = req.body.method(), id = %req.id),
+        None => tracing::debug_span!("mcp.request", method = req.body.method(), id = ?req.id),
     };
     // Each branch builds its own future: one built before the match would be kept beside
     // its instrumented copy, doubling the state every request carries.

@@ -518,18 +518,20 @@ pub(crate) fn open_round(
         });
     };
     let refuse = |why: &str| RpcError::invalid_params(format!("Invalid requestState: {why}"));
-    let state = keys.open(token).ok_or_else(|| {
-        refuse("it was not issued by this server or was altered; send the request again without requestState and inputResponses")
-    })?;
+    // Another principal's state is refused as if it were forged, before its expiry is
+    // looked at: nothing tells the caller that it is genuine.
+    let state = keys
+        .open(token)
+        .filter(|state| state.principal == principal.id())
+        .ok_or_else(|| {
+            refuse("it was not issued by this server to this caller, or was altered; send the request again without requestState and inputResponses")
+        })?;
     let now = now_millis();
     if state.expires_at <= now {
         return Err(refuse(&format!(
             "it expired {} s ago; send the request again without requestState and inputResponses",
             (now - state.expires_at) / 1000
         )));
-    }
-    if state.principal != principal.id() {
-        return Err(refuse("it was issued to another principal"));
     }
     if state.method != binding.method || state.digest != binding.digest {
         return Err(refuse(
