@@ -9,9 +9,11 @@
 
 mod api_keys;
 pub mod oauth;
+mod secret;
 
 pub use api_keys::{ApiKeyError, ApiKeys};
 pub use oauth::{OAuth, OAuthConfig, Validation};
+pub use secret::Secret;
 
 use std::sync::Arc;
 

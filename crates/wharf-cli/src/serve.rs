@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use wharf::store::Store;
 use wharf::{CursorKey, Server, ServerConfig};
-use wharf_auth::{ApiKeys, Auth};
+use wharf_auth::{ApiKeys, Auth, Secret};
 use wharf_http::{HostPolicy, HttpConfig, ReadinessCheck};
 use wharf_reference::Profile;
 use wharf_stdio::StdioConfig;
@@ -51,7 +51,7 @@ pub(crate) struct ServeArgs {
     /// Base64 key that signs list cursors, instead of the keys replicas share (and rotate)
     /// through their store; give every replica the same one.
     #[arg(long, env = "WHARF_CURSOR_KEY", hide_env_values = true)]
-    cursor_key: Option<String>,
+    cursor_key: Option<Secret>,
     /// Key that seals multi-round request states, `KID=BASE64` (32 bytes), instead of the
     /// keys replicas share (and rotate) through their store; repeat it to rotate by hand: the
     /// first seals, all open. Give every replica the same keys.
@@ -61,7 +61,7 @@ pub(crate) struct ServeArgs {
         value_delimiter = ',',
         hide_env_values = true
     )]
-    state_keys: Vec<String>,
+    state_keys: Vec<Secret>,
     /// Hours between rotations of the keys replicas share through their store.
     #[arg(long, env = "WHARF_KEY_ROTATION_HOURS", default_value_t = 24)]
     key_rotation_hours: u64,
@@ -121,7 +121,7 @@ pub(crate) struct ServeArgs {
         value_delimiter = ',',
         hide_env_values = true
     )]
-    api_keys: Vec<String>,
+    api_keys: Vec<Secret>,
     /// A file of `PRINCIPAL=TOKEN` lines (`#` starts a comment).
     #[arg(long, env = "WHARF_API_KEYS_FILE")]
     api_keys_file: Option<std::path::PathBuf>,
@@ -157,7 +157,7 @@ pub(crate) struct ServeArgs {
         default_value = "",
         hide_env_values = true
     )]
-    oauth_client_secret: String,
+    oauth_client_secret: Secret,
     /// Seconds an introspection answer is cached (never past the token's expiry).
     #[arg(
         long,
@@ -321,7 +321,7 @@ fn auth(args: &ServeArgs) -> anyhow::Result<Auth> {
         .context("--oauth-issuer")?;
         return Ok(Auth::oauth(rs));
     }
-    let mut keys = ApiKeys::parse(args.api_keys.iter().map(String::as_str))?;
+    let mut keys = ApiKeys::parse(args.api_keys.iter().map(Secret::expose))?;
     if let Some(path) = &args.api_keys_file {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read --api-keys-file {}", path.display()))?;
@@ -369,7 +369,7 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
     let cursor_key = match &args.cursor_key {
         Some(k) => {
             let key = base64::engine::general_purpose::STANDARD
-                .decode(k.trim())
+                .decode(k.expose().trim())
                 .context("--cursor-key must be base64")?;
             anyhow::ensure!(
                 key.len() >= 32,
@@ -384,7 +384,8 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         keys: if args.state_keys.is_empty() {
             None
         } else {
-            Some(wharf::StateKeys::parse(&args.state_keys).context("--state-key")?)
+            let specs: Vec<&str> = args.state_keys.iter().map(Secret::expose).collect();
+            Some(wharf::StateKeys::parse(&specs).context("--state-key")?)
         },
         max_age: Duration::from_secs(args.state_max_age_secs.max(1)),
         max_rounds: args.max_input_rounds.max(1),
@@ -541,5 +542,46 @@ async fn wait_for_signal() {
     tokio::select! {
         () = ctrl_c => {}
         () = term => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    /// What `wharf serve` was given, as `Debug` prints it (a log line, a panic message):
+    /// every key and secret shows only that it is set.
+    #[test]
+    fn debug_output_holds_no_secret() {
+        let secrets = [
+            "c3VwZXItc2VjcmV0LWN1cnNvci1rZXktMzItYnl0ZXMhIQ==",
+            "k1=AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
+            "alice=token-of-alice-1234567890",
+            "introspection-client-secret",
+        ];
+        let cli = crate::Cli::try_parse_from([
+            "wharf",
+            "serve",
+            "--cursor-key",
+            secrets[0],
+            "--state-key",
+            secrets[1],
+            "--api-key",
+            secrets[2],
+            "--oauth-client-secret",
+            secrets[3],
+        ])
+        .unwrap();
+        let printed = format!("{cli:?}");
+        let hidden = [
+            secrets[0],
+            "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8",
+            "token-of-alice-1234567890",
+            secrets[3],
+        ];
+        for value in hidden {
+            assert!(!printed.contains(value), "{printed}");
+        }
+        assert!(printed.contains("Secret(redacted)"), "{printed}");
     }
 }

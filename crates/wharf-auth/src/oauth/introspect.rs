@@ -11,7 +11,7 @@ pub(crate) struct Introspector {
     http: reqwest::Client,
     endpoint: String,
     client_id: String,
-    client_secret: String,
+    client_secret: crate::Secret,
 }
 
 impl Introspector {
@@ -19,7 +19,7 @@ impl Introspector {
         http: reqwest::Client,
         endpoint: String,
         client_id: String,
-        client_secret: String,
+        client_secret: crate::Secret,
     ) -> Self {
         Introspector {
             http,
@@ -38,7 +38,7 @@ impl Introspector {
         let res = self
             .http
             .post(&self.endpoint)
-            .basic_auth(&self.client_id, Some(&self.client_secret))
+            .basic_auth(&self.client_id, Some(self.client_secret.expose()))
             .form(&[("token", token), ("token_type_hint", "access_token")])
             .send()
             .await

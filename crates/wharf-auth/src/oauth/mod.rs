@@ -36,8 +36,8 @@ pub enum Validation {
         endpoint: String,
         /// This resource server's client id at the authorization server.
         client_id: String,
-        /// Its client secret.
-        client_secret: String,
+        /// Its client secret (never shown by `Debug`).
+        client_secret: crate::Secret,
         /// How long an answer is reused.
         cache_ttl: Duration,
     },
