@@ -287,7 +287,9 @@ pub(crate) fn run(args: ServeArgs) -> ExitCode {
 }
 
 /// How HTTP requests are authenticated: an explicit choice, never a silent default.
-fn auth(args: &ServeArgs) -> anyhow::Result<Auth> {
+/// How HTTP requests authenticate; `scopes` are those the server's definitions use, which the
+/// protected resource metadata lists unless `--oauth-scope-supported` says otherwise.
+fn auth(args: &ServeArgs, scopes: &[String]) -> anyhow::Result<Auth> {
     if args.anonymous {
         return Ok(Auth::anonymous());
     }
@@ -313,7 +315,20 @@ fn auth(args: &ServeArgs) -> anyhow::Result<Auth> {
             audiences: args.oauth_audiences.clone(),
             issuer: issuer.clone(),
             authorization_servers: Vec::new(),
-            scopes_supported: args.oauth_scopes_supported.clone(),
+            scopes_supported: if args.oauth_scopes_supported.is_empty() {
+                // Every scope a token may need here, the server-wide ones first.
+                let mut all = args.oauth_required_scopes.clone();
+                all.extend(
+                    scopes
+                        .iter()
+                        .filter(|s| !all.contains(s))
+                        .cloned()
+                        .collect::<Vec<_>>(),
+                );
+                all
+            } else {
+                args.oauth_scopes_supported.clone()
+            },
             required_scopes: args.oauth_required_scopes.clone(),
             leeway: Duration::from_secs(args.oauth_leeway_secs),
             validation,
@@ -426,15 +441,16 @@ fn build_server(
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    // Settings first: a mistake in them is reported before any file or server is touched.
+    // The core's settings first: a mistake in them is reported before any file or server is
+    // touched. Authentication follows the server, whose definitions name its scopes.
     let config = server_config(&args)?;
+    let store = open_store(&args).await?;
+    let server = build_server(config, &args, store.clone()).context("invalid server definition")?;
     let auth = if args.stdio {
         Auth::anonymous()
     } else {
-        auth(&args)?
+        auth(&args, server.scopes())?
     };
-    let store = open_store(&args).await?;
-    let server = build_server(config, &args, store.clone()).context("invalid server definition")?;
     server
         .prepare(Duration::from_secs(10))
         .await

@@ -369,7 +369,8 @@ fn jwt_server(issuer: &Issuer, store: &str) -> ServerProcess {
 }
 
 /// `wharf serve` (default profile) taking JWTs of `issuer` for the URL of its own endpoint,
-/// advertising the dataset scopes, with `extra` flags.
+/// with `extra` flags. It advertises the dataset scopes without being told: they are the
+/// ones its tools and resources declare. (The introspecting server is told.)
 fn jwt_server_with(issuer: &Issuer, store: &str, extra: &[&str]) -> ServerProcess {
     let port = common::free_port();
     let resource = format!("http://127.0.0.1:{port}/mcp");
@@ -382,8 +383,6 @@ fn jwt_server_with(issuer: &Issuer, store: &str, extra: &[&str]) -> ServerProces
         &issuer.url,
         "--oauth-resource",
         &resource,
-        "--oauth-scope-supported",
-        "datasets:read,datasets:write",
     ];
     ServerProcess::start_on(port, &[&args[..], extra].concat())
 }

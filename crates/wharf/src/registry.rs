@@ -128,6 +128,8 @@ pub(crate) struct Registry {
     resource_index: HashMap<String, usize>,
     pub(crate) templates: Vec<CompiledTemplate>,
     pub(crate) fingerprints: Fingerprints,
+    /// Every fixed scope a definition declares, sorted, each once.
+    pub(crate) scopes: Vec<String>,
 }
 
 /// What a resource URI resolves to.
@@ -267,6 +269,9 @@ impl Registry {
             )
             .map(String::as_str)
             .collect();
+        let mut scopes: Vec<String> = fixed.iter().map(|s| (*s).to_owned()).collect();
+        scopes.sort_unstable();
+        scopes.dedup();
         for t in &templates {
             if let Some((scope, fixed)) = t.collision(fixed.iter().copied()) {
                 return Err(BuildError::Template {
@@ -335,6 +340,7 @@ impl Registry {
             resource_index,
             templates,
             fingerprints,
+            scopes,
         })
     }
 

@@ -68,6 +68,14 @@ impl Server {
         &self.core.registry.capabilities
     }
 
+    /// Every scope a tool, prompt, resource or template of this server declares, sorted,
+    /// each once: what protected resource metadata lists as `scopes_supported`. Per-item
+    /// scopes of templates (`{variable}` in them) name no scope until a URI fills them in,
+    /// and are left out.
+    pub fn scopes(&self) -> &[String] {
+        &self.core.registry.scopes
+    }
+
     /// The `x-mcp-header` arguments of tool `name` (empty for unknown tools).
     pub fn tool_header_params(&self, name: &str) -> &[HeaderParam] {
         self.core

@@ -155,3 +155,27 @@ async fn a_subscription_needs_the_scopes_of_each_resource() {
         "notifications/subscriptions/acknowledged"
     );
 }
+
+/// What protected resource metadata advertises: every fixed scope the definitions declare,
+/// once each; a template's per-item scope names no scope until a URI fills it in.
+#[test]
+fn the_server_lists_the_scopes_its_definitions_use() {
+    let server = server(&Arc::new(AtomicUsize::new(0)));
+    assert_eq!(server.scopes(), [READ.to_owned()]);
+    let more = Server::builder(Implementation::new("t", "1"))
+        .prompt(
+            prompt("b")
+                .scopes(&["z:write", "a:read"])
+                .handler(|_cx, _args| async { Ok(GetPromptResult::default()) }),
+        )
+        .resource(
+            resource("notes://a", "a")
+                .scopes(&["a:read"])
+                .handler(|_cx, req| async move {
+                    Ok(vec![ResourceContents::text(req.uri, "text/plain", "x")])
+                }),
+        )
+        .build()
+        .unwrap();
+    assert_eq!(more.scopes(), ["a:read".to_owned(), "z:write".to_owned()]);
+}
