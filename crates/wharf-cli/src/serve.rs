@@ -171,6 +171,11 @@ pub(crate) struct ServeArgs {
     /// A token with an unknown key id fetches the JWKS again at most once per this many seconds.
     #[arg(long, env = "WHARF_OAUTH_JWKS_MIN_REFRESH_SECS", default_value_t = 60)]
     oauth_jwks_min_refresh_secs: u64,
+    /// Seconds a fetched JWKS is trusted before it is fetched again: a key the issuer
+    /// withdrew is refused within this long (while the issuer cannot be reached, its last
+    /// keys stand).
+    #[arg(long, env = "WHARF_OAUTH_JWKS_MAX_AGE_SECS", default_value_t = 3600)]
+    oauth_jwks_max_age_secs: u64,
     /// Clock skew tolerated on exp and nbf, in seconds.
     #[arg(long, env = "WHARF_OAUTH_LEEWAY_SECS", default_value_t = 30)]
     oauth_leeway_secs: u64,
@@ -308,6 +313,7 @@ fn auth(args: &ServeArgs, scopes: &[String]) -> anyhow::Result<Auth> {
             None => wharf_auth::Validation::Jwt {
                 jwks_uri: args.oauth_jwks_uri.clone(),
                 min_refresh: Duration::from_secs(args.oauth_jwks_min_refresh_secs),
+                max_age: Duration::from_secs(args.oauth_jwks_max_age_secs),
             },
         };
         let rs = wharf_auth::OAuth::new(wharf_auth::OAuthConfig {

@@ -819,6 +819,41 @@ async fn an_unreachable_issuer_is_503_and_nothing_of_the_outage_is_kept() {
     assert_eq!((issuer.metadata_fetches(), issuer.jwks_fetches()), (1, 2));
 }
 
+/// `--oauth-jwks-max-age-secs`: a key the issuer withdrew is refused once the set the server
+/// fetched is that old, though no token named an unknown key; the key that replaced it is
+/// accepted from the same fetch.
+#[tokio::test]
+async fn a_withdrawn_key_is_refused_once_the_key_set_is_past_its_age() {
+    let (issuer, old) = issuer_publishing("old").await;
+    let server = jwt_server_with(
+        &issuer,
+        &sqlite_url("oauth-max-age"),
+        &[
+            "--oauth-jwks-min-refresh-secs",
+            "1",
+            "--oauth-jwks-max-age-secs",
+            "1",
+        ],
+    );
+    let resource = resource_of(&server);
+    let all = "datasets:read datasets:write";
+    let token = |key: &SigningKey, who: &str| sign(key, &claims(&issuer, &resource, who, all));
+    let r = send(&server, &token(&old, "alice"), "tools/list", json!({})).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(issuer.jwks_fetches(), 1);
+
+    let new = es256("new");
+    *issuer.jwks.write().unwrap() = vec![new.jwk.clone()];
+    // The set's age is the event: it passes a second after the fetch.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let r = send(&server, &token(&old, "bob"), "tools/list", json!({})).await;
+    assert_invalid_token(&r, &server, "unknown signing key", UNKNOWN_KEY);
+    assert_eq!(issuer.jwks_fetches(), 2, "the aged set was fetched again");
+    let r = send(&server, &token(&new, "carol"), "tools/list", json!({})).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(issuer.jwks_fetches(), 2);
+}
+
 /// `--oauth-jwks-min-refresh-secs`: tokens signed with key ids the server has not seen make it
 /// fetch the JWKS again at most once per interval, however many come, one after another or
 /// at once, and even when the issuer has meanwhile published one of the keys: within the

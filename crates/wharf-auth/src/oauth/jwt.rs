@@ -30,6 +30,7 @@ struct KeySource {
     /// Serializes fetches, so a burst of tokens with a new key id fetches once.
     fetching: tokio::sync::Mutex<()>,
     min_refresh: Duration,
+    max_age: Duration,
 }
 
 #[derive(Default)]
@@ -60,6 +61,7 @@ impl JwtChecker {
         issuer: String,
         jwks_uri: Option<String>,
         min_refresh: Duration,
+        max_age: Duration,
     ) -> Self {
         JwtChecker(Arc::new(KeySource {
             http,
@@ -68,6 +70,7 @@ impl JwtChecker {
             keys: RwLock::new(Keys::default()),
             fetching: tokio::sync::Mutex::new(()),
             min_refresh,
+            max_age: max_age.max(min_refresh),
         }))
     }
 
@@ -99,13 +102,18 @@ impl JwtChecker {
         if !typ_ok {
             return Err(AuthError::NotAnAccessToken);
         }
-        let key = match self.0.key(header.kid.as_deref(), header.alg) {
-            Some(k) => k,
+        let (kid, alg) = (header.kid.as_deref(), header.alg);
+        let key = match self.0.key(kid, alg) {
+            Some(k) if !self.0.is_stale() => k,
+            // The set is past its age: ask the issuer again whether it still publishes the
+            // key. While it cannot be reached, what it last published stands.
+            Some(k) => match self.refresh().await {
+                Ok(()) => self.0.key(kid, alg).ok_or(AuthError::UnknownKey)?,
+                Err(_) => k,
+            },
             None => {
                 self.refresh().await?;
-                self.0
-                    .key(header.kid.as_deref(), header.alg)
-                    .ok_or(AuthError::UnknownKey)?
+                self.0.key(kid, alg).ok_or(AuthError::UnknownKey)?
             }
         };
         let mut validation = Validation::new(header.alg);
@@ -162,6 +170,13 @@ impl KeySource {
             }
         };
         found.map(|(_, k)| k.clone())
+    }
+
+    /// Whether the set was fetched longer than `max_age` ago.
+    fn is_stale(&self) -> bool {
+        let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
+        keys.attempted_at
+            .is_some_and(|t| t.elapsed() >= self.max_age)
     }
 
     /// Fetches the key set again, unless it was fetched less than `min_refresh` ago.
@@ -395,6 +410,7 @@ mod tests {
             "https://as.example.com".into(),
             Some(url),
             Duration::from_secs(600),
+            Duration::from_secs(3600),
         );
         let audiences = ["https://mcp.example.com/mcp".to_owned()];
         for kid in ["a", "a", "b"] {
@@ -420,6 +436,7 @@ mod tests {
             "https://as.example.com".into(),
             Some(url),
             Duration::from_secs(600),
+            Duration::from_secs(3600),
         ));
         let audiences = ["https://mcp.example.com/mcp".to_owned()];
         let hung_up = {

@@ -21,12 +21,18 @@ use cache::TokenCache;
 pub enum Validation {
     /// JWTs signed with RS256, ES256 or EdDSA, verified against the issuer's JWKS (found
     /// through its metadata unless given). A token signed with a key id the cached set lacks
-    /// makes the set be fetched again, at most once per `min_refresh`.
+    /// makes the set be fetched again, at most once per `min_refresh`; a set older than
+    /// `max_age` is fetched again before it is trusted, so a key the issuer withdrew stops
+    /// being accepted within `max_age` (tokens already checked are remembered for at most
+    /// that long too).
     Jwt {
         /// Where the key set is; from the issuer's metadata when `None`.
         jwks_uri: Option<String>,
         /// The least time between two fetches of the key set.
         min_refresh: Duration,
+        /// How long a fetched key set is trusted without asking the issuer again. While the
+        /// issuer cannot be reached, the keys it last published are kept.
+        max_age: Duration,
     },
     /// Token introspection (RFC 7662) at `endpoint`, authenticated with the client's
     /// credentials; answers are cached for `cache_ttl` (never past the token's expiry),
@@ -125,11 +131,13 @@ impl OAuth {
             Validation::Jwt {
                 jwks_uri,
                 min_refresh,
+                max_age,
             } => Checker::Jwt(jwt::JwtChecker::new(
                 http,
                 config.issuer.clone(),
                 jwks_uri.clone(),
                 *min_refresh,
+                *max_age,
             )),
             Validation::Introspection {
                 endpoint,
@@ -151,7 +159,7 @@ impl OAuth {
         let cache_ttl = match &config.validation {
             // A verified JWT stays valid until it expires; the cache spares the signature
             // check on every call of an agent that reuses its token.
-            Validation::Jwt { .. } => Duration::from_secs(300),
+            Validation::Jwt { max_age, .. } => Duration::from_secs(300).min(*max_age),
             Validation::Introspection { cache_ttl, .. } => *cache_ttl,
         };
         let authorization_servers = if config.authorization_servers.is_empty() {
@@ -357,6 +365,7 @@ mod tests {
             validation: Validation::Jwt {
                 jwks_uri: None,
                 min_refresh: Duration::from_secs(60),
+                max_age: Duration::from_secs(3600),
             },
         })
         .unwrap();
