@@ -252,6 +252,14 @@ impl KeySource {
                 .and_then(Value::as_str)
                 .is_some_and(|i| i.trim_end_matches('/') == issuer);
             if let (true, Some(uri)) = (same_issuer, meta.get("jwks_uri").and_then(Value::as_str)) {
+                if !super::trusted_url(uri) {
+                    // Keys over plain HTTP from another host could come from anyone.
+                    tracing::warn!(
+                        jwks_uri = uri,
+                        "the issuer's metadata names an insecure jwks_uri"
+                    );
+                    return Err(AuthError::Unavailable);
+                }
                 *self.jwks_uri.write().unwrap_or_else(|p| p.into_inner()) = Some(uri.to_owned());
                 return Ok(uri.to_owned());
             }

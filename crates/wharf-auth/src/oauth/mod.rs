@@ -80,6 +80,28 @@ pub enum OAuthSetupError {
     /// A URL that is not http(s).
     #[error("{0} must be an http(s) URL")]
     Url(&'static str),
+    /// A URL keys or token verdicts would come from over plain HTTP from another host:
+    /// anyone on the path could answer for the issuer.
+    #[error("{0} must be an https URL (plain http only on a loopback host)")]
+    Insecure(&'static str),
+}
+
+/// Whether keys or verdicts may be fetched from `url`: https, or http on a loopback host
+/// (an issuer on the same machine, in development and tests).
+pub(crate) fn trusted_url(url: &str) -> bool {
+    let Ok(parsed) = reqwest::Url::parse(url) else {
+        return false;
+    };
+    match parsed.scheme() {
+        "https" => true,
+        "http" => match parsed.host() {
+            Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            None => false,
+        },
+        _ => false,
+    }
 }
 
 /// A checked token, as cached.
@@ -110,8 +132,17 @@ impl OAuth {
     /// Sets the resource server up; nothing is fetched until the first token arrives.
     pub fn new(config: OAuthConfig) -> Result<Self, OAuthSetupError> {
         let http_url = |u: &str| u.starts_with("https://") || u.starts_with("http://");
-        if !http_url(&config.issuer) {
-            return Err(OAuthSetupError::Url("the issuer"));
+        if !trusted_url(&config.issuer) {
+            return Err(OAuthSetupError::Insecure("the issuer"));
+        }
+        if let Validation::Jwt {
+            jwks_uri: Some(uri),
+            ..
+        } = &config.validation
+        {
+            if !trusted_url(uri) {
+                return Err(OAuthSetupError::Insecure("the JWKS URI"));
+            }
         }
         if !http_url(&config.resource) {
             return Err(OAuthSetupError::Url("the resource URI"));
@@ -145,8 +176,8 @@ impl OAuth {
                 client_secret,
                 ..
             } => {
-                if !http_url(endpoint) {
-                    return Err(OAuthSetupError::Url("the introspection endpoint"));
+                if !trusted_url(endpoint) {
+                    return Err(OAuthSetupError::Insecure("the introspection endpoint"));
                 }
                 Checker::Introspection(introspect::Introspector::new(
                     http,
@@ -350,6 +381,65 @@ mod tests {
             "https://mcp.example.com"
         );
         assert_eq!(origin_of("http://127.0.0.1:8080"), "http://127.0.0.1:8080");
+    }
+
+    #[test]
+    fn keys_and_verdicts_come_over_https_or_from_this_machine() {
+        for ok in [
+            "https://as.example.com",
+            "http://127.0.0.1:9000/realms/x",
+            "http://localhost:8080",
+            "http://[::1]:80/",
+        ] {
+            assert!(trusted_url(ok), "{ok}");
+        }
+        for refused in [
+            "http://as.example.com",
+            "http://127.0.0.1.example.com",
+            "http://10.0.0.1/",
+            "ftp://as.example.com",
+            "as.example.com",
+        ] {
+            assert!(!trusted_url(refused), "{refused}");
+        }
+        let config = |issuer: &str, validation: Validation| OAuthConfig {
+            resource: "http://127.0.0.1:8080/mcp".into(),
+            audiences: Vec::new(),
+            issuer: issuer.into(),
+            authorization_servers: Vec::new(),
+            scopes_supported: Vec::new(),
+            required_scopes: Vec::new(),
+            leeway: Duration::ZERO,
+            validation,
+        };
+        let jwt = |jwks_uri: Option<&str>| Validation::Jwt {
+            jwks_uri: jwks_uri.map(str::to_owned),
+            min_refresh: Duration::from_secs(60),
+            max_age: Duration::from_secs(3600),
+        };
+        let refused = |c| OAuth::new(c).err().map(|e| e.to_string());
+        assert_eq!(
+            refused(config("http://as.example.com", jwt(None))),
+            Some("the issuer must be an https URL (plain http only on a loopback host)".into())
+        );
+        assert!(
+            refused(config(
+                "https://as.example.com",
+                jwt(Some("http://keys.example.com"))
+            ))
+            .is_some_and(|e| e.starts_with("the JWKS URI"))
+        );
+        let introspection = Validation::Introspection {
+            endpoint: "http://as.example.com/introspect".into(),
+            client_id: "rs".into(),
+            client_secret: "s".into(),
+            cache_ttl: Duration::from_secs(30),
+        };
+        assert!(
+            refused(config("https://as.example.com", introspection))
+                .is_some_and(|e| e.starts_with("the introspection endpoint"))
+        );
+        assert!(OAuth::new(config("http://127.0.0.1:9", jwt(None))).is_ok());
     }
 
     #[test]
