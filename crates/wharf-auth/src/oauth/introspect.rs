@@ -6,12 +6,18 @@ use wharf::Grant;
 use super::{Checked, audience_ok, now_secs, scopes_of};
 use crate::AuthError;
 
+/// Introspection requests one process has in flight at most. Tokens it has not seen each
+/// cost a request to the authorization server: a flood of made-up tokens gets 503 beyond
+/// this many rather than a flood of requests there (tokens already checked are cached).
+pub(crate) const MAX_IN_FLIGHT: usize = 16;
+
 #[derive(Debug)]
 pub(crate) struct Introspector {
     http: reqwest::Client,
     endpoint: String,
     client_id: String,
     client_secret: crate::Secret,
+    in_flight: tokio::sync::Semaphore,
 }
 
 impl Introspector {
@@ -26,6 +32,7 @@ impl Introspector {
             endpoint,
             client_id,
             client_secret,
+            in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
         }
     }
 
@@ -35,6 +42,13 @@ impl Introspector {
         issuer: &str,
         audiences: &[String],
     ) -> Result<Checked, AuthError> {
+        let Ok(_slot) = self.in_flight.try_acquire() else {
+            tracing::warn!(
+                limit = MAX_IN_FLIGHT,
+                "introspection requests at their limit; a new token is refused for now"
+            );
+            return Err(AuthError::Unavailable);
+        };
         let res = self
             .http
             .post(&self.endpoint)
@@ -84,5 +98,76 @@ impl Introspector {
                 scopes: scopes_of(&answer),
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tokio::io::AsyncReadExt as _;
+
+    use super::*;
+
+    /// An introspection endpoint that holds every request it receives until the test ends.
+    async fn holding_endpoint() -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/introspect", listener.local_addr().unwrap());
+        let received = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&received);
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let counted = Arc::clone(&counted);
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = conn.read(&mut buf).await;
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    std::future::pending::<()>().await;
+                    drop(conn);
+                });
+            }
+        });
+        (url, received)
+    }
+
+    #[tokio::test]
+    async fn introspections_in_flight_are_capped() {
+        let (url, received) = holding_endpoint().await;
+        let checker = Arc::new(Introspector::new(
+            reqwest::Client::new(),
+            url,
+            "rs".into(),
+            "secret".into(),
+        ));
+        let audiences: Arc<[String]> = Arc::from(vec!["https://mcp.example.com".to_owned()]);
+        let held: Vec<_> = (0..MAX_IN_FLIGHT)
+            .map(|i| {
+                let (checker, audiences) = (Arc::clone(&checker), Arc::clone(&audiences));
+                tokio::spawn(async move {
+                    checker
+                        .check(&format!("t{i}"), "https://as.example.com", &audiences)
+                        .await
+                })
+            })
+            .collect();
+        // Every one of them reached the endpoint, which holds them.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while received.load(Ordering::SeqCst) < MAX_IN_FLIGHT {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "requests never arrived"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let refused = checker
+            .check("one-more", "https://as.example.com", &audiences)
+            .await
+            .unwrap_err();
+        assert_eq!(refused, AuthError::Unavailable);
+        assert_eq!(received.load(Ordering::SeqCst), MAX_IN_FLIGHT, "not sent");
+        for h in held {
+            h.abort();
+        }
     }
 }
