@@ -215,6 +215,12 @@ pub(crate) struct ServeArgs {
     /// Requests running at once per principal; beyond it, 503 at once.
     #[arg(long, env = "WHARF_MAX_PER_PRINCIPAL")]
     max_per_principal: Option<usize>,
+    /// `subscriptions/listen` streams one principal may hold open; beyond it, 503 at once.
+    #[arg(long, env = "WHARF_MAX_LISTEN_PER_PRINCIPAL", default_value_t = 32)]
+    max_listen_per_principal: usize,
+    /// `subscriptions/listen` streams open at once, server-wide; beyond it, 503 at once.
+    #[arg(long, env = "WHARF_MAX_LISTEN_STREAMS", default_value_t = 10_000)]
+    max_listen_streams: usize,
     /// Longest a tool call may run, in seconds; then it is stopped (504, -31002).
     #[arg(long, env = "WHARF_MAX_CALL_SECS", default_value_t = 300)]
     max_call_secs: u64,
@@ -424,6 +430,8 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         max_in_flight: args.max_in_flight.map(|n| n.max(1)),
         max_queue: args.max_queue,
         per_principal: args.max_per_principal.map(|n| n.max(1)),
+        listen_per_principal: Some(args.max_listen_per_principal.max(1)),
+        max_listen_streams: Some(args.max_listen_streams.max(1)),
     };
     config.idempotency_retention =
         Duration::from_secs(args.idempotency_retention_hours.saturating_mul(3600));

@@ -106,18 +106,22 @@ async fn a_request_cancelled_while_queued_never_runs() {
     );
 }
 
-#[tokio::test]
-async fn each_principal_has_its_own_cap() {
-    let server = ServerProcess::start_exact(&[
+/// The demo server with API keys for Alice and Bob, and `caps`.
+fn alice_and_bob(caps: &[&str]) -> ServerProcess {
+    let keys = [
         "--profile",
         "demo",
         "--api-key",
         "alice=alice-key-0123456789",
         "--api-key",
         "bob=bob-key-0123456789ab",
-        "--max-per-principal",
-        "1",
-    ]);
+    ];
+    ServerProcess::start_exact(&[&keys[..], caps].concat())
+}
+
+#[tokio::test]
+async fn each_principal_has_its_own_cap() {
+    let server = alice_and_bob(&["--max-per-principal", "1"]);
     let alice = server.client().with_bearer("alice-key-0123456789");
     let held = common::running_count(&alice, 1000, 200).await;
 
@@ -159,4 +163,63 @@ async fn a_call_past_its_time_limit_is_stopped_with_504() {
             .status,
         200
     );
+}
+
+/// `subscriptions/listen` streams beyond a principal's share get 503 with `Retry-After` at
+/// once, whatever else runs; another principal has its own share, and a closed stream
+/// frees its slot.
+#[tokio::test]
+async fn listen_streams_are_capped_per_principal() {
+    let server = alice_and_bob(&["--max-listen-per-principal", "2"]);
+    let alice = server.client().with_bearer("alice-key-0123456789");
+    let listen = json!({ "notifications": { "toolsListChanged": true } });
+    let open = |client: &wharf_client::HttpClient| {
+        let (client, listen) = (client.clone(), listen.clone());
+        async move {
+            let mut stream = Box::pin(
+                client
+                    .open_stream("subscriptions/listen", listen)
+                    .await
+                    .unwrap(),
+            );
+            let ack = futures_util::StreamExt::next(&mut stream).await.unwrap();
+            assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+            stream
+        }
+    };
+    let first = open(&alice).await;
+    let _second = open(&alice).await;
+    let refused = alice
+        .request("subscriptions/listen", listen.clone())
+        .await
+        .unwrap();
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    assert!(refused.headers.get("retry-after").is_some());
+    assert_eq!(refused.error_code(), Some(-31000));
+    let message = refused.error().unwrap()["message"].as_str().unwrap();
+    assert!(
+        message.contains("2 subscriptions/listen streams"),
+        "{message}"
+    );
+    validate_reply("subscriptions/listen", &refused);
+
+    let bob = server.client().with_bearer("bob-key-0123456789ab");
+    let _theirs = open(&bob).await;
+    drop(first);
+    // The slot frees once the server sees the stream closed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut stream = Box::pin(
+            alice
+                .open_stream("subscriptions/listen", listen.clone())
+                .await
+                .unwrap(),
+        );
+        let first = futures_util::StreamExt::next(&mut stream).await.unwrap();
+        if first["method"] == "notifications/subscriptions/acknowledged" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never freed: {first}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }

@@ -111,9 +111,14 @@ pub(crate) async fn admit(
         return Err(ErrorReply::new(Some(req.id), e.into()));
     }
     let gate = &core.runtime.gate;
-    // Listen streams live long by design: they are not requests in flight. With no caps at
-    // all there is nothing to take.
-    let permit = if req.is_listen() || gate.is_open() {
+    // Listen streams live long by design: they are not requests in flight, and have caps of
+    // their own. With no caps at all there is nothing to take.
+    let permit = if req.is_listen() {
+        match gate.enter_listen(principal.id()) {
+            Ok(permit) => permit,
+            Err(e) => return Err(ErrorReply::new(Some(req.id), e)),
+        }
+    } else if gate.is_open() {
         Permit::default()
     } else {
         let tool = match &req.body {
@@ -181,24 +186,27 @@ impl Admitted {
     /// request is refused (its one message is the error): run those with
     /// [`Admitted::stream`].
     pub fn listen_stream(self) -> ListenStream {
-        let id = self.req.id.clone();
-        let opened = Listener::open(
-            &self.core.registry,
-            &self.core.runtime,
-            self.req,
-            &self.principal,
-        )
-        .map_err(|e| error_message(Some(&id), &e));
-        let messages = futures_util::stream::unfold(Some(opened), |state| async move {
-            match state? {
-                Ok(mut listener) => {
-                    let next = listener.next().await?;
-                    Some((next, Some(Ok(listener))))
+        let Admitted {
+            core,
+            req,
+            principal,
+            _permit: permit,
+        } = self;
+        let id = req.id.clone();
+        let opened = Listener::open(&core.registry, &core.runtime, req, &principal)
+            .map_err(|e| error_message(Some(&id), &e));
+        // The stream holds its slots under the listen caps until it ends or is dropped.
+        let messages =
+            futures_util::stream::unfold((Some(opened), permit), |(state, permit)| async move {
+                match state? {
+                    Ok(mut listener) => {
+                        let next = listener.next().await?;
+                        Some((next, (Some(Ok(listener)), permit)))
+                    }
+                    // A refusal is the stream's one message.
+                    Err(refusal) => Some((refusal, (None, permit))),
                 }
-                // A refusal is the stream's one message.
-                Err(refusal) => Some((refusal, None)),
-            }
-        });
+            });
         ListenStream(Box::pin(messages))
     }
 

@@ -11,8 +11,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::{ErrorKind, RpcError};
 
-/// How much a server takes on at once (by default: no caps).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// How much a server takes on at once. By default requests are not capped, and
+/// `subscriptions/listen` streams are: they live long and cost a subscription each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Requests running at once, server-wide (`None`: no cap).
     pub max_in_flight: Option<usize>,
@@ -20,6 +21,24 @@ pub struct Limits {
     pub max_queue: usize,
     /// Requests running at once per principal; beyond it, refused at once.
     pub per_principal: Option<usize>,
+    /// Listen streams open at once, server-wide; beyond it, a new one is refused at once
+    /// (`None`: no cap). Default 10,000.
+    pub max_listen_streams: Option<usize>,
+    /// Listen streams one principal may hold open at once; beyond it, refused at once.
+    /// Default 32.
+    pub listen_per_principal: Option<usize>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_in_flight: None,
+            max_queue: 0,
+            per_principal: None,
+            max_listen_streams: Some(10_000),
+            listen_per_principal: Some(32),
+        }
+    }
 }
 
 /// Held while a request runs; dropping it frees its slots.
@@ -36,6 +55,8 @@ pub(crate) struct Gate {
     global: Option<Arc<Semaphore>>,
     waiting: AtomicUsize,
     principals: Mutex<HashMap<String, Arc<Semaphore>>>,
+    listen_total: Option<Arc<Semaphore>>,
+    listeners: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
 /// Principals tracked before idle ones are forgotten.
@@ -49,6 +70,10 @@ impl Gate {
             any_tool_cap,
             waiting: AtomicUsize::new(0),
             principals: Mutex::new(HashMap::new()),
+            listen_total: limits
+                .max_listen_streams
+                .map(|n| Arc::new(Semaphore::new(n))),
+            listeners: Mutex::new(HashMap::new()),
         }
     }
 
@@ -69,7 +94,7 @@ impl Gate {
         // No allocation unless a cap applies: the uncapped hot path stays free.
         let mut slots = Vec::new();
         if let Some(cap) = self.limits.per_principal {
-            let sem = self.principal_semaphore(principal, cap);
+            let sem = principal_semaphore(&self.principals, principal, cap);
             let slot = sem.try_acquire_owned().map_err(|_| {
                 busy(&format!(
                     "this principal already has {cap} requests running"
@@ -104,17 +129,42 @@ impl Gate {
         slot.map_err(|_| busy("the server is shutting down"))
     }
 
-    fn principal_semaphore(&self, principal: &str, cap: usize) -> Arc<Semaphore> {
-        let mut map = self.principals.lock().unwrap_or_else(|p| p.into_inner());
-        if map.len() >= PRINCIPALS_KEPT && !map.contains_key(principal) {
-            // Forget principals with nothing running.
-            map.retain(|_, s| s.available_permits() < cap);
+    /// Takes the slots a listen stream holds while it is open: its principal's and the
+    /// server's, at once or refused (a stream waits for events, never for a slot).
+    pub(crate) fn enter_listen(&self, principal: &str) -> Result<Permit, RpcError> {
+        let mut slots = Vec::new();
+        if let Some(cap) = self.limits.listen_per_principal {
+            let sem = principal_semaphore(&self.listeners, principal, cap);
+            slots.push(sem.try_acquire_owned().map_err(|_| {
+                busy(&format!(
+                    "this principal already has {cap} subscriptions/listen streams open; close one first"
+                ))
+            })?);
         }
-        Arc::clone(
-            map.entry(principal.to_owned())
-                .or_insert_with(|| Arc::new(Semaphore::new(cap))),
-        )
+        if let Some(total) = &self.listen_total {
+            slots.push(Arc::clone(total).try_acquire_owned().map_err(|_| {
+                busy("the server has as many subscriptions/listen streams open as it takes")
+            })?);
+        }
+        Ok(Permit { _slots: slots })
     }
+}
+
+/// The semaphore of `principal` in `map`, made with `cap` slots the first time.
+fn principal_semaphore(
+    map: &Mutex<HashMap<String, Arc<Semaphore>>>,
+    principal: &str,
+    cap: usize,
+) -> Arc<Semaphore> {
+    let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+    if map.len() >= PRINCIPALS_KEPT && !map.contains_key(principal) {
+        // Forget principals with nothing running.
+        map.retain(|_, s| s.available_permits() < cap);
+    }
+    Arc::clone(
+        map.entry(principal.to_owned())
+            .or_insert_with(|| Arc::new(Semaphore::new(cap))),
+    )
 }
 
 #[cfg(test)]
@@ -157,6 +207,7 @@ mod tests {
             max_in_flight: Some(1),
             max_queue: 1,
             per_principal: None,
+            ..Limits::default()
         });
         let first = gate.enter("a", None).await.unwrap();
         let gate = Arc::new(gate);
@@ -181,6 +232,7 @@ mod tests {
             max_in_flight: Some(1),
             max_queue: 1,
             per_principal: None,
+            ..Limits::default()
         }));
         let first = gate.enter("a", None).await.unwrap();
         let waiter = {
@@ -208,11 +260,37 @@ mod tests {
             max_in_flight: None,
             max_queue: 0,
             per_principal: Some(1),
+            ..Limits::default()
         });
         let a = gate.enter("a", None).await.unwrap();
         assert!(gate.enter("a", None).await.is_err());
         let b = gate.enter("b", None).await.unwrap();
         drop((a, b));
         assert!(gate.enter("a", None).await.is_ok());
+    }
+
+    #[test]
+    fn listen_streams_are_capped_per_principal_and_in_total() {
+        let gate = Gate::new_for_test(Limits {
+            max_listen_streams: Some(3),
+            listen_per_principal: Some(2),
+            ..Limits::default()
+        });
+        let a1 = gate.enter_listen("a").unwrap();
+        let _a2 = gate.enter_listen("a").unwrap();
+        let refused = gate.enter_listen("a").unwrap_err();
+        assert_eq!(refused.kind, ErrorKind::RetryLater);
+        assert!(
+            refused.message.contains("2 subscriptions/listen streams"),
+            "{}",
+            refused.message
+        );
+        // Another principal has its own share, up to the server's total.
+        let _b1 = gate.enter_listen("b").unwrap();
+        let full = gate.enter_listen("b").unwrap_err();
+        assert!(full.message.contains("the server has"), "{}", full.message);
+        // A closed stream frees its slots.
+        drop(a1);
+        gate.enter_listen("a").unwrap();
     }
 }

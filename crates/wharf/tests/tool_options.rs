@@ -62,6 +62,7 @@ async fn a_tool_runs_at_most_its_concurrency_and_queues_the_rest() {
                     max_in_flight: None,
                     max_queue: 1,
                     per_principal: None,
+                    ..Limits::default()
                 };
                 config
             })
