@@ -440,6 +440,34 @@ on_every_store!(
     a_dataset_keeps_the_columns_it_was_created_with,
 );
 
+/// A row beyond 64 KiB (a 200 KiB string) is refused with an `isError` naming the limit and
+/// the row, and nothing of the call is appended; a row just under it goes in.
+#[tokio::test]
+async fn an_oversized_row_is_refused_and_nothing_is_appended() {
+    let s = server(&sqlite_url("row-size"));
+    let u42 = s.client().with_bearer(TOKEN_42);
+    let import = begin(&u42, &unique("big")).await;
+    let row = |id: i64, city_bytes: usize| json!({ "id": id, "city": "x".repeat(city_bytes), "temp": 1.5 });
+    let too_big = json!({
+        "import": import,
+        "rows": [row(0, 10), row(1, 200 * 1024)],
+        "idempotency_key": unique("k"),
+    });
+    let message = refused(&u42, "import_append_rows", too_big).await;
+    assert!(
+        message.contains("Row 1:") && message.contains("at most 65536 bytes (64 KiB)"),
+        "{message}"
+    );
+    assert_eq!(staged(&u42, &import).await, 0, "nothing appended");
+    let fits = json!({
+        "import": import,
+        "rows": [row(2, 60 * 1024)],
+        "idempotency_key": unique("k"),
+    });
+    ok(&u42, "import_append_rows", fits).await;
+    assert_eq!(staged(&u42, &import).await, 1);
+}
+
 #[tokio::test]
 async fn requests_without_a_known_token_get_401_with_a_challenge() {
     let s = server(&sqlite_url("auth"));

@@ -29,6 +29,9 @@ pub const DATASETS_WRITE: &str = "datasets:write";
 pub const MAX_ROWS_PER_APPEND: usize = 1000;
 /// Most rows an import may stage before it is committed.
 pub const MAX_STAGED_ROWS: u64 = 1_000_000;
+/// Largest row, in bytes of its JSON: scans and replies hold hundreds of rows at once, so
+/// one tenant's huge rows would make the process hold gigabytes.
+pub const MAX_ROW_BYTES: usize = 64 * 1024;
 /// Most filters in one `dataset_query`.
 pub const MAX_FILTERS: usize = 32;
 /// Most rows one `dataset_query` call returns.
@@ -285,6 +288,25 @@ fn check_columns(columns: &[Column]) -> Result<(), HandlerError> {
     Ok(())
 }
 
+/// The size of a row's JSON, close enough to cap it without writing it out (string
+/// escapes are not counted; numbers count as their longest).
+fn row_bytes(row: &Map<String, Value>) -> usize {
+    row.iter()
+        .map(|(k, v)| {
+            k.len()
+                + 4
+                + match v {
+                    Value::String(s) => s.len() + 2,
+                    Value::Number(_) => 24,
+                    Value::Bool(_) => 5,
+                    // Columns hold scalars; anything else was refused before.
+                    _ => 4,
+                }
+        })
+        .sum::<usize>()
+        + 2
+}
+
 /// Checks one row against the columns; the message names the row and the column.
 fn check_row(index: usize, row: &Map<String, Value>, columns: &[Column]) -> Result<(), String> {
     for key in row.keys() {
@@ -317,6 +339,12 @@ fn check_row(index: usize, row: &Map<String, Value>, columns: &[Column]) -> Resu
             }
             Some(_) => {}
         }
+    }
+    let bytes = row_bytes(row);
+    if bytes > MAX_ROW_BYTES {
+        return Err(format!(
+            "Row {index}: {bytes} bytes; a row holds at most {MAX_ROW_BYTES} bytes (64 KiB). Nothing was appended."
+        ));
     }
     Ok(())
 }
@@ -458,7 +486,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 .scopes(&[DATASETS_WRITE])
                 .mutates("import")
                 .description(format!(
-                    "Append rows to an import (at most {MAX_ROWS_PER_APPEND} per call). Rows are checked against the dataset's columns; nothing is appended if one is wrong. Retry with the same idempotency_key after an error or a lost answer: the rows are appended once."
+                    "Append rows to an import (at most {MAX_ROWS_PER_APPEND} per call, each at most {MAX_ROW_BYTES} bytes of JSON). Rows are checked against the dataset's columns; nothing is appended if one is wrong. Retry with the same idempotency_key after an error or a lost answer: the rows are appended once."
                 ))
                 .idempotent()
                 .handler(|cx: Context, args: AppendArgs| async move {
