@@ -17,9 +17,14 @@ fn rows_key(collection: &str) -> String {
     format!("wharf:r:{collection}")
 }
 
-/// The handle a collection is filed under, if its name says so.
+/// The handle a collection is filed under, if its name says so (`HANDLE/…`). Any other
+/// name with a `/` (a principal's id, a URL) is filed under nothing: a set kept for a
+/// handle that will never be retired would never be cleaned.
 fn owner_of(collection: &str) -> Option<&str> {
-    collection.split_once('/').map(|(h, _)| h)
+    collection
+        .split_once('/')
+        .map(|(h, _)| h)
+        .filter(|h| wharf::store::is_handle_id(h))
 }
 
 impl RedisTx {
@@ -164,5 +169,22 @@ impl Documents for RedisTx {
         *self.appended.entry(collection.to_owned()).or_default() -=
             i64::try_from(n).unwrap_or(i64::MAX);
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_collections_named_after_a_handle_are_filed_under_it() {
+        let handle = "imp_0123456789abcdef0123456789abcdef";
+        assert_eq!(super::owner_of(&format!("{handle}/rows")), Some(handle));
+        for unowned in [
+            "https://issuer.example.com/alice/datasets",
+            "oauth:https://as.example.com/sub/reports",
+            "imp_nothex/rows",
+            "plain",
+        ] {
+            assert_eq!(super::owner_of(unowned), None, "{unowned}");
+        }
     }
 }

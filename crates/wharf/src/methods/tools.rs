@@ -20,7 +20,7 @@ use crate::reply::respond;
 use crate::runtime::Runtime;
 use crate::schema::first_violation;
 use crate::store::{Begin, Claim, Digest, Fence, Millis, now_millis};
-use crate::store::{Expiry, HandleRecord, human};
+use crate::store::{Expiry, HandleRecord, human, is_handle_id};
 use crate::store::{KEY_ARGUMENT, REPLAY_META, StoreError, Transaction};
 use crate::tool::Idempotence;
 
@@ -488,7 +488,7 @@ async fn prepare(
     let mut scope_hold = None;
     let begun = match &keyed.handle {
         Some((param, id)) => {
-            let (record, begun) = if handle_shaped(id) {
+            let (record, begun) = if is_handle_id(id) {
                 store
                     .claim_on_handle(claim, id, principal.id(), now)
                     .await?
@@ -499,7 +499,7 @@ async fn prepare(
             // handle may have expired since), once its owner is known to be the caller's;
             // if the handle is gone (the write retired it: a commit, an abort), the record
             // says whose write it was.
-            let gone = record.is_none() && handle_shaped(id);
+            let gone = record.is_none() && is_handle_id(id);
             if let Some(Begin::Replay(stored)) = begun {
                 return Ok(Prepared::Replay(stored));
             }
@@ -576,7 +576,7 @@ fn replay(runtime: &Runtime, id: &RequestId, stored: &str) -> Result<Vec<u8>, Rp
 }
 
 async fn load_handle(runtime: &Runtime, id: &str) -> Result<Option<HandleRecord>, RpcError> {
-    if !handle_shaped(id) {
+    if !is_handle_id(id) {
         return Ok(None);
     }
     Ok(runtime.require_store()?.load_handle(id).await?)
@@ -645,18 +645,3 @@ fn judge_handle(
         "The {kind} handle in {name:?} has expired ({why}); what it held is gone. Start a new {kind} with {created_by}."
     ))
 }
-
-/// Whether `id` has the shape of a minted handle (`prefix_` and 32 lowercase hex digits):
-/// anything else is refused without a lookup.
-fn handle_shaped(id: &str) -> bool {
-    id.len() <= MAX_HANDLE_LEN
-        && id.split_once('_').is_some_and(|(prefix, hex)| {
-            !prefix.is_empty()
-                && prefix.bytes().all(|b| b.is_ascii_alphanumeric())
-                && hex.len() == 32
-                && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-        })
-}
-
-/// Longer strings are not handles: they are refused without a lookup.
-const MAX_HANDLE_LEN: usize = 128;

@@ -62,6 +62,18 @@ pub enum Expiry {
     Idle,
 }
 
+/// Whether `id` has the shape of a minted handle (`prefix_` and 32 lowercase hex digits,
+/// 128 characters at most): what a store files app data under, and what a call may name.
+pub fn is_handle_id(id: &str) -> bool {
+    id.len() <= 128
+        && id.split_once('_').is_some_and(|(prefix, hex)| {
+            !prefix.is_empty()
+                && prefix.bytes().all(|b| b.is_ascii_alphanumeric())
+                && hex.len() == 32
+                && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        })
+}
+
 impl HandleRecord {
     /// Mints a new handle of kind `K` for `owner`: 128 bits from the operating system's
     /// CSPRNG, hex-encoded behind the kind's prefix.
