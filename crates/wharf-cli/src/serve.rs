@@ -90,6 +90,20 @@ pub(crate) struct ServeArgs {
     /// Largest total size of request headers in bytes.
     #[arg(long, env = "WHARF_MAX_HEADER_BYTES", default_value_t = 16 * 1024)]
     max_header_bytes: usize,
+    /// Header fields per request at most (431 beyond).
+    #[arg(long, env = "WHARF_MAX_HEADERS", default_value_t = 100)]
+    max_headers: usize,
+    /// Seconds a connection has to send a complete request head, from accept and again after
+    /// each response: a client trickling headers is dropped, and so is a kept-alive connection
+    /// idle this long (keep a proxy's upstream keep-alive timeout below it).
+    #[arg(long, env = "WHARF_HEADER_READ_SECS", default_value_t = 30)]
+    header_read_secs: u64,
+    /// Seconds a request has to send its whole body once its headers are in (408 after).
+    #[arg(long, env = "WHARF_BODY_READ_SECS", default_value_t = 30)]
+    body_read_secs: u64,
+    /// Open connections at most; beyond, new ones wait in the kernel's backlog.
+    #[arg(long, env = "WHARF_MAX_CONNECTIONS", default_value_t = 16_384)]
+    max_connections: usize,
     /// Items per page of a list.
     #[arg(long, env = "WHARF_PAGE_SIZE", default_value_t = 100)]
     page_size: usize,
@@ -505,6 +519,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_body_bytes: args.max_body_bytes,
         max_json_depth: args.max_json_depth,
         max_header_bytes: args.max_header_bytes,
+        body_read_timeout: Duration::from_secs(args.body_read_secs.max(1)),
         keep_alive: Duration::from_secs(args.keep_alive_secs.max(1)),
         readiness: store
             .map(|s| Arc::new(StoreReady(s)) as Arc<dyn ReadinessCheck>)
@@ -518,6 +533,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let local = listener.local_addr()?;
     let (listener, closer) = wharf_http::DrainingListener::new(listener)?;
     tracing::info!(address = %local, endpoint = %args.endpoint, "wharf serving MCP 2026-07-28");
+    let mut limits = wharf_http::ConnectionLimits::for_headers(args.max_header_bytes);
+    limits.header_read_timeout = Duration::from_secs(args.header_read_secs.max(1));
+    limits.max_connections = args.max_connections.max(1);
+    limits.max_headers = args.max_headers.max(1);
     let app = wharf_http::router(server.clone(), config);
 
     let stopping = tokio_util::sync::CancellationToken::new();
@@ -542,7 +561,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         closer.close(Duration::from_millis(500)).await;
         signal_seen.cancel();
     };
-    let serve = axum::serve(listener, app).with_graceful_shutdown(shutdown);
+    let serve = wharf_http::serve(listener, app, limits, shutdown);
     let deadline = Duration::from_secs(args.drain_secs);
     tokio::select! {
         result = serve => result.context("server error")?,

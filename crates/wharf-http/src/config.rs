@@ -128,6 +128,8 @@ pub struct HttpConfig {
     pub hosts: HostPolicy,
     /// Largest request body, in bytes (413 beyond).
     pub max_body_bytes: usize,
+    /// Time a request has to send its whole body once its headers are in (408 after).
+    pub body_read_timeout: Duration,
     /// Deepest JSON nesting accepted (400 beyond).
     pub max_json_depth: usize,
     /// Largest total size of the request headers, in bytes (431 beyond).
@@ -149,6 +151,7 @@ impl Default for HttpConfig {
             endpoint: "/mcp".into(),
             hosts: HostPolicy::localhost(),
             max_body_bytes: 1024 * 1024,
+            body_read_timeout: Duration::from_secs(30),
             max_json_depth: 64,
             max_header_bytes: 16 * 1024,
             keep_alive: Duration::from_secs(15),
@@ -164,6 +167,7 @@ impl std::fmt::Debug for HttpConfig {
             .field("endpoint", &self.endpoint)
             .field("hosts", &self.hosts)
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("body_read_timeout", &self.body_read_timeout)
             .field("max_json_depth", &self.max_json_depth)
             .field("max_header_bytes", &self.max_header_bytes)
             .field("keep_alive", &self.keep_alive)

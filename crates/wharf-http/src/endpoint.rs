@@ -2,22 +2,24 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes, HttpBody as _};
 use axum::extract::Request;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
+use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use wharf::{Admitted, ErrorKind, Principal, RpcError};
 use wharf_protocol::{Envelope, headers as mcp};
 
-use crate::AppState;
 use crate::errors::{error_response, error_with_status, json_response, reply_error, unauthorized};
+use crate::{AppState, HttpConfig};
 use crate::{guard, headers, session};
 
 /// GET and DELETE without a session: a stateless server has no stream to open or close.
@@ -38,35 +40,94 @@ async fn answer(state: &Arc<AppState>, request: Request) -> Response {
     // Taking the request whole moves the headers out instead of cloning them.
     let (parts, body) = request.into_parts();
     if let Err(refused) = guard::check_request(&parts.headers, &state.config) {
-        return *refused;
+        return refuse_unread(body, *refused);
     }
     // Before the body is read: nothing runs for a request without a principal.
     let principal = match state.config.auth.authenticate(&parts).await {
         Ok(p) => p,
-        Err(refused) => return unauthorized(&refused),
+        Err(refused) => return refuse_unread(body, unauthorized(&refused)),
     };
-    let limit = state.config.max_body_bytes;
-    let bytes = match axum::body::to_bytes(body, limit).await {
+    let bytes = match read_body(body, &state.config).await {
         Ok(b) => b,
-        Err(e) => {
-            let too_large = std::error::Error::source(&e)
-                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-            return if too_large {
-                let e = RpcError::new(
-                    ErrorKind::InvalidRequest,
-                    format!("The body exceeds the limit of {limit} bytes"),
-                );
-                error_with_status(StatusCode::PAYLOAD_TOO_LARGE, None, &e)
-            } else {
-                let e = RpcError::new(
-                    ErrorKind::InvalidRequest,
-                    "The request body could not be read",
-                );
-                error_with_status(StatusCode::BAD_REQUEST, None, &e)
-            };
-        }
+        Err(refused) => return refused,
     };
     serve(state, &parts.headers, &bytes, principal).await
+}
+
+/// A refusal sent before the body was read. The body is still read and thrown away (see
+/// [`DRAIN_TIME`]); a refusal for its size closes the connection besides.
+fn refuse_unread(body: Body, mut refusal: Response) -> Response {
+    if !body.is_end_stream() {
+        tokio::spawn(drain(body));
+    }
+    if refusal.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        close_after(&mut refusal);
+    }
+    refusal
+}
+
+fn close_after(response: &mut Response) {
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+}
+
+/// Time a refused body is still read (and thrown away) after the refusal, and how much of
+/// it: closing a socket with unread bytes makes the kernel reset the connection, and a client
+/// still sending would read the reset instead of the 413.
+const DRAIN_TIME: Duration = Duration::from_secs(10);
+const DRAIN_BYTES: usize = 64 * 1024 * 1024;
+
+/// Reads the request body: at most `max_body_bytes` (413 beyond), all of it within
+/// `body_read_timeout` (408 after). Either refusal closes the connection.
+async fn read_body(mut body: Body, config: &HttpConfig) -> Result<Bytes, Response> {
+    let limit = config.max_body_bytes;
+    // Limited over a borrow: a body refused as too large is still ours to drain.
+    let reading = Limited::new(&mut body, limit).collect();
+    let mut refusal = match tokio::time::timeout(config.body_read_timeout, reading).await {
+        Ok(Ok(collected)) => return Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.is::<LengthLimitError>() => {
+            tokio::spawn(drain(body));
+            let e = RpcError::new(
+                ErrorKind::InvalidRequest,
+                format!("The body exceeds the limit of {limit} bytes"),
+            );
+            error_with_status(StatusCode::PAYLOAD_TOO_LARGE, None, &e)
+        }
+        Ok(Err(_)) => {
+            let e = RpcError::new(
+                ErrorKind::InvalidRequest,
+                "The request body could not be read",
+            );
+            error_with_status(StatusCode::BAD_REQUEST, None, &e)
+        }
+        Err(_) => {
+            let e = RpcError::new(
+                ErrorKind::InvalidRequest,
+                format!(
+                    "The request body did not arrive within {} s",
+                    config.body_read_timeout.as_secs_f64()
+                ),
+            );
+            error_with_status(StatusCode::REQUEST_TIMEOUT, None, &e)
+        }
+    };
+    close_after(&mut refusal);
+    Err(refusal)
+}
+
+/// Reads and throws away what is left of a refused body (see [`DRAIN_TIME`]).
+async fn drain(mut body: Body) {
+    let deadline = tokio::time::Instant::now() + DRAIN_TIME;
+    let mut read = 0usize;
+    while read < DRAIN_BYTES {
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(Some(Ok(frame))) => {
+                read += frame.data_ref().map_or(0, bytes::Buf::remaining);
+            }
+            _ => break,
+        }
+    }
 }
 
 async fn serve(

@@ -12,12 +12,14 @@ mod guard;
 mod headers;
 mod health;
 mod listener;
+mod serve;
 mod session;
 
 pub use authenticate::{AuthFuture, Authenticate, FromExtensions, Refusal};
 pub use config::{HostPolicy, HttpConfig};
 pub use health::ReadinessCheck;
 pub use listener::{Closer, DrainingListener};
+pub use serve::{ConnectionLimits, serve};
 
 use std::sync::Arc;
 

@@ -14,7 +14,8 @@ use std::net::SocketAddr;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-/// A TCP listener for `axum::serve` that can be closed in order (see the module docs).
+/// A TCP listener for [`serve`](crate::serve) (or `axum::serve`) that can be closed in order
+/// (see the module docs).
 #[derive(Debug)]
 pub struct DrainingListener {
     inner: Option<TcpListener>,
@@ -35,7 +36,7 @@ pub struct Closer {
 impl Closer {
     /// Stops accepting: what the kernel queued is handed to the server, then the socket
     /// closes. Resolves once the server has taken every queued connection and `settle` has
-    /// passed: `axum::serve`'s graceful shutdown closes a connection whose request it has not
+    /// passed: graceful shutdown closes a connection whose request it has not
     /// started reading as idle (a reset for the proxy that just wrote one), so the connections
     /// accepted last get that long to be read before it begins.
     pub async fn close(&self, settle: std::time::Duration) {

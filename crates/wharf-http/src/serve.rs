@@ -1,0 +1,130 @@
+//! Serving a router over HTTP/1.1 with explicit connection limits.
+//!
+//! `axum::serve` sets no timer, so hyper's header-read timeout is off and a client that
+//! trickles header bytes (or sends none) holds its connection for ever; it also takes any
+//! number of connections. [`serve`] is the same accept loop with the limits of
+//! [`ConnectionLimits`]; graceful shutdown works as in `axum::serve`.
+
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::serve::Listener;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::sync::Semaphore;
+use tower::ServiceExt as _;
+
+/// hyper refuses a smaller read buffer.
+const MIN_BUF_BYTES: usize = 8 * 1024;
+/// Room for the request line and hyper's own framing beyond the header fields.
+const REQUEST_LINE_BYTES: usize = 8 * 1024;
+
+/// Limits on the connections [`serve`] accepts.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ConnectionLimits {
+    /// Time a connection has to send a complete request head, counted from the moment it is
+    /// ready for one: from accept, and again after each response. It therefore also closes a
+    /// kept-alive connection idle this long (put a proxy's upstream keep-alive below it).
+    pub header_read_timeout: Duration,
+    /// Open connections at most; beyond, new ones wait in the kernel's backlog until one
+    /// closes.
+    pub max_connections: usize,
+    /// Header fields per request at most (431 beyond).
+    pub max_headers: usize,
+    /// Bytes of request line and header fields at most (431 beyond). hyper's read buffer is
+    /// sized to it, so a connection never buffers much more than this before it is refused.
+    pub max_header_bytes: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            header_read_timeout: Duration::from_secs(30),
+            max_connections: 10_000,
+            max_headers: 100,
+            max_header_bytes: 16 * 1024 + REQUEST_LINE_BYTES,
+        }
+    }
+}
+
+impl ConnectionLimits {
+    /// Limits whose header cap leaves room for `max_header_bytes` of header fields (the
+    /// transport's own 431 check, [`HttpConfig::max_header_bytes`](crate::HttpConfig)) plus
+    /// a request line.
+    pub fn for_headers(max_header_bytes: usize) -> Self {
+        ConnectionLimits {
+            max_header_bytes: max_header_bytes.saturating_add(REQUEST_LINE_BYTES),
+            ..ConnectionLimits::default()
+        }
+    }
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves, then lets every open connection
+/// finish its request (idle ones close at once) and returns when all have closed.
+pub async fn serve<L>(
+    mut listener: L,
+    router: Router,
+    limits: ConnectionLimits,
+    shutdown: impl Future<Output = ()> + Send,
+) -> io::Result<()>
+where
+    L: Listener,
+{
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_headers(limits.max_headers)
+        .max_header_size(limits.max_header_bytes)
+        .max_buf_size(limits.max_header_bytes.max(MIN_BUF_BYTES));
+    let http = Arc::new(http);
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            accepted = accept(&mut listener, &slots) => accepted,
+            () = shutdown.as_mut() => break,
+        };
+        let Some((io, slot)) = accepted else {
+            break;
+        };
+        let service = TowerToHyperService::new(
+            router
+                .clone()
+                .map_request(|req: http::Request<Incoming>| req.map(Body::new)),
+        );
+        let conn = graceful.watch(http.serve_connection(TokioIo::new(io), service));
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::trace!(error = %e, "connection ended");
+            }
+            drop(slot);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// The next connection, once a connection slot is free.
+async fn accept<L: Listener>(
+    listener: &mut L,
+    slots: &Arc<Semaphore>,
+) -> Option<(L::Io, tokio::sync::OwnedSemaphorePermit)> {
+    let slot = match Arc::clone(slots).try_acquire_owned() {
+        Ok(slot) => slot,
+        Err(_) => {
+            tracing::warn!("connection limit reached; new connections wait until one closes");
+            Arc::clone(slots).acquire_owned().await.ok()?
+        }
+    };
+    let (io, _) = listener.accept().await;
+    Some((io, slot))
+}
