@@ -468,6 +468,41 @@ async fn an_oversized_row_is_refused_and_nothing_is_appended() {
     assert_eq!(staged(&u42, &import).await, 1);
 }
 
+/// Large rows end a page early: a reply holds about 1 MiB of rows whatever the limit, and
+/// the cursor goes on from the last row returned, so paging still returns every row once.
+#[tokio::test]
+async fn a_page_of_large_rows_ends_at_the_byte_limit() {
+    let s = server(&sqlite_url("reply-bytes"));
+    let u42 = s.client().with_bearer(TOKEN_42);
+    let dataset = unique("wide");
+    let import = begin(&u42, &dataset).await;
+    // 40 rows of 60 KiB: 2.4 MiB, which a limit of 500 rows would return at once.
+    let wide: Vec<Value> = (0..40)
+        .map(|id| json!({ "id": id, "city": "y".repeat(60 * 1024), "temp": 0.5 }))
+        .collect();
+    for (n, part) in wide.chunks(10).enumerate() {
+        ok(
+            &u42,
+            "import_append_rows",
+            json!({ "import": import, "rows": part, "idempotency_key": format!("part-{n}") }),
+        )
+        .await;
+    }
+    ok(
+        &u42,
+        "import_commit",
+        json!({ "import": import, "idempotency_key": "commit" }),
+    )
+    .await;
+    let (seen, pages) = read_pages(&u42, &dataset, 500).await;
+    assert_eq!(pages, 3, "about 17 rows of 60 KiB per 1 MiB page");
+    assert_eq!(
+        seen,
+        (0..40).collect::<Vec<_>>(),
+        "every row once, in order"
+    );
+}
+
 #[tokio::test]
 async fn requests_without_a_known_token_get_401_with_a_challenge() {
     let s = server(&sqlite_url("auth"));

@@ -39,6 +39,12 @@ pub const MAX_QUERY_LIMIT: u32 = 500;
 /// Most rows one `dataset_query` call examines, so a selective filter over a large dataset
 /// answers in bounded time (with a cursor to go on).
 const MAX_SCAN_PER_QUERY: u32 = 20_000;
+/// Most bytes of rows one `dataset_query` call examines, and returns: rows are bounded, but
+/// hundreds of large rows would still make one reply megabytes long. A page ends at the row
+/// that reaches the limit, with a cursor to go on.
+const MAX_SCAN_BYTES: usize = 16 * 1024 * 1024;
+/// See [`MAX_SCAN_BYTES`].
+pub const MAX_REPLY_BYTES: usize = 1024 * 1024;
 const SCAN_CHUNK: u32 = 500;
 
 /// An import in progress.
@@ -286,6 +292,11 @@ fn check_columns(columns: &[Column]) -> Result<(), HandlerError> {
         }
     }
     Ok(())
+}
+
+/// [`row_bytes`] of a stored row.
+fn stored_row_bytes(row: &Value) -> usize {
+    row.as_object().map_or(0, row_bytes)
 }
 
 /// The size of a row's JSON, close enough to cap it without writing it out (string
@@ -658,7 +669,10 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         .tool(
             tool("dataset_query")
                 .scopes(&[DATASETS_READ])
-                .description("Read a dataset's rows in order, optionally filtered; page with nextCursor.")
+                .description(format!(
+                    "Read a dataset's rows in order, optionally filtered; page with nextCursor. A page holds at most limit rows (100 unless given, at most {MAX_QUERY_LIMIT}) and ends early once it holds {} KiB of rows.",
+                    MAX_REPLY_BYTES / 1024
+                ))
                 .annotations(ToolAnnotations {
                     read_only_hint: Some(true),
                     ..Default::default()
@@ -783,7 +797,7 @@ async fn query(cx: &Context, args: QueryArgs) -> Result<Structured<QueryResult>,
     };
     let owner = cx.principal().id();
     let mut rows = Vec::new();
-    let mut scanned = 0;
+    let (mut scanned, mut scanned_bytes, mut reply_bytes) = (0, 0, 0);
     let mut exhausted = false;
     'scan: while scanned < MAX_SCAN_PER_QUERY {
         let chunk = data.scan(owner, &args.dataset, after, SCAN_CHUNK).await?;
@@ -791,15 +805,21 @@ async fn query(cx: &Context, args: QueryArgs) -> Result<Structured<QueryResult>,
         for (seq, row) in chunk {
             scanned += 1;
             after = Some(seq);
+            let size = stored_row_bytes(&row);
+            scanned_bytes += size;
             let keep = args
                 .filters
                 .iter()
                 .all(|f| compare(f.op, row.get(&f.column).unwrap_or(&Value::Null), &f.value));
             if keep {
                 rows.push(row);
-                if rows.len() as u32 == limit {
+                reply_bytes += size;
+                if rows.len() as u32 == limit || reply_bytes >= MAX_REPLY_BYTES {
                     break 'scan;
                 }
+            }
+            if scanned_bytes >= MAX_SCAN_BYTES {
+                break 'scan;
             }
         }
         if len < SCAN_CHUNK {

@@ -209,6 +209,34 @@ mod tests {
         format!("{kid}.{}", URL_SAFE_NO_PAD.encode(bytes))
     }
 
+    proptest::proptest! {
+        /// Any offset and fingerprint come back from the cursor that carries them, and a
+        /// cursor with any one character changed is refused, never read as another offset.
+        #[test]
+        fn cursors_round_trip_and_refuse_any_change(
+            offset: u64,
+            fingerprint: u64,
+            at: proptest::sample::Index,
+            with in proptest::char::range('-', 'z'),
+        ) {
+            let codec = codec();
+            let c = codec.encode(ListKind::Tools, offset, fingerprint);
+            proptest::prop_assert_eq!(codec.decode(&c, ListKind::Tools, fingerprint), Ok(offset));
+            let mut changed: Vec<char> = c.chars().collect();
+            let i = at.index(changed.len());
+            proptest::prop_assume!(changed[i] != with);
+            changed[i] = with;
+            let changed: String = changed.into_iter().collect();
+            proptest::prop_assert!(codec.decode(&changed, ListKind::Tools, fingerprint).is_err());
+        }
+
+        /// Whatever a client sends as a cursor, decoding answers without panicking.
+        #[test]
+        fn any_string_decodes_or_is_refused(cursor in ".{0,80}") {
+            let _ = codec().decode(&cursor, ListKind::Tools, 0);
+        }
+    }
+
     #[test]
     fn a_cursor_resumes_on_any_codec_with_the_same_key() {
         let c = codec().encode(ListKind::Tools, 7, 42);
