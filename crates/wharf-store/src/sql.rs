@@ -697,6 +697,13 @@ impl Store for SqlStore {
         false
     }
 
+    fn lock_sessions(&self) -> Option<usize> {
+        #[cfg(feature = "postgres")]
+        return self.locks.as_ref().map(pg_lock::PgLocks::sessions);
+        #[cfg(not(feature = "postgres"))]
+        None
+    }
+
     async fn lock_key(&self, key: &str) -> Result<Option<Box<dyn KeyLock>>, StoreError> {
         #[cfg(feature = "postgres")]
         if let Some(locks) = &self.locks {

@@ -2,12 +2,14 @@
 //! `ToolBuilder::mutates` run one at a time per key,
 //! first come first served. Inside a process a FIFO line per key; behind it, the store's
 //! own lock when the store is shared between replicas. Store locks cost the store a session
-//! each (PostgreSQL), so one principal holds at most a few of them at once per process.
+//! each (PostgreSQL), so one principal holds at most a few of them at once per process, and
+//! where the sessions are few ([`Store::lock_sessions`]) they are shared out fairly: a
+//! quarter of them stays for principals that hold none.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use tokio::sync::{OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
 
 use crate::store::{Fence, KeyLock, Store, StoreError};
 
@@ -23,6 +25,8 @@ pub(crate) struct MutationQueue {
     /// Store locks one principal may hold or wait for at once in this process.
     per_principal: usize,
     principals: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// The store's lock sessions, once the first shared lock is taken.
+    sessions: OnceLock<Option<Arc<SessionGate>>>,
 }
 
 impl MutationQueue {
@@ -31,6 +35,7 @@ impl MutationQueue {
             map: Mutex::new(HashMap::new()),
             per_principal: per_principal.max(1),
             principals: Mutex::new(HashMap::new()),
+            sessions: OnceLock::new(),
         }
     }
 
@@ -51,10 +56,97 @@ impl MutationQueue {
     }
 }
 
+/// The store's lock sessions in this process, shared out fairly: a principal that holds none
+/// may take any free session, one that holds some only while more than a quarter of them are
+/// free. However many calls a few principals queue, that quarter stays for the others, and
+/// a principal arriving with nothing held waits only for a session to be free.
+struct SessionGate {
+    capacity: usize,
+    reserve: usize,
+    state: Mutex<Sessions>,
+    freed: Notify,
+}
+
+#[derive(Default)]
+struct Sessions {
+    in_use: usize,
+    /// Sessions held per principal; only principals holding some are kept.
+    held: HashMap<String, usize>,
+}
+
+impl SessionGate {
+    fn new(capacity: usize) -> Self {
+        let capacity = capacity.max(1);
+        SessionGate {
+            capacity,
+            reserve: capacity / 4,
+            state: Mutex::default(),
+            freed: Notify::new(),
+        }
+    }
+
+    /// Waits until `principal` may take a session (see the type's docs).
+    async fn enter(self: &Arc<Self>, principal: &str) -> Session {
+        loop {
+            // Registered before the check, so a session freed in between still wakes us.
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if self.try_enter(principal) {
+                return Session {
+                    gate: Arc::clone(self),
+                    principal: principal.to_owned(),
+                };
+            }
+            freed.await;
+        }
+    }
+
+    fn try_enter(&self, principal: &str) -> bool {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let free = self.capacity.saturating_sub(s.in_use);
+        let holds = s.held.get(principal).copied().unwrap_or(0);
+        let may = if holds == 0 {
+            free > 0
+        } else {
+            free > self.reserve
+        };
+        if may {
+            s.in_use += 1;
+            *s.held.entry(principal.to_owned()).or_default() += 1;
+        }
+        may
+    }
+}
+
+/// A session taken from a [`SessionGate`]; dropping it gives it back.
+struct Session {
+    gate: Arc<SessionGate>,
+    principal: String,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        {
+            let mut s = self.gate.state.lock().unwrap_or_else(|p| p.into_inner());
+            s.in_use = s.in_use.saturating_sub(1);
+            if let Some(n) = s.held.get_mut(&self.principal) {
+                *n -= 1;
+                if *n == 0 {
+                    s.held.remove(&self.principal);
+                }
+            }
+        }
+        self.gate.freed.notify_waiters();
+    }
+}
+
 /// A call's turn on its key: the process's line and, on a shared store, the store's lock.
 /// Dropping it hands the key to the next waiter.
 pub(crate) struct KeyTurn {
     lock: Option<Box<dyn KeyLock>>,
+    // Dropped after the lock: the session goes back once the lock is let go.
+    _session: Option<Session>,
     _slot: Option<OwnedSemaphorePermit>,
     _line: InLine,
 }
@@ -131,12 +223,22 @@ impl MutationQueue {
             Some(_) => self.principal_slot(principal).await,
             None => None,
         };
+        let gate = shared.and_then(|store| {
+            self.sessions
+                .get_or_init(|| store.lock_sessions().map(|n| Arc::new(SessionGate::new(n))))
+                .clone()
+        });
+        let session = match gate {
+            Some(gate) => Some(gate.enter(principal).await),
+            None => None,
+        };
         let lock = match shared {
             Some(store) => store.lock_key(&place.key).await?,
             None => None,
         };
         Ok(KeyTurn {
             lock,
+            _session: session,
             _slot: slot,
             _line: place,
         })
@@ -203,6 +305,41 @@ mod tests {
         drop(a);
         assert!(lines.principal_slot("p").await.is_some());
         drop(b);
+    }
+
+    /// Two principals queueing many calls cannot take every session: a quarter stays for
+    /// principals holding none, and each of those gets one at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_few_principals_cannot_take_every_store_session() {
+        let gate = Arc::new(SessionGate::new(8));
+        let enter = |p: &'static str| {
+            let gate = Arc::clone(&gate);
+            tokio::spawn(async move { gate.enter(p).await })
+        };
+        let mut held = Vec::new();
+        // "a" takes sessions until only the reserve of 2 is free; its seventh waits.
+        for _ in 0..6 {
+            held.push(gate.enter("a").await);
+        }
+        let a_more = enter("a");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(!a_more.is_finished(), "a may not take the reserve");
+        // "b", holding none, gets one; its second waits like a's.
+        held.push(gate.enter("b").await);
+        let b_more = enter("b");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(!b_more.is_finished(), "b may not take the reserve either");
+        // "c" and then "d", holding none, still get one each: the reserve was theirs.
+        held.push(gate.enter("c").await);
+        let d = enter("d");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(!d.is_finished(), "every session is taken");
+        // A session given back goes to a waiter, and in the end every waiter is served.
+        drop(held.remove(0));
+        held.push(d.await.unwrap());
+        held.truncate(2);
+        let _ = a_more.await.unwrap();
+        let _ = b_more.await.unwrap();
     }
 
     #[tokio::test(start_paused = true)]

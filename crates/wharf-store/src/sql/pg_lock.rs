@@ -27,6 +27,7 @@ const UNLOCK: &str = "SELECT pg_advisory_unlock(hashtextextended($1, 1))";
 /// The lock pool of one store.
 pub(super) struct PgLocks {
     pool: PgPool,
+    sessions: u32,
 }
 
 impl PgLocks {
@@ -51,7 +52,15 @@ impl PgLocks {
             })
             .connect_lazy(url)
             .map_err(db_error)?;
-        Ok(PgLocks { pool })
+        Ok(PgLocks {
+            pool,
+            sessions: max_connections,
+        })
+    }
+
+    /// The sessions of the pool: the locks this process can hold at once.
+    pub(super) fn sessions(&self) -> usize {
+        self.sessions as usize
     }
 
     /// Waits for `key`, first come first served. Dropped while it waits, its session is

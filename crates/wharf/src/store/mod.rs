@@ -154,6 +154,13 @@ pub trait Store: Send + Sync + 'static {
         false
     }
 
+    /// How many of [`Store::lock_key`]'s locks this process can hold at once, when each costs
+    /// a session from a bounded pool (PostgreSQL); `None` when they are not bounded so (Redis
+    /// leases) or not shared. The core shares them out fairly between principals.
+    fn lock_sessions(&self) -> Option<usize> {
+        None
+    }
+
     /// Takes the lock on mutation key `key` shared by every process on this store, first
     /// come first served, waiting as long as it takes (the caller bounds the wait). Dropping
     /// the future while it waits leaves the line without ever holding the lock. `Ok(None)`
