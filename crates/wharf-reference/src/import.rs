@@ -43,7 +43,8 @@ const MAX_SCAN_PER_QUERY: u32 = 20_000;
 /// hundreds of large rows would still make one reply megabytes long. A page ends at the row
 /// that reaches the limit, with a cursor to go on.
 const MAX_SCAN_BYTES: usize = 16 * 1024 * 1024;
-/// See [`MAX_SCAN_BYTES`].
+/// Most bytes of rows one `dataset_query` page returns: it ends at the row that reaches
+/// this, with a cursor to go on.
 pub const MAX_REPLY_BYTES: usize = 1024 * 1024;
 const SCAN_CHUNK: u32 = 500;
 
