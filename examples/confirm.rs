@@ -27,7 +27,8 @@ struct Confirm {
 }
 
 async fn delete(cx: Context, args: Delete) -> Result<String, HandlerError> {
-    match cx.elicited::<Confirm>("confirm") {
+    let form = FormSchema::new().boolean("delete", "Delete it", true);
+    match cx.elicited::<Confirm>("confirm", &form) {
         Some(Elicited::Accepted(Confirm { delete: true })) => {
             // Before the effect: a second retry with the same state is refused.
             cx.redeem_once().await?;
@@ -39,11 +40,7 @@ async fn delete(cx: Context, args: Delete) -> Result<String, HandlerError> {
         ))),
         None => Err(cx
             .ask()
-            .elicit(
-                "confirm",
-                format!("Delete {}?", args.path),
-                FormSchema::new().boolean("delete", "Delete it", true),
-            )
+            .elicit("confirm", format!("Delete {}?", args.path), form)
             .into()),
     }
 }

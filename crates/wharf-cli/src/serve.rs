@@ -124,9 +124,10 @@ pub(crate) struct ServeArgs {
     /// Where handles, idempotency records, legacy sessions and data live: sqlite://PATH,
     /// postgres://…, redis://… (default sqlite://./wharf.db). Profiles without state of
     /// their own open a store only when given one; their legacy sessions then live in it
-    /// (shared by replicas) instead of in the process.
+    /// (shared by replicas) instead of in the process. (A URL may hold a password: printed,
+    /// it shows only that it is set.)
     #[arg(long, env = "WHARF_STORE", hide_env_values = true)]
-    store: Option<String>,
+    store: Option<Secret>,
     /// An API key, `PRINCIPAL=TOKEN`, sent by clients as `Authorization: Bearer TOKEN`;
     /// repeatable. WHARF_API_KEYS takes a comma-separated list.
     #[arg(
@@ -378,7 +379,7 @@ fn auth(args: &ServeArgs, scopes: &[String]) -> anyhow::Result<Auth> {
 /// The store, opened and migrated, when the profile keeps state or one was given.
 async fn open_store(args: &ServeArgs) -> anyhow::Result<Option<Arc<dyn Store>>> {
     let url = match (&args.store, Profile::from(args.profile).needs_store()) {
-        (Some(url), _) => url.as_str(),
+        (Some(url), _) => url.expose(),
         (None, true) => wharf_store::DEFAULT_URL,
         (None, false) => return Ok(None),
     };
@@ -619,6 +620,8 @@ mod tests {
             secrets[2],
             "--oauth-client-secret",
             secrets[3],
+            "--store",
+            "postgres://wharf:hunter2-db-password@db.internal/wharf",
         ])
         .unwrap();
         let printed = format!("{cli:?}");
@@ -627,6 +630,7 @@ mod tests {
             "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8",
             "token-of-alice-1234567890",
             secrets[3],
+            "hunter2-db-password",
         ];
         for value in hidden {
             assert!(!printed.contains(value), "{printed}");

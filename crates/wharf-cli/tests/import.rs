@@ -468,6 +468,47 @@ async fn an_oversized_row_is_refused_and_nothing_is_appended() {
     assert_eq!(staged(&u42, &import).await, 1);
 }
 
+/// A user holds at most 1,000 datasets: the commit that would create one more is refused
+/// with an `isError` naming the limit, the import stays open, and committing into a dataset
+/// the user already holds still works.
+#[tokio::test]
+async fn a_user_holds_at_most_a_thousand_datasets() {
+    let store = sqlite_url("dataset-cap");
+    let s = server(&store);
+    let u42 = s.client().with_bearer(TOKEN_42);
+    committed_dataset(&u42, "first", 1).await;
+    // 999 more, written straight into the store: the same rows 999 commits would leave.
+    let pool = sqlx::SqlitePool::connect(&format!("{store}?mode=rw"))
+        .await
+        .unwrap();
+    let (owner, cols): (String, String) =
+        sqlx::query_as("SELECT owner, columns FROM ref_datasets WHERE name = 'first'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    for i in 1..1000 {
+        sqlx::query("INSERT INTO ref_datasets (owner, name, columns) VALUES ($1, $2, $3)")
+            .bind(&owner)
+            .bind(format!("filler_{i}"))
+            .bind(&cols)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    let import = begin(&u42, "one_too_many").await;
+    let commit = json!({ "import": import, "idempotency_key": "commit-new" });
+    let message = refused(&u42, "import_commit", commit).await;
+    assert!(
+        message.contains("you hold 1000 datasets") && message.contains("(1000)"),
+        "{message}"
+    );
+    assert_eq!(staged(&u42, &import).await, 0, "the import is still open");
+    // Another user is not held to this one's count; an existing dataset still takes rows.
+    let u7 = s.client().with_bearer(TOKEN_7);
+    committed_dataset(&u7, "theirs", 1).await;
+    committed_dataset(&u42, "first", 2).await;
+}
+
 /// Large rows end a page early: a reply holds about 1 MiB of rows whatever the limit, and
 /// the cursor goes on from the last row returned, so paging still returns every row once.
 #[tokio::test]

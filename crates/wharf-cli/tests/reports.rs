@@ -291,16 +291,60 @@ async fn a_call_cancelled_while_waiting_for_its_turn_never_runs() {
         async move { client.request("tools/call", params).await }
     });
     running(&client, &name).await;
+    // The waiting call's JSON-RPC id tries to forge a log line and colour the terminal: the
+    // log shows it quoted and escaped, on the line of the event it belongs to.
+    let forged_id = "w\nINJECTED forged log line \u{1b}[31m";
     let waiting = tokio::spawn({
-        let client = client.clone();
-        let params = generate(&name, 100, 1000);
-        async move { client.request("tools/call", params).await }
+        let client = server.client();
+        let mut params = generate(&name, 100, 1000);
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}
+        });
+        let body =
+            json!({ "jsonrpc": "2.0", "id": forged_id, "method": "tools/call", "params": params });
+        let mut headers = reqwest::header::HeaderMap::new();
+        for (k, v) in [
+            ("content-type", "application/json".to_owned()),
+            ("accept", "application/json, text/event-stream".to_owned()),
+            ("mcp-protocol-version", "2026-07-28".to_owned()),
+            ("mcp-method", "tools/call".to_owned()),
+            ("mcp-name", "report_generate".to_owned()),
+            ("authorization", format!("Bearer {TOKEN_42}")),
+        ] {
+            headers.insert(k, v.parse().unwrap());
+        }
+        async move {
+            client
+                .send_raw(body.to_string().into_bytes(), headers)
+                .await
+        }
     });
     server
         .log
         .wait_for("call waits for its turn on its key", 1)
         .await;
     assert_eq!(status(&client, &name).await["run"], 1, "the second waits");
+    assert_eq!(
+        server
+            .log
+            .count(r#"id="w\nINJECTED forged log line \u{1b}[31m""#),
+        1,
+        "the id is logged escaped, with its event"
+    );
+    assert_eq!(
+        server.log.count("\u{1b}"),
+        0,
+        "no raw escape reached the log"
+    );
+    assert!(
+        server
+            .log
+            .lines()
+            .iter()
+            .all(|l| !l.starts_with("INJECTED")),
+        "no forged line"
+    );
     waiting.abort();
     let _ = waiting.await;
     server

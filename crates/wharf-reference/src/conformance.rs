@@ -87,31 +87,29 @@ async fn sample_prompt(cx: Context, a: PromptArgs) -> Result<CallToolResult, Han
     }
 }
 
-/// What the user answered a form, as text.
-fn elicited_text(cx: &Context, key: &str) -> Option<String> {
-    cx.elicited::<JsonObject>(key).map(|answer| match answer {
-        Elicited::Accepted(content) => {
-            format!("User accepted: {}", serde_json::Value::Object(content))
-        }
-        other => format!("User did not accept: {other:?}"),
-    })
+/// What the user answered `form`, as text.
+fn elicited_text(cx: &Context, key: &str, form: &FormSchema) -> Option<String> {
+    cx.elicited::<JsonObject>(key, form)
+        .map(|answer| match answer {
+            Elicited::Accepted(content) => {
+                format!("User accepted: {}", serde_json::Value::Object(content))
+            }
+            other => format!("User did not accept: {other:?}"),
+        })
 }
 
 async fn elicitation(cx: Context, a: MessageArgs) -> Result<CallToolResult, HandlerError> {
-    if let Some(text) = elicited_text(&cx, "info") {
-        return Ok(CallToolResult::text(text));
-    }
     let form = FormSchema::new()
         .string("username", "Your username", true)
         .formatted("email", "Your email address", StringFormat::Email, true);
+    if let Some(text) = elicited_text(&cx, "info", &form) {
+        return Ok(CallToolResult::text(text));
+    }
     Err(cx.ask().elicit("info", a.message, form).into())
 }
 
 /// A form whose every field has a default (SEP-1034).
 async fn elicitation_defaults(cx: Context, _a: NoArgs) -> Result<CallToolResult, HandlerError> {
-    if let Some(text) = elicited_text(&cx, "form") {
-        return Ok(CallToolResult::text(text));
-    }
     let form = FormSchema::new()
         .string("name", "User name", false)
         .with_default("name", "John Doe")
@@ -128,15 +126,15 @@ async fn elicitation_defaults(cx: Context, _a: NoArgs) -> Result<CallToolResult,
         .with_default("status", "active")
         .boolean("verified", "Verification status", false)
         .with_default("verified", true);
+    if let Some(text) = elicited_text(&cx, "form", &form) {
+        return Ok(CallToolResult::text(text));
+    }
     let message = "Please review and update the form fields with defaults";
     Err(cx.ask().elicit("form", message, form).into())
 }
 
 /// A form of every kind of choice (SEP-1330).
 async fn elicitation_enums(cx: Context, _a: NoArgs) -> Result<CallToolResult, HandlerError> {
-    if let Some(text) = elicited_text(&cx, "form") {
-        return Ok(CallToolResult::text(text));
-    }
     let options = ["option1", "option2", "option3"];
     let titled = [
         ("value1", "First Option"),
@@ -172,8 +170,19 @@ async fn elicitation_enums(cx: Context, _a: NoArgs) -> Result<CallToolResult, Ha
             (Some(1), Some(3)),
             false,
         );
+    if let Some(text) = elicited_text(&cx, "form", &form) {
+        return Ok(CallToolResult::text(text));
+    }
     let message = "Please select options from the enum fields";
     Err(cx.ask().elicit("form", message, form).into())
+}
+
+fn confirm_form() -> FormSchema {
+    FormSchema::new().boolean("ok", "Confirm", true)
+}
+
+fn color_form() -> FormSchema {
+    FormSchema::new().string("color", "A colour", true)
 }
 
 fn name_form() -> FormSchema {
@@ -197,7 +206,7 @@ fn answer_text(result: &wharf_protocol::CreateMessageResult) -> String {
 }
 
 async fn mrtr_elicitation(cx: Context, _a: JsonObject) -> Result<CallToolResult, HandlerError> {
-    match cx.elicited::<NameAnswer>("user_name") {
+    match cx.elicited::<NameAnswer>("user_name", &name_form()) {
         Some(Elicited::Accepted(a)) => Ok(CallToolResult::text(format!("Hello, {}!", a.name))),
         Some(_) => Ok(CallToolResult::text("The user did not give a name.")),
         None => Err(cx
@@ -241,7 +250,10 @@ struct Step {
 
 async fn mrtr_request_state(cx: Context, _a: JsonObject) -> Result<CallToolResult, HandlerError> {
     let state = cx.round_state::<Step>();
-    match (cx.elicited::<ConfirmAnswer>("confirm"), state) {
+    match (
+        cx.elicited::<ConfirmAnswer>("confirm", &confirm_form()),
+        state,
+    ) {
         (Some(Elicited::Accepted(a)), Some(s)) if s.step == "confirm" => Ok(CallToolResult::text(
             format!("state-ok: the state came back intact; confirmed: {}", a.ok),
         )),
@@ -250,11 +262,7 @@ async fn mrtr_request_state(cx: Context, _a: JsonObject) -> Result<CallToolResul
         }
         _ => Err(cx
             .ask()
-            .elicit(
-                "confirm",
-                "Do you confirm?",
-                FormSchema::new().boolean("ok", "Confirm", true),
-            )
+            .elicit("confirm", "Do you confirm?", confirm_form())
             .state(&Step {
                 step: "confirm".into(),
             })
@@ -263,7 +271,7 @@ async fn mrtr_request_state(cx: Context, _a: JsonObject) -> Result<CallToolResul
 }
 
 async fn mrtr_multiple(cx: Context, _a: JsonObject) -> Result<CallToolResult, HandlerError> {
-    let name = cx.elicited::<NameAnswer>("user_name");
+    let name = cx.elicited::<NameAnswer>("user_name", &name_form());
     let sampled = cx.sampled("capital");
     let roots = cx.roots("roots");
     if let (Some(name), Some(sampled), Some(roots)) = (name, sampled, roots) {
@@ -294,7 +302,7 @@ async fn mrtr_multi_round(cx: Context, _a: JsonObject) -> Result<CallToolResult,
                 .round_state::<serde_json::Value>()
                 .and_then(|s| s.get("name").and_then(|n| n.as_str()).map(str::to_owned))
                 .unwrap_or_default();
-            match cx.elicited::<ColorAnswer>("color") {
+            match cx.elicited::<ColorAnswer>("color", &color_form()) {
                 Some(Elicited::Accepted(c)) => {
                     Ok(CallToolResult::text(format!("{name} likes {}", c.color)))
                 }
@@ -302,7 +310,7 @@ async fn mrtr_multi_round(cx: Context, _a: JsonObject) -> Result<CallToolResult,
                 None => Err(ask_color(&cx, &name).into()),
             }
         }
-        _ => match cx.elicited::<NameAnswer>("name") {
+        _ => match cx.elicited::<NameAnswer>("name", &name_form()) {
             Some(Elicited::Accepted(a)) => Err(ask_color(&cx, &a.name).into()),
             Some(_) => Ok(CallToolResult::text("The user did not give a name.")),
             None => Err(cx
@@ -321,7 +329,7 @@ fn ask_color(cx: &Context, name: &str) -> wharf::Ask {
         .elicit(
             "color",
             "Step 2: what is your favourite colour?",
-            FormSchema::new().string("color", "A colour", true),
+            color_form(),
         )
         .state(&json!({ "step": "color", "name": name }))
 }
@@ -547,7 +555,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
         }))
         .prompt(prompt("test_input_required_result_prompt").description("Asks the user for context (elicitation), then builds the prompt with it.").handler(
             |cx, _args| async move {
-                match cx.elicited::<ContextAnswer>("user_context") {
+                match cx.elicited::<ContextAnswer>("user_context", &FormSchema::new().string("context", "The context", true)) {
                     Some(Elicited::Accepted(a)) => Ok(user(Content::text(format!("Context: {}", a.context)))),
                     Some(_) => Ok(user(Content::text("No context was given."))),
                     None => Err(cx

@@ -32,6 +32,10 @@ pub const MAX_STAGED_ROWS: u64 = 1_000_000;
 /// Largest row, in bytes of its JSON: scans and replies hold hundreds of rows at once, so
 /// one tenant's huge rows would make the process hold gigabytes.
 pub const MAX_ROW_BYTES: usize = 64 * 1024;
+/// Most datasets one user may hold: a commit that would create one more is refused. (Two
+/// commits creating datasets at once may both pass the check; the cap is off by at most the
+/// calls in flight.)
+pub const MAX_DATASETS: u64 = 1000;
 /// Most filters in one `dataset_query`.
 pub const MAX_FILTERS: usize = 32;
 /// Most rows one `dataset_query` call returns.
@@ -171,6 +175,11 @@ struct ReplaceAnswer {
 
 const CONFIRM_REPLACE: &str = "confirm_replace";
 
+/// The form that confirms replacing a dataset's rows.
+fn replace_form() -> FormSchema {
+    FormSchema::new().boolean("replace", "Replace the dataset's rows", true)
+}
+
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 struct Committed {
@@ -193,6 +202,11 @@ struct DeleteAnswer {
 }
 
 const CONFIRM_DELETE: &str = "confirm_delete";
+
+/// The form that confirms deleting a dataset.
+fn delete_form() -> FormSchema {
+    FormSchema::new().boolean("delete", "Delete the dataset", true)
+}
 
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -569,7 +583,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     let (dataset, columns) = import_meta(&cx, &args.import)?;
                     // An answer to "replace?" is read, and its state redeemed once, in the
                     // call's transaction: the redemption commits with the commit.
-                    let confirmed = match cx.elicited::<ReplaceAnswer>(CONFIRM_REPLACE) {
+                    let confirmed = match cx.elicited::<ReplaceAnswer>(CONFIRM_REPLACE, &replace_form()) {
                         Some(Elicited::Accepted(ReplaceAnswer { replace: true })) => {
                             cx.redeem_once().await?;
                             true
@@ -597,6 +611,13 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                         if have != columns {
                             return Err(other_columns(&dataset, &have));
                         }
+                    } else {
+                        let held = data.dataset_count(owner).await?;
+                        if held >= MAX_DATASETS {
+                            return Err(HandlerError::execution(format!(
+                                "Not committed: you hold {held} datasets, the most one user may ({MAX_DATASETS}). Delete one with dataset_delete, or commit into an existing dataset; the import is still open."
+                            )));
+                        }
                     }
                     let replace = args.mode == CommitMode::Replace;
                     let existing = existing.map_or(0, |d| d.rows);
@@ -608,7 +629,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                             .elicit(
                                 CONFIRM_REPLACE,
                                 format!("Replace the {existing} rows of dataset {dataset:?} with the {staged} rows of this import?"),
-                                FormSchema::new().boolean("replace", "Replace the dataset's rows", true),
+                                replace_form(),
                             )
                             .into());
                     }
@@ -721,7 +742,7 @@ fn dataset_changed(owner: &str, name: &str) -> ChangeEvent {
 
 async fn delete(cx: &Context, args: DeleteArgs) -> Result<Structured<Deleted>, HandlerError> {
     check_dataset_name(&args.dataset)?;
-    let confirmed = match cx.elicited::<DeleteAnswer>(CONFIRM_DELETE) {
+    let confirmed = match cx.elicited::<DeleteAnswer>(CONFIRM_DELETE, &delete_form()) {
         Some(Elicited::Accepted(DeleteAnswer { delete: true })) => {
             // Before anything is deleted, in the call's transaction: a confirmation used
             // again must never delete a dataset created since.
@@ -753,7 +774,7 @@ async fn delete(cx: &Context, args: DeleteArgs) -> Result<Structured<Deleted>, H
             .elicit(
                 CONFIRM_DELETE,
                 format!("Delete dataset {:?} and its {rows} rows?", args.dataset),
-                FormSchema::new().boolean("delete", "Delete the dataset", true),
+                delete_form(),
             )
             .into());
     }

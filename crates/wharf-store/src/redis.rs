@@ -208,10 +208,18 @@ for _, op in ipairs(ops) do
   elseif o == 'hdel' then redis.call('HDEL', op[2], op[3])
   elseif o == 'rpush' then for i = 3, #op do redis.call('RPUSH', op[2], op[i]) end
   elseif o == 'move' then
-    local rows = redis.call('LRANGE', op[2], 0, -1)
-    for _, r in ipairs(rows) do redis.call('RPUSH', op[3], r) end
-    redis.call('DEL', op[2])
-  elseif o == 'del' then redis.call('DEL', op[2])
+    if redis.call('EXISTS', op[3]) == 0 then
+      -- Renamed, not copied; the source's expiry (a staging list's) does not come along.
+      if redis.call('EXISTS', op[2]) == 1 then
+        redis.call('RENAME', op[2], op[3])
+        redis.call('PERSIST', op[3])
+      end
+    else
+      local rows = redis.call('LRANGE', op[2], 0, -1)
+      for _, r in ipairs(rows) do redis.call('RPUSH', op[3], r) end
+      redis.call('UNLINK', op[2])
+    end
+  elseif o == 'del' then redis.call('UNLINK', op[2])
   elseif o == 'sadd' then redis.call('SADD', op[2], op[3])
   elseif o == 'handle' then
     redis.call('HSET', op[2], 'kind', op[4], 'owner', op[5], 'created_at', op[6], 'expires_at', op[7], 'idle_ms', op[8], 'last_used_at', op[9], 'data', op[11])

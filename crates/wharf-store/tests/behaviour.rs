@@ -205,6 +205,19 @@ async fn rows_append_scan_move_and_clear_in_order(store: Arc<dyn Store>) {
     );
     drop(tx);
 
+    // Into a collection that holds nothing yet (on Redis a rename, not a copy).
+    let fresh = unique("fresh");
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    assert_eq!(tx.move_rows(&dataset, &fresh).await.unwrap(), 701);
+    tx.commit().await.unwrap();
+    let mut tx = store.begin(TxMode::Read).await.unwrap();
+    assert_eq!(tx.count_rows(&dataset).await.unwrap(), 0);
+    let moved = tx.scan_rows(&fresh, None, 1000).await.unwrap();
+    assert_eq!(moved.len(), 701);
+    assert_eq!(moved[0].1, json!("d0"));
+    assert_eq!(moved[700].1, json!({"i": 699}));
+    drop(tx);
+
     let mut tx = store.begin(TxMode::Write).await.unwrap();
     let odd = unique("odd");
     let kinds = vec![
@@ -234,10 +247,10 @@ async fn rows_append_scan_move_and_clear_in_order(store: Arc<dyn Store>) {
         back, kinds,
         "every kind of JSON value comes back as it went in"
     );
-    assert_eq!(tx.clear_rows(&dataset).await.unwrap(), 701);
+    assert_eq!(tx.clear_rows(&fresh).await.unwrap(), 701);
     tx.commit().await.unwrap();
     let mut tx = store.begin(TxMode::Read).await.unwrap();
-    assert_eq!(tx.count_rows(&dataset).await.unwrap(), 0);
+    assert_eq!(tx.count_rows(&fresh).await.unwrap(), 0);
 }
 
 async fn a_completed_write_replays_and_refuses_other_arguments(store: Arc<dyn Store>) {

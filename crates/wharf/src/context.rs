@@ -14,7 +14,7 @@ use crate::cursor::ListKind;
 use crate::error::RpcError;
 use crate::handler::HandlerError;
 use crate::meta::RequestInfo;
-use crate::mrtr::{Ask, Elicited, Round};
+use crate::mrtr::{Ask, Elicited, FormSchema, Round};
 use crate::principal::Principal;
 use crate::progress::ProgressStream;
 use crate::request::{Caller, Outbox};
@@ -335,10 +335,17 @@ impl Context {
         serde_json::from_value(state).ok()
     }
 
-    /// The answer to form elicitation `key` asked in the previous round, its content checked
-    /// against the form and typed; `None` when it is missing or malformed (ask again).
-    pub fn elicited<T: serde::de::DeserializeOwned>(&self, key: &str) -> Option<Elicited<T>> {
-        self.round.as_ref()?.elicited(key)
+    /// The answer to form elicitation `key`, its content checked against the form that was
+    /// asked and typed; `None` when it is missing or malformed (ask again). `form` is the form
+    /// this handler asks as `key`: answers sent without a `requestState` (a client may send
+    /// them with its first try) are checked against it, since nothing else says what was
+    /// asked.
+    pub fn elicited<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &str,
+        form: &FormSchema,
+    ) -> Option<Elicited<T>> {
+        self.round.as_ref()?.elicited(key, form)
     }
 
     /// What the user did with URL elicitation `key`.

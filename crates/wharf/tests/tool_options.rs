@@ -213,3 +213,17 @@ async fn waiting_for_a_turn_counts_against_the_limit_and_the_call_never_runs() {
     assert!(next.is_ok(), "{next:?}");
     assert_eq!(started.load(Ordering::SeqCst), 2);
 }
+
+/// Tool names never hold a `:`, which is what keeps the idempotency scope
+/// `p:{principal}:{tool}` unambiguous without a length prefix: a principal id may contain
+/// `:`, but the tool name after the last one cannot.
+#[test]
+fn a_tool_name_with_a_colon_is_refused_at_build() {
+    for name in ["a:b", ":", "tool:"] {
+        let built = Server::builder(Implementation::new("t", "1.0.0"))
+            .tool(tool(name).handler(|_cx: Context, _: NoArgs| async { "x" }))
+            .build();
+        let error = built.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.contains(name), "{name}: {error}");
+    }
+}

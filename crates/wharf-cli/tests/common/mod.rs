@@ -41,6 +41,11 @@ impl Log {
         log
     }
 
+    /// Every line so far.
+    pub(crate) fn lines(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+
     /// How many lines so far contain `needle`.
     pub(crate) fn count(&self, needle: &str) -> usize {
         self.0

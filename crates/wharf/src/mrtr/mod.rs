@@ -270,6 +270,11 @@ impl FormSchema {
         self
     }
 
+    /// The form as the JSON Schema a client is sent.
+    fn schema(&self) -> Value {
+        Value::Object(self.clone().into_schema())
+    }
+
     fn into_schema(self) -> Map<String, Value> {
         let mut schema = Map::new();
         schema.insert("type".into(), json!("object"));
@@ -437,17 +442,26 @@ impl Round {
         }
     }
 
-    /// A form answer for `key`: `None` when it is missing or malformed (ask again).
-    pub(crate) fn elicited<T: DeserializeOwned>(&self, key: &str) -> Option<Elicited<T>> {
+    /// A form answer for `key`: `None` when it is missing or malformed (ask again). Its
+    /// content is checked against the form the round's state says was asked or, for answers
+    /// sent without a state (nothing says what was asked), against `form`, the one the
+    /// handler would ask.
+    pub(crate) fn elicited<T: DeserializeOwned>(
+        &self,
+        key: &str,
+        form: &FormSchema,
+    ) -> Option<Elicited<T>> {
         let (asked, answer) = self.answer(key, |a| matches!(a, Asked::Form { .. }))?;
         match answer.get("action")?.as_str()? {
             "accept" => {
                 let content = answer.get("content")?;
-                if let Some(Asked::Form { schema }) = asked {
-                    let validator = jsonschema::validator_for(schema).ok()?;
-                    if !validator.is_valid(content) {
-                        return None;
-                    }
+                let schema = match asked {
+                    Some(Asked::Form { schema }) => std::borrow::Cow::Borrowed(schema),
+                    _ => std::borrow::Cow::Owned(form.schema()),
+                };
+                let validator = jsonschema::validator_for(&schema).ok()?;
+                if !validator.is_valid(content) {
+                    return None;
                 }
                 serde_json::from_value(content.clone())
                     .ok()
@@ -693,12 +707,9 @@ mod tests {
         let config = StateConfig::default();
         let keys = StateKeys::random();
         let who = Principal::anonymous();
+        let form = || FormSchema::new().integer("age", "Age", (Some(0.0), Some(150.0)), true);
         let ask = Ask::new(caps(json!({ "elicitation": {}, "roots": {} })))
-            .elicit(
-                "age",
-                "Age?",
-                FormSchema::new().integer("age", "Age", (Some(0.0), Some(150.0)), true),
-            )
+            .elicit("age", "Age?", form())
             .list_roots("roots");
         let (_, token) = seal_round(&config, &keys, Some((&binding(), &who)), 0, ask).unwrap();
         let answers = |v: Value| {
@@ -717,7 +728,7 @@ mod tests {
         }
         let ok = answers(json!({ "age": { "action": "accept", "content": { "age": 42 } } }));
         assert_eq!(
-            ok.elicited::<Age>("age"),
+            ok.elicited::<Age>("age", &form()),
             Some(Elicited::Accepted(Age { age: 42 }))
         );
         // Out of the asked bounds, of the wrong kind, or under a key not asked: asked again.
@@ -726,11 +737,36 @@ mod tests {
             "roots": { "action": "accept" },
             "other": { "roots": [] }
         }));
-        assert_eq!(bad.elicited::<Age>("age"), None);
+        assert_eq!(bad.elicited::<Age>("age", &form()), None);
         assert_eq!(bad.roots("roots"), None);
         assert_eq!(bad.roots("other"), None);
         let declined = answers(json!({ "age": { "action": "decline" } }));
-        assert_eq!(declined.elicited::<Age>("age"), Some(Elicited::Declined));
+        assert_eq!(
+            declined.elicited::<Age>("age", &form()),
+            Some(Elicited::Declined)
+        );
+
+        // Answers sent without a state are checked against the form the handler asks.
+        let stateless = |v: Value| {
+            open_round(
+                &keys,
+                &binding(),
+                &who,
+                None,
+                Some(serde_json::from_value(v).unwrap()),
+            )
+            .unwrap()
+        };
+        let bad = stateless(json!({ "age": { "action": "accept", "content": { "age": 200 } } }));
+        assert_eq!(bad.elicited::<Age>("age", &form()), None);
+        let extra = stateless(json!({
+            "age": { "action": "accept", "content": { "age": 42 } },
+            "unasked": { "action": "accept", "content": {} }
+        }));
+        assert_eq!(
+            extra.elicited::<Age>("age", &form()),
+            Some(Elicited::Accepted(Age { age: 42 }))
+        );
     }
 }
 
@@ -780,6 +816,6 @@ mod url_tests {
         .unwrap();
         assert_eq!(round.elicited_url("pay"), Some(Elicited::Accepted(())));
         // A URL answer is not a form answer.
-        assert_eq!(round.elicited::<Value>("pay"), None);
+        assert_eq!(round.elicited::<Value>("pay", &FormSchema::new()), None);
     }
 }
