@@ -388,11 +388,10 @@ impl SqlStore {
             // could fail half-way when it upgrades.
             #[cfg(feature = "sqlite")]
             SqlPool::Sqlite(pool) => match mode {
-                TxMode::Write => pool.begin_with("BEGIN IMMEDIATE").await,
-                TxMode::Read => pool.begin().await,
+                TxMode::Write => sqlite_begin_write(pool).await,
+                TxMode::Read => pool.begin().await.map_err(db_error),
             }
-            .map(TypedTx::Sqlite)
-            .map_err(db_error),
+            .map(TypedTx::Sqlite),
             // PostgreSQL takes row locks as statements need them, whatever the mode.
             #[cfg(feature = "postgres")]
             SqlPool::Postgres(pool) => {
@@ -673,7 +672,7 @@ impl Store for SqlStore {
             }
             #[cfg(feature = "sqlite")]
             SqlPool::Sqlite(pool) => {
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(db_error)?;
+                let mut tx = sqlite_begin_write(pool).await?;
                 let (record, seen) = sqlite_lookup(&mut tx, claim, Some(handle), now).await?;
                 if record.as_ref().is_none_or(|r| r.owner != owner) {
                     return Ok((record, None));
@@ -812,19 +811,42 @@ pub struct SqlTx {
     claim_written: bool,
 }
 
-/// `pool.begin()` on a task of its own, so that it completes even when the call waiting for
-/// it is dropped (a client that goes away). sqlx 0.8's PostgreSQL `BEGIN` is not cancel-safe:
-/// dropped while in flight, it leaves the pooled session inside a transaction nothing ends,
-/// and the pool hands that session on (transact-rs/sqlx#4393): later statements run, and hold
-/// their locks, inside it, and a `pg_notify` waits for its commit. Completed here, the
-/// transaction is dropped if nobody takes it, which rolls it back.
-#[cfg(feature = "postgres")]
-async fn pg_begin(pool: &sqlx::PgPool) -> Result<sqlx::Transaction<'static, Postgres>, StoreError> {
-    let pool = pool.clone();
-    tokio::spawn(async move { pool.begin().await })
+/// Runs a transaction's begin on a task of its own, so that it completes even when the call
+/// waiting for it is dropped (a client that goes away); completed there, a transaction nobody
+/// takes is dropped, which rolls it back. Neither of sqlx 0.8's begins is cancel-safe:
+/// - PostgreSQL's `BEGIN`, dropped while in flight, leaves the pooled session inside a
+///   transaction nothing ends, and the pool hands that session on (transact-rs/sqlx#4393):
+///   later statements run, and hold their locks, inside it, and a `pg_notify` waits for its
+///   commit.
+/// - SQLite's `begin_with` checks that its statement opened a transaction after the database
+///   acknowledged it; dropped in between, the connection goes back to the pool inside
+///   `BEGIN IMMEDIATE`, holding the database's write lock: every writer waits and fails busy,
+///   and the next begin on it fails ("non-zero transaction depth"). The soak test
+///   (bench/soak.sh) found this one; tests/cancelled_begins.rs cuts begins off at every point.
+async fn begin_detached<DB: sqlx::Database>(
+    begin: impl Future<Output = Result<sqlx::Transaction<'static, DB>, sqlx::Error>> + Send + 'static,
+) -> Result<sqlx::Transaction<'static, DB>, StoreError> {
+    tokio::spawn(begin)
         .await
         .map_err(|e| StoreError::Backend(format!("beginning a transaction failed: {e}")))?
         .map_err(db_error)
+}
+
+/// A PostgreSQL transaction, begun detached (see [`begin_detached`]).
+#[cfg(feature = "postgres")]
+async fn pg_begin(pool: &sqlx::PgPool) -> Result<sqlx::Transaction<'static, Postgres>, StoreError> {
+    let pool = pool.clone();
+    begin_detached(async move { pool.begin().await }).await
+}
+
+/// A SQLite write transaction (`BEGIN IMMEDIATE`, the write lock taken up front), begun
+/// detached (see [`begin_detached`]).
+#[cfg(feature = "sqlite")]
+async fn sqlite_begin_write(
+    pool: &sqlx::SqlitePool,
+) -> Result<sqlx::Transaction<'static, Sqlite>, StoreError> {
+    let pool = pool.clone();
+    begin_detached(async move { pool.begin_with("BEGIN IMMEDIATE").await }).await
 }
 
 /// Takes the advisory lock that stands for handle `id` until the transaction ends: shared
