@@ -22,6 +22,10 @@ use wharf_protocol::ToolAnnotations;
 
 /// Rows read per chunk unless told otherwise.
 const DEFAULT_CHUNK: u32 = 1000;
+/// Rows read from the store at once: a chunk (up to 5,000 rows) is read in slices of this
+/// many, so a run holds at most this many rows in memory (at most 64 KiB each), whatever
+/// chunk the caller asked for.
+const SCAN_SLICE: u32 = 500;
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -234,33 +238,38 @@ impl Run {
 
     /// Scans the next chunk and records how far the run got; `false` once every row is read.
     async fn next_chunk(&mut self, cx: &Context) -> Result<bool, HandlerError> {
-        let chunk = {
+        let mut read_rows = 0u32;
+        {
             let mut read = cx.transaction(TxMode::Read).await?;
-            Data::of(read.as_mut())?
-                .scan(
-                    cx.principal().id(),
-                    &self.report.dataset,
-                    self.after,
-                    self.chunk,
-                )
-                .await?
-        };
-        if chunk.is_empty() {
+            let mut data = Data::of(read.as_mut())?;
+            while read_rows < self.chunk {
+                let want = (self.chunk - read_rows).min(SCAN_SLICE);
+                let slice = data
+                    .scan(cx.principal().id(), &self.report.dataset, self.after, want)
+                    .await?;
+                let got = slice.len() as u32;
+                for (seq, row) in &slice {
+                    for t in &mut self.totals {
+                        t.add(row.get(&t.column.name));
+                    }
+                    self.after = Some(*seq);
+                }
+                read_rows += got;
+                if got < want {
+                    break;
+                }
+            }
+        }
+        if read_rows == 0 {
             return Ok(false);
         }
-        for (seq, row) in &chunk {
-            for t in &mut self.totals {
-                t.add(row.get(&t.column.name));
-            }
-            self.after = Some(*seq);
-        }
-        self.report.scanned_rows += chunk.len() as u64;
+        self.report.scanned_rows += u64::from(read_rows);
         // Rows appended since the start are read too: the total follows.
         self.report.total_rows = self.report.total_rows.max(self.report.scanned_rows);
         let mut tx = cx.transaction(TxMode::Write).await?;
         put_report(&mut Data::of(tx.as_mut())?, cx, &self.report).await?;
         self.committing.commit(tx).await?;
-        Ok(chunk.len() as u32 == self.chunk)
+        Ok(read_rows == self.chunk)
     }
 
     /// Records the finished report and returns it.
