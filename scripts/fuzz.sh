@@ -24,8 +24,12 @@ if ! command -v cargo-afl >/dev/null; then
     log "installing cargo-afl from crates.io"
     cargo install cargo-afl --locked --version 0.18.2
 fi
-# Builds AFL++ for this toolchain once; says so (and fails) when it already is.
-cargo afl config --build >/dev/null 2>&1 || true
+# AFL++ for this toolchain, built once (cargo-afl refuses to build it again, and says so).
+if ! out=$(cargo afl config --build 2>&1) && ! grep -q "already built" <<<"$out"; then
+    echo "$out" >&2
+    log "FATAL: AFL++ could not be built for this toolchain"
+    exit 1
+fi
 
 cd "$ROOT/fuzz"
 cargo afl build --release --locked
@@ -36,17 +40,19 @@ for t in "${TARGETS[@]}"; do
     log "$t: ${SECONDS_EACH}s"
     # No UI, no CPU-governor or core_pattern checks (a CI machine's settings are not ours);
     # -V ends the run after the budget.
+    # (AFL_NO_AFFINITY: a container's CPUs may not be the host's.)
     AFL_NO_UI=1 AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 \
-        AFL_SHUFFLE_QUEUE=1 \
+        AFL_NO_AFFINITY=1 AFL_SHUFFLE_QUEUE=1 \
         cargo afl fuzz -i "corpus/$t" -o "$OUT/$t" -V "$SECONDS_EACH" \
         "$CARGO_TARGET_DIR/release/$t" >"$OUT/$t.log" 2>&1 \
         || { log "$t: afl-fuzz failed (see $OUT/$t.log)"; tail -20 "$OUT/$t.log" >&2; failed=1; continue; }
     stats="$OUT/$t/default/fuzzer_stats"
     execs=$(awk -F' *: *' '$1 == "execs_done" { print $2 }' "$stats")
     crashes=$(awk -F' *: *' '$1 == "saved_crashes" { print $2 }' "$stats")
-    log "$t: $execs executions, $crashes crashes"
-    if [[ "$crashes" != 0 ]]; then
-        log "$t: crashing inputs in $OUT/$t/default/crashes/"
+    hangs=$(awk -F' *: *' '$1 == "saved_hangs" { print $2 }' "$stats")
+    log "$t: $execs executions, $crashes crashes, $hangs hangs"
+    if [[ "$crashes" != 0 || "$hangs" != 0 ]]; then
+        log "$t: inputs in $OUT/$t/default/crashes/ and hangs/"
         failed=1
     fi
     if [[ "${FUZZ_KEEP:-0}" == 1 ]]; then
@@ -56,8 +62,11 @@ for t in "${TARGETS[@]}"; do
         rm -rf "$OUT/$t.min"
         AFL_PATH=$(dirname "$cmin") PATH="$(dirname "$cmin"):$PATH" \
             "$cmin" -i "$OUT/$t/default/queue" -o "$OUT/$t.min" -- "$CARGO_TARGET_DIR/release/$t" >/dev/null 2>&1
+        # Named by content: AFL's names hold ':', which some file systems refuse.
         rm -f "corpus/$t"/*
-        cp "$OUT/$t.min"/* "corpus/$t/"
+        for f in "$OUT/$t.min"/*; do
+            cp "$f" "corpus/$t/$(sha1sum "$f" | cut -c1-16)"
+        done
         log "$t: corpus now holds $(ls "corpus/$t" | wc -l) inputs"
     fi
 done

@@ -101,7 +101,8 @@ pub(crate) struct ServeArgs {
     /// Seconds a request has to send its whole body once its headers are in (408 after).
     #[arg(long, env = "WHARF_BODY_READ_SECS", default_value_t = 30)]
     body_read_secs: u64,
-    /// Open connections at most; beyond, new ones wait in the kernel's backlog.
+    /// Open connections at most; beyond, a new connection is closed at once (a proxy tries
+    /// another replica).
     #[arg(long, env = "WHARF_MAX_CONNECTIONS", default_value_t = 16_384)]
     max_connections: usize,
     /// Items per page of a list.
@@ -559,8 +560,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         tracing::info!("shutting down: draining in-flight requests; no longer accepting");
         drain_server.shutdown();
-        closer.close(Duration::from_millis(500)).await;
+        // The drain deadline runs from here, whatever the listener's close takes.
         signal_seen.cancel();
+        closer.close(Duration::from_millis(500)).await;
     };
     let serve = wharf_http::serve(listener, app, limits, shutdown);
     let deadline = Duration::from_secs(args.drain_secs);

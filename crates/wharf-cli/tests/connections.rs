@@ -42,6 +42,34 @@ async fn connect(server: &ServerProcess) -> TcpStream {
         .expect("connect")
 }
 
+/// One whole response (head and `Content-Length` body), however the bytes arrive.
+async fn read_one_response(stream: &mut TcpStream) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = timeout(Duration::from_secs(10), stream.read(&mut buf))
+            .await
+            .expect("a response in time")
+            .expect("readable");
+        assert!(n > 0, "closed before a whole response");
+        got.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&got);
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length = text[..end]
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse::<usize>().unwrap())
+                })
+                .unwrap_or(0);
+            if got.len() >= end + 4 + length {
+                return got;
+            }
+        }
+    }
+}
+
 fn status_of(response: &[u8]) -> &str {
     std::str::from_utf8(response)
         .ok()
@@ -212,13 +240,40 @@ async fn an_idle_kept_alive_connection_is_closed() {
         server.port
     );
     stream.write_all(head.as_bytes()).await.unwrap();
-    let mut buf = [0u8; 1024];
-    let n = stream.read(&mut buf).await.unwrap();
-    assert_eq!(status_of(&buf[..n]), "200");
+    let response = read_one_response(&mut stream).await;
+    assert_eq!(status_of(&response), "200");
     let rest = read_until_closed(&mut stream, Duration::from_secs(15)).await;
     assert_eq!(
         rest.as_deref(),
         Some(&[][..]),
         "closed with nothing more sent"
     );
+}
+
+/// Beyond `--max-connections`, a new connection is closed at once while the open ones keep
+/// being served; and a shutdown with every slot taken still hands over and ends (the accept
+/// loop never waits for a slot, so the listener's close is never stuck behind it).
+#[tokio::test]
+async fn beyond_the_connection_cap_new_connections_are_closed_and_shutdown_still_ends() {
+    let mut server = ServerProcess::start(&[
+        "--max-connections",
+        "2",
+        "--drain-grace-secs",
+        "0",
+        "--drain-secs",
+        "5",
+    ]);
+    let mut held = [connect(&server).await, connect(&server).await];
+    let mut beyond = connect(&server).await;
+    let closed = read_until_closed(&mut beyond, Duration::from_secs(10)).await;
+    assert_eq!(closed.as_deref(), Some(&[][..]), "closed with nothing sent");
+    let head = format!(
+        "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n",
+        server.port
+    );
+    held[0].write_all(head.as_bytes()).await.unwrap();
+    assert_eq!(status_of(&read_one_response(&mut held[0]).await), "200");
+    server.terminate();
+    let status = server.wait_exit(Duration::from_secs(30));
+    assert!(status.success(), "{status}");
 }

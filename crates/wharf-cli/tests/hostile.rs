@@ -760,7 +760,7 @@ fn oversized(import: &str) -> Vec<Case> {
         cases.push(Case::json(
             format!("dataset name {:.20}", name),
             &m,
-            Expect::ToolError(""),
+            Expect::ToolError("Invalid dataset name"),
         ));
     }
     cases
@@ -768,7 +768,13 @@ fn oversized(import: &str) -> Vec<Case> {
 
 /// What the test principal holds: the dataset's rows and the open import's staged count.
 async fn holdings(client: &wharf_client::HttpClient, import: &str) -> (Value, u64) {
-    let rows = ok(client, "dataset_query", json!({ "dataset": "hostile" })).await["structuredContent"]["rows"].clone();
+    let rows = ok(
+        client,
+        "dataset_query",
+        json!({ "dataset": "hostile", "limit": 500 }),
+    )
+    .await["structuredContent"]["rows"]
+        .clone();
     (rows, staged(client, import).await)
 }
 

@@ -40,12 +40,15 @@ async fn answer(state: &Arc<AppState>, request: Request) -> Response {
     // Taking the request whole moves the headers out instead of cloning them.
     let (parts, body) = request.into_parts();
     if let Err(refused) = guard::check_request(&parts.headers, &state.config) {
-        return refuse_unread(body, *refused);
+        return refuse_unread(&parts.headers, body, *refused, &state.config);
     }
     // Before the body is read: nothing runs for a request without a principal.
     let principal = match state.config.auth.authenticate(&parts).await {
         Ok(p) => p,
-        Err(refused) => return refuse_unread(body, unauthorized(&refused)),
+        Err(refused) => {
+            let refusal = unauthorized(&refused);
+            return refuse_unread(&parts.headers, body, refusal, &state.config);
+        }
     };
     let bytes = match read_body(body, &state.config).await {
         Ok(b) => b,
@@ -54,14 +57,31 @@ async fn answer(state: &Arc<AppState>, request: Request) -> Response {
     serve(state, &parts.headers, &bytes, principal).await
 }
 
-/// A refusal sent before the body was read. The body is still read and thrown away (see
-/// [`DRAIN_TIME`]); a refusal for its size closes the connection besides.
-fn refuse_unread(body: Body, mut refusal: Response) -> Response {
-    if !body.is_end_stream() {
-        tokio::spawn(drain(body));
+/// A refusal sent before the body was read. A body still to come closes the connection
+/// after the refusal, and is read and thrown away meanwhile (see [`DRAIN_TIME`]): all of it
+/// (up to [`DRAIN_BYTES`]) when it was refused for its size, so that the client reads the
+/// 413; otherwise as much as a body may hold. Not when the client waits for
+/// `100 Continue` before sending it: reading would tell it to go ahead.
+fn refuse_unread(
+    headers: &HeaderMap,
+    body: Body,
+    mut refusal: Response,
+    config: &HttpConfig,
+) -> Response {
+    if body.is_end_stream() {
+        return refusal;
     }
-    if refusal.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        close_after(&mut refusal);
+    close_after(&mut refusal);
+    let waits_for_continue = headers
+        .get(header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if !waits_for_continue {
+        let cap = if refusal.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            DRAIN_BYTES
+        } else {
+            config.max_body_bytes
+        };
+        tokio::spawn(drain(body, cap));
     }
     refusal
 }
@@ -87,7 +107,7 @@ async fn read_body(mut body: Body, config: &HttpConfig) -> Result<Bytes, Respons
     let mut refusal = match tokio::time::timeout(config.body_read_timeout, reading).await {
         Ok(Ok(collected)) => return Ok(collected.to_bytes()),
         Ok(Err(e)) if e.is::<LengthLimitError>() => {
-            tokio::spawn(drain(body));
+            tokio::spawn(drain(body, DRAIN_BYTES));
             let e = RpcError::new(
                 ErrorKind::InvalidRequest,
                 format!("The body exceeds the limit of {limit} bytes"),
@@ -116,11 +136,12 @@ async fn read_body(mut body: Body, config: &HttpConfig) -> Result<Bytes, Respons
     Err(refusal)
 }
 
-/// Reads and throws away what is left of a refused body (see [`DRAIN_TIME`]).
-async fn drain(mut body: Body) {
+/// Reads and throws away what is left of a refused body, `cap` bytes at most (see
+/// [`DRAIN_TIME`]).
+async fn drain(mut body: Body, cap: usize) {
     let deadline = tokio::time::Instant::now() + DRAIN_TIME;
     let mut read = 0usize;
-    while read < DRAIN_BYTES {
+    while read < cap {
         match tokio::time::timeout_at(deadline, body.frame()).await {
             Ok(Some(Ok(frame))) => {
                 read += frame.data_ref().map_or(0, bytes::Buf::remaining);

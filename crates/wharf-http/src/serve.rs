@@ -20,8 +20,6 @@ use hyper_util::service::TowerToHyperService;
 use tokio::sync::Semaphore;
 use tower::ServiceExt as _;
 
-/// hyper refuses a smaller read buffer.
-const MIN_BUF_BYTES: usize = 8 * 1024;
 /// Room for the request line and hyper's own framing beyond the header fields.
 const REQUEST_LINE_BYTES: usize = 8 * 1024;
 
@@ -33,13 +31,14 @@ pub struct ConnectionLimits {
     /// ready for one: from accept, and again after each response. It therefore also closes a
     /// kept-alive connection idle this long (put a proxy's upstream keep-alive below it).
     pub header_read_timeout: Duration,
-    /// Open connections at most; beyond, new ones wait in the kernel's backlog until one
-    /// closes.
+    /// Open connections at most; beyond, a new connection is closed as soon as it is
+    /// accepted (a proxy then tries another replica). Not left waiting in the kernel's
+    /// backlog: the accept loop must keep running for a shutdown to hand that backlog over.
     pub max_connections: usize,
     /// Header fields per request at most (431 beyond).
     pub max_headers: usize,
-    /// Bytes of request line and header fields at most (431 beyond). hyper's read buffer is
-    /// sized to it, so a connection never buffers much more than this before it is refused.
+    /// Bytes of request line and header fields at most (431 beyond): hyper checks this as it
+    /// parses, so a connection never buffers much more than this of a request head.
     pub max_header_bytes: usize,
 }
 
@@ -81,19 +80,23 @@ where
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
         .max_headers(limits.max_headers)
-        .max_header_size(limits.max_header_bytes)
-        .max_buf_size(limits.max_header_bytes.max(MIN_BUF_BYTES));
+        .max_header_size(limits.max_header_bytes);
     let http = Arc::new(http);
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let accepted = tokio::select! {
-            accepted = accept(&mut listener, &slots) => accepted,
+        let (io, _) = tokio::select! {
+            accepted = listener.accept() => accepted,
             () = shutdown.as_mut() => break,
         };
-        let Some((io, slot)) = accepted else {
-            break;
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            tracing::warn!(
+                limit = limits.max_connections,
+                "connection limit reached; a new connection was closed"
+            );
+            drop(io);
+            continue;
         };
         let service = TowerToHyperService::new(
             router
@@ -111,20 +114,4 @@ where
     drop(listener);
     graceful.shutdown().await;
     Ok(())
-}
-
-/// The next connection, once a connection slot is free.
-async fn accept<L: Listener>(
-    listener: &mut L,
-    slots: &Arc<Semaphore>,
-) -> Option<(L::Io, tokio::sync::OwnedSemaphorePermit)> {
-    let slot = match Arc::clone(slots).try_acquire_owned() {
-        Ok(slot) => slot,
-        Err(_) => {
-            tracing::warn!("connection limit reached; new connections wait until one closes");
-            Arc::clone(slots).acquire_owned().await.ok()?
-        }
-    };
-    let (io, _) = listener.accept().await;
-    Some((io, slot))
 }

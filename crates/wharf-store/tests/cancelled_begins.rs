@@ -17,13 +17,16 @@ use wharf::store::{Store, TxMode};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_a_begin_cut_off_midway_leaves_no_transaction_open() {
-    let store = sqlite_with(&sqlite_url("cancelled-begins"), Duration::from_millis(500)).await;
+    // Begins cut off may still be finishing on their tasks when the checks start: a lock
+    // wait long enough for them (a leaked transaction holds the lock for ever, so it is still
+    // caught).
+    let store = sqlite_with(&sqlite_url("cancelled-begins"), Duration::from_secs(10)).await;
     begins_cut_off_leave_nothing_open(store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_begin_cut_off_midway_leaves_no_transaction_open() {
-    begins_cut_off_leave_nothing_open(postgres_with(Duration::from_millis(500)).await).await;
+    begins_cut_off_leave_nothing_open(postgres_with(Duration::from_secs(10)).await).await;
 }
 
 async fn begins_cut_off_leave_nothing_open(store: Arc<dyn Store>) {

@@ -6,10 +6,10 @@
 //! where the sessions are few ([`Store::lock_sessions`]) they are shared out fairly: a
 //! quarter of them stays for principals that hold none.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use tokio::sync::{Notify, OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedMutexGuard, OwnedSemaphorePermit, Semaphore, oneshot};
 
 use crate::store::{Fence, KeyLock, Store, StoreError};
 
@@ -56,15 +56,16 @@ impl MutationQueue {
     }
 }
 
-/// The store's lock sessions in this process, shared out fairly: a principal that holds none
-/// may take any free session, one that holds some only while more than a quarter of them are
-/// free. However many calls a few principals queue, that quarter stays for the others, and
-/// a principal arriving with nothing held waits only for a session to be free.
+/// The store's lock sessions in this process, shared out fairly. A principal that holds none
+/// may take any free session; one that holds some only while more than a quarter of them are
+/// free. However many calls a few principals queue, that quarter stays for the others (with
+/// one or two principals busy, it stays idle: the price of a newcomer never waiting on
+/// another's long calls). Waiters are served in arrival order, each as soon as the rule lets
+/// it: one that may not take the reserve does not hold up a newcomer behind it.
 struct SessionGate {
     capacity: usize,
     reserve: usize,
     state: Mutex<Sessions>,
-    freed: Notify,
 }
 
 #[derive(Default)]
@@ -72,6 +73,12 @@ struct Sessions {
     in_use: usize,
     /// Sessions held per principal; only principals holding some are kept.
     held: HashMap<String, usize>,
+    waiting: VecDeque<Waiter>,
+}
+
+struct Waiter {
+    principal: String,
+    grant: oneshot::Sender<Session>,
 }
 
 impl SessionGate {
@@ -81,63 +88,89 @@ impl SessionGate {
             capacity,
             reserve: capacity / 4,
             state: Mutex::default(),
-            freed: Notify::new(),
         }
     }
 
-    /// Waits until `principal` may take a session (see the type's docs).
+    fn state(&self) -> std::sync::MutexGuard<'_, Sessions> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits in line until `principal` may take a session (see the type's docs).
     async fn enter(self: &Arc<Self>, principal: &str) -> Session {
         loop {
-            // Registered before the check, so a session freed in between still wakes us.
-            let freed = self.freed.notified();
-            tokio::pin!(freed);
-            freed.as_mut().enable();
-            if self.try_enter(principal) {
-                return Session {
-                    gate: Arc::clone(self),
+            let granted = {
+                let mut s = self.state();
+                let (grant, granted) = oneshot::channel();
+                s.waiting.push_back(Waiter {
                     principal: principal.to_owned(),
-                };
+                    grant,
+                });
+                self.dispatch(&mut s);
+                granted
+            };
+            // A waiter that leaves (its call dropped) drops this receiver: a session sent to
+            // it meanwhile is dropped with the channel, which gives it back.
+            if let Ok(session) = granted.await {
+                return session;
             }
-            freed.await;
         }
     }
 
-    fn try_enter(&self, principal: &str) -> bool {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let free = self.capacity.saturating_sub(s.in_use);
-        let holds = s.held.get(principal).copied().unwrap_or(0);
-        let may = if holds == 0 {
-            free > 0
-        } else {
-            free > self.reserve
-        };
-        if may {
+    /// Grants sessions to the waiters the rule lets in, in arrival order. Called with the
+    /// state locked, whenever a waiter arrives or a session comes back.
+    fn dispatch(self: &Arc<Self>, s: &mut Sessions) {
+        let mut i = 0;
+        while i < s.waiting.len() {
+            if s.waiting[i].grant.is_closed() {
+                s.waiting.remove(i);
+                continue;
+            }
+            let free = self.capacity.saturating_sub(s.in_use);
+            let holds = s.held.get(&s.waiting[i].principal).copied().unwrap_or(0);
+            let may = free > 0 && (holds == 0 || free > self.reserve);
+            let Some(waiter) = may.then(|| s.waiting.remove(i)).flatten() else {
+                i += 1;
+                continue;
+            };
             s.in_use += 1;
-            *s.held.entry(principal.to_owned()).or_default() += 1;
+            *s.held.entry(waiter.principal.clone()).or_default() += 1;
+            let session = Session {
+                gate: Some(Arc::clone(self)),
+                principal: waiter.principal,
+            };
+            if let Err(mut refused) = waiter.grant.send(session) {
+                // Its waiter just left: take the session back here, the state being locked.
+                refused.gate = None;
+                Self::give_back(s, &refused.principal);
+            }
         }
-        may
+    }
+
+    fn give_back(s: &mut Sessions, principal: &str) {
+        s.in_use = s.in_use.saturating_sub(1);
+        if let Some(n) = s.held.get_mut(principal) {
+            *n -= 1;
+            if *n == 0 {
+                s.held.remove(principal);
+            }
+        }
     }
 }
 
-/// A session taken from a [`SessionGate`]; dropping it gives it back.
+/// A session taken from a [`SessionGate`]; dropping it gives it back to the next in line.
 struct Session {
-    gate: Arc<SessionGate>,
+    /// `None` once given back by other means.
+    gate: Option<Arc<SessionGate>>,
     principal: String,
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
-        {
-            let mut s = self.gate.state.lock().unwrap_or_else(|p| p.into_inner());
-            s.in_use = s.in_use.saturating_sub(1);
-            if let Some(n) = s.held.get_mut(&self.principal) {
-                *n -= 1;
-                if *n == 0 {
-                    s.held.remove(&self.principal);
-                }
-            }
+        if let Some(gate) = self.gate.take() {
+            let mut s = gate.state();
+            SessionGate::give_back(&mut s, &self.principal);
+            gate.dispatch(&mut s);
         }
-        self.gate.freed.notify_waiters();
     }
 }
 
@@ -340,6 +373,35 @@ mod tests {
         held.truncate(2);
         let _ = a_more.await.unwrap();
         let _ = b_more.await.unwrap();
+    }
+
+    /// Waiters are served in arrival order, and one that leaves the line takes nothing.
+    #[tokio::test(start_paused = true)]
+    async fn store_sessions_go_to_waiters_in_arrival_order() {
+        let gate = Arc::new(SessionGate::new(2));
+        let (first, second) = (gate.enter("p").await, gate.enter("p").await);
+        let enter = |who: &'static str| {
+            let gate = Arc::clone(&gate);
+            tokio::spawn(async move { gate.enter(who).await })
+        };
+        let q = enter("q");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let gone = enter("gone");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let r = enter("r");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        gone.abort();
+        let _ = gone.await;
+        drop(first);
+        let q = q.await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(!r.is_finished(), "r came after q");
+        drop(second);
+        let r = r.await.unwrap();
+        assert_eq!(gate.state().in_use, 2, "the waiter that left holds nothing");
+        drop((q, r));
+        assert_eq!(gate.state().in_use, 0);
+        assert!(gate.state().held.is_empty());
     }
 
     #[tokio::test(start_paused = true)]

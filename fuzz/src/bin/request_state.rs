@@ -12,7 +12,7 @@ fn main() {
                 "name": "test_input_required_result_request_state",
                 "arguments": {},
                 "requestState": state,
-                "inputResponses": { "confirm": { "action": "accept", "content": { "confirmed": true } } }
+                "inputResponses": { "confirm": { "action": "accept", "content": { "ok": true } } }
             }),
         );
     });
