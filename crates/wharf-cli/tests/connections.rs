@@ -277,3 +277,22 @@ async fn beyond_the_connection_cap_new_connections_are_closed_and_shutdown_still
     let status = server.wait_exit(Duration::from_secs(30));
     assert!(status.success(), "{status}");
 }
+
+/// A request refused before its body (here for its content type) from a client waiting for
+/// `100 Continue` is answered at once, without the go-ahead, and the connection closes: the
+/// body it held back is never sent.
+#[tokio::test]
+async fn a_refusal_does_not_tell_a_waiting_client_to_send_its_body() {
+    let server = ServerProcess::start(&[]);
+    let mut stream = connect(&server).await;
+    let head = post_head(server.port, 100_000)
+        .replace("application/json\r\nAccept", "text/plain\r\nAccept")
+        .replace("\r\n\r\n", "\r\nExpect: 100-continue\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let response = read_until_closed(&mut stream, Duration::from_secs(10))
+        .await
+        .expect("the connection closed");
+    let text = String::from_utf8_lossy(&response);
+    assert_eq!(status_of(&response), "415", "{text}");
+    assert!(!text.contains("100 Continue"), "{text}");
+}
