@@ -24,7 +24,9 @@ for _ in $(seq 1 200); do
     sleep 0.05
 done
 mkdir -p target/bench
-WHARF_URL="http://127.0.0.1:$PORT/mcp" SOAK_TOKEN=$TOKEN SOAK_PID=$pid \
+db=${STORE#sqlite://}
+[ "$db" != "$STORE" ] || db=
+WHARF_URL="http://127.0.0.1:$PORT/mcp" SOAK_TOKEN=$TOKEN SOAK_PID=$pid SOAK_DB=$db \
     target/release/wharf-bench-soak | tee target/bench/soak.txt
 kill -0 "$pid" || { echo "soak: the server died; its log: $dir/server.log" >&2; exit 1; }
 echo "server log: $dir/server.log (warnings and errors only)"

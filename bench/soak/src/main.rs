@@ -8,7 +8,8 @@
 //! - listeners: `subscriptions/listen` on a writer's dataset, held for up to 3 s, dropped.
 //!
 //! Every 10 s it samples the server process (`SOAK_PID`): resident memory and open file
-//! descriptors. At the end it prints the samples and compares the first and last fifths.
+//! descriptors, and with `SOAK_DB` (a SQLite file) the size of its write-ahead log. At the
+//! end it prints the samples and compares the first and last fifths.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -227,6 +228,7 @@ async fn main() {
     let url = env("WHARF_URL", "http://127.0.0.1:18097/mcp");
     let token = env("SOAK_TOKEN", "soak-token-0123456789");
     let pid = env("SOAK_PID", "");
+    let wal = std::env::var("SOAK_DB").ok().map(|db| format!("{db}-wal"));
     let secs: u64 = env("SOAK_SECS", "1800")
         .parse()
         .expect("SOAK_SECS is a number");
@@ -272,8 +274,12 @@ async fn main() {
     while Instant::now() < until {
         if let Some((rss, fds)) = sample(&pid) {
             let at = started.elapsed().as_secs();
+            let wal_kib = wal
+                .as_ref()
+                .and_then(|w| std::fs::metadata(w).ok())
+                .map_or(0, |m| m.len() / 1024);
             println!(
-                "t={at:>5}s rss={rss:>7} KiB fds={fds:>4} writes={} pages={} cut={} listens={} errors={}",
+                "t={at:>5}s rss={rss:>7} KiB fds={fds:>4} wal={wal_kib:>7} KiB writes={} pages={} cut={} listens={} errors={}",
                 counts.writes.load(Ordering::Relaxed),
                 counts.pages.load(Ordering::Relaxed),
                 counts.cut.load(Ordering::Relaxed),
