@@ -270,6 +270,18 @@ fn too_deep() -> Vec<Case> {
     cases
 }
 
+/// `message` sent with header `name` set to each of `values` (an empty value: left out).
+fn with_header(
+    message: &Value,
+    name: &'static str,
+    values: &[&str],
+    expect: Expect,
+) -> impl Iterator<Item = Case> {
+    values
+        .iter()
+        .map(move |v| Case::json(format!("{name}: {:.60?}", v), message, expect).header(name, *v))
+}
+
 fn header_games() -> Vec<Case> {
     let list = envelope("tools/list", json!({ "_meta": meta() }));
     let call = envelope(
@@ -279,142 +291,120 @@ fn header_games() -> Vec<Case> {
             json!({ "import": "imp_00000000000000000000000000000000" }),
         ),
     );
-    let mut cases = Vec::new();
-    for ct in [
-        "text/plain",
-        "application/x-www-form-urlencoded",
-        "multipart/form-data; boundary=x",
-        "application/xml",
-        "application/jsonx",
-        "text/json-ish",
-    ] {
-        cases.push(
-            Case::json(
-                format!("content-type {ct}"),
-                &list,
-                Expect::Rpc(415, -32600),
-            )
-            .header("content-type", ct),
-        );
-    }
-    cases.push(
-        Case::json("no content-type", &list, Expect::Rpc(415, -32600)).header("content-type", ""),
-    );
-    for host in [
-        "evil.example.com",
-        "localhost.evil.example.com",
-        "127.0.0.2",
-        "[::2]:80",
-    ] {
-        cases.push(
-            Case::json(format!("host {host}"), &list, Expect::Rpc(403, -32600))
-                .header("host", host),
-        );
-    }
-    for origin in [
-        "http://evil.example.com",
-        "null",
-        "https://localhost.evil.example.com",
-        "file://",
-        "http://127.0.0.1.nip.io",
-    ] {
-        cases.push(
-            Case::json(format!("origin {origin}"), &list, Expect::Rpc(403, -32600))
-                .header("origin", origin),
-        );
-    }
-    cases.push(
-        Case::json("headers beyond 16 KiB", &list, Expect::Rpc(431, -32600))
-            .header("x-padding", "p".repeat(17 * 1024)),
-    );
-    // Credentials.
-    for auth in [
-        "",
-        "Bearer",
-        "Bearer ",
-        "Bearer not-a-known-token-at-all",
-        "Basic dXNlcjpwYXNz",
-        "bearer token-of-user-42-aaaaaaa",
-        "Bearer token-of-user-42-aaaaaaaa x",
-        "Token token-of-user-42-aaaaaaaa",
-    ] {
-        cases.push(
-            Case::json(
-                format!("authorization {auth:?}"),
-                &list,
-                Expect::Rpc(401, -31001),
-            )
-            .header("authorization", auth),
-        );
-    }
-    // Mirrored headers that disagree with the body.
+    let padding = "p".repeat(17 * 1024);
+    let mismatch = Expect::Rpc(400, -32020);
     // (Trailing spaces are not a mismatch: HTTP strips them from every field value.)
-    for version in [
-        "2025-11-25",
-        "2026-07-29",
-        "v999.0.0",
-        "2026-07-2",
-        "garbage",
-    ] {
-        cases.push(
-            Case::json(
-                format!("protocol version header {version:?}"),
-                &list,
-                Expect::Rpc(400, -32020),
-            )
-            .header("mcp-protocol-version", version),
-        );
-    }
-    for method in ["tools/call", "resources/list", "TOOLS/LIST", "tools/lis"] {
-        cases.push(
-            Case::json(
-                format!("method header {method:?}"),
-                &list,
-                Expect::Rpc(400, -32020),
-            )
-            .header("mcp-method", method),
-        );
-    }
-    cases.push(
-        Case::json("method header missing", &list, Expect::Rpc(400, -32020))
-            .header("mcp-method", ""),
-    );
-    // The sentinel form of another name, and of the right name with a byte more.
-    for name in [
-        "import_begin",
-        "IMPORT_STATUS",
-        "import_statu",
-        "=?base64?aW1wb3J0X2JlZ2lu?=",
-        "=?base64?aW1wb3J0X3N0YXR1c3M=?=",
-    ] {
-        cases.push(
-            Case::json(
-                format!("name header {name:?}"),
-                &call,
-                Expect::Rpc(400, -32020),
-            )
-            .header("mcp-name", name),
-        );
-    }
-    cases.push(
-        Case::json("name header missing", &call, Expect::Rpc(400, -32020)).header("mcp-name", ""),
-    );
-    for sentinel in [
-        "=?base64?!!!!?=",
-        "=?base64??=",
-        "=?base64?aW1wb3J0?",
-        "=?BASE64?aW1wb3J0X3N0YXR1cw?=",
-    ] {
-        cases.push(
-            Case::json(
-                format!("name header sentinel {sentinel:?}"),
-                &call,
-                Expect::Rpc(400, -32020),
-            )
-            .header("mcp-name", sentinel),
-        );
-    }
-    cases
+    let table: [(&Value, &'static str, Vec<&str>, Expect); 9] = [
+        (
+            &list,
+            "content-type",
+            vec![
+                "text/plain",
+                "application/x-www-form-urlencoded",
+                "multipart/form-data; boundary=x",
+                "application/xml",
+                "application/jsonx",
+                "text/json-ish",
+                "",
+            ],
+            Expect::Rpc(415, -32600),
+        ),
+        (
+            &list,
+            "host",
+            vec![
+                "evil.example.com",
+                "localhost.evil.example.com",
+                "127.0.0.2",
+                "[::2]:80",
+            ],
+            Expect::Rpc(403, -32600),
+        ),
+        (
+            &list,
+            "origin",
+            vec![
+                "http://evil.example.com",
+                "null",
+                "https://localhost.evil.example.com",
+                "file://",
+                "http://127.0.0.1.nip.io",
+            ],
+            Expect::Rpc(403, -32600),
+        ),
+        (&list, "x-padding", vec![&padding], Expect::Rpc(431, -32600)),
+        (
+            &list,
+            "authorization",
+            vec![
+                "",
+                "Bearer",
+                "Bearer ",
+                "Bearer not-a-known-token-at-all",
+                "Basic dXNlcjpwYXNz",
+                "bearer token-of-user-42-aaaaaaa",
+                "Bearer token-of-user-42-aaaaaaaa x",
+                "Token token-of-user-42-aaaaaaaa",
+            ],
+            Expect::Rpc(401, -31001),
+        ),
+        (
+            &list,
+            "mcp-protocol-version",
+            vec![
+                "2025-11-25",
+                "2026-07-29",
+                "v999.0.0",
+                "2026-07-2",
+                "garbage",
+            ],
+            mismatch,
+        ),
+        (
+            &list,
+            "mcp-method",
+            vec![
+                "tools/call",
+                "resources/list",
+                "TOOLS/LIST",
+                "tools/lis",
+                "",
+            ],
+            mismatch,
+        ),
+        // Another name, plainly or in the sentinel form, and the right one with a byte more.
+        (
+            &call,
+            "mcp-name",
+            vec![
+                "import_begin",
+                "IMPORT_STATUS",
+                "import_statu",
+                "=?base64?aW1wb3J0X2JlZ2lu?=",
+                "=?base64?aW1wb3J0X3N0YXR1c3M=?=",
+                "",
+            ],
+            mismatch,
+        ),
+        // Sentinels that are not valid Base64 of a name.
+        (
+            &call,
+            "mcp-name",
+            vec![
+                "=?base64?!!!!?=",
+                "=?base64??=",
+                "=?base64?aW1wb3J0?",
+                "=?BASE64?aW1wb3J0X3N0YXR1cw?=",
+            ],
+            mismatch,
+        ),
+    ];
+    table
+        .into_iter()
+        .flat_map(|(message, name, values, expect)| {
+            with_header(message, name, &values, expect).collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 fn stateless_rules() -> Vec<Case> {
