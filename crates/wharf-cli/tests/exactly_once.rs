@@ -51,9 +51,10 @@ async fn a_duplicate_of_a_write_running_elsewhere_is_503_then_replays(store: &st
         panic!("the other replica's attempt is the first")
     };
     let staged_rows: Vec<Map<String, Value>> = serde_json::from_value(rows(0, 3)).unwrap();
+    let record = other.load_handle(&import).await.unwrap().unwrap();
     Data::of(first.as_mut())
         .unwrap()
-        .append_staged(&import, now_millis() + 3_600_000, &staged_rows)
+        .append_staged(&record, &staged_rows, 3)
         .await
         .unwrap();
 

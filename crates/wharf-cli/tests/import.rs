@@ -440,6 +440,13 @@ on_every_store!(
     a_dataset_keeps_the_columns_it_was_created_with,
 );
 
+/// The server's SQLite store, opened beside it, to write what many calls would.
+async fn sqlite_pool(store: &str) -> sqlx::SqlitePool {
+    sqlx::SqlitePool::connect(&format!("{store}?mode=rw"))
+        .await
+        .unwrap()
+}
+
 /// A row beyond 64 KiB (a 200 KiB string) is refused with an `isError` naming the limit and
 /// the row, and nothing of the call is appended; a row just under it goes in.
 #[tokio::test]
@@ -478,9 +485,7 @@ async fn a_user_holds_at_most_a_thousand_datasets() {
     let u42 = s.client().with_bearer(TOKEN_42);
     committed_dataset(&u42, "first", 1).await;
     // 999 more, written straight into the store: the same rows 999 commits would leave.
-    let pool = sqlx::SqlitePool::connect(&format!("{store}?mode=rw"))
-        .await
-        .unwrap();
+    let pool = sqlite_pool(&store).await;
     let (owner, cols): (String, String) =
         sqlx::query_as("SELECT owner, columns FROM ref_datasets WHERE name = 'first'")
             .fetch_one(&pool)
@@ -507,6 +512,84 @@ async fn a_user_holds_at_most_a_thousand_datasets() {
     let u7 = s.client().with_bearer(TOKEN_7);
     committed_dataset(&u7, "theirs", 1).await;
     committed_dataset(&u42, "first", 2).await;
+}
+
+/// A user has at most 100 imports open at once: the next `import_begin` is refused with an
+/// `isError` naming the limit; an import that goes idle too long, or is aborted, frees its
+/// place; another user is not held to this one's count.
+#[tokio::test]
+async fn a_user_has_at_most_a_hundred_open_imports() {
+    let store = sqlite_url("open-imports");
+    let s = server(&store);
+    let u42 = s.client().with_bearer(TOKEN_42);
+    let mut open = Vec::new();
+    for i in 0..100 {
+        open.push(begin(&u42, &format!("many_{i}")).await);
+    }
+    let one_more = || json!({ "dataset": "one_more", "columns": columns(), "idempotency_key": unique("begin") });
+    let message = refused(&u42, "import_begin", one_more()).await;
+    assert!(
+        message.contains("You hold 100 open import handles")
+            && message.contains("at once (100)")
+            && message.contains("import_begin"),
+        "{message}"
+    );
+    let u7 = s.client().with_bearer(TOKEN_7);
+    begin(&u7, "theirs").await;
+
+    expire(&store, &open[0], true).await;
+    begin(&u42, "after_an_idle_one").await;
+    ok(
+        &u42,
+        "import_abort",
+        json!({ "import": open[1], "idempotency_key": unique("abort") }),
+    )
+    .await;
+    begin(&u42, "after_an_abort").await;
+    refused(&u42, "import_begin", one_more()).await;
+}
+
+/// A user stores at most 1 GiB of rows, staged and committed together: an append that would
+/// go beyond is refused with an `isError` naming the limit and appends nothing; aborting an
+/// import frees what it staged.
+#[tokio::test]
+async fn a_user_stores_at_most_a_gibibyte_of_rows() {
+    const MAX: i64 = 1 << 30;
+    let store = sqlite_url("stored-bytes");
+    let s = server(&store);
+    let u42 = s.client().with_bearer(TOKEN_42);
+    committed_dataset(&u42, "first", 1).await;
+    // Nearly a gibibyte, written straight into the store: what a dataset of that size counts.
+    let pool = sqlite_pool(&store).await;
+    sqlx::query("UPDATE ref_datasets SET bytes = $1 WHERE name = 'first'")
+        .bind(MAX - 100_000)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let row = |id: i64| json!({ "id": id, "city": "z".repeat(60 * 1024), "temp": 2.5 });
+    let append = |import: &str, id: i64| json!({ "import": import, "rows": [row(id)], "idempotency_key": unique("k") });
+    let import = begin(&u42, "roomy").await;
+    ok(&u42, "import_append_rows", append(&import, 0)).await;
+    let message = refused(&u42, "import_append_rows", append(&import, 1)).await;
+    assert!(
+        message.starts_with("Nothing was appended")
+            && message.contains("one user may store at most 1073741824 bytes (1 GiB)"),
+        "{message}"
+    );
+    assert_eq!(
+        staged(&u42, &import).await,
+        1,
+        "the refused row is not staged"
+    );
+    ok(
+        &u42,
+        "import_abort",
+        json!({ "import": import, "idempotency_key": unique("abort") }),
+    )
+    .await;
+    let again = begin(&u42, "roomy").await;
+    ok(&u42, "import_append_rows", append(&again, 2)).await;
+    assert_eq!(staged(&u42, &again).await, 1);
 }
 
 /// Large rows end a page early: a reply holds about 1 MiB of rows whatever the limit, and

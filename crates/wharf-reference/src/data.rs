@@ -8,6 +8,9 @@
 //!   the dataset's segments, one per committed import;
 //! - `ref:seg:<import>`: a committed import's rows (a list, its staging list renamed);
 //! - `ref:staged:<import>`: an open import's rows, expiring with the import's handle;
+//! - `ref:<len>:<owner>:bytes`: the bytes of rows the owner's datasets hold, and
+//!   `ref:<len>:<owner>:staging`, a hash: open import → `BYTES:UNTIL`, the bytes it staged
+//!   and when its rows expire (for the per-user cap on stored bytes);
 //! - `ref:<len>:<owner>:reports`, a hash: dataset → its latest report, and
 //!   `ref:<len>:<owner>:cancelled`, a set of `<run>:<dataset>` for runs cut short.
 //!
@@ -22,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sqlx::Row;
 use wharf::HandlerError;
-use wharf::store::{Millis, StoreError, Transaction};
+use wharf::store::{HandleRecord, Millis, StoreError, Transaction, now_millis};
 use wharf_store::EXPIRED_HANDLE_GRACE_MS;
 use wharf_store::redis::RedisTx;
 use wharf_store::{AppMigrations, SqlTx, TypedTx};
@@ -52,6 +55,9 @@ struct Stored {
     rows: u64,
     next_seq: i64,
     segments: Vec<Segment>,
+    /// Bytes of row JSON (datasets stored before the count was kept count 0).
+    #[serde(default)]
+    bytes: u64,
 }
 
 /// A committed import's rows on Redis: its list, the sequence number of its first row, and
@@ -120,12 +126,30 @@ fn count(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
 }
 
+/// The count `query` answers for its one parameter, on a SQL store.
+async fn sql_count(tx: &mut TypedTx, query: &str, param: &str) -> Result<u64, HandlerError> {
+    on_sql!(tx, |c| {
+        let n: i64 = sqlx::query_scalar(query)
+            .bind(param)
+            .fetch_one(&mut **c)
+            .await
+            .map_err(sql)?;
+        Ok(count(n))
+    })
+}
+
 fn owner_key(owner: &str, what: &str) -> String {
     format!("ref:{}:{owner}:{what}", owner.len())
 }
 
 fn staged_key(import: &str) -> String {
     format!("ref:staged:{import}")
+}
+
+/// An entry of an owner's staging hash on Redis: `BYTES:UNTIL`.
+fn staging_entry(value: &str) -> Option<(u64, Millis)> {
+    let (bytes, until) = value.split_once(':')?;
+    Some((bytes.parse().ok()?, until.parse().ok()?))
 }
 
 impl<'t> Data<'t> {
@@ -147,15 +171,14 @@ impl<'t> Data<'t> {
     /// How many datasets `owner` holds.
     pub async fn dataset_count(&mut self, owner: &str) -> Result<u64, HandlerError> {
         match self {
-            Data::Sql(tx) => on_sql!(&mut **tx, |c| {
-                let n: i64 =
-                    sqlx::query_scalar("SELECT COUNT(*) FROM ref_datasets WHERE owner = $1")
-                        .bind(owner)
-                        .fetch_one(&mut **c)
-                        .await
-                        .map_err(sql)?;
-                Ok(count(n))
-            }),
+            Data::Sql(tx) => {
+                sql_count(
+                    tx,
+                    "SELECT COUNT(*) FROM ref_datasets WHERE owner = $1",
+                    owner,
+                )
+                .await
+            }
             Data::Redis(tx) => {
                 let n: u64 = tx
                     .reader()
@@ -213,17 +236,43 @@ impl<'t> Data<'t> {
         }
     }
 
+    /// How many bytes of rows `owner` stores at `now`: in datasets, and staged by imports
+    /// not yet expired.
+    pub async fn stored_bytes(&mut self, owner: &str, now: Millis) -> Result<u64, HandlerError> {
+        match self {
+            Data::Sql(tx) => {
+                let query = "SELECT CAST(\
+                     COALESCE((SELECT SUM(bytes) FROM ref_datasets WHERE owner = $1), 0) \
+                     + COALESCE((SELECT SUM(bytes) FROM ref_staged_bytes WHERE owner = $1), 0) \
+                     AS BIGINT)";
+                sql_count(tx, query, owner).await
+            }
+            Data::Redis(tx) => {
+                let committed: Option<i64> = tx
+                    .reader()
+                    .get(owner_key(owner, "bytes"))
+                    .await
+                    .map_err(backend)?;
+                let staging_key = owner_key(owner, "staging");
+                let staging: Vec<(String, String)> =
+                    tx.reader().hgetall(&staging_key).await.map_err(backend)?;
+                let mut total = count(committed.unwrap_or(0));
+                for (import, value) in staging {
+                    match staging_entry(&value) {
+                        Some((bytes, until)) if until > now => total = total.saturating_add(bytes),
+                        // Its rows expired with it: forget it with this call's writes.
+                        _ => tx.queue(["HDEL".to_owned(), staging_key.clone(), import])?,
+                    }
+                }
+                Ok(total)
+            }
+        }
+    }
+
     /// How many rows an import has staged.
     pub async fn staged(&mut self, import: &str) -> Result<u64, HandlerError> {
         match self {
-            Data::Sql(tx) => on_sql!(&mut **tx, |c| {
-                let n: i64 = sqlx::query_scalar(STAGED_SQL)
-                    .bind(import)
-                    .fetch_one(&mut **c)
-                    .await
-                    .map_err(sql)?;
-                Ok(count(n))
-            }),
+            Data::Sql(tx) => sql_count(tx, STAGED_SQL, import).await,
             Data::Redis(tx) => {
                 let n: i64 = tx
                     .reader()
@@ -235,18 +284,37 @@ impl<'t> Data<'t> {
         }
     }
 
-    /// Stages rows (objects) for an import whose handle expires at `expires_at`; how many
-    /// it has staged with them. Appends to one import are serialized by its mutation lock.
+    /// Stages rows (objects) for an import (its handle's record), and counts `bytes` more
+    /// stored by its owner; how many rows the import has staged with them. Appends to one
+    /// import are serialized by its mutation lock.
     pub async fn append_staged(
         &mut self,
-        import: &str,
-        expires_at: Millis,
+        import: &HandleRecord,
         rows: &[Map<String, Value>],
+        bytes: u64,
     ) -> Result<u64, HandlerError> {
+        let (owner, created_at, expires_at) =
+            (import.owner.as_str(), import.created_at, import.expires_at);
+        let import = import.id.as_str();
         if rows.is_empty() {
             return self.staged(import).await;
         }
         let n = rows.len() as u64;
+        if let Data::Sql(tx) = self {
+            on_sql!(&mut **tx, |c| {
+                sqlx::query(
+                    "INSERT INTO ref_staged_bytes (import, owner, bytes) VALUES ($1, $2, $3) \
+                     ON CONFLICT (import) DO UPDATE SET bytes = ref_staged_bytes.bytes + excluded.bytes",
+                )
+                .bind(import)
+                .bind(owner)
+                .bind(i64::try_from(bytes).unwrap_or(i64::MAX))
+                .execute(&mut **c)
+                .await
+                .map_err(sql)?;
+                Ok::<_, HandlerError>(())
+            })?;
+        }
         match self {
             Data::Sql(TypedTx::Sqlite(tx)) => {
                 let array = serde_json::to_string(rows).map_err(HandlerError::internal)?;
@@ -304,14 +372,28 @@ impl<'t> Data<'t> {
                 // still reported as expired, never the other way round.
                 let until = expires_at.saturating_add(EXPIRED_HANDLE_GRACE_MS);
                 tx.queue(["PEXPIREAT".to_owned(), key, until.to_string()])?;
+                let staging = owner_key(owner, "staging");
+                let had: Option<String> =
+                    tx.reader().hget(&staging, import).await.map_err(backend)?;
+                let had = had.as_deref().and_then(staging_entry).map_or(0, |(b, _)| b);
+                let entry = format!("{}:{until}", had.saturating_add(bytes));
+                tx.queue(["HSET".to_owned(), staging.clone(), import.to_owned(), entry])?;
+                // No import alive now outlives an import begun now: the count is kept while
+                // any might (each append pushes this on).
+                let lifetime = expires_at.saturating_sub(created_at);
+                let keep = now_millis()
+                    .saturating_add(lifetime)
+                    .saturating_add(EXPIRED_HANDLE_GRACE_MS);
+                tx.queue(["PEXPIREAT".to_owned(), staging, keep.to_string()])?;
                 Ok(count(before) + n)
             }
         }
     }
 
-    /// Drops an import's staged rows; how many there were.
-    pub async fn discard_staged(&mut self, import: &str) -> Result<u64, HandlerError> {
+    /// Drops `owner`'s import's staged rows; how many there were.
+    pub async fn discard_staged(&mut self, owner: &str, import: &str) -> Result<u64, HandlerError> {
         let staged = self.staged(import).await?;
+        self.take_staged_bytes(owner, import).await?;
         match self {
             Data::Sql(tx) => on_sql!(&mut **tx, |c| {
                 sqlx::query("DELETE FROM ref_staged_rows WHERE import = $1")
@@ -326,6 +408,29 @@ impl<'t> Data<'t> {
         Ok(staged)
     }
 
+    /// Forgets the bytes `owner`'s import staged (they are committed or dropped); how many.
+    async fn take_staged_bytes(&mut self, owner: &str, import: &str) -> Result<u64, HandlerError> {
+        match self {
+            Data::Sql(tx) => on_sql!(&mut **tx, |c| {
+                let bytes: Option<i64> = sqlx::query_scalar(
+                    "DELETE FROM ref_staged_bytes WHERE import = $1 RETURNING bytes",
+                )
+                .bind(import)
+                .fetch_optional(&mut **c)
+                .await
+                .map_err(sql)?;
+                Ok(bytes.map_or(0, count))
+            }),
+            Data::Redis(tx) => {
+                let staging = owner_key(owner, "staging");
+                let had: Option<String> =
+                    tx.reader().hget(&staging, import).await.map_err(backend)?;
+                tx.queue(["HDEL".to_owned(), staging, import.to_owned()])?;
+                Ok(had.as_deref().and_then(staging_entry).map_or(0, |(b, _)| b))
+            }
+        }
+    }
+
     /// Moves an import's staged rows to the end of dataset `name` (created with `columns`
     /// if it does not exist), or in place of its rows with `replace`.
     pub async fn commit_staged(
@@ -338,6 +443,8 @@ impl<'t> Data<'t> {
     ) -> Result<Commit, HandlerError> {
         let staged = self.staged(import).await?;
         let n = i64::try_from(staged).unwrap_or(i64::MAX);
+        let bytes = self.take_staged_bytes(owner, import).await?;
+        let b = i64::try_from(bytes).unwrap_or(i64::MAX);
         match self {
             Data::Sql(tx) => {
                 let read = match &**tx {
@@ -372,16 +479,17 @@ impl<'t> Data<'t> {
                         return Ok(Commit::OtherColumns(have));
                     }
                     let update = if replace {
-                        "UPDATE ref_datasets SET row_count = $3, next_seq = next_seq + $3 \
+                        "UPDATE ref_datasets SET row_count = $3, next_seq = next_seq + $3, bytes = $4 \
                      WHERE owner = $1 AND name = $2 RETURNING next_seq - $3, row_count"
                     } else {
-                        "UPDATE ref_datasets SET row_count = row_count + $3, next_seq = next_seq + $3 \
-                     WHERE owner = $1 AND name = $2 RETURNING next_seq - $3, row_count"
+                        "UPDATE ref_datasets SET row_count = row_count + $3, next_seq = next_seq + $3, \
+                     bytes = bytes + $4 WHERE owner = $1 AND name = $2 RETURNING next_seq - $3, row_count"
                     };
                     let row = sqlx::query(update)
                         .bind(owner)
                         .bind(name)
                         .bind(n)
+                        .bind(b)
                         .fetch_one(&mut **c)
                         .await
                         .map_err(sql)?;
@@ -432,18 +540,28 @@ impl<'t> Data<'t> {
                         rows: 0,
                         next_seq: 0,
                         segments: Vec::new(),
+                        bytes: 0,
                     },
                 };
                 if stored.columns != *columns {
                     return Ok(Commit::OtherColumns(stored.columns));
                 }
                 tx.expect_field(&datasets, name, text.as_deref());
+                let mut grown = b;
                 if replace {
                     for Segment(key, ..) in stored.segments.drain(..) {
                         tx.queue(["UNLINK".to_owned(), key])?;
                     }
                     stored.rows = 0;
+                    grown = grown.saturating_sub(i64::try_from(stored.bytes).unwrap_or(i64::MAX));
+                    stored.bytes = 0;
                 }
+                stored.bytes = stored.bytes.saturating_add(bytes);
+                tx.queue([
+                    "INCRBY".to_owned(),
+                    owner_key(owner, "bytes"),
+                    grown.to_string(),
+                ])?;
                 if staged > 0 {
                     // Renamed, not copied: committing is as cheap for a million rows as
                     // for one. The staging list expired with the handle; the segment lasts.
@@ -495,6 +613,11 @@ impl<'t> Data<'t> {
                 let datasets = owner_key(owner, "datasets");
                 tx.expect_field(&datasets, name, Some(&text));
                 tx.queue(["HDEL".to_owned(), datasets, name.to_owned()])?;
+                tx.queue([
+                    "DECRBY".to_owned(),
+                    owner_key(owner, "bytes"),
+                    stored.bytes.to_string(),
+                ])?;
                 for Segment(key, ..) in stored.segments {
                     tx.queue(["UNLINK".to_owned(), key])?;
                 }

@@ -36,6 +36,12 @@ pub const MAX_ROW_BYTES: usize = 64 * 1024;
 /// commits creating datasets at once may both pass the check; the cap is off by at most the
 /// calls in flight.)
 pub const MAX_DATASETS: u64 = 1000;
+/// Most imports one user may have open at once: beginning one more is refused.
+pub const MAX_OPEN_IMPORTS: u64 = 100;
+/// Most bytes of rows one user may store, staged and committed together (rows counted as
+/// for [`MAX_ROW_BYTES`]): an append that would go beyond is refused. Appends running at
+/// once for one user may both pass the check, off by at most the calls in flight.
+pub const MAX_STORED_BYTES: u64 = 1 << 30;
 /// Most filters in one `dataset_query`.
 pub const MAX_FILTERS: usize = 32;
 /// Most rows one `dataset_query` call returns.
@@ -61,6 +67,7 @@ impl HandleKind for Import {
     const CREATED_BY: &'static str = "import_begin";
     const TTL: Duration = Duration::from_secs(24 * 3600);
     const IDLE_TTL: Option<Duration> = Some(Duration::from_secs(3600));
+    const MAX_PER_OWNER: Option<u64> = Some(MAX_OPEN_IMPORTS);
 }
 
 /// The type of a column.
@@ -333,8 +340,9 @@ fn row_bytes(row: &Map<String, Value>) -> usize {
         + 2
 }
 
-/// Checks one row against the columns; the message names the row and the column.
-fn check_row(index: usize, row: &Map<String, Value>, columns: &[Column]) -> Result<(), String> {
+/// Checks one row against the columns, and returns its size ([`row_bytes`]); the message
+/// names the row and the column.
+fn check_row(index: usize, row: &Map<String, Value>, columns: &[Column]) -> Result<usize, String> {
     for key in row.keys() {
         if !columns.iter().any(|c| c.name == *key) {
             return Err(format!(
@@ -372,7 +380,7 @@ fn check_row(index: usize, row: &Map<String, Value>, columns: &[Column]) -> Resu
             "Row {index}: {bytes} bytes; a row holds at most {MAX_ROW_BYTES} bytes (64 KiB). Nothing was appended."
         ));
     }
-    Ok(())
+    Ok(bytes)
 }
 
 /// The columns and row count of an existing dataset of the caller's; a dataset that does not
@@ -419,6 +427,10 @@ fn import_meta(
     Ok((def.dataset, def.columns))
 }
 
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
 fn compare(op: Op, have: &Value, want: &Value) -> bool {
     use std::cmp::Ordering;
     let ord = match (have, want) {
@@ -458,7 +470,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 .scopes(&[DATASETS_WRITE])
                 .idempotent()
                 .description(format!(
-                    "Start loading rows into a dataset (created on commit if it does not exist). Returns an import handle for import_append_rows, import_status, import_commit and import_abort; retried with the same idempotency_key, it returns the same import. {retention}"
+                    "Start loading rows into a dataset (created on commit if it does not exist). Returns an import handle for import_append_rows, import_status, import_commit and import_abort; retried with the same idempotency_key, it returns the same import. A user has at most {MAX_OPEN_IMPORTS} imports open at once. {retention}"
                 ))
                 .handler(|cx: Context, args: BeginArgs| async move {
                     check_dataset_name(&args.dataset)?;
@@ -497,7 +509,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     let import = cx.mint_handle_with::<Import>(data).await?;
                     let ImportDef { dataset, columns } = def;
                     let expires_at = wharf::store::now_millis()
-                        + i64::try_from(Import::TTL.as_millis()).unwrap_or(i64::MAX);
+                        + millis(Import::TTL);
                     Ok::<_, HandlerError>(Structured(ImportInfo {
                         import: import.id().to_owned(),
                         dataset,
@@ -512,7 +524,8 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 .scopes(&[DATASETS_WRITE])
                 .mutates("import")
                 .description(format!(
-                    "Append rows to an import (at most {MAX_ROWS_PER_APPEND} per call, each at most {MAX_ROW_BYTES} bytes of JSON). Rows are checked against the dataset's columns; nothing is appended if one is wrong. Retry with the same idempotency_key after an error or a lost answer: the rows are appended once."
+                    "Append rows to an import (at most {MAX_ROWS_PER_APPEND} per call, each at most {MAX_ROW_BYTES} bytes of JSON). Rows are checked against the dataset's columns; nothing is appended if one is wrong, or if the user's rows, staged and committed, would pass {} GiB. Retry with the same idempotency_key after an error or a lost answer: the rows are appended once.",
+                    MAX_STORED_BYTES >> 30
                 ))
                 .idempotent()
                 .handler(|cx: Context, args: AppendArgs| async move {
@@ -523,20 +536,28 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                         )));
                     }
                     let (_, columns) = import_meta(&cx, &args.import)?;
+                    let mut adding = 0u64;
                     for (i, row) in args.rows.iter().enumerate() {
-                        check_row(i, row, &columns).map_err(HandlerError::Execution)?;
+                        adding += check_row(i, row, &columns).map_err(HandlerError::Execution)? as u64;
                     }
                     // The staged rows expire with the import (its record is there: it was
                     // checked for this call).
-                    let expires_at = cx
+                    let record = cx
                         .handle_record(&args.import)
-                        .map(|r| r.expires_at)
                         .ok_or_else(|| HandlerError::internal("the import's record was not loaded"))?;
+                    let owner = cx.principal().id();
+                    let now = wharf::store::now_millis();
                     let staged = {
                         let mut tx = cx.tx().await?;
-                        Data::of(tx.as_mut())?
-                            .append_staged(args.import.id(), expires_at, &args.rows)
-                            .await?
+                        let mut data = Data::of(tx.as_mut())?;
+                        let stored = data.stored_bytes(owner, now).await?;
+                        if stored.saturating_add(adding) > MAX_STORED_BYTES {
+                            return Err(HandlerError::execution(format!(
+                                "Nothing was appended: you store {stored} bytes of rows (committed and staged), and these rows add {adding}; one user may store at most {MAX_STORED_BYTES} bytes ({} GiB). Delete a dataset (dataset_delete) or abort an import (import_abort) first.",
+                                MAX_STORED_BYTES >> 30
+                            )));
+                        }
+                        data.append_staged(record, &args.rows, adding).await?
                     };
                     if staged > MAX_STAGED_ROWS {
                         return Err(HandlerError::execution(format!(
@@ -668,7 +689,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     tx.hold_handle(args.import.id(), Some(wharf::store::now_millis()))
                         .await?;
                     let staged = Data::of(tx.as_mut())?
-                        .discard_staged(args.import.id())
+                        .discard_staged(cx.principal().id(), args.import.id())
                         .await?;
                     tx.retire_handle(args.import.id()).await?;
                     Ok::<_, HandlerError>(Structured(Aborted {
@@ -884,11 +905,16 @@ mod tests {
 
     #[test]
     fn rows_are_checked_against_columns_with_precise_messages() {
+        // Accepted rows come back with the size they count as: keys and strings as
+        // written, every number at its longest.
         assert_eq!(
             check_row(0, &row(json!({"id": 1, "name": "a"})), &cols()),
-            Ok(())
+            Ok(2 + (2 + 4 + 24) + (4 + 4 + 1 + 2))
         );
-        assert_eq!(check_row(0, &row(json!({"id": 1})), &cols()), Ok(()));
+        assert_eq!(
+            check_row(0, &row(json!({"id": 1})), &cols()),
+            Ok(2 + 2 + 4 + 24)
+        );
         assert!(
             check_row(3, &row(json!({"name": "a"})), &cols())
                 .unwrap_err()

@@ -56,6 +56,9 @@ fn rows(from: u64, n: u64) -> Vec<Map<String, Value>> {
         .collect()
 }
 
+/// What the tests count each row as, against its owner's stored bytes.
+const ROW_BYTES: u64 = 10;
+
 fn columns() -> Value {
     json!([{ "name": "id", "type": "integer", "nullable": false }])
 }
@@ -102,7 +105,7 @@ async fn imports_commit_replace_scan_and_delete(store: Arc<dyn Store>) {
     let first = import(&*store, &who).await;
     for (from, n) in [(0, 3), (3, 2)] {
         let staged = write(&*store, async |d| {
-            d.append_staged(&first.id, first.expires_at, &rows(from, n))
+            d.append_staged(&first, &rows(from, n), ROW_BYTES * n)
                 .await
                 .unwrap()
         })
@@ -126,7 +129,7 @@ async fn imports_commit_replace_scan_and_delete(store: Arc<dyn Store>) {
 
     let second = import(&*store, &who).await;
     write(&*store, async |d| {
-        d.append_staged(&second.id, second.expires_at, &rows(100, 2))
+        d.append_staged(&second, &rows(100, 2), ROW_BYTES * 2)
             .await
             .unwrap()
     })
@@ -168,12 +171,13 @@ async fn imports_commit_replace_scan_and_delete(store: Arc<dyn Store>) {
     assert!(ids(&*store, owner, None).await.is_empty());
 }
 
-/// An import's staged rows go when its handle is retired (SQL: with the handle's row).
+/// An import's staged rows, and their count against the owner's stored bytes, go when its
+/// handle is retired (SQL: with the handle's row).
 async fn staged_rows_go_with_their_import(store: Arc<dyn Store>) {
     let who = owner("retire");
     let import = import(&*store, &who).await;
     write(&*store, async |d| {
-        d.append_staged(&import.id, import.expires_at, &rows(0, 4))
+        d.append_staged(&import, &rows(0, 4), ROW_BYTES * 4)
             .await
             .unwrap()
     })
@@ -185,13 +189,18 @@ async fn staged_rows_go_with_their_import(store: Arc<dyn Store>) {
         // On Redis the service discards them itself, as `import_abort` does.
         Data::of(tx.as_mut())
             .unwrap()
-            .discard_staged(&import.id)
+            .discard_staged(who.id(), &import.id)
             .await
             .unwrap();
     }
     tx.commit().await.unwrap();
     let left = read(&*store, async |d| d.staged(&import.id).await.unwrap()).await;
     assert_eq!(left, 0);
+    let bytes = read(&*store, async |d| {
+        d.stored_bytes(who.id(), now_millis()).await.unwrap()
+    })
+    .await;
+    assert_eq!(bytes, 0, "their bytes go with them");
 }
 
 /// A report's cancellation mark holds for its own run only.
@@ -226,6 +235,76 @@ async fn a_cancellation_marks_its_own_run_only(store: Arc<dyn Store>) {
     assert_eq!(seen, Some((report(2), false)));
 }
 
+/// What an owner stores follows its appends (staged), commits (moved, not doubled),
+/// replaces (the replaced rows' bytes go), aborts and deletions; another owner's bytes are
+/// apart.
+async fn stored_bytes_follow_appends_commits_aborts_and_deletes(store: Arc<dyn Store>) {
+    let who = owner("bytes");
+    let owner = who.id();
+    let stored = async || {
+        read(&*store, async |d| {
+            d.stored_bytes(owner, now_millis()).await.unwrap()
+        })
+        .await
+    };
+    let stage = async |import: &HandleRecord, n: u64| {
+        write(&*store, async |d| {
+            d.append_staged(import, &rows(0, n), ROW_BYTES * n)
+                .await
+                .unwrap()
+        })
+        .await
+        .unwrap()
+    };
+    let commit = async |import: &HandleRecord, replace: bool| {
+        write(&*store, async |d| {
+            d.commit_staged(owner, "sales", &columns(), &import.id, replace)
+                .await
+                .unwrap()
+        })
+        .await
+        .unwrap()
+    };
+    assert_eq!(stored().await, 0);
+    let a = import(&*store, &who).await;
+    stage(&a, 3).await;
+    stage(&a, 2).await;
+    assert_eq!(stored().await, 50, "staged rows count");
+    let b = import(&*store, &who).await;
+    stage(&b, 1).await;
+    assert_eq!(stored().await, 60);
+    commit(&a, false).await;
+    assert_eq!(stored().await, 60, "committed rows move, not doubled");
+    commit(&b, true).await;
+    assert_eq!(stored().await, 10, "replaced rows no longer count");
+    let c = import(&*store, &who).await;
+    stage(&c, 2).await;
+    assert_eq!(stored().await, 30);
+    write(&*store, async |d| {
+        d.discard_staged(owner, &c.id).await.unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(stored().await, 10, "discarded rows no longer count");
+
+    let them = self::owner("bytes-other");
+    let theirs = import(&*store, &them).await;
+    stage(&theirs, 7).await;
+    assert_eq!(stored().await, 10, "another owner's rows are theirs");
+
+    write(&*store, async |d| {
+        let dataset = d.dataset(owner, "sales").await.unwrap().unwrap();
+        d.delete_dataset(owner, dataset, "sales").await.unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        stored().await,
+        0,
+        "a deleted dataset's rows no longer count"
+    );
+}
+
 macro_rules! on_every_store {
     ($($test:ident),*) => {
         mod sqlite {
@@ -252,6 +331,7 @@ macro_rules! on_every_store {
 on_every_store!(
     imports_commit_replace_scan_and_delete,
     staged_rows_go_with_their_import,
+    stored_bytes_follow_appends_commits_aborts_and_deletes,
     a_cancellation_marks_its_own_run_only
 );
 
@@ -264,7 +344,7 @@ async fn concurrent_commits_to_one_dataset_number_rows_once(store: Arc<dyn Store
     let (a, b) = (import(&*store, &who).await, import(&*store, &who).await);
     for (i, imp) in [&a, &b].into_iter().enumerate() {
         write(&*store, async |d| {
-            d.append_staged(&imp.id, imp.expires_at, &rows(i as u64 * 10, 3))
+            d.append_staged(imp, &rows(i as u64 * 10, 3), ROW_BYTES * 3)
                 .await
                 .unwrap()
         })

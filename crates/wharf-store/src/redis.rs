@@ -74,6 +74,12 @@ fn handle_key(id: &str) -> String {
 pub(crate) fn owned_key(id: &str) -> String {
     format!("wharf:h:{id}:collections")
 }
+/// A principal's handles of one kind, scored by their absolute expiry: what counts them for
+/// a kind's cap. The owner's length goes first so no (owner, kind) pair spells another's
+/// key; the commit script builds the same name when it retires a handle.
+fn owner_kind_key(owner: &str, kind: &str) -> String {
+    format!("wharf:hk:{}:{owner}:{kind}", owner.len())
+}
 /// The scope's length goes first so no (scope, key) pair can spell another's key.
 fn claim_key(claim: &Claim) -> String {
     format!(
@@ -100,6 +106,7 @@ pub struct RedisStore {
     claim: Script,
     commit: Script,
     touch: Script,
+    live: Script,
     lines: lock::Lines,
 }
 
@@ -167,6 +174,21 @@ redis.call('ZADD', KEYS[2], at + grace, id)
 return 1
 "#;
 
+/// Counts a principal's live handles of one kind: those past their absolute expiry leave
+/// the set; those idle too long, or swept, are not counted (the expiry set holds each
+/// handle's effective expiry plus the grace).
+const LIVE_LUA: &str = r#"
+local set, expiry, now, grace = KEYS[1], KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', set, '-inf', now)
+local n = 0
+for _, id in ipairs(redis.call('ZRANGE', set, 0, -1)) do
+  local at = redis.call('ZSCORE', expiry, id)
+  if not at then redis.call('ZREM', set, id)
+  elseif tonumber(at) - grace > now then n = n + 1 end
+end
+return n
+"#;
+
 /// Applies a transaction's buffered writes; with a claim, only while the claim is held, only
 /// while every handle it holds still exists, and only while its fence (if it was written
 /// under a mutation lock) is the live holder (returns 0, -2 or -4 otherwise, applying
@@ -224,6 +246,8 @@ for _, op in ipairs(ops) do
   elseif o == 'handle' then
     redis.call('HSET', op[2], 'kind', op[4], 'owner', op[5], 'created_at', op[6], 'expires_at', op[7], 'idle_ms', op[8], 'last_used_at', op[9], 'data', op[11])
     redis.call('ZADD', KEYS[1], op[10], op[3])
+    redis.call('ZADD', op[12], op[7], op[3])
+    if redis.call('PTTL', op[12]) < tonumber(op[13]) then redis.call('PEXPIRE', op[12], op[13]) end
   elseif o == 'touch' then
     if redis.call('EXISTS', op[2]) == 1 then
       redis.call('HSET', op[2], 'last_used_at', op[4])
@@ -233,6 +257,10 @@ for _, op in ipairs(ops) do
       redis.call('ZADD', KEYS[1], at + op[5], op[3])
     end
   elseif o == 'retire' then
+    local who = redis.call('HMGET', op[2], 'owner', 'kind')
+    if who[1] and who[2] then
+      redis.call('ZREM', 'wharf:hk:' .. string.len(who[1]) .. ':' .. who[1] .. ':' .. who[2], op[4])
+    end
     for _, c in ipairs(redis.call('SMEMBERS', op[3])) do redis.call('DEL', c) end
     redis.call('DEL', op[2], op[3])
     redis.call('ZREM', KEYS[1], op[4])
@@ -260,6 +288,7 @@ impl RedisStore {
             claim: Script::new(CLAIM_LUA),
             commit: Script::new(COMMIT_LUA),
             touch: Script::new(TOUCH_LUA),
+            live: Script::new(LIVE_LUA),
             lines: lock::Lines::new(options.lock_wait),
         };
         store.ping().await?;
@@ -347,6 +376,18 @@ impl Store for RedisStore {
                 })
                 .transpose()?,
         }))
+    }
+
+    async fn live_handles(&self, owner: &str, kind: &str, now: Millis) -> Result<u64, StoreError> {
+        let mut conn = self.conn.clone();
+        self.live
+            .key(owner_kind_key(owner, kind))
+            .key(HANDLE_EXPIRY)
+            .arg(now)
+            .arg(EXPIRED_HANDLE_GRACE_MS)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(backend)
     }
 
     async fn touch_handle(&self, id: &str, now: Millis) -> Result<(), StoreError> {
@@ -621,7 +662,12 @@ impl Transaction for RedisTx {
             r.idle_ms.map(|i| i.to_string()).unwrap_or_default(),
             r.last_used_at,
             sweep_at(r),
-            r.data.as_ref().map(Value::to_string).unwrap_or_default()
+            r.data.as_ref().map(Value::to_string).unwrap_or_default(),
+            owner_kind_key(&r.owner, &r.kind),
+            // The owner's set outlives each handle it holds.
+            r.expires_at
+                .saturating_sub(r.created_at)
+                .saturating_add(EXPIRED_HANDLE_GRACE_MS)
         ]));
         Ok(())
     }

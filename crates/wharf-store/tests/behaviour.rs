@@ -600,6 +600,87 @@ async fn redis_a_duplicate_of_a_write_still_running_is_busy_after_its_wait() {
     .await;
 }
 
+struct Other;
+impl HandleKind for Other {
+    const KIND: &'static str = "other";
+    const PREFIX: &'static str = "oth";
+    const CREATED_BY: &'static str = "other_new";
+    const TTL: Duration = Duration::from_secs(3600);
+}
+
+/// A principal's live handles of one kind are counted (what a kind's cap per owner reads):
+/// not another owner's, not another kind's, not one retired, idle too long, past its
+/// lifetime, or swept, and not one of a transaction rolled back.
+async fn live_handles_count_one_owners_live_handles_of_one_kind(store: Arc<dyn Store>) {
+    let owner = Principal::new(unique("owner/with:separators"));
+    let now = now_millis();
+    let idle = i64::try_from(Thing::IDLE_TTL.unwrap().as_millis()).unwrap();
+    let ttl = i64::try_from(Thing::TTL.as_millis()).unwrap();
+    let live: Vec<HandleRecord> = (0..3)
+        .map(|_| HandleRecord::mint::<Thing>(&owner, now))
+        .collect();
+    // Both past the sweeper's hour of grace, so a sweep at `now` removes them.
+    const LONG_AGO: i64 = 10 * 3_600_000;
+    let idle_out = HandleRecord::mint::<Thing>(&owner, now - idle - LONG_AGO);
+    let mut lifetime_out = HandleRecord::mint::<Thing>(&owner, now - ttl - LONG_AGO);
+    // Used a moment ago, so only its lifetime is over.
+    lifetime_out.last_used_at = now - 1;
+    let theirs = HandleRecord::mint::<Thing>(&Principal::new(unique("someone else")), now);
+    let other_kind = HandleRecord::mint::<Other>(&owner, now);
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    for r in live
+        .iter()
+        .chain([&idle_out, &lifetime_out, &theirs, &other_kind])
+    {
+        tx.create_handle(r).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    let count = || store.live_handles(owner.id(), Thing::KIND, now);
+    assert_eq!(count().await.unwrap(), 3);
+    assert_eq!(
+        store
+            .live_handles(owner.id(), Other::KIND, now)
+            .await
+            .unwrap(),
+        1
+    );
+
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.create_handle(&HandleRecord::mint::<Thing>(&owner, now))
+        .await
+        .unwrap();
+    drop(tx);
+    assert_eq!(
+        count().await.unwrap(),
+        3,
+        "a rolled-back handle is not counted"
+    );
+
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.retire_handle(&live[0].id).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(count().await.unwrap(), 2, "a retired handle is not counted");
+    assert_eq!(
+        store
+            .live_handles(owner.id(), Thing::KIND, now + idle)
+            .await
+            .unwrap(),
+        0,
+        "idle for its idle lifetime"
+    );
+    // Other tests share the store: sweep until both expired handles are gone.
+    for gone in [&idle_out, &lifetime_out] {
+        while store.load_handle(&gone.id).await.unwrap().is_some() {
+            store.sweep(now_millis(), 100).await.unwrap();
+        }
+    }
+    assert_eq!(
+        count().await.unwrap(),
+        2,
+        "the count is still right once swept"
+    );
+}
+
 macro_rules! suite {
     ($backend:ident: $($test:ident),* $(,)?) => {
         mod $backend {
@@ -634,6 +715,7 @@ all_backends!(
     claims_on_a_handle_are_for_its_owner_only,
     keys_and_results_are_stored_exactly_whatever_they_hold,
     nothing_is_left_under_a_handle_retired_while_a_write_ran,
+    live_handles_count_one_owners_live_handles_of_one_kind,
 );
 
 /// A claim whose wait for its handle's lock runs out is answered "busy", and the session it

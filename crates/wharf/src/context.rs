@@ -523,7 +523,8 @@ impl Context {
             .map_err(|e| HandlerError::Protocol(e.into()))
     }
 
-    /// Mints a handle of kind `K` owned by the caller, in the call's transaction.
+    /// Mints a handle of kind `K` owned by the caller, in the call's transaction; refused
+    /// with an `isError` result when the caller holds [`HandleKind::MAX_PER_OWNER`] already.
     pub async fn mint_handle<K: HandleKind>(&self) -> Result<Handle<K>, HandlerError> {
         self.mint(HandleRecord::mint::<K>(&self.principal, now_millis()))
             .await
@@ -541,6 +542,19 @@ impl Context {
     }
 
     async fn mint<K: HandleKind>(&self, record: HandleRecord) -> Result<Handle<K>, HandlerError> {
+        if let Some(max) = K::MAX_PER_OWNER {
+            let held = self
+                .store()?
+                .live_handles(&record.owner, K::KIND, record.created_at)
+                .await?;
+            if held >= max {
+                return Err(HandlerError::execution(format!(
+                    "You hold {held} open {kind} handles, the most one user may have at once ({max}). Finish one, or wait for one to expire, before you call {tool} again.",
+                    kind = K::KIND,
+                    tool = K::CREATED_BY,
+                )));
+            }
+        }
         self.tx().await?.create_handle(&record).await?;
         Ok(Handle::new(record.id))
     }

@@ -28,6 +28,11 @@ pub trait HandleKind: Send + Sync + 'static {
     const TTL: Duration;
     /// Lifetime after the last use, if unused handles should die sooner.
     const IDLE_TTL: Option<Duration> = None;
+    /// Most live handles of this kind one principal may hold at once, if capped: minting one
+    /// more is refused with an `isError` result naming the cap, so one tenant cannot fill
+    /// the store with state nobody finishes. (Two mints at once may both pass the count: the
+    /// cap is off by at most the calls in flight.)
+    const MAX_PER_OWNER: Option<u64> = None;
 }
 
 /// A handle as stored.

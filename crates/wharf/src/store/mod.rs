@@ -107,6 +107,10 @@ pub trait Store: Send + Sync + 'static {
     /// Reads a handle, expired or not; `None` when it does not exist (or was swept).
     async fn load_handle(&self, id: &str) -> Result<Option<HandleRecord>, StoreError>;
 
+    /// How many handles of `kind` `owner` holds that are alive at `now` (neither expired nor
+    /// retired): what [`HandleKind::MAX_PER_OWNER`] counts.
+    async fn live_handles(&self, owner: &str, kind: &str, now: Millis) -> Result<u64, StoreError>;
+
     /// Records a use of a handle, pushing back its idle expiry.
     async fn touch_handle(&self, id: &str, now: Millis) -> Result<(), StoreError>;
 
