@@ -54,7 +54,7 @@ async fn a_duplicate_of_a_write_running_elsewhere_is_503_then_replays(store: &st
     let record = other.load_handle(&import).await.unwrap().unwrap();
     Data::of(first.as_mut())
         .unwrap()
-        .append_staged(&record, &staged_rows, 3)
+        .append_staged(&record, &staged_rows, 3, u64::MAX)
         .await
         .unwrap();
 

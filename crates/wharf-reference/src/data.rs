@@ -65,6 +65,19 @@ struct Stored {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Segment(String, i64, u64);
 
+/// How appending rows to an import went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Staged {
+    /// The rows are staged; the import holds this many now.
+    Rows(u64),
+    /// Nothing was written: the owner stores `stored` bytes already, and the rows would
+    /// take it past the limit.
+    OverQuota {
+        /// Bytes of rows the owner stores, committed and staged.
+        stored: u64,
+    },
+}
+
 /// How committing an import's rows went.
 pub enum Commit {
     /// The rows were moved; the dataset holds `total` rows now.
@@ -284,36 +297,68 @@ impl<'t> Data<'t> {
         }
     }
 
-    /// Stages rows (objects) for an import (its handle's record), and counts `bytes` more
-    /// stored by its owner; how many rows the import has staged with them. Appends to one
-    /// import are serialized by its mutation lock.
+    /// Stages rows (objects) for an import (its handle's record) that add `bytes` to what its
+    /// owner stores, unless the owner would then store more than `max_bytes`: then nothing is
+    /// written. Appends to one import are serialized by its mutation lock; appends to two
+    /// imports of one owner at once may both fit, off by at most the calls in flight.
     pub async fn append_staged(
         &mut self,
         import: &HandleRecord,
         rows: &[Map<String, Value>],
         bytes: u64,
-    ) -> Result<u64, HandlerError> {
+        max_bytes: u64,
+    ) -> Result<Staged, HandlerError> {
         let (owner, created_at, expires_at) =
             (import.owner.as_str(), import.created_at, import.expires_at);
         let import = import.id.as_str();
         if rows.is_empty() {
-            return self.staged(import).await;
+            return Ok(Staged::Rows(self.staged(import).await?));
         }
         let n = rows.len() as u64;
-        if let Data::Sql(tx) = self {
-            on_sql!(&mut **tx, |c| {
-                sqlx::query(
-                    "INSERT INTO ref_staged_bytes (import, owner, bytes) VALUES ($1, $2, $3) \
-                     ON CONFLICT (import) DO UPDATE SET bytes = ref_staged_bytes.bytes + excluded.bytes",
-                )
-                .bind(import)
-                .bind(owner)
-                .bind(i64::try_from(bytes).unwrap_or(i64::MAX))
-                .execute(&mut **c)
-                .await
-                .map_err(sql)?;
-                Ok::<_, HandlerError>(())
-            })?;
+        let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        if let Data::Sql(TypedTx::Postgres(tx)) = self {
+            let array = serde_json::to_string(rows).map_err(HandlerError::internal)?;
+            // One statement, one round trip: what the owner stores, and if the rows fit,
+            // the rows numbered on from the import's last one and their bytes counted.
+            // PostgreSQL's `json_array_elements` keeps each row's text as sent.
+            let row = sqlx::query(
+                "WITH used AS (SELECT \
+                 COALESCE((SELECT SUM(bytes) FROM ref_datasets WHERE owner = $4), 0) \
+                 + COALESCE((SELECT SUM(bytes) FROM ref_staged_bytes WHERE owner = $4), 0) AS n), \
+                 fits AS (SELECT 1 FROM used WHERE n + $5 <= $6), \
+                 base AS (SELECT COALESCE(MAX(seq) + 1, 0) AS b \
+                 FROM ref_staged_rows WHERE import = $1), \
+                 ins AS (INSERT INTO ref_staged_rows (import, seq, doc) \
+                 SELECT $1, base.b + j.ord - 1, j.value::text FROM fits, base, \
+                 json_array_elements($2::json) WITH ORDINALITY AS j(value, ord)), \
+                 counted AS (INSERT INTO ref_staged_bytes (import, owner, bytes) \
+                 SELECT $1, $4, $5 FROM fits ON CONFLICT (import) \
+                 DO UPDATE SET bytes = ref_staged_bytes.bytes + excluded.bytes) \
+                 SELECT base.b + $3, used.n::BIGINT, EXISTS (SELECT 1 FROM fits) FROM base, used",
+            )
+            .bind(import)
+            .bind(array)
+            .bind(int(n))
+            .bind(owner)
+            .bind(int(bytes))
+            .bind(int(max_bytes))
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(sql)?;
+            let staged: i64 = row.try_get(0).map_err(sql)?;
+            let stored: i64 = row.try_get(1).map_err(sql)?;
+            let fits: bool = row.try_get(2).map_err(sql)?;
+            return Ok(if fits {
+                Staged::Rows(count(staged))
+            } else {
+                Staged::OverQuota {
+                    stored: count(stored),
+                }
+            });
+        }
+        let stored = self.stored_bytes(owner, now_millis()).await?;
+        if stored.saturating_add(bytes) > max_bytes {
+            return Ok(Staged::OverQuota { stored });
         }
         match self {
             Data::Sql(TypedTx::Sqlite(tx)) => {
@@ -335,27 +380,17 @@ impl<'t> Data<'t> {
                 .execute(&mut **tx)
                 .await
                 .map_err(sql)?;
-                Ok(count(before) + n)
-            }
-            Data::Sql(TypedTx::Postgres(tx)) => {
-                let array = serde_json::to_string(rows).map_err(HandlerError::internal)?;
-                // Numbered on from the import's last row, in one statement: PostgreSQL's
-                // `json_array_elements` keeps each row's text as sent.
-                let staged: i64 = sqlx::query_scalar(
-                    "WITH base AS (SELECT COALESCE(MAX(seq) + 1, 0) AS b \
-                     FROM ref_staged_rows WHERE import = $1), \
-                     ins AS (INSERT INTO ref_staged_rows (import, seq, doc) \
-                     SELECT $1, base.b + j.ord - 1, j.value::text FROM base, \
-                     json_array_elements($2::json) WITH ORDINALITY AS j(value, ord)) \
-                     SELECT b + $3 FROM base",
+                sqlx::query(
+                    "INSERT INTO ref_staged_bytes (import, owner, bytes) VALUES ($1, $2, $3) \
+                     ON CONFLICT (import) DO UPDATE SET bytes = ref_staged_bytes.bytes + excluded.bytes",
                 )
                 .bind(import)
-                .bind(array)
-                .bind(i64::try_from(n).unwrap_or(i64::MAX))
-                .fetch_one(&mut **tx)
+                .bind(owner)
+                .bind(int(bytes))
+                .execute(&mut **tx)
                 .await
                 .map_err(sql)?;
-                Ok(count(staged))
+                Ok(Staged::Rows(count(before) + n))
             }
             Data::Sql(_) => Err(HandlerError::internal(
                 "the import service has no SQL for this database",
@@ -385,7 +420,7 @@ impl<'t> Data<'t> {
                     .saturating_add(lifetime)
                     .saturating_add(EXPIRED_HANDLE_GRACE_MS);
                 tx.queue(["PEXPIREAT".to_owned(), staging, keep.to_string()])?;
-                Ok(count(before) + n)
+                Ok(Staged::Rows(count(before) + n))
             }
         }
     }

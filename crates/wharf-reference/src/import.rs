@@ -18,7 +18,7 @@ use wharf::{
 };
 use wharf_protocol::{ResourceContents, ToolAnnotations};
 
-use crate::data::{Commit, Data};
+use crate::data::{Commit, Data, Staged};
 
 /// The OAuth scope of the tools that read datasets (API keys are not limited by scopes).
 pub const DATASETS_READ: &str = "datasets:read";
@@ -545,19 +545,20 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     let record = cx
                         .handle_record(&args.import)
                         .ok_or_else(|| HandlerError::internal("the import's record was not loaded"))?;
-                    let owner = cx.principal().id();
-                    let now = wharf::store::now_millis();
-                    let staged = {
+                    let appended = {
                         let mut tx = cx.tx().await?;
-                        let mut data = Data::of(tx.as_mut())?;
-                        let stored = data.stored_bytes(owner, now).await?;
-                        if stored.saturating_add(adding) > MAX_STORED_BYTES {
+                        Data::of(tx.as_mut())?
+                            .append_staged(record, &args.rows, adding, MAX_STORED_BYTES)
+                            .await?
+                    };
+                    let staged = match appended {
+                        Staged::Rows(staged) => staged,
+                        Staged::OverQuota { stored } => {
                             return Err(HandlerError::execution(format!(
                                 "Nothing was appended: you store {stored} bytes of rows (committed and staged), and these rows add {adding}; one user may store at most {MAX_STORED_BYTES} bytes ({} GiB). Delete a dataset (dataset_delete) or abort an import (import_abort) first.",
                                 MAX_STORED_BYTES >> 30
                             )));
                         }
-                        data.append_staged(record, &args.rows, adding).await?
                     };
                     if staged > MAX_STAGED_ROWS {
                         return Err(HandlerError::execution(format!(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 use wharf::Principal;
 use wharf::store::{HandleRecord, Store, StoreError, TxMode, now_millis};
-use wharf_reference::data::{Commit, Data, migrations};
+use wharf_reference::data::{Commit, Data, Staged, migrations};
 use wharf_reference::import::Import;
 use wharf_store::{StoreOptions, open};
 
@@ -54,6 +54,20 @@ fn rows(from: u64, n: u64) -> Vec<Map<String, Value>> {
             row
         })
         .collect()
+}
+
+/// The rows an append staged, which the tests expect to fit.
+trait StagedCount {
+    fn staged(self) -> u64;
+}
+
+impl StagedCount for Staged {
+    fn staged(self) -> u64 {
+        match self {
+            Staged::Rows(n) => n,
+            Staged::OverQuota { stored } => panic!("refused at {stored} bytes stored"),
+        }
+    }
 }
 
 /// What the tests count each row as, against its owner's stored bytes.
@@ -105,9 +119,10 @@ async fn imports_commit_replace_scan_and_delete(store: Arc<dyn Store>) {
     let first = import(&*store, &who).await;
     for (from, n) in [(0, 3), (3, 2)] {
         let staged = write(&*store, async |d| {
-            d.append_staged(&first, &rows(from, n), ROW_BYTES * n)
+            d.append_staged(&first, &rows(from, n), ROW_BYTES * n, u64::MAX)
                 .await
                 .unwrap()
+                .staged()
         })
         .await
         .unwrap();
@@ -129,9 +144,10 @@ async fn imports_commit_replace_scan_and_delete(store: Arc<dyn Store>) {
 
     let second = import(&*store, &who).await;
     write(&*store, async |d| {
-        d.append_staged(&second, &rows(100, 2), ROW_BYTES * 2)
+        d.append_staged(&second, &rows(100, 2), ROW_BYTES * 2, u64::MAX)
             .await
             .unwrap()
+            .staged()
     })
     .await
     .unwrap();
@@ -177,9 +193,10 @@ async fn staged_rows_go_with_their_import(store: Arc<dyn Store>) {
     let who = owner("retire");
     let import = import(&*store, &who).await;
     write(&*store, async |d| {
-        d.append_staged(&import, &rows(0, 4), ROW_BYTES * 4)
+        d.append_staged(&import, &rows(0, 4), ROW_BYTES * 4, u64::MAX)
             .await
             .unwrap()
+            .staged()
     })
     .await
     .unwrap();
@@ -249,9 +266,10 @@ async fn stored_bytes_follow_appends_commits_aborts_and_deletes(store: Arc<dyn S
     };
     let stage = async |import: &HandleRecord, n: u64| {
         write(&*store, async |d| {
-            d.append_staged(import, &rows(0, n), ROW_BYTES * n)
+            d.append_staged(import, &rows(0, n), ROW_BYTES * n, u64::MAX)
                 .await
                 .unwrap()
+                .staged()
         })
         .await
         .unwrap()
@@ -270,11 +288,33 @@ async fn stored_bytes_follow_appends_commits_aborts_and_deletes(store: Arc<dyn S
     stage(&a, 3).await;
     stage(&a, 2).await;
     assert_eq!(stored().await, 50, "staged rows count");
+    // Past the limit: refused, and nothing written.
+    let refused = write(&*store, async |d| {
+        d.append_staged(&a, &rows(5, 1), ROW_BYTES, 55)
+            .await
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(refused, Staged::OverQuota { stored: 50 });
+    assert_eq!(stored().await, 50);
+    let staged = read(&*store, async |d| d.staged(&a.id).await.unwrap()).await;
+    assert_eq!(staged, 5, "nothing staged by the refused append");
+    // Up to the limit exactly: fits.
+    let fits = write(&*store, async |d| {
+        d.append_staged(&a, &rows(5, 1), ROW_BYTES, 60)
+            .await
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(fits, Staged::Rows(6));
+    assert_eq!(stored().await, 60);
     let b = import(&*store, &who).await;
     stage(&b, 1).await;
-    assert_eq!(stored().await, 60);
+    assert_eq!(stored().await, 70);
     commit(&a, false).await;
-    assert_eq!(stored().await, 60, "committed rows move, not doubled");
+    assert_eq!(stored().await, 70, "committed rows move, not doubled");
     commit(&b, true).await;
     assert_eq!(stored().await, 10, "replaced rows no longer count");
     let c = import(&*store, &who).await;
@@ -344,9 +384,10 @@ async fn concurrent_commits_to_one_dataset_number_rows_once(store: Arc<dyn Store
     let (a, b) = (import(&*store, &who).await, import(&*store, &who).await);
     for (i, imp) in [&a, &b].into_iter().enumerate() {
         write(&*store, async |d| {
-            d.append_staged(imp, &rows(i as u64 * 10, 3), ROW_BYTES * 3)
+            d.append_staged(imp, &rows(i as u64 * 10, 3), ROW_BYTES * 3, u64::MAX)
                 .await
                 .unwrap()
+                .staged()
         })
         .await
         .unwrap();
