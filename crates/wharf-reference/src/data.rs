@@ -159,6 +159,18 @@ fn staged_key(import: &str) -> String {
     format!("ref:staged:{import}")
 }
 
+/// Forgets an import's staged bytes, returning them (SQL).
+const TAKE_STAGED_BYTES_SQL: &str =
+    "DELETE FROM ref_staged_bytes WHERE import = $1 RETURNING bytes";
+
+/// Forgets an import's staged bytes at commit, returning them (Redis).
+async fn take_staging(tx: &mut RedisTx, owner: &str, import: &str) -> Result<u64, HandlerError> {
+    let staging = owner_key(owner, "staging");
+    let had: Option<String> = tx.reader().hget(&staging, import).await.map_err(backend)?;
+    tx.queue(["HDEL".to_owned(), staging, import.to_owned()])?;
+    Ok(had.as_deref().and_then(staging_entry).map_or(0, |(b, _)| b))
+}
+
 /// An entry of an owner's staging hash on Redis: `BYTES:UNTIL`.
 fn staging_entry(value: &str) -> Option<(u64, Millis)> {
     let (bytes, until) = value.split_once(':')?;
@@ -356,42 +368,50 @@ impl<'t> Data<'t> {
                 }
             });
         }
+        if let Data::Sql(TypedTx::Sqlite(tx)) = self {
+            let array = serde_json::to_string(rows).map_err(HandlerError::internal)?;
+            // The rows go in, numbered on from the import's last one, only if they fit: one
+            // statement (one writer at a time on SQLite, so what it reads holds until it
+            // writes), and their bytes counted in a second.
+            let seqs: Vec<i64> = sqlx::query_scalar(
+                "INSERT INTO ref_staged_rows (import, seq, doc) \
+                 SELECT $1, base.b + j.key, j.value FROM \
+                 (SELECT COALESCE(MAX(seq) + 1, 0) AS b FROM ref_staged_rows WHERE import = $1) AS base, \
+                 json_each($2) AS j \
+                 WHERE COALESCE((SELECT SUM(bytes) FROM ref_datasets WHERE owner = $3), 0) \
+                 + COALESCE((SELECT SUM(bytes) FROM ref_staged_bytes WHERE owner = $3), 0) \
+                 + $4 <= $5 \
+                 RETURNING seq",
+            )
+            .bind(import)
+            .bind(array)
+            .bind(owner)
+            .bind(int(bytes))
+            .bind(int(max_bytes))
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(sql)?;
+            let Some(last) = seqs.into_iter().max() else {
+                let stored = self.stored_bytes(owner, now_millis()).await?;
+                return Ok(Staged::OverQuota { stored });
+            };
+            sqlx::query(
+                "INSERT INTO ref_staged_bytes (import, owner, bytes) VALUES ($1, $2, $3) \
+                 ON CONFLICT (import) DO UPDATE SET bytes = ref_staged_bytes.bytes + excluded.bytes",
+            )
+            .bind(import)
+            .bind(owner)
+            .bind(int(bytes))
+            .execute(&mut **tx)
+            .await
+            .map_err(sql)?;
+            return Ok(Staged::Rows(count(last) + 1));
+        }
         let stored = self.stored_bytes(owner, now_millis()).await?;
         if stored.saturating_add(bytes) > max_bytes {
             return Ok(Staged::OverQuota { stored });
         }
         match self {
-            Data::Sql(TypedTx::Sqlite(tx)) => {
-                let array = serde_json::to_string(rows).map_err(HandlerError::internal)?;
-                // One writer at a time on SQLite: the count read here is still the count
-                // when the rows go in.
-                let before: i64 = sqlx::query_scalar(STAGED_SQL)
-                    .bind(import)
-                    .fetch_one(&mut **tx)
-                    .await
-                    .map_err(sql)?;
-                sqlx::query(
-                    "INSERT INTO ref_staged_rows (import, seq, doc) \
-                     SELECT $1, $2 + j.key, j.value FROM json_each($3) AS j",
-                )
-                .bind(import)
-                .bind(before)
-                .bind(array)
-                .execute(&mut **tx)
-                .await
-                .map_err(sql)?;
-                sqlx::query(
-                    "INSERT INTO ref_staged_bytes (import, owner, bytes) VALUES ($1, $2, $3) \
-                     ON CONFLICT (import) DO UPDATE SET bytes = ref_staged_bytes.bytes + excluded.bytes",
-                )
-                .bind(import)
-                .bind(owner)
-                .bind(int(bytes))
-                .execute(&mut **tx)
-                .await
-                .map_err(sql)?;
-                Ok(Staged::Rows(count(before) + n))
-            }
             Data::Sql(_) => Err(HandlerError::internal(
                 "the import service has no SQL for this database",
             )),
@@ -443,26 +463,18 @@ impl<'t> Data<'t> {
         Ok(staged)
     }
 
-    /// Forgets the bytes `owner`'s import staged (they are committed or dropped); how many.
+    /// Forgets the bytes `owner`'s import staged (they are dropped); how many.
     async fn take_staged_bytes(&mut self, owner: &str, import: &str) -> Result<u64, HandlerError> {
         match self {
             Data::Sql(tx) => on_sql!(&mut **tx, |c| {
-                let bytes: Option<i64> = sqlx::query_scalar(
-                    "DELETE FROM ref_staged_bytes WHERE import = $1 RETURNING bytes",
-                )
-                .bind(import)
-                .fetch_optional(&mut **c)
-                .await
-                .map_err(sql)?;
+                let bytes: Option<i64> = sqlx::query_scalar(TAKE_STAGED_BYTES_SQL)
+                    .bind(import)
+                    .fetch_optional(&mut **c)
+                    .await
+                    .map_err(sql)?;
                 Ok(bytes.map_or(0, count))
             }),
-            Data::Redis(tx) => {
-                let staging = owner_key(owner, "staging");
-                let had: Option<String> =
-                    tx.reader().hget(&staging, import).await.map_err(backend)?;
-                tx.queue(["HDEL".to_owned(), staging, import.to_owned()])?;
-                Ok(had.as_deref().and_then(staging_entry).map_or(0, |(b, _)| b))
-            }
+            Data::Redis(tx) => take_staging(tx, owner, import).await,
         }
     }
 
@@ -478,8 +490,6 @@ impl<'t> Data<'t> {
     ) -> Result<Commit, HandlerError> {
         let staged = self.staged(import).await?;
         let n = i64::try_from(staged).unwrap_or(i64::MAX);
-        let bytes = self.take_staged_bytes(owner, import).await?;
-        let b = i64::try_from(bytes).unwrap_or(i64::MAX);
         match self {
             Data::Sql(tx) => {
                 let read = match &**tx {
@@ -513,6 +523,13 @@ impl<'t> Data<'t> {
                     if have != *columns {
                         return Ok(Commit::OtherColumns(have));
                     }
+                    // The staged rows' bytes go to the dataset.
+                    let b: Option<i64> = sqlx::query_scalar(TAKE_STAGED_BYTES_SQL)
+                        .bind(import)
+                        .fetch_optional(&mut **c)
+                        .await
+                        .map_err(sql)?;
+                    let b = b.unwrap_or(0);
                     let update = if replace {
                         "UPDATE ref_datasets SET row_count = $3, next_seq = next_seq + $3, bytes = $4 \
                      WHERE owner = $1 AND name = $2 RETURNING next_seq - $3, row_count"
@@ -582,7 +599,8 @@ impl<'t> Data<'t> {
                     return Ok(Commit::OtherColumns(stored.columns));
                 }
                 tx.expect_field(&datasets, name, text.as_deref());
-                let mut grown = b;
+                let bytes = take_staging(tx, owner, import).await?;
+                let mut grown = i64::try_from(bytes).unwrap_or(i64::MAX);
                 if replace {
                     for Segment(key, ..) in stored.segments.drain(..) {
                         tx.queue(["UNLINK".to_owned(), key])?;

@@ -315,6 +315,16 @@ async fn stored_bytes_follow_appends_commits_aborts_and_deletes(store: Arc<dyn S
     assert_eq!(stored().await, 70);
     commit(&a, false).await;
     assert_eq!(stored().await, 70, "committed rows move, not doubled");
+    // A commit refused (other columns), even if its transaction commits, moves no bytes.
+    let other = write(&*store, async |d| {
+        d.commit_staged(owner, "sales", &json!([]), &b.id, true)
+            .await
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(matches!(other, Commit::OtherColumns(_)));
+    assert_eq!(stored().await, 70);
     commit(&b, true).await;
     assert_eq!(stored().await, 10, "replaced rows no longer count");
     let c = import(&*store, &who).await;
