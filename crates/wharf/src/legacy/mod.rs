@@ -395,7 +395,7 @@ impl<'a> Sessions<'a> {
             .core
             .runtime
             .sessions
-            .update(session.id(), now_millis(), change)
+            .update(session, &self.core.runtime.mutations, now_millis(), change)
             .await?;
         let Some(changed) = changed else {
             return Err(RpcError::new(

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{Session, SessionState};
+use crate::mutation::MutationQueue;
 use crate::store::{HandleKind, Millis, Store, StoreError, TxMode};
 
 /// Sessions a server without a store keeps at most (the expired ones go first); also the
@@ -132,24 +133,31 @@ impl Book {
         }
     }
 
-    /// Applies `change` to the session's state as the book holds it now, and returns the
+    /// Applies `change` to `session`'s state as the book holds it now, and returns the
     /// session changed; `None` when it ended meanwhile. Writers of one session take turns
-    /// (the store's mutation lock on the session where it has one shared by processes, and
-    /// on PostgreSQL the handle's lock, on SQLite the write transaction): each changes what
-    /// the last one wrote, so two subscriptions made at once on two replicas both stay.
+    /// (through `turns`, as the owner's mutating calls do: the store's lock on the session
+    /// where it has one shared by processes, taken within the owner's fair share of the
+    /// store's lock sessions; on PostgreSQL the handle's lock too, on SQLite the write
+    /// transaction): each changes what the last one wrote, so two subscriptions made at once
+    /// on two replicas both stay.
     pub(crate) async fn update(
         &self,
-        id: &str,
+        session: &Session,
+        turns: &Arc<MutationQueue>,
         now: Millis,
         change: impl FnOnce(&mut SessionState),
     ) -> Result<Option<Session>, StoreError> {
+        let id = session.id();
         match self {
             Book::Store { store, .. } => {
                 // Redis has no lock a transaction can take: its mutation lock orders the
-                // writers, and its fence voids a commit made after the lease ran out.
-                let lock = store.lock_key(&format!("session:{id}")).await?;
+                // writers, and its fence voids a commit made after the lease ran out. (No
+                // mutation key starts like this: theirs start with a length.)
+                let turn = turns
+                    .wait_turn(format!("session:{id}"), session.owner(), Some(store))
+                    .await?;
                 let mut tx = store.begin(TxMode::Write).await?;
-                if let Some(fence) = lock.as_ref().and_then(|l| l.fence()) {
+                if let Some(fence) = turn.fence() {
                     tx.fence(&fence);
                 }
                 // Held exclusively (a use is recorded), so no other change or end of the
@@ -162,17 +170,15 @@ impl Book {
                     self.forget(id);
                     return Ok(None);
                 };
-                let mut session = Session::from_record(record)?;
-                change(session.state_mut());
-                session.touched(now);
+                let mut changed = Session::from_record(record)?;
+                change(changed.state_mut());
+                changed.touched(now);
                 tx.retire_handle(id).await?;
-                tx.create_handle(&session.to_record()).await?;
+                tx.create_handle(&changed.to_record()).await?;
                 tx.commit().await?;
-                if let Some(lock) = lock {
-                    lock.release().await;
-                }
-                self.keep(&session);
-                Ok(Some(session))
+                turn.end().await;
+                self.keep(&changed);
+                Ok(Some(changed))
             }
             Book::Local(map) => Ok(lock(map).get_mut(id).map(|s| {
                 change(s.state_mut());
