@@ -369,43 +369,48 @@ impl<'t> Data<'t> {
             });
         }
         if let Data::Sql(TypedTx::Sqlite(tx)) = self {
-            let array = serde_json::to_string(rows).map_err(HandlerError::internal)?;
-            // The rows go in, numbered on from the import's last one, only if they fit: one
-            // statement (one writer at a time on SQLite, so what it reads holds until it
-            // writes), and their bytes counted in a second.
-            let seqs: Vec<i64> = sqlx::query_scalar(
-                "INSERT INTO ref_staged_rows (import, seq, doc) \
-                 SELECT $1, base.b + j.key, j.value FROM \
-                 (SELECT COALESCE(MAX(seq) + 1, 0) AS b FROM ref_staged_rows WHERE import = $1) AS base, \
-                 json_each($2) AS j \
-                 WHERE COALESCE((SELECT SUM(bytes) FROM ref_datasets WHERE owner = $3), 0) \
-                 + COALESCE((SELECT SUM(bytes) FROM ref_staged_bytes WHERE owner = $3), 0) \
-                 + $4 <= $5 \
-                 RETURNING seq",
+            // Two statements (one writer at a time on SQLite, so what they read holds until
+            // the rows go in): the import's bytes counted first, returning where its rows go
+            // on and what the owner stores with them; then the rows, if they fit.
+            let row = sqlx::query(
+                "INSERT INTO ref_staged_bytes (import, owner, bytes) VALUES ($1, $2, $3) \
+                 ON CONFLICT (import) DO UPDATE SET bytes = ref_staged_bytes.bytes + excluded.bytes \
+                 RETURNING (SELECT COALESCE(MAX(seq) + 1, 0) FROM ref_staged_rows WHERE import = $1), \
+                 bytes + COALESCE((SELECT SUM(d.bytes) FROM ref_datasets AS d WHERE d.owner = $2), 0) \
+                 + COALESCE((SELECT SUM(s.bytes) FROM ref_staged_bytes AS s \
+                 WHERE s.owner = $2 AND s.import <> $1), 0)",
             )
             .bind(import)
-            .bind(array)
             .bind(owner)
             .bind(int(bytes))
-            .bind(int(max_bytes))
-            .fetch_all(&mut **tx)
+            .fetch_one(&mut **tx)
             .await
             .map_err(sql)?;
-            let Some(last) = seqs.into_iter().max() else {
-                let stored = self.stored_bytes(owner, now_millis()).await?;
+            let before: i64 = row.try_get(0).map_err(sql)?;
+            let with_rows = count(row.try_get(1).map_err(sql)?);
+            if with_rows > max_bytes {
+                // Counted too soon: taken back, so nothing is written.
+                sqlx::query("UPDATE ref_staged_bytes SET bytes = bytes - $1 WHERE import = $2")
+                    .bind(int(bytes))
+                    .bind(import)
+                    .execute(&mut **tx)
+                    .await
+                    .map_err(sql)?;
+                let stored = with_rows.saturating_sub(bytes);
                 return Ok(Staged::OverQuota { stored });
-            };
+            }
+            let array = serde_json::to_string(rows).map_err(HandlerError::internal)?;
             sqlx::query(
-                "INSERT INTO ref_staged_bytes (import, owner, bytes) VALUES ($1, $2, $3) \
-                 ON CONFLICT (import) DO UPDATE SET bytes = ref_staged_bytes.bytes + excluded.bytes",
+                "INSERT INTO ref_staged_rows (import, seq, doc) \
+                 SELECT $1, $2 + j.key, j.value FROM json_each($3) AS j",
             )
             .bind(import)
-            .bind(owner)
-            .bind(int(bytes))
+            .bind(before)
+            .bind(array)
             .execute(&mut **tx)
             .await
             .map_err(sql)?;
-            return Ok(Staged::Rows(count(last) + 1));
+            return Ok(Staged::Rows(count(before) + n));
         }
         let stored = self.stored_bytes(owner, now_millis()).await?;
         if stored.saturating_add(bytes) > max_bytes {
