@@ -7,10 +7,12 @@
 //! - `ref:<len>:<owner>:datasets`, a hash: dataset name → the dataset as JSON, which lists
 //!   the dataset's segments, one per committed import;
 //! - `ref:seg:<import>`: a committed import's rows (a list, its staging list renamed);
-//! - `ref:staged:<import>`: an open import's rows, expiring with the import's handle;
+//! - `ref:staged:<import>`: an open import's rows, and `ref:staged:<import>:bytes`, their
+//!   size, both filed under the import's handle (retired with it: committed, aborted, or
+//!   swept once expired);
 //! - `ref:<len>:<owner>:bytes`: the bytes of rows the owner's datasets hold, and
-//!   `ref:<len>:<owner>:staging`, a hash: open import → `BYTES:UNTIL`, the bytes it staged
-//!   and when its rows expire (for the per-user cap on stored bytes);
+//!   `ref:<len>:<owner>:imports`, a set of the owner's imports that staged rows (for the
+//!   per-user cap on stored bytes);
 //! - `ref:<len>:<owner>:reports`, a hash: dataset → its latest report, and
 //!   `ref:<len>:<owner>:cancelled`, a set of `<run>:<dataset>` for runs cut short.
 //!
@@ -25,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sqlx::Row;
 use wharf::HandlerError;
-use wharf::store::{HandleRecord, Millis, StoreError, Transaction, now_millis};
+use wharf::store::{HandleRecord, StoreError, Transaction, now_millis};
 use wharf_store::EXPIRED_HANDLE_GRACE_MS;
 use wharf_store::redis::RedisTx;
 use wharf_store::{AppMigrations, SqlTx, TypedTx};
@@ -163,18 +165,21 @@ fn staged_key(import: &str) -> String {
 const TAKE_STAGED_BYTES_SQL: &str =
     "DELETE FROM ref_staged_bytes WHERE import = $1 RETURNING bytes";
 
-/// Forgets an import's staged bytes at commit, returning them (Redis).
-async fn take_staging(tx: &mut RedisTx, owner: &str, import: &str) -> Result<u64, HandlerError> {
-    let staging = owner_key(owner, "staging");
-    let had: Option<String> = tx.reader().hget(&staging, import).await.map_err(backend)?;
-    tx.queue(["HDEL".to_owned(), staging, import.to_owned()])?;
-    Ok(had.as_deref().and_then(staging_entry).map_or(0, |(b, _)| b))
+fn staged_bytes_key(import: &str) -> String {
+    format!("ref:staged:{import}:bytes")
 }
 
-/// An entry of an owner's staging hash on Redis: `BYTES:UNTIL`.
-fn staging_entry(value: &str) -> Option<(u64, Millis)> {
-    let (bytes, until) = value.split_once(':')?;
-    Some((bytes.parse().ok()?, until.parse().ok()?))
+/// Forgets an import's staged bytes (committed or dropped), returning them (Redis).
+async fn take_staging(tx: &mut RedisTx, owner: &str, import: &str) -> Result<u64, HandlerError> {
+    let key = staged_bytes_key(import);
+    let had: Option<i64> = tx.reader().get(&key).await.map_err(backend)?;
+    tx.queue(["UNLINK".to_owned(), key])?;
+    tx.queue([
+        "SREM".to_owned(),
+        owner_key(owner, "imports"),
+        import.to_owned(),
+    ])?;
+    Ok(count(had.unwrap_or(0)))
 }
 
 impl<'t> Data<'t> {
@@ -261,9 +266,10 @@ impl<'t> Data<'t> {
         }
     }
 
-    /// How many bytes of rows `owner` stores at `now`: in datasets, and staged by imports
-    /// not yet expired.
-    pub async fn stored_bytes(&mut self, owner: &str, now: Millis) -> Result<u64, HandlerError> {
+    /// How many bytes of rows `owner` stores: in datasets, and staged by imports (until an
+    /// import's handle is retired: committed, aborted, or swept once expired, which takes
+    /// its rows along on every store).
+    pub async fn stored_bytes(&mut self, owner: &str) -> Result<u64, HandlerError> {
         match self {
             Data::Sql(tx) => {
                 let query = "SELECT CAST(\
@@ -278,15 +284,25 @@ impl<'t> Data<'t> {
                     .get(owner_key(owner, "bytes"))
                     .await
                     .map_err(backend)?;
-                let staging_key = owner_key(owner, "staging");
-                let staging: Vec<(String, String)> =
-                    tx.reader().hgetall(&staging_key).await.map_err(backend)?;
+                let staging_key = owner_key(owner, "imports");
+                let imports: Vec<String> =
+                    tx.reader().smembers(&staging_key).await.map_err(backend)?;
                 let mut total = count(committed.unwrap_or(0));
-                for (import, value) in staging {
-                    match staging_entry(&value) {
-                        Some((bytes, until)) if until > now => total = total.saturating_add(bytes),
-                        // Its rows expired with it: forget it with this call's writes.
-                        _ => tx.queue(["HDEL".to_owned(), staging_key.clone(), import])?,
+                if imports.is_empty() {
+                    return Ok(total);
+                }
+                let keys: Vec<String> = imports.iter().map(|i| staged_bytes_key(i)).collect();
+                let sizes: Vec<Option<i64>> = redis::cmd("MGET")
+                    .arg(&keys)
+                    .query_async(tx.reader())
+                    .await
+                    .map_err(backend)?;
+                for (import, size) in imports.into_iter().zip(sizes) {
+                    match size {
+                        Some(bytes) => total = total.saturating_add(count(bytes)),
+                        // Retired with its import (or expired): forget it with this call's
+                        // writes.
+                        None => tx.queue(["SREM".to_owned(), staging_key.clone(), import])?,
                     }
                 }
                 Ok(total)
@@ -389,9 +405,15 @@ impl<'t> Data<'t> {
             let before: i64 = row.try_get(0).map_err(sql)?;
             let with_rows = count(row.try_get(1).map_err(sql)?);
             if with_rows > max_bytes {
-                // Counted too soon: taken back, so nothing is written.
+                // Counted too soon: taken back (the row too, if this made it), so nothing
+                // is written.
                 sqlx::query("UPDATE ref_staged_bytes SET bytes = bytes - $1 WHERE import = $2")
                     .bind(int(bytes))
+                    .bind(import)
+                    .execute(&mut **tx)
+                    .await
+                    .map_err(sql)?;
+                sqlx::query("DELETE FROM ref_staged_bytes WHERE import = $1 AND bytes = 0")
                     .bind(import)
                     .execute(&mut **tx)
                     .await
@@ -412,7 +434,7 @@ impl<'t> Data<'t> {
             .map_err(sql)?;
             return Ok(Staged::Rows(count(before) + n));
         }
-        let stored = self.stored_bytes(owner, now_millis()).await?;
+        let stored = self.stored_bytes(owner).await?;
         if stored.saturating_add(bytes) > max_bytes {
             return Ok(Staged::OverQuota { stored });
         }
@@ -428,17 +450,19 @@ impl<'t> Data<'t> {
                     push.push(serde_json::to_string(row).map_err(HandlerError::internal)?);
                 }
                 tx.queue(push)?;
-                // The rows outlive the handle's lifetime by the grace during which it is
-                // still reported as expired, never the other way round.
+                let size = staged_bytes_key(import);
+                tx.queue(["INCRBY".to_owned(), size.clone(), bytes.to_string()])?;
+                // They go when the import's handle is retired (as SQL's trigger drops its
+                // rows), and expire with its lifetime at the latest (plus the grace during
+                // which it is still reported as expired).
                 let until = expires_at.saturating_add(EXPIRED_HANDLE_GRACE_MS);
-                tx.queue(["PEXPIREAT".to_owned(), key, until.to_string()])?;
-                let staging = owner_key(owner, "staging");
-                let had: Option<String> =
-                    tx.reader().hget(&staging, import).await.map_err(backend)?;
-                let had = had.as_deref().and_then(staging_entry).map_or(0, |(b, _)| b);
-                let entry = format!("{}:{until}", had.saturating_add(bytes));
-                tx.queue(["HSET".to_owned(), staging.clone(), import.to_owned(), entry])?;
-                // No import alive now outlives an import begun now: the count is kept while
+                for key in [key, size] {
+                    tx.file_under_handle(import, &key);
+                    tx.queue(["PEXPIREAT".to_owned(), key, until.to_string()])?;
+                }
+                let staging = owner_key(owner, "imports");
+                tx.queue(["SADD".to_owned(), staging.clone(), import.to_owned()])?;
+                // No import alive now outlives an import begun now: the set is kept while
                 // any might (each append pushes this on).
                 let lifetime = expires_at.saturating_sub(created_at);
                 let keep = now_millis()

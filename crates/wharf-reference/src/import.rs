@@ -321,15 +321,28 @@ fn stored_row_bytes(row: &Value) -> usize {
     row.as_object().map_or(0, row_bytes)
 }
 
-/// The size of a row's JSON, close enough to cap it without writing it out (string
-/// escapes are not counted; numbers count as their longest).
+/// What escaping adds to a string's JSON: a character for `"` and `\`, five for the other
+/// control characters (`\u00XX`; a few have two-character escapes, counted as five too).
+fn escapes(s: &str) -> usize {
+    s.bytes()
+        .map(|b| match b {
+            b'"' | b'\\' => 1,
+            0..=0x1f => 5,
+            _ => 0,
+        })
+        .sum()
+}
+
+/// The size of a row's JSON, close enough to cap it without writing it out (strings with
+/// their escapes at most; numbers count as their longest; keys are column names, which
+/// need none).
 fn row_bytes(row: &Map<String, Value>) -> usize {
     row.iter()
         .map(|(k, v)| {
             k.len()
                 + 4
                 + match v {
-                    Value::String(s) => s.len() + 2,
+                    Value::String(s) => s.len() + 2 + escapes(s),
                     Value::Number(_) => 24,
                     Value::Bool(_) => 5,
                     // Columns hold scalars; anything else was refused before.
@@ -915,6 +928,11 @@ mod tests {
         assert_eq!(
             check_row(0, &row(json!({"id": 1})), &cols()),
             Ok(2 + 2 + 4 + 24)
+        );
+        // Escapes count: `\u0001` is six characters in JSON, `\"` and `\\` two each.
+        assert_eq!(
+            check_row(0, &row(json!({"id": 1, "name": "\u{1}\"\\"})), &cols()),
+            Ok(2 + (2 + 4 + 24) + (4 + 4 + (3 + 2 + 5 + 1 + 1)))
         );
         assert!(
             check_row(3, &row(json!({"name": "a"})), &cols())

@@ -37,6 +37,9 @@ use crate::EXPIRED_HANDLE_GRACE_MS;
 use crate::StoreOptions;
 
 const HANDLE_EXPIRY: &str = "wharf:handles:expiry";
+/// Longest life given to a key holding several handles' ids (ten years): a kind's lifetime
+/// may be `Duration::MAX`, which no expiry command takes.
+const MAX_SET_TTL_MS: i64 = 10 * 365 * 24 * 3_600_000;
 /// The shared keys: a hash of id → `ACTIVE_FROM:EXPIRES_AT:SECRET_HEX`.
 const SHARED_KEYS: &str = "wharf:keys";
 
@@ -71,7 +74,7 @@ fn shared_key_from(id: String, value: &str) -> Result<SharedKey, StoreError> {
 fn handle_key(id: &str) -> String {
     format!("wharf:h:{id}")
 }
-pub(crate) fn owned_key(id: &str) -> String {
+fn owned_key(id: &str) -> String {
     format!("wharf:h:{id}:collections")
 }
 /// A principal's handles of one kind, scored by their absolute expiry: what counts them for
@@ -261,7 +264,7 @@ for _, op in ipairs(ops) do
     if who[1] and who[2] then
       redis.call('ZREM', 'wharf:hk:' .. string.len(who[1]) .. ':' .. who[1] .. ':' .. who[2], op[4])
     end
-    for _, c in ipairs(redis.call('SMEMBERS', op[3])) do redis.call('DEL', c) end
+    for _, c in ipairs(redis.call('SMEMBERS', op[3])) do redis.call('UNLINK', c) end
     redis.call('DEL', op[2], op[3])
     redis.call('ZREM', KEYS[1], op[4])
   end
@@ -630,6 +633,13 @@ impl RedisTx {
         }
     }
 
+    /// Files `key` under handle `handle`: when the handle is retired (by a call, or by the
+    /// sweeper once it expired), the key goes with it, freed in the background, as rows of a
+    /// SQL table go with a handle through a trigger on its deletion.
+    pub fn file_under_handle(&mut self, handle: &str, key: &str) {
+        self.ops.push(json!(["sadd", owned_key(handle), key]));
+    }
+
     /// Makes the commit apply nothing, failing with [`StoreError::Conflict`], unless field
     /// `field` of hash `key` then holds `value` (`None`: is absent). An app reads a value,
     /// decides from it, and expects it unchanged: a concurrent writer makes one of the two
@@ -664,10 +674,11 @@ impl Transaction for RedisTx {
             sweep_at(r),
             r.data.as_ref().map(Value::to_string).unwrap_or_default(),
             owner_kind_key(&r.owner, &r.kind),
-            // The owner's set outlives each handle it holds.
+            // The owner's set outlives each handle it holds (within what PEXPIRE takes).
             r.expires_at
                 .saturating_sub(r.created_at)
                 .saturating_add(EXPIRED_HANDLE_GRACE_MS)
+                .min(MAX_SET_TTL_MS)
         ]));
         Ok(())
     }

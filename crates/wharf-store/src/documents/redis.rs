@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use wharf::store::StoreError;
 
 use super::Documents;
-use crate::redis::{RedisTx, backend, owned_key};
+use crate::redis::{RedisTx, backend};
 
 fn doc_key(collection: &str) -> String {
     format!("wharf:d:{collection}")
@@ -30,7 +30,7 @@ fn owner_of(collection: &str) -> Option<&str> {
 impl RedisTx {
     fn file_under_owner(&mut self, key: &str, collection: &str) {
         if let Some(owner) = owner_of(collection) {
-            self.ops.push(json!(["sadd", owned_key(owner), key]));
+            self.file_under_handle(owner, key);
         }
     }
 

@@ -24,6 +24,10 @@ const CAP: usize = 10_000;
 /// How long a copy of a stored session is used without reading it again.
 pub(crate) const CACHE_TTL: Duration = Duration::from_secs(2);
 
+/// Longest a change of a session waits for its turn (its lock, the owner's share of the
+/// store's lock sessions) before it is answered busy.
+const TURN_WAIT: Duration = Duration::from_secs(10);
+
 /// The session book of one server.
 pub(crate) enum Book {
     /// In the store, as handles, with this process's copies of the ones it served lately.
@@ -153,9 +157,14 @@ impl Book {
                 // Redis has no lock a transaction can take: its mutation lock orders the
                 // writers, and its fence voids a commit made after the lease ran out. (No
                 // mutation key starts like this: theirs start with a length.)
-                let turn = turns
-                    .wait_turn(format!("session:{id}"), session.owner(), Some(store))
-                    .await?;
+                let wait = turns.wait_turn(format!("session:{id}"), session.owner(), Some(store));
+                // Bounded as a tool call's wait is: behind the owner's long calls, busy.
+                let turn = tokio::time::timeout(TURN_WAIT, wait).await.map_err(|_| {
+                    StoreError::Busy(format!(
+                        "the session's change waited {}s for its turn",
+                        TURN_WAIT.as_secs()
+                    ))
+                })??;
                 let mut tx = store.begin(TxMode::Write).await?;
                 if let Some(fence) = turn.fence() {
                     tx.fence(&fence);
