@@ -1,0 +1,475 @@
+//! Fetching a metadata document without letting its URL point the server anywhere it
+//! should not go.
+//!
+//! The address rule is enforced by the resolver the HTTP client connects through: every
+//! address a name resolves to is vetted, and the client connects only to the addresses that
+//! resolver returned. There is no separate check that a second DNS answer could contradict,
+//! so a name that resolves to a public address when "checked" and to 169.254.169.254 when
+//! "connected" (DNS rebinding) gains nothing. IP-literal hosts never reach a resolver and are
+//! vetted before the request. A name with any special-use address is refused outright rather
+//! than filtered, since a name that mixes them is not one a client should be using.
+
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::BytesMut;
+use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, LOCATION};
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use reqwest::redirect::Policy;
+
+use super::netguard::{self, SpecialUse};
+use super::{ClientIdUrl, ClientMetadata, DocumentError, freshness};
+
+/// The size cap the draft suggests: about 5 KB.
+const MAX_BYTES: usize = 5 * 1024;
+/// Time to establish a connection, TLS included.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Time for the whole fetch, from resolution to the last byte.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A document fetched and checked, with how long it may be reused.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    /// The client it describes.
+    pub metadata: ClientMetadata,
+    /// How long it may be reused, from its caching headers; `None`: fetch it again next time.
+    pub fresh_for: Option<Duration>,
+}
+
+/// Why a document could not be had. None of these is cached: the next authorization request
+/// fetches again. Each message says what was wrong, for the error page and the logs.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FetchError {
+    /// The host is, or resolves to, a special-use address.
+    #[error(
+        "the client_id's host {host} is at {ip}, in {range}: this server does not fetch from special-use addresses"
+    )]
+    SpecialUseAddress {
+        /// The host in the URL.
+        host: String,
+        /// The address refused.
+        ip: IpAddr,
+        /// The block it is in.
+        range: SpecialUse,
+    },
+    /// The name did not resolve.
+    #[error("the client_id's host {host} could not be resolved: {reason}")]
+    Resolve {
+        /// The host in the URL.
+        host: String,
+        /// What the resolver said.
+        reason: String,
+    },
+    /// No connection, or TLS failed.
+    #[error("the client metadata document at {url} could not be fetched: {reason}")]
+    Connect {
+        /// The URL.
+        url: String,
+        /// What went wrong, with its causes.
+        reason: String,
+    },
+    /// The fetch took longer than allowed.
+    #[error("the client metadata document at {url} did not arrive within {limit:?}")]
+    Timeout {
+        /// The URL.
+        url: String,
+        /// The limit.
+        limit: Duration,
+    },
+    /// A redirect, which is never followed.
+    #[error(
+        "the client metadata document at {url} answered {status} redirecting to {location:?}; redirects are not followed, so the client_id must be the document's own URL"
+    )]
+    Redirect {
+        /// The URL.
+        url: String,
+        /// The 3xx status.
+        status: u16,
+        /// Its `Location`, if any.
+        location: Option<String>,
+    },
+    /// Any status other than 200.
+    #[error("the client metadata document at {url} answered HTTP {status}; only 200 is accepted")]
+    Status {
+        /// The URL.
+        url: String,
+        /// The status.
+        status: u16,
+    },
+    /// A content type other than JSON.
+    #[error("the client metadata document at {url} is {content_type:?}, not application/json")]
+    NotJson {
+        /// The URL.
+        url: String,
+        /// Its `Content-Type`, or empty when absent.
+        content_type: String,
+    },
+    /// More than the size cap.
+    #[error("the client metadata document at {url} is larger than {limit} bytes")]
+    TooLarge {
+        /// The URL.
+        url: String,
+        /// The cap.
+        limit: usize,
+    },
+    /// The body is not an acceptable document.
+    #[error(transparent)]
+    Document(#[from] DocumentError),
+}
+
+/// How a host name becomes addresses. [`SystemLookup`] asks the operating system; another
+/// implementation serves a private resolver, or a test that needs a name to answer
+/// differently each time.
+pub trait Lookup: Send + Sync + 'static {
+    /// The addresses of `host`.
+    fn lookup(&self, host: &str) -> Pin<Box<dyn Future<Output = io::Result<Vec<IpAddr>>> + Send>>;
+}
+
+/// The operating system's resolver, through tokio.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemLookup;
+
+impl Lookup for SystemLookup {
+    fn lookup(&self, host: &str) -> Pin<Box<dyn Future<Output = io::Result<Vec<IpAddr>>> + Send>> {
+        let host = host.to_owned();
+        Box::pin(async move {
+            let addrs = tokio::net::lookup_host((host.as_str(), 0)).await?;
+            Ok(addrs.map(|addr| addr.ip()).collect())
+        })
+    }
+}
+
+/// Settings for a [`Fetcher`]. The defaults are the draft's: about 5 KB, a few seconds.
+pub struct FetcherBuilder {
+    max_bytes: usize,
+    connect_timeout: Duration,
+    timeout: Duration,
+    allow_loopback: bool,
+    roots: Vec<reqwest::Certificate>,
+    lookup: Arc<dyn Lookup>,
+}
+
+impl fmt::Debug for FetcherBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FetcherBuilder")
+            .field("max_bytes", &self.max_bytes)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("timeout", &self.timeout)
+            .field("allow_loopback", &self.allow_loopback)
+            .field("extra_roots", &self.roots.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl FetcherBuilder {
+    /// The largest document accepted, in bytes.
+    pub fn max_bytes(mut self, max_bytes: usize) -> Self {
+        self.max_bytes = max_bytes;
+        self
+    }
+
+    /// The time to connect, and the time for the whole fetch.
+    pub fn timeouts(mut self, connect: Duration, total: Duration) -> Self {
+        self.connect_timeout = connect;
+        self.timeout = total;
+        self
+    }
+
+    /// Trusts another root certificate (PEM), for clients whose documents are served under
+    /// a private certificate authority.
+    pub fn add_root_certificate(mut self, pem: &[u8]) -> Result<Self, FetchError> {
+        let cert = reqwest::Certificate::from_pem(pem).map_err(|err| FetchError::Connect {
+            url: String::new(),
+            reason: format!("the root certificate is not PEM: {err}"),
+        })?;
+        self.roots.push(cert);
+        Ok(self)
+    }
+
+    /// Resolves names through `lookup` instead of the operating system.
+    pub fn lookup(mut self, lookup: Arc<dyn Lookup>) -> Self {
+        self.lookup = lookup;
+        self
+    }
+
+    /// Lets documents be fetched from loopback addresses, which are otherwise refused like
+    /// every special-use address. For tests that serve documents on this machine; never for
+    /// a deployed server, where it would let any client make the server call itself.
+    pub fn allow_loopback_for_tests(mut self) -> Self {
+        self.allow_loopback = true;
+        self
+    }
+
+    /// Builds the fetcher and its HTTP client.
+    pub fn build(self) -> Result<Fetcher, FetchError> {
+        let resolver = Arc::new(GuardedResolver {
+            lookup: self.lookup,
+            allow_loopback: self.allow_loopback,
+        });
+        let mut client = reqwest::Client::builder()
+            .redirect(Policy::none())
+            .no_proxy()
+            .https_only(true)
+            .connect_timeout(self.connect_timeout)
+            .timeout(self.timeout)
+            .user_agent(concat!("wharf-authz/", env!("CARGO_PKG_VERSION")))
+            .dns_resolver(resolver);
+        for root in self.roots {
+            client = client.add_root_certificate(root);
+        }
+        let client = client.build().map_err(|err| FetchError::Connect {
+            url: String::new(),
+            reason: format!("the HTTP client could not be built: {err}"),
+        })?;
+        Ok(Fetcher {
+            client,
+            max_bytes: self.max_bytes,
+            timeout: self.timeout,
+            allow_loopback: self.allow_loopback,
+        })
+    }
+}
+
+/// Fetches metadata documents under the draft's security rules. Cheap to clone; one per
+/// server.
+#[derive(Debug, Clone)]
+pub struct Fetcher {
+    client: reqwest::Client,
+    max_bytes: usize,
+    timeout: Duration,
+    allow_loopback: bool,
+}
+
+impl Fetcher {
+    /// Settings starting from the defaults.
+    pub fn builder() -> FetcherBuilder {
+        FetcherBuilder {
+            max_bytes: MAX_BYTES,
+            connect_timeout: CONNECT_TIMEOUT,
+            timeout: TIMEOUT,
+            allow_loopback: false,
+            roots: Vec::new(),
+            lookup: Arc::new(SystemLookup),
+        }
+    }
+
+    /// Fetches and checks the document `client_id` names.
+    pub async fn fetch(&self, client_id: &ClientIdUrl) -> Result<Fetched, FetchError> {
+        if let Some(ip) = client_id.ip_literal() {
+            vet(ip, self.allow_loopback).map_err(|range| FetchError::SpecialUseAddress {
+                host: client_id.host().to_owned(),
+                ip,
+                range,
+            })?;
+        }
+        let url = client_id.as_str();
+        match tokio::time::timeout(self.timeout, self.fetch_body(client_id)).await {
+            Ok(result) => result,
+            Err(_) => Err(FetchError::Timeout {
+                url: url.to_owned(),
+                limit: self.timeout,
+            }),
+        }
+    }
+
+    async fn fetch_body(&self, client_id: &ClientIdUrl) -> Result<Fetched, FetchError> {
+        let url = || client_id.as_str().to_owned();
+        let mut response = self
+            .client
+            .get(client_id.url().clone())
+            .header(ACCEPT, "application/json")
+            .send()
+            .await
+            .map_err(|err| self.request_error(client_id, &err))?;
+        let status = response.status();
+        if status.is_redirection() {
+            return Err(FetchError::Redirect {
+                url: url(),
+                status: status.as_u16(),
+                location: header(&response, LOCATION),
+            });
+        }
+        if status != reqwest::StatusCode::OK {
+            return Err(FetchError::Status {
+                url: url(),
+                status: status.as_u16(),
+            });
+        }
+        let content_type = header(&response, CONTENT_TYPE).unwrap_or_default();
+        if !is_json(&content_type) {
+            return Err(FetchError::NotJson {
+                url: url(),
+                content_type,
+            });
+        }
+        let too_large = || FetchError::TooLarge {
+            url: url(),
+            limit: self.max_bytes,
+        };
+        let declared = header(&response, CONTENT_LENGTH).and_then(|len| len.parse::<u64>().ok());
+        if declared.is_some_and(|len| len > self.max_bytes as u64) {
+            return Err(too_large());
+        }
+        let fresh_for = freshness(response.headers(), SystemTime::now());
+        let mut body = BytesMut::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|err| self.request_error(client_id, &err))?
+        {
+            if body.len() + chunk.len() > self.max_bytes {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let metadata = ClientMetadata::from_document(client_id, &body)?;
+        Ok(Fetched {
+            metadata,
+            fresh_for,
+        })
+    }
+
+    /// Tells a refused address or a failed resolution (which arrive wrapped in the HTTP
+    /// client's connection error) from other failures.
+    fn request_error(&self, client_id: &ClientIdUrl, err: &reqwest::Error) -> FetchError {
+        let host = client_id.host().to_owned();
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+        let mut reasons = Vec::new();
+        while let Some(cause) = source {
+            if let Some(refusal) = cause.downcast_ref::<Refusal>() {
+                return match refusal {
+                    Refusal::SpecialUse { ip, range } => FetchError::SpecialUseAddress {
+                        host,
+                        ip: *ip,
+                        range: *range,
+                    },
+                    Refusal::Unresolved(reason) => FetchError::Resolve {
+                        host,
+                        reason: reason.clone(),
+                    },
+                };
+            }
+            reasons.push(cause.to_string());
+            source = cause.source();
+        }
+        if err.is_timeout() {
+            return FetchError::Timeout {
+                url: client_id.as_str().to_owned(),
+                limit: self.timeout,
+            };
+        }
+        reasons.dedup();
+        FetchError::Connect {
+            url: client_id.as_str().to_owned(),
+            reason: reasons.join(": "),
+        }
+    }
+}
+
+fn header(response: &reqwest::Response, name: http::HeaderName) -> Option<String> {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// `application/json`, or a `+json` type, parameters aside.
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || essence
+            .strip_prefix("application/")
+            .is_some_and(|sub| sub.ends_with("+json"))
+}
+
+/// Whether the fetcher may connect to `ip`.
+fn vet(ip: IpAddr, allow_loopback: bool) -> Result<(), SpecialUse> {
+    match netguard::special_use(ip) {
+        Some(_) if allow_loopback && netguard::is_loopback(ip) => Ok(()),
+        Some(range) => Err(range),
+        None => Ok(()),
+    }
+}
+
+/// The resolver the HTTP client connects through: it returns a name's addresses only when
+/// every one of them may be connected to.
+struct GuardedResolver {
+    lookup: Arc<dyn Lookup>,
+    allow_loopback: bool,
+}
+
+/// Why the guarded resolver gave no addresses; found again in the HTTP client's error.
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    #[error("{ip} is in {range}")]
+    SpecialUse { ip: IpAddr, range: SpecialUse },
+    #[error("{0}")]
+    Unresolved(String),
+}
+
+impl Resolve for GuardedResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let lookup = self.lookup.lookup(name.as_str());
+        let allow_loopback = self.allow_loopback;
+        Box::pin(async move {
+            let ips = lookup
+                .await
+                .map_err(|err| Refusal::Unresolved(err.to_string()))?;
+            if ips.is_empty() {
+                return Err(Refusal::Unresolved("no addresses".to_owned()).into());
+            }
+            for &ip in &ips {
+                vet(ip, allow_loopback).map_err(|range| Refusal::SpecialUse { ip, range })?;
+            }
+            let addrs: Addrs = Box::new(ips.into_iter().map(|ip| SocketAddr::new(ip, 0)));
+            Ok(addrs)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_content_types() {
+        for ok in [
+            "application/json",
+            "application/json; charset=utf-8",
+            "Application/JSON",
+            "application/oauth-client+json",
+        ] {
+            assert!(is_json(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "text/html",
+            "text/json",
+            "application/jsonp",
+            "application/json-seq",
+        ] {
+            assert!(!is_json(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn loopback_is_allowed_only_by_the_test_switch() {
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        assert!(vet(lo, false).is_err());
+        assert!(vet(lo, true).is_ok());
+        let private: IpAddr = "10.0.0.1".parse().unwrap();
+        assert!(vet(private, true).is_err());
+    }
+}

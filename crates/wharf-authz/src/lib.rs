@@ -1,0 +1,15 @@
+//! The embedded OAuth 2.1 authorization server's rules, each in the module named for it and
+//! each refusal a typed error whose message names the rule broken:
+//!
+//! - [`pkce`]: proof key for code exchange (RFC 7636), `S256` only as OAuth 2.1 requires.
+//! - [`redirect`]: redirect URIs registered through Dynamic Client Registration (RFC 7591),
+//!   checked against the client's `application_type` (OpenID Connect Registration 1.0 §2).
+//! - [`cimd`]: Client ID Metadata Documents — the `client_id` URL, the document it names,
+//!   and a fetcher that refuses what an authorization server must never fetch.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
+
+pub mod cimd;
+pub mod pkce;
+pub mod redirect;
