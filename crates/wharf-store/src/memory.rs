@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use async_trait::async_trait;
 use wharf::store::{
-    Begin, Claim, HandleRecord, Millis, SharedKey, Store, StoreError, Transaction, TxMode,
+    Begin, Claim, HandleRecord, Millis, NewRecord, Record, SharedKey, Store, StoreError,
+    Transaction, TxMode, Write,
 };
 
 use crate::Dialect;
@@ -79,6 +80,39 @@ impl Store for MemoryStore {
     }
     async fn add_shared_key(&self, key: &SharedKey) -> Result<(), StoreError> {
         self.inner.add_shared_key(key).await
+    }
+    async fn read_record(
+        &self,
+        namespace: &str,
+        key: &str,
+        now: Millis,
+    ) -> Result<Option<Record>, StoreError> {
+        self.inner.read_record(namespace, key, now).await
+    }
+    async fn write_record(
+        &self,
+        record: &NewRecord<'_>,
+        write: Write,
+        now: Millis,
+    ) -> Result<Option<u64>, StoreError> {
+        self.inner.write_record(record, write, now).await
+    }
+    async fn delete_record(
+        &self,
+        namespace: &str,
+        key: &str,
+        version: Option<u64>,
+    ) -> Result<bool, StoreError> {
+        self.inner.delete_record(namespace, key, version).await
+    }
+    async fn records_of(
+        &self,
+        namespace: &str,
+        owner: &str,
+        now: Millis,
+        limit: u32,
+    ) -> Result<Vec<(String, Record)>, StoreError> {
+        self.inner.records_of(namespace, owner, now, limit).await
     }
     async fn sweep(&self, now: Millis, batch: u32) -> Result<u64, StoreError> {
         self.inner.sweep(now, batch).await

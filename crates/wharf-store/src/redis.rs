@@ -19,6 +19,7 @@
 //! `appendfsync always` if an acknowledged write must survive one.
 
 mod lock;
+mod records;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -29,8 +30,8 @@ use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script};
 use serde_json::{Value, json};
 use wharf::store::{
-    Begin, Claim, Fence, HandleRecord, KeyLock, Millis, SHARED_KEY_LEN, SharedKey, Store,
-    StoreError, Transaction, TxMode, now_millis,
+    Begin, Claim, Fence, HandleRecord, KeyLock, Millis, NewRecord, Record, SHARED_KEY_LEN,
+    SharedKey, Store, StoreError, Transaction, TxMode, Write, check_key, now_millis,
 };
 
 use crate::EXPIRED_HANDLE_GRACE_MS;
@@ -110,6 +111,7 @@ pub struct RedisStore {
     commit: Script,
     touch: Script,
     live: Script,
+    records: records::Records,
     lines: lock::Lines,
 }
 
@@ -292,6 +294,7 @@ impl RedisStore {
             commit: Script::new(COMMIT_LUA),
             touch: Script::new(TOUCH_LUA),
             live: Script::new(LIVE_LUA),
+            records: records::Records::new(),
             lines: lock::Lines::new(options.lock_wait),
         };
         store.ping().await?;
@@ -473,6 +476,51 @@ impl Store for RedisStore {
 
     async fn lock_key(&self, key: &str) -> Result<Option<Box<dyn KeyLock>>, StoreError> {
         self.lines.lock(&self.conn, key).await.map(Some)
+    }
+
+    async fn read_record(
+        &self,
+        namespace: &str,
+        key: &str,
+        now: Millis,
+    ) -> Result<Option<Record>, StoreError> {
+        check_key(namespace, key)?;
+        self.records.read(&self.conn, namespace, key, now).await
+    }
+
+    async fn write_record(
+        &self,
+        record: &NewRecord<'_>,
+        write: Write,
+        now: Millis,
+    ) -> Result<Option<u64>, StoreError> {
+        record.check()?;
+        self.records.write(&self.conn, record, write, now).await
+    }
+
+    async fn delete_record(
+        &self,
+        namespace: &str,
+        key: &str,
+        version: Option<u64>,
+    ) -> Result<bool, StoreError> {
+        check_key(namespace, key)?;
+        self.records
+            .delete(&self.conn, namespace, key, version)
+            .await
+    }
+
+    async fn records_of(
+        &self,
+        namespace: &str,
+        owner: &str,
+        now: Millis,
+        limit: u32,
+    ) -> Result<Vec<(String, Record)>, StoreError> {
+        check_key(namespace, "")?;
+        self.records
+            .of_owner(&self.conn, namespace, owner, now, limit)
+            .await
     }
 
     async fn sweep(&self, now: Millis, batch: u32) -> Result<u64, StoreError> {

@@ -12,6 +12,7 @@
 
 #[cfg(feature = "postgres")]
 mod pg_lock;
+mod records;
 
 use async_trait::async_trait;
 
@@ -23,8 +24,8 @@ use serde_json::Value;
 use sqlx::migrate::Migrator;
 use sqlx::{Executor, Row};
 use wharf::store::{
-    Begin, Claim, HandleRecord, KeyLock, Millis, SHARED_KEY_LEN, SharedKey, Store, StoreError,
-    Transaction, TxMode,
+    Begin, Claim, HandleRecord, KeyLock, Millis, NewRecord, Record, SHARED_KEY_LEN, SharedKey,
+    Store, StoreError, Transaction, TxMode, Write, check_key,
 };
 
 #[cfg(feature = "postgres")]
@@ -46,7 +47,6 @@ macro_rules! on_driver {
     };
 }
 
-#[cfg(feature = "documents")]
 pub(crate) use on_driver;
 
 /// A connection pool of either database, for apps that read or write their own tables
@@ -763,6 +763,47 @@ impl Store for SqlStore {
             .map_err(db_error))
     }
 
+    async fn read_record(
+        &self,
+        namespace: &str,
+        key: &str,
+        now: Millis,
+    ) -> Result<Option<Record>, StoreError> {
+        check_key(namespace, key)?;
+        records::read(&self.pool, namespace, key, now).await
+    }
+
+    async fn write_record(
+        &self,
+        record: &NewRecord<'_>,
+        write: Write,
+        now: Millis,
+    ) -> Result<Option<u64>, StoreError> {
+        record.check()?;
+        records::write(&self.pool, record, write, now).await
+    }
+
+    async fn delete_record(
+        &self,
+        namespace: &str,
+        key: &str,
+        version: Option<u64>,
+    ) -> Result<bool, StoreError> {
+        check_key(namespace, key)?;
+        records::delete(&self.pool, namespace, key, version).await
+    }
+
+    async fn records_of(
+        &self,
+        namespace: &str,
+        owner: &str,
+        now: Millis,
+        limit: u32,
+    ) -> Result<Vec<(String, Record)>, StoreError> {
+        check_key(namespace, "")?;
+        records::of_owner(&self.pool, namespace, owner, now, limit).await
+    }
+
     async fn sweep(&self, now: Millis, batch: u32) -> Result<u64, StoreError> {
         let cutoff = now.saturating_sub(EXPIRED_HANDLE_GRACE_MS);
         let mut tx = SqlTx {
@@ -783,8 +824,9 @@ impl Store for SqlStore {
             tx.retire(id).await?;
             removed += 1;
         }
-        // Past idempotency records and expired shared keys, a batch of each.
+        // Past idempotency records, expired shared keys and records, a batch of each.
         for past in [
+            records::SWEEP,
             "DELETE FROM wharf_idempotency WHERE (scope, key) IN \
              (SELECT scope, key FROM wharf_idempotency WHERE expires_at <= $1 LIMIT $2)",
             "DELETE FROM wharf_keys WHERE id IN \

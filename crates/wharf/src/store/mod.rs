@@ -7,6 +7,8 @@
 //!   principal and tool) under the caller's key ([`Claim`]);
 //! - **shared keys**: the secrets every replica signs cursors and seals request states with
 //!   ([`SharedKey`]);
+//! - **records**: expiring values under a namespace and a key, written on a condition
+//!   ([`Record`], [`Write`]), for components that keep state outside handles;
 //! - **app data**: the app's own tables or keys, written through [`Transaction::backend_tx`]
 //!   in the same transaction as the idempotency record, so an effect and its record commit
 //!   together or not at all.
@@ -14,6 +16,7 @@
 mod handle;
 mod idempotency;
 mod lock;
+mod record;
 mod shared_key;
 
 use std::any::Any;
@@ -27,6 +30,10 @@ pub use handle::{Expiry, Handle, HandleKind, HandleRecord, human, is_handle_id};
 pub use idempotency::{Claim, Digest, MAX_KEY_LEN};
 pub(crate) use idempotency::{KEY_ARGUMENT, REPLAY_META, key_schema};
 pub use lock::{Fence, KeyLock};
+pub use record::{
+    MAX_NAMESPACE_LEN, MAX_RECORD_KEY_LEN, NewRecord, Record, Write, check_key, fresh_version,
+    is_live,
+};
 pub use shared_key::{SHARED_KEY_LEN, SharedKey};
 
 /// Milliseconds since the Unix epoch; every timestamp in a store.
@@ -71,6 +78,10 @@ pub enum StoreError {
     /// wrote was applied.
     #[error("the call's lock on its key ran out before it committed; nothing was applied")]
     LeaseLost,
+    /// A request no store accepts (a record key past its length limit); the caller's
+    /// mistake, refused before any backend saw it.
+    #[error("invalid store request: {0}")]
+    Invalid(String),
 }
 
 /// How a transaction will be used; SQLite takes its write lock up front for writes, so a
@@ -189,8 +200,44 @@ pub trait Store: Send + Sync + 'static {
     /// once, the first write wins and both then read the same key.
     async fn add_shared_key(&self, key: &SharedKey) -> Result<(), StoreError>;
 
+    /// The live record under `namespace` and `key` at `now`.
+    async fn read_record(
+        &self,
+        namespace: &str,
+        key: &str,
+        now: Millis,
+    ) -> Result<Option<Record>, StoreError>;
+
+    /// Writes `record` when `write`'s condition holds at `now` (an expired record counts as
+    /// absent): its new version, or `None` when the condition failed and nothing changed.
+    async fn write_record(
+        &self,
+        record: &NewRecord<'_>,
+        write: Write,
+        now: Millis,
+    ) -> Result<Option<u64>, StoreError>;
+
+    /// Deletes the record under `namespace` and `key`, only if it is at `version` when one
+    /// is given; whether a record went.
+    async fn delete_record(
+        &self,
+        namespace: &str,
+        key: &str,
+        version: Option<u64>,
+    ) -> Result<bool, StoreError>;
+
+    /// Up to `limit` live records of `owner` under `namespace`, by key.
+    async fn records_of(
+        &self,
+        namespace: &str,
+        owner: &str,
+        now: Millis,
+        limit: u32,
+    ) -> Result<Vec<(String, Record)>, StoreError>;
+
     /// Removes at most `batch` each of expired handles (with the app data filed under them),
-    /// expired idempotency records and expired shared keys; returns how many records went.
+    /// expired idempotency records, expired shared keys and expired records; returns how
+    /// many went.
     async fn sweep(&self, now: Millis, batch: u32) -> Result<u64, StoreError>;
 }
 
