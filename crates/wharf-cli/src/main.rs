@@ -1,6 +1,8 @@
-//! `wharf`: run the reference MCP server over Streamable HTTP or stdio.
+//! `wharf`: run the reference MCP server over Streamable HTTP or stdio, and manage the
+//! accounts of its embedded authorization server.
 
 mod serve;
+mod user;
 
 use clap::{Parser, Subcommand};
 
@@ -15,12 +17,15 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the reference server.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
+    /// Manage the accounts people sign in with at the embedded authorization server.
+    User(user::UserArgs),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
+        Command::User(args) => user::run(args),
     }
 }

@@ -148,6 +148,39 @@ pub(crate) struct ServeArgs {
     /// Act as an OAuth 2.1 resource server for tokens of this issuer (instead of API keys).
     #[arg(long, env = "WHARF_OAUTH_ISSUER", conflicts_with_all = ["api_keys", "api_keys_file"])]
     oauth_issuer: Option<String>,
+    /// Run an OAuth 2.1 authorization server on this origin and accept its tokens: users
+    /// sign in with accounts added by `wharf user add`, clients identify with Client ID
+    /// Metadata Documents or register (RFC 7591). Every record lives in the store.
+    #[arg(
+        long,
+        env = "WHARF_AUTHORIZATION_SERVER",
+        conflicts_with_all = ["api_keys", "api_keys_file", "oauth_issuer", "anonymous"]
+    )]
+    authorization_server: bool,
+    /// The origin clients reach this server at (`https://mcp.example.com`): the issuer of
+    /// the authorization server. Default: `http://` and the listen address.
+    #[arg(long, env = "WHARF_PUBLIC_URL")]
+    public_url: Option<String>,
+    /// Another resource server (its canonical URI) the authorization server issues tokens
+    /// for, besides this one; repeatable.
+    #[arg(
+        long = "authz-resource",
+        env = "WHARF_AUTHZ_RESOURCES",
+        value_delimiter = ','
+    )]
+    authz_resources: Vec<String>,
+    /// Refuse Dynamic Client Registration: clients then identify with Client ID Metadata
+    /// Documents only.
+    #[arg(long, env = "WHARF_AUTHZ_CLOSED_REGISTRATION")]
+    authz_closed_registration: bool,
+    /// A PEM root certificate to trust when fetching Client ID Metadata Documents (a
+    /// private certificate authority), besides the public ones.
+    #[arg(long, env = "WHARF_AUTHZ_DOCUMENT_ROOT_CERT")]
+    authz_document_root_cert: Option<std::path::PathBuf>,
+    /// Fetch Client ID Metadata Documents from loopback addresses too. For tests only: it
+    /// lets any client make the server call itself.
+    #[arg(long, hide = true)]
+    authz_allow_loopback_documents: bool,
     /// This server's canonical resource URI (the public URL of its MCP endpoint): the
     /// audience tokens must carry and the `resource` of its metadata. Default: the listen
     /// address and endpoint over http.
@@ -320,11 +353,15 @@ fn auth(args: &ServeArgs, scopes: &[String]) -> anyhow::Result<Auth> {
     if args.anonymous {
         return Ok(Auth::anonymous());
     }
-    if let Some(issuer) = &args.oauth_issuer {
+    let embedded = args.authorization_server.then(|| public_url(args));
+    if let Some(issuer) = args.oauth_issuer.as_ref().or(embedded.as_ref()) {
         let resource = args
             .oauth_resource
             .clone()
-            .unwrap_or_else(|| format!("http://{}{}", args.listen, args.endpoint));
+            .unwrap_or_else(|| match &embedded {
+                Some(issuer) => format!("{issuer}{}", args.endpoint),
+                None => format!("http://{}{}", args.listen, args.endpoint),
+            });
         let validation = match &args.oauth_introspection_url {
             Some(endpoint) => wharf_auth::Validation::Introspection {
                 endpoint: endpoint.clone(),
@@ -333,7 +370,13 @@ fn auth(args: &ServeArgs, scopes: &[String]) -> anyhow::Result<Auth> {
                 cache_ttl: Duration::from_secs(args.oauth_introspection_cache_secs),
             },
             None => wharf_auth::Validation::Jwt {
-                jwks_uri: args.oauth_jwks_uri.clone(),
+                // The embedded server's keys are read from this process itself, which the
+                // public URL may not lead back to (a proxy, TLS in front).
+                jwks_uri: args.oauth_jwks_uri.clone().or_else(|| {
+                    embedded
+                        .as_ref()
+                        .map(|_| format!("http://{}/jwks", connectable(args.listen)))
+                }),
                 min_refresh: Duration::from_secs(args.oauth_jwks_min_refresh_secs),
                 max_age: Duration::from_secs(args.oauth_jwks_max_age_secs),
             },
@@ -377,9 +420,78 @@ fn auth(args: &ServeArgs, scopes: &[String]) -> anyhow::Result<Auth> {
     Ok(Auth::api_keys(keys))
 }
 
+/// The origin clients reach this server at, without a trailing slash.
+fn public_url(args: &ServeArgs) -> String {
+    args.public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{}", connectable(args.listen)))
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+/// An address this process can connect to itself at: the listen address, with an
+/// unspecified IP (`0.0.0.0`, `::`) read as loopback.
+fn connectable(listen: SocketAddr) -> SocketAddr {
+    let mut addr = listen;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    addr
+}
+
+/// The embedded authorization server, when asked for.
+fn authorization_server(
+    args: &ServeArgs,
+    store: Option<&Arc<dyn Store>>,
+    scopes: &[String],
+) -> anyhow::Result<Option<wharf_authz::AuthorizationServer>> {
+    if !args.authorization_server {
+        return Ok(None);
+    }
+    let store = store.context("--authorization-server keeps its records in a store")?;
+    let issuer = public_url(args);
+    let resource = args
+        .oauth_resource
+        .clone()
+        .unwrap_or_else(|| format!("{issuer}{}", args.endpoint));
+    let mut config = wharf_authz::AuthzConfig::new(issuer, resource);
+    config
+        .resources
+        .extend(args.authz_resources.iter().cloned());
+    config.scopes = if args.oauth_scopes_supported.is_empty() {
+        scopes.to_vec()
+    } else {
+        args.oauth_scopes_supported.clone()
+    };
+    config.open_registration = !args.authz_closed_registration;
+    let mut fetcher = wharf_authz::cimd::Fetcher::builder();
+    if let Some(path) = &args.authz_document_root_cert {
+        let pem = std::fs::read(path).with_context(|| {
+            format!("cannot read --authz-document-root-cert {}", path.display())
+        })?;
+        fetcher = fetcher
+            .add_root_certificate(&pem)
+            .context("--authz-document-root-cert")?;
+    }
+    if args.authz_allow_loopback_documents {
+        tracing::warn!("Client ID Metadata Documents may be fetched from loopback: for tests only");
+        fetcher = fetcher.allow_loopback_for_tests();
+    }
+    let fetcher = fetcher.build().context("the metadata document fetcher")?;
+    Ok(Some(wharf_authz::AuthorizationServer::new(
+        config,
+        Arc::clone(store),
+        fetcher,
+    )))
+}
+
 /// The store, opened and migrated, when the profile keeps state or one was given.
 async fn open_store(args: &ServeArgs) -> anyhow::Result<Option<Arc<dyn Store>>> {
-    let url = match (&args.store, Profile::from(args.profile).needs_store()) {
+    let needs_store = Profile::from(args.profile).needs_store() || args.authorization_server;
+    let url = match (&args.store, needs_store) {
         (Some(url), _) => url.expose(),
         (None, true) => wharf_store::DEFAULT_URL,
         (None, false) => return Ok(None),
@@ -524,11 +636,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         body_read_timeout: Duration::from_secs(args.body_read_secs.max(1)),
         keep_alive: Duration::from_secs(args.keep_alive_secs.max(1)),
         readiness: store
+            .clone()
             .map(|s| Arc::new(StoreReady(s)) as Arc<dyn ReadinessCheck>)
             .into_iter()
             .collect(),
         auth: Arc::new(auth),
     };
+    let store_for_authz = store;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -539,7 +653,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     limits.header_read_timeout = Duration::from_secs(args.header_read_secs.max(1));
     limits.max_connections = args.max_connections.max(1);
     limits.max_headers = args.max_headers.max(1);
-    let app = wharf_http::router(server.clone(), config);
+    let mut app = wharf_http::router(server.clone(), config);
+    if let Some(authz) = authorization_server(&args, store_for_authz.as_ref(), server.scopes())? {
+        tracing::info!(issuer = %public_url(&args), "authorization server on this origin");
+        app = app.merge(authz.router());
+    }
 
     let stopping = tokio_util::sync::CancellationToken::new();
     let signal_seen = stopping.clone();

@@ -75,6 +75,7 @@ pub async fn serve<L>(
 ) -> io::Result<()>
 where
     L: Listener,
+    L::Addr: Clone + Send + Sync + 'static,
 {
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -86,7 +87,7 @@ where
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let (io, _) = tokio::select! {
+        let (io, peer) = tokio::select! {
             accepted = listener.accept() => accepted,
             () = shutdown.as_mut() => break,
         };
@@ -98,11 +99,16 @@ where
             drop(io);
             continue;
         };
-        let service = TowerToHyperService::new(
-            router
-                .clone()
-                .map_request(|req: http::Request<Incoming>| req.map(Body::new)),
-        );
+        // The peer's address travels with each request as axum's `ConnectInfo`, for what
+        // keys on it (the authorization server's rate limits).
+        let service = TowerToHyperService::new(router.clone().map_request(
+            move |req: http::Request<Incoming>| {
+                let mut req = req.map(Body::new);
+                req.extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer.clone()));
+                req
+            },
+        ));
         let conn = graceful.watch(http.serve_connection(TokioIo::new(io), service));
         tokio::spawn(async move {
             if let Err(e) = conn.await {

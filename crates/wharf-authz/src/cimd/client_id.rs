@@ -5,9 +5,8 @@
 //! else (an upper-case host, a default port, an encoded dot) would name one client two ways.
 
 use std::fmt;
-use std::net::IpAddr;
 
-use url::{Host, Url};
+use url::Url;
 
 /// The longest `client_id` URL taken.
 const MAX_LEN: usize = 2048;
@@ -110,15 +109,6 @@ impl ClientIdUrl {
     /// The host, to show on the consent page.
     pub fn host(&self) -> &str {
         self.0.host_str().unwrap_or_default()
-    }
-
-    /// The address, when the host is an IP literal (which no resolver sees).
-    pub(crate) fn ip_literal(&self) -> Option<IpAddr> {
-        match self.0.host()? {
-            Host::Ipv4(ip) => Some(IpAddr::V4(ip)),
-            Host::Ipv6(ip) => Some(IpAddr::V6(ip)),
-            Host::Domain(_) => None,
-        }
     }
 
     pub(crate) fn url(&self) -> &Url {
@@ -231,19 +221,5 @@ mod tests {
         assert!(!ClientIdUrl::is_url_shaped("wharf_3f9a0c"));
         assert!(ClientIdUrl::is_url_shaped("http://app.example.com/c.json"));
         assert!(!ClientIdUrl::is_url_shaped("urn:example:client"));
-    }
-
-    #[test]
-    fn ip_literals_are_seen() {
-        let url = ClientIdUrl::parse("https://10.0.0.1/c.json").unwrap();
-        assert_eq!(url.ip_literal(), Some("10.0.0.1".parse().unwrap()));
-        let url = ClientIdUrl::parse("https://[::1]/c.json").unwrap();
-        assert_eq!(url.ip_literal(), Some("::1".parse().unwrap()));
-        assert_eq!(
-            ClientIdUrl::parse("https://a.example/c")
-                .unwrap()
-                .ip_literal(),
-            None
-        );
     }
 }

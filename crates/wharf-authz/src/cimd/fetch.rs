@@ -17,10 +17,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, LOCATION};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::redirect::Policy;
+use url::{Host, Url};
 
 use super::netguard::{self, SpecialUse};
 use super::{ClientIdUrl, ClientMetadata, DocumentError, freshness};
@@ -39,6 +40,8 @@ pub struct Fetched {
     pub metadata: ClientMetadata,
     /// How long it may be reused, from its caching headers; `None`: fetch it again next time.
     pub fresh_for: Option<Duration>,
+    /// The document as fetched, to cache and check again when reused.
+    pub body: Bytes,
 }
 
 /// Why a document could not be had. None of these is cached: the next authorization request
@@ -261,32 +264,55 @@ impl Fetcher {
 
     /// Fetches and checks the document `client_id` names.
     pub async fn fetch(&self, client_id: &ClientIdUrl) -> Result<Fetched, FetchError> {
-        if let Some(ip) = client_id.ip_literal() {
+        let (body, fresh_for) = self.fetch_json(client_id.url()).await?;
+        let metadata = ClientMetadata::from_document(client_id, &body)?;
+        Ok(Fetched {
+            metadata,
+            fresh_for,
+            body,
+        })
+    }
+
+    /// Fetches JSON from an `https` URL under the same rules (a client's `jwks_uri`): the
+    /// body and how long it may be reused.
+    pub async fn fetch_json(&self, url: &Url) -> Result<(Bytes, Option<Duration>), FetchError> {
+        let host = url.host_str().unwrap_or_default().to_owned();
+        if url.scheme() != "https" {
+            return Err(FetchError::Connect {
+                url: url.to_string(),
+                reason: "only https URLs are fetched".into(),
+            });
+        }
+        let literal = match url.host() {
+            Some(Host::Ipv4(ip)) => Some(IpAddr::V4(ip)),
+            Some(Host::Ipv6(ip)) => Some(IpAddr::V6(ip)),
+            _ => None,
+        };
+        if let Some(ip) = literal {
             vet(ip, self.allow_loopback).map_err(|range| FetchError::SpecialUseAddress {
-                host: client_id.host().to_owned(),
+                host,
                 ip,
                 range,
             })?;
         }
-        let url = client_id.as_str();
-        match tokio::time::timeout(self.timeout, self.fetch_body(client_id)).await {
+        match tokio::time::timeout(self.timeout, self.fetch_body(url)).await {
             Ok(result) => result,
             Err(_) => Err(FetchError::Timeout {
-                url: url.to_owned(),
+                url: url.to_string(),
                 limit: self.timeout,
             }),
         }
     }
 
-    async fn fetch_body(&self, client_id: &ClientIdUrl) -> Result<Fetched, FetchError> {
-        let url = || client_id.as_str().to_owned();
+    async fn fetch_body(&self, target: &Url) -> Result<(Bytes, Option<Duration>), FetchError> {
+        let url = || target.to_string();
         let mut response = self
             .client
-            .get(client_id.url().clone())
+            .get(target.clone())
             .header(ACCEPT, "application/json")
             .send()
             .await
-            .map_err(|err| self.request_error(client_id, &err))?;
+            .map_err(|err| self.request_error(target, &err))?;
         let status = response.status();
         if status.is_redirection() {
             return Err(FetchError::Redirect {
@@ -321,24 +347,20 @@ impl Fetcher {
         while let Some(chunk) = response
             .chunk()
             .await
-            .map_err(|err| self.request_error(client_id, &err))?
+            .map_err(|err| self.request_error(target, &err))?
         {
             if body.len() + chunk.len() > self.max_bytes {
                 return Err(too_large());
             }
             body.extend_from_slice(&chunk);
         }
-        let metadata = ClientMetadata::from_document(client_id, &body)?;
-        Ok(Fetched {
-            metadata,
-            fresh_for,
-        })
+        Ok((body.freeze(), fresh_for))
     }
 
     /// Tells a refused address or a failed resolution (which arrive wrapped in the HTTP
     /// client's connection error) from other failures.
-    fn request_error(&self, client_id: &ClientIdUrl, err: &reqwest::Error) -> FetchError {
-        let host = client_id.host().to_owned();
+    fn request_error(&self, target: &Url, err: &reqwest::Error) -> FetchError {
+        let host = target.host_str().unwrap_or_default().to_owned();
         let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
         let mut reasons = Vec::new();
         while let Some(cause) = source {
@@ -360,13 +382,13 @@ impl Fetcher {
         }
         if err.is_timeout() {
             return FetchError::Timeout {
-                url: client_id.as_str().to_owned(),
+                url: target.to_string(),
                 limit: self.timeout,
             };
         }
         reasons.dedup();
         FetchError::Connect {
-            url: client_id.as_str().to_owned(),
+            url: target.to_string(),
             reason: reasons.join(": "),
         }
     }

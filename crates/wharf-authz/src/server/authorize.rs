@@ -1,0 +1,649 @@
+//! The authorization endpoint and the pages behind it: the request is checked, kept in the
+//! store under a random id bound to the browser, then the user signs in, consents, and the
+//! client's redirect URI receives a single-use code with `state` and `iss` (RFC 9207).
+//!
+//! Until the client and its redirect URI are known good, errors are shown on a page, never
+//! redirected (RFC 6749 §4.1.2.1): a redirect to an unchecked URI would make this server an
+//! open redirector.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::{Form, Query, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use serde::{Deserialize, Serialize};
+use url::Url;
+use wharf::store::{Millis, Write, now_millis};
+
+use super::clients::Client;
+use super::html::{self, escape, hidden};
+use super::{Shared, constant_eq, cookies};
+use crate::pkce::CodeChallenge;
+use crate::records::{CODES, CONSENTS, REQUESTS, SESSIONS, digest, secret};
+use crate::redirect;
+
+/// An authorization request waiting for the user, as stored.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Pending {
+    client_id: String,
+    redirect_uri: String,
+    scope: String,
+    state: Option<String>,
+    challenge: String,
+    resource: String,
+    /// Digest of the browser cookie the request was made with.
+    browser: String,
+    /// What the pages' forms must send back.
+    csrf: String,
+}
+
+/// A signed-in browser, as stored under the digest of its session cookie.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Session {
+    user: String,
+}
+
+/// A consent the user gave, remembered per client.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Consent {
+    pub(crate) client_name: String,
+    pub(crate) scope: String,
+    pub(crate) resource: String,
+    pub(crate) granted_at: Millis,
+}
+
+/// An issued authorization code, as stored under its digest.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct CodeGrant {
+    pub(crate) client_id: String,
+    pub(crate) redirect_uri: String,
+    pub(crate) challenge: String,
+    pub(crate) user: String,
+    pub(crate) scope: String,
+    pub(crate) resource: String,
+    pub(crate) issued_at: Millis,
+    /// The token family it was redeemed into; a second redemption revokes it.
+    pub(crate) redeemed_into: Option<String>,
+}
+
+/// The `GET /authorize` request.
+pub(crate) async fn authorize(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let params = match single_params(query.as_deref().unwrap_or_default()) {
+        Ok(params) => params,
+        Err(err) => {
+            return html::error(
+                StatusCode::BAD_REQUEST,
+                "Invalid authorization request",
+                &err,
+            );
+        }
+    };
+    let param = |name: &str| params.get(name).map(String::as_str);
+    let client = match shared.client(param("client_id")).await {
+        Ok(client) => client,
+        Err(err) => {
+            return html::error(
+                StatusCode::BAD_REQUEST,
+                "This application cannot sign in here",
+                &err.to_string(),
+            );
+        }
+    };
+    let redirect_uri = match param("redirect_uri") {
+        Some(uri) if redirect::is_registered(&client.redirect_uris, uri) => uri.to_owned(),
+        Some(uri) => {
+            return html::error(
+                StatusCode::BAD_REQUEST,
+                "This application cannot sign in here",
+                &format!(
+                    "redirect_uri {uri:?} is not one of the client's registered redirect URIs; they must match exactly"
+                ),
+            );
+        }
+        None if client.redirect_uris.len() == 1 => client.redirect_uris[0].clone(),
+        None => {
+            return html::error(
+                StatusCode::BAD_REQUEST,
+                "This application cannot sign in here",
+                "redirect_uri is required: the client registered more than one",
+            );
+        }
+    };
+    let state = param("state").map(str::to_owned);
+    let back = Back {
+        redirect_uri: &redirect_uri,
+        state: state.as_deref(),
+        issuer: &shared.config.issuer,
+    };
+    if param("response_type") != Some("code") {
+        return back.error(
+            "unsupported_response_type",
+            "response_type must be \"code\"",
+        );
+    }
+    let challenge =
+        match CodeChallenge::parse(param("code_challenge"), param("code_challenge_method")) {
+            Ok(challenge) => challenge,
+            Err(err) => return back.error("invalid_request", &err.to_string()),
+        };
+    let config = &shared.config;
+    let resource = match param("resource") {
+        None => match config.resources.first() {
+            Some(default) => default.clone(),
+            None => return back.error("invalid_target", "this server has no resource configured"),
+        },
+        Some(r) if config.resources.iter().any(|known| known == r) => r.to_owned(),
+        Some(r) => {
+            return back.error(
+                "invalid_target",
+                &format!("resource {r:?} is not one this server issues tokens for"),
+            );
+        }
+    };
+    let scope = match param("scope") {
+        None => config.scopes.join(" "),
+        Some(requested) => {
+            if let Some(unknown) = requested
+                .split(' ')
+                .filter(|s| !s.is_empty())
+                .find(|s| !config.scopes.iter().any(|known| known == s))
+            {
+                return back.error(
+                    "invalid_scope",
+                    &format!("scope {unknown:?} is not offered"),
+                );
+            }
+            requested
+                .split(' ')
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ")
+        }
+    };
+
+    let mut response_headers = HeaderMap::new();
+    let browser = match cookies::get(&headers, cookies::BROWSER) {
+        Some(browser) => browser.to_owned(),
+        None => {
+            let fresh = secret();
+            cookies::set(
+                &mut response_headers,
+                cookies::BROWSER,
+                &fresh,
+                24 * 3600,
+                shared.secure_cookies,
+            );
+            fresh
+        }
+    };
+    let pending = Pending {
+        client_id: client.id.clone(),
+        redirect_uri,
+        scope,
+        state,
+        challenge: challenge.as_str().to_owned(),
+        resource,
+        browser: digest(&browser),
+        csrf: secret(),
+    };
+    let request_id = secret();
+    match shared
+        .records
+        .put(REQUESTS, &request_id, &pending, None, Write::Create, None)
+        .await
+    {
+        Ok(Some(_)) => {}
+        Ok(None) | Err(_) => return unavailable(),
+    }
+    let user = match signed_in(&shared, &headers).await {
+        Ok(user) => user,
+        Err(response) => return response,
+    };
+    let page = match user {
+        None => login_page(&request_id, &pending, &client, None),
+        Some(user) => {
+            // A remembered consent that covers the request skips the page, except for a
+            // redirect to this machine: any local program can claim a client's id and a
+            // loopback redirect, so the user confirms each time.
+            let remembered = shared
+                .records
+                .get::<Consent>(CONSENTS, &consent_key(&user, &client.id))
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|c| covers(&c.value, &pending));
+            if remembered && !is_loopback_redirect(&pending.redirect_uri) {
+                return finish(&shared, &request_id, pending, &user).await;
+            }
+            consent_html(&request_id, &pending, &client, &user)
+        }
+    };
+    let mut response = page;
+    response.headers_mut().extend(response_headers);
+    response
+}
+
+/// The sign-in form's fields.
+#[derive(Debug, Deserialize)]
+pub(crate) struct LoginForm {
+    request: String,
+    csrf: String,
+    username: String,
+    password: String,
+}
+
+/// `POST /authorize/login`: checks the password, starts a session, goes on to consent.
+pub(crate) async fn login(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Response {
+    let (pending, client) = match load(&shared, &headers, &form.request, Some(&form.csrf)).await {
+        Ok(found) => found,
+        Err(response) => return response,
+    };
+    match shared.users.verify(&form.username, &form.password).await {
+        Ok(true) => {}
+        Ok(false) => {
+            let mut page = login_page(
+                &form.request,
+                &pending,
+                &client,
+                Some("The user name or password is wrong."),
+            );
+            *page.status_mut() = StatusCode::UNAUTHORIZED;
+            return page;
+        }
+        Err(_) => return unavailable(),
+    }
+    let session = secret();
+    let stored = Session {
+        user: form.username.clone(),
+    };
+    match shared
+        .records
+        .put(
+            SESSIONS,
+            &digest(&session),
+            &stored,
+            Some(&form.username),
+            Write::Create,
+            None,
+        )
+        .await
+    {
+        Ok(Some(_)) => {}
+        _ => return unavailable(),
+    }
+    let ttl = crate::records::SESSIONS.ttl.map_or(0, |t| t.as_secs());
+    let mut response =
+        Redirect::to(&format!("/authorize/consent?request={}", form.request)).into_response();
+    cookies::set(
+        response.headers_mut(),
+        cookies::SESSION,
+        &session,
+        ttl,
+        shared.secure_cookies,
+    );
+    response
+}
+
+/// `GET /authorize/consent?request=…`: the consent page for a signed-in user.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ConsentQuery {
+    request: String,
+}
+
+pub(crate) async fn consent_page(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Query(query): Query<ConsentQuery>,
+) -> Response {
+    let (pending, client) = match load(&shared, &headers, &query.request, None).await {
+        Ok(found) => found,
+        Err(response) => return response,
+    };
+    match signed_in(&shared, &headers).await {
+        Ok(Some(user)) => consent_html(&query.request, &pending, &client, &user),
+        Ok(None) => login_page(&query.request, &pending, &client, None),
+        Err(response) => response,
+    }
+}
+
+/// The consent form's fields.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ConsentForm {
+    request: String,
+    csrf: String,
+    decision: String,
+}
+
+/// `POST /authorize/consent`: approve (a code goes to the client) or deny.
+pub(crate) async fn consent(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Form(form): Form<ConsentForm>,
+) -> Response {
+    let (pending, client) = match load(&shared, &headers, &form.request, Some(&form.csrf)).await {
+        Ok(found) => found,
+        Err(response) => return response,
+    };
+    let user = match signed_in(&shared, &headers).await {
+        Ok(Some(user)) => user,
+        Ok(None) => return login_page(&form.request, &pending, &client, None),
+        Err(response) => return response,
+    };
+    let back = Back {
+        redirect_uri: &pending.redirect_uri,
+        state: pending.state.as_deref(),
+        issuer: &shared.config.issuer,
+    };
+    match form.decision.as_str() {
+        "approve" => {
+            let consent = Consent {
+                client_name: client.name.clone(),
+                scope: pending.scope.clone(),
+                resource: pending.resource.clone(),
+                granted_at: now_millis(),
+            };
+            let remembered = shared
+                .records
+                .put(
+                    CONSENTS,
+                    &consent_key(&user, &client.id),
+                    &consent,
+                    Some(&user),
+                    Write::Upsert,
+                    None,
+                )
+                .await;
+            if remembered.is_err() {
+                return unavailable();
+            }
+            finish(&shared, &form.request, pending, &user).await
+        }
+        "deny" => {
+            if !matches!(
+                shared.records.delete(REQUESTS, &form.request).await,
+                Ok(true)
+            ) {
+                return answered();
+            }
+            back.error("access_denied", "the user denied the request")
+        }
+        other => html::error(
+            StatusCode::BAD_REQUEST,
+            "Invalid answer",
+            &format!("decision must be \"approve\" or \"deny\", not {other:?}"),
+        ),
+    }
+}
+
+/// Consumes the pending request (once: a second submission finds it gone) and sends the
+/// client its code.
+async fn finish(shared: &Shared, request_id: &str, pending: Pending, user: &str) -> Response {
+    match shared.records.delete(REQUESTS, request_id).await {
+        Ok(true) => {}
+        Ok(false) => return answered(),
+        Err(_) => return unavailable(),
+    }
+    let code = secret();
+    let grant = CodeGrant {
+        client_id: pending.client_id,
+        redirect_uri: pending.redirect_uri.clone(),
+        challenge: pending.challenge,
+        user: user.to_owned(),
+        scope: pending.scope,
+        resource: pending.resource,
+        issued_at: now_millis(),
+        redeemed_into: None,
+    };
+    match shared
+        .records
+        .put(CODES, &digest(&code), &grant, None, Write::Create, None)
+        .await
+    {
+        Ok(Some(_)) => {}
+        _ => return unavailable(),
+    }
+    Back {
+        redirect_uri: &pending.redirect_uri,
+        state: pending.state.as_deref(),
+        issuer: &shared.config.issuer,
+    }
+    .with(&[("code", &code)])
+}
+
+/// The pending request `request_id`, when this browser made it (and, for a form, with its
+/// CSRF token), with its client.
+async fn load(
+    shared: &Shared,
+    headers: &HeaderMap,
+    request_id: &str,
+    csrf: Option<&str>,
+) -> Result<(Pending, Client), Response> {
+    let pending = match shared.records.get::<Pending>(REQUESTS, request_id).await {
+        Ok(Some(found)) => found.value,
+        Ok(None) => {
+            return Err(html::error(
+                StatusCode::BAD_REQUEST,
+                "This sign-in has expired",
+                "Start again from the application you were signing in to.",
+            ));
+        }
+        Err(_) => return Err(unavailable()),
+    };
+    let same_browser = cookies::get(headers, cookies::BROWSER)
+        .is_some_and(|browser| constant_eq(&digest(browser), &pending.browser));
+    let csrf_ok = csrf.is_none_or(|sent| constant_eq(sent, &pending.csrf));
+    if !same_browser || !csrf_ok {
+        return Err(html::error(
+            StatusCode::FORBIDDEN,
+            "This form did not come from this sign-in",
+            "The request was not started in this browser, or the form is stale. Start again from the application.",
+        ));
+    }
+    let client = shared
+        .client(Some(&pending.client_id))
+        .await
+        .map_err(|err| {
+            html::error(
+                StatusCode::BAD_REQUEST,
+                "This application cannot sign in here",
+                &err.to_string(),
+            )
+        })?;
+    Ok((pending, client))
+}
+
+/// The signed-in user, from the session cookie.
+async fn signed_in(shared: &Shared, headers: &HeaderMap) -> Result<Option<String>, Response> {
+    let Some(session) = cookies::get(headers, cookies::SESSION) else {
+        return Ok(None);
+    };
+    match shared
+        .records
+        .get::<Session>(SESSIONS, &digest(session))
+        .await
+    {
+        Ok(found) => Ok(found.map(|s| s.value.user)),
+        Err(_) => Err(unavailable()),
+    }
+}
+
+/// The user a session cookie's value signs in, if it is a live session.
+pub(crate) async fn signed_in_user(shared: &Shared, session: &str) -> Option<String> {
+    let found = shared
+        .records
+        .get::<Session>(SESSIONS, &digest(session))
+        .await
+        .ok()??;
+    Some(found.value.user)
+}
+
+pub(crate) fn consent_key(user: &str, client_id: &str) -> String {
+    format!("{user}\n{client_id}")
+}
+
+fn covers(consent: &Consent, pending: &Pending) -> bool {
+    consent.resource == pending.resource
+        && pending
+            .scope
+            .split(' ')
+            .filter(|s| !s.is_empty())
+            .all(|s| consent.scope.split(' ').any(|granted| granted == s))
+}
+
+fn is_loopback_redirect(uri: &str) -> bool {
+    Url::parse(uri).ok().is_some_and(|url| match url.host() {
+        Some(url::Host::Domain(d)) => {
+            d.eq_ignore_ascii_case("localhost") || d.to_ascii_lowercase().ends_with(".localhost")
+        }
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    })
+}
+
+/// Where the answer goes: the client's redirect URI with `state` and `iss` (RFC 9207) added
+/// to its query.
+struct Back<'a> {
+    redirect_uri: &'a str,
+    state: Option<&'a str>,
+    issuer: &'a str,
+}
+
+impl Back<'_> {
+    fn with(&self, params: &[(&str, &str)]) -> Response {
+        let Ok(mut url) = Url::parse(self.redirect_uri) else {
+            return html::error(
+                StatusCode::BAD_REQUEST,
+                "Invalid redirect URI",
+                self.redirect_uri,
+            );
+        };
+        {
+            let mut query = url.query_pairs_mut();
+            for (name, value) in params {
+                query.append_pair(name, value);
+            }
+            if let Some(state) = self.state {
+                query.append_pair("state", state);
+            }
+            query.append_pair("iss", self.issuer);
+        }
+        let mut response = Redirect::to(url.as_str()).into_response();
+        response.headers_mut().insert(
+            header::CACHE_CONTROL,
+            header::HeaderValue::from_static("no-store"),
+        );
+        response
+    }
+
+    fn error(&self, code: &str, description: &str) -> Response {
+        self.with(&[("error", code), ("error_description", description)])
+    }
+}
+
+/// Query parameters, each at most once (RFC 6749 §3.1).
+fn single_params(query: &str) -> Result<HashMap<String, String>, String> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query)
+        .map_err(|err| format!("the query string is malformed: {err}"))?;
+    let mut params = HashMap::new();
+    for (name, value) in pairs {
+        if params.insert(name.clone(), value).is_some() {
+            return Err(format!("the parameter {name} appears more than once"));
+        }
+    }
+    Ok(params)
+}
+
+fn unavailable() -> Response {
+    html::error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "The sign-in service is unavailable",
+        "Try again in a moment.",
+    )
+}
+
+fn answered() -> Response {
+    html::error(
+        StatusCode::BAD_REQUEST,
+        "This request was already answered",
+        "Start again from the application if you need to sign in again.",
+    )
+}
+
+fn who_is_asking(client: &Client, redirect_uri: &str) -> String {
+    let redirect_host = Url::parse(redirect_uri)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_owned))
+        .unwrap_or_else(|| redirect_uri.to_owned());
+    let mut out = format!("<p><strong>{}</strong>", escape(&client.name));
+    match &client.document_host {
+        Some(host) => out.push_str(&format!(
+            " from <span class=\"host\" id=\"client-host\">{}</span></p>",
+            escape(host)
+        )),
+        None => out.push_str(" (a registered application; its name is not verified)</p>"),
+    }
+    out.push_str(&format!(
+        "<p>will receive the authorization at <span class=\"host\" id=\"redirect-host\">{}</span></p>",
+        escape(&redirect_host)
+    ));
+    if is_loopback_redirect(redirect_uri) {
+        out.push_str(
+            "<p class=\"warning\" id=\"localhost-warning\">The authorization goes to a program on this computer \
+             (localhost). Continue only if you started this sign-in from an application on this computer.</p>",
+        );
+    }
+    out
+}
+
+fn login_page(
+    request_id: &str,
+    pending: &Pending,
+    client: &Client,
+    problem: Option<&str>,
+) -> Response {
+    let problem = problem
+        .map(|p| format!("<p class=\"warning\" role=\"alert\">{}</p>", escape(p)))
+        .unwrap_or_default();
+    let body = format!(
+        "<h1>Sign in</h1>{who}{problem}<form method=\"post\" action=\"/authorize/login\">{hidden}\
+         <label for=\"username\">User name</label><input type=\"text\" id=\"username\" name=\"username\" autocomplete=\"username\" required>\
+         <label for=\"password\">Password</label><input type=\"password\" id=\"password\" name=\"password\" autocomplete=\"current-password\" required>\
+         <button type=\"submit\" id=\"sign-in\">Sign in</button></form>",
+        who = who_is_asking(client, &pending.redirect_uri),
+        hidden = hidden(&[("request", request_id), ("csrf", &pending.csrf)]),
+    );
+    html::page(StatusCode::OK, "Sign in", &body)
+}
+
+fn consent_html(request_id: &str, pending: &Pending, client: &Client, user: &str) -> Response {
+    let scopes = if pending.scope.is_empty() {
+        "<dd>no particular scope</dd>".to_owned()
+    } else {
+        pending
+            .scope
+            .split(' ')
+            .map(|s| format!("<dd>{}</dd>", escape(s)))
+            .collect()
+    };
+    let body = format!(
+        "<h1>Allow access?</h1>{who}<dl><dt>Signed in as</dt><dd>{user}</dd><dt>Access to</dt><dd>{resource}</dd>\
+         <dt>Scopes</dt>{scopes}</dl><form method=\"post\" action=\"/authorize/consent\">{hidden}\
+         <button type=\"submit\" name=\"decision\" value=\"approve\" id=\"approve\">Allow</button>\
+         <button type=\"submit\" name=\"decision\" value=\"deny\" id=\"deny\">Deny</button></form>",
+        who = who_is_asking(client, &pending.redirect_uri),
+        user = escape(user),
+        resource = escape(&pending.resource),
+        hidden = hidden(&[("request", request_id), ("csrf", &pending.csrf)]),
+    );
+    html::page(StatusCode::OK, "Allow access?", &body)
+}

@@ -1,0 +1,154 @@
+//! Who a `client_id` is: a Client ID Metadata Document fetched (or reused within its
+//! freshness), or a client registered here. Both resolve to one [`Client`].
+
+use serde::{Deserialize, Serialize};
+use wharf::store::{Write, now_millis};
+
+use super::Shared;
+use crate::cimd::{ClientAuth, ClientIdError, ClientIdUrl, ClientMetadata, FetchError, KeySource};
+use crate::records::{CIMD_CACHE, CLIENTS, RecordError, millis};
+
+/// How a client authenticates at the token endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "method")]
+pub(crate) enum TokenAuth {
+    /// A public client: PKCE alone.
+    None,
+    /// A registered secret (stored as its digest), sent in the Basic header.
+    ClientSecretBasic { digest: String },
+    /// A registered secret (stored as its digest), sent in the form.
+    ClientSecretPost { digest: String },
+    /// `private_key_jwt` with inline keys.
+    PrivateKeyJwt { jwks: serde_json::Value },
+    /// `private_key_jwt` with keys at an https URL.
+    PrivateKeyJwtUri { jwks_uri: String },
+}
+
+impl TokenAuth {
+    pub(crate) fn method(&self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::ClientSecretBasic { .. } => "client_secret_basic",
+            Self::ClientSecretPost { .. } => "client_secret_post",
+            Self::PrivateKeyJwt { .. } | Self::PrivateKeyJwtUri { .. } => "private_key_jwt",
+        }
+    }
+}
+
+/// A client registered through DCR, as stored.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Registered {
+    pub(crate) client_name: Option<String>,
+    pub(crate) redirect_uris: Vec<String>,
+    pub(crate) application_type: String,
+    pub(crate) auth: TokenAuth,
+    pub(crate) scope: Option<String>,
+    pub(crate) issued_at: i64,
+}
+
+/// A client, however it is known.
+#[derive(Debug, Clone)]
+pub(crate) struct Client {
+    pub(crate) id: String,
+    pub(crate) name: String,
+    pub(crate) redirect_uris: Vec<String>,
+    pub(crate) auth: TokenAuth,
+    /// For a metadata-document client, the host of its `client_id`: what the consent page
+    /// shows as who is asking.
+    pub(crate) document_host: Option<String>,
+}
+
+/// A cached document: its body, re-checked when read.
+#[derive(Serialize, Deserialize)]
+struct CachedDocument {
+    body: String,
+}
+
+/// Why a `client_id` names no usable client.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ClientError {
+    #[error("the request has no client_id")]
+    Missing,
+    #[error("client_id {0:?} is not registered here")]
+    Unknown(String),
+    #[error(transparent)]
+    Url(#[from] ClientIdError),
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
+    #[error("the authorization server could not read its records: {0}")]
+    Record(#[from] RecordError),
+}
+
+impl Shared {
+    /// Resolves `client_id`: metadata documents are fetched unless a fresh copy is cached
+    /// (failures are never cached), registered clients read from the store.
+    pub(crate) async fn client(&self, client_id: Option<&str>) -> Result<Client, ClientError> {
+        let client_id = client_id
+            .filter(|id| !id.is_empty())
+            .ok_or(ClientError::Missing)?;
+        if ClientIdUrl::is_url_shaped(client_id) {
+            let url = ClientIdUrl::parse(client_id)?;
+            return self.document_client(&url).await;
+        }
+        let registered = self
+            .records
+            .get::<Registered>(CLIENTS, client_id)
+            .await?
+            .ok_or_else(|| ClientError::Unknown(client_id.to_owned()))?
+            .value;
+        Ok(Client {
+            id: client_id.to_owned(),
+            name: registered
+                .client_name
+                .clone()
+                .unwrap_or_else(|| client_id.to_owned()),
+            redirect_uris: registered.redirect_uris,
+            auth: registered.auth,
+            document_host: None,
+        })
+    }
+
+    async fn document_client(&self, url: &ClientIdUrl) -> Result<Client, ClientError> {
+        let cached = self
+            .records
+            .get::<CachedDocument>(CIMD_CACHE, url.as_str())
+            .await?;
+        let metadata = match cached
+            .and_then(|c| ClientMetadata::from_document(url, c.value.body.as_bytes()).ok())
+        {
+            Some(metadata) => metadata,
+            None => {
+                let fetched = self.fetcher.fetch(url).await?;
+                if let Some(fresh_for) = fetched.fresh_for {
+                    let body = String::from_utf8_lossy(&fetched.body).into_owned();
+                    let expires_at = now_millis().saturating_add(millis(fresh_for));
+                    self.records
+                        .put(
+                            CIMD_CACHE,
+                            url.as_str(),
+                            &CachedDocument { body },
+                            None,
+                            Write::Upsert,
+                            Some(expires_at),
+                        )
+                        .await?;
+                }
+                fetched.metadata
+            }
+        };
+        let auth = match metadata.auth {
+            ClientAuth::None => TokenAuth::None,
+            ClientAuth::PrivateKeyJwt(KeySource::Jwks(jwks)) => TokenAuth::PrivateKeyJwt { jwks },
+            ClientAuth::PrivateKeyJwt(KeySource::JwksUri(jwks_uri)) => {
+                TokenAuth::PrivateKeyJwtUri { jwks_uri }
+            }
+        };
+        Ok(Client {
+            id: url.as_str().to_owned(),
+            name: metadata.client_name,
+            redirect_uris: metadata.redirect_uris,
+            auth,
+            document_host: Some(url.host().to_owned()),
+        })
+    }
+}

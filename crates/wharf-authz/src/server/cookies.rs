@@ -1,0 +1,65 @@
+//! The two cookies a browser carries through a flow: `wharf_authz_browser` binds a pending
+//! authorization request to the browser that started it (so a form submitted from elsewhere,
+//! or a request id passed to someone else, goes nowhere), and `wharf_authz_session` says who
+//! signed in. Both HttpOnly and SameSite=Lax (no cross-site form carries them), Secure when
+//! the issuer is https.
+
+use axum::http::header::{COOKIE, SET_COOKIE};
+use axum::http::{HeaderMap, HeaderValue};
+
+pub(crate) const BROWSER: &str = "wharf_authz_browser";
+pub(crate) const SESSION: &str = "wharf_authz_session";
+
+/// The value of cookie `name`, if the request carries it once.
+pub(crate) fn get<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    let mut found = None;
+    for header in headers.get_all(COOKIE) {
+        let Ok(text) = header.to_str() else { continue };
+        for pair in text.split(';') {
+            if let Some((k, v)) = pair.trim().split_once('=') {
+                if k == name {
+                    if found.is_some() {
+                        // Two cookies of one name: one was planted; trust neither.
+                        return None;
+                    }
+                    found = Some(v);
+                }
+            }
+        }
+    }
+    found.filter(|v| !v.is_empty())
+}
+
+/// Adds a `Set-Cookie` for `name`; `max_age_secs` 0 deletes it.
+pub(crate) fn set(
+    headers: &mut HeaderMap,
+    name: &str,
+    value: &str,
+    max_age_secs: u64,
+    secure: bool,
+) {
+    let secure = if secure { "; Secure" } else { "" };
+    let cookie =
+        format!("{name}={value}; Path=/; HttpOnly; SameSite=Lax; Max-Age={max_age_secs}{secure}");
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        headers.append(SET_COOKIE, value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cookie_is_read_once_and_a_planted_twin_voids_it() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            COOKIE,
+            HeaderValue::from_static("a=1; wharf_authz_session=s1; b=2"),
+        );
+        assert_eq!(get(&headers, SESSION), Some("s1"));
+        assert_eq!(get(&headers, BROWSER), None);
+        headers.append(COOKIE, HeaderValue::from_static("wharf_authz_session=evil"));
+        assert_eq!(get(&headers, SESSION), None);
+    }
+}

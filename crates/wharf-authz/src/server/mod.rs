@@ -1,0 +1,184 @@
+//! The authorization server: its configuration, its shared state, and the router that
+//! serves its endpoints on the MCP server's origin.
+//!
+//! | Path | What |
+//! |---|---|
+//! | `/.well-known/oauth-authorization-server` | RFC 8414 metadata |
+//! | `/authorize` | authorization code + PKCE; sign-in and consent pages |
+//! | `/authorize/login`, `/authorize/consent` | the pages' forms |
+//! | `/token` | code and refresh-token grants |
+//! | `/register` | Dynamic Client Registration (when open) |
+//! | `/jwks` | the signing keys |
+//! | `/account`, `/account/consents/revoke` | a signed-in user's remembered consents |
+
+mod account;
+mod authorize;
+mod clients;
+mod cookies;
+mod error;
+mod html;
+mod metadata;
+mod register;
+mod token;
+
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::{get, post};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use wharf::store::Store;
+
+use crate::cimd::Fetcher;
+use crate::keys::{ROTATION, SigningKeys};
+use crate::records::Records;
+use crate::users::Users;
+
+pub use error::OAuthError;
+
+/// How the authorization server runs.
+#[derive(Debug, Clone)]
+pub struct AuthzConfig {
+    /// Its issuer identifier: the origin it is served on, `https://` (or `http://` on
+    /// loopback, for development), with no trailing slash.
+    pub issuer: String,
+    /// The resources (RFC 8707) it issues tokens for; the first is the default when a
+    /// request names none.
+    pub resources: Vec<String>,
+    /// The scopes it grants.
+    pub scopes: Vec<String>,
+    /// How long an access token lives.
+    pub access_token_ttl: Duration,
+    /// How long a refresh token lives unused.
+    pub refresh_token_ttl: Duration,
+    /// How long an authorization code may be redeemed.
+    pub code_ttl: Duration,
+    /// Whether anyone may register a client (RFC 7591).
+    pub open_registration: bool,
+    /// Registrations per minute from one address.
+    pub registrations_per_minute: u32,
+    /// Token requests per minute from one address.
+    pub token_requests_per_minute: u32,
+}
+
+impl AuthzConfig {
+    /// Defaults for an issuer serving one resource: ten-minute access tokens, thirty-day
+    /// refresh tokens, one-minute codes, open registration, 20 registrations and 120 token
+    /// requests per minute per address.
+    pub fn new(issuer: impl Into<String>, resource: impl Into<String>) -> Self {
+        Self {
+            issuer: issuer.into().trim_end_matches('/').to_owned(),
+            resources: vec![resource.into()],
+            scopes: Vec::new(),
+            access_token_ttl: Duration::from_secs(600),
+            refresh_token_ttl: Duration::from_secs(30 * 24 * 3600),
+            code_ttl: Duration::from_secs(60),
+            open_registration: true,
+            registrations_per_minute: 20,
+            token_requests_per_minute: 120,
+        }
+    }
+}
+
+/// What every endpoint shares.
+pub(crate) struct Shared {
+    pub(crate) config: AuthzConfig,
+    pub(crate) records: Records,
+    pub(crate) keys: SigningKeys,
+    pub(crate) users: Users,
+    pub(crate) fetcher: Fetcher,
+    pub(crate) secure_cookies: bool,
+    registrations: DefaultKeyedRateLimiter<IpAddr>,
+    token_requests: DefaultKeyedRateLimiter<IpAddr>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The embedded authorization server: build it once, mount [`AuthorizationServer::router`].
+#[derive(Debug, Clone)]
+pub struct AuthorizationServer {
+    shared: Arc<Shared>,
+}
+
+impl AuthorizationServer {
+    /// A server keeping every record in `store`, fetching metadata documents with `fetcher`.
+    pub fn new(config: AuthzConfig, store: Arc<dyn Store>, fetcher: Fetcher) -> Self {
+        let records = Records::new(store);
+        let per_minute = |n: u32| Quota::per_minute(NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN));
+        let shared = Shared {
+            secure_cookies: config.issuer.starts_with("https://"),
+            keys: SigningKeys::new(records.clone(), ROTATION),
+            users: Users::from_records(records.clone()),
+            registrations: RateLimiter::keyed(per_minute(config.registrations_per_minute)),
+            token_requests: RateLimiter::keyed(per_minute(config.token_requests_per_minute)),
+            records,
+            fetcher,
+            config,
+        };
+        Self {
+            shared: Arc::new(shared),
+        }
+    }
+
+    /// The local accounts users sign in with.
+    pub fn users(&self) -> &Users {
+        &self.shared.users
+    }
+
+    /// The endpoints, to merge into the MCP server's router. Rate limits key on the peer
+    /// address, so serve with `into_make_service_with_connect_info::<SocketAddr>()`; without
+    /// it every request shares one budget.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route(
+                "/.well-known/oauth-authorization-server",
+                get(metadata::metadata),
+            )
+            .route("/authorize", get(authorize::authorize))
+            .route("/authorize/login", post(authorize::login))
+            .route(
+                "/authorize/consent",
+                get(authorize::consent_page).post(authorize::consent),
+            )
+            .route("/token", post(token::token))
+            .route("/register", post(register::register))
+            .route("/jwks", get(metadata::jwks))
+            .route("/account", get(account::account))
+            .route("/account/consents/revoke", post(account::revoke))
+            .with_state(self.shared.clone())
+    }
+}
+
+impl Shared {
+    /// Whether `ip` may register another client now.
+    pub(crate) fn may_register(&self, ip: Option<IpAddr>) -> bool {
+        self.registrations
+            .check_key(&ip.unwrap_or(IpAddr::from([0, 0, 0, 0])))
+            .is_ok()
+    }
+
+    /// Whether `ip` may make another token request now.
+    pub(crate) fn may_request_token(&self, ip: Option<IpAddr>) -> bool {
+        self.token_requests
+            .check_key(&ip.unwrap_or(IpAddr::from([0, 0, 0, 0])))
+            .is_ok()
+    }
+
+    pub(crate) fn endpoint(&self, path: &str) -> String {
+        format!("{}{path}", self.config.issuer)
+    }
+}
+
+/// Compares two secrets without leaking where they differ.
+pub(crate) fn constant_eq(a: &str, b: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
+}

@@ -1,0 +1,165 @@
+//! Dynamic Client Registration (RFC 7591), kept for clients that predate metadata
+//! documents: redirect URIs checked against `application_type`, secrets stored as digests,
+//! registration off unless open, and rate-limited per address.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+use wharf::store::{Write, now_millis};
+
+use super::clients::{Registered, TokenAuth};
+use super::token::Peer;
+use super::{OAuthError, Shared};
+use crate::records::{CLIENTS, digest, secret};
+use crate::redirect::{self, ApplicationType};
+
+/// The registration request's fields this server reads; others are ignored (RFC 7591 §2).
+#[derive(Debug, Deserialize)]
+pub(crate) struct Registration {
+    redirect_uris: Option<Vec<String>>,
+    application_type: Option<String>,
+    client_name: Option<String>,
+    token_endpoint_auth_method: Option<String>,
+    grant_types: Option<Vec<String>>,
+    response_types: Option<Vec<String>>,
+    scope: Option<String>,
+}
+
+fn invalid(code: &'static str, description: impl Into<String>) -> OAuthError {
+    OAuthError::new(StatusCode::BAD_REQUEST, code, description)
+}
+
+/// `POST /register`.
+pub(crate) async fn register(
+    State(shared): State<Arc<Shared>>,
+    Peer(peer): Peer,
+    body: axum::body::Bytes,
+) -> Response {
+    if !shared.config.open_registration {
+        return OAuthError::new(
+            StatusCode::FORBIDDEN,
+            "access_denied",
+            "registration is closed on this server; use a Client ID Metadata Document",
+        )
+        .into_response();
+    }
+    if !shared.may_register(peer) {
+        return OAuthError::too_many("registrations").into_response();
+    }
+    match registered(&shared, &body).await {
+        Ok(response) => response,
+        Err(err) => err.into_response(),
+    }
+}
+
+async fn registered(shared: &Shared, body: &[u8]) -> Result<Response, OAuthError> {
+    let request: Registration = serde_json::from_slice(body).map_err(|err| {
+        invalid(
+            "invalid_client_metadata",
+            format!("the registration is not valid JSON metadata: {err}"),
+        )
+    })?;
+    let application_type = ApplicationType::parse(request.application_type.as_deref())
+        .map_err(|err| invalid("invalid_client_metadata", err.to_string()))?;
+    let redirect_uris = request.redirect_uris.unwrap_or_default();
+    redirect::check_registration(application_type, &redirect_uris)
+        .map_err(|err| invalid("invalid_redirect_uri", err.to_string()))?;
+    if let Some(grants) = &request.grant_types {
+        if let Some(other) = grants
+            .iter()
+            .find(|g| !matches!(g.as_str(), "authorization_code" | "refresh_token"))
+        {
+            return Err(invalid(
+                "invalid_client_metadata",
+                format!(
+                    "grant_types: {other:?} is not supported; use authorization_code and refresh_token"
+                ),
+            ));
+        }
+    }
+    if let Some(types) = &request.response_types {
+        if types.iter().any(|t| t != "code") {
+            return Err(invalid(
+                "invalid_client_metadata",
+                "response_types: only \"code\" is supported",
+            ));
+        }
+    }
+    if let Some(name) = &request.client_name {
+        if name.trim().is_empty() || name.chars().count() > 200 {
+            return Err(invalid(
+                "invalid_client_metadata",
+                "client_name must have 1 to 200 characters",
+            ));
+        }
+    }
+    let method = request
+        .token_endpoint_auth_method
+        .as_deref()
+        .unwrap_or("client_secret_basic");
+    let client_secret = secret();
+    let auth = match method {
+        "none" => TokenAuth::None,
+        "client_secret_basic" => TokenAuth::ClientSecretBasic {
+            digest: digest(&client_secret),
+        },
+        "client_secret_post" => TokenAuth::ClientSecretPost {
+            digest: digest(&client_secret),
+        },
+        other => {
+            return Err(invalid(
+                "invalid_client_metadata",
+                format!(
+                    "token_endpoint_auth_method {other:?} is not supported at registration: use none, client_secret_basic or client_secret_post (private_key_jwt clients use a Client ID Metadata Document)"
+                ),
+            ));
+        }
+    };
+    let client_id = format!("wc_{}", &secret()[..22]);
+    let issued_at = now_millis() / 1000;
+    let stored = Registered {
+        client_name: request.client_name.clone(),
+        redirect_uris: redirect_uris.clone(),
+        application_type: application_type.as_str().to_owned(),
+        auth: auth.clone(),
+        scope: request.scope.clone(),
+        issued_at,
+    };
+    let created = shared
+        .records
+        .put(CLIENTS, &client_id, &stored, None, Write::Create, None)
+        .await
+        .map_err(OAuthError::server_error)?;
+    if created.is_none() {
+        return Err(OAuthError::server_error("a fresh client id collided"));
+    }
+    let mut body = json!({
+        "client_id": client_id,
+        "client_id_issued_at": issued_at,
+        "redirect_uris": redirect_uris,
+        "application_type": application_type.as_str(),
+        "token_endpoint_auth_method": auth.method(),
+        "grant_types": request.grant_types.unwrap_or_else(|| vec!["authorization_code".into(), "refresh_token".into()]),
+        "response_types": ["code"],
+    });
+    if let Some(name) = request.client_name {
+        body["client_name"] = json!(name);
+    }
+    if let Some(scope) = request.scope {
+        body["scope"] = json!(scope);
+    }
+    if auth != TokenAuth::None {
+        body["client_secret"] = json!(client_secret);
+        body["client_secret_expires_at"] = json!(0);
+    }
+    let mut response = (StatusCode::CREATED, Json(body)).into_response();
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
+}

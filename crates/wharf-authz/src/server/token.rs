@@ -1,0 +1,512 @@
+//! The token endpoint: authorization codes (single use, PKCE checked) and refresh tokens
+//! (rotated at every use) exchanged for short-lived JWT access tokens bound to their
+//! resource (RFC 8707).
+//!
+//! Every token issued from one code belongs to a family. A code redeemed twice, or a refresh
+//! token used twice, means one of the two presenters stole it: the family is revoked, so the
+//! refresh token either of them holds stops working (RFC 9700 §4.14.2). Access tokens already
+//! issued stay valid until they expire, which is why they are short-lived.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{ConnectInfo, Form, FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use jsonwebtoken::{Algorithm, Header};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use wharf::store::{Write, now_millis};
+
+use super::authorize::CodeGrant;
+use super::clients::{Client, TokenAuth};
+use super::{OAuthError, Shared};
+use crate::pkce::CodeChallenge;
+use crate::records::{CODES, FAMILIES, Kind, REFRESH, Versioned, digest, millis, secret};
+
+mod assertion;
+
+/// The peer's address, when the server was started with connect info.
+pub(crate) struct Peer(pub(crate) Option<IpAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Peer {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Peer(
+            parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| c.0.ip()),
+        ))
+    }
+}
+
+/// The token request's fields (RFC 6749 §4.1.3, §6; RFC 7523 §2.2; RFC 8707).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct TokenForm {
+    grant_type: Option<String>,
+    code: Option<String>,
+    redirect_uri: Option<String>,
+    code_verifier: Option<String>,
+    refresh_token: Option<String>,
+    resource: Option<String>,
+    scope: Option<String>,
+    client_id: Option<String>,
+    client_secret: Option<String>,
+    client_assertion_type: Option<String>,
+    client_assertion: Option<String>,
+}
+
+/// A token family, as stored: revoked as a whole when reuse is seen.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Family {
+    client_id: String,
+    user: String,
+    revoked: bool,
+}
+
+/// A refresh token, as stored under its digest.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Refresh {
+    family: String,
+    client_id: String,
+    user: String,
+    scope: String,
+    resource: String,
+    used: bool,
+}
+
+/// `POST /token`.
+pub(crate) async fn token(
+    State(shared): State<Arc<Shared>>,
+    Peer(peer): Peer,
+    headers: HeaderMap,
+    Form(form): Form<TokenForm>,
+) -> Response {
+    if !shared.may_request_token(peer) {
+        return OAuthError::too_many("token requests").into_response();
+    }
+    match exchange(&shared, &headers, form).await {
+        Ok(response) => response,
+        Err(err) => err.into_response(),
+    }
+}
+
+async fn exchange(
+    shared: &Shared,
+    headers: &HeaderMap,
+    form: TokenForm,
+) -> Result<Response, OAuthError> {
+    let client = authenticate(shared, headers, &form).await?;
+    match form.grant_type.as_deref() {
+        Some("authorization_code") => redeem_code(shared, &client, &form).await,
+        Some("refresh_token") => refresh(shared, &client, &form).await,
+        Some(other) => Err(OAuthError::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            "unsupported_grant_type",
+            format!(
+                "grant_type {other:?} is not supported: use authorization_code or refresh_token"
+            ),
+        )),
+        None => Err(OAuthError::invalid_request("grant_type is required")),
+    }
+}
+
+/// Who is asking, checked by the method the client is registered (or documented) with.
+async fn authenticate(
+    shared: &Shared,
+    headers: &HeaderMap,
+    form: &TokenForm,
+) -> Result<Client, OAuthError> {
+    let basic = basic_credentials(headers)?;
+    let claimed = basic
+        .as_ref()
+        .map(|(id, _)| id.clone())
+        .or_else(|| form.client_id.clone())
+        .or_else(|| form.client_assertion.as_deref().and_then(assertion::issuer));
+    let client = shared
+        .client(claimed.as_deref())
+        .await
+        .map_err(|err| match err {
+            super::clients::ClientError::Record(_) => OAuthError::server_error(err),
+            other => OAuthError::invalid_client(other.to_string()),
+        })?;
+    if form.client_id.as_deref().is_some_and(|id| id != client.id) {
+        return Err(OAuthError::invalid_client(
+            "client_id differs from the client that authenticated",
+        ));
+    }
+    let expected = client.auth.method();
+    let wrong = |used: &str| {
+        OAuthError::invalid_client(format!(
+            "this client authenticates with {expected}, not {used}"
+        ))
+    };
+    match &client.auth {
+        TokenAuth::None => {
+            if basic.is_some() || form.client_secret.is_some() || form.client_assertion.is_some() {
+                return Err(wrong("a credential: it is a public client"));
+            }
+        }
+        TokenAuth::ClientSecretBasic { digest: stored }
+        | TokenAuth::ClientSecretPost { digest: stored } => {
+            let sent = match (&client.auth, &basic, &form.client_secret) {
+                (TokenAuth::ClientSecretBasic { .. }, Some((_, secret)), None) => secret.as_str(),
+                (TokenAuth::ClientSecretPost { .. }, None, Some(secret)) => secret.as_str(),
+                _ => return Err(wrong("another method")),
+            };
+            if !super::constant_eq(&digest(sent), stored) {
+                return Err(OAuthError::invalid_client("the client secret is wrong"));
+            }
+        }
+        TokenAuth::PrivateKeyJwt { .. } | TokenAuth::PrivateKeyJwtUri { .. } => {
+            if form.client_assertion_type.as_deref() != Some(assertion::JWT_BEARER) {
+                return Err(wrong(
+                    "no client_assertion of type urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+                ));
+            }
+            let jwt = form
+                .client_assertion
+                .as_deref()
+                .ok_or_else(|| wrong("no client_assertion"))?;
+            assertion::verify(shared, &client, jwt).await?;
+        }
+    }
+    Ok(client)
+}
+
+/// `Authorization: Basic` credentials, URL-decoded (RFC 6749 §2.3.1).
+fn basic_credentials(headers: &HeaderMap) -> Result<Option<(String, String)>, OAuthError> {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return Ok(None);
+    };
+    let bad =
+        || OAuthError::invalid_client("the Authorization header is not Basic client credentials");
+    let text = value.to_str().map_err(|_| bad())?;
+    let Some(encoded) = text
+        .strip_prefix("Basic ")
+        .or_else(|| text.strip_prefix("basic "))
+    else {
+        return Err(bad());
+    };
+    let decoded = STANDARD.decode(encoded.trim()).map_err(|_| bad())?;
+    let decoded = String::from_utf8(decoded).map_err(|_| bad())?;
+    let (id, secret) = decoded.split_once(':').ok_or_else(bad)?;
+    let unescape = |s: &str| -> Result<String, OAuthError> {
+        let pairs: Vec<(String, String)> =
+            serde_urlencoded::from_str(&format!("v={s}")).map_err(|_| bad())?;
+        pairs.into_iter().next().map(|(_, v)| v).ok_or_else(bad)
+    };
+    Ok(Some((unescape(id)?, unescape(secret)?)))
+}
+
+async fn redeem_code(
+    shared: &Shared,
+    client: &Client,
+    form: &TokenForm,
+) -> Result<Response, OAuthError> {
+    let (key, stored) = presented::<CodeGrant>(shared, CODES, form.code.as_deref(), "code").await?;
+    let grant = stored.value.clone();
+    if grant.client_id != client.id {
+        return Err(OAuthError::invalid_grant(
+            "the code was issued to another client",
+        ));
+    }
+    if let Some(family) = &grant.redeemed_into {
+        revoke(shared, family).await?;
+        return Err(OAuthError::invalid_grant(
+            "the code was already used; the tokens issued for it are revoked",
+        ));
+    }
+    if now_millis()
+        > grant
+            .issued_at
+            .saturating_add(millis(shared.config.code_ttl))
+    {
+        return Err(OAuthError::invalid_grant("the code has expired"));
+    }
+    if form
+        .redirect_uri
+        .as_deref()
+        .is_some_and(|uri| uri != grant.redirect_uri)
+    {
+        return Err(OAuthError::invalid_grant(
+            "redirect_uri differs from the authorization request's",
+        ));
+    }
+    CodeChallenge::from_stored(grant.challenge.clone())
+        .verify(form.code_verifier.as_deref())
+        .map_err(|err| OAuthError::invalid_grant(err.to_string()))?;
+    check_resource(form, &grant.resource)?;
+    let family = secret();
+    let redeemed = CodeGrant {
+        redeemed_into: Some(family.clone()),
+        ..grant.clone()
+    };
+    let marked = shared
+        .records
+        .put(
+            CODES,
+            &key,
+            &redeemed,
+            None,
+            Write::Replace(stored.version),
+            None,
+        )
+        .await
+        .map_err(OAuthError::server_error)?;
+    if marked.is_none() {
+        // Redeemed by another request between the read and now: that one and this one
+        // cannot both be the client.
+        if let Ok(Some(now)) = shared.records.get::<CodeGrant>(CODES, &key).await {
+            if let Some(theirs) = now.value.redeemed_into {
+                revoke(shared, &theirs).await?;
+            }
+        }
+        return Err(OAuthError::invalid_grant(
+            "the code was already used; the tokens issued for it are revoked",
+        ));
+    }
+    let stored_family = Family {
+        client_id: client.id.clone(),
+        user: grant.user.clone(),
+        revoked: false,
+    };
+    shared
+        .records
+        .put(FAMILIES, &family, &stored_family, None, Write::Create, None)
+        .await
+        .map_err(OAuthError::server_error)?;
+    issue(
+        shared,
+        client,
+        &family,
+        &grant.user,
+        &grant.scope,
+        &grant.resource,
+    )
+    .await
+}
+
+async fn refresh(
+    shared: &Shared,
+    client: &Client,
+    form: &TokenForm,
+) -> Result<Response, OAuthError> {
+    let (key, stored) = presented::<Refresh>(
+        shared,
+        REFRESH,
+        form.refresh_token.as_deref(),
+        "refresh_token",
+    )
+    .await?;
+    let record = stored.value.clone();
+    if record.client_id != client.id {
+        return Err(OAuthError::invalid_grant(
+            "the refresh token was issued to another client",
+        ));
+    }
+    let family = shared
+        .records
+        .get::<Family>(FAMILIES, &record.family)
+        .await
+        .map_err(OAuthError::server_error)?;
+    if family.is_none_or(|f| f.value.revoked) {
+        return Err(OAuthError::invalid_grant(
+            "the refresh token has been revoked",
+        ));
+    }
+    let reused = || {
+        OAuthError::invalid_grant(
+            "the refresh token was already used; every token issued with it is revoked",
+        )
+    };
+    if record.used {
+        revoke(shared, &record.family).await?;
+        return Err(reused());
+    }
+    check_resource(form, &record.resource)?;
+    let scope = match form.scope.as_deref() {
+        None => record.scope.clone(),
+        Some(narrower) => {
+            if let Some(extra) = narrower
+                .split(' ')
+                .filter(|s| !s.is_empty())
+                .find(|s| !record.scope.split(' ').any(|g| g == *s))
+            {
+                return Err(OAuthError::new(
+                    axum::http::StatusCode::BAD_REQUEST,
+                    "invalid_scope",
+                    format!("scope {extra:?} was not granted to this refresh token"),
+                ));
+            }
+            narrower.to_owned()
+        }
+    };
+    let used = Refresh {
+        used: true,
+        ..record.clone()
+    };
+    let marked = shared
+        .records
+        .put(
+            REFRESH,
+            &key,
+            &used,
+            None,
+            Write::Replace(stored.version),
+            None,
+        )
+        .await
+        .map_err(OAuthError::server_error)?;
+    if marked.is_none() {
+        revoke(shared, &record.family).await?;
+        return Err(reused());
+    }
+    issue(
+        shared,
+        client,
+        &record.family,
+        &record.user,
+        &scope,
+        &record.resource,
+    )
+    .await
+}
+
+/// The record a presented secret (a code, a refresh token) is filed under, and its key.
+async fn presented<T: serde::de::DeserializeOwned>(
+    shared: &Shared,
+    kind: Kind,
+    secret: Option<&str>,
+    name: &str,
+) -> Result<(String, Versioned<T>), OAuthError> {
+    let secret =
+        secret.ok_or_else(|| OAuthError::invalid_request(format!("{name} is required")))?;
+    let key = digest(secret);
+    let stored = shared
+        .records
+        .get::<T>(kind, &key)
+        .await
+        .map_err(OAuthError::server_error)?
+        .ok_or_else(|| {
+            OAuthError::invalid_grant(format!("the {name} is unknown or has expired"))
+        })?;
+    Ok((key, stored))
+}
+
+fn check_resource(form: &TokenForm, granted: &str) -> Result<(), OAuthError> {
+    match form.resource.as_deref() {
+        Some(asked) if asked != granted => Err(OAuthError::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            "invalid_target",
+            format!("resource {asked:?} is not the one the grant was made for ({granted:?})"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+async fn revoke(shared: &Shared, family: &str) -> Result<(), OAuthError> {
+    let current = shared
+        .records
+        .get::<Family>(FAMILIES, family)
+        .await
+        .map_err(OAuthError::server_error)?;
+    if let Some(found) = current {
+        let revoked = Family {
+            revoked: true,
+            ..found.value
+        };
+        shared
+            .records
+            .put(FAMILIES, family, &revoked, None, Write::Upsert, None)
+            .await
+            .map_err(OAuthError::server_error)?;
+        tracing::warn!(family = %&family[..8.min(family.len())], "token family revoked after reuse");
+    }
+    Ok(())
+}
+
+/// The access token's claims (RFC 9068).
+#[derive(Serialize)]
+struct Claims<'a> {
+    iss: &'a str,
+    sub: &'a str,
+    aud: &'a str,
+    exp: i64,
+    iat: i64,
+    jti: String,
+    client_id: &'a str,
+    scope: &'a str,
+}
+
+async fn issue(
+    shared: &Shared,
+    client: &Client,
+    family: &str,
+    user: &str,
+    scope: &str,
+    resource: &str,
+) -> Result<Response, OAuthError> {
+    let now = now_millis();
+    let key = shared
+        .keys
+        .current(now)
+        .await
+        .map_err(OAuthError::server_error)?;
+    let ttl = shared.config.access_token_ttl.as_secs();
+    let claims = Claims {
+        iss: &shared.config.issuer,
+        sub: user,
+        aud: resource,
+        iat: now / 1000,
+        exp: now / 1000 + i64::try_from(ttl).unwrap_or(600),
+        jti: secret(),
+        client_id: &client.id,
+        scope,
+    };
+    let mut header = Header::new(Algorithm::ES256);
+    header.kid = Some(key.kid.clone());
+    header.typ = Some("at+jwt".to_owned());
+    let access_token =
+        jsonwebtoken::encode(&header, &claims, &key.encoding).map_err(OAuthError::server_error)?;
+    let refresh_token = secret();
+    let record = Refresh {
+        family: family.to_owned(),
+        client_id: client.id.clone(),
+        user: user.to_owned(),
+        scope: scope.to_owned(),
+        resource: resource.to_owned(),
+        used: false,
+    };
+    let expires_at = now.saturating_add(millis(shared.config.refresh_token_ttl));
+    shared
+        .records
+        .put(
+            REFRESH,
+            &digest(&refresh_token),
+            &record,
+            None,
+            Write::Create,
+            Some(expires_at),
+        )
+        .await
+        .map_err(OAuthError::server_error)?;
+    let body = json!({
+        "access_token": access_token,
+        "token_type": "Bearer",
+        "expires_in": ttl,
+        "refresh_token": refresh_token,
+        "scope": scope,
+    });
+    let mut response = Json(body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
+    Ok(response)
+}

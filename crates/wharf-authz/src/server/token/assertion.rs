@@ -1,0 +1,105 @@
+//! `private_key_jwt` client authentication (RFC 7523 §2.2, OpenID Connect Core §9): a JWT
+//! the client signed with a key it published, naming itself as issuer and subject and this
+//! server as audience, used once (its `jti` is remembered until it expires).
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde_json::Value;
+use wharf::store::{Write, now_millis};
+
+use crate::records::ASSERTIONS;
+use crate::server::clients::{Client, TokenAuth};
+use crate::server::{OAuthError, Shared};
+
+/// The assertion type RFC 7523 names.
+pub(crate) const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+
+/// The longest an assertion may live: its `jti` is kept that long.
+const MAX_LIFETIME_SECS: i64 = 3600;
+
+/// The assertion's `iss`, read before its signature can be checked (it says whose keys to
+/// check it with).
+pub(crate) fn issuer(jwt: &str) -> Option<String> {
+    let payload = jwt.split('.').nth(1)?;
+    let claims: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()?;
+    claims.get("iss")?.as_str().map(str::to_owned)
+}
+
+/// Checks the assertion against the client's keys, and that its `jti` is new.
+pub(crate) async fn verify(shared: &Shared, client: &Client, jwt: &str) -> Result<(), OAuthError> {
+    let refuse = |why: String| OAuthError::invalid_client(format!("client_assertion: {why}"));
+    let header = jsonwebtoken::decode_header(jwt).map_err(|e| refuse(e.to_string()))?;
+    if !matches!(
+        header.alg,
+        Algorithm::ES256 | Algorithm::RS256 | Algorithm::EdDSA
+    ) {
+        return Err(refuse(format!(
+            "{:?} is not accepted: sign with ES256, RS256 or EdDSA",
+            header.alg
+        )));
+    }
+    let set: Value = match &client.auth {
+        TokenAuth::PrivateKeyJwt { jwks } => jwks.clone(),
+        TokenAuth::PrivateKeyJwtUri { jwks_uri } => {
+            let url =
+                url::Url::parse(jwks_uri).map_err(|_| refuse("jwks_uri is not a URL".into()))?;
+            let (body, _) = shared
+                .fetcher
+                .fetch_json(&url)
+                .await
+                .map_err(|e| refuse(format!("the client's keys could not be fetched: {e}")))?;
+            serde_json::from_slice(&body).map_err(|_| refuse("jwks_uri is not a JWK set".into()))?
+        }
+        _ => return Err(refuse("this client does not use private_key_jwt".into())),
+    };
+    let set: JwkSet = serde_json::from_value(set)
+        .map_err(|_| refuse("the client's keys are not a JWK set".into()))?;
+    let jwk = match &header.kid {
+        Some(kid) => set.find(kid),
+        None if set.keys.len() == 1 => set.keys.first(),
+        None => None,
+    }
+    .ok_or_else(|| refuse("no key of the client's matches the assertion's kid".into()))?;
+    let key = DecodingKey::from_jwk(jwk).map_err(|e| refuse(e.to_string()))?;
+    let mut validation = Validation::new(header.alg);
+    validation.set_audience(&[shared.endpoint("/token"), shared.config.issuer.clone()]);
+    validation.set_issuer(&[client.id.as_str()]);
+    validation.sub = Some(client.id.clone());
+    validation.set_required_spec_claims(&["exp", "iss", "sub", "aud"]);
+    validation.leeway = 30;
+    let claims = jsonwebtoken::decode::<Value>(jwt, &key, &validation)
+        .map_err(|e| refuse(e.to_string()))?
+        .claims;
+    let exp = claims
+        .get("exp")
+        .and_then(Value::as_i64)
+        .unwrap_or_default();
+    if exp > now_millis() / 1000 + MAX_LIFETIME_SECS {
+        return Err(refuse("it lives longer than an hour".into()));
+    }
+    let jti = claims
+        .get("jti")
+        .and_then(Value::as_str)
+        .filter(|j| !j.is_empty() && j.len() <= 256)
+        .ok_or_else(|| refuse("jti is required (at most 256 characters)".into()))?;
+    let first = shared
+        .records
+        .put(
+            ASSERTIONS,
+            &format!("{}\n{jti}", client.id),
+            &Value::Null,
+            None,
+            Write::Create,
+            Some(exp.saturating_add(60).saturating_mul(1000)),
+        )
+        .await
+        .map_err(OAuthError::server_error)?;
+    if first.is_none() {
+        return Err(refuse(format!(
+            "jti {jti:?} was used before; an assertion is used once"
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,115 @@
+//! Local accounts: a user name and an Argon2id password hash, kept in the store so every
+//! replica signs the same people in.
+
+use argon2::Argon2;
+use argon2::password_hash::rand_core::OsRng;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use serde::{Deserialize, Serialize};
+use wharf::store::Write;
+
+use crate::records::{RecordError, Records, USERS};
+
+/// The longest user name.
+const MAX_NAME: usize = 64;
+/// The shortest password accepted when an account is added.
+pub const MIN_PASSWORD: usize = 12;
+
+#[derive(Serialize, Deserialize)]
+struct StoredUser {
+    /// The PHC string of the Argon2id hash.
+    hash: String,
+}
+
+/// Why an account could not be added or checked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UserError {
+    /// A name outside the allowed characters or length.
+    #[error("a user name has 1 to {MAX_NAME} characters of A-Z, a-z, 0-9, '.', '_', '-' and '@'")]
+    BadName,
+    /// A password too short.
+    #[error("a password has at least {MIN_PASSWORD} characters")]
+    ShortPassword,
+    /// The name is taken.
+    #[error("the user {0:?} exists already")]
+    Exists(String),
+    /// Hashing failed.
+    #[error("password hashing failed: {0}")]
+    Hash(String),
+    /// The store failed.
+    #[error(transparent)]
+    Record(#[from] RecordError),
+}
+
+/// The local accounts.
+#[derive(Debug, Clone)]
+pub struct Users {
+    records: Records,
+}
+
+impl Users {
+    /// The accounts kept in `store`.
+    pub fn new(store: std::sync::Arc<dyn wharf::store::Store>) -> Self {
+        Self::from_records(Records::new(store))
+    }
+
+    pub(crate) fn from_records(records: Records) -> Self {
+        Self { records }
+    }
+
+    /// Adds an account; refuses a name that exists.
+    pub async fn add(&self, name: &str, password: &str) -> Result<(), UserError> {
+        if !is_name(name) {
+            return Err(UserError::BadName);
+        }
+        if password.chars().count() < MIN_PASSWORD {
+            return Err(UserError::ShortPassword);
+        }
+        let hash = hash(password)?;
+        let created = self
+            .records
+            .put(USERS, name, &StoredUser { hash }, None, Write::Create, None)
+            .await?;
+        created
+            .map(drop)
+            .ok_or_else(|| UserError::Exists(name.to_owned()))
+    }
+
+    /// Whether `password` is `name`'s. An unknown name costs the same hashing time as a
+    /// wrong password, so the answer's timing does not tell which names exist.
+    pub async fn verify(&self, name: &str, password: &str) -> Result<bool, UserError> {
+        let stored = if is_name(name) {
+            self.records.get::<StoredUser>(USERS, name).await?
+        } else {
+            None
+        };
+        let (hash, known) = match &stored {
+            Some(user) => (user.value.hash.as_str(), true),
+            None => (DUMMY_HASH, false),
+        };
+        let parsed = PasswordHash::new(hash).map_err(|err| UserError::Hash(err.to_string()))?;
+        let matches = Argon2::default()
+            .verify_password(password.as_bytes(), &parsed)
+            .is_ok();
+        Ok(known && matches)
+    }
+}
+
+fn is_name(name: &str) -> bool {
+    (1..=MAX_NAME).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'@'))
+}
+
+fn hash(password: &str) -> Result<String, UserError> {
+    let salt = SaltString::generate(&mut OsRng);
+    Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map(|h| h.to_string())
+        .map_err(|err| UserError::Hash(err.to_string()))
+}
+
+/// An Argon2id hash (default parameters) of a random password nobody knows, verified
+/// against when the user does not exist.
+const DUMMY_HASH: &str = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$4zN2Q0Yz7mT0oB2u3xg9wq0VYH0c2b3a8m8o1k3r4s0";

@@ -1,0 +1,771 @@
+//! `wharf serve --authorization-server` over real HTTP: a client registers (RFC 7591), a user
+//! signs in and consents through the server's pages (driven here as a browser would, with its
+//! cookies), the code is exchanged with PKCE, and the access token calls a tool on the same
+//! server. Then what must be refused: reused codes and refresh tokens (which revoke their
+//! family), missing or `plain` PKCE, redirects nobody registered, tokens for another
+//! resource; and a flow that hops between two replicas on one store.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use common::ServerProcess;
+use common::import::{sqlite_url, unique};
+use reqwest::StatusCode;
+use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use url::Url;
+
+const PASSWORD: &str = "correct horse battery staple";
+
+/// Adds `name` to the store through `wharf user add`, the password on standard input.
+fn add_user(store: &str, name: &str) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args(["user", "add", name, "--store", store])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    writeln!(child.stdin.take().unwrap(), "{PASSWORD}").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A server that is its own authorization server, with user `alice`.
+fn server(store: &str, extra: &[&str]) -> ServerProcess {
+    add_user(store, "alice");
+    let args = [
+        "--profile",
+        "default",
+        "--store",
+        store,
+        "--authorization-server",
+    ];
+    ServerProcess::start_exact(&[&args[..], extra].concat())
+}
+
+fn origin(server: &ServerProcess) -> String {
+    format!("http://127.0.0.1:{}", server.port)
+}
+
+/// A browser: keeps cookies (per host, as browsers do: not per port), follows no redirect
+/// by itself.
+struct Browser {
+    http: reqwest::Client,
+    cookies: Mutex<HashMap<String, String>>,
+}
+
+impl Browser {
+    fn new() -> Self {
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap();
+        Self {
+            http,
+            cookies: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn cookie_header(&self) -> String {
+        let cookies = self.cookies.lock().unwrap();
+        cookies
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    fn keep(&self, response: &reqwest::Response) {
+        let mut cookies = self.cookies.lock().unwrap();
+        for header in response.headers().get_all(SET_COOKIE) {
+            let text = header.to_str().unwrap();
+            let pair = text.split(';').next().unwrap();
+            let (name, value) = pair.split_once('=').unwrap();
+            assert!(
+                text.contains("HttpOnly") && text.contains("SameSite=Lax"),
+                "{text}"
+            );
+            cookies.insert(name.to_owned(), value.to_owned());
+        }
+    }
+
+    async fn get(&self, url: &str) -> reqwest::Response {
+        let response = self
+            .http
+            .get(url)
+            .header(COOKIE, self.cookie_header())
+            .send()
+            .await
+            .unwrap();
+        self.keep(&response);
+        response
+    }
+
+    async fn post(&self, url: &str, form: &[(&str, &str)]) -> reqwest::Response {
+        let response = self
+            .http
+            .post(url)
+            .header(COOKIE, self.cookie_header())
+            .form(form)
+            .send()
+            .await
+            .unwrap();
+        self.keep(&response);
+        response
+    }
+}
+
+/// The value of hidden field `name` in a page.
+fn hidden(page: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let start = page
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no {name} in {page}"))
+        + marker.len();
+    let end = start + page[start..].find('"').unwrap();
+    page[start..end].replace("&amp;", "&")
+}
+
+/// A PKCE pair: verifier and S256 challenge.
+fn pkce() -> (String, String) {
+    let verifier = URL_SAFE_NO_PAD.encode(rand_bytes());
+    let challenge = URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()));
+    (verifier, challenge)
+}
+
+fn rand_bytes() -> [u8; 32] {
+    use std::hash::{BuildHasher, RandomState};
+    let mut out = [0u8; 32];
+    for chunk in out.chunks_mut(8) {
+        let n = RandomState::new().hash_one(std::time::Instant::now());
+        chunk.copy_from_slice(&n.to_le_bytes());
+    }
+    out
+}
+
+fn query(location: &str) -> HashMap<String, String> {
+    Url::parse(location)
+        .unwrap()
+        .query_pairs()
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+/// Registers a public native client redirecting to `redirect`.
+async fn register(base: &str, redirect: &str) -> String {
+    let response = reqwest::Client::new()
+        .post(format!("{base}/register"))
+        .json(&json!({
+            "client_name": "Test CLI",
+            "application_type": "native",
+            "redirect_uris": [redirect],
+            "token_endpoint_auth_method": "none",
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let body: Value = response.json().await.unwrap();
+    assert!(
+        body.get("client_secret").is_none(),
+        "a public client gets no secret"
+    );
+    body["client_id"].as_str().unwrap().to_owned()
+}
+
+/// An authorization request's parameters: a code with an S256 challenge, and `extra`.
+fn code_request<'a>(
+    client_id: &'a str,
+    redirect: &'a str,
+    challenge: &'a str,
+    extra: &[(&'a str, &'a str)],
+) -> Vec<(&'a str, &'a str)> {
+    let mut params = vec![
+        ("response_type", "code"),
+        ("client_id", client_id),
+        ("redirect_uri", redirect),
+        ("code_challenge", challenge),
+        ("code_challenge_method", "S256"),
+    ];
+    params.extend_from_slice(extra);
+    params
+}
+
+/// Runs the browser part: authorize, sign in (if asked), approve. Returns the redirect's
+/// query parameters.
+async fn authorize(
+    browser: &Browser,
+    base: &str,
+    params: &[(&str, &str)],
+) -> HashMap<String, String> {
+    let url = Url::parse_with_params(&format!("{base}/authorize"), params).unwrap();
+    let mut page = browser.get(url.as_str()).await;
+    assert_eq!(page.status(), StatusCode::OK, "{:?}", page.text().await);
+    let mut html = page.text().await.unwrap();
+    if html.contains("Sign in</h1>") {
+        let request = hidden(&html, "request");
+        let csrf = hidden(&html, "csrf");
+        let wrong = browser
+            .post(
+                &format!("{base}/authorize/login"),
+                &[
+                    ("request", &request),
+                    ("csrf", &csrf),
+                    ("username", "alice"),
+                    ("password", "nope"),
+                ],
+            )
+            .await;
+        assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+        assert!(wrong.text().await.unwrap().contains("wrong"));
+        let signed_in = browser
+            .post(
+                &format!("{base}/authorize/login"),
+                &[
+                    ("request", &request),
+                    ("csrf", &csrf),
+                    ("username", "alice"),
+                    ("password", PASSWORD),
+                ],
+            )
+            .await;
+        assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+        let next = signed_in.headers()[LOCATION].to_str().unwrap().to_owned();
+        page = browser.get(&format!("{base}{next}")).await;
+        html = page.text().await.unwrap();
+    }
+    assert!(html.contains("Allow access?"), "{html}");
+    let request = hidden(&html, "request");
+    let csrf = hidden(&html, "csrf");
+    let approved = browser
+        .post(
+            &format!("{base}/authorize/consent"),
+            &[
+                ("request", &request),
+                ("csrf", &csrf),
+                ("decision", "approve"),
+            ],
+        )
+        .await;
+    assert_eq!(approved.status(), StatusCode::SEE_OTHER);
+    query(approved.headers()[LOCATION].to_str().unwrap())
+}
+
+async fn token(base: &str, form: &[(&str, &str)]) -> (StatusCode, Value) {
+    let response = reqwest::Client::new()
+        .post(format!("{base}/token"))
+        .form(form)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    assert!(
+        response.headers()["cache-control"]
+            .to_str()
+            .unwrap()
+            .contains("no-store"),
+        "token responses are never cached"
+    );
+    (status, response.json().await.unwrap())
+}
+
+/// Exchanges `code` with its verifier, and `extra` parameters.
+async fn redeem(
+    base: &str,
+    code: &str,
+    client_id: &str,
+    verifier: &str,
+    extra: &[(&str, &str)],
+) -> (StatusCode, Value) {
+    let mut form = vec![
+        ("grant_type", "authorization_code"),
+        ("code", code),
+        ("client_id", client_id),
+        ("code_verifier", verifier),
+    ];
+    form.extend_from_slice(extra);
+    token(base, &form).await
+}
+
+/// `None` when `tools/list` succeeds with `token`; else the HTTP status or JSON-RPC code.
+async fn tools_list(server: &ServerProcess, token: &str) -> Option<i64> {
+    let reply = server
+        .client()
+        .with_bearer(token)
+        .request("tools/list", json!({}))
+        .await
+        .unwrap();
+    if reply.status != 200 {
+        return Some(i64::from(reply.status));
+    }
+    reply.error_code()
+}
+
+#[tokio::test]
+async fn a_registered_client_signs_a_user_in_and_calls_a_tool() {
+    let store = sqlite_url(&unique("authz-flow"));
+    let server = server(&store, &[]);
+    let base = origin(&server);
+
+    let metadata: Value = reqwest::get(format!("{base}/.well-known/oauth-authorization-server"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(metadata["issuer"], base);
+    assert_eq!(
+        metadata["code_challenge_methods_supported"],
+        json!(["S256"])
+    );
+    assert_eq!(metadata["client_id_metadata_document_supported"], true);
+    assert_eq!(
+        metadata["authorization_response_iss_parameter_supported"],
+        true
+    );
+    assert_eq!(
+        metadata["registration_endpoint"],
+        format!("{base}/register")
+    );
+    // The protected resource metadata names this server as its authorization server.
+    let resource: Value = reqwest::get(format!("{base}/.well-known/oauth-protected-resource/mcp"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(resource["authorization_servers"], json!([base]));
+
+    // A web client may not register a loopback redirect; the error names the field.
+    let refused = reqwest::Client::new()
+        .post(format!("{base}/register"))
+        .json(&json!({"redirect_uris": ["http://127.0.0.1:9/cb"], "token_endpoint_auth_method": "none"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"], "invalid_redirect_uri");
+    assert!(
+        body["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("application_type"),
+        "{body}"
+    );
+
+    let redirect = "http://127.0.0.1:33418/callback";
+    let client_id = register(&base, redirect).await;
+    let (verifier, challenge) = pkce();
+    let browser = Browser::new();
+    let answer = authorize(
+        &browser,
+        &base,
+        &code_request(&client_id, redirect, &challenge, &[("state", "s-1")]),
+    )
+    .await;
+    assert_eq!(answer["state"], "s-1");
+    assert_eq!(answer["iss"], base, "RFC 9207");
+    let code = answer["code"].clone();
+    let exchange = [
+        ("grant_type", "authorization_code"),
+        ("code", code.as_str()),
+        ("redirect_uri", redirect),
+        ("client_id", client_id.as_str()),
+        ("code_verifier", verifier.as_str()),
+    ];
+    let (status, tokens) = token(&base, &exchange).await;
+    assert_eq!(status, StatusCode::OK, "{tokens}");
+    assert_eq!(tokens["token_type"], "Bearer");
+    let access = tokens["access_token"].as_str().unwrap();
+    let refresh = tokens["refresh_token"].as_str().unwrap().to_owned();
+    assert_eq!(
+        tools_list(&server, access).await,
+        None,
+        "the token calls the server"
+    );
+    assert_eq!(tools_list(&server, "not-a-token").await, Some(401));
+
+    // The code again: refused, and what it produced is revoked.
+    let (status, err) = token(&base, &exchange).await;
+    assert_eq!(
+        (status, err["error"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_grant"))
+    );
+    assert!(
+        err["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("already used"),
+        "{err}"
+    );
+    let (status, err) = token(
+        &base,
+        &[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", &refresh),
+            ("client_id", &client_id),
+        ],
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        err["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("revoked"),
+        "{err}"
+    );
+
+    // The consent is remembered, and listed on the account page, where it can be revoked.
+    let account = browser
+        .get(&format!("{base}/account"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        account.contains("Test CLI") && account.contains(&client_id),
+        "{account}"
+    );
+    let csrf = hidden(&account, "csrf");
+    let revoked = browser
+        .post(
+            &format!("{base}/account/consents/revoke"),
+            &[("client_id", &client_id), ("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(revoked.status(), StatusCode::SEE_OTHER);
+    let account = browser
+        .get(&format!("{base}/account"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(!account.contains(&client_id), "{account}");
+}
+
+#[tokio::test]
+async fn pkce_is_required_s256_only_and_a_failed_exchange_burns_nothing() {
+    let store = sqlite_url(&unique("authz-pkce"));
+    let server = server(&store, &[]);
+    let base = origin(&server);
+    let redirect = "http://127.0.0.1:33419/callback";
+    let client_id = register(&base, redirect).await;
+    let browser = Browser::new();
+    let (verifier, challenge) = pkce();
+    for (method, challenge) in [
+        (None, None),
+        (Some("plain"), Some(verifier.as_str())),
+        (None, Some(challenge.as_str())),
+    ] {
+        let mut params = vec![
+            ("response_type", "code"),
+            ("client_id", client_id.as_str()),
+            ("redirect_uri", redirect),
+            ("state", "st"),
+        ];
+        params.extend(challenge.map(|c| ("code_challenge", c)));
+        params.extend(method.map(|m| ("code_challenge_method", m)));
+        let url = Url::parse_with_params(&format!("{base}/authorize"), &params).unwrap();
+        let response = browser.get(url.as_str()).await;
+        assert_eq!(response.status(), StatusCode::SEE_OTHER, "{method:?}");
+        let answer = query(response.headers()[LOCATION].to_str().unwrap());
+        assert_eq!(answer["error"], "invalid_request");
+        assert!(
+            answer["error_description"].contains("code_challenge"),
+            "{answer:?}"
+        );
+        assert_eq!(
+            (answer["state"].as_str(), answer["iss"].as_str()),
+            ("st", base.as_str())
+        );
+        assert!(!answer.contains_key("code"));
+    }
+
+    let answer = authorize(
+        &browser,
+        &base,
+        &code_request(&client_id, redirect, &challenge, &[]),
+    )
+    .await;
+    let code = answer["code"].as_str();
+    let with_verifier = |v: &'static str| {
+        [
+            ("grant_type", "authorization_code"),
+            ("code", code),
+            ("client_id", client_id.as_str()),
+            ("code_verifier", v),
+        ]
+    };
+    let other = Box::leak(pkce().0.into_boxed_str());
+    let (status, err) = token(&base, &with_verifier(other)).await;
+    assert_eq!(
+        (status, err["error"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_grant"))
+    );
+    assert!(
+        err["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("code_verifier"),
+        "{err}"
+    );
+    let (status, _) = token(
+        &base,
+        &[
+            ("grant_type", "authorization_code"),
+            ("code", code),
+            ("client_id", &client_id),
+        ],
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "no verifier at all");
+    // Wrong guesses did not burn the code: the client with the right verifier gets tokens.
+    let verifier: &'static str = Box::leak(verifier.into_boxed_str());
+    let (status, tokens) = token(&base, &with_verifier(verifier)).await;
+    assert_eq!(status, StatusCode::OK, "{tokens}");
+}
+
+#[tokio::test]
+async fn refresh_tokens_rotate_and_a_reused_one_revokes_its_family() {
+    let store = sqlite_url(&unique("authz-refresh"));
+    let server = server(&store, &[]);
+    let base = origin(&server);
+    let redirect = "http://127.0.0.1:33420/callback";
+    let client_id = register(&base, redirect).await;
+    let (verifier, challenge) = pkce();
+    let answer = authorize(
+        &Browser::new(),
+        &base,
+        &code_request(&client_id, redirect, &challenge, &[]),
+    )
+    .await;
+    let (_, first) = redeem(&base, &answer["code"], &client_id, &verifier, &[]).await;
+    let r1 = first["refresh_token"].as_str().unwrap();
+    let refresh = |t: &str| {
+        let t = t.to_owned();
+        let (base, client_id) = (base.clone(), client_id.clone());
+        async move {
+            token(
+                &base,
+                &[
+                    ("grant_type", "refresh_token"),
+                    ("refresh_token", &t),
+                    ("client_id", &client_id),
+                ],
+            )
+            .await
+        }
+    };
+    let (status, second) = refresh(r1).await;
+    assert_eq!(status, StatusCode::OK, "{second}");
+    let r2 = second["refresh_token"].as_str().unwrap();
+    assert_ne!(r1, r2, "rotated at use");
+    assert_eq!(
+        tools_list(&server, second["access_token"].as_str().unwrap()).await,
+        None
+    );
+    // r1 again: someone holds a copy. The family goes, r2 with it.
+    let (status, err) = refresh(r1).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        err["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("already used"),
+        "{err}"
+    );
+    let (status, err) = refresh(r2).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        err["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("revoked"),
+        "{err}"
+    );
+    // Another client cannot use a refresh token it was not given.
+    let stranger = register(&base, redirect).await;
+    let (status, err) = token(
+        &base,
+        &[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", r2),
+            ("client_id", &stranger),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (status, err["error"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_grant"))
+    );
+}
+
+#[tokio::test]
+async fn redirects_nobody_registered_are_never_followed_and_resources_are_bound() {
+    let store = sqlite_url(&unique("authz-redirect"));
+    let other = "https://other.example/mcp";
+    let server = server(&store, &["--authz-resource", other]);
+    let base = origin(&server);
+    let redirect = "http://127.0.0.1:33421/callback";
+    let client_id = register(&base, redirect).await;
+    let (verifier, challenge) = pkce();
+    let browser = Browser::new();
+    for bad in [
+        "https://evil.example/callback",
+        "http://127.0.0.1:33421/other",
+    ] {
+        let url = Url::parse_with_params(
+            &format!("{base}/authorize"),
+            &code_request(client_id.as_str(), bad, &challenge, &[]),
+        )
+        .unwrap();
+        let response = browser.get(url.as_str()).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        assert!(response.headers().get(LOCATION).is_none());
+        assert!(
+            response
+                .text()
+                .await
+                .unwrap()
+                .contains("not one of the client")
+        );
+    }
+    let unknown = browser
+        .get(&format!(
+            "{base}/authorize?client_id=nobody&response_type=code"
+        ))
+        .await;
+    assert_eq!(unknown.status(), StatusCode::BAD_REQUEST);
+    assert!(unknown.text().await.unwrap().contains("not registered"));
+
+    // A resource this server does not serve: refused at the authorization endpoint.
+    let url = Url::parse_with_params(
+        &format!("{base}/authorize"),
+        &code_request(
+            client_id.as_str(),
+            redirect,
+            &challenge,
+            &[("resource", "https://unknown.example/")],
+        ),
+    )
+    .unwrap();
+    let answer = query(
+        browser.get(url.as_str()).await.headers()[LOCATION]
+            .to_str()
+            .unwrap(),
+    );
+    assert_eq!(answer["error"], "invalid_target");
+
+    // A token for the other resource it serves: this resource server refuses it.
+    let answer = authorize(
+        &browser,
+        &base,
+        &code_request(&client_id, redirect, &challenge, &[("resource", other)]),
+    )
+    .await;
+    let (status, tokens) = redeem(
+        &base,
+        &answer["code"],
+        &client_id,
+        &verifier,
+        &[("resource", other)],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{tokens}");
+    assert_eq!(
+        tools_list(&server, tokens["access_token"].as_str().unwrap()).await,
+        Some(401)
+    );
+}
+
+#[tokio::test]
+async fn a_flow_continues_on_another_replica() {
+    let store = common::import::pg_url();
+    let user = unique("alice");
+    add_user(&store, &user);
+    let port_a = common::free_port();
+    let public = format!("http://127.0.0.1:{port_a}");
+    let args = [
+        "--profile",
+        "default",
+        "--store",
+        &store,
+        "--authorization-server",
+        "--public-url",
+        &public,
+    ];
+    let a = ServerProcess::start_on(port_a, &args);
+    let b = ServerProcess::start_exact(&args);
+    let (base_a, base_b) = (origin(&a), origin(&b));
+    let redirect = "http://127.0.0.1:33422/callback";
+    let client_id = register(&base_b, redirect).await;
+    let (verifier, challenge) = pkce();
+    let browser = Browser::new();
+    // The request on A; sign-in and consent on B (the form posts go to B).
+    let url = Url::parse_with_params(
+        &format!("{base_a}/authorize"),
+        &code_request(
+            client_id.as_str(),
+            redirect,
+            &challenge,
+            &[("state", "hop")],
+        ),
+    )
+    .unwrap();
+    let html = browser.get(url.as_str()).await.text().await.unwrap();
+    let (request, csrf) = (hidden(&html, "request"), hidden(&html, "csrf"));
+    let signed_in = browser
+        .post(
+            &format!("{base_b}/authorize/login"),
+            &[
+                ("request", &request),
+                ("csrf", &csrf),
+                ("username", &user),
+                ("password", PASSWORD),
+            ],
+        )
+        .await;
+    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+    let approved = browser
+        .post(
+            &format!("{base_b}/authorize/consent"),
+            &[
+                ("request", &request),
+                ("csrf", &csrf),
+                ("decision", "approve"),
+            ],
+        )
+        .await;
+    let answer = query(approved.headers()[LOCATION].to_str().unwrap());
+    assert_eq!(
+        (answer["state"].as_str(), answer["iss"].as_str()),
+        ("hop", public.as_str())
+    );
+    // The exchange on A, the call on B.
+    let (status, tokens) = redeem(
+        &base_a,
+        &answer["code"],
+        &client_id,
+        &verifier,
+        &[("redirect_uri", redirect)],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{tokens}");
+    assert_eq!(
+        tools_list(&b, tokens["access_token"].as_str().unwrap()).await,
+        None
+    );
+}
