@@ -31,10 +31,6 @@
 # SKIPPED check beside a passing one does not fail it.
 set -euo pipefail
 
-SUITE_PACKAGE="@modelcontextprotocol/conformance"
-SUITE_VERSION="0.2.0-alpha.12"
-NODE_PACKAGE="node@22"
-NODE_MAJOR=22
 # The revision whose requirements run: 2026-07-28 (stateless) or 2025-11-25 (the legacy
 # era, initialize and sessions, on the same endpoint).
 REQUIREMENTS="${REQUIREMENTS:-2026-07-28}"
@@ -65,10 +61,6 @@ repo_root="$(cd "$script_dir/.." && pwd)"
 conf_dir="${CONFORMANCE_DIR:-target/conformance}"
 [[ "$conf_dir" = /* ]] || conf_dir="$repo_root/$conf_dir"
 
-NODE="$conf_dir/node_modules/.bin/node"
-SUITE_DIR="$conf_dir/node_modules/$SUITE_PACKAGE"
-SUITE_JS="$SUITE_DIR/dist/index.js"
-
 if [[ $# -ge 2 ]]; then
   out_dir="$2"
   [[ "$out_dir" = /* ]] || out_dir="$PWD/$out_dir"
@@ -80,37 +72,9 @@ if [[ -e "$out_dir" ]] && [[ -n "$(ls -A "$out_dir" 2>/dev/null)" ]]; then
   exit 2
 fi
 
-# True when $conf_dir already holds a working Node $NODE_MAJOR and the pinned suite.
-suite_installed() {
-  [[ -x "$NODE" && -f "$SUITE_JS" && -f "$SUITE_DIR/package.json" ]] || return 1
-  local node_version suite_version
-  node_version="$("$NODE" --version 2>/dev/null)" || return 1
-  [[ "$node_version" == "v$NODE_MAJOR."* ]] || return 1
-  suite_version="$("$NODE" -p 'require(process.argv[1]).version' "$SUITE_DIR/package.json" 2>/dev/null)" || return 1
-  [[ "$suite_version" == "$SUITE_VERSION" ]]
-}
-
-if suite_installed; then
-  echo "conformance: using $SUITE_PACKAGE@$SUITE_VERSION and Node $("$NODE" --version) from $conf_dir"
-else
-  command -v npm >/dev/null 2>&1 || {
-    echo "conformance: npm is needed to install the suite (apt-get install npm, or any Node >= 18 with npm)" >&2
-    exit 1
-  }
-  echo "conformance: installing $NODE_PACKAGE and $SUITE_PACKAGE@$SUITE_VERSION into $conf_dir"
-  mkdir -p "$conf_dir"
-  (
-    cd "$conf_dir"
-    [[ -f package.json ]] || npm init -y >/dev/null
-    npm install --no-audit --no-fund "$NODE_PACKAGE" "$SUITE_PACKAGE@$SUITE_VERSION"
-  )
-  suite_installed || {
-    echo "conformance: install finished but $NODE is not a working Node $NODE_MAJOR or the suite is not $SUITE_VERSION" >&2
-    exit 1
-  }
-  echo "conformance: installed; Node $("$NODE" --version)"
-fi
-
+# shellcheck source=scripts/conformance-suite.sh
+source "$script_dir/conformance-suite.sh"
+ensure_suite "$conf_dir"
 
 mkdir -p "$out_dir/requirements" "$out_dir/pending"
 

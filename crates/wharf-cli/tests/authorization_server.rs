@@ -8,38 +8,14 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::Write as _;
-use std::process::{Command, Stdio};
-use std::sync::Mutex;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use common::ServerProcess;
+use common::authz::{Browser, PASSWORD, add_user, hidden, pkce, query};
 use common::import::{sqlite_url, unique};
 use reqwest::StatusCode;
-use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
+use reqwest::header::LOCATION;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use url::Url;
-
-const PASSWORD: &str = "correct horse battery staple";
-
-/// Adds `name` to the store through `wharf user add`, the password on standard input.
-fn add_user(store: &str, name: &str) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
-        .args(["user", "add", name, "--store", store])
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    writeln!(child.stdin.take().unwrap(), "{PASSWORD}").unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// A server that is its own authorization server, with user `alice`.
 fn server(store: &str, extra: &[&str]) -> ServerProcess {
@@ -56,110 +32,6 @@ fn server(store: &str, extra: &[&str]) -> ServerProcess {
 
 fn origin(server: &ServerProcess) -> String {
     format!("http://127.0.0.1:{}", server.port)
-}
-
-/// A browser: keeps cookies (per host, as browsers do: not per port), follows no redirect
-/// by itself.
-struct Browser {
-    http: reqwest::Client,
-    cookies: Mutex<HashMap<String, String>>,
-}
-
-impl Browser {
-    fn new() -> Self {
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap();
-        Self {
-            http,
-            cookies: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn cookie_header(&self) -> String {
-        let cookies = self.cookies.lock().unwrap();
-        cookies
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join("; ")
-    }
-
-    fn keep(&self, response: &reqwest::Response) {
-        let mut cookies = self.cookies.lock().unwrap();
-        for header in response.headers().get_all(SET_COOKIE) {
-            let text = header.to_str().unwrap();
-            let pair = text.split(';').next().unwrap();
-            let (name, value) = pair.split_once('=').unwrap();
-            assert!(
-                text.contains("HttpOnly") && text.contains("SameSite=Lax"),
-                "{text}"
-            );
-            cookies.insert(name.to_owned(), value.to_owned());
-        }
-    }
-
-    async fn get(&self, url: &str) -> reqwest::Response {
-        let response = self
-            .http
-            .get(url)
-            .header(COOKIE, self.cookie_header())
-            .send()
-            .await
-            .unwrap();
-        self.keep(&response);
-        response
-    }
-
-    async fn post(&self, url: &str, form: &[(&str, &str)]) -> reqwest::Response {
-        let response = self
-            .http
-            .post(url)
-            .header(COOKIE, self.cookie_header())
-            .form(form)
-            .send()
-            .await
-            .unwrap();
-        self.keep(&response);
-        response
-    }
-}
-
-/// The value of hidden field `name` in a page.
-fn hidden(page: &str, name: &str) -> String {
-    let marker = format!("name=\"{name}\" value=\"");
-    let start = page
-        .find(&marker)
-        .unwrap_or_else(|| panic!("no {name} in {page}"))
-        + marker.len();
-    let end = start + page[start..].find('"').unwrap();
-    page[start..end].replace("&amp;", "&")
-}
-
-/// A PKCE pair: verifier and S256 challenge.
-fn pkce() -> (String, String) {
-    let verifier = URL_SAFE_NO_PAD.encode(rand_bytes());
-    let challenge = URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()));
-    (verifier, challenge)
-}
-
-fn rand_bytes() -> [u8; 32] {
-    use std::hash::{BuildHasher, RandomState};
-    let mut out = [0u8; 32];
-    for chunk in out.chunks_mut(8) {
-        let n = RandomState::new().hash_one(std::time::Instant::now());
-        chunk.copy_from_slice(&n.to_le_bytes());
-    }
-    out
-}
-
-fn query(location: &str) -> HashMap<String, String> {
-    Url::parse(location)
-        .unwrap()
-        .query_pairs()
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .collect()
 }
 
 /// Registers a public native client redirecting to `redirect`.

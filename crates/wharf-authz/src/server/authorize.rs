@@ -16,7 +16,6 @@ use serde::{Deserialize, Serialize};
 use url::Url;
 use wharf::store::{Millis, Write, now_millis};
 
-use super::clients::Client;
 use super::html::{self, escape, hidden};
 use super::{Shared, constant_eq, cookies};
 use crate::pkce::CodeChallenge;
@@ -27,6 +26,10 @@ use crate::redirect;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Pending {
     client_id: String,
+    /// What the pages show of the client, as it was when the request came: later steps do
+    /// not fetch its document again.
+    client_name: String,
+    document_host: Option<String>,
     redirect_uri: String,
     scope: String,
     state: Option<String>,
@@ -183,6 +186,8 @@ pub(crate) async fn authorize(
     };
     let pending = Pending {
         client_id: client.id.clone(),
+        client_name: client.name.clone(),
+        document_host: client.document_host.clone(),
         redirect_uri,
         scope,
         state,
@@ -205,7 +210,7 @@ pub(crate) async fn authorize(
         Err(response) => return response,
     };
     let page = match user {
-        None => login_page(&request_id, &pending, &client, None),
+        None => login_page(&request_id, &pending, None),
         Some(user) => {
             // A remembered consent that covers the request skips the page, except for a
             // redirect to this machine: any local program can claim a client's id and a
@@ -220,7 +225,7 @@ pub(crate) async fn authorize(
             if remembered && !is_loopback_redirect(&pending.redirect_uri) {
                 return finish(&shared, &request_id, pending, &user).await;
             }
-            consent_html(&request_id, &pending, &client, &user)
+            consent_html(&request_id, &pending, &user)
         }
     };
     let mut response = page;
@@ -243,7 +248,7 @@ pub(crate) async fn login(
     headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Response {
-    let (pending, client) = match load(&shared, &headers, &form.request, Some(&form.csrf)).await {
+    let pending = match load(&shared, &headers, &form.request, Some(&form.csrf)).await {
         Ok(found) => found,
         Err(response) => return response,
     };
@@ -253,7 +258,6 @@ pub(crate) async fn login(
             let mut page = login_page(
                 &form.request,
                 &pending,
-                &client,
                 Some("The user name or password is wrong."),
             );
             *page.status_mut() = StatusCode::UNAUTHORIZED;
@@ -304,13 +308,13 @@ pub(crate) async fn consent_page(
     headers: HeaderMap,
     Query(query): Query<ConsentQuery>,
 ) -> Response {
-    let (pending, client) = match load(&shared, &headers, &query.request, None).await {
+    let pending = match load(&shared, &headers, &query.request, None).await {
         Ok(found) => found,
         Err(response) => return response,
     };
     match signed_in(&shared, &headers).await {
-        Ok(Some(user)) => consent_html(&query.request, &pending, &client, &user),
-        Ok(None) => login_page(&query.request, &pending, &client, None),
+        Ok(Some(user)) => consent_html(&query.request, &pending, &user),
+        Ok(None) => login_page(&query.request, &pending, None),
         Err(response) => response,
     }
 }
@@ -329,13 +333,13 @@ pub(crate) async fn consent(
     headers: HeaderMap,
     Form(form): Form<ConsentForm>,
 ) -> Response {
-    let (pending, client) = match load(&shared, &headers, &form.request, Some(&form.csrf)).await {
+    let pending = match load(&shared, &headers, &form.request, Some(&form.csrf)).await {
         Ok(found) => found,
         Err(response) => return response,
     };
     let user = match signed_in(&shared, &headers).await {
         Ok(Some(user)) => user,
-        Ok(None) => return login_page(&form.request, &pending, &client, None),
+        Ok(None) => return login_page(&form.request, &pending, None),
         Err(response) => return response,
     };
     let back = Back {
@@ -346,7 +350,7 @@ pub(crate) async fn consent(
     match form.decision.as_str() {
         "approve" => {
             let consent = Consent {
-                client_name: client.name.clone(),
+                client_name: pending.client_name.clone(),
                 scope: pending.scope.clone(),
                 resource: pending.resource.clone(),
                 granted_at: now_millis(),
@@ -355,7 +359,7 @@ pub(crate) async fn consent(
                 .records
                 .put(
                     CONSENTS,
-                    &consent_key(&user, &client.id),
+                    &consent_key(&user, &pending.client_id),
                     &consent,
                     Some(&user),
                     Write::Upsert,
@@ -420,13 +424,13 @@ async fn finish(shared: &Shared, request_id: &str, pending: Pending, user: &str)
 }
 
 /// The pending request `request_id`, when this browser made it (and, for a form, with its
-/// CSRF token), with its client.
+/// CSRF token).
 async fn load(
     shared: &Shared,
     headers: &HeaderMap,
     request_id: &str,
     csrf: Option<&str>,
-) -> Result<(Pending, Client), Response> {
+) -> Result<Pending, Response> {
     let pending = match shared.records.get::<Pending>(REQUESTS, request_id).await {
         Ok(Some(found)) => found.value,
         Ok(None) => {
@@ -448,17 +452,7 @@ async fn load(
             "The request was not started in this browser, or the form is stale. Start again from the application.",
         ));
     }
-    let client = shared
-        .client(Some(&pending.client_id))
-        .await
-        .map_err(|err| {
-            html::error(
-                StatusCode::BAD_REQUEST,
-                "This application cannot sign in here",
-                &err.to_string(),
-            )
-        })?;
-    Ok((pending, client))
+    Ok(pending)
 }
 
 /// The signed-in user, from the session cookie.
@@ -579,13 +573,14 @@ fn answered() -> Response {
     )
 }
 
-fn who_is_asking(client: &Client, redirect_uri: &str) -> String {
+fn who_is_asking(pending: &Pending) -> String {
+    let redirect_uri = pending.redirect_uri.as_str();
     let redirect_host = Url::parse(redirect_uri)
         .ok()
         .and_then(|u| u.host_str().map(str::to_owned))
         .unwrap_or_else(|| redirect_uri.to_owned());
-    let mut out = format!("<p><strong>{}</strong>", escape(&client.name));
-    match &client.document_host {
+    let mut out = format!("<p><strong>{}</strong>", escape(&pending.client_name));
+    match &pending.document_host {
         Some(host) => out.push_str(&format!(
             " from <span class=\"host\" id=\"client-host\">{}</span></p>",
             escape(host)
@@ -605,12 +600,7 @@ fn who_is_asking(client: &Client, redirect_uri: &str) -> String {
     out
 }
 
-fn login_page(
-    request_id: &str,
-    pending: &Pending,
-    client: &Client,
-    problem: Option<&str>,
-) -> Response {
+fn login_page(request_id: &str, pending: &Pending, problem: Option<&str>) -> Response {
     let problem = problem
         .map(|p| format!("<p class=\"warning\" role=\"alert\">{}</p>", escape(p)))
         .unwrap_or_default();
@@ -619,13 +609,13 @@ fn login_page(
          <label for=\"username\">User name</label><input type=\"text\" id=\"username\" name=\"username\" autocomplete=\"username\" required>\
          <label for=\"password\">Password</label><input type=\"password\" id=\"password\" name=\"password\" autocomplete=\"current-password\" required>\
          <button type=\"submit\" id=\"sign-in\">Sign in</button></form>",
-        who = who_is_asking(client, &pending.redirect_uri),
+        who = who_is_asking(pending),
         hidden = hidden(&[("request", request_id), ("csrf", &pending.csrf)]),
     );
     html::page(StatusCode::OK, "Sign in", &body)
 }
 
-fn consent_html(request_id: &str, pending: &Pending, client: &Client, user: &str) -> Response {
+fn consent_html(request_id: &str, pending: &Pending, user: &str) -> Response {
     let scopes = if pending.scope.is_empty() {
         "<dd>no particular scope</dd>".to_owned()
     } else {
@@ -640,7 +630,7 @@ fn consent_html(request_id: &str, pending: &Pending, client: &Client, user: &str
          <dt>Scopes</dt>{scopes}</dl><form method=\"post\" action=\"/authorize/consent\">{hidden}\
          <button type=\"submit\" name=\"decision\" value=\"approve\" id=\"approve\">Allow</button>\
          <button type=\"submit\" name=\"decision\" value=\"deny\" id=\"deny\">Deny</button></form>",
-        who = who_is_asking(client, &pending.redirect_uri),
+        who = who_is_asking(pending),
         user = escape(user),
         resource = escape(&pending.resource),
         hidden = hidden(&[("request", request_id), ("csrf", &pending.csrf)]),

@@ -2,6 +2,7 @@
 //! against the vendored 2026-07-28 schema.
 #![allow(dead_code)]
 
+pub(crate) mod authz;
 pub(crate) mod import;
 
 use std::collections::HashMap;

@@ -1,0 +1,558 @@
+//! Clients that identify with a Client ID Metadata Document, against `wharf serve
+//! --authorization-server`: the documents are served over HTTPS by this test (a certificate
+//! it made, which the server is told to trust; loopback documents allowed by the test-only
+//! switch), and the server fetches them for real. A good document signs a user in (PKCE, or
+//! `private_key_jwt` with replay protection) and is reused within its freshness; each hostile
+//! one is refused with an error that names the problem, and fetched again next time (a
+//! failure is never cached).
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use common::ServerProcess;
+use common::authz::{Browser, PASSWORD, add_user, hidden, pkce, query};
+use common::import::{sqlite_url, unique};
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use reqwest::header::LOCATION;
+use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
+use serde_json::{Value, json};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::ServerConfig;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use url::Url;
+
+const REDIRECT: &str = "http://127.0.0.1:33500/callback";
+
+/// What the document server answers for each path, and how often each was fetched.
+#[derive(Clone, Default)]
+struct Documents {
+    answers: Arc<Mutex<HashMap<String, Answer>>>,
+    hits: Arc<Mutex<HashMap<String, usize>>>,
+    origin: Arc<Mutex<String>>,
+}
+
+#[derive(Clone)]
+enum Answer {
+    Json {
+        body: Value,
+        cache: &'static str,
+    },
+    Raw {
+        status: u16,
+        content_type: &'static str,
+        body: String,
+        location: Option<&'static str>,
+    },
+    Slow,
+}
+
+impl Documents {
+    fn url(&self, path: &str) -> String {
+        format!("{}/{path}", self.origin.lock().unwrap())
+    }
+    fn set(&self, path: &str, answer: Answer) {
+        self.answers.lock().unwrap().insert(path.to_owned(), answer);
+    }
+    fn hits(&self, path: &str) -> usize {
+        self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
+    }
+    /// A document for `path` naming itself, with `extra` members.
+    fn document(&self, path: &str, extra: Value) -> Value {
+        let mut doc = json!({
+            "client_id": self.url(path),
+            "client_name": format!("Docs client {path}"),
+            "redirect_uris": [REDIRECT],
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            doc[k] = v.clone();
+        }
+        doc
+    }
+}
+
+async fn answer(State(docs): State<Documents>, Path(path): Path<String>) -> Response {
+    *docs.hits.lock().unwrap().entry(path.clone()).or_default() += 1;
+    let answer = docs.answers.lock().unwrap().get(&path).cloned();
+    match answer {
+        None => StatusCode::NOT_FOUND.into_response(),
+        Some(Answer::Json { body, cache }) => (
+            [
+                (header::CONTENT_TYPE, "application/json"),
+                (header::CACHE_CONTROL, cache),
+            ],
+            body.to_string(),
+        )
+            .into_response(),
+        Some(Answer::Raw {
+            status,
+            content_type,
+            body,
+            location,
+        }) => {
+            let mut response = (
+                StatusCode::from_u16(status).unwrap(),
+                [(header::CONTENT_TYPE, content_type)],
+                body,
+            )
+                .into_response();
+            if let Some(location) = location {
+                response
+                    .headers_mut()
+                    .insert(header::LOCATION, location.parse().unwrap());
+            }
+            response
+        }
+        Some(Answer::Slow) => {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            StatusCode::OK.into_response()
+        }
+    }
+}
+
+/// Serves documents over HTTPS on `localhost`; returns them and the CA file to trust.
+async fn document_server() -> (Documents, std::path::PathBuf) {
+    let key = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let pem_path = std::env::temp_dir().join(format!("{}.pem", unique("cimd-ca")));
+    std::fs::write(&pem_path, key.cert.pem()).unwrap();
+    let cert = CertificateDer::from(key.cert.der().to_vec());
+    let private = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.key_pair.serialize_der()));
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let tls = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert], private)
+        .unwrap();
+    let acceptor = TlsAcceptor::from(Arc::new(tls));
+    let listener = common::tokio_listener();
+    let port = listener.local_addr().unwrap().port();
+    let docs = Documents::default();
+    *docs.origin.lock().unwrap() = format!("https://localhost:{port}");
+    let app = Router::new()
+        .route("/{*path}", get(answer))
+        .with_state(docs.clone());
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let (acceptor, app) = (acceptor.clone(), app.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), TowerToHyperService::new(app))
+                    .await;
+            });
+        }
+    });
+    (docs, pem_path)
+}
+
+fn server(store: &str, ca: &std::path::Path) -> ServerProcess {
+    add_user(store, "alice");
+    ServerProcess::start_exact(&[
+        "--profile",
+        "default",
+        "--store",
+        store,
+        "--authorization-server",
+        "--authz-allow-loopback-documents",
+        "--authz-document-root-cert",
+        ca.to_str().unwrap(),
+    ])
+}
+
+/// Opens the authorization URL for `client_id`; on a consent flow signs in, checks the
+/// consent page with `check`, approves, and returns the code.
+async fn code_for(
+    browser: &Browser,
+    base: &str,
+    client_id: &str,
+    challenge: &str,
+    check: impl Fn(&str),
+) -> Result<String, (StatusCode, String)> {
+    let url = Url::parse_with_params(
+        &format!("{base}/authorize"),
+        &[
+            ("response_type", "code"),
+            ("client_id", client_id),
+            ("redirect_uri", REDIRECT),
+            ("code_challenge", challenge),
+            ("code_challenge_method", "S256"),
+        ],
+    )
+    .unwrap();
+    let page = browser.get(url.as_str()).await;
+    let status = page.status();
+    let mut html = page.text().await.unwrap();
+    if status != StatusCode::OK {
+        return Err((status, html));
+    }
+    if html.contains("Sign in</h1>") {
+        let (request, csrf) = (hidden(&html, "request"), hidden(&html, "csrf"));
+        let form = [
+            ("request", request.as_str()),
+            ("csrf", &csrf),
+            ("username", "alice"),
+            ("password", PASSWORD),
+        ];
+        let signed = browser
+            .post(&format!("{base}/authorize/login"), &form)
+            .await;
+        let next = signed.headers()[LOCATION].to_str().unwrap().to_owned();
+        html = browser
+            .get(&format!("{base}{next}"))
+            .await
+            .text()
+            .await
+            .unwrap();
+    }
+    check(&html);
+    let (request, csrf) = (hidden(&html, "request"), hidden(&html, "csrf"));
+    let form = [
+        ("request", request.as_str()),
+        ("csrf", &csrf),
+        ("decision", "approve"),
+    ];
+    let approved = browser
+        .post(&format!("{base}/authorize/consent"), &form)
+        .await;
+    Ok(query(approved.headers()[LOCATION].to_str().unwrap())["code"].clone())
+}
+
+async fn token(base: &str, form: &[(&str, &str)]) -> (StatusCode, Value) {
+    let response = reqwest::Client::new()
+        .post(format!("{base}/token"))
+        .form(form)
+        .send()
+        .await
+        .unwrap();
+    (response.status(), response.json().await.unwrap())
+}
+
+/// An ES256 key: the signer, and its public JWK set.
+fn client_key() -> (EncodingKey, Value) {
+    let rng = ring::rand::SystemRandom::new();
+    let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
+    let pair =
+        EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng).unwrap();
+    let point = pair.public_key().as_ref();
+    let jwks = json!({"keys": [{"kty": "EC", "crv": "P-256", "kid": "c1", "alg": "ES256", "use": "sig",
+        "x": B64.encode(&point[1..33]), "y": B64.encode(&point[33..65])}]});
+    (EncodingKey::from_ec_der(pkcs8.as_ref()), jwks)
+}
+
+fn assertion(key: &EncodingKey, client_id: &str, audience: &str, jti: &str) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let mut header = Header::new(Algorithm::ES256);
+    header.kid = Some("c1".into());
+    let claims = json!({"iss": client_id, "sub": client_id, "aud": audience, "exp": now + 60, "iat": now, "jti": jti});
+    jsonwebtoken::encode(&header, &claims, key).unwrap()
+}
+
+#[tokio::test]
+async fn a_document_client_signs_in_and_its_document_is_reused_while_fresh() {
+    let (docs, ca) = document_server().await;
+    let store = sqlite_url(&unique("cimd-good"));
+    let server = server(&store, &ca);
+    let base = format!("http://127.0.0.1:{}", server.port);
+    docs.set(
+        "app.json",
+        Answer::Json {
+            body: docs.document("app.json", json!({})),
+            cache: "public, max-age=300",
+        },
+    );
+    let client_id = docs.url("app.json");
+    let browser = Browser::new();
+    let (verifier, challenge) = pkce();
+    let code = code_for(&browser, &base, &client_id, &challenge, |page| {
+        assert!(page.contains("Docs client app.json"), "{page}");
+        assert!(
+            page.contains("id=\"client-host\">localhost<"),
+            "the client_id's host is shown: {page}"
+        );
+        assert!(
+            page.contains("id=\"localhost-warning\""),
+            "a loopback redirect is flagged: {page}"
+        );
+    })
+    .await
+    .unwrap();
+    let (status, tokens) = token(
+        &base,
+        &[
+            ("grant_type", "authorization_code"),
+            ("code", &code),
+            ("client_id", &client_id),
+            ("code_verifier", &verifier),
+        ],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{tokens}");
+    let reply = server
+        .client()
+        .with_bearer(tokens["access_token"].as_str().unwrap())
+        .request("tools/list", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.error_code(), None);
+    // A second sign-in within the document's freshness reuses it: no second fetch.
+    let (_, challenge) = pkce();
+    code_for(&browser, &base, &client_id, &challenge, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(docs.hits("app.json"), 1, "fresh for 300 s: fetched once");
+
+    // A document that may not be stored is fetched every time.
+    docs.set(
+        "nostore.json",
+        Answer::Json {
+            body: docs.document("nostore.json", json!({})),
+            cache: "no-store",
+        },
+    );
+    for _ in 0..2 {
+        code_for(
+            &browser,
+            &base,
+            &docs.url("nostore.json"),
+            &challenge,
+            |_| {},
+        )
+        .await
+        .unwrap();
+    }
+    assert_eq!(docs.hits("nostore.json"), 2);
+}
+
+#[tokio::test]
+async fn a_document_client_may_authenticate_with_private_key_jwt_once_per_jti() {
+    let (docs, ca) = document_server().await;
+    let store = sqlite_url(&unique("cimd-pkjwt"));
+    let server = server(&store, &ca);
+    let base = format!("http://127.0.0.1:{}", server.port);
+    let (key, jwks) = client_key();
+    let path = "keyed.json";
+    docs.set(
+        path,
+        Answer::Json {
+            body: docs.document(
+                path,
+                json!({"token_endpoint_auth_method": "private_key_jwt", "jwks": jwks}),
+            ),
+            cache: "max-age=60",
+        },
+    );
+    let client_id = docs.url(path);
+    let audience = format!("{base}/token");
+    let browser = Browser::new();
+    let exchange = |code: String, verifier: String, assertion: Option<String>| {
+        let (base, client_id) = (base.clone(), client_id.clone());
+        async move {
+            let mut form = vec![
+                ("grant_type", "authorization_code".to_owned()),
+                ("code", code),
+                ("code_verifier", verifier),
+                ("client_id", client_id),
+            ];
+            if let Some(a) = assertion {
+                form.push((
+                    "client_assertion_type",
+                    "urn:ietf:params:oauth:client-assertion-type:jwt-bearer".into(),
+                ));
+                form.push(("client_assertion", a));
+            }
+            let form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            token(&base, &form).await
+        }
+    };
+    let (verifier, challenge) = pkce();
+    let code = code_for(&browser, &base, &client_id, &challenge, |_| {})
+        .await
+        .unwrap();
+    let (status, err) = exchange(code.clone(), verifier.clone(), None).await;
+    assert_eq!(
+        (status, err["error"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("invalid_client")),
+        "no assertion: {err}"
+    );
+    let (other_key, _) = client_key();
+    let (status, err) = exchange(
+        code.clone(),
+        verifier.clone(),
+        Some(assertion(&other_key, &client_id, &audience, "j0")),
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "signed with a key not in the document: {err}"
+    );
+    let first = assertion(&key, &client_id, &audience, "j1");
+    let (status, tokens) = exchange(code, verifier, Some(first.clone())).await;
+    assert_eq!(status, StatusCode::OK, "{tokens}");
+    // The same assertion again, on a new code: its jti was seen.
+    let (verifier, challenge) = pkce();
+    let code = code_for(&browser, &base, &client_id, &challenge, |_| {})
+        .await
+        .unwrap();
+    let (status, err) = exchange(code.clone(), verifier.clone(), Some(first)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(
+        err["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("used before"),
+        "{err}"
+    );
+    let (status, _) = exchange(
+        code,
+        verifier,
+        Some(assertion(&key, &client_id, &audience, "j2")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn hostile_documents_are_refused_by_name_and_never_cached() {
+    let (docs, ca) = document_server().await;
+    let store = sqlite_url(&unique("cimd-hostile"));
+    let server = server(&store, &ca);
+    let base = format!("http://127.0.0.1:{}", server.port);
+    let big = "x".repeat(6000);
+    let cases: Vec<(&str, Answer, &str)> = vec![
+        (
+            "redirect.json",
+            Answer::Raw {
+                status: 302,
+                content_type: "text/plain",
+                body: String::new(),
+                location: Some("/app.json"),
+            },
+            "redirects are not followed",
+        ),
+        (
+            "missing.json",
+            Answer::Raw {
+                status: 404,
+                content_type: "text/plain",
+                body: String::new(),
+                location: None,
+            },
+            "HTTP 404",
+        ),
+        (
+            "html.json",
+            Answer::Raw {
+                status: 200,
+                content_type: "text/html",
+                body: "<html></html>".into(),
+                location: None,
+            },
+            "not application/json",
+        ),
+        (
+            "big.json",
+            Answer::Json {
+                body: docs.document("big.json", json!({"padding": big})),
+                cache: "max-age=300",
+            },
+            "larger than 5120 bytes",
+        ),
+        (
+            "mismatch.json",
+            Answer::Json {
+                body: docs.document("app.json", json!({})),
+                cache: "max-age=300",
+            },
+            "is not the URL it was fetched from",
+        ),
+        (
+            "secret.json",
+            Answer::Json {
+                body: docs.document(
+                    "secret.json",
+                    json!({"token_endpoint_auth_method": "client_secret_post"}),
+                ),
+                cache: "max-age=300",
+            },
+            "shared secret",
+        ),
+        (
+            "elsewhere.json",
+            Answer::Json {
+                body: docs.document(
+                    "elsewhere.json",
+                    json!({"redirect_uris": ["https://elsewhere.example/cb"]}),
+                ),
+                cache: "max-age=300",
+            },
+            "not one of the client&#39;s registered redirect URIs",
+        ),
+        ("slow.json", Answer::Slow, "did not arrive within"),
+    ];
+    let browser = Browser::new();
+    let (_, challenge) = pkce();
+    for (path, answer, reason) in cases {
+        docs.set(path, answer);
+        for attempt in 1..=2 {
+            let (status, page) = code_for(&browser, &base, &docs.url(path), &challenge, |_| {})
+                .await
+                .unwrap_err();
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{path}");
+            assert!(
+                page.contains(reason),
+                "{path}: expected {reason:?} in {page}"
+            );
+            if path != "elsewhere.json" {
+                assert_eq!(
+                    docs.hits(path),
+                    attempt,
+                    "{path}: a refused document is fetched again"
+                );
+            }
+        }
+    }
+    // Addresses no document is fetched from, whatever the switch for loopback says.
+    for client_id in [
+        "https://10.0.0.1/c.json",
+        "https://169.254.169.254/latest/meta-data",
+        "https://[fd00::1]/c.json",
+    ] {
+        let (status, page) = code_for(&browser, &base, client_id, &challenge, |_| {})
+            .await
+            .unwrap_err();
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(page.contains("special-use"), "{client_id}: {page}");
+    }
+    for (client_id, reason) in [
+        ("http://localhost/c.json", "https scheme"),
+        ("https://localhost/", "must have a path"),
+        ("https://localhost/c.json#x", "fragment"),
+    ] {
+        let (_, page) = code_for(&browser, &base, client_id, &challenge, |_| {})
+            .await
+            .unwrap_err();
+        assert!(page.contains(reason), "{client_id}: {page}");
+    }
+}

@@ -1,0 +1,112 @@
+//! Support for the authorization server's tests: accounts, PKCE pairs, and a browser that
+//! keeps cookies (per host, not per port, as browsers do) and follows no redirect by itself.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use reqwest::header::{COOKIE, SET_COOKIE};
+use sha2::{Digest, Sha256};
+
+/// Every test account's password.
+pub(crate) const PASSWORD: &str = "correct horse battery staple";
+
+/// Adds `name` to the store through `wharf user add`, the password on standard input.
+pub(crate) fn add_user(store: &str, name: &str) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args(["user", "add", name, "--store", store])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    writeln!(child.stdin.take().unwrap(), "{PASSWORD}").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A PKCE pair: a random verifier and its S256 challenge.
+pub(crate) fn pkce() -> (String, String) {
+    let mut bytes = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).unwrap();
+    let verifier = URL_SAFE_NO_PAD.encode(bytes);
+    let challenge = URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()));
+    (verifier, challenge)
+}
+
+/// The value of hidden field `name` in a page.
+pub(crate) fn hidden(page: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let start = page
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no {name} in {page}"))
+        + marker.len();
+    let end = start + page[start..].find('"').unwrap();
+    page[start..end].replace("&amp;", "&")
+}
+
+/// The query parameters of a URL.
+pub(crate) fn query(location: &str) -> HashMap<String, String> {
+    url::Url::parse(location)
+        .unwrap()
+        .query_pairs()
+        .into_owned()
+        .collect()
+}
+
+/// A browser: a cookie jar and no automatic redirects.
+pub(crate) struct Browser {
+    http: reqwest::Client,
+    cookies: Mutex<HashMap<String, String>>,
+}
+
+impl Browser {
+    pub(crate) fn new() -> Self {
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap();
+        Self {
+            http,
+            cookies: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Sends `request` with the jar's cookies and keeps the ones set (which must be
+    /// HttpOnly and SameSite=Lax).
+    async fn send(&self, request: reqwest::RequestBuilder) -> reqwest::Response {
+        let cookie = {
+            let jar = self.cookies.lock().unwrap();
+            jar.iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        let response = request.header(COOKIE, cookie).send().await.unwrap();
+        let mut jar = self.cookies.lock().unwrap();
+        for header in response.headers().get_all(SET_COOKIE) {
+            let text = header.to_str().unwrap();
+            assert!(
+                text.contains("HttpOnly") && text.contains("SameSite=Lax"),
+                "{text}"
+            );
+            let (name, value) = text.split(';').next().unwrap().split_once('=').unwrap();
+            jar.insert(name.to_owned(), value.to_owned());
+        }
+        response
+    }
+
+    pub(crate) async fn get(&self, url: &str) -> reqwest::Response {
+        self.send(self.http.get(url)).await
+    }
+
+    pub(crate) async fn post(&self, url: &str, form: &[(&str, &str)]) -> reqwest::Response {
+        self.send(self.http.post(url).form(form)).await
+    }
+}
