@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub(crate) mod authz;
+pub(crate) mod documents;
 pub(crate) mod import;
 
 use std::collections::HashMap;

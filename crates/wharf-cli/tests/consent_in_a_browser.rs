@@ -1,0 +1,265 @@
+//! The sign-in and consent pages in a real browser: headless Chromium driven through
+//! WebDriver (Debian's `chromium` and `chromium-driver`). A Client ID Metadata Document client
+//! asks for access; the person signs in, reads the consent page (whose screenshot is read
+//! back by OCR, Debian's `tesseract-ocr`, for the client's host and the localhost warning),
+//! allows, and the browser lands on the client's callback with a code that buys a token that
+//! calls a tool. The consent is then revoked from the account page, in the same browser.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::ServerProcess;
+use common::authz::{PASSWORD, add_user, pkce, query};
+use common::documents::{Answer, document_server};
+use common::import::{sqlite_url, unique};
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+use url::Url;
+
+/// `chromedriver`, killed when dropped.
+struct Driver(Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn required(binary: &str, package: &str) -> String {
+    let path = format!("/usr/bin/{binary}");
+    assert!(
+        std::path::Path::new(&path).exists(),
+        "{path} is required for this test: apt-get install {package}"
+    );
+    path
+}
+
+/// Starts chromedriver and a headless Chromium session.
+async fn browser() -> (Driver, Client) {
+    let driver_bin = required("chromedriver", "chromium-driver");
+    let chromium = required("chromium", "chromium");
+    let port = common::free_port();
+    let driver = Driver(
+        Command::new(driver_bin)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver"),
+    );
+    let status = format!("http://127.0.0.1:{port}/status");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while reqwest::get(&status).await.is_err() {
+        assert!(Instant::now() < deadline, "chromedriver did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let profile = std::env::temp_dir().join(unique("chromium-profile"));
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "binary": chromium,
+            "args": [
+                "--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=900,1000", "--force-device-scale-factor=1",
+                format!("--user-data-dir={}", profile.display()),
+            ],
+        }),
+    );
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    let client = ClientBuilder::new(connector)
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .expect("a Chromium session");
+    (driver, client)
+}
+
+/// The words OCR reads in a PNG screenshot.
+fn ocr(png: &[u8], name: &str) -> String {
+    let tesseract = required("tesseract", "tesseract-ocr");
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(format!("{name}.png"));
+    std::fs::write(&file, png).unwrap();
+    let out = Command::new(tesseract)
+        .arg(&file)
+        .arg("stdout")
+        .output()
+        .expect("run tesseract");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+async fn wait_for_url(client: &Client, prefix: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let url = client.current_url().await.unwrap().to_string();
+        if url.starts_with(prefix) {
+            return url;
+        }
+        assert!(Instant::now() < deadline, "the browser stayed at {url}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_person_signs_in_reads_the_consent_page_and_allows_access() {
+    let (docs, ca) = document_server().await;
+    let store = sqlite_url(&unique("consent-browser"));
+    add_user(&store, "alice");
+    let server = ServerProcess::start_exact(&[
+        "--profile",
+        "default",
+        "--store",
+        &store,
+        "--authorization-server",
+        "--authz-allow-loopback-documents",
+        "--authz-document-root-cert",
+        ca.to_str().unwrap(),
+    ]);
+    let base = format!("http://127.0.0.1:{}", server.port);
+    // The client's callback: a real listener, so the browser lands on a page.
+    let callback_listener = common::tokio_listener();
+    let callback = format!(
+        "http://127.0.0.1:{}/callback",
+        callback_listener.local_addr().unwrap().port()
+    );
+    tokio::spawn(async move {
+        let app = axum::Router::new().route(
+            "/callback",
+            axum::routing::get(|| async { "You may close this window." }),
+        );
+        axum::serve(callback_listener, app).await.unwrap();
+    });
+    let path = "browser-client.json";
+    docs.set(
+        path,
+        Answer::Json {
+            body: docs.document(
+                path,
+                json!({"client_name": "Harbor Desktop", "redirect_uris": [callback]}),
+            ),
+            cache: "max-age=60",
+        },
+    );
+    let client_id = docs.url(path);
+    let (verifier, challenge) = pkce();
+    let authorize = Url::parse_with_params(
+        &format!("{base}/authorize"),
+        &[
+            ("response_type", "code"),
+            ("client_id", client_id.as_str()),
+            ("redirect_uri", callback.as_str()),
+            ("code_challenge", challenge.as_str()),
+            ("code_challenge_method", "S256"),
+            ("state", "browser-state"),
+        ],
+    )
+    .unwrap();
+
+    let (_driver, browser) = browser().await;
+    browser.goto(authorize.as_str()).await.unwrap();
+    browser
+        .find(Locator::Id("username"))
+        .await
+        .unwrap()
+        .send_keys("alice")
+        .await
+        .unwrap();
+    browser
+        .find(Locator::Id("password"))
+        .await
+        .unwrap()
+        .send_keys(PASSWORD)
+        .await
+        .unwrap();
+    browser
+        .find(Locator::Id("sign-in"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let approve = browser
+        .wait()
+        .for_element(Locator::Id("approve"))
+        .await
+        .unwrap();
+
+    // What the person sees: the client's name, the host of its client_id, the redirect's
+    // host, and the warning that the code goes to this machine.
+    let host = browser.find(Locator::Id("client-host")).await.unwrap();
+    assert_eq!(host.text().await.unwrap(), "localhost");
+    let warning = browser
+        .find(Locator::Id("localhost-warning"))
+        .await
+        .unwrap();
+    assert!(warning.is_displayed().await.unwrap());
+    let seen = ocr(&browser.screenshot().await.unwrap(), "consent");
+    for expected in ["Harbor Desktop", "localhost", "127.0.0.1", "this computer"] {
+        assert!(
+            seen.contains(expected),
+            "the screenshot should show {expected:?}; OCR read:\n{seen}"
+        );
+    }
+
+    approve.click().await.unwrap();
+    let landed = wait_for_url(&browser, &callback).await;
+    let answer = query(&landed);
+    assert_eq!(answer["state"], "browser-state");
+    assert_eq!(answer["iss"], base);
+    let response = reqwest::Client::new()
+        .post(format!("{base}/token"))
+        .form(&[
+            ("grant_type", "authorization_code"),
+            ("code", answer["code"].as_str()),
+            ("client_id", client_id.as_str()),
+            ("code_verifier", verifier.as_str()),
+        ])
+        .send()
+        .await
+        .unwrap();
+    let tokens: serde_json::Value = response.json().await.unwrap();
+    let reply = server
+        .client()
+        .with_bearer(tokens["access_token"].as_str().unwrap())
+        .request("tools/list", json!({}))
+        .await
+        .unwrap();
+    assert_eq!((reply.status, reply.error_code()), (200, None));
+
+    // The consent is listed on the account page, and revoked there.
+    browser.goto(&format!("{base}/account")).await.unwrap();
+    let table = browser.find(Locator::Id("consents")).await.unwrap();
+    assert!(table.text().await.unwrap().contains("Harbor Desktop"));
+    browser
+        .find(Locator::Css("#consents button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser
+        .wait()
+        .for_element(Locator::Id("consents"))
+        .await
+        .unwrap();
+    let table = browser.find(Locator::Id("consents")).await.unwrap();
+    assert!(
+        table
+            .text()
+            .await
+            .unwrap()
+            .contains("No application is remembered"),
+        "revoked"
+    );
+    browser.close().await.unwrap();
+}
