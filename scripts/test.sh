@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command: makes sure PostgreSQL and Redis answer (scripts/services.sh) and the
-# Python SDK 1.x the legacy tests talk to is installed, then runs every test of the
+# The test command: makes sure PostgreSQL and Redis answer (scripts/services.sh), that the
+# Python SDKs the tests talk to (1.x for the legacy tests, 2.x for OAuth) and Chromium,
+# chromedriver and tesseract (the consent-page tests) are installed, then runs every test of the
 # workspace. Each step stops the script when it fails, so the tests never look green without
 # having run. Extra arguments go to `cargo test`.
 set -euo pipefail
@@ -18,4 +19,24 @@ if [ ! -x "$legacy_venv/bin/python" ]; then
 fi
 "$legacy_venv/bin/pip" install --quiet --disable-pip-version-check -r tests/python/requirements-legacy.txt \
   || { echo "FATAL: could not install tests/python/requirements-legacy.txt into $legacy_venv" >&2; exit 1; }
+# The Python SDK 2.x, whose OAuth client crates/wharf-cli/tests/sdk_oauth.rs drives.
+sdk_venv=target/pyvenv
+if [ ! -x "$sdk_venv/bin/python" ]; then
+  python3 -m venv "$sdk_venv"
+fi
+"$sdk_venv/bin/pip" install --quiet --disable-pip-version-check -r tests/python/requirements.txt \
+  || { echo "FATAL: could not install tests/python/requirements.txt into $sdk_venv" >&2; exit 1; }
+# A real browser for the consent pages (headless Chromium through chromedriver) and OCR for
+# its screenshots, from Debian's packages.
+missing=()
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+[ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
+[ -x /usr/bin/tesseract ] || missing+=(tesseract-ocr)
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "installing ${missing[*]} (Debian packages the browser tests need)"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null \
+    || { echo "FATAL: could not install ${missing[*]}; the browser tests need them" >&2; exit 1; }
+fi
 cargo test --workspace "$@"

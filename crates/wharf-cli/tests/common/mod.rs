@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub(crate) mod authz;
+pub(crate) mod chromium;
 pub(crate) mod documents;
 pub(crate) mod import;
 

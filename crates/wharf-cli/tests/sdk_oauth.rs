@@ -1,0 +1,192 @@
+//! A real MCP client's OAuth support against `wharf serve --authorization-server`: the Python
+//! SDK 2.3's `OAuthClientProvider` (tests/python/sdk_oauth_client.py) discovers the server's
+//! authorization server, identifies with a Client ID Metadata Document served by this test
+//! (or registers, RFC 7591), and runs authorization code + PKCE while headless Chromium plays
+//! the person on the sign-in and consent pages; then it lists and calls a tool.
+
+mod common;
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::ServerProcess;
+use common::authz::{PASSWORD, add_user};
+use common::chromium::{browser, sign_in_and_allow, wait_for_url};
+use common::documents::{Answer, document_server};
+use common::import::{sqlite_url, unique};
+use serde_json::{Value, json};
+
+/// The Python SDK client, talking line by line.
+struct SdkClient {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Drop for SdkClient {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn python() -> String {
+    let venv = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../target/pyvenv/bin/python"
+    );
+    assert!(
+        std::path::Path::new(venv).exists(),
+        "{venv} is required: scripts/test.sh installs the Python SDK (tests/python/requirements.txt) there"
+    );
+    venv.to_owned()
+}
+
+impl SdkClient {
+    fn start(url: &str, redirect: &str, client_metadata_url: Option<&str>) -> Self {
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/python/sdk_oauth_client.py"
+        );
+        let mut command = Command::new(python());
+        command.args([script, url, redirect, "add", r#"{"a": 2, "b": 40}"#]);
+        if let Some(cimd) = client_metadata_url {
+            command.args(["--client-metadata-url", cimd]);
+        }
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the Python SDK client");
+        let stdin = child.stdin.take().unwrap();
+        let stdout: ChildStdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                eprintln!("sdk client: {line}");
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Self {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    /// The payload of the next line tagged `tag`; a FAILED line fails the test.
+    fn expect(&self, tag: &str) -> String {
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("the SDK client said nothing more (waiting for {tag})"));
+            if let Some(rest) = line.strip_prefix(&format!("{tag} ")) {
+                return rest.to_owned();
+            }
+            assert!(!line.starts_with("FAILED"), "{line}");
+        }
+    }
+}
+
+/// Runs the SDK client through the flow; returns what `tools/list` and the call answered.
+async fn run_flow(
+    server: &ServerProcess,
+    client_metadata_url: Option<&str>,
+    redirect: &str,
+) -> (Value, Value) {
+    let sdk = SdkClient::start(&server.url(), redirect, client_metadata_url);
+    let authorize = sdk.expect("AUTHORIZE");
+    let (_driver, chromium) = browser().await;
+    chromium.goto(&authorize).await.unwrap();
+    sign_in_and_allow(&chromium, "alice", PASSWORD).await;
+    let landed = wait_for_url(&chromium, redirect).await;
+    let mut stdin = &sdk.stdin;
+    writeln!(stdin, "{landed}").unwrap();
+    stdin.flush().unwrap();
+    let tools: Value = serde_json::from_str(&sdk.expect("TOOLS")).unwrap();
+    let result: Value = serde_json::from_str(&sdk.expect("RESULT")).unwrap();
+    chromium.close().await.unwrap();
+    (tools, result)
+}
+
+/// A listener for the client's callback, so the browser lands on a page; its URL.
+fn callback() -> String {
+    let listener = common::tokio_listener();
+    let url = format!(
+        "http://127.0.0.1:{}/callback",
+        listener.local_addr().unwrap().port()
+    );
+    tokio::spawn(async move {
+        let app = axum::Router::new().route("/callback", axum::routing::get(|| async { "Done." }));
+        axum::serve(listener, app).await.unwrap();
+    });
+    url
+}
+
+fn assert_called(tools: &Value, result: &Value) {
+    let names: Vec<&str> = tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"add"), "{names:?}");
+    assert_eq!(result["structuredContent"], json!({"sum": 42}), "{result}");
+}
+
+#[tokio::test]
+async fn the_python_sdk_signs_in_with_a_client_id_metadata_document() {
+    let (docs, ca) = document_server().await;
+    let store = sqlite_url(&unique("sdk-cimd"));
+    add_user(&store, "alice");
+    let server = ServerProcess::start_exact(&[
+        "--profile",
+        "demo",
+        "--store",
+        &store,
+        "--authorization-server",
+        "--authz-closed-registration",
+        "--authz-allow-loopback-documents",
+        "--authz-document-root-cert",
+        ca.to_str().unwrap(),
+    ]);
+    let redirect = callback();
+    let path = "python-sdk.json";
+    docs.set(
+        path,
+        Answer::Json {
+            body: docs.document(
+                path,
+                json!({"client_name": "Python SDK test client", "redirect_uris": [redirect]}),
+            ),
+            cache: "max-age=60",
+        },
+    );
+    let (tools, result) = run_flow(&server, Some(&docs.url(path)), &redirect).await;
+    assert_called(&tools, &result);
+    assert!(
+        docs.hits(path) >= 1,
+        "the server fetched the client's document"
+    );
+}
+
+#[tokio::test]
+async fn the_python_sdk_signs_in_after_registering() {
+    let store = sqlite_url(&unique("sdk-dcr"));
+    add_user(&store, "alice");
+    let server = ServerProcess::start_exact(&[
+        "--profile",
+        "demo",
+        "--store",
+        &store,
+        "--authorization-server",
+    ]);
+    let redirect = callback();
+    let (tools, result) = run_flow(&server, None, &redirect).await;
+    assert_called(&tools, &result);
+}
