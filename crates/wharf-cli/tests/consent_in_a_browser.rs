@@ -9,7 +9,7 @@ mod common;
 
 use common::ServerProcess;
 use common::authz::{PASSWORD, add_user, pkce, query};
-use common::chromium::{browser, ocr, wait_for_url};
+use common::chromium::{browser, callback, ocr, sign_in, wait_for_url};
 use common::documents::{Answer, document_server};
 use common::import::{sqlite_url, unique};
 use fantoccini::Locator;
@@ -32,19 +32,7 @@ async fn a_person_signs_in_reads_the_consent_page_and_allows_access() {
         ca.to_str().unwrap(),
     ]);
     let base = format!("http://127.0.0.1:{}", server.port);
-    // The client's callback: a real listener, so the browser lands on a page.
-    let callback_listener = common::tokio_listener();
-    let callback = format!(
-        "http://127.0.0.1:{}/callback",
-        callback_listener.local_addr().unwrap().port()
-    );
-    tokio::spawn(async move {
-        let app = axum::Router::new().route(
-            "/callback",
-            axum::routing::get(|| async { "You may close this window." }),
-        );
-        axum::serve(callback_listener, app).await.unwrap();
-    });
+    let callback = callback();
     let path = "browser-client.json";
     docs.set(
         path,
@@ -73,32 +61,7 @@ async fn a_person_signs_in_reads_the_consent_page_and_allows_access() {
 
     let (_driver, browser) = browser().await;
     browser.goto(authorize.as_str()).await.unwrap();
-    browser
-        .find(Locator::Id("username"))
-        .await
-        .unwrap()
-        .send_keys("alice")
-        .await
-        .unwrap();
-    browser
-        .find(Locator::Id("password"))
-        .await
-        .unwrap()
-        .send_keys(PASSWORD)
-        .await
-        .unwrap();
-    browser
-        .find(Locator::Id("sign-in"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    let approve = browser
-        .wait()
-        .for_element(Locator::Id("approve"))
-        .await
-        .unwrap();
+    let approve = sign_in(&browser, "alice", PASSWORD).await;
 
     // What the person sees: the client's name, the host of its client_id, the redirect's
     // host, and the warning that the code goes to this machine.

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::ServerProcess;
 use common::authz::{PASSWORD, add_user};
-use common::chromium::{browser, sign_in_and_allow, wait_for_url};
+use common::chromium::{browser, callback, sign_in_and_allow, wait_for_url};
 use common::documents::{Answer, document_server};
 use common::import::{sqlite_url, unique};
 use serde_json::{Value, json};
@@ -112,20 +112,6 @@ async fn run_flow(
     let result: Value = serde_json::from_str(&sdk.expect("RESULT")).unwrap();
     chromium.close().await.unwrap();
     (tools, result)
-}
-
-/// A listener for the client's callback, so the browser lands on a page; its URL.
-fn callback() -> String {
-    let listener = common::tokio_listener();
-    let url = format!(
-        "http://127.0.0.1:{}/callback",
-        listener.local_addr().unwrap().port()
-    );
-    tokio::spawn(async move {
-        let app = axum::Router::new().route("/callback", axum::routing::get(|| async { "Done." }));
-        axum::serve(listener, app).await.unwrap();
-    });
-    url
 }
 
 fn assert_called(tools: &Value, result: &Value) {

@@ -4,6 +4,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use fantoccini::elements::Element;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
 
@@ -101,8 +102,8 @@ pub(crate) async fn wait_for_url(client: &Client, prefix: &str) -> String {
     }
 }
 
-/// On the sign-in page: signs in as `user`, then allows access on the consent page.
-pub(crate) async fn sign_in_and_allow(browser: &Client, user: &str, password: &str) {
+/// On the sign-in page: signs in as `user`; returns the consent page's Allow button.
+pub(crate) async fn sign_in(browser: &Client, user: &str, password: &str) -> Element {
     let username = browser
         .wait()
         .for_element(Locator::Id("username"))
@@ -118,10 +119,35 @@ pub(crate) async fn sign_in_and_allow(browser: &Client, user: &str, password: &s
         .click()
         .await
         .unwrap();
-    let approve = browser
+    browser
         .wait()
         .for_element(Locator::Id("approve"))
         .await
+        .unwrap()
+}
+
+/// On the sign-in page: signs in as `user`, then allows access on the consent page.
+pub(crate) async fn sign_in_and_allow(browser: &Client, user: &str, password: &str) {
+    sign_in(browser, user, password)
+        .await
+        .click()
+        .await
         .unwrap();
-    approve.click().await.unwrap();
+}
+
+/// A client's callback listening on loopback, so the browser lands on a page; its URL.
+pub(crate) fn callback() -> String {
+    let listener = super::tokio_listener();
+    let url = format!(
+        "http://127.0.0.1:{}/callback",
+        listener.local_addr().unwrap().port()
+    );
+    tokio::spawn(async move {
+        let app = axum::Router::new().route(
+            "/callback",
+            axum::routing::get(|| async { "You may close this window." }),
+        );
+        axum::serve(listener, app).await.unwrap();
+    });
+    url
 }
