@@ -26,6 +26,16 @@ if [ ! -x "$sdk_venv/bin/python" ]; then
 fi
 "$sdk_venv/bin/pip" install --quiet --disable-pip-version-check -r tests/python/requirements.txt \
   || { echo "FATAL: could not install tests/python/requirements.txt into $sdk_venv" >&2; exit 1; }
+# An upstream OpenID provider for the authorization server's delegated sign-in
+# (crates/wharf-cli/tests/sdk_oauth.rs): the oidc-provider package from npm, run by Node.
+command -v node >/dev/null || { echo "FATAL: node is required (the upstream OpenID provider of the tests)" >&2; exit 1; }
+oidc_dir=target/node-oidc
+if [ ! -f "$oidc_dir/node_modules/oidc-provider/package.json" ]; then
+  mkdir -p "$oidc_dir"
+  (cd "$oidc_dir" && { [ -f package.json ] || npm init -y >/dev/null; } \
+    && npm install --no-audit --no-fund --silent oidc-provider@9.13.3) \
+    || { echo "FATAL: could not install oidc-provider into $oidc_dir" >&2; exit 1; }
+fi
 # A real browser for the consent pages (headless Chromium through chromedriver) and OCR for
 # its screenshots, from Debian's packages.
 missing=()

@@ -25,5 +25,5 @@ mod users;
 
 pub use keys::{KeyError, ROTATION};
 pub use records::RecordError;
-pub use server::{AuthorizationServer, AuthzConfig, OAuthError};
+pub use server::{AuthorizationServer, AuthzConfig, OAuthError, UpstreamConfig};
 pub use users::{MIN_PASSWORD, UserError, Users};

@@ -63,6 +63,10 @@ pub(crate) const USERS: Kind = Kind {
     namespace: "authz-user",
     ttl: None,
 };
+pub(crate) const UPSTREAM: Kind = Kind {
+    namespace: "authz-upstream",
+    ttl: Some(Duration::from_secs(10 * 60)),
+};
 pub(crate) const ASSERTIONS: Kind = Kind {
     namespace: "authz-jti",
     ttl: Some(Duration::from_secs(3600)),

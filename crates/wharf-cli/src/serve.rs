@@ -177,6 +177,27 @@ pub(crate) struct ServeArgs {
     /// private certificate authority), besides the public ones.
     #[arg(long, env = "WHARF_AUTHZ_DOCUMENT_ROOT_CERT")]
     authz_document_root_cert: Option<std::path::PathBuf>,
+    /// An upstream OpenID provider people may sign in with (its issuer), besides the local
+    /// accounts; this server is its client, redirecting to `/authorize/upstream/callback`.
+    #[arg(
+        long,
+        env = "WHARF_AUTHZ_UPSTREAM_ISSUER",
+        requires = "authz_upstream_client_id"
+    )]
+    authz_upstream_issuer: Option<String>,
+    /// This server's client id at the upstream provider.
+    #[arg(long, env = "WHARF_AUTHZ_UPSTREAM_CLIENT_ID")]
+    authz_upstream_client_id: Option<String>,
+    /// This server's client secret at the upstream provider (HTTP Basic), if confidential.
+    #[arg(
+        long,
+        env = "WHARF_AUTHZ_UPSTREAM_CLIENT_SECRET",
+        hide_env_values = true
+    )]
+    authz_upstream_client_secret: Option<Secret>,
+    /// The provider's name on the sign-in button, and the prefix of its users' names here.
+    #[arg(long, env = "WHARF_AUTHZ_UPSTREAM_NAME", default_value = "OpenID")]
+    authz_upstream_name: String,
     /// Fetch Client ID Metadata Documents from loopback addresses too. For tests only: it
     /// lets any client make the server call itself.
     #[arg(long, hide = true)]
@@ -467,6 +488,19 @@ fn authorization_server(
         args.oauth_scopes_supported.clone()
     };
     config.open_registration = !args.authz_closed_registration;
+    if let (Some(issuer), Some(client_id)) =
+        (&args.authz_upstream_issuer, &args.authz_upstream_client_id)
+    {
+        config.upstream = Some(wharf_authz::UpstreamConfig {
+            issuer: issuer.clone(),
+            client_id: client_id.clone(),
+            client_secret: args
+                .authz_upstream_client_secret
+                .as_ref()
+                .map(|s| s.expose().to_owned()),
+            name: args.authz_upstream_name.clone(),
+        });
+    }
     let mut fetcher = wharf_authz::cimd::Fetcher::builder();
     if let Some(path) = &args.authz_document_root_cert {
         let pem = std::fs::read(path).with_context(|| {

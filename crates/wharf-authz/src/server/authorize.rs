@@ -24,7 +24,7 @@ use crate::redirect;
 
 /// An authorization request waiting for the user, as stored.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Pending {
+pub(crate) struct Pending {
     client_id: String,
     /// What the pages show of the client, as it was when the request came: later steps do
     /// not fetch its document again.
@@ -210,7 +210,7 @@ pub(crate) async fn authorize(
         Err(response) => return response,
     };
     let page = match user {
-        None => login_page(&request_id, &pending, None),
+        None => login_page(&shared, &request_id, &pending, None),
         Some(user) => {
             // A remembered consent that covers the request skips the page, except for a
             // redirect to this machine: any local program can claim a client's id and a
@@ -256,6 +256,7 @@ pub(crate) async fn login(
         Ok(true) => {}
         Ok(false) => {
             let mut page = login_page(
+                &shared,
                 &form.request,
                 &pending,
                 Some("The user name or password is wrong."),
@@ -265,9 +266,14 @@ pub(crate) async fn login(
         }
         Err(_) => return unavailable(),
     }
+    start_session(&shared, &form.username, &form.request).await
+}
+
+/// Signs `user` in on this browser and goes on to the consent page of request `request`.
+pub(crate) async fn start_session(shared: &Shared, user: &str, request: &str) -> Response {
     let session = secret();
     let stored = Session {
-        user: form.username.clone(),
+        user: user.to_owned(),
     };
     match shared
         .records
@@ -275,7 +281,7 @@ pub(crate) async fn login(
             SESSIONS,
             &digest(&session),
             &stored,
-            Some(&form.username),
+            Some(user),
             Write::Create,
             None,
         )
@@ -286,7 +292,7 @@ pub(crate) async fn login(
     }
     let ttl = crate::records::SESSIONS.ttl.map_or(0, |t| t.as_secs());
     let mut response =
-        Redirect::to(&format!("/authorize/consent?request={}", form.request)).into_response();
+        Redirect::to(&format!("/authorize/consent?request={}", request)).into_response();
     cookies::set(
         response.headers_mut(),
         cookies::SESSION,
@@ -300,7 +306,7 @@ pub(crate) async fn login(
 /// `GET /authorize/consent?request=…`: the consent page for a signed-in user.
 #[derive(Debug, Deserialize)]
 pub(crate) struct ConsentQuery {
-    request: String,
+    pub(crate) request: String,
 }
 
 pub(crate) async fn consent_page(
@@ -314,7 +320,7 @@ pub(crate) async fn consent_page(
     };
     match signed_in(&shared, &headers).await {
         Ok(Some(user)) => consent_html(&query.request, &pending, &user),
-        Ok(None) => login_page(&query.request, &pending, None),
+        Ok(None) => login_page(&shared, &query.request, &pending, None),
         Err(response) => response,
     }
 }
@@ -339,7 +345,7 @@ pub(crate) async fn consent(
     };
     let user = match signed_in(&shared, &headers).await {
         Ok(Some(user)) => user,
-        Ok(None) => return login_page(&form.request, &pending, None),
+        Ok(None) => return login_page(&shared, &form.request, &pending, None),
         Err(response) => return response,
     };
     let back = Back {
@@ -425,7 +431,7 @@ async fn finish(shared: &Shared, request_id: &str, pending: Pending, user: &str)
 
 /// The pending request `request_id`, when this browser made it (and, for a form, with its
 /// CSRF token).
-async fn load(
+pub(crate) async fn load(
     shared: &Shared,
     headers: &HeaderMap,
     request_id: &str,
@@ -600,7 +606,12 @@ fn who_is_asking(pending: &Pending) -> String {
     out
 }
 
-fn login_page(request_id: &str, pending: &Pending, problem: Option<&str>) -> Response {
+fn login_page(
+    shared: &Shared,
+    request_id: &str,
+    pending: &Pending,
+    problem: Option<&str>,
+) -> Response {
     let problem = problem
         .map(|p| format!("<p class=\"warning\" role=\"alert\">{}</p>", escape(p)))
         .unwrap_or_default();
@@ -608,9 +619,14 @@ fn login_page(request_id: &str, pending: &Pending, problem: Option<&str>) -> Res
         "<h1>Sign in</h1>{who}{problem}<form method=\"post\" action=\"/authorize/login\">{hidden}\
          <label for=\"username\">User name</label><input type=\"text\" id=\"username\" name=\"username\" autocomplete=\"username\" required>\
          <label for=\"password\">Password</label><input type=\"password\" id=\"password\" name=\"password\" autocomplete=\"current-password\" required>\
-         <button type=\"submit\" id=\"sign-in\">Sign in</button></form>",
+         <button type=\"submit\" id=\"sign-in\">Sign in</button></form>{upstream}",
         who = who_is_asking(pending),
         hidden = hidden(&[("request", request_id), ("csrf", &pending.csrf)]),
+        upstream = shared.upstream.as_ref().map_or(String::new(), |u| format!(
+            "<p><a id=\"upstream\" href=\"/authorize/upstream?request={}\">Sign in with {}</a></p>",
+            escape(request_id),
+            escape(u.name())
+        )),
     );
     html::page(StatusCode::OK, "Sign in", &body)
 }

@@ -6,6 +6,7 @@
 //! | `/.well-known/oauth-authorization-server` | RFC 8414 metadata |
 //! | `/authorize` | authorization code + PKCE; sign-in and consent pages |
 //! | `/authorize/login`, `/authorize/consent` | the pages' forms |
+//! | `/authorize/upstream`, `/authorize/upstream/callback` | sign-in at an upstream OpenID provider |
 //! | `/token` | code and refresh-token grants |
 //! | `/register` | Dynamic Client Registration (when open) |
 //! | `/jwks` | the signing keys |
@@ -20,6 +21,7 @@ mod html;
 mod metadata;
 mod register;
 mod token;
+mod upstream;
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
@@ -37,6 +39,7 @@ use crate::records::Records;
 use crate::users::Users;
 
 pub use error::OAuthError;
+pub use upstream::UpstreamConfig;
 
 /// How the authorization server runs.
 #[derive(Debug, Clone)]
@@ -61,6 +64,8 @@ pub struct AuthzConfig {
     pub registrations_per_minute: u32,
     /// Token requests per minute from one address.
     pub token_requests_per_minute: u32,
+    /// An OpenID provider people may sign in with, besides local accounts.
+    pub upstream: Option<UpstreamConfig>,
 }
 
 impl AuthzConfig {
@@ -78,6 +83,7 @@ impl AuthzConfig {
             open_registration: true,
             registrations_per_minute: 20,
             token_requests_per_minute: 120,
+            upstream: None,
         }
     }
 }
@@ -89,6 +95,7 @@ pub(crate) struct Shared {
     pub(crate) keys: SigningKeys,
     pub(crate) users: Users,
     pub(crate) fetcher: Fetcher,
+    pub(crate) upstream: Option<upstream::Upstream>,
     pub(crate) secure_cookies: bool,
     registrations: DefaultKeyedRateLimiter<IpAddr>,
     token_requests: DefaultKeyedRateLimiter<IpAddr>,
@@ -119,6 +126,7 @@ impl AuthorizationServer {
             users: Users::from_records(records.clone()),
             registrations: RateLimiter::keyed(per_minute(config.registrations_per_minute)),
             token_requests: RateLimiter::keyed(per_minute(config.token_requests_per_minute)),
+            upstream: config.upstream.clone().map(upstream::Upstream::new),
             records,
             fetcher,
             config,
@@ -144,6 +152,8 @@ impl AuthorizationServer {
             )
             .route("/authorize", get(authorize::authorize))
             .route("/authorize/login", post(authorize::login))
+            .route("/authorize/upstream", get(upstream::start))
+            .route("/authorize/upstream/callback", get(upstream::callback))
             .route(
                 "/authorize/consent",
                 get(authorize::consent_page).post(authorize::consent),

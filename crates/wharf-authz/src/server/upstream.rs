@@ -1,0 +1,354 @@
+//! Sign-in delegated to an upstream OpenID provider: the sign-in page offers "Sign in with
+//! …", which runs an authorization code flow with PKCE against the provider (this server is
+//! its client), checks the ID token it returns (signature against the provider's keys,
+//! issuer, audience, nonce, expiry), and signs the person in here as `<name>:<sub>`. The
+//! upstream round trip is bound to the browser that started it, like the pending request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{DecodingKey, Validation};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tokio::sync::OnceCell;
+use url::Url;
+use wharf::store::Write;
+
+use super::authorize::{ConsentQuery, start_session};
+use super::html;
+use super::{Shared, constant_eq, cookies};
+use crate::records::{UPSTREAM, digest, secret};
+
+/// The upstream provider this server signs people in with.
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    /// Its issuer identifier (its metadata is at `/.well-known/openid-configuration`).
+    pub issuer: String,
+    /// This server's client id there.
+    pub client_id: String,
+    /// Its client secret there, if it is a confidential client (sent as HTTP Basic).
+    pub client_secret: Option<String>,
+    /// What the button says ("Sign in with NAME"), and the prefix of its users' names here.
+    pub name: String,
+}
+
+/// What this server remembers between sending the person upstream and their return.
+#[derive(Debug, Serialize, Deserialize)]
+struct Roundtrip {
+    request: String,
+    browser: String,
+    verifier: String,
+    nonce: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct ProviderMetadata {
+    issuer: String,
+    authorization_endpoint: String,
+    token_endpoint: String,
+    jwks_uri: String,
+}
+
+/// The provider's client: its metadata, read once.
+#[derive(Debug)]
+pub(crate) struct Upstream {
+    config: UpstreamConfig,
+    http: reqwest::Client,
+    metadata: OnceCell<ProviderMetadata>,
+}
+
+impl Upstream {
+    pub(crate) fn new(config: UpstreamConfig) -> Self {
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap_or_default();
+        Self {
+            config,
+            http,
+            metadata: OnceCell::new(),
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    async fn metadata(&self) -> Result<&ProviderMetadata, String> {
+        self.metadata
+            .get_or_try_init(|| async {
+                let url = format!(
+                    "{}/.well-known/openid-configuration",
+                    self.config.issuer.trim_end_matches('/')
+                );
+                let metadata: ProviderMetadata = self
+                    .http
+                    .get(&url)
+                    .send()
+                    .await
+                    .and_then(reqwest::Response::error_for_status)
+                    .map_err(|e| format!("{url}: {e}"))?
+                    .json()
+                    .await
+                    .map_err(|e| format!("{url}: {e}"))?;
+                if metadata.issuer != self.config.issuer {
+                    return Err(format!(
+                        "{url} names issuer {:?}, not {:?}",
+                        metadata.issuer, self.config.issuer
+                    ));
+                }
+                Ok(metadata)
+            })
+            .await
+    }
+}
+
+/// `GET /authorize/upstream?request=…`: off to the provider.
+pub(crate) async fn start(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Query(query): Query<ConsentQuery>,
+) -> Response {
+    let Some(upstream) = &shared.upstream else {
+        return html::error(
+            StatusCode::NOT_FOUND,
+            "No upstream sign-in",
+            "This server signs people in with its own accounts.",
+        );
+    };
+    if let Err(response) = super::authorize::load(&shared, &headers, &query.request, None).await {
+        return response;
+    }
+    let metadata = match upstream.metadata().await {
+        Ok(m) => m,
+        Err(err) => return unavailable(&err),
+    };
+    let browser = cookies::get(&headers, cookies::BROWSER).unwrap_or_default();
+    let roundtrip = Roundtrip {
+        request: query.request.clone(),
+        browser: digest(browser),
+        verifier: secret(),
+        nonce: secret(),
+    };
+    let state = secret();
+    match shared
+        .records
+        .put(
+            UPSTREAM,
+            &digest(&state),
+            &roundtrip,
+            None,
+            Write::Create,
+            None,
+        )
+        .await
+    {
+        Ok(Some(_)) => {}
+        _ => return unavailable("the store did not answer"),
+    }
+    let challenge = URL_SAFE_NO_PAD.encode(Sha256::digest(roundtrip.verifier.as_bytes()));
+    let Ok(mut url) = Url::parse(&metadata.authorization_endpoint) else {
+        return unavailable("the provider's authorization endpoint is not a URL");
+    };
+    url.query_pairs_mut()
+        .append_pair("response_type", "code")
+        .append_pair("client_id", &upstream.config.client_id)
+        .append_pair("redirect_uri", &callback_uri(&shared))
+        .append_pair("scope", "openid")
+        .append_pair("state", &state)
+        .append_pair("nonce", &roundtrip.nonce)
+        .append_pair("code_challenge", &challenge)
+        .append_pair("code_challenge_method", "S256");
+    Redirect::to(url.as_str()).into_response()
+}
+
+/// The provider's answer.
+#[derive(Debug, Deserialize)]
+pub(crate) struct CallbackQuery {
+    code: Option<String>,
+    state: Option<String>,
+    error: Option<String>,
+    error_description: Option<String>,
+}
+
+/// `GET /authorize/upstream/callback`: the provider sent the person back.
+pub(crate) async fn callback(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Query(query): Query<CallbackQuery>,
+) -> Response {
+    let Some(upstream) = &shared.upstream else {
+        return html::error(StatusCode::NOT_FOUND, "No upstream sign-in", "");
+    };
+    let Some(state) = query.state.as_deref() else {
+        return html::error(
+            StatusCode::BAD_REQUEST,
+            "Sign-in failed",
+            "The provider's answer has no state.",
+        );
+    };
+    // The state is used once: taken before anything else is looked at.
+    let key = digest(state);
+    let roundtrip = match shared.records.get::<Roundtrip>(UPSTREAM, &key).await {
+        Ok(Some(found)) => found.value,
+        Ok(None) => {
+            return html::error(
+                StatusCode::BAD_REQUEST,
+                "This sign-in has expired",
+                "Start again from the application.",
+            );
+        }
+        Err(_) => return unavailable("the store did not answer"),
+    };
+    if !matches!(shared.records.delete(UPSTREAM, &key).await, Ok(true)) {
+        return html::error(
+            StatusCode::BAD_REQUEST,
+            "This sign-in was already used",
+            "Start again from the application.",
+        );
+    }
+    let same_browser = cookies::get(&headers, cookies::BROWSER)
+        .is_some_and(|b| constant_eq(&digest(b), &roundtrip.browser));
+    if !same_browser {
+        return html::error(
+            StatusCode::FORBIDDEN,
+            "This sign-in did not start in this browser",
+            "Start again from the application.",
+        );
+    }
+    if let Some(error) = &query.error {
+        let detail = format!(
+            "{}: {}",
+            error,
+            query.error_description.as_deref().unwrap_or_default()
+        );
+        return html::error(
+            StatusCode::UNAUTHORIZED,
+            &format!("{} refused the sign-in", upstream.name()),
+            &detail,
+        );
+    }
+    let Some(code) = query.code.as_deref() else {
+        return html::error(
+            StatusCode::BAD_REQUEST,
+            "Sign-in failed",
+            "The provider's answer has no code.",
+        );
+    };
+    let subject = match redeem(&shared, upstream, code, &roundtrip).await {
+        Ok(subject) => subject,
+        Err(err) => {
+            return html::error(
+                StatusCode::BAD_GATEWAY,
+                &format!("Sign-in with {} failed", upstream.name()),
+                &err,
+            );
+        }
+    };
+    let user = format!("{}:{subject}", upstream.name());
+    start_session(&shared, &user, &roundtrip.request).await
+}
+
+/// Exchanges the provider's code and checks its ID token; the person's `sub` there.
+async fn redeem(
+    shared: &Shared,
+    upstream: &Upstream,
+    code: &str,
+    roundtrip: &Roundtrip,
+) -> Result<String, String> {
+    let metadata = upstream.metadata().await?;
+    let callback = callback_uri(shared);
+    let form = [
+        ("grant_type", "authorization_code"),
+        ("code", code),
+        ("redirect_uri", callback.as_str()),
+        ("code_verifier", roundtrip.verifier.as_str()),
+        ("client_id", upstream.config.client_id.as_str()),
+    ];
+    let mut request = upstream.http.post(&metadata.token_endpoint).form(&form);
+    if let Some(secret) = &upstream.config.client_secret {
+        request = request.basic_auth(
+            form_encode(&upstream.config.client_id),
+            Some(form_encode(secret)),
+        );
+    }
+    let response = request
+        .send()
+        .await
+        .map_err(|e| format!("token request: {e}"))?;
+    let status = response.status();
+    let body: Value = response
+        .json()
+        .await
+        .map_err(|e| format!("token response: {e}"))?;
+    if !status.is_success() {
+        return Err(format!(
+            "the provider's token endpoint answered {status}: {body}"
+        ));
+    }
+    let id_token = body["id_token"]
+        .as_str()
+        .ok_or("the provider sent no id_token")?;
+    let header = jsonwebtoken::decode_header(id_token).map_err(|e| format!("id_token: {e}"))?;
+    let keys: JwkSet = upstream
+        .http
+        .get(&metadata.jwks_uri)
+        .send()
+        .await
+        .map_err(|e| format!("the provider's keys: {e}"))?
+        .json()
+        .await
+        .map_err(|e| format!("the provider's keys: {e}"))?;
+    let jwk = match &header.kid {
+        Some(kid) => keys.find(kid),
+        None => keys.keys.first(),
+    }
+    .ok_or("no key of the provider's signed the id_token")?;
+    let key = DecodingKey::from_jwk(jwk).map_err(|e| format!("the provider's key: {e}"))?;
+    let mut validation = Validation::new(header.alg);
+    validation.set_issuer(&[metadata.issuer.as_str()]);
+    validation.set_audience(&[upstream.config.client_id.as_str()]);
+    validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+    validation.leeway = 30;
+    let claims = jsonwebtoken::decode::<Value>(id_token, &key, &validation)
+        .map_err(|e| format!("id_token: {e}"))?
+        .claims;
+    if claims["nonce"]
+        .as_str()
+        .is_none_or(|n| !constant_eq(n, &roundtrip.nonce))
+    {
+        return Err("the id_token's nonce is not the one this sign-in sent".into());
+    }
+    claims["sub"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .ok_or_else(|| "the id_token has no sub".into())
+}
+
+fn callback_uri(shared: &Shared) -> String {
+    shared.endpoint("/authorize/upstream/callback")
+}
+
+/// RFC 6749 §2.3.1: client credentials in Basic are form-encoded first.
+fn form_encode(value: &str) -> String {
+    url::form_urlencoded::byte_serialize(value.as_bytes()).collect()
+}
+
+fn unavailable(detail: &str) -> Response {
+    tracing::warn!(%detail, "upstream sign-in unavailable");
+    html::error(
+        StatusCode::BAD_GATEWAY,
+        "The sign-in provider cannot be reached",
+        "Try again in a moment.",
+    )
+}
