@@ -687,6 +687,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     limits.header_read_timeout = Duration::from_secs(args.header_read_secs.max(1));
     limits.max_connections = args.max_connections.max(1);
     limits.max_headers = args.max_headers.max(1);
+    // The authorization server's rate limits key on the peer's address.
+    limits.peer_address = args.authorization_server;
     let mut app = wharf_http::router(server.clone(), config);
     if let Some(authz) = authorization_server(&args, store_for_authz.as_ref(), server.scopes())? {
         tracing::info!(issuer = %public_url(&args), "authorization server on this origin");

@@ -641,3 +641,62 @@ async fn a_flow_continues_on_another_replica() {
         None
     );
 }
+
+#[tokio::test]
+async fn registration_is_rate_limited_per_address_and_can_be_closed() {
+    let store = sqlite_url(&unique("authz-limits"));
+    let server = server(&store, &[]);
+    let base = origin(&server);
+    let body = json!({"application_type": "native", "redirect_uris": ["http://127.0.0.1:9/cb"], "token_endpoint_auth_method": "none"});
+    let http = reqwest::Client::new();
+    let mut statuses = Vec::new();
+    for _ in 0..21 {
+        let response = http
+            .post(format!("{base}/register"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        statuses.push(response.status());
+        if response.status() == StatusCode::TOO_MANY_REQUESTS {
+            let err: Value = response.json().await.unwrap();
+            assert_eq!(err["error"], "slow_down", "{err}");
+        }
+    }
+    assert!(
+        statuses[..20].iter().all(|s| *s == StatusCode::CREATED),
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses[20],
+        StatusCode::TOO_MANY_REQUESTS,
+        "the 21st within a minute"
+    );
+
+    let closed = ServerProcess::start_exact(&[
+        "--profile",
+        "default",
+        "--store",
+        &store,
+        "--authorization-server",
+        "--authz-closed-registration",
+    ]);
+    let base = origin(&closed);
+    let metadata: Value = reqwest::get(format!("{base}/.well-known/oauth-authorization-server"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        metadata.get("registration_endpoint").is_none(),
+        "{metadata}"
+    );
+    let refused = http
+        .post(format!("{base}/register"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+}

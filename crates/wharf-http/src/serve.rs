@@ -40,6 +40,10 @@ pub struct ConnectionLimits {
     /// Bytes of request line and header fields at most (431 beyond): hyper checks this as it
     /// parses, so a connection never buffers much more than this of a request head.
     pub max_header_bytes: usize,
+    /// Whether each request carries its peer's address as axum's `ConnectInfo`, for
+    /// handlers that key on it (the authorization server's rate limits). Off by default: it
+    /// costs an allocation per request that the MCP endpoint does not need.
+    pub peer_address: bool,
 }
 
 impl Default for ConnectionLimits {
@@ -49,6 +53,7 @@ impl Default for ConnectionLimits {
             max_connections: 10_000,
             max_headers: 100,
             max_header_bytes: 16 * 1024 + REQUEST_LINE_BYTES,
+            peer_address: false,
         }
     }
 }
@@ -84,6 +89,7 @@ where
         .max_header_size(limits.max_header_bytes);
     let http = Arc::new(http);
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let peer_address = limits.peer_address;
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -99,13 +105,14 @@ where
             drop(io);
             continue;
         };
-        // The peer's address travels with each request as axum's `ConnectInfo`, for what
-        // keys on it (the authorization server's rate limits).
+        // When asked, the peer's address travels with each request as axum's `ConnectInfo`.
         let service = TowerToHyperService::new(router.clone().map_request(
             move |req: http::Request<Incoming>| {
                 let mut req = req.map(Body::new);
-                req.extensions_mut()
-                    .insert(axum::extract::ConnectInfo(peer.clone()));
+                if peer_address {
+                    req.extensions_mut()
+                        .insert(axum::extract::ConnectInfo(peer.clone()));
+                }
                 req
             },
         ));
