@@ -370,7 +370,11 @@ pub(crate) fn run(args: ServeArgs) -> ExitCode {
 /// How HTTP requests are authenticated: an explicit choice, never a silent default.
 /// How HTTP requests authenticate; `scopes` are those the server's definitions use, which the
 /// protected resource metadata lists unless `--oauth-scope-supported` says otherwise.
-fn auth(args: &ServeArgs, scopes: &[String]) -> anyhow::Result<Auth> {
+fn auth(
+    args: &ServeArgs,
+    scopes: &[String],
+    authz: Option<&wharf_authz::AuthorizationServer>,
+) -> anyhow::Result<Auth> {
     if args.anonymous {
         return Ok(Auth::anonymous());
     }
@@ -426,6 +430,11 @@ fn auth(args: &ServeArgs, scopes: &[String]) -> anyhow::Result<Auth> {
             validation,
         })
         .context("--oauth-issuer")?;
+        // The embedded authorization server's revoked families stop their access tokens.
+        let rs = match authz {
+            Some(authz) => rs.with_revocations(authz.revocations()),
+            None => rs,
+        };
         return Ok(Auth::oauth(rs));
     }
     let mut keys = ApiKeys::parse(args.api_keys.iter().map(Secret::expose))?;
@@ -622,10 +631,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = server_config(&args)?;
     let store = open_store(&args).await?;
     let server = build_server(config, &args, store.clone()).context("invalid server definition")?;
+    let authz = if args.stdio {
+        None
+    } else {
+        authorization_server(&args, store.as_ref(), server.scopes())?
+    };
     let auth = if args.stdio {
         Auth::anonymous()
     } else {
-        auth(&args, server.scopes())?
+        auth(&args, server.scopes(), authz.as_ref())?
     };
     server
         .prepare(Duration::from_secs(10))
@@ -670,13 +684,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         body_read_timeout: Duration::from_secs(args.body_read_secs.max(1)),
         keep_alive: Duration::from_secs(args.keep_alive_secs.max(1)),
         readiness: store
-            .clone()
             .map(|s| Arc::new(StoreReady(s)) as Arc<dyn ReadinessCheck>)
             .into_iter()
             .collect(),
         auth: Arc::new(auth),
     };
-    let store_for_authz = store;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -690,7 +702,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // The authorization server's rate limits key on the peer's address.
     limits.peer_address = args.authorization_server;
     let mut app = wharf_http::router(server.clone(), config);
-    if let Some(authz) = authorization_server(&args, store_for_authz.as_ref(), server.scopes())? {
+    if let Some(authz) = &authz {
         tracing::info!(issuer = %public_url(&args), "authorization server on this origin");
         app = app.merge(authz.router());
     }

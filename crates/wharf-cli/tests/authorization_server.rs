@@ -170,6 +170,19 @@ async fn redeem(
     token(base, &form).await
 }
 
+/// Waits until `token` is refused (401): a revoked family's access tokens stop within the
+/// two seconds the resource server trusts a family it found alive.
+async fn until_refused(server: &ServerProcess, token: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while tools_list(server, token).await != Some(401) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the revoked family's access token still works"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// `None` when `tools/list` succeeds with `token`; else the HTTP status or JSON-RPC code.
 async fn tools_list(server: &ServerProcess, token: &str) -> Option<i64> {
     let reply = server
@@ -299,6 +312,8 @@ async fn a_registered_client_signs_a_user_in_and_calls_a_tool() {
             .contains("revoked"),
         "{err}"
     );
+    // And the access token it bought stops working, though it has not expired.
+    until_refused(&server, access).await;
 
     // The consent is remembered, and listed on the account page, where it can be revoked.
     let account = browser
@@ -459,6 +474,7 @@ async fn refresh_tokens_rotate_and_a_reused_one_revokes_its_family() {
             .contains("already used"),
         "{err}"
     );
+    until_refused(&server, second["access_token"].as_str().unwrap()).await;
     let (status, err) = refresh(r2).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(

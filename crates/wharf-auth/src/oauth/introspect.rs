@@ -90,6 +90,7 @@ impl Introspector {
             return Err(AuthError::Expired);
         }
         Ok(Checked {
+            session: text("sid"),
             expires_at,
             grant: Grant {
                 issuer: issuer.to_owned(),

@@ -140,6 +140,7 @@ impl JwtChecker {
         let text = |k: &str| claims.get(k).and_then(Value::as_str).map(str::to_owned);
         let subject = text("sub").ok_or(AuthError::InvalidToken)?;
         Ok(Checked {
+            session: text("sid"),
             expires_at: claims.get("exp").and_then(Value::as_u64).unwrap_or(0),
             grant: Grant {
                 issuer: self.0.issuer.clone(),

@@ -8,6 +8,9 @@ mod introspect;
 mod jwt;
 
 use std::collections::BTreeSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -108,6 +111,8 @@ pub(crate) fn trusted_url(url: &str) -> bool {
 #[derive(Debug, Clone)]
 pub(crate) struct Checked {
     pub(crate) grant: Grant,
+    /// The token's `sid` claim: the authorization session (token family) it belongs to.
+    pub(crate) session: Option<String>,
     /// Seconds since the Unix epoch.
     pub(crate) expires_at: u64,
 }
@@ -120,6 +125,21 @@ pub struct OAuth {
     checker: Checker,
     cache: TokenCache,
     metadata: Value,
+    revocations: Option<Arc<dyn Revocations>>,
+}
+
+/// Which authorization sessions (a token's `sid` claim) an issuer has revoked: what an
+/// authorization server that revokes whole token families (a code or refresh token used
+/// twice) offers the resource server beside it, so a self-contained access token of a revoked
+/// family stops working before it expires. Asked on every request that carries a `sid`;
+/// implementations answer from a short-lived cache.
+pub trait Revocations: Send + Sync + std::fmt::Debug {
+    /// Whether `issuer`'s session `session` was revoked.
+    fn revoked<'a>(
+        &'a self,
+        issuer: &'a str,
+        session: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<bool, AuthError>> + Send + 'a>>;
 }
 
 #[derive(Debug)]
@@ -209,6 +229,7 @@ impl OAuth {
             checker,
             cache: TokenCache::new(cache_ttl),
             metadata,
+            revocations: None,
             config,
         })
     }
@@ -277,9 +298,25 @@ impl OAuth {
     /// Checks a token and returns its principal. A token seen recently costs a hash and a
     /// lookup: its outcome (principal or refusal) is cached.
     pub async fn authenticate(&self, token: &str) -> Result<Principal, AuthError> {
+        let accepted = self.accepted(token).await?;
+        if let (Some(revocations), Some(session)) = (&self.revocations, &accepted.session) {
+            if revocations.revoked(&self.config.issuer, session).await? {
+                return Err(AuthError::InvalidToken);
+            }
+        }
+        Ok(accepted.principal)
+    }
+
+    /// Asks `revocations` on every request whether the token's session was revoked.
+    pub fn with_revocations(mut self, revocations: Arc<dyn Revocations>) -> Self {
+        self.revocations = Some(revocations);
+        self
+    }
+
+    async fn accepted(&self, token: &str) -> Result<Accepted, AuthError> {
         let now = now_millis();
         if let Some(hit) = self.cache.get(token, now) {
-            return hit.map(|a| a.principal);
+            return hit;
         }
         let fresh = match &self.checker {
             Checker::Jwt(j) => j.check(token, &self.audiences, self.config.leeway).await,
@@ -290,7 +327,7 @@ impl OAuth {
         if outcome != Err(AuthError::Unavailable) {
             self.cache.put(token, &outcome, now);
         }
-        outcome.map(|a| a.principal)
+        outcome
     }
 
     /// A checked token's principal, if it has the scopes every request needs.
@@ -300,6 +337,7 @@ impl OAuth {
             return Err(AuthError::InsufficientScope(required.clone()));
         }
         Ok(Accepted {
+            session: checked.session,
             principal: Principal::oauth(checked.grant),
             expires_at: checked.expires_at,
         })
@@ -310,6 +348,8 @@ impl OAuth {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Accepted {
     pub(crate) principal: Principal,
+    /// The token's `sid`, checked against [`Revocations`] on every request.
+    pub(crate) session: Option<String>,
     /// Seconds since the Unix epoch.
     pub(crate) expires_at: u64,
 }

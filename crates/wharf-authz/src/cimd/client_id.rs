@@ -19,7 +19,7 @@ pub struct ClientIdUrl(Url);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClientIdError {
-    /// Longer than [`MAX_LEN`].
+    /// Longer than 2048 bytes.
     #[error("client_id is longer than {MAX_LEN} characters")]
     TooLong,
     /// Not a URL at all.

@@ -20,6 +20,7 @@ mod error;
 mod html;
 mod metadata;
 mod register;
+mod revocation;
 mod token;
 mod upstream;
 
@@ -134,6 +135,15 @@ impl AuthorizationServer {
         Self {
             shared: Arc::new(shared),
         }
+    }
+
+    /// What the resource server beside it asks on every request: whether a token's family
+    /// was revoked. Give it to [`wharf_auth::OAuth::with_revocations`].
+    pub fn revocations(&self) -> Arc<dyn wharf_auth::Revocations> {
+        Arc::new(revocation::FamilyRevocations::new(
+            self.shared.records.clone(),
+            self.shared.config.issuer.clone(),
+        ))
     }
 
     /// The local accounts users sign in with.

@@ -64,10 +64,10 @@ pub(crate) struct TokenForm {
 
 /// A token family, as stored: revoked as a whole when reuse is seen.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Family {
+pub(crate) struct Family {
     client_id: String,
     user: String,
-    revoked: bool,
+    pub(crate) revoked: bool,
 }
 
 /// A refresh token, as stored under its digest.
@@ -441,6 +441,8 @@ struct Claims<'a> {
     exp: i64,
     iat: i64,
     jti: String,
+    /// The token family, so the resource server can refuse a revoked family's tokens.
+    sid: &'a str,
     client_id: &'a str,
     scope: &'a str,
 }
@@ -467,6 +469,7 @@ async fn issue(
         iat: now / 1000,
         exp: now / 1000 + i64::try_from(ttl).unwrap_or(600),
         jti: secret(),
+        sid: family,
         client_id: &client.id,
         scope,
     };
