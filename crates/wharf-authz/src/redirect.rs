@@ -9,7 +9,26 @@ use url::{Host, Url};
 
 /// Schemes no redirect may use, whatever the application: they run or read something in
 /// the browser instead of handing the code to an application.
-const FORBIDDEN_SCHEMES: &[&str] = &["javascript", "data", "vbscript", "file", "about", "blob"];
+const FORBIDDEN_SCHEMES: &[&str] = &[
+    "javascript",
+    "data",
+    "vbscript",
+    "file",
+    "about",
+    "blob",
+    "filesystem",
+    "view-source",
+    "ws",
+    "wss",
+    "ftp",
+    "intent",
+    "jar",
+    "mailto",
+    "tel",
+    "sms",
+    "ms-msdt",
+    "search-ms",
+];
 
 /// The kind of client, which decides where its redirects may go. A registration that omits
 /// it is `web`, the OpenID Connect default the 2026-07-28 specification names, so a native

@@ -41,10 +41,15 @@ pub enum UserError {
     Record(#[from] RecordError),
 }
 
+/// Argon2 verifications running at once at most: each takes tens of milliseconds and 19 MiB,
+/// on blocking threads, so a burst of sign-ins queues here instead of starving the server.
+const PARALLEL_HASHES: usize = 4;
+
 /// The local accounts.
 #[derive(Debug, Clone)]
 pub struct Users {
     records: Records,
+    hashing: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 impl Users {
@@ -54,7 +59,25 @@ impl Users {
     }
 
     pub(crate) fn from_records(records: Records) -> Self {
-        Self { records }
+        Self {
+            records,
+            hashing: std::sync::Arc::new(tokio::sync::Semaphore::new(PARALLEL_HASHES)),
+        }
+    }
+
+    /// Runs `work` (a password hash or check) on a blocking thread, a few at a time.
+    async fn hashing<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> Result<T, UserError> + Send + 'static,
+    ) -> Result<T, UserError> {
+        let _turn = self
+            .hashing
+            .acquire()
+            .await
+            .map_err(|_| UserError::Hash("the hashing pool is closed".into()))?;
+        tokio::task::spawn_blocking(work)
+            .await
+            .map_err(|err| UserError::Hash(err.to_string()))?
     }
 
     /// Adds an account; refuses a name that exists.
@@ -65,7 +88,8 @@ impl Users {
         if password.chars().count() < MIN_PASSWORD {
             return Err(UserError::ShortPassword);
         }
-        let hash = hash(password)?;
+        let password = password.to_owned();
+        let hash = self.hashing(move || hash(&password)).await?;
         let created = self
             .records
             .put(USERS, name, &StoredUser { hash }, None, Write::Create, None)
@@ -83,14 +107,20 @@ impl Users {
         } else {
             None
         };
-        let (hash, known) = match &stored {
-            Some(user) => (user.value.hash.as_str(), true),
-            None => (DUMMY_HASH, false),
+        let (hash, known) = match stored {
+            Some(user) => (user.value.hash, true),
+            None => (DUMMY_HASH.to_owned(), false),
         };
-        let parsed = PasswordHash::new(hash).map_err(|err| UserError::Hash(err.to_string()))?;
-        let matches = Argon2::default()
-            .verify_password(password.as_bytes(), &parsed)
-            .is_ok();
+        let password = password.to_owned();
+        let matches = self
+            .hashing(move || {
+                let parsed =
+                    PasswordHash::new(&hash).map_err(|err| UserError::Hash(err.to_string()))?;
+                Ok(Argon2::default()
+                    .verify_password(password.as_bytes(), &parsed)
+                    .is_ok())
+            })
+            .await?;
         Ok(known && matches)
     }
 }

@@ -130,5 +130,24 @@ async fn a_person_signs_in_reads_the_consent_page_and_allows_access() {
             .contains("No application is remembered"),
         "revoked"
     );
+    // Revoking the consent cut the application off: its access token stops working.
+    let access = tokens["access_token"].as_str().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let reply = server
+            .client()
+            .with_bearer(access)
+            .request("tools/list", json!({}))
+            .await
+            .unwrap();
+        if reply.status == 401 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the revoked client's token still works"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     browser.close().await.unwrap();
 }

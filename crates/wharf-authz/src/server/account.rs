@@ -36,8 +36,8 @@ pub(crate) async fn account(State(shared): State<Arc<Shared>>, headers: HeaderMa
         }
     };
     let mut rows = String::new();
-    for (key, consent) in &consents {
-        let client_id = key.split_once('\n').map_or(key.as_str(), |(_, c)| c);
+    for (_, consent) in &consents {
+        let client_id = consent.client_id.as_str();
         rows.push_str(&format!(
             "<tr><td><strong>{}</strong><br><small>{}</small><br><small>{}</small></td><td>\
              <form method=\"post\" action=\"/account/consents/revoke\">{}<button type=\"submit\">Revoke</button></form></td></tr>",
@@ -80,12 +80,13 @@ pub(crate) async fn revoke(
             "Reload the page and try again.",
         );
     }
-    if shared
+    // Forgetting the consent is not enough: what the client already holds stops working too.
+    let forgotten = shared
         .records
         .delete(CONSENTS, &consent_key(&user, &form.client_id))
-        .await
-        .is_err()
-    {
+        .await;
+    let revoked = super::token::revoke_client(&shared, &user, &form.client_id).await;
+    if forgotten.is_err() || revoked.is_err() {
         return html::error(
             StatusCode::SERVICE_UNAVAILABLE,
             "Unavailable",
@@ -98,7 +99,7 @@ pub(crate) async fn revoke(
 /// The signed-in user and the CSRF token of their session (derived from the session
 /// cookie, which a cross-site page cannot read).
 async fn who(shared: &Shared, headers: &HeaderMap) -> Option<(String, String)> {
-    let session = cookies::get(headers, cookies::SESSION)?;
+    let session = cookies::get(headers, shared.cookie(cookies::SESSION))?;
     let user = signed_in_user(shared, session).await?;
     Some((user, digest(&format!("csrf\n{session}"))))
 }

@@ -17,6 +17,7 @@ use url::Url;
 use wharf::store::{Millis, Write, now_millis};
 
 use super::html::{self, escape, hidden};
+use super::token::Peer;
 use super::{Shared, constant_eq, cookies};
 use crate::pkce::CodeChallenge;
 use crate::records::{CODES, CONSENTS, REQUESTS, SESSIONS, digest, secret};
@@ -50,6 +51,7 @@ struct Session {
 /// A consent the user gave, remembered per client.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Consent {
+    pub(crate) client_id: String,
     pub(crate) client_name: String,
     pub(crate) scope: String,
     pub(crate) resource: String,
@@ -73,9 +75,13 @@ pub(crate) struct CodeGrant {
 /// The `GET /authorize` request.
 pub(crate) async fn authorize(
     State(shared): State<Arc<Shared>>,
+    Peer(peer): Peer,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
+    if !shared.limits.authorizations.allows(peer) {
+        return too_many();
+    }
     let params = match single_params(query.as_deref().unwrap_or_default()) {
         Ok(params) => params,
         Err(err) => {
@@ -93,7 +99,7 @@ pub(crate) async fn authorize(
             return html::error(
                 StatusCode::BAD_REQUEST,
                 "This application cannot sign in here",
-                &err.to_string(),
+                &err.public_message(),
             );
         }
     };
@@ -124,7 +130,7 @@ pub(crate) async fn authorize(
         issuer: &shared.config.issuer,
     };
     if param("response_type") != Some("code") {
-        return back.error(
+        return back.refuse(
             "unsupported_response_type",
             "response_type must be \"code\"",
         );
@@ -132,17 +138,17 @@ pub(crate) async fn authorize(
     let challenge =
         match CodeChallenge::parse(param("code_challenge"), param("code_challenge_method")) {
             Ok(challenge) => challenge,
-            Err(err) => return back.error("invalid_request", &err.to_string()),
+            Err(err) => return back.refuse("invalid_request", &err.to_string()),
         };
     let config = &shared.config;
     let resource = match param("resource") {
         None => match config.resources.first() {
             Some(default) => default.clone(),
-            None => return back.error("invalid_target", "this server has no resource configured"),
+            None => return back.refuse("invalid_target", "this server has no resource configured"),
         },
         Some(r) if config.resources.iter().any(|known| known == r) => r.to_owned(),
         Some(r) => {
-            return back.error(
+            return back.refuse(
                 "invalid_target",
                 &format!("resource {r:?} is not one this server issues tokens for"),
             );
@@ -156,7 +162,7 @@ pub(crate) async fn authorize(
                 .filter(|s| !s.is_empty())
                 .find(|s| !config.scopes.iter().any(|known| known == s))
             {
-                return back.error(
+                return back.refuse(
                     "invalid_scope",
                     &format!("scope {unknown:?} is not offered"),
                 );
@@ -170,13 +176,13 @@ pub(crate) async fn authorize(
     };
 
     let mut response_headers = HeaderMap::new();
-    let browser = match cookies::get(&headers, cookies::BROWSER) {
+    let browser = match cookies::get(&headers, shared.cookie(cookies::BROWSER)) {
         Some(browser) => browser.to_owned(),
         None => {
             let fresh = secret();
             cookies::set(
                 &mut response_headers,
-                cookies::BROWSER,
+                shared.cookie(cookies::BROWSER),
                 &fresh,
                 24 * 3600,
                 shared.secure_cookies,
@@ -213,8 +219,8 @@ pub(crate) async fn authorize(
         None => login_page(&shared, &request_id, &pending, None),
         Some(user) => {
             // A remembered consent that covers the request skips the page, except for a
-            // redirect to this machine: any local program can claim a client's id and a
-            // loopback redirect, so the user confirms each time.
+            // redirect to this machine (loopback or a private-use scheme): any local program
+            // can claim a client's id and such a redirect, so the user confirms each time.
             let remembered = shared
                 .records
                 .get::<Consent>(CONSENTS, &consent_key(&user, &client.id))
@@ -222,7 +228,7 @@ pub(crate) async fn authorize(
                 .ok()
                 .flatten()
                 .is_some_and(|c| covers(&c.value, &pending));
-            if remembered && !is_loopback_redirect(&pending.redirect_uri) {
+            if remembered && !may_be_claimed_locally(&pending.redirect_uri) {
                 return finish(&shared, &request_id, pending, &user).await;
             }
             consent_html(&request_id, &pending, &user)
@@ -233,8 +239,8 @@ pub(crate) async fn authorize(
     response
 }
 
-/// The sign-in form's fields.
-#[derive(Debug, Deserialize)]
+/// The sign-in form's fields (no `Debug`: it holds the password).
+#[derive(Deserialize)]
 pub(crate) struct LoginForm {
     request: String,
     csrf: String,
@@ -245,9 +251,13 @@ pub(crate) struct LoginForm {
 /// `POST /authorize/login`: checks the password, starts a session, goes on to consent.
 pub(crate) async fn login(
     State(shared): State<Arc<Shared>>,
+    Peer(peer): Peer,
     headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Response {
+    if !shared.limits.sign_ins.allows(peer) {
+        return too_many();
+    }
     let pending = match load(&shared, &headers, &form.request, Some(&form.csrf)).await {
         Ok(found) => found,
         Err(response) => return response,
@@ -295,7 +305,7 @@ pub(crate) async fn start_session(shared: &Shared, user: &str, request: &str) ->
         Redirect::to(&format!("/authorize/consent?request={}", request)).into_response();
     cookies::set(
         response.headers_mut(),
-        cookies::SESSION,
+        shared.cookie(cookies::SESSION),
         &session,
         ttl,
         shared.secure_cookies,
@@ -356,6 +366,7 @@ pub(crate) async fn consent(
     match form.decision.as_str() {
         "approve" => {
             let consent = Consent {
+                client_id: pending.client_id.clone(),
                 client_name: pending.client_name.clone(),
                 scope: pending.scope.clone(),
                 resource: pending.resource.clone(),
@@ -448,7 +459,7 @@ pub(crate) async fn load(
         }
         Err(_) => return Err(unavailable()),
     };
-    let same_browser = cookies::get(headers, cookies::BROWSER)
+    let same_browser = cookies::get(headers, shared.cookie(cookies::BROWSER))
         .is_some_and(|browser| constant_eq(&digest(browser), &pending.browser));
     let csrf_ok = csrf.is_none_or(|sent| constant_eq(sent, &pending.csrf));
     if !same_browser || !csrf_ok {
@@ -463,7 +474,7 @@ pub(crate) async fn load(
 
 /// The signed-in user, from the session cookie.
 async fn signed_in(shared: &Shared, headers: &HeaderMap) -> Result<Option<String>, Response> {
-    let Some(session) = cookies::get(headers, cookies::SESSION) else {
+    let Some(session) = cookies::get(headers, shared.cookie(cookies::SESSION)) else {
         return Ok(None);
     };
     match shared
@@ -486,8 +497,10 @@ pub(crate) async fn signed_in_user(shared: &Shared, session: &str) -> Option<Str
     Some(found.value.user)
 }
 
+/// A consent's key: a digest, since a user name and a URL-shaped client id together may
+/// pass the store's key length, and neither may contain the separator.
 pub(crate) fn consent_key(user: &str, client_id: &str) -> String {
-    format!("{user}\n{client_id}")
+    digest(&format!("{}\n{user}\n{client_id}", user.len()))
 }
 
 fn covers(consent: &Consent, pending: &Pending) -> bool {
@@ -497,6 +510,12 @@ fn covers(consent: &Consent, pending: &Pending) -> bool {
             .split(' ')
             .filter(|s| !s.is_empty())
             .all(|s| consent.scope.split(' ').any(|granted| granted == s))
+}
+
+/// A redirect some other program on the person's machine could receive.
+fn may_be_claimed_locally(uri: &str) -> bool {
+    is_loopback_redirect(uri)
+        || Url::parse(uri).is_ok_and(|url| !matches!(url.scheme(), "http" | "https"))
 }
 
 fn is_loopback_redirect(uri: &str) -> bool {
@@ -519,14 +538,9 @@ struct Back<'a> {
 }
 
 impl Back<'_> {
-    fn with(&self, params: &[(&str, &str)]) -> Response {
-        let Ok(mut url) = Url::parse(self.redirect_uri) else {
-            return html::error(
-                StatusCode::BAD_REQUEST,
-                "Invalid redirect URI",
-                self.redirect_uri,
-            );
-        };
+    /// The redirect URI with `params`, `state` and `iss` added to its query.
+    fn url(&self, params: &[(&str, &str)]) -> Option<Url> {
+        let mut url = Url::parse(self.redirect_uri).ok()?;
         {
             let mut query = url.query_pairs_mut();
             for (name, value) in params {
@@ -537,6 +551,17 @@ impl Back<'_> {
             }
             query.append_pair("iss", self.issuer);
         }
+        Some(url)
+    }
+
+    fn with(&self, params: &[(&str, &str)]) -> Response {
+        let Some(url) = self.url(params) else {
+            return html::error(
+                StatusCode::BAD_REQUEST,
+                "Invalid redirect URI",
+                self.redirect_uri,
+            );
+        };
         let mut response = Redirect::to(url.as_str()).into_response();
         response.headers_mut().insert(
             header::CACHE_CONTROL,
@@ -545,8 +570,35 @@ impl Back<'_> {
         response
     }
 
+    /// An error after the person acted (they denied): redirected to the client.
     fn error(&self, code: &str, description: &str) -> Response {
         self.with(&[("error", code), ("error_description", description)])
+    }
+
+    /// An error in the request itself, before anyone acted: shown on a page with a link
+    /// back to the client, never redirected by itself. Anyone can register a client or
+    /// publish a metadata document naming any redirect URI, so an automatic redirect here
+    /// would let links on this server's origin forward to any site (RFC 9700 §4.11.2).
+    fn refuse(&self, code: &str, description: &str) -> Response {
+        let link = self
+            .url(&[("error", code), ("error_description", description)])
+            .map(|url| {
+                format!(
+                    "<p><a id=\"return\" href=\"{}\">Return to the application</a></p>",
+                    escape(url.as_str())
+                )
+            })
+            .unwrap_or_default();
+        let body = format!(
+            "<h1>This request cannot be completed</h1><p class=\"detail\">{}: {}</p>{link}",
+            escape(code),
+            escape(description)
+        );
+        html::page(
+            StatusCode::BAD_REQUEST,
+            "Invalid authorization request",
+            &body,
+        )
     }
 }
 
@@ -561,6 +613,17 @@ fn single_params(query: &str) -> Result<HashMap<String, String>, String> {
         }
     }
     Ok(params)
+}
+
+fn too_many() -> Response {
+    let mut page = html::error(
+        StatusCode::TOO_MANY_REQUESTS,
+        "Too many attempts from this address",
+        "Wait a minute and try again.",
+    );
+    page.headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("60"));
+    page
 }
 
 fn unavailable() -> Response {

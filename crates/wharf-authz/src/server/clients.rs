@@ -79,6 +79,22 @@ pub(crate) enum ClientError {
     Record(#[from] RecordError),
 }
 
+impl ClientError {
+    /// What an unauthenticated visitor may be told: never where a name resolves or which
+    /// names exist inside the network (those details go to the log).
+    pub(crate) fn public_message(&self) -> String {
+        match self {
+            Self::Fetch(
+                err @ (FetchError::SpecialUseAddress { .. } | FetchError::Resolve { .. }),
+            ) => {
+                tracing::info!(%err, "a client metadata document was not fetched");
+                "the client_id's host is not one this server fetches documents from: it does not resolve, or it is a private or other special-use address".to_owned()
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
 impl Shared {
     /// Resolves `client_id`: metadata documents are fetched unless a fresh copy is cached
     /// (failures are never cached), registered clients read from the store.

@@ -1,14 +1,27 @@
 //! The two cookies a browser carries through a flow: `wharf_authz_browser` binds a pending
 //! authorization request to the browser that started it (so a form submitted from elsewhere,
 //! or a request id passed to someone else, goes nowhere), and `wharf_authz_session` says who
-//! signed in. Both HttpOnly and SameSite=Lax (no cross-site form carries them), Secure when
-//! the issuer is https.
+//! signed in. Both HttpOnly and SameSite=Lax (no cross-site form carries them). When the
+//! issuer is https they are Secure and named `__Host-…`, which browsers accept only from this
+//! very host: a sibling subdomain cannot plant one.
 
 use axum::http::header::{COOKIE, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue};
 
-pub(crate) const BROWSER: &str = "wharf_authz_browser";
-pub(crate) const SESSION: &str = "wharf_authz_session";
+/// The browser-binding cookie.
+pub(crate) const BROWSER: Name = Name("wharf_authz_browser", "__Host-wharf_authz_browser");
+/// The session cookie.
+pub(crate) const SESSION: Name = Name("wharf_authz_session", "__Host-wharf_authz_session");
+
+/// A cookie's name over http, and over https.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Name(&'static str, &'static str);
+
+impl Name {
+    pub(crate) fn on(self, secure: bool) -> &'static str {
+        if secure { self.1 } else { self.0 }
+    }
+}
 
 /// The value of cookie `name`, if the request carries it once.
 pub(crate) fn get<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -57,9 +70,14 @@ mod tests {
             COOKIE,
             HeaderValue::from_static("a=1; wharf_authz_session=s1; b=2"),
         );
-        assert_eq!(get(&headers, SESSION), Some("s1"));
-        assert_eq!(get(&headers, BROWSER), None);
+        assert_eq!(get(&headers, SESSION.on(false)), Some("s1"));
+        assert_eq!(get(&headers, BROWSER.on(false)), None);
+        assert_eq!(
+            get(&headers, SESSION.on(true)),
+            None,
+            "over https only __Host- counts"
+        );
         headers.append(COOKIE, HeaderValue::from_static("wharf_authz_session=evil"));
-        assert_eq!(get(&headers, SESSION), None);
+        assert_eq!(get(&headers, SESSION.on(false)), None);
     }
 }

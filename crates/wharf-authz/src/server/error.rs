@@ -50,10 +50,12 @@ impl OAuthError {
         )
     }
 
+    /// Over a rate limit: 429 with `Retry-After`. OAuth defines no code for it outside the
+    /// device flow, so the code is the generic one and the description says why.
     pub(crate) fn too_many(what: &str) -> Self {
         Self::new(
             StatusCode::TOO_MANY_REQUESTS,
-            "slow_down",
+            "invalid_request",
             format!("too many {what} from this address; wait a minute"),
         )
     }
@@ -70,6 +72,9 @@ impl IntoResponse for OAuthError {
         let mut response = (self.status, Json(body)).into_response();
         let headers = response.headers_mut();
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if self.status == StatusCode::TOO_MANY_REQUESTS {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+        }
         if self.status == StatusCode::UNAUTHORIZED {
             headers.insert(
                 header::WWW_AUTHENTICATE,

@@ -18,20 +18,18 @@ mod clients;
 mod cookies;
 mod error;
 mod html;
+mod limits;
 mod metadata;
 mod register;
 mod revocation;
 mod token;
 mod upstream;
 
-use std::net::IpAddr;
-use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::routing::{get, post};
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use wharf::store::Store;
 
 use crate::cimd::Fetcher;
@@ -41,6 +39,9 @@ use crate::users::Users;
 
 pub use error::OAuthError;
 pub use upstream::UpstreamConfig;
+
+/// The largest request body any endpoint reads.
+const MAX_BODY: usize = 16 * 1024;
 
 /// How the authorization server runs.
 #[derive(Debug, Clone)]
@@ -65,14 +66,18 @@ pub struct AuthzConfig {
     pub registrations_per_minute: u32,
     /// Token requests per minute from one address.
     pub token_requests_per_minute: u32,
+    /// Authorization requests per minute from one address (each may fetch a document).
+    pub authorizations_per_minute: u32,
+    /// Sign-in attempts per minute from one address.
+    pub sign_ins_per_minute: u32,
     /// An OpenID provider people may sign in with, besides local accounts.
     pub upstream: Option<UpstreamConfig>,
 }
 
 impl AuthzConfig {
     /// Defaults for an issuer serving one resource: ten-minute access tokens, thirty-day
-    /// refresh tokens, one-minute codes, open registration, 20 registrations and 120 token
-    /// requests per minute per address.
+    /// refresh tokens, one-minute codes, open registration; per address and minute, 20
+    /// registrations, 120 token requests, 60 authorization requests and 20 sign-in attempts.
     pub fn new(issuer: impl Into<String>, resource: impl Into<String>) -> Self {
         Self {
             issuer: issuer.into().trim_end_matches('/').to_owned(),
@@ -84,6 +89,8 @@ impl AuthzConfig {
             open_registration: true,
             registrations_per_minute: 20,
             token_requests_per_minute: 120,
+            authorizations_per_minute: 60,
+            sign_ins_per_minute: 20,
             upstream: None,
         }
     }
@@ -98,8 +105,7 @@ pub(crate) struct Shared {
     pub(crate) fetcher: Fetcher,
     pub(crate) upstream: Option<upstream::Upstream>,
     pub(crate) secure_cookies: bool,
-    registrations: DefaultKeyedRateLimiter<IpAddr>,
-    token_requests: DefaultKeyedRateLimiter<IpAddr>,
+    pub(crate) limits: limits::Limits,
 }
 
 impl std::fmt::Debug for Shared {
@@ -120,13 +126,16 @@ impl AuthorizationServer {
     /// A server keeping every record in `store`, fetching metadata documents with `fetcher`.
     pub fn new(config: AuthzConfig, store: Arc<dyn Store>, fetcher: Fetcher) -> Self {
         let records = Records::new(store);
-        let per_minute = |n: u32| Quota::per_minute(NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN));
         let shared = Shared {
             secure_cookies: config.issuer.starts_with("https://"),
             keys: SigningKeys::new(records.clone(), ROTATION),
             users: Users::from_records(records.clone()),
-            registrations: RateLimiter::keyed(per_minute(config.registrations_per_minute)),
-            token_requests: RateLimiter::keyed(per_minute(config.token_requests_per_minute)),
+            limits: limits::Limits {
+                registrations: limits::Limit::per_minute(config.registrations_per_minute),
+                token_requests: limits::Limit::per_minute(config.token_requests_per_minute),
+                authorizations: limits::Limit::per_minute(config.authorizations_per_minute),
+                sign_ins: limits::Limit::per_minute(config.sign_ins_per_minute),
+            },
             upstream: config.upstream.clone().map(upstream::Upstream::new),
             records,
             fetcher,
@@ -173,23 +182,16 @@ impl AuthorizationServer {
             .route("/jwks", get(metadata::jwks))
             .route("/account", get(account::account))
             .route("/account/consents/revoke", post(account::revoke))
+            // Every form and registration here is small; nothing bigger is read.
+            .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
             .with_state(self.shared.clone())
     }
 }
 
 impl Shared {
-    /// Whether `ip` may register another client now.
-    pub(crate) fn may_register(&self, ip: Option<IpAddr>) -> bool {
-        self.registrations
-            .check_key(&ip.unwrap_or(IpAddr::from([0, 0, 0, 0])))
-            .is_ok()
-    }
-
-    /// Whether `ip` may make another token request now.
-    pub(crate) fn may_request_token(&self, ip: Option<IpAddr>) -> bool {
-        self.token_requests
-            .check_key(&ip.unwrap_or(IpAddr::from([0, 0, 0, 0])))
-            .is_ok()
+    /// A cookie's name on this server (`__Host-` prefixed over https).
+    pub(crate) fn cookie(&self, name: cookies::Name) -> &'static str {
+        name.on(self.secure_cookies)
     }
 
     pub(crate) fn endpoint(&self, path: &str) -> String {

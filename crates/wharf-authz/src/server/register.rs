@@ -30,6 +30,11 @@ pub(crate) struct Registration {
     scope: Option<String>,
 }
 
+/// A registration's bounds: what a client needs, and no more room than that.
+const MAX_REDIRECTS: usize = 10;
+const MAX_URI: usize = 2048;
+const MAX_SCOPE: usize = 1024;
+
 fn invalid(code: &'static str, description: impl Into<String>) -> OAuthError {
     OAuthError::new(StatusCode::BAD_REQUEST, code, description)
 }
@@ -48,7 +53,7 @@ pub(crate) async fn register(
         )
         .into_response();
     }
-    if !shared.may_register(peer) {
+    if !shared.limits.registrations.allows(peer) {
         return OAuthError::too_many("registrations").into_response();
     }
     match registered(&shared, &body).await {
@@ -67,6 +72,18 @@ async fn registered(shared: &Shared, body: &[u8]) -> Result<Response, OAuthError
     let application_type = ApplicationType::parse(request.application_type.as_deref())
         .map_err(|err| invalid("invalid_client_metadata", err.to_string()))?;
     let redirect_uris = request.redirect_uris.unwrap_or_default();
+    if redirect_uris.len() > MAX_REDIRECTS || redirect_uris.iter().any(|u| u.len() > MAX_URI) {
+        return Err(invalid(
+            "invalid_redirect_uri",
+            format!("redirect_uris: at most {MAX_REDIRECTS} URIs of at most {MAX_URI} characters"),
+        ));
+    }
+    if request.scope.as_ref().is_some_and(|s| s.len() > MAX_SCOPE) {
+        return Err(invalid(
+            "invalid_client_metadata",
+            format!("scope: at most {MAX_SCOPE} characters"),
+        ));
+    }
     redirect::check_registration(application_type, &redirect_uris)
         .map_err(|err| invalid("invalid_redirect_uri", err.to_string()))?;
     if let Some(grants) = &request.grant_types {

@@ -46,8 +46,9 @@ impl<S: Send + Sync> FromRequestParts<S> for Peer {
     }
 }
 
-/// The token request's fields (RFC 6749 §4.1.3, §6; RFC 7523 §2.2; RFC 8707).
-#[derive(Debug, Default, Deserialize)]
+/// The token request's fields (RFC 6749 §4.1.3, §6; RFC 7523 §2.2; RFC 8707); no `Debug`:
+/// they hold codes, verifiers, secrets and refresh tokens.
+#[derive(Default, Deserialize)]
 pub(crate) struct TokenForm {
     grant_type: Option<String>,
     code: Option<String>,
@@ -88,7 +89,7 @@ pub(crate) async fn token(
     headers: HeaderMap,
     Form(form): Form<TokenForm>,
 ) -> Response {
-    if !shared.may_request_token(peer) {
+    if !shared.limits.token_requests.allows(peer) {
         return OAuthError::too_many("token requests").into_response();
     }
     match exchange(&shared, &headers, form).await {
@@ -243,7 +244,27 @@ async fn redeem_code(
         .verify(form.code_verifier.as_deref())
         .map_err(|err| OAuthError::invalid_grant(err.to_string()))?;
     check_resource(form, &grant.resource)?;
+    // The family exists (alive) before the code says it was redeemed into it, so a second
+    // redemption racing this one always finds a family to revoke.
     let family = secret();
+    let stored_family = Family {
+        client_id: client.id.clone(),
+        user: grant.user.clone(),
+        revoked: false,
+    };
+    shared
+        .records
+        .put(
+            FAMILIES,
+            &family,
+            &stored_family,
+            Some(&grant.user),
+            Write::Create,
+            None,
+        )
+        .await
+        .map_err(OAuthError::server_error)?
+        .ok_or_else(|| OAuthError::server_error("a fresh family id collided"))?;
     let redeemed = CodeGrant {
         redeemed_into: Some(family.clone()),
         ..grant.clone()
@@ -262,7 +283,8 @@ async fn redeem_code(
         .map_err(OAuthError::server_error)?;
     if marked.is_none() {
         // Redeemed by another request between the read and now: that one and this one
-        // cannot both be the client.
+        // cannot both be the client. Neither gets to keep tokens.
+        revoke(shared, &family).await?;
         if let Ok(Some(now)) = shared.records.get::<CodeGrant>(CODES, &key).await {
             if let Some(theirs) = now.value.redeemed_into {
                 revoke(shared, &theirs).await?;
@@ -272,22 +294,12 @@ async fn redeem_code(
             "the code was already used; the tokens issued for it are revoked",
         ));
     }
-    let stored_family = Family {
-        client_id: client.id.clone(),
-        user: grant.user.clone(),
-        revoked: false,
-    };
-    shared
-        .records
-        .put(FAMILIES, &family, &stored_family, None, Write::Create, None)
-        .await
-        .map_err(OAuthError::server_error)?;
     issue(
         shared,
         client,
         &family,
         &grant.user,
-        &grant.scope,
+        (&grant.scope, &grant.scope),
         &grant.resource,
     )
     .await
@@ -315,12 +327,9 @@ async fn refresh(
         .records
         .get::<Family>(FAMILIES, &record.family)
         .await
-        .map_err(OAuthError::server_error)?;
-    if family.is_none_or(|f| f.value.revoked) {
-        return Err(OAuthError::invalid_grant(
-            "the refresh token has been revoked",
-        ));
-    }
+        .map_err(OAuthError::server_error)?
+        .filter(|f| !f.value.revoked)
+        .ok_or_else(|| OAuthError::invalid_grant("the refresh token has been revoked"))?;
     let reused = || {
         OAuthError::invalid_grant(
             "the refresh token was already used; every token issued with it is revoked",
@@ -368,12 +377,33 @@ async fn refresh(
         revoke(shared, &record.family).await?;
         return Err(reused());
     }
+    // A family lives as long as it is used: each rotation pushes its expiry back, unless it
+    // was revoked meanwhile.
+    let kept = shared
+        .records
+        .put(
+            FAMILIES,
+            &record.family,
+            &family.value,
+            Some(&record.user),
+            Write::Replace(family.version),
+            None,
+        )
+        .await
+        .map_err(OAuthError::server_error)?;
+    if kept.is_none() {
+        return Err(OAuthError::invalid_grant(
+            "the refresh token has been revoked",
+        ));
+    }
+    // A narrower scope is for this access token only: the new refresh token keeps the
+    // grant's (RFC 6749 §6).
     issue(
         shared,
         client,
         &record.family,
         &record.user,
-        &scope,
+        (&scope, &record.scope),
         &record.resource,
     )
     .await
@@ -411,23 +441,65 @@ fn check_resource(form: &TokenForm, granted: &str) -> Result<(), OAuthError> {
     }
 }
 
+/// Marks `family` revoked; a family not (or no longer) in the store gets a revoked
+/// tombstone, so a redemption racing this one cannot bring it to life afterwards.
 async fn revoke(shared: &Shared, family: &str) -> Result<(), OAuthError> {
     let current = shared
         .records
         .get::<Family>(FAMILIES, family)
         .await
         .map_err(OAuthError::server_error)?;
-    if let Some(found) = current {
-        let revoked = Family {
-            revoked: true,
-            ..found.value
-        };
-        shared
-            .records
-            .put(FAMILIES, family, &revoked, None, Write::Upsert, None)
-            .await
-            .map_err(OAuthError::server_error)?;
-        tracing::warn!(family = %&family[..8.min(family.len())], "token family revoked after reuse");
+    let (revoked, owner) = match current {
+        Some(found) => {
+            let owner = found.value.user.clone();
+            (
+                Family {
+                    revoked: true,
+                    ..found.value
+                },
+                Some(owner),
+            )
+        }
+        None => (
+            Family {
+                client_id: String::new(),
+                user: String::new(),
+                revoked: true,
+            },
+            None,
+        ),
+    };
+    shared
+        .records
+        .put(
+            FAMILIES,
+            family,
+            &revoked,
+            owner.as_deref(),
+            Write::Upsert,
+            None,
+        )
+        .await
+        .map_err(OAuthError::server_error)?;
+    tracing::warn!(family = %&family[..8.min(family.len())], "token family revoked");
+    Ok(())
+}
+
+/// Revokes every family `user` holds for `client_id` (a consent withdrawn).
+pub(crate) async fn revoke_client(
+    shared: &Shared,
+    user: &str,
+    client_id: &str,
+) -> Result<(), OAuthError> {
+    let families = shared
+        .records
+        .of_owner::<Family>(FAMILIES, user, 10_000)
+        .await
+        .map_err(OAuthError::server_error)?;
+    for (family, found) in families {
+        if found.client_id == client_id && !found.revoked {
+            revoke(shared, &family).await?;
+        }
     }
     Ok(())
 }
@@ -452,7 +524,7 @@ async fn issue(
     client: &Client,
     family: &str,
     user: &str,
-    scope: &str,
+    (scope, refresh_scope): (&str, &str),
     resource: &str,
 ) -> Result<Response, OAuthError> {
     let now = now_millis();
@@ -483,7 +555,7 @@ async fn issue(
         family: family.to_owned(),
         client_id: client.id.clone(),
         user: user.to_owned(),
-        scope: scope.to_owned(),
+        scope: refresh_scope.to_owned(),
         resource: resource.to_owned(),
         used: false,
     };

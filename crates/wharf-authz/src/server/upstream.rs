@@ -26,8 +26,9 @@ use super::html;
 use super::{Shared, constant_eq, cookies};
 use crate::records::{UPSTREAM, digest, secret};
 
-/// The upstream provider this server signs people in with.
-#[derive(Debug, Clone)]
+/// The upstream provider this server signs people in with. Its `Debug` output leaves the
+/// client secret out.
+#[derive(Clone)]
 pub struct UpstreamConfig {
     /// Its issuer identifier (its metadata is at `/.well-known/openid-configuration`).
     pub issuer: String,
@@ -39,8 +40,23 @@ pub struct UpstreamConfig {
     pub name: String,
 }
 
-/// What this server remembers between sending the person upstream and their return.
-#[derive(Debug, Serialize, Deserialize)]
+impl std::fmt::Debug for UpstreamConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamConfig")
+            .field("issuer", &self.issuer)
+            .field("client_id", &self.client_id)
+            .field(
+                "client_secret",
+                &self.client_secret.as_ref().map(|_| "<set>"),
+            )
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+/// What this server remembers between sending the person upstream and their return (no
+/// `Debug`: it holds the PKCE verifier and the nonce).
+#[derive(Serialize, Deserialize)]
 struct Roundtrip {
     request: String,
     browser: String,
@@ -132,7 +148,7 @@ pub(crate) async fn start(
         Ok(m) => m,
         Err(err) => return unavailable(&err),
     };
-    let browser = cookies::get(&headers, cookies::BROWSER).unwrap_or_default();
+    let browser = cookies::get(&headers, shared.cookie(cookies::BROWSER)).unwrap_or_default();
     let roundtrip = Roundtrip {
         request: query.request.clone(),
         browser: digest(browser),
@@ -171,8 +187,8 @@ pub(crate) async fn start(
     Redirect::to(url.as_str()).into_response()
 }
 
-/// The provider's answer.
-#[derive(Debug, Deserialize)]
+/// The provider's answer (no `Debug`: it holds the code).
+#[derive(Deserialize)]
 pub(crate) struct CallbackQuery {
     code: Option<String>,
     state: Option<String>,
@@ -216,7 +232,7 @@ pub(crate) async fn callback(
             "Start again from the application.",
         );
     }
-    let same_browser = cookies::get(&headers, cookies::BROWSER)
+    let same_browser = cookies::get(&headers, shared.cookie(cookies::BROWSER))
         .is_some_and(|b| constant_eq(&digest(b), &roundtrip.browser));
     if !same_browser {
         return html::error(

@@ -44,13 +44,14 @@ if owner ~= '' then
   -- Members an hour past their expiry go (the hour covers clocks that differ between
   -- replicas; a listing skips expired members without removing them).
   redis.call('ZREMRANGEBYSCORE', set, '-inf', now - 3600000)
-  local ttl = redis.call('PEXPIRETIME', set)
+  -- PTTL, not PEXPIRETIME (Redis 7): the set's expiry as now plus what is left.
+  local ttl = redis.call('PTTL', set)
   if expires == '' then
     redis.call('ZADD', set, '+inf', member)
     redis.call('PERSIST', set)
   else
     redis.call('ZADD', set, expires, member)
-    if ttl == -2 or (ttl >= 0 and ttl < tonumber(expires)) then
+    if ttl == -2 or (ttl >= 0 and now + ttl < tonumber(expires)) then
       redis.call('PEXPIREAT', set, expires)
     end
   end

@@ -88,7 +88,7 @@ pub(crate) async fn verify(shared: &Shared, client: &Client, jwt: &str) -> Resul
         .records
         .put(
             ASSERTIONS,
-            &format!("{}\n{jti}", client.id),
+            &crate::records::digest(&format!("{}\n{}\n{jti}", client.id.len(), client.id)),
             &Value::Null,
             None,
             Write::Create,
