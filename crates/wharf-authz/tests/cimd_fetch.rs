@@ -191,10 +191,8 @@ async fn serve() -> Server {
         )
         .route(
             "/slow.json",
-            get(|State(s): State<Site>| async move {
-                tokio::time::sleep(Duration::from_secs(30)).await;
-                json_response(document(&s.origin, "/slow.json").to_string(), "max-age=60")
-            }),
+            // A server that accepts the request and never answers.
+            get(std::future::pending::<Response>),
         )
         .fallback(|| async { StatusCode::NOT_FOUND })
         .layer(axum::middleware::from_fn_with_state(site.clone(), count))
@@ -350,13 +348,9 @@ async fn hostile_answers_are_refused_by_name() {
     );
 
     let hits = server.hits.load(Ordering::SeqCst);
-    let started = std::time::Instant::now();
+    // It never answers: only the fetcher's own time limit ends the wait.
     let err = fetch("/slow.json").await;
     assert!(matches!(err, FetchError::Timeout { .. }), "{err}");
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "the limit cut the wait short"
-    );
     assert_eq!(server.hits.load(Ordering::SeqCst), hits + 1);
 }
 

@@ -2,6 +2,7 @@
 //! Redis (the real servers; `WHARF_TEST_POSTGRES_URL` and `WHARF_TEST_REDIS_URL` override
 //! the local defaults). A backend that cannot be reached fails its tests: nothing is skipped.
 
+#[macro_use]
 mod support;
 
 use std::sync::Arc;
@@ -679,27 +680,6 @@ async fn live_handles_count_one_owners_live_handles_of_one_kind(store: Arc<dyn S
         2,
         "the count is still right once swept"
     );
-}
-
-macro_rules! suite {
-    ($backend:ident: $($test:ident),* $(,)?) => {
-        mod $backend {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test(super::$backend().await).await;
-                }
-            )*
-        }
-    };
-}
-
-macro_rules! all_backends {
-    ($($test:ident),* $(,)?) => {
-        suite!(sqlite: $($test),*);
-        suite!(postgres: $($test),*);
-        suite!(redis: $($test),*);
-    };
 }
 
 all_backends!(

@@ -2,6 +2,7 @@
 //! (a file), PostgreSQL and Redis (the real servers). A backend that cannot be reached fails
 //! its tests: nothing is skipped.
 
+#[macro_use]
 mod support;
 
 use std::sync::Arc;
@@ -330,27 +331,6 @@ async fn oversized_names_are_refused(store: Arc<dyn Store>) {
         .await
         .unwrap()
         .expect("a key of exactly the limit is taken");
-}
-
-macro_rules! suite {
-    ($backend:ident: $($test:ident),* $(,)?) => {
-        mod $backend {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::$test(super::$backend().await).await;
-                }
-            )*
-        }
-    };
-}
-
-macro_rules! all_backends {
-    ($($test:ident),* $(,)?) => {
-        suite!(sqlite: $($test),*);
-        suite!(postgres: $($test),*);
-        suite!(redis: $($test),*);
-    };
 }
 
 all_backends!(

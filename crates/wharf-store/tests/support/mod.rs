@@ -4,6 +4,32 @@
 //! is decided by how long it slept.
 #![allow(dead_code)]
 
+/// Runs each named test (an `async fn(Arc<dyn Store>)`) against `super::$backend()`.
+#[allow(unused_macros)]
+macro_rules! suite {
+    ($backend:ident: $($test:ident),* $(,)?) => {
+        mod $backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(super::$backend().await).await;
+                }
+            )*
+        }
+    };
+}
+
+/// Runs each named test against SQLite, PostgreSQL and Redis (the test file's `sqlite()`,
+/// `postgres()` and `redis()`).
+#[allow(unused_macros)]
+macro_rules! all_backends {
+    ($($test:ident),* $(,)?) => {
+        suite!(sqlite: $($test),*);
+        suite!(postgres: $($test),*);
+        suite!(redis: $($test),*);
+    };
+}
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
