@@ -1,6 +1,7 @@
-//! `wharf`: run the reference MCP server over Streamable HTTP or stdio, and manage the
-//! accounts of its embedded authorization server.
+//! `wharf`: run the reference MCP server over Streamable HTTP or stdio, manage the accounts
+//! of its embedded authorization server, and probe, call and listen to any MCP server.
 
+mod remote;
 mod serve;
 mod user;
 
@@ -20,6 +21,14 @@ enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Manage the accounts people sign in with at the embedded authorization server.
     User(user::UserArgs),
+    /// Probe an MCP endpoint as an operator would; exit code 1 when a check fails.
+    Check(remote::check::CheckArgs),
+    /// List a server's tools and their arguments.
+    Tools(remote::tools::ToolsArgs),
+    /// Call a tool: progress bar, questions answered in the terminal, Ctrl-C cancels.
+    Call(remote::call::CallArgs),
+    /// Print a server's notifications as they come; reconnect when the stream ends.
+    Listen(remote::listen::ListenArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -27,5 +36,9 @@ fn main() -> std::process::ExitCode {
     match cli.command {
         Command::Serve(args) => serve::run(*args),
         Command::User(args) => user::run(args),
+        Command::Check(args) => remote::check::run(args),
+        Command::Tools(args) => remote::tools::run(args),
+        Command::Call(args) => remote::call::run(args),
+        Command::Listen(args) => remote::listen::run(args),
     }
 }

@@ -1,5 +1,7 @@
 //! Streamable HTTP.
 
+use std::pin::Pin;
+
 use futures_util::{Stream, StreamExt};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
@@ -92,6 +94,19 @@ impl HttpClient {
     pub fn with_bearer(mut self, token: impl Into<String>) -> Self {
         self.bearer = Some(token.into());
         self
+    }
+
+    /// Sends requests through `http` (timeouts, proxies and roots of its own).
+    pub fn with_http(mut self, http: reqwest::Client) -> Self {
+        self.http = http;
+        self
+    }
+
+    /// The `Authorization` header this client sends, if any.
+    pub fn authorization(&self) -> Option<HeaderValue> {
+        let mut h = HeaderMap::new();
+        self.authorize(&mut h);
+        h.remove(reqwest::header::AUTHORIZATION)
     }
 
     /// The endpoint URL.
@@ -199,14 +214,30 @@ impl HttpClient {
         let body =
             json!({ "jsonrpc": "2.0", "id": self.next_id(), "method": method, "params": params });
         let headers = self.headers_for(method, &params);
-        let res = self
+        Ok(messages_of(self.post(&body, headers).await?))
+    }
+
+    /// Posts `message` with `headers` and returns the response as its messages arrive.
+    pub async fn post_incoming(
+        &self,
+        message: &Value,
+        headers: HeaderMap,
+    ) -> Result<Incoming, ClientError> {
+        Ok(Incoming::read(self.post(message, headers).await?))
+    }
+
+    async fn post(
+        &self,
+        message: &Value,
+        headers: HeaderMap,
+    ) -> Result<reqwest::Response, ClientError> {
+        Ok(self
             .http
             .post(&self.url)
             .headers(headers)
-            .body(body.to_string())
+            .body(message.to_string())
             .send()
-            .await?;
-        Ok(messages_of(res))
+            .await?)
     }
 
     /// What every POST carries: the content types, and the token when there is one.
@@ -233,6 +264,80 @@ impl HttpClient {
         {
             headers.insert(reqwest::header::AUTHORIZATION, v);
         }
+    }
+}
+
+/// A response whose JSON-RPC messages are read as they arrive: one for a JSON body, each
+/// event of an SSE stream in turn.
+pub struct Incoming {
+    /// The HTTP status.
+    pub status: u16,
+    /// The response headers.
+    pub headers: HeaderMap,
+    messages: Pin<Box<dyn Stream<Item = Result<Value, ClientError>> + Send>>,
+}
+
+impl std::fmt::Debug for Incoming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Incoming")
+            .field("status", &self.status)
+            .field("headers", &self.headers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Incoming {
+    /// Reads `res`: an SSE body event by event, any other body as one JSON value.
+    pub(crate) fn read(res: reqwest::Response) -> Self {
+        let status = res.status().as_u16();
+        let headers = res.headers().clone();
+        let sse = headers
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|c| c.starts_with("text/event-stream"));
+        let messages: Pin<Box<dyn Stream<Item = Result<Value, ClientError>> + Send>> = if sse {
+            let mut parser = SseParser::default();
+            Box::pin(res.bytes_stream().flat_map(move |chunk| {
+                let events: Vec<Result<Value, ClientError>> = match chunk {
+                    Ok(bytes) => parser
+                        .feed(&bytes)
+                        .into_iter()
+                        .map(|d| {
+                            serde_json::from_str(&d).map_err(|e| {
+                                ClientError::Protocol(format!("SSE event is not JSON ({e}): {d}"))
+                            })
+                        })
+                        .collect(),
+                    Err(e) => vec![Err(ClientError::Http(e))],
+                };
+                futures_util::stream::iter(events)
+            }))
+        } else {
+            Box::pin(futures_util::stream::once(async move {
+                let body = res.text().await?;
+                serde_json::from_str::<Value>(&body).map_err(|e| {
+                    let shown: String = body.chars().take(200).collect();
+                    if status >= 400 {
+                        ClientError::Status {
+                            status,
+                            body: shown,
+                        }
+                    } else {
+                        ClientError::Protocol(format!("HTTP {status}, not JSON-RPC ({e}): {shown}"))
+                    }
+                })
+            }))
+        };
+        Incoming {
+            status,
+            headers,
+            messages,
+        }
+    }
+
+    /// The next message; `None` once the body ended.
+    pub async fn next(&mut self) -> Option<Result<Value, ClientError>> {
+        self.messages.next().await
     }
 }
 

@@ -76,6 +76,11 @@ impl LegacySession {
         }
     }
 
+    /// The client the session speaks through.
+    pub fn client(&self) -> &HttpClient {
+        &self.client
+    }
+
     /// The session id (`Mcp-Session-Id`).
     pub fn id(&self) -> &str {
         &self.id
@@ -86,7 +91,7 @@ impl LegacySession {
         &self.version
     }
 
-    fn headers(&self) -> HeaderMap {
+    pub(crate) fn headers(&self) -> HeaderMap {
         let mut h = self.client.base_headers();
         if let Ok(v) = HeaderValue::from_str(&self.id) {
             h.insert(HeaderName::from_static(headers::SESSION_ID), v);

@@ -1,13 +1,21 @@
 //! A client for stateless MCP servers (revision 2026-07-28): every request carries its
 //! `_meta` and the headers that mirror it; responses are read as JSON or SSE.
-//! [`LegacySession`] speaks the initialization-based era (2025-11-25 and earlier).
+//! [`LegacySession`] speaks the initialization-based era (2025-11-25 and earlier), and
+//! [`Client`] speaks whichever of the two a server serves: tool calls with progress, input
+//! rounds answered by an [`Answerer`], retries under one idempotency key, cached lists.
 
+mod answer;
+mod call;
+mod client;
 mod http;
 mod legacy;
 mod sse;
 mod stdio;
 
-pub use http::{HttpClient, Reply};
+pub use answer::{Answerer, Prepared, Refuse, Unanswered, describe};
+pub use call::{CallError, Event, IDEMPOTENCY_KEY, ToolCall, new_idempotency_key};
+pub use client::Client;
+pub use http::{HttpClient, Incoming, Reply};
 pub use legacy::{Connection, LegacySession};
 pub use sse::SseParser;
 pub use stdio::StdioClient;
@@ -19,14 +27,37 @@ use wharf_protocol::{meta, version};
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The HTTP exchange failed.
-    #[error("HTTP: {0}")]
+    #[error("HTTP: {}", with_causes(.0))]
     Http(#[from] reqwest::Error),
     /// Talking to a child process failed.
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
+    /// The server (or a proxy in front of it) answered an error status without JSON-RPC.
+    #[error("HTTP {status}: {body}")]
+    Status {
+        /// The HTTP status.
+        status: u16,
+        /// The start of the body.
+        body: String,
+    },
     /// The answer was not JSON-RPC.
     #[error("the server sent something that is not JSON-RPC: {0}")]
     Protocol(String),
+}
+
+/// `error` and what caused it, `: `-separated (reqwest's own message leaves the cause out:
+/// "error sending request" says nothing of a refused connection).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text = format!("{text}: {cause_text}");
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// The `_meta` a request carries: version, capabilities and client identity.

@@ -1,0 +1,343 @@
+//! `wharf call URL TOOL key=value…`: calls a tool with a progress bar, answers the server's
+//! questions in the terminal (or from `--answer`), and cancels on Ctrl-C.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::{Value, json};
+use wharf_client::{
+    Answerer, CallError, Client, Event, IDEMPOTENCY_KEY, Prepared, ToolCall, Unanswered,
+    new_idempotency_key,
+};
+use wharf_protocol::InputRequest;
+
+use super::{Endpoint, arguments, prompt};
+
+/// `wharf call`.
+#[derive(Debug, Args)]
+pub(crate) struct CallArgs {
+    #[command(flatten)]
+    endpoint: Endpoint,
+    /// The tool to call.
+    tool: String,
+    /// Arguments as key=value, typed by the tool's input schema (a,b,c for arrays, JSON for
+    /// objects).
+    #[arg(value_name = "KEY=VALUE")]
+    words: Vec<String>,
+    /// The arguments as a JSON object (key=value words override its keys).
+    #[arg(long)]
+    json: Option<String>,
+    /// An answer to the server's input request KEY, as the JSON result of its method (e.g.
+    /// '{"action":"accept","content":{"name":"Ada"}}'); repeatable.
+    #[arg(long = "answer", value_name = "KEY=JSON")]
+    answers: Vec<String>,
+    /// A root this client exposes, answered when the server asks for roots; repeatable.
+    #[arg(long = "root", value_name = "URI")]
+    roots: Vec<String>,
+    /// The text to answer a sampling request with (instead of typing it).
+    #[arg(long, value_name = "TEXT")]
+    sampling_reply: Option<String>,
+    /// The idempotency key of a write (generated and printed when the tool requires one).
+    #[arg(long)]
+    idempotency_key: Option<String>,
+    /// Never prompt: input requests without an --answer fail the call.
+    #[arg(long)]
+    no_input: bool,
+    /// How to print the result.
+    #[arg(long, value_enum, default_value_t = Output::Pretty)]
+    output: Output,
+}
+
+/// How the result is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Output {
+    /// Structured content as indented JSON, else the content items as text.
+    Pretty,
+    /// The whole `CallToolResult` as JSON.
+    Json,
+}
+
+pub(crate) fn run(args: CallArgs) -> ExitCode {
+    super::block_on(async move {
+        let interactive = !args.no_input && prompt::is_interactive();
+        let mut http = args.endpoint.client();
+        http.meta.capabilities = capabilities(&args, interactive);
+        let client = match Client::connect(http).await {
+            Ok(c) => c,
+            Err(e) => {
+                return super::failed(format!("could not connect to {}: {e}", args.endpoint.url));
+            }
+        };
+        let call = match prepare(&client, &args).await {
+            Ok(call) => call,
+            Err(e) => return super::failed(e),
+        };
+        let answers = match prepared_answers(&args.answers) {
+            Ok(a) => a,
+            Err(e) => return super::failed(e),
+        };
+        let bar = progress_bar(&args.tool);
+        let mut answerer = Prepared::new(
+            answers,
+            Terminal {
+                bar: bar.clone(),
+                roots: args.roots.clone(),
+                sampling_reply: args.sampling_reply.clone(),
+                interactive,
+            },
+        );
+        let last_id = Arc::new(Mutex::new(Value::Null));
+        let mut on_event = {
+            let bar = bar.clone();
+            let last_id = last_id.clone();
+            move |event: Event| show_event(&bar, &last_id, event)
+        };
+        let outcome = tokio::select! {
+            outcome = client.call_tool(&call, &mut answerer, &mut on_event) => outcome,
+            _ = tokio::signal::ctrl_c() => {
+                bar.finish_and_clear();
+                let id = last_id.lock().map(|id| id.clone()).unwrap_or(Value::Null);
+                // The call's future is dropped here, which closes its stream: that is the
+                // cancellation a 2026-07-28 server acts on. A legacy one is told.
+                let _ = client.cancel(&id, "cancelled by the user (Ctrl-C)").await;
+                eprintln!("cancelled: the call's stream is closed and the server stops the call");
+                return ExitCode::from(130);
+            }
+        };
+        bar.finish_and_clear();
+        match outcome {
+            Ok(result) => show_result(&result, args.output),
+            Err(e) => show_error(&e, call.key()),
+        }
+    })
+}
+
+/// What this client can answer: elicitation, roots and sampling when someone at the
+/// terminal can, or when flags give the answers; nothing otherwise, so that a server that
+/// needs input says so up front (-32021) rather than asking in vain.
+fn capabilities(args: &CallArgs, interactive: bool) -> Value {
+    let prepared = !args.answers.is_empty();
+    let mut capabilities = json!({});
+    if interactive || prepared {
+        capabilities["elicitation"] = json!({ "form": {}, "url": {} });
+    }
+    if interactive || prepared || !args.roots.is_empty() {
+        capabilities["roots"] = json!({});
+    }
+    if interactive || prepared || args.sampling_reply.is_some() {
+        capabilities["sampling"] = json!({});
+    }
+    capabilities
+}
+
+/// The call to make: the tool's schema types the arguments; a write gets its key.
+async fn prepare(client: &Client, args: &CallArgs) -> Result<ToolCall, String> {
+    let tools = client
+        .list_tools()
+        .await
+        .map_err(|e| format!("tools/list: {e}"))?;
+    let Some(tool) = tools.iter().find(|t| t["name"] == args.tool.as_str()) else {
+        let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+        return Err(format!(
+            "the server has no tool {:?}; it has: {}",
+            args.tool,
+            names.join(", ")
+        ));
+    };
+    let schema = &tool["inputSchema"];
+    let arguments = arguments::parse(schema, args.json.as_deref(), &args.words)?;
+    let mut call = ToolCall::new(args.tool.clone(), Value::Object(arguments)).with_progress();
+    let needs_key = schema["required"]
+        .as_array()
+        .is_some_and(|r| r.iter().any(|k| k == IDEMPOTENCY_KEY));
+    let given = call
+        .key()
+        .map(str::to_owned)
+        .or(args.idempotency_key.clone());
+    match given {
+        Some(key) => call = call.idempotency_key(key),
+        None if needs_key => {
+            let key = new_idempotency_key();
+            eprintln!(
+                "idempotency key: {key} (to retry this write without applying it twice: --idempotency-key {key})"
+            );
+            call = call.idempotency_key(key);
+        }
+        None => {}
+    }
+    Ok(call)
+}
+
+/// `--answer KEY=JSON` words as a map.
+fn prepared_answers(words: &[String]) -> Result<BTreeMap<String, Value>, String> {
+    words
+        .iter()
+        .map(|word| {
+            let (key, raw) = word
+                .split_once('=')
+                .ok_or_else(|| format!("--answer {word:?} is not KEY=JSON"))?;
+            let value = serde_json::from_str(raw)
+                .map_err(|e| format!("--answer {key}: the answer is not JSON ({e})"))?;
+            Ok((key.to_owned(), value))
+        })
+        .collect()
+}
+
+/// A spinner until the first progress, then a bar (drawn only on a terminal).
+fn progress_bar(tool: &str) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {elapsed} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.set_message(format!("calling {tool}"));
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
+}
+
+fn show_event(bar: &ProgressBar, last_id: &Mutex<Value>, event: Event) {
+    match event {
+        Event::Sent { id } => {
+            if let Ok(mut last) = last_id.lock() {
+                *last = id;
+            }
+        }
+        Event::Progress {
+            progress,
+            total,
+            message,
+        } => {
+            if let Some(total) = total {
+                if bar.length() != Some(total as u64) {
+                    bar.set_length(total as u64);
+                    bar.set_style(
+                        ProgressStyle::with_template("{bar:40} {pos}/{len} {elapsed} {msg}")
+                            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+                    );
+                }
+            }
+            bar.set_position(progress as u64);
+            if let Some(message) = message {
+                bar.set_message(message);
+            }
+        }
+        Event::Notification(n) if n["method"] == "notifications/message" => {
+            let p = &n["params"];
+            let data = match &p["data"] {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            bar.println(format!(
+                "{} {}{data}",
+                console::style(format!("[{}]", p["level"].as_str().unwrap_or("log"))).dim(),
+                p["logger"]
+                    .as_str()
+                    .map(|l| format!("{l}: "))
+                    .unwrap_or_default()
+            ));
+        }
+        Event::Retrying { attempt, error } => {
+            bar.println(format!("retrying (attempt {attempt}) after: {error}"));
+        }
+        _ => {}
+    }
+}
+
+/// Prints a result: structured content as JSON, else each content item.
+fn show_result(result: &Value, output: Output) -> ExitCode {
+    let failed = result["isError"] == true;
+    if output == Output::Json {
+        println!("{result:#}");
+    } else if let (Some(structured), false) = (result.get("structuredContent"), failed) {
+        println!("{structured:#}");
+    } else {
+        for item in result["content"].as_array().into_iter().flatten() {
+            let line = match item["type"].as_str() {
+                Some("text") => item["text"].as_str().unwrap_or("").to_owned(),
+                Some(kind @ ("image" | "audio")) => format!(
+                    "[{kind} {}, {} bytes of base64]",
+                    item["mimeType"].as_str().unwrap_or("?"),
+                    item["data"].as_str().map_or(0, str::len)
+                ),
+                Some("resource_link") => format!("→ {}", item["uri"].as_str().unwrap_or("?")),
+                Some("resource") => {
+                    let r = &item["resource"];
+                    match r["text"].as_str() {
+                        Some(text) => format!("{}:\n{text}", r["uri"].as_str().unwrap_or("?")),
+                        None => format!("[resource {}]", r["uri"].as_str().unwrap_or("?")),
+                    }
+                }
+                _ => item.to_string(),
+            };
+            if failed {
+                eprintln!("{line}");
+            } else {
+                println!("{line}");
+            }
+        }
+    }
+    if failed {
+        super::failed("the tool reported an error (isError)")
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn show_error(error: &CallError, key: Option<&str>) -> ExitCode {
+    if let CallError::Rpc {
+        data: Some(data), ..
+    } = error
+    {
+        eprintln!("{data:#}");
+    }
+    if let (CallError::Transport(_), Some(key)) = (error, key) {
+        eprintln!(
+            "the write may or may not have been applied: retry with --idempotency-key {key} and the same arguments"
+        );
+    }
+    super::failed(error)
+}
+
+/// Answers input requests from flags, else by asking the person at the terminal.
+struct Terminal {
+    bar: ProgressBar,
+    roots: Vec<String>,
+    sampling_reply: Option<String>,
+    interactive: bool,
+}
+
+impl Answerer for Terminal {
+    async fn answer(&mut self, key: &str, request: &InputRequest) -> Result<Value, Unanswered> {
+        match request {
+            InputRequest::ListRoots(_) if !self.roots.is_empty() => Ok(json!({
+                "roots": self.roots.iter().map(|uri| json!({ "uri": uri })).collect::<Vec<_>>(),
+            })),
+            InputRequest::CreateMessage(_) if self.sampling_reply.is_some() => Ok(prompt::sampled(
+                self.sampling_reply.as_deref().unwrap_or(""),
+            )),
+            _ if !self.interactive => Err(Unanswered::new(
+                key,
+                request,
+                format!("no terminal to ask in; pass --answer {key}=JSON"),
+            )),
+            _ => {
+                let bar = self.bar.clone();
+                let (key, request) = (key.to_owned(), request.clone());
+                // The prompts block on the terminal; the progress bar stays out of their way.
+                tokio::task::spawn_blocking(move || bar.suspend(|| prompt::ask(&key, &request)))
+                    .await
+                    .unwrap_or_else(|e| {
+                        Err(Unanswered {
+                            key: String::new(),
+                            what: String::new(),
+                            reason: format!("the prompt failed: {e}"),
+                        })
+                    })
+            }
+        }
+    }
+}

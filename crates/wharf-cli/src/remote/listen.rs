@@ -1,0 +1,267 @@
+//! `wharf listen URL`: prints a server's notifications as they come (list changes, resource
+//! updates); when the stream ends it reconnects and reads the lists again, since changes
+//! made meanwhile were not heard.
+
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::Args;
+use serde_json::{Value, json};
+use wharf_client::{Client, Connection};
+use wharf_protocol::methods;
+
+use super::Endpoint;
+
+/// `wharf listen`.
+#[derive(Debug, Args)]
+pub(crate) struct ListenArgs {
+    #[command(flatten)]
+    endpoint: Endpoint,
+    /// Tool list changes.
+    #[arg(long)]
+    tools: bool,
+    /// Prompt list changes.
+    #[arg(long)]
+    prompts: bool,
+    /// Resource list changes.
+    #[arg(long)]
+    resources: bool,
+    /// Updates of this resource; repeatable.
+    #[arg(long = "resource", value_name = "URI")]
+    resource_uris: Vec<String>,
+    /// Print each notification as one line of JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+impl ListenArgs {
+    /// The subscription filter; no choice at all means every list.
+    fn filter(&self) -> Value {
+        let all = !self.tools && !self.prompts && !self.resources && self.resource_uris.is_empty();
+        let mut filter = json!({});
+        for (on, key) in [
+            (self.tools, "toolsListChanged"),
+            (self.prompts, "promptsListChanged"),
+            (self.resources, "resourcesListChanged"),
+        ] {
+            if on || all {
+                filter[key] = json!(true);
+            }
+        }
+        if !self.resource_uris.is_empty() {
+            filter["resourceSubscriptions"] = json!(self.resource_uris);
+        }
+        filter
+    }
+}
+
+/// Longest wait between reconnections.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+pub(crate) fn run(args: ListenArgs) -> ExitCode {
+    super::block_on(async move {
+        let mut backoff = Duration::from_millis(500);
+        let mut reconnecting = false;
+        loop {
+            match listen_once(&args, reconnecting).await {
+                Ok(()) => {
+                    backoff = Duration::from_millis(500);
+                    say(
+                        &args,
+                        format!("the stream ended; reconnecting in {}", secs(backoff)),
+                    );
+                }
+                Err(Fatal(message)) => return super::failed(message),
+                Err(Transient(message)) => {
+                    say(
+                        &args,
+                        format!("{message}; reconnecting in {}", secs(backoff)),
+                    );
+                }
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+            reconnecting = true;
+        }
+    })
+}
+
+/// Why a stream stopped, when not by its end.
+enum Stop {
+    /// Worth trying again (connection lost, server restarting).
+    Transient(String),
+    /// Not worth it (the server refuses this subscription).
+    Fatal(String),
+}
+use Stop::{Fatal, Transient};
+
+/// Connects, subscribes and prints until the stream ends.
+async fn listen_once(args: &ListenArgs, reconnecting: bool) -> Result<(), Stop> {
+    let client = Client::connect(args.endpoint.client())
+        .await
+        .map_err(|e| Transient(format!("could not connect to {}: {e}", args.endpoint.url)))?;
+    match client.connection() {
+        Connection::Modern(_) => listen_modern(args, &client, reconnecting).await,
+        Connection::Legacy(session) => {
+            // The initialization-based era: the session's GET stream, and one
+            // `resources/subscribe` per resource.
+            let (status, stream) = session
+                .listen()
+                .await
+                .map_err(|e| Transient(e.to_string()))?;
+            if status != 200 {
+                return Err(Fatal(format!(
+                    "the server ({}) offers no notification stream: GET answered HTTP {status}",
+                    session.version()
+                )));
+            }
+            for uri in &args.resource_uris {
+                let reply = session
+                    .request("resources/subscribe", json!({ "uri": uri }))
+                    .await
+                    .map_err(|e| Transient(e.to_string()))?;
+                if let Some(e) = reply.error() {
+                    return Err(Fatal(format!(
+                        "resources/subscribe {uri}: {}",
+                        e["message"]
+                    )));
+                }
+            }
+            say(args, format!("listening ({} session)", session.version()));
+            if reconnecting {
+                relist_all(args, &client).await;
+            }
+            let mut stream = Box::pin(stream);
+            while let Some(message) = futures_util::StreamExt::next(&mut stream).await {
+                print_notification(args, &client, &message).await;
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn listen_modern(args: &ListenArgs, client: &Client, reconnecting: bool) -> Result<(), Stop> {
+    let (id, mut incoming) = client
+        .open(
+            methods::SUBSCRIPTIONS_LISTEN,
+            json!({ "notifications": args.filter() }),
+        )
+        .await
+        .map_err(|e| Transient(e.to_string()))?;
+    while let Some(message) = incoming.next().await {
+        let message = message.map_err(|e| Transient(format!("the stream broke: {e}")))?;
+        if message.get("id") == Some(&id) {
+            if let Some(error) = message.get("error") {
+                let text = format!(
+                    "subscriptions/listen refused: {} (error {}, HTTP {})",
+                    error["message"].as_str().unwrap_or(""),
+                    error["code"],
+                    incoming.status
+                );
+                return Err(if incoming.status >= 500 {
+                    Transient(text)
+                } else {
+                    Fatal(text)
+                });
+            }
+            // The final result: the server ended the stream (draining, say).
+            return Ok(());
+        }
+        if message["method"] == "notifications/subscriptions/acknowledged" {
+            say(
+                args,
+                format!("listening for {}", message["params"]["notifications"]),
+            );
+            if reconnecting {
+                relist_all(args, client).await;
+            }
+            continue;
+        }
+        print_notification(args, client, &message).await;
+    }
+    Ok(())
+}
+
+/// Prints one notification; a list change is followed by the list as it is now.
+async fn print_notification(args: &ListenArgs, client: &Client, message: &Value) {
+    let method = message["method"].as_str().unwrap_or("?");
+    if args.json {
+        println!("{message}");
+    } else {
+        let params = message
+            .get("params")
+            .filter(|p| {
+                p.as_object()
+                    .is_some_and(|o| o.keys().any(|k| k != "_meta"))
+            })
+            .map(|p| format!(" {p}"))
+            .unwrap_or_default();
+        println!("{} {method}{params}", clock());
+    }
+    let list = match method {
+        methods::NOTIFICATION_TOOLS_LIST_CHANGED => Some("tools"),
+        "notifications/prompts/list_changed" => Some("prompts"),
+        "notifications/resources/list_changed" => Some("resources"),
+        _ => None,
+    };
+    if let Some(list) = list {
+        client.forget_lists();
+        relist(args, client, list).await;
+    }
+}
+
+/// After a reconnection, the lists this listener follows, read again.
+async fn relist_all(args: &ListenArgs, client: &Client) {
+    let filter = args.filter();
+    for (key, list) in [
+        ("toolsListChanged", "tools"),
+        ("promptsListChanged", "prompts"),
+        ("resourcesListChanged", "resources"),
+    ] {
+        if filter[key] == true {
+            relist(args, client, list).await;
+        }
+    }
+}
+
+/// Reads list `list` (`tools`, `prompts`, `resources`) and prints its names.
+async fn relist(args: &ListenArgs, client: &Client, list: &'static str) {
+    let method = match list {
+        "tools" => methods::TOOLS_LIST,
+        "prompts" => "prompts/list",
+        _ => "resources/list",
+    };
+    match client.list(method, list).await {
+        Ok(items) => {
+            let names: Vec<&str> = items
+                .iter()
+                .filter_map(|i| i["name"].as_str().or(i["uri"].as_str()))
+                .collect();
+            say(args, format!("{list} now: {}", names.join(", ")));
+        }
+        Err(e) => say(args, format!("{method}: {e}")),
+    }
+}
+
+/// A status line: on standard output beside the notifications, or on standard error when
+/// standard output carries JSON.
+fn say(args: &ListenArgs, line: String) {
+    if args.json {
+        eprintln!("{} {line}", clock());
+    } else {
+        println!("{} {}", clock(), console::style(line).dim());
+    }
+}
+
+/// The time of day (UTC), `HH:MM:SS`.
+fn clock() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+        % 86_400;
+    format!("{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}

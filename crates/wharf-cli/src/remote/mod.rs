@@ -1,0 +1,57 @@
+//! The commands that talk to a running server (`check`, `tools`, `call`, `listen`, `login`),
+//! and what they share: the endpoint, the token, and how results are shown.
+
+mod arguments;
+pub(crate) mod call;
+pub(crate) mod check;
+pub(crate) mod listen;
+mod prompt;
+pub(crate) mod tools;
+
+use std::process::ExitCode;
+
+use clap::Args;
+use wharf_client::HttpClient;
+
+/// Where the server is and how to authenticate to it.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct Endpoint {
+    /// The server's MCP endpoint, e.g. http://127.0.0.1:8080/mcp.
+    pub(crate) url: String,
+    /// A bearer token or API key sent as `Authorization: Bearer …`.
+    #[arg(long, env = "WHARF_TOKEN", hide_env_values = true)]
+    pub(crate) token: Option<String>,
+}
+
+impl Endpoint {
+    /// A client of the endpoint, with the token when there is one.
+    pub(crate) fn client(&self) -> HttpClient {
+        let mut client = HttpClient::new(self.url.clone());
+        client.meta.client_info = serde_json::json!({
+            "name": "wharf",
+            "version": env!("CARGO_PKG_VERSION"),
+        });
+        match &self.token {
+            Some(token) => client.with_bearer(token.clone()),
+            None => client,
+        }
+    }
+}
+
+/// Runs a command's `future` on a runtime of its own (the client commands are short-lived).
+pub(crate) fn block_on(future: impl std::future::Future<Output = ExitCode>) -> ExitCode {
+    match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(future),
+        Err(e) => failed(format!("could not start the runtime: {e}")),
+    }
+}
+
+/// Prints `message` as the command's error; exit code 1.
+pub(crate) fn failed(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("{} {message}", console::style("error:").red().bold());
+    ExitCode::FAILURE
+}

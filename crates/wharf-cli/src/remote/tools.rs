@@ -1,0 +1,54 @@
+//! `wharf tools URL`: the server's tools, their arguments and descriptions.
+
+use std::process::ExitCode;
+
+use clap::Args;
+use wharf_client::Client;
+
+use super::{Endpoint, arguments};
+
+/// `wharf tools`.
+#[derive(Debug, Args)]
+pub(crate) struct ToolsArgs {
+    #[command(flatten)]
+    endpoint: Endpoint,
+    /// Print the tools as the server sent them (a JSON array).
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn run(args: ToolsArgs) -> ExitCode {
+    super::block_on(async move {
+        let client = match Client::connect(args.endpoint.client()).await {
+            Ok(c) => c,
+            Err(e) => {
+                return super::failed(format!("could not connect to {}: {e}", args.endpoint.url));
+            }
+        };
+        let tools = match client.list_tools().await {
+            Ok(t) => t,
+            Err(e) => return super::failed(format!("tools/list: {e}")),
+        };
+        if args.json {
+            println!("{:#}", serde_json::Value::Array(tools));
+            return ExitCode::SUCCESS;
+        }
+        for tool in &tools {
+            let name = tool["name"].as_str().unwrap_or("?");
+            println!(
+                "{} {}",
+                console::style(name).bold(),
+                arguments::signature(&tool["inputSchema"])
+            );
+            if let Some(description) = tool["description"].as_str() {
+                for line in description.lines().filter(|l| !l.trim().is_empty()) {
+                    println!("    {line}");
+                }
+            }
+        }
+        if tools.is_empty() {
+            println!("(no tools)");
+        }
+        ExitCode::SUCCESS
+    })
+}

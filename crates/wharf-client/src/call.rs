@@ -1,0 +1,333 @@
+//! Calling a tool to its end: progress as it comes, input rounds answered (MRTR), and
+//! retries that reuse the idempotency key so a write is applied once.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use wharf_protocol::{InputRequest, InputRequests, meta, methods};
+
+use crate::answer::{Answerer, Unanswered};
+use crate::{Client, ClientError, Reply};
+
+/// The argument a write tool takes its idempotency key in.
+pub const IDEMPOTENCY_KEY: &str = "idempotency_key";
+
+/// Why a call did not produce a result.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// The exchange itself failed (connection, HTTP, a body that is not JSON-RPC).
+    #[error(transparent)]
+    Transport(#[from] ClientError),
+    /// The server answered with a JSON-RPC error.
+    #[error("{message} (JSON-RPC error {code}{})", http_note(*.status))]
+    Rpc {
+        /// The HTTP status it came with.
+        status: u16,
+        /// The JSON-RPC error code.
+        code: i64,
+        /// The server's message.
+        message: String,
+        /// The error's `data`, if any.
+        data: Option<Value>,
+    },
+    /// An input request was not answered.
+    #[error(transparent)]
+    Unanswered(#[from] Unanswered),
+    /// The server kept asking for input beyond the limit.
+    #[error("the server asked for input {0} times without finishing; giving up")]
+    TooManyRounds(usize),
+}
+
+/// `, HTTP 400` for a status other than 200 (an error inside an SSE stream comes with 200).
+fn http_note(status: u16) -> String {
+    if status == 200 {
+        String::new()
+    } else {
+        format!(", HTTP {status}")
+    }
+}
+
+impl CallError {
+    /// The result of a whole reply, or its error.
+    pub(crate) fn result_of(reply: Reply) -> Result<Value, CallError> {
+        let status = reply.status;
+        match reply.response() {
+            Some(response) => Self::from_response(status, response),
+            None => Err(CallError::Transport(ClientError::Protocol(format!(
+                "HTTP {status} without a JSON-RPC response: {}",
+                reply.body.chars().take(200).collect::<String>()
+            )))),
+        }
+    }
+
+    fn from_response(status: u16, response: &Value) -> Result<Value, CallError> {
+        match (response.get("result"), response.get("error")) {
+            (Some(result), _) => Ok(result.clone()),
+            (None, Some(error)) => Err(CallError::Rpc {
+                status,
+                code: error["code"].as_i64().unwrap_or(0),
+                message: error["message"].as_str().unwrap_or("").to_owned(),
+                data: error.get("data").cloned(),
+            }),
+            (None, None) => Err(CallError::Transport(ClientError::Protocol(format!(
+                "a response with neither result nor error: {response}"
+            )))),
+        }
+    }
+
+    /// Whether trying again may help: the exchange broke, or a gateway answered for the
+    /// server. A JSON-RPC error is the server's verdict and is not retried.
+    fn is_transient(&self) -> bool {
+        match self {
+            CallError::Transport(ClientError::Http(_) | ClientError::Io(_)) => true,
+            CallError::Transport(ClientError::Status { status, .. })
+            | CallError::Rpc { status, .. } => matches!(status, 502..=504),
+            _ => false,
+        }
+    }
+}
+
+/// What happens during a call, for a progress bar or a log.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Event {
+    /// The request was sent with this JSON-RPC id (a retry or a new round sends another).
+    Sent {
+        /// The request id.
+        id: Value,
+    },
+    /// `notifications/progress`.
+    Progress {
+        /// Progress so far.
+        progress: f64,
+        /// The total, when known.
+        total: Option<f64>,
+        /// What is being done.
+        message: Option<String>,
+    },
+    /// Any other notification on the call's stream (`notifications/message` logs, say).
+    Notification(Value),
+    /// The server asks for input; the answerer is asked next.
+    Asked {
+        /// The key the server gave the request.
+        key: String,
+        /// The request.
+        request: Box<InputRequest>,
+    },
+    /// The exchange broke; the call is sent again with the same idempotency key.
+    Retrying {
+        /// Which attempt comes next (2 for the first retry).
+        attempt: u32,
+        /// What went wrong.
+        error: String,
+    },
+}
+
+/// A `tools/call` to make: its arguments, and how to make it.
+#[derive(Debug, Clone)]
+pub struct ToolCall {
+    name: String,
+    arguments: Map<String, Value>,
+    progress: bool,
+    max_rounds: usize,
+    attempts: u32,
+}
+
+impl ToolCall {
+    /// A call of tool `name` with `arguments` (an object; anything else is sent as `{}`).
+    pub fn new(name: impl Into<String>, arguments: Value) -> Self {
+        ToolCall {
+            name: name.into(),
+            arguments: match arguments {
+                Value::Object(m) => m,
+                _ => Map::new(),
+            },
+            progress: false,
+            max_rounds: 8,
+            attempts: 3,
+        }
+    }
+
+    /// Asks for `notifications/progress` (a `progressToken` in `_meta`).
+    pub fn with_progress(mut self) -> Self {
+        self.progress = true;
+        self
+    }
+
+    /// Sets the idempotency key: a broken exchange is then retried with it (up to
+    /// [`ToolCall::attempts`]), and the server applies the write once.
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.arguments
+            .insert(IDEMPOTENCY_KEY.to_owned(), Value::String(key.into()));
+        self
+    }
+
+    /// How many times a call with an idempotency key is sent before its transport error is
+    /// returned (3 unless set; at least 1).
+    pub fn attempts(mut self, attempts: u32) -> Self {
+        self.attempts = attempts.max(1);
+        self
+    }
+
+    /// How many input rounds to answer before giving up (8 unless set).
+    pub fn max_rounds(mut self, rounds: usize) -> Self {
+        self.max_rounds = rounds;
+        self
+    }
+
+    /// The idempotency key, if the call has one.
+    pub fn key(&self) -> Option<&str> {
+        self.arguments.get(IDEMPOTENCY_KEY).and_then(Value::as_str)
+    }
+
+    fn params(&self, round: Option<&Round>) -> Value {
+        let mut params = json!({ "name": self.name, "arguments": self.arguments });
+        if self.progress {
+            params["_meta"] = json!({ meta::PROGRESS_TOKEN: "wharf-client" });
+        }
+        if let Some(round) = round {
+            params["inputResponses"] = Value::Object(round.responses.clone());
+            if let Some(state) = &round.state {
+                params["requestState"] = json!(state);
+            }
+        }
+        params
+    }
+}
+
+/// The answers of one input round, sent with the retry.
+#[derive(Debug)]
+struct Round {
+    responses: Map<String, Value>,
+    state: Option<String>,
+}
+
+/// A random idempotency key: 128 bits, hex.
+pub fn new_idempotency_key() -> String {
+    let bytes: [u8; 16] = rand::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Client {
+    /// Calls a tool to its end: reports progress and notifications to `on_event`, answers
+    /// the server's input requests with `answerer` (MRTR rounds, or server requests on a
+    /// legacy stream), and retries a broken exchange when the call has an idempotency key.
+    /// Returns the `CallToolResult` (which may have `isError`).
+    ///
+    /// Dropping the future closes the response stream, which cancels the call on a
+    /// 2026-07-28 server; see [`Client::cancel`] for a legacy one.
+    pub async fn call_tool<A: Answerer>(
+        &self,
+        call: &ToolCall,
+        answerer: &mut A,
+        on_event: &mut (dyn FnMut(Event) + Send),
+    ) -> Result<Value, CallError> {
+        let mut round = None;
+        for _ in 0..=call.max_rounds {
+            let result = self
+                .attempts(call, round.as_ref(), answerer, on_event)
+                .await?;
+            if result["resultType"] != "input_required" {
+                return Ok(result);
+            }
+            let requests: InputRequests = serde_json::from_value(
+                result
+                    .get("inputRequests")
+                    .cloned()
+                    .unwrap_or_else(|| json!({})),
+            )
+            .map_err(|e| ClientError::Protocol(format!("unreadable inputRequests: {e}")))?;
+            let mut responses = Map::new();
+            for (key, request) in requests {
+                on_event(Event::Asked {
+                    key: key.clone(),
+                    request: Box::new(request.clone()),
+                });
+                let answer = answerer.answer(&key, &request).await?;
+                responses.insert(key, answer);
+            }
+            round = Some(Round {
+                responses,
+                state: result["requestState"].as_str().map(str::to_owned),
+            });
+        }
+        Err(CallError::TooManyRounds(call.max_rounds))
+    }
+
+    /// One round, sent again after a transient failure when the call has a key.
+    async fn attempts<A: Answerer>(
+        &self,
+        call: &ToolCall,
+        round: Option<&Round>,
+        answerer: &mut A,
+        on_event: &mut (dyn FnMut(Event) + Send),
+    ) -> Result<Value, CallError> {
+        let attempts = if call.key().is_some() {
+            call.attempts
+        } else {
+            1
+        };
+        let mut attempt = 1;
+        loop {
+            match self.exchange(call, round, answerer, on_event).await {
+                Err(e) if e.is_transient() && attempt < attempts => {
+                    attempt += 1;
+                    on_event(Event::Retrying {
+                        attempt,
+                        error: e.to_string(),
+                    });
+                    tokio::time::sleep(Duration::from_millis(100 << attempt.min(6))).await;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    /// Sends the call once and reads its stream to the response.
+    async fn exchange<A: Answerer>(
+        &self,
+        call: &ToolCall,
+        round: Option<&Round>,
+        answerer: &mut A,
+        on_event: &mut (dyn FnMut(Event) + Send),
+    ) -> Result<Value, CallError> {
+        let (id, mut incoming) = self.open(methods::TOOLS_CALL, call.params(round)).await?;
+        on_event(Event::Sent { id: id.clone() });
+        while let Some(message) = incoming.next().await {
+            let message = message?;
+            let method = message["method"].as_str();
+            match (method, message.get("id")) {
+                (None, Some(mid)) if *mid == id => {
+                    return CallError::from_response(incoming.status, &message);
+                }
+                (Some(method), Some(server_id)) => {
+                    // A legacy server asks on the call's own stream.
+                    let request: InputRequest = serde_json::from_value(json!({
+                        "method": method,
+                        "params": message.get("params"),
+                    }))
+                    .map_err(|e| ClientError::Protocol(format!("unreadable {method}: {e}")))?;
+                    on_event(Event::Asked {
+                        key: method.to_owned(),
+                        request: Box::new(request.clone()),
+                    });
+                    let answer = answerer.answer(method, &request).await?;
+                    self.respond(server_id, answer).await?;
+                }
+                (Some(methods::NOTIFICATION_PROGRESS), None) => {
+                    let p = &message["params"];
+                    on_event(Event::Progress {
+                        progress: p["progress"].as_f64().unwrap_or(0.0),
+                        total: p["total"].as_f64(),
+                        message: p["message"].as_str().map(str::to_owned),
+                    });
+                }
+                _ => on_event(Event::Notification(message)),
+            }
+        }
+        Err(CallError::Transport(ClientError::Protocol(format!(
+            "HTTP {}: the response ended before the result",
+            incoming.status
+        ))))
+    }
+}
