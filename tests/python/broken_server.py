@@ -108,9 +108,17 @@ class Handler(BaseHTTPRequestHandler):
         self.send(status, "application/json", json.dumps(body).encode())
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # A client that hangs up early (a readiness probe, say) is not worth a traceback.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 if __name__ == "__main__":
-    httpd = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
-    httpd.daemon_threads = True
+    httpd = Server(("127.0.0.1", int(sys.argv[1])), Handler)
     try:
         httpd.serve_forever()
     except KeyboardInterrupt:

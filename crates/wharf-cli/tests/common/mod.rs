@@ -6,6 +6,7 @@ pub(crate) mod authz;
 pub(crate) mod chromium;
 pub(crate) mod documents;
 pub(crate) mod import;
+pub(crate) mod peers;
 
 use std::collections::HashMap;
 use std::net::TcpListener;
@@ -198,7 +199,7 @@ pub(crate) fn tokio_listener() -> tokio::net::TcpListener {
 /// Whether an HTTP server answers at `addr`. A bare connect is not enough: while nothing
 /// listens on a port in the ephemeral range, a connect from that same port (which Linux may
 /// pick) connects the socket to itself and succeeds.
-fn answers_http(addr: &str) -> bool {
+pub(crate) fn answers_http(addr: &str) -> bool {
     use std::io::{Read as _, Write as _};
     let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
         return false;

@@ -1,0 +1,446 @@
+//! The `wharf` command as a client: `check` against Wharf, the Python SDK's server and a
+//! broken server; `tools` and `call` (typed arguments, answers from flags, progress and
+//! Ctrl-C, a form filled in at a terminal); `listen` hearing another client's change and
+//! coming back after its server restarts. Interactive runs happen in tmux, whose pane is
+//! read back as a person would see it.
+
+mod common;
+
+use std::io::{BufRead as _, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::ServerProcess;
+use common::peers::{PythonServer, venv_python};
+use serde_json::{Value, json};
+
+/// Only turns a hang into a failure; nothing is decided by it.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Runs `wharf ARGS` to its end, with no terminal.
+fn wharf(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run wharf")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `wharf check URL --json`: the exit code and the report.
+fn check(url: &str, extra: &[&str]) -> (i32, Value) {
+    let out = wharf(&[&["check", url, "--json"], extra].concat());
+    let report = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)));
+    (out.status.code().unwrap_or(-1), report)
+}
+
+/// The verdict and detail of check `name`.
+fn verdict<'a>(report: &'a Value, name: &str) -> (&'a str, &'a str) {
+    let check = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no check {name}: {report:#}"));
+    (check["verdict"].as_str().unwrap(), check["detail"].as_str().unwrap())
+}
+
+/// A conforming 2026-07-28 server passes every check that applies.
+fn assert_conforming(report: &Value, legacy: bool) {
+    for name in [
+        "discover",
+        "get-405",
+        "header-mismatch",
+        "header-missing",
+        "unknown-version",
+        "missing-meta",
+        "unknown-method",
+        "sse-buffering",
+    ] {
+        assert_eq!(verdict(report, name).0, "pass", "{name}: {report:#}");
+    }
+    assert_eq!(verdict(report, "auth").0, "skip", "{report:#}");
+    assert_eq!(verdict(report, "latency").0, "info");
+    let (v, detail) = verdict(report, "legacy-era");
+    assert_eq!(v, "info");
+    assert_eq!(detail.starts_with("legacy clients served too"), legacy, "{detail}");
+    assert_eq!(report["ok"], true);
+    assert_eq!(report["summary"]["fail"], 0);
+}
+
+#[test]
+fn check_passes_wharf_serve_in_either_mode() {
+    let server = ServerProcess::start(&[]);
+    let (code, report) = check(&server.url(), &[]);
+    assert_eq!(code, 0, "{report:#}");
+    assert_conforming(&report, true);
+    let (_, discover) = verdict(&report, "discover");
+    assert!(discover.contains("versions 2026-07-28"), "{discover}");
+
+    let modern = ServerProcess::start(&["--modern-only"]);
+    let (code, report) = check(&modern.url(), &[]);
+    assert_eq!(code, 0, "{report:#}");
+    assert_conforming(&report, false);
+}
+
+#[test]
+fn check_of_a_protected_server_reads_its_challenge() {
+    let key = "alice=0123456789abcdef-key";
+    let server = ServerProcess::start(&["--api-key", key]);
+    // Without the token most checks cannot run; the challenge has no OAuth metadata, which
+    // is a warning (API keys need none), not a failure.
+    let (code, report) = check(&server.url(), &[]);
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(verdict(&report, "discover").0, "skip");
+    let (v, detail) = verdict(&report, "auth");
+    assert_eq!(v, "warn", "{detail}");
+    assert!(detail.contains("resource_metadata"), "{detail}");
+    // With it, the server is checked in full.
+    let (code, report) = check(&server.url(), &["--token", "0123456789abcdef-key"]);
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(verdict(&report, "header-mismatch").0, "pass");
+}
+
+#[test]
+fn check_passes_the_python_sdk_server() {
+    let sdk = PythonServer::start(&venv_python("pyvenv"), "sdk_server.py");
+    let (code, report) = check(&sdk.url, &[]);
+    assert_eq!(code, 0, "{report:#}");
+    assert_conforming(&report, true);
+    assert!(verdict(&report, "discover").1.starts_with("sdk-check 0.1.0"));
+}
+
+#[test]
+fn check_fails_a_broken_server_and_says_what_is_wrong() {
+    let broken = PythonServer::start(&venv_python("pyvenv"), "broken_server.py");
+    let (code, report) = check(&broken.url, &[]);
+    assert_eq!(code, 1, "{report:#}");
+    assert_eq!(report["ok"], false);
+    let expectations = [
+        ("get-405", "GET answered 200 OK (text/plain); a 2026-07-28 endpoint answers GET with 405"),
+        ("header-mismatch", "with Mcp-Method: prompts/list was answered HTTP 200 with a result; expected HTTP 400 with error -32020"),
+        ("header-missing", "expected HTTP 400 with error -32020"),
+        ("unknown-version", "expected HTTP 400 with error -32022"),
+        ("missing-meta", "expected HTTP 400 with error -32602"),
+    ];
+    for (name, says) in expectations {
+        let (v, detail) = verdict(&report, name);
+        assert_eq!(v, "fail", "{name}: {detail}");
+        assert!(detail.contains(says), "{name}: {detail}");
+    }
+    // What it does right still passes.
+    assert_eq!(verdict(&report, "discover").0, "pass");
+    assert_eq!(verdict(&report, "unknown-method").0, "pass");
+    assert_eq!(report["summary"]["fail"], expectations.len());
+
+    // The human report says the same, and so does its exit code.
+    let out = wharf(&["check", &broken.url]);
+    assert_eq!(out.status.code(), Some(1));
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("FAIL  get-405") && shown.contains("5 failed"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn check_of_nothing_fails_at_once() {
+    let port = common::free_port();
+    let (code, report) = check(&format!("http://127.0.0.1:{port}/mcp"), &[]);
+    assert_eq!(code, 1);
+    let (v, detail) = verdict(&report, "discover");
+    assert_eq!(v, "fail");
+    assert!(detail.contains("Connection refused"), "{detail}");
+    assert_eq!(report["checks"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn tools_and_call_type_their_arguments_from_the_schema() {
+    let server = ServerProcess::start(&[]);
+    let url = server.url();
+    let out = wharf(&["tools", &url]);
+    assert!(out.status.success());
+    let listed = text(&out.stdout);
+    assert!(
+        listed.contains("slow_count steps:integer [interval_ms:integer]"),
+        "{listed}"
+    );
+    let out = wharf(&["call", &url, "add", "a=2", "b=40"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap(),
+        json!({ "sum": 42 })
+    );
+    let out = wharf(&["call", &url, "add", "--json", r#"{"a":1,"b":1}"#, "--output", "json"]);
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["structuredContent"]["sum"], 2);
+    common::assert_valid("CallToolResult", &result);
+
+    // Wrong input is refused before anything is sent, and says why.
+    let out = wharf(&["call", &url, "add", "a=2", "b=forty"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("b=forty: expected an integer"));
+    let out = wharf(&["call", &url, "nope"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("no tool \"nope\"; it has: "));
+    // A tool's own error is shown as such, with a failing exit code.
+    let out = wharf(&["call", &url, "add", "a=9223372036854775807", "b=1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("overflows a 64-bit integer"));
+}
+
+#[test]
+fn call_answers_input_requests_from_flags() {
+    let server = ServerProcess::start(&["--profile", "conformance"]);
+    let url = server.url();
+    let out = wharf(&[
+        "call",
+        &url,
+        "test_input_required_result_elicitation",
+        "--answer",
+        r#"user_name={"action":"accept","content":{"name":"Ada"}}"#,
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "Hello, Ada!");
+    // Roots and sampling have flags of their own.
+    let out = wharf(&[
+        "call",
+        &url,
+        "test_input_required_result_list_roots",
+        "--root",
+        "file:///srv/a",
+        "--root",
+        "file:///srv/b",
+    ]);
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "The client has 2 roots: file:///srv/a, file:///srv/b"
+    );
+    let out = wharf(&[
+        "call",
+        &url,
+        "test_input_required_result_sampling",
+        "--sampling-reply",
+        "Paris",
+    ]);
+    assert_eq!(text(&out.stdout).trim(), "The model answered: Paris");
+    // Without an answer nor a terminal, the error names the flag that would answer.
+    let out = wharf(&[
+        "call",
+        &url,
+        "test_input_required_result_multi_round",
+        "--answer",
+        r#"unrelated={}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = text(&out.stderr);
+    assert!(said.contains("pass --answer name=JSON"), "{said}");
+}
+
+#[test]
+fn call_against_a_legacy_only_server_falls_back() {
+    let legacy = PythonServer::start(&venv_python("pyvenv-legacy"), "legacy_server.py");
+    let out = wharf(&["tools", &legacy.url]);
+    assert!(text(&out.stdout).contains("echo text:string"), "{}", text(&out.stderr));
+    let out = wharf(&["call", &legacy.url, "echo", "text=from the past"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("from the past"));
+}
+
+/// A terminal: a tmux server of its own running one command in a pane.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    /// Runs `command` in a 120×30 pane; the pane stays after it exits, showing `EXIT=code`.
+    fn run(command: &str) -> Self {
+        let socket = format!("wharf-test-{}-{}", std::process::id(), common::free_port());
+        let shell = format!("{command}; echo EXIT=$?; sleep 600");
+        let status = Command::new("tmux")
+            .args(["-L", &socket, "new-session", "-d", "-x", "120", "-y", "30", &shell])
+            .env("TERM", "xterm-256color")
+            .status()
+            .expect("tmux is required (scripts/test.sh installs it)");
+        assert!(status.success());
+        Tmux { socket }
+    }
+
+    /// What the pane shows now.
+    fn screen(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["-L", &self.socket, "capture-pane", "-p"])
+            .output()
+            .unwrap();
+        text(&out.stdout)
+    }
+
+    /// Waits until the pane shows `needle`; returns the screen.
+    fn wait_for(&self, needle: &str) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let screen = self.screen();
+            if screen.contains(needle) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the terminal never showed {needle:?}; it shows:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Types `keys` (tmux key names, e.g. `Enter`, `C-c`, or literal text).
+    fn keys(&self, keys: &[&str]) {
+        let status = Command::new("tmux")
+            .args(["-L", &self.socket, "send-keys"])
+            .args(keys)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .status();
+    }
+}
+
+fn shell_command(url: &str, args: &str) -> String {
+    format!("{} call {url} {args}", env!("CARGO_BIN_EXE_wharf"))
+}
+
+#[test]
+fn call_shows_progress_and_ctrl_c_cancels_it() {
+    let server = ServerProcess::start(&[]);
+    let url = server.url();
+    let term = Tmux::run(&shell_command(&url, "slow_count steps=1000 interval_ms=50"));
+    // The bar counts steps out of the total the server reports.
+    term.wait_for("/1000");
+    term.wait_for("step 3");
+    term.keys(&["C-c"]);
+    let screen = term.wait_for("EXIT=130");
+    assert!(
+        screen.contains("cancelled: the call's stream is closed"),
+        "{screen}"
+    );
+    // The server saw the stream close and ran the call's cancellation cleanup.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let out = wharf(&["call", &url, "demo_stats"]);
+        let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+        if stats["slowCountsCancelled"] == 1 {
+            assert_eq!(stats["slowCountsStarted"], 1);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the call was never cancelled: {stats}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn call_fills_in_a_form_at_the_terminal() {
+    let server = ServerProcess::start(&["--profile", "conformance"]);
+    let term = Tmux::run(&shell_command(
+        &server.url(),
+        "test_input_required_result_multi_round",
+    ));
+    term.wait_for("Step 1: what is your name?");
+    term.wait_for("Decline");
+    term.keys(&["Enter"]);
+    term.wait_for("(Your name)");
+    term.keys(&["-l", "Grace"]);
+    term.keys(&["Enter"]);
+    // The second round carries the first's state; the answer is typed the same way.
+    term.wait_for("Step 2: what is your favourite colour?");
+    term.keys(&["Enter"]);
+    term.wait_for("(A colour)");
+    term.keys(&["-l", "green"]);
+    term.keys(&["Enter"]);
+    let screen = term.wait_for("EXIT=");
+    assert!(screen.contains("Grace likes green"), "{screen}");
+    assert!(screen.contains("EXIT=0"), "{screen}");
+}
+
+/// `wharf listen` as a child process whose output lines arrive on a channel.
+struct Listener {
+    child: std::process::Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Listener {
+    fn start(url: &str, args: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
+            .args([&["listen", url], args].concat())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Listener { child, lines }
+    }
+
+    /// The first line from now on that contains `needle`.
+    fn line_with(&self, needle: &str) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(e) => panic!("wharf listen never printed {needle:?} ({e})"),
+            }
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn listen_prints_another_clients_change_and_comes_back_after_a_restart() {
+    let port = common::free_port();
+    let args = ["--profile", "conformance", "--anonymous"];
+    let server = ServerProcess::start_on(port, &args);
+    let url = server.url();
+    let listener = Listener::start(&url, &["--tools"]);
+    listener.line_with("listening for");
+    let out = wharf(&["call", &url, "test_trigger_tool_change"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    listener.line_with("notifications/tools/list_changed");
+    let relisted = listener.line_with("tools now:");
+    assert!(relisted.contains("test_trigger_tool_change"), "{relisted}");
+
+    // The server goes away and comes back: the listener reconnects and reads the list again,
+    // since it may have missed a change meanwhile.
+    drop(server);
+    listener.line_with("reconnecting");
+    let server = ServerProcess::start_on(port, &args);
+    listener.line_with("listening for");
+    listener.line_with("tools now:");
+    let out = wharf(&["call", &server.url(), "test_trigger_tool_change"]);
+    assert!(out.status.success());
+    listener.line_with("notifications/tools/list_changed");
+}

@@ -1,0 +1,182 @@
+//! The client library against a scripted server over real HTTP: what it sends when a call
+//! is retried, answered in rounds, or listed twice.
+
+use std::sync::{Arc, Mutex};
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use wharf_client::{
+    Answerer, CallError, Client, Event, HttpClient, Prepared, Refuse, ToolCall, Unanswered,
+    new_idempotency_key,
+};
+use wharf_protocol::InputRequest;
+
+/// Every request the server received, and what it answers next.
+#[derive(Clone, Default)]
+struct Script {
+    seen: Arc<Mutex<Vec<Value>>>,
+    /// How many `tools/call`s to answer as a gateway whose upstream is gone.
+    drops: Arc<Mutex<u32>>,
+    ttl_ms: u64,
+}
+
+async fn mcp(State(script): State<Script>, Json(request): Json<Value>) -> Response {
+    script.seen.lock().unwrap().push(request.clone());
+    let id = request["id"].clone();
+    let params = &request["params"];
+    let result = match request["method"].as_str() {
+        Some("server/discover") => json!({
+            "resultType": "complete", "supportedVersions": ["2026-07-28"], "capabilities": {},
+        }),
+        Some("tools/list") => json!({
+            "resultType": "complete", "ttlMs": script.ttl_ms, "cacheScope": "public",
+            "tools": [{ "name": "confirm", "inputSchema": { "type": "object" } }],
+        }),
+        Some("tools/call") => {
+            {
+                let mut drops = script.drops.lock().unwrap();
+                if *drops > 0 {
+                    *drops -= 1;
+                    return (StatusCode::BAD_GATEWAY, "upstream connect error").into_response();
+                }
+            }
+            match params["inputResponses"]["ok"]["content"]["sure"].as_bool() {
+                None => json!({
+                    "resultType": "input_required",
+                    "requestState": "round-1",
+                    "inputRequests": { "ok": { "method": "elicitation/create", "params": {
+                        "message": "Sure?",
+                        "requestedSchema": { "type": "object", "properties": { "sure": { "type": "boolean" } } },
+                    } } },
+                }),
+                Some(sure) => json!({
+                    "resultType": "complete",
+                    "content": [{ "type": "text", "text": format!("sure={sure} state={}", params["requestState"]) }],
+                }),
+            }
+        }
+        _ => {
+            let error = json!({ "code": -32601, "message": "no such method" });
+            return Json(json!({ "jsonrpc": "2.0", "id": id, "error": error })).into_response();
+        }
+    };
+    Json(json!({ "jsonrpc": "2.0", "id": id, "result": result })).into_response()
+}
+
+async fn connect(script: &Script) -> Client {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let app = axum::Router::new()
+        .route("/mcp", axum::routing::post(mcp))
+        .with_state(script.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Client::connect(HttpClient::new(url)).await.unwrap()
+}
+
+fn sent(script: &Script, method: &str) -> Vec<Value> {
+    let seen = script.seen.lock().unwrap();
+    seen.iter().filter(|r| r["method"] == method).cloned().collect()
+}
+
+fn yes() -> Prepared<Refuse> {
+    let answer = json!({ "action": "accept", "content": { "sure": true } });
+    Prepared::new([("ok".to_owned(), answer)].into(), Refuse)
+}
+
+/// Says yes, and has the server lose the next two calls: the retry of the answered round.
+struct LoseTheNextTwo(Arc<Mutex<u32>>);
+
+impl Answerer for LoseTheNextTwo {
+    async fn answer(&mut self, key: &str, request: &InputRequest) -> Result<Value, Unanswered> {
+        *self.0.lock().unwrap() = 2;
+        yes().answer(key, request).await
+    }
+}
+
+#[tokio::test]
+async fn a_broken_exchange_is_retried_under_the_same_key_and_request_state() {
+    let script = Script::default();
+    let client = connect(&script).await;
+    let key = new_idempotency_key();
+    let call = ToolCall::new("confirm", json!({})).idempotency_key(key.clone());
+    // The round that carries the answer meets two gateway errors before it gets through.
+    let mut retries = Vec::new();
+    let mut on_event = |e: Event| {
+        if let Event::Retrying { attempt, .. } = e {
+            retries.push(attempt);
+        }
+    };
+    let mut answerer = LoseTheNextTwo(script.drops.clone());
+    let result = client
+        .call_tool(&call, &mut answerer, &mut on_event)
+        .await
+        .unwrap();
+    assert_eq!(result["content"][0]["text"], "sure=true state=\"round-1\"");
+    assert_eq!(retries, vec![2, 3], "two retries were announced");
+    let calls = sent(&script, "tools/call");
+    // Round one, then round two three times (two lost), each a new request.
+    assert_eq!(calls.len(), 4, "{calls:#?}");
+    for request in &calls {
+        assert_eq!(request["params"]["arguments"]["idempotency_key"], key.as_str());
+    }
+    for retry in &calls[1..] {
+        assert_eq!(retry["params"]["requestState"], "round-1");
+        assert_eq!(retry["params"]["inputResponses"]["ok"]["action"], "accept");
+    }
+    let ids: std::collections::HashSet<String> =
+        calls.iter().map(|r| r["id"].to_string()).collect();
+    assert_eq!(ids.len(), 4, "a retry reused a request id");
+}
+
+#[tokio::test]
+async fn a_call_without_a_key_is_never_resent() {
+    let script = Script::default();
+    *script.drops.lock().unwrap() = 1;
+    let client = connect(&script).await;
+    let error = client
+        .call_tool(&ToolCall::new("confirm", json!({})), &mut yes(), &mut |_| {})
+        .await
+        .unwrap_err();
+    assert!(matches!(error, CallError::Transport(_)), "{error:?}");
+    assert!(error.to_string().contains("HTTP 502"), "{error}");
+    assert_eq!(sent(&script, "tools/call").len(), 1, "a write without a key was sent twice");
+}
+
+#[tokio::test]
+async fn an_unanswered_question_names_its_key() {
+    let client = connect(&Script::default()).await;
+    let error = client
+        .call_tool(&ToolCall::new("confirm", json!({})), &mut Refuse, &mut |_| {})
+        .await
+        .unwrap_err();
+    let CallError::Unanswered(unanswered) = error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(unanswered.key, "ok");
+    assert_eq!(unanswered.what, "a form: Sure?");
+}
+
+#[tokio::test]
+async fn lists_are_reused_for_their_ttl_and_no_longer() {
+    for (ttl_ms, expected) in [(60_000, 1), (0, 2)] {
+        let script = Script {
+            ttl_ms,
+            ..Script::default()
+        };
+        let client = connect(&script).await;
+        for _ in 0..2 {
+            assert_eq!(client.list_tools().await.unwrap()[0]["name"], "confirm");
+        }
+        assert_eq!(sent(&script, "tools/list").len(), expected, "ttlMs {ttl_ms}");
+        client.forget_lists();
+        client.list_tools().await.unwrap();
+        assert_eq!(
+            sent(&script, "tools/list").len(),
+            expected + 1,
+            "a forgotten list was not read again"
+        );
+    }
+}
