@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The test command: makes sure PostgreSQL and Redis answer (scripts/services.sh), that the
-# Python SDKs the tests talk to (1.x for the legacy tests, 2.x for OAuth) and Chromium,
-# chromedriver and tesseract (the consent-page tests) are installed, then runs every test of the
-# workspace. Each step stops the script when it fails, so the tests never look green without
-# having run. Extra arguments go to `cargo test`.
+# Python SDKs the tests talk to (1.x for the legacy tests, 2.x for OAuth and `wharf check`),
+# Chromium, chromedriver and tesseract (the consent-page and login tests) and tmux (the
+# interactive command tests) are installed, then runs every test of the workspace. Each step
+# stops the script when it fails, so the tests never look green without having run. Extra
+# arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,17 +37,19 @@ if [ ! -f "$oidc_dir/node_modules/oidc-provider/package.json" ]; then
     && npm install --no-audit --no-fund --silent oidc-provider@9.13.3) \
     || { echo "FATAL: could not install oidc-provider into $oidc_dir" >&2; exit 1; }
 fi
-# A real browser for the consent pages (headless Chromium through chromedriver) and OCR for
-# its screenshots, from Debian's packages.
+# A real browser for the consent pages and `wharf login` (headless Chromium through
+# chromedriver), OCR for its screenshots, and tmux, from Debian's packages.
 missing=()
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
 [ -x /usr/bin/tesseract ] || missing+=(tesseract-ocr)
+# A terminal for the interactive runs of `wharf call` (crates/wharf-cli/tests/command.rs).
+[ -x /usr/bin/tmux ] || missing+=(tmux)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  echo "installing ${missing[*]} (Debian packages the browser tests need)"
+  echo "installing ${missing[*]} (Debian packages the browser and terminal tests need)"
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null \
-    || { echo "FATAL: could not install ${missing[*]}; the browser tests need them" >&2; exit 1; }
+    || { echo "FATAL: could not install ${missing[*]}; the browser and terminal tests need them" >&2; exit 1; }
 fi
 cargo test --workspace "$@"

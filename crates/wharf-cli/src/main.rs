@@ -29,6 +29,8 @@ enum Command {
     Call(remote::call::CallArgs),
     /// Print a server's notifications as they come; reconnect when the stream ends.
     Listen(remote::listen::ListenArgs),
+    /// Sign in to a server's authorization server (OAuth, PKCE) and keep the tokens.
+    Login(remote::login::LoginArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -40,5 +42,6 @@ fn main() -> std::process::ExitCode {
         Command::Tools(args) => remote::tools::run(args),
         Command::Call(args) => remote::call::run(args),
         Command::Listen(args) => remote::listen::run(args),
+        Command::Login(args) => remote::login::run(args),
     }
 }

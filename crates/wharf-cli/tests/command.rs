@@ -47,7 +47,10 @@ fn verdict<'a>(report: &'a Value, name: &str) -> (&'a str, &'a str) {
         .iter()
         .find(|c| c["name"] == name)
         .unwrap_or_else(|| panic!("no check {name}: {report:#}"));
-    (check["verdict"].as_str().unwrap(), check["detail"].as_str().unwrap())
+    (
+        check["verdict"].as_str().unwrap(),
+        check["detail"].as_str().unwrap(),
+    )
 }
 
 /// A conforming 2026-07-28 server passes every check that applies.
@@ -68,7 +71,11 @@ fn assert_conforming(report: &Value, legacy: bool) {
     assert_eq!(verdict(report, "latency").0, "info");
     let (v, detail) = verdict(report, "legacy-era");
     assert_eq!(v, "info");
-    assert_eq!(detail.starts_with("legacy clients served too"), legacy, "{detail}");
+    assert_eq!(
+        detail.starts_with("legacy clients served too"),
+        legacy,
+        "{detail}"
+    );
     assert_eq!(report["ok"], true);
     assert_eq!(report["summary"]["fail"], 0);
 }
@@ -112,7 +119,11 @@ fn check_passes_the_python_sdk_server() {
     let (code, report) = check(&sdk.url, &[]);
     assert_eq!(code, 0, "{report:#}");
     assert_conforming(&report, true);
-    assert!(verdict(&report, "discover").1.starts_with("sdk-check 0.1.0"));
+    assert!(
+        verdict(&report, "discover")
+            .1
+            .starts_with("sdk-check 0.1.0")
+    );
 }
 
 #[test]
@@ -122,8 +133,14 @@ fn check_fails_a_broken_server_and_says_what_is_wrong() {
     assert_eq!(code, 1, "{report:#}");
     assert_eq!(report["ok"], false);
     let expectations = [
-        ("get-405", "GET answered 200 OK (text/plain); a 2026-07-28 endpoint answers GET with 405"),
-        ("header-mismatch", "with Mcp-Method: prompts/list was answered HTTP 200 with a result; expected HTTP 400 with error -32020"),
+        (
+            "get-405",
+            "GET answered 200 OK (text/plain); a 2026-07-28 endpoint answers GET with 405",
+        ),
+        (
+            "header-mismatch",
+            "with Mcp-Method: prompts/list was answered HTTP 200 with a result; expected HTTP 400 with error -32020",
+        ),
         ("header-missing", "expected HTTP 400 with error -32020"),
         ("unknown-version", "expected HTTP 400 with error -32022"),
         ("missing-meta", "expected HTTP 400 with error -32602"),
@@ -176,7 +193,15 @@ fn tools_and_call_type_their_arguments_from_the_schema() {
         serde_json::from_slice::<Value>(&out.stdout).unwrap(),
         json!({ "sum": 42 })
     );
-    let out = wharf(&["call", &url, "add", "--json", r#"{"a":1,"b":1}"#, "--output", "json"]);
+    let out = wharf(&[
+        "call",
+        &url,
+        "add",
+        "--json",
+        r#"{"a":1,"b":1}"#,
+        "--output",
+        "json",
+    ]);
     let result: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(result["structuredContent"]["sum"], 2);
     common::assert_valid("CallToolResult", &result);
@@ -246,7 +271,11 @@ fn call_answers_input_requests_from_flags() {
 fn call_against_a_legacy_only_server_falls_back() {
     let legacy = PythonServer::start(&venv_python("pyvenv-legacy"), "legacy_server.py");
     let out = wharf(&["tools", &legacy.url]);
-    assert!(text(&out.stdout).contains("echo text:string"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("echo text:string"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = wharf(&["call", &legacy.url, "echo", "text=from the past"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("from the past"));
@@ -263,7 +292,17 @@ impl Tmux {
         let socket = format!("wharf-test-{}-{}", std::process::id(), common::free_port());
         let shell = format!("{command}; echo EXIT=$?; sleep 600");
         let status = Command::new("tmux")
-            .args(["-L", &socket, "new-session", "-d", "-x", "120", "-y", "30", &shell])
+            .args([
+                "-L",
+                &socket,
+                "new-session",
+                "-d",
+                "-x",
+                "120",
+                "-y",
+                "30",
+                &shell,
+            ])
             .env("TERM", "xterm-256color")
             .status()
             .expect("tmux is required (scripts/test.sh installs it)");
@@ -342,7 +381,10 @@ fn call_shows_progress_and_ctrl_c_cancels_it() {
             assert_eq!(stats["slowCountsStarted"], 1);
             break;
         }
-        assert!(Instant::now() < deadline, "the call was never cancelled: {stats}");
+        assert!(
+            Instant::now() < deadline,
+            "the call was never cancelled: {stats}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -443,4 +485,93 @@ fn listen_prints_another_clients_change_and_comes_back_after_a_restart() {
     let out = wharf(&["call", &server.url(), "test_trigger_tool_change"]);
     assert!(out.status.success());
     listener.line_with("notifications/tools/list_changed");
+}
+
+/// `wharf login` against the embedded authorization server, Chromium playing the person:
+/// the tokens land in a file only the user can read, the next commands use them, and an
+/// expired one is refreshed on the way (and the rotated refresh token kept).
+#[tokio::test]
+async fn login_signs_in_through_a_browser_and_later_commands_use_the_token() {
+    use common::authz::{PASSWORD, own_server};
+    use common::chromium::{browser, sign_in_and_allow};
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let server = own_server("login", "demo", &[]);
+    let url = server.url();
+    let config = std::env::temp_dir().join(common::import::unique("wharf-config"));
+    let config = config.to_str().unwrap().to_owned();
+    let with_config = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_wharf"))
+            .args(args)
+            .env("WHARF_CONFIG_DIR", &config)
+            .env_remove("WHARF_TOKEN")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = with_config(&["call", &url, "echo", "text=hi"]);
+    assert_eq!(out.status.code(), Some(1));
+    let refused = text(&out.stderr);
+    assert!(
+        refused.contains(&format!("run `wharf login {url}`")),
+        "{refused}"
+    );
+
+    let mut login = Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args(["login", &url, "--no-browser"])
+        .env("WHARF_CONFIG_DIR", &config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = BufReader::new(login.stderr.take().unwrap());
+    let sign_in_url = stderr
+        .lines()
+        .map(Result::unwrap)
+        .find(|l| l.trim_start().starts_with("http://"))
+        .expect("wharf login printed no sign-in URL")
+        .trim()
+        .to_owned();
+    assert!(
+        sign_in_url.contains("code_challenge_method=S256"),
+        "{sign_in_url}"
+    );
+    let (_driver, chromium) = browser().await;
+    chromium.goto(&sign_in_url).await.unwrap();
+    sign_in_and_allow(&chromium, "alice", PASSWORD).await;
+    let out = tokio::task::spawn_blocking(move || login.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    chromium.close().await.unwrap();
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).starts_with(&format!("Logged in to {url}")));
+
+    let file = std::path::Path::new(&config).join("tokens.json");
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the token file is readable by others");
+    let stored = |file: &std::path::Path| -> Value {
+        serde_json::from_slice::<Value>(&std::fs::read(file).unwrap()).unwrap()[&url].clone()
+    };
+    let first = stored(&file);
+    assert!(first["refresh_token"].is_string(), "{first}");
+
+    let out = with_config(&["call", &url, "echo", "text=signed in"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "signed in");
+
+    // The access token is about to lapse: the next command refreshes it first.
+    let mut all: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    all[&url]["expires_at"] = json!(1);
+    std::fs::write(&file, all.to_string()).unwrap();
+    let out = with_config(&["call", &url, "echo", "text=refreshed"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "refreshed");
+    let second = stored(&file);
+    assert_ne!(second["access_token"], first["access_token"]);
+    assert_ne!(
+        second["refresh_token"], first["refresh_token"],
+        "not rotated"
+    );
+    assert!(second["expires_at"].as_u64().unwrap() > 1);
 }

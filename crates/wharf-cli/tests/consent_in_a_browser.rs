@@ -7,11 +7,9 @@
 
 mod common;
 
-use common::ServerProcess;
-use common::authz::{PASSWORD, add_user, pkce, query};
+use common::authz::{PASSWORD, own_server, pkce, query};
 use common::chromium::{browser, callback, ocr, sign_in, wait_for_url};
 use common::documents::{Answer, document_server};
-use common::import::{sqlite_url, unique};
 use fantoccini::Locator;
 use serde_json::json;
 use url::Url;
@@ -19,18 +17,15 @@ use url::Url;
 #[tokio::test]
 async fn a_person_signs_in_reads_the_consent_page_and_allows_access() {
     let (docs, ca) = document_server().await;
-    let store = sqlite_url(&unique("consent-browser"));
-    add_user(&store, "alice");
-    let server = ServerProcess::start_exact(&[
-        "--profile",
+    let server = own_server(
+        "consent-browser",
         "default",
-        "--store",
-        &store,
-        "--authorization-server",
-        "--authz-allow-loopback-documents",
-        "--authz-document-root-cert",
-        ca.to_str().unwrap(),
-    ]);
+        &[
+            "--authz-allow-loopback-documents",
+            "--authz-document-root-cert",
+            ca.to_str().unwrap(),
+        ],
+    );
     let base = format!("http://127.0.0.1:{}", server.port);
     let callback = callback();
     let path = "browser-client.json";

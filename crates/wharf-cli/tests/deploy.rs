@@ -298,12 +298,7 @@ async fn redis_nginx_round_robin_serves_pages_rounds_and_changes() {
 /// replica nginx picks (tests/python/test_sdk_legacy.py says what it checks).
 async fn a_legacy_python_client_works_through_round_robin(store: &str) {
     let fleet = Fleet::start(store, &[], &[]);
-    let python = std::env::var("WHARF_TEST_LEGACY_PYTHON").unwrap_or_else(|_| {
-        format!(
-            "{}/../../target/pyvenv-legacy/bin/python",
-            env!("CARGO_MANIFEST_DIR")
-        )
-    });
+    let python = common::peers::venv_python("pyvenv-legacy");
     let script = format!(
         "{}/../../tests/python/test_sdk_legacy.py",
         env!("CARGO_MANIFEST_DIR")

@@ -9,6 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::import::*;
+use common::peers::{PythonServer, venv_python};
 use common::{ServerProcess, validate_legacy};
 use futures_util::{Stream, StreamExt};
 use serde_json::{Value, json};
@@ -551,61 +552,13 @@ async fn input_requests_need_the_capability_and_an_answer_in_time() {
     assert_eq!(ok(&session, "ping", json!({})).await, json!({}));
 }
 
-/// The Python interpreter whose `mcp` is the last 1.x release (scripts/test.sh installs it).
-fn legacy_python() -> String {
-    let path = std::env::var("WHARF_TEST_LEGACY_PYTHON").unwrap_or_else(|_| {
-        format!(
-            "{}/../../target/pyvenv-legacy/bin/python",
-            env!("CARGO_MANIFEST_DIR")
-        )
-    });
-    assert!(
-        std::path::Path::new(&path).exists(),
-        "{path} is missing: run the tests with scripts/test.sh, which installs mcp==1.30.0 there"
-    );
-    path
-}
-
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A dual-era client's fallback (2026-07-28 basic/versioning): a legacy-only server, the
 /// Python SDK's last 1.x FastMCP, answers the modern probe with a 400 of its own and gets
 /// `initialize`; Wharf, dual-era or modern-only, keeps the client modern.
 #[tokio::test]
 async fn a_dual_era_client_falls_back_only_for_a_legacy_server() {
-    let port = common::free_port();
-    let script = format!(
-        "{}/../../tests/python/legacy_server.py",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let mut server = Child(
-        std::process::Command::new(legacy_python())
-            .args([script, port.to_string()])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("start the Python server"),
-    );
-    let deadline = std::time::Instant::now() + WAIT;
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            server.0.try_wait().unwrap().is_none(),
-            "the Python server exited"
-        );
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the Python server did not listen"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let client = HttpClient::new(format!("http://127.0.0.1:{port}/mcp"));
+    let server = PythonServer::start(&venv_python("pyvenv-legacy"), "legacy_server.py");
+    let client = HttpClient::new(server.url.clone());
     let Connection::Legacy(session) = client.connect(json!({})).await.unwrap() else {
         panic!("a legacy-only server was taken for a modern one");
     };

@@ -12,10 +12,11 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use common::ServerProcess;
-use common::authz::{PASSWORD, add_user};
+use common::authz::{PASSWORD, own_server};
 use common::chromium::{browser, callback, sign_in_and_allow, wait_for_url};
 use common::documents::{Answer, document_server};
 use common::import::{sqlite_url, unique};
+use common::peers::venv_python;
 use fantoccini::Locator;
 use serde_json::{Value, json};
 
@@ -33,25 +34,13 @@ impl Drop for SdkClient {
     }
 }
 
-fn python() -> String {
-    let venv = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../target/pyvenv/bin/python"
-    );
-    assert!(
-        std::path::Path::new(venv).exists(),
-        "{venv} is required: scripts/test.sh installs the Python SDK (tests/python/requirements.txt) there"
-    );
-    venv.to_owned()
-}
-
 impl SdkClient {
     fn start(url: &str, redirect: &str, client_metadata_url: Option<&str>) -> Self {
         let script = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../../tests/python/sdk_oauth_client.py"
         );
-        let mut command = Command::new(python());
+        let mut command = Command::new(venv_python("pyvenv"));
         command.args([script, url, redirect, "add", r#"{"a": 2, "b": 40}"#]);
         if let Some(cimd) = client_metadata_url {
             command.args(["--client-metadata-url", cimd]);
@@ -129,19 +118,16 @@ fn assert_called(tools: &Value, result: &Value) {
 #[tokio::test]
 async fn the_python_sdk_signs_in_with_a_client_id_metadata_document() {
     let (docs, ca) = document_server().await;
-    let store = sqlite_url(&unique("sdk-cimd"));
-    add_user(&store, "alice");
-    let server = ServerProcess::start_exact(&[
-        "--profile",
+    let server = own_server(
+        "sdk-cimd",
         "demo",
-        "--store",
-        &store,
-        "--authorization-server",
-        "--authz-closed-registration",
-        "--authz-allow-loopback-documents",
-        "--authz-document-root-cert",
-        ca.to_str().unwrap(),
-    ]);
+        &[
+            "--authz-closed-registration",
+            "--authz-allow-loopback-documents",
+            "--authz-document-root-cert",
+            ca.to_str().unwrap(),
+        ],
+    );
     let redirect = callback();
     let path = "python-sdk.json";
     docs.set(
@@ -164,15 +150,7 @@ async fn the_python_sdk_signs_in_with_a_client_id_metadata_document() {
 
 #[tokio::test]
 async fn the_python_sdk_signs_in_after_registering() {
-    let store = sqlite_url(&unique("sdk-dcr"));
-    add_user(&store, "alice");
-    let server = ServerProcess::start_exact(&[
-        "--profile",
-        "demo",
-        "--store",
-        &store,
-        "--authorization-server",
-    ]);
+    let server = own_server("sdk-dcr", "demo", &[]);
     let redirect = callback();
     let (tools, result) = run_flow(&server, None, &redirect).await;
     assert_called(&tools, &result);

@@ -196,11 +196,24 @@ impl HttpClient {
     /// Compatibility"): a modern `server/discover` first. A result, or an error only a modern
     /// server sends, means the server is modern; any other `4xx` means it is legacy, and it
     /// gets `initialize` (newest legacy version, `capabilities`). A modern server that
-    /// supports no version this client speaks is an error, not a fallback.
+    /// supports no version this client speaks is an error, not a fallback; so is a 401 or
+    /// 403 ([`ClientError::Status`] with the challenge).
     pub async fn connect(&self, capabilities: Value) -> Result<Connection, ClientError> {
         let reply = self.request("server/discover", json!({})).await?;
         if reply.status == 200 && reply.result().is_some() {
             return Ok(Connection::Modern(self.clone()));
+        }
+        if matches!(reply.status, 401 | 403) {
+            // Either era refuses a missing or insufficient token the same way.
+            let challenge = reply
+                .headers
+                .get(reqwest::header::WWW_AUTHENTICATE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            return Err(ClientError::Status {
+                status: reply.status,
+                body: format!("WWW-Authenticate: {challenge}"),
+            });
         }
         if let Some(code) = reply.error_code().filter(|c| MODERN_ERRORS.contains(c)) {
             return Err(ClientError::Protocol(format!(

@@ -78,7 +78,10 @@ async fn connect(script: &Script) -> Client {
 
 fn sent(script: &Script, method: &str) -> Vec<Value> {
     let seen = script.seen.lock().unwrap();
-    seen.iter().filter(|r| r["method"] == method).cloned().collect()
+    seen.iter()
+        .filter(|r| r["method"] == method)
+        .cloned()
+        .collect()
 }
 
 fn yes() -> Prepared<Refuse> {
@@ -120,7 +123,10 @@ async fn a_broken_exchange_is_retried_under_the_same_key_and_request_state() {
     // Round one, then round two three times (two lost), each a new request.
     assert_eq!(calls.len(), 4, "{calls:#?}");
     for request in &calls {
-        assert_eq!(request["params"]["arguments"]["idempotency_key"], key.as_str());
+        assert_eq!(
+            request["params"]["arguments"]["idempotency_key"],
+            key.as_str()
+        );
     }
     for retry in &calls[1..] {
         assert_eq!(retry["params"]["requestState"], "round-1");
@@ -137,19 +143,31 @@ async fn a_call_without_a_key_is_never_resent() {
     *script.drops.lock().unwrap() = 1;
     let client = connect(&script).await;
     let error = client
-        .call_tool(&ToolCall::new("confirm", json!({})), &mut yes(), &mut |_| {})
+        .call_tool(
+            &ToolCall::new("confirm", json!({})),
+            &mut yes(),
+            &mut |_| {},
+        )
         .await
         .unwrap_err();
     assert!(matches!(error, CallError::Transport(_)), "{error:?}");
     assert!(error.to_string().contains("HTTP 502"), "{error}");
-    assert_eq!(sent(&script, "tools/call").len(), 1, "a write without a key was sent twice");
+    assert_eq!(
+        sent(&script, "tools/call").len(),
+        1,
+        "a write without a key was sent twice"
+    );
 }
 
 #[tokio::test]
 async fn an_unanswered_question_names_its_key() {
     let client = connect(&Script::default()).await;
     let error = client
-        .call_tool(&ToolCall::new("confirm", json!({})), &mut Refuse, &mut |_| {})
+        .call_tool(
+            &ToolCall::new("confirm", json!({})),
+            &mut Refuse,
+            &mut |_| {},
+        )
         .await
         .unwrap_err();
     let CallError::Unanswered(unanswered) = error else {
@@ -170,7 +188,11 @@ async fn lists_are_reused_for_their_ttl_and_no_longer() {
         for _ in 0..2 {
             assert_eq!(client.list_tools().await.unwrap()[0]["name"], "confirm");
         }
-        assert_eq!(sent(&script, "tools/list").len(), expected, "ttlMs {ttl_ms}");
+        assert_eq!(
+            sent(&script, "tools/list").len(),
+            expected,
+            "ttlMs {ttl_ms}"
+        );
         client.forget_lists();
         client.list_tools().await.unwrap();
         assert_eq!(

@@ -64,13 +64,13 @@ enum Output {
 pub(crate) fn run(args: CallArgs) -> ExitCode {
     super::block_on(async move {
         let interactive = !args.no_input && prompt::is_interactive();
-        let mut http = args.endpoint.client();
-        http.meta.capabilities = capabilities(&args, interactive);
-        let client = match Client::connect(http).await {
+        let client = match args
+            .endpoint
+            .connect(capabilities(&args, interactive))
+            .await
+        {
             Ok(c) => c,
-            Err(e) => {
-                return super::failed(format!("could not connect to {}: {e}", args.endpoint.url));
-            }
+            Err(e) => return super::failed(e),
         };
         let call = match prepare(&client, &args).await {
             Ok(call) => call,

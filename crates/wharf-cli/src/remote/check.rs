@@ -13,6 +13,7 @@ use wharf_client::{HttpClient, Reply};
 use wharf_protocol::{codes, headers as mcp, meta, version};
 
 use super::Endpoint;
+use super::oauth::{authorization_server_metadata, challenge_param, fetch_json};
 
 /// `wharf check`.
 #[derive(Debug, Args)]
@@ -85,8 +86,12 @@ pub(crate) fn run(args: CheckArgs) -> ExitCode {
                 return ExitCode::from(2);
             }
         };
+        let client = match args.endpoint.client().await {
+            Ok(c) => c.with_http(http.clone()),
+            Err(e) => return super::failed(e),
+        };
         let probe = Probe {
-            client: args.endpoint.client().with_http(http.clone()),
+            client,
             http,
             url: args.endpoint.url.clone(),
             unauthorized: false,
@@ -478,7 +483,7 @@ impl Probe {
                 detail: "HTTP 401 with a Bearer challenge but no resource_metadata (RFC 9728): OAuth clients cannot find an authorization server; fine if the server takes only API keys".to_owned(),
             };
         };
-        let prm = match self.fetch_json(&metadata_url).await {
+        let prm = match fetch_json(&self.http, &metadata_url).await {
             Ok(v) => v,
             Err(e) => {
                 return fail(
@@ -499,7 +504,7 @@ impl Probe {
                 ),
             );
         };
-        let as_meta = match self.authorization_server_metadata(issuer).await {
+        let as_meta = match authorization_server_metadata(&self.http, issuer).await {
             Ok(v) => v,
             Err(e) => return fail(name, e),
         };
@@ -624,93 +629,6 @@ impl Probe {
             ),
         )
     }
-
-    async fn fetch_json(&self, url: &str) -> Result<Value, String> {
-        let res = self.http.get(url).send().await.map_err(|e| e.to_string())?;
-        if !res.status().is_success() {
-            return Err(format!("HTTP {}", res.status()));
-        }
-        res.json().await.map_err(|e| format!("not JSON: {e}"))
-    }
-
-    /// RFC 8414 metadata of `issuer`, then OpenID Connect discovery.
-    async fn authorization_server_metadata(&self, issuer: &str) -> Result<Value, String> {
-        let candidates = well_known(issuer);
-        let mut errors = Vec::new();
-        for url in &candidates {
-            match self.fetch_json(url).await {
-                Ok(v) => return Ok(v),
-                Err(e) => errors.push(format!("{url}: {e}")),
-            }
-        }
-        Err(format!(
-            "no metadata for the authorization server {issuer} ({})",
-            errors.join("; ")
-        ))
-    }
-}
-
-/// The metadata addresses of `issuer`: RFC 8414 (path inserted after the well-known
-/// prefix), then OpenID Connect discovery in both placements.
-pub(crate) fn well_known(issuer: &str) -> Vec<String> {
-    let issuer = issuer.trim_end_matches('/');
-    let (origin, path) = match issuer.find("://").and_then(|s| {
-        issuer[s + 3..]
-            .find('/')
-            .map(|p| (&issuer[..s + 3 + p], &issuer[s + 3 + p..]))
-    }) {
-        Some((origin, path)) => (origin, path),
-        None => (issuer, ""),
-    };
-    vec![
-        format!("{origin}/.well-known/oauth-authorization-server{path}"),
-        format!("{origin}/.well-known/openid-configuration{path}"),
-        format!("{issuer}/.well-known/openid-configuration"),
-    ]
-}
-
-/// The value of `param` in a `WWW-Authenticate` challenge (quoted or bare), read as
-/// RFC 9110 auth-params so that text inside a quoted value is never taken for a parameter.
-pub(crate) fn challenge_param(challenge: &str, param: &str) -> Option<String> {
-    // Skip the scheme.
-    let mut rest = challenge.trim_start();
-    rest = rest.split_once(' ').map_or("", |(_, r)| r);
-    loop {
-        rest = rest.trim_start_matches([' ', ',']);
-        let (name, after) = rest.split_once('=')?;
-        let name = name.trim();
-        let after = after.trim_start();
-        let (value, next) = match after.strip_prefix('"') {
-            Some(quoted) => {
-                let mut value = String::new();
-                let mut chars = quoted.char_indices();
-                let mut end = quoted.len();
-                while let Some((i, c)) = chars.next() {
-                    match c {
-                        '\\' => {
-                            if let Some((_, escaped)) = chars.next() {
-                                value.push(escaped);
-                            }
-                        }
-                        '"' => {
-                            end = i + 1;
-                            break;
-                        }
-                        c => value.push(c),
-                    }
-                }
-                (value, &quoted[end..])
-            }
-            None => {
-                let end = after.find([',', ' ']).unwrap_or(after.len());
-                (after[..end].to_owned(), &after[end..])
-            }
-        };
-        if name.eq_ignore_ascii_case(param) {
-            return Some(value);
-        }
-        rest = next;
-    }
 }
 
 fn envelope(method: &str, params: Value) -> Vec<u8> {
@@ -819,42 +737,5 @@ fn report(url: &str, outcomes: &[Outcome], as_json: bool) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn challenge_parameters_are_read_quoted_or_bare() {
-        let c = r#"Bearer error="invalid_token", resource_metadata="https://a.example/.well-known/oauth-protected-resource/mcp", scope=files:read"#;
-        assert_eq!(
-            challenge_param(c, "resource_metadata").as_deref(),
-            Some("https://a.example/.well-known/oauth-protected-resource/mcp")
-        );
-        assert_eq!(challenge_param(c, "scope").as_deref(), Some("files:read"));
-        assert_eq!(challenge_param(c, "realm"), None);
-        // A parameter's name inside another's value is not the parameter.
-        assert_eq!(
-            challenge_param(r#"Bearer error_description="no scope=x""#, "scope"),
-            None
-        );
-    }
-
-    #[test]
-    fn metadata_addresses_follow_rfc_8414_then_openid() {
-        assert_eq!(
-            well_known("https://auth.example/tenant1"),
-            vec![
-                "https://auth.example/.well-known/oauth-authorization-server/tenant1",
-                "https://auth.example/.well-known/openid-configuration/tenant1",
-                "https://auth.example/tenant1/.well-known/openid-configuration",
-            ]
-        );
-        assert_eq!(
-            well_known("http://127.0.0.1:9/")[0],
-            "http://127.0.0.1:9/.well-known/oauth-authorization-server"
-        );
     }
 }

@@ -97,9 +97,7 @@ use Stop::{Fatal, Transient};
 
 /// Connects, subscribes and prints until the stream ends.
 async fn listen_once(args: &ListenArgs, reconnecting: bool) -> Result<(), Stop> {
-    let client = Client::connect(args.endpoint.client())
-        .await
-        .map_err(|e| Transient(format!("could not connect to {}: {e}", args.endpoint.url)))?;
+    let client = args.endpoint.connect(json!({})).await.map_err(Transient)?;
     match client.connection() {
         Connection::Modern(_) => listen_modern(args, &client, reconnecting).await,
         Connection::Legacy(session) => {

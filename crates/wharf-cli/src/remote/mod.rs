@@ -5,7 +5,10 @@ mod arguments;
 pub(crate) mod call;
 pub(crate) mod check;
 pub(crate) mod listen;
+pub(crate) mod login;
+mod oauth;
 mod prompt;
+mod tokens;
 pub(crate) mod tools;
 
 use std::process::ExitCode;
@@ -24,17 +27,41 @@ pub(crate) struct Endpoint {
 }
 
 impl Endpoint {
-    /// A client of the endpoint, with the token when there is one.
-    pub(crate) fn client(&self) -> HttpClient {
+    /// A client of the endpoint with its token: `--token`/`WHARF_TOKEN`, else the one
+    /// `wharf login` kept (refreshed when about to expire), else none.
+    pub(crate) async fn client(&self) -> Result<HttpClient, String> {
         let mut client = HttpClient::new(self.url.clone());
         client.meta.client_info = serde_json::json!({
             "name": "wharf",
             "version": env!("CARGO_PKG_VERSION"),
         });
-        match &self.token {
-            Some(token) => client.with_bearer(token.clone()),
+        let token = match &self.token {
+            Some(token) => Some(token.clone()),
+            None => tokens::token_for(&self.url).await?,
+        };
+        Ok(match token {
+            Some(token) => client.with_bearer(token),
             None => client,
-        }
+        })
+    }
+
+    /// Connects as a client of either era declaring `capabilities` (see
+    /// [`wharf_client::Client::connect`]).
+    pub(crate) async fn connect(
+        &self,
+        capabilities: serde_json::Value,
+    ) -> Result<wharf_client::Client, String> {
+        let mut http = self.client().await?;
+        http.meta.capabilities = capabilities;
+        wharf_client::Client::connect(http)
+            .await
+            .map_err(|e| match e {
+                wharf_client::ClientError::Status { status: 401, .. } => format!(
+                    "{} wants a token ({e}): run `wharf login {}`, or pass --token",
+                    self.url, self.url
+                ),
+                e => format!("could not connect to {}: {e}", self.url),
+            })
     }
 }
 

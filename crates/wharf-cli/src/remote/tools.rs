@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use wharf_client::Client;
 
 use super::{Endpoint, arguments};
 
@@ -19,11 +18,9 @@ pub(crate) struct ToolsArgs {
 
 pub(crate) fn run(args: ToolsArgs) -> ExitCode {
     super::block_on(async move {
-        let client = match Client::connect(args.endpoint.client()).await {
+        let client = match args.endpoint.connect(serde_json::json!({})).await {
             Ok(c) => c,
-            Err(e) => {
-                return super::failed(format!("could not connect to {}: {e}", args.endpoint.url));
-            }
+            Err(e) => return super::failed(e),
         };
         let tools = match client.list_tools().await {
             Ok(t) => t,

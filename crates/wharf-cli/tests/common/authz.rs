@@ -31,6 +31,21 @@ pub(crate) fn add_user(store: &str, name: &str) {
     );
 }
 
+/// `wharf serve --profile PROFILE --authorization-server` on a fresh SQLite store (named
+/// after `tag`) that knows user `alice`, with `extra` arguments.
+pub(crate) fn own_server(tag: &str, profile: &str, extra: &[&str]) -> super::ServerProcess {
+    let store = super::import::sqlite_url(&super::import::unique(tag));
+    add_user(&store, "alice");
+    let args = [
+        "--profile",
+        profile,
+        "--store",
+        &store,
+        "--authorization-server",
+    ];
+    super::ServerProcess::start_exact(&[&args[..], extra].concat())
+}
+
 /// A PKCE pair: a random verifier and its S256 challenge.
 pub(crate) fn pkce() -> (String, String) {
     let mut bytes = [0u8; 32];

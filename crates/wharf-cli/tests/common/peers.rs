@@ -8,7 +8,10 @@ use std::time::{Duration, Instant};
 /// The Python interpreter of virtual environment `venv` under target/ (`pyvenv` holds the
 /// SDK 2.x, `pyvenv-legacy` the last 1.x).
 pub(crate) fn venv_python(venv: &str) -> String {
-    let path = format!("{}/../../target/{venv}/bin/python", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/../../target/{venv}/bin/python",
+        env!("CARGO_MANIFEST_DIR")
+    );
     assert!(
         std::path::Path::new(&path).exists(),
         "{path} is missing: run the tests with scripts/test.sh, which installs the Python SDKs"

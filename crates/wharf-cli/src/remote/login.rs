@@ -1,0 +1,331 @@
+//! `wharf login URL`: OAuth 2.1 authorization code with PKCE for a CLI. The server's
+//! challenge leads to its protected-resource metadata and its authorization server; the
+//! client identifies with a Client ID Metadata Document when one is given and accepted,
+//! else registers (RFC 7591, `application_type: native`); the person signs in in a browser
+//! that comes back to a loopback redirect; the tokens go to the token file.
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::response::Html;
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use clap::Args;
+use reqwest::header;
+use serde_json::{Value, json};
+use sha2::{Digest as _, Sha256};
+use tokio::sync::mpsc;
+
+use super::oauth::{
+    authorization_server_metadata, challenge_param, fetch_json, post_form, resource_metadata_url,
+};
+use super::tokens::{Grant, TokenFile};
+
+/// `wharf login`.
+#[derive(Debug, Args)]
+pub(crate) struct LoginArgs {
+    /// The server's MCP endpoint, e.g. https://mcp.example.com/mcp.
+    url: String,
+    /// Identify with this Client ID Metadata Document (an https URL you host) when the
+    /// authorization server accepts them; otherwise the client registers.
+    #[arg(long, env = "WHARF_CLIENT_METADATA_URL")]
+    client_metadata_url: Option<String>,
+    /// The scopes to ask for (space-separated); default: what the server's challenge names,
+    /// else every scope it supports.
+    #[arg(long)]
+    scope: Option<String>,
+    /// Print the sign-in URL instead of opening a browser.
+    #[arg(long)]
+    no_browser: bool,
+    /// The loopback port the browser comes back to (default: any free port).
+    #[arg(long, default_value_t = 0)]
+    callback_port: u16,
+    /// How long to wait for the sign-in, in seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout_secs: u64,
+}
+
+pub(crate) fn run(args: LoginArgs) -> ExitCode {
+    super::block_on(async move {
+        match login(&args).await {
+            Ok(message) => {
+                println!("{message}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => super::failed(e),
+        }
+    })
+}
+
+/// What the authorization server needs to know, found through the resource.
+struct Discovered {
+    resource: String,
+    issuer: String,
+    metadata: Value,
+    scope: Option<String>,
+}
+
+async fn login(args: &LoginArgs) -> Result<String, String> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let Some(found) = discover(&http, args).await? else {
+        return Ok(format!(
+            "{} asks for no token: nothing to log in to",
+            args.url
+        ));
+    };
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.callback_port))
+        .await
+        .map_err(|e| format!("cannot listen for the browser's return: {e}"))?;
+    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+    let redirect_uri = format!("http://127.0.0.1:{port}/callback");
+    let client_id = identify(&http, args, &found, &redirect_uri).await?;
+
+    let verifier = URL_SAFE_NO_PAD.encode(rand::random::<[u8; 32]>());
+    let challenge = URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()));
+    let state = URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>());
+    let authorization_endpoint = found.metadata["authorization_endpoint"]
+        .as_str()
+        .ok_or("the authorization server's metadata has no authorization_endpoint")?;
+    let mut params = vec![
+        ("response_type", "code"),
+        ("client_id", client_id.as_str()),
+        ("redirect_uri", redirect_uri.as_str()),
+        ("code_challenge", challenge.as_str()),
+        ("code_challenge_method", "S256"),
+        ("state", state.as_str()),
+        ("resource", found.resource.as_str()),
+    ];
+    if let Some(scope) = &found.scope {
+        params.push(("scope", scope));
+    }
+    let sign_in = reqwest::Url::parse_with_params(authorization_endpoint, &params)
+        .map_err(|e| format!("authorization_endpoint {authorization_endpoint:?}: {e}"))?;
+    eprintln!("Sign in at:\n  {sign_in}");
+    if !args.no_browser {
+        open_browser(sign_in.as_str());
+    }
+
+    let returned = wait_for_return(listener, Duration::from_secs(args.timeout_secs)).await?;
+    if returned.get("state") != Some(&state) {
+        return Err("the browser came back with another sign-in's state; try again".to_owned());
+    }
+    if let Some(error) = returned.get("error") {
+        return Err(format!(
+            "the sign-in was refused: {error}{}",
+            returned
+                .get("error_description")
+                .map(|d| format!(" ({d})"))
+                .unwrap_or_default()
+        ));
+    }
+    // RFC 9207: a response from another issuer is a mix-up attack.
+    if let Some(iss) = returned.get("iss").filter(|iss| **iss != found.issuer) {
+        return Err(format!(
+            "the browser came back from issuer {iss}, not {}",
+            found.issuer
+        ));
+    }
+    let code = returned
+        .get("code")
+        .ok_or("the browser came back without a code")?;
+    let token_endpoint = found.metadata["token_endpoint"]
+        .as_str()
+        .ok_or("the authorization server's metadata has no token_endpoint")?;
+    let body = post_form(
+        &http,
+        token_endpoint,
+        &[
+            ("grant_type", "authorization_code"),
+            ("code", code.as_str()),
+            ("redirect_uri", redirect_uri.as_str()),
+            ("client_id", client_id.as_str()),
+            ("code_verifier", verifier.as_str()),
+            ("resource", found.resource.as_str()),
+        ],
+    )
+    .await
+    .map_err(|e| format!("the token endpoint refused the code ({e})"))?;
+    let grant = Grant::from_response(&body, token_endpoint, &client_id, &found.resource, None)?;
+    let expires = grant
+        .expires_at
+        .map(|_| format!(", expires in {} s", body["expires_in"]))
+        .unwrap_or_default();
+    let file = TokenFile::open()?;
+    file.put(&args.url, grant)?;
+    Ok(format!(
+        "Logged in to {} (token{expires}{}; kept in {})",
+        args.url,
+        if body["refresh_token"].is_string() {
+            ", refreshed automatically"
+        } else {
+            ""
+        },
+        file.path().display()
+    ))
+}
+
+/// Follows the server's 401 to its authorization server; `None` when it asks no token.
+async fn discover(http: &reqwest::Client, args: &LoginArgs) -> Result<Option<Discovered>, String> {
+    let anonymous = wharf_client::HttpClient::new(args.url.clone()).with_http(http.clone());
+    let reply = anonymous
+        .request("server/discover", json!({}))
+        .await
+        .map_err(|e| format!("{}: {e}", args.url))?;
+    if reply.status != 401 {
+        return Ok(None);
+    }
+    let challenge = reply
+        .headers
+        .get(header::WWW_AUTHENTICATE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let metadata_url = challenge_param(challenge, "resource_metadata")
+        .unwrap_or_else(|| resource_metadata_url(&args.url));
+    let resource_metadata = fetch_json(http, &metadata_url).await.map_err(|e| {
+        format!("the server wants a token but publishes no protected-resource metadata ({e}); it may take API keys instead: pass --token")
+    })?;
+    let resource = resource_metadata["resource"]
+        .as_str()
+        .ok_or_else(|| format!("{metadata_url} names no resource"))?
+        .to_owned();
+    let issuer = resource_metadata["authorization_servers"][0]
+        .as_str()
+        .ok_or_else(|| format!("{metadata_url} names no authorization server"))?
+        .to_owned();
+    let metadata = authorization_server_metadata(http, &issuer).await?;
+    let pkce = metadata["code_challenge_methods_supported"]
+        .as_array()
+        .is_some_and(|m| m.iter().any(|v| v == "S256"));
+    if !pkce {
+        return Err(format!(
+            "the authorization server {issuer} does not offer PKCE with S256, which this client requires"
+        ));
+    }
+    let scope = args
+        .scope
+        .clone()
+        .or_else(|| challenge_param(challenge, "scope"))
+        .or_else(|| {
+            resource_metadata["scopes_supported"].as_array().map(|s| {
+                s.iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+        })
+        .filter(|s| !s.is_empty());
+    Ok(Some(Discovered {
+        resource,
+        issuer,
+        metadata,
+        scope,
+    }))
+}
+
+/// The client id: the metadata document's URL when given and accepted, else a fresh
+/// registration as a native public client.
+async fn identify(
+    http: &reqwest::Client,
+    args: &LoginArgs,
+    found: &Discovered,
+    redirect_uri: &str,
+) -> Result<String, String> {
+    let documents = found.metadata["client_id_metadata_document_supported"] == true;
+    if let Some(url) = &args.client_metadata_url {
+        if documents {
+            return Ok(url.clone());
+        }
+        eprintln!(
+            "note: {} does not accept client metadata documents; registering instead",
+            found.issuer
+        );
+    }
+    let Some(endpoint) = found.metadata["registration_endpoint"].as_str() else {
+        return Err(format!(
+            "the authorization server {} takes neither {} nor registrations",
+            found.issuer,
+            if documents {
+                "an unconfigured client (pass --client-metadata-url)"
+            } else {
+                "client metadata documents"
+            }
+        ));
+    };
+    let res = http
+        .post(endpoint)
+        .json(&json!({
+            "client_name": "wharf (command line)",
+            "application_type": "native",
+            "redirect_uris": [redirect_uri],
+            "grant_types": ["authorization_code", "refresh_token"],
+            "response_types": ["code"],
+            "token_endpoint_auth_method": "none",
+        }))
+        .send()
+        .await
+        .map_err(|e| format!("registration: {}", wharf_client::ClientError::Http(e)))?;
+    let status = res.status();
+    let body: Value = res.json().await.unwrap_or(Value::Null);
+    match body["client_id"].as_str() {
+        Some(id) if status.is_success() => Ok(id.to_owned()),
+        _ => Err(format!(
+            "the authorization server refused the registration ({status}): {}",
+            body["error_description"]
+                .as_str()
+                .or(body["error"].as_str())
+                .unwrap_or("")
+        )),
+    }
+}
+
+/// Opens `url` in the desktop's browser, if there is one; the URL is printed either way.
+fn open_browser(url: &str) {
+    let opener = if cfg!(target_os = "macos") {
+        "open"
+    } else {
+        "xdg-open"
+    };
+    let _ = std::process::Command::new(opener)
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+}
+
+/// Serves the loopback redirect until the browser comes back; returns its query.
+async fn wait_for_return(
+    listener: tokio::net::TcpListener,
+    timeout: Duration,
+) -> Result<HashMap<String, String>, String> {
+    let (tx, mut rx) = mpsc::channel::<HashMap<String, String>>(1);
+    let app = axum::Router::new()
+        .route("/callback", axum::routing::get(returned))
+        .with_state(tx);
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let outcome = tokio::select! {
+        query = rx.recv() => query.ok_or_else(|| "the loopback listener stopped".to_owned()),
+        _ = tokio::time::sleep(timeout) => Err(format!("nobody signed in within {} s", timeout.as_secs())),
+        _ = tokio::signal::ctrl_c() => Err("cancelled".to_owned()),
+    };
+    server.abort();
+    outcome
+}
+
+async fn returned(
+    State(tx): State<mpsc::Sender<HashMap<String, String>>>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Html<&'static str> {
+    let ok = query.contains_key("code");
+    let _ = tx.send(query).await;
+    Html(if ok {
+        "<!doctype html><title>wharf login</title><p>Signed in. You can close this tab and return to the terminal."
+    } else {
+        "<!doctype html><title>wharf login</title><p>The sign-in did not complete; the terminal says why."
+    })
+}

@@ -1,0 +1,181 @@
+//! What an OAuth client reads before it signs in: the resource's challenge and metadata
+//! (RFC 9728) and its authorization server's metadata (RFC 8414, OpenID discovery).
+
+use serde_json::Value;
+
+/// The value of `param` in a `WWW-Authenticate` challenge (quoted or bare), read as
+/// RFC 9110 auth-params so that text inside a quoted value is never taken for a parameter.
+pub(crate) fn challenge_param(challenge: &str, param: &str) -> Option<String> {
+    // Skip the scheme.
+    let mut rest = challenge.trim_start();
+    rest = rest.split_once(' ').map_or("", |(_, r)| r);
+    loop {
+        rest = rest.trim_start_matches([' ', ',']);
+        let (name, after) = rest.split_once('=')?;
+        let name = name.trim();
+        let after = after.trim_start();
+        let (value, next) = match after.strip_prefix('"') {
+            Some(quoted) => {
+                let mut value = String::new();
+                let mut chars = quoted.char_indices();
+                let mut end = quoted.len();
+                while let Some((i, c)) = chars.next() {
+                    match c {
+                        '\\' => {
+                            if let Some((_, escaped)) = chars.next() {
+                                value.push(escaped);
+                            }
+                        }
+                        '"' => {
+                            end = i + 1;
+                            break;
+                        }
+                        c => value.push(c),
+                    }
+                }
+                (value, &quoted[end..])
+            }
+            None => {
+                let end = after.find([',', ' ']).unwrap_or(after.len());
+                (after[..end].to_owned(), &after[end..])
+            }
+        };
+        if name.eq_ignore_ascii_case(param) {
+            return Some(value);
+        }
+        rest = next;
+    }
+}
+
+/// Where RFC 9728 puts the protected-resource metadata of `resource` (the well-known
+/// prefix inserted before the path), for a server whose challenge names none.
+pub(crate) fn resource_metadata_url(resource: &str) -> String {
+    let (origin, path) = split_origin(resource);
+    format!("{origin}/.well-known/oauth-protected-resource{path}")
+}
+
+/// The metadata addresses of `issuer`: RFC 8414 (path inserted after the well-known
+/// prefix), then OpenID Connect discovery in both placements.
+pub(crate) fn well_known(issuer: &str) -> Vec<String> {
+    let issuer = issuer.trim_end_matches('/');
+    let (origin, path) = split_origin(issuer);
+    vec![
+        format!("{origin}/.well-known/oauth-authorization-server{path}"),
+        format!("{origin}/.well-known/openid-configuration{path}"),
+        format!("{issuer}/.well-known/openid-configuration"),
+    ]
+}
+
+/// `https://host:port` and the path after it (empty, or starting with `/`).
+fn split_origin(url: &str) -> (&str, &str) {
+    let url = url.trim_end_matches('/');
+    match url
+        .find("://")
+        .and_then(|s| url[s + 3..].find('/').map(|p| s + 3 + p))
+    {
+        Some(at) => (&url[..at], &url[at..]),
+        None => (url, ""),
+    }
+}
+
+/// GETs `url` and reads its JSON; an error says what came back instead.
+pub(crate) async fn fetch_json(http: &reqwest::Client, url: &str) -> Result<Value, String> {
+    let res = http
+        .get(url)
+        .header(reqwest::header::ACCEPT, "application/json")
+        .send()
+        .await
+        .map_err(|e| format!("{url}: {}", wharf_client::ClientError::Http(e)))?;
+    if !res.status().is_success() {
+        return Err(format!("{url}: HTTP {}", res.status()));
+    }
+    res.json()
+        .await
+        .map_err(|e| format!("{url}: not JSON: {e}"))
+}
+
+/// POSTs `form` to an authorization server's `endpoint` (token, RFC 6749 §3.2) and reads
+/// its JSON; a refusal comes back as the status and the server's description of it.
+pub(crate) async fn post_form(
+    http: &reqwest::Client,
+    endpoint: &str,
+    form: &[(&str, &str)],
+) -> Result<Value, String> {
+    let res = http
+        .post(endpoint)
+        .form(form)
+        .send()
+        .await
+        .map_err(|e| format!("{endpoint}: {}", wharf_client::ClientError::Http(e)))?;
+    let status = res.status();
+    let body: Value = res.json().await.unwrap_or(Value::Null);
+    if status.is_success() {
+        return Ok(body);
+    }
+    let said = body["error_description"]
+        .as_str()
+        .or(body["error"].as_str())
+        .unwrap_or("no reason given");
+    Err(format!("{status}: {said}"))
+}
+
+/// The metadata of authorization server `issuer`, from the first address that has it.
+pub(crate) async fn authorization_server_metadata(
+    http: &reqwest::Client,
+    issuer: &str,
+) -> Result<Value, String> {
+    let mut errors = Vec::new();
+    for url in well_known(issuer) {
+        match fetch_json(http, &url).await {
+            Ok(v) => return Ok(v),
+            Err(e) => errors.push(e),
+        }
+    }
+    Err(format!(
+        "no metadata for the authorization server {issuer} ({})",
+        errors.join("; ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn challenge_parameters_are_read_quoted_or_bare() {
+        let c = r#"Bearer error="invalid_token", resource_metadata="https://a.example/.well-known/oauth-protected-resource/mcp", scope=files:read"#;
+        assert_eq!(
+            challenge_param(c, "resource_metadata").as_deref(),
+            Some("https://a.example/.well-known/oauth-protected-resource/mcp")
+        );
+        assert_eq!(challenge_param(c, "scope").as_deref(), Some("files:read"));
+        assert_eq!(challenge_param(c, "realm"), None);
+        // A parameter's name inside another's value is not the parameter, and escapes hold.
+        let tricky = r#"Bearer error_description="no \"scope=x\" here", scope="a b""#;
+        assert_eq!(challenge_param(tricky, "scope").as_deref(), Some("a b"));
+        assert_eq!(
+            challenge_param(tricky, "error_description").as_deref(),
+            Some(r#"no "scope=x" here"#)
+        );
+    }
+
+    #[test]
+    fn metadata_addresses_follow_the_rfcs() {
+        assert_eq!(
+            well_known("https://auth.example/tenant1"),
+            vec![
+                "https://auth.example/.well-known/oauth-authorization-server/tenant1",
+                "https://auth.example/.well-known/openid-configuration/tenant1",
+                "https://auth.example/tenant1/.well-known/openid-configuration",
+            ]
+        );
+        assert_eq!(
+            well_known("http://127.0.0.1:9/")[0],
+            "http://127.0.0.1:9/.well-known/oauth-authorization-server"
+        );
+        assert_eq!(
+            resource_metadata_url("https://api.example/mcp"),
+            "https://api.example/.well-known/oauth-protected-resource/mcp"
+        );
+    }
+}

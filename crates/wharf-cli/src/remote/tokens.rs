@@ -1,0 +1,189 @@
+//! Tokens `wharf login` obtained, kept per server in a file only the user can read, and
+//! refreshed when they are about to expire.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What a login left: the tokens and what it takes to refresh them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Grant {
+    /// The bearer token sent to the server.
+    pub(crate) access_token: String,
+    /// The token that buys the next access token, if the server gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) refresh_token: Option<String>,
+    /// When the access token expires (Unix seconds), if the server said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) expires_at: Option<u64>,
+    /// The authorization server's token endpoint.
+    pub(crate) token_endpoint: String,
+    /// The client id the tokens were issued to.
+    pub(crate) client_id: String,
+    /// The resource (RFC 8707) they are bound to.
+    pub(crate) resource: String,
+}
+
+/// A refresh this long before expiry avoids sending a token that lapses on the way.
+const MARGIN_SECS: u64 = 30;
+
+impl Grant {
+    /// A grant from a token endpoint's answer.
+    pub(crate) fn from_response(
+        body: &Value,
+        token_endpoint: &str,
+        client_id: &str,
+        resource: &str,
+        previous_refresh: Option<String>,
+    ) -> Result<Self, String> {
+        let access_token = body["access_token"]
+            .as_str()
+            .ok_or_else(|| format!("the token endpoint sent no access_token: {body}"))?;
+        Ok(Grant {
+            access_token: access_token.to_owned(),
+            // A server that does not rotate refresh tokens leaves the old one valid.
+            refresh_token: body["refresh_token"]
+                .as_str()
+                .map(str::to_owned)
+                .or(previous_refresh),
+            expires_at: body["expires_in"].as_u64().map(|s| now() + s),
+            token_endpoint: token_endpoint.to_owned(),
+            client_id: client_id.to_owned(),
+            resource: resource.to_owned(),
+        })
+    }
+
+    fn is_stale(&self) -> bool {
+        self.expires_at.is_some_and(|at| now() + MARGIN_SECS >= at)
+    }
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The grants of every server logged in to, in `tokens.json` of the configuration
+/// directory (`$WHARF_CONFIG_DIR`, else `$XDG_CONFIG_HOME/wharf`, else `~/.config/wharf`),
+/// created mode 0600 in a directory of mode 0700.
+#[derive(Debug)]
+pub(crate) struct TokenFile {
+    path: PathBuf,
+}
+
+impl TokenFile {
+    /// The user's token file (it need not exist yet).
+    pub(crate) fn open() -> Result<Self, String> {
+        let dir = match (
+            std::env::var_os("WHARF_CONFIG_DIR"),
+            std::env::var_os("XDG_CONFIG_HOME"),
+            std::env::var_os("HOME"),
+        ) {
+            (Some(dir), _, _) => PathBuf::from(dir),
+            (None, Some(config), _) => PathBuf::from(config).join("wharf"),
+            (None, None, Some(home)) => PathBuf::from(home).join(".config").join("wharf"),
+            (None, None, None) => {
+                return Err("no place for tokens: set WHARF_CONFIG_DIR or HOME".to_owned());
+            }
+        };
+        Ok(TokenFile {
+            path: dir.join("tokens.json"),
+        })
+    }
+
+    /// Where the tokens are kept.
+    pub(crate) fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    fn read(&self) -> Result<BTreeMap<String, Grant>, String> {
+        match std::fs::read(&self.path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+                format!(
+                    "{} is damaged ({e}); remove it and log in again",
+                    self.path.display()
+                )
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+            Err(e) => Err(format!("{}: {e}", self.path.display())),
+        }
+    }
+
+    /// The grant for endpoint `url`, if logged in.
+    pub(crate) fn get(&self, url: &str) -> Result<Option<Grant>, String> {
+        Ok(self.read()?.remove(key(url)))
+    }
+
+    /// Keeps `grant` for endpoint `url`, replacing the file whole (a crash leaves the old
+    /// file or the new one, never half of one).
+    pub(crate) fn put(&self, url: &str, grant: Grant) -> Result<(), String> {
+        let mut all = self.read()?;
+        all.insert(key(url).to_owned(), grant);
+        let dir = self.path.parent().unwrap_or(std::path::Path::new("."));
+        let failed = |e: std::io::Error| format!("{}: {e}", self.path.display());
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(failed)?;
+        let temporary = dir.join(format!(".tokens.{}.tmp", std::process::id()));
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&temporary)
+            .map_err(failed)?;
+        let json = serde_json::to_vec_pretty(&all).map_err(|e| e.to_string())?;
+        file.write_all(&json)
+            .and_then(|()| file.sync_all())
+            .map_err(failed)?;
+        std::fs::rename(&temporary, &self.path).map_err(failed)
+    }
+}
+
+/// One key per endpoint, whatever trailing slash it was typed with.
+fn key(url: &str) -> &str {
+    url.trim_end_matches('/')
+}
+
+/// The access token to send to `url`: the stored one, refreshed first when it is about to
+/// expire. `None` when nobody logged in there.
+pub(crate) async fn token_for(url: &str) -> Result<Option<String>, String> {
+    let file = TokenFile::open()?;
+    let Some(grant) = file.get(url)? else {
+        return Ok(None);
+    };
+    if !grant.is_stale() {
+        return Ok(Some(grant.access_token));
+    }
+    let again = format!("run `wharf login {url}` again");
+    let Some(refresh) = grant.refresh_token.clone() else {
+        return Err(format!("the login to {url} expired; {again}"));
+    };
+    let form = [
+        ("grant_type", "refresh_token"),
+        ("refresh_token", refresh.as_str()),
+        ("client_id", grant.client_id.as_str()),
+        ("resource", grant.resource.as_str()),
+    ];
+    let body = super::oauth::post_form(&reqwest::Client::new(), &grant.token_endpoint, &form)
+        .await
+        .map_err(|e| format!("the login to {url} expired and its refresh failed ({e}); {again}"))?;
+    let fresh = Grant::from_response(
+        &body,
+        &grant.token_endpoint,
+        &grant.client_id,
+        &grant.resource,
+        Some(refresh),
+    )?;
+    let token = fresh.access_token.clone();
+    file.put(url, fresh)?;
+    Ok(Some(token))
+}
