@@ -194,3 +194,31 @@ fn rand_suffix() -> u128 {
         .unwrap()
         .as_nanos()
 }
+
+#[tokio::test]
+async fn the_client_example_approves_the_confirm_example() {
+    let dir = std::env::temp_dir().join(format!("wharf-example-client-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = format!("sqlite://{}", dir.join("confirm.db").display());
+    let server = start("confirm", &[("STORE", store)]);
+    let out = Command::new(binary("client"))
+        .args([&server.url, "delete_file", r#"{"path":"/tmp/x"}"#])
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        printed.lines().collect::<Vec<_>>(),
+        [
+            "speaking 2026-07-28",
+            "tool delete_file",
+            "approving: Delete /tmp/x?",
+            "Deleted /tmp/x.",
+        ]
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -12,6 +12,9 @@ mod legacy;
 mod sse;
 mod stdio;
 
+/// The wire types (input requests, results) an [`Answerer`] reads and writes.
+pub use wharf_protocol as protocol;
+
 pub use answer::{Answerer, Prepared, Refuse, Unanswered, describe};
 pub use call::{CallError, Event, IDEMPOTENCY_KEY, ToolCall, new_idempotency_key};
 pub use client::Client;
