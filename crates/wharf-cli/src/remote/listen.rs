@@ -2,6 +2,7 @@
 //! updates); when the stream ends it reconnects and reads the lists again, since changes
 //! made meanwhile were not heard.
 
+use std::collections::{BTreeSet, HashMap};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -61,9 +62,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 pub(crate) fn run(args: ListenArgs) -> ExitCode {
     super::block_on(async move {
         let mut backoff = Duration::from_millis(500);
-        let mut reconnecting = false;
+        let mut known = Known::default();
         loop {
-            match listen_once(&args, reconnecting).await {
+            match listen_once(&args, &mut known).await {
                 Ok(()) => {
                     backoff = Duration::from_millis(500);
                     say(
@@ -81,7 +82,6 @@ pub(crate) fn run(args: ListenArgs) -> ExitCode {
             }
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(MAX_BACKOFF);
-            reconnecting = true;
         }
     })
 }
@@ -96,10 +96,10 @@ enum Stop {
 use Stop::{Fatal, Transient};
 
 /// Connects, subscribes and prints until the stream ends.
-async fn listen_once(args: &ListenArgs, reconnecting: bool) -> Result<(), Stop> {
+async fn listen_once(args: &ListenArgs, known: &mut Known) -> Result<(), Stop> {
     let client = args.endpoint.connect(json!({})).await.map_err(Transient)?;
     match client.connection() {
-        Connection::Modern(_) => listen_modern(args, &client, reconnecting).await,
+        Connection::Modern(_) => listen_modern(args, &client, known).await,
         Connection::Legacy(session) => {
             // The initialization-based era: the session's GET stream, and one
             // `resources/subscribe` per resource.
@@ -126,19 +126,17 @@ async fn listen_once(args: &ListenArgs, reconnecting: bool) -> Result<(), Stop> 
                 }
             }
             say(args, format!("listening ({} session)", session.version()));
-            if reconnecting {
-                relist_all(args, &client).await;
-            }
+            relist_all(args, &client, known).await;
             let mut stream = Box::pin(stream);
             while let Some(message) = futures_util::StreamExt::next(&mut stream).await {
-                print_notification(args, &client, &message).await;
+                print_notification(args, &client, known, &message).await;
             }
             Ok(())
         }
     }
 }
 
-async fn listen_modern(args: &ListenArgs, client: &Client, reconnecting: bool) -> Result<(), Stop> {
+async fn listen_modern(args: &ListenArgs, client: &Client, known: &mut Known) -> Result<(), Stop> {
     let (id, mut incoming) = client
         .open(
             methods::SUBSCRIPTIONS_LISTEN,
@@ -170,18 +168,21 @@ async fn listen_modern(args: &ListenArgs, client: &Client, reconnecting: bool) -
                 args,
                 format!("listening for {}", message["params"]["notifications"]),
             );
-            if reconnecting {
-                relist_all(args, client).await;
-            }
+            relist_all(args, client, known).await;
             continue;
         }
-        print_notification(args, client, &message).await;
+        print_notification(args, client, known, &message).await;
     }
     Ok(())
 }
 
 /// Prints one notification; a list change is followed by the list as it is now.
-async fn print_notification(args: &ListenArgs, client: &Client, message: &Value) {
+async fn print_notification(
+    args: &ListenArgs,
+    client: &Client,
+    known: &mut Known,
+    message: &Value,
+) {
     let method = message["method"].as_str().unwrap_or("?");
     if args.json {
         println!("{message}");
@@ -204,12 +205,13 @@ async fn print_notification(args: &ListenArgs, client: &Client, message: &Value)
     };
     if let Some(list) = list {
         client.forget_lists();
-        relist(args, client, list).await;
+        relist(args, client, known, list).await;
     }
 }
 
-/// After a reconnection, the lists this listener follows, read again.
-async fn relist_all(args: &ListenArgs, client: &Client) {
+/// Once subscribed, the lists this listener follows, read again: a first count, or after a
+/// reconnection what changed while nobody listened.
+async fn relist_all(args: &ListenArgs, client: &Client, known: &mut Known) {
     let filter = args.filter();
     for (key, list) in [
         ("toolsListChanged", "tools"),
@@ -217,13 +219,17 @@ async fn relist_all(args: &ListenArgs, client: &Client) {
         ("resourcesListChanged", "resources"),
     ] {
         if filter[key] == true {
-            relist(args, client, list).await;
+            relist(args, client, known, list).await;
         }
     }
 }
 
-/// Reads list `list` (`tools`, `prompts`, `resources`) and prints its names.
-async fn relist(args: &ListenArgs, client: &Client, list: &'static str) {
+/// The names each list had when last read.
+type Known = HashMap<&'static str, BTreeSet<String>>;
+
+/// Reads list `list` (`tools`, `prompts`, `resources`) and prints how many it holds and
+/// what was added (`+`) and removed (`-`) since it was last read.
+async fn relist(args: &ListenArgs, client: &Client, known: &mut Known, list: &'static str) {
     let method = match list {
         "tools" => methods::TOOLS_LIST,
         "prompts" => "prompts/list",
@@ -231,11 +237,21 @@ async fn relist(args: &ListenArgs, client: &Client, list: &'static str) {
     };
     match client.list(method, list).await {
         Ok(items) => {
-            let names: Vec<&str> = items
+            let names: BTreeSet<String> = items
                 .iter()
                 .filter_map(|i| i["name"].as_str().or(i["uri"].as_str()))
+                .map(str::to_owned)
                 .collect();
-            say(args, format!("{list} now: {}", names.join(", ")));
+            let change = match known.insert(list, names.clone()) {
+                None => String::new(),
+                Some(before) if before == names => " (no change)".to_owned(),
+                Some(before) => {
+                    let added = names.difference(&before).map(|n| format!("+{n}"));
+                    let removed = before.difference(&names).map(|n| format!("-{n}"));
+                    format!(" ({})", added.chain(removed).collect::<Vec<_>>().join(", "))
+                }
+            };
+            say(args, format!("{list}: {}{change}", names.len()));
         }
         Err(e) => say(args, format!("{method}: {e}")),
     }

@@ -151,20 +151,22 @@ async fn login(args: &LoginArgs) -> Result<String, String> {
     .await
     .map_err(|e| format!("the token endpoint refused the code ({e})"))?;
     let grant = Grant::from_response(&body, token_endpoint, &client_id, &found.resource, None)?;
-    let expires = grant
-        .expires_at
-        .map(|_| format!(", expires in {} s", body["expires_in"]))
-        .unwrap_or_default();
+    let lifetime = match (grant.expires_at, grant.refresh_token.is_some()) {
+        (Some(_), true) => format!(
+            "the token lasts {} s and is refreshed when it runs out",
+            body["expires_in"]
+        ),
+        (Some(_), false) => format!(
+            "the token lasts {} s; log in again then",
+            body["expires_in"]
+        ),
+        (None, _) => "the token has no stated expiry".to_owned(),
+    };
     let file = TokenFile::open()?;
     file.put(&args.url, grant)?;
     Ok(format!(
-        "Logged in to {} (token{expires}{}; kept in {})",
+        "Logged in to {}: {lifetime}. Kept in {}.",
         args.url,
-        if body["refresh_token"].is_string() {
-            ", refreshed automatically"
-        } else {
-            ""
-        },
         file.path().display()
     ))
 }

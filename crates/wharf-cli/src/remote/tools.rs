@@ -32,11 +32,11 @@ pub(crate) fn run(args: ToolsArgs) -> ExitCode {
         }
         for tool in &tools {
             let name = tool["name"].as_str().unwrap_or("?");
-            println!(
-                "{} {}",
-                console::style(name).bold(),
-                arguments::signature(&tool["inputSchema"])
-            );
+            let signature = arguments::signature(&tool["inputSchema"]);
+            match signature.as_str() {
+                "" => println!("{}", console::style(name).bold()),
+                _ => println!("{} {signature}", console::style(name).bold()),
+            }
             if let Some(description) = tool["description"].as_str() {
                 for line in description.lines().filter(|l| !l.trim().is_empty()) {
                     println!("    {line}");
