@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test command: makes sure PostgreSQL and Redis answer (scripts/services.sh), that the
 # Python SDKs the tests talk to (1.x for the legacy tests, 2.x for OAuth and `wharf check`),
-# Chromium, chromedriver and tesseract (the consent-page and login tests) and tmux (the
-# interactive command tests) are installed, then runs every test of the workspace. Each step
+# Chromium, chromedriver and tesseract (the consent-page and login tests), tmux and GNOME
+# Keyring (the interactive and keyring tests of the command) are installed, then runs every test of the workspace. Each step
 # stops the script when it fails, so the tests never look green without having run. Extra
 # arguments go to `cargo test`.
 set -euo pipefail
@@ -38,13 +38,17 @@ if [ ! -f "$oidc_dir/node_modules/oidc-provider/package.json" ]; then
     || { echo "FATAL: could not install oidc-provider into $oidc_dir" >&2; exit 1; }
 fi
 # A real browser for the consent pages and `wharf login` (headless Chromium through
-# chromedriver), OCR for its screenshots, and tmux, from Debian's packages.
+# chromedriver), OCR for its screenshots, tmux and GNOME Keyring, from Debian's packages.
 missing=()
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
 [ -x /usr/bin/tesseract ] || missing+=(tesseract-ocr)
-# A terminal for the interactive runs of `wharf call` (crates/wharf-cli/tests/command.rs).
+# A terminal for the interactive runs of `wharf call`, and a desktop's D-Bus session with
+# GNOME Keyring for `wharf login`'s keyring (crates/wharf-cli/tests/command.rs).
 [ -x /usr/bin/tmux ] || missing+=(tmux)
+[ -x /usr/bin/dbus-daemon ] || missing+=(dbus-daemon)
+[ -x /usr/bin/dbus-send ] || missing+=(dbus-bin)
+[ -x /usr/bin/gnome-keyring-daemon ] || missing+=(gnome-keyring)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"

@@ -495,39 +495,26 @@ fn listen_prints_another_clients_change_and_comes_back_after_a_restart() {
     listener.line_with("notifications/tools/list_changed");
 }
 
-/// `wharf login` against the embedded authorization server, Chromium playing the person:
-/// the tokens land in a file only the user can read, the next commands use them, and an
-/// expired one is refreshed on the way (and the rotated refresh token kept).
-#[tokio::test]
-async fn login_signs_in_through_a_browser_and_later_commands_use_the_token() {
-    use common::authz::{PASSWORD, own_server};
-    use common::chromium::{browser, sign_in_and_allow};
-    use std::os::unix::fs::PermissionsExt as _;
+/// `wharf ARGS` with environment `env` (and no `WHARF_TOKEN`), run to its end.
+fn wharf_in(env: &[(String, String)], args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env_remove("WHARF_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
 
-    let server = own_server("login", "demo", &[]);
-    let url = server.url();
-    let config = std::env::temp_dir().join(common::import::unique("wharf-config"));
-    let config = config.to_str().unwrap().to_owned();
-    let with_config = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_wharf"))
-            .args(args)
-            .env("WHARF_CONFIG_DIR", &config)
-            .env_remove("WHARF_TOKEN")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    };
-    let out = with_config(&["call", &url, "echo", "text=hi"]);
-    assert_eq!(out.status.code(), Some(1));
-    let refused = text(&out.stderr);
-    assert!(
-        refused.contains(&format!("run `wharf login {url}`")),
-        "{refused}"
-    );
+/// Runs `wharf login URL --no-browser` in `env` while Chromium plays the person at the
+/// sign-in URL it prints; returns what it printed on standard output.
+async fn log_in(url: &str, env: &[(String, String)]) -> String {
+    use common::authz::PASSWORD;
+    use common::chromium::{browser, sign_in_and_allow};
 
     let mut login = Command::new(env!("CARGO_BIN_EXE_wharf"))
-        .args(["login", &url, "--no-browser"])
-        .env("WHARF_CONFIG_DIR", &config)
+        .args(["login", url, "--no-browser"])
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -553,10 +540,47 @@ async fn login_signs_in_through_a_browser_and_later_commands_use_the_token() {
         .unwrap();
     chromium.close().await.unwrap();
     assert!(out.status.success(), "{}", text(&out.stdout));
-    eprintln!("{}", text(&out.stdout));
-    assert!(text(&out.stdout).starts_with(&format!("Logged in to {url}")));
+    let said = text(&out.stdout);
+    eprintln!("{said}");
+    assert!(said.starts_with(&format!("Logged in to {url}")), "{said}");
+    said
+}
 
-    let file = std::path::Path::new(&config).join("tokens.json");
+/// `wharf login` against the embedded authorization server, Chromium playing the person:
+/// the tokens land in a file only the user can read, the next commands use them, and an
+/// expired one is refreshed on the way (and the rotated refresh token kept).
+#[tokio::test]
+async fn login_signs_in_through_a_browser_and_later_commands_use_the_token() {
+    use common::authz::own_server;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let server = own_server("login", "demo", &[]);
+    let url = server.url();
+    let config = std::env::temp_dir().join(common::import::unique("wharf-config"));
+    let env = [(
+        "WHARF_CONFIG_DIR".to_owned(),
+        config.to_str().unwrap().to_owned(),
+    )];
+    let out = wharf_in(&env, &["call", &url, "echo", "text=hi"]);
+    assert_eq!(out.status.code(), Some(1));
+    let refused = text(&out.stderr);
+    assert!(
+        refused.contains(&format!("run `wharf login {url}`")),
+        "{refused}"
+    );
+    // The probe follows the challenge to the authorization server.
+    let out = wharf_in(&env, &["check", &url, "--json"]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (v, detail) = verdict(&report, "auth");
+    assert_eq!(v, "pass", "{detail}");
+    assert!(detail.contains("PKCE S256"), "{detail}");
+
+    let said = log_in(&url, &env).await;
+    let file = config.join("tokens.json");
+    assert!(
+        said.contains(&format!("Kept in {}", file.display())),
+        "{said}"
+    );
     let mode = std::fs::metadata(&file).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "the token file is readable by others");
     let stored = |file: &std::path::Path| -> Value {
@@ -565,7 +589,7 @@ async fn login_signs_in_through_a_browser_and_later_commands_use_the_token() {
     let first = stored(&file);
     assert!(first["refresh_token"].is_string(), "{first}");
 
-    let out = with_config(&["call", &url, "echo", "text=signed in"]);
+    let out = wharf_in(&env, &["call", &url, "echo", "text=signed in"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout).trim(), "signed in");
 
@@ -573,7 +597,7 @@ async fn login_signs_in_through_a_browser_and_later_commands_use_the_token() {
     let mut all: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     all[&url]["expires_at"] = json!(1);
     std::fs::write(&file, all.to_string()).unwrap();
-    let out = with_config(&["call", &url, "echo", "text=refreshed"]);
+    let out = wharf_in(&env, &["call", &url, "echo", "text=refreshed"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout).trim(), "refreshed");
     let second = stored(&file);
@@ -583,4 +607,127 @@ async fn login_signs_in_through_a_browser_and_later_commands_use_the_token() {
         "not rotated"
     );
     assert!(second["expires_at"].as_u64().unwrap() > 1);
+}
+
+/// A desktop session: a D-Bus session bus with GNOME Keyring's Secret Service on it, its
+/// files under a directory of its own.
+struct Desktop {
+    bus: std::process::Child,
+    keyring: std::process::Child,
+    env: Vec<(String, String)>,
+}
+
+impl Desktop {
+    fn start() -> Self {
+        let root = std::env::temp_dir().join(common::import::unique("wharf-desktop"));
+        let dir = |name: &str| {
+            let d = root.join(name);
+            std::fs::create_dir_all(&d).unwrap();
+            d.to_str().unwrap().to_owned()
+        };
+        let runtime = dir("run");
+        std::fs::set_permissions(
+            &runtime,
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .unwrap();
+        let mut env = vec![
+            ("HOME".to_owned(), dir("home")),
+            ("XDG_DATA_HOME".to_owned(), dir("data")),
+            ("XDG_CONFIG_HOME".to_owned(), dir("config")),
+            ("XDG_RUNTIME_DIR".to_owned(), runtime),
+        ];
+        let mut bus = Command::new("dbus-daemon")
+            .args(["--session", "--nofork", "--print-address=1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("dbus-daemon is required (scripts/test.sh installs it)");
+        let mut address = String::new();
+        BufReader::new(bus.stdout.take().unwrap())
+            .read_line(&mut address)
+            .unwrap();
+        env.push((
+            "DBUS_SESSION_BUS_ADDRESS".to_owned(),
+            address.trim().to_owned(),
+        ));
+        let mut keyring = Command::new("gnome-keyring-daemon")
+            .args(["--foreground", "--unlock", "--components=secrets"])
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("gnome-keyring-daemon is required (scripts/test.sh installs gnome-keyring)");
+        // The keyring's password, then end of input.
+        drop(
+            keyring
+                .stdin
+                .take()
+                .map(|mut s| std::io::Write::write_all(&mut s, b"desktop")),
+        );
+        let desktop = Desktop { bus, keyring, env };
+        let deadline = Instant::now() + WAIT;
+        while !desktop.has_secret_service() {
+            assert!(
+                Instant::now() < deadline,
+                "the Secret Service never came up"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        desktop
+    }
+
+    fn has_secret_service(&self) -> bool {
+        let out = Command::new("dbus-send")
+            .args([
+                "--session",
+                "--print-reply",
+                "--dest=org.freedesktop.DBus",
+                "/org/freedesktop/DBus",
+                "org.freedesktop.DBus.NameHasOwner",
+                "string:org.freedesktop.secrets",
+            ])
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .unwrap();
+        text(&out.stdout).contains("boolean true")
+    }
+}
+
+impl Drop for Desktop {
+    fn drop(&mut self) {
+        for child in [&mut self.keyring, &mut self.bus] {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// On a desktop with a keyring, `wharf login` keeps the tokens there and writes no file.
+#[tokio::test]
+async fn login_keeps_tokens_in_the_keyring_when_there_is_one() {
+    let server = common::authz::own_server("login-keyring", "demo", &[]);
+    let url = server.url();
+    let desktop = Desktop::start();
+    let said = log_in(&url, &desktop.env).await;
+    assert!(said.ends_with("Kept in the OS keyring.\n"), "{said}");
+    let home = &desktop.env[0].1;
+    let config = &desktop.env[2].1;
+    for dir in [format!("{home}/.config/wharf"), format!("{config}/wharf")] {
+        assert!(
+            !std::path::Path::new(&dir).join("tokens.json").exists(),
+            "a token file was written beside the keyring"
+        );
+    }
+    let out = wharf_in(
+        &desktop.env,
+        &["call", &url, "echo", "text=from the keyring"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "from the keyring");
+    // Another desktop's keyring does not have it.
+    let other = Desktop::start();
+    let out = wharf_in(&other.env, &["call", &url, "echo", "text=x"]);
+    assert_eq!(out.status.code(), Some(1));
 }

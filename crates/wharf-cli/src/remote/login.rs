@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use super::oauth::{
     authorization_server_metadata, challenge_param, fetch_json, post_form, resource_metadata_url,
 };
-use super::tokens::{Grant, TokenFile};
+use super::tokens::{Grant, Tokens};
 
 /// `wharf login`.
 #[derive(Debug, Args)]
@@ -162,12 +162,10 @@ async fn login(args: &LoginArgs) -> Result<String, String> {
         ),
         (None, _) => "the token has no stated expiry".to_owned(),
     };
-    let file = TokenFile::open()?;
-    file.put(&args.url, grant)?;
+    let place = Tokens::open()?.put(&args.url, grant).await?;
     Ok(format!(
-        "Logged in to {}: {lifetime}. Kept in {}.",
-        args.url,
-        file.path().display()
+        "Logged in to {}: {lifetime}. Kept in {place}.",
+        args.url
     ))
 }
 

@@ -1,4 +1,5 @@
-//! Tokens `wharf login` obtained, kept per server in a file only the user can read, and
+//! Tokens `wharf login` obtained, kept per server in the OS keyring when one answers (the
+//! Secret Service on Linux, the Keychain on macOS), else in a file only the user can read;
 //! refreshed when they are about to expire.
 
 use std::collections::BTreeMap;
@@ -73,13 +74,13 @@ fn now() -> u64 {
 /// directory (`$WHARF_CONFIG_DIR`, else `$XDG_CONFIG_HOME/wharf`, else `~/.config/wharf`),
 /// created mode 0600 in a directory of mode 0700.
 #[derive(Debug)]
-pub(crate) struct TokenFile {
+struct TokenFile {
     path: PathBuf,
 }
 
 impl TokenFile {
     /// The user's token file (it need not exist yet).
-    pub(crate) fn open() -> Result<Self, String> {
+    fn open() -> Result<Self, String> {
         let dir = match (
             std::env::var_os("WHARF_CONFIG_DIR"),
             std::env::var_os("XDG_CONFIG_HOME"),
@@ -98,7 +99,7 @@ impl TokenFile {
     }
 
     /// Where the tokens are kept.
-    pub(crate) fn path(&self) -> &std::path::Path {
+    fn path(&self) -> &std::path::Path {
         &self.path
     }
 
@@ -116,13 +117,13 @@ impl TokenFile {
     }
 
     /// The grant for endpoint `url`, if logged in.
-    pub(crate) fn get(&self, url: &str) -> Result<Option<Grant>, String> {
+    fn get(&self, url: &str) -> Result<Option<Grant>, String> {
         Ok(self.read()?.remove(key(url)))
     }
 
     /// Keeps `grant` for endpoint `url`, replacing the file whole (a crash leaves the old
     /// file or the new one, never half of one).
-    pub(crate) fn put(&self, url: &str, grant: Grant) -> Result<(), String> {
+    fn put(&self, url: &str, grant: Grant) -> Result<(), String> {
         let mut all = self.read()?;
         all.insert(key(url).to_owned(), grant);
         let dir = self.path.parent().unwrap_or(std::path::Path::new("."));
@@ -153,11 +154,85 @@ fn key(url: &str) -> &str {
     url.trim_end_matches('/')
 }
 
+/// Where grants are kept: the OS keyring when one answers, else the token file. An explicit
+/// `WHARF_CONFIG_DIR` means that directory's file only.
+#[derive(Debug)]
+pub(crate) struct Tokens {
+    file: TokenFile,
+    keyring: bool,
+}
+
+/// The keyring's service name for Wharf's entries (one per endpoint URL).
+const KEYRING_SERVICE: &str = "wharf";
+
+impl Tokens {
+    /// The user's tokens.
+    pub(crate) fn open() -> Result<Self, String> {
+        Ok(Tokens {
+            file: TokenFile::open()?,
+            keyring: std::env::var_os("WHARF_CONFIG_DIR").is_none(),
+        })
+    }
+
+    /// The grant for endpoint `url`, if logged in.
+    pub(crate) async fn get(&self, url: &str) -> Result<Option<Grant>, String> {
+        if self.keyring {
+            if let Ok(Some(secret)) = keyring_op(url, None).await {
+                if let Ok(grant) = serde_json::from_str(&secret) {
+                    return Ok(Some(grant));
+                }
+            }
+        }
+        self.file.get(url)
+    }
+
+    /// Keeps `grant` for endpoint `url`; says where.
+    pub(crate) async fn put(&self, url: &str, grant: Grant) -> Result<String, String> {
+        if self.keyring {
+            let secret = serde_json::to_string(&grant).map_err(|e| e.to_string())?;
+            if keyring_op(url, Some(secret)).await.is_ok() {
+                return Ok("the OS keyring".to_owned());
+            }
+        }
+        self.file.put(url, grant)?;
+        Ok(self.file.path().display().to_string())
+    }
+}
+
+/// Reads (`secret` none) or writes the keyring entry of `url`, off the async threads (the
+/// keyring's calls block). Any failure means "no keyring here".
+async fn keyring_op(url: &str, secret: Option<String>) -> Result<Option<String>, String> {
+    #[cfg(any(target_os = "linux", target_os = "macos"))]
+    {
+        let user = key(url).to_owned();
+        let op = move || -> Result<Option<String>, keyring::Error> {
+            let entry = keyring::Entry::new(KEYRING_SERVICE, &user)?;
+            match secret {
+                Some(secret) => entry.set_password(&secret).map(|()| None),
+                None => match entry.get_password() {
+                    Ok(s) => Ok(Some(s)),
+                    Err(keyring::Error::NoEntry) => Ok(None),
+                    Err(e) => Err(e),
+                },
+            }
+        };
+        tokio::task::spawn_blocking(op)
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+    {
+        let _ = (url, secret, KEYRING_SERVICE);
+        Err("no keyring on this platform".to_owned())
+    }
+}
+
 /// The access token to send to `url`: the stored one, refreshed first when it is about to
 /// expire. `None` when nobody logged in there.
 pub(crate) async fn token_for(url: &str) -> Result<Option<String>, String> {
-    let file = TokenFile::open()?;
-    let Some(grant) = file.get(url)? else {
+    let tokens = Tokens::open()?;
+    let Some(grant) = tokens.get(url).await? else {
         return Ok(None);
     };
     if !grant.is_stale() {
@@ -184,6 +259,6 @@ pub(crate) async fn token_for(url: &str) -> Result<Option<String>, String> {
         Some(refresh),
     )?;
     let token = fresh.access_token.clone();
-    file.put(url, fresh)?;
+    tokens.put(url, fresh).await?;
     Ok(Some(token))
 }
