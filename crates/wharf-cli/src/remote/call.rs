@@ -32,13 +32,13 @@ pub(crate) struct CallArgs {
     #[arg(long)]
     json: Option<String>,
     /// An answer to the server's input request KEY, as the JSON result of its method (e.g.
-    /// '{"action":"accept","content":{"name":"Ada"}}'); repeatable.
+    /// '{"action":"accept","content":{"name":"Ada"}}'), or @FILE holding it; repeatable.
     #[arg(long = "answer", value_name = "KEY=JSON")]
     answers: Vec<String>,
     /// A root this client exposes, answered when the server asks for roots; repeatable.
     #[arg(long = "root", value_name = "URI")]
     roots: Vec<String>,
-    /// The text to answer a sampling request with (instead of typing it).
+    /// The text to answer a sampling request with (instead of typing it), or @FILE.
     #[arg(long, value_name = "TEXT")]
     sampling_reply: Option<String>,
     /// The idempotency key of a write (generated and printed when the tool requires one).
@@ -80,13 +80,17 @@ pub(crate) fn run(args: CallArgs) -> ExitCode {
             Ok(a) => a,
             Err(e) => return super::failed(e),
         };
+        let sampling_reply = match args.sampling_reply.as_deref().map(text_or_file).transpose() {
+            Ok(reply) => reply,
+            Err(e) => return super::failed(format!("--sampling-reply {e}")),
+        };
         let bar = progress_bar(&args.tool);
         let mut answerer = Prepared::new(
             answers,
             Terminal {
                 bar: bar.clone(),
                 roots: args.roots.clone(),
-                sampling_reply: args.sampling_reply.clone(),
+                sampling_reply,
                 interactive,
             },
         );
@@ -179,12 +183,21 @@ fn prepared_answers(words: &[String]) -> Result<BTreeMap<String, Value>, String>
         .map(|word| {
             let (key, raw) = word
                 .split_once('=')
-                .ok_or_else(|| format!("--answer {word:?} is not KEY=JSON"))?;
-            let value = serde_json::from_str(raw)
+                .ok_or_else(|| format!("--answer {word:?} is not KEY=JSON or KEY=@FILE"))?;
+            let raw = text_or_file(raw).map_err(|e| format!("--answer {key}: {e}"))?;
+            let value = serde_json::from_str(&raw)
                 .map_err(|e| format!("--answer {key}: the answer is not JSON ({e})"))?;
             Ok((key.to_owned(), value))
         })
         .collect()
+}
+
+/// `value` itself, or the contents of file PATH when it is `@PATH`.
+fn text_or_file(value: &str) -> Result<String, String> {
+    match value.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}")),
+        None => Ok(value.to_owned()),
+    }
 }
 
 /// A spinner until the first progress, then a bar (drawn only on a terminal).
@@ -339,5 +352,38 @@ impl Answerer for Terminal {
                     })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_come_inline_or_from_files_and_bad_ones_are_named() {
+        let file = std::env::temp_dir().join(format!("wharf-answer-{}.json", std::process::id()));
+        std::fs::write(&file, r#"{"action":"decline"}"#).unwrap();
+        let answers = prepared_answers(&[
+            r#"a={"action":"cancel"}"#.to_owned(),
+            format!("b=@{}", file.display()),
+        ])
+        .unwrap();
+        assert_eq!(answers["a"], json!({ "action": "cancel" }));
+        assert_eq!(answers["b"], json!({ "action": "decline" }));
+        std::fs::remove_file(&file).unwrap();
+        let missing = prepared_answers(&[format!("b=@{}", file.display())]).unwrap_err();
+        assert!(
+            missing.starts_with("--answer b: ") && missing.contains("No such file"),
+            "{missing}"
+        );
+        assert_eq!(
+            prepared_answers(&["c={".to_owned()]).unwrap_err(),
+            "--answer c: the answer is not JSON (EOF while parsing an object at line 1 column 1)"
+        );
+        assert!(
+            prepared_answers(&["nokey".to_owned()])
+                .unwrap_err()
+                .contains("KEY=JSON")
+        );
     }
 }
