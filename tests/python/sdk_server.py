@@ -6,8 +6,8 @@
 
 One tool, `echo(text)`, which returns its text. When the call carries
 `_meta.progressToken` it first reports progress once, so the SDK answers that call as
-`text/event-stream` (otherwise it answers `application/json`): the probe's SSE checks need
-a stream to look at. A request whose `MCP-Protocol-Version` header names an
+`text/event-stream` (otherwise it answers `application/json`), which shows a client's
+progress handling. A request whose `MCP-Protocol-Version` header names an
 initialize-era revision (or has none) goes to the SDK's legacy transport, which serves
 `initialize`.
 """

@@ -62,6 +62,8 @@ fn assert_conforming(report: &Value, legacy: bool) {
         "header-missing",
         "unknown-version",
         "missing-meta",
+        "meta-capabilities",
+        "name-mismatch",
         "unknown-method",
         "sse-buffering",
     ] {
@@ -144,6 +146,11 @@ fn check_fails_a_broken_server_and_says_what_is_wrong() {
         ("header-missing", "expected HTTP 400 with error -32020"),
         ("unknown-version", "expected HTTP 400 with error -32022"),
         ("missing-meta", "expected HTTP 400 with error -32602"),
+        ("meta-capabilities", "expected HTTP 400 with error -32602"),
+        (
+            "name-mismatch",
+            "was answered HTTP 200 with error -32602; expected HTTP 400 with error -32020",
+        ),
     ];
     for (name, says) in expectations {
         let (v, detail) = verdict(&report, name);
@@ -160,7 +167,7 @@ fn check_fails_a_broken_server_and_says_what_is_wrong() {
     assert_eq!(out.status.code(), Some(1));
     let shown = text(&out.stdout);
     assert!(
-        shown.contains("FAIL  get-405") && shown.contains("5 failed"),
+        shown.contains("FAIL  get-405") && shown.contains("7 failed"),
         "{shown}"
     );
 }
@@ -267,6 +274,70 @@ fn call_answers_input_requests_from_flags() {
     assert!(said.contains("pass --answer name=JSON"), "{said}");
 }
 
+/// Arguments a tool marks `x-mcp-header` travel in `Mcp-Param-*` headers too; Wharf
+/// refuses the call without them (-32020).
+#[test]
+fn call_mirrors_header_arguments() {
+    let server = ServerProcess::start(&["--profile", "conformance"]);
+    let out = wharf(&[
+        "call",
+        &server.url(),
+        "test_header_param",
+        "region=eu-west-1",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "region: eu-west-1");
+}
+
+/// A write that requires an idempotency key gets one, printed; the retry that reuses it
+/// returns the first result instead of writing again.
+#[test]
+fn call_generates_an_idempotency_key_a_retry_can_reuse() {
+    let store = common::import::sqlite_url(&common::import::unique("command-key"));
+    let _server = common::import::server(&store);
+    let url = _server.url();
+    let token = ["--token", common::import::TOKEN_42];
+    let begin = |extra: &[&str]| {
+        let columns = r#"columns=[{"name":"n","type":"integer"}]"#;
+        let base = [
+            "call",
+            url.as_str(),
+            "import_begin",
+            "dataset=keyed",
+            columns,
+            "--output",
+            "json",
+        ];
+        wharf(&[&base[..], &token[..], extra].concat())
+    };
+    let first = begin(&[]);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let said = text(&first.stderr);
+    let key = said
+        .split_once("idempotency key: ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no key printed: {said}"));
+    assert!(said.contains(&format!("--idempotency-key {key}")), "{said}");
+    let first: Value = serde_json::from_slice(&first.stdout).unwrap();
+    let again = begin(&["--idempotency-key", key]);
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    assert!(
+        !text(&again.stderr).contains("idempotency key:"),
+        "a second key was made"
+    );
+    let again: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(
+        again["structuredContent"], first["structuredContent"],
+        "the retry wrote again"
+    );
+    // Without the key, it is another write: another import.
+    let other: Value = serde_json::from_slice(&begin(&[]).stdout).unwrap();
+    assert_ne!(
+        other["structuredContent"]["import"],
+        first["structuredContent"]["import"]
+    );
+}
+
 #[test]
 fn call_against_a_legacy_only_server_falls_back() {
     let legacy = PythonServer::start(&venv_python("pyvenv-legacy"), "legacy_server.py");
@@ -279,6 +350,25 @@ fn call_against_a_legacy_only_server_falls_back() {
     let out = wharf(&["call", &legacy.url, "echo", "text=from the past"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("from the past"));
+    // This era asks on the call's stream; the answer goes back as a response to it.
+    let out = wharf(&[
+        "call",
+        &legacy.url,
+        "greet",
+        "--answer",
+        r#"elicitation/create={"action":"accept","content":{"name":"Ada"}}"#,
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let greeted: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(greeted, json!({ "result": "Hello, Ada!" }));
+    // Unanswered, the server is told so (it does not wait), and the error names the flag.
+    let out = wharf(&["call", &legacy.url, "greet", "--answer", "other={}"]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("pass --answer elicitation/create=JSON"),
+        "{said}"
+    );
 }
 
 /// A terminal: a tmux server of its own running one command in a pane.

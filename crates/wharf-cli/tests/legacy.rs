@@ -325,7 +325,13 @@ async fn sessions_follow_the_lifecycle_and_belong_to_their_principal() {
         assert_eq!(s.version(), settled, "asked {asked}");
     }
     let session = open(&client).await;
-    assert!(session.id().bytes().all(|b| (0x21..=0x7e).contains(&b)));
+    assert!(
+        session
+            .id()
+            .unwrap()
+            .bytes()
+            .all(|b| (0x21..=0x7e).contains(&b))
+    );
     assert_eq!(ok(&session, "ping", json!({})).await, json!({}));
 
     // Another principal holding the id is refused as if it did not exist.
@@ -336,7 +342,7 @@ async fn sessions_follow_the_lifecycle_and_belong_to_their_principal() {
     // The version header, when sent, must be the session's.
     let body = session.message("ping", json!({}));
     let mut headers = client.headers_for("ping", &json!({}));
-    headers.insert("mcp-session-id", session.id().parse().unwrap());
+    headers.insert("mcp-session-id", session.id().unwrap().parse().unwrap());
     headers.insert("mcp-protocol-version", "2025-06-18".parse().unwrap());
     let reply = client
         .send_raw(body.to_string().into_bytes(), headers)
@@ -411,7 +417,7 @@ async fn sessions_follow_the_lifecycle_and_belong_to_their_principal() {
         json!({ "name": "import_status", "arguments": { "import": "imp_x" } }),
     );
     let mut headers = client.headers_for("tools/call", &json!({ "name": "dataset_query" }));
-    headers.insert("mcp-session-id", session.id().parse().unwrap());
+    headers.insert("mcp-session-id", session.id().unwrap().parse().unwrap());
     headers.remove("mcp-protocol-version");
     let mismatch = client
         .send_raw(call.to_string().into_bytes(), headers)

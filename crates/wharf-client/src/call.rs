@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
+use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::{Map, Value, json};
-use wharf_protocol::{InputRequest, InputRequests, meta, methods};
+use wharf_protocol::{InputRequest, InputRequests, codes, headers, meta, methods};
 
 use crate::answer::{Answerer, Unanswered};
 use crate::{Client, ClientError, Reply};
@@ -65,7 +66,10 @@ impl CallError {
             (Some(result), _) => Ok(result.clone()),
             (None, Some(error)) => Err(CallError::Rpc {
                 status,
-                code: error["code"].as_i64().unwrap_or(0),
+                // A code that is not an integer is itself invalid: report it as such.
+                code: error["code"]
+                    .as_i64()
+                    .unwrap_or(i64::from(codes::INVALID_REQUEST)),
                 message: error["message"].as_str().unwrap_or("").to_owned(),
                 data: error.get("data").cloned(),
             }),
@@ -79,7 +83,9 @@ impl CallError {
     /// server. A JSON-RPC error is the server's verdict and is not retried.
     fn is_transient(&self) -> bool {
         match self {
-            CallError::Transport(ClientError::Http(_) | ClientError::Io(_)) => true,
+            CallError::Transport(
+                ClientError::Http(_) | ClientError::Io(_) | ClientError::Incomplete(_),
+            ) => true,
             CallError::Transport(ClientError::Status { status, .. })
             | CallError::Rpc { status, .. } => matches!(status, 502..=504),
             _ => false,
@@ -127,25 +133,56 @@ pub enum Event {
 #[derive(Debug, Clone)]
 pub struct ToolCall {
     name: String,
-    arguments: Map<String, Value>,
+    arguments: Value,
+    /// `Mcp-Param-*` headers mirroring the arguments the tool marks `x-mcp-header`.
+    mirrored: Option<Vec<(String, String)>>,
     progress: bool,
     max_rounds: usize,
     attempts: u32,
 }
 
 impl ToolCall {
-    /// A call of tool `name` with `arguments` (an object; anything else is sent as `{}`).
+    /// A call of tool `name` with `arguments` (an object; anything else is sent as it is,
+    /// for the server to refuse). Arguments the tool mirrors into headers are mirrored when
+    /// the client has its definition (see [`ToolCall::for_tool`]).
     pub fn new(name: impl Into<String>, arguments: Value) -> Self {
         ToolCall {
             name: name.into(),
-            arguments: match arguments {
-                Value::Object(m) => m,
-                _ => Map::new(),
-            },
+            arguments,
+            mirrored: None,
             progress: false,
             max_rounds: 8,
             attempts: 3,
         }
+    }
+
+    /// A call of `tool` (a definition from `tools/list`) with `arguments`, its `x-mcp-header`
+    /// arguments mirrored into `Mcp-Param-*` headers as the transport requires.
+    pub fn for_tool(tool: &Value, arguments: Value) -> Self {
+        let mut call = ToolCall::new(tool["name"].as_str().unwrap_or_default(), arguments);
+        call.mirror(tool);
+        call
+    }
+
+    /// Computes the `Mcp-Param-*` headers from `tool`'s input schema.
+    fn mirror(&mut self, tool: &Value) {
+        let mut mirrored = Vec::new();
+        let properties = tool["inputSchema"]["properties"].as_object();
+        for (name, property) in properties.into_iter().flatten() {
+            let (Some(header), Some(value)) = (
+                property[headers::X_MCP_HEADER].as_str(),
+                self.arguments.get(name),
+            ) else {
+                continue;
+            };
+            if let Some(text) = headers::render_param(value) {
+                mirrored.push((
+                    format!("{}{header}", headers::PARAM_PREFIX),
+                    headers::encode_value(&text),
+                ));
+            }
+        }
+        self.mirrored = Some(mirrored);
     }
 
     /// Asks for `notifications/progress` (a `progressToken` in `_meta`).
@@ -157,8 +194,9 @@ impl ToolCall {
     /// Sets the idempotency key: a broken exchange is then retried with it (up to
     /// [`ToolCall::attempts`]), and the server applies the write once.
     pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
-        self.arguments
-            .insert(IDEMPOTENCY_KEY.to_owned(), Value::String(key.into()));
+        if let Value::Object(arguments) = &mut self.arguments {
+            arguments.insert(IDEMPOTENCY_KEY.to_owned(), Value::String(key.into()));
+        }
         self
     }
 
@@ -177,13 +215,13 @@ impl ToolCall {
 
     /// The idempotency key, if the call has one.
     pub fn key(&self) -> Option<&str> {
-        self.arguments.get(IDEMPOTENCY_KEY).and_then(Value::as_str)
+        self.arguments[IDEMPOTENCY_KEY].as_str()
     }
 
-    fn params(&self, round: Option<&Round>) -> Value {
+    fn params(&self, round: Option<&Round>, progress_token: &str) -> Value {
         let mut params = json!({ "name": self.name, "arguments": self.arguments });
         if self.progress {
-            params["_meta"] = json!({ meta::PROGRESS_TOKEN: "wharf-client" });
+            params["_meta"] = json!({ meta::PROGRESS_TOKEN: progress_token });
         }
         if let Some(round) = round {
             params["inputResponses"] = Value::Object(round.responses.clone());
@@ -222,13 +260,29 @@ impl Client {
         answerer: &mut A,
         on_event: &mut (dyn FnMut(Event) + Send),
     ) -> Result<Value, CallError> {
+        let mut call = std::borrow::Cow::Borrowed(call);
+        if call.mirrored.is_none() {
+            // A tool listed earlier says which arguments travel in headers too.
+            if let Some(tool) = self.listed_tool(&call.name) {
+                call.to_mut().mirror(&tool);
+            }
+        }
+        // Unique among this client's requests, so progress is never taken for another's.
+        let token = format!("wharf-{}", new_idempotency_key());
         let mut round = None;
         for _ in 0..=call.max_rounds {
             let result = self
-                .attempts(call, round.as_ref(), answerer, on_event)
+                .attempts(&call, round.as_ref(), &token, answerer, on_event)
                 .await?;
             if result["resultType"] != "input_required" {
                 return Ok(result);
+            }
+            if result.get("inputRequests").is_none() && result.get("requestState").is_none() {
+                return Err(ClientError::Protocol(
+                    "an input_required result with neither inputRequests nor requestState"
+                        .to_owned(),
+                )
+                .into());
             }
             let requests: InputRequests = serde_json::from_value(
                 result
@@ -259,6 +313,7 @@ impl Client {
         &self,
         call: &ToolCall,
         round: Option<&Round>,
+        token: &str,
         answerer: &mut A,
         on_event: &mut (dyn FnMut(Event) + Send),
     ) -> Result<Value, CallError> {
@@ -269,7 +324,7 @@ impl Client {
         };
         let mut attempt = 1;
         loop {
-            match self.exchange(call, round, answerer, on_event).await {
+            match self.exchange(call, round, token, answerer, on_event).await {
                 Err(e) if e.is_transient() && attempt < attempts => {
                     attempt += 1;
                     on_event(Event::Retrying {
@@ -288,11 +343,23 @@ impl Client {
         &self,
         call: &ToolCall,
         round: Option<&Round>,
+        token: &str,
         answerer: &mut A,
         on_event: &mut (dyn FnMut(Event) + Send),
     ) -> Result<Value, CallError> {
-        let (id, mut incoming) = self.open(methods::TOOLS_CALL, call.params(round)).await?;
+        let (message, mut headers) = self.message(methods::TOOLS_CALL, call.params(round, token));
+        for (name, value) in call.mirrored.iter().flatten() {
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
+                headers.insert(name, value);
+            }
+        }
+        let id = message["id"].clone();
+        // Known before the answer starts, so that a cancellation can name it.
         on_event(Event::Sent { id: id.clone() });
+        let mut incoming = self.post(&message, headers).await?;
         while let Some(message) = incoming.next().await {
             let message = message?;
             let method = message["method"].as_str();
@@ -301,20 +368,12 @@ impl Client {
                     return CallError::from_response(incoming.status, &message);
                 }
                 (Some(method), Some(server_id)) => {
-                    // A legacy server asks on the call's own stream.
-                    let request: InputRequest = serde_json::from_value(json!({
-                        "method": method,
-                        "params": message.get("params"),
-                    }))
-                    .map_err(|e| ClientError::Protocol(format!("unreadable {method}: {e}")))?;
-                    on_event(Event::Asked {
-                        key: method.to_owned(),
-                        request: Box::new(request.clone()),
-                    });
-                    let answer = answerer.answer(method, &request).await?;
-                    self.respond(server_id, answer).await?;
+                    self.server_request(method, server_id, &message, answerer, on_event)
+                        .await?;
                 }
-                (Some(methods::NOTIFICATION_PROGRESS), None) => {
+                (Some(methods::NOTIFICATION_PROGRESS), None)
+                    if message["params"][meta::PROGRESS_TOKEN] == token =>
+                {
                     let p = &message["params"];
                     on_event(Event::Progress {
                         progress: p["progress"].as_f64().unwrap_or(0.0),
@@ -325,9 +384,64 @@ impl Client {
                 _ => on_event(Event::Notification(message)),
             }
         }
-        Err(CallError::Transport(ClientError::Protocol(format!(
-            "HTTP {}: the response ended before the result",
-            incoming.status
-        ))))
+        Err(ClientError::Incomplete(incoming.status).into())
+    }
+
+    /// A request the server sent on the call's stream. Only a legacy server may: its input
+    /// requests go to `answerer` and their answers (or a refusal) back to the server, which
+    /// would otherwise wait for them; `ping` is answered; anything else is refused.
+    async fn server_request<A: Answerer>(
+        &self,
+        method: &str,
+        id: &Value,
+        message: &Value,
+        answerer: &mut A,
+        on_event: &mut (dyn FnMut(Event) + Send),
+    ) -> Result<(), CallError> {
+        if matches!(self.connection(), crate::Connection::Modern(_)) {
+            return Err(ClientError::Protocol(format!(
+                "the server sent a {method} request on the call's stream, which 2026-07-28 does not allow (MRTR asks through input_required results)"
+            ))
+            .into());
+        }
+        if method == "ping" {
+            self.respond(id, json!({})).await?;
+            return Ok(());
+        }
+        let request = serde_json::from_value::<InputRequest>(json!({
+            "method": method,
+            "params": message.get("params"),
+        }));
+        let request = match request {
+            Ok(r) => r,
+            Err(e) => {
+                let code = if matches!(
+                    method,
+                    methods::ELICITATION_CREATE
+                        | methods::SAMPLING_CREATE_MESSAGE
+                        | methods::ROOTS_LIST
+                ) {
+                    codes::INVALID_PARAMS
+                } else {
+                    codes::METHOD_NOT_FOUND
+                };
+                self.respond_error(id, code, &format!("{method}: {e}"))
+                    .await?;
+                return Ok(());
+            }
+        };
+        on_event(Event::Asked {
+            key: method.to_owned(),
+            request: Box::new(request.clone()),
+        });
+        match answerer.answer(method, &request).await {
+            Ok(answer) => Ok(self.respond(id, answer).await?),
+            Err(unanswered) => {
+                // The server waits for an answer: tell it there is none, then stop.
+                self.respond_error(id, codes::INTERNAL_ERROR, &unanswered.to_string())
+                    .await?;
+                Err(unanswered.into())
+            }
+        }
     }
 }

@@ -72,7 +72,11 @@ impl Client {
 
     /// The request message for `method` with `params` (`_meta` filled in for the modern
     /// era), and the headers it goes with.
-    fn message(&self, method: &str, params: Value) -> (Value, reqwest::header::HeaderMap) {
+    pub(crate) fn message(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> (Value, reqwest::header::HeaderMap) {
         match &self.connection {
             Connection::Modern(http) => {
                 let params = http.meta.apply(params);
@@ -107,8 +111,17 @@ impl Client {
         params: Value,
     ) -> Result<(Value, Incoming), ClientError> {
         let (message, headers) = self.message(method, params);
-        let incoming = self.http().post_incoming(&message, headers).await?;
+        let incoming = self.post(&message, headers).await?;
         Ok((message["id"].clone(), incoming))
+    }
+
+    /// Posts a message [`Client::message`] built.
+    pub(crate) async fn post(
+        &self,
+        message: &Value,
+        headers: reqwest::header::HeaderMap,
+    ) -> Result<Incoming, ClientError> {
+        self.http().post_incoming(message, headers).await
     }
 
     /// Tells the server a request is abandoned. In 2026-07-28 closing the response stream
@@ -133,13 +146,33 @@ impl Client {
         Ok(())
     }
 
+    /// Refuses a legacy server's request `id` with JSON-RPC error `code`.
+    pub(crate) async fn respond_error(
+        &self,
+        id: &Value,
+        code: i32,
+        message: &str,
+    ) -> Result<(), ClientError> {
+        if let Connection::Legacy(session) = &self.connection {
+            session.respond_error(id, code, message).await?;
+        }
+        Ok(())
+    }
+
+    /// The definition of tool `name`, if a list still cached holds it.
+    pub(crate) fn listed_tool(&self, name: &str) -> Option<Value> {
+        self.cached(methods::TOOLS_LIST)?
+            .into_iter()
+            .find(|t| t["name"] == name)
+    }
+
     /// Every tool, page after page; kept for the `ttlMs` the server gave.
     pub async fn list_tools(&self) -> Result<Vec<Value>, CallError> {
         self.list(methods::TOOLS_LIST, "tools").await
     }
 
-    /// Every item of list method `method` (its array is `field`), page after page. A
-    /// result with `ttlMs` is reused until that many milliseconds passed.
+    /// Every item of list method `method` (its array is `field`), page after page. A list
+    /// whose pages all carry `ttlMs` is reused until the shortest of them passed.
     pub async fn list(&self, method: &'static str, field: &str) -> Result<Vec<Value>, CallError> {
         if let Some(cached) = self.cached(method) {
             return Ok(cached);
@@ -147,20 +180,27 @@ impl Client {
         let started = Instant::now();
         let mut items = Vec::new();
         let mut cursor: Option<String> = None;
-        let mut ttl = None;
+        let mut seen = std::collections::HashSet::new();
+        let mut ttl = Some(u64::MAX);
         loop {
             let params = match &cursor {
                 Some(c) => json!({ "cursor": c }),
                 None => json!({}),
             };
             let result = CallError::result_of(self.request(method, params).await?)?;
-            ttl = ttl.or_else(|| result["ttlMs"].as_u64());
+            ttl = ttl.zip(result["ttlMs"].as_u64()).map(|(a, b)| a.min(b));
             if let Some(page) = result[field].as_array() {
                 items.extend(page.iter().cloned());
             }
             match result["nextCursor"].as_str() {
-                Some(next) if Some(next) != cursor.as_deref() => cursor = Some(next.to_owned()),
-                _ => break,
+                Some(next) if seen.insert(next.to_owned()) => cursor = Some(next.to_owned()),
+                Some(next) => {
+                    return Err(ClientError::Protocol(format!(
+                        "{method} handed out cursor {next:?} twice: its pages go round in a circle"
+                    ))
+                    .into());
+                }
+                None => break,
             }
         }
         if let Some(ms) = ttl.filter(|ms| *ms > 0) {

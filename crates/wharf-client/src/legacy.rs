@@ -4,7 +4,7 @@
 use futures_util::Stream;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
-use wharf_protocol::{headers, methods};
+use wharf_protocol::{codes, headers, methods};
 
 use crate::http::messages_of;
 use crate::{ClientError, HttpClient, Reply};
@@ -13,7 +13,7 @@ use crate::{ClientError, HttpClient, Reply};
 #[derive(Debug, Clone)]
 pub struct LegacySession {
     client: HttpClient,
-    id: String,
+    id: Option<String>,
     version: String,
     /// The `initialize` result.
     pub initialized: Value,
@@ -40,14 +40,13 @@ impl LegacySession {
         let reply = client
             .send_raw(body.to_string().into_bytes(), client.base_headers())
             .await?;
+        // A server may serve the era without sessions (2025-11-25 transports: the session
+        // id is the server's choice).
         let id = reply
             .headers
             .get(headers::SESSION_ID)
             .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| {
-                ClientError::Protocol(format!("initialize opened no session: {}", reply.body))
-            })?
-            .to_owned();
+            .map(str::to_owned);
         let initialized = reply
             .result()
             .cloned()
@@ -81,9 +80,9 @@ impl LegacySession {
         &self.client
     }
 
-    /// The session id (`Mcp-Session-Id`).
-    pub fn id(&self) -> &str {
-        &self.id
+    /// The session id (`Mcp-Session-Id`), if the server gave one.
+    pub fn id(&self) -> Option<&str> {
+        self.id.as_deref()
     }
 
     /// The negotiated version.
@@ -93,7 +92,11 @@ impl LegacySession {
 
     pub(crate) fn headers(&self) -> HeaderMap {
         let mut h = self.client.base_headers();
-        if let Ok(v) = HeaderValue::from_str(&self.id) {
+        if let Some(v) = self
+            .id
+            .as_deref()
+            .and_then(|id| HeaderValue::from_str(id).ok())
+        {
             h.insert(HeaderName::from_static(headers::SESSION_ID), v);
         }
         if let Ok(v) = HeaderValue::from_str(&self.version) {
@@ -148,6 +151,18 @@ impl LegacySession {
         Ok(self.post(&body).await?.status)
     }
 
+    /// Refuses server request `id` with JSON-RPC error `code`; the HTTP status.
+    pub async fn respond_error(
+        &self,
+        id: &Value,
+        code: i32,
+        message: &str,
+    ) -> Result<u16, ClientError> {
+        let error = json!({ "code": code, "message": message });
+        let body = json!({ "jsonrpc": "2.0", "id": id, "error": error });
+        Ok(self.post(&body).await?.status)
+    }
+
     /// Opens the session's own stream (GET): list changes and resource updates.
     pub async fn listen(&self) -> Result<(u16, impl Stream<Item = Value> + use<>), ClientError> {
         let mut h = self.headers();
@@ -194,7 +209,8 @@ const MODERN_ERRORS: [i64; 3] = [-32020, -32021, -32022];
 impl HttpClient {
     /// Connects as a dual-era client does (2026-07-28 basic/versioning, "Backward
     /// Compatibility"): a modern `server/discover` first. A result, or an error only a modern
-    /// server sends, means the server is modern; any other `4xx` means it is legacy, and it
+    /// server sends, means the server is modern; any other `4xx` (or a `-32601` method not
+    /// found, whatever the status) means it is legacy, and it
     /// gets `initialize` (newest legacy version, `capabilities`). A modern server that
     /// supports no version this client speaks is an error, not a fallback; so is a 401 or
     /// 403 ([`ClientError::Status`] with the challenge).
@@ -221,7 +237,9 @@ impl HttpClient {
                 reply.body
             )));
         }
-        if (400..500).contains(&reply.status) {
+        // A legacy server refuses the unknown method: with a 4xx, or a plain -32601.
+        let unknown = reply.error_code() == Some(i64::from(codes::METHOD_NOT_FOUND));
+        if (400..500).contains(&reply.status) || unknown {
             let newest = wharf_protocol::version::LEGACY[0];
             return LegacySession::initialize(self, newest, capabilities)
                 .await

@@ -43,6 +43,10 @@ pub enum ClientError {
         /// The start of the body.
         body: String,
     },
+    /// The response ended (the connection closed cleanly, say, when a replica drains)
+    /// before its result arrived.
+    #[error("HTTP {0}: the response ended before its result")]
+    Incomplete(u16),
     /// The answer was not JSON-RPC.
     #[error("the server sent something that is not JSON-RPC: {0}")]
     Protocol(String),

@@ -154,7 +154,7 @@ async fn prepare(client: &Client, args: &CallArgs) -> Result<ToolCall, String> {
     };
     let schema = &tool["inputSchema"];
     let arguments = arguments::parse(schema, args.json.as_deref(), &args.words)?;
-    let mut call = ToolCall::new(args.tool.clone(), Value::Object(arguments)).with_progress();
+    let mut call = ToolCall::for_tool(tool, Value::Object(arguments)).with_progress();
     let needs_key = schema["required"]
         .as_array()
         .is_some_and(|r| r.iter().any(|k| k == IDEMPOTENCY_KEY));
@@ -341,14 +341,15 @@ impl Answerer for Terminal {
                 let bar = self.bar.clone();
                 let (key, request) = (key.to_owned(), request.clone());
                 // The prompts block on the terminal; the progress bar stays out of their way.
+                let (asked_key, asked) = (key.clone(), request.clone());
                 tokio::task::spawn_blocking(move || bar.suspend(|| prompt::ask(&key, &request)))
                     .await
                     .unwrap_or_else(|e| {
-                        Err(Unanswered {
-                            key: String::new(),
-                            what: String::new(),
-                            reason: format!("the prompt failed: {e}"),
-                        })
+                        Err(Unanswered::new(
+                            &asked_key,
+                            &asked,
+                            format!("the prompt failed: {e}"),
+                        ))
                     })
             }
         }

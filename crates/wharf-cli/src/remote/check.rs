@@ -71,6 +71,9 @@ struct Probe {
     url: String,
     /// The server asks for a token this probe does not have.
     unauthorized: bool,
+    /// Something answered HTTP at the URL (a legacy-only server fails discovery but still
+    /// gets the other checks, which say what it does serve).
+    answered: bool,
 }
 
 /// The version this probe speaks.
@@ -95,6 +98,7 @@ pub(crate) fn run(args: CheckArgs) -> ExitCode {
             http,
             url: args.endpoint.url.clone(),
             unauthorized: false,
+            answered: false,
         };
         let outcomes = probe.run().await;
         report(&args.endpoint.url, &outcomes, args.json)
@@ -105,9 +109,9 @@ impl Probe {
     async fn run(mut self) -> Vec<Outcome> {
         let mut out = Vec::new();
         let discover = self.discover().await;
-        let reachable = discover.verdict != Verdict::Fail || self.unauthorized;
         out.push(discover);
-        if !reachable {
+        if !self.answered {
+            // Nothing answers there: the other checks would only say so ten times more.
             return out;
         }
         out.push(self.latency().await);
@@ -116,6 +120,8 @@ impl Probe {
         out.push(self.header_missing().await);
         out.push(self.unknown_version().await);
         out.push(self.missing_meta().await);
+        out.push(self.missing_capabilities().await);
+        out.push(self.name_mismatch().await);
         out.push(self.unknown_method().await);
         out.push(self.legacy().await);
         out.push(self.auth().await);
@@ -145,6 +151,7 @@ impl Probe {
             Ok(r) => r,
             Err(e) => return fail(name, e),
         };
+        self.answered = true;
         if reply.status == 401 {
             self.unauthorized = true;
             return skip(
@@ -283,8 +290,7 @@ impl Probe {
         self.expect_error(
             "header-mismatch",
             "a tools/list body sent with Mcp-Method: prompts/list",
-            body,
-            headers,
+            (body, headers),
             400,
             codes::HEADER_MISMATCH,
         )
@@ -298,8 +304,7 @@ impl Probe {
         self.expect_error(
             "header-missing",
             "a tools/list without the Mcp-Method header",
-            body,
-            headers,
+            (body, headers),
             400,
             codes::HEADER_MISMATCH,
         )
@@ -310,39 +315,32 @@ impl Probe {
     async fn unknown_version(&self) -> Outcome {
         let name = "unknown-version";
         let params = json!({ "_meta": { meta::PROTOCOL_VERSION: "1999-01-01" } });
-        let (body, headers) = self.request("tools/list", params);
-        let outcome = self
-            .expect_error(
+        let request = self.request("tools/list", params);
+        let what = "a request for version 1999-01-01";
+        let (reply, detail) = match self
+            .refusal(
                 name,
-                "a request for version 1999-01-01",
-                body.clone(),
-                headers.clone(),
+                what,
+                request,
                 400,
                 codes::UNSUPPORTED_PROTOCOL_VERSION,
             )
-            .await;
-        if outcome.verdict != Verdict::Pass {
-            return outcome;
-        }
-        let Ok(reply) = self.send(body, headers).await else {
-            return outcome;
+            .await
+        {
+            Ok(refused) => refused,
+            Err(outcome) => return outcome,
         };
         match reply
             .error()
             .and_then(|e| e["data"]["supported"].as_array())
         {
-            Some(supported) => pass(
-                name,
-                format!(
-                    "{}; data.supported lists {}",
-                    outcome.detail,
-                    supported
-                        .iter()
-                        .filter_map(Value::as_str)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            ),
+            Some(supported) => {
+                let listed: Vec<&str> = supported.iter().filter_map(Value::as_str).collect();
+                pass(
+                    name,
+                    format!("{detail}; data.supported lists {}", listed.join(", ")),
+                )
+            }
             None => fail(
                 name,
                 "the -32022 error has no data.supported list of the versions the server speaks",
@@ -360,10 +358,44 @@ impl Probe {
         self.expect_error(
             "missing-meta",
             "a tools/list without params._meta",
-            envelope("tools/list", json!({})),
-            headers,
+            (envelope("tools/list", json!({})), headers),
             400,
             codes::INVALID_PARAMS,
+        )
+        .await
+    }
+
+    /// `_meta` without the required `clientCapabilities`: 400 with -32602.
+    async fn missing_capabilities(&self) -> Outcome {
+        let (body, headers) = self.request("tools/list", json!({}));
+        let mut message: Value = serde_json::from_slice(&body).unwrap_or_default();
+        if let Some(m) = message["params"]["_meta"].as_object_mut() {
+            m.remove(meta::CLIENT_CAPABILITIES);
+        }
+        self.expect_error(
+            "meta-capabilities",
+            "a tools/list whose _meta lacks clientCapabilities",
+            (message.to_string().into_bytes(), headers),
+            400,
+            codes::INVALID_PARAMS,
+        )
+        .await
+    }
+
+    /// `Mcp-Name` naming another tool than the body's: 400 with -32020.
+    async fn name_mismatch(&self) -> Outcome {
+        let params = json!({ "name": "wharf-check-probe", "arguments": {} });
+        let (body, mut headers) = self.request("tools/call", params);
+        headers.insert(
+            HeaderName::from_static(mcp::NAME),
+            HeaderValue::from_static("another-tool"),
+        );
+        self.expect_error(
+            "name-mismatch",
+            "a tools/call of wharf-check-probe sent with Mcp-Name: another-tool",
+            (body, headers),
+            400,
+            codes::HEADER_MISMATCH,
         )
         .await
     }
@@ -374,8 +406,7 @@ impl Probe {
         self.expect_error(
             "unknown-method",
             "a request of method wharf/no-such-method",
-            body,
-            headers,
+            (body, headers),
             404,
             codes::METHOD_NOT_FOUND,
         )
@@ -595,28 +626,25 @@ impl Probe {
         }
     }
 
-    /// Sends a request that must be refused with HTTP `status` and JSON-RPC `code`.
-    async fn expect_error(
+    /// Sends a request that must be refused with HTTP `status` and JSON-RPC `code`: the
+    /// refusal when it came as it should, else the failing (or skipped) outcome.
+    async fn refusal(
         &self,
         name: &'static str,
         what: &str,
-        body: Vec<u8>,
-        headers: HeaderMap,
+        (body, headers): (Vec<u8>, HeaderMap),
         status: u16,
         code: i32,
-    ) -> Outcome {
-        let reply = match self.send(body, headers).await {
-            Ok(r) => r,
-            Err(e) => return fail(name, e),
-        };
+    ) -> Result<(Reply, String), Outcome> {
+        let reply = self.send(body, headers).await.map_err(|e| fail(name, e))?;
         if reply.status == 401 && self.unauthorized {
-            return skip(name, "answered 401: needs a token");
+            return Err(skip(name, "answered 401: needs a token"));
         }
         let got = reply.error_code();
         if reply.status == status && got == Some(i64::from(code)) {
-            return pass(name, format!("{what}: HTTP {status}, error {code}"));
+            return Ok((reply, format!("{what}: HTTP {status}, error {code}")));
         }
-        fail(
+        Err(fail(
             name,
             format!(
                 "{what} was answered HTTP {} with {}; expected HTTP {status} with error {code}",
@@ -627,7 +655,22 @@ impl Probe {
                     None => "no JSON-RPC error".to_owned(),
                 }
             ),
-        )
+        ))
+    }
+
+    /// [`Probe::refusal`] as an outcome.
+    async fn expect_error(
+        &self,
+        name: &'static str,
+        what: &str,
+        request: (Vec<u8>, HeaderMap),
+        status: u16,
+        code: i32,
+    ) -> Outcome {
+        match self.refusal(name, what, request, status, code).await {
+            Ok((_, detail)) => pass(name, detail),
+            Err(outcome) => outcome,
+        }
     }
 }
 

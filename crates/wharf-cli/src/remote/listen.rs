@@ -97,7 +97,13 @@ use Stop::{Fatal, Transient};
 
 /// Connects, subscribes and prints until the stream ends.
 async fn listen_once(args: &ListenArgs, known: &mut Known) -> Result<(), Stop> {
-    let client = args.endpoint.connect(json!({})).await.map_err(Transient)?;
+    let client = args.endpoint.connect(json!({})).await.map_err(|e| {
+        if e.retry {
+            Transient(e.to_string())
+        } else {
+            Fatal(e.to_string())
+        }
+    })?;
     match client.connection() {
         Connection::Modern(_) => listen_modern(args, &client, known).await,
         Connection::Legacy(session) => {
@@ -239,7 +245,8 @@ async fn relist(args: &ListenArgs, client: &Client, known: &mut Known, list: &'s
         Ok(items) => {
             let names: BTreeSet<String> = items
                 .iter()
-                .filter_map(|i| i["name"].as_str().or(i["uri"].as_str()))
+                // Resources are told apart by URI; tools and prompts by name.
+                .filter_map(|i| i["uri"].as_str().or(i["name"].as_str()))
                 .map(str::to_owned)
                 .collect();
             let change = match known.insert(list, names.clone()) {

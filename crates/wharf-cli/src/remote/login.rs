@@ -124,11 +124,20 @@ async fn login(args: &LoginArgs) -> Result<String, String> {
         ));
     }
     // RFC 9207: a response from another issuer is a mix-up attack.
-    if let Some(iss) = returned.get("iss").filter(|iss| **iss != found.issuer) {
-        return Err(format!(
-            "the browser came back from issuer {iss}, not {}",
-            found.issuer
-        ));
+    match returned.get("iss") {
+        Some(iss) if *iss != found.issuer => {
+            return Err(format!(
+                "the browser came back from issuer {iss}, not {}",
+                found.issuer
+            ));
+        }
+        None if found.metadata["authorization_response_iss_parameter_supported"] == true => {
+            return Err(format!(
+                "the browser came back without the iss that {} promises to send",
+                found.issuer
+            ));
+        }
+        _ => {}
     }
     let code = returned
         .get("code")
@@ -193,11 +202,29 @@ async fn discover(http: &reqwest::Client, args: &LoginArgs) -> Result<Option<Dis
         .as_str()
         .ok_or_else(|| format!("{metadata_url} names no resource"))?
         .to_owned();
+    // RFC 9728 §3.3: metadata for another resource would have this client hand that
+    // resource's token to this server.
+    if !protects(&resource, &args.url) {
+        return Err(format!(
+            "{metadata_url} describes resource {resource}, which is not {}: refusing to sign in for it",
+            args.url
+        ));
+    }
     let issuer = resource_metadata["authorization_servers"][0]
         .as_str()
         .ok_or_else(|| format!("{metadata_url} names no authorization server"))?
         .to_owned();
     let metadata = authorization_server_metadata(http, &issuer).await?;
+    // RFC 8414 §3.3: the metadata must be the issuer's own.
+    let issuer = match metadata["issuer"].as_str() {
+        Some(said) if said.trim_end_matches('/') == issuer.trim_end_matches('/') => said.to_owned(),
+        said => {
+            return Err(format!(
+                "the metadata of authorization server {issuer} names issuer {}: refusing it",
+                said.unwrap_or("none")
+            ));
+        }
+    };
     let pkce = metadata["code_challenge_methods_supported"]
         .as_array()
         .is_some_and(|m| m.iter().any(|v| v == "S256"));
@@ -225,6 +252,23 @@ async fn discover(http: &reqwest::Client, args: &LoginArgs) -> Result<Option<Dis
         metadata,
         scope,
     }))
+}
+
+/// Whether `resource` (from protected-resource metadata) covers endpoint `url`: the same
+/// URL, or a prefix of it ending at a path boundary (scheme and host compared without case).
+fn protects(resource: &str, url: &str) -> bool {
+    let (Ok(resource), Ok(url)) = (reqwest::Url::parse(resource), reqwest::Url::parse(url)) else {
+        return false;
+    };
+    let base = resource.path().trim_end_matches('/');
+    let path = url.path();
+    resource.scheme() == url.scheme()
+        && resource.host_str() == url.host_str()
+        && resource.port_or_known_default() == url.port_or_known_default()
+        && (path.trim_end_matches('/') == base
+            || path
+                .strip_prefix(base)
+                .is_some_and(|rest| rest.starts_with('/')))
 }
 
 /// The client id: the metadata document's URL when given and accepted, else a fresh
@@ -328,4 +372,43 @@ async fn returned(
     } else {
         "<!doctype html><title>wharf login</title><p>The sign-in did not complete; the terminal says why."
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::protects;
+
+    #[test]
+    fn a_resource_covers_its_own_url_and_the_paths_below_it() {
+        assert!(protects(
+            "https://api.example/mcp",
+            "https://api.example/mcp"
+        ));
+        assert!(protects("https://API.example/", "https://api.example/mcp"));
+        assert!(protects(
+            "https://api.example",
+            "https://api.example:443/mcp"
+        ));
+        assert!(protects(
+            "https://api.example/v1",
+            "https://api.example/v1/mcp"
+        ));
+        assert!(!protects(
+            "https://api.example/v1",
+            "https://api.example/v10/mcp"
+        ));
+        assert!(!protects(
+            "https://other.example/mcp",
+            "https://api.example/mcp"
+        ));
+        assert!(!protects(
+            "http://api.example/mcp",
+            "https://api.example/mcp"
+        ));
+        assert!(!protects(
+            "https://api.example:8443/mcp",
+            "https://api.example/mcp"
+        ));
+        assert!(!protects("not a url", "https://api.example/mcp"));
+    }
 }

@@ -50,18 +50,42 @@ impl Endpoint {
     pub(crate) async fn connect(
         &self,
         capabilities: serde_json::Value,
-    ) -> Result<wharf_client::Client, String> {
-        let mut http = self.client().await?;
+    ) -> Result<wharf_client::Client, Unreachable> {
+        use wharf_client::ClientError;
+        let mut http = self.client().await.map_err(|message| Unreachable {
+            message,
+            retry: false,
+        })?;
         http.meta.capabilities = capabilities;
-        wharf_client::Client::connect(http)
-            .await
-            .map_err(|e| match e {
-                wharf_client::ClientError::Status { status: 401, .. } => format!(
+        wharf_client::Client::connect(http).await.map_err(|e| {
+            let message = match &e {
+                ClientError::Status { status: 401, .. } => format!(
                     "{} wants a token ({e}): run `wharf login {}`, or pass --token",
                     self.url, self.url
                 ),
-                e => format!("could not connect to {}: {e}", self.url),
-            })
+                _ => format!("could not connect to {}: {e}", self.url),
+            };
+            // A refusal stays a refusal; a connection or a server in trouble may recover.
+            let retry = match e {
+                ClientError::Http(_) | ClientError::Io(_) | ClientError::Incomplete(_) => true,
+                ClientError::Status { status, .. } => status >= 500,
+                ClientError::Protocol(_) => false,
+            };
+            Unreachable { message, retry }
+        })
+    }
+}
+
+/// Why a command could not connect, and whether trying again may help.
+#[derive(Debug)]
+pub(crate) struct Unreachable {
+    message: String,
+    retry: bool,
+}
+
+impl std::fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
     }
 }
 

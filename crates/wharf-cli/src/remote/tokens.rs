@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
-use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -133,7 +133,14 @@ impl TokenFile {
             .mode(0o700)
             .create(dir)
             .map_err(failed)?;
+        // A directory made before (by hand, or by another tool) may be open to others.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(failed)?;
         let temporary = dir.join(format!(".tokens.{}.tmp", std::process::id()));
+        // `mode` applies only to a file it creates: a leftover keeps its own, so it goes.
+        match std::fs::remove_file(&temporary) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(failed(e)),
+            _ => {}
+        }
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
@@ -248,7 +255,11 @@ pub(crate) async fn token_for(url: &str) -> Result<Option<String>, String> {
         ("client_id", grant.client_id.as_str()),
         ("resource", grant.resource.as_str()),
     ];
-    let body = super::oauth::post_form(&reqwest::Client::new(), &grant.token_endpoint, &form)
+    let http = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let body = super::oauth::post_form(&http, &grant.token_endpoint, &form)
         .await
         .map_err(|e| format!("the login to {url} expired and its refresh failed ({e}); {again}"))?;
     let fresh = Grant::from_response(
