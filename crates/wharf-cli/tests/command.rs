@@ -697,6 +697,18 @@ async fn login_signs_in_through_a_browser_and_later_commands_use_the_token() {
         "not rotated"
     );
     assert!(second["expires_at"].as_u64().unwrap() > 1);
+
+    // A token the server refuses before its stated expiry is refreshed, and the command
+    // goes on.
+    let mut all: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    all[&url]["access_token"] = json!("revoked-before-its-time");
+    std::fs::write(&file, all.to_string()).unwrap();
+    let out = wharf_in(&env, &["call", &url, "echo", "text=again"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "again");
+    let third = stored(&file);
+    assert_ne!(third["access_token"], "revoked-before-its-time");
+    assert_ne!(third["refresh_token"], second["refresh_token"]);
 }
 
 /// A desktop session: a D-Bus session bus with GNOME Keyring's Secret Service on it, its

@@ -30,6 +30,11 @@ impl Endpoint {
     /// A client of the endpoint with its token: `--token`/`WHARF_TOKEN`, else the one
     /// `wharf login` kept (refreshed when about to expire), else none.
     pub(crate) async fn client(&self) -> Result<HttpClient, String> {
+        self.client_with(false).await
+    }
+
+    /// [`Endpoint::client`]; with `refused`, a stored token is refreshed first.
+    async fn client_with(&self, refused: bool) -> Result<HttpClient, String> {
         let mut client = HttpClient::new(self.url.clone());
         client.meta.client_info = serde_json::json!({
             "name": "wharf",
@@ -37,7 +42,7 @@ impl Endpoint {
         });
         let token = match &self.token {
             Some(token) => Some(token.clone()),
-            None => tokens::token_for(&self.url).await?,
+            None => tokens::token_for(&self.url, refused).await?,
         };
         Ok(match token {
             Some(token) => client.with_bearer(token),
@@ -52,12 +57,23 @@ impl Endpoint {
         capabilities: serde_json::Value,
     ) -> Result<wharf_client::Client, Unreachable> {
         use wharf_client::ClientError;
-        let mut http = self.client().await.map_err(|message| Unreachable {
+        let unusable = |message| Unreachable {
             message,
             retry: false,
-        })?;
-        http.meta.capabilities = capabilities;
-        wharf_client::Client::connect(http).await.map_err(|e| {
+        };
+        let mut http = self.client().await.map_err(unusable)?;
+        http.meta.capabilities = capabilities.clone();
+        let mut connected = wharf_client::Client::connect(http).await;
+        if let (Err(ClientError::Status { status: 401, .. }), None) = (&connected, &self.token) {
+            // A stored token refused before its time (revoked, say): refresh it and try once
+            // more.
+            let mut http = self.client_with(true).await.map_err(unusable)?;
+            if http.authorization().is_some() {
+                http.meta.capabilities = capabilities;
+                connected = wharf_client::Client::connect(http).await;
+            }
+        }
+        connected.map_err(|e| {
             let message = match &e {
                 ClientError::Status { status: 401, .. } => format!(
                     "{} wants a token ({e}): run `wharf login {}`, or pass --token",

@@ -237,13 +237,19 @@ async fn keyring_op(url: &str, secret: Option<String>) -> Result<Option<String>,
 
 /// The access token to send to `url`: the stored one, refreshed first when it is about to
 /// expire. `None` when nobody logged in there.
-pub(crate) async fn token_for(url: &str) -> Result<Option<String>, String> {
+///
+/// `refused` says the server just refused the stored token (revoked, or expired early): it
+/// is refreshed whatever its stated expiry, and `None` comes back when it cannot be.
+pub(crate) async fn token_for(url: &str, refused: bool) -> Result<Option<String>, String> {
     let tokens = Tokens::open()?;
     let Some(grant) = tokens.get(url).await? else {
         return Ok(None);
     };
-    if !grant.is_stale() {
+    if !grant.is_stale() && !refused {
         return Ok(Some(grant.access_token));
+    }
+    if refused && grant.refresh_token.is_none() {
+        return Ok(None);
     }
     let again = format!("run `wharf login {url}` again");
     let Some(refresh) = grant.refresh_token.clone() else {
