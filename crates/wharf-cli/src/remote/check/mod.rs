@@ -7,10 +7,13 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use reqwest::header::{self, HeaderMap, HeaderName, HeaderValue};
-use serde::Serialize;
 use serde_json::{Value, json};
 use wharf_client::{HttpClient, Reply};
 use wharf_protocol::{codes, headers as mcp, meta, version};
+
+mod report;
+
+use report::{Outcome, Verdict, fail, info, pass, report, skip};
 
 use super::Endpoint;
 use super::oauth::{authorization_server_metadata, challenge_param, fetch_json};
@@ -26,42 +29,6 @@ pub(crate) struct CheckArgs {
     /// How long to wait for each answer, in seconds.
     #[arg(long, default_value_t = 10)]
     timeout_secs: u64,
-}
-
-/// How a check came out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-enum Verdict {
-    /// The server behaves as the spec says.
-    Pass,
-    /// It does not: the detail says how.
-    Fail,
-    /// A SHOULD is not met; the endpoint works.
-    Warn,
-    /// Informational: what the server does where the spec leaves a choice.
-    Info,
-    /// The check could not run here (no authorization, a feature not offered).
-    Skip,
-}
-
-impl Verdict {
-    fn label(self) -> &'static str {
-        match self {
-            Verdict::Pass => "PASS",
-            Verdict::Fail => "FAIL",
-            Verdict::Warn => "WARN",
-            Verdict::Info => "INFO",
-            Verdict::Skip => "SKIP",
-        }
-    }
-}
-
-/// One check's outcome.
-#[derive(Debug, Serialize)]
-struct Outcome {
-    name: &'static str,
-    verdict: Verdict,
-    detail: String,
 }
 
 /// The probe: one client, and what discovery found for the later checks.
@@ -704,81 +671,4 @@ fn error_summary(reply: &Reply) -> String {
 
 fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
-}
-
-fn pass(name: &'static str, detail: impl Into<String>) -> Outcome {
-    Outcome {
-        name,
-        verdict: Verdict::Pass,
-        detail: detail.into(),
-    }
-}
-
-fn fail(name: &'static str, detail: impl Into<String>) -> Outcome {
-    Outcome {
-        name,
-        verdict: Verdict::Fail,
-        detail: detail.into(),
-    }
-}
-
-fn skip(name: &'static str, detail: impl Into<String>) -> Outcome {
-    Outcome {
-        name,
-        verdict: Verdict::Skip,
-        detail: detail.into(),
-    }
-}
-
-fn info(name: &'static str, detail: impl Into<String>) -> Outcome {
-    Outcome {
-        name,
-        verdict: Verdict::Info,
-        detail: detail.into(),
-    }
-}
-
-/// Prints the verdicts and the summary; the exit code is 1 when a check failed.
-fn report(url: &str, outcomes: &[Outcome], as_json: bool) -> ExitCode {
-    let count = |v: Verdict| outcomes.iter().filter(|o| o.verdict == v).count();
-    let failed = count(Verdict::Fail);
-    if as_json {
-        let doc = json!({
-            "url": url,
-            "ok": failed == 0,
-            "checks": outcomes,
-            "summary": {
-                "pass": count(Verdict::Pass),
-                "fail": failed,
-                "warn": count(Verdict::Warn),
-                "info": count(Verdict::Info),
-                "skip": count(Verdict::Skip),
-            },
-        });
-        println!("{doc:#}");
-    } else {
-        println!("wharf check {url}");
-        let width = outcomes.iter().map(|o| o.name.len()).max().unwrap_or(0);
-        for o in outcomes {
-            let label = match o.verdict {
-                Verdict::Pass => console::style(o.verdict.label()).green(),
-                Verdict::Fail => console::style(o.verdict.label()).red().bold(),
-                Verdict::Warn => console::style(o.verdict.label()).yellow(),
-                Verdict::Info | Verdict::Skip => console::style(o.verdict.label()).dim(),
-            };
-            println!("  {label}  {:width$}  {}", o.name, o.detail);
-        }
-        println!(
-            "{} checks: {} passed, {failed} failed, {} warnings, {} skipped",
-            outcomes.len(),
-            count(Verdict::Pass),
-            count(Verdict::Warn),
-            count(Verdict::Skip),
-        );
-    }
-    if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
 }
