@@ -10,7 +10,7 @@ use wharf_protocol::headers;
 use crate::{ClientError, RequestMetaBuilder, SseParser};
 
 /// A client of one MCP endpoint.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HttpClient {
     pub(crate) http: reqwest::Client,
     url: String,
@@ -18,6 +18,17 @@ pub struct HttpClient {
     pub meta: RequestMetaBuilder,
     bearer: Option<String>,
     next_id: std::sync::Arc<std::sync::atomic::AtomicI64>,
+}
+
+impl std::fmt::Debug for HttpClient {
+    // The bearer token is a credential: its presence shows, never its value.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpClient")
+            .field("url", &self.url)
+            .field("meta", &self.meta)
+            .field("bearer", &self.bearer.as_ref().map(|_| "<set>"))
+            .finish_non_exhaustive()
+    }
 }
 
 /// Everything an HTTP exchange returned.
@@ -355,4 +366,17 @@ pub(crate) fn messages_of(res: reqwest::Response) -> impl Stream<Item = Value> +
                 .filter_map(|d| serde_json::from_str::<Value>(&d).ok()),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_token_never_shows_in_debug_output() {
+        let client = super::HttpClient::new("http://127.0.0.1:1/mcp").with_bearer("s3cret-value");
+        let shown = format!("{client:?}");
+        assert!(
+            !shown.contains("s3cret") && shown.contains("<set>"),
+            "{shown}"
+        );
+    }
 }

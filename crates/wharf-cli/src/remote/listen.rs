@@ -137,6 +137,8 @@ async fn listen_once(args: &ListenArgs, known: &mut Known) -> Result<(), Stop> {
             while let Some(message) = futures_util::StreamExt::next(&mut stream).await {
                 print_notification(args, &client, known, &message).await;
             }
+            // The next connection opens a session of its own: end this one, if it still is.
+            let _ = session.delete().await;
             Ok(())
         }
     }

@@ -17,13 +17,23 @@ use clap::Args;
 use wharf_client::HttpClient;
 
 /// Where the server is and how to authenticate to it.
-#[derive(Debug, Clone, Args)]
+#[derive(Clone, Args)]
 pub(crate) struct Endpoint {
     /// The server's MCP endpoint, e.g. http://127.0.0.1:8080/mcp.
     pub(crate) url: String,
     /// A bearer token or API key sent as `Authorization: Bearer …`.
     #[arg(long, env = "WHARF_TOKEN", hide_env_values = true)]
     pub(crate) token: Option<String>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    // The token is a credential: its presence shows, never its value.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .finish()
+    }
 }
 
 impl Endpoint {
@@ -121,4 +131,20 @@ pub(crate) fn block_on(future: impl std::future::Future<Output = ExitCode>) -> E
 pub(crate) fn failed(message: impl std::fmt::Display) -> ExitCode {
     eprintln!("{} {message}", console::style("error:").red().bold());
     ExitCode::FAILURE
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_token_never_shows_in_debug_output() {
+        let endpoint = super::Endpoint {
+            url: "http://127.0.0.1:1/mcp".to_owned(),
+            token: Some("s3cret-token-value".to_owned()),
+        };
+        let shown = format!("{endpoint:?}");
+        assert!(
+            !shown.contains("s3cret") && shown.contains("<set>"),
+            "{shown}"
+        );
+    }
 }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// What a login left: the tokens and what it takes to refresh them.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 pub(crate) struct Grant {
     /// The bearer token sent to the server.
     pub(crate) access_token: String,
@@ -28,6 +28,18 @@ pub(crate) struct Grant {
     pub(crate) client_id: String,
     /// The resource (RFC 8707) they are bound to.
     pub(crate) resource: String,
+}
+
+impl std::fmt::Debug for Grant {
+    // The tokens are credentials: never printed, whatever prints a grant.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grant")
+            .field("expires_at", &self.expires_at)
+            .field("token_endpoint", &self.token_endpoint)
+            .field("client_id", &self.client_id)
+            .field("resource", &self.resource)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A refresh this long before expiry avoids sending a token that lapses on the way.
