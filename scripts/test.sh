@@ -38,7 +38,8 @@ if [ ! -f "$oidc_dir/node_modules/oidc-provider/package.json" ]; then
     || { echo "FATAL: could not install oidc-provider into $oidc_dir" >&2; exit 1; }
 fi
 # A real browser for the consent pages and `wharf login` (headless Chromium through
-# chromedriver), OCR for its screenshots, tmux and GNOME Keyring, from Debian's packages.
+# chromedriver), OCR for its screenshots, tmux, GNOME Keyring and Prometheus, from Debian's
+# packages.
 missing=()
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
@@ -49,6 +50,8 @@ missing=()
 [ -x /usr/bin/dbus-daemon ] || missing+=(dbus-daemon)
 [ -x /usr/bin/dbus-send ] || missing+=(dbus-bin)
 [ -x /usr/bin/gnome-keyring-daemon ] || missing+=(gnome-keyring)
+# A real Prometheus scrapes `wharf serve --metrics-listen` (crates/wharf-cli/tests/observability.rs).
+[ -x /usr/bin/prometheus ] || missing+=(prometheus)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"

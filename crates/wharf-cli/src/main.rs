@@ -3,6 +3,7 @@
 
 mod remote;
 mod serve;
+mod telemetry;
 mod user;
 
 use clap::{Parser, Subcommand};

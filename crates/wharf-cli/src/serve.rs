@@ -19,6 +19,8 @@ use wharf_reference::Profile;
 use wharf_stdio::StdioConfig;
 use wharf_store::StoreOptions;
 
+use crate::telemetry::{self, LogFormat};
+
 /// Options of `wharf serve`; each can also come from the environment.
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
@@ -28,6 +30,14 @@ pub(crate) struct ServeArgs {
     /// Serve over stdin/stdout instead of HTTP.
     #[arg(long)]
     stdio: bool,
+    /// Serve Prometheus metrics at `GET /metrics` on this address (keep it off the public
+    /// listener). Without it nothing is counted.
+    #[arg(long, env = "WHARF_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+    /// How log lines on stderr are written: `text`, or `json` (one object per line, with
+    /// the trace id of the request it belongs to).
+    #[arg(long, env = "WHARF_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     /// Which tool set to expose.
     #[arg(long, env = "WHARF_PROFILE", value_enum, default_value_t = ProfileArg::Default)]
     profile: ProfileArg,
@@ -322,21 +332,13 @@ impl From<ProfileArg> for Profile {
 
 /// Runs `wharf serve`; exits 0 after a graceful shutdown.
 pub(crate) fn run(args: ServeArgs) -> ExitCode {
-    // Logs go to stderr: on stdio, stdout carries only MCP messages.
-    // `Targets` reads `info,wharf=debug`-style filters without compiling regular expressions
-    // at startup (EnvFilter does, and every page of that code stays resident).
-    let filter = std::env::var("WHARF_LOG")
-        .ok()
-        .and_then(|f| f.parse::<tracing_subscriber::filter::Targets>().ok())
-        .unwrap_or_else(|| {
-            tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO)
-        });
-    use tracing_subscriber::layer::SubscriberExt as _;
-    use tracing_subscriber::util::SubscriberInitExt as _;
-    tracing_subscriber::registry()
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
-        .with(filter)
-        .init();
+    let _telemetry = match telemetry::init(args.log_format) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("wharf: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let workers = args
         .workers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -618,7 +620,9 @@ fn build_server(
     args: &ServeArgs,
     store: Option<Arc<dyn Store>>,
 ) -> anyhow::Result<Server> {
-    let mut builder = Server::builder(wharf_reference::implementation()).config(config);
+    let mut builder = Server::builder(wharf_reference::implementation())
+        .config(config)
+        .metrics(args.metrics_listen.is_some());
     if let Some(store) = store {
         builder = builder.store(store);
     }
@@ -692,6 +696,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
+    if let Some(address) = args.metrics_listen {
+        serve_metrics(address, server.clone()).await?;
+    }
     let local = listener.local_addr()?;
     let (listener, closer) = wharf_http::DrainingListener::new(listener)?;
     tracing::info!(address = %local, endpoint = %args.endpoint, "wharf serving MCP 2026-07-28");
@@ -739,6 +746,21 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
     }
     tracing::info!("stopped");
+    Ok(())
+}
+
+/// Serves `GET /metrics` on `address` until the process exits.
+async fn serve_metrics(address: SocketAddr, server: Server) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("cannot listen for metrics on {address}"))?;
+    tracing::info!(address = %listener.local_addr()?, "metrics at /metrics");
+    let app = wharf_http::metrics_router(server);
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "the metrics listener stopped");
+        }
+    });
     Ok(())
 }
 

@@ -15,9 +15,10 @@ use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
-use wharf::{Admitted, ErrorKind, Principal, RpcError};
+use wharf::{Admitted, AuthRefusal, ErrorKind, Principal, RpcError};
 use wharf_protocol::{Envelope, headers as mcp};
 
+use crate::authenticate::Refusal;
 use crate::errors::{error_response, error_with_status, json_response, reply_error, unauthorized};
 use crate::{AppState, HttpConfig};
 use crate::{guard, headers, session};
@@ -46,6 +47,9 @@ async fn answer(state: &Arc<AppState>, request: Request) -> Response {
     let principal = match state.config.auth.authenticate(&parts).await {
         Ok(p) => p,
         Err(refused) => {
+            if let Some(m) = state.server.metrics() {
+                m.auth_refused(refusal_reason(&refused, &parts.headers));
+            }
             let refusal = unauthorized(&refused);
             return refuse_unread(&parts.headers, body, refusal, &state.config);
         }
@@ -55,6 +59,16 @@ async fn answer(state: &Arc<AppState>, request: Request) -> Response {
         Err(refused) => return refused,
     };
     serve(state, &parts.headers, &bytes, principal).await
+}
+
+/// Why authentication refused a request, as the metrics count it.
+fn refusal_reason(refused: &Refusal, headers: &HeaderMap) -> AuthRefusal {
+    match refused.status {
+        StatusCode::FORBIDDEN => AuthRefusal::Forbidden,
+        StatusCode::SERVICE_UNAVAILABLE => AuthRefusal::Unavailable,
+        _ if headers.contains_key(header::AUTHORIZATION) => AuthRefusal::Invalid,
+        _ => AuthRefusal::Missing,
+    }
 }
 
 /// A refusal sent before the body was read. A body still to come closes the connection
@@ -191,10 +205,24 @@ async fn serve(
     };
     let server = &state.server;
     let auth = state.config.auth.as_ref();
-    let req = match server.parse_request(id, method, envelope.params) {
+    let mut req = match server.parse_request(id, method, envelope.params) {
         Ok(r) => r,
         Err(reply) => return reply_error(auth, &reply),
     };
+    // W3C trace context travels in `_meta`; a client (or a proxy) that sets only the HTTP
+    // headers still has its trace joined.
+    if req.info.traceparent.is_none() {
+        let text = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        req.info.traceparent = text("traceparent");
+        if req.info.traceparent.is_some() {
+            req.info.tracestate = text("tracestate");
+        }
+    }
     if let Err(e) = headers::validate(headers, &req, server) {
         return error_response(Some(&req.id), &e);
     }

@@ -24,6 +24,7 @@ pub use serve::{ConnectionLimits, serve};
 use std::sync::Arc;
 
 use axum::Router;
+use axum::response::IntoResponse as _;
 use axum::routing::{get, post};
 use wharf::Server;
 
@@ -44,6 +45,35 @@ pub(crate) fn close_while_draining(state: &AppState, response: &mut axum::respon
 pub(crate) struct AppState {
     pub(crate) server: Server,
     pub(crate) config: HttpConfig,
+}
+
+/// `GET /metrics`: the server's counters in the Prometheus text format, for a scraper on
+/// an address of its own (operators keep it off the public listener). Answers 404 when
+/// the server was built without [`ServerBuilder::metrics`](wharf::ServerBuilder::metrics).
+pub fn metrics_router(server: Server) -> Router {
+    Router::new().route(
+        "/metrics",
+        get(move || {
+            let text = server.encode_metrics();
+            async move {
+                match text {
+                    Some(text) => (
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "text/plain; version=0.0.4; charset=utf-8",
+                        )],
+                        text,
+                    )
+                        .into_response(),
+                    None => (
+                        axum::http::StatusCode::NOT_FOUND,
+                        "this server does not count metrics\n",
+                    )
+                        .into_response(),
+                }
+            }
+        }),
+    )
 }
 
 /// The MCP endpoint at `config.endpoint`, with `GET /healthz` and `GET /readyz`.

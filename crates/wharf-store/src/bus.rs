@@ -13,7 +13,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -116,6 +116,8 @@ pub(crate) fn decode(payload: &str) -> Message {
 pub(crate) struct Fanout {
     tx: Mutex<broadcast::Sender<ChangeEvent>>,
     connected: AtomicBool,
+    /// Times a lost connection was listened on again.
+    reconnects: AtomicU64,
 }
 
 impl Fanout {
@@ -123,6 +125,7 @@ impl Fanout {
         Fanout {
             tx: Mutex::new(broadcast::channel(CAPACITY).0),
             connected: AtomicBool::new(false),
+            reconnects: AtomicU64::new(0),
         }
     }
 
@@ -243,12 +246,17 @@ impl NotificationBus for StoreBus {
         self.start();
         self.fanout.connected.load(Ordering::Acquire)
     }
+
+    fn reconnects(&self) -> u64 {
+        self.fanout.reconnects.load(Ordering::Relaxed)
+    }
 }
 
 /// Keeps a listening connection open, reconnecting with capped exponential backoff, until
 /// the bus is dropped.
 async fn listen(backend: &'static str, fanout: Weak<Fanout>, connect: Connect) {
     let mut backoff = Backoff::default();
+    let mut lost = false;
     loop {
         if fanout.strong_count() == 0 {
             return;
@@ -267,6 +275,9 @@ async fn listen(backend: &'static str, fanout: Weak<Fanout>, connect: Connect) {
             };
             // Streams opened before the connection listened may have missed events.
             fanout.gap();
+            if std::mem::take(&mut lost) {
+                fanout.reconnects.fetch_add(1, Ordering::Relaxed);
+            }
             fanout.connected.store(true, Ordering::Release);
             tracing::debug!("{backend} change bus: listening");
         }
@@ -284,6 +295,7 @@ async fn listen(backend: &'static str, fanout: Weak<Fanout>, connect: Connect) {
             return;
         };
         fanout.connected.store(false, Ordering::Release);
+        lost = true;
         fanout.gap();
         tracing::warn!(
             "{backend} change bus: connection lost; open listen streams end, reconnecting"

@@ -10,16 +10,18 @@
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
-use wharf_protocol::RequestId;
+use wharf_protocol::{RequestId, methods};
 
 use crate::access::{self, Denial};
 use crate::dispatch::{self, Core};
 use crate::error::{ErrorKind, RpcError};
-use crate::limits::Permit;
+use crate::limits::{Busy, Permit};
 use crate::listen::Listener;
+use crate::metrics::{AuthRefusal, ListenOpen, Outcome, RequestTimer};
 use crate::principal::Principal;
 use crate::reply::error_message;
 use crate::request::{Caller, Outbox, ParsedRequest, RequestBody};
+use crate::trace;
 
 /// An error answer of the core: the JSON-RPC error, the id it answers, and what a transport
 /// needs to choose its status ([`RpcError::kind`]) and its challenge
@@ -84,6 +86,8 @@ pub struct Admitted {
     req: ParsedRequest,
     principal: Principal,
     _permit: Permit,
+    /// The request's span, from admission to the answer.
+    span: tracing::Span,
 }
 
 impl std::fmt::Debug for Admitted {
@@ -102,24 +106,29 @@ pub(crate) async fn admit(
     req: ParsedRequest,
     principal: Principal,
 ) -> Result<Admitted, ErrorReply> {
+    let span = trace::request(&req, &principal);
     if let Err(denial) = access::check(&core.registry, &req, &principal) {
+        if let (Some(m), ErrorKind::InsufficientScope) = (&core.runtime.metrics, denial.error.kind)
+        {
+            m.auth_refused(AuthRefusal::Forbidden);
+        }
+        refused(core, &req, &span, &denial.error);
         return Err(ErrorReply::denied(req.id, denial));
     }
     // Shared keys load on the first request (a no-op afterwards): every request that runs
     // has the keys to open and seal cursors and request states.
     if let Err(e) = core.runtime.keys.ready().await {
-        return Err(ErrorReply::new(Some(req.id), e.into()));
+        let e = RpcError::from(e);
+        refused(core, &req, &span, &e);
+        return Err(ErrorReply::new(Some(req.id), e));
     }
     let gate = &core.runtime.gate;
     // Listen streams live long by design: they are not requests in flight, and have caps of
     // their own. With no caps at all there is nothing to take.
-    let permit = if req.is_listen() {
-        match gate.enter_listen(principal.id()) {
-            Ok(permit) => permit,
-            Err(e) => return Err(ErrorReply::new(Some(req.id), e)),
-        }
+    let entered = if req.is_listen() {
+        gate.enter_listen(principal.id())
     } else if gate.is_open() {
-        Permit::default()
+        Ok(Permit::default())
     } else {
         let tool = match &req.body {
             RequestBody::CallTool(params) => core
@@ -128,23 +137,47 @@ pub(crate) async fn admit(
                 .and_then(|t| t.limit.as_ref()),
             _ => None,
         };
-        match gate.enter(principal.id(), tool).await {
-            Ok(permit) => permit,
-            Err(e) => return Err(ErrorReply::new(Some(req.id), e)),
-        }
+        use tracing::Instrument as _;
+        gate.enter(principal.id(), tool)
+            .instrument(trace::admission(&span))
+            .await
     };
-    Ok(Admitted {
-        core: Arc::clone(core),
-        req,
-        principal,
-        _permit: permit,
-    })
+    match entered {
+        Ok(permit) => Ok(Admitted {
+            core: Arc::clone(core),
+            req,
+            principal,
+            _permit: permit,
+            span,
+        }),
+        Err(Busy { why, error }) => {
+            if let Some(m) = &core.runtime.metrics {
+                m.shed(why);
+            }
+            refused(core, &req, &span, &error);
+            Err(ErrorReply::new(Some(req.id), error))
+        }
+    }
+}
+
+/// Counts a request admission refused, and says why on its span.
+fn refused(core: &Core, req: &ParsedRequest, span: &tracing::Span, error: &RpcError) {
+    if let Some(m) = &core.runtime.metrics {
+        let timer = match &req.body {
+            RequestBody::CallTool(params) => {
+                RequestTimer::tool_call(m, core.registry.tool_position(&params.name))
+            }
+            other => RequestTimer::method(m, other.method()),
+        };
+        timer.finish(Outcome::Error);
+    }
+    trace::finish(span, Outcome::Error, Some(error));
 }
 
 impl Admitted {
     /// What a legacy call runs its rounds with.
-    pub(crate) fn into_parts(self) -> (Arc<Core>, ParsedRequest, Principal, Permit) {
-        (self.core, self.req, self.principal, self._permit)
+    pub(crate) fn into_parts(self) -> (Arc<Core>, ParsedRequest, Principal, Permit, tracing::Span) {
+        (self.core, self.req, self.principal, self._permit, self.span)
     }
 
     /// The request.
@@ -174,7 +207,7 @@ impl Admitted {
             cancel: None,
             outbox: None,
         };
-        dispatch::execute(&self.core, self.req, caller)
+        dispatch::execute(&self.core, self.req, caller, self.span)
             .await
             .map_err(|e| ErrorReply::new(Some(id), e))
     }
@@ -191,10 +224,22 @@ impl Admitted {
             req,
             principal,
             _permit: permit,
+            span,
         } = self;
         let id = req.id.clone();
-        let opened = Listener::open(&core.registry, &core.runtime, req, &principal)
-            .map_err(|e| error_message(Some(&id), &e));
+        let opened = Listener::open(&core.registry, &core.runtime, req, &principal);
+        let outcome = match &opened {
+            Ok(_) => (Outcome::Ok, None),
+            Err(e) => (Outcome::Error, Some(e)),
+        };
+        trace::finish(&span, outcome.0, outcome.1);
+        // The stream counts as open while it lives (and once as a request, when it opens).
+        let open = core.runtime.metrics.as_ref().map(|m| {
+            RequestTimer::method(m, methods::SUBSCRIPTIONS_LISTEN).finish(outcome.0);
+            ListenOpen::new(Arc::clone(m))
+        });
+        let opened = opened.map_err(|e| error_message(Some(&id), &e));
+        let permit = (permit, open);
         // The stream holds its slots under the listen caps until it ends or is dropped.
         let messages =
             futures_util::stream::unfold((Some(opened), permit), |(state, permit)| async move {
@@ -236,7 +281,7 @@ impl Admitted {
             cancel: Some(cancel.clone()),
             outbox: Some(outbox.clone()),
         };
-        let outcome = dispatch::execute(&self.core, self.req, caller).await;
+        let outcome = dispatch::execute(&self.core, self.req, caller, self.span).await;
         if cancel.is_cancelled() {
             return;
         }

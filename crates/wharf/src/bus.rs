@@ -78,6 +78,12 @@ pub trait NotificationBus: Send + Sync + 'static {
     fn is_connected(&self) -> bool {
         true
     }
+
+    /// How many times the bus lost its connection and reconnected (0 for a bus with no
+    /// connection to lose), for the metrics.
+    fn reconnects(&self) -> u64 {
+        0
+    }
 }
 
 /// The bus of a single process.

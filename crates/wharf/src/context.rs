@@ -14,6 +14,7 @@ use crate::cursor::ListKind;
 use crate::error::RpcError;
 use crate::handler::HandlerError;
 use crate::meta::RequestInfo;
+use crate::metrics::StoreOp;
 use crate::mrtr::{Ask, Elicited, FormSchema, Round};
 use crate::principal::Principal;
 use crate::progress::ProgressStream;
@@ -471,7 +472,8 @@ impl Context {
         let shared = match &state.tx {
             Some(shared) => Arc::clone(shared),
             None => {
-                let tx = self.store()?.begin(TxMode::Write).await?;
+                let begin = self.store()?.begin(TxMode::Write);
+                let tx = self.runtime.store_op(StoreOp::Begin, begin).await?;
                 let shared = Arc::new(tokio::sync::Mutex::new(tx));
                 state.tx = Some(Arc::clone(&shared));
                 shared
@@ -490,7 +492,8 @@ impl Context {
     /// the lock's fence, so on a store whose locks are leases its commit applies nothing once
     /// the call lost its key.
     pub async fn transaction(&self, mode: TxMode) -> Result<Box<dyn Transaction>, HandlerError> {
-        let mut tx = self.store()?.begin(mode).await?;
+        let begin = self.store()?.begin(mode);
+        let mut tx = self.runtime.store_op(StoreOp::Begin, begin).await?;
         if let Some(fence) = &self.fence {
             tx.fence(fence);
         }

@@ -2,16 +2,18 @@
 
 use std::sync::Arc;
 
-use tracing::Instrument;
+use tracing::{Instrument, Span};
 
 use crate::access;
 use crate::error::{ErrorKind, RpcError};
 use crate::methods::lists::{self, List};
 use crate::methods::{Call, completion, prompts, resources, tools};
+use crate::metrics::{Outcome, RequestTimer};
 use crate::middleware::{Chain, Middleware, MiddlewareFuture, Next, cancelled};
 use crate::registry::Registry;
 use crate::request::{Caller, ParsedRequest, RequestBody};
 use crate::runtime::Runtime;
+use crate::trace;
 
 /// Everything a built server runs requests with.
 pub(crate) struct Core {
@@ -20,40 +22,48 @@ pub(crate) struct Core {
     pub(crate) middleware: Vec<Arc<dyn Middleware>>,
 }
 
-/// Runs an admitted request (other than `subscriptions/listen`) to its whole response.
-/// When `caller.cancel` fires, the work is dropped at its next await and the outcome is an
-/// error that must not be sent.
+/// Runs an admitted request (other than `subscriptions/listen`) to its whole response,
+/// inside `span` (the request's, or the round's of a legacy call). When `caller.cancel`
+/// fires, the work is dropped at its next await and the outcome is an error that must not
+/// be sent.
 pub(crate) async fn execute(
     core: &Arc<Core>,
     req: ParsedRequest,
     caller: Caller,
+    span: Span,
 ) -> Result<Vec<u8>, RpcError> {
-    // A request that carries W3C trace context gets an info-level span holding it, so the
-    // trace joins the client's; others get a debug-level span, free unless enabled.
-    let span = match &req.info.traceparent {
-        Some(tp) => tracing::info_span!(
-            "mcp.request",
-            method = req.body.method(),
-            // Debug: a string id quoted and escaped, so no client writes raw text into logs.
-            id = ?req.id,
-            traceparent = tp.as_str(),
-            tracestate = req.info.tracestate.as_deref().unwrap_or(""),
-        ),
-        None => tracing::debug_span!("mcp.request", method = req.body.method(), id = ?req.id),
+    // A tool call counts itself, with its tool and how its result ended (see `tools::call`).
+    let own_count = !matches!(req.body, RequestBody::CallTool(_));
+    let timer = match &core.runtime.metrics {
+        Some(m) if own_count => Some(RequestTimer::method(m, req.body.method())),
+        _ => None,
     };
     // Each branch builds its own future: one built before the match would be kept beside
     // its instrumented copy, doubling the state every request carries.
-    match caller.cancel.clone() {
+    let cancel = caller.cancel.clone();
+    let out = match cancel.clone() {
         Some(cancel) => {
-            let work = chain(core, req, caller).instrument(span);
+            let work = chain(core, req, caller).instrument(span.clone());
             tokio::select! {
                 biased;
                 () = cancel.cancelled() => Err(cancelled()),
                 out = work => out,
             }
         }
-        None => chain(core, req, caller).instrument(span).await,
+        None => chain(core, req, caller).instrument(span.clone()).await,
+    };
+    if own_count {
+        let outcome = match &out {
+            Ok(_) => Outcome::Ok,
+            Err(_) if cancel.is_some_and(|c| c.is_cancelled()) => Outcome::Cancelled,
+            Err(_) => Outcome::Error,
+        };
+        if let Some(timer) = timer {
+            timer.finish(outcome);
+        }
+        trace::finish(&span, outcome, out.as_ref().err());
     }
+    out
 }
 
 /// The middleware chain, then the method; straight to the method when there is no chain.

@@ -5,6 +5,8 @@
 
 use std::future::Future;
 
+use tracing::Instrument as _;
+
 use wharf_protocol::{InputRequiredResult, InputResponses, RequestId, ResultType};
 
 use crate::context::Context;
@@ -15,6 +17,7 @@ use crate::mrtr::{Ask, Binding, Resume, Turn, open_round, seal_round};
 use crate::principal::Principal;
 use crate::reply::respond;
 use crate::runtime::Runtime;
+use crate::trace;
 
 /// How a handler's run ended, other than with a protocol error.
 pub(crate) enum Ended<T> {
@@ -80,7 +83,9 @@ where
     let resume = cx.enter_turn(turn);
     let progress = cx.progress_stream();
     let cleanup = cx.cleanup_guard();
-    let got = call(cx).await;
+    // A request that answers an earlier round's input requests says which round it is.
+    let span = trace::handler(resume.as_ref().map(|r| r.round));
+    let got = call(cx).instrument(span).await;
     cleanup.disarm();
     // Kept progress goes out now, and nothing after: the response follows.
     if let Some(progress) = progress {
@@ -103,6 +108,9 @@ fn input_required(
     resume: Option<&Resume>,
     ask: Ask,
 ) -> Result<Vec<u8>, RpcError> {
+    if let Some(m) = &runtime.metrics {
+        m.mrtr_round();
+    }
     let (input_requests, token) = seal_round(
         &runtime.config.request_state,
         &runtime.keys.get().states,

@@ -45,6 +45,7 @@ mod limits;
 mod listen;
 mod meta;
 mod methods;
+mod metrics;
 mod middleware;
 mod mrtr;
 mod mutation;
@@ -62,6 +63,7 @@ mod session;
 pub mod store;
 pub mod testing;
 mod tool;
+mod trace;
 mod uri_template;
 
 pub use admission::{Admitted, ErrorReply, ListenStream};
@@ -76,6 +78,7 @@ pub use legacy::{
 };
 pub use limits::Limits;
 pub use meta::{Era, RequestInfo};
+pub use metrics::{AuthRefusal, Metrics};
 pub use middleware::{Middleware, MiddlewareFuture, Next};
 pub use mrtr::{Ask, Elicited, FormSchema, KeyError, StateConfig, StateKeys, StringFormat};
 pub use principal::{Grant, Principal};

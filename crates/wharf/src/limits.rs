@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::{ErrorKind, RpcError};
+use crate::metrics::Shed;
 
 /// How much a server takes on at once. By default requests are not capped, and
 /// `subscriptions/listen` streams are: they live long and cost a subscription each.
@@ -77,6 +78,11 @@ impl Gate {
         }
     }
 
+    /// Requests waiting in the queue now.
+    pub(crate) fn queued(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
     /// Whether nothing is capped at all, server-wide or per principal (tools may still cap
     /// themselves: see admission).
     pub(crate) fn is_open(&self) -> bool {
@@ -90,15 +96,16 @@ impl Gate {
         &self,
         principal: &str,
         tool: Option<&Arc<Semaphore>>,
-    ) -> Result<Permit, RpcError> {
+    ) -> Result<Permit, Busy> {
         // No allocation unless a cap applies: the uncapped hot path stays free.
         let mut slots = Vec::new();
         if let Some(cap) = self.limits.per_principal {
             let sem = principal_semaphore(&self.principals, principal, cap);
             let slot = sem.try_acquire_owned().map_err(|_| {
-                busy(&format!(
-                    "this principal already has {cap} requests running"
-                ))
+                busy(
+                    Shed::PrincipalCap,
+                    &format!("this principal already has {cap} requests running"),
+                )
             })?;
             slots.push(slot);
         }
@@ -112,38 +119,44 @@ impl Gate {
         Ok(Permit { _slots: slots })
     }
 
-    async fn wait(&self, sem: &Arc<Semaphore>) -> Result<OwnedSemaphorePermit, RpcError> {
+    async fn wait(&self, sem: &Arc<Semaphore>) -> Result<OwnedSemaphorePermit, Busy> {
         let queued = self.waiting.fetch_add(1, Ordering::AcqRel);
         let mut leave = Leave {
             waiting: &self.waiting,
             in_queue: false,
         };
         if queued >= self.limits.max_queue {
-            return Err(busy("the server is at capacity and its queue is full"));
+            return Err(busy(
+                Shed::QueueFull,
+                "the server is at capacity and its queue is full",
+            ));
         }
         // Operators see queueing at debug level; the tests wait for these lines too.
         tracing::debug!(queued = queued + 1, "request queued for a slot");
         leave.in_queue = true;
         let slot = Arc::clone(sem).acquire_owned().await;
         leave.in_queue = false;
-        slot.map_err(|_| busy("the server is shutting down"))
+        slot.map_err(|_| busy(Shed::ShuttingDown, "the server is shutting down"))
     }
 
     /// Takes the slots a listen stream holds while it is open: its principal's and the
     /// server's, at once or refused (a stream waits for events, never for a slot).
-    pub(crate) fn enter_listen(&self, principal: &str) -> Result<Permit, RpcError> {
+    pub(crate) fn enter_listen(&self, principal: &str) -> Result<Permit, Busy> {
         let mut slots = Vec::new();
         if let Some(cap) = self.limits.listen_per_principal {
             let sem = principal_semaphore(&self.listeners, principal, cap);
             slots.push(sem.try_acquire_owned().map_err(|_| {
-                busy(&format!(
+                busy(Shed::ListenCap, &format!(
                     "this principal already has {cap} subscriptions/listen streams open; close one first"
                 ))
             })?);
         }
         if let Some(total) = &self.listen_total {
             slots.push(Arc::clone(total).try_acquire_owned().map_err(|_| {
-                busy("the server has as many subscriptions/listen streams open as it takes")
+                busy(
+                    Shed::ListenCap,
+                    "the server has as many subscriptions/listen streams open as it takes",
+                )
             })?);
         }
         Ok(Permit { _slots: slots })
@@ -190,11 +203,19 @@ impl Drop for Leave<'_> {
     }
 }
 
-fn busy(why: &str) -> RpcError {
-    RpcError::new(
+/// A request shed under load: why (for the metrics) and the error that says so.
+#[derive(Debug)]
+pub(crate) struct Busy {
+    pub(crate) why: Shed,
+    pub(crate) error: RpcError,
+}
+
+fn busy(why: Shed, message: &str) -> Busy {
+    let error = RpcError::new(
         ErrorKind::RetryLater,
-        format!("Busy: {why}; retry after the time Retry-After gives"),
-    )
+        format!("Busy: {message}; retry after the time Retry-After gives"),
+    );
+    Busy { why, error }
 }
 
 #[cfg(test)]
@@ -220,7 +241,8 @@ mod tests {
             tokio::task::yield_now().await;
         }
         let refused = gate.enter("a", None).await.unwrap_err();
-        assert_eq!(refused.kind, ErrorKind::RetryLater);
+        assert_eq!(refused.why, Shed::QueueFull);
+        assert_eq!(refused.error.kind, ErrorKind::RetryLater);
         drop(first);
         queued.await.unwrap().unwrap();
         assert_eq!(gate.waiting.load(Ordering::Acquire), 0);
@@ -263,7 +285,8 @@ mod tests {
             ..Limits::default()
         });
         let a = gate.enter("a", None).await.unwrap();
-        assert!(gate.enter("a", None).await.is_err());
+        let refused = gate.enter("a", None).await.unwrap_err();
+        assert_eq!(refused.why, Shed::PrincipalCap);
         let b = gate.enter("b", None).await.unwrap();
         drop((a, b));
         assert!(gate.enter("a", None).await.is_ok());
@@ -279,6 +302,8 @@ mod tests {
         let a1 = gate.enter_listen("a").unwrap();
         let _a2 = gate.enter_listen("a").unwrap();
         let refused = gate.enter_listen("a").unwrap_err();
+        assert_eq!(refused.why, Shed::ListenCap);
+        let refused = refused.error;
         assert_eq!(refused.kind, ErrorKind::RetryLater);
         assert!(
             refused.message.contains("2 subscriptions/listen streams"),
@@ -287,7 +312,7 @@ mod tests {
         );
         // Another principal has its own share, up to the server's total.
         let _b1 = gate.enter_listen("b").unwrap();
-        let full = gate.enter_listen("b").unwrap_err();
+        let full = gate.enter_listen("b").unwrap_err().error;
         assert!(full.message.contains("the server has"), "{}", full.message);
         // A closed stream frees its slots.
         drop(a1);

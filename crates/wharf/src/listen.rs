@@ -217,6 +217,9 @@ impl Listener {
                     Ok(_) => {}
                     Err(RecvError::Lagged(missed)) => {
                         tracing::warn!(missed, "listen stream lagged; announcing every subscribed change");
+                        if let Some(m) = &self.runtime.metrics {
+                            m.listen_missed(missed);
+                        }
                         self.backlog = self.everything();
                         while let Some(event) = self.backlog.pop() {
                             if let Some(m) = self.render(&event) {

@@ -349,6 +349,11 @@ impl Registry {
         self.tool_index.get(name).map(|&i| &self.tools[i])
     }
 
+    /// Where tool `name` is in [`Registry::tools`].
+    pub(crate) fn tool_position(&self, name: &str) -> Option<usize> {
+        self.tool_index.get(name).copied()
+    }
+
     /// The prompt called `name`.
     pub(crate) fn prompt(&self, name: &str) -> Option<&PromptDef> {
         self.prompt_index.get(name).map(|&i| &self.prompts[i])

@@ -3,8 +3,10 @@
 //! holds this, never the whole server.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 use wharf_protocol::{ResultMeta, ServerInfo};
 
 use crate::bus::{ChangeEvent, NotificationBus};
@@ -12,9 +14,11 @@ use crate::config::ServerConfig;
 use crate::error::RpcError;
 use crate::keys::KeyRing;
 use crate::limits::Gate;
+use crate::metrics::{Metrics, StoreOp};
 use crate::mutation::MutationQueue;
 use crate::session::{Book, Hub};
 use crate::store::Store;
+use crate::trace;
 
 /// The shared state of a running server.
 pub(crate) struct Runtime {
@@ -36,6 +40,8 @@ pub(crate) struct Runtime {
     pub(crate) sessions: Arc<Book>,
     /// The legacy calls running here and the answers they wait for.
     pub(crate) hub: Arc<Hub>,
+    /// What is counted, when the server counts ([`crate::ServerBuilder::metrics`]).
+    pub(crate) metrics: Option<Arc<Metrics>>,
 }
 
 impl Runtime {
@@ -49,6 +55,20 @@ impl Runtime {
         self.store
             .as_ref()
             .ok_or_else(|| RpcError::internal("a call needs a store but none is configured"))
+    }
+
+    /// Runs `work`, one operation of the store, inside a span of its own and timed for the
+    /// metrics.
+    pub(crate) async fn store_op<F: Future>(&self, op: StoreOp, work: F) -> F::Output {
+        let backend = self.store.as_ref().map_or("none", |s| s.backend());
+        let span = trace::store(op.as_str(), backend);
+        let Some(metrics) = &self.metrics else {
+            return work.instrument(span).await;
+        };
+        let started = Instant::now();
+        let out = work.instrument(span).await;
+        metrics.store_op(op, started.elapsed());
+        out
     }
 
     /// Announces a change to every listen stream that opted into it.

@@ -13,6 +13,7 @@ use crate::dispatch::Core;
 use crate::keys::KeyRing;
 use crate::legacy::Sessions;
 use crate::limits::Gate;
+use crate::metrics::{Gauges, Metrics};
 use crate::middleware::Middleware;
 use crate::mutation::MutationQueue;
 use crate::principal::Principal;
@@ -54,6 +55,7 @@ impl Server {
             bus: None,
             store: None,
             logging: true,
+            metrics: false,
             middleware: Vec::new(),
         }
     }
@@ -168,6 +170,23 @@ impl Server {
         &self.core.runtime.bus
     }
 
+    /// The server's counters, when it was built to count them
+    /// ([`ServerBuilder::metrics`]): transports count their own refusals there.
+    pub fn metrics(&self) -> Option<&Metrics> {
+        self.core.runtime.metrics.as_deref()
+    }
+
+    /// Every counter in the Prometheus text exposition format, when the server counts.
+    pub fn encode_metrics(&self) -> Option<String> {
+        let runtime = &self.core.runtime;
+        let metrics = runtime.metrics.as_ref()?;
+        Some(metrics.encode(Gauges {
+            queued: runtime.gate.queued(),
+            bus_reconnects: runtime.bus.reconnects(),
+            bus_connected: runtime.bus.is_connected(),
+        }))
+    }
+
     /// Cancelled once [`Server::shutdown`] is called.
     pub fn shutdown_token(&self) -> &CancellationToken {
         &self.core.runtime.shutdown
@@ -186,6 +205,7 @@ pub struct ServerBuilder {
     bus: Option<Arc<dyn NotificationBus>>,
     store: Option<Arc<dyn Store>>,
     logging: bool,
+    metrics: bool,
     middleware: Vec<Arc<dyn Middleware>>,
 }
 
@@ -251,6 +271,13 @@ impl ServerBuilder {
         self
     }
 
+    /// Whether to count requests, waits and refusals for [`Server::metrics`] (off by
+    /// default: counting costs a few atomic increments per request).
+    pub fn metrics(mut self, enabled: bool) -> Self {
+        self.metrics = enabled;
+        self
+    }
+
     /// Whether to declare the `logging` capability (on by default).
     pub fn logging(mut self, enabled: bool) -> Self {
         self.logging = enabled;
@@ -286,6 +313,10 @@ impl ServerBuilder {
                 .unwrap_or_else(|| Arc::new(InProcessBus::default())),
             sessions: Arc::new(Book::new(self.store.as_ref())),
             hub: Arc::default(),
+            metrics: self.metrics.then(|| {
+                let names = registry.tools.iter().map(|t| t.def.tool.name.clone());
+                Arc::new(Metrics::new(names.collect()))
+            }),
             store: self.store,
             shutdown: CancellationToken::new(),
             draining: CancellationToken::new(),

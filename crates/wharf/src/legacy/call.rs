@@ -29,6 +29,7 @@ use crate::reply::error_message;
 use crate::request::{self, Caller, Outbox, ParsedRequest, RequestBody};
 use crate::session::{Delivery, Running, Session, Waiter};
 use crate::store::TxMode;
+use crate::trace;
 
 /// How often a call waiting for an answer looks in the store even without a signal (one
 /// can be lost while the bus reconnects).
@@ -105,6 +106,8 @@ struct Run {
     raw: Option<Box<RawValue>>,
     cancel: CancellationToken,
     rounds: u32,
+    /// The request's span, which each round's span is under.
+    span: tracing::Span,
     _running: Running,
     _permit: Permit,
 }
@@ -143,7 +146,7 @@ impl LegacyCall {
         params: Option<&RawValue>,
         (cancel, running): (CancellationToken, Running),
     ) -> Self {
-        let (core, req, principal, permit) = admitted.into_parts();
+        let (core, req, principal, permit, span) = admitted.into_parts();
         let method = req.body.method();
         let may_ask = matches!(
             method,
@@ -159,6 +162,7 @@ impl LegacyCall {
                 method,
                 cancel,
                 rounds: 0,
+                span,
                 _running: running,
                 _permit: permit,
             },
@@ -239,7 +243,8 @@ impl Run {
             cancel: Some(self.cancel.clone()),
             outbox: outbox.cloned(),
         };
-        match dispatch::execute(&self.core, req, caller).await {
+        let span = trace::round(&self.span, self.rounds);
+        match dispatch::execute(&self.core, req, caller, span).await {
             Err(_) if self.cancel.is_cancelled() => Step::Cancelled,
             Err(e) => Step::Done(error_message(Some(&self.id), &e)),
             Ok(m) => classify(m),

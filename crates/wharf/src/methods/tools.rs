@@ -6,12 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
+use tracing::{Instrument as _, Span};
 use wharf_protocol::{CallToolParams, CallToolResult, RequestId, ResultType, methods};
 
 use crate::context::{Context, Finished, Hold, TxSlot};
 use crate::driver::{Ended, drive, open_turn};
 use crate::error::{ErrorKind, RpcError};
 use crate::methods::Call;
+use crate::metrics::{Outcome, RequestTimer, StoreOp};
 use crate::mrtr::Binding;
 use crate::mutation::KeyTurn;
 use crate::principal::Principal;
@@ -23,6 +25,7 @@ use crate::store::{Begin, Claim, Digest, Fence, Millis, now_millis};
 use crate::store::{Expiry, HandleRecord, human, is_handle_id};
 use crate::store::{KEY_ARGUMENT, REPLAY_META, StoreError, Transaction};
 use crate::tool::Idempotence;
+use crate::trace;
 
 /// Where a call stands before its handler runs.
 enum Prepared {
@@ -39,8 +42,29 @@ enum Prepared {
     Replay(String),
 }
 
-/// Calls tool `params.name`.
+/// Calls tool `params.name`, counting the call by tool and outcome when the server counts.
 pub(crate) async fn call(call: Call<'_, Box<CallToolParams>>) -> Result<Vec<u8>, RpcError> {
+    let timer = call
+        .runtime
+        .metrics
+        .as_deref()
+        .map(|m| RequestTimer::tool_call(m, call.registry.tool_position(&call.params.name)));
+    let cancel = call.caller.cancel.clone();
+    let out = run(call).await;
+    let outcome = match &out {
+        Ok((_, outcome)) => *outcome,
+        Err(_) if cancel.is_some_and(|c| c.is_cancelled()) => Outcome::Cancelled,
+        Err(_) => Outcome::Error,
+    };
+    if let Some(timer) = timer {
+        timer.finish(outcome);
+    }
+    trace::finish(&Span::current(), outcome, out.as_ref().err());
+    out.map(|(message, _)| message)
+}
+
+/// Runs a tool call to its response and how it ended.
+async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), RpcError> {
     let Call {
         registry,
         runtime,
@@ -178,7 +202,7 @@ pub(crate) async fn call(call: Call<'_, Box<CallToolParams>>) -> Result<Vec<u8>,
     let result = match drive(cx, turn, run).await? {
         Ended::Value(r) => r,
         Ended::Failed(message) => CallToolResult::error(message),
-        Ended::Asked(response) => return Ok(response),
+        Ended::Asked(response) => return Ok((response, Outcome::InputRequired)),
     };
     let failed = result.is_error == Some(true);
     if let (Some(validator), Some(structured), false) =
@@ -196,17 +220,21 @@ pub(crate) async fn call(call: Call<'_, Box<CallToolParams>>) -> Result<Vec<u8>,
     // Once the handler has returned, its commit and the release of its key run to the end
     // on their own task, even if the client goes away meanwhile: a commit cut short must
     // never let the next writer of the key in before it lands.
-    let settle = tokio::spawn(settle(
-        Arc::clone(runtime),
-        slot,
-        keyed.map(|k| match k.how {
-            Idempotence::OneTransaction => Record::InCallTransaction(k.claim),
-            Idempotence::InSteps => Record::AfterSteps(k.claim, held_claim),
-        }),
-        [lock, key_turn],
-        result,
-        failed,
-    ));
+    let settle = tokio::spawn(
+        settle(
+            Arc::clone(runtime),
+            slot,
+            keyed.map(|k| match k.how {
+                Idempotence::OneTransaction => Record::InCallTransaction(k.claim),
+                Idempotence::InSteps => Record::AfterSteps(k.claim, held_claim),
+            }),
+            [lock, key_turn],
+            result,
+            failed,
+        )
+        // The commit's spans stay under the request's, though it runs on its own task.
+        .instrument(Span::current()),
+    );
     let result = settle
         .await
         .map_err(|e| RpcError::internal(format!("the commit task failed: {e}")))??;
@@ -246,18 +274,26 @@ async fn settle(
         Finished::TouchOnly(due) => {
             for hold in due {
                 if let Some(at) = hold.touch_at {
-                    runtime.require_store()?.touch_handle(&hold.id, at).await?;
+                    let touch = runtime.require_store()?.touch_handle(&hold.id, at);
+                    runtime.store_op(StoreOp::TouchHandle, touch).await?;
                 }
             }
             committed = !failed;
             result
         }
         Finished::Commit(Some(mut tx)) if !failed => {
-            if let Some(Record::InCallTransaction(claim)) = &record {
-                let stored = serde_json::to_string(&result).map_err(RpcError::internal)?;
-                tx.complete_claim(claim, &stored).await?;
-            }
-            tx.commit().await?;
+            let claim = match &record {
+                Some(Record::InCallTransaction(claim)) => Some(claim),
+                _ => None,
+            };
+            let commit = async {
+                if let Some(claim) = claim {
+                    let stored = serde_json::to_string(&result).map_err(RpcError::internal)?;
+                    tx.complete_claim(claim, &stored).await?;
+                }
+                Ok::<_, RpcError>(tx.commit().await?)
+            };
+            runtime.store_op(StoreOp::Commit, commit).await?;
             committed = true;
             result
         }
@@ -268,7 +304,8 @@ async fn settle(
         Finished::Commit(_) => result,
     };
     if let (true, Some(Record::AfterSteps(claim, held))) = (committed, record) {
-        record_steps(runtime.require_store()?, &claim, held, &result).await?;
+        let record = record_steps(runtime.require_store()?, &claim, held, &result);
+        runtime.store_op(StoreOp::Commit, record).await?;
     }
     // Only now, with the writes committed, may the next call on the keys run.
     for turn in turns.into_iter().flatten() {
@@ -376,7 +413,7 @@ async fn turn_on(
         tokio::select! {
             biased;
             turn = &mut wait => turn.map(Waited::Turn),
-            found = store.replay_of(claim, now_millis()) => match found {
+            found = runtime.store_op(StoreOp::Replay, store.replay_of(claim, now_millis())) => match found {
                 Ok(Some(stored)) => Ok(Waited::Replay(stored)),
                 Ok(None) => wait.await.map(Waited::Turn),
                 Err(e) => {
@@ -386,7 +423,14 @@ async fn turn_on(
             },
         }
     };
-    match tokio::time::timeout_at(deadline, waited).await {
+    let started = std::time::Instant::now();
+    let waited = tokio::time::timeout_at(deadline, waited)
+        .instrument(trace::mutation_wait())
+        .await;
+    if let Some(m) = &runtime.metrics {
+        m.lock_waited(started.elapsed());
+    }
+    match waited {
         Ok(waited) => waited.map(Some),
         Err(_) => Ok(None),
     }
@@ -489,9 +533,8 @@ async fn prepare(
     let begun = match &keyed.handle {
         Some((param, id)) => {
             let (record, begun) = if is_handle_id(id) {
-                store
-                    .claim_on_handle(claim, id, principal.id(), now)
-                    .await?
+                let claimed = store.claim_on_handle(claim, id, principal.id(), now);
+                runtime.store_op(StoreOp::Begin, claimed).await?
             } else {
                 (None, None)
             };
@@ -504,7 +547,8 @@ async fn prepare(
                 return Ok(Prepared::Replay(stored));
             }
             if gone {
-                if let Some(stored) = store.replay_of(claim, now).await? {
+                let lookup = store.replay_of(claim, now);
+                if let Some(stored) = runtime.store_op(StoreOp::Replay, lookup).await? {
                     return Ok(Prepared::Replay(stored));
                 }
             }
@@ -522,7 +566,10 @@ async fn prepare(
             }
             begun.ok_or_else(|| RpcError::internal("the store claimed nothing for the owner"))?
         }
-        None => store.begin_idempotent(claim, now).await?,
+        None => {
+            let begun = store.begin_idempotent(claim, now);
+            runtime.store_op(StoreOp::Begin, begun).await?
+        }
     };
     Ok(match begun {
         Begin::Run(tx) => {
@@ -554,18 +601,26 @@ async fn prepare(
     })
 }
 
+/// A tool's result as its response, and how the call ended.
 fn respond_tool(
     runtime: &Runtime,
     id: &RequestId,
     mut result: CallToolResult,
-) -> Result<Vec<u8>, RpcError> {
+) -> Result<(Vec<u8>, Outcome), RpcError> {
     result.result_type = ResultType::Complete;
     result.meta.server_info = Some(runtime.info.clone());
-    respond(id, &result)
+    let outcome = match result.is_error {
+        Some(true) => Outcome::ToolError,
+        _ => Outcome::Ok,
+    };
+    Ok((respond(id, &result)?, outcome))
 }
 
 /// The stored first result of an idempotent write, marked as a replay.
-fn replay(runtime: &Runtime, id: &RequestId, stored: &str) -> Result<Vec<u8>, RpcError> {
+fn replay(runtime: &Runtime, id: &RequestId, stored: &str) -> Result<(Vec<u8>, Outcome), RpcError> {
+    if let Some(m) = &runtime.metrics {
+        m.replayed();
+    }
     let mut result: CallToolResult = serde_json::from_str(stored)
         .map_err(|e| RpcError::internal(format!("stored idempotent result is unreadable: {e}")))?;
     result
@@ -579,7 +634,8 @@ async fn load_handle(runtime: &Runtime, id: &str) -> Result<Option<HandleRecord>
     if !is_handle_id(id) {
         return Ok(None);
     }
-    Ok(runtime.require_store()?.load_handle(id).await?)
+    let load = runtime.require_store()?.load_handle(id);
+    Ok(runtime.store_op(StoreOp::LoadHandle, load).await?)
 }
 
 /// The serializer's key for `value`, scoped to the caller: only the owner of what a value

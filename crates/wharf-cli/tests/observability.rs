@@ -1,0 +1,391 @@
+//! What an operator sees of a running `wharf serve`: a real Prometheus scraping its
+//! metrics, its spans received over OTLP/HTTP under the caller's trace, and JSON log lines
+//! that carry the trace id.
+
+mod common;
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::import::{TOKEN_42, sqlite_url, unique};
+use common::{ServerProcess, free_port, request};
+use futures_util::StreamExt as _;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message as _;
+use serde_json::{Value, json};
+
+/// A W3C trace context as a client would send it, with a fresh trace id.
+fn traceparent() -> (String, String, String) {
+    let trace: String = (0..4)
+        .map(|_| format!("{:08x}", rand_u32()))
+        .collect::<String>();
+    let parent = format!("{:08x}{:08x}", rand_u32(), rand_u32());
+    (format!("00-{trace}-{parent}-01"), trace, parent)
+}
+
+fn rand_u32() -> u32 {
+    use std::hash::{BuildHasher, RandomState};
+    (RandomState::new().hash_one(Instant::now()) as u32) | 1
+}
+
+/// Waits until `check` gives a value, polling: a generous deadline turns a hang into a
+/// failure; nothing is decided by it.
+async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(found) = check().await {
+            return found;
+        }
+        if Instant::now() > deadline {
+            panic!("never: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Debian's Prometheus, scraping `target` every second, with its data in a temporary
+/// directory; killed when dropped.
+struct Prometheus {
+    child: Child,
+    port: u16,
+}
+
+impl Prometheus {
+    fn start(target: &str) -> Prometheus {
+        let binary = "/usr/bin/prometheus";
+        assert!(
+            std::path::Path::new(binary).exists(),
+            "{binary} is missing: scripts/test.sh installs Debian's prometheus package"
+        );
+        let dir = std::env::temp_dir().join(unique("wharf-prometheus"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: wharf\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .unwrap();
+        let port = free_port();
+        let child = Command::new(binary)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start prometheus");
+        Prometheus { child, port }
+    }
+
+    /// The value of the one series `query` selects, if Prometheus has it.
+    async fn value(&self, query: &str) -> Option<f64> {
+        let url = format!("http://127.0.0.1:{}/api/v1/query", self.port);
+        let answer: Value = reqwest::Client::new()
+            .get(url)
+            .query(&[("query", query)])
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        let series = answer["data"]["result"].as_array()?;
+        series.first()?["value"][1].as_str()?.parse().ok()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_real_prometheus_scrapes_the_request_counter_of_a_tool() {
+    let metrics_port = free_port();
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let server = ServerProcess::start(&["--metrics-listen", &metrics]);
+    let client = server.client();
+    for text in ["one", "two", "three"] {
+        let r = request(
+            &client,
+            "tools/call",
+            json!({ "name": "echo", "arguments": { "text": text } }),
+        )
+        .await;
+        assert!(r.result().is_some(), "{}", r.body);
+    }
+    // A call of a tool the server does not have is counted apart, as an error.
+    let r = request(
+        &client,
+        "tools/call",
+        json!({ "name": "nope", "arguments": {} }),
+    )
+    .await;
+    assert!(r.error().is_some(), "{}", r.body);
+
+    let text = reqwest::get(format!("http://{metrics}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains(
+            "wharf_requests_total{method=\"tools/call\",tool=\"echo\",outcome=\"ok\"} 3\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "wharf_requests_total{method=\"tools/call\",tool=\"\",outcome=\"error\"} 1\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "wharf_request_duration_seconds_count{method=\"tools/call\",tool=\"echo\"} 3\n"
+        ),
+        "{text}"
+    );
+
+    let prometheus = Prometheus::start(&metrics);
+    let query = r#"sum(wharf_requests_total{tool="echo",outcome="ok"})"#;
+    let seen = eventually("Prometheus has scraped the echo calls", async || {
+        prometheus.value(query).await.filter(|&n| n >= 3.0)
+    })
+    .await;
+    assert_eq!(seen, 3.0);
+    // Calls made while it scrapes give the rates and quantiles dashboards show.
+    for _ in 0..20 {
+        let r = request(
+            &client,
+            "tools/call",
+            json!({ "name": "echo", "arguments": { "text": "more" } }),
+        )
+        .await;
+        assert!(r.result().is_some(), "{}", r.body);
+    }
+    let p99 = r#"histogram_quantile(0.99, sum by (le) (rate(wharf_request_duration_seconds_bucket{tool="echo"}[1m])))"#;
+    let latency = eventually(
+        "Prometheus computes the echo latency quantile",
+        async || prometheus.value(p99).await.filter(|v| v.is_finite()),
+    )
+    .await;
+    assert!(latency > 0.0 && latency <= 10.0, "{latency}");
+}
+
+/// An OTLP/HTTP receiver: keeps every span it is sent.
+#[derive(Clone, Default)]
+struct Receiver(Arc<Mutex<Vec<Span>>>);
+
+impl Receiver {
+    async fn start(&self) -> u16 {
+        let spans = self.clone();
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                let spans = spans.clone();
+                async move {
+                    let request = ExportTraceServiceRequest::decode(body)
+                        .expect("the exporter sends protobuf");
+                    let mut kept = spans.0.lock().unwrap();
+                    for resource in request.resource_spans {
+                        for scope in resource.scope_spans {
+                            kept.extend(scope.spans);
+                        }
+                    }
+                    axum::http::StatusCode::OK
+                }
+            }),
+        );
+        let listener = common::tokio_listener();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        port
+    }
+
+    /// The spans of trace `trace` (hex) received so far.
+    fn of_trace(&self, trace: &str) -> Vec<Span> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| hex(&s.trace_id) == trace)
+            .cloned()
+            .collect()
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `span` is under `ancestor` in `spans`.
+fn is_under(spans: &HashMap<Vec<u8>, &Span>, span: &Span, ancestor: &Span) -> bool {
+    let mut parent = span.parent_span_id.clone();
+    while let Some(up) = spans.get(&parent) {
+        if up.span_id == ancestor.span_id {
+            return true;
+        }
+        parent = up.parent_span_id.clone();
+    }
+    false
+}
+
+#[tokio::test]
+async fn spans_exported_over_otlp_join_the_callers_trace() {
+    let receiver = Receiver::default();
+    let otlp = format!("http://127.0.0.1:{}", receiver.start().await);
+    let store = sqlite_url("otlp");
+    let args = common::import::replica_args(&store);
+    let server = ServerProcess::start_with_env(
+        free_port(),
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ("OTEL_SERVICE_NAME", "wharf-under-test"),
+        ],
+    );
+    let client = server.client().with_bearer(TOKEN_42);
+    let (tp, trace, parent) = traceparent();
+    let dataset = unique("traced");
+    let r = request(
+        &client,
+        "tools/call",
+        json!({
+            "name": "import_begin",
+            "arguments": {
+                "dataset": dataset,
+                "columns": common::import::columns(),
+                "idempotency_key": unique("begin"),
+            },
+            "_meta": { "traceparent": tp },
+        }),
+    )
+    .await;
+    assert_ne!(r.result().unwrap()["isError"], true, "{}", r.body);
+
+    // The request span is named for what it called, as OpenTelemetry's conventions ask.
+    let request_name = "tools/call import_begin";
+    let spans = eventually("the call's spans reach the receiver", async || {
+        let spans = receiver.of_trace(&trace);
+        let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+        let all = [request_name, "mcp.handler", "mcp.store"]
+            .iter()
+            .all(|n| names.contains(n));
+        all.then_some(spans)
+    })
+    .await;
+    let by_id: HashMap<Vec<u8>, &Span> = spans.iter().map(|s| (s.span_id.clone(), s)).collect();
+    let named = |name: &'static str| spans.iter().filter(move |s| s.name == name);
+    let request_span = named(request_name).next().unwrap();
+    assert_eq!(
+        hex(&request_span.parent_span_id),
+        parent,
+        "the request span is a child of the client's span"
+    );
+    let attribute = |span: &Span, key: &str| {
+        span.attributes
+            .iter()
+            .find(|a| a.key == key)
+            .and_then(|a| a.value.as_ref())
+            .map(|v| format!("{:?}", v.value))
+    };
+    assert!(
+        attribute(request_span, "mcp.target").is_some_and(|v| v.contains("import_begin")),
+        "{request_span:?}"
+    );
+    assert!(
+        attribute(request_span, "mcp.outcome").is_some_and(|v| v.contains("\"ok\"")),
+        "{request_span:?}"
+    );
+    assert!(
+        attribute(request_span, "enduser.hash").is_some_and(|v| !v.contains("user-42")),
+        "the principal appears only as a hash: {request_span:?}"
+    );
+    for name in ["mcp.handler", "mcp.store"] {
+        let span = named(name).next().unwrap();
+        assert!(
+            is_under(&by_id, span, request_span),
+            "{name} is under the request span: {spans:?}"
+        );
+    }
+    // The store spans name their operation; the call's transaction began and committed.
+    let operations: Vec<String> = named("mcp.store")
+        .filter_map(|s| attribute(s, "db.operation.name"))
+        .collect();
+    assert!(
+        operations.iter().any(|o| o.contains("begin"))
+            && operations.iter().any(|o| o.contains("commit")),
+        "{operations:?}"
+    );
+}
+
+#[tokio::test]
+async fn json_log_lines_parse_and_carry_the_trace_id() {
+    let server = ServerProcess::start(&[
+        "--log-format",
+        "json",
+        "--max-in-flight",
+        "1",
+        "--max-queue",
+        "4",
+    ]);
+    let client = server.client();
+    // The first call holds the one slot; the second waits in the queue, and the line that
+    // says so belongs to its trace.
+    let (first_tp, _, _) = traceparent();
+    let mut first = Box::pin(
+        client
+            .open_stream(
+                "tools/call",
+                json!({ "name": "slow_count", "arguments": { "steps": 3, "interval_ms": 300 },
+                        "_meta": { "progressToken": "first", "traceparent": first_tp } }),
+            )
+            .await
+            .unwrap(),
+    );
+    first.next().await.expect("the first call runs");
+    let (second_tp, second_trace, _) = traceparent();
+    let second = request(
+        &client,
+        "tools/call",
+        json!({ "name": "echo", "arguments": { "text": "queued \"}\n{" },
+                "_meta": { "traceparent": second_tp } }),
+    );
+    let (second, _) = tokio::join!(second, async { while first.next().await.is_some() {} });
+    assert!(second.result().is_some(), "{}", second.body);
+
+    let lines = server.log.lines();
+    assert!(!lines.is_empty());
+    let parsed: Vec<Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect();
+    for line in &parsed {
+        for key in ["timestamp", "level", "target"] {
+            assert!(line[key].is_string(), "{key} missing: {line}");
+        }
+    }
+    let queued: Vec<&Value> = parsed
+        .iter()
+        .filter(|l| l["message"] == "request queued for a slot")
+        .collect();
+    assert!(
+        queued
+            .iter()
+            .any(|l| l["trace_id"] == second_trace.as_str()),
+        "the queue line carries the queued request's trace id: {queued:?}"
+    );
+}

@@ -1,0 +1,653 @@
+//! What an operator counts: requests by method, tool and outcome, their latency, where they
+//! waited (queue, mutation lock, store), what was shed, replayed or refused, and the state
+//! of listen streams and the change bus. Plain atomics in fixed arrays (one slot per method
+//! and per tool, fixed histogram buckets), so counting a request costs a few uncontended
+//! increments and no allocation or lock; [`Metrics::encode`] renders them in the Prometheus
+//! text format.
+//!
+//! Off unless the server is built with [`ServerBuilder::metrics`](crate::ServerBuilder::metrics):
+//! the core then holds no `Metrics` and counts nothing.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use wharf_protocol::methods;
+
+/// Upper bounds of the latency buckets, in seconds: 0.5 ms to 10 s, as an operator's
+/// dashboards and alerts slice an MCP call's time.
+const BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// The methods counted apart; a method not listed is counted as `other`.
+const METHODS: [&str; 10] = [
+    methods::DISCOVER,
+    methods::TOOLS_LIST,
+    methods::TOOLS_CALL,
+    methods::RESOURCES_LIST,
+    methods::RESOURCES_TEMPLATES_LIST,
+    methods::RESOURCES_READ,
+    methods::PROMPTS_LIST,
+    methods::PROMPTS_GET,
+    methods::COMPLETION_COMPLETE,
+    methods::SUBSCRIPTIONS_LISTEN,
+];
+
+/// How a request ended, as the `outcome` label says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// A result.
+    Ok,
+    /// A tool result with `isError`: the tool failed in a way the model reads.
+    ToolError,
+    /// An `input_required` result: one MRTR round asked the client for input.
+    InputRequired,
+    /// A JSON-RPC error, admission's refusals included.
+    Error,
+    /// The client went away or cancelled before the answer.
+    Cancelled,
+}
+
+impl Outcome {
+    const ALL: [Outcome; 5] = [
+        Outcome::Ok,
+        Outcome::ToolError,
+        Outcome::InputRequired,
+        Outcome::Error,
+        Outcome::Cancelled,
+    ];
+
+    /// The label value, also recorded on the request's span.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::ToolError => "tool_error",
+            Outcome::InputRequired => "input_required",
+            Outcome::Error => "error",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Why admission shed a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shed {
+    /// The principal had as many requests running as it may.
+    PrincipalCap,
+    /// The server (or the tool) was at capacity and its queue full.
+    QueueFull,
+    /// The server was shutting down while the request waited.
+    ShuttingDown,
+    /// A listen stream beyond the principal's or the server's cap on streams.
+    ListenCap,
+}
+
+impl Shed {
+    const ALL: [Shed; 4] = [
+        Shed::PrincipalCap,
+        Shed::QueueFull,
+        Shed::ShuttingDown,
+        Shed::ListenCap,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Shed::PrincipalCap => "principal_cap",
+            Shed::QueueFull => "queue_full",
+            Shed::ShuttingDown => "shutting_down",
+            Shed::ListenCap => "listen_cap",
+        }
+    }
+}
+
+/// Why a transport refused to authenticate a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AuthRefusal {
+    /// No credentials at all.
+    Missing,
+    /// Credentials the server does not accept (unknown, expired, malformed).
+    Invalid,
+    /// Credentials that do not reach what the request asks for (a missing scope).
+    Forbidden,
+    /// The credentials could not be checked right now (the issuer was unreachable).
+    Unavailable,
+}
+
+impl AuthRefusal {
+    const ALL: [AuthRefusal; 4] = [
+        AuthRefusal::Missing,
+        AuthRefusal::Invalid,
+        AuthRefusal::Forbidden,
+        AuthRefusal::Unavailable,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            AuthRefusal::Missing => "missing",
+            AuthRefusal::Invalid => "invalid",
+            AuthRefusal::Forbidden => "forbidden",
+            AuthRefusal::Unavailable => "unavailable",
+        }
+    }
+}
+
+/// What a call asks of the store, as the `operation` label says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StoreOp {
+    /// Opening a call's transaction (claiming its idempotency key, holding its handles).
+    Begin,
+    /// Committing a call's writes with its recorded result.
+    Commit,
+    /// Looking up the recorded result of an earlier attempt.
+    Replay,
+    /// Reading a handle.
+    LoadHandle,
+    /// Extending a handle's life.
+    TouchHandle,
+}
+
+impl StoreOp {
+    const ALL: [StoreOp; 5] = [
+        StoreOp::Begin,
+        StoreOp::Commit,
+        StoreOp::Replay,
+        StoreOp::LoadHandle,
+        StoreOp::TouchHandle,
+    ];
+
+    /// The label value, also the store span's `db.operation.name`.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            StoreOp::Begin => "begin",
+            StoreOp::Commit => "commit",
+            StoreOp::Replay => "replay_lookup",
+            StoreOp::LoadHandle => "load_handle",
+            StoreOp::TouchHandle => "touch_handle",
+        }
+    }
+}
+
+/// A latency histogram with fixed buckets: each observation is two increments and an add.
+#[derive(Default)]
+struct Histogram {
+    /// Observations at or below each bound of [`BUCKETS`] (not cumulative: summed when
+    /// rendered), and one more past the last bound.
+    buckets: [AtomicU64; BUCKETS.len() + 1],
+    /// The sum of observations, in microseconds.
+    sum_micros: AtomicU64,
+}
+
+impl Histogram {
+    fn observe(&self, took: Duration) {
+        let secs = took.as_secs_f64();
+        let slot = BUCKETS
+            .iter()
+            .position(|&bound| secs <= bound)
+            .unwrap_or(BUCKETS.len());
+        self.buckets[slot].fetch_add(1, Ordering::Relaxed);
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    fn count(&self) -> u64 {
+        self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum()
+    }
+
+    fn encode(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        let own = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        };
+        let mut cumulative = 0;
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            cumulative += self.buckets[i].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}"
+            );
+        }
+        cumulative += self.buckets[BUCKETS.len()].load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {cumulative}"
+        );
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum{own} {sum}");
+        let _ = writeln!(out, "{name}_count{own} {cumulative}");
+    }
+}
+
+/// The counters of one method, or of one tool.
+#[derive(Default)]
+struct Series {
+    outcomes: [AtomicU64; Outcome::ALL.len()],
+    latency: Histogram,
+}
+
+impl Series {
+    fn record(&self, outcome: Outcome, took: Duration) {
+        self.outcomes[outcome as usize].fetch_add(1, Ordering::Relaxed);
+        self.latency.observe(took);
+    }
+}
+
+/// Gauges read when the metrics are rendered, from the parts of the server that keep them.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Gauges {
+    /// Requests waiting in the admission queue.
+    pub(crate) queued: usize,
+    /// Times the change bus lost its connection and reconnected.
+    pub(crate) bus_reconnects: u64,
+    /// Whether the change bus is connected.
+    pub(crate) bus_connected: bool,
+}
+
+/// The counters of a running server. Shared by every request; see the module docs.
+pub struct Metrics {
+    /// By the index of [`METHODS`], `tools/call` aside; the last slot is `other`.
+    methods: [Series; METHODS.len() + 1],
+    /// `tools/call` by the registry's index of the tool; the last slot counts calls of a
+    /// tool the server does not have.
+    tools: Box<[Series]>,
+    tool_names: Box<[String]>,
+    in_flight: AtomicI64,
+    shed: [AtomicU64; Shed::ALL.len()],
+    auth_refusals: [AtomicU64; AuthRefusal::ALL.len()],
+    store: [Histogram; StoreOp::ALL.len()],
+    lock_waits: Histogram,
+    replays: AtomicU64,
+    mrtr_rounds: AtomicU64,
+    listen_open: AtomicI64,
+    listen_missed: AtomicU64,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics")
+            .field("tools", &self.tool_names)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// Counters for a server with these tools, in the registry's order.
+    pub(crate) fn new(tool_names: Vec<String>) -> Self {
+        Metrics {
+            methods: Default::default(),
+            tools: (0..=tool_names.len()).map(|_| Series::default()).collect(),
+            tool_names: tool_names.into_boxed_slice(),
+            in_flight: AtomicI64::new(0),
+            shed: Default::default(),
+            auth_refusals: Default::default(),
+            store: Default::default(),
+            lock_waits: Histogram::default(),
+            replays: AtomicU64::new(0),
+            mrtr_rounds: AtomicU64::new(0),
+            listen_open: AtomicI64::new(0),
+            listen_missed: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts a request a transport refused to authenticate.
+    pub fn auth_refused(&self, why: AuthRefusal) {
+        self.auth_refusals[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn shed(&self, why: Shed) {
+        self.shed[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn store_op(&self, op: StoreOp, took: Duration) {
+        self.store[op as usize].observe(took);
+    }
+
+    pub(crate) fn lock_waited(&self, took: Duration) {
+        self.lock_waits.observe(took);
+    }
+
+    pub(crate) fn replayed(&self) {
+        self.replays.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn mrtr_round(&self) {
+        self.mrtr_rounds.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn listen_missed(&self, missed: u64) {
+        self.listen_missed.fetch_add(missed, Ordering::Relaxed);
+    }
+
+    /// The number of completed requests of `method` (`tool` for `tools/call`): what a test
+    /// or a health probe reads without parsing the text format.
+    pub fn requests(&self, method: &str, tool: Option<&str>) -> u64 {
+        let series = match tool {
+            Some(name) => self
+                .tool_names
+                .iter()
+                .position(|t| t == name)
+                .map(|i| &self.tools[i]),
+            None => METHODS
+                .iter()
+                .position(|m| *m == method)
+                .map(|i| &self.methods[i]),
+        };
+        series.map_or(0, |s| {
+            s.outcomes.iter().map(|o| o.load(Ordering::Relaxed)).sum()
+        })
+    }
+
+    /// Renders every counter in the Prometheus text exposition format (version 0.0.4).
+    pub(crate) fn encode(&self, gauges: Gauges) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        header(
+            &mut out,
+            "wharf_requests_total",
+            "counter",
+            "Requests answered, by method, tool and outcome.",
+        );
+        for (labels, series) in self.series() {
+            for outcome in Outcome::ALL {
+                let n = series.outcomes[outcome as usize].load(Ordering::Relaxed);
+                if n > 0 {
+                    let o = outcome.as_str();
+                    let _ = writeln!(out, "wharf_requests_total{{{labels},outcome=\"{o}\"}} {n}");
+                }
+            }
+        }
+        header(
+            &mut out,
+            "wharf_request_duration_seconds",
+            "histogram",
+            "Time from admission to the answer, by method and tool.",
+        );
+        for (labels, series) in self.series() {
+            if series.latency.count() > 0 {
+                series
+                    .latency
+                    .encode(&mut out, "wharf_request_duration_seconds", &labels);
+            }
+        }
+        gauge(
+            &mut out,
+            "wharf_requests_in_flight",
+            "Requests admitted and not yet answered.",
+            self.in_flight.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            "wharf_requests_queued",
+            "Requests waiting in the admission queue for a slot.",
+            gauges.queued,
+        );
+        by_reason(
+            &mut out,
+            "wharf_requests_shed_total",
+            "Requests refused at once under load (503 with Retry-After), by reason.",
+            Shed::ALL.map(|why| (why.as_str(), &self.shed[why as usize])),
+        );
+        by_reason(
+            &mut out,
+            "wharf_auth_refusals_total",
+            "Requests refused before they ran for their credentials, by reason.",
+            AuthRefusal::ALL.map(|why| (why.as_str(), &self.auth_refusals[why as usize])),
+        );
+        header(
+            &mut out,
+            "wharf_store_operation_duration_seconds",
+            "histogram",
+            "Time the store took for what a call asks of it, by operation.",
+        );
+        for op in StoreOp::ALL {
+            let labels = format!("operation=\"{}\"", op.as_str());
+            self.store[op as usize].encode(
+                &mut out,
+                "wharf_store_operation_duration_seconds",
+                &labels,
+            );
+        }
+        header(
+            &mut out,
+            "wharf_mutation_lock_wait_seconds",
+            "histogram",
+            "Time calls waited for their turn on what they mutate.",
+        );
+        self.lock_waits
+            .encode(&mut out, "wharf_mutation_lock_wait_seconds", "");
+        counter(
+            &mut out,
+            "wharf_idempotent_replays_total",
+            "Retries answered with the recorded first result of their write.",
+            self.replays.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "wharf_mrtr_rounds_total",
+            "input_required answers: rounds in which a call asked its client for input.",
+            self.mrtr_rounds.load(Ordering::Relaxed),
+        );
+        gauge(
+            &mut out,
+            "wharf_listen_streams_open",
+            "subscriptions/listen streams open on this replica.",
+            self.listen_open.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "wharf_listen_events_missed_total",
+            "Change events listen streams fell too far behind to receive (bus lag); each \
+             stream re-announced everything it subscribed to instead.",
+            self.listen_missed.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "wharf_bus_reconnects_total",
+            "Times the change bus lost its store connection and reconnected.",
+            gauges.bus_reconnects,
+        );
+        gauge(
+            &mut out,
+            "wharf_bus_connected",
+            "1 when the change bus is connected, 0 while it reconnects.",
+            u8::from(gauges.bus_connected),
+        );
+        out
+    }
+
+    /// Every method's and tool's series with its labels.
+    fn series(&self) -> impl Iterator<Item = (String, &Series)> {
+        let methods = self.methods.iter().enumerate().filter_map(|(i, s)| {
+            let method = METHODS.get(i).copied().unwrap_or("other");
+            (method != methods::TOOLS_CALL).then(|| (format!("method=\"{method}\",tool=\"\""), s))
+        });
+        let tools = self.tools.iter().enumerate().map(|(i, s)| {
+            let tool = self.tool_names.get(i).map_or("", String::as_str);
+            let tool = escape(tool);
+            (
+                format!("method=\"{}\",tool=\"{tool}\"", methods::TOOLS_CALL),
+                s,
+            )
+        });
+        methods.chain(tools)
+    }
+}
+
+/// A label value as the text format writes it: backslash, quote and newline escaped.
+fn escape(value: &str) -> std::borrow::Cow<'_, str> {
+    if value.contains(['\\', '"', '\n']) {
+        let escaped = value
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n");
+        std::borrow::Cow::Owned(escaped)
+    } else {
+        std::borrow::Cow::Borrowed(value)
+    }
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// A counter with one series per reason.
+fn by_reason<const N: usize>(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    series: [(&str, &AtomicU64); N],
+) {
+    header(out, name, "counter", help);
+    for (reason, n) in series {
+        let n = n.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}{{reason=\"{reason}\"}} {n}");
+    }
+}
+
+fn counter(out: &mut String, name: &str, help: &str, value: u64) {
+    header(out, name, "counter", help);
+    let _ = writeln!(out, "{name} {value}");
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, value: impl std::fmt::Display) {
+    header(out, name, "gauge", help);
+    let _ = writeln!(out, "{name} {value}");
+}
+
+/// Times one request and counts it when it ends: with the outcome set by
+/// [`RequestTimer::finish`], or as cancelled when it is dropped before (the client went
+/// away and its work was dropped at an await).
+pub(crate) struct RequestTimer<'m> {
+    series: &'m Series,
+    in_flight: &'m AtomicI64,
+    started: Instant,
+}
+
+impl<'m> RequestTimer<'m> {
+    /// Starts timing a request of `method` (not `tools/call`: see [`Metrics::tool_call`]).
+    pub(crate) fn method(metrics: &'m Metrics, method: &str) -> Self {
+        let slot = METHODS
+            .iter()
+            .position(|m| *m == method)
+            .unwrap_or(METHODS.len());
+        Self::start(metrics, &metrics.methods[slot])
+    }
+
+    /// Starts timing a `tools/call` of the tool at `index` in the registry (`None`: a tool
+    /// the server does not have).
+    pub(crate) fn tool_call(metrics: &'m Metrics, index: Option<usize>) -> Self {
+        let last = metrics.tools.len() - 1;
+        let slot = index.filter(|&i| i < last).unwrap_or(last);
+        Self::start(metrics, &metrics.tools[slot])
+    }
+
+    fn start(metrics: &'m Metrics, series: &'m Series) -> Self {
+        metrics.in_flight.fetch_add(1, Ordering::Relaxed);
+        RequestTimer {
+            series,
+            in_flight: &metrics.in_flight,
+            started: Instant::now(),
+        }
+    }
+
+    /// Counts the request with its outcome.
+    pub(crate) fn finish(self, outcome: Outcome) {
+        self.series.record(outcome, self.started.elapsed());
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for RequestTimer<'_> {
+    fn drop(&mut self) {
+        self.series
+            .record(Outcome::Cancelled, self.started.elapsed());
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Counts a listen stream open while it lives.
+pub(crate) struct ListenOpen(Arc<Metrics>);
+
+impl ListenOpen {
+    pub(crate) fn new(metrics: Arc<Metrics>) -> Self {
+        metrics.listen_open.fetch_add(1, Ordering::Relaxed);
+        ListenOpen(metrics)
+    }
+}
+
+impl Drop for ListenOpen {
+    fn drop(&mut self) {
+        self.0.listen_open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tool_call_is_counted_by_tool_and_outcome_and_timed() {
+        let m = Metrics::new(vec!["echo".into(), "slow".into()]);
+        RequestTimer::tool_call(&m, Some(0)).finish(Outcome::Ok);
+        RequestTimer::tool_call(&m, Some(0)).finish(Outcome::ToolError);
+        drop(RequestTimer::tool_call(&m, Some(1)));
+        RequestTimer::tool_call(&m, None).finish(Outcome::Error);
+        let text = m.encode(Gauges::default());
+        assert!(text.contains(
+            "wharf_requests_total{method=\"tools/call\",tool=\"echo\",outcome=\"ok\"} 1\n"
+        ));
+        assert!(text.contains(
+            "wharf_requests_total{method=\"tools/call\",tool=\"echo\",outcome=\"tool_error\"} 1\n"
+        ));
+        assert!(text.contains(
+            "wharf_requests_total{method=\"tools/call\",tool=\"slow\",outcome=\"cancelled\"} 1\n"
+        ));
+        assert!(text.contains(
+            "wharf_requests_total{method=\"tools/call\",tool=\"\",outcome=\"error\"} 1\n"
+        ));
+        assert!(text.contains(
+            "wharf_request_duration_seconds_count{method=\"tools/call\",tool=\"echo\"} 2\n"
+        ));
+        assert_eq!(m.requests("tools/call", Some("echo")), 2);
+        assert_eq!(m.in_flight.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn histogram_buckets_are_cumulative_and_end_at_inf() {
+        let h = Histogram::default();
+        h.observe(Duration::from_micros(300));
+        h.observe(Duration::from_millis(30));
+        h.observe(Duration::from_secs(60));
+        let mut out = String::new();
+        h.encode(&mut out, "x", "");
+        assert!(out.contains("x_bucket{le=\"0.0005\"} 1\n"), "{out}");
+        assert!(out.contains("x_bucket{le=\"0.05\"} 2\n"), "{out}");
+        assert!(out.contains("x_bucket{le=\"10\"} 2\n"), "{out}");
+        assert!(out.contains("x_bucket{le=\"+Inf\"} 3\n"), "{out}");
+        assert!(out.contains("x_count 3\n"), "{out}");
+    }
+
+    #[test]
+    fn a_method_other_than_a_tool_call_has_its_own_series() {
+        let m = Metrics::new(Vec::new());
+        RequestTimer::method(&m, methods::TOOLS_LIST).finish(Outcome::Ok);
+        RequestTimer::method(&m, "no/such").finish(Outcome::Error);
+        let text = m.encode(Gauges {
+            queued: 3,
+            ..Gauges::default()
+        });
+        assert!(
+            text.contains(
+                "wharf_requests_total{method=\"tools/list\",tool=\"\",outcome=\"ok\"} 1\n"
+            )
+        );
+        assert!(
+            text.contains("wharf_requests_total{method=\"other\",tool=\"\",outcome=\"error\"} 1\n")
+        );
+        assert!(text.contains("wharf_requests_queued 3\n"));
+    }
+}

@@ -1,0 +1,213 @@
+//! The spans a request leaves for a tracing backend: `mcp.request` from admission to the
+//! answer, and under it the queue wait, the mutation-lock wait, the store's work, the
+//! handler and each MRTR round. All have the target [`TARGET`], so a log layer can leave
+//! them out and a tracing layer take only them; when no layer wants them they are never
+//! built, and a request pays one cached check per span.
+//!
+//! With the `opentelemetry` feature, a request that carries W3C trace context (in `_meta`,
+//! or in a transport's header) becomes a child of the caller's span, so the server's spans
+//! join the client's trace.
+
+use sha2::{Digest, Sha256};
+use tracing::Span;
+use tracing::field::Empty;
+
+use crate::error::RpcError;
+use crate::meta::Era;
+use crate::metrics::Outcome;
+use crate::principal::Principal;
+use crate::request::ParsedRequest;
+
+/// The target of every span this module makes.
+pub(crate) const TARGET: &str = "wharf::trace";
+
+/// The span of one request. The principal appears only as a stable hash of its id: traces
+/// are often kept longer and seen by more people than the user table.
+pub(crate) fn request(req: &ParsedRequest, principal: &Principal) -> Span {
+    let method = req.body.method();
+    let span = tracing::info_span!(
+        target: TARGET,
+        "mcp.request",
+        otel.name = Empty,
+        otel.kind = "server",
+        otel.status_code = Empty,
+        mcp.method.name = method,
+        mcp.target = Empty,
+        mcp.era = era(req.info.era()),
+        jsonrpc.request.id = %req.id,
+        enduser.hash = Empty,
+        mcp.outcome = Empty,
+        rpc.jsonrpc.error_code = Empty,
+        trace_id = Empty,
+    );
+    if span.is_disabled() {
+        return span;
+    }
+    match req.body.name() {
+        Some(target) => {
+            span.record("otel.name", format!("{method} {target}"));
+            span.record("mcp.target", target);
+        }
+        None => {
+            span.record("otel.name", method);
+        }
+    }
+    span.record("enduser.hash", principal_hash(principal.id()));
+    if let Some(traceparent) = &req.info.traceparent {
+        if let Some(trace_id) = trace_id_of(traceparent) {
+            span.record("trace_id", trace_id);
+        }
+        join(&span, traceparent, req.info.tracestate.as_deref());
+    }
+    span
+}
+
+/// Records how the request ended on its span.
+pub(crate) fn finish(span: &Span, outcome: Outcome, error: Option<&RpcError>) {
+    span.record("mcp.outcome", outcome.as_str());
+    if let Some(e) = error {
+        span.record("rpc.jsonrpc.error_code", e.code());
+        span.record("otel.status_code", "ERROR");
+    }
+}
+
+/// The wait for a slot under the load caps, under the request's span.
+pub(crate) fn admission(request: &Span) -> Span {
+    tracing::info_span!(target: TARGET, parent: request, "mcp.admission")
+}
+
+/// The wait for the turn on what a call mutates.
+pub(crate) fn mutation_wait() -> Span {
+    tracing::info_span!(target: TARGET, "mcp.mutation_wait")
+}
+
+/// The handler's run; `round` is the MRTR round the request answers, if any.
+pub(crate) fn handler(round: Option<u32>) -> Span {
+    tracing::info_span!(target: TARGET, "mcp.handler", mcp.mrtr.round = round)
+}
+
+/// A span for one operation of the store.
+pub(crate) fn store(operation: &'static str, backend: &'static str) -> Span {
+    tracing::info_span!(
+        target: TARGET,
+        "mcp.store",
+        otel.name = Empty,
+        db.operation.name = operation,
+        db.system.name = backend,
+    )
+}
+
+/// A span for round `round` of a multi-round request (legacy calls that asked their
+/// client, and MRTR retries that answer a server's input request).
+pub(crate) fn round(request: &Span, round: u32) -> Span {
+    tracing::info_span!(
+        target: TARGET,
+        parent: request,
+        "mcp.mrtr.round",
+        mcp.mrtr.round = round,
+        mcp.outcome = Empty,
+        rpc.jsonrpc.error_code = Empty,
+        otel.status_code = Empty,
+    )
+}
+
+fn era(era: Era) -> &'static str {
+    match era {
+        Era::Stateless => "2026-07-28",
+        _ => "legacy",
+    }
+}
+
+/// The first 16 hex digits of the SHA-256 of `id`: stable across replicas and restarts,
+/// so a trace search finds one principal's requests, and no id is written out.
+fn principal_hash(id: &str) -> String {
+    let digest = Sha256::digest(id.as_bytes());
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The trace id of a W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`), when it is one.
+pub(crate) fn trace_id_of(traceparent: &str) -> Option<&str> {
+    let mut parts = traceparent.split('-');
+    let (version, trace, parent, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let valid = hex(version, 2)
+        && version != "ff"
+        && hex(trace, 32)
+        && trace.bytes().any(|b| b != b'0')
+        && hex(parent, 16)
+        && parent.bytes().any(|b| b != b'0')
+        && hex(flags, 2)
+        && (version != "00" || parts.next().is_none());
+    valid.then_some(trace)
+}
+
+#[cfg(feature = "opentelemetry")]
+fn join(span: &Span, traceparent: &str, tracestate: Option<&str>) {
+    use opentelemetry::trace::{
+        SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId, TraceState,
+    };
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+    let Some(trace) = trace_id_of(traceparent) else {
+        return;
+    };
+    let mut parts = traceparent.split('-').skip(2);
+    let (Some(parent), Some(flags)) = (parts.next(), parts.next()) else {
+        return;
+    };
+    let (Ok(trace), Ok(parent), Ok(flags)) = (
+        TraceId::from_hex(trace),
+        SpanId::from_hex(parent),
+        u8::from_str_radix(flags, 16),
+    ) else {
+        return;
+    };
+    let state = tracestate
+        .and_then(|s| s.parse::<TraceState>().ok())
+        .unwrap_or_default();
+    let remote = SpanContext::new(trace, parent, TraceFlags::new(flags), true, state);
+    let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(remote));
+}
+
+#[cfg(not(feature = "opentelemetry"))]
+fn join(_span: &Span, _traceparent: &str, _tracestate: Option<&str>) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trace_id_is_read_only_from_a_valid_traceparent() {
+        let id = "4bf92f3577b34da6a3ce929d0e0e4736";
+        assert_eq!(
+            trace_id_of(&format!("00-{id}-00f067aa0ba902b7-01")),
+            Some(id)
+        );
+        // A later version may add fields; version 00 may not.
+        assert_eq!(
+            trace_id_of(&format!("01-{id}-00f067aa0ba902b7-01-x")),
+            Some(id)
+        );
+        for bad in [
+            format!("00-{id}-00f067aa0ba902b7-01-x"),
+            format!("ff-{id}-00f067aa0ba902b7-01"),
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01".to_owned(),
+            format!("00-{id}-0000000000000000-01"),
+            format!("00-{id}-00f067aa0ba902b7"),
+            format!("00-{}-00f067aa0ba902b7-01", &id[1..]),
+            "00-4bf92f3577b34da6a3ce929d0e0e473z-00f067aa0ba902b7-01".to_owned(),
+        ] {
+            assert_eq!(trace_id_of(&bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_principal_hash_is_stable_and_hides_the_id() {
+        let a = principal_hash("alice@example.com");
+        assert_eq!(a, principal_hash("alice@example.com"));
+        assert_ne!(a, principal_hash("bob@example.com"));
+        assert_eq!(a.len(), 16);
+        assert!(!a.contains("alice"));
+    }
+}
