@@ -17,7 +17,10 @@
 #   SERVER_CPU (default 0), CLIENT_CPU (default 1), WHARF_BIN (default target/release/wharf),
 #   AUTH (unset: anonymous; `es256`: every request carries an ES256 JWT that Wharf verifies as
 #   an OAuth resource server against bench/issuer's JWKS; the baseline gets the same header
-#   and ignores it), ISSUER_PORT (default 18095)
+#   and ignores it), ISSUER_PORT (default 18095), OBSERVE (set: instead of axum, the same
+#   Wharf build three ways: `wharf` as is, `metrics` counting for --metrics-listen, `traced`
+#   counting and exporting every request's spans over OTLP/HTTP to a sink on OTLP_PORT,
+#   default 18096; the report gives each one's throughput over the plain run's)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -120,7 +123,16 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-port_of() { [[ $1 == wharf ]] && echo "$WHARF_PORT" || echo "$BASELINE_PORT"; }
+port_of() { [[ $1 == axum ]] && echo "$BASELINE_PORT" || echo "$WHARF_PORT"; }
+
+# What OBSERVE=1 adds to `wharf serve`: metrics on a second port, and for `traced` an OTLP
+# exporter whose collector is a sink that answers 200 to everything.
+OTLP_PORT=${OTLP_PORT:-18096}
+observe_args() { # side
+    case $1 in
+        metrics | traced) echo "--metrics-listen 127.0.0.1:$((WHARF_PORT + 1))" ;;
+    esac
+}
 
 start_server() { # side port logfile
     local side=$1 port=$2 logfile=$3
@@ -132,8 +144,15 @@ start_server() { # side port logfile
         taskset -c "$SERVER_CPU" "$WHARF_BIN" serve --profile demo --listen "127.0.0.1:$port" \
             --oauth-issuer "http://127.0.0.1:$ISSUER_PORT" --oauth-resource "http://127.0.0.1:$port/mcp" \
             >"$logfile" 2>&1 &
-    elif [[ $side == wharf ]]; then
-        taskset -c "$SERVER_CPU" "$WHARF_BIN" serve --profile demo --anonymous --listen "127.0.0.1:$port" >"$logfile" 2>&1 &
+    elif [[ $side == traced ]]; then
+        # shellcheck disable=SC2046
+        OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$OTLP_PORT" \
+            taskset -c "$SERVER_CPU" "$WHARF_BIN" serve --profile demo --anonymous --listen "127.0.0.1:$port" \
+            $(observe_args "$side") >"$logfile" 2>&1 &
+    elif [[ $side != axum ]]; then
+        # shellcheck disable=SC2046
+        taskset -c "$SERVER_CPU" "$WHARF_BIN" serve --profile demo --anonymous --listen "127.0.0.1:$port" \
+            $(observe_args "$side") >"$logfile" 2>&1 &
     else
         taskset -c "$SERVER_CPU" "$BASELINE_BIN" --listen "127.0.0.1:$port" >"$logfile" 2>&1 &
     fi
@@ -268,6 +287,22 @@ run_one() { # side round
 
 sides=(wharf axum)
 ((baseline_only)) && sides=(axum)
+sink_pid=""
+if [[ -n ${OBSERVE:-} ]]; then
+    sides=(wharf metrics traced)
+    # The collector the traced side exports to: accepts every batch, keeps nothing.
+    taskset -c "$CLIENT_CPU" python3 -c '
+import http.server, sys
+class Sink(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.send_response(200); self.send_header("content-length", "0"); self.end_headers()
+    def log_message(self, *args): pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Sink).serve_forever()
+' "$OTLP_PORT" &
+    sink_pid=$!
+    trap 'kill $sink_pid 2>/dev/null || true; cleanup' EXIT
+fi
 
 for round in $(seq 1 "$ROUNDS"); do
     for side in "${sides[@]}"; do
@@ -278,8 +313,8 @@ done
 # ---------------------------------------------------------------------------------------------
 # The two responses must have the same shape: Wharf's is the baseline's with `_meta` (its
 # serverInfo) added as the last member of `result`.
-shape="not compared (--baseline-only)"
-if ((!baseline_only)); then
+shape="not compared (--baseline-only or OBSERVE)"
+if ((!baseline_only)) && [[ -z ${OBSERVE:-} ]]; then
     base=$(cat "$RAW/axum.response.json")
     wharf=$(cat "$RAW/wharf.response.json")
     prefix=${base%'}}'}
@@ -319,15 +354,18 @@ report() {
     echo "MCP tools/call echo, POST /mcp${AUTH:+, with an $AUTH JWT}: server on CPU $SERVER_CPU, wrk -t1 -c$CONNECTIONS -d${DURATION}s on CPU $CLIENT_CPU"
     echo "best of $ROUNDS round(s) alternating; ${WARMUP}s warm-up each; $(date -u +%Y-%m-%dT%H:%MZ); $(uname -sr); $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
     echo
-    printf '%-6s %12s %10s %10s %14s\n' side 'requests/s' 'p50 ms' 'p99 ms' 'peak RSS MiB'
+    printf '%-7s %12s %10s %10s %14s\n' side 'requests/s' 'p50 ms' 'p99 ms' 'peak RSS MiB'
     for side in "${sides[@]}"; do
         b=$(best_round "$side")
         BEST[$side]=${RPS[$side:$b]}
         awk -v s="$side" -v r="${RPS[$side:$b]}" -v p50="${P50[$side:$b]}" -v p99="${P99[$side:$b]}" -v kb="$(max_rss "$side")" \
-            'BEGIN { printf "%-6s %12.0f %10.3f %10.3f %14.1f\n", s, r, p50 / 1000, p99 / 1000, kb / 1024 }'
+            'BEGIN { printf "%-7s %12.0f %10.3f %10.3f %14.1f\n", s, r, p50 / 1000, p99 / 1000, kb / 1024 }'
     done
     echo
-    if ((!baseline_only)); then
+    if [[ -n ${OBSERVE:-} ]]; then
+        awk -v w="${BEST[wharf]}" -v m="${BEST[metrics]}" -v t="${BEST[traced]}" \
+            'BEGIN { printf "throughput metrics/off: %.3f\nthroughput traced/off: %.3f\n", m / w, t / w }'
+    elif ((!baseline_only)); then
         awk -v w="${BEST[wharf]}" -v a="${BEST[axum]}" 'BEGIN { printf "throughput wharf/axum: %.3f\n", w / a }'
     fi
     echo "all rounds (req/s):$(for side in "${sides[@]}"; do for r in $(seq 1 "$ROUNDS"); do printf ' %s#%s=%.0f' "$side" "$r" "${RPS[$side:$r]}"; done; done)"
@@ -342,5 +380,6 @@ report() {
             'BEGIN { if (lo > 0 && hi / lo > 1.15) printf "warning: %s rounds differ by %.0f%%: something else was using the CPUs; run again\n", s, (hi / lo - 1) * 100 }'
     done
 }
-report | tee "$OUT/echo${AUTH:+-$AUTH}.txt"
-log "wrote $OUT/echo${AUTH:+-$AUTH}.txt (raw output in $RAW)"
+name="echo${AUTH:+-$AUTH}${OBSERVE:+-observe}"
+report | tee "$OUT/$name.txt"
+log "wrote $OUT/$name.txt (raw output in $RAW)"

@@ -15,10 +15,11 @@ use tracing::{Event, Level, Subscriber};
 use tracing_opentelemetry::OtelData;
 use tracing_subscriber::Layer;
 use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::time::{FormatTime as _, SystemTime};
 use tracing_subscriber::layer::{Context, SubscriberExt as _};
-use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::registry::{LookupSpan, Registry};
 use tracing_subscriber::util::SubscriberInitExt as _;
 
 /// The target of the core's request spans (`wharf::trace`): what a tracing backend wants
@@ -60,40 +61,54 @@ pub(crate) fn init(format: LogFormat) -> Result<Telemetry, String> {
         .and_then(|f| f.parse::<Targets>().ok())
         .unwrap_or_else(|| Targets::new().with_default(Level::INFO));
     let tracer = tracer()?;
-    let otel = tracer.as_ref().map(|provider| {
-        tracing_opentelemetry::layer()
-            .with_tracer(provider.tracer("wharf"))
-            .with_filter(
-                Targets::new()
-                    .with_default(Level::WARN)
-                    .with_target(SPANS, Level::INFO),
-            )
-    });
     // Logs go to stderr: on stdio, stdout carries only MCP messages.
-    let (text, json) = match format {
-        // A text log leaves the request spans out: formatting their fields for every request
-        // would cost the hot path, and its lines do not show them.
-        LogFormat::Text => (
-            Some(
-                tracing_subscriber::fmt::layer()
-                    .with_writer(std::io::stderr)
-                    .with_filter(filter.with_target(SPANS, LevelFilter::OFF)),
-            ),
-            None,
-        ),
-        // JSON lines keep them: they hold the trace id every line carries.
-        LogFormat::Json => (
-            None,
-            Some(JsonLines.with_filter(filter.with_target(SPANS, Level::INFO))),
-        ),
-    };
+    let layers = layers(format, filter, tracer.as_ref(), std::io::stderr);
     tracing_subscriber::registry()
-        .with(otel)
-        .with(text)
-        .with(json)
+        .with(layers)
         .try_init()
         .map_err(|e| format!("cannot install logging: {e}"))?;
     Ok(Telemetry { tracer })
+}
+
+type Boxed = Box<dyn Layer<Registry> + Send + Sync>;
+
+/// The layers that are on, and only those: an absent layer (an `Option` left `None`) would
+/// answer "interested" for every callsite, and the request spans would be built for every
+/// request with nobody to read them.
+fn layers<W>(
+    format: LogFormat,
+    filter: Targets,
+    tracer: Option<&SdkTracerProvider>,
+    writer: W,
+) -> Vec<Boxed>
+where
+    W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
+{
+    let mut layers: Vec<Boxed> = Vec::new();
+    if let Some(provider) = tracer {
+        let spans = Targets::new()
+            .with_default(Level::WARN)
+            .with_target(SPANS, Level::INFO);
+        layers.push(
+            tracing_opentelemetry::layer()
+                .with_tracer(provider.tracer("wharf"))
+                .with_filter(spans)
+                .boxed(),
+        );
+    }
+    layers.push(match format {
+        // A text log leaves the request spans out: formatting their fields for every request
+        // would cost the hot path, and its lines do not show them.
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(writer)
+            .with_filter(filter.with_target(SPANS, LevelFilter::OFF))
+            .boxed(),
+        // JSON lines keep them: they hold the trace id every line carries.
+        LogFormat::Json => JsonLines(writer)
+            .with_filter(filter.with_target(SPANS, Level::INFO))
+            .boxed(),
+    });
+    layers
 }
 
 /// The span exporter, when `OTEL_EXPORTER_OTLP_ENDPOINT` (or its traces-only form) names a
@@ -136,15 +151,16 @@ fn tracer() -> Result<Option<SdkTracerProvider>, String> {
 /// kept for the log lines of events inside it when no OpenTelemetry layer tracks the trace.
 struct CallerTrace(String);
 
-/// Writes each event as one JSON object on a line of stderr: `timestamp`, `level`,
+/// Writes each event as one JSON object on a line of its writer: `timestamp`, `level`,
 /// `target`, `message`, the event's fields, `span` (the innermost one) and `trace_id`.
 /// Every value goes through a JSON encoder, so nothing a client sent can break a line or
 /// forge a field.
-struct JsonLines;
+struct JsonLines<W>(W);
 
-impl<S> Layer<S> for JsonLines
+impl<S, W> Layer<S> for JsonLines<W>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
+    W: for<'a> MakeWriter<'a> + 'static,
 {
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         let mut found = TraceField(None);
@@ -197,8 +213,9 @@ where
             return;
         };
         text.push(b'\n');
-        // One write per line, under stderr's lock: lines of concurrent requests never mix.
-        let _ = std::io::stderr().lock().write_all(&text);
+        // One write per line (stderr writes it under its lock): lines of concurrent
+        // requests never mix.
+        let _ = self.0.make_writer_for(meta).write_all(&text);
     }
 }
 
@@ -251,5 +268,80 @@ impl Visit for JsonFields {
 
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
         self.put(field, Value::String(format!("{value:?}")));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// Collects what a layer writes.
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> MakeWriter<'a> for Buffer {
+        type Writer = Buffer;
+
+        fn make_writer(&'a self) -> Buffer {
+            self.clone()
+        }
+    }
+
+    fn subscriber(format: LogFormat, out: &Buffer) -> impl Subscriber + Send + Sync {
+        let filter = Targets::new().with_default(Level::INFO);
+        tracing_subscriber::registry().with(layers(format, filter, None, out.clone()))
+    }
+
+    #[test]
+    fn text_logs_leave_the_request_spans_unbuilt() {
+        let out = Buffer::default();
+        tracing::subscriber::with_default(subscriber(LogFormat::Text, &out), || {
+            let span = tracing::info_span!(target: "wharf::trace", "mcp.request");
+            assert!(span.is_disabled(), "built for nobody on every request");
+            tracing::info!("still logged");
+        });
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        assert!(text.contains("still logged"), "{text}");
+    }
+
+    #[test]
+    fn json_lines_escape_client_text_and_carry_the_callers_trace_id() {
+        let out = Buffer::default();
+        let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+        let hostile = "x\"}\n{\"level\":\"ERROR\",\"trace_id\":\"forged\"";
+        tracing::subscriber::with_default(subscriber(LogFormat::Json, &out), || {
+            let span = tracing::info_span!(target: "wharf::trace", "mcp.request", trace_id = trace);
+            assert!(
+                !span.is_disabled(),
+                "JSON lines need the span for the trace id"
+            );
+            span.in_scope(|| tracing::warn!(name = hostile, "refused"));
+            tracing::info!("outside any request");
+        });
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(lines[0]["name"], hostile);
+        assert_eq!(lines[0]["trace_id"], trace);
+        assert_eq!(lines[0]["level"], "WARN");
+        assert_eq!(lines[0]["span"], "mcp.request");
+        assert_eq!(lines[0]["message"], "refused");
+        assert!(lines[1].get("trace_id").is_none(), "{}", lines[1]);
     }
 }

@@ -47,9 +47,7 @@ async fn answer(state: &Arc<AppState>, request: Request) -> Response {
     let principal = match state.config.auth.authenticate(&parts).await {
         Ok(p) => p,
         Err(refused) => {
-            if let Some(m) = state.server.metrics() {
-                m.auth_refused(refusal_reason(&refused, &parts.headers));
-            }
+            count_refusal(state, &refused, &parts.headers);
             let refusal = unauthorized(&refused);
             return refuse_unread(&parts.headers, body, refusal, &state.config);
         }
@@ -61,7 +59,13 @@ async fn answer(state: &Arc<AppState>, request: Request) -> Response {
     serve(state, &parts.headers, &bytes, principal).await
 }
 
-/// Why authentication refused a request, as the metrics count it.
+/// Counts a request authentication refused, by why, when the server counts.
+pub(crate) fn count_refusal(state: &AppState, refused: &Refusal, headers: &HeaderMap) {
+    if let Some(m) = state.server.metrics() {
+        m.auth_refused(refusal_reason(refused, headers));
+    }
+}
+
 fn refusal_reason(refused: &Refusal, headers: &HeaderMap) -> AuthRefusal {
     match refused.status {
         StatusCode::FORBIDDEN => AuthRefusal::Forbidden,

@@ -186,7 +186,10 @@ async fn checked(state: &AppState, request: Request) -> Result<Session, Box<Resp
     guard::check_headers(&parts.headers, &state.config)?;
     let principal = match state.config.auth.authenticate(&parts).await {
         Ok(p) => p,
-        Err(refusal) => return Err(Box::new(unauthorized(&refusal))),
+        Err(refusal) => {
+            crate::endpoint::count_refusal(state, &refusal, &parts.headers);
+            return Err(Box::new(unauthorized(&refusal)));
+        }
     };
     resume(state, &parts.headers, None, &principal).await
 }

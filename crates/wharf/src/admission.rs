@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
-use wharf_protocol::{RequestId, methods};
+use wharf_protocol::RequestId;
 
 use crate::access::{self, Denial};
 use crate::dispatch::{self, Core};
@@ -18,6 +18,7 @@ use crate::error::{ErrorKind, RpcError};
 use crate::limits::{Busy, Permit};
 use crate::listen::Listener;
 use crate::metrics::{AuthRefusal, ListenOpen, Outcome, RequestTimer};
+
 use crate::principal::Principal;
 use crate::reply::error_message;
 use crate::request::{Caller, Outbox, ParsedRequest, RequestBody};
@@ -88,6 +89,8 @@ pub struct Admitted {
     _permit: Permit,
     /// The request's span, from admission to the answer.
     span: tracing::Span,
+    /// Counts the request when it ends, when the server counts.
+    timer: Option<RequestTimer>,
 }
 
 impl std::fmt::Debug for Admitted {
@@ -106,20 +109,36 @@ pub(crate) async fn admit(
     req: ParsedRequest,
     principal: Principal,
 ) -> Result<Admitted, ErrorReply> {
-    let span = trace::request(&req, &principal);
-    if let Err(denial) = access::check(&core.registry, &req, &principal) {
+    let registry = &core.registry;
+    // A tool or prompt the server has names the span; a name the client made up, or a
+    // resource URI, would give traces a span name per request.
+    let known = match &req.body {
+        RequestBody::CallTool(p) => registry.tool(&p.name).map(|_| p.name.as_str()),
+        RequestBody::GetPrompt(p) => registry.prompt(&p.name).map(|_| p.name.as_str()),
+        _ => None,
+    };
+    let span = trace::request(&req, &principal, known);
+    // Dropped while it waits (the client went away), the request counts as cancelled.
+    let timer = core.runtime.metrics.as_ref().map(|m| {
+        let tool = match &req.body {
+            RequestBody::CallTool(p) => registry.tool_position(&p.name),
+            _ => None,
+        };
+        RequestTimer::start(m, req.body.method(), tool)
+    });
+    if let Err(denial) = access::check(registry, &req, &principal) {
         if let (Some(m), ErrorKind::InsufficientScope) = (&core.runtime.metrics, denial.error.kind)
         {
             m.auth_refused(AuthRefusal::Forbidden);
         }
-        refused(core, &req, &span, &denial.error);
+        Counted::new(span, timer).ended(Outcome::Error, Some(&denial.error));
         return Err(ErrorReply::denied(req.id, denial));
     }
     // Shared keys load on the first request (a no-op afterwards): every request that runs
     // has the keys to open and seal cursors and request states.
     if let Err(e) = core.runtime.keys.ready().await {
         let e = RpcError::from(e);
-        refused(core, &req, &span, &e);
+        Counted::new(span, timer).ended(Outcome::Error, Some(&e));
         return Err(ErrorReply::new(Some(req.id), e));
     }
     let gate = &core.runtime.gate;
@@ -131,10 +150,9 @@ pub(crate) async fn admit(
         Ok(Permit::default())
     } else {
         let tool = match &req.body {
-            RequestBody::CallTool(params) => core
-                .registry
-                .tool(&params.name)
-                .and_then(|t| t.limit.as_ref()),
+            RequestBody::CallTool(params) => {
+                registry.tool(&params.name).and_then(|t| t.limit.as_ref())
+            }
             _ => None,
         };
         use tracing::Instrument as _;
@@ -149,35 +167,23 @@ pub(crate) async fn admit(
             principal,
             _permit: permit,
             span,
+            timer,
         }),
         Err(Busy { why, error }) => {
             if let Some(m) = &core.runtime.metrics {
                 m.shed(why);
             }
-            refused(core, &req, &span, &error);
+            Counted::new(span, timer).ended(Outcome::Error, Some(&error));
             Err(ErrorReply::new(Some(req.id), error))
         }
     }
 }
 
-/// Counts a request admission refused, and says why on its span.
-fn refused(core: &Core, req: &ParsedRequest, span: &tracing::Span, error: &RpcError) {
-    if let Some(m) = &core.runtime.metrics {
-        let timer = match &req.body {
-            RequestBody::CallTool(params) => {
-                RequestTimer::tool_call(m, core.registry.tool_position(&params.name))
-            }
-            other => RequestTimer::method(m, other.method()),
-        };
-        timer.finish(Outcome::Error);
-    }
-    trace::finish(span, Outcome::Error, Some(error));
-}
-
 impl Admitted {
     /// What a legacy call runs its rounds with.
-    pub(crate) fn into_parts(self) -> (Arc<Core>, ParsedRequest, Principal, Permit, tracing::Span) {
-        (self.core, self.req, self.principal, self._permit, self.span)
+    pub(crate) fn into_parts(self) -> (Arc<Core>, ParsedRequest, Principal, Permit, Counted) {
+        let counted = Counted::new(self.span, self.timer);
+        (self.core, self.req, self.principal, self._permit, counted)
     }
 
     /// The request.
@@ -195,19 +201,23 @@ impl Admitted {
     /// notifications; a `subscriptions/listen` is refused (it needs [`Admitted::stream`]).
     pub async fn respond(self) -> Result<Vec<u8>, ErrorReply> {
         let id = self.req.id.clone();
+        let mut counted = Counted::new(self.span, self.timer);
         if self.req.is_listen() {
             let e = RpcError::new(
                 ErrorKind::InvalidRequest,
                 "subscriptions/listen needs a streaming response",
             );
+            counted.ended(Outcome::Error, Some(&e));
             return Err(ErrorReply::new(Some(id), e));
         }
         let caller = Caller {
             principal: self.principal,
             cancel: None,
             outbox: None,
+            outcome: None,
         };
-        dispatch::execute(&self.core, self.req, caller, self.span)
+        counted
+            .run(&self.core, self.req, caller)
             .await
             .map_err(|e| ErrorReply::new(Some(id), e))
     }
@@ -225,19 +235,26 @@ impl Admitted {
             principal,
             _permit: permit,
             span,
+            timer,
         } = self;
         let id = req.id.clone();
         let opened = Listener::open(&core.registry, &core.runtime, req, &principal);
-        let outcome = match &opened {
-            Ok(_) => (Outcome::Ok, None),
-            Err(e) => (Outcome::Error, Some(e)),
+        // Counted once as a request, when it opens; then as open while it lives.
+        let mut counted = Counted::new(span, timer);
+        let open = match &opened {
+            Ok(_) => {
+                counted.ended(Outcome::Ok, None);
+                core.runtime
+                    .metrics
+                    .as_ref()
+                    .map(|m| ListenOpen::new(Arc::clone(m)))
+            }
+            Err(e) => {
+                counted.ended(Outcome::Error, Some(e));
+                None
+            }
         };
-        trace::finish(&span, outcome.0, outcome.1);
-        // The stream counts as open while it lives (and once as a request, when it opens).
-        let open = core.runtime.metrics.as_ref().map(|m| {
-            RequestTimer::method(m, methods::SUBSCRIPTIONS_LISTEN).finish(outcome.0);
-            ListenOpen::new(Arc::clone(m))
-        });
+        drop(counted);
         let opened = opened.map_err(|e| error_message(Some(&id), &e));
         let permit = (permit, open);
         // The stream holds its slots under the listen caps until it ends or is dropped.
@@ -280,13 +297,81 @@ impl Admitted {
             principal: self.principal,
             cancel: Some(cancel.clone()),
             outbox: Some(outbox.clone()),
+            outcome: None,
         };
-        let outcome = dispatch::execute(&self.core, self.req, caller, self.span).await;
+        let counted = Counted::new(self.span, self.timer);
+        let outcome = counted.run(&self.core, self.req, caller).await;
         if cancel.is_cancelled() {
             return;
         }
         let last = outcome.unwrap_or_else(|e| error_message(Some(&id), &e));
         let _ = outbox.send(last).await;
+    }
+}
+
+/// A request's span and its count, from admission until it ends: [`Counted::ended`] says
+/// how (a legacy call, after its last round); dropped before, it counts as cancelled.
+pub(crate) struct Counted {
+    span: tracing::Span,
+    timer: Option<RequestTimer>,
+    ended: bool,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.ended(Outcome::Cancelled, None);
+        }
+    }
+}
+
+impl Counted {
+    fn new(span: tracing::Span, timer: Option<RequestTimer>) -> Self {
+        Counted {
+            span,
+            timer,
+            ended: false,
+        }
+    }
+
+    /// The span rounds and stages go under.
+    pub(crate) fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+
+    /// Whether the request is counted (the server has metrics).
+    pub(crate) fn is_counted(&self) -> bool {
+        self.timer.is_some()
+    }
+
+    /// Counts the request as ended with `outcome`, and says so on its span.
+    pub(crate) fn ended(&mut self, outcome: Outcome, error: Option<&RpcError>) {
+        if std::mem::replace(&mut self.ended, true) {
+            return;
+        }
+        if let Some(timer) = self.timer.take() {
+            timer.finish(outcome);
+        }
+        if !self.span.is_disabled() {
+            trace::finish(&self.span, outcome, error);
+        }
+    }
+
+    /// Runs the request to its response and counts it.
+    async fn run(
+        mut self,
+        core: &Arc<Core>,
+        req: ParsedRequest,
+        caller: Caller,
+    ) -> Result<Vec<u8>, RpcError> {
+        let (out, outcome) =
+            dispatch::execute(core, req, caller, &self.span, self.timer.is_some()).await;
+        // `execute` said so on the span already.
+        self.ended = true;
+        if let Some(timer) = self.timer.take() {
+            timer.finish(outcome);
+        }
+        out
     }
 }
 

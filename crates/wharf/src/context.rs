@@ -14,7 +14,7 @@ use crate::cursor::ListKind;
 use crate::error::RpcError;
 use crate::handler::HandlerError;
 use crate::meta::RequestInfo;
-use crate::metrics::StoreOp;
+use crate::metrics::{OutcomeCell, StoreOp};
 use crate::mrtr::{Ask, Elicited, FormSchema, Round};
 use crate::principal::Principal;
 use crate::progress::ProgressStream;
@@ -50,6 +50,8 @@ pub struct Context {
     round: Option<Box<Round>>,
     /// What to run if the call is cancelled (see [`Context::on_cancel`]).
     cleanups: Arc<Cleanups>,
+    /// Where the driver says the handler asked for input, when the request is counted.
+    pub(crate) outcome: Option<Arc<OutcomeCell>>,
     runtime: Arc<Runtime>,
 }
 
@@ -234,6 +236,7 @@ impl Context {
             principal: caller.principal,
             cancel: caller.cancel,
             outbox: caller.outbox,
+            outcome: caller.outcome,
             progress,
             tx: None,
             handles: Vec::new(),

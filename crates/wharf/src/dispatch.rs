@@ -8,7 +8,7 @@ use crate::access;
 use crate::error::{ErrorKind, RpcError};
 use crate::methods::lists::{self, List};
 use crate::methods::{Call, completion, prompts, resources, tools};
-use crate::metrics::{Outcome, RequestTimer};
+use crate::metrics::{Outcome, OutcomeCell};
 use crate::middleware::{Chain, Middleware, MiddlewareFuture, Next, cancelled};
 use crate::registry::Registry;
 use crate::request::{Caller, ParsedRequest, RequestBody};
@@ -23,24 +23,25 @@ pub(crate) struct Core {
 }
 
 /// Runs an admitted request (other than `subscriptions/listen`) to its whole response,
-/// inside `span` (the request's, or the round's of a legacy call). When `caller.cancel`
-/// fires, the work is dropped at its next await and the outcome is an error that must not
-/// be sent.
+/// inside `span` (the request's, or the round's of a legacy call), and says how it ended,
+/// on the span too when it is recorded. The method reports a tool's `isError` or a
+/// handler's ask for input only when `counted` or the span is recorded: otherwise the
+/// outcome is only `ok`, `error` or `cancelled`. When `caller.cancel` fires, the work is
+/// dropped at its next await and the outcome is an error that must not be sent.
 pub(crate) async fn execute(
     core: &Arc<Core>,
     req: ParsedRequest,
-    caller: Caller,
-    span: Span,
-) -> Result<Vec<u8>, RpcError> {
-    // A tool call counts itself, with its tool and how its result ended (see `tools::call`).
-    let own_count = !matches!(req.body, RequestBody::CallTool(_));
-    let timer = match &core.runtime.metrics {
-        Some(m) if own_count => Some(RequestTimer::method(m, req.body.method())),
-        _ => None,
-    };
+    mut caller: Caller,
+    span: &Span,
+    counted: bool,
+) -> (Result<Vec<u8>, RpcError>, Outcome) {
+    let traced = !span.is_disabled();
+    // Only a request someone counts or traces pays for the cell.
+    let cell = (counted || traced).then(|| Arc::new(OutcomeCell::default()));
+    caller.outcome = cell.clone();
+    let cancel = caller.cancel.clone();
     // Each branch builds its own future: one built before the match would be kept beside
     // its instrumented copy, doubling the state every request carries.
-    let cancel = caller.cancel.clone();
     let out = match cancel.clone() {
         Some(cancel) => {
             let work = chain(core, req, caller).instrument(span.clone());
@@ -52,18 +53,16 @@ pub(crate) async fn execute(
         }
         None => chain(core, req, caller).instrument(span.clone()).await,
     };
-    if own_count {
-        let outcome = match &out {
-            Ok(_) => Outcome::Ok,
-            Err(_) if cancel.is_some_and(|c| c.is_cancelled()) => Outcome::Cancelled,
-            Err(_) => Outcome::Error,
-        };
-        if let Some(timer) = timer {
-            timer.finish(outcome);
-        }
-        trace::finish(&span, outcome, out.as_ref().err());
+    let outcome = match (&out, cell) {
+        (Ok(_), Some(cell)) => cell.get(),
+        (Ok(_), None) => Outcome::Ok,
+        (Err(_), _) if cancel.is_some_and(|c| c.is_cancelled()) => Outcome::Cancelled,
+        (Err(_), _) => Outcome::Error,
+    };
+    if traced {
+        trace::finish(span, outcome, out.as_ref().err());
     }
-    out
+    (out, outcome)
 }
 
 /// The middleware chain, then the method; straight to the method when there is no chain.

@@ -13,6 +13,7 @@ use crate::context::Context;
 use crate::error::{ErrorKind, RpcError};
 use crate::handler::HandlerError;
 use crate::meta::RequestInfo;
+use crate::metrics::Outcome;
 use crate::mrtr::{Ask, Binding, Resume, Turn, open_round, seal_round};
 use crate::principal::Principal;
 use crate::reply::respond;
@@ -83,6 +84,7 @@ where
     let resume = cx.enter_turn(turn);
     let progress = cx.progress_stream();
     let cleanup = cx.cleanup_guard();
+    let outcome = cx.outcome.clone();
     // A request that answers an earlier round's input requests says which round it is.
     let span = trace::handler(resume.as_ref().map(|r| r.round));
     let got = call(cx).instrument(span).await;
@@ -96,7 +98,11 @@ where
         Err(HandlerError::Execution(message)) => Ok(Ended::Failed(message)),
         Err(HandlerError::Protocol(e)) => Err(e),
         Err(HandlerError::InputRequired(ask)) => {
-            input_required(&runtime, &id, resume.as_ref(), *ask).map(Ended::Asked)
+            let asked = input_required(&runtime, &id, resume.as_ref(), *ask)?;
+            if let Some(outcome) = outcome {
+                outcome.set(Outcome::InputRequired);
+            }
+            Ok(Ended::Asked(asked))
         }
     }
 }
@@ -108,9 +114,6 @@ fn input_required(
     resume: Option<&Resume>,
     ask: Ask,
 ) -> Result<Vec<u8>, RpcError> {
-    if let Some(m) = &runtime.metrics {
-        m.mrtr_round();
-    }
     let (input_requests, token) = seal_round(
         &runtime.config.request_state,
         &runtime.keys.get().states,
@@ -118,6 +121,9 @@ fn input_required(
         resume.map_or(0, |r| r.round),
         ask,
     )?;
+    if let Some(m) = &runtime.metrics {
+        m.mrtr_round();
+    }
     respond(
         id,
         &InputRequiredResult {

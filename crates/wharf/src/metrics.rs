@@ -10,7 +10,7 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use wharf_protocol::methods;
@@ -322,23 +322,26 @@ impl Metrics {
         self.listen_missed.fetch_add(missed, Ordering::Relaxed);
     }
 
-    /// The number of completed requests of `method` (`tool` for `tools/call`): what a test
-    /// or a health probe reads without parsing the text format.
+    /// The number of completed requests of `method`: what a test or a health probe reads
+    /// without parsing the text format. For `tools/call`, `tool` names the tool (`None`: every tool's, those the server does
+    /// not have included).
     pub fn requests(&self, method: &str, tool: Option<&str>) -> u64 {
-        let series = match tool {
-            Some(name) => self
-                .tool_names
-                .iter()
-                .position(|t| t == name)
-                .map(|i| &self.tools[i]),
-            None => METHODS
-                .iter()
-                .position(|m| *m == method)
-                .map(|i| &self.methods[i]),
-        };
-        series.map_or(0, |s| {
-            s.outcomes.iter().map(|o| o.load(Ordering::Relaxed)).sum()
-        })
+        let total =
+            |s: &Series| -> u64 { s.outcomes.iter().map(|o| o.load(Ordering::Relaxed)).sum() };
+        if method == methods::TOOLS_CALL {
+            return match tool {
+                Some(name) => self
+                    .tool_names
+                    .iter()
+                    .position(|t| t == name)
+                    .map_or(0, |i| total(&self.tools[i])),
+                None => self.tools.iter().map(total).sum(),
+            };
+        }
+        METHODS
+            .iter()
+            .position(|m| *m == method)
+            .map_or(0, |i| total(&self.methods[i]))
     }
 
     /// Renders every counter in the Prometheus text exposition format (version 0.0.4).
@@ -363,7 +366,7 @@ impl Metrics {
             &mut out,
             "wharf_request_duration_seconds",
             "histogram",
-            "Time from admission to the answer, by method and tool.",
+            "Time from the start of a request's run to its answer, by method and tool.",
         );
         for (labels, series) in self.series() {
             if series.latency.count() > 0 {
@@ -517,55 +520,83 @@ fn gauge(out: &mut String, name: &str, help: &str, value: impl std::fmt::Display
     let _ = writeln!(out, "{name} {value}");
 }
 
-/// Times one request and counts it when it ends: with the outcome set by
-/// [`RequestTimer::finish`], or as cancelled when it is dropped before (the client went
-/// away and its work was dropped at an await).
-pub(crate) struct RequestTimer<'m> {
-    series: &'m Series,
-    in_flight: &'m AtomicI64,
+/// Where a request is counted: a method's series, or a tool's.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    Method(usize),
+    Tool(usize),
+}
+
+/// Times one request from admission and counts it once when it ends: with the outcome
+/// given to [`RequestTimer::finish`], or as cancelled when it is dropped before (the client
+/// went away while it was queued or running, and its work was dropped at an await).
+pub(crate) struct RequestTimer {
+    metrics: Arc<Metrics>,
+    slot: Slot,
     started: Instant,
 }
 
-impl<'m> RequestTimer<'m> {
-    /// Starts timing a request of `method` (not `tools/call`: see [`Metrics::tool_call`]).
-    pub(crate) fn method(metrics: &'m Metrics, method: &str) -> Self {
-        let slot = METHODS
-            .iter()
-            .position(|m| *m == method)
-            .unwrap_or(METHODS.len());
-        Self::start(metrics, &metrics.methods[slot])
-    }
-
-    /// Starts timing a `tools/call` of the tool at `index` in the registry (`None`: a tool
-    /// the server does not have).
-    pub(crate) fn tool_call(metrics: &'m Metrics, index: Option<usize>) -> Self {
-        let last = metrics.tools.len() - 1;
-        let slot = index.filter(|&i| i < last).unwrap_or(last);
-        Self::start(metrics, &metrics.tools[slot])
-    }
-
-    fn start(metrics: &'m Metrics, series: &'m Series) -> Self {
+impl RequestTimer {
+    /// Starts timing a request of `method`; for `tools/call`, `tool` is the registry's
+    /// index of the tool it calls (`None`: a tool the server does not have).
+    pub(crate) fn start(metrics: &Arc<Metrics>, method: &str, tool: Option<usize>) -> Self {
+        let slot = if method == methods::TOOLS_CALL {
+            let last = metrics.tools.len() - 1;
+            Slot::Tool(tool.filter(|&i| i < last).unwrap_or(last))
+        } else {
+            let index = METHODS.iter().position(|m| *m == method);
+            Slot::Method(index.unwrap_or(METHODS.len()))
+        };
         metrics.in_flight.fetch_add(1, Ordering::Relaxed);
         RequestTimer {
-            series,
-            in_flight: &metrics.in_flight,
+            metrics: Arc::clone(metrics),
+            slot,
             started: Instant::now(),
         }
     }
 
     /// Counts the request with its outcome.
-    pub(crate) fn finish(self, outcome: Outcome) {
-        self.series.record(outcome, self.started.elapsed());
-        self.in_flight.fetch_sub(1, Ordering::Relaxed);
-        std::mem::forget(self);
+    pub(crate) fn finish(mut self, outcome: Outcome) {
+        self.record(outcome);
+        // Counted: the drop below must not count it again.
+        self.slot = Slot::Method(usize::MAX);
+    }
+
+    fn record(&self, outcome: Outcome) {
+        let series = match self.slot {
+            Slot::Method(i) => self.metrics.methods.get(i),
+            Slot::Tool(i) => self.metrics.tools.get(i),
+        };
+        if let Some(series) = series {
+            series.record(outcome, self.started.elapsed());
+            self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
-impl Drop for RequestTimer<'_> {
+impl Drop for RequestTimer {
     fn drop(&mut self) {
-        self.series
-            .record(Outcome::Cancelled, self.started.elapsed());
-        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.record(Outcome::Cancelled);
+    }
+}
+
+/// How a request that ran to a response ended, set by the code that knows (a tool call's
+/// `isError`, a handler that asked for input) and read by the code that counts it.
+#[derive(Debug, Default)]
+pub(crate) struct OutcomeCell(AtomicU8);
+
+impl OutcomeCell {
+    pub(crate) fn set(&self, outcome: Outcome) {
+        self.0.store(outcome as u8, Ordering::Relaxed);
+    }
+
+    /// The outcome set, `ok` if none was.
+    pub(crate) fn get(&self) -> Outcome {
+        let value = self.0.load(Ordering::Relaxed);
+        Outcome::ALL
+            .into_iter()
+            .find(|o| *o as u8 == value)
+            .unwrap_or(Outcome::Ok)
     }
 }
 
@@ -591,11 +622,12 @@ mod tests {
 
     #[test]
     fn a_tool_call_is_counted_by_tool_and_outcome_and_timed() {
-        let m = Metrics::new(vec!["echo".into(), "slow".into()]);
-        RequestTimer::tool_call(&m, Some(0)).finish(Outcome::Ok);
-        RequestTimer::tool_call(&m, Some(0)).finish(Outcome::ToolError);
-        drop(RequestTimer::tool_call(&m, Some(1)));
-        RequestTimer::tool_call(&m, None).finish(Outcome::Error);
+        let m = Arc::new(Metrics::new(vec!["echo".into(), "slow".into()]));
+        let call = |tool| RequestTimer::start(&m, methods::TOOLS_CALL, tool);
+        call(Some(0)).finish(Outcome::Ok);
+        call(Some(0)).finish(Outcome::ToolError);
+        drop(call(Some(1)));
+        call(None).finish(Outcome::Error);
         let text = m.encode(Gauges::default());
         assert!(text.contains(
             "wharf_requests_total{method=\"tools/call\",tool=\"echo\",outcome=\"ok\"} 1\n"
@@ -613,7 +645,18 @@ mod tests {
             "wharf_request_duration_seconds_count{method=\"tools/call\",tool=\"echo\"} 2\n"
         ));
         assert_eq!(m.requests("tools/call", Some("echo")), 2);
+        assert_eq!(m.requests("tools/call", None), 4);
         assert_eq!(m.in_flight.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn an_outcome_cell_reads_back_what_was_set_and_ok_otherwise() {
+        let cell = OutcomeCell::default();
+        assert_eq!(cell.get(), Outcome::Ok);
+        for outcome in Outcome::ALL {
+            cell.set(outcome);
+            assert_eq!(cell.get(), outcome);
+        }
     }
 
     #[test]
@@ -633,9 +676,9 @@ mod tests {
 
     #[test]
     fn a_method_other_than_a_tool_call_has_its_own_series() {
-        let m = Metrics::new(Vec::new());
-        RequestTimer::method(&m, methods::TOOLS_LIST).finish(Outcome::Ok);
-        RequestTimer::method(&m, "no/such").finish(Outcome::Error);
+        let m = Arc::new(Metrics::new(Vec::new()));
+        RequestTimer::start(&m, methods::TOOLS_LIST, None).finish(Outcome::Ok);
+        RequestTimer::start(&m, "no/such", None).finish(Outcome::Error);
         let text = m.encode(Gauges {
             queued: 3,
             ..Gauges::default()

@@ -1,6 +1,8 @@
 //! A request as the core takes it: its method known, its params typed, its `_meta` read,
 //! and who it comes from.
 
+use std::sync::Arc;
+
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
@@ -12,6 +14,7 @@ use wharf_protocol::{
 
 use crate::error::{ErrorKind, RpcError};
 use crate::meta::RequestInfo;
+use crate::metrics::OutcomeCell;
 use crate::principal::Principal;
 use crate::session::Session;
 
@@ -113,6 +116,8 @@ pub struct Caller {
     pub(crate) cancel: Option<CancellationToken>,
     /// Where notifications for this request go; `None` when the response is not a stream.
     pub(crate) outbox: Option<Outbox>,
+    /// Where the method says how it ended, when the request is counted or traced.
+    pub(crate) outcome: Option<Arc<OutcomeCell>>,
 }
 
 impl Caller {

@@ -23,7 +23,7 @@ pub(crate) const TARGET: &str = "wharf::trace";
 
 /// The span of one request. The principal appears only as a stable hash of its id: traces
 /// are often kept longer and seen by more people than the user table.
-pub(crate) fn request(req: &ParsedRequest, principal: &Principal) -> Span {
+pub(crate) fn request(req: &ParsedRequest, principal: &Principal, known: Option<&str>) -> Span {
     let method = req.body.method();
     let span = tracing::info_span!(
         target: TARGET,
@@ -34,7 +34,7 @@ pub(crate) fn request(req: &ParsedRequest, principal: &Principal) -> Span {
         mcp.method.name = method,
         mcp.target = Empty,
         mcp.era = era(req.info.era()),
-        jsonrpc.request.id = %req.id,
+        jsonrpc.request.id = Empty,
         enduser.hash = Empty,
         mcp.outcome = Empty,
         rpc.jsonrpc.error_code = Empty,
@@ -43,14 +43,18 @@ pub(crate) fn request(req: &ParsedRequest, principal: &Principal) -> Span {
     if span.is_disabled() {
         return span;
     }
-    match req.body.name() {
-        Some(target) => {
-            span.record("otel.name", format!("{method} {target}"));
-            span.record("mcp.target", target);
-        }
-        None => {
-            span.record("otel.name", method);
-        }
+    // The span is named `method target` only for a target the server has (`known`): a
+    // name a client made up, or a resource URI, would give every request a name of its own.
+    match known {
+        Some(target) => span.record("otel.name", format!("{method} {target}")),
+        None => span.record("otel.name", method),
+    };
+    if let Some(target) = req.body.name() {
+        span.record("mcp.target", target);
+    }
+    // As JSON: a string id quoted and escaped, so no client writes raw text into a log.
+    if let Ok(id) = serde_json::to_string(&req.id) {
+        span.record("jsonrpc.request.id", id);
     }
     span.record("enduser.hash", principal_hash(principal.id()));
     if let Some(traceparent) = &req.info.traceparent {

@@ -20,10 +20,12 @@ use wharf_protocol::{
 
 use super::{REPLY_KIND, SERVER_REQUEST_PREFIX, reply_key};
 use crate::admission::Admitted;
+use crate::admission::Counted;
 use crate::dispatch::{self, Core};
 use crate::error::{ErrorKind, RpcError};
 use crate::limits::Permit;
 use crate::meta::capabilities_cover;
+use crate::metrics::Outcome as RequestOutcome;
 use crate::principal::Principal;
 use crate::reply::error_message;
 use crate::request::{self, Caller, Outbox, ParsedRequest, RequestBody};
@@ -106,8 +108,9 @@ struct Run {
     raw: Option<Box<RawValue>>,
     cancel: CancellationToken,
     rounds: u32,
-    /// The request's span, which each round's span is under.
-    span: tracing::Span,
+    /// The call's span, which each round's span is under, and its count: once, when the
+    /// last round ended.
+    counted: Counted,
     _running: Running,
     _permit: Permit,
 }
@@ -146,7 +149,7 @@ impl LegacyCall {
         params: Option<&RawValue>,
         (cancel, running): (CancellationToken, Running),
     ) -> Self {
-        let (core, req, principal, permit, span) = admitted.into_parts();
+        let (core, req, principal, permit, counted) = admitted.into_parts();
         let method = req.body.method();
         let may_ask = matches!(
             method,
@@ -162,7 +165,7 @@ impl LegacyCall {
                 method,
                 cancel,
                 rounds: 0,
-                span,
+                counted,
                 _running: running,
                 _permit: permit,
             },
@@ -228,6 +231,7 @@ impl Run {
             match self.ask(asked, outbox).await {
                 Ok(req) => next = Next::Request(req),
                 Err(Some(m)) => {
+                    self.counted.ended(RequestOutcome::Error, None);
                     let _ = outbox.send(m).await;
                     return;
                 }
@@ -242,12 +246,28 @@ impl Run {
             principal: self.principal.clone(),
             cancel: Some(self.cancel.clone()),
             outbox: outbox.cloned(),
+            outcome: None,
         };
-        let span = trace::round(&self.span, self.rounds);
-        match dispatch::execute(&self.core, req, caller, span).await {
-            Err(_) if self.cancel.is_cancelled() => Step::Cancelled,
-            Err(e) => Step::Done(error_message(Some(&self.id), &e)),
-            Ok(m) => classify(m),
+        let span = trace::round(self.counted.span(), self.rounds);
+        let counted = self.counted.is_counted();
+        let (out, outcome) = dispatch::execute(&self.core, req, caller, &span, counted).await;
+        match out {
+            Err(_) if self.cancel.is_cancelled() => {
+                self.counted.ended(RequestOutcome::Cancelled, None);
+                Step::Cancelled
+            }
+            Err(e) => {
+                self.counted.ended(RequestOutcome::Error, Some(&e));
+                Step::Done(error_message(Some(&self.id), &e))
+            }
+            Ok(m) => match classify(m) {
+                // The call goes on: the client answers, and the next round runs.
+                Step::Ask(asked) => Step::Ask(asked),
+                step => {
+                    self.counted.ended(outcome, None);
+                    step
+                }
+            },
         }
     }
 

@@ -13,7 +13,7 @@ use crate::context::{Context, Finished, Hold, TxSlot};
 use crate::driver::{Ended, drive, open_turn};
 use crate::error::{ErrorKind, RpcError};
 use crate::methods::Call;
-use crate::metrics::{Outcome, RequestTimer, StoreOp};
+use crate::metrics::{Outcome, StoreOp};
 use crate::mrtr::Binding;
 use crate::mutation::KeyTurn;
 use crate::principal::Principal;
@@ -42,25 +42,14 @@ enum Prepared {
     Replay(String),
 }
 
-/// Calls tool `params.name`, counting the call by tool and outcome when the server counts.
+/// Calls tool `params.name`; says how the call ended where the request is counted.
 pub(crate) async fn call(call: Call<'_, Box<CallToolParams>>) -> Result<Vec<u8>, RpcError> {
-    let timer = call
-        .runtime
-        .metrics
-        .as_deref()
-        .map(|m| RequestTimer::tool_call(m, call.registry.tool_position(&call.params.name)));
-    let cancel = call.caller.cancel.clone();
-    let out = run(call).await;
-    let outcome = match &out {
-        Ok((_, outcome)) => *outcome,
-        Err(_) if cancel.is_some_and(|c| c.is_cancelled()) => Outcome::Cancelled,
-        Err(_) => Outcome::Error,
-    };
-    if let Some(timer) = timer {
-        timer.finish(outcome);
+    let cell = call.caller.outcome.clone();
+    let (message, outcome) = run(call).await?;
+    if let Some(cell) = cell {
+        cell.set(outcome);
     }
-    trace::finish(&Span::current(), outcome, out.as_ref().err());
-    out.map(|(message, _)| message)
+    Ok(message)
 }
 
 /// Runs a tool call to its response and how it ended.
@@ -618,15 +607,15 @@ fn respond_tool(
 
 /// The stored first result of an idempotent write, marked as a replay.
 fn replay(runtime: &Runtime, id: &RequestId, stored: &str) -> Result<(Vec<u8>, Outcome), RpcError> {
-    if let Some(m) = &runtime.metrics {
-        m.replayed();
-    }
     let mut result: CallToolResult = serde_json::from_str(stored)
         .map_err(|e| RpcError::internal(format!("stored idempotent result is unreadable: {e}")))?;
     result
         .meta
         .extra
         .insert(REPLAY_META.to_owned(), Value::Bool(true));
+    if let Some(m) = &runtime.metrics {
+        m.replayed();
+    }
     respond_tool(runtime, id, result)
 }
 
