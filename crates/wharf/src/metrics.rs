@@ -366,7 +366,7 @@ impl Metrics {
             &mut out,
             "wharf_request_duration_seconds",
             "histogram",
-            "Time from the start of a request's run to its answer, by method and tool.",
+            "Time from admission to the answer (queue wait included), by method and tool.",
         );
         for (labels, series) in self.series() {
             if series.latency.count() > 0 {
@@ -378,7 +378,7 @@ impl Metrics {
         gauge(
             &mut out,
             "wharf_requests_in_flight",
-            "Requests admitted and not yet answered.",
+            "Requests received and not yet answered, queued ones included.",
             self.in_flight.load(Ordering::Relaxed),
         );
         gauge(
