@@ -111,20 +111,23 @@ async fn a_person_signs_in_reads_the_consent_page_and_allows_access() {
         .click()
         .await
         .unwrap();
-    browser
-        .wait()
-        .for_element(Locator::Id("consents"))
-        .await
-        .unwrap();
-    let table = browser.find(Locator::Id("consents")).await.unwrap();
-    assert!(
-        table
-            .text()
-            .await
-            .unwrap()
-            .contains("No application is remembered"),
-        "revoked"
-    );
+    // The click reloads the page: until the new one is in, the table found may be the old
+    // page's (stale once the new one replaces it), so read it again until it says so.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let text = match browser.find(Locator::Id("consents")).await {
+            Ok(table) => table.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        if text.contains("No application is remembered") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never revoked: {text}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     // Revoking the consent cut the application off: its access token stops working.
     let access = tokens["access_token"].as_str().unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
