@@ -18,7 +18,6 @@ use crate::error::{ErrorKind, RpcError};
 use crate::limits::{Busy, Permit};
 use crate::listen::Listener;
 use crate::metrics::{AuthRefusal, ListenOpen, Outcome, RequestTimer};
-
 use crate::principal::Principal;
 use crate::reply::error_message;
 use crate::request::{Caller, Outbox, ParsedRequest, RequestBody};

@@ -2,7 +2,6 @@
 //! by tool and outcome, other methods by method, and nothing at all when it is off.
 
 use serde_json::json;
-use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use wharf::protocol::{GetPromptResult, Implementation};
@@ -16,8 +15,9 @@ fn server(metrics: bool) -> Server {
             Err::<&str, _>(HandlerError::execution("the disk is full"))
         }))
         .tool(tool("sleeps").handler(|_cx: Context, _: NoArgs| async {
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-            "woke"
+            // Runs until the call is cancelled.
+            std::future::pending::<()>().await;
+            "never"
         }))
         .prompt(prompt("confirm").handler(|cx: Context, _args| async move {
             let form = FormSchema::new().boolean("ok", "Go ahead?", true);
