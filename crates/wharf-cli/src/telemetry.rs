@@ -97,12 +97,20 @@ where
         );
     }
     layers.push(match format {
-        // A text log leaves the request spans out: formatting their fields for every request
-        // would cost the hot path, and its lines do not show them.
-        LogFormat::Text => tracing_subscriber::fmt::layer()
-            .with_writer(writer)
-            .with_filter(filter.with_target(SPANS, LevelFilter::OFF))
-            .boxed(),
+        // A text log shows the request spans (each line prefixed with its request's method
+        // and id) only when debug logging is on for them: at the default level, formatting
+        // their fields for every request would cost the hot path for lines nobody reads.
+        LogFormat::Text => {
+            let spans = if filter.would_enable(SPANS, &Level::DEBUG) {
+                LevelFilter::INFO
+            } else {
+                LevelFilter::OFF
+            };
+            tracing_subscriber::fmt::layer()
+                .with_writer(writer)
+                .with_filter(filter.with_target(SPANS, spans))
+                .boxed()
+        }
         // JSON lines keep them: they hold the trace id every line carries.
         LogFormat::Json => JsonLines(writer)
             .with_filter(filter.with_target(SPANS, Level::INFO))
@@ -301,7 +309,11 @@ mod tests {
     }
 
     fn subscriber(format: LogFormat, out: &Buffer) -> impl Subscriber + Send + Sync {
-        let filter = Targets::new().with_default(Level::INFO);
+        with_filter(format, "info", out)
+    }
+
+    fn with_filter(format: LogFormat, filter: &str, out: &Buffer) -> impl Subscriber + Send + Sync {
+        let filter = filter.parse::<Targets>().unwrap();
         tracing_subscriber::registry().with(layers(format, filter, None, out.clone()))
     }
 
@@ -315,6 +327,32 @@ mod tests {
         });
         let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
         assert!(text.contains("still logged"), "{text}");
+    }
+
+    #[test]
+    fn debug_text_logs_name_the_request_of_each_line_escaped() {
+        let out = Buffer::default();
+        let hostile = "w\nINJECTED \u{1b}[31m";
+        tracing::subscriber::with_default(
+            with_filter(LogFormat::Text, "info,wharf=debug", &out),
+            || {
+                let span = tracing::info_span!(
+                    target: "wharf::trace",
+                    "mcp.request",
+                    jsonrpc.request.id = hostile
+                );
+                span.in_scope(|| tracing::debug!(target: "wharf::mutation", "waits for its turn"));
+            },
+        );
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        let line = text.lines().find(|l| l.contains("waits for its turn"));
+        let line = line.unwrap_or_else(|| panic!("no event line in {text:?}"));
+        assert!(
+            line.contains(r#"jsonrpc.request.id="w\nINJECTED \u{1b}[31m""#),
+            "{line}"
+        );
+        assert!(!text.contains('\u{1b}'), "no raw escape: {text:?}");
+        assert_eq!(text.lines().count(), 1, "no forged line: {text:?}");
     }
 
     #[test]

@@ -11,6 +11,7 @@
 use sha2::{Digest, Sha256};
 use tracing::Span;
 use tracing::field::Empty;
+use wharf_protocol::RequestId;
 
 use crate::error::RpcError;
 use crate::meta::Era;
@@ -52,10 +53,13 @@ pub(crate) fn request(req: &ParsedRequest, principal: &Principal, known: Option<
     if let Some(target) = req.body.name() {
         span.record("mcp.target", target);
     }
-    // As JSON: a string id quoted and escaped, so no client writes raw text into a log.
-    if let Ok(id) = serde_json::to_string(&req.id) {
-        span.record("jsonrpc.request.id", id);
-    }
+    // Typed, so `1` and `"1"` stay apart; a string is escaped by whatever writes it out
+    // (quoted by the text log, JSON-encoded by JSON lines), so no client forges a log line.
+    match &req.id {
+        RequestId::Int(n) => span.record("jsonrpc.request.id", n),
+        RequestId::String(s) => span.record("jsonrpc.request.id", s.as_str()),
+        RequestId::Number(n) => span.record("jsonrpc.request.id", &**n),
+    };
     span.record("enduser.hash", principal_hash(principal.id()));
     if let Some(traceparent) = &req.info.traceparent {
         if let Some(trace_id) = trace_id_of(traceparent) {
