@@ -19,7 +19,7 @@ use wharf_reference::Profile;
 use wharf_stdio::StdioConfig;
 use wharf_store::StoreOptions;
 
-use crate::telemetry::{self, LogFormat};
+use crate::telemetry::{self, LogFormat, MetricsPush};
 
 /// Options of `wharf serve`; each can also come from the environment.
 #[derive(Debug, Args)]
@@ -332,7 +332,7 @@ impl From<ProfileArg> for Profile {
 
 /// Runs `wharf serve`; exits 0 after a graceful shutdown.
 pub(crate) fn run(args: ServeArgs) -> ExitCode {
-    let _telemetry = match telemetry::init(args.log_format) {
+    let telemetry = match telemetry::init(args.log_format) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("wharf: {e}");
@@ -360,7 +360,7 @@ pub(crate) fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(args)) {
+    match runtime.block_on(serve(args, telemetry.metrics_push())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("wharf: {e:#}");
@@ -369,8 +369,7 @@ pub(crate) fn run(args: ServeArgs) -> ExitCode {
     }
 }
 
-/// How HTTP requests are authenticated: an explicit choice, never a silent default.
-/// How HTTP requests authenticate; `scopes` are those the server's definitions use, which the
+/// How HTTP requests authenticate (an explicit choice, never a silent default); `scopes` are those the server's definitions use, which the
 /// protected resource metadata lists unless `--oauth-scope-supported` says otherwise.
 fn auth(
     args: &ServeArgs,
@@ -619,22 +618,41 @@ fn build_server(
     config: ServerConfig,
     args: &ServeArgs,
     store: Option<Arc<dyn Store>>,
+    count: bool,
 ) -> anyhow::Result<Server> {
     let mut builder = Server::builder(wharf_reference::implementation())
         .config(config)
-        .metrics(args.metrics_listen.is_some());
+        .metrics(count);
     if let Some(store) = store {
         builder = builder.store(store);
     }
     Ok(Profile::from(args.profile).register(builder).build()?)
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+async fn serve(args: ServeArgs, push: Option<MetricsPush>) -> anyhow::Result<()> {
     // The core's settings first: a mistake in them is reported before any file or server is
     // touched. Authentication follows the server, whose definitions name its scopes.
     let config = server_config(&args)?;
     let store = open_store(&args).await?;
-    let server = build_server(config, &args, store.clone()).context("invalid server definition")?;
+    let count = args.metrics_listen.is_some() || push.is_some();
+    let server =
+        build_server(config, &args, store.clone(), count).context("invalid server definition")?;
+    // Metrics are pushed until the server has stopped, then once more with the last counts.
+    let stop_pushing = tokio_util::sync::CancellationToken::new();
+    let pushing = push.map(|push| tokio::spawn(push.run(server.clone(), stop_pushing.clone())));
+    let served = serve_with(args, server, store).await;
+    stop_pushing.cancel();
+    if let Some(pushing) = pushing {
+        let _ = pushing.await;
+    }
+    served
+}
+
+async fn serve_with(
+    args: ServeArgs,
+    server: Server,
+    store: Option<Arc<dyn Store>>,
+) -> anyhow::Result<()> {
     let authz = if args.stdio {
         None
     } else {

@@ -1,6 +1,6 @@
 //! What an operator sees of a running `wharf serve`: a real Prometheus scraping its
-//! metrics, its spans received over OTLP/HTTP under the caller's trace, and JSON log lines
-//! that carry the trace id.
+//! metrics, its spans and metrics received over OTLP/HTTP (the spans under the caller's
+//! trace), and JSON log lines that carry the trace id.
 
 mod common;
 
@@ -12,7 +12,12 @@ use std::time::{Duration, Instant};
 use common::import::{TOKEN_42, sqlite_url, unique};
 use common::{ServerProcess, free_port, request};
 use futures_util::StreamExt as _;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{
+    AggregationTemporality, HistogramDataPoint, Metric, metric, number_data_point,
+};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message as _;
 use serde_json::{Value, json};
@@ -44,6 +49,16 @@ async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) ->
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The three echo calls the metrics tests make, as the Prometheus text counts them.
+const ECHO_OK_THREE: &str =
+    "wharf_requests_total{method=\"tools/call\",tool=\"echo\",outcome=\"ok\"} 3\n";
+
+/// The text `GET /metrics` serves at `address`.
+async fn scrape(address: &str) -> String {
+    let response = reqwest::get(format!("http://{address}/metrics")).await;
+    response.unwrap().text().await.unwrap()
 }
 
 /// Debian's Prometheus, scraping `target` every second, with its data in a temporary
@@ -121,15 +136,7 @@ async fn a_real_prometheus_scrapes_the_request_counter_of_a_tool() {
         &format!("ops={key}"),
     ]);
     let client = server.client().with_bearer(key);
-    for text in ["one", "two", "three"] {
-        let r = request(
-            &client,
-            "tools/call",
-            json!({ "name": "echo", "arguments": { "text": text } }),
-        )
-        .await;
-        assert!(r.result().is_some(), "{}", r.body);
-    }
+    call_echo(&client, 3).await;
     // A call of a tool the server does not have is counted apart, as an error.
     let r = request(
         &client,
@@ -148,18 +155,8 @@ async fn a_real_prometheus_scrapes_the_request_counter_of_a_tool() {
         assert_eq!(r.status, 401, "{}", r.body);
     }
 
-    let text = reqwest::get(format!("http://{metrics}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        text.contains(
-            "wharf_requests_total{method=\"tools/call\",tool=\"echo\",outcome=\"ok\"} 3\n"
-        ),
-        "{text}"
-    );
+    let text = scrape(&metrics).await;
+    assert!(text.contains(ECHO_OK_THREE), "{text}");
     assert!(
         text.contains(
             "wharf_requests_total{method=\"tools/call\",tool=\"\",outcome=\"error\"} 1\n"
@@ -204,30 +201,56 @@ async fn a_real_prometheus_scrapes_the_request_counter_of_a_tool() {
     assert!(latency > 0.0, "{latency}");
 }
 
-/// An OTLP/HTTP receiver: keeps every span it is sent.
+/// A metrics push as the receiver got it.
+#[derive(Clone)]
+struct Push {
+    headers: axum::http::HeaderMap,
+    request: ExportMetricsServiceRequest,
+}
+
+/// An OTLP/HTTP receiver: keeps every span and every metrics push it is sent.
 #[derive(Clone, Default)]
-struct Receiver(Arc<Mutex<Vec<Span>>>);
+struct Receiver {
+    spans: Arc<Mutex<Vec<Span>>>,
+    pushes: Arc<Mutex<Vec<Push>>>,
+}
 
 impl Receiver {
     async fn start(&self) -> u16 {
-        let spans = self.clone();
-        let app = axum::Router::new().route(
-            "/v1/traces",
-            axum::routing::post(move |body: axum::body::Bytes| {
-                let spans = spans.clone();
-                async move {
-                    let request = ExportTraceServiceRequest::decode(body)
-                        .expect("the exporter sends protobuf");
-                    let mut kept = spans.0.lock().unwrap();
-                    for resource in request.resource_spans {
-                        for scope in resource.scope_spans {
-                            kept.extend(scope.spans);
+        let spans = self.spans.clone();
+        let pushes = self.pushes.clone();
+        let app = axum::Router::new()
+            .route(
+                "/v1/traces",
+                axum::routing::post(move |body: axum::body::Bytes| {
+                    let spans = spans.clone();
+                    async move {
+                        let request = ExportTraceServiceRequest::decode(body)
+                            .expect("the exporter sends protobuf");
+                        let mut kept = spans.lock().unwrap();
+                        for resource in request.resource_spans {
+                            for scope in resource.scope_spans {
+                                kept.extend(scope.spans);
+                            }
                         }
+                        axum::http::StatusCode::OK
                     }
-                    axum::http::StatusCode::OK
-                }
-            }),
-        );
+                }),
+            )
+            .route(
+                "/v1/metrics",
+                axum::routing::post(
+                    move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                        let pushes = pushes.clone();
+                        async move {
+                            let request = ExportMetricsServiceRequest::decode(body)
+                                .expect("the exporter sends protobuf");
+                            pushes.lock().unwrap().push(Push { headers, request });
+                            axum::http::StatusCode::OK
+                        }
+                    },
+                ),
+            );
         let listener = common::tokio_listener();
         let port = listener.local_addr().unwrap().port();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -236,7 +259,7 @@ impl Receiver {
 
     /// The spans of trace `trace` (hex) received so far.
     fn of_trace(&self, trace: &str) -> Vec<Span> {
-        self.0
+        self.spans
             .lock()
             .unwrap()
             .iter()
@@ -244,6 +267,70 @@ impl Receiver {
             .cloned()
             .collect()
     }
+
+    /// The metrics pushes received so far.
+    fn pushes(&self) -> Vec<Push> {
+        self.pushes.lock().unwrap().clone()
+    }
+}
+
+impl Push {
+    /// The metric named `name` in this push.
+    fn metric(&self, name: &str) -> Option<&Metric> {
+        let resources = self.request.resource_metrics.iter();
+        let scopes = resources.flat_map(|r| &r.scope_metrics);
+        scopes.flat_map(|s| &s.metrics).find(|m| m.name == name)
+    }
+
+    /// The value of the counter `name` at the point with exactly `labels`.
+    fn counter(&self, name: &str, labels: &[(&str, &str)]) -> Option<i64> {
+        let Some(metric::Data::Sum(sum)) = self.metric(name)?.data.as_ref() else {
+            panic!("{name} is a sum");
+        };
+        assert!(sum.is_monotonic, "{name} only grows");
+        assert_eq!(
+            sum.aggregation_temporality,
+            AggregationTemporality::Cumulative as i32
+        );
+        let point = sum
+            .data_points
+            .iter()
+            .find(|p| has(&p.attributes, labels))?;
+        match point.value {
+            Some(number_data_point::Value::AsInt(n)) => Some(n),
+            ref other => panic!("{name}: an integer, not {other:?}"),
+        }
+    }
+
+    /// The histogram `name`'s point with exactly `labels`.
+    fn histogram(&self, name: &str, labels: &[(&str, &str)]) -> Option<&HistogramDataPoint> {
+        let Some(metric::Data::Histogram(h)) = self.metric(name)?.data.as_ref() else {
+            panic!("{name} is a histogram");
+        };
+        h.data_points.iter().find(|p| has(&p.attributes, labels))
+    }
+
+    /// The string attribute `key` of the resource that pushed.
+    fn resource(&self, key: &str) -> Option<String> {
+        let resource = self.request.resource_metrics.first()?.resource.as_ref()?;
+        string(&resource.attributes, key)
+    }
+}
+
+fn string(attributes: &[KeyValue], key: &str) -> Option<String> {
+    let value = attributes.iter().find(|a| a.key == key)?.value.as_ref()?;
+    match &value.value {
+        Some(any_value::Value::StringValue(s)) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// Whether `attributes` are exactly `labels`.
+fn has(attributes: &[KeyValue], labels: &[(&str, &str)]) -> bool {
+    attributes.len() == labels.len()
+        && labels
+            .iter()
+            .all(|(k, v)| string(attributes, k).as_deref() == Some(*v))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -428,5 +515,153 @@ async fn json_log_lines_parse_and_carry_the_trace_id() {
             .iter()
             .any(|l| l["trace_id"] == second_trace.as_str()),
         "the queue line carries the queued request's trace id: {queued:?}"
+    );
+}
+
+/// The tools/call echo point's labels.
+const ECHO_OK: [(&str, &str); 3] = [
+    ("method", "tools/call"),
+    ("tool", "echo"),
+    ("outcome", "ok"),
+];
+
+async fn call_echo(client: &wharf_client::HttpClient, times: usize) {
+    for _ in 0..times {
+        let r = request(
+            client,
+            "tools/call",
+            json!({ "name": "echo", "arguments": { "text": "counted" } }),
+        )
+        .await;
+        assert!(r.result().is_some(), "{}", r.body);
+    }
+}
+
+#[tokio::test]
+async fn metrics_pushed_over_otlp_count_what_the_prometheus_text_counts() {
+    let receiver = Receiver::default();
+    let otlp = format!("http://127.0.0.1:{}", receiver.start().await);
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let server = ServerProcess::start_with_env(
+        free_port(),
+        &[
+            "--profile",
+            "demo",
+            "--anonymous",
+            "--metrics-listen",
+            &metrics,
+        ],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp),
+            ("OTEL_TRACES_EXPORTER", "none"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "200"),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "authorization=Bearer%20collector-secret",
+            ),
+        ],
+    );
+    call_echo(&server.client(), 3).await;
+    let push = eventually("a push counts the three echo calls", async || {
+        let pushes = receiver.pushes();
+        let last = pushes.last()?;
+        (last.counter("wharf_requests", &ECHO_OK) == Some(3)).then(|| last.clone())
+    })
+    .await;
+    assert_eq!(push.headers["content-type"], "application/x-protobuf");
+    assert_eq!(
+        push.headers["authorization"], "Bearer collector-secret",
+        "OTEL_EXPORTER_OTLP_HEADERS reach the collector"
+    );
+    assert_eq!(push.resource("service.name").as_deref(), Some("wharf"));
+
+    // The latency histogram: the core's bounds, one count more than bounds, three calls.
+    let echo = [("method", "tools/call"), ("tool", "echo")];
+    let latency = push
+        .histogram("wharf_request_duration_seconds", &echo)
+        .expect("the echo calls are timed");
+    assert_eq!(latency.count, 3);
+    assert_eq!(
+        latency.bucket_counts.len(),
+        latency.explicit_bounds.len() + 1
+    );
+    assert_eq!(latency.bucket_counts.iter().sum::<u64>(), 3);
+    assert!(latency.sum.is_some_and(|s| s > 0.0), "{latency:?}");
+    assert!(latency.start_time_unix_nano < latency.time_unix_nano);
+    let Some(metric::Data::Histogram(h)) = push
+        .metric("wharf_request_duration_seconds")
+        .unwrap()
+        .data
+        .as_ref()
+    else {
+        unreachable!("checked by histogram()")
+    };
+    assert_eq!(
+        h.aggregation_temporality,
+        AggregationTemporality::Cumulative as i32
+    );
+    assert_eq!(
+        push.metric("wharf_request_duration_seconds").unwrap().unit,
+        "s"
+    );
+
+    // The same numbers as the Prometheus text, from the same counters.
+    let text = scrape(&metrics).await;
+    assert!(text.contains(ECHO_OK_THREE), "{text}");
+
+    // Cumulative: later pushes keep the start of counting and carry new calls on top.
+    call_echo(&server.client(), 2).await;
+    let later = eventually("a later push counts five", async || {
+        let pushes = receiver.pushes();
+        let last = pushes.last()?;
+        (last.counter("wharf_requests", &ECHO_OK) == Some(5)).then(|| last.clone())
+    })
+    .await;
+    let first_point = |p: &Push| {
+        let Some(metric::Data::Sum(sum)) = p.metric("wharf_requests").unwrap().data.as_ref() else {
+            unreachable!("checked by counter()")
+        };
+        sum.data_points[0].start_time_unix_nano
+    };
+    assert_eq!(first_point(&push), first_point(&later));
+}
+
+// Two workers: the receiver answers while the test thread waits for the process to exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_server_pushes_its_last_counts() {
+    let receiver = Receiver::default();
+    let otlp = format!("http://127.0.0.1:{}", receiver.start().await);
+    let mut server = ServerProcess::start_with_env(
+        free_port(),
+        &[
+            "--profile",
+            "demo",
+            "--anonymous",
+            "--drain-grace-secs",
+            "0",
+        ],
+        &[
+            (
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                &format!("{otlp}/v1/metrics"),
+            ),
+            // An hour: the only push in this test is the one made at shutdown.
+            ("OTEL_METRIC_EXPORT_INTERVAL", "3600000"),
+            ("OTEL_SERVICE_NAME", "wharf-stopping"),
+        ],
+    );
+    call_echo(&server.client(), 2).await;
+    assert!(
+        receiver.pushes().is_empty(),
+        "nothing pushed before the hour"
+    );
+    server.terminate();
+    assert!(server.wait_exit(Duration::from_secs(30)).success());
+    let pushes = receiver.pushes();
+    assert_eq!(pushes.len(), 1, "one push, at shutdown");
+    assert_eq!(pushes[0].counter("wharf_requests", &ECHO_OK), Some(2));
+    assert_eq!(
+        pushes[0].resource("service.name").as_deref(),
+        Some("wharf-stopping")
     );
 }

@@ -15,7 +15,8 @@ use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
-use wharf::{Admitted, AuthRefusal, ErrorKind, Principal, RpcError};
+use wharf::metrics::AuthRefusal;
+use wharf::{Admitted, ErrorKind, Principal, RpcError};
 use wharf_protocol::{Envelope, headers as mcp};
 
 use crate::authenticate::Refusal;

@@ -45,7 +45,7 @@ mod limits;
 mod listen;
 mod meta;
 mod methods;
-mod metrics;
+pub mod metrics;
 mod middleware;
 mod mrtr;
 mod mutation;
@@ -78,7 +78,6 @@ pub use legacy::{
 };
 pub use limits::Limits;
 pub use meta::{Era, RequestInfo};
-pub use metrics::{AuthRefusal, Metrics};
 pub use middleware::{Middleware, MiddlewareFuture, Next};
 pub use mrtr::{Ask, Elicited, FormSchema, KeyError, StateConfig, StateKeys, StringFormat};
 pub use principal::{Grant, Principal};

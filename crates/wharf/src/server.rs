@@ -13,7 +13,7 @@ use crate::dispatch::Core;
 use crate::keys::KeyRing;
 use crate::legacy::Sessions;
 use crate::limits::Gate;
-use crate::metrics::{Gauges, Metrics};
+use crate::metrics::{Gauges, Metrics, Snapshot};
 use crate::middleware::Middleware;
 use crate::mutation::MutationQueue;
 use crate::principal::Principal;
@@ -176,15 +176,26 @@ impl Server {
         self.core.runtime.metrics.as_deref()
     }
 
+    /// Every counter, gauge and histogram now, for an exporter, when the server counts.
+    pub fn collect_metrics(&self) -> Option<Snapshot> {
+        let metrics = self.core.runtime.metrics.as_ref()?;
+        Some(metrics.snapshot(self.gauges()))
+    }
+
     /// Every counter in the Prometheus text exposition format, when the server counts.
     pub fn encode_metrics(&self) -> Option<String> {
+        let metrics = self.core.runtime.metrics.as_ref()?;
+        Some(metrics.encode(self.gauges()))
+    }
+
+    /// The levels kept outside the counters: the admission queue and the bus.
+    fn gauges(&self) -> Gauges {
         let runtime = &self.core.runtime;
-        let metrics = runtime.metrics.as_ref()?;
-        Some(metrics.encode(Gauges {
+        Gauges {
             queued: runtime.gate.queued(),
             bus_reconnects: runtime.bus.reconnects(),
             bus_connected: runtime.bus.is_connected(),
-        }))
+        }
     }
 
     /// Cancelled once [`Server::shutdown`] is called.

@@ -2,18 +2,24 @@
 //! waited (queue, mutation lock, store), what was shed, replayed or refused, and the state
 //! of listen streams and the change bus. Plain atomics in fixed arrays (one slot per method
 //! and per tool, fixed histogram buckets), so counting a request costs a few uncontended
-//! increments and no allocation or lock; [`Metrics::encode`] renders them in the Prometheus
+//! increments and no allocation or lock. [`Server::collect_metrics`](crate::Server::collect_metrics)
+//! reads them into a [`Snapshot`] for an exporter (an OTLP push, say);
+//! [`Server::encode_metrics`](crate::Server::encode_metrics) renders them in the Prometheus
 //! text format.
 //!
 //! Off unless the server is built with [`ServerBuilder::metrics`](crate::ServerBuilder::metrics):
 //! the core then holds no `Metrics` and counts nothing.
 
-use std::fmt::Write as _;
+mod family;
+mod prometheus;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use wharf_protocol::methods;
+
+pub use family::{Buckets, Family, Point, Points, Snapshot};
 
 /// Upper bounds of the latency buckets, in seconds: 0.5 ms to 10 s, as an operator's
 /// dashboards and alerts slice an MCP call's time.
@@ -196,29 +202,10 @@ impl Histogram {
         self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum()
     }
 
-    fn encode(&self, out: &mut String, name: &str, labels: &str) {
-        let sep = if labels.is_empty() { "" } else { "," };
-        let own = if labels.is_empty() {
-            String::new()
-        } else {
-            format!("{{{labels}}}")
-        };
-        let mut cumulative = 0;
-        for (i, bound) in BUCKETS.iter().enumerate() {
-            cumulative += self.buckets[i].load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}"
-            );
-        }
-        cumulative += self.buckets[BUCKETS.len()].load(Ordering::Relaxed);
-        let _ = writeln!(
-            out,
-            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {cumulative}"
-        );
+    fn snapshot(&self) -> Buckets {
+        let counts = self.buckets.iter().map(|b| b.load(Ordering::Relaxed));
         let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "{name}_sum{own} {sum}");
-        let _ = writeln!(out, "{name}_count{own} {cumulative}");
+        Buckets::new(&BUCKETS, counts.collect(), sum)
     }
 }
 
@@ -264,6 +251,7 @@ pub struct Metrics {
     mrtr_rounds: AtomicU64,
     listen_open: AtomicI64,
     listen_missed: AtomicU64,
+    started: SystemTime,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -290,6 +278,7 @@ impl Metrics {
             mrtr_rounds: AtomicU64::new(0),
             listen_open: AtomicI64::new(0),
             listen_missed: AtomicU64::new(0),
+            started: SystemTime::now(),
         }
     }
 
@@ -344,180 +333,142 @@ impl Metrics {
             .map_or(0, |i| total(&self.methods[i]))
     }
 
-    /// Renders every counter in the Prometheus text exposition format (version 0.0.4).
-    pub(crate) fn encode(&self, gauges: Gauges) -> String {
-        let mut out = String::with_capacity(16 * 1024);
-        header(
-            &mut out,
-            "wharf_requests_total",
-            "counter",
-            "Requests answered, by method, tool and outcome.",
-        );
-        for (labels, series) in self.series() {
+    /// Every counter, gauge and histogram now.
+    pub(crate) fn snapshot(&self, gauges: Gauges) -> Snapshot {
+        let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        let mut requests = Vec::new();
+        let mut durations = Vec::new();
+        for (method, tool, series) in self.series() {
+            let labels = || vec![("method", method.to_owned()), ("tool", tool.to_owned())];
             for outcome in Outcome::ALL {
-                let n = series.outcomes[outcome as usize].load(Ordering::Relaxed);
+                let n = load(&series.outcomes[outcome as usize]);
                 if n > 0 {
-                    let o = outcome.as_str();
-                    let _ = writeln!(out, "wharf_requests_total{{{labels},outcome=\"{o}\"}} {n}");
+                    let mut labels = labels();
+                    labels.push(("outcome", outcome.as_str().to_owned()));
+                    requests.push(Point::new(labels, n));
                 }
             }
-        }
-        header(
-            &mut out,
-            "wharf_request_duration_seconds",
-            "histogram",
-            "Time from admission to the answer (queue wait included), by method and tool.",
-        );
-        for (labels, series) in self.series() {
             if series.latency.count() > 0 {
-                series
-                    .latency
-                    .encode(&mut out, "wharf_request_duration_seconds", &labels);
+                durations.push(Point::new(labels(), series.latency.snapshot()));
             }
         }
-        gauge(
-            &mut out,
-            "wharf_requests_in_flight",
-            "Requests received and not yet answered, queued ones included.",
-            self.in_flight.load(Ordering::Relaxed),
-        );
-        gauge(
-            &mut out,
-            "wharf_requests_queued",
-            "Requests waiting in the admission queue for a slot.",
-            gauges.queued,
-        );
-        by_reason(
-            &mut out,
-            "wharf_requests_shed_total",
-            "Requests refused at once under load (503 with Retry-After), by reason.",
-            Shed::ALL.map(|why| (why.as_str(), &self.shed[why as usize])),
-        );
-        by_reason(
-            &mut out,
-            "wharf_auth_refusals_total",
-            "Requests refused before they ran for their credentials, by reason.",
-            AuthRefusal::ALL.map(|why| (why.as_str(), &self.auth_refusals[why as usize])),
-        );
-        header(
-            &mut out,
-            "wharf_store_operation_duration_seconds",
-            "histogram",
-            "Time the store took for what a call asks of it, by operation.",
-        );
-        for op in StoreOp::ALL {
-            let labels = format!("operation=\"{}\"", op.as_str());
-            self.store[op as usize].encode(
-                &mut out,
+        let by_reason = |reasons: Vec<(&'static str, &AtomicU64)>| {
+            let point = |(why, n)| Point::new(vec![("reason", String::from(why))], load(n));
+            reasons.into_iter().map(point).collect()
+        };
+        let store = StoreOp::ALL.map(|op| {
+            let labels = vec![("operation", op.as_str().to_owned())];
+            Point::new(labels, self.store[op as usize].snapshot())
+        });
+        let level = |n: &AtomicI64| vec![Point::unlabelled(n.load(Ordering::Relaxed))];
+        let count = |n: u64| vec![Point::unlabelled(n)];
+        let families = vec![
+            Family::counter(
+                "wharf_requests",
+                "Requests answered, by method, tool and outcome.",
+                requests,
+            ),
+            Family::seconds(
+                "wharf_request_duration_seconds",
+                "Time from admission to the answer (queue wait included), by method and tool.",
+                durations,
+            ),
+            Family::gauge(
+                "wharf_requests_in_flight",
+                "Requests received and not yet answered, queued ones included.",
+                level(&self.in_flight),
+            ),
+            Family::gauge(
+                "wharf_requests_queued",
+                "Requests waiting in the admission queue for a slot.",
+                vec![Point::unlabelled(
+                    i64::try_from(gauges.queued).unwrap_or(i64::MAX),
+                )],
+            ),
+            Family::counter(
+                "wharf_requests_shed",
+                "Requests refused at once under load (503 with Retry-After), by reason.",
+                by_reason(
+                    Shed::ALL
+                        .map(|w| (w.as_str(), &self.shed[w as usize]))
+                        .into(),
+                ),
+            ),
+            Family::counter(
+                "wharf_auth_refusals",
+                "Requests refused before they ran for their credentials, by reason.",
+                by_reason(
+                    AuthRefusal::ALL
+                        .map(|w| (w.as_str(), &self.auth_refusals[w as usize]))
+                        .into(),
+                ),
+            ),
+            Family::seconds(
                 "wharf_store_operation_duration_seconds",
-                &labels,
-            );
+                "Time the store took for what a call asks of it, by operation.",
+                store.into(),
+            ),
+            Family::seconds(
+                "wharf_mutation_lock_wait_seconds",
+                "Time calls waited for their turn on what they mutate.",
+                vec![Point::unlabelled(self.lock_waits.snapshot())],
+            ),
+            Family::counter(
+                "wharf_idempotent_replays",
+                "Retries answered with the recorded first result of their write.",
+                count(load(&self.replays)),
+            ),
+            Family::counter(
+                "wharf_mrtr_rounds",
+                "input_required answers: rounds in which a call asked its client for input.",
+                count(load(&self.mrtr_rounds)),
+            ),
+            Family::gauge(
+                "wharf_listen_streams_open",
+                "subscriptions/listen streams open on this replica.",
+                level(&self.listen_open),
+            ),
+            Family::counter(
+                "wharf_listen_events_missed",
+                "Change events listen streams fell too far behind to receive (bus lag); each \
+                 stream re-announced everything it subscribed to instead.",
+                count(load(&self.listen_missed)),
+            ),
+            Family::counter(
+                "wharf_bus_reconnects",
+                "Times the change bus lost its store connection and reconnected.",
+                count(gauges.bus_reconnects),
+            ),
+            Family::gauge(
+                "wharf_bus_connected",
+                "1 when the change bus is connected, 0 while it reconnects.",
+                vec![Point::unlabelled(i64::from(gauges.bus_connected))],
+            ),
+        ];
+        Snapshot {
+            started: self.started,
+            taken: SystemTime::now(),
+            families,
         }
-        header(
-            &mut out,
-            "wharf_mutation_lock_wait_seconds",
-            "histogram",
-            "Time calls waited for their turn on what they mutate.",
-        );
-        self.lock_waits
-            .encode(&mut out, "wharf_mutation_lock_wait_seconds", "");
-        counter(
-            &mut out,
-            "wharf_idempotent_replays_total",
-            "Retries answered with the recorded first result of their write.",
-            self.replays.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "wharf_mrtr_rounds_total",
-            "input_required answers: rounds in which a call asked its client for input.",
-            self.mrtr_rounds.load(Ordering::Relaxed),
-        );
-        gauge(
-            &mut out,
-            "wharf_listen_streams_open",
-            "subscriptions/listen streams open on this replica.",
-            self.listen_open.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "wharf_listen_events_missed_total",
-            "Change events listen streams fell too far behind to receive (bus lag); each \
-             stream re-announced everything it subscribed to instead.",
-            self.listen_missed.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "wharf_bus_reconnects_total",
-            "Times the change bus lost its store connection and reconnected.",
-            gauges.bus_reconnects,
-        );
-        gauge(
-            &mut out,
-            "wharf_bus_connected",
-            "1 when the change bus is connected, 0 while it reconnects.",
-            u8::from(gauges.bus_connected),
-        );
-        out
     }
 
-    /// Every method's and tool's series with its labels.
-    fn series(&self) -> impl Iterator<Item = (String, &Series)> {
+    /// Renders every counter in the Prometheus text exposition format (version 0.0.4).
+    pub(crate) fn encode(&self, gauges: Gauges) -> String {
+        prometheus::encode(&self.snapshot(gauges))
+    }
+
+    /// Every method's and tool's series with its `method` and `tool` label values.
+    fn series(&self) -> impl Iterator<Item = (&str, &str, &Series)> {
         let methods = self.methods.iter().enumerate().filter_map(|(i, s)| {
             let method = METHODS.get(i).copied().unwrap_or("other");
-            (method != methods::TOOLS_CALL).then(|| (format!("method=\"{method}\",tool=\"\""), s))
+            (method != methods::TOOLS_CALL).then_some((method, "", s))
         });
         let tools = self.tools.iter().enumerate().map(|(i, s)| {
             let tool = self.tool_names.get(i).map_or("", String::as_str);
-            let tool = escape(tool);
-            (
-                format!("method=\"{}\",tool=\"{tool}\"", methods::TOOLS_CALL),
-                s,
-            )
+            (methods::TOOLS_CALL, tool, s)
         });
         methods.chain(tools)
     }
-}
-
-/// A label value as the text format writes it: backslash, quote and newline escaped.
-fn escape(value: &str) -> std::borrow::Cow<'_, str> {
-    if value.contains(['\\', '"', '\n']) {
-        let escaped = value
-            .replace('\\', "\\\\")
-            .replace('"', "\\\"")
-            .replace('\n', "\\n");
-        std::borrow::Cow::Owned(escaped)
-    } else {
-        std::borrow::Cow::Borrowed(value)
-    }
-}
-
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-}
-
-/// A counter with one series per reason.
-fn by_reason<const N: usize>(
-    out: &mut String,
-    name: &str,
-    help: &str,
-    series: [(&str, &AtomicU64); N],
-) {
-    header(out, name, "counter", help);
-    for (reason, n) in series {
-        let n = n.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}{{reason=\"{reason}\"}} {n}");
-    }
-}
-
-fn counter(out: &mut String, name: &str, help: &str, value: u64) {
-    header(out, name, "counter", help);
-    let _ = writeln!(out, "{name} {value}");
-}
-
-fn gauge(out: &mut String, name: &str, help: &str, value: impl std::fmt::Display) {
-    header(out, name, "gauge", help);
-    let _ = writeln!(out, "{name} {value}");
 }
 
 /// Where a request is counted: a method's series, or a tool's.
@@ -657,21 +608,6 @@ mod tests {
             cell.set(outcome);
             assert_eq!(cell.get(), outcome);
         }
-    }
-
-    #[test]
-    fn histogram_buckets_are_cumulative_and_end_at_inf() {
-        let h = Histogram::default();
-        h.observe(Duration::from_micros(300));
-        h.observe(Duration::from_millis(30));
-        h.observe(Duration::from_secs(60));
-        let mut out = String::new();
-        h.encode(&mut out, "x", "");
-        assert!(out.contains("x_bucket{le=\"0.0005\"} 1\n"), "{out}");
-        assert!(out.contains("x_bucket{le=\"0.05\"} 2\n"), "{out}");
-        assert!(out.contains("x_bucket{le=\"10\"} 2\n"), "{out}");
-        assert!(out.contains("x_bucket{le=\"+Inf\"} 3\n"), "{out}");
-        assert!(out.contains("x_count 3\n"), "{out}");
     }
 
     #[test]

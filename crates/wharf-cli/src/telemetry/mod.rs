@@ -1,11 +1,14 @@
 //! What `wharf serve` tells an operator besides its answers: logs on stderr (text, or JSON
-//! lines that carry the trace id), and spans exported over OTLP/HTTP when the standard
-//! `OTEL_*` variables say where to.
+//! lines that carry the trace id), and spans and metrics exported over OTLP/HTTP when the
+//! standard `OTEL_*` variables say where to.
+
+mod otlp_metrics;
 
 use std::io::Write as _;
 
 use clap::ValueEnum;
 use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use serde_json::{Map, Value};
@@ -36,9 +39,19 @@ pub(crate) enum LogFormat {
     Json,
 }
 
+pub(crate) use otlp_metrics::MetricsPush;
+
 /// Keeps the exporter running; dropping it sends the spans still buffered.
 pub(crate) struct Telemetry {
     tracer: Option<SdkTracerProvider>,
+    metrics: Option<MetricsPush>,
+}
+
+impl Telemetry {
+    /// The metrics push the environment configures, for the server to run once it is built.
+    pub(crate) fn metrics_push(&self) -> Option<MetricsPush> {
+        self.metrics.clone()
+    }
 }
 
 impl Drop for Telemetry {
@@ -60,14 +73,17 @@ pub(crate) fn init(format: LogFormat) -> Result<Telemetry, String> {
         .ok()
         .and_then(|f| f.parse::<Targets>().ok())
         .unwrap_or_else(|| Targets::new().with_default(Level::INFO));
+    let env = |name: &str| std::env::var(name).ok();
     let tracer = tracer()?;
+    let resource = ResourceAttributesWithSchema::from(&resource()).attributes.0;
+    let metrics = MetricsPush::from_env(env, resource)?;
     // Logs go to stderr: on stdio, stdout carries only MCP messages.
     let layers = layers(format, filter, tracer.as_ref(), std::io::stderr);
     tracing_subscriber::registry()
         .with(layers)
         .try_init()
         .map_err(|e| format!("cannot install logging: {e}"))?;
-    Ok(Telemetry { tracer })
+    Ok(Telemetry { tracer, metrics })
 }
 
 type Boxed = Box<dyn Layer<Registry> + Send + Sync>;
@@ -144,15 +160,23 @@ fn tracer() -> Result<Option<SdkTracerProvider>, String> {
         .with_http()
         .build()
         .map_err(|e| format!("cannot set up the OTLP span exporter: {e}"))?;
-    let mut resource = Resource::builder();
-    if var("OTEL_SERVICE_NAME").is_none() {
-        resource = resource.with_service_name("wharf");
-    }
     let provider = SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
-        .with_resource(resource.build())
+        .with_resource(resource())
         .build();
     Ok(Some(provider))
+}
+
+/// What spans and metrics say about this process: `OTEL_RESOURCE_ATTRIBUTES` and
+/// `OTEL_SERVICE_NAME`, read by the SDK, with `wharf` as the service name by default.
+fn resource() -> Resource {
+    let named = std::env::var("OTEL_SERVICE_NAME").is_ok_and(|v| !v.is_empty());
+    let resource = Resource::builder();
+    if named {
+        resource.build()
+    } else {
+        resource.with_service_name("wharf").build()
+    }
 }
 
 /// The trace id a span's `trace_id` field named (the caller's, from its W3C trace context),
