@@ -641,9 +641,15 @@ async fn serve(args: ServeArgs, push: Option<MetricsPush>) -> anyhow::Result<()>
     let stop_pushing = tokio_util::sync::CancellationToken::new();
     let pushing = push.map(|push| tokio::spawn(push.run(server.clone(), stop_pushing.clone())));
     let served = serve_with(args, server, store).await;
-    stop_pushing.cancel();
     if let Some(pushing) = pushing {
-        let _ = pushing.await;
+        if served.is_ok() {
+            stop_pushing.cancel();
+            let _ = pushing.await;
+        } else {
+            // A server that could not start has nothing to report, and its error should not
+            // wait on a collector.
+            pushing.abort();
+        }
     }
     served
 }

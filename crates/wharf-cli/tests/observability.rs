@@ -574,6 +574,25 @@ async fn metrics_pushed_over_otlp_count_what_the_prometheus_text_counts() {
         "OTEL_EXPORTER_OTLP_HEADERS reach the collector"
     );
     assert_eq!(push.resource("service.name").as_deref(), Some("wharf"));
+    assert!(
+        push.resource("service.instance.id")
+            .is_some_and(|id| id.len() == 32),
+        "each replica pushes as an instance of its own"
+    );
+    // A gauge: once the calls are answered, nothing is in flight.
+    eventually("a push shows no request in flight", async || {
+        let pushes = receiver.pushes();
+        let Some(metric::Data::Gauge(in_flight)) = pushes
+            .last()?
+            .metric("wharf_requests_in_flight")
+            .and_then(|m| m.data.as_ref())
+        else {
+            panic!("wharf_requests_in_flight is a gauge");
+        };
+        let zero = Some(number_data_point::Value::AsInt(0));
+        (in_flight.data_points[0].value == zero).then_some(())
+    })
+    .await;
 
     // The latency histogram: the core's bounds, one count more than bounds, three calls.
     let echo = [("method", "tools/call"), ("tool", "echo")];

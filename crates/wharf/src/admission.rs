@@ -110,8 +110,9 @@ pub(crate) async fn admit(
 ) -> Result<Admitted, ErrorReply> {
     let registry = &core.registry;
     // A tool or prompt the server has names the span; a name the client made up, or a
-    // resource URI, would give traces a span name per request.
-    let known = match &req.body {
+    // resource URI, would give traces a span name per request. Looked up only for a span
+    // that is built.
+    let known = || match &req.body {
         RequestBody::CallTool(p) => registry.tool(&p.name).map(|_| p.name.as_str()),
         RequestBody::GetPrompt(p) => registry.prompt(&p.name).map(|_| p.name.as_str()),
         _ => None,

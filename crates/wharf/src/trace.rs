@@ -24,7 +24,11 @@ pub(crate) const TARGET: &str = "wharf::trace";
 
 /// The span of one request. The principal appears only as a stable hash of its id: traces
 /// are often kept longer and seen by more people than the user table.
-pub(crate) fn request(req: &ParsedRequest, principal: &Principal, known: Option<&str>) -> Span {
+pub(crate) fn request<'a>(
+    req: &'a ParsedRequest,
+    principal: &Principal,
+    known: impl FnOnce() -> Option<&'a str>,
+) -> Span {
     let method = req.body.method();
     let span = tracing::info_span!(
         target: TARGET,
@@ -46,19 +50,20 @@ pub(crate) fn request(req: &ParsedRequest, principal: &Principal, known: Option<
     }
     // The span is named `method target` only for a target the server has (`known`): a
     // name a client made up, or a resource URI, would give every request a name of its own.
-    match known {
+    match known() {
         Some(target) => span.record("otel.name", format!("{method} {target}")),
         None => span.record("otel.name", method),
     };
     if let Some(target) = req.body.name() {
         span.record("mcp.target", target);
     }
-    // Typed, so `1` and `"1"` stay apart; a string is escaped by whatever writes it out
-    // (quoted by the text log, JSON-encoded by JSON lines), so no client forges a log line.
+    // A string attribute, as OpenTelemetry's conventions have it. A number is displayed and a
+    // string id recorded as a string, which a text log quotes and escapes: `1` and `"1"` stay
+    // apart there, and no client forges a log line.
     match &req.id {
-        RequestId::Int(n) => span.record("jsonrpc.request.id", n),
+        RequestId::Int(n) => span.record("jsonrpc.request.id", tracing::field::display(n)),
         RequestId::String(s) => span.record("jsonrpc.request.id", s.as_str()),
-        RequestId::Number(n) => span.record("jsonrpc.request.id", &**n),
+        RequestId::Number(n) => span.record("jsonrpc.request.id", tracing::field::display(n)),
     };
     span.record("enduser.hash", principal_hash(principal.id()));
     if let Some(traceparent) = &req.info.traceparent {

@@ -4,6 +4,8 @@
 
 mod otlp_metrics;
 
+pub(crate) use otlp_metrics::MetricsPush;
+
 use std::io::Write as _;
 
 use clap::ValueEnum;
@@ -38,8 +40,6 @@ pub(crate) enum LogFormat {
     /// belongs to.
     Json,
 }
-
-pub(crate) use otlp_metrics::MetricsPush;
 
 /// Keeps the exporter running; dropping it sends the spans still buffered.
 pub(crate) struct Telemetry {
@@ -168,15 +168,26 @@ fn tracer() -> Result<Option<SdkTracerProvider>, String> {
 }
 
 /// What spans and metrics say about this process: `OTEL_RESOURCE_ATTRIBUTES` and
-/// `OTEL_SERVICE_NAME`, read by the SDK, with `wharf` as the service name by default.
+/// `OTEL_SERVICE_NAME`, read by the SDK; by default `wharf` as the service name and a
+/// random `service.instance.id`, so a collector tells the replicas' cumulative counts apart.
 fn resource() -> Resource {
-    let named = std::env::var("OTEL_SERVICE_NAME").is_ok_and(|v| !v.is_empty());
-    let resource = Resource::builder();
-    if named {
-        resource.build()
-    } else {
-        resource.with_service_name("wharf").build()
+    let var = |name| std::env::var(name).unwrap_or_default();
+    let attributes = var("OTEL_RESOURCE_ATTRIBUTES");
+    let given = |key: &str| {
+        attributes
+            .split(',')
+            .any(|pair| pair.split_once('=').is_some_and(|(k, _)| k.trim() == key))
+    };
+    let mut resource = Resource::builder();
+    if var("OTEL_SERVICE_NAME").is_empty() && !given("service.name") {
+        resource = resource.with_service_name("wharf");
     }
+    if !given("service.instance.id") {
+        let id: [u8; 16] = rand::random();
+        let id: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        resource = resource.with_attribute(opentelemetry::KeyValue::new("service.instance.id", id));
+    }
+    resource.build()
 }
 
 /// The trace id a span's `trace_id` field named (the caller's, from its W3C trace context),

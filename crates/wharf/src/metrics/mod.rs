@@ -611,6 +611,21 @@ mod tests {
     }
 
     #[test]
+    fn an_observation_lands_in_the_first_bucket_whose_bound_reaches_it() {
+        let h = Histogram::default();
+        h.observe(Duration::from_micros(500)); // on the first bound: inside it
+        h.observe(Duration::from_micros(501));
+        h.observe(Duration::from_secs(60)); // past the last bound
+        let b = h.snapshot();
+        assert_eq!(b.bounds(), &BUCKETS);
+        assert_eq!(b.counts().len(), BUCKETS.len() + 1);
+        assert_eq!((b.counts()[0], b.counts()[1]), (1, 1));
+        assert_eq!(b.counts()[BUCKETS.len()], 1);
+        assert_eq!(b.count(), 3);
+        assert!((b.sum() - 60.001001).abs() < 1e-9, "{}", b.sum());
+    }
+
+    #[test]
     fn a_method_other_than_a_tool_call_has_its_own_series() {
         let m = Arc::new(Metrics::new(Vec::new()));
         RequestTimer::start(&m, methods::TOOLS_LIST, None).finish(Outcome::Ok);
