@@ -369,8 +369,9 @@ pub(crate) fn run(args: ServeArgs) -> ExitCode {
     }
 }
 
-/// How HTTP requests authenticate (an explicit choice, never a silent default); `scopes` are those the server's definitions use, which the
-/// protected resource metadata lists unless `--oauth-scope-supported` says otherwise.
+/// How HTTP requests authenticate (an explicit choice, never a silent default); `scopes` are
+/// those the server's definitions use, which the protected resource metadata lists unless
+/// `--oauth-scope-supported` says otherwise.
 fn auth(
     args: &ServeArgs,
     scopes: &[String],

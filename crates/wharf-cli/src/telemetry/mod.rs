@@ -74,9 +74,11 @@ pub(crate) fn init(format: LogFormat) -> Result<Telemetry, String> {
         .and_then(|f| f.parse::<Targets>().ok())
         .unwrap_or_else(|| Targets::new().with_default(Level::INFO));
     let env = |name: &str| std::env::var(name).ok();
-    let tracer = tracer()?;
-    let resource = ResourceAttributesWithSchema::from(&resource()).attributes.0;
-    let metrics = MetricsPush::from_env(env, resource)?;
+    // One resource for spans and metrics: both name the same process (one instance id).
+    let resource = resource();
+    let tracer = tracer(&resource)?;
+    let attributes = ResourceAttributesWithSchema::from(&resource).attributes.0;
+    let metrics = MetricsPush::from_env(env, attributes)?;
     // Logs go to stderr: on stdio, stdout carries only MCP messages.
     let layers = layers(format, filter, tracer.as_ref(), std::io::stderr);
     tracing_subscriber::registry()
@@ -139,7 +141,7 @@ where
 /// collector and neither `OTEL_SDK_DISABLED` nor `OTEL_TRACES_EXPORTER=none` turns it off.
 /// Everything else (headers, timeout, sampler, batch delay, service name, resource) comes
 /// from the other standard variables, read by the OpenTelemetry SDK itself.
-fn tracer() -> Result<Option<SdkTracerProvider>, String> {
+fn tracer(resource: &Resource) -> Result<Option<SdkTracerProvider>, String> {
     let var = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
     let configured = var("OTEL_EXPORTER_OTLP_ENDPOINT")
         .or_else(|| var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
@@ -162,7 +164,7 @@ fn tracer() -> Result<Option<SdkTracerProvider>, String> {
         .map_err(|e| format!("cannot set up the OTLP span exporter: {e}"))?;
     let provider = SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
-        .with_resource(resource())
+        .with_resource(resource.clone())
         .build();
     Ok(Some(provider))
 }
