@@ -189,12 +189,15 @@ impl MetricsPush {
             .body(body)
             .send()
             .await
-            .map_err(|e| describe(&e))?;
+            .map_err(|e| describe(&e.without_url()))?;
         let status = response.status();
         if !status.is_success() {
             return Err(format!("the collector answered {status}"));
         }
-        let body = response.bytes().await.map_err(|e| describe(&e))?;
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| describe(&e.without_url()))?;
         // A collector may accept the request and still drop points: it says so here.
         if let Ok(answer) = ExportMetricsServiceResponse::decode(body) {
             if let Some(partial) = answer
