@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::body::{Body, Bytes, HttpBody as _};
 use axum::extract::Request;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use wharf::metrics::AuthRefusal;
-use wharf::{Admitted, ErrorKind, Principal, RpcError};
+use wharf::{Admitted, ErrorKind, ParsedRequest, Principal, RpcError};
 use wharf_protocol::{Envelope, headers as mcp};
 
 use crate::authenticate::Refusal;
@@ -170,62 +170,47 @@ async fn drain(mut body: Body, cap: usize) {
     }
 }
 
+// Looked up on every request: names parsed once, not from text each time.
+static SESSION_ID: HeaderName = HeaderName::from_static(mcp::SESSION_ID);
+static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+
 async fn serve(
     state: &Arc<AppState>,
     headers: &HeaderMap,
     bytes: &Bytes,
     principal: Principal,
 ) -> Response {
-    let envelope = match Envelope::parse(bytes, state.config.max_json_depth) {
-        Ok(env) => env,
-        Err(failure) => {
-            return error_response(failure.id.as_ref(), &RpcError::from(&failure.error));
-        }
-    };
-    // A legacy session's message, or `initialize`, which opens one. A stateless request
-    // (its version header names a modern revision) is served as one even if it carries a
-    // session id: stateless servers ignore that header.
-    if headers.contains_key(mcp::SESSION_ID) && !headers::is_modern(headers) {
-        return session::post(state, headers, envelope, principal).await;
-    }
-    if let (Some(method), Some(id)) = (envelope.method.as_deref(), &envelope.id) {
-        if state
-            .server
-            .sessions()
-            .opens_session(method, envelope.params)
-        {
-            return session::initialize(state, id.clone(), envelope.params, &principal).await;
-        }
-    }
-    let Some(method) = envelope.method.as_deref() else {
-        let e = RpcError::new(
-            ErrorKind::InvalidRequest,
-            "Invalid request: clients must not send responses to the server",
-        );
-        return error_response(envelope.id.as_ref(), &e);
-    };
-    let Some(id) = envelope.id else {
-        // A notification: nothing to answer. This revision defines none over HTTP.
-        return StatusCode::ACCEPTED.into_response();
-    };
     let server = &state.server;
     let auth = state.config.auth.as_ref();
-    let mut req = match server.parse_request(id, method, envelope.params) {
-        Ok(r) => r,
-        Err(reply) => return reply_error(auth, &reply),
+    // A legacy session's message goes the long way, to its session. A stateless request
+    // (its version header names a modern revision) is served as one even if it carries a
+    // session id: stateless servers ignore that header.
+    let legacy = headers.contains_key(&SESSION_ID) && !headers::is_modern(headers);
+    let read = if legacy {
+        None
+    } else {
+        server.read_request(bytes, state.config.max_json_depth)
+    };
+    let (mut req, principal) = match read {
+        Some(req) => (req, principal),
+        None => match read_long_way(state, headers, bytes, principal, legacy).await {
+            Ok(read) => read,
+            Err(answered) => return answered,
+        },
     };
     // W3C trace context travels in `_meta`; a client (or a proxy) that sets only the HTTP
     // headers still has its trace joined.
     if req.info.traceparent.is_none() {
-        let text = |name: &str| {
+        let text = |name: &HeaderName| {
             headers
                 .get(name)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned)
         };
-        req.info.traceparent = text("traceparent");
+        req.info.traceparent = text(&TRACEPARENT);
         if req.info.traceparent.is_some() {
-            req.info.tracestate = text("tracestate");
+            req.info.tracestate = text(&TRACESTATE);
         }
     }
     if let Err(e) = headers::validate(headers, &req, server) {
@@ -244,6 +229,54 @@ async fn serve(
     match Box::pin(admitted.respond()).await {
         Ok(body) => json_response(StatusCode::OK, body),
         Err(reply) => reply_error(auth, &reply),
+    }
+}
+
+/// Reads what the single pass did not (see [`wharf::Server::read_request`]): refuses what is
+/// malformed by name, and answers a legacy session's message, `initialize`, a notification.
+async fn read_long_way(
+    state: &Arc<AppState>,
+    headers: &HeaderMap,
+    bytes: &Bytes,
+    principal: Principal,
+    legacy: bool,
+) -> Result<(ParsedRequest, Principal), Response> {
+    let envelope = match Envelope::parse(bytes, state.config.max_json_depth) {
+        Ok(env) => env,
+        Err(failure) => {
+            return Err(error_response(
+                failure.id.as_ref(),
+                &RpcError::from(&failure.error),
+            ));
+        }
+    };
+    if legacy {
+        return Err(session::post(state, headers, envelope, principal).await);
+    }
+    if let (Some(method), Some(id)) = (envelope.method.as_deref(), &envelope.id) {
+        if state
+            .server
+            .sessions()
+            .opens_session(method, envelope.params)
+        {
+            let id = id.clone();
+            return Err(session::initialize(state, id, envelope.params, &principal).await);
+        }
+    }
+    let Some(method) = envelope.method.as_deref() else {
+        let e = RpcError::new(
+            ErrorKind::InvalidRequest,
+            "Invalid request: clients must not send responses to the server",
+        );
+        return Err(error_response(envelope.id.as_ref(), &e));
+    };
+    let Some(id) = envelope.id else {
+        // A notification: nothing to answer. This revision defines none over HTTP.
+        return Err(StatusCode::ACCEPTED.into_response());
+    };
+    match state.server.parse_request(id, method, envelope.params) {
+        Ok(req) => Ok((req, principal)),
+        Err(reply) => Err(reply_error(state.config.auth.as_ref(), &reply)),
     }
 }
 

@@ -13,6 +13,7 @@ pub mod headers;
 pub mod jsonrpc;
 pub mod meta;
 pub mod methods;
+pub mod one_pass;
 pub mod types;
 pub mod version;
 

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::codec::{Decoder, FramedRead, LinesCodec, LinesCodecError};
 use tokio_util::sync::CancellationToken;
-use wharf::{Answer, ErrorKind, Principal, RpcError, Scope, Server, Session};
+use wharf::{Answer, ErrorKind, ParsedRequest, Principal, RpcError, Scope, Server, Session};
 use wharf_protocol::jsonrpc::write_error;
 use wharf_protocol::{CancelledParams, Envelope, RequestId, methods};
 
@@ -223,31 +223,36 @@ impl Legacy {
     }
 }
 
-async fn handle_line(link: &Link<'_>, line: &str, tasks: &mut JoinSet<()>, legacy: &mut Legacy) {
-    let Link {
-        server,
-        principal,
-        tx,
-        in_flight,
-    } = *link;
+/// Reads what the single pass did not (see [`Server::read_request`]): refuses what is
+/// malformed by name, and handles a legacy session's message, `initialize`, a notification.
+/// `None` when nothing is left to run.
+async fn read_long_way(
+    link: &Link<'_>,
+    line: &str,
+    tasks: &mut JoinSet<()>,
+    legacy: &mut Legacy,
+) -> Option<ParsedRequest> {
+    let (server, tx) = (link.server, link.tx);
     let envelope = match Envelope::parse(line.as_bytes(), MAX_JSON_DEPTH) {
         Ok(env) => env,
         Err(failure) => {
-            return send_error(tx, failure.id.as_ref(), &RpcError::from(&failure.error)).await;
+            send_error(tx, failure.id.as_ref(), &RpcError::from(&failure.error)).await;
+            return None;
         }
     };
     let sessions = server.sessions();
     if legacy.session.is_some() {
-        return in_session(link, envelope, legacy, tasks).await;
+        in_session(link, envelope, legacy, tasks).await;
+        return None;
     }
     let Some(method) = envelope.method.as_deref() else {
         // A response from the client: without a legacy session, nothing asked for one.
-        return;
+        return None;
     };
     if let Some(id) = &envelope.id {
         if sessions.opens_session(method, envelope.params) {
             let opened = sessions
-                .initialize(id.clone(), envelope.params, principal, Scope::Process)
+                .initialize(id.clone(), envelope.params, link.principal, Scope::Process)
                 .await;
             match opened {
                 Ok((session, message)) => {
@@ -259,7 +264,7 @@ async fn handle_line(link: &Link<'_>, line: &str, tasks: &mut JoinSet<()>, legac
                     let _ = tx.send(reply.to_message()).await;
                 }
             }
-            return;
+            return None;
         }
     }
     let Some(id) = envelope.id else {
@@ -269,19 +274,39 @@ async fn handle_line(link: &Link<'_>, line: &str, tasks: &mut JoinSet<()>, legac
                 .params
                 .and_then(|p| serde_json::from_str::<CancelledParams>(p.get()).ok())
             {
-                if let Some(token) = lock(in_flight).remove(&p.request_id) {
+                if let Some(token) = lock(link.in_flight).remove(&p.request_id) {
                     token.cancel();
                 }
             }
         }
-        return;
+        return None;
     };
-    let req = match server.parse_request(id, method, envelope.params) {
-        Ok(r) => r,
+    match server.parse_request(id, method, envelope.params) {
+        Ok(req) => Some(req),
         Err(reply) => {
             let _ = tx.send(reply.to_message()).await;
-            return;
+            None
         }
+    }
+}
+
+async fn handle_line(link: &Link<'_>, line: &str, tasks: &mut JoinSet<()>, legacy: &mut Legacy) {
+    let Link {
+        server,
+        principal,
+        tx,
+        in_flight,
+    } = *link;
+    let read = match &legacy.session {
+        None => server.read_request(line.as_bytes(), MAX_JSON_DEPTH),
+        Some(_) => None,
+    };
+    let req = match read {
+        Some(req) => req,
+        None => match read_long_way(link, line, tasks, legacy).await {
+            Some(req) => req,
+            None => return,
+        },
     };
     let Some((id, cancel)) = register(link, &req.id).await else {
         return;

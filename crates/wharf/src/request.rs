@@ -1,6 +1,7 @@
 //! A request as the core takes it: its method known, its params typed, its `_meta` read,
 //! and who it comes from.
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
@@ -10,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use wharf_protocol::{
     CallToolParams, CompleteParams, GetPromptParams, ListenParams, PaginatedParams,
     ReadResourceParams, RequestId, RequestMeta, RequestParams, ServerCapabilities, methods,
+    one_pass,
 };
 
 use crate::error::{ErrorKind, RpcError};
@@ -134,6 +136,9 @@ impl Caller {
     }
 }
 
+/// A request's `_meta` as read, boxed (see [`Source::read`]).
+type Meta = Option<Box<RequestMeta>>;
+
 trait HasMeta {
     fn take_meta(&mut self) -> Option<RequestMeta>;
 }
@@ -155,16 +160,55 @@ has_meta!(
     ListenParams
 );
 
-fn read_params<T: DeserializeOwned + HasMeta>(
-    params: Option<&RawValue>,
-) -> Result<(T, Option<RequestMeta>), RpcError> {
-    let text = params.map_or("{}", RawValue::get);
-    let mut value: T = match serde_json::from_str(text) {
-        Ok(v) => v,
-        Err(e) => return Err(params_error::<T>(text, e)),
-    };
-    let meta = value.take_meta();
-    Ok((value, meta))
+/// Where a method's params are read from: their raw text, or the body's own parser in the
+/// single pass (see [`read`]).
+trait Source: Sized {
+    type Error;
+
+    /// The params as `T`.
+    fn parse<T: DeserializeOwned>(self) -> Result<T, Self::Error>;
+
+    /// The refusal of a method this server does not have.
+    fn not_found(method: &str) -> Self::Error;
+
+    /// The params as `T`, with their `_meta` taken out. Both boxed as soon as they are read:
+    /// each is hundreds of bytes, and every layer they are returned through would copy them.
+    fn read<T: DeserializeOwned + HasMeta>(self) -> Result<(Box<T>, Meta), Self::Error> {
+        let mut value: Box<T> = self.parse()?;
+        let meta = value.take_meta().map(Box::new);
+        Ok((value, meta))
+    }
+}
+
+/// Params as raw JSON text (`{}` when absent); a failure names what is wrong.
+struct RawParams<'a>(Option<&'a RawValue>);
+
+impl Source for RawParams<'_> {
+    type Error = RpcError;
+
+    fn parse<T: DeserializeOwned>(self) -> Result<T, RpcError> {
+        let text = self.0.map_or("{}", RawValue::get);
+        serde_json::from_str(text).map_err(|e| params_error::<T>(text, e))
+    }
+
+    fn not_found(method: &str) -> RpcError {
+        RpcError::method_not_found(method)
+    }
+}
+
+/// Params read where the body's parser stands; a failure sends the body the long way.
+struct InPlace<'de, D>(D, PhantomData<&'de ()>);
+
+impl<'de, D: serde::Deserializer<'de>> Source for InPlace<'de, D> {
+    type Error = D::Error;
+
+    fn parse<T: DeserializeOwned>(self) -> Result<T, D::Error> {
+        T::deserialize(self.0)
+    }
+
+    fn not_found(_: &str) -> D::Error {
+        serde::de::Error::custom("not a method of this server")
+    }
 }
 
 /// Names what is wrong with params that did not parse. Only the failure path pays for
@@ -203,6 +247,37 @@ pub(crate) fn parse(
     }
 }
 
+/// Reads a well-formed request in one pass (see [`wharf_protocol::one_pass`]); `None` for
+/// anything else, which [`parse`] then reads and refuses by name.
+pub(crate) fn read(
+    caps: &ServerCapabilities,
+    body: &[u8],
+    max_depth: usize,
+) -> Option<ParsedRequest> {
+    let (id, (body, meta)) = one_pass::read_request(body, max_depth, &Methods(caps))?;
+    let info = RequestInfo::from_meta(meta.map(|m| *m)).ok()?;
+    Some(ParsedRequest {
+        id,
+        info: Box::new(info),
+        body,
+    })
+}
+
+/// The method table as the single pass reads params.
+struct Methods<'a>(&'a ServerCapabilities);
+
+impl one_pass::ParamsReader for Methods<'_> {
+    type Params = (RequestBody, Meta);
+
+    fn read<'de, D: serde::Deserializer<'de>>(
+        &self,
+        method: &str,
+        params: D,
+    ) -> Result<Self::Params, D::Error> {
+        read_body(self.0, method, InPlace(params, PhantomData))
+    }
+}
+
 /// Reads a request of a legacy session: as [`parse`], except that what `_meta` must carry
 /// in 2026-07-28 comes from the session, and the methods of that revision alone do not
 /// exist here.
@@ -220,73 +295,162 @@ pub(crate) fn parse_in_session(
     Ok(ParsedRequest { id, info, body })
 }
 
+/// The method table: which params each method takes, and which capability it needs.
+fn read_body<S: Source>(
+    caps: &ServerCapabilities,
+    method: &str,
+    params: S,
+) -> Result<(RequestBody, Meta), S::Error> {
+    let offered = |present: bool| {
+        if present {
+            Ok(())
+        } else {
+            Err(S::not_found(method))
+        }
+    };
+    Ok(match method {
+        methods::DISCOVER => (RequestBody::Discover, params.read::<RequestParams>()?.1),
+        methods::TOOLS_LIST => {
+            offered(caps.tools.is_some())?;
+            let (p, m) = params.read::<PaginatedParams>()?;
+            (RequestBody::ListTools { cursor: p.cursor }, m)
+        }
+        methods::TOOLS_CALL => {
+            offered(caps.tools.is_some())?;
+            let (p, m) = params.read::<CallToolParams>()?;
+            (RequestBody::CallTool(p), m)
+        }
+        methods::PROMPTS_LIST => {
+            offered(caps.prompts.is_some())?;
+            let (p, m) = params.read::<PaginatedParams>()?;
+            (RequestBody::ListPrompts { cursor: p.cursor }, m)
+        }
+        methods::PROMPTS_GET => {
+            offered(caps.prompts.is_some())?;
+            let (p, m) = params.read::<GetPromptParams>()?;
+            (RequestBody::GetPrompt(p), m)
+        }
+        methods::RESOURCES_LIST => {
+            offered(caps.resources.is_some())?;
+            let (p, m) = params.read::<PaginatedParams>()?;
+            (RequestBody::ListResources { cursor: p.cursor }, m)
+        }
+        methods::RESOURCES_TEMPLATES_LIST => {
+            offered(caps.resources.is_some())?;
+            let (p, m) = params.read::<PaginatedParams>()?;
+            (RequestBody::ListResourceTemplates { cursor: p.cursor }, m)
+        }
+        methods::RESOURCES_READ => {
+            offered(caps.resources.is_some())?;
+            let (p, m) = params.read::<ReadResourceParams>()?;
+            (RequestBody::ReadResource(p), m)
+        }
+        methods::COMPLETION_COMPLETE => {
+            offered(caps.completions.is_some())?;
+            let (p, m) = params.read::<CompleteParams>()?;
+            (RequestBody::Complete(p), m)
+        }
+        methods::SUBSCRIPTIONS_LISTEN => {
+            let (p, m) = params.read::<ListenParams>()?;
+            (RequestBody::Listen(p), m)
+        }
+        _ => return Err(S::not_found(method)),
+    })
+}
+
 fn read_request(
     caps: &ServerCapabilities,
     method: &str,
     params: Option<&RawValue>,
     session: Option<&Session>,
 ) -> Result<(Box<RequestInfo>, RequestBody), RpcError> {
-    let offered = |present: bool| {
-        if present {
-            Ok(())
-        } else {
-            Err(RpcError::method_not_found(method))
-        }
-    };
-    let (body, meta) = match method {
-        methods::DISCOVER => (
-            RequestBody::Discover,
-            read_params::<RequestParams>(params)?.1,
-        ),
-        methods::TOOLS_LIST => {
-            offered(caps.tools.is_some())?;
-            let (p, m) = read_params::<PaginatedParams>(params)?;
-            (RequestBody::ListTools { cursor: p.cursor }, m)
-        }
-        methods::TOOLS_CALL => {
-            offered(caps.tools.is_some())?;
-            let (p, m) = read_params::<CallToolParams>(params)?;
-            (RequestBody::CallTool(Box::new(p)), m)
-        }
-        methods::PROMPTS_LIST => {
-            offered(caps.prompts.is_some())?;
-            let (p, m) = read_params::<PaginatedParams>(params)?;
-            (RequestBody::ListPrompts { cursor: p.cursor }, m)
-        }
-        methods::PROMPTS_GET => {
-            offered(caps.prompts.is_some())?;
-            let (p, m) = read_params::<GetPromptParams>(params)?;
-            (RequestBody::GetPrompt(Box::new(p)), m)
-        }
-        methods::RESOURCES_LIST => {
-            offered(caps.resources.is_some())?;
-            let (p, m) = read_params::<PaginatedParams>(params)?;
-            (RequestBody::ListResources { cursor: p.cursor }, m)
-        }
-        methods::RESOURCES_TEMPLATES_LIST => {
-            offered(caps.resources.is_some())?;
-            let (p, m) = read_params::<PaginatedParams>(params)?;
-            (RequestBody::ListResourceTemplates { cursor: p.cursor }, m)
-        }
-        methods::RESOURCES_READ => {
-            offered(caps.resources.is_some())?;
-            let (p, m) = read_params::<ReadResourceParams>(params)?;
-            (RequestBody::ReadResource(Box::new(p)), m)
-        }
-        methods::COMPLETION_COMPLETE => {
-            offered(caps.completions.is_some())?;
-            let (p, m) = read_params::<CompleteParams>(params)?;
-            (RequestBody::Complete(Box::new(p)), m)
-        }
-        methods::SUBSCRIPTIONS_LISTEN => {
-            let (p, m) = read_params::<ListenParams>(params)?;
-            (RequestBody::Listen(Box::new(p)), m)
-        }
-        _ => return Err(RpcError::method_not_found(method)),
-    };
+    let (body, meta) = read_body(caps, method, RawParams(params))?;
     let info = match session {
-        None => RequestInfo::from_meta(meta)?,
-        Some(s) => RequestInfo::in_session(s, meta),
+        None => RequestInfo::from_meta(meta.map(|m| *m))?,
+        Some(s) => RequestInfo::in_session(s, meta.map(|m| *m)),
     };
     Ok((Box::new(info), body))
+}
+
+#[cfg(test)]
+mod tests {
+    use wharf_protocol::{Envelope, ListCapability, ResourcesCapability};
+
+    use super::*;
+
+    const META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{}},"io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"progressToken":"p","traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}"#;
+
+    /// A server offering tools and resources, but neither prompts nor completions.
+    fn caps() -> ServerCapabilities {
+        ServerCapabilities {
+            tools: Some(ListCapability::default()),
+            resources: Some(ResourcesCapability::default()),
+            ..ServerCapabilities::default()
+        }
+    }
+
+    fn body(method: &str, params: &str) -> String {
+        format!(r#"{{"jsonrpc":"2.0","id":"r1","method":"{method}","params":{{{META}{params}}}}}"#)
+    }
+
+    /// The long way: the envelope, then the method's params.
+    fn long_way(body: &str) -> Result<ParsedRequest, RpcError> {
+        let envelope = Envelope::parse(body.as_bytes(), 64).expect("a valid envelope");
+        let id = envelope.id.expect("an id");
+        let method = envelope.method.as_deref().expect("a method");
+        parse(&caps(), id, method, envelope.params).map_err(|(e, _)| e)
+    }
+
+    #[test]
+    fn both_ways_read_every_method_alike() {
+        let requests = [
+            body(methods::DISCOVER, ""),
+            body(methods::TOOLS_LIST, r#","cursor":"c""#),
+            body(
+                methods::TOOLS_CALL,
+                r#","name":"echo","arguments":{"text":"h\u00e9","n":[1,2.5,null]},"requestState":"s""#,
+            ),
+            body(methods::RESOURCES_LIST, ""),
+            body(methods::RESOURCES_TEMPLATES_LIST, ""),
+            body(methods::RESOURCES_READ, r#","uri":"dataset://d""#),
+            body(
+                methods::SUBSCRIPTIONS_LISTEN,
+                r#","notifications":{"toolsListChanged":true}"#,
+            ),
+        ];
+        for body in &requests {
+            let short = read(&caps(), body.as_bytes(), 64).expect("read in one pass");
+            let long = long_way(body).expect("read the long way");
+            assert_eq!(format!("{short:?}"), format!("{long:?}"), "{body}");
+        }
+    }
+
+    #[test]
+    fn what_the_long_way_refuses_is_not_read_in_one_pass() {
+        let no_meta = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"{}","params":{{}}}}"#,
+            methods::TOOLS_LIST
+        );
+        let refused = [
+            // unknown, or its capability not offered
+            body("tools/run", ""),
+            body(methods::PROMPTS_GET, r#","name":"p""#),
+            body(methods::COMPLETION_COMPLETE, ""),
+            // params that are not the method's
+            body(methods::TOOLS_CALL, ""),
+            body(methods::TOOLS_CALL, r#","name":7"#),
+            body(methods::TOOLS_CALL, r#","name":"echo","arguments":[1]"#),
+            body(methods::RESOURCES_READ, r#","uri":null"#),
+            // `_meta` without what this revision requires of it
+            no_meta,
+            body(methods::TOOLS_LIST, "").replace(
+                r#""io.modelcontextprotocol/protocolVersion":"2026-07-28","#,
+                "",
+            ),
+        ];
+        for body in &refused {
+            assert!(read(&caps(), body.as_bytes(), 64).is_none(), "{body}");
+            assert!(long_way(body).is_err(), "{body}");
+        }
+    }
 }

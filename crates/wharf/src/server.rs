@@ -105,6 +105,15 @@ impl Server {
             .map_err(|(e, id)| ErrorReply::new(Some(id), e))
     }
 
+    /// Reads a well-formed request from `body` in one pass, refusing nesting deeper than
+    /// `max_depth`: the same request [`Envelope::parse`](wharf_protocol::Envelope::parse)
+    /// and [`parse_request`](Self::parse_request) would read, without parsing the params
+    /// twice. `None` for anything else (malformed, a notification or a response, an unknown
+    /// method, invalid params or `_meta`); those two then read it and say what is wrong.
+    pub fn read_request(&self, body: &[u8], max_depth: usize) -> Option<ParsedRequest> {
+        request::read(&self.core.registry.capabilities, body, max_depth)
+    }
+
     /// Decides whether `req` may run for `principal` (see [`Admitted`]): the
     /// version, scopes, client capabilities and a slot under the load caps. Waits in the
     /// queue when the caps are reached and there is room; dropping the future takes the
