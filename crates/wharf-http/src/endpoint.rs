@@ -234,6 +234,7 @@ async fn serve(
 
 /// Reads what the single pass did not (see [`wharf::Server::read_request`]): refuses what is
 /// malformed by name, and answers a legacy session's message, `initialize`, a notification.
+/// `Ok` is a request still to run; `Err` the response already made, refusal or answer.
 async fn read_long_way(
     state: &Arc<AppState>,
     headers: &HeaderMap,

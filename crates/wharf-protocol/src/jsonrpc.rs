@@ -176,8 +176,9 @@ impl EnvelopeError {
 
 /// One JSON-RPC message read from a body, borrowing from it.
 ///
-/// `params` stays raw JSON until the method is known, so it is parsed once, straight into
-/// its type.
+/// `params` stays raw JSON until the method is known, then is parsed into its type. This is
+/// the long way, which names what is wrong with a message; a well-formed request is read in
+/// one pass by [`one_pass::read_request`](crate::one_pass::read_request).
 #[derive(Debug)]
 pub struct Envelope<'a> {
     /// The id, if the message has one and it is valid.

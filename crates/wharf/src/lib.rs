@@ -5,9 +5,10 @@
 //! (`wharf-http`, `wharf-stdio`). Everything is built once: schemas are generated and their
 //! validators compiled at [`ServerBuilder::build`], never per request.
 //!
-//! A transport hands the core each request in two steps: [`Server::read_request`] (or, for
-//! what that single pass does not read, `Envelope::parse` and [`Server::parse_request`],
-//! which name what is wrong), then [`Server::admit`], which decides once, for every method, whether it may run (version,
+//! A transport hands the core each request in two steps. It reads it with
+//! [`Server::read_request`], one pass over the body; what that declines it reads the long
+//! way, with `Envelope::parse` and [`Server::parse_request`], which name what is wrong.
+//! Then [`Server::admit`], which decides once, for every method, whether it may run (version,
 //! scopes, client capabilities, a slot under the load caps) and answers with an
 //! [`ErrorReply`] or an [`Admitted`] request to run to one body or to a stream.
 //! [`testing::Harness`] takes the same path in-process. The layers and the path of one

@@ -105,11 +105,14 @@ impl Server {
             .map_err(|(e, id)| ErrorReply::new(Some(id), e))
     }
 
-    /// Reads a well-formed request from `body` in one pass, refusing nesting deeper than
-    /// `max_depth`: the same request [`Envelope::parse`](wharf_protocol::Envelope::parse)
-    /// and [`parse_request`](Self::parse_request) would read, without parsing the params
-    /// twice. `None` for anything else (malformed, a notification or a response, an unknown
-    /// method, invalid params or `_meta`); those two then read it and say what is wrong.
+    /// Reads a well-formed request from `body` in one pass: the same request
+    /// [`Envelope::parse`](wharf_protocol::Envelope::parse) and
+    /// [`parse_request`](Self::parse_request) would read, without parsing the params twice.
+    /// `None` means only "read it the long way": the body may be malformed or nest deeper
+    /// than `max_depth`, be a notification or a response, name an unknown method or carry
+    /// invalid params or `_meta`, but it may also be a valid request this pass does not take
+    /// (params before the method, or none); those two read it and say what is wrong, if
+    /// anything is.
     pub fn read_request(&self, body: &[u8], max_depth: usize) -> Option<ParsedRequest> {
         request::read(&self.core.registry.capabilities, body, max_depth)
     }

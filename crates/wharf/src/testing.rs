@@ -103,7 +103,7 @@ impl Harness {
             });
         }
         // As a transport reads it: in one pass, or the long way, which names what is wrong.
-        let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": &params });
+        let body = json!({ "jsonrpc": "2.0", "id": &id, "method": method, "params": &params });
         if let Some(req) = self.server.read_request(body.to_string().as_bytes(), 64) {
             return Ok(req);
         }
