@@ -371,7 +371,9 @@ fn main() {
             }
         };
         eprintln!("wharf-bench-baseline: listening on http://{addr}/mcp with {workers} worker(s)");
-        // Served exactly as `wharf serve` serves its router: plain `axum::serve`, default options.
+        // Plain `axum::serve` with default options, as a bare axum server runs. `wharf serve`
+        // has its own accept loop (`wharf_http::serve`); BENCHMARKS.md measures what that
+        // difference does to each side.
         let app = Router::new()
             .route("/mcp", post(mcp))
             .route("/listen", post(listen));

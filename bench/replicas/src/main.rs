@@ -63,7 +63,9 @@ fn wait_http(port: u16) {
     }
 }
 
-fn replica(store: &str, port: u16, cpu: Option<&str>) -> Process {
+/// Starts `wharf serve` on `port` over `store`, pinned to `cpu` when given, with `extra`
+/// arguments after the common ones.
+fn replica(store: &str, port: u16, cpu: Option<&str>, extra: &[&str]) -> Process {
     let bin = env_or("WHARF_BIN", "target/release/wharf");
     let mut cmd = match cpu {
         Some(cpu) => {
@@ -82,6 +84,7 @@ fn replica(store: &str, port: u16, cpu: Option<&str>) -> Process {
             store,
         ])
         .args(["--api-key", &format!("bench={TOKEN}")])
+        .args(extra)
         .env("WHARF_LOG", "warn")
         .stdin(Stdio::null())
         .spawn()
@@ -122,7 +125,10 @@ async fn fanout() {
     let store = env_or("STORE", "postgres://postgres@127.0.0.1:5432/test");
     let samples: usize = env_or("SAMPLES", "300").parse().unwrap();
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let _replicas: Vec<Process> = ports.iter().map(|&p| replica(&store, p, None)).collect();
+    let _replicas: Vec<Process> = ports
+        .iter()
+        .map(|&p| replica(&store, p, None, &[]))
+        .collect();
     let (a, b, c) = (client(ports[0]), client(ports[1]), client(ports[2]));
     let dataset = format!("fanout_{}", std::process::id());
     let uri = format!("dataset://{dataset}");
@@ -326,7 +332,20 @@ async fn streams() {
     drop(baseline);
 
     let port = free_port();
-    let server = replica(&store, port, Some(&cpu));
+    // Every stream is the one principal's: the per-principal and server-wide caps (32 and
+    // 10,000 by default) are raised to what is measured.
+    let cap = n.to_string();
+    let server = replica(
+        &store,
+        port,
+        Some(&cpu),
+        &[
+            "--max-listen-per-principal",
+            &cap,
+            "--max-listen-streams",
+            &cap,
+        ],
+    );
     let c = client(port);
     let mut idle = list_times(&c, 200).await;
     let (held, per) = hold(port, server.0.id(), "/mcp", &body, n).await;
