@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::body::{Body, Bytes, HttpBody as _};
 use axum::extract::Request;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
@@ -17,10 +17,11 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use wharf::metrics::AuthRefusal;
 use wharf::{Admitted, ErrorKind, ParsedRequest, Principal, RpcError};
-use wharf_protocol::{Envelope, headers as mcp};
+use wharf_protocol::Envelope;
 
 use crate::authenticate::Refusal;
 use crate::errors::{error_response, error_with_status, json_response, reply_error, unauthorized};
+use crate::request_headers::RequestHeaders;
 use crate::{AppState, HttpConfig};
 use crate::{guard, headers, session};
 
@@ -41,7 +42,8 @@ pub(crate) async fn handle_post(State(state): State<Arc<AppState>>, request: Req
 async fn answer(state: &Arc<AppState>, request: Request) -> Response {
     // Taking the request whole moves the headers out instead of cloning them.
     let (parts, body) = request.into_parts();
-    if let Err(refused) = guard::check_request(&parts.headers, &state.config) {
+    let headers = RequestHeaders::read(&parts.headers);
+    if let Err(refused) = guard::check_request(&headers, &state.config) {
         return refuse_unread(&parts.headers, body, *refused, &state.config);
     }
     // Before the body is read: nothing runs for a request without a principal.
@@ -57,7 +59,7 @@ async fn answer(state: &Arc<AppState>, request: Request) -> Response {
         Ok(b) => b,
         Err(refused) => return refused,
     };
-    serve(state, &parts.headers, &bytes, principal).await
+    serve(state, &headers, &bytes, principal).await
 }
 
 /// Counts a request authentication refused, by why, when the server counts.
@@ -170,14 +172,9 @@ async fn drain(mut body: Body, cap: usize) {
     }
 }
 
-// Looked up on every request: names parsed once, not from text each time.
-static SESSION_ID: HeaderName = HeaderName::from_static(mcp::SESSION_ID);
-static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
-static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
-
 async fn serve(
     state: &Arc<AppState>,
-    headers: &HeaderMap,
+    headers: &RequestHeaders<'_>,
     bytes: &Bytes,
     principal: Principal,
 ) -> Response {
@@ -186,7 +183,7 @@ async fn serve(
     // A legacy session's message goes the long way, to its session. A stateless request
     // (its version header names a modern revision) is served as one even if it carries a
     // session id: stateless servers ignore that header.
-    let legacy = headers.contains_key(&SESSION_ID) && !headers::is_modern(headers);
+    let legacy = headers.session_id.first().is_some() && !headers::is_modern(headers);
     let read = if legacy {
         None
     } else {
@@ -194,7 +191,9 @@ async fn serve(
     };
     let (mut req, principal) = match read {
         Some(req) => (req, principal),
-        None => match read_long_way(state, headers, bytes, principal, legacy).await {
+        // Boxed: the rare way (a legacy session's message, `initialize`, a refusal) is not
+        // part of the state every request's future carries.
+        None => match Box::pin(read_long_way(state, headers, bytes, principal, legacy)).await {
             Ok(read) => read,
             Err(answered) => return answered,
         },
@@ -202,15 +201,9 @@ async fn serve(
     // W3C trace context travels in `_meta`; a client (or a proxy) that sets only the HTTP
     // headers still has its trace joined.
     if req.info.traceparent.is_none() {
-        let text = |name: &HeaderName| {
-            headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        };
-        req.info.traceparent = text(&TRACEPARENT);
+        req.info.traceparent = headers.traceparent.text().map(str::to_owned);
         if req.info.traceparent.is_some() {
-            req.info.tracestate = text(&TRACESTATE);
+            req.info.tracestate = headers.tracestate.text().map(str::to_owned);
         }
     }
     if let Err(e) = headers::validate(headers, &req, server) {
@@ -237,7 +230,7 @@ async fn serve(
 /// `Ok` is a request still to run; `Err` the response already made, refusal or answer.
 async fn read_long_way(
     state: &Arc<AppState>,
-    headers: &HeaderMap,
+    headers: &RequestHeaders<'_>,
     bytes: &Bytes,
     principal: Principal,
     legacy: bool,
@@ -252,7 +245,7 @@ async fn read_long_way(
         }
     };
     if legacy {
-        return Err(session::post(state, headers, envelope, principal).await);
+        return Err(session::post(state, headers.map, envelope, principal).await);
     }
     if let (Some(method), Some(id)) = (envelope.method.as_deref(), &envelope.id) {
         if state

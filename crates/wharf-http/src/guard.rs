@@ -1,25 +1,30 @@
 //! Checks that run before the body is read: Host/Origin, header size, content type.
 
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use wharf::{ErrorKind, RpcError};
 
 use crate::config::HttpConfig;
 use crate::errors::error_with_status;
+use crate::request_headers::RequestHeaders;
 
 /// Refuses what the transport must not even read.
-pub(crate) fn check_request(headers: &HeaderMap, config: &HttpConfig) -> Result<(), Box<Response>> {
-    check_headers(headers, config)?;
+pub(crate) fn check_request(
+    headers: &RequestHeaders<'_>,
+    config: &HttpConfig,
+) -> Result<(), Box<Response>> {
+    check(headers, config)?;
     check_body(headers, config)
 }
 
 /// Refuses headers too large, and a Host or Origin this server does not serve (every
 /// method: a session's GET and DELETE too).
 pub(crate) fn check_headers(headers: &HeaderMap, config: &HttpConfig) -> Result<(), Box<Response>> {
-    let size: usize = headers
-        .iter()
-        .map(|(k, v)| k.as_str().len() + v.len() + 4)
-        .sum();
+    check(&RequestHeaders::read(headers), config)
+}
+
+fn check(headers: &RequestHeaders<'_>, config: &HttpConfig) -> Result<(), Box<Response>> {
+    let size = headers.size;
     if size > config.max_header_bytes {
         return refuse(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -29,7 +34,7 @@ pub(crate) fn check_headers(headers: &HeaderMap, config: &HttpConfig) -> Result<
             ),
         );
     }
-    if let Some(host) = headers.get(header::HOST) {
+    if let Some(host) = headers.host.first() {
         let allowed = host.to_str().is_ok_and(|h| config.hosts.host_allowed(h));
         if !allowed {
             return refuse(
@@ -38,7 +43,7 @@ pub(crate) fn check_headers(headers: &HeaderMap, config: &HttpConfig) -> Result<
             );
         }
     }
-    if let Some(origin) = headers.get(header::ORIGIN) {
+    if let Some(origin) = headers.origin.first() {
         let allowed = origin
             .to_str()
             .is_ok_and(|o| config.hosts.origin_allowed(o));
@@ -61,14 +66,17 @@ fn refuse(status: StatusCode, message: String) -> Result<(), Box<Response>> {
 }
 
 /// Refuses a body that is not JSON, or announces more bytes than the limit.
-fn check_body(headers: &HeaderMap, config: &HttpConfig) -> Result<(), Box<Response>> {
-    let json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| {
-            let essence = ct.split(';').next().unwrap_or("").trim();
-            essence.eq_ignore_ascii_case("application/json")
-        });
+fn check_body(headers: &RequestHeaders<'_>, config: &HttpConfig) -> Result<(), Box<Response>> {
+    let json = headers.content_type.first().is_some_and(|ct| {
+        let ct = ct.as_bytes();
+        // What nearly every client sends, compared whole before anything is split off.
+        ct == b"application/json" || {
+            let essence = ct.split(|&b| b == b';').next().unwrap_or_default();
+            essence
+                .trim_ascii()
+                .eq_ignore_ascii_case(b"application/json")
+        }
+    });
     if !json {
         return refuse(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -76,8 +84,8 @@ fn check_body(headers: &HeaderMap, config: &HttpConfig) -> Result<(), Box<Respon
         );
     }
     if let Some(len) = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
+        .content_length
+        .text()
         .and_then(|v| v.parse::<u64>().ok())
     {
         if len > config.max_body_bytes as u64 {

@@ -3,38 +3,25 @@
 
 use std::borrow::Cow;
 
-use axum::http::header::AsHeaderName;
-use axum::http::{HeaderMap, HeaderName};
+use axum::http::HeaderMap;
 use wharf::{ParsedRequest, RequestBody, RpcError, Server};
 use wharf_protocol::headers::{self, decode_value, param_matches};
 
-static PROTOCOL_VERSION: HeaderName = HeaderName::from_static(headers::PROTOCOL_VERSION);
-static METHOD: HeaderName = HeaderName::from_static(headers::METHOD);
-static NAME: HeaderName = HeaderName::from_static(headers::NAME);
+use crate::request_headers::{Field, RequestHeaders};
 
-fn raw<K: AsHeaderName + std::fmt::Display + Copy>(
-    headers: &HeaderMap,
-    name: K,
-) -> Result<Option<&[u8]>, RpcError> {
-    let mut values = headers.get_all(name).iter();
-    let first = values.next();
-    if values.next().is_some() {
-        return Err(RpcError::header_mismatch(format!(
-            "the {name} header appears more than once"
-        )));
-    }
-    // Optional whitespace around a field value is not part of it (RFC 9110 §5.5).
-    Ok(first.map(|v| v.as_bytes().trim_ascii()))
-}
-
-fn required<'a>(
-    headers: &'a HeaderMap,
-    name: &HeaderName,
-    display: &str,
-) -> Result<&'a [u8], RpcError> {
-    raw(headers, name)?.ok_or_else(|| {
+fn required<'a>(field: &Field<'a>, name: &str, display: &str) -> Result<&'a [u8], RpcError> {
+    field.single(name)?.ok_or_else(|| {
         RpcError::header_mismatch(format!("the required {display} header is missing"))
     })
+}
+
+/// A header the map holds at most once (one a tool declares: not among those read ahead).
+fn raw<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a [u8]>, RpcError> {
+    let mut field = Field::default();
+    for value in headers.get_all(name) {
+        field.see(value);
+    }
+    field.single(name)
 }
 
 fn decoded<'a>(value: &'a [u8], display: &str) -> Result<Cow<'a, str>, RpcError> {
@@ -44,20 +31,24 @@ fn decoded<'a>(value: &'a [u8], display: &str) -> Result<Cow<'a, str>, RpcError>
 
 /// Whether the `MCP-Protocol-Version` header names a stateless revision (a legacy client
 /// sends its session's version, or none).
-pub(crate) fn is_modern(headers: &HeaderMap) -> bool {
+pub(crate) fn is_modern(headers: &RequestHeaders<'_>) -> bool {
     headers
-        .get(&PROTOCOL_VERSION)
-        .and_then(|v| v.to_str().ok())
+        .protocol_version
+        .text()
         .is_some_and(|v| wharf_protocol::version::is_supported(v.trim()))
 }
 
 /// Checks every mirrored header of `req` against its body.
 pub(crate) fn validate(
-    headers: &HeaderMap,
+    headers: &RequestHeaders<'_>,
     req: &ParsedRequest,
     server: &Server,
 ) -> Result<(), RpcError> {
-    let version = required(headers, &PROTOCOL_VERSION, "MCP-Protocol-Version")?;
+    let version = required(
+        &headers.protocol_version,
+        headers::PROTOCOL_VERSION,
+        "MCP-Protocol-Version",
+    )?;
     if version != req.info.protocol_version.as_bytes() {
         return Err(RpcError::header_mismatch(format!(
             "MCP-Protocol-Version header value '{}' does not match body value '{}'",
@@ -75,25 +66,25 @@ pub(crate) fn validate_present(
     req: &ParsedRequest,
     server: &Server,
 ) -> Result<(), RpcError> {
-    mirrored(headers, req, server, false)
+    mirrored(&RequestHeaders::read(headers), req, server, false)
 }
 
 /// `Mcp-Method`, `Mcp-Name` and `Mcp-Param-*` against the body; `strict`: each one the
 /// request has a value for must be there.
-fn mirrored(
-    headers: &HeaderMap,
+fn mirrored<'a>(
+    headers: &RequestHeaders<'a>,
     req: &ParsedRequest,
     server: &Server,
     strict: bool,
 ) -> Result<(), RpcError> {
-    let header = |name: &HeaderName, display: &str| {
+    let header = |field: Field<'a>, name: &str, display: &str| {
         if strict {
-            required(headers, name, display).map(Some)
+            required(&field, name, display).map(Some)
         } else {
-            raw(headers, name)
+            field.single(name)
         }
     };
-    if let Some(method) = header(&METHOD, "Mcp-Method")? {
+    if let Some(method) = header(headers.method, headers::METHOD, "Mcp-Method")? {
         if method != req.body.method().as_bytes() {
             return Err(RpcError::header_mismatch(format!(
                 "Mcp-Method header value '{}' does not match body value '{}'",
@@ -103,7 +94,7 @@ fn mirrored(
         }
     }
     if let Some(name) = req.body.name() {
-        if let Some(value) = header(&NAME, "Mcp-Name")? {
+        if let Some(value) = header(headers.name, headers::NAME, "Mcp-Name")? {
             let value = decoded(value, "Mcp-Name")?;
             if value != name {
                 return Err(RpcError::header_mismatch(format!(
@@ -121,7 +112,7 @@ fn mirrored(
         let args = call.arguments.as_ref().unwrap_or(&empty);
         for p in params {
             let display = format!("Mcp-Param-{}", p.name);
-            let header = raw(headers, p.header.as_str())?;
+            let header = raw(headers.map, p.header.as_str())?;
             match (p.value_in(args), header) {
                 (Some(_), None) if strict => {
                     return Err(RpcError::header_mismatch(format!(

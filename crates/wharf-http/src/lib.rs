@@ -12,6 +12,7 @@ mod guard;
 mod headers;
 mod health;
 mod listener;
+mod request_headers;
 mod serve;
 mod session;
 

@@ -40,18 +40,19 @@ pub(crate) async fn execute(
     let cell = (counted || traced).then(|| Arc::new(OutcomeCell::default()));
     caller.outcome = cell.clone();
     let cancel = caller.cancel.clone();
-    // Each branch builds its own future: one built before the match would be kept beside
-    // its instrumented copy, doubling the state every request carries.
+    // The method's state, boxed once here: the layers above (admission's count, the
+    // transport's handler, a legacy round) hold and move a pointer instead of copying it
+    // at each level.
+    let work = Box::pin(chain(core, req, caller)).instrument(span.clone());
     let out = match cancel.clone() {
         Some(cancel) => {
-            let work = chain(core, req, caller).instrument(span.clone());
             tokio::select! {
                 biased;
                 () = cancel.cancelled() => Err(cancelled()),
                 out = work => out,
             }
         }
-        None => chain(core, req, caller).instrument(span.clone()).await,
+        None => work.await,
     };
     let outcome = match (&out, cell) {
         (Ok(_), Some(cell)) => cell.get(),

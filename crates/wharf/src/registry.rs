@@ -116,16 +116,21 @@ pub(crate) struct Fingerprints {
     pub(crate) templates: u64,
 }
 
+/// Names to positions. Built once from the server's own definitions and only read after,
+/// so a request's name cannot grow a collision chain: a fast hash is enough, and every
+/// tool call looks its name up more than once.
+type Index = HashMap<String, usize, foldhash::fast::RandomState>;
+
 /// The definitions of a built server, indexed.
 pub(crate) struct Registry {
     pub(crate) instructions: Option<String>,
     pub(crate) capabilities: ServerCapabilities,
     pub(crate) tools: Vec<ToolEntry>,
-    tool_index: HashMap<String, usize>,
+    tool_index: Index,
     pub(crate) prompts: Vec<PromptDef>,
-    prompt_index: HashMap<String, usize>,
+    prompt_index: Index,
     pub(crate) resources: Vec<ResourceDef>,
-    resource_index: HashMap<String, usize>,
+    resource_index: Index,
     pub(crate) templates: Vec<CompiledTemplate>,
     pub(crate) fingerprints: Fingerprints,
     /// Every fixed scope a definition declares, sorted, each once.
@@ -154,7 +159,7 @@ impl Registry {
     /// Checks every definition and compiles every schema, once.
     pub(crate) fn build(defs: Definitions) -> Result<Registry, BuildError> {
         let mut tools = Vec::with_capacity(defs.tools.len());
-        let mut tool_index = HashMap::new();
+        let mut tool_index = Index::default();
         for def in defs.tools {
             let name = def.tool.name.clone();
             let valid_name = (1..=128).contains(&name.len())
@@ -220,7 +225,7 @@ impl Registry {
                 header_params,
             });
         }
-        let mut prompt_index = HashMap::new();
+        let mut prompt_index = Index::default();
         for (i, p) in defs.prompts.iter().enumerate() {
             if prompt_index.insert(p.prompt.name.clone(), i).is_some() {
                 return Err(BuildError::Duplicate {
@@ -229,7 +234,7 @@ impl Registry {
                 });
             }
         }
-        let mut resource_index = HashMap::new();
+        let mut resource_index = Index::default();
         for (i, r) in defs.resources.iter().enumerate() {
             if resource_index.insert(r.resource.uri.clone(), i).is_some() {
                 return Err(BuildError::Duplicate {
