@@ -245,7 +245,7 @@ async fn read_long_way(
         }
     };
     if legacy {
-        return Err(session::post(state, headers.map, envelope, principal).await);
+        return Err(session::post(state, headers, envelope, principal).await);
     }
     if let (Some(method), Some(id)) = (envelope.method.as_deref(), &envelope.id) {
         if state

@@ -100,3 +100,47 @@ fn check_body(headers: &RequestHeaders<'_>, config: &HttpConfig) -> Result<(), B
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+
+    use super::*;
+
+    fn content_type(value: &'static str) -> Result<(), StatusCode> {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(value));
+        check_body(&RequestHeaders::read(&headers), &HttpConfig::default()).map_err(|r| r.status())
+    }
+
+    #[test]
+    fn json_is_recognised_with_parameters_case_and_whitespace() {
+        for ok in [
+            "application/json",
+            "Application/JSON ; charset=utf-8",
+            "application/json\t",
+            " application/json;charset=UTF-8",
+        ] {
+            assert_eq!(content_type(ok), Ok(()), "{ok:?}");
+        }
+    }
+
+    #[test]
+    fn anything_else_is_an_unsupported_media_type() {
+        for refused in ["application/jsonx", "text/json", "application/json-seq", ""] {
+            assert_eq!(
+                content_type(refused),
+                Err(StatusCode::UNSUPPORTED_MEDIA_TYPE),
+                "{refused:?}"
+            );
+        }
+        let none = check_body(
+            &RequestHeaders::read(&HeaderMap::new()),
+            &HttpConfig::default(),
+        );
+        assert_eq!(
+            none.map_err(|r| r.status()),
+            Err(StatusCode::UNSUPPORTED_MEDIA_TYPE)
+        );
+    }
+}

@@ -15,7 +15,8 @@ fn required<'a>(field: &Field<'a>, name: &str, display: &str) -> Result<&'a [u8]
     })
 }
 
-/// A header the map holds at most once (one a tool declares: not among those read ahead).
+/// A header that may appear once (an `Mcp-Param-*` a tool declares, which is not among
+/// those read ahead); a repeated one is refused.
 fn raw<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a [u8]>, RpcError> {
     let mut field = Field::default();
     for value in headers.get_all(name) {
@@ -62,11 +63,11 @@ pub(crate) fn validate(
 /// Checks the mirrored headers a request of a legacy session carries: that era requires
 /// none, but one that is sent must match the body (a gateway may route on it).
 pub(crate) fn validate_present(
-    headers: &HeaderMap,
+    headers: &RequestHeaders<'_>,
     req: &ParsedRequest,
     server: &Server,
 ) -> Result<(), RpcError> {
-    mirrored(&RequestHeaders::read(headers), req, server, false)
+    mirrored(headers, req, server, false)
 }
 
 /// `Mcp-Method`, `Mcp-Name` and `Mcp-Param-*` against the body; `strict`: each one the

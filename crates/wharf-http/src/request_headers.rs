@@ -47,7 +47,7 @@ impl<'a> Field<'a> {
 }
 
 /// What the endpoint reads of a request's headers, and the map for the rest (the
-/// `Mcp-Param-*` headers a tool declares).
+/// `Mcp-Param-*` headers a tool declares, and what a legacy session's messages read).
 pub(crate) struct RequestHeaders<'a> {
     /// All the headers.
     pub(crate) map: &'a HeaderMap,
@@ -114,6 +114,18 @@ mod tests {
             map.append(*k, HeaderValue::from_static(v));
         }
         map
+    }
+
+    #[test]
+    fn every_name_matched_is_lowercase_as_header_map_gives_it() {
+        for name in [
+            mcp::PROTOCOL_VERSION,
+            mcp::METHOD,
+            mcp::NAME,
+            mcp::SESSION_ID,
+        ] {
+            assert_eq!(name, name.to_ascii_lowercase());
+        }
     }
 
     #[test]

@@ -25,6 +25,7 @@ use crate::AppState;
 use crate::endpoint::{event, method_not_allowed, sse};
 use crate::errors::{error_with_status, json_response, reply_error, unauthorized};
 use crate::guard;
+use crate::request_headers::RequestHeaders;
 
 /// Answers `initialize`: the response carries the new session's id.
 pub(crate) async fn initialize(
@@ -54,11 +55,11 @@ pub(crate) async fn initialize(
 /// request.
 pub(crate) async fn post(
     state: &AppState,
-    headers: &HeaderMap,
+    headers: &RequestHeaders<'_>,
     envelope: Envelope<'_>,
     principal: Principal,
 ) -> Response {
-    let mut session = match resume(state, headers, envelope.id.as_ref(), &principal).await {
+    let mut session = match resume(state, headers.map, envelope.id.as_ref(), &principal).await {
         Ok(s) => s,
         Err(refused) => return *refused,
     };
