@@ -7,91 +7,12 @@ use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::{Map, Value, json};
 use wharf_protocol::{InputRequest, InputRequests, codes, headers, meta, methods};
 
-use crate::answer::{Answerer, Unanswered};
-use crate::{Client, ClientError, Reply};
+use crate::answer::Answerer;
+use crate::call_error::CallError;
+use crate::{Client, ClientError};
 
 /// The argument a write tool takes its idempotency key in.
 pub const IDEMPOTENCY_KEY: &str = "idempotency_key";
-
-/// Why a call did not produce a result.
-#[derive(Debug, thiserror::Error)]
-pub enum CallError {
-    /// The exchange itself failed (connection, HTTP, a body that is not JSON-RPC).
-    #[error(transparent)]
-    Transport(#[from] ClientError),
-    /// The server answered with a JSON-RPC error.
-    #[error("{message} (JSON-RPC error {code}{})", http_note(*.status))]
-    Rpc {
-        /// The HTTP status it came with.
-        status: u16,
-        /// The JSON-RPC error code.
-        code: i64,
-        /// The server's message.
-        message: String,
-        /// The error's `data`, if any.
-        data: Option<Value>,
-    },
-    /// An input request was not answered.
-    #[error(transparent)]
-    Unanswered(#[from] Unanswered),
-    /// The server kept asking for input beyond the limit.
-    #[error("the server asked for input {0} times without finishing; giving up")]
-    TooManyRounds(usize),
-}
-
-/// `, HTTP 400` for a status other than 200 (an error inside an SSE stream comes with 200).
-fn http_note(status: u16) -> String {
-    if status == 200 {
-        String::new()
-    } else {
-        format!(", HTTP {status}")
-    }
-}
-
-impl CallError {
-    /// The result of a whole reply, or its error.
-    pub(crate) fn result_of(reply: Reply) -> Result<Value, CallError> {
-        let status = reply.status;
-        match reply.response() {
-            Some(response) => Self::from_response(status, response),
-            None => Err(CallError::Transport(ClientError::Protocol(format!(
-                "HTTP {status} without a JSON-RPC response: {}",
-                reply.body.chars().take(200).collect::<String>()
-            )))),
-        }
-    }
-
-    fn from_response(status: u16, response: &Value) -> Result<Value, CallError> {
-        match (response.get("result"), response.get("error")) {
-            (Some(result), _) => Ok(result.clone()),
-            (None, Some(error)) => Err(CallError::Rpc {
-                status,
-                // A code that is not an integer is itself invalid: report it as such.
-                code: error["code"]
-                    .as_i64()
-                    .unwrap_or(i64::from(codes::INVALID_REQUEST)),
-                message: error["message"].as_str().unwrap_or("").to_owned(),
-                data: error.get("data").cloned(),
-            }),
-            (None, None) => Err(CallError::Transport(ClientError::Protocol(format!(
-                "a response with neither result nor error: {response}"
-            )))),
-        }
-    }
-
-    /// Whether trying again may help: the exchange broke, or a gateway answered for the
-    /// server. A JSON-RPC error is the server's verdict and is not retried.
-    fn is_transient(&self) -> bool {
-        match self {
-            CallError::Transport(
-                ClientError::Http(_) | ClientError::Io(_) | ClientError::Incomplete(_),
-            ) => true,
-            CallError::Transport(ClientError::Status { status, .. })
-            | CallError::Rpc { status, .. } => matches!(status, 502..=504),
-            _ => false,
-        }
-    }
-}
 
 /// What happens during a call, for a progress bar or a log.
 #[derive(Debug, Clone)]

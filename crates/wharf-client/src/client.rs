@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use wharf_protocol::methods;
 
-use crate::call::CallError;
+use crate::call_error::CallError;
 use crate::{ClientError, Connection, HttpClient, Incoming, Reply};
 
 /// A client of one MCP server, whichever era it speaks.

@@ -6,6 +6,7 @@
 
 mod answer;
 mod call;
+mod call_error;
 mod client;
 mod http;
 mod legacy;
@@ -16,7 +17,8 @@ mod stdio;
 pub use wharf_protocol as protocol;
 
 pub use answer::{Answerer, Prepared, Refuse, Unanswered, describe};
-pub use call::{CallError, Event, IDEMPOTENCY_KEY, ToolCall, new_idempotency_key};
+pub use call::{Event, IDEMPOTENCY_KEY, ToolCall, new_idempotency_key};
+pub use call_error::CallError;
 pub use client::Client;
 pub use http::{HttpClient, Incoming, Reply};
 pub use legacy::{Connection, LegacySession};

@@ -1,12 +1,22 @@
 //! Transport settings.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+
 use wharf_auth::Auth;
 
 use crate::authenticate::Authenticate;
 
-use crate::health::ReadinessCheck;
+/// A dependency that must answer for the server to be ready (a database, a cache…), as
+/// `/readyz` asks it.
+pub trait ReadinessCheck: Send + Sync + 'static {
+    /// A short name for reports.
+    fn name(&self) -> &str;
+    /// `Err` with a reason when the dependency does not answer.
+    fn check(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
+}
 
 const LOCALHOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
 

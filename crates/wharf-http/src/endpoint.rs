@@ -1,6 +1,5 @@
 //! The MCP endpoint: one POST, one JSON-RPC message, answered with JSON or SSE.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,30 +7,22 @@ use axum::body::{Body, Bytes, HttpBody as _};
 use axum::extract::Request;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
-use wharf::metrics::AuthRefusal;
 use wharf::{Admitted, ErrorKind, ParsedRequest, Principal, RpcError};
 use wharf_protocol::Envelope;
 
-use crate::authenticate::Refusal;
-use crate::errors::{error_response, error_with_status, json_response, reply_error, unauthorized};
+use crate::errors::{
+    count_refusal, error_response, error_with_status, json_response, reply_error, unauthorized,
+};
 use crate::request_headers::RequestHeaders;
+use crate::sse::{event, sse};
 use crate::{AppState, HttpConfig};
 use crate::{guard, headers, session};
-
-/// GET and DELETE without a session: a stateless server has no stream to open or close.
-pub(crate) async fn method_not_allowed() -> Response {
-    let mut res = StatusCode::METHOD_NOT_ALLOWED.into_response();
-    res.headers_mut()
-        .insert(header::ALLOW, HeaderValue::from_static("POST"));
-    res
-}
 
 pub(crate) async fn handle_post(State(state): State<Arc<AppState>>, request: Request) -> Response {
     let mut response = answer(&state, request).await;
@@ -60,22 +51,6 @@ async fn answer(state: &Arc<AppState>, request: Request) -> Response {
         Err(refused) => return refused,
     };
     serve(state, &headers, &bytes, principal).await
-}
-
-/// Counts a request authentication refused, by why, when the server counts.
-pub(crate) fn count_refusal(state: &AppState, refused: &Refusal, headers: &HeaderMap) {
-    if let Some(m) = state.server.metrics() {
-        m.auth_refused(refusal_reason(refused, headers));
-    }
-}
-
-fn refusal_reason(refused: &Refusal, headers: &HeaderMap) -> AuthRefusal {
-    match refused.status {
-        StatusCode::FORBIDDEN => AuthRefusal::Forbidden,
-        StatusCode::SERVICE_UNAVAILABLE => AuthRefusal::Unavailable,
-        _ if headers.contains_key(header::AUTHORIZATION) => AuthRefusal::Invalid,
-        _ => AuthRefusal::Missing,
-    }
 }
 
 /// A refusal sent before the body was read. A body still to come closes the connection
@@ -274,11 +249,6 @@ async fn read_long_way(
     }
 }
 
-pub(crate) fn event(message: Vec<u8>) -> Result<Event, Infallible> {
-    // serde_json writes UTF-8 without raw newlines, so one message is one `data:` line.
-    Ok(Event::default().data(String::from_utf8(message).unwrap_or_default()))
-}
-
 /// Streams the request's messages with keep-alive comments between them (a listen stream
 /// may be quiet for long). A listen stream is pulled straight from its subscription as the
 /// response is written; any other request runs on its own task, and when the client closes
@@ -298,16 +268,4 @@ fn stream(state: &Arc<AppState>, admitted: Admitted) -> Response {
             event(m)
         }),
     )
-}
-
-pub(crate) fn sse(
-    state: &AppState,
-    events: impl futures_util::Stream<Item = Result<Event, Infallible>> + Send + 'static,
-) -> Response {
-    let mut res = Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(state.config.keep_alive).text(""))
-        .into_response();
-    res.headers_mut()
-        .insert("x-accel-buffering", HeaderValue::from_static("no"));
-    res
 }

@@ -1,10 +1,12 @@
 //! The one place where protocol errors become HTTP responses.
 
 use axum::body::Body;
-use axum::http::{StatusCode, header};
-use axum::response::Response;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use wharf::metrics::AuthRefusal;
 use wharf::{ErrorKind, ErrorReply, RpcError};
 
+use crate::AppState;
 use crate::authenticate::{Authenticate, Refusal};
 use wharf_protocol::RequestId;
 use wharf_protocol::jsonrpc::write_error;
@@ -97,4 +99,28 @@ pub(crate) fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
         header::HeaderValue::from_static("application/json"),
     );
     res
+}
+
+/// GET and DELETE without a session: a stateless server has no stream to open or close.
+pub(crate) async fn method_not_allowed() -> Response {
+    let mut res = StatusCode::METHOD_NOT_ALLOWED.into_response();
+    res.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("POST"));
+    res
+}
+
+/// Counts a request authentication refused, by why, when the server counts.
+pub(crate) fn count_refusal(state: &AppState, refused: &Refusal, headers: &HeaderMap) {
+    if let Some(m) = state.server.metrics() {
+        m.auth_refused(refusal_reason(refused, headers));
+    }
+}
+
+fn refusal_reason(refused: &Refusal, headers: &HeaderMap) -> AuthRefusal {
+    match refused.status {
+        StatusCode::FORBIDDEN => AuthRefusal::Forbidden,
+        StatusCode::SERVICE_UNAVAILABLE => AuthRefusal::Unavailable,
+        _ if headers.contains_key(header::AUTHORIZATION) => AuthRefusal::Invalid,
+        _ => AuthRefusal::Missing,
+    }
 }

@@ -1,7 +1,5 @@
 //! Liveness and readiness.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -9,14 +7,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::AppState;
-
-/// A dependency that must answer for the server to be ready (a database, a cache…).
-pub trait ReadinessCheck: Send + Sync + 'static {
-    /// A short name for reports.
-    fn name(&self) -> &str;
-    /// `Err` with a reason when the dependency does not answer.
-    fn check(&self) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
-}
 
 /// Liveness: the process serves HTTP. Touches nothing else.
 pub(crate) async fn healthz(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {

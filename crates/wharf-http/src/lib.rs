@@ -15,10 +15,10 @@ mod listener;
 mod request_headers;
 mod serve;
 mod session;
+mod sse;
 
 pub use authenticate::{AuthFuture, Authenticate, FromExtensions, Refusal};
-pub use config::{HostPolicy, HttpConfig};
-pub use health::ReadinessCheck;
+pub use config::{HostPolicy, HttpConfig, ReadinessCheck};
 pub use listener::{Closer, DrainingListener};
 pub use serve::{ConnectionLimits, serve};
 

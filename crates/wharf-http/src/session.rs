@@ -22,10 +22,12 @@ use wharf::{
 use wharf_protocol::{Envelope, RequestId, headers as mcp};
 
 use crate::AppState;
-use crate::endpoint::{event, method_not_allowed, sse};
-use crate::errors::{error_with_status, json_response, reply_error, unauthorized};
+use crate::errors::{
+    count_refusal, error_with_status, json_response, method_not_allowed, reply_error, unauthorized,
+};
 use crate::guard;
 use crate::request_headers::RequestHeaders;
+use crate::sse::{event, sse};
 
 /// Answers `initialize`: the response carries the new session's id.
 pub(crate) async fn initialize(
@@ -188,7 +190,7 @@ async fn checked(state: &AppState, request: Request) -> Result<Session, Box<Resp
     let principal = match state.config.auth.authenticate(&parts).await {
         Ok(p) => p,
         Err(refusal) => {
-            crate::endpoint::count_refusal(state, &refusal, &parts.headers);
+            count_refusal(state, &refusal, &parts.headers);
             return Err(Box::new(unauthorized(&refusal)));
         }
     };

@@ -11,7 +11,6 @@
 pub mod codes;
 pub mod headers;
 pub mod jsonrpc;
-pub mod meta;
 pub mod methods;
 pub mod one_pass;
 pub mod types;
@@ -19,5 +18,6 @@ pub mod version;
 
 pub use jsonrpc::{Envelope, EnvelopeError, ErrorObject, RequestId};
 pub use jsonrpc::{ErrorResponse, Notification, Request, Response};
-pub use meta::RequestMeta;
+pub use types::meta;
+pub use types::meta::RequestMeta;
 pub use types::*;

@@ -10,6 +10,7 @@ mod content;
 mod discover;
 mod legacy;
 mod logging;
+pub mod meta;
 mod mrtr;
 mod notifications;
 mod prompts;

@@ -1,0 +1,30 @@
+//! Server-sent event streams: one JSON-RPC message per event, keep-alive comments between.
+
+use std::convert::Infallible;
+
+use axum::http::HeaderValue;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+
+use crate::AppState;
+
+/// One message as one event.
+pub(crate) fn event(message: Vec<u8>) -> Result<Event, Infallible> {
+    // serde_json writes UTF-8 without raw newlines, so one message is one `data:` line.
+    Ok(Event::default().data(String::from_utf8(message).unwrap_or_default()))
+}
+
+/// The response that streams `events`, with a keep-alive comment whenever the stream is
+/// quiet for the configured interval, and unbuffered by proxies that honour
+/// `X-Accel-Buffering`.
+pub(crate) fn sse(
+    state: &AppState,
+    events: impl futures_util::Stream<Item = Result<Event, Infallible>> + Send + 'static,
+) -> Response {
+    let mut res = Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(state.config.keep_alive).text(""))
+        .into_response();
+    res.headers_mut()
+        .insert("x-accel-buffering", HeaderValue::from_static("no"));
+    res
+}
