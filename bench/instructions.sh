@@ -5,7 +5,10 @@
 # in calls is the cost of one call, startup and shutdown cancelling out. Unlike req/s, the count
 # repeats within about 2 % whatever else the machine is doing, so it shows what a change to the
 # request path costs. The ratio printed is baseline / Wharf, comparable to bench/run.sh's
-# throughput ratio (on these machines the two have tracked each other closely).
+# throughput ratio (on these machines the two have tracked each other closely). A third side,
+# `protected`, is the baseline run with `--protected`: the same handler behind the protections
+# Wharf pays for on every request (header-read timer, Host/Origin check, body limit and
+# timeout, call deadline, schema check); Wharf against it is what Wharf's own code costs.
 #
 # usage: bench/instructions.sh [--no-build]
 # environment: SHORT (s, default 2), LONG (s, default 6), PORT (default 18291),
@@ -27,7 +30,7 @@ build=1
 for arg in "$@"; do
     case "$arg" in
         --no-build) build=0 ;;
-        -h | --help) sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument: $arg (try --help)" ;;
     esac
 done
@@ -48,6 +51,7 @@ count() { # side seconds -> prints "CALLS INSTRUCTIONS"
     local side=$1 secs=$2 out="$TMP/$1.$2.cg" calls
     # One worker on each side: the baseline takes one when pinned to one CPU.
     local cmd=("$BASELINE_BIN" --listen "127.0.0.1:$PORT")
+    [[ $side == protected ]] && cmd+=(--protected)
     [[ $side == wharf ]] && cmd=("$WHARF_BIN" serve --profile demo --anonymous --workers 1 --listen "127.0.0.1:$PORT")
     taskset -c "$SERVER_CPU" valgrind --tool=callgrind --callgrind-out-file="$out" "${cmd[@]}" \
         >"$TMP/$side.log" 2>&1 &
@@ -68,12 +72,14 @@ count() { # side seconds -> prints "CALLS INSTRUCTIONS"
 }
 
 declare -A PER
-for side in wharf axum; do
+for side in wharf axum protected; do
     read -r n1 i1 < <(count "$side" "$SHORT")
     read -r n2 i2 < <(count "$side" "$LONG")
     ((n2 > n1)) || die "$side: the long run served no more calls than the short one"
     PER[$side]=$(((i2 - i1) / (n2 - n1)))
     log "$side: $n1 then $n2 calls: ${PER[$side]} instructions per call"
 done
-printf 'instructions per echo call: wharf %d, axum %d; axum/wharf %.3f\n' \
-    "${PER[wharf]}" "${PER[axum]}" "$(awk -v a="${PER[axum]}" -v w="${PER[wharf]}" 'BEGIN { print a / w }')"
+ratio() { awk -v a="$1" -v w="$2" 'BEGIN { printf "%.3f", a / w }'; }
+printf 'instructions per echo call: wharf %d, axum %d, protected axum %d; axum/wharf %s, protected/wharf %s\n' \
+    "${PER[wharf]}" "${PER[axum]}" "${PER[protected]}" \
+    "$(ratio "${PER[axum]}" "${PER[wharf]}")" "$(ratio "${PER[protected]}" "${PER[wharf]}")"

@@ -20,7 +20,9 @@
 #   and ignores it), ISSUER_PORT (default 18095), OBSERVE (set: instead of axum, the same
 #   Wharf build three ways: `wharf` as is, `metrics` counting for --metrics-listen, `traced`
 #   counting and exporting every request's spans over OTLP/HTTP to a sink on OTLP_PORT,
-#   default 18096; the report gives each one's throughput over the plain run's)
+#   default 18096; the report gives each one's throughput over the plain run's), PROTECTED
+#   (set: the baseline runs with --protected, behind the protections Wharf pays for on every
+#   request; see bench/baseline/src/protected.rs)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -36,7 +38,7 @@ for arg in "$@"; do
         --quick) quick=1 ;;
         --baseline-only) baseline_only=1 ;;
         --no-build) build=0 ;;
-        -h | --help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown argument: $arg (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -154,7 +156,8 @@ start_server() { # side port logfile
         taskset -c "$SERVER_CPU" "$WHARF_BIN" serve --profile demo --anonymous --listen "127.0.0.1:$port" \
             $(observe_args "$side") >"$logfile" 2>&1 &
     else
-        taskset -c "$SERVER_CPU" "$BASELINE_BIN" --listen "127.0.0.1:$port" >"$logfile" 2>&1 &
+        taskset -c "$SERVER_CPU" "$BASELINE_BIN" --listen "127.0.0.1:$port" ${PROTECTED:+--protected} \
+            >"$logfile" 2>&1 &
     fi
     server_pid=$!
 }
@@ -351,7 +354,7 @@ max_rss() {
 declare -A BEST
 report() {
     local side b
-    echo "MCP tools/call echo, POST /mcp${AUTH:+, with an $AUTH JWT}: server on CPU $SERVER_CPU, wrk -t1 -c$CONNECTIONS -d${DURATION}s on CPU $CLIENT_CPU"
+    echo "MCP tools/call echo, POST /mcp${AUTH:+, with an $AUTH JWT}${PROTECTED:+, axum --protected}: server on CPU $SERVER_CPU, wrk -t1 -c$CONNECTIONS -d${DURATION}s on CPU $CLIENT_CPU"
     echo "best of $ROUNDS round(s) alternating; ${WARMUP}s warm-up each; $(date -u +%Y-%m-%dT%H:%MZ); $(uname -sr); $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
     echo
     printf '%-7s %12s %10s %10s %14s\n' side 'requests/s' 'p50 ms' 'p99 ms' 'peak RSS MiB'
@@ -380,6 +383,6 @@ report() {
             'BEGIN { if (lo > 0 && hi / lo > 1.15) printf "warning: %s rounds differ by %.0f%%: something else was using the CPUs; run again\n", s, (hi / lo - 1) * 100 }'
     done
 }
-name="echo${AUTH:+-$AUTH}${OBSERVE:+-observe}"
+name="echo${AUTH:+-$AUTH}${OBSERVE:+-observe}${PROTECTED:+-protected}"
 report | tee "$OUT/$name.txt"
 log "wrote $OUT/$name.txt (raw output in $RAW)"

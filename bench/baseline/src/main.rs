@@ -7,11 +7,17 @@
 //! schema validation, no `_meta.serverInfo`: Wharf's numbers are compared against this one
 //! (see `bench/run.sh`).
 //!
-//! Usage: `wharf-bench-baseline [--listen ADDR]` (default `127.0.0.1:8090`).
+//! With `--protected`, the same handler runs behind the protections `wharf serve` pays for on
+//! every request (see `protected`), to tell Wharf's own cost from theirs.
+//!
+//! Usage: `wharf-bench-baseline [--listen ADDR] [--protected]` (default `127.0.0.1:8090`).
+
+mod protected;
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -46,14 +52,15 @@ struct Request<'a> {
     params: Option<&'a RawValue>,
 }
 
+/// `A` is what the arguments are read into: echo's own borrowing struct on the bare path,
+/// a JSON value to check against the schema first with `--protected`.
 #[derive(Deserialize)]
-struct CallToolParams<'a> {
+struct CallToolParams<'a, A> {
     #[serde(rename = "_meta", borrow)]
     meta: RequestMeta<'a>,
     #[serde(borrow)]
     name: Cow<'a, str>,
-    #[serde(borrow)]
-    arguments: EchoArgs<'a>,
+    arguments: A,
 }
 
 #[derive(Deserialize)]
@@ -127,6 +134,11 @@ fn error(status: StatusCode, id: Option<&RawValue>, code: i32, message: &str) ->
     json(status, buf)
 }
 
+/// A refusal, boxed: the refusals are the rare path.
+fn refuse(status: StatusCode, id: Option<&RawValue>, code: i32, message: &str) -> Box<Response> {
+    Box::new(error(status, id, code, message))
+}
+
 /// The value of a header that must appear, without surrounding whitespace (RFC 9110 §5.5).
 fn header_bytes<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h [u8]> {
     headers.get(name).map(|v| v.as_bytes().trim_ascii())
@@ -147,6 +159,27 @@ fn is_string_or_integer(raw: &RawValue) -> bool {
 }
 
 async fn mcp(headers: HeaderMap, body: Bytes) -> Response {
+    answer::<EchoArgs<'_>>(&headers, &body, |args| Ok(args.text))
+}
+
+/// Answers one request whose arguments are read as `A` and turned into echo's text by
+/// `text` (which may refuse them with an invalid-params message).
+fn answer<'b, A: Deserialize<'b>>(
+    headers: &HeaderMap,
+    body: &'b [u8],
+    text: impl FnOnce(A) -> Result<Cow<'b, str>, String>,
+) -> Response {
+    match respond(headers, body, text) {
+        Ok(response) => response,
+        Err(refused) => *refused,
+    }
+}
+
+fn respond<'b, A: Deserialize<'b>>(
+    headers: &HeaderMap,
+    body: &'b [u8],
+    text: impl FnOnce(A) -> Result<Cow<'b, str>, String>,
+) -> Result<Response, Box<Response>> {
     let is_json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -158,134 +191,142 @@ async fn mcp(headers: HeaderMap, body: Bytes) -> Response {
                 .eq_ignore_ascii_case("application/json")
         });
     if !is_json {
-        return error(
+        return Err(refuse(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             None,
             INVALID_REQUEST,
             "Content-Type must be application/json",
-        );
+        ));
     }
 
-    let req: Request<'_> = match serde_json::from_slice(&body) {
+    let req: Request<'_> = match serde_json::from_slice(body) {
         Ok(r) => r,
         Err(e) if e.is_syntax() || e.is_eof() => {
-            return error(
+            return Err(refuse(
                 StatusCode::BAD_REQUEST,
                 None,
                 PARSE_ERROR,
                 &format!("Parse error: {e}"),
-            );
+            ));
         }
         Err(e) => {
-            return error(
+            return Err(refuse(
                 StatusCode::BAD_REQUEST,
                 None,
                 INVALID_REQUEST,
                 &format!("Invalid request: {e}"),
-            );
+            ));
         }
     };
     let id = match req.id {
         Some(id) if is_string_or_integer(id) => id,
         Some(_) => {
-            return error(
+            return Err(refuse(
                 StatusCode::BAD_REQUEST,
                 None,
                 INVALID_REQUEST,
                 "Invalid request: id must be a string or an integer",
-            );
+            ));
         }
-        None => return StatusCode::ACCEPTED.into_response(),
+        None => return Ok(StatusCode::ACCEPTED.into_response()),
     };
     if req.jsonrpc != "2.0" {
-        return error(
+        return Err(refuse(
             StatusCode::BAD_REQUEST,
             Some(id),
             INVALID_REQUEST,
             "Invalid request: jsonrpc must be \"2.0\"",
-        );
+        ));
     }
     if req.method != "tools/call" {
-        return error(
+        return Err(refuse(
             StatusCode::NOT_FOUND,
             Some(id),
             METHOD_NOT_FOUND,
             &format!("Method not found: {}", req.method),
-        );
+        ));
     }
-    let params: CallToolParams<'_> = match req.params.map(|p| serde_json::from_str(p.get())) {
+    let params: CallToolParams<'_, A> = match req.params.map(|p| serde_json::from_str(p.get())) {
         Some(Ok(p)) => p,
         Some(Err(e)) => {
-            return error(
+            return Err(refuse(
                 StatusCode::BAD_REQUEST,
                 Some(id),
                 INVALID_PARAMS,
                 &format!("Invalid params: {e}"),
-            );
+            ));
         }
         None => {
-            return error(
+            return Err(refuse(
                 StatusCode::BAD_REQUEST,
                 Some(id),
                 INVALID_PARAMS,
                 "Invalid params: params are required",
-            );
+            ));
         }
     };
 
     if !mirrors(
-        &headers,
+        headers,
         "mcp-protocol-version",
         &params.meta.protocol_version,
     ) {
-        return error(
+        return Err(refuse(
             StatusCode::BAD_REQUEST,
             Some(id),
             HEADER_MISMATCH,
             "MCP-Protocol-Version header does not match _meta[\"io.modelcontextprotocol/protocolVersion\"]",
-        );
+        ));
     }
     if params.meta.protocol_version != PROTOCOL_VERSION {
-        return error(
+        return Err(refuse(
             StatusCode::BAD_REQUEST,
             Some(id),
             UNSUPPORTED_PROTOCOL_VERSION,
             "Unsupported protocol version",
-        );
+        ));
     }
-    if !mirrors(&headers, "mcp-method", &req.method) {
-        return error(
+    if !mirrors(headers, "mcp-method", &req.method) {
+        return Err(refuse(
             StatusCode::BAD_REQUEST,
             Some(id),
             HEADER_MISMATCH,
             "Mcp-Method header does not match the method",
-        );
+        ));
     }
-    if !mirrors(&headers, "mcp-name", &params.name) {
-        return error(
+    if !mirrors(headers, "mcp-name", &params.name) {
+        return Err(refuse(
             StatusCode::BAD_REQUEST,
             Some(id),
             HEADER_MISMATCH,
             "Mcp-Name header does not match params.name",
-        );
+        ));
     }
     if params.name != "echo" {
-        return error(
+        return Err(refuse(
             StatusCode::OK,
             Some(id),
             INVALID_PARAMS,
             &format!("Unknown tool: {}", params.name),
-        );
+        ));
     }
+    let text = text(params.arguments).map_err(|message| {
+        refuse(
+            StatusCode::OK,
+            Some(id),
+            INVALID_PARAMS,
+            &format!("Invalid arguments for tool echo: {message}"),
+        )
+    })?;
 
     let result = CallToolResult {
         result_type: "complete",
         content: [TextContent {
             kind: "text",
-            text: &params.arguments.text,
+            text: &text,
         }],
     };
-    let mut buf = Vec::with_capacity(96 + params.arguments.text.len());
+    let mut buf = Vec::with_capacity(96 + text.len());
     serde_json::to_writer(
         &mut buf,
         &Success {
@@ -295,17 +336,22 @@ async fn mcp(headers: HeaderMap, body: Bytes) -> Response {
         },
     )
     .expect("serializing to a Vec cannot fail");
-    json(StatusCode::OK, buf)
+    Ok(json(StatusCode::OK, buf))
 }
 
-fn parse_args() -> Result<SocketAddr, String> {
+/// The command line: where to listen, and whether with the protections.
+fn parse_args() -> Result<(SocketAddr, bool), String> {
     let mut listen = "127.0.0.1:8090".to_owned();
+    let mut protect = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--listen" => listen = args.next().ok_or("--listen needs an address")?,
+            "--protected" => protect = true,
             "-h" | "--help" => {
-                println!("usage: wharf-bench-baseline [--listen ADDR]   (default 127.0.0.1:8090)");
+                println!(
+                    "usage: wharf-bench-baseline [--listen ADDR] [--protected]   (default 127.0.0.1:8090)"
+                );
                 std::process::exit(0);
             }
             other => match other.strip_prefix("--listen=") {
@@ -314,9 +360,10 @@ fn parse_args() -> Result<SocketAddr, String> {
             },
         }
     }
-    listen
+    let addr = listen
         .parse()
-        .map_err(|e| format!("bad --listen address {listen:?}: {e}"))
+        .map_err(|e| format!("bad --listen address {listen:?}: {e}"))?;
+    Ok((addr, protect))
 }
 
 /// The physical limit for an idle listen stream (bench/replicas.sh): an SSE response that
@@ -341,7 +388,7 @@ async fn listen() -> axum::response::Response {
 }
 
 fn main() {
-    let addr = match parse_args() {
+    let (addr, protect) = match parse_args() {
         Ok(a) => a,
         Err(e) => {
             eprintln!("wharf-bench-baseline: {e}");
@@ -370,14 +417,26 @@ fn main() {
                 std::process::exit(1);
             }
         };
-        eprintln!("wharf-bench-baseline: listening on http://{addr}/mcp with {workers} worker(s)");
-        // Plain `axum::serve` with default options, as a bare axum server runs. `wharf serve`
-        // has its own accept loop (`wharf_http::serve`); BENCHMARKS.md measures what that
-        // difference does to each side.
-        let app = Router::new()
-            .route("/mcp", post(mcp))
-            .route("/listen", post(listen));
-        if let Err(e) = axum::serve(listener, app).await {
+        let mode = if protect { " (protected)" } else { "" };
+        eprintln!(
+            "wharf-bench-baseline: listening on http://{addr}/mcp with {workers} worker(s){mode}"
+        );
+        let served = if protect {
+            let protections = Arc::new(protected::Protections::new(&addr.ip().to_string()));
+            let app = Router::new()
+                .route("/mcp", post(protected::mcp))
+                .with_state(protections);
+            protected::serve(listener, app).await
+        } else {
+            // Plain `axum::serve` with default options, as a bare axum server runs. `wharf
+            // serve` has its own accept loop (`wharf_http::serve`); BENCHMARKS.md measures
+            // what that difference does to each side.
+            let app = Router::new()
+                .route("/mcp", post(mcp))
+                .route("/listen", post(listen));
+            axum::serve(listener, app).await
+        };
+        if let Err(e) = served {
             eprintln!("wharf-bench-baseline: {e}");
             std::process::exit(1);
         }
