@@ -18,8 +18,6 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SCRIPT=instructions.sh
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
-TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
-case "$TARGET" in /*) ;; *) TARGET="$ROOT/$TARGET" ;; esac
 SHORT=${SHORT:-2}
 LONG=${LONG:-6}
 PORT=${PORT:-18291}

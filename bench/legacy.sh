@@ -14,13 +14,11 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
-case "$TARGET" in /*) ;; *) TARGET="$ROOT/$TARGET" ;; esac
-OUT="$TARGET/bench"
-RAW="$OUT/raw"
 SCRIPT=legacy.sh
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
+OUT="$TARGET/bench"
+RAW="$OUT/raw"
 
 build=1
 for arg in "$@"; do

@@ -1,5 +1,9 @@
-# Shared by the benchmark scripts: messages, wrk, and reading wrk's output.
-# The including script sets SCRIPT (its name, for messages).
+# Shared by the benchmark scripts: messages, wrk, reading wrk's output, and where the builds are.
+# The including script sets ROOT (the repository) and SCRIPT (its name, for messages).
+
+# Where cargo puts its builds, as an absolute path.
+TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
+case "$TARGET" in /*) ;; *) TARGET="$ROOT/$TARGET" ;; esac
 
 die() { echo "${SCRIPT:-bench}: error: $*" >&2; exit 1; }
 log() { echo "${SCRIPT:-bench}: $*" >&2; }

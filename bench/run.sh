@@ -27,8 +27,9 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 LUA="$ROOT/bench/echo.lua"
-TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
-case "$TARGET" in /*) ;; *) TARGET="$ROOT/$TARGET" ;; esac
+SCRIPT=run.sh
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
 OUT="$TARGET/bench"
 RAW="$OUT/raw"
 
@@ -59,9 +60,6 @@ CLIENT_CPU=${CLIENT_CPU:-1}
 # compare the two responses.
 BODY='{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"wrk","version":"4.1.0"}},"name":"echo","arguments":{"text":"hello from wrk"}}}'
 
-SCRIPT=run.sh
-# shellcheck source=bench/lib.sh
-source "$ROOT/bench/lib.sh"
 
 # ---------------------------------------------------------------------------------------------
 # Tools

@@ -23,8 +23,6 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SCRIPT=store.sh
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
-TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
-case "$TARGET" in /*) ;; *) TARGET="$ROOT/$TARGET" ;; esac
 OUT="$TARGET/bench"
 RAW="$OUT/raw-store"
 LUA="$ROOT/bench/append.lua"
