@@ -7,8 +7,9 @@
 # request path costs. The ratio printed is baseline / Wharf, comparable to bench/run.sh's
 # throughput ratio (on these machines the two have tracked each other closely). A third side,
 # `protected`, is the baseline run with `--protected`: the same handler behind the protections
-# Wharf pays for on every request (header-read timer, Host/Origin check, body limit and
-# timeout, call deadline, schema check); Wharf against it is what Wharf's own code costs.
+# Wharf pays for on every request (header-read timer and head limits, connection cap,
+# header size, Host/Origin, body limit and timeout, depth check, call deadline, schema check);
+# Wharf against it is what Wharf's own code costs.
 #
 # usage: bench/instructions.sh [--no-build]
 # environment: SHORT (s, default 2), LONG (s, default 6), PORT (default 18291),
@@ -28,7 +29,7 @@ build=1
 for arg in "$@"; do
     case "$arg" in
         --no-build) build=0 ;;
-        -h | --help) sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument: $arg (try --help)" ;;
     esac
 done

@@ -60,7 +60,6 @@ CLIENT_CPU=${CLIENT_CPU:-1}
 # compare the two responses.
 BODY='{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"wrk","version":"4.1.0"}},"name":"echo","arguments":{"text":"hello from wrk"}}}'
 
-
 # ---------------------------------------------------------------------------------------------
 # Tools
 for tool in taskset curl awk; do
@@ -76,6 +75,7 @@ cpus=$(nproc)
 AUTH=${AUTH:-}
 ISSUER_PORT=${ISSUER_PORT:-18095}
 [[ -z $AUTH || $AUTH == es256 ]] || die "AUTH must be unset or es256"
+[[ -n ${OBSERVE:-} && -n ${PROTECTED:-} ]] && die "PROTECTED and OBSERVE do not go together: OBSERVE runs no axum side"
 packages=(-p wharf-bench-baseline)
 ((baseline_only)) || packages=(-p wharf-cli "${packages[@]}")
 [[ $AUTH == es256 ]] && packages+=(-p wharf-bench-issuer)

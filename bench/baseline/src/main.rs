@@ -36,6 +36,8 @@ const METHOD_NOT_FOUND: i32 = -32601;
 const INVALID_PARAMS: i32 = -32602;
 const HEADER_MISMATCH: i32 = -32020;
 const UNSUPPORTED_PROTOCOL_VERSION: i32 = -32022;
+/// Wharf's code for a call stopped at its deadline.
+const TIMED_OUT: i32 = -31002;
 
 /// The envelope of a request. Strings borrow from the body unless they hold escapes.
 #[derive(Deserialize)]
