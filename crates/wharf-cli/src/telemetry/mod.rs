@@ -345,6 +345,15 @@ mod tests {
         }
     }
 
+    /// Held by each test that installs a subscriber. Whether a callsite is enabled is cached
+    /// once, from every subscriber alive at that moment, on any thread; tests running side by
+    /// side would decide for each other whether a span is built.
+    static ONE_SUBSCRIBER: Mutex<()> = Mutex::new(());
+
+    fn one_subscriber() -> std::sync::MutexGuard<'static, ()> {
+        ONE_SUBSCRIBER.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn subscriber(format: LogFormat, out: &Buffer) -> impl Subscriber + Send + Sync {
         with_filter(format, "info", out)
     }
@@ -356,6 +365,7 @@ mod tests {
 
     #[test]
     fn text_logs_leave_the_request_spans_unbuilt() {
+        let _one = one_subscriber();
         let out = Buffer::default();
         tracing::subscriber::with_default(subscriber(LogFormat::Text, &out), || {
             let span = tracing::info_span!(target: "wharf::trace", "mcp.request");
@@ -368,6 +378,7 @@ mod tests {
 
     #[test]
     fn debug_text_logs_name_the_request_of_each_line_escaped() {
+        let _one = one_subscriber();
         let out = Buffer::default();
         let hostile = "w\nINJECTED \u{1b}[31m";
         tracing::subscriber::with_default(
@@ -394,6 +405,7 @@ mod tests {
 
     #[test]
     fn json_lines_escape_client_text_and_carry_the_callers_trace_id() {
+        let _one = one_subscriber();
         let out = Buffer::default();
         let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
         let hostile = "x\"}\n{\"level\":\"ERROR\",\"trace_id\":\"forged\"";
