@@ -63,7 +63,7 @@ if ! redis_up; then
   wait_for Redis redis_up || die "Redis does not answer on 127.0.0.1:6379 (tests need it: $REDIS_URL)"
 fi
 
-# nginx: the deployment tests (crates/wharf-cli/tests/deploy.rs) run deploy/nginx/wharf.conf
+# nginx: the deployment tests (crates/wharf-cli/tests/e2e/deploy.rs) run deploy/nginx/wharf.conf
 # in an nginx of their own; the package's own service is not needed.
 if ! [ -x /usr/sbin/nginx ] && ! command -v nginx >/dev/null; then
   apt_install nginx-light

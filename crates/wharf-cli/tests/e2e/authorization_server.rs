@@ -5,7 +5,7 @@
 //! family), missing or `plain` PKCE, redirects nobody registered, tokens for another
 //! resource; and a flow that hops between two replicas on one store.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

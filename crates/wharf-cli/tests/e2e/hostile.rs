@@ -3,7 +3,7 @@
 //! parts. Each gets its exact status and JSON-RPC code (or a tool error naming the problem);
 //! afterwards the server still serves, and the data it held is exactly as before.
 
-mod common;
+use crate::common;
 
 use common::import::*;
 use serde_json::{Value, json};

@@ -2,7 +2,7 @@
 //! variables, `/readyz` turning away traffic when the store is gone, and a drain that ends at
 //! its deadline.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! (or registers, RFC 7591), and runs authorization code + PKCE while headless Chromium plays
 //! the person on the sign-in and consent pages; then it lists and calls a tool.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};

@@ -2,7 +2,7 @@
 //! `wharf serve` replicas started as the systemd unit and `deploy/wharf.env` start them, on
 //! PostgreSQL or Redis. Clients talk to nginx only and never know which replica answers.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -1,7 +1,7 @@
 //! Discovery, lists with signed cursors, progress and log streams, subscriptions and the
 //! shutdown drain, over real HTTP against `wharf serve`. Every message is schema-validated.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

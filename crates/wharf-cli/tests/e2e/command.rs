@@ -4,7 +4,7 @@
 //! coming back after its server restarts. Interactive runs happen in tmux, whose pane is
 //! read back as a person would see it.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Output, Stdio};

@@ -1,7 +1,7 @@
 //! Every bad-input rule of the Streamable HTTP transport, over real HTTP against `wharf serve`:
 //! the status, the JSON-RPC code, the id echoed, and the server still healthy afterwards.
 
-mod common;
+use crate::common;
 
 use common::{ServerProcess, validate_message};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};

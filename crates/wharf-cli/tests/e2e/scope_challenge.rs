@@ -5,7 +5,7 @@
 //! fixtures with HTTP 403 and one `insufficient_scope` challenge naming every scope the
 //! request needs; the same request with a token holding them all is served.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -2,7 +2,7 @@
 //! idempotent appends (replays, conflicting reuse, simultaneous duplicates), commit, query.
 //! Every message is schema-validated.
 
-mod common;
+use crate::common;
 
 use common::import::*;
 use common::{request, validate_reply};

@@ -3,7 +3,7 @@
 //! by another principal or for another request, and a one-time confirmation is refused the
 //! second time even on another replica; a round answered on another replica completes.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! one is refused with an error that names the problem, and fetched again next time (a
 //! failure is never cached).
 
-mod common;
+use crate::common;
 
 use axum::http::StatusCode;
 use base64::Engine as _;

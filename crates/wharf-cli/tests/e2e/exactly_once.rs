@@ -3,7 +3,7 @@
 //! and, once the other replica committed, replays its result; nothing is written twice.
 //! The other replica is this test process, on the same store through `wharf-store`.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! allows, and the browser lands on the client's callback with a code that buys a token that
 //! calls a tool. The consent is then revoked from the account page, in the same browser.
 
-mod common;
+use crate::common;
 
 use common::authz::{PASSWORD, own_server, pkce, query};
 use common::chromium::{browser, callback, ocr, sign_in, wait_for_url};

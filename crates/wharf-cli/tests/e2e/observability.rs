@@ -2,7 +2,7 @@
 //! metrics, its spans and metrics received over OTLP/HTTP (the spans under the caller's
 //! trace), and JSON log lines that carry the trace id.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};

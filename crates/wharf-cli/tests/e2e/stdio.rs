@@ -1,6 +1,6 @@
 //! `wharf serve --stdio`: newline-delimited JSON-RPC, concurrent requests, cancellation.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! idempotency records live in the store, so any replica serves any call, and a write
 //! retried across a crash is applied exactly once.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,7 @@
 //! first progress notification says it runs), and the server's debug log says when a request
 //! queues or leaves the queue.
 
-mod common;
+use crate::common;
 
 use common::{ServerProcess, request, validate_reply};
 use futures_util::Stream;

@@ -3,7 +3,7 @@
 //! and runs one at a time per dataset, also across two replicas on one PostgreSQL, while
 //! reports on different datasets run in parallel.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! everyone else is served, a client still sending an oversized body reads the 413, and the
 //! header-count cap answers 431.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! list changes across replicas. Every message the server sends them validates against the
 //! 2025-11-25 schema.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
