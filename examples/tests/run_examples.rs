@@ -108,7 +108,8 @@ async fn hello_tools_greets_and_adds() {
 
 #[tokio::test]
 async fn confirm_asks_then_acts_once() {
-    let dir = std::env::temp_dir().join(format!("wharf-example-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("wharf-example-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let store = format!("sqlite://{}", dir.join("confirm.db").display());
     let ex = start("confirm", &[("STORE", store)]);
@@ -197,7 +198,8 @@ fn rand_suffix() -> u128 {
 
 #[tokio::test]
 async fn the_client_example_approves_the_confirm_example() {
-    let dir = std::env::temp_dir().join(format!("wharf-example-client-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("wharf-example-client-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let store = format!("sqlite://{}", dir.join("confirm.db").display());
     let server = start("confirm", &[("STORE", store)]);

@@ -19,7 +19,8 @@ fn options() -> StoreOptions {
 }
 
 fn sqlite_url(tag: &str) -> String {
-    let dir = std::env::temp_dir().join(format!("wharf-ref-data-{tag}-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("wharf-ref-data-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
     format!("sqlite://{}/app.db", dir.display())

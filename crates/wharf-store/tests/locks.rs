@@ -273,7 +273,8 @@ shared_backends!(
 
 #[tokio::test]
 async fn sqlite_relies_on_the_in_process_line() {
-    let dir = std::env::temp_dir().join(format!("wharf-locks-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("wharf-locks-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let store = open(&format!("sqlite://{}/s.db", dir.display()), &options(LONG))
         .await

@@ -646,7 +646,8 @@ async fn login_signs_in_through_a_browser_and_later_commands_use_the_token() {
 
     let server = own_server("login", "demo", &[]);
     let url = server.url();
-    let config = std::env::temp_dir().join(common::import::unique("wharf-config"));
+    let config = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(common::import::unique("wharf-config"));
     let env = [(
         "WHARF_CONFIG_DIR".to_owned(),
         config.to_str().unwrap().to_owned(),
@@ -714,6 +715,7 @@ async fn login_signs_in_through_a_browser_and_later_commands_use_the_token() {
 /// A desktop session: a D-Bus session bus with GNOME Keyring's Secret Service on it, its
 /// files under a directory of its own.
 struct Desktop {
+    root: std::path::PathBuf,
     bus: std::process::Child,
     keyring: std::process::Child,
     env: Vec<(String, String)>,
@@ -721,6 +723,8 @@ struct Desktop {
 
 impl Desktop {
     fn start() -> Self {
+        // In the system's temporary directory, not the target's: the keyring's socket lives
+        // under it, and a socket path may not exceed 108 bytes. Removed when dropped.
         let root = std::env::temp_dir().join(common::import::unique("wharf-desktop"));
         let dir = |name: &str| {
             let d = root.join(name);
@@ -737,10 +741,13 @@ impl Desktop {
             ("HOME".to_owned(), dir("home")),
             ("XDG_DATA_HOME".to_owned(), dir("data")),
             ("XDG_CONFIG_HOME".to_owned(), dir("config")),
-            ("XDG_RUNTIME_DIR".to_owned(), runtime),
+            ("XDG_RUNTIME_DIR".to_owned(), runtime.clone()),
         ];
         let mut bus = Command::new("dbus-daemon")
+            // Its socket in the session's runtime directory, not in /tmp, so that it goes
+            // with the rest of the session's files.
             .args(["--session", "--nofork", "--print-address=1"])
+            .arg(format!("--address=unix:dir={runtime}"))
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -768,7 +775,12 @@ impl Desktop {
                 .take()
                 .map(|mut s| std::io::Write::write_all(&mut s, b"desktop")),
         );
-        let desktop = Desktop { bus, keyring, env };
+        let desktop = Desktop {
+            root,
+            bus,
+            keyring,
+            env,
+        };
         let deadline = Instant::now() + WAIT;
         while !desktop.has_secret_service() {
             assert!(
@@ -803,6 +815,7 @@ impl Drop for Desktop {
             let _ = child.kill();
             let _ = child.wait();
         }
+        let _ = std::fs::remove_dir_all(&self.root);
     }
 }
 

@@ -241,7 +241,8 @@ struct TempDir(PathBuf);
 
 impl TempDir {
     fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("wharf-{tag}-{}", unique("d")));
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("wharf-{tag}-{}", unique("d")));
         std::fs::create_dir_all(&dir).unwrap();
         TempDir(dir)
     }

@@ -70,7 +70,8 @@ pub(crate) async fn redis_with(lock_wait: Duration) -> Arc<dyn Store> {
 
 /// A SQLite file of its own (`tag` tells tests apart), for tests that hold its write lock.
 pub(crate) fn sqlite_url(tag: &str) -> String {
-    let dir = std::env::temp_dir().join(format!("wharf-store-{tag}-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("wharf-store-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     format!("sqlite://{}/store.db", dir.display())
 }

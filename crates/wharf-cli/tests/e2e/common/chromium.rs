@@ -48,7 +48,8 @@ pub(crate) async fn browser() -> (Driver, Client) {
         assert!(Instant::now() < deadline, "chromedriver did not start");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let profile = std::env::temp_dir().join(unique("chromium-profile"));
+    let profile =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(unique("chromium-profile"));
     let mut caps = serde_json::Map::new();
     caps.insert(
         "goog:chromeOptions".into(),
