@@ -273,12 +273,7 @@ shared_backends!(
 
 #[tokio::test]
 async fn sqlite_relies_on_the_in_process_line() {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("wharf-locks-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let store = open(&format!("sqlite://{}/s.db", dir.display()), &options(LONG))
-        .await
-        .unwrap();
+    let store = open(&sqlite_url("locks"), &options(LONG)).await.unwrap();
     assert!(store.lock_key("k").await.unwrap().is_none());
 }
 

@@ -646,8 +646,7 @@ async fn login_signs_in_through_a_browser_and_later_commands_use_the_token() {
 
     let server = own_server("login", "demo", &[]);
     let url = server.url();
-    let config = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(common::import::unique("wharf-config"));
+    let config = common::scratch(common::import::unique("wharf-config"));
     let env = [(
         "WHARF_CONFIG_DIR".to_owned(),
         config.to_str().unwrap().to_owned(),

@@ -241,8 +241,7 @@ struct TempDir(PathBuf);
 
 impl TempDir {
     fn new(tag: &str) -> Self {
-        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("wharf-{tag}-{}", unique("d")));
+        let dir = common::scratch(format!("wharf-{tag}-{}", unique("d")));
         std::fs::create_dir_all(&dir).unwrap();
         TempDir(dir)
     }

@@ -59,8 +59,7 @@ fn ed25519(kid: &str) -> SigningKey {
 }
 
 fn rs256(kid: &str) -> SigningKey {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("wharf-oauth-{}-{kid}", std::process::id()));
+    let dir = common::scratch(format!("wharf-oauth-{}-{kid}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pem = dir.join("key.pem");
     let ok = std::process::Command::new("openssl")

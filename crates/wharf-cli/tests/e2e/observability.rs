@@ -75,8 +75,7 @@ impl Prometheus {
             std::path::Path::new(binary).exists(),
             "{binary} is missing: scripts/test.sh installs Debian's prometheus package"
         );
-        let dir =
-            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(unique("wharf-prometheus"));
+        let dir = common::scratch(unique("wharf-prometheus"));
         std::fs::create_dir_all(&dir).unwrap();
         let config = dir.join("prometheus.yml");
         std::fs::write(

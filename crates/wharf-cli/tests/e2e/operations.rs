@@ -17,8 +17,7 @@ const BOB: &str = "bob-token-from-the-env-0002";
 
 #[tokio::test]
 async fn keys_from_a_file_and_settings_from_the_environment() {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("wharf-ops-{}", unique("keys")));
+    let dir = common::scratch(format!("wharf-ops-{}", unique("keys")));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("keys");
     std::fs::write(

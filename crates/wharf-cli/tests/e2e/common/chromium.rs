@@ -48,8 +48,7 @@ pub(crate) async fn browser() -> (Driver, Client) {
         assert!(Instant::now() < deadline, "chromedriver did not start");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let profile =
-        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(unique("chromium-profile"));
+    let profile = super::scratch(unique("chromium-profile"));
     let mut caps = serde_json::Map::new();
     caps.insert(
         "goog:chromeOptions".into(),
@@ -74,7 +73,7 @@ pub(crate) async fn browser() -> (Driver, Client) {
 /// The words OCR reads in a PNG screenshot.
 pub(crate) fn ocr(png: &[u8], name: &str) -> String {
     let tesseract = required("tesseract", "tesseract-ocr");
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("screenshots");
+    let dir = super::scratch("screenshots");
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join(format!("{name}.png"));
     std::fs::write(&file, png).unwrap();

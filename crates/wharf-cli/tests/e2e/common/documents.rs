@@ -109,8 +109,7 @@ async fn answer(State(docs): State<Documents>, Path(path): Path<String>) -> Resp
 /// Serves documents over HTTPS on `localhost`; returns them and the CA file to trust.
 pub(crate) async fn document_server() -> (Documents, std::path::PathBuf) {
     let key = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-    let pem_path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("{}.pem", unique("cimd-ca")));
+    let pem_path = super::scratch(format!("{}.pem", unique("cimd-ca")));
     std::fs::write(&pem_path, key.cert.pem()).unwrap();
     let cert = CertificateDer::from(key.cert.der().to_vec());
     let private = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.key_pair.serialize_der()));

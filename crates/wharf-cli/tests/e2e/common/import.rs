@@ -22,8 +22,7 @@ pub(crate) fn redis_url() -> String {
 }
 
 pub(crate) fn sqlite_url(tag: &str) -> String {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("wharf-import-{}-{tag}", std::process::id()));
+    let dir = super::scratch(format!("wharf-import-{}-{tag}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     format!("sqlite://{}/wharf.db", dir.display())
 }

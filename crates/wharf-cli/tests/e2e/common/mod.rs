@@ -165,6 +165,12 @@ impl ServerProcess {
     }
 }
 
+/// A path under the target's directory for test files (`CARGO_TARGET_TMPDIR`), where the
+/// tests keep what they write: removed by `cargo clean`, never left in the system's `/tmp`.
+pub(crate) fn scratch(name: impl AsRef<std::path::Path>) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
+}
+
 /// Ports handed out in this process (to servers about to start, or bound by tests).
 static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
 
