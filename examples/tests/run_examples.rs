@@ -108,10 +108,7 @@ async fn hello_tools_greets_and_adds() {
 
 #[tokio::test]
 async fn confirm_asks_then_acts_once() {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("wharf-example-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let store = format!("sqlite://{}", dir.join("confirm.db").display());
+    let (dir, store) = confirm_store("wharf-example");
     let ex = start("confirm", &[("STORE", store)]);
     let caps = json!({ "elicitation": { "form": {} } });
     let ask = json!({ "arguments": { "path": "/tmp/x" },
@@ -189,6 +186,16 @@ async fn pg_orders_writes_its_own_table_once_per_key() {
     assert_eq!(rows, 1, "one row for one key");
 }
 
+/// A SQLite store for the `confirm` example, in a directory of its own under the target's
+/// directory for test files: the directory (the test removes it) and the store's URL.
+fn confirm_store(tag: &str) -> (std::path::PathBuf, String) {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}", dir.join("confirm.db").display());
+    (dir, url)
+}
+
 fn rand_suffix() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -198,10 +205,7 @@ fn rand_suffix() -> u128 {
 
 #[tokio::test]
 async fn the_client_example_approves_the_confirm_example() {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("wharf-example-client-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let store = format!("sqlite://{}", dir.join("confirm.db").display());
+    let (dir, store) = confirm_store("wharf-example-client");
     let server = start("confirm", &[("STORE", store)]);
     let out = Command::new(binary("client"))
         .args([&server.url, "delete_file", r#"{"path":"/tmp/x"}"#])
