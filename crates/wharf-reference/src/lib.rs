@@ -3,9 +3,12 @@
 //! the fixture set the official conformance suite calls).
 
 pub mod conformance;
+#[cfg(feature = "import")]
 pub mod data;
 pub mod demo;
+#[cfg(feature = "import")]
 pub mod import;
+#[cfg(feature = "import")]
 pub mod report;
 
 use wharf::ServerBuilder;
@@ -21,7 +24,8 @@ pub fn implementation() -> Implementation {
 /// Which set of tools a reference server exposes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Profile {
-    /// The import service and reports on its datasets.
+    /// The import service and reports on its datasets (feature `import`).
+    #[cfg(feature = "import")]
     Default,
     /// Small stateless tools: echo, a slow counter, structured output, a resource, a prompt.
     Demo,
@@ -33,6 +37,7 @@ impl Profile {
     /// Registers the profile's definitions on `builder`.
     pub fn register(self, builder: ServerBuilder) -> ServerBuilder {
         match self {
+            #[cfg(feature = "import")]
             Profile::Default => report::register(import::register(builder)),
             Profile::Demo => demo::register(builder),
             Profile::Conformance => conformance::register(builder),
@@ -41,6 +46,10 @@ impl Profile {
 
     /// Whether the profile keeps state, and so needs a store.
     pub fn needs_store(self) -> bool {
-        matches!(self, Profile::Default)
+        match self {
+            #[cfg(feature = "import")]
+            Profile::Default => true,
+            Profile::Demo | Profile::Conformance => false,
+        }
     }
 }
