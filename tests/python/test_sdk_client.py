@@ -18,26 +18,12 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import traceback
 from typing import Any
 
-URL = os.environ.get("WHARF_URL", "http://127.0.0.1:8080/mcp")
+from interop import TIMEOUT_S, URL, CheckFailed, check, main, step
+
 TOKEN = os.environ.get("WHARF_TOKEN") or None
 MODE = "2026-07-28"
-TIMEOUT_S = float(os.environ.get("WHARF_TIMEOUT", "20"))
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def check(cond: bool, msg: str) -> None:
-    if not cond:
-        raise CheckFailed(msg)
-
-
-def step(msg: str) -> None:
-    print(f"ok   {msg}", flush=True)
 
 
 def text_of(result: Any, what: str) -> str:
@@ -180,44 +166,12 @@ async def run() -> None:
     await check_auto_mode()
 
 
-def find_check_failure(exc: BaseException) -> CheckFailed | None:
-    """anyio task groups wrap errors raised inside `async with client` in ExceptionGroups."""
-    if isinstance(exc, CheckFailed):
-        return exc
-    for inner in getattr(exc, "exceptions", ()) or ():
-        if (found := find_check_failure(inner)) is not None:
-            return found
-    return None
-
-
-def leaf(exc: BaseException) -> BaseException:
-    while getattr(exc, "exceptions", None):
-        exc = exc.exceptions[0]  # type: ignore[attr-defined]
-    return exc
-
-
-def main() -> int:
-    try:
-        import mcp  # noqa: F401
-    except ImportError:
-        print("FAIL: the `mcp` package is not installed (pip install -r requirements.txt)", file=sys.stderr)
-        return 2
-    print(f"Python MCP SDK client -> {URL} (mode={MODE}, token={'yes' if TOKEN else 'no'})", flush=True)
-    try:
-        asyncio.run(asyncio.wait_for(run(), timeout=TIMEOUT_S * 4))
-    except BaseException as e:  # CheckFailed, connection errors, MCPError, pydantic ValidationError, groups...
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        if (failed := find_check_failure(e)) is not None:
-            print(f"FAIL: {failed}", file=sys.stderr)
-            return 1
-        traceback.print_exc()
-        cause = leaf(e)
-        print(f"FAIL: {type(cause).__name__}: {cause}", file=sys.stderr)
-        return 1
-    print("PASS: Python SDK client interop", flush=True)
-    return 0
-
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(
+        main(
+            f"Python MCP SDK client (mode={MODE}, token={'yes' if TOKEN else 'no'})",
+            run,
+            "Python SDK client interop",
+        )
+    )

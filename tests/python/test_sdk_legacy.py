@@ -17,27 +17,16 @@ Exit status 0 on success; 1 with a FAIL line on stderr otherwise (2 if the SDK i
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
-import traceback
 import uuid
 from datetime import timedelta
 from typing import Any
 
-URL = os.environ.get("WHARF_URL", "http://127.0.0.1:8080/mcp")
+from interop import TIMEOUT_S, URL, check, main, step
+
 # A bearer token for servers with API keys (the deployment test runs this behind nginx).
 AUTH = {"Authorization": f"Bearer {os.environ['WHARF_TOKEN']}"} if os.environ.get("WHARF_TOKEN") else {}
-TIMEOUT_S = float(os.environ.get("WHARF_TIMEOUT", "20"))
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def check(cond: bool, msg: str) -> None:
-    if not cond:
-        raise CheckFailed(msg)
 
 
 def structured(result: Any, what: str) -> dict[str, Any]:
@@ -72,11 +61,11 @@ async def run() -> None:
             check(init.protocolVersion == "2025-11-25", f"negotiated {init.protocolVersion!r}")
             sid = session_id()
             check(bool(sid), "initialize issued no Mcp-Session-Id")
-            print(f"ok   initialize: {init.serverInfo.name} {init.serverInfo.version}, session {sid[:8]}…", flush=True)
+            step(f"initialize: {init.serverInfo.name} {init.serverInfo.version}, session {sid[:8]}…")
 
             names = {t.name for t in (await session.list_tools()).tools}
             check({"import_begin", "import_commit", "report_generate"} <= names, f"tools/list: {sorted(names)}")
-            print(f"ok   tools/list: {len(names)} tools", flush=True)
+            step(f"tools/list: {len(names)} tools")
 
             first = structured(await session.call_tool("import_begin", {"dataset": dataset, "columns": columns, "idempotency_key": uuid.uuid4().hex}), "import_begin")
             rows = [{"id": i} for i in range(450)]
@@ -96,7 +85,7 @@ async def run() -> None:
             )
             check(report.get("scannedRows") == 450, f"report_generate result: {report!r}")
             check(len(progress) >= 5 and progress == sorted(progress), f"progress notifications: {progress!r}")
-            print(f"ok   report_generate: {len(progress)} progress notifications {progress!r}", flush=True)
+            step(f"report_generate: {len(progress)} progress notifications {progress!r}")
 
             second = structured(await session.call_tool("import_begin", {"dataset": dataset, "idempotency_key": uuid.uuid4().hex}), "import_begin")
             await session.call_tool(
@@ -111,7 +100,7 @@ async def run() -> None:
             message = getattr(asked[0], "message", "")
             check("450 rows" in message and "2 rows" in message, f"the question does not say what is replaced: {message!r}")
             check(done.get("totalRows") == 2, f"import_commit result: {done!r}")
-            print(f"ok   import_commit mode=replace asked {message!r} through elicitation_callback", flush=True)
+            step(f"import_commit mode=replace asked {message!r} through elicitation_callback")
 
     # Leaving the client DELETEs the session: it is gone for every request after.
     async with httpx.AsyncClient(timeout=TIMEOUT_S) as http:
@@ -127,33 +116,16 @@ async def run() -> None:
             json={"jsonrpc": "2.0", "id": 99, "method": "ping"},
         )
         check(r.status_code == 404, f"a ping on the closed session got HTTP {r.status_code}: {r.text}")
-        print("ok   the client's DELETE ended the session (ping afterwards: 404)", flush=True)
+        step("the client's DELETE ended the session (ping afterwards: 404)")
 
-
-def main() -> int:
-    try:
-        import mcp  # noqa: F401
-    except ImportError:
-        print("FAIL: the `mcp` package is not installed (pip install -r requirements-legacy.txt)", file=sys.stderr)
-        return 2
-    print(f"Python MCP SDK 1.x client (legacy session) -> {URL}", flush=True)
-    try:
-        asyncio.run(asyncio.wait_for(run(), timeout=TIMEOUT_S * 4))
-    except BaseException as e:
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        exc: BaseException = e
-        while getattr(exc, "exceptions", None):
-            exc = exc.exceptions[0]  # type: ignore[attr-defined]
-        if isinstance(exc, CheckFailed):
-            print(f"FAIL: {exc}", file=sys.stderr)
-            return 1
-        traceback.print_exc()
-        print(f"FAIL: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    print("PASS: a 1.x Python client initializes, calls with progress, answers an elicitation, and ends its session", flush=True)
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(
+        main(
+            "Python MCP SDK 1.x client (legacy session)",
+            run,
+            "a 1.x Python client initializes, calls with progress, answers an elicitation, and ends its session",
+            requirements="requirements-legacy.txt",
+        )
+    )

@@ -14,25 +14,13 @@ Exit status 0 on success; 1 with a FAIL line on stderr otherwise (2 if the SDK i
 
 from __future__ import annotations
 
-import asyncio
-import os
 import sys
-import traceback
 import uuid
 from typing import Any
 
-URL = os.environ.get("WHARF_URL", "http://127.0.0.1:8080/mcp")
+from interop import TIMEOUT_S, URL, check, main, step
+
 MODE = "2026-07-28"
-TIMEOUT_S = float(os.environ.get("WHARF_TIMEOUT", "20"))
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def check(cond: bool, msg: str) -> None:
-    if not cond:
-        raise CheckFailed(msg)
 
 
 def structured(result: Any, what: str) -> dict[str, Any]:
@@ -61,7 +49,7 @@ async def run() -> None:
         )
         structured(await client.call_tool("import_commit", {"import": first["import"], "idempotency_key": "commit"}), "import_commit (append)")
         check(not asked, "appending to a dataset asked the user something")
-        print("ok   dataset loaded with 3 rows, no question asked", flush=True)
+        step("dataset loaded with 3 rows, no question asked")
 
         second = structured(await client.call_tool("import_begin", {"dataset": dataset, "idempotency_key": uuid.uuid4().hex}), "import_begin")
         await client.call_tool(
@@ -76,33 +64,9 @@ async def run() -> None:
         message = getattr(asked[0], "message", "")
         check("3 rows" in message and "2 rows" in message, f"the question does not say what is replaced: {message!r}")
         check(done.get("totalRows") == 2 and done.get("committedRows") == 2, f"import_commit result: {done!r}")
-        print(f"ok   import_commit mode=replace asked {message!r} through elicitation_callback; result {done!r}", flush=True)
+        step(f"import_commit mode=replace asked {message!r} through elicitation_callback; result {done!r}")
 
-
-def main() -> int:
-    try:
-        import mcp  # noqa: F401
-    except ImportError:
-        print("FAIL: the `mcp` package is not installed (pip install -r requirements.txt)", file=sys.stderr)
-        return 2
-    print(f"Python MCP SDK client (MRTR) -> {URL}", flush=True)
-    try:
-        asyncio.run(asyncio.wait_for(run(), timeout=TIMEOUT_S * 4))
-    except BaseException as e:
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        exc: BaseException = e
-        while getattr(exc, "exceptions", None):
-            exc = exc.exceptions[0]  # type: ignore[attr-defined]
-        if isinstance(exc, CheckFailed):
-            print(f"FAIL: {exc}", file=sys.stderr)
-            return 1
-        traceback.print_exc()
-        print(f"FAIL: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    print("PASS: Python SDK answers an elicitation and gets the final result", flush=True)
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main("Python MCP SDK client (MRTR)", run, "Python SDK answers an elicitation and gets the final result"))
