@@ -129,8 +129,12 @@ fn mirrored<'a>(
                         )));
                     }
                 }
-                // No value in the body: the header is not expected. A stray one is ignored.
-                (None, _) | (Some(_), None) => {}
+                // No value in the body: the header is not expected, and a stray one is
+                // ignored, unless it holds what no header value may hold.
+                (None, Some(h)) => {
+                    decoded(h, &display)?;
+                }
+                (None, None) | (Some(_), None) => {}
             }
         }
     }

@@ -21,12 +21,23 @@ fn server() -> Server {
             }),
         )
         .tool(
+            tool("tagged")
+                .handler(|_cx: Context, a: Tagged| async move { a.note.unwrap_or_default() }),
+        )
+        .tool(
             tool("admin")
                 .scopes(&["admin"])
                 .handler(|_cx: Context, _: NoArgs| async { "done" }),
         )
         .build()
         .unwrap()
+}
+
+/// A tool with an optional argument the client mirrors in a header.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Tagged {
+    #[schemars(extend("x-mcp-header" = "Note"))]
+    note: Option<String>,
 }
 
 /// The endpoint behind the app's own authentication: here a layer that turns an
@@ -140,4 +151,28 @@ async fn a_get_is_405_and_a_mismatched_header_is_400() {
     let (status, body) = send(req).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_eq!(body["error"]["code"], -32020);
+}
+
+#[tokio::test]
+async fn a_mirror_header_without_its_argument_is_ignored_unless_malformed() {
+    let with_note = |value: &[u8]| {
+        let mut req = call("tagged");
+        req.headers_mut().insert("x-user", "alice".parse().unwrap());
+        req.headers_mut().insert(
+            "mcp-param-note",
+            header::HeaderValue::from_bytes(value).unwrap(),
+        );
+        req
+    };
+    // The body has no `note`: a stray header is not compared with anything...
+    let (status, body) = send(with_note(b"hello")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // ...but one that no header value may be (raw UTF-8, broken Base64) is refused.
+    for bad in [&b"caf\xc3\xa9"[..], b"=?base64?!!!?="] {
+        let (status, body) = send(with_note(bad)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert_eq!(body["error"]["code"], -32020, "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("Mcp-Param-Note"), "{message}");
+    }
 }

@@ -100,10 +100,7 @@ pub fn render_param(value: &serde_json::Value) -> Option<String> {
     match value {
         serde_json::Value::String(s) => Some(s.clone()),
         serde_json::Value::Bool(b) => Some(b.to_string()),
-        serde_json::Value::Number(n) => n
-            .as_i64()
-            .filter(|i| is_safe_integer(*i))
-            .map(|i| i.to_string()),
+        serde_json::Value::Number(n) => safe_integer(n).map(|i| i.to_string()),
         _ => None,
     }
 }
@@ -111,6 +108,22 @@ pub fn render_param(value: &serde_json::Value) -> Option<String> {
 /// Whether `i` is within ±(2^53 - 1). (`unsigned_abs`: `i64::MIN` has no `abs`.)
 fn is_safe_integer(i: i64) -> bool {
     i.unsigned_abs() <= MAX_SAFE_INTEGER.unsigned_abs()
+}
+
+/// The integer a JSON number stands for, if it is one in the interoperable range: `42` and
+/// `42.0` are both 42 (JSON Schema's `integer` takes either, and so do the tools' argument
+/// checks), `42.5` and 2^53 are none.
+fn safe_integer(n: &serde_json::Number) -> Option<i64> {
+    match n.as_i64() {
+        Some(i) => Some(i).filter(|i| is_safe_integer(*i)),
+        None => n.as_f64().and_then(whole_safe),
+    }
+}
+
+/// `f` as an integer, if it is a whole number within ±(2^53 - 1) (where every integer is
+/// exact in an `f64`, so the cast loses nothing).
+fn whole_safe(f: f64) -> Option<i64> {
+    (f.is_finite() && f.fract() == 0.0 && f.abs() <= MAX_SAFE_INTEGER as f64).then_some(f as i64)
 }
 
 /// Whether a decoded header value mirrors `body` for an argument of type `kind`.
@@ -122,19 +135,14 @@ pub fn param_matches(kind: HeaderParamType, header: &str, body: &serde_json::Val
             header == if *b { "true" } else { "false" }
         }
         (HeaderParamType::Integer, serde_json::Value::Number(n)) => {
-            // Only integers in the interoperable range compare; `42.0` in the header is 42.
-            let Some(want) = n.as_i64().filter(|i| is_safe_integer(*i)) else {
+            // Only integers in the interoperable range compare; `42.0` on either side is 42.
+            let Some(want) = safe_integer(n) else {
                 return false;
             };
             let header = header.trim();
             match header.parse::<i64>() {
                 Ok(got) => got == want,
-                Err(_) => header.parse::<f64>().is_ok_and(|f| {
-                    f.is_finite()
-                        && f.fract() == 0.0
-                        && f.abs() <= MAX_SAFE_INTEGER as f64
-                        && f as i64 == want
-                }),
+                Err(_) => header.parse::<f64>().ok().and_then(whole_safe) == Some(want),
             }
         }
         _ => false,
@@ -215,6 +223,20 @@ mod tests {
     fn integers_compare_numerically() {
         assert!(param_matches(HeaderParamType::Integer, "42", &json!(42)));
         assert!(param_matches(HeaderParamType::Integer, "42.0", &json!(42)));
+        // A body may write the integer as a float too (JSON Schema's `integer` takes it).
+        assert!(param_matches(HeaderParamType::Integer, "42", &json!(42.0)));
+        assert!(param_matches(
+            HeaderParamType::Integer,
+            "42.0",
+            &json!(42.0)
+        ));
+        assert_eq!(render_param(&json!(42.0)), Some("42".into()));
+        assert!(!param_matches(HeaderParamType::Integer, "42", &json!(42.5)));
+        assert!(!param_matches(
+            HeaderParamType::Integer,
+            "9007199254740992",
+            &json!(9_007_199_254_740_992.0)
+        ));
         assert!(!param_matches(HeaderParamType::Integer, "43", &json!(42)));
         assert!(!param_matches(
             HeaderParamType::Integer,
