@@ -258,9 +258,19 @@ pub(crate) fn read(
     let info = RequestInfo::from_meta(meta.map(|m| *m)).ok()?;
     Some(ParsedRequest {
         id,
-        info: Box::new(info),
+        info: Box::new(offered(caps, info)),
         body,
     })
+}
+
+/// What the request may ask of this server: a server that does not offer logging sends no
+/// log messages (the logging page: a server that emits them MUST declare the capability),
+/// so a `logLevel` asks it for nothing, and does not turn the response into a stream.
+fn offered(caps: &ServerCapabilities, mut info: RequestInfo) -> RequestInfo {
+    if caps.logging.is_none() {
+        info.log_level = None;
+    }
+    info
 }
 
 /// The method table as the single pass reads params.
@@ -369,12 +379,12 @@ fn read_request(
         None => RequestInfo::from_meta(meta.map(|m| *m))?,
         Some(s) => RequestInfo::in_session(s, meta.map(|m| *m)),
     };
-    Ok((Box::new(info), body))
+    Ok((Box::new(offered(caps, info)), body))
 }
 
 #[cfg(test)]
 mod tests {
-    use wharf_protocol::{Envelope, ListCapability, ResourcesCapability};
+    use wharf_protocol::{Envelope, ListCapability, LoggingLevel, ResourcesCapability};
 
     use super::*;
 
@@ -426,6 +436,25 @@ mod tests {
     }
 
     #[test]
+    fn a_log_level_asks_nothing_of_a_server_without_logging() {
+        let with_level = body(methods::TOOLS_LIST, "").replace(
+            r#""progressToken":"p","#,
+            r#""io.modelcontextprotocol/logLevel":"debug","#,
+        );
+        let mut logging = caps();
+        logging.logging = Some(Default::default());
+        for (caps, wanted) in [(caps(), None), (logging, Some(LoggingLevel::Debug))] {
+            let short = read(&caps, with_level.as_bytes(), 64).expect("read in one pass");
+            assert_eq!(short.info.log_level, wanted);
+            assert_eq!(short.info.wants_stream(), wanted.is_some());
+            let envelope = Envelope::parse(with_level.as_bytes(), 64).expect("an envelope");
+            let id = envelope.id.expect("an id");
+            let long = parse(&caps, id, methods::TOOLS_LIST, envelope.params).expect("read");
+            assert_eq!(long.info.log_level, wanted);
+        }
+    }
+
+    #[test]
     fn what_the_long_way_refuses_is_not_read_in_one_pass() {
         let no_meta = format!(
             r#"{{"jsonrpc":"2.0","id":1,"method":"{}","params":{{}}}}"#,
@@ -441,8 +470,17 @@ mod tests {
             body(methods::TOOLS_CALL, r#","name":7"#),
             body(methods::TOOLS_CALL, r#","name":"echo","arguments":[1]"#),
             body(methods::RESOURCES_READ, r#","uri":null"#),
-            // `_meta` without what this revision requires of it
+            // `_meta` without what this revision requires of it, or not an object
             no_meta,
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"{}","params":{{"_meta":["2026-07-28",{{}}]}}}}"#,
+                methods::TOOLS_LIST
+            ),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"{}","params":{{"_meta":null}}}}"#,
+                methods::TOOLS_LIST
+            ),
+            body(methods::SUBSCRIPTIONS_LISTEN, r#","notifications":[true]"#),
             body(methods::TOOLS_LIST, "").replace(
                 r#""io.modelcontextprotocol/protocolVersion":"2026-07-28","#,
                 "",

@@ -65,9 +65,9 @@ pub struct RequestMeta {
     pub baggage: Option<String>,
 }
 
-/// Reads a struct only from a JSON object: serde would also take the positional (array) form,
-/// which is not a valid `_meta` value. Costs nothing over the derived reader.
-fn object_only<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+/// Reads a struct only from a JSON object: serde's derived readers also take the positional
+/// (array) form, which no MCP message uses. Costs nothing over the derived reader.
+pub(crate) fn object<'de, D, T>(deserializer: D) -> Result<T, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: Deserialize<'de>,
@@ -82,7 +82,14 @@ where
             T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
         }
     }
-    deserializer
-        .deserialize_map(ObjectOnly(std::marker::PhantomData))
-        .map(Some)
+    deserializer.deserialize_map(ObjectOnly(std::marker::PhantomData))
+}
+
+/// [`object`] for an optional field (with `#[serde(default)]` for its absence).
+pub(crate) fn object_only<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    object(deserializer).map(Some)
 }

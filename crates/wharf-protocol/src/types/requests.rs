@@ -8,19 +8,29 @@ use super::{
     CompletionArgument, CompletionContext, CompletionReference, InputResponses, JsonObject,
     SubscriptionFilter,
 };
-use crate::meta::RequestMeta;
+use crate::meta::{RequestMeta, object, object_only};
 
 /// Params with only `_meta` (`server/discover`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RequestParams {
-    #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "_meta",
+        default,
+        deserialize_with = "object_only",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub meta: Option<RequestMeta>,
 }
 
 /// Params of the list requests.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PaginatedParams {
-    #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "_meta",
+        default,
+        deserialize_with = "object_only",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub meta: Option<RequestMeta>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
@@ -30,7 +40,12 @@ pub struct PaginatedParams {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CallToolParams {
-    #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "_meta",
+        default,
+        deserialize_with = "object_only",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub meta: Option<RequestMeta>,
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -45,7 +60,12 @@ pub struct CallToolParams {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadResourceParams {
-    #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "_meta",
+        default,
+        deserialize_with = "object_only",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub meta: Option<RequestMeta>,
     pub uri: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -58,7 +78,12 @@ pub struct ReadResourceParams {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GetPromptParams {
-    #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "_meta",
+        default,
+        deserialize_with = "object_only",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub meta: Option<RequestMeta>,
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -72,19 +97,35 @@ pub struct GetPromptParams {
 /// Params of `completion/complete`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CompleteParams {
-    #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "_meta",
+        default,
+        deserialize_with = "object_only",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub meta: Option<RequestMeta>,
     #[serde(rename = "ref")]
     pub reference: CompletionReference,
+    #[serde(deserialize_with = "object")]
     pub argument: CompletionArgument,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "object_only",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub context: Option<CompletionContext>,
 }
 
 /// Params of `subscriptions/listen`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ListenParams {
-    #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "_meta",
+        default,
+        deserialize_with = "object_only",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub meta: Option<RequestMeta>,
+    #[serde(deserialize_with = "object")]
     pub notifications: SubscriptionFilter,
 }
