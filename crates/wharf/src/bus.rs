@@ -46,7 +46,8 @@ pub enum ChangeEvent {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SessionSignal {
-    /// The client cancelled its request with this id (the id's JSON text).
+    /// The client cancelled the request of the session this key names (a digest of the
+    /// session and the request id, of fixed size whatever id the client chose).
     Cancel(String),
     /// The client answered a server request; the answer waits in the store under this key.
     Reply(String),

@@ -194,6 +194,18 @@ async fn a_legacy_session_spans_replicas(store: &str) {
     validate_legacy("", &changed);
     assert_eq!(changed["method"], "notifications/tools/list_changed");
 
+    // A cancellation naming an id too long for one message of the bus (the client picks
+    // ids) still travels as one small message: were it announced as a gap instead, every
+    // stream on every replica would end, this session's too (its later updates below).
+    let long_id = "x".repeat(100_000);
+    let cancel = json!({ "requestId": long_id });
+    assert_eq!(
+        on_b.notify("notifications/cancelled", cancel)
+            .await
+            .unwrap(),
+        202
+    );
+
     // A report runs on A; its cancellation, POSTed to B, stops it there.
     let big = dataset(&on_a, 1000).await;
     let report = on_a.message(

@@ -131,8 +131,8 @@ pub(crate) fn register(
             .hub
             .listen(&runtime.bus, &runtime.shutdown, &runtime.sessions);
     }
-    let id_text = serde_json::to_string(id).unwrap_or_default();
-    let running = runtime.hub.run(session.id(), &id_text, cancel.clone());
+    let key = super::call_key(session.id(), id);
+    let running = runtime.hub.run(session.id(), &key, cancel.clone());
     (cancel, running)
 }
 

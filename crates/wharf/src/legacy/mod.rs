@@ -305,8 +305,8 @@ impl<'a> Sessions<'a> {
     ) -> Result<(), RpcError> {
         if method == methods::NOTIFICATION_CANCELLED {
             let p: CancelledParams = read(params)?;
-            let id = serde_json::to_string(&p.request_id).map_err(RpcError::internal)?;
-            self.signal(session, SessionSignal::Cancel(id)).await;
+            let key = call_key(session.id(), &p.request_id);
+            self.signal(session, SessionSignal::Cancel(key)).await;
         }
         Ok(())
     }
@@ -408,15 +408,22 @@ impl<'a> Sessions<'a> {
         Ok(())
     }
 
-    /// Tells every replica. A cancellation of a session no other process holds goes
-    /// straight to this process's hub; a change or an end always goes on the bus, which the
-    /// session's streams hear (the in-process bus when nothing is shared).
+    /// Tells every replica. A cancellation or an answer of a session no other process
+    /// holds goes straight to this process's hub; a change or an end always goes on the
+    /// bus, which the session's streams hear (the in-process bus when nothing is shared).
+    /// A cancellation of a shared session goes to this process's hub as well as on the bus,
+    /// so that it reaches a call running here even while the bus is down (an answer needs
+    /// no such care: its call also looks for it in the store).
     async fn signal(&self, session: &Session, signal: SessionSignal) {
         let runtime = &self.core.runtime;
         let shared = session.booked && runtime.sessions.is_shared();
-        if !shared && matches!(signal, SessionSignal::Cancel(_) | SessionSignal::Reply(_)) {
-            runtime.hub.route(session.id(), signal);
-            return;
+        match signal {
+            SessionSignal::Cancel(_) | SessionSignal::Reply(_) if !shared => {
+                runtime.hub.route(session.id(), signal);
+                return;
+            }
+            SessionSignal::Cancel(_) => runtime.hub.route(session.id(), signal.clone()),
+            _ => {}
         }
         let event = ChangeEvent::Session {
             session: session.id().to_owned(),
@@ -440,15 +447,27 @@ const REPLY_KIND: &str = "mcp-reply";
 /// Where the answer to server request `id` of `session` is filed: a digest, so any id the
 /// client chose makes a key of fixed shape.
 pub(crate) fn reply_key(session: &str, id: &RequestId) -> String {
+    digest_key("rpl_", session, id)
+}
+
+/// How the bus names request `id` of `session` when the client cancels it: a digest of
+/// fixed size, because the client chooses ids, and one too long for the bus's messages
+/// would be announced as a gap, which ends every listen stream on every replica.
+pub(crate) fn call_key(session: &str, id: &RequestId) -> String {
+    digest_key("run_", session, id)
+}
+
+fn digest_key(prefix: &str, session: &str, id: &RequestId) -> String {
+    use std::fmt::Write as _;
     let mut h = Sha256::new();
     h.update(session.as_bytes());
     h.update([0]);
     h.update(serde_json::to_string(id).unwrap_or_default().as_bytes());
     let digest = h.finalize();
-    let mut key = String::with_capacity(4 + 32);
-    key.push_str("rpl_");
+    let mut key = String::with_capacity(prefix.len() + 32);
+    key.push_str(prefix);
     for b in &digest[..16] {
-        key.push_str(&format!("{b:02x}"));
+        let _ = write!(key, "{b:02x}");
     }
     key
 }

@@ -91,8 +91,8 @@ impl Hub {
     /// Hands `signal` to the call of `session` it concerns, if that runs here.
     pub(crate) fn route(&self, session: &str, signal: SessionSignal) {
         match signal {
-            SessionSignal::Cancel(id) => {
-                let key: RunKey = (session.into(), id.into());
+            SessionSignal::Cancel(call) => {
+                let key: RunKey = (session.into(), call.into());
                 if let Some((_, token)) = lock(&self.running).get(&key) {
                     token.cancel();
                 }
@@ -115,15 +115,15 @@ impl Hub {
         }
     }
 
-    /// Registers a call of `session` with request id `id` (its JSON text): a cancellation of
-    /// that id cancels `token` until the registration is dropped.
+    /// Registers a call of `session` under `key` (see `legacy::call_key`): a cancellation
+    /// naming that key cancels `token` until the registration is dropped.
     pub(crate) fn run(
         self: &Arc<Self>,
         session: &str,
-        id: &str,
+        call: &str,
         token: CancellationToken,
     ) -> Running {
-        let key: RunKey = (session.into(), id.into());
+        let key: RunKey = (session.into(), call.into());
         let n = self
             .registrations
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
