@@ -50,28 +50,55 @@ impl HandleParam {
     }
 }
 
-/// Every place `input` (a tool's input schema) marks as a handle. A handle inside a
-/// recursive type has no bounded set of places, so it could not all be checked: refused.
+/// Every place `input` (a tool's input schema) marks as a handle. A handle whose places
+/// cannot all be named is refused, since it could not be checked on every call: one inside a
+/// recursive type (no bounded set of places), or one the schema puts where the walk does not
+/// follow (a map's values, a tuple's items, a conditional).
 pub(crate) fn find(input: &JsonObject) -> Result<Vec<HandleParam>, String> {
     let root = Value::Object(input.clone());
     let mut found = Vec::new();
-    let mut recursive = None;
+    let mut refused = None;
     walk(
         &root,
         &root,
         &mut Vec::new(),
         &mut Vec::new(),
         &mut found,
-        &mut recursive,
+        &mut refused,
     );
-    match recursive {
-        Some(at) => Err(format!(
+    match refused {
+        Some(Refused::Recursive(at)) => Err(format!(
             "a handle inside the recursive type at {at:?} could not be checked on every call; \
              take handles in a non-recursive argument"
+        )),
+        Some(Refused::Unfollowed { at, keyword }) => Err(format!(
+            "a handle under {keyword:?} at {at:?} could not be checked on every call; take \
+             handles as properties, array items or optional values (a struct's field, not a \
+             map's value or a tuple's item)"
         )),
         None => Ok(found),
     }
 }
+
+/// Why a schema's handles cannot all be checked (the first reason found).
+enum Refused {
+    /// A handle lies along a type that contains itself, at this place.
+    Recursive(String),
+    /// A handle lies under a keyword the walk does not follow, at this place.
+    Unfollowed { at: String, keyword: String },
+}
+
+/// Keywords the walk follows to a handle's place, or that only matter through a `$ref`.
+const FOLLOWED: [&str; 8] = [
+    "properties",
+    "items",
+    "$ref",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "$defs",
+    "definitions",
+];
 
 fn walk(
     root: &Value,
@@ -79,7 +106,7 @@ fn walk(
     path: &mut Vec<Step>,
     refs: &mut Vec<String>,
     found: &mut Vec<HandleParam>,
-    recursive: &mut Option<String>,
+    refused: &mut Option<Refused>,
 ) {
     if let Some(marker) = schema.get(SCHEMA_KEYWORD) {
         if !path.is_empty() {
@@ -97,12 +124,12 @@ fn walk(
         if let Some(resolved) = resolve(root, target) {
             if refs.iter().any(|r| r == target) {
                 // A type that contains itself: fine unless a handle lies along the loop.
-                if recursive.is_none() && reaches_marker(root, resolved, &mut Vec::new()) {
-                    *recursive = Some(display(path));
+                if refused.is_none() && reaches_marker(root, resolved, &mut Vec::new()) {
+                    *refused = Some(Refused::Recursive(display(path)));
                 }
             } else {
                 refs.push(target.to_owned());
-                walk(root, resolved, path, refs, found, recursive);
+                walk(root, resolved, path, refs, found, refused);
                 refs.pop();
             }
         }
@@ -110,13 +137,13 @@ fn walk(
     if let Some(props) = schema.get("properties").and_then(Value::as_object) {
         for (name, sub) in props {
             path.push(Step::Property(name.clone()));
-            walk(root, sub, path, refs, found, recursive);
+            walk(root, sub, path, refs, found, refused);
             path.pop();
         }
     }
     if let Some(items) = schema.get("items").filter(|i| i.is_object()) {
         path.push(Step::Items);
-        walk(root, items, path, refs, found, recursive);
+        walk(root, items, path, refs, found, refused);
         path.pop();
     }
     // Alternatives (`Option<T>`, enums) and combinations put the value at the same place.
@@ -127,7 +154,22 @@ fn walk(
             .into_iter()
             .flatten()
         {
-            walk(root, sub, path, refs, found, recursive);
+            walk(root, sub, path, refs, found, refused);
+        }
+    }
+    // Anything else that leads to a handle (`additionalProperties`, `prefixItems`, `if`,
+    // an `items` array, ...) puts it where no path names it.
+    let Some(map) = schema.as_object() else {
+        return;
+    };
+    for (keyword, sub) in map {
+        let followed =
+            FOLLOWED.contains(&keyword.as_str()) && (keyword != "items" || sub.is_object());
+        if refused.is_none() && !followed && reaches_marker(root, sub, &mut Vec::new()) {
+            *refused = Some(Refused::Unfollowed {
+                at: display(path),
+                keyword: keyword.clone(),
+            });
         }
     }
 }
@@ -239,6 +281,48 @@ mod tests {
         assert!(ids("maybe").is_empty());
         assert_eq!(ids("many[]"), ["c_1", "c_2"]);
         assert_eq!(ids("nested.deep"), ["d_1"]);
+    }
+
+    #[test]
+    fn a_handle_where_no_path_names_it_is_refused() {
+        // What schemars writes for `HashMap<String, Handle<K>>` and `(Handle<K>, u32)`.
+        let map = json!({ "type": "object", "additionalProperties": marker("a") });
+        let tuple = json!({ "type": "array", "prefixItems": [marker("a"), { "type": "integer" }] });
+        let nested_map = json!({ "type": "object", "properties": {
+            "outer": { "$ref": "#/$defs/Holder" }
+        } });
+        for (arg, keyword, at) in [
+            (map, "additionalProperties", "by_name"),
+            (tuple, "prefixItems", "pair"),
+        ] {
+            let schema = json!({ "type": "object", "properties": { at: arg } });
+            let Value::Object(schema) = schema else {
+                unreachable!()
+            };
+            let e = find(&schema).unwrap_err();
+            assert!(e.contains(&format!("under {keyword:?} at {at:?}")), "{e}");
+        }
+        let mut schema = nested_map;
+        schema["$defs"] = json!({ "Holder": { "type": "object",
+            "patternProperties": { "^h": marker("a") } } });
+        let Value::Object(schema) = schema else {
+            unreachable!()
+        };
+        let e = find(&schema).unwrap_err();
+        assert!(
+            e.contains("under \"patternProperties\" at \"outer\""),
+            "{e}"
+        );
+
+        // A map of plain values beside a handle is fine.
+        let fine = json!({ "type": "object", "properties": {
+            "import": marker("a"),
+            "labels": { "type": "object", "additionalProperties": { "type": "string" } }
+        } });
+        let Value::Object(fine) = fine else {
+            unreachable!()
+        };
+        assert_eq!(find(&fine).unwrap().len(), 1);
     }
 
     #[test]

@@ -232,3 +232,48 @@ fn a_tool_name_with_a_colon_is_refused_at_build() {
         );
     }
 }
+
+/// A handle kind for the build checks below.
+struct Doc;
+
+impl wharf::HandleKind for Doc {
+    const KIND: &'static str = "doc";
+    const PREFIX: &'static str = "doc";
+    const CREATED_BY: &'static str = "doc_open";
+    const TTL: Duration = Duration::from_secs(60);
+}
+
+#[derive(serde::Deserialize, wharf::schemars::JsonSchema)]
+struct ByName {
+    #[allow(dead_code)]
+    docs: std::collections::HashMap<String, wharf::Handle<Doc>>,
+}
+
+#[derive(serde::Deserialize, wharf::schemars::JsonSchema)]
+struct Pair {
+    #[allow(dead_code)]
+    pair: (wharf::Handle<Doc>, u32),
+}
+
+/// Handles are checked for their owner and expiry wherever a call's arguments carry them:
+/// a place the core cannot name on every call (a map's values, a tuple's items) is refused
+/// when the server is built, not left unchecked.
+#[test]
+fn a_handle_the_core_could_not_check_is_refused_at_build() {
+    let by_name = Server::builder(Implementation::new("t", "1.0.0"))
+        .tool(tool("merge").handler(|_cx: Context, _: ByName| async { "x" }))
+        .build();
+    let error = by_name.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        error.contains("merge") && error.contains(r#"under "additionalProperties" at "docs""#),
+        "{error}"
+    );
+    let pair = Server::builder(Implementation::new("t", "1.0.0"))
+        .tool(tool("pair").handler(|_cx: Context, _: Pair| async { "x" }))
+        .build();
+    let error = pair.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        error.contains("pair") && error.contains(r#"at "pair""#),
+        "{error}"
+    );
+}
