@@ -824,12 +824,16 @@ impl Store for SqlStore {
             tx.retire(id).await?;
             removed += 1;
         }
-        // Past idempotency records, expired shared keys and records, a batch of each.
+        // Past idempotency records, expired shared keys and records, a batch of each. The
+        // outer test of `expires_at` is not redundant: under PostgreSQL's READ COMMITTED, a
+        // row another transaction changed while this one waited for its lock is rechecked
+        // against the outer WHERE alone, and a record re-claimed by then (a key reused past
+        // its retention) has a new expiry and must stay.
         for past in [
             records::SWEEP,
-            "DELETE FROM wharf_idempotency WHERE (scope, key) IN \
+            "DELETE FROM wharf_idempotency WHERE expires_at <= $1 AND (scope, key) IN \
              (SELECT scope, key FROM wharf_idempotency WHERE expires_at <= $1 LIMIT $2)",
-            "DELETE FROM wharf_keys WHERE id IN \
+            "DELETE FROM wharf_keys WHERE expires_at <= $1 AND id IN \
              (SELECT id FROM wharf_keys WHERE expires_at <= $1 LIMIT $2)",
         ] {
             removed += on_driver!(TypedTx, &mut tx.tx, |t| sqlx::query(past)

@@ -778,3 +778,44 @@ async fn postgres_a_begin_dropped_in_flight_leaves_no_transaction_behind() {
         );
     }
 }
+
+/// A sweep that found a record expired, and then waits for it while a retry of that key
+/// re-claims it (a key reused past its retention), leaves the new record alone: deleting it
+/// would let a third attempt apply the write again.
+#[tokio::test]
+async fn postgres_a_sweep_spares_a_record_reclaimed_while_it_waited() {
+    let store = postgres().await;
+    let scope = unique("h:scope");
+    let mut first = claim(&scope, "k", json!({}));
+    first.expires_at = now_millis() + 100;
+    let mut tx = run(&store, &first).await;
+    tx.complete_claim(&first, "\"first\"").await.unwrap();
+    tx.commit().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // The retry takes the expired record over, and holds its row until it commits.
+    let retry = claim(&scope, "k", json!({}));
+    let mut retrying = run(&store, &retry).await;
+    let holder = pg_backend_pid(&mut retrying).await;
+    let observer = pg_observer().await;
+    let sweep = {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move { store.sweep(now_millis(), 100).await })
+    };
+    wait_until(
+        "the sweep waits for the re-claimed record",
+        Duration::from_secs(10),
+        async || pg_blocked_by(&observer, holder).await >= 1,
+    )
+    .await;
+    retrying.complete_claim(&retry, "\"second\"").await.unwrap();
+    retrying.commit().await.unwrap();
+    sweep.await.unwrap().unwrap();
+
+    let third = claim(&scope, "k", json!({}));
+    match store.begin_idempotent(&third, now_millis()).await.unwrap() {
+        Begin::Replay(r) => assert_eq!(r, "\"second\""),
+        Begin::Run(_) => panic!("the sweep deleted the re-claimed record"),
+        Begin::Mismatch => panic!("mismatch"),
+    }
+}

@@ -146,8 +146,10 @@ pub(super) async fn of_owner(
     })
 }
 
-/// The sweep's statement for expired records, a batch at a time.
-pub(super) const SWEEP: &str = "DELETE FROM wharf_records WHERE (namespace, key) IN \
+/// The sweep's statement for expired records, a batch at a time (the outer test of
+/// `expires_at`: see the sweep in `sql.rs`).
+pub(super) const SWEEP: &str = "DELETE FROM wharf_records \
+     WHERE expires_at <= $1 AND (namespace, key) IN \
      (SELECT namespace, key FROM wharf_records WHERE expires_at <= $1 LIMIT $2)";
 
 fn version(stored: i64) -> Result<u64, StoreError> {
