@@ -36,6 +36,13 @@ struct Outer {
     inner: Inner,
 }
 
+/// Merges its sources into `into`, retiring them: what a retry must replay.
+#[derive(Deserialize, schemars::JsonSchema)]
+struct Merge {
+    into: Handle<Thing>,
+    sources: Vec<Handle<Thing>>,
+}
+
 async fn server() -> Server {
     let store =
         support::sqlite_with(&support::sqlite_url("handle-args"), Duration::from_secs(5)).await;
@@ -58,6 +65,20 @@ async fn server() -> Server {
                 let checked = cx.handle_record(&args.inner.thing).is_some();
                 format!("checked: {checked}")
             }),
+        )
+        .tool(
+            tool("merge")
+                .idempotent()
+                .handler(|cx: Context, args: Merge| async move {
+                    for source in &args.sources {
+                        cx.retire_handle(source).await?;
+                    }
+                    Ok::<_, HandlerError>(format!(
+                        "merged {} into {}",
+                        args.sources.len(),
+                        args.into.id()
+                    ))
+                }),
         )
         .tool(
             tool("retire_unchecked").raw_handler(
@@ -148,4 +169,35 @@ fn a_handle_inside_a_recursive_type_fails_the_build() {
         .unwrap()
         .to_string();
     assert!(refused.contains("recursive type"), "{refused}");
+}
+
+/// A write that retired some of its handle arguments, retried with its key (its answer was
+/// lost): the retry gets the first result, not a refusal of the handles it retired.
+#[tokio::test]
+async fn a_retry_replays_a_write_that_retired_its_handles() {
+    let s = server().await;
+    let alice = Harness::new(s.clone()).principal(Principal::new("alice"));
+    let bob = Harness::new(s).principal(Principal::new("bob"));
+    let into = text(&call(&alice, "make", json!({})).await).to_owned();
+    let a = text(&call(&alice, "make", json!({})).await).to_owned();
+    let b = text(&call(&alice, "make", json!({})).await).to_owned();
+    let args = json!({ "into": into, "sources": [a, b], "idempotency_key": "m1" });
+    let first = call(&alice, "merge", args.clone()).await;
+    assert_eq!(text(&first), format!("merged 2 into {into}"), "{first}");
+
+    let retry = call(&alice, "merge", args.clone()).await;
+    assert_eq!(text(&retry), text(&first), "{retry}");
+    assert_ne!(retry["isError"], true, "{retry}");
+    // The sources are gone for anything but that replay: a new write is refused...
+    let fresh = json!({ "into": into, "sources": [a], "idempotency_key": "m2" });
+    let refused = call(&alice, "merge", fresh).await;
+    assert!(
+        text(&refused).contains("handle in \"sources[]\" is unknown"),
+        "{refused}"
+    );
+    // ...and nobody else's call replays alice's write.
+    let theirs = text(&call(&bob, "make", json!({})).await).to_owned();
+    let args = json!({ "into": theirs, "sources": [a, b], "idempotency_key": "m1" });
+    let refused = call(&bob, "merge", args).await;
+    assert_eq!(refused["isError"], true, "{refused}");
 }

@@ -499,7 +499,14 @@ async fn prepare(
                 });
                 handles.push(record);
             }
-            Err(refusal) => return Ok(Prepared::Answer(CallToolResult::error(refusal))),
+            Err(refusal) => {
+                // A write already made is replayed, though it may have retired this handle
+                // (or the handle expired since): its retry must get the first result.
+                if let Some(stored) = replayed(runtime, keyed, now).await? {
+                    return Ok(Prepared::Replay(stored));
+                }
+                return Ok(Prepared::Answer(CallToolResult::error(refusal)));
+            }
         }
     }
     let Some(keyed) = keyed else {
@@ -536,8 +543,7 @@ async fn prepare(
                 return Ok(Prepared::Replay(stored));
             }
             if gone {
-                let lookup = store.replay_of(claim, now);
-                if let Some(stored) = runtime.store_op(StoreOp::Replay, lookup).await? {
+                if let Some(stored) = replayed(runtime, Some(keyed), now).await? {
                     return Ok(Prepared::Replay(stored));
                 }
             }
@@ -588,6 +594,20 @@ async fn prepare(
             claim.key
         ))),
     })
+}
+
+/// The first result of the write `keyed` names, if it was made: what a retry gets when one
+/// of its handles is gone or refused (the write may have retired it).
+async fn replayed(
+    runtime: &Runtime,
+    keyed: Option<&Keyed<'_>>,
+    now: Millis,
+) -> Result<Option<String>, RpcError> {
+    let Some(keyed) = keyed else {
+        return Ok(None);
+    };
+    let lookup = runtime.require_store()?.replay_of(&keyed.claim, now);
+    Ok(runtime.store_op(StoreOp::Replay, lookup).await?)
 }
 
 /// A tool's result as its response, and how the call ended.
