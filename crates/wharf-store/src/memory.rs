@@ -63,9 +63,6 @@ impl Store for MemoryStore {
     async fn replay_of(&self, claim: &Claim, now: Millis) -> Result<Option<String>, StoreError> {
         self.inner.replay_of(claim, now).await
     }
-    async fn live_handles(&self, owner: &str, kind: &str, now: Millis) -> Result<u64, StoreError> {
-        self.inner.live_handles(owner, kind, now).await
-    }
     async fn touch_handle(&self, id: &str, now: Millis) -> Result<(), StoreError> {
         self.inner.touch_handle(id, now).await
     }

@@ -110,7 +110,6 @@ pub struct RedisStore {
     claim: Script,
     commit: Script,
     touch: Script,
-    live: Script,
     records: records::Records,
     lines: lock::Lines,
 }
@@ -293,7 +292,6 @@ impl RedisStore {
             claim: Script::new(CLAIM_LUA),
             commit: Script::new(COMMIT_LUA),
             touch: Script::new(TOUCH_LUA),
-            live: Script::new(LIVE_LUA),
             records: records::Records::new(),
             lines: lock::Lines::new(options.lock_wait),
         };
@@ -382,18 +380,6 @@ impl Store for RedisStore {
                 })
                 .transpose()?,
         }))
-    }
-
-    async fn live_handles(&self, owner: &str, kind: &str, now: Millis) -> Result<u64, StoreError> {
-        let mut conn = self.conn.clone();
-        self.live
-            .key(owner_kind_key(owner, kind))
-            .key(HANDLE_EXPIRY)
-            .arg(now)
-            .arg(EXPIRED_HANDLE_GRACE_MS)
-            .invoke_async(&mut conn)
-            .await
-            .map_err(backend)
     }
 
     async fn touch_handle(&self, id: &str, now: Millis) -> Result<(), StoreError> {
@@ -708,6 +694,26 @@ impl RedisTx {
 
 #[async_trait]
 impl Transaction for RedisTx {
+    async fn live_handles(
+        &mut self,
+        owner: &str,
+        kind: &str,
+        now: Millis,
+    ) -> Result<u64, StoreError> {
+        // Read at once, on the shared connection: this transaction's own writes wait for
+        // its commit, so its new handles are not counted.
+        static LIVE: std::sync::LazyLock<Script> =
+            std::sync::LazyLock::new(|| Script::new(LIVE_LUA));
+        let mut conn = self.conn.clone();
+        LIVE.key(owner_kind_key(owner, kind))
+            .key(HANDLE_EXPIRY)
+            .arg(now)
+            .arg(EXPIRED_HANDLE_GRACE_MS)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(backend)
+    }
+
     async fn create_handle(&mut self, r: &HandleRecord) -> Result<(), StoreError> {
         self.ops.push(json!([
             "handle",

@@ -597,21 +597,6 @@ impl Store for SqlStore {
         })
     }
 
-    async fn live_handles(&self, owner: &str, kind: &str, now: Millis) -> Result<u64, StoreError> {
-        // Alive as `HandleRecord::expired` judges it.
-        let sql = "SELECT COUNT(*) FROM wharf_handles \
-             WHERE owner = $1 AND kind = $2 AND expires_at > $3 \
-             AND (idle_ms IS NULL OR last_used_at + idle_ms > $3)";
-        let n: i64 = on_driver!(SqlPool, &self.pool, |pool| sqlx::query_scalar(sql)
-            .bind(owner)
-            .bind(kind)
-            .bind(now)
-            .fetch_one(pool)
-            .await
-            .map_err(db_error)?);
-        Ok(u64::try_from(n).unwrap_or(0))
-    }
-
     async fn replay_of(&self, claim: &Claim, now: Millis) -> Result<Option<String>, StoreError> {
         let sql = "SELECT result FROM wharf_idempotency WHERE scope = $1 AND key = $2 \
              AND digest = $3 AND owner = $4 AND state = 'done' AND expires_at > $5";
@@ -1094,6 +1079,26 @@ impl Transaction for SqlTx {
 
     async fn retire_handle(&mut self, id: &str) -> Result<(), StoreError> {
         self.retire(id).await
+    }
+
+    async fn live_handles(
+        &mut self,
+        owner: &str,
+        kind: &str,
+        now: Millis,
+    ) -> Result<u64, StoreError> {
+        // Alive as `HandleRecord::expired` judges it.
+        let sql = "SELECT COUNT(*) FROM wharf_handles \
+             WHERE owner = $1 AND kind = $2 AND expires_at > $3 \
+             AND (idle_ms IS NULL OR last_used_at + idle_ms > $3)";
+        let n: i64 = on_driver!(TypedTx, &mut self.tx, |tx| sqlx::query_scalar(sql)
+            .bind(owner)
+            .bind(kind)
+            .bind(now)
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(db_error)?);
+        Ok(u64::try_from(n).unwrap_or(0))
     }
 
     async fn hold_handle(

@@ -201,3 +201,55 @@ async fn a_retry_replays_a_write_that_retired_its_handles() {
     let refused = call(&bob, "merge", args).await;
     assert_eq!(refused["isError"], true, "{refused}");
 }
+
+/// A kind with a cap per owner, which minting counts.
+struct Capped;
+
+impl HandleKind for Capped {
+    const KIND: &'static str = "capped";
+    const PREFIX: &'static str = "cap";
+    const CREATED_BY: &'static str = "open";
+    const TTL: Duration = Duration::from_secs(3600);
+    const MAX_PER_OWNER: Option<u64> = Some(2);
+}
+
+/// Minting a capped handle counts the caller's handles in the call's own transaction: on a
+/// PostgreSQL pool of one connection, which an idempotent call holds for its claim, the
+/// count needs no second one (it waited for the pool until it gave up), and the cap holds.
+#[tokio::test]
+async fn postgres_minting_a_capped_handle_needs_no_second_connection() {
+    let mut one = support::options(Duration::from_secs(5));
+    one.max_connections = 1;
+    let store = wharf_store::open(&support::pg_url(), &one)
+        .await
+        .expect("PostgreSQL");
+    let server = Server::builder(Implementation::new("t", "1"))
+        .store(store)
+        .tool(
+            tool("open")
+                .idempotent()
+                .handler(|cx: Context, _: wharf::NoArgs| async move {
+                    let handle = cx.mint_handle::<Capped>().await?;
+                    Ok::<_, HandlerError>(handle.id().to_owned())
+                }),
+        )
+        .build()
+        .unwrap();
+    let caller = Harness::new(server).principal(Principal::new(support::unique("capped")));
+    for n in 0..2 {
+        let key = format!("k{n}");
+        let opened = tokio::time::timeout(
+            Duration::from_secs(10),
+            call(&caller, "open", json!({ "idempotency_key": key })),
+        )
+        .await
+        .expect("the mint waited for a second connection");
+        assert!(text(&opened).starts_with("cap_"), "{opened}");
+    }
+    let third = call(&caller, "open", json!({ "idempotency_key": "k2" })).await;
+    assert_eq!(third["isError"], true, "{third}");
+    assert!(
+        text(&third).contains("You hold 2 open capped handles"),
+        "{third}"
+    );
+}

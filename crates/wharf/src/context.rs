@@ -548,9 +548,9 @@ impl Context {
     }
 
     async fn mint<K: HandleKind>(&self, record: HandleRecord) -> Result<Handle<K>, HandlerError> {
+        let mut tx = self.tx().await?;
         if let Some(max) = K::MAX_PER_OWNER {
-            let held = self
-                .store()?
+            let held = tx
                 .live_handles(&record.owner, K::KIND, record.created_at)
                 .await?;
             if held >= max {
@@ -561,7 +561,7 @@ impl Context {
                 )));
             }
         }
-        self.tx().await?.create_handle(&record).await?;
+        tx.create_handle(&record).await?;
         Ok(Handle::new(record.id))
     }
 

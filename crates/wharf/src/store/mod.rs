@@ -118,10 +118,6 @@ pub trait Store: Send + Sync + 'static {
     /// Reads a handle, expired or not; `None` when it does not exist (or was swept).
     async fn load_handle(&self, id: &str) -> Result<Option<HandleRecord>, StoreError>;
 
-    /// How many handles of `kind` `owner` holds that are alive at `now` (neither expired nor
-    /// retired): what [`HandleKind::MAX_PER_OWNER`] counts.
-    async fn live_handles(&self, owner: &str, kind: &str, now: Millis) -> Result<u64, StoreError>;
-
     /// Records a use of a handle, pushing back its idle expiry.
     async fn touch_handle(&self, id: &str, now: Millis) -> Result<(), StoreError>;
 
@@ -249,6 +245,18 @@ pub trait Transaction: Send {
 
     /// Deletes a handle and the app data filed under it.
     async fn retire_handle(&mut self, id: &str) -> Result<(), StoreError>;
+
+    /// How many handles of `kind` `owner` holds that are alive at `now` (neither expired nor
+    /// retired): what [`HandleKind::MAX_PER_OWNER`] counts. Read through this transaction,
+    /// so that a call holding one needs no second connection for it (a pool of `n` would
+    /// otherwise stall under `n` such calls at once); SQL stores count the transaction's
+    /// own new handles too, Redis (whose writes wait for the commit) only committed ones.
+    async fn live_handles(
+        &mut self,
+        owner: &str,
+        kind: &str,
+        now: Millis,
+    ) -> Result<u64, StoreError>;
 
     /// Keeps handle `id` from being retired by another call until this transaction ends, and
     /// records a use at `touch_at` when given. `false` when the handle is gone (retired since
