@@ -113,13 +113,18 @@ impl RequestInfo {
     }
 }
 
-/// Whether `declared` covers every capability named in `required` (top-level keys).
+/// Whether `declared` covers every capability named in `required`: its top-level keys, and
+/// the parts of elicitation (form, url) and sampling (tools, context) it names.
 pub(crate) fn capabilities_cover(
     declared: &ClientCapabilities,
     required: &ClientCapabilities,
 ) -> bool {
-    (required.sampling.is_none() || declared.sampling.is_some())
-        && (required.roots.is_none() || declared.roots.is_some())
+    required.sampling.as_ref().is_none_or(|req| {
+        declared
+            .sampling
+            .as_ref()
+            .is_some_and(|dec| dec.covers(req))
+    }) && (required.roots.is_none() || declared.roots.is_some())
         && match (&required.elicitation, &declared.elicitation) {
             (None, _) => true,
             (Some(_), None) => false,

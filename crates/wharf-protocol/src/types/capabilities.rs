@@ -88,6 +88,14 @@ pub struct SamplingCapability {
     pub tools: Option<JsonObject>,
 }
 
+impl SamplingCapability {
+    /// Whether this declaration has every part `needed` names.
+    pub fn covers(&self, needed: &SamplingCapability) -> bool {
+        (needed.context.is_none() || self.context.is_some())
+            && (needed.tools.is_none() || self.tools.is_some())
+    }
+}
+
 /// What the server offers.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ServerCapabilities {

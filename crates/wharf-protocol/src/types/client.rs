@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Content, JsonObject, Role, Tool};
+use super::{Content, JsonObject, Role, SamplingCapability, Tool};
 
 /// Params of `elicitation/create`: a form or a URL to visit.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -84,6 +84,22 @@ pub struct CreateMessageParams {
     pub tools: Option<Vec<Tool>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<ToolChoice>,
+}
+
+impl CreateMessageParams {
+    /// What a client must declare of `sampling` to be sent this request: `tools` when it
+    /// offers the model tools (or a tool choice), `context` when it asks for context beyond
+    /// `none` (the sampling page: a server MUST NOT send tool-enabled requests, and SHOULD
+    /// not ask for context, to a client that did not declare them).
+    pub fn required_sampling(&self) -> SamplingCapability {
+        let wants_context = self
+            .include_context
+            .is_some_and(|c| c != IncludeContext::None);
+        SamplingCapability {
+            context: wants_context.then(JsonObject::new),
+            tools: (self.tools.is_some() || self.tool_choice.is_some()).then(JsonObject::new),
+        }
+    }
 }
 
 /// Which servers' context to include in sampling.

@@ -10,12 +10,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::Deserialize as _;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use wharf_protocol::{
-    ClientCapabilities, ElicitationCapability, InputResponses, RequestId, methods,
+    ClientCapabilities, CreateMessageParams, ElicitationCapability, InputResponses, RequestId,
+    methods,
 };
 
 use super::{REPLY_KIND, SERVER_REQUEST_PREFIX, reply_key};
@@ -315,10 +317,7 @@ impl Run {
             let id = RequestId::String(format!("{SERVER_REQUEST_PREFIX}{nonce:016x}-{n}"));
             // Waiting before sending: the answer cannot arrive before anyone listens.
             let waiter = runtime.hub.wait(&reply_key(self.session.id(), &id));
-            let mut message = json!({ "jsonrpc": "2.0", "id": id, "method": method });
-            if let Some(p) = params {
-                message["params"] = p.clone();
-            }
+            let message = server_request(&id, method, params);
             let bytes =
                 serde_json::to_vec(&message).map_err(|e| self.fail(RpcError::internal(e)))?;
             if outbox.send(bytes).await.is_err() {
@@ -463,11 +462,28 @@ fn required_capability(method: &str, params: Option<&Value>) -> Option<ClientCap
                 }
             });
         }
-        methods::SAMPLING_CREATE_MESSAGE => caps.sampling = Some(Default::default()),
+        methods::SAMPLING_CREATE_MESSAGE => {
+            let asked = params.and_then(|p| CreateMessageParams::deserialize(p).ok());
+            caps.sampling = Some(asked.map(|p| p.required_sampling()).unwrap_or_default());
+        }
         methods::ROOTS_LIST => caps.roots = Some(Map::new()),
         _ => return None,
     }
     Some(caps)
+}
+
+/// Input request `method` with `params` as the server request `id` of a legacy session.
+fn server_request(id: &RequestId, method: &str, params: Option<&Value>) -> Value {
+    let mut message = json!({ "jsonrpc": "2.0", "id": id, "method": method });
+    if let Some(p) = params {
+        message["params"] = p.clone();
+    }
+    // 2025-11-25 names each URL elicitation (2026-07-28 ties it to its round instead): the
+    // request's own id, unique on this server, serves.
+    if method == methods::ELICITATION_CREATE && message["params"]["mode"] == "url" {
+        message["params"]["elicitationId"] = json!(id);
+    }
+    message
 }
 
 /// Sorts a round's response: input required, or the response, less what only 2026-07-28
@@ -560,6 +576,27 @@ mod tests {
     }
 
     #[test]
+    fn a_url_elicitation_is_named_for_2025_clients() {
+        let id = RequestId::String("wharf-1-0".into());
+        let url = json!({ "mode": "url", "message": "Pay", "url": "https://pay.example/1" });
+        let sent = server_request(&id, methods::ELICITATION_CREATE, Some(&url));
+        assert_eq!(
+            sent,
+            json!({ "jsonrpc": "2.0", "id": "wharf-1-0", "method": "elicitation/create",
+                "params": { "mode": "url", "message": "Pay", "url": "https://pay.example/1",
+                    "elicitationId": "wharf-1-0" } })
+        );
+        let form = json!({ "message": "Name?", "requestedSchema": { "type": "object" } });
+        let sent = server_request(&id, methods::ELICITATION_CREATE, Some(&form));
+        assert_eq!(sent["params"], form);
+        assert!(
+            server_request(&id, methods::ROOTS_LIST, None)
+                .get("params")
+                .is_none()
+        );
+    }
+
+    #[test]
     fn input_requests_need_their_capability() {
         let form =
             required_capability("elicitation/create", Some(&json!({ "message": "m" }))).unwrap();
@@ -573,6 +610,13 @@ mod tests {
                 .sampling
                 .is_some()
         );
+        let with_tools =
+            json!({ "messages": [], "maxTokens": 9, "toolChoice": { "mode": "auto" } });
+        let sampling = required_capability("sampling/createMessage", Some(&with_tools))
+            .unwrap()
+            .sampling
+            .unwrap();
+        assert!(sampling.tools.is_some() && sampling.context.is_none());
         assert!(
             required_capability("roots/list", None)
                 .unwrap()

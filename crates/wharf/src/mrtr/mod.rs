@@ -373,11 +373,17 @@ impl Ask {
         self.push(key, request, Asked::Url, offered)
     }
 
-    /// Asks the client's model for a completion.
+    /// Asks the client's model for a completion. Tools for the model, or context beyond `none`, need the client to have declared
+    /// them too (`sampling.tools`, `sampling.context`).
     pub fn sample(mut self, key: &str, params: CreateMessageParams) -> Self {
-        let offered = self.capabilities.sampling.is_some();
+        let needed = params.required_sampling();
+        let offered = self
+            .capabilities
+            .sampling
+            .as_ref()
+            .is_some_and(|declared| declared.covers(&needed));
         if !offered {
-            self.missing.sampling = Some(Default::default());
+            self.missing.sampling = Some(needed);
         }
         self.push(
             key,
@@ -660,6 +666,42 @@ mod tests {
         let e = seal_round(&config, &keys, Some((&binding(), &who)), 0, ask).unwrap_err();
         assert_eq!(e.kind, ErrorKind::MissingCapability);
         assert!(e.data.unwrap()["requiredCapabilities"]["elicitation"].is_object());
+    }
+
+    #[test]
+    fn sampling_with_tools_or_context_needs_those_parts_declared() {
+        let with_tools = || -> CreateMessageParams {
+            serde_json::from_value(json!({
+                "messages": [], "maxTokens": 5,
+                "tools": [{ "name": "t", "inputSchema": { "type": "object" } }]
+            }))
+            .unwrap()
+        };
+        let with_context = || -> CreateMessageParams {
+            serde_json::from_value(json!({
+                "messages": [], "maxTokens": 5, "includeContext": "thisServer"
+            }))
+            .unwrap()
+        };
+        let plain = Ask::new(caps(json!({ "sampling": {} })));
+        let asked = plain.sample("q", with_tools());
+        assert!(asked.requests.is_empty());
+        let missing = serde_json::to_value(&asked.missing).unwrap();
+        assert_eq!(missing["sampling"], json!({ "tools": {} }));
+        let asked = Ask::new(caps(json!({ "sampling": {} }))).sample("q", with_context());
+        assert!(asked.requests.is_empty());
+        let missing = serde_json::to_value(&asked.missing).unwrap();
+        assert_eq!(missing["sampling"], json!({ "context": {} }));
+
+        let full = Ask::new(caps(json!({ "sampling": { "tools": {}, "context": {} } })))
+            .sample("a", with_tools())
+            .sample("b", with_context());
+        assert_eq!(full.requests.len(), 2);
+        // The same rule where a requirement is checked against a declaration.
+        let declared = caps(json!({ "sampling": {} }));
+        let needed = caps(json!({ "sampling": { "tools": {} } }));
+        assert!(!crate::meta::capabilities_cover(&declared, &needed));
+        assert!(crate::meta::capabilities_cover(&needed, &declared));
     }
 
     #[test]
