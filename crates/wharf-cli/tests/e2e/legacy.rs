@@ -481,6 +481,36 @@ async fn sessions_kept_in_the_process_hear_changes_and_their_end() {
     assert!(rest.is_empty(), "{rest:?}");
 }
 
+/// A session's stream ends when the server shuts down, as listen streams do, rather than
+/// holding the drain until its deadline.
+#[tokio::test]
+async fn a_sessions_stream_ends_at_shutdown() {
+    let mut server = ServerProcess::start_exact(&[
+        "--profile",
+        "conformance",
+        "--anonymous",
+        "--drain-grace-secs",
+        "0",
+        "--drain-secs",
+        "120",
+    ]);
+    let session = open(&server.client()).await;
+    let (status, events) = session.listen().await.unwrap();
+    assert_eq!(status, 200);
+    let signalled = std::time::Instant::now();
+    server.terminate();
+    let rest: Vec<Value> = tokio::time::timeout(WAIT, Box::pin(events).collect())
+        .await
+        .expect("the session's stream ends at shutdown");
+    assert!(rest.is_empty(), "{rest:?}");
+    assert!(server.wait_exit(Duration::from_secs(15)).success());
+    assert!(
+        signalled.elapsed() < Duration::from_secs(60),
+        "the server waited for the stream: {:?}",
+        signalled.elapsed()
+    );
+}
+
 /// A session's log level applies to every later call; its messages travel on the call's
 /// stream, in the 2025-11-25 shapes.
 #[tokio::test]

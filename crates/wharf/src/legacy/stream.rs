@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use futures_util::Stream;
 use serde_json::json;
@@ -15,10 +16,11 @@ use wharf_protocol::methods;
 use crate::bus::{ChangeEvent, SessionSignal};
 use crate::dispatch::Core;
 use crate::session::Session;
+use crate::store::now_millis;
 
 /// The notifications of one session, pulled as they are written. It ends when the session
-/// ends, and when the bus could not promise every event (the client opens it again, and
-/// refetches what it holds).
+/// ends or expires, when the server shuts down, and when the bus could not promise every
+/// event (the client opens it again, and refetches what it holds).
 #[must_use = "a session stream sends nothing unless polled"]
 pub struct SessionStream(Pin<Box<dyn Stream<Item = Vec<u8>> + Send>>);
 
@@ -37,6 +39,17 @@ struct State {
     rx: broadcast::Receiver<ChangeEvent>,
     /// Messages due before the next event (after a lag: everything may have changed).
     backlog: Vec<Vec<u8>>,
+    /// When to look at the session again: an open stream does not keep it alive, and the
+    /// sweeper removes an expired one without a word on the bus.
+    recheck_at: tokio::time::Instant,
+}
+
+/// The longest a stream outlives its session's expiry.
+const RECHECK: Duration = Duration::from_secs(30);
+
+/// How often a stream looks at its session: at least twice per idle lifetime.
+fn recheck_every(core: &Core) -> Duration {
+    RECHECK.min(core.runtime.config.legacy.session_idle / 2)
 }
 
 impl SessionStream {
@@ -49,6 +62,7 @@ impl SessionStream {
             booked: session.booked,
             rx: core.runtime.bus.subscribe(),
             backlog: Vec::new(),
+            recheck_at: tokio::time::Instant::now() + recheck_every(core),
         };
         SessionStream(Box::pin(futures_util::stream::unfold(
             state,
@@ -74,7 +88,18 @@ impl State {
             if let Some(m) = self.backlog.pop() {
                 return Some(m);
             }
-            match self.rx.recv().await {
+            let received = tokio::select! {
+                () = self.core.runtime.shutdown.cancelled() => return None,
+                () = tokio::time::sleep_until(self.recheck_at) => {
+                    if !self.reload().await {
+                        return None;
+                    }
+                    self.recheck_at = tokio::time::Instant::now() + recheck_every(&self.core);
+                    continue;
+                }
+                received = self.rx.recv() => received,
+            };
+            match received {
                 Ok(event) => {
                     if let Some(m) = self.render(event).await? {
                         return Some(m);
@@ -144,17 +169,17 @@ impl State {
     }
 
     /// Reads the session's subscriptions again (another replica changed them); `false`
-    /// when the session is gone, which ends the stream.
+    /// when the session is gone or expired, which ends the stream.
     async fn reload(&mut self) -> bool {
         if !self.booked {
             return true;
         }
         match self.core.runtime.sessions.session(&self.id, true).await {
-            Ok(Some(s)) => {
+            Ok(Some(s)) if s.record.expired(now_millis()).is_none() => {
                 self.subscriptions = s.subscriptions().clone();
                 true
             }
-            Ok(None) => false,
+            Ok(_) => false,
             Err(e) => {
                 tracing::warn!(error = %e, "could not read a session");
                 true
