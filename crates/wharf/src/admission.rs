@@ -215,6 +215,7 @@ impl Admitted {
             cancel: None,
             outbox: None,
             outcome: None,
+            progress_floor: None,
         };
         counted
             .run(&self.core, self.req, caller)
@@ -298,6 +299,7 @@ impl Admitted {
             cancel: Some(cancel.clone()),
             outbox: Some(outbox.clone()),
             outcome: None,
+            progress_floor: None,
         };
         let counted = Counted::new(self.span, self.timer);
         let outcome = counted.run(&self.core, self.req, caller).await;

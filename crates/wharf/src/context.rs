@@ -227,6 +227,7 @@ impl Context {
                 token.clone(),
                 outbox.clone(),
                 runtime.config.progress_interval,
+                caller.progress_floor,
             )),
             _ => None,
         };

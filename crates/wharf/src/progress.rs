@@ -8,7 +8,7 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use wharf_protocol::{ProgressParams, ProgressToken, methods};
 
-use crate::request::Outbox;
+use crate::request::{Outbox, ProgressFloor};
 
 /// Where a request's progress goes, when its client asked for it.
 pub(crate) struct ProgressStream {
@@ -16,6 +16,7 @@ pub(crate) struct ProgressStream {
     outbox: Outbox,
     interval: Duration,
     state: Mutex<State>,
+    floor: Option<Arc<ProgressFloor>>,
 }
 
 #[derive(Default)]
@@ -29,12 +30,23 @@ struct State {
 }
 
 impl ProgressStream {
-    pub(crate) fn new(token: ProgressToken, outbox: Outbox, interval: Duration) -> Arc<Self> {
+    /// A stream whose values start above `floor`'s, and raise it, when given.
+    pub(crate) fn new(
+        token: ProgressToken,
+        outbox: Outbox,
+        interval: Duration,
+        floor: Option<Arc<ProgressFloor>>,
+    ) -> Arc<Self> {
+        let state = State {
+            last_value: floor.as_deref().and_then(ProgressFloor::get),
+            ..State::default()
+        };
         Arc::new(ProgressStream {
             token,
             outbox,
             interval,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(state),
+            floor,
         })
     }
 
@@ -52,6 +64,9 @@ impl ProgressStream {
             return;
         }
         state.last_value = Some(progress);
+        if let Some(floor) = &self.floor {
+            floor.set(progress);
+        }
         let params = ProgressParams {
             progress_token: self.token.clone(),
             progress,
@@ -136,6 +151,7 @@ mod tests {
             ProgressToken::String("t".into()),
             tx,
             Duration::from_millis(100),
+            None,
         );
         for i in 1..=10 {
             p.report(f64::from(i), Some(10.0), None).await;
@@ -159,7 +175,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn finishing_sends_what_is_kept_and_nothing_after() {
         let (tx, mut rx) = mpsc::channel(64);
-        let p = ProgressStream::new(ProgressToken::Number(1), tx, Duration::from_millis(100));
+        let p = ProgressStream::new(
+            ProgressToken::Number(1),
+            tx,
+            Duration::from_millis(100),
+            None,
+        );
         p.report(1.0, None, None).await;
         p.report(2.0, None, None).await;
         p.finish().await;
@@ -170,5 +191,28 @@ mod tests {
             progress_values(&mut rx).is_empty(),
             "nothing after the response"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rounds_on_one_stream_continue_from_the_last_value() {
+        let (tx, mut rx) = mpsc::channel(64);
+        let floor = Arc::new(ProgressFloor::default());
+        let round = || {
+            ProgressStream::new(
+                ProgressToken::Number(1),
+                tx.clone(),
+                Duration::ZERO,
+                Some(Arc::clone(&floor)),
+            )
+        };
+        let first = round();
+        first.report(0.5, None, None).await;
+        first.finish().await;
+        // The handler runs again from the top: what it reported before is not repeated.
+        let second = round();
+        second.report(0.5, None, None).await;
+        second.report(0.7, None, None).await;
+        second.finish().await;
+        assert_eq!(progress_values(&mut rx), vec![0.5, 0.7]);
     }
 }

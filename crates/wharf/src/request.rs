@@ -120,6 +120,30 @@ pub struct Caller {
     pub(crate) outbox: Option<Outbox>,
     /// Where the method says how it ended, when the request is counted or traced.
     pub(crate) outcome: Option<Arc<OutcomeCell>>,
+    /// Progress sent by earlier rounds on the same stream (a legacy call that asks).
+    pub(crate) progress_floor: Option<Arc<ProgressFloor>>,
+}
+
+/// The last progress value a request sent, kept across the rounds of a legacy call that
+/// asks for input: every round runs its handler again on the same stream, and the client
+/// must still see progress only increase.
+#[derive(Default)]
+pub(crate) struct ProgressFloor(std::sync::Mutex<Option<f64>>);
+
+impl ProgressFloor {
+    pub(crate) fn get(&self) -> Option<f64> {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn set(&self, value: f64) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(value);
+    }
 }
 
 impl Caller {

@@ -30,7 +30,7 @@ use crate::meta::capabilities_cover;
 use crate::metrics::Outcome as RequestOutcome;
 use crate::principal::Principal;
 use crate::reply::error_message;
-use crate::request::{self, Caller, Outbox, ParsedRequest, RequestBody};
+use crate::request::{self, Caller, Outbox, ParsedRequest, ProgressFloor, RequestBody};
 use crate::session::{Delivery, Running, Session, Waiter};
 use crate::store::TxMode;
 use crate::trace;
@@ -110,6 +110,8 @@ struct Run {
     raw: Option<Box<RawValue>>,
     cancel: CancellationToken,
     rounds: u32,
+    /// The progress the rounds sent so far: each round runs its handler again.
+    progress_floor: Arc<ProgressFloor>,
     /// The call's span, which each round's span is under, and its count: once, when the
     /// last round ended.
     counted: Counted,
@@ -167,6 +169,7 @@ impl LegacyCall {
                 method,
                 cancel,
                 rounds: 0,
+                progress_floor: Arc::default(),
                 counted,
                 _running: running,
                 _permit: permit,
@@ -249,6 +252,7 @@ impl Run {
             cancel: Some(self.cancel.clone()),
             outbox: outbox.cloned(),
             outcome: None,
+            progress_floor: Some(Arc::clone(&self.progress_floor)),
         };
         let span = trace::round(self.counted.span(), self.rounds);
         let counted = self.counted.is_counted();
