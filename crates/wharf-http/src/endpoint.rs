@@ -157,8 +157,11 @@ async fn serve(
     let auth = state.config.auth.as_ref();
     // A legacy session's message goes the long way, to its session. A stateless request
     // (its version header names a modern revision) is served as one even if it carries a
-    // session id: stateless servers ignore that header.
-    let legacy = headers.session_id.first().is_some() && !headers::is_modern(headers);
+    // session id: stateless servers ignore that header, as does a server that opens no
+    // legacy sessions.
+    let legacy = headers.session_id.first().is_some()
+        && !headers::is_modern(headers)
+        && server.sessions().enabled();
     let read = if legacy {
         None
     } else {

@@ -179,11 +179,11 @@ pub(crate) async fn delete(State(state): State<Arc<AppState>>, request: Request)
 }
 
 /// The session a GET or DELETE names, after the Host/Origin and credential checks; without
-/// `Mcp-Session-Id` the method is not allowed (a stateless server has nothing to open or
-/// end).
+/// `Mcp-Session-Id`, or on a server that opens no legacy sessions, the method is not
+/// allowed (a stateless server has nothing to open or end).
 async fn checked(state: &AppState, request: Request) -> Result<Session, Box<Response>> {
     let (parts, _) = request.into_parts();
-    if !parts.headers.contains_key(mcp::SESSION_ID) {
+    if !parts.headers.contains_key(mcp::SESSION_ID) || !state.server.sessions().enabled() {
         return Err(Box::new(method_not_allowed().await));
     }
     guard::check_headers(&parts.headers, &state.config)?;

@@ -176,3 +176,28 @@ async fn a_mirror_header_without_its_argument_is_ignored_unless_malformed() {
         assert!(message.contains("Mcp-Param-Note"), "{message}");
     }
 }
+
+/// A server that opens no legacy sessions ignores `Mcp-Session-Id` like any stateless
+/// server: GET and DELETE are not allowed, whatever session they name.
+#[tokio::test]
+async fn without_legacy_sessions_a_session_id_names_nothing() {
+    let mut config = wharf::ServerConfig::default();
+    config.legacy.enabled = false;
+    let server = Server::builder(Implementation::new("t", "1"))
+        .tool(tool("hello").handler(|_cx: Context, _: NoArgs| async { "hello" }))
+        .config(config)
+        .build()
+        .unwrap();
+    let app = wharf_http::router(server, HttpConfig::default());
+    for method in ["GET", "DELETE"] {
+        let req = Request::builder()
+            .method(method)
+            .uri("/mcp")
+            .header(header::HOST, "localhost")
+            .header("mcp-session-id", "mcs_0123456789abcdef")
+            .body(Body::empty())
+            .unwrap();
+        let res = app.clone().oneshot(req).await.unwrap();
+        assert_eq!(res.status(), StatusCode::METHOD_NOT_ALLOWED, "{method}");
+    }
+}
