@@ -20,7 +20,36 @@ pub(crate) const SCHEMA_KEYWORD: &str = "x-wharf-handle";
 pub trait HandleKind: Send + Sync + 'static {
     /// The kind as stored, and as the model reads it ("import").
     const KIND: &'static str;
-    /// The id prefix (`"imp"` gives `imp_…`), so a person can tell handles apart.
+    /// The id prefix (`"imp"` gives `imp_…`), so a person can tell handles apart: 1 to 95
+    /// ASCII letters and digits, or minting does not compile (an id of any other shape
+    /// would be refused on its first use).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use wharf::{HandleKind, Principal, store::HandleRecord};
+    /// struct Good;
+    /// impl HandleKind for Good {
+    ///     const KIND: &'static str = "good";
+    ///     const PREFIX: &'static str = "gd2";
+    ///     const CREATED_BY: &'static str = "make";
+    ///     const TTL: Duration = Duration::from_secs(60);
+    /// }
+    /// let minted = HandleRecord::mint::<Good>(&Principal::new("u"), 0);
+    /// assert!(minted.id.starts_with("gd2_") && wharf::store::is_handle_id(&minted.id));
+    /// ```
+    ///
+    /// ```compile_fail
+    /// # use std::time::Duration;
+    /// # use wharf::{HandleKind, Principal, store::HandleRecord};
+    /// struct Bad;
+    /// impl HandleKind for Bad {
+    ///     const KIND: &'static str = "bad";
+    ///     const PREFIX: &'static str = "my_kind";
+    ///     const CREATED_BY: &'static str = "make";
+    ///     const TTL: Duration = Duration::from_secs(60);
+    /// }
+    /// HandleRecord::mint::<Bad>(&Principal::new("u"), 0);
+    /// ```
     const PREFIX: &'static str;
     /// The tool that creates handles of this kind, named in errors so the model can recover.
     const CREATED_BY: &'static str;
@@ -79,10 +108,33 @@ pub fn is_handle_id(id: &str) -> bool {
         })
 }
 
+/// Whether `prefix` makes ids [`is_handle_id`] accepts (with its `_` and 32 hex digits,
+/// 128 characters at most).
+const fn is_handle_prefix(prefix: &str) -> bool {
+    let bytes = prefix.as_bytes();
+    if bytes.is_empty() || bytes.len() > 128 - 33 {
+        return false;
+    }
+    let mut i = 0;
+    while i < bytes.len() {
+        if !bytes[i].is_ascii_alphanumeric() {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 impl HandleRecord {
     /// Mints a new handle of kind `K` for `owner`: 128 bits from the operating system's
     /// CSPRNG, hex-encoded behind the kind's prefix.
     pub fn mint<K: HandleKind>(owner: &Principal, now: Millis) -> Self {
+        const {
+            assert!(
+                is_handle_prefix(K::PREFIX),
+                "HandleKind::PREFIX must be 1 to 95 ASCII letters and digits"
+            );
+        }
         let bytes: [u8; 16] = rand::random();
         let mut id = String::with_capacity(K::PREFIX.len() + 33);
         id.push_str(K::PREFIX);
