@@ -126,6 +126,31 @@ async fn handles_are_stored_with_their_owner_and_only_when_committed(store: Arc<
     assert_eq!(touched.last_used_at, kept.last_used_at + 5);
 }
 
+/// A kind that lives as long as it is used: a lifetime of `Duration::MAX`.
+struct Lasting;
+impl HandleKind for Lasting {
+    const KIND: &'static str = "lasting";
+    const PREFIX: &'static str = "lst";
+    const CREATED_BY: &'static str = "lasting_new";
+    const TTL: Duration = Duration::MAX;
+    const IDLE_TTL: Option<Duration> = Some(Duration::MAX);
+}
+
+/// The longest lifetimes a kind may give are stored and read back exactly by every store
+/// (Redis's scripts hold numbers as doubles).
+async fn a_handle_that_never_expires_round_trips(store: Arc<dyn Store>) {
+    let now = now_millis();
+    let h = HandleRecord::mint::<Lasting>(&Principal::new("u"), now);
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.create_handle(&h).await.unwrap();
+    tx.commit().await.unwrap();
+    let loaded = store.load_handle(&h.id).await.unwrap().expect("stored");
+    assert_eq!(loaded, h);
+    assert_eq!(loaded.expired(now + 1_000_000_000), None);
+    let mut tx = store.begin(TxMode::Read).await.unwrap();
+    assert!(tx.live_handles("u", Lasting::KIND, now).await.unwrap() >= 1);
+}
+
 async fn retiring_a_handle_removes_the_data_filed_under_it(store: Arc<dyn Store>) {
     let h = HandleRecord::mint::<Thing>(&Principal::new("u"), now_millis());
     let rows = format!("{}/rows", h.id);
@@ -683,6 +708,7 @@ async fn live_handles_count_one_owners_live_handles_of_one_kind(store: Arc<dyn S
 
 all_backends!(
     handles_are_stored_with_their_owner_and_only_when_committed,
+    a_handle_that_never_expires_round_trips,
     retiring_a_handle_removes_the_data_filed_under_it,
     documents_round_trip_and_roll_back,
     rows_append_scan_move_and_clear_in_order,
