@@ -6,6 +6,7 @@
 //! (a handler's input requests) go out on stdout and whose answers come back on stdin.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,7 +26,47 @@ pub const MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
 /// Deepest JSON nesting accepted.
 pub const MAX_JSON_DEPTH: usize = 64;
 
-type InFlight = Arc<Mutex<HashMap<RequestId, CancellationToken>>>;
+/// The requests running on this connection, by id: what a cancellation names. Each
+/// registration has a number, so that a request ending frees its id only if a later request
+/// did not take it (a client may reuse the id of a request it cancelled).
+#[derive(Default)]
+struct InFlight {
+    running: Mutex<HashMap<RequestId, (u64, CancellationToken)>>,
+    registrations: AtomicU64,
+}
+
+impl InFlight {
+    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, (u64, CancellationToken)>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers `id` with a token that cancels it: `None` when a running request holds it.
+    fn register(&self, id: &RequestId) -> Option<(u64, CancellationToken)> {
+        let mut running = self.running();
+        if running.contains_key(id) {
+            return None;
+        }
+        let n = self.registrations.fetch_add(1, Ordering::Relaxed);
+        let token = CancellationToken::new();
+        running.insert(id.clone(), (n, token.clone()));
+        Some((n, token))
+    }
+
+    /// Cancels the request `id`, if one runs, and frees its id.
+    fn cancel(&self, id: &RequestId) {
+        if let Some((_, token)) = self.running().remove(id) {
+            token.cancel();
+        }
+    }
+
+    /// Frees `id` once registration `n` ended, unless another request holds it by now.
+    fn finish(&self, id: &RequestId, n: u64) {
+        let mut running = self.running();
+        if running.get(id).is_some_and(|(held, _)| *held == n) {
+            running.remove(id);
+        }
+    }
+}
 
 /// How long in-flight requests may run after input ends, by default.
 pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
@@ -81,7 +122,7 @@ where
         }
         Ok::<_, std::io::Error>(())
     });
-    let in_flight: InFlight = Arc::default();
+    let in_flight: Arc<InFlight> = Arc::default();
     let mut tasks = JoinSet::new();
     let mut legacy = Legacy::default();
     let mut lines = FramedRead::new(
@@ -192,7 +233,7 @@ struct Link<'a> {
     server: &'a Server,
     principal: &'a Principal,
     tx: &'a mpsc::Sender<Vec<u8>>,
-    in_flight: &'a InFlight,
+    in_flight: &'a Arc<InFlight>,
 }
 
 /// The process's legacy session, once a client opened one, and the task that writes its
@@ -274,9 +315,7 @@ async fn read_long_way(
                 .params
                 .and_then(|p| serde_json::from_str::<CancelledParams>(p.get()).ok())
             {
-                if let Some(token) = lock(link.in_flight).remove(&p.request_id) {
-                    token.cancel();
-                }
+                link.in_flight.cancel(&p.request_id);
             }
         }
         return None;
@@ -308,9 +347,10 @@ async fn handle_line(link: &Link<'_>, line: &str, tasks: &mut JoinSet<()>, legac
             None => return,
         },
     };
-    let Some((id, cancel)) = register(link, &req.id).await else {
+    let Some((n, cancel)) = register(link, &req.id).await else {
         return;
     };
+    let id = req.id.clone();
     let (server, tx, in_flight) = (server.clone(), tx.clone(), in_flight.clone());
     let principal = principal.clone();
     tasks.spawn(async move {
@@ -327,20 +367,15 @@ async fn handle_line(link: &Link<'_>, line: &str, tasks: &mut JoinSet<()>, legac
             }
             Some(Ok(admitted)) => admitted.stream(tx, cancel).await,
         }
-        lock(&in_flight).remove(&id);
+        in_flight.finish(&id, n);
     });
 }
 
 /// Registers a request by id, or answers that the id is taken: cancellation and responses
 /// are matched by id, so a second live request with the same id would make both ambiguous.
-async fn register(link: &Link<'_>, id: &RequestId) -> Option<(RequestId, CancellationToken)> {
-    let cancel = CancellationToken::new();
-    let registered = {
-        let mut map = lock(link.in_flight);
-        !map.contains_key(id) && map.insert(id.clone(), cancel.clone()).is_none()
-    };
-    if registered {
-        return Some((id.clone(), cancel));
+async fn register(link: &Link<'_>, id: &RequestId) -> Option<(u64, CancellationToken)> {
+    if let Some(registered) = link.in_flight.register(id) {
+        return Some(registered);
     }
     let e = RpcError::new(
         ErrorKind::InvalidRequest,
@@ -406,7 +441,7 @@ async fn in_session(
         }
         return;
     }
-    let Some((id, _)) = register(link, &id).await else {
+    let Some((n, _)) = register(link, &id).await else {
         return;
     };
     let (server, tx, in_flight) = (link.server.clone(), link.tx.clone(), link.in_flight.clone());
@@ -434,10 +469,31 @@ async fn in_session(
             }
             Ok(_) => {}
         }
-        lock(&in_flight).remove(&id);
+        in_flight.finish(&id, n);
     });
 }
 
-fn lock(in_flight: &InFlight) -> std::sync::MutexGuard<'_, HashMap<RequestId, CancellationToken>> {
-    in_flight.lock().unwrap_or_else(|p| p.into_inner())
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request that ends after its id was cancelled and taken again by a new request
+    /// leaves the new one registered: still cancellable, its id still taken.
+    #[test]
+    fn an_id_reused_after_a_cancellation_stays_with_the_new_request() {
+        let in_flight = InFlight::default();
+        let id = RequestId::Number("1".into());
+        let (first, first_token) = in_flight.register(&id).expect("free");
+        assert!(in_flight.register(&id).is_none(), "taken while it runs");
+        in_flight.cancel(&id);
+        assert!(first_token.is_cancelled());
+        let (_, second_token) = in_flight.register(&id).expect("freed by the cancellation");
+        in_flight.finish(&id, first);
+        assert!(
+            in_flight.register(&id).is_none(),
+            "the first request's end freed the second's id"
+        );
+        in_flight.cancel(&id);
+        assert!(second_token.is_cancelled());
+    }
 }
