@@ -40,7 +40,8 @@ pub(crate) enum Message {
 /// One line per event: `t`, `p` and `r` for the tools, prompts and resources lists, `u URI`
 /// for an updated resource, `o LEN PRINCIPALURI` for one private to a principal (its id's
 /// length in bytes first), `s LEN SESSION` and a signal for a legacy session (`c ID` a
-/// cancellation, `r KEY` a reply, `u` changed, `e` ended), `g` for a gap.
+/// cancellation, `r KEY` a reply, `l KEY` a stream opened, `u` changed, `e` ended), `g`
+/// for a gap.
 pub(crate) fn encode(event: &ChangeEvent) -> String {
     match event {
         ChangeEvent::ToolsListChanged => "t".into(),
@@ -54,6 +55,7 @@ pub(crate) fn encode(event: &ChangeEvent) -> String {
             let signal = match signal {
                 SessionSignal::Cancel(id) => format!("c {id}"),
                 SessionSignal::Reply(key) => format!("r {key}"),
+                SessionSignal::Listening(key) => format!("l {key}"),
                 SessionSignal::Changed => "u".into(),
                 SessionSignal::Ended => "e".into(),
                 _ => return "g".into(),
@@ -74,6 +76,7 @@ fn decode_session(rest: &str) -> Option<ChangeEvent> {
         other => match other.split_once(' ')? {
             ("c", id) => SessionSignal::Cancel(id.to_owned()),
             ("r", key) => SessionSignal::Reply(key.to_owned()),
+            ("l", key) => SessionSignal::Listening(key.to_owned()),
             _ => return None,
         },
     };
@@ -420,6 +423,10 @@ mod tests {
             ChangeEvent::Session {
                 session: "mcs_1".into(),
                 signal: SessionSignal::Changed,
+            },
+            ChangeEvent::Session {
+                session: "mcs_1".into(),
+                signal: SessionSignal::Listening("0000019aeb1c2d3e9f8e7d6c5b4a3928".into()),
             },
             ChangeEvent::Session {
                 session: "m".into(),

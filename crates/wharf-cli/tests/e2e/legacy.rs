@@ -481,6 +481,34 @@ async fn sessions_kept_in_the_process_hear_changes_and_their_end() {
     assert!(rest.is_empty(), "{rest:?}");
 }
 
+/// A session has one stream at a time: a newer GET ends the older one, so that no message
+/// goes out on both (2025-11-25 transports: a message is sent on one stream only).
+#[tokio::test]
+async fn a_newer_stream_of_a_session_ends_the_older_one() {
+    let server = ServerProcess::start_exact(&["--profile", "conformance", "--anonymous"]);
+    let session = open(&server.client()).await;
+    let (status, older) = session.listen().await.unwrap();
+    assert_eq!(status, 200);
+    let mut older = Box::pin(older);
+    // Opened a moment later, so that its key is the newer one.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let (status, newer) = session.listen().await.unwrap();
+    assert_eq!(status, 200);
+    let mut newer = Box::pin(newer);
+    let rest: Vec<Value> = tokio::time::timeout(WAIT, older.by_ref().collect())
+        .await
+        .expect("the older stream ends once the newer one opened");
+    assert!(rest.is_empty(), "{rest:?}");
+    ok(
+        &session,
+        "tools/call",
+        json!({ "name": "test_trigger_tool_change", "arguments": {} }),
+    )
+    .await;
+    let changed = next(&mut newer, "tools/list_changed on the newer stream").await;
+    assert_eq!(changed["method"], "notifications/tools/list_changed");
+}
+
 /// A session's stream ends when the server shuts down, as listen streams do, rather than
 /// holding the drain until its deadline.
 #[tokio::test]

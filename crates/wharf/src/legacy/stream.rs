@@ -19,8 +19,9 @@ use crate::session::Session;
 use crate::store::now_millis;
 
 /// The notifications of one session, pulled as they are written. It ends when the session
-/// ends or expires, when the server shuts down, and when the bus could not promise every
-/// event (the client opens it again, and refetches what it holds).
+/// ends or expires, when the server shuts down, when the session opens a newer stream (on
+/// any replica: a message goes out on one stream only), and when the bus could not promise
+/// every event (the client opens it again, and refetches what it holds).
 #[must_use = "a session stream sends nothing unless polled"]
 pub struct SessionStream(Pin<Box<dyn Stream<Item = Vec<u8>> + Send>>);
 
@@ -42,6 +43,10 @@ struct State {
     /// When to look at the session again: an open stream does not keep it alive, and the
     /// sweeper removes an expired one without a word on the bus.
     recheck_at: tokio::time::Instant,
+    /// This stream's name among the session's streams (see [`SessionSignal::Listening`]),
+    /// and whether the others were told of it yet.
+    key: String,
+    announced: bool,
 }
 
 /// The longest a stream outlives its session's expiry.
@@ -63,6 +68,8 @@ impl SessionStream {
             rx: core.runtime.bus.subscribe(),
             backlog: Vec::new(),
             recheck_at: tokio::time::Instant::now() + recheck_every(core),
+            key: format!("{:016x}{:016x}", now_millis(), rand::random::<u64>()),
+            announced: false,
         };
         SessionStream(Box::pin(futures_util::stream::unfold(
             state,
@@ -84,6 +91,15 @@ impl Stream for SessionStream {
 
 impl State {
     async fn next(&mut self) -> Option<Vec<u8>> {
+        if !self.announced {
+            // Subscribed already (when opened), so a newer stream's announcement is heard.
+            self.announced = true;
+            let opened = ChangeEvent::Session {
+                session: self.id.clone(),
+                signal: SessionSignal::Listening(self.key.clone()),
+            };
+            self.core.runtime.announce(opened).await;
+        }
         loop {
             if let Some(m) = self.backlog.pop() {
                 return Some(m);
@@ -118,6 +134,7 @@ impl State {
         match event {
             ChangeEvent::Session { session, signal } if session == self.id => match signal {
                 SessionSignal::Ended => None,
+                SessionSignal::Listening(key) if key > self.key => None,
                 SessionSignal::Changed => self.reload().await.then_some(None),
                 _ => Some(None),
             },
