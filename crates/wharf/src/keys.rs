@@ -21,7 +21,7 @@ use tokio::sync::OnceCell;
 use crate::config::ServerConfig;
 use crate::cursor::{CursorCodec, CursorKey};
 use crate::mrtr::StateKeys;
-use crate::store::{Millis, SHARED_KEY_LEN, SharedKey, Store, StoreError, now_millis};
+use crate::store::{Millis, SHARED_KEY_LEN, SharedKey, Store, StoreError, millis, now_millis};
 
 /// The keys in use at one moment.
 pub(crate) struct Ring {
@@ -185,10 +185,6 @@ fn derive(secret: &[u8; SHARED_KEY_LEN], purpose: &[u8]) -> [u8; 32] {
         .unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
     mac.update(purpose);
     mac.finalize().into_bytes().into()
-}
-
-fn millis(d: Duration) -> Millis {
-    Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX)
 }
 
 #[cfg(test)]

@@ -40,7 +40,7 @@ use crate::reply::respond;
 use crate::request;
 pub use crate::session::Session;
 use crate::session::{Delivery, SessionKind, SessionState};
-use crate::store::{HandleRecord, Millis, StoreError, TxMode, now_millis};
+use crate::store::{HandleRecord, StoreError, TxMode, after, millis, now_millis};
 
 /// Where a session is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,7 +137,7 @@ impl<'a> Sessions<'a> {
         let config = &runtime.config.legacy;
         let now = now_millis();
         let mut record = HandleRecord::mint::<SessionKind>(principal, now);
-        record.expires_at = now.saturating_add(millis(config.session_lifetime));
+        record.expires_at = after(now, config.session_lifetime);
         record.idle_ms = Some(millis(config.session_idle));
         let negotiated = version::negotiate_legacy(&params.protocol_version);
         let session = Session {
@@ -491,8 +491,4 @@ fn read<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T, RpcError> {
 fn parse_raw(raw: &RawValue) -> Result<Value, RpcError> {
     serde_json::from_str(raw.get())
         .map_err(|e| RpcError::invalid_params(format!("Invalid response: {e}")))
-}
-
-fn millis(d: std::time::Duration) -> Millis {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::Millis;
+use super::{Millis, after, millis};
 use crate::principal::Principal;
 
 /// The schema keyword that marks a tool argument as a handle; the core finds handle
@@ -148,7 +148,7 @@ impl HandleRecord {
             kind: K::KIND.to_owned(),
             owner: owner.id().to_owned(),
             created_at: now,
-            expires_at: now.saturating_add(millis(K::TTL)).min(FOREVER),
+            expires_at: after(now, K::TTL),
             idle_ms: K::IDLE_TTL.map(millis),
             last_used_at: now,
             data: None,
@@ -171,15 +171,6 @@ impl HandleRecord {
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
-
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).map_or(FOREVER, |ms| ms.min(FOREVER))
-}
-
-/// The latest time a handle lives to (2^53 - 1 ms, some 285,000 years from 1970): what a
-/// lifetime of `Duration::MAX` comes to. Every store holds it exactly, Redis's Lua scripts
-/// too, whose numbers are doubles.
-const FOREVER: Millis = (1 << 53) - 1;
 
 /// A handle argument of kind `K`. Its JSON Schema is a string that says what the handle
 /// names and how long it lives; the core checks owner and expiry before the handler runs,

@@ -39,6 +39,22 @@ pub use shared_key::{SHARED_KEY_LEN, SharedKey};
 /// Milliseconds since the Unix epoch; every timestamp in a store.
 pub type Millis = i64;
 
+/// The latest time anything a store keeps lives to (2^53 - 1 ms, some 285,000 years from
+/// 1970): what a lifetime of `Duration::MAX` comes to. Every store holds it exactly, and
+/// sums of it with a timestamp neither overflow PostgreSQL's `bigint` nor lose precision in
+/// Redis's Lua scripts, whose numbers are doubles.
+pub(crate) const FOREVER: Millis = (1 << 53) - 1;
+
+/// `d` in milliseconds, at most [`FOREVER`].
+pub(crate) fn millis(d: std::time::Duration) -> Millis {
+    Millis::try_from(d.as_millis()).map_or(FOREVER, |ms| ms.min(FOREVER))
+}
+
+/// `d` after `now`, at most [`FOREVER`].
+pub(crate) fn after(now: Millis, d: std::time::Duration) -> Millis {
+    now.saturating_add(millis(d)).min(FOREVER)
+}
+
 /// The current time in [`Millis`].
 pub fn now_millis() -> Millis {
     std::time::SystemTime::now()
