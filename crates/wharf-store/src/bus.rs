@@ -35,6 +35,11 @@ pub(crate) enum Message {
     /// An event too large for the channel, or one this version does not know: every stream
     /// may have missed something.
     Gap,
+    /// A signal for a legacy session that this version does not know (a newer replica's,
+    /// during a rolling upgrade): session signals only ever concern that session's calls
+    /// and streams, and each kind is safe to miss, so it is dropped rather than ending
+    /// every stream as a gap would.
+    Skip,
 }
 
 /// One line per event: `t`, `p` and `r` for the tools, prompts and resources lists, `u URI`
@@ -66,21 +71,22 @@ pub(crate) fn encode(event: &ChangeEvent) -> String {
     }
 }
 
-fn decode_session(rest: &str) -> Option<ChangeEvent> {
+/// A session's line: `None` when it is malformed (a gap).
+fn decode_session(rest: &str) -> Option<Message> {
     let (len, rest) = rest.split_once(' ')?;
     let len: usize = len.parse().ok()?;
     let session = rest.get(..len)?.to_owned();
     let signal = match rest.get(len..)? {
         "u" => SessionSignal::Changed,
         "e" => SessionSignal::Ended,
-        other => match other.split_once(' ')? {
-            ("c", id) => SessionSignal::Cancel(id.to_owned()),
-            ("r", key) => SessionSignal::Reply(key.to_owned()),
-            ("l", key) => SessionSignal::Listening(key.to_owned()),
-            _ => return None,
+        other => match other.split_once(' ') {
+            Some(("c", id)) => SessionSignal::Cancel(id.to_owned()),
+            Some(("r", key)) => SessionSignal::Reply(key.to_owned()),
+            Some(("l", key)) => SessionSignal::Listening(key.to_owned()),
+            _ => return Some(Message::Skip),
         },
     };
-    Some(ChangeEvent::Session { session, signal })
+    Some(Message::Event(ChangeEvent::Session { session, signal }))
 }
 
 pub(crate) fn decode(payload: &str) -> Message {
@@ -110,7 +116,7 @@ pub(crate) fn decode(payload: &str) -> Message {
             payload
                 .strip_prefix("s ")
                 .and_then(decode_session)
-                .map_or(Message::Gap, Message::Event)
+                .unwrap_or(Message::Gap)
         }
     }
 }
@@ -292,6 +298,7 @@ async fn listen(backend: &'static str, fanout: Weak<Fanout>, connect: Connect) {
             match decode(&payload) {
                 Message::Event(event) => fanout.deliver(event),
                 Message::Gap => fanout.gap(),
+                Message::Skip => {}
             }
         }
         let Some(fanout) = fanout.upgrade() else {
@@ -436,11 +443,14 @@ mod tests {
             assert_eq!(decode(&encode(&event)), Message::Event(event));
         }
         assert_eq!(decode("g"), Message::Gap);
+        // A session signal of a later version is dropped; a malformed session line is a gap.
+        assert_eq!(decode("s 5 mcs_1z later"), Message::Skip);
+        assert_eq!(decode("s 5 mcs_1w"), Message::Skip);
+        assert_eq!(decode("s 9 mcs_1"), Message::Gap);
         assert_eq!(decode("x something"), Message::Gap);
         assert_eq!(decode(""), Message::Gap);
         assert_eq!(decode("o 9 short"), Message::Gap);
         assert_eq!(decode("o x abc"), Message::Gap);
-        assert_eq!(decode("s 3 abcz"), Message::Gap);
         assert_eq!(decode("s 9 abcu"), Message::Gap);
     }
 

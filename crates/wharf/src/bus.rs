@@ -53,8 +53,8 @@ pub enum SessionSignal {
     Reply(String),
     /// The session's record changed (its subscriptions or log level).
     Changed,
-    /// A stream of the session opened, named by this key (its opening time first, so keys
-    /// sort by age): the session's older streams end, since no message may go out on two.
+    /// A stream of the session opened, named by this key: the session's streams that
+    /// announced themselves before it end, since no message may go out on two.
     Listening(String),
     /// The session ended.
     Ended,

@@ -44,17 +44,23 @@ struct State {
     /// sweeper removes an expired one without a word on the bus.
     recheck_at: tokio::time::Instant,
     /// This stream's name among the session's streams (see [`SessionSignal::Listening`]),
-    /// and whether the others were told of it yet.
+    /// whether the others were told of it yet, and whether its own announcement came back:
+    /// every listener of the bus hears announcements in one order, so a stream that hears
+    /// another's after its own is the older one, whatever the replicas' clocks say.
     key: String,
     announced: bool,
+    heard_own: bool,
 }
 
 /// The longest a stream outlives its session's expiry.
 const RECHECK: Duration = Duration::from_secs(30);
 
-/// How often a stream looks at its session: at least twice per idle lifetime.
+/// How often a stream looks at its session: at least twice per idle lifetime, and at most
+/// once a second (a read of the store each time).
 fn recheck_every(core: &Core) -> Duration {
-    RECHECK.min(core.runtime.config.legacy.session_idle / 2)
+    RECHECK
+        .min(core.runtime.config.legacy.session_idle / 2)
+        .max(Duration::from_secs(1))
 }
 
 impl SessionStream {
@@ -68,8 +74,9 @@ impl SessionStream {
             rx: core.runtime.bus.subscribe(),
             backlog: Vec::new(),
             recheck_at: tokio::time::Instant::now() + recheck_every(core),
-            key: format!("{:016x}{:016x}", now_millis(), rand::random::<u64>()),
+            key: format!("{:032x}", rand::random::<u128>()),
             announced: false,
+            heard_own: false,
         };
         SessionStream(Box::pin(futures_util::stream::unfold(
             state,
@@ -134,7 +141,12 @@ impl State {
         match event {
             ChangeEvent::Session { session, signal } if session == self.id => match signal {
                 SessionSignal::Ended => None,
-                SessionSignal::Listening(key) if key > self.key => None,
+                SessionSignal::Listening(key) if key == self.key => {
+                    self.heard_own = true;
+                    Some(None)
+                }
+                // Announced after this stream's: a newer stream took over.
+                SessionSignal::Listening(_) if self.heard_own => None,
                 SessionSignal::Changed => self.reload().await.then_some(None),
                 _ => Some(None),
             },
