@@ -310,11 +310,7 @@ async fn read_long_way(
     }
     let Some(id) = envelope.id else {
         if method == methods::NOTIFICATION_CANCELLED {
-            // Invalid cancellations are ignored, as the specification asks.
-            if let Some(p) = envelope
-                .params
-                .and_then(|p| serde_json::from_str::<CancelledParams>(p.get()).ok())
-            {
+            if let Some(p) = cancelled(envelope.params) {
                 link.in_flight.cancel(&p.request_id);
             }
         }
@@ -371,6 +367,12 @@ async fn handle_line(link: &Link<'_>, line: &str, tasks: &mut JoinSet<()>, legac
     });
 }
 
+/// A `notifications/cancelled`'s params; `None` for invalid ones, which are ignored, as the
+/// specification asks.
+fn cancelled(params: Option<&serde_json::value::RawValue>) -> Option<CancelledParams> {
+    serde_json::from_str(params?.get()).ok()
+}
+
 /// Registers a request by id, or answers that the id is taken: cancellation and responses
 /// are matched by id, so a second live request with the same id would make both ambiguous.
 async fn register(link: &Link<'_>, id: &RequestId) -> Option<(u64, CancellationToken)> {
@@ -411,6 +413,12 @@ async fn in_session(
     let Some(id) = envelope.id else {
         if let Err(e) = sessions.notify(session, method, envelope.params).await {
             tracing::debug!(error = %e.message, "an invalid notification was ignored");
+        }
+        // The session cancels the call; its id is free for the client's next request.
+        if method == methods::NOTIFICATION_CANCELLED {
+            if let Some(p) = cancelled(envelope.params) {
+                link.in_flight.cancel(&p.request_id);
+            }
         }
         return;
     };
