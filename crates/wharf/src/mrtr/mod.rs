@@ -327,10 +327,10 @@ impl Ask {
             e.form.is_some() || e.url.is_none()
         });
         if !offered {
-            self.missing.elicitation = Some(ElicitationCapability {
-                form: Some(Map::new()),
-                url: None,
-            });
+            self.missing
+                .elicitation
+                .get_or_insert_with(ElicitationCapability::default)
+                .form = Some(Map::new());
         }
         let request = InputRequest::Elicit(ElicitParams::Form(ElicitFormParams {
             mode: None,
@@ -360,10 +360,10 @@ impl Ask {
             .as_ref()
             .is_some_and(|e| e.url.is_some());
         if !offered {
-            self.missing.elicitation = Some(ElicitationCapability {
-                form: None,
-                url: Some(Map::new()),
-            });
+            self.missing
+                .elicitation
+                .get_or_insert_with(ElicitationCapability::default)
+                .url = Some(Map::new());
         }
         let request = InputRequest::Elicit(ElicitParams::Url(ElicitUrlParams {
             mode: wharf_protocol::UrlMode::Url,
@@ -383,7 +383,10 @@ impl Ask {
             .as_ref()
             .is_some_and(|declared| declared.covers(&needed));
         if !offered {
-            self.missing.sampling = Some(needed);
+            // Added to what earlier requests of the round found missing.
+            let missing = self.missing.sampling.get_or_insert_with(Default::default);
+            missing.tools = missing.tools.take().or(needed.tools);
+            missing.context = missing.context.take().or(needed.context);
         }
         self.push(
             key,
@@ -692,6 +695,25 @@ mod tests {
         assert!(asked.requests.is_empty());
         let missing = serde_json::to_value(&asked.missing).unwrap();
         assert_eq!(missing["sampling"], json!({ "context": {} }));
+
+        // Everything a round lacks is named, whatever asked for it first.
+        let both = Ask::new(caps(json!({ "sampling": {} })))
+            .sample("a", with_tools())
+            .sample("b", with_context())
+            .sample(
+                "c",
+                serde_json::from_value(json!({ "messages": [], "maxTokens": 5 })).unwrap(),
+            )
+            .elicit_url("pay", "Pay", "https://pay.example/1")
+            .elicit(
+                "name",
+                "Name?",
+                FormSchema::new().string("name", "Name", true),
+            );
+        assert_eq!(both.requests.keys().collect::<Vec<_>>(), ["c"]);
+        let missing = serde_json::to_value(&both.missing).unwrap();
+        assert_eq!(missing["sampling"], json!({ "tools": {}, "context": {} }));
+        assert_eq!(missing["elicitation"], json!({ "form": {}, "url": {} }));
 
         let full = Ask::new(caps(json!({ "sampling": { "tools": {}, "context": {} } })))
             .sample("a", with_tools())
