@@ -641,7 +641,8 @@ impl Context {
         self.progress.clone()
     }
 
-    /// Sends a `notifications/message` if the client asked for logs at `level` or below.
+    /// Sends a `notifications/message` if the client asked for logs at `level` or below (and
+    /// the server offers logging: see [`ServerBuilder::logging`](crate::ServerBuilder::logging)).
     pub async fn log(&self, level: LoggingLevel, logger: Option<&str>, data: serde_json::Value) {
         let (Some(min), Some(outbox)) = (self.info.log_level, &self.outbox) else {
             return;

@@ -301,7 +301,9 @@ impl ServerBuilder {
         self
     }
 
-    /// Whether to declare the `logging` capability (on by default).
+    /// Whether to declare the `logging` capability (on by default). Without it the server
+    /// sends no `notifications/message`, and a request's `logLevel` asks nothing of it (its
+    /// response is not made a stream for it).
     pub fn logging(mut self, enabled: bool) -> Self {
         self.logging = enabled;
         self

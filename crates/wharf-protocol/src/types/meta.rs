@@ -85,11 +85,28 @@ where
     deserializer.deserialize_map(ObjectOnly(std::marker::PhantomData))
 }
 
-/// [`object`] for an optional field (with `#[serde(default)]` for its absence).
+/// [`object`] for an optional field (with `#[serde(default)]` for its absence): `null`
+/// reads as absent, as it does for any `Option`.
 pub(crate) fn object_only<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: Deserialize<'de>,
 {
-    object(deserializer).map(Some)
+    struct Optional<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Optional<T> {
+        type Value = Option<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object or null")
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Option<T>, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Option<T>, E> {
+            Ok(None)
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Option<T>, D::Error> {
+            object(d).map(Some)
+        }
+    }
+    deserializer.deserialize_option(Optional(std::marker::PhantomData))
 }
