@@ -20,6 +20,7 @@ fn server() -> Server {
                 format!("hello {}", cx.principal())
             }),
         )
+        .tool(tool("shard").handler(|_cx: Context, a: Sharded| async move { a.shard.to_string() }))
         .tool(
             tool("tagged")
                 .handler(|_cx: Context, a: Tagged| async move { a.note.unwrap_or_default() }),
@@ -31,6 +32,14 @@ fn server() -> Server {
         )
         .build()
         .unwrap()
+}
+
+/// A tool whose integer argument the client mirrors in a header (any JSON number that is an
+/// integer: `42.0` too, as JSON Schema's `integer` allows).
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Sharded {
+    #[schemars(with = "i64", extend("x-mcp-header" = "Shard"))]
+    shard: serde_json::Number,
 }
 
 /// A tool with an optional argument the client mirrors in a header.
@@ -74,8 +83,12 @@ fn app() -> Router {
 }
 
 fn call(name: &str) -> Request<Body> {
+    call_with(name, json!({}))
+}
+
+fn call_with(name: &str, arguments: Value) -> Request<Body> {
     let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-        "name": name, "arguments": {},
+        "name": name, "arguments": arguments,
         "_meta": { "io.modelcontextprotocol/protocolVersion": "2026-07-28",
                    "io.modelcontextprotocol/clientCapabilities": {} } } });
     Request::post("/mcp")
@@ -200,4 +213,47 @@ async fn without_legacy_sessions_a_session_id_names_nothing() {
         let res = app.clone().oneshot(req).await.unwrap();
         assert_eq!(res.status(), StatusCode::METHOD_NOT_ALLOWED, "{method}");
     }
+    // A POST is read as a stateless request: served when it is one, and otherwise refused
+    // for what it lacks, not sent to look for a session.
+    let post = |version: Option<&str>| {
+        let mut req = call("hello");
+        req.headers_mut()
+            .insert("mcp-session-id", "mcs_0123456789abcdef".parse().unwrap());
+        match version {
+            Some(v) => req
+                .headers_mut()
+                .insert("mcp-protocol-version", v.parse().unwrap()),
+            None => req.headers_mut().remove("mcp-protocol-version"),
+        };
+        req
+    };
+    let served = app.clone().oneshot(post(Some("2026-07-28"))).await.unwrap();
+    assert_eq!(served.status(), StatusCode::OK);
+    for version in [None, Some("2025-11-25")] {
+        let res = app.clone().oneshot(post(version)).await.unwrap();
+        assert_eq!(res.status(), StatusCode::BAD_REQUEST, "{version:?}");
+        let bytes = res.into_body().collect().await.unwrap().to_bytes();
+        let body: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(body["error"]["code"], -32020, "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("MCP-Protocol-Version"), "{message}");
+    }
+}
+
+#[tokio::test]
+async fn an_integer_written_as_a_float_mirrors_its_integer() {
+    let shard = |header: &str| {
+        let mut req = call_with("shard", json!({ "shard": 42.0 }));
+        req.headers_mut().insert("x-user", "alice".parse().unwrap());
+        req.headers_mut()
+            .insert("mcp-param-shard", header.parse().unwrap());
+        req
+    };
+    for same in ["42", "42.0"] {
+        let (status, body) = send(shard(same)).await;
+        assert_eq!(status, StatusCode::OK, "{same}: {body}");
+    }
+    let (status, body) = send(shard("43")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["code"], -32020, "{body}");
 }
