@@ -796,7 +796,7 @@ impl Store for SqlStore {
             claim_written: false,
         };
         let expired = "SELECT id FROM wharf_handles \
-             WHERE expires_at < $1 OR (idle_ms IS NOT NULL AND last_used_at + idle_ms < $1) \
+             WHERE expires_at < $1 OR (idle_ms IS NOT NULL AND last_used_at < $1 - idle_ms) \
              LIMIT $2";
         let ids: Vec<String> = on_driver!(TypedTx, &mut tx.tx, |t| sqlx::query_scalar(expired)
             .bind(cutoff)
@@ -1087,10 +1087,11 @@ impl Transaction for SqlTx {
         kind: &str,
         now: Millis,
     ) -> Result<u64, StoreError> {
-        // Alive as `HandleRecord::expired` judges it.
+        // Alive as `HandleRecord::expired` judges it; the idle end is compared by
+        // subtraction, which no stored lifetime can make overflow PostgreSQL's bigint.
         let sql = "SELECT COUNT(*) FROM wharf_handles \
              WHERE owner = $1 AND kind = $2 AND expires_at > $3 \
-             AND (idle_ms IS NULL OR last_used_at + idle_ms > $3)";
+             AND (idle_ms IS NULL OR last_used_at > $3 - idle_ms)";
         let n: i64 = on_driver!(TypedTx, &mut self.tx, |tx| sqlx::query_scalar(sql)
             .bind(owner)
             .bind(kind)
