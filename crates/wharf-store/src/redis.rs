@@ -8,7 +8,8 @@
 //! random token stored in the record) and marks the record done with the result: the app's
 //! writes and the record commit atomically, exactly as on the SQL stores.
 //!
-//! A claim is a lease, renewed while the call holding it runs (however long it runs). A
+//! A claim is a lease, timed by Redis's clock (the one every replica shares) and renewed
+//! while the call holding it runs (however long it runs). A
 //! duplicate that finds the record `running` polls until it is done (then replays) or until
 //! its wait runs out (then "busy, retry"). If the first attempt died (or its process lost
 //! Redis for longer than the lease), its lease runs out and the next attempt takes the claim
@@ -31,7 +32,7 @@ use redis::{AsyncCommands, Script};
 use serde_json::{Value, json};
 use wharf::store::{
     Begin, Claim, Fence, HandleRecord, KeyLock, Millis, NewRecord, Record, SHARED_KEY_LEN,
-    SharedKey, Store, StoreError, Transaction, TxMode, Write, check_key, now_millis,
+    SharedKey, Store, StoreError, Transaction, TxMode, Write, check_key,
 };
 
 use crate::EXPIRED_HANDLE_GRACE_MS;
@@ -115,10 +116,13 @@ pub struct RedisStore {
 }
 
 /// Claims a record: `run` (new, or taken over after its lease ran out), `replay` with the
-/// result, `mismatch`, or `wait`.
+/// result, `mismatch`, or `wait`. Leases are judged by Redis's clock, the one clock every
+/// replica shares: a replica whose own clock runs ahead must not take over a live claim.
 const CLAIM_LUA: &str = r#"
 local k = KEYS[1]
-local digest, token, now, lease, expires = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local digest, token, lease, expires = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local rec = redis.call('HMGET', k, 'digest', 'state', 'result', 'lease_until')
 if not rec[1] then
   redis.call('HSET', k, 'digest', digest, 'state', 'running', 'token', token, 'lease_until', now + lease)
@@ -134,11 +138,13 @@ end
 return {'wait'}
 "#;
 
-/// Pushes back the lease of a claim its holder still runs (returns 0, doing nothing, once
-/// the claim is no longer the holder's).
+/// Pushes back the lease of a claim its holder still runs, by `ARGV[2]` ms from Redis's
+/// clock (returns 0, doing nothing, once the claim is no longer the holder's).
 const RENEW_CLAIM_LUA: &str = r#"
 if redis.call('HGET', KEYS[1], 'token') == ARGV[1] and redis.call('HGET', KEYS[1], 'state') == 'running' then
-  redis.call('HSET', KEYS[1], 'lease_until', ARGV[2])
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]))
   return 1
 end
 return 0
@@ -154,7 +160,7 @@ async fn renew_claim(mut conn: ConnectionManager, key: String, token: String, le
         let renewed: Result<i64, _> = script
             .key(&key)
             .arg(&token)
-            .arg(now_millis().saturating_add(lease_ms))
+            .arg(lease_ms)
             .invoke_async(&mut conn)
             .await;
         match renewed {
@@ -401,7 +407,8 @@ impl Store for RedisStore {
         Ok(Box::new(self.tx()))
     }
 
-    async fn begin_idempotent(&self, claim: &Claim, now: Millis) -> Result<Begin, StoreError> {
+    async fn begin_idempotent(&self, claim: &Claim, _now: Millis) -> Result<Begin, StoreError> {
+        // Redis judges leases by its own clock, and expires records by it (`PEXPIREAT`).
         let token = format!("{:032x}", rand::random::<u128>());
         let lease = i64::try_from(self.lock_wait.as_millis()).unwrap_or(i64::MAX);
         let key = claim_key(claim);
@@ -409,13 +416,11 @@ impl Store for RedisStore {
         let mut conn = self.conn.clone();
         let mut pause = Duration::from_millis(5);
         loop {
-            let now = now.max(now_millis());
             let answer: Vec<String> = self
                 .claim
                 .key(&key)
                 .arg(claim.digest.as_str())
                 .arg(&token)
-                .arg(now)
                 .arg(lease)
                 .arg(claim.expires_at)
                 .invoke_async(&mut conn)
