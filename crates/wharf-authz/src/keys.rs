@@ -18,9 +18,9 @@ use ring::rand::SystemRandom;
 use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use wharf::store::{Millis, Write};
+use wharf::store::{Millis, Write, millis};
 
-use crate::records::{RecordError, Records, SIGNING_KEYS, millis};
+use crate::records::{RecordError, Records, SIGNING_KEYS};
 
 /// How long one key signs.
 pub const ROTATION: Duration = Duration::from_secs(30 * 24 * 3600);

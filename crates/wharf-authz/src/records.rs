@@ -12,7 +12,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
-use wharf::store::{Millis, NewRecord, Store, StoreError, Write, now_millis};
+use wharf::store::{Millis, NewRecord, Store, StoreError, Write, after, now_millis};
 
 /// A kind of record: its namespace and how long it lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,7 +152,7 @@ impl Records {
             namespace: kind.namespace,
             detail: err.to_string(),
         })?;
-        let expires_at = expires_at.or_else(|| kind.ttl.map(|ttl| now.saturating_add(millis(ttl))));
+        let expires_at = expires_at.or_else(|| kind.ttl.map(|ttl| after(now, ttl)));
         let record = NewRecord {
             namespace: kind.namespace,
             key,
@@ -198,8 +198,4 @@ pub(crate) fn secret() -> String {
 /// The key a secret's record is filed under.
 pub(crate) fn digest(secret: &str) -> String {
     URL_SAFE_NO_PAD.encode(Sha256::digest(secret.as_bytes()))
-}
-
-pub(crate) fn millis(d: Duration) -> Millis {
-    Millis::try_from(d.as_millis()).unwrap_or(Millis::MAX)
 }

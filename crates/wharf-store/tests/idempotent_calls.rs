@@ -297,6 +297,31 @@ async fn writes_in_steps_run_once_per_key(store: Arc<dyn Store>) {
     assert_eq!(rows(&store, &log).await, 7);
 }
 
+/// Records kept (as good as) forever: a retention of `Duration::MAX` is capped at what every
+/// store holds exactly, and the retry replays.
+async fn records_kept_forever_still_replay(store: Arc<dyn Store>) {
+    let mut config = wharf::ServerConfig::default();
+    config.idempotency_retention = Duration::MAX;
+    let script = Arc::new(Script::default());
+    let mut builder = Server::builder(Implementation::new("t", "1"))
+        .store(Arc::clone(&store))
+        .config(config);
+    let for_tool = Arc::clone(&script);
+    builder = builder.tool(
+        tool("append")
+            .idempotent()
+            .handler(move |cx, args: Append| append(cx, args, Arc::clone(&for_tool))),
+    );
+    let s = builder.build().unwrap();
+    let (log, key) = (unique("log"), unique("key"));
+    let args = json!({ "log": log, "n": 1, "idempotency_key": key });
+    let first = run(&s, "alice", "append", args.clone()).await;
+    assert_eq!(first["structuredContent"]["appended"], 1, "{first}");
+    let again = run(&s, "alice", "append", args).await;
+    assert!(replayed(&again), "{again}");
+    assert_eq!(rows(&store, &log).await, 1);
+}
+
 async fn run_owned(server: Server, who: &'static str, args: Value) -> Value {
     run(&server, who, "append_in_steps", args).await
 }
@@ -328,4 +353,5 @@ all_backends!(
     a_cancelled_write_rolls_back_and_its_retry_runs,
     a_call_whose_client_leaves_after_the_handler_returned_is_committed,
     writes_in_steps_run_once_per_key,
+    records_kept_forever_still_replay,
 );

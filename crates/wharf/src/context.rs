@@ -21,7 +21,7 @@ use crate::progress::ProgressStream;
 use crate::request::{Caller, Outbox};
 use crate::runtime::Runtime;
 use crate::store::{
-    Fence, Handle, HandleKind, HandleRecord, Store, Transaction, TxMode, now_millis,
+    FOREVER, Fence, Handle, HandleKind, HandleRecord, Store, Transaction, TxMode, now_millis,
 };
 
 /// The request a handler serves: its id, its `_meta`, its cancellation, and its stream.
@@ -393,7 +393,7 @@ impl Context {
             key: nonce.clone(),
             digest: crate::store::Digest::of("mrtr", &serde_json::Map::new()),
             // Kept past the state's own expiry, after which it is refused anyway.
-            expires_at: round.expires_at.saturating_add(60_000),
+            expires_at: round.expires_at.saturating_add(60_000).min(FOREVER),
             owner: self.principal.id().to_owned(),
         };
         let used = || {

@@ -2,11 +2,11 @@
 //! freshness), or a client registered here. Both resolve to one [`Client`].
 
 use serde::{Deserialize, Serialize};
-use wharf::store::{Write, now_millis};
+use wharf::store::{Write, after, now_millis};
 
 use super::Shared;
 use crate::cimd::{ClientAuth, ClientIdError, ClientIdUrl, ClientMetadata, FetchError, KeySource};
-use crate::records::{CIMD_CACHE, CLIENTS, RecordError, millis};
+use crate::records::{CIMD_CACHE, CLIENTS, RecordError};
 
 /// How a client authenticates at the token endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -137,7 +137,7 @@ impl Shared {
                 let fetched = self.fetcher.fetch(url).await?;
                 if let Some(fresh_for) = fetched.fresh_for {
                     let body = String::from_utf8_lossy(&fetched.body).into_owned();
-                    let expires_at = now_millis().saturating_add(millis(fresh_for));
+                    let expires_at = after(now_millis(), fresh_for);
                     self.records
                         .put(
                             CIMD_CACHE,

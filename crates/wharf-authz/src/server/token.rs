@@ -20,13 +20,13 @@ use base64::engine::general_purpose::STANDARD;
 use jsonwebtoken::{Algorithm, Header};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use wharf::store::{Write, now_millis};
+use wharf::store::{Write, after, millis, now_millis};
 
 use super::authorize::CodeGrant;
 use super::clients::{Client, TokenAuth};
 use super::{OAuthError, Shared};
 use crate::pkce::CodeChallenge;
-use crate::records::{CODES, FAMILIES, Kind, REFRESH, Versioned, digest, millis, secret};
+use crate::records::{CODES, FAMILIES, Kind, REFRESH, Versioned, digest, secret};
 
 mod assertion;
 
@@ -559,7 +559,7 @@ async fn issue(
         resource: resource.to_owned(),
         used: false,
     };
-    let expires_at = now.saturating_add(millis(shared.config.refresh_token_ttl));
+    let expires_at = after(now, shared.config.refresh_token_ttl);
     shared
         .records
         .put(

@@ -358,7 +358,7 @@ impl<'a> Sessions<'a> {
                     kind: REPLY_KIND.to_owned(),
                     owner: session.owner().to_owned(),
                     created_at: now,
-                    expires_at: now.saturating_add(millis(runtime.config.legacy.input_timeout)),
+                    expires_at: after(now, runtime.config.legacy.input_timeout),
                     idle_ms: None,
                     last_used_at: now,
                     data: Some(answer),

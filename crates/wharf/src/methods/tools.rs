@@ -21,7 +21,7 @@ use crate::registry::{HandleParam, ToolEntry};
 use crate::reply::respond;
 use crate::runtime::Runtime;
 use crate::schema::first_violation;
-use crate::store::{Begin, Claim, Digest, Fence, Millis, now_millis};
+use crate::store::{Begin, Claim, Digest, Fence, Millis, after, now_millis};
 use crate::store::{Expiry, HandleRecord, human, is_handle_id};
 use crate::store::{KEY_ARGUMENT, REPLAY_META, StoreError, Transaction};
 use crate::tool::Idempotence;
@@ -346,8 +346,6 @@ fn keyed<'e>(
         .iter()
         .filter(|p| p.is_top_level())
         .find_map(|p| Some((p, p.ids(args).first()?.to_string())));
-    let retention =
-        i64::try_from(runtime.config.idempotency_retention.as_millis()).unwrap_or(i64::MAX);
     let claim = Claim {
         scope: match &handle {
             Some((_, id)) => format!("h:{id}"),
@@ -355,7 +353,7 @@ fn keyed<'e>(
         },
         digest: Digest::of(name, args),
         key,
-        expires_at: now_millis().saturating_add(retention),
+        expires_at: after(now_millis(), runtime.config.idempotency_retention),
         owner: principal.id().to_owned(),
     };
     let holds_claim = how == Idempotence::OneTransaction

@@ -24,7 +24,7 @@ pub use seal::{KeyError, StateKeys};
 
 use crate::error::RpcError;
 use crate::principal::Principal;
-use crate::store::{Digest, Millis, now_millis};
+use crate::store::{Digest, Millis, after, now_millis};
 
 /// How request states are sealed and for how long they hold.
 #[derive(Debug, Clone)]
@@ -596,11 +596,10 @@ pub(crate) fn seal_round(
             config.max_rounds
         )));
     }
-    let max_age = i64::try_from(config.max_age.as_millis()).unwrap_or(i64::MAX);
     let nonce: [u8; 16] = rand::random();
     let sealed = SealedState {
         principal: principal.id().to_owned(),
-        expires_at: now_millis().saturating_add(max_age),
+        expires_at: after(now_millis(), config.max_age),
         method: binding.method.to_owned(),
         digest: binding.digest.clone(),
         round,

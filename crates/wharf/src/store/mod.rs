@@ -43,15 +43,16 @@ pub type Millis = i64;
 /// 1970): what a lifetime of `Duration::MAX` comes to. Every store holds it exactly, and
 /// sums of it with a timestamp neither overflow PostgreSQL's `bigint` nor lose precision in
 /// Redis's Lua scripts, whose numbers are doubles.
-pub(crate) const FOREVER: Millis = (1 << 53) - 1;
+pub const FOREVER: Millis = (1 << 53) - 1;
 
-/// `d` in milliseconds, at most [`FOREVER`].
-pub(crate) fn millis(d: std::time::Duration) -> Millis {
+/// `d` in milliseconds, at most [`FOREVER`]: how a store implementation (or an app's own
+/// records) should turn a configured duration into [`Millis`].
+pub fn millis(d: std::time::Duration) -> Millis {
     Millis::try_from(d.as_millis()).map_or(FOREVER, |ms| ms.min(FOREVER))
 }
 
-/// `d` after `now`, at most [`FOREVER`].
-pub(crate) fn after(now: Millis, d: std::time::Duration) -> Millis {
+/// `d` after `now`, at most [`FOREVER`]: an expiry every store can hold.
+pub fn after(now: Millis, d: std::time::Duration) -> Millis {
     now.saturating_add(millis(d)).min(FOREVER)
 }
 
