@@ -21,7 +21,8 @@ use crate::store::now_millis;
 /// The notifications of one session, pulled as they are written. It ends when the session
 /// ends or expires, when the server shuts down, when the session opens a newer stream (on
 /// any replica: a message goes out on one stream only), and when the bus could not promise
-/// every event (the client opens it again, and refetches what it holds).
+/// every event (after saying that every list and subscribed resource may have changed; the
+/// client opens it again).
 #[must_use = "a session stream sends nothing unless polled"]
 pub struct SessionStream(Pin<Box<dyn Stream<Item = Vec<u8>> + Send>>);
 
@@ -50,13 +51,15 @@ struct State {
     key: String,
     announced: bool,
     heard_own: bool,
+    /// Ends once the backlog is sent (after a lag).
+    ending: bool,
 }
 
 /// The longest a stream outlives its session's expiry.
 const RECHECK: Duration = Duration::from_secs(30);
 
-/// How often a stream looks at its session: at least twice per idle lifetime, and at most
-/// once a second (a read of the store each time).
+/// How often a stream looks at its session: every 30 s, or twice per idle lifetime when that
+/// is shorter, but never more than once a second (a read of the store each time).
 fn recheck_every(core: &Core) -> Duration {
     RECHECK
         .min(core.runtime.config.legacy.session_idle / 2)
@@ -77,6 +80,7 @@ impl SessionStream {
             key: format!("{:032x}", rand::random::<u128>()),
             announced: false,
             heard_own: false,
+            ending: false,
         };
         SessionStream(Box::pin(futures_util::stream::unfold(
             state,
@@ -105,11 +109,19 @@ impl State {
                 session: self.id.clone(),
                 signal: SessionSignal::Listening(self.key.clone()),
             };
-            self.core.runtime.announce(opened).await;
+            // Unannounced, a stream could not tell whether a newer one opened, and might
+            // outlive it: the client opens it again instead.
+            if let Err(e) = self.core.runtime.bus.publish(opened).await {
+                tracing::warn!(error = %e, "a session's stream could not announce itself; ended");
+                return None;
+            }
         }
         loop {
             if let Some(m) = self.backlog.pop() {
                 return Some(m);
+            }
+            if self.ending {
+                return None;
             }
             let received = tokio::select! {
                 () = self.core.runtime.shutdown.cancelled() => return None,
@@ -128,8 +140,12 @@ impl State {
                         return Some(m);
                     }
                 }
+                // Missed events: everything may have changed, and a newer stream of the
+                // session may have opened unheard. It says the first, then ends; the client
+                // opens it again.
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     self.backlog = self.everything();
+                    self.ending = true;
                 }
                 Err(broadcast::error::RecvError::Closed) => return None,
             }
