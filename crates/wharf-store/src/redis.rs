@@ -408,7 +408,8 @@ impl Store for RedisStore {
     }
 
     async fn begin_idempotent(&self, claim: &Claim, _now: Millis) -> Result<Begin, StoreError> {
-        // Redis judges leases by its own clock, and expires records by it (`PEXPIREAT`).
+        // Redis judges leases by its own clock; a record's retention ends at the claim's
+        // `expires_at` (set from the replica's clock), which `PEXPIREAT` applies.
         let token = format!("{:032x}", rand::random::<u128>());
         let lease = i64::try_from(self.lock_wait.as_millis()).unwrap_or(i64::MAX);
         let key = claim_key(claim);
