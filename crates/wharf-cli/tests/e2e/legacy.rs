@@ -490,8 +490,9 @@ async fn a_newer_stream_of_a_session_ends_the_older_one() {
     let (status, older) = session.listen().await.unwrap();
     assert_eq!(status, 200);
     let mut older = Box::pin(older);
-    // Opened a moment later, so that its key is the newer one.
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    // A stream announces itself when its body is first polled, before its response head is
+    // flushed (and this server's bus is in-process, so at once): by the time the 200 above
+    // arrived, the older stream's announcement was on the bus.
     let (status, newer) = session.listen().await.unwrap();
     assert_eq!(status, 200);
     let mut newer = Box::pin(newer);
@@ -525,18 +526,13 @@ async fn a_sessions_stream_ends_at_shutdown() {
     let session = open(&server.client()).await;
     let (status, events) = session.listen().await.unwrap();
     assert_eq!(status, 200);
-    let signalled = std::time::Instant::now();
     server.terminate();
     let rest: Vec<Value> = tokio::time::timeout(WAIT, Box::pin(events).collect())
         .await
         .expect("the session's stream ends at shutdown");
     assert!(rest.is_empty(), "{rest:?}");
+    // Ended by the shutdown itself: the drain's deadline (120 s) is far past the waits above.
     assert!(server.wait_exit(Duration::from_secs(15)).success());
-    assert!(
-        signalled.elapsed() < Duration::from_secs(60),
-        "the server waited for the stream: {:?}",
-        signalled.elapsed()
-    );
 }
 
 /// A session's log level applies to every later call; its messages travel on the call's
