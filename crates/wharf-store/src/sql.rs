@@ -703,6 +703,18 @@ impl Store for SqlStore {
         None
     }
 
+    fn step_claims(&self) -> Option<usize> {
+        match &self.pool {
+            // Half the pool: the other half stays for the steps (and every other call).
+            #[cfg(feature = "postgres")]
+            SqlPool::Postgres(pool) => {
+                usize::try_from(pool.options().get_max_connections() / 2).ok()
+            }
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
     async fn lock_key(&self, key: &str) -> Result<Option<Box<dyn KeyLock>>, StoreError> {
         #[cfg(feature = "postgres")]
         if let Some(locks) = &self.locks {

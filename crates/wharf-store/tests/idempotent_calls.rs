@@ -322,6 +322,24 @@ async fn records_kept_forever_still_replay(store: Arc<dyn Store>) {
     assert_eq!(rows(&store, &log).await, 1);
 }
 
+/// Writes in steps that hold their claims while they commit steps of their own: more of them
+/// at once than the store has connections all complete (on PostgreSQL each held claim keeps a
+/// connection, which the steps of every write in steps also need).
+async fn more_writes_in_steps_than_connections_all_complete(store: Arc<dyn Store>) {
+    let script = Arc::new(Script::default());
+    let s = server(Arc::clone(&store), &script);
+    let log = unique("log");
+    let calls = (0..8).map(|n| {
+        let args = json!({ "log": log, "n": n, "idempotency_key": unique("key") });
+        tokio::spawn(run_owned(s.clone(), "alice", args))
+    });
+    for call in futures_util::future::join_all(calls).await {
+        let result = call.unwrap();
+        assert_eq!(result["structuredContent"]["appended"], 2, "{result}");
+    }
+    assert_eq!(rows(&store, &log).await, 16, "every step of every write");
+}
+
 async fn run_owned(server: Server, who: &'static str, args: Value) -> Value {
     run(&server, who, "append_in_steps", args).await
 }
@@ -355,3 +373,62 @@ all_backends!(
     writes_in_steps_run_once_per_key,
     records_kept_forever_still_replay,
 );
+
+/// A store with two connections (PostgreSQL's pool, SQLite's), for writes in steps that
+/// outnumber them.
+async fn two_connections(url: &str) -> Arc<dyn Store> {
+    let mut options = support::options(WAIT);
+    options.max_connections = 2;
+    wharf_store::open(url, &options)
+        .await
+        .expect("open the store")
+}
+
+/// A PostgreSQL pool of one connection cannot hold a claim and take a step beside it: a
+/// server with a write in steps on it is refused when it is built, not left to stall.
+#[tokio::test]
+async fn a_write_in_steps_on_a_one_connection_pool_is_refused_at_build() {
+    let mut options = support::options(WAIT);
+    options.max_connections = 1;
+    let store = wharf_store::open(&support::pg_url(), &options)
+        .await
+        .expect("open PostgreSQL");
+    let script = Arc::new(Script::default());
+    let built = Server::builder(Implementation::new("t", "1"))
+        .store(store)
+        .tool(
+            tool("append_in_steps")
+                .idempotent_in_steps()
+                .handler(move |cx, args: Append| append_in_steps(cx, args, Arc::clone(&script))),
+        )
+        .build();
+    let Err(error) = built else {
+        panic!("a write in steps was built on a pool of one connection");
+    };
+    let error = error.to_string();
+    assert!(
+        error.contains("append_in_steps") && error.contains("at least 2 connections"),
+        "{error}"
+    );
+}
+
+mod small_pool {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite() {
+        let url = super::support::sqlite_url("small-pool");
+        let store = super::two_connections(&url).await;
+        super::more_writes_in_steps_than_connections_all_complete(store).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        let store = super::two_connections(&super::support::pg_url()).await;
+        super::more_writes_in_steps_than_connections_all_complete(store).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis() {
+        let store = super::two_connections(&super::support::redis_url()).await;
+        super::more_writes_in_steps_than_connections_all_complete(store).await;
+    }
+}

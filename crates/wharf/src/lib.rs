@@ -38,6 +38,7 @@ mod cursor;
 mod dispatch;
 mod driver;
 mod error;
+mod fair_share;
 mod handle_args;
 mod handler;
 mod keys;

@@ -12,7 +12,7 @@ pub(crate) use crate::handle_args::HandleParam;
 use crate::prompt::PromptDef;
 use crate::resource::{CompiledTemplate, ResourceDef, TemplateDef};
 use crate::schema::{self, HeaderParam};
-use crate::tool::ToolDef;
+use crate::tool::{Idempotence, ToolDef};
 use crate::uri_template::Vars;
 
 /// What a server is built from.
@@ -24,6 +24,8 @@ pub(crate) struct Definitions {
     pub(crate) templates: Vec<TemplateDef>,
     /// Whether the server has a store (handles and idempotent tools need one).
     pub(crate) has_store: bool,
+    /// The store's [`Store::step_claims`](crate::store::Store::step_claims).
+    pub(crate) step_claims: Option<usize>,
     /// Whether to declare the `logging` capability.
     pub(crate) logging: bool,
 }
@@ -92,6 +94,14 @@ pub enum BuildError {
         tool: String,
         /// The argument it names.
         argument: String,
+    },
+    #[error(
+        "tool {tool:?} writes in steps, which this store cannot run: it holds a call's claim on a connection of its own while the steps take others, so its pool needs at least 2 connections"
+    )]
+    /// A write in steps on a store whose pool is too small to run one.
+    StepsNeedConnections {
+        /// The tool.
+        tool: String,
     },
     /// A page size of 0.
     #[error("page size must be at least 1")]
@@ -201,6 +211,9 @@ impl Registry {
                 })?;
             if (def.idempotent.is_some() || !handles.is_empty()) && !defs.has_store {
                 return Err(BuildError::NeedsStore { tool: name });
+            }
+            if def.idempotent == Some(Idempotence::InSteps) && defs.step_claims == Some(0) {
+                return Err(BuildError::StepsNeedConnections { tool: name });
             }
             if let Some(argument) = &def.mutates {
                 if !required_string(&def.tool.input_schema, argument) {

@@ -12,6 +12,7 @@ use wharf_protocol::{ResultMeta, ServerInfo};
 use crate::bus::{ChangeEvent, NotificationBus};
 use crate::config::ServerConfig;
 use crate::error::RpcError;
+use crate::fair_share::FairShare;
 use crate::keys::KeyRing;
 use crate::limits::Gate;
 use crate::metrics::{Metrics, StoreOp};
@@ -33,6 +34,9 @@ pub(crate) struct Runtime {
     pub(crate) gate: Gate,
     /// The per-key queues of mutating calls.
     pub(crate) mutations: Arc<MutationQueue>,
+    /// The claims writes in steps may hold at once, where each keeps one of the store's
+    /// connections ([`Store::step_claims`]).
+    pub(crate) step_claims: Option<Arc<FairShare>>,
     pub(crate) shutdown: CancellationToken,
     /// Cancelled when the server starts draining (and at shutdown).
     pub(crate) draining: CancellationToken,

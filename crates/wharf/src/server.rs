@@ -10,6 +10,7 @@ use crate::admission::{self, Admitted, ErrorReply};
 use crate::bus::{ChangeEvent, InProcessBus, NotificationBus};
 use crate::config::ServerConfig;
 use crate::dispatch::Core;
+use crate::fair_share::FairShare;
 use crate::keys::KeyRing;
 use crate::legacy::Sessions;
 use crate::limits::Gate;
@@ -321,6 +322,7 @@ impl ServerBuilder {
             resources: self.resources,
             templates: self.templates,
             has_store: self.store.is_some(),
+            step_claims: self.store.as_ref().and_then(|s| s.step_claims()),
             logging: self.logging,
         })?;
         let config = self.config;
@@ -332,6 +334,11 @@ impl ServerBuilder {
                 registry.tools.iter().any(|t| t.limit.is_some()),
             ),
             mutations: Arc::new(MutationQueue::new(config.max_store_locks_per_principal)),
+            step_claims: self
+                .store
+                .as_ref()
+                .and_then(|s| s.step_claims())
+                .map(|n| Arc::new(FairShare::new(n))),
             bus: self
                 .bus
                 .or_else(|| self.store.as_ref().and_then(|s| s.bus()))

@@ -12,6 +12,7 @@ use wharf_protocol::{CallToolParams, CallToolResult, RequestId, ResultType, meth
 use crate::context::{Context, Finished, Hold, TxSlot};
 use crate::driver::{Ended, drive, open_turn};
 use crate::error::{ErrorKind, RpcError};
+use crate::fair_share::Share;
 use crate::methods::Call;
 use crate::metrics::{Outcome, StoreOp};
 use crate::mrtr::Binding;
@@ -96,6 +97,11 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
             t.min(runtime.config.max_call_duration)
         });
     let deadline = tokio::time::Instant::now() + limit;
+    let bound = Bound {
+        tool: name,
+        limit,
+        deadline,
+    };
     // What the tool mutates, read before the idempotency key leaves the arguments.
     let mutation = entry.def.mutates.as_ref().map(|argument| {
         let value = args
@@ -116,13 +122,10 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
             let wait = runtime
                 .mutations
                 .wait_turn(line, caller.principal.id(), None);
-            match turn_on(runtime, wait, deadline, Some(&k.claim)).await? {
-                Some(Waited::Turn(turn)) => Some(turn),
-                Some(Waited::Replay(stored)) => return replay(runtime, &id, &stored),
-                None => {
-                    let earlier = "an earlier attempt of the same write";
-                    return Err(timed_out_waiting(name, limit, earlier));
-                }
+            let behind = || "an earlier attempt of the same write".into();
+            match turn_on(runtime, wait, &bound, Some(&k.claim), behind).await? {
+                Waited::Turn(turn) => Some(turn),
+                Waited::Replay(stored) => return replay(runtime, &id, &stored),
             }
         }
         _ => None,
@@ -134,16 +137,27 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
                 .mutations
                 .wait_turn(key, principal, runtime.store.as_ref());
             let replayable = keyed.as_ref().map(|k| &k.claim);
-            match turn_on(runtime, wait, deadline, replayable).await? {
-                Some(Waited::Turn(turn)) => Some(turn),
-                Some(Waited::Replay(stored)) => return replay(runtime, &id, &stored),
-                None => {
-                    let earlier = format!("earlier calls on the same {argument}");
-                    return Err(timed_out_waiting(name, limit, &earlier));
-                }
+            let behind = || format!("earlier calls on the same {argument}");
+            match turn_on(runtime, wait, &bound, replayable, behind).await? {
+                Waited::Turn(turn) => Some(turn),
+                Waited::Replay(stored) => return replay(runtime, &id, &stored),
             }
         }
         None => None,
+    };
+    // A write in steps that holds its claim on a connection of its own waits for one of the
+    // places the store keeps for such claims (after its turns, which every call takes in
+    // the same order), so the steps of those holding one always find a connection.
+    let step_claim = match (&keyed, &runtime.step_claims) {
+        (Some(k), Some(places)) if k.how == Idempotence::InSteps && k.holds_claim => {
+            let wait = async { Ok(places.enter(caller.principal.id()).await) };
+            let behind = || "other writes in steps holding the store's connections".into();
+            match turn_on(runtime, wait, &bound, Some(&k.claim), behind).await? {
+                Waited::Turn(place) => Some(place),
+                Waited::Replay(stored) => return replay(runtime, &id, &stored),
+            }
+        }
+        _ => None,
     };
     let fence = lock.as_ref().and_then(KeyTurn::fence);
     let prepared = prepare(
@@ -218,6 +232,7 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
                 Idempotence::InSteps => Record::AfterSteps(k.claim, held_claim),
             }),
             [lock, key_turn],
+            step_claim,
             result,
             failed,
         )
@@ -242,12 +257,14 @@ enum Record {
 /// Commits a call's writes and records its first result (in the same transaction, or
 /// after the handler's own commits for a write in steps), or rolls them back when it
 /// failed; then hands its keys to the next caller: `turns` are the turn on what the tool
-/// mutates and a write in steps' turn on its idempotency key. Returns the result to send.
+/// mutates and a write in steps' turn on its idempotency key; `step_claim` is the place its
+/// held claim takes among the store's connections. Returns the result to send.
 async fn settle(
     runtime: Arc<Runtime>,
     slot: Option<Arc<TxSlot>>,
     record: Option<Record>,
     turns: [Option<KeyTurn>; 2],
+    step_claim: Option<Share>,
     result: CallToolResult,
     failed: bool,
 ) -> Result<CallToolResult, RpcError> {
@@ -296,6 +313,8 @@ async fn settle(
         let record = record_steps(runtime.require_store()?, &claim, held, &result);
         runtime.store_op(StoreOp::Commit, record).await?;
     }
+    // The held claim has given its connection back.
+    drop(step_claim);
     // Only now, with the writes committed, may the next call on the keys run.
     for turn in turns.into_iter().flatten() {
         turn.end().await;
@@ -366,9 +385,9 @@ fn keyed<'e>(
     }))
 }
 
-/// What waiting for a turn on a key came to.
-enum Waited {
-    Turn(KeyTurn),
+/// What waiting for a turn came to.
+enum Waited<T> {
+    Turn(T),
     /// The write the caller retries was made meanwhile: its first result, as stored.
     Replay(String),
 }
@@ -377,15 +396,24 @@ enum Waited {
 /// a turn free at once costs a first attempt no lookup.
 const REPLAY_LOOKUP_AFTER: Duration = Duration::from_millis(5);
 
-/// Waits for a turn (`wait`) until `deadline` (`None` past it). A retry of the write
-/// `claim` that has to wait behind another call is answered from the write's record, if it
-/// was made, without waiting any longer.
-async fn turn_on(
-    runtime: &Runtime,
-    wait: impl std::future::Future<Output = Result<KeyTurn, StoreError>>,
+/// How long a call may take: its tool, its limit and when that runs out.
+struct Bound<'a> {
+    tool: &'a str,
+    limit: Duration,
     deadline: tokio::time::Instant,
+}
+
+/// Waits for a turn (`wait`) until the call's deadline; past it, the call is refused as
+/// timed out behind what `behind` names, without having run. A retry of the write `claim`
+/// that has to wait behind another call is answered from the write's record, if it was
+/// made, without waiting any longer.
+async fn turn_on<T>(
+    runtime: &Runtime,
+    wait: impl std::future::Future<Output = Result<T, StoreError>>,
+    bound: &Bound<'_>,
     claim: Option<&Claim>,
-) -> Result<Option<Waited>, StoreError> {
+    behind: impl FnOnce() -> String,
+) -> Result<Waited<T>, RpcError> {
     let store = runtime.store.as_ref();
     let waited = async {
         tokio::pin!(wait);
@@ -411,26 +439,24 @@ async fn turn_on(
         }
     };
     let started = std::time::Instant::now();
-    let waited = tokio::time::timeout_at(deadline, waited)
+    let waited = tokio::time::timeout_at(bound.deadline, waited)
         .instrument(trace::mutation_wait())
         .await;
     if let Some(m) = &runtime.metrics {
         m.lock_waited(started.elapsed());
     }
     match waited {
-        Ok(waited) => waited.map(Some),
-        Err(_) => Ok(None),
+        Ok(waited) => Ok(waited?),
+        Err(_) => Err(RpcError::new(
+            ErrorKind::TimedOut,
+            format!(
+                "Timed out: tool {} waited its whole limit of {} for {} to finish; it did not run",
+                bound.tool,
+                human(bound.limit),
+                behind()
+            ),
+        )),
     }
-}
-
-fn timed_out_waiting(name: &str, limit: Duration, behind: &str) -> RpcError {
-    RpcError::new(
-        ErrorKind::TimedOut,
-        format!(
-            "Timed out: tool {name} waited its whole limit of {} for {behind} to finish; it did not run",
-            human(limit)
-        ),
-    )
 }
 
 /// Records the first result of a write in steps, once its handler's commits landed: in the

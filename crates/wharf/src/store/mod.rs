@@ -189,6 +189,17 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// How many claims this process may hold at once while their handlers commit steps of
+    /// their own (writes in steps), when each held claim keeps a connection from the pool
+    /// those steps take too (PostgreSQL). The core lets no more than that hold theirs, so
+    /// the steps of those that do always find a connection. `Some(0)`: no write in steps can
+    /// run (a server with one refuses to build). `None` when a held claim keeps no
+    /// connection (Redis's leases) or none is held (SQLite, whose one writer the core's line
+    /// serves instead).
+    fn step_claims(&self) -> Option<usize> {
+        None
+    }
+
     /// Takes the lock on mutation key `key` shared by every process on this store, first
     /// come first served, waiting as long as it takes (the caller bounds the wait). Dropping
     /// the future while it waits leaves the line without ever holding the lock. `Ok(None)`
