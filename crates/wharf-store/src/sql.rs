@@ -24,8 +24,8 @@ use serde_json::Value;
 use sqlx::migrate::Migrator;
 use sqlx::{Executor, Row};
 use wharf::store::{
-    Begin, Claim, HandleRecord, KeyLock, Millis, NewRecord, Record, SHARED_KEY_LEN, SharedKey,
-    Store, StoreError, Transaction, TxMode, Write, check_key,
+    Begin, Claim, Fence, HandleRecord, KeyLock, Millis, NewRecord, Record, SHARED_KEY_LEN,
+    SharedKey, Store, StoreError, Transaction, TxMode, Write, check_key,
 };
 
 #[cfg(feature = "postgres")]
@@ -219,10 +219,7 @@ async fn settle_sqlite(
 ) -> Result<Begin, StoreError> {
     let tx = TypedTx::Sqlite(tx);
     match seen {
-        None => Ok(Begin::Run(Box::new(SqlTx {
-            tx,
-            claim_written: false,
-        }))),
+        None => Ok(Begin::Run(Box::new(SqlTx::new(tx, false)))),
         Some(seen) => settle(tx, claim, false, Some(seen)).await,
     }
 }
@@ -242,10 +239,7 @@ async fn settle(
     seen: Option<Seen>,
 ) -> Result<Begin, StoreError> {
     if claimed {
-        return Ok(Begin::Run(Box::new(SqlTx {
-            tx,
-            claim_written: true,
-        })));
+        return Ok(Begin::Run(Box::new(SqlTx::new(tx, true))));
     }
     let seen = match seen {
         Some(s) if s.state == "done" => s,
@@ -627,10 +621,7 @@ impl Store for SqlStore {
     }
 
     async fn begin(&self, mode: TxMode) -> Result<Box<dyn Transaction>, StoreError> {
-        Ok(Box::new(SqlTx {
-            tx: self.begin_tx(mode).await?,
-            claim_written: false,
-        }))
+        Ok(Box::new(SqlTx::new(self.begin_tx(mode).await?, false)))
     }
 
     async fn begin_idempotent(&self, claim: &Claim, now: Millis) -> Result<Begin, StoreError> {
@@ -803,10 +794,7 @@ impl Store for SqlStore {
 
     async fn sweep(&self, now: Millis, batch: u32) -> Result<u64, StoreError> {
         let cutoff = now.saturating_sub(EXPIRED_HANDLE_GRACE_MS);
-        let mut tx = SqlTx {
-            tx: self.begin_tx(TxMode::Write).await?,
-            claim_written: false,
-        };
+        let mut tx = SqlTx::new(self.begin_tx(TxMode::Write).await?, false);
         let expired = "SELECT id FROM wharf_handles \
              WHERE expires_at < $1 OR (idle_ms IS NOT NULL AND last_used_at < $1 - idle_ms) \
              LIMIT $2";
@@ -840,6 +828,23 @@ impl Store for SqlStore {
                 .await
                 .map_err(db_error)?
                 .rows_affected());
+        }
+        // The fences of keys nobody locked for a week. A call that still held one would fail
+        // its commit (as if its lock were lost) and be retried: safe, where a token seen
+        // again would not be (tokens come from a sequence, so none ever is).
+        #[cfg(feature = "postgres")]
+        #[allow(irrefutable_let_patterns)]
+        if let TypedTx::Postgres(t) = &mut tx.tx {
+            removed += sqlx::query(
+                "DELETE FROM wharf_lock_fences WHERE locked_at <= $1 AND lock IN \
+                 (SELECT lock FROM wharf_lock_fences WHERE locked_at <= $1 LIMIT $2)",
+            )
+            .bind(now.saturating_sub(LOCK_FENCES_KEPT_MS))
+            .bind(i64::from(batch))
+            .execute(&mut **t)
+            .await
+            .map_err(db_error)?
+            .rows_affected();
         }
         Box::new(tx).commit().await?;
         // (The only kind of pool in a build for SQLite alone.)
@@ -876,6 +881,10 @@ async fn checkpoint(pool: &sqlx::SqlitePool) {
     }
 }
 
+/// How long the fence of a mutation key nobody locks is kept (PostgreSQL).
+#[cfg(feature = "postgres")]
+const LOCK_FENCES_KEPT_MS: Millis = 7 * 24 * 60 * 60 * 1000;
+
 /// A transaction on a [`SqlStore`]: what [`Transaction::backend_tx`] of a SQL store gives,
 /// for code that writes its own tables in the call's transaction ([`SqlTx::postgres`],
 /// [`SqlTx::sqlite`], or [`SqlTx::sqlx`] for code that serves both).
@@ -897,6 +906,10 @@ pub struct SqlTx {
     /// Whether the claim's record was written as `running` when it was claimed (PostgreSQL);
     /// on SQLite it is written only on completion.
     claim_written: bool,
+    /// The mutation lock's fence the commit checks (PostgreSQL; SQLite's locks are the
+    /// process's own).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    fence: Option<Fence>,
 }
 
 /// Runs a transaction's begin on a task of its own, so that it completes even when the call
@@ -959,6 +972,14 @@ async fn lock_handle(
 }
 
 impl SqlTx {
+    fn new(tx: TypedTx, claim_written: bool) -> Self {
+        SqlTx {
+            tx,
+            claim_written,
+            fence: None,
+        }
+    }
+
     /// The call's transaction, typed for its database.
     pub fn sqlx(&mut self) -> &mut TypedTx {
         &mut self.tx
@@ -1172,7 +1193,15 @@ impl Transaction for SqlTx {
         }
     }
 
-    async fn commit(self: Box<Self>) -> Result<(), StoreError> {
+    fn fence(&mut self, fence: &Fence) {
+        self.fence = Some(fence.clone());
+    }
+
+    async fn commit(mut self: Box<Self>) -> Result<(), StoreError> {
+        #[cfg(feature = "postgres")]
+        if let (Some(fence), TypedTx::Postgres(tx)) = (&self.fence, &mut self.tx) {
+            pg_lock::check_fence(tx, fence).await?;
+        }
         on_driver!(TypedTx, self.tx, |tx| tx.commit().await.map_err(db_error))
     }
 

@@ -16,7 +16,7 @@ use wharf_store::Documents;
 use ::redis::AsyncCommands;
 use serde_json::json;
 use support::*;
-use wharf::store::{KeyLock, Store, StoreError, TxMode};
+use wharf::store::{Fence, KeyLock, Store, StoreError, TxMode};
 use wharf_store::open;
 
 /// A lease (Redis) far longer than any test here: none passes because a lease ran out.
@@ -296,27 +296,99 @@ async fn redis_refuses_the_writes_of_a_holder_whose_lease_ran_out() {
     let next = tokio::time::timeout(Duration::from_secs(3), lock(&b, &key))
         .await
         .expect("the next waiter takes over a lapsed lease");
-    assert!(next.fence().unwrap().token > fence.token, "tokens increase");
+    only_the_live_holder_commits((&a, &fence), (&b, &next.fence().unwrap())).await;
+    next.release().await;
+    stalled.release().await;
+}
 
+/// The writes of the holder that lost its key (`late`) are refused at commit and leave
+/// nothing; the live holder's go through.
+async fn only_the_live_holder_commits(
+    (late_store, late_fence): (&Arc<dyn Store>, &Fence),
+    (live_store, live_fence): (&Arc<dyn Store>, &Fence),
+) {
+    assert!(live_fence.token > late_fence.token, "tokens increase");
     let doc = unique_key();
-    let mut late = a.begin(TxMode::Write).await.unwrap();
-    late.fence(&fence);
+    let mut late = late_store.begin(TxMode::Write).await.unwrap();
+    late.fence(late_fence);
     late.put_doc("fenced", &doc, &json!(1)).await.unwrap();
     assert!(matches!(late.commit().await, Err(StoreError::LeaseLost)));
-    let mut read = b.begin(TxMode::Read).await.unwrap();
+    let mut read = live_store.begin(TxMode::Read).await.unwrap();
     assert_eq!(
         read.get_doc("fenced", &doc).await.unwrap(),
         None,
         "nothing applied"
     );
 
-    // The live holder's writes go through.
-    let mut live = b.begin(TxMode::Write).await.unwrap();
-    live.fence(&next.fence().unwrap());
+    let mut live = live_store.begin(TxMode::Write).await.unwrap();
+    live.fence(live_fence);
     live.put_doc("fenced", &doc, &json!(2)).await.unwrap();
     live.commit().await.unwrap();
+    let mut read = live_store.begin(TxMode::Read).await.unwrap();
+    assert_eq!(read.get_doc("fenced", &doc).await.unwrap(), Some(json!(2)));
+}
+
+/// A holder whose session ended while its call ran (a network cut, a restart, an
+/// administrator's `pg_terminate_backend`) lost its advisory lock with it: once another
+/// replica took the key, the first one's writes are refused at commit, and the new holder's
+/// go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_refuses_the_writes_of_a_holder_whose_session_ended() {
+    let (a, b) = (postgres().await, postgres().await);
+    let key = unique_key();
+    let cut = lock(&a, &key).await;
+    let fence = cut.fence().expect("PostgreSQL locks are fenced");
+    let observer = pg_observer().await;
+    let ended: bool = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+         AND ((classid::bigint << 32) | objid::bigint) = hashtextextended($1, 1)",
+    )
+    .bind(&key)
+    .fetch_one(&observer)
+    .await
+    .expect("the holder's session");
+    assert!(ended, "the holder's session was ended");
+    let next = tokio::time::timeout(SOON, lock(&b, &key))
+        .await
+        .expect("the key is free once its holder's session ended");
+    only_the_live_holder_commits((&a, &fence), (&b, &next.fence().unwrap())).await;
     next.release().await;
-    stalled.release().await;
+    cut.release().await;
+}
+
+/// The sweep forgets the fences of keys nobody locked for a week, and keeps the others.
+#[tokio::test]
+async fn postgres_sweeps_the_fences_of_keys_idle_for_a_week() {
+    let store = postgres().await;
+    let (idle, fresh) = (unique_key(), unique_key());
+    for key in [&idle, &fresh] {
+        lock(&store, key).await.release().await;
+    }
+    let observer = pg_observer().await;
+    let fences = async |key: &str| -> i64 {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM wharf_lock_fences WHERE lock = hashtextextended($1, 1)",
+        )
+        .bind(key)
+        .fetch_one(&observer)
+        .await
+        .expect("wharf_lock_fences")
+    };
+    assert_eq!((fences(&idle).await, fences(&fresh).await), (1, 1));
+    sqlx::query(
+        "UPDATE wharf_lock_fences SET locked_at = locked_at - 8 * 86400000 \
+         WHERE lock = hashtextextended($1, 1)",
+    )
+    .bind(&idle)
+    .execute(&observer)
+    .await
+    .expect("backdate a fence");
+    store
+        .sweep(wharf::store::now_millis(), 10_000)
+        .await
+        .unwrap();
+    assert_eq!(fences(&idle).await, 0, "idle for over a week");
+    assert_eq!(fences(&fresh).await, 1, "locked just now");
 }
 
 /// A holder keeps its key for as long as it holds it, far past one lease: its lease is

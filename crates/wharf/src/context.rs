@@ -39,7 +39,7 @@ pub struct Context {
     tx: Option<Arc<TxSlot>>,
     /// The handle arguments the core checked before the handler runs.
     handles: Vec<HandleRecord>,
-    /// The call's mutation lock, where it is a lease, for transactions the handler opens.
+    /// The fence of the call's mutation lock, for transactions the handler opens.
     fence: Option<Fence>,
     /// The key of an idempotent call's write, for effects outside the store.
     effect_key: Option<String>,
@@ -493,8 +493,8 @@ impl Context {
     /// A transaction of the handler's own, which it commits itself: for work recorded in
     /// steps (how far a long call got) or reads outside the call's transaction. Under a
     /// mutation lock ([`ToolBuilder::mutates`](crate::tool::ToolBuilder::mutates)) it carries
-    /// the lock's fence, so on a store whose locks are leases its commit applies nothing once
-    /// the call lost its key.
+    /// the lock's fence, so on a shared store its commit applies nothing once the call lost
+    /// its key.
     pub async fn transaction(&self, mode: TxMode) -> Result<Box<dyn Transaction>, HandlerError> {
         let begin = self.store()?.begin(mode);
         let mut tx = self.runtime.store_op(StoreOp::Begin, begin).await?;

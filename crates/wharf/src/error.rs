@@ -208,7 +208,7 @@ impl From<crate::store::StoreError> for RpcError {
             ),
             crate::store::StoreError::LeaseLost => RpcError::new(
                 ErrorKind::RetryLater,
-                "Busy: this call held its key longer than its lease and nothing was applied; retry",
+                "Busy: this call lost its lock on its key before it committed (its lease ran out or its lock session ended) and nothing was applied; retry",
             ),
             other => RpcError::internal(other),
         }

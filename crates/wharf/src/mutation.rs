@@ -69,7 +69,7 @@ pub(crate) struct KeyTurn {
 }
 
 impl KeyTurn {
-    /// What the call's transaction must check at commit, where the lock is a lease.
+    /// What the call's transaction must check at commit, where the lock can end under it.
     pub(crate) fn fence(&self) -> Option<Fence> {
         self.lock.as_ref().and_then(|l| l.fence())
     }

@@ -8,6 +8,16 @@
 //! takes a connection from the calls' transactions (nor deadlocks against them); the core
 //! bounds the wait by the call's own time limit. Two round trips per call: lock, unlock.
 //!
+//! A session can also end while its process lives on (a network cut, a server restart,
+//! `idle_session_timeout`, an administrator's `pg_terminate_backend`), and with it the
+//! lock, while the call that took it still runs. So every lock is fenced: taking it writes
+//! a new token (from a sequence, so never one seen before) under the key in
+//! `wharf_lock_fences`, in the same statement, and a transaction written under the lock
+//! checks at commit, holding that row, that the token is still its own
+//! ([`check_fence`]). A holder that lost its session commits nothing once the next one took
+//! the key; and the next one cannot take it while such a commit holds the row, so their
+//! writes never interleave.
+//!
 //! A wait that is abandoned (the call was cancelled or timed out) closes its session. With
 //! `client_connection_check_interval` (PostgreSQL 14 and later, set on these sessions)
 //! the waiting backend notices within 100 ms and leaves the queue; on older servers it
@@ -16,12 +26,20 @@
 use async_trait::async_trait;
 use sqlx::pool::{PoolConnection, PoolOptions};
 use sqlx::{Executor, PgPool, Postgres};
-use wharf::store::{Fence, KeyLock, StoreError};
+use wharf::store::{Fence, KeyLock, StoreError, now_millis};
 
 use super::db_error;
 
 /// Mutation keys are hashed with this seed, so they never meet the handle locks (seed 0).
-const LOCK: &str = "SELECT pg_advisory_lock(hashtextextended($1, 1))";
+/// The lock is taken first (the insert reads its row), then its new token written.
+const LOCK: &str = "WITH held AS (SELECT pg_advisory_lock(hashtextextended($1, 1))) \
+     INSERT INTO wharf_lock_fences (lock, token, locked_at) \
+     SELECT hashtextextended($1, 1), nextval('wharf_lock_tokens'), $2 FROM held \
+     ON CONFLICT (lock) DO UPDATE SET token = EXCLUDED.token, locked_at = EXCLUDED.locked_at \
+     RETURNING token";
+/// The token of the key's holder, its row held until the transaction ends.
+const FENCE: &str =
+    "SELECT token FROM wharf_lock_fences WHERE lock = hashtextextended($1, 1) FOR UPDATE";
 const UNLOCK: &str = "SELECT pg_advisory_unlock(hashtextextended($1, 1))";
 
 /// The lock pool of one store.
@@ -71,14 +89,19 @@ impl PgLocks {
         let Some(conn) = waiting.0.as_mut() else {
             return Err(StoreError::Backend("lock connection missing".into()));
         };
-        sqlx::query(LOCK)
+        let token: i64 = sqlx::query_scalar(LOCK)
             .bind(key)
-            .execute(&mut **conn)
+            .bind(now_millis())
+            .fetch_one(&mut **conn)
             .await
             .map_err(db_error)?;
         Ok(Box::new(PgKeyLock {
             conn: waiting.0.take(),
-            key: key.to_owned(),
+            fence: Fence {
+                key: key.to_owned(),
+                token: u64::try_from(token)
+                    .map_err(|_| StoreError::Corrupt(format!("lock token {token}")))?,
+            },
         }))
     }
 }
@@ -95,10 +118,10 @@ impl Drop for Waiting {
     }
 }
 
-/// A held advisory lock and the session that holds it.
+/// A held advisory lock, the session that holds it, and its token.
 struct PgKeyLock {
     conn: Option<PoolConnection<Postgres>>,
-    key: String,
+    fence: Fence,
 }
 
 impl Drop for PgKeyLock {
@@ -113,7 +136,7 @@ impl Drop for PgKeyLock {
 #[async_trait]
 impl KeyLock for PgKeyLock {
     fn fence(&self) -> Option<Fence> {
-        None
+        Some(self.fence.clone())
     }
 
     async fn release(mut self: Box<Self>) {
@@ -124,7 +147,7 @@ impl KeyLock for PgKeyLock {
             return;
         };
         match sqlx::query(UNLOCK)
-            .bind(&self.key)
+            .bind(&self.fence.key)
             .execute(&mut **conn)
             .await
         {
@@ -134,5 +157,23 @@ impl KeyLock for PgKeyLock {
                 tracing::warn!(error = %e, "could not release a mutation lock; closing its session");
             }
         }
+    }
+}
+
+/// Fails with [`StoreError::LeaseLost`] unless `fence` is still its key's holder, and keeps
+/// the key's row locked until `tx` ends, so that no next holder takes the key before this
+/// commit lands.
+pub(super) async fn check_fence(
+    tx: &mut sqlx::Transaction<'static, Postgres>,
+    fence: &Fence,
+) -> Result<(), StoreError> {
+    let holder: Option<i64> = sqlx::query_scalar(FENCE)
+        .bind(&fence.key)
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(db_error)?;
+    match holder {
+        Some(token) if u64::try_from(token).ok() == Some(fence.token) => Ok(()),
+        _ => Err(StoreError::LeaseLost),
     }
 }

@@ -11,17 +11,17 @@ use async_trait::async_trait;
 /// released in the background.
 #[async_trait]
 pub trait KeyLock: Send {
-    /// The proof a transaction checks again at commit, for locks that are leases and can
-    /// run out while their holder still runs (Redis); `None` for locks that last as long as
-    /// their holder's process (PostgreSQL).
+    /// The proof a transaction checks again at commit, for locks that can end while their
+    /// holder still runs (a Redis lease, a PostgreSQL session); `None` for locks that last
+    /// as long as their holder's process.
     fn fence(&self) -> Option<Fence>;
 
     /// Releases the lock; the next waiter in line takes it.
     async fn release(self: Box<Self>);
 }
 
-/// What a lease-based lock hands to the transactions written under it: the key and the
-/// holder's token, which increases with every holder of the key. A commit whose token is no
+/// What a lock that can end under its holder hands to the transactions written under it:
+/// the key and the holder's token, which increases with every holder of the key. A commit whose token is no
 /// longer the holder's applies nothing ([`StoreError::LeaseLost`](super::StoreError::LeaseLost)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fence {

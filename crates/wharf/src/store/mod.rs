@@ -90,9 +90,9 @@ pub enum StoreError {
     /// commit); nothing it wrote was applied.
     #[error("the handle was retired while the call ran; nothing was applied")]
     HandleGone,
-    /// The call's mutation lock was a lease and ran out before it committed (its holder
-    /// stalled longer than the lease); another call may hold the key now, so nothing it
-    /// wrote was applied.
+    /// The call lost its mutation lock before it committed (a lease its holder outlived, a
+    /// lock session that ended); another call may hold the key now, so nothing it wrote was
+    /// applied.
     #[error("the call's lock on its key ran out before it committed; nothing was applied")]
     LeaseLost,
     /// A request no store accepts (a record key past its length limit); the caller's
