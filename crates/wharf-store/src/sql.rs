@@ -396,6 +396,17 @@ impl SqlStore {
     }
 }
 
+/// Every statement of the store is written for READ COMMITTED, PostgreSQL's default: a
+/// row another transaction changed while a statement waited for it is read again, where a
+/// stricter level (a role's or database's `default_transaction_isolation`) would fail the
+/// statement instead. So each session of the store's pools sets it for itself.
+#[cfg(feature = "postgres")]
+pub(crate) async fn read_committed(conn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
+    conn.execute("SET default_transaction_isolation = 'read committed'")
+        .await
+        .map(drop)
+}
+
 impl SqlPool {
     /// Opens a pool with the settings every store connection needs.
     async fn connect(
@@ -433,7 +444,7 @@ impl SqlPool {
                     Box::pin(async move {
                         conn.execute(&*format!("SET lock_timeout = {wait_ms}"))
                             .await?;
-                        Ok(())
+                        read_committed(conn).await
                     })
                 })
                 .connect(url)
@@ -696,10 +707,12 @@ impl Store for SqlStore {
 
     fn step_claims(&self) -> Option<usize> {
         match &self.pool {
-            // Half the pool: the other half stays for the steps (and every other call).
+            // The change bus's listener keeps one connection of the pool for good; of the
+            // rest, half may hold claims and half stays for the steps (and every other call).
             #[cfg(feature = "postgres")]
             SqlPool::Postgres(pool) => {
-                usize::try_from(pool.options().get_max_connections() / 2).ok()
+                let max = pool.options().get_max_connections();
+                usize::try_from(max.saturating_sub(1) / 2).ok()
             }
             #[allow(unreachable_patterns)]
             _ => None,
@@ -835,11 +848,15 @@ impl Store for SqlStore {
         #[cfg(feature = "postgres")]
         #[allow(irrefutable_let_patterns)]
         if let TypedTx::Postgres(t) = &mut tx.tx {
+            // By the database's clock, which wrote `locked_at`.
             removed += sqlx::query(
-                "DELETE FROM wharf_lock_fences WHERE locked_at <= $1 AND lock IN \
-                 (SELECT lock FROM wharf_lock_fences WHERE locked_at <= $1 LIMIT $2)",
+                "WITH past AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint \
+                 - $1 AS cutoff) \
+                 DELETE FROM wharf_lock_fences WHERE locked_at <= (SELECT cutoff FROM past) \
+                 AND lock IN (SELECT lock FROM wharf_lock_fences \
+                 WHERE locked_at <= (SELECT cutoff FROM past) LIMIT $2)",
             )
-            .bind(now.saturating_sub(LOCK_FENCES_KEPT_MS))
+            .bind(LOCK_FENCES_KEPT_MS)
             .bind(i64::from(batch))
             .execute(&mut **t)
             .await

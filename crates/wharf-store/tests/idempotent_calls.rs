@@ -374,61 +374,43 @@ all_backends!(
     records_kept_forever_still_replay,
 );
 
-/// A store with two connections (PostgreSQL's pool, SQLite's), for writes in steps that
-/// outnumber them.
-async fn two_connections(url: &str) -> Arc<dyn Store> {
+/// A store with `n` connections in its pool (PostgreSQL's, SQLite's).
+async fn with_connections(url: &str, n: u32) -> Arc<dyn Store> {
     let mut options = support::options(WAIT);
-    options.max_connections = 2;
+    options.max_connections = n;
     wharf_store::open(url, &options)
         .await
         .expect("open the store")
 }
 
-/// A PostgreSQL pool of one connection cannot hold a claim and take a step beside it: a
-/// server with a write in steps on it is refused when it is built, not left to stall.
-#[tokio::test]
-async fn a_write_in_steps_on_a_one_connection_pool_is_refused_at_build() {
-    let mut options = support::options(WAIT);
-    options.max_connections = 1;
-    let store = wharf_store::open(&support::pg_url(), &options)
-        .await
-        .expect("open PostgreSQL");
-    let script = Arc::new(Script::default());
-    let built = Server::builder(Implementation::new("t", "1"))
-        .store(store)
-        .tool(
-            tool("append_in_steps")
-                .idempotent_in_steps()
-                .handler(move |cx, args: Append| append_in_steps(cx, args, Arc::clone(&script))),
-        )
-        .build();
-    let Err(error) = built else {
-        panic!("a write in steps was built on a pool of one connection");
-    };
-    let error = error.to_string();
-    assert!(
-        error.contains("append_in_steps") && error.contains("at least 2 connections"),
-        "{error}"
-    );
+/// Writes in steps on a pool of three connections, with the change bus listening (on
+/// PostgreSQL its listener keeps one of them).
+async fn more_writes_in_steps_than_connections_on(url: &str) {
+    let store = with_connections(url, 3).await;
+    if let Some(bus) = store.bus() {
+        let _changes = bus.subscribe();
+        support::wait_until("the bus listens", Duration::from_secs(10), async || {
+            bus.is_connected()
+        })
+        .await;
+    }
+    more_writes_in_steps_than_connections_all_complete(store).await;
 }
 
 mod small_pool {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sqlite() {
         let url = super::support::sqlite_url("small-pool");
-        let store = super::two_connections(&url).await;
-        super::more_writes_in_steps_than_connections_all_complete(store).await;
+        super::more_writes_in_steps_than_connections_on(&url).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn postgres() {
-        let store = super::two_connections(&super::support::pg_url()).await;
-        super::more_writes_in_steps_than_connections_all_complete(store).await;
+        super::more_writes_in_steps_than_connections_on(&super::support::pg_url()).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn redis() {
-        let store = super::two_connections(&super::support::redis_url()).await;
-        super::more_writes_in_steps_than_connections_all_complete(store).await;
+        super::more_writes_in_steps_than_connections_on(&super::support::redis_url()).await;
     }
 }

@@ -416,6 +416,9 @@ impl Context {
         }
         match self.store()?.begin_idempotent(&claim, now_millis()).await? {
             crate::store::Begin::Run(mut tx) => {
+                if let Some(fence) = &self.fence {
+                    tx.fence(fence);
+                }
                 tx.complete_claim(&claim, "redeemed").await?;
                 tx.commit().await.map_err(HandlerError::from)
             }
@@ -454,7 +457,9 @@ impl Context {
         &self.principal
     }
 
-    /// The server's store, for reads outside the call's transaction.
+    /// The server's store, for reads outside the call's transaction. What is written
+    /// through it directly carries no mutation lock's fence (use [`Context::transaction`]
+    /// for writes under [`ToolBuilder::mutates`](crate::tool::ToolBuilder::mutates)).
     pub fn store(&self) -> Result<&Arc<dyn Store>, HandlerError> {
         self.runtime
             .store

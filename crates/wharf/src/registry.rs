@@ -96,7 +96,7 @@ pub enum BuildError {
         argument: String,
     },
     #[error(
-        "tool {tool:?} writes in steps, which this store cannot run: it holds a call's claim on a connection of its own while the steps take others, so its pool needs at least 2 connections"
+        "tool {tool:?} writes in steps, which this store cannot run: its pool has too few connections to hold a call's claim on one while the steps take others (PostgreSQL needs at least 3, one being the change bus's listener)"
     )]
     /// A write in steps on a store whose pool is too small to run one.
     StepsNeedConnections {

@@ -335,14 +335,19 @@ impl ToolBuilder {
     /// recorded once the handler returns; a write whose first result is recorded is never
     /// run again. Meanwhile its claim is held (PostgreSQL, Redis: a duplicate waits for it
     /// up to the store's lock wait, then gets a retryable 503), or, on a store with one
-    /// writer (SQLite, one host), its attempts take turns in the process.
+    /// writer (SQLite, one host), its attempts take turns in the process. On PostgreSQL a
+    /// held claim keeps a connection, so at most
+    /// [`Store::step_claims`](crate::store::Store::step_claims) are held at once;
+    /// a call (or duplicate) that finds them taken waits for a place within its time limit,
+    /// and a retry of a write already made is answered from its record meanwhile.
     ///
     /// Unlike [`ToolBuilder::idempotent`], the handler's commits and the record are not one
     /// transaction: an attempt that ends without a recorded result (cut short: cancelled,
     /// timed out, its replica gone; or failed, or asking the client for input) is run again
     /// by the next retry. Make each step safe to repeat, for example by keying what it
-    /// writes with [`Context::effect_key`]. On Redis the handler's own commits are fenced
-    /// only by the tool's mutation lock ([`ToolBuilder::mutates`]). Needs a store.
+    /// writes with [`Context::effect_key`]. On PostgreSQL and Redis the handler's own
+    /// commits are fenced only by the tool's mutation lock ([`ToolBuilder::mutates`]).
+    /// Needs a store.
     pub fn idempotent_in_steps(mut self) -> Self {
         self.idempotent = Some(Idempotence::InSteps);
         self
@@ -371,7 +376,8 @@ impl ToolBuilder {
     /// Declares that the tool mutates what its required string argument `argument` names
     /// (typically a handle): calls with the same value, by the same principal, run one at a
     /// time in arrival order, across every replica on a shared store (PostgreSQL advisory
-    /// locks; on Redis a lease with a fencing token). Calls that wait count against the
+    /// locks, Redis leases, each with a fencing token the call's commits check). Calls that
+    /// wait count against the
     /// tool's timeout, and a call cancelled while it waits leaves the line without running.
     /// Reads are not held up (declare only writers), and different values run in parallel.
     pub fn mutates(mut self, argument: impl Into<String>) -> Self {

@@ -94,6 +94,11 @@ pub(crate) fn mutation_wait() -> Span {
     tracing::info_span!(target: TARGET, "mcp.mutation_wait")
 }
 
+/// The wait of a write in steps for a place to hold its claim on (PostgreSQL).
+pub(crate) fn claim_wait() -> Span {
+    tracing::info_span!(target: TARGET, "mcp.claim_wait")
+}
+
 /// The handler's run; `round` is the MRTR round the request answers, if any.
 pub(crate) fn handler(round: Option<u32>) -> Span {
     tracing::info_span!(target: TARGET, "mcp.handler", mcp.mrtr.round = round)

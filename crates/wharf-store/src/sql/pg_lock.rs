@@ -16,7 +16,14 @@
 //! checks at commit, holding that row, that the token is still its own
 //! ([`check_fence`]). A holder that lost its session commits nothing once the next one took
 //! the key; and the next one cannot take it while such a commit holds the row, so their
-//! writes never interleave.
+//! writes never interleave. That costs each fenced commit a statement, and ties the lock
+//! to a row lock a transaction of the main pool holds for one round trip: a commit whose
+//! connection is cut in that round trip keeps the key's next holder waiting (within its
+//! call's limit) until PostgreSQL ends the orphaned transaction (TCP keepalives, or
+//! `idle_in_transaction_session_timeout`, which deployments should set).
+//!
+//! Replicas older than the fences take the advisory lock without writing a token: during a
+//! rolling upgrade to them, a lost session is fenced only against holders that write one.
 //!
 //! A wait that is abandoned (the call was cancelled or timed out) closes its session. With
 //! `client_connection_check_interval` (PostgreSQL 14 and later, set on these sessions)
@@ -26,15 +33,18 @@
 use async_trait::async_trait;
 use sqlx::pool::{PoolConnection, PoolOptions};
 use sqlx::{Executor, PgPool, Postgres};
-use wharf::store::{Fence, KeyLock, StoreError, now_millis};
+use wharf::store::{Fence, KeyLock, StoreError};
 
 use super::db_error;
 
 /// Mutation keys are hashed with this seed, so they never meet the handle locks (seed 0).
 /// The lock is taken first (the insert reads its row), then its new token written.
+/// `locked_at` is the database's clock, which the sweep reads too: replicas' clocks never
+/// decide whose fence is forgotten.
 const LOCK: &str = "WITH held AS (SELECT pg_advisory_lock(hashtextextended($1, 1))) \
      INSERT INTO wharf_lock_fences (lock, token, locked_at) \
-     SELECT hashtextextended($1, 1), nextval('wharf_lock_tokens'), $2 FROM held \
+     SELECT hashtextextended($1, 1), nextval('wharf_lock_tokens'), \
+     (extract(epoch FROM clock_timestamp()) * 1000)::bigint FROM held \
      ON CONFLICT (lock) DO UPDATE SET token = EXCLUDED.token, locked_at = EXCLUDED.locked_at \
      RETURNING token";
 /// The token of the key's holder, its row held until the transaction ends.
@@ -65,7 +75,7 @@ impl PgLocks {
                     let _ = conn
                         .execute("SET client_connection_check_interval = 100")
                         .await;
-                    Ok(())
+                    super::read_committed(conn).await
                 })
             })
             .connect_lazy(url)
@@ -91,16 +101,17 @@ impl PgLocks {
         };
         let token: i64 = sqlx::query_scalar(LOCK)
             .bind(key)
-            .bind(now_millis())
             .fetch_one(&mut **conn)
             .await
             .map_err(db_error)?;
+        // Read before the session leaves its guard: on an error it is closed, lock and all.
+        let token =
+            u64::try_from(token).map_err(|_| StoreError::Corrupt(format!("lock token {token}")))?;
         Ok(Box::new(PgKeyLock {
             conn: waiting.0.take(),
             fence: Fence {
                 key: key.to_owned(),
-                token: u64::try_from(token)
-                    .map_err(|_| StoreError::Corrupt(format!("lock token {token}")))?,
+                token,
             },
         }))
     }

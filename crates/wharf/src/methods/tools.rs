@@ -123,7 +123,7 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
                 .mutations
                 .wait_turn(line, caller.principal.id(), None);
             let behind = || "an earlier attempt of the same write".into();
-            match turn_on(runtime, wait, &bound, Some(&k.claim), behind).await? {
+            match turn_on(runtime, TurnOn::Key, wait, &bound, Some(&k.claim), behind).await? {
                 Waited::Turn(turn) => Some(turn),
                 Waited::Replay(stored) => return replay(runtime, &id, &stored),
             }
@@ -138,7 +138,7 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
                 .wait_turn(key, principal, runtime.store.as_ref());
             let replayable = keyed.as_ref().map(|k| &k.claim);
             let behind = || format!("earlier calls on the same {argument}");
-            match turn_on(runtime, wait, &bound, replayable, behind).await? {
+            match turn_on(runtime, TurnOn::Key, wait, &bound, replayable, behind).await? {
                 Waited::Turn(turn) => Some(turn),
                 Waited::Replay(stored) => return replay(runtime, &id, &stored),
             }
@@ -152,7 +152,8 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
         (Some(k), Some(places)) if k.how == Idempotence::InSteps && k.holds_claim => {
             let wait = async { Ok(places.enter(caller.principal.id()).await) };
             let behind = || "other writes in steps holding the store's connections".into();
-            match turn_on(runtime, wait, &bound, Some(&k.claim), behind).await? {
+            let on = TurnOn::ClaimPlace;
+            match turn_on(runtime, on, wait, &bound, Some(&k.claim), behind).await? {
                 Waited::Turn(place) => Some(place),
                 Waited::Replay(stored) => return replay(runtime, &id, &stored),
             }
@@ -229,10 +230,15 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
             slot,
             keyed.map(|k| match k.how {
                 Idempotence::OneTransaction => Record::InCallTransaction(k.claim),
-                Idempotence::InSteps => Record::AfterSteps(k.claim, held_claim),
+                Idempotence::InSteps => Record::AfterSteps(
+                    k.claim,
+                    held_claim.map(|tx| HeldClaim {
+                        tx,
+                        place: step_claim,
+                    }),
+                ),
             }),
             [lock, key_turn],
-            step_claim,
             result,
             failed,
         )
@@ -251,20 +257,26 @@ enum Record {
     InCallTransaction(Claim),
     /// After the handler's own commits: in the claim held from the start, or (where none
     /// could be held) in one made then.
-    AfterSteps(Claim, Option<Box<dyn Transaction>>),
+    AfterSteps(Claim, Option<HeldClaim>),
+}
+
+/// The claim a write in steps holds while its handler runs, and the place it takes among
+/// the store's connections. Dropped, the transaction goes first (rolling the claim back),
+/// then the place.
+struct HeldClaim {
+    tx: Box<dyn Transaction>,
+    place: Option<Share>,
 }
 
 /// Commits a call's writes and records its first result (in the same transaction, or
 /// after the handler's own commits for a write in steps), or rolls them back when it
 /// failed; then hands its keys to the next caller: `turns` are the turn on what the tool
-/// mutates and a write in steps' turn on its idempotency key; `step_claim` is the place its
-/// held claim takes among the store's connections. Returns the result to send.
+/// mutates and a write in steps' turn on its idempotency key. Returns the result to send.
 async fn settle(
     runtime: Arc<Runtime>,
     slot: Option<Arc<TxSlot>>,
     record: Option<Record>,
     turns: [Option<KeyTurn>; 2],
-    step_claim: Option<Share>,
     result: CallToolResult,
     failed: bool,
 ) -> Result<CallToolResult, RpcError> {
@@ -313,8 +325,6 @@ async fn settle(
         let record = record_steps(runtime.require_store()?, &claim, held, &result);
         runtime.store_op(StoreOp::Commit, record).await?;
     }
-    // The held claim has given its connection back.
-    drop(step_claim);
     // Only now, with the writes committed, may the next call on the keys run.
     for turn in turns.into_iter().flatten() {
         turn.end().await;
@@ -396,6 +406,15 @@ enum Waited<T> {
 /// a turn free at once costs a first attempt no lookup.
 const REPLAY_LOOKUP_AFTER: Duration = Duration::from_millis(5);
 
+/// What a call waits for its turn on.
+#[derive(Clone, Copy)]
+enum TurnOn {
+    /// A key: what it mutates, or (one writer) its idempotency key.
+    Key,
+    /// A place among the store's connections for a write in steps' claim.
+    ClaimPlace,
+}
+
 /// How long a call may take: its tool, its limit and when that runs out.
 struct Bound<'a> {
     tool: &'a str,
@@ -409,6 +428,7 @@ struct Bound<'a> {
 /// made, without waiting any longer.
 async fn turn_on<T>(
     runtime: &Runtime,
+    on: TurnOn,
     wait: impl std::future::Future<Output = Result<T, StoreError>>,
     bound: &Bound<'_>,
     claim: Option<&Claim>,
@@ -439,10 +459,14 @@ async fn turn_on<T>(
         }
     };
     let started = std::time::Instant::now();
+    let span = match on {
+        TurnOn::Key => trace::mutation_wait(),
+        TurnOn::ClaimPlace => trace::claim_wait(),
+    };
     let waited = tokio::time::timeout_at(bound.deadline, waited)
-        .instrument(trace::mutation_wait())
+        .instrument(span)
         .await;
-    if let Some(m) = &runtime.metrics {
+    if let (Some(m), TurnOn::Key) = (&runtime.metrics, on) {
         m.lock_waited(started.elapsed());
     }
     match waited {
@@ -465,14 +489,15 @@ async fn turn_on<T>(
 async fn record_steps(
     store: &Arc<dyn crate::store::Store>,
     claim: &Claim,
-    held: Option<Box<dyn Transaction>>,
+    held: Option<HeldClaim>,
     result: &CallToolResult,
 ) -> Result<(), RpcError> {
     let stored = serde_json::to_string(result).map_err(RpcError::internal)?;
-    let mut tx = match held {
-        Some(tx) => tx,
+    // The place goes back once this returns, after the claim's transaction ended.
+    let (mut tx, _place) = match held {
+        Some(held) => (held.tx, held.place),
         None => match store.begin_idempotent(claim, now_millis()).await? {
-            Begin::Run(tx) => tx,
+            Begin::Run(tx) => (tx, None),
             Begin::Replay(_) | Begin::Mismatch => {
                 return Err(RpcError::internal(
                     "a write in steps found its key recorded by another attempt under its own turn",
@@ -602,7 +627,14 @@ async fn prepare(
                 // key does) and takes the record after.
                 Idempotence::InSteps => {
                     holds.extend(scope_hold);
-                    let held = keyed.holds_claim.then_some(tx);
+                    // The record it takes at the end is written under the call's mutation
+                    // lock too.
+                    let held = keyed.holds_claim.then_some(tx).map(|mut tx| {
+                        if let Some(fence) = &fence {
+                            tx.fence(fence);
+                        }
+                        tx
+                    });
                     (TxSlot::new(holds, fence), held)
                 }
             };

@@ -165,20 +165,23 @@ impl Book {
                         TURN_WAIT.as_secs()
                     ))
                 })??;
-                let mut tx = store.begin(TxMode::Write).await?;
-                if let Some(fence) = turn.fence() {
-                    tx.fence(&fence);
-                }
-                // Held exclusively (a use is recorded), so no other change or end of the
-                // session commits between the read below and this transaction's commit.
-                if !tx.hold_handle(id, Some(now)).await? {
-                    self.forget(id);
-                    return Ok(None);
-                }
+                // Read before the transaction begins, so that the change never holds one
+                // connection while it waits for a second. Every other change of the session
+                // waits for this turn; its end does not, but then the hold below finds it
+                // gone. Held exclusively (a use is recorded), nothing else commits on it
+                // until this transaction does.
                 let Some(record) = store.load_handle(id).await? else {
                     self.forget(id);
                     return Ok(None);
                 };
+                let mut tx = store.begin(TxMode::Write).await?;
+                if let Some(fence) = turn.fence() {
+                    tx.fence(&fence);
+                }
+                if !tx.hold_handle(id, Some(now)).await? {
+                    self.forget(id);
+                    return Ok(None);
+                }
                 let mut changed = Session::from_record(record)?;
                 change(changed.state_mut());
                 changed.touched(now);

@@ -191,11 +191,14 @@ pub trait Store: Send + Sync + 'static {
 
     /// How many claims this process may hold at once while their handlers commit steps of
     /// their own (writes in steps), when each held claim keeps a connection from the pool
-    /// those steps take too (PostgreSQL). The core lets no more than that hold theirs, so
-    /// the steps of those that do always find a connection. `Some(0)`: no write in steps can
-    /// run (a server with one refuses to build). `None` when a held claim keeps no
-    /// connection (Redis's leases) or none is held (SQLite, whose one writer the core's line
-    /// serves instead).
+    /// those steps take too (PostgreSQL). The core lets no more than that hold theirs, and
+    /// the store leaves enough connections beside them for their steps: writes in steps
+    /// alone never take the whole pool while each waits for another connection (a handler
+    /// that holds its call's transaction while it opens a step, or any call that holds one
+    /// connection while it asks for a second, still can: sqlx's acquire timeout then
+    /// answers "busy"). `Some(0)`: no write in steps can run (a server with one refuses to
+    /// build). `None` when a held claim keeps no connection (Redis's leases) or none is held
+    /// (SQLite, whose one writer the core's line serves instead).
     fn step_claims(&self) -> Option<usize> {
         None
     }
