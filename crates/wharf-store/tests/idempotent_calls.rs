@@ -374,6 +374,92 @@ all_backends!(
     records_kept_forever_still_replay,
 );
 
+/// On PostgreSQL, a write in steps whose mutation lock ended with its session mid-call (a
+/// network cut, a database restart) commits no further step once another replica took the
+/// key, and records nothing: its retry runs again instead of replaying a result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_in_steps_that_lost_its_lock_commits_no_further_step() {
+    // The first replica's sessions are told apart by their application name.
+    let name = unique("fenced");
+    let base = support::pg_url();
+    let separator = if base.contains('?') { '&' } else { '?' };
+    let first_store =
+        with_connections(&format!("{base}{separator}application_name={name}"), 8).await;
+    let second_store = with_connections(&base, 8).await;
+    let replica = |store: &Arc<dyn Store>, script: &Arc<Script>| {
+        let script = Arc::clone(script);
+        Server::builder(Implementation::new("t", "1"))
+            .store(Arc::clone(store))
+            .tool(
+                tool("append_locked")
+                    .idempotent_in_steps()
+                    .mutates("log")
+                    .handler(move |cx, args: Append| {
+                        append_in_steps(cx, args, Arc::clone(&script))
+                    }),
+            )
+            .build()
+            .unwrap()
+    };
+    let (held, free) = (Arc::new(Script::default()), Arc::new(Script::default()));
+    let (first, second) = (replica(&first_store, &held), replica(&second_store, &free));
+    let log = unique("log");
+    let args = |key: &str| {
+        call(
+            "append_locked",
+            json!({ "log": log, "n": 1, "idempotency_key": key }),
+        )
+    };
+    let key = unique("key");
+
+    let (tx, mut written) = tokio::sync::mpsc::unbounded_channel();
+    *held.written.lock().await = Some(tx);
+    held.hold.store(true, Ordering::SeqCst);
+    let cut = {
+        let (first, args) = (first.clone(), args(&key));
+        tokio::spawn(async move { as_user(&first, "alice").call("tools/call", args).await })
+    };
+    written.recv().await.unwrap(); // its first step is committed, and it holds the key
+    let observer = support::pg_observer().await;
+    let ended: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a \
+         JOIN pg_locks l ON l.pid = a.pid \
+         WHERE a.application_name = $1 AND l.locktype = 'advisory' AND l.granted",
+    )
+    .bind(&name)
+    .fetch_all(&observer)
+    .await
+    .unwrap();
+    assert_eq!(ended, [true], "the one lock session of the first replica");
+
+    // The other replica takes the key and writes meanwhile.
+    let other = as_user(&second, "alice")
+        .call("tools/call", args(&unique("key")))
+        .await
+        .unwrap();
+    assert_eq!(other["structuredContent"]["appended"], 2, "{other}");
+
+    held.hold.store(false, Ordering::SeqCst);
+    held.release.notify_one();
+    let refused = cut.await.unwrap().expect_err("its second step was refused");
+    assert_eq!(
+        refused.error().kind,
+        wharf::ErrorKind::RetryLater,
+        "{refused:?}"
+    );
+    assert_eq!(
+        rows(&first_store, &log).await,
+        3,
+        "its first step and the other call's two"
+    );
+    let retry = as_user(&first, "alice")
+        .call("tools/call", args(&key))
+        .await
+        .unwrap();
+    assert!(!replayed(&retry), "nothing was recorded: {retry}");
+    assert_eq!(rows(&first_store, &log).await, 5);
+}
+
 /// A store with `n` connections in its pool (PostgreSQL's, SQLite's).
 async fn with_connections(url: &str, n: u32) -> Arc<dyn Store> {
     let mut options = support::options(WAIT);
