@@ -582,6 +582,21 @@ async fn malformed_meta_and_params_shapes() {
     )
     .await;
     assert_error(&r, 400, -32602, Some(json!(2)));
+    // A progress token with a fraction, or beyond 64 bits, could not be echoed as sent.
+    for (id, token) in [(4, json!(1.5)), (5, json!(1e20))] {
+        let mut m = meta();
+        m["progressToken"] = token;
+        let body = json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": { "_meta": m, "name": "echo", "arguments": { "text": "x" } } });
+        let r = post_std(&server, "tools/call", body, &[("mcp-name", "echo")]).await;
+        assert_error(&r, 400, -32602, Some(json!(id)));
+        let message = r.error().unwrap()["message"].as_str().unwrap().to_owned();
+        assert!(
+            message.contains("progressToken")
+                && message.contains("a string or an integer of at most 64 bits"),
+            "{message}"
+        );
+    }
     // Positional (array) params: -32600.
     let r = post_std(&server, "server/discover", json!({ "jsonrpc": "2.0", "id": 3, "method": "server/discover", "params": [ { "_meta": meta() } ] }), &[]).await;
     assert_error(&r, 400, -32600, Some(json!(3)));

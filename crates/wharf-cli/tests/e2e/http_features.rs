@@ -177,6 +177,26 @@ async fn json_without_progress_token_sse_with_one() {
     );
 }
 
+/// A token is echoed exactly, however large an integer the client chose (up to 64 bits).
+#[tokio::test]
+async fn progress_echoes_a_64_bit_token_exactly() {
+    let server = ServerProcess::start(&[]);
+    let r = request(
+        &server.client(),
+        "tools/call",
+        json!({ "name": "slow_count", "arguments": { "steps": 2, "interval_ms": 1 }, "_meta": { "progressToken": u64::MAX } }),
+    )
+    .await;
+    let tokens: Vec<&Value> = r
+        .notifications()
+        .filter(|n| n["method"] == "notifications/progress")
+        .map(|n| &n["params"]["progressToken"])
+        .collect();
+    assert!(!tokens.is_empty(), "{}", r.body);
+    assert!(tokens.iter().all(|t| **t == json!(u64::MAX)), "{tokens:?}");
+    assert!(r.body.contains("18446744073709551615"), "{}", r.body);
+}
+
 #[tokio::test]
 async fn log_messages_only_when_asked_and_at_or_above_the_level() {
     let server = ServerProcess::start(&[]);
