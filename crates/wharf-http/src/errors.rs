@@ -23,7 +23,9 @@ pub(crate) fn status_for(kind: ErrorKind) -> StatusCode {
         ErrorKind::MethodNotFound => StatusCode::NOT_FOUND,
         // The request was well-formed and reached its method: the HTTP exchange succeeded,
         // the JSON-RPC error says what was wrong with the params.
-        ErrorKind::InvalidParams | ErrorKind::Application(_) => StatusCode::OK,
+        ErrorKind::InvalidParams | ErrorKind::ResourceNotFound | ErrorKind::Application(_) => {
+            StatusCode::OK
+        }
         ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
         ErrorKind::RetryLater => StatusCode::SERVICE_UNAVAILABLE,

@@ -19,6 +19,9 @@ pub const HEADER_MISMATCH: i32 = -32020;
 pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i32 = -32021;
 /// The requested protocol version is not supported by this server.
 pub const UNSUPPORTED_PROTOCOL_VERSION: i32 = -32022;
+/// A resource that does not exist, as 2025-11-25 answers it (legacy sessions only:
+/// 2026-07-28 answers [`INVALID_PARAMS`], and asks clients to accept this code too).
+pub const RESOURCE_NOT_FOUND_2025: i32 = -32002;
 
 /// Whether `code` lies in the range reserved by JSON-RPC and MCP (`-32768..=-32000`).
 pub const fn is_reserved(code: i32) -> bool {

@@ -16,8 +16,11 @@ pub enum ErrorKind {
     MethodNotFound,
     /// A required `_meta` field is missing or malformed (`-32602`, rejected before dispatch).
     MalformedMeta,
-    /// The params are invalid: unknown tool/prompt/resource, bad arguments, bad cursor (`-32602`).
+    /// The params are invalid: unknown tool/prompt, bad arguments, bad cursor (`-32602`).
     InvalidParams,
+    /// The resource does not exist (`-32602`, as 2026-07-28 has it; a legacy session's
+    /// answer carries 2025-11-25's `-32002`).
+    ResourceNotFound,
     /// A mirrored header is missing, malformed or disagrees with the body (`-32020`).
     HeaderMismatch,
     /// The request needs a client capability that was not declared (`-32021`).
@@ -35,7 +38,8 @@ pub enum ErrorKind {
     TimedOut,
     /// The principal's token lacks a scope this request needs ([`FORBIDDEN`], HTTP 403).
     InsufficientScope,
-    /// An application-defined code, outside the reserved range.
+    /// An application-defined code, outside the reserved range (or, in a legacy session's
+    /// answers, a code of 2025-11-25's own: see [`RpcError::in_2025`]).
     Application(i32),
 }
 
@@ -61,7 +65,9 @@ impl ErrorKind {
             ErrorKind::Parse => codes::PARSE_ERROR,
             ErrorKind::InvalidRequest => codes::INVALID_REQUEST,
             ErrorKind::MethodNotFound => codes::METHOD_NOT_FOUND,
-            ErrorKind::MalformedMeta | ErrorKind::InvalidParams => codes::INVALID_PARAMS,
+            ErrorKind::MalformedMeta | ErrorKind::InvalidParams | ErrorKind::ResourceNotFound => {
+                codes::INVALID_PARAMS
+            }
             ErrorKind::HeaderMismatch => codes::HEADER_MISMATCH,
             ErrorKind::MissingCapability => codes::MISSING_REQUIRED_CLIENT_CAPABILITY,
             ErrorKind::UnsupportedVersion => codes::UNSUPPORTED_PROTOCOL_VERSION,
@@ -136,9 +142,23 @@ impl RpcError {
         .with_data(json!({ "supported": version::SUPPORTED, "requested": requested }))
     }
 
-    /// `-32602` for a resource that does not exist, with its URI in `data`.
+    /// `-32602` for a resource that does not exist, with its URI in `data` (`-32002` in a
+    /// legacy session).
     pub fn resource_not_found(uri: &str) -> Self {
-        Self::invalid_params(format!("Resource not found: {uri}")).with_data(json!({ "uri": uri }))
+        Self::new(
+            ErrorKind::ResourceNotFound,
+            format!("Resource not found: {uri}"),
+        )
+        .with_data(json!({ "uri": uri }))
+    }
+
+    /// The error as a 2025-11-25 session answers it: a resource that does not exist carries
+    /// that revision's `-32002`, which its clients look for; everything else is unchanged.
+    pub fn in_2025(mut self) -> Self {
+        if self.kind == ErrorKind::ResourceNotFound {
+            self.kind = ErrorKind::Application(codes::RESOURCE_NOT_FOUND_2025);
+        }
+        self
     }
 
     /// `-32021` listing the capabilities the request needs.

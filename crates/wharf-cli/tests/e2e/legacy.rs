@@ -481,6 +481,44 @@ async fn sessions_kept_in_the_process_hear_changes_and_their_end() {
     assert!(rest.is_empty(), "{rest:?}");
 }
 
+/// A resource that does not exist is answered with 2025-11-25's `-32002` in a session (what
+/// its clients look for), whether the core or the app's handler found it missing, and with
+/// 2026-07-28's `-32602` without a session; `data.uri` names it either way.
+#[tokio::test]
+async fn an_unknown_resource_is_answered_in_each_eras_code() {
+    let not_found = async |session: &LegacySession, method: &str, uri: &str| {
+        let reply = session
+            .request(method, json!({ "uri": uri }))
+            .await
+            .expect("request");
+        assert_eq!(reply.status, 200, "{method}: {}", reply.body);
+        for m in &reply.messages {
+            validate_legacy(method, m);
+        }
+        assert_eq!(reply.error_code(), Some(-32002), "{method}: {}", reply.body);
+        assert_eq!(reply.error().unwrap()["data"]["uri"], uri, "{}", reply.body);
+    };
+    // Found missing by the core: no resource or template matches.
+    let server = ServerProcess::start_exact(&["--profile", "conformance", "--anonymous"]);
+    let client = server.client();
+    let session = open(&client).await;
+    not_found(&session, "resources/read", "test://nothing-here").await;
+    not_found(&session, "resources/subscribe", "test://nothing-here").await;
+    let modern = client
+        .request("resources/read", json!({ "uri": "test://nothing-here" }))
+        .await
+        .unwrap();
+    assert_eq!(modern.error_code(), Some(-32602), "{}", modern.body);
+    assert_eq!(
+        modern.error().unwrap()["data"]["uri"],
+        "test://nothing-here"
+    );
+    // Found missing by the app: `dataset://{name}` matches, but there is no such dataset.
+    let server = start(&sqlite_url("legacy-not-found"), &[]);
+    let session = open(&server.client().with_bearer(TOKEN_42)).await;
+    not_found(&session, "resources/read", "dataset://no-such-dataset").await;
+}
+
 /// A session has one stream at a time: a newer GET ends the older one, so that no message
 /// goes out on both (2025-11-25 transports: a message is sent on one stream only).
 #[tokio::test]

@@ -263,6 +263,7 @@ impl Run {
                 Step::Cancelled
             }
             Err(e) => {
+                let e = e.in_2025();
                 self.counted.ended(RequestOutcome::Error, Some(&e));
                 Step::Done(error_message(Some(&self.id), &e))
             }
@@ -283,7 +284,7 @@ impl Run {
     }
 
     fn fail(&self, e: RpcError) -> Option<Vec<u8>> {
-        Some(error_message(Some(&self.id), &e))
+        Some(error_message(Some(&self.id), &e.in_2025()))
     }
 
     /// Sends the round's input requests, waits for every answer, and builds the next

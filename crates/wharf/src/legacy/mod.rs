@@ -126,7 +126,7 @@ impl<'a> Sessions<'a> {
         principal: &Principal,
         scope: Scope,
     ) -> Result<(Session, Vec<u8>), ErrorReply> {
-        let fail = |e: RpcError| ErrorReply::new(Some(id.clone()), e);
+        let fail = |e: RpcError| ErrorReply::new(Some(id.clone()), e.in_2025());
         let params: InitializeParams = read(params).map_err(fail)?;
         if !self.enabled() {
             return Err(fail(RpcError::unsupported_version(
@@ -210,7 +210,7 @@ impl<'a> Sessions<'a> {
         principal: Principal,
     ) -> Result<Answer, ErrorReply> {
         let caps = &self.core.registry.capabilities;
-        let fail = |e: RpcError| ErrorReply::new(Some(id.clone()), e);
+        let fail = |e: RpcError| ErrorReply::new(Some(id.clone()), e.in_2025());
         let empty = || respond(&id, &Empty {}).map(Answer::Message).map_err(fail);
         match method {
             methods::PING => empty(),
