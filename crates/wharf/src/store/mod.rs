@@ -192,7 +192,8 @@ pub trait Store: Send + Sync + 'static {
     /// How many claims this process may hold at once while their handlers commit steps of
     /// their own (writes in steps), when each held claim keeps a connection from the pool
     /// those steps take too (PostgreSQL). The core lets no more than that hold theirs, and
-    /// the store leaves enough connections beside them for their steps: writes in steps
+    /// the store leaves enough connections beside them for their steps (each server built on
+    /// the store counts its own: serve one per store, or divide the pool): writes in steps
     /// alone never take the whole pool while each waits for another connection (a handler
     /// that holds its call's transaction while it opens a step, or any call that holds one
     /// connection while it asks for a second, still can: sqlx's acquire timeout then
