@@ -119,6 +119,16 @@ pub enum RedirectError {
         /// The URI as sent.
         uri: String,
     },
+    /// A metadata document's redirect that is plain `http` off loopback.
+    #[error(
+        "redirect_uris[{index}] {uri:?} is plain http to a host other than this machine's, where a code could be read on its way: use https, http on localhost, 127.0.0.1 or [::1], or a private-use scheme"
+    )]
+    DocumentNeedsHttps {
+        /// Position in `redirect_uris`.
+        index: usize,
+        /// The URI as sent.
+        uri: String,
+    },
 }
 
 /// Checks every redirect URI a client registers against its application type.
@@ -157,6 +167,27 @@ pub fn check_shape(index: usize, uri: &str) -> Result<Url, RedirectError> {
         });
     }
     Ok(parsed)
+}
+
+/// Checks a redirect URI of a client metadata document, which names no application type:
+/// `https`, `http` on a loopback host, or a private-use scheme (every redirect must be one of
+/// the first two in MCP's authorization; RFC 8252 adds the third for native apps). The entry
+/// is `redirect_uris[index]`.
+pub fn check_document(index: usize, uri: &str) -> Result<(), RedirectError> {
+    let parsed = check_shape(index, uri)?;
+    let allowed = match parsed.scheme() {
+        "https" => parsed.host().is_some(),
+        "http" => is_loopback_host(&parsed),
+        _ => true,
+    };
+    if allowed {
+        Ok(())
+    } else {
+        Err(RedirectError::DocumentNeedsHttps {
+            index,
+            uri: uri.to_owned(),
+        })
+    }
 }
 
 fn check_one(
@@ -284,6 +315,32 @@ mod tests {
             );
             assert!(err.to_string().contains("application_type \"web\""));
         }
+    }
+
+    #[test]
+    fn documents_redirect_to_https_loopback_http_or_a_private_scheme() {
+        for good in [
+            "https://app.example.com/cb",
+            "http://localhost:3000/callback",
+            "http://127.0.0.1:49152/cb",
+            "http://[::1]/cb",
+            "com.example.app:/oauth2redirect",
+        ] {
+            assert_eq!(check_document(0, good), Ok(()), "{good}");
+        }
+        for bad in ["http://app.example.com/cb", "http://192.168.1.10/cb"] {
+            assert!(
+                matches!(
+                    check_document(3, bad),
+                    Err(RedirectError::DocumentNeedsHttps { index: 3, .. })
+                ),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            check_document(0, "javascript:alert(1)"),
+            Err(RedirectError::ForbiddenScheme { .. })
+        ));
     }
 
     #[test]

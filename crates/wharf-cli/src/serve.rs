@@ -179,6 +179,16 @@ pub(crate) struct ServeArgs {
         value_delimiter = ','
     )]
     authz_resources: Vec<String>,
+    /// A network of proxies in front of the server (`10.0.0.0/8`, `127.0.0.1/32`);
+    /// repeatable. The authorization server's rate limits count a request from one against
+    /// the client its `X-Forwarded-For` names; without, every client behind a proxy shares
+    /// the proxy's budget.
+    #[arg(
+        long = "trusted-proxy",
+        env = "WHARF_TRUSTED_PROXIES",
+        value_delimiter = ','
+    )]
+    trusted_proxies: Vec<ipnet::IpNet>,
     /// Refuse Dynamic Client Registration: clients then identify with Client ID Metadata
     /// Documents only.
     #[arg(long, env = "WHARF_AUTHZ_CLOSED_REGISTRATION")]
@@ -499,6 +509,7 @@ fn authorization_server(
         args.oauth_scopes_supported.clone()
     };
     config.open_registration = !args.authz_closed_registration;
+    config.trusted_proxies = args.trusted_proxies.clone();
     if let (Some(issuer), Some(client_id)) =
         (&args.authz_upstream_issuer, &args.authz_upstream_client_id)
     {

@@ -52,7 +52,11 @@ impl Introspector {
         let res = self
             .http
             .post(&self.endpoint)
-            .basic_auth(&self.client_id, Some(self.client_secret.expose()))
+            // RFC 6749 §2.3.1: both are form-encoded before they go into Basic.
+            .basic_auth(
+                form_encode(&self.client_id),
+                Some(form_encode(self.client_secret.expose())),
+            )
             .form(&[("token", token), ("token_type_hint", "access_token")])
             .send()
             .await
@@ -100,6 +104,11 @@ impl Introspector {
             },
         })
     }
+}
+
+/// `value` form-encoded, as Basic credentials of OAuth clients must be.
+fn form_encode(value: &str) -> String {
+    url::form_urlencoded::byte_serialize(value.as_bytes()).collect()
 }
 
 #[cfg(test)]

@@ -153,7 +153,7 @@ impl ClientMetadata {
             });
         }
         for (index, uri) in redirect_uris.iter().enumerate() {
-            redirect::check_shape(index, uri)
+            redirect::check_document(index, uri)
                 .map_err(|err| DocumentError::RedirectUri(err.to_string()))?;
         }
         for field in ["client_secret", "client_secret_expires_at"] {

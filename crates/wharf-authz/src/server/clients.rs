@@ -90,6 +90,10 @@ impl ClientError {
                 tracing::info!(%err, "a client metadata document was not fetched");
                 "the client_id's host is not one this server fetches documents from: it does not resolve, or it is a private or other special-use address".to_owned()
             }
+            Self::Record(err) => {
+                tracing::warn!(%err, "the authorization server could not read a client");
+                "the authorization server could not read its records; try again".to_owned()
+            }
             other => other.to_string(),
         }
     }

@@ -70,6 +70,11 @@ pub struct AuthzConfig {
     pub authorizations_per_minute: u32,
     /// Sign-in attempts per minute from one address.
     pub sign_ins_per_minute: u32,
+    /// The proxies in front of the server (their networks): a request that arrives from one
+    /// is counted against the address its `X-Forwarded-For` names, the nearest hop that is
+    /// not itself one of them. Empty (the default): the address that connected counts, which
+    /// behind a proxy puts every client in one budget.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     /// An OpenID provider people may sign in with, besides local accounts.
     pub upstream: Option<UpstreamConfig>,
 }
@@ -91,6 +96,7 @@ impl AuthzConfig {
             token_requests_per_minute: 120,
             authorizations_per_minute: 60,
             sign_ins_per_minute: 20,
+            trusted_proxies: Vec::new(),
             upstream: None,
         }
     }
@@ -161,8 +167,9 @@ impl AuthorizationServer {
     }
 
     /// The endpoints, to merge into the MCP server's router. Rate limits key on the peer
-    /// address, so serve with `into_make_service_with_connect_info::<SocketAddr>()`; without
-    /// it every request shares one budget.
+    /// address (or, from a trusted proxy, the client it names: [`AuthzConfig::trusted_proxies`]),
+    /// so serve with `into_make_service_with_connect_info::<SocketAddr>()`; without it every
+    /// request shares one budget.
     pub fn router(&self) -> Router {
         Router::new()
             .route(

@@ -30,19 +30,25 @@ use crate::records::{CODES, FAMILIES, Kind, REFRESH, Versioned, digest, secret};
 
 mod assertion;
 
-/// The peer's address, when the server was started with connect info.
+/// Who the rate limits count a request against: the peer's address, when the server was
+/// started with connect info, or the client a trusted proxy names.
 pub(crate) struct Peer(pub(crate) Option<IpAddr>);
 
-impl<S: Send + Sync> FromRequestParts<S> for Peer {
+impl FromRequestParts<Arc<Shared>> for Peer {
     type Rejection = std::convert::Infallible;
 
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(Peer(
-            parts
-                .extensions
-                .get::<ConnectInfo<SocketAddr>>()
-                .map(|c| c.0.ip()),
-        ))
+    async fn from_request_parts(
+        parts: &mut Parts,
+        shared: &Arc<Shared>,
+    ) -> Result<Self, Self::Rejection> {
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip());
+        let trusted = &shared.config.trusted_proxies;
+        Ok(Peer(peer.map(|peer| {
+            super::limits::client_address(peer, &parts.headers, trusted)
+        })))
     }
 }
 
@@ -135,7 +141,8 @@ async fn authenticate(
         .await
         .map_err(|err| match err {
             super::clients::ClientError::Record(_) => OAuthError::server_error(err),
-            other => OAuthError::invalid_client(other.to_string()),
+            // Never where a name resolves inside the network: the log has that.
+            other => OAuthError::invalid_client(other.public_message()),
         })?;
     if form.client_id.as_deref().is_some_and(|id| id != client.id) {
         return Err(OAuthError::invalid_client(

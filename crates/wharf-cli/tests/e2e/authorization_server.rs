@@ -669,6 +669,53 @@ async fn a_flow_continues_on_another_replica() {
     );
 }
 
+/// Behind a proxy named with `--trusted-proxy`, each client the proxy names in
+/// `X-Forwarded-For` has a budget of its own; a server that does not trust the proxy counts
+/// every request as the proxy's, whatever the header says.
+#[tokio::test]
+async fn behind_a_trusted_proxy_each_client_has_its_own_budget() {
+    let store = sqlite_url(&unique("authz-proxy"));
+    let body = json!({"application_type": "native", "redirect_uris": ["http://127.0.0.1:9/cb"], "token_endpoint_auth_method": "none"});
+    let http = reqwest::Client::new();
+    // This test is the proxy: it connects from 127.0.0.1 and names the client.
+    let register_as = async |base: &str, client: &str| {
+        http.post(format!("{base}/register"))
+            .header("x-forwarded-for", client)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
+    let trusting = server(&store, &["--trusted-proxy", "127.0.0.1/32"]);
+    let base = origin(&trusting);
+    for _ in 0..20 {
+        assert_eq!(register_as(&base, "203.0.113.5").await, StatusCode::CREATED);
+    }
+    assert_eq!(
+        register_as(&base, "203.0.113.5").await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "that client's 21st within a minute"
+    );
+    assert_eq!(
+        register_as(&base, "203.0.113.6").await,
+        StatusCode::CREATED,
+        "another client behind the same proxy"
+    );
+
+    let distrusting = server(&sqlite_url(&unique("authz-no-proxy")), &[]);
+    let base = origin(&distrusting);
+    for i in 0..20 {
+        let client = format!("203.0.113.{i}");
+        assert_eq!(register_as(&base, &client).await, StatusCode::CREATED);
+    }
+    assert_eq!(
+        register_as(&base, "198.51.100.1").await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "an untrusted peer's header names nobody"
+    );
+}
+
 #[tokio::test]
 async fn registration_is_rate_limited_per_address_and_can_be_closed() {
     let store = sqlite_url(&unique("authz-limits"));

@@ -115,14 +115,28 @@ fn client_key() -> (EncodingKey, Value) {
     (EncodingKey::from_ec_der(pkcs8.as_ref()), jwks)
 }
 
-fn assertion(key: &EncodingKey, client_id: &str, audience: &str, jti: &str) -> String {
-    let now = std::time::SystemTime::now()
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
-        .as_secs();
+        .as_secs()
+}
+
+fn assertion(key: &EncodingKey, client_id: &str, audience: &str, jti: &str) -> String {
+    assertion_until(key, client_id, audience, jti, now_secs() + 60)
+}
+
+/// An assertion that expires at `exp` (seconds).
+fn assertion_until(
+    key: &EncodingKey,
+    client_id: &str,
+    audience: &str,
+    jti: &str,
+    exp: u64,
+) -> String {
     let mut header = Header::new(Algorithm::ES256);
     header.kid = Some("c1".into());
-    let claims = json!({"iss": client_id, "sub": client_id, "aud": audience, "exp": now + 60, "iat": now, "jti": jti});
+    let claims = json!({"iss": client_id, "sub": client_id, "aud": audience, "exp": exp, "iat": now_secs(), "jti": jti});
     jsonwebtoken::encode(&header, &claims, key).unwrap()
 }
 
@@ -266,6 +280,25 @@ async fn a_document_client_may_authenticate_with_private_key_jwt_once_per_jti() 
         StatusCode::UNAUTHORIZED,
         "signed with a key not in the document: {err}"
     );
+    // One that would never expire: refused, not read as expired long ago (which would
+    // keep no record of its jti, so it could be replayed at will).
+    let (status, err) = exchange(
+        code.clone(),
+        verifier.clone(),
+        Some(assertion_until(
+            &key,
+            &client_id,
+            &audience,
+            "j-forever",
+            u64::MAX,
+        )),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{err}");
+    assert!(
+        err["error_description"].as_str().unwrap().contains("exp"),
+        "{err}"
+    );
     let first = assertion(&key, &client_id, &audience, "j1");
     let (status, tokens) = exchange(code, verifier, Some(first.clone())).await;
     assert_eq!(status, StatusCode::OK, "{tokens}");
@@ -368,6 +401,17 @@ async fn hostile_documents_are_refused_by_name_and_never_cached() {
             },
             "not one of the client&#39;s registered redirect URIs",
         ),
+        (
+            "cleartext.json",
+            Answer::Json {
+                body: docs.document(
+                    "cleartext.json",
+                    json!({"redirect_uris": ["http://app.example.com/cb"]}),
+                ),
+                cache: "max-age=300",
+            },
+            "plain http to a host other than this machine",
+        ),
         ("slow.json", Answer::Slow, "did not arrive within"),
     ];
     let browser = Browser::new();
@@ -403,6 +447,33 @@ async fn hostile_documents_are_refused_by_name_and_never_cached() {
             .unwrap_err();
         assert_eq!(status, StatusCode::BAD_REQUEST);
         assert!(page.contains("special-use"), "{client_id}: {page}");
+    }
+    // The token endpoint, which anyone may call, tells no more than the pages: neither the
+    // network a name is in nor what the resolver said.
+    for client_id in [
+        "https://10.0.0.1/c.json",
+        "https://no-such-host.invalid/c.json",
+    ] {
+        let (status, err) = token(
+            &base,
+            &[
+                ("grant_type", "authorization_code"),
+                ("code", "x"),
+                ("code_verifier", "x"),
+                ("client_id", client_id),
+            ],
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{client_id}: {err}");
+        let said = err["error_description"].as_str().unwrap();
+        assert!(
+            said.contains("not one this server fetches documents from"),
+            "{said}"
+        );
+        assert!(
+            !said.contains("10.0.0.0/8") && !said.contains("resolved"),
+            "{said}"
+        );
     }
     for (client_id, reason) in [
         ("http://localhost/c.json", "https scheme"),

@@ -228,12 +228,43 @@ async fn issuer_publishing(kid: &str) -> (Issuer, SigningKey) {
     (issuer, key)
 }
 
-/// Knows two opaque tokens: one active for alice, one inactive.
-async fn introspect(State(s): State<Issuer>, body: String) -> Json<Value> {
+/// The introspecting server's client secret: characters that RFC 6749 §2.3.1's
+/// form-encoding must carry through Basic unchanged.
+const INTROSPECTION_SECRET: &str = "s3cret:for+tests%20&=";
+
+/// The client credentials of a Basic header, form-decoded as RFC 6749 §2.3.1 has them.
+fn basic_credentials(headers: &axum::http::HeaderMap) -> Option<(String, String)> {
+    let encoded = headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Basic ")?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()?;
+    let (id, secret) = std::str::from_utf8(&decoded).ok()?.split_once(':')?;
+    let form_decode = |v: &str| {
+        url::form_urlencoded::parse(format!("v={v}").as_bytes())
+            .next()
+            .map(|(_, v)| v.into_owned())
+    };
+    Some((form_decode(id)?, form_decode(secret)?))
+}
+
+/// Knows two opaque tokens: one active for alice, one inactive. Answers only the client
+/// `wharf` with its secret.
+async fn introspect(
+    State(s): State<Issuer>,
+    headers: axum::http::HeaderMap,
+    body: String,
+) -> Result<Json<Value>, StatusCode> {
+    if basic_credentials(&headers) != Some(("wharf".into(), INTROSPECTION_SECRET.into())) {
+        return Err(StatusCode::UNAUTHORIZED);
+    }
     s.introspections.fetch_add(1, Ordering::SeqCst);
     // The test's tokens need no percent-decoding.
     let token = body.split('&').find_map(|pair| pair.strip_prefix("token="));
-    Json(match token {
+    Ok(Json(match token {
         Some("opaque-refresh-token") => json!({
             "active": true, "sub": "alice", "iss": s.url, "token_type": "refresh_token",
             "aud": RESOURCE_PLACEHOLDER, "exp": now() + 3600 }),
@@ -242,7 +273,7 @@ async fn introspect(State(s): State<Issuer>, body: String) -> Json<Value> {
             "aud": RESOURCE_PLACEHOLDER, "scope": "datasets:read datasets:write",
             "exp": now() + 3600 }),
         _ => json!({ "active": false }),
-    })
+    }))
 }
 
 /// Introspection answers name the resource through this placeholder, set per server below.
@@ -626,7 +657,7 @@ fn introspecting_server(issuer: &Issuer, store: &str, cache_secs: &str) -> Serve
         "--oauth-client-id",
         "wharf",
         "--oauth-client-secret",
-        "s3cret-for-tests",
+        INTROSPECTION_SECRET,
         "--oauth-introspection-cache-secs",
         cache_secs,
         "--oauth-scope-supported",

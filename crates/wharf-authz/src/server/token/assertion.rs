@@ -10,7 +10,7 @@ use serde_json::Value;
 use wharf::store::{Write, now_millis};
 
 use crate::records::ASSERTIONS;
-use crate::server::clients::{Client, TokenAuth};
+use crate::server::clients::{Client, ClientError, TokenAuth};
 use crate::server::{OAuthError, Shared};
 
 /// The assertion type RFC 7523 names.
@@ -45,11 +45,10 @@ pub(crate) async fn verify(shared: &Shared, client: &Client, jwt: &str) -> Resul
         TokenAuth::PrivateKeyJwtUri { jwks_uri } => {
             let url =
                 url::Url::parse(jwks_uri).map_err(|_| refuse("jwks_uri is not a URL".into()))?;
-            let (body, _) = shared
-                .fetcher
-                .fetch_json(&url)
-                .await
-                .map_err(|e| refuse(format!("the client's keys could not be fetched: {e}")))?;
+            let (body, _) = shared.fetcher.fetch_json(&url).await.map_err(|e| {
+                let why = ClientError::from(e).public_message();
+                refuse(format!("the client's keys could not be fetched: {why}"))
+            })?;
             serde_json::from_slice(&body).map_err(|_| refuse("jwks_uri is not a JWK set".into()))?
         }
         _ => return Err(refuse("this client does not use private_key_jwt".into())),
@@ -72,10 +71,12 @@ pub(crate) async fn verify(shared: &Shared, client: &Client, jwt: &str) -> Resul
     let claims = jsonwebtoken::decode::<Value>(jwt, &key, &validation)
         .map_err(|e| refuse(e.to_string()))?
         .claims;
+    // Read whole: an `exp` past i64 must not pass for 0 (a replay record already expired).
     let exp = claims
         .get("exp")
-        .and_then(Value::as_i64)
-        .unwrap_or_default();
+        .and_then(Value::as_u64)
+        .and_then(|exp| i64::try_from(exp).ok())
+        .ok_or_else(|| refuse("exp is not a time this server keeps".into()))?;
     if exp > now_millis() / 1000 + MAX_LIFETIME_SECS {
         return Err(refuse("it lives longer than an hour".into()));
     }
