@@ -146,13 +146,20 @@ pub(crate) async fn authorize(
             Some(default) => default.clone(),
             None => return back.refuse("invalid_target", "this server has no resource configured"),
         },
-        Some(r) if config.resources.iter().any(|known| known == r) => r.to_owned(),
-        Some(r) => {
-            return back.refuse(
-                "invalid_target",
-                &format!("resource {r:?} is not one this server issues tokens for"),
-            );
-        }
+        // The configured spelling goes into the token's audience.
+        Some(r) => match config
+            .resources
+            .iter()
+            .find(|known| super::same_resource(known, r))
+        {
+            Some(known) => known.clone(),
+            None => {
+                return back.refuse(
+                    "invalid_target",
+                    &format!("resource {r:?} is not one this server issues tokens for"),
+                );
+            }
+        },
     };
     let scope = match param("scope") {
         None => config.scopes.join(" "),

@@ -195,6 +195,16 @@ impl AuthorizationServer {
     }
 }
 
+/// Whether two resource URIs (RFC 8707) name the same resource: equal once parsed, so the
+/// case of the scheme and host and a default port do not matter (MCP's authorization asks
+/// servers to accept those spellings); the path is compared as written.
+pub(crate) fn same_resource(a: &str, b: &str) -> bool {
+    match (url::Url::parse(a), url::Url::parse(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
 impl Shared {
     /// A cookie's name on this server (`__Host-` prefixed over https).
     pub(crate) fn cookie(&self, name: cookies::Name) -> &'static str {
@@ -210,4 +220,30 @@ impl Shared {
 pub(crate) fn constant_eq(a: &str, b: &str) -> bool {
     use subtle::ConstantTimeEq;
     a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_resource;
+
+    #[test]
+    fn resources_match_whatever_the_case_of_scheme_and_host() {
+        let ours = "https://mcp.example.com/mcp";
+        for same in [
+            "https://mcp.example.com/mcp",
+            "HTTPS://MCP.EXAMPLE.COM/mcp",
+            "https://mcp.example.com:443/mcp",
+        ] {
+            assert!(same_resource(ours, same), "{same}");
+        }
+        for other in [
+            "https://mcp.example.com/MCP",
+            "https://mcp.example.com/mcp/",
+            "http://mcp.example.com/mcp",
+            "https://evil.example.com/mcp",
+            "not a url",
+        ] {
+            assert!(!same_resource(ours, other), "{other}");
+        }
+    }
 }

@@ -11,6 +11,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::Json;
+use axum::extract::rejection::FormRejection;
 use axum::extract::{ConnectInfo, Form, FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, header};
@@ -93,11 +94,23 @@ pub(crate) async fn token(
     State(shared): State<Arc<Shared>>,
     Peer(peer): Peer,
     headers: HeaderMap,
-    Form(form): Form<TokenForm>,
+    form: Result<Form<TokenForm>, FormRejection>,
 ) -> Response {
     if !shared.limits.token_requests.allows(peer) {
         return OAuthError::too_many("token requests").into_response();
     }
+    // A body that is not one form of known fields, each once (RFC 6749 §3.2), is answered
+    // as OAuth errors are, not with the framework's plain text.
+    let form = match form {
+        Ok(Form(form)) => form,
+        Err(rejection) => {
+            return OAuthError::invalid_request(format!(
+                "the request must be an application/x-www-form-urlencoded form, each parameter once: {}",
+                rejection.body_text()
+            ))
+            .into_response();
+        }
+    };
     match exchange(&shared, &headers, form).await {
         Ok(response) => response,
         Err(err) => err.into_response(),
@@ -439,7 +452,7 @@ async fn presented<T: serde::de::DeserializeOwned>(
 
 fn check_resource(form: &TokenForm, granted: &str) -> Result<(), OAuthError> {
     match form.resource.as_deref() {
-        Some(asked) if asked != granted => Err(OAuthError::new(
+        Some(asked) if !super::same_resource(asked, granted) => Err(OAuthError::new(
             axum::http::StatusCode::BAD_REQUEST,
             "invalid_target",
             format!("resource {asked:?} is not the one the grant was made for ({granted:?})"),

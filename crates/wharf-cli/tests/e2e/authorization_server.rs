@@ -9,6 +9,7 @@ use crate::common;
 
 use std::collections::HashMap;
 
+use base64::Engine as _;
 use common::ServerProcess;
 use common::authz::{Browser, PASSWORD, add_user, hidden, pkce, query};
 use common::import::{sqlite_url, unique};
@@ -568,11 +569,17 @@ async fn redirects_nobody_registered_are_never_followed_and_resources_are_bound(
     let answer = refused(browser.get(url.as_str()).await).await;
     assert_eq!(answer["error"], "invalid_target");
 
-    // A token for the other resource it serves: this resource server refuses it.
+    // A token for the other resource it serves (its scheme and host spelled in capitals, a
+    // default port written out: the same resource): this resource server refuses it.
     let answer = authorize(
         &browser,
         &base,
-        &code_request(&client_id, redirect, &challenge, &[("resource", other)]),
+        &code_request(
+            &client_id,
+            redirect,
+            &challenge,
+            &[("resource", "HTTPS://OTHER.EXAMPLE/mcp")],
+        ),
     )
     .await;
     let (status, tokens) = redeem(
@@ -580,10 +587,19 @@ async fn redirects_nobody_registered_are_never_followed_and_resources_are_bound(
         &answer["code"],
         &client_id,
         &verifier,
-        &[("resource", other)],
+        &[("resource", "https://Other.Example:443/mcp")],
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{tokens}");
+    let access = tokens["access_token"].as_str().unwrap();
+    let payload = access.split('.').nth(1).unwrap();
+    let claims: Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(claims["aud"], other, "the configured spelling: {claims}");
     assert_eq!(
         tools_list(&server, tokens["access_token"].as_str().unwrap()).await,
         Some(401)
@@ -714,6 +730,41 @@ async fn behind_a_trusted_proxy_each_client_has_its_own_budget() {
         StatusCode::TOO_MANY_REQUESTS,
         "an untrusted peer's header names nobody"
     );
+}
+
+/// A token request that is not one form of known parameters, each once, is answered with an
+/// OAuth error in JSON (RFC 6749 §5.2), not the framework's plain text.
+#[tokio::test]
+async fn malformed_token_requests_get_oauth_errors() {
+    let server = server(&sqlite_url(&unique("authz-token-body")), &[]);
+    let base = origin(&server);
+    let http = reqwest::Client::new();
+    for (content_type, body) in [
+        (
+            "application/x-www-form-urlencoded",
+            "grant_type=authorization_code&code=a&code=b",
+        ),
+        ("application/json", r#"{"grant_type":"authorization_code"}"#),
+        ("text/plain", "grant_type=authorization_code"),
+    ] {
+        let response = http
+            .post(format!("{base}/token"))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{content_type}");
+        let err: Value = response.json().await.unwrap();
+        assert_eq!(err["error"], "invalid_request", "{content_type}: {err}");
+        assert!(
+            err["error_description"]
+                .as_str()
+                .unwrap()
+                .contains("each parameter once"),
+            "{err}"
+        );
+    }
 }
 
 #[tokio::test]
