@@ -147,7 +147,8 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
     };
     // A write in steps that holds its claim on a connection of its own waits for one of the
     // places the store keeps for such claims (after its turns, which every call takes in
-    // the same order), so the steps of those holding one always find a connection.
+    // the same order), so that writes in steps alone never hold every connection while
+    // their steps wait for one.
     let step_claim = match (&keyed, &runtime.step_claims) {
         (Some(k), Some(places)) if k.how == Idempotence::InSteps && k.holds_claim => {
             let wait = async { Ok(places.enter(caller.principal.id()).await) };
