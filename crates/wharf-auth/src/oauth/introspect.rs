@@ -49,14 +49,8 @@ impl Introspector {
             );
             return Err(AuthError::Unavailable);
         };
-        let res = self
-            .http
-            .post(&self.endpoint)
-            // RFC 6749 §2.3.1: both are form-encoded before they go into Basic.
-            .basic_auth(
-                form_encode(&self.client_id),
-                Some(form_encode(self.client_secret.expose())),
-            )
+        let request = self.http.post(&self.endpoint);
+        let res = super::client_basic_auth(request, &self.client_id, self.client_secret.expose())
             .form(&[("token", token), ("token_type_hint", "access_token")])
             .send()
             .await
@@ -104,11 +98,6 @@ impl Introspector {
             },
         })
     }
-}
-
-/// `value` form-encoded, as Basic credentials of OAuth clients must be.
-fn form_encode(value: &str) -> String {
-    url::form_urlencoded::byte_serialize(value.as_bytes()).collect()
 }
 
 #[cfg(test)]

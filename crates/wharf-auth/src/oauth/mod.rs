@@ -7,6 +7,18 @@ mod cache;
 mod introspect;
 mod jwt;
 
+/// Adds an OAuth client's credentials to `request` as HTTP Basic, each form-encoded first
+/// (RFC 6749 §2.3.1), as a token or introspection endpoint expects them.
+pub fn client_basic_auth(
+    request: reqwest::RequestBuilder,
+    client_id: &str,
+    secret: &str,
+) -> reqwest::RequestBuilder {
+    let encode =
+        |v: &str| -> String { url::form_urlencoded::byte_serialize(v.as_bytes()).collect() };
+    request.basic_auth(encode(client_id), Some(encode(secret)))
+}
+
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;

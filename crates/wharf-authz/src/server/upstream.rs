@@ -292,10 +292,7 @@ async fn redeem(
     ];
     let mut request = upstream.http.post(&metadata.token_endpoint).form(&form);
     if let Some(secret) = &upstream.config.client_secret {
-        request = request.basic_auth(
-            form_encode(&upstream.config.client_id),
-            Some(form_encode(secret)),
-        );
+        request = wharf_auth::oauth::client_basic_auth(request, &upstream.config.client_id, secret);
     }
     let response = request
         .send()
@@ -353,11 +350,6 @@ async fn redeem(
 
 fn callback_uri(shared: &Shared) -> String {
     shared.endpoint("/authorize/upstream/callback")
-}
-
-/// RFC 6749 §2.3.1: client credentials in Basic are form-encoded first.
-fn form_encode(value: &str) -> String {
-    url::form_urlencoded::byte_serialize(value.as_bytes()).collect()
 }
 
 fn unavailable(detail: &str) -> Response {
