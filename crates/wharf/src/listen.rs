@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 use tokio::sync::broadcast::{self, error::RecvError};
+use tokio_util::sync::CancellationToken;
 use wharf_protocol::jsonrpc::{write_notification, write_result};
 use wharf_protocol::{RequestId, ResultType, SubscriptionFilter, methods};
 
@@ -15,9 +16,11 @@ use crate::request::{ParsedRequest, RequestBody};
 use crate::runtime::Runtime;
 
 /// An open subscription. [`Listener::next`] yields serialized messages: the acknowledgment
-/// first, then the notifications the client opted into, and on server shutdown the final
-/// `subscriptions/listen` response, after which it yields `None`.
+/// first, then the notifications the client opted into, and when the server drains or stops
+/// the final `subscriptions/listen` response, after which it yields `None`.
 pub(crate) struct Listener {
+    /// Ends the stream with its final response ([`Runtime::stream_end`]).
+    end: CancellationToken,
     id: RequestId,
     /// Whose stream it is: private resource changes reach only their principal.
     principal: String,
@@ -60,6 +63,7 @@ impl Listener {
             resource_subscriptions: subscribable.filter(|_| caps.resources.is_some()),
         };
         Ok(Listener {
+            end: runtime.stream_end(),
             id: req.id,
             principal: principal.id().to_owned(),
             filter,
@@ -200,11 +204,11 @@ impl Listener {
                 return Some(m);
             }
         }
-        let shutdown = self.runtime.shutdown.clone();
+        let end = self.end.clone();
         loop {
             tokio::select! {
                 biased;
-                () = shutdown.cancelled() => {
+                () = end.cancelled() => {
                     self.done = true;
                     return Some(self.final_response());
                 }

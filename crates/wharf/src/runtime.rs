@@ -54,6 +54,21 @@ impl Runtime {
         ResultMeta::server(self.info.clone())
     }
 
+    /// When a long-lived stream opened now ends: when the drain begins, for a stream opened
+    /// before it; at shutdown, for one opened during it. A stream opened before the drain
+    /// went out without `Connection: close`, so a proxy keeps its connection once it ends;
+    /// ended while the server still serves, that connection's next request is answered (and
+    /// closed). Ended only at shutdown, the connection would close as the proxy might be
+    /// writing a request on it, which it could not retry. Streams opened during the drain
+    /// close their connections, and hold the client until the server stops.
+    pub(crate) fn stream_end(&self) -> CancellationToken {
+        if self.draining.is_cancelled() {
+            self.shutdown.clone()
+        } else {
+            self.draining.clone()
+        }
+    }
+
     /// The store, which a call that reached this point needs.
     pub(crate) fn require_store(&self) -> Result<&Arc<dyn Store>, RpcError> {
         self.store

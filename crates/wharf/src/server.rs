@@ -156,7 +156,9 @@ impl Server {
 
     /// Starts draining: the server still serves everything, but tells load balancers it
     /// is going away (`/readyz` answers 503, HTTP responses close their connections), so
-    /// they stop sending it work before it stops accepting.
+    /// they stop sending it work before it stops accepting. Listen streams and legacy
+    /// session streams opened before now end at once (clients listen again, elsewhere);
+    /// those opened from now on end at [`Server::shutdown`].
     pub fn drain(&self) {
         self.core.runtime.draining.cancel();
     }
@@ -172,7 +174,8 @@ impl Server {
         self.core.runtime.draining.is_cancelled()
     }
 
-    /// Starts a graceful shutdown: open listen streams send their final response and end.
+    /// Starts a graceful shutdown: every open listen stream sends its final response and
+    /// ends, and every legacy session stream ends.
     pub fn shutdown(&self) {
         self.core.runtime.draining.cancel();
         self.core.runtime.shutdown.cancel();

@@ -287,7 +287,7 @@ async fn listen_streams_ack_filter_and_end_gracefully() {
         "--keep-alive-secs",
         "1",
         "--drain-grace-secs",
-        "1",
+        "60",
     ]);
     let client = server.client();
     let mut tools = Box::pin(client.open_stream("subscriptions/listen", json!({ "notifications": { "toolsListChanged": true, "resourceSubscriptions": ["test://static-text", "test://nope"] } })).await.unwrap());
@@ -337,7 +337,9 @@ async fn listen_streams_ack_filter_and_end_gracefully() {
     let n = next_message(&mut prompts).await;
     assert_eq!(n["method"], "notifications/prompts/list_changed");
 
-    // SIGTERM: each stream ends with a complete listen response carrying its subscription id.
+    // SIGTERM: each stream ends with a complete listen response carrying its subscription
+    // id, when the drain begins (in `next_message`'s five seconds, not the grace's sixty),
+    // so that a proxy's next request on its connection is answered while the server serves.
     server.terminate();
     let end = next_message(&mut tools).await;
     validate_message("subscriptions/listen", &end);
@@ -354,6 +356,26 @@ async fn listen_streams_ack_filter_and_end_gracefully() {
             .is_none(),
         "closed after the response"
     );
+    // A stream opened during the drain closes its connection when it ends, at shutdown
+    // (here a second signal, which skips the rest of the grace).
+    let late = reqwest::Client::new()
+        .post(server.url())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "subscriptions/listen")
+        .body(r#"{"jsonrpc":"2.0","id":9,"method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(late.status(), 200);
+    assert_eq!(late.headers()["connection"], "close");
+    server.terminate();
+    let body = tokio::time::timeout(Duration::from_secs(5), late.text())
+        .await
+        .expect("the late stream ends at shutdown")
+        .unwrap();
+    assert!(body.contains(r#""resultType":"complete""#), "{body}");
     assert!(server.wait_exit(Duration::from_secs(15)).success());
 }
 

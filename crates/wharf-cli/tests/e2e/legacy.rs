@@ -548,16 +548,18 @@ async fn a_newer_stream_of_a_session_ends_the_older_one() {
     assert_eq!(changed["method"], "notifications/tools/list_changed");
 }
 
-/// A session's stream ends when the server shuts down, as listen streams do, rather than
-/// holding the drain until its deadline.
+/// A session's stream ends when the server starts draining, as listen streams do, rather
+/// than at the end of the grace or holding the drain until its deadline: a proxy's next
+/// request on its connection is answered while the server still serves. A stream opened
+/// during the drain ends at shutdown.
 #[tokio::test]
-async fn a_sessions_stream_ends_at_shutdown() {
+async fn a_sessions_stream_ends_when_the_drain_begins() {
     let mut server = ServerProcess::start_exact(&[
         "--profile",
         "conformance",
         "--anonymous",
         "--drain-grace-secs",
-        "0",
+        "60",
         "--drain-secs",
         "120",
     ]);
@@ -565,11 +567,19 @@ async fn a_sessions_stream_ends_at_shutdown() {
     let (status, events) = session.listen().await.unwrap();
     assert_eq!(status, 200);
     server.terminate();
+    // WAIT is far below the grace (60 s) and the drain's deadline (120 s).
+    let rest: Vec<Value> = tokio::time::timeout(WAIT, Box::pin(events).collect())
+        .await
+        .expect("the session's stream ends when the drain begins");
+    assert!(rest.is_empty(), "{rest:?}");
+    let (status, events) = session.listen().await.unwrap();
+    assert_eq!(status, 200);
+    // A second signal skips the rest of the grace: the shutdown ends the newer stream.
+    server.terminate();
     let rest: Vec<Value> = tokio::time::timeout(WAIT, Box::pin(events).collect())
         .await
         .expect("the session's stream ends at shutdown");
     assert!(rest.is_empty(), "{rest:?}");
-    // Ended by the shutdown itself: the drain's deadline (120 s) is far past the waits above.
     assert!(server.wait_exit(Duration::from_secs(15)).success());
 }
 

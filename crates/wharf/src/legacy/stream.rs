@@ -11,6 +11,7 @@ use std::time::Duration;
 use futures_util::Stream;
 use serde_json::json;
 use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
 use wharf_protocol::methods;
 
 use crate::bus::{ChangeEvent, SessionSignal};
@@ -19,7 +20,8 @@ use crate::session::Session;
 use crate::store::now_millis;
 
 /// The notifications of one session, pulled as they are written. It ends when the session
-/// ends or expires, when the server shuts down, when the session opens a newer stream (on
+/// ends or expires, when the server drains or stops (see
+/// [`Server::drain`](crate::Server::drain)), when the session opens a newer stream (on
 /// any replica: a message goes out on one stream only), and when the bus could not promise
 /// every event (after saying that every list and subscribed resource may have changed; the
 /// client opens it again).
@@ -34,6 +36,8 @@ impl std::fmt::Debug for SessionStream {
 
 struct State {
     core: Arc<Core>,
+    /// Ends the stream ([`Runtime::stream_end`](crate::runtime::Runtime::stream_end)).
+    end: CancellationToken,
     id: String,
     owner: String,
     subscriptions: BTreeSet<String>,
@@ -69,6 +73,7 @@ fn recheck_every(core: &Core) -> Duration {
 impl SessionStream {
     pub(crate) fn open(core: &Arc<Core>, session: &Session) -> Self {
         let state = State {
+            end: core.runtime.stream_end(),
             core: Arc::clone(core),
             id: session.id().to_owned(),
             owner: session.owner().to_owned(),
@@ -124,7 +129,7 @@ impl State {
                 return None;
             }
             let received = tokio::select! {
-                () = self.core.runtime.shutdown.cancelled() => return None,
+                () = self.end.cancelled() => return None,
                 () = tokio::time::sleep_until(self.recheck_at) => {
                     if !self.reload().await {
                         return None;
