@@ -406,17 +406,25 @@ fn auth(
                 client_secret: args.oauth_client_secret.clone(),
                 cache_ttl: Duration::from_secs(args.oauth_introspection_cache_secs),
             },
-            None => wharf_auth::Validation::Jwt {
-                // The embedded server's keys are read from this process itself, which the
-                // public URL may not lead back to (a proxy, TLS in front).
-                jwks_uri: args.oauth_jwks_uri.clone().or_else(|| {
-                    embedded
-                        .as_ref()
-                        .map(|_| format!("http://{}/jwks", connectable(args.listen)))
-                }),
-                min_refresh: Duration::from_secs(args.oauth_jwks_min_refresh_secs),
-                max_age: Duration::from_secs(args.oauth_jwks_max_age_secs),
-            },
+            None => {
+                let min_refresh = Duration::from_secs(args.oauth_jwks_min_refresh_secs);
+                let max_age = Duration::from_secs(args.oauth_jwks_max_age_secs);
+                match (authz, &args.oauth_jwks_uri) {
+                    // The embedded server's keys are read in-process: the public URL may not
+                    // lead back here (a proxy, TLS in front), nor may the listen address
+                    // over plain HTTP.
+                    (Some(authz), None) => wharf_auth::Validation::Published {
+                        keys: authz.published_keys(),
+                        min_refresh,
+                        max_age,
+                    },
+                    (_, jwks_uri) => wharf_auth::Validation::Jwt {
+                        jwks_uri: jwks_uri.clone(),
+                        min_refresh,
+                        max_age,
+                    },
+                }
+            }
         };
         let rs = wharf_auth::OAuth::new(wharf_auth::OAuthConfig {
             resource,

@@ -1,4 +1,5 @@
-//! JWT access tokens verified locally against the issuer's JWKS.
+//! JWT access tokens verified locally against the issuer's JWKS, fetched over HTTP or read
+//! from an authorization server in this process.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -9,7 +10,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, decode_header};
 use serde_json::{Map, Value};
 use wharf::Grant;
 
-use super::{Checked, audience_ok, scopes_of};
+use super::{Checked, PublishedKeys, audience_ok, scopes_of};
 use crate::AuthError;
 
 /// The signature algorithms accepted: asymmetric only, so `none` and HMAC (with a public key
@@ -23,14 +24,40 @@ pub(crate) struct JwtChecker(Arc<KeySource>);
 /// Where keys come from and the keys known; shared with a fetch running on its own task.
 #[derive(Debug)]
 struct KeySource {
-    http: reqwest::Client,
+    origin: KeyOrigin,
     issuer: String,
-    jwks_uri: RwLock<Option<String>>,
     keys: RwLock<Keys>,
     /// Serializes fetches, so a burst of tokens with a new key id fetches once.
     fetching: tokio::sync::Mutex<()>,
     min_refresh: Duration,
     max_age: Duration,
+}
+
+/// Where the key set is read.
+#[derive(Debug)]
+pub(crate) enum KeyOrigin {
+    /// Fetched over HTTP.
+    Fetched(Fetch),
+    /// Read from an authorization server in this process.
+    Published(Arc<dyn PublishedKeys>),
+}
+
+impl KeyOrigin {
+    /// Keys fetched with `http` from `jwks_uri`, or from the one the issuer's metadata names.
+    pub(crate) fn fetched(http: reqwest::Client, jwks_uri: Option<String>) -> Self {
+        KeyOrigin::Fetched(Fetch {
+            http,
+            jwks_uri: RwLock::new(jwks_uri),
+        })
+    }
+}
+
+/// Fetches the issuer's key set over HTTP.
+#[derive(Debug)]
+pub(crate) struct Fetch {
+    http: reqwest::Client,
+    /// Configured, or learned from the issuer's metadata.
+    jwks_uri: RwLock<Option<String>>,
 }
 
 #[derive(Default)]
@@ -57,16 +84,14 @@ impl std::fmt::Debug for Keys {
 
 impl JwtChecker {
     pub(crate) fn new(
-        http: reqwest::Client,
+        origin: KeyOrigin,
         issuer: String,
-        jwks_uri: Option<String>,
         min_refresh: Duration,
         max_age: Duration,
     ) -> Self {
         JwtChecker(Arc::new(KeySource {
-            http,
+            origin,
             issuer,
-            jwks_uri: RwLock::new(jwks_uri),
             keys: RwLock::new(Keys::default()),
             fetching: tokio::sync::Mutex::new(()),
             min_refresh,
@@ -203,11 +228,11 @@ impl KeySource {
             // Until the set arrives (a fetch that errs leaves it so).
             keys.attempt_failed = true;
         }
-        let uri = self.jwks_uri().await?;
-        let set: JwkSet = self
-            .get_json(&uri)
-            .await
-            .and_then(|v| serde_json::from_value(v).map_err(|_| AuthError::Unavailable))?;
+        let set = match &self.origin {
+            KeyOrigin::Fetched(fetch) => fetch.key_set(&self.issuer).await?,
+            KeyOrigin::Published(keys) => keys.jwk_set().await?,
+        };
+        let set: JwkSet = serde_json::from_value(set).map_err(|_| AuthError::Unavailable)?;
         let mut fresh = Keys {
             attempted_at: Some(Instant::now()),
             ..Keys::default()
@@ -226,10 +251,18 @@ impl KeySource {
         *self.keys.write().unwrap_or_else(|p| p.into_inner()) = fresh;
         Ok(())
     }
+}
 
-    /// The JWKS URI: configured, or from the issuer's metadata (RFC 8414, then OpenID
-    /// Connect discovery), whose `issuer` must be the configured one.
-    async fn jwks_uri(&self) -> Result<String, AuthError> {
+impl Fetch {
+    /// The key set `issuer` publishes.
+    async fn key_set(&self, issuer: &str) -> Result<Value, AuthError> {
+        let uri = self.jwks_uri(issuer).await?;
+        self.get_json(&uri).await
+    }
+
+    /// The JWKS URI: configured, or from `issuer`'s metadata (RFC 8414, then OpenID Connect
+    /// discovery), whose `issuer` must be the configured one.
+    async fn jwks_uri(&self, configured: &str) -> Result<String, AuthError> {
         if let Some(uri) = self
             .jwks_uri
             .read()
@@ -238,7 +271,7 @@ impl KeySource {
         {
             return Ok(uri);
         }
-        let issuer = self.issuer.trim_end_matches('/');
+        let issuer = configured.trim_end_matches('/');
         let (origin, path) = split_origin(issuer);
         let candidates = [
             format!("{origin}/.well-known/oauth-authorization-server{path}"),
@@ -265,7 +298,7 @@ impl KeySource {
                 return Ok(uri.to_owned());
             }
         }
-        tracing::warn!(issuer = %self.issuer, "no usable authorization server metadata (jwks_uri)");
+        tracing::warn!(issuer = %configured, "no usable authorization server metadata (jwks_uri)");
         Err(AuthError::Unavailable)
     }
 
@@ -415,9 +448,8 @@ mod tests {
     async fn within_the_interval_after_a_failed_fetch_keys_are_unavailable_not_unknown() {
         let (url, requests) = failing_jwks().await;
         let checker = JwtChecker::new(
-            reqwest::Client::new(),
+            KeyOrigin::fetched(reqwest::Client::new(), Some(url)),
             "https://as.example.com".into(),
-            Some(url),
             Duration::from_secs(600),
             Duration::from_secs(3600),
         );
@@ -441,9 +473,8 @@ mod tests {
         let release = Arc::new(tokio::sync::Notify::new());
         let (url, requests) = held_jwks(Arc::clone(&release)).await;
         let checker = Arc::new(JwtChecker::new(
-            reqwest::Client::new(),
+            KeyOrigin::fetched(reqwest::Client::new(), Some(url)),
             "https://as.example.com".into(),
-            Some(url),
             Duration::from_secs(600),
             Duration::from_secs(3600),
         ));

@@ -49,6 +49,18 @@ pub enum Validation {
         /// issuer cannot be reached, the keys it last published are kept.
         max_age: Duration,
     },
+    /// JWTs signed by an authorization server in this process (`wharf-authz`'s, say),
+    /// verified against the key set it publishes, read without HTTP: its tokens verify
+    /// whatever address the process listens on, and whatever is in front of it. The set is
+    /// read when a fetched one would be fetched (see [`Validation::Jwt`]).
+    Published {
+        /// The authorization server's keys.
+        keys: Arc<dyn PublishedKeys>,
+        /// The least time between two reads of the key set.
+        min_refresh: Duration,
+        /// How long a key set read is trusted without reading it again.
+        max_age: Duration,
+    },
     /// Token introspection (RFC 7662) at `endpoint`, authenticated with the client's
     /// credentials; answers are cached for `cache_ttl` (never past the token's expiry),
     /// keyed by a hash of the token.
@@ -154,6 +166,14 @@ pub trait Revocations: Send + Sync + std::fmt::Debug {
     ) -> Pin<Box<dyn Future<Output = Result<bool, AuthError>> + Send + 'a>>;
 }
 
+/// The key set an authorization server in this process publishes (its `jwks_uri`
+/// document), which it offers the resource server beside it ([`Validation::Published`]).
+pub trait PublishedKeys: Send + Sync + std::fmt::Debug {
+    /// The JWK Set (RFC 7517 §5) published now. An error makes the keys unavailable
+    /// ([`AuthError::Unavailable`]) until the next read.
+    fn jwk_set(&self) -> Pin<Box<dyn Future<Output = Result<Value, AuthError>> + Send + '_>>;
+}
+
 #[derive(Debug)]
 enum Checker {
     Jwt(jwt::JwtChecker),
@@ -196,9 +216,18 @@ impl OAuth {
                 min_refresh,
                 max_age,
             } => Checker::Jwt(jwt::JwtChecker::new(
-                http,
+                jwt::KeyOrigin::fetched(http, jwks_uri.clone()),
                 config.issuer.clone(),
-                jwks_uri.clone(),
+                *min_refresh,
+                *max_age,
+            )),
+            Validation::Published {
+                keys,
+                min_refresh,
+                max_age,
+            } => Checker::Jwt(jwt::JwtChecker::new(
+                jwt::KeyOrigin::Published(Arc::clone(keys)),
+                config.issuer.clone(),
                 *min_refresh,
                 *max_age,
             )),
@@ -222,7 +251,9 @@ impl OAuth {
         let cache_ttl = match &config.validation {
             // A verified JWT stays valid until it expires; the cache spares the signature
             // check on every call of an agent that reuses its token.
-            Validation::Jwt { max_age, .. } => Duration::from_secs(300).min(*max_age),
+            Validation::Jwt { max_age, .. } | Validation::Published { max_age, .. } => {
+                Duration::from_secs(300).min(*max_age)
+            }
             Validation::Introspection { cache_ttl, .. } => *cache_ttl,
         };
         let authorization_servers = if config.authorization_servers.is_empty() {

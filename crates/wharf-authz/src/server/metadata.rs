@@ -1,5 +1,7 @@
 //! RFC 8414 authorization server metadata, and the key set tokens are checked against.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::Json;
@@ -53,5 +55,22 @@ pub(crate) async fn jwks(State(shared): State<Arc<Shared>>) -> Response {
             response
         }
         Err(err) => OAuthError::server_error(err).into_response(),
+    }
+}
+
+/// The published signing keys, read in-process by the resource server beside it.
+#[derive(Debug)]
+pub(crate) struct PublishedKeys(pub(crate) Arc<Shared>);
+
+impl wharf_auth::PublishedKeys for PublishedKeys {
+    fn jwk_set(
+        &self,
+    ) -> Pin<Box<dyn Future<Output = Result<Value, wharf_auth::AuthError>> + Send + '_>> {
+        Box::pin(async move {
+            self.0.keys.jwks(now_millis()).await.map_err(|err| {
+                tracing::warn!(error = %err, "the signing keys could not be read");
+                wharf_auth::AuthError::Unavailable
+            })
+        })
     }
 }

@@ -161,6 +161,13 @@ impl AuthorizationServer {
         ))
     }
 
+    /// The keys its access tokens are signed with, read in-process: give them to the
+    /// resource server beside it as [`wharf_auth::Validation::Published`], so its tokens
+    /// verify without a fetch over HTTP, whatever address the process listens on.
+    pub fn published_keys(&self) -> Arc<dyn wharf_auth::PublishedKeys> {
+        Arc::new(metadata::PublishedKeys(Arc::clone(&self.shared)))
+    }
+
     /// The local accounts users sign in with.
     pub fn users(&self) -> &Users {
         &self.shared.users

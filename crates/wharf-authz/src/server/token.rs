@@ -285,6 +285,18 @@ async fn redeem_code(
         .await
         .map_err(OAuthError::server_error)?
         .ok_or_else(|| OAuthError::server_error("a fresh family id collided"))?;
+    // The tokens are made (and the refresh token stored) before the code is marked: a
+    // failure up to the mark leaves the code unused, so the client's retry is served
+    // instead of being taken for a second redemption.
+    let tokens = prepare(
+        shared,
+        client,
+        &family,
+        &grant.user,
+        (&grant.scope, &grant.scope),
+        &grant.resource,
+    )
+    .await?;
     let redeemed = CodeGrant {
         redeemed_into: Some(family.clone()),
         ..grant.clone()
@@ -299,11 +311,18 @@ async fn redeem_code(
             Write::Replace(stored.version),
             None,
         )
-        .await
-        .map_err(OAuthError::server_error)?;
+        .await;
+    let marked = match marked {
+        Ok(marked) => marked,
+        Err(err) => {
+            tokens.discard(shared).await;
+            return Err(OAuthError::server_error(err));
+        }
+    };
     if marked.is_none() {
         // Redeemed by another request between the read and now: that one and this one
         // cannot both be the client. Neither gets to keep tokens.
+        tokens.discard(shared).await;
         revoke(shared, &family).await?;
         if let Ok(Some(now)) = shared.records.get::<CodeGrant>(CODES, &key).await {
             if let Some(theirs) = now.value.redeemed_into {
@@ -314,15 +333,7 @@ async fn redeem_code(
             "the code was already used; the tokens issued for it are revoked",
         ));
     }
-    issue(
-        shared,
-        client,
-        &family,
-        &grant.user,
-        (&grant.scope, &grant.scope),
-        &grant.resource,
-    )
-    .await
+    Ok(tokens.into_response())
 }
 
 async fn refresh(
@@ -377,6 +388,20 @@ async fn refresh(
             narrower.to_owned()
         }
     };
+    // The new tokens are made (and the new refresh token stored) before the presented one
+    // is marked used: a failure up to the mark leaves it unused, so the client's retry is
+    // served instead of being taken for reuse, which would revoke the family. A narrower
+    // scope is for this access token only: the new refresh token keeps the grant's (RFC
+    // 6749 §6).
+    let tokens = prepare(
+        shared,
+        client,
+        &record.family,
+        &record.user,
+        (&scope, &record.scope),
+        &record.resource,
+    )
+    .await?;
     let used = Refresh {
         used: true,
         ..record.clone()
@@ -391,15 +416,23 @@ async fn refresh(
             Write::Replace(stored.version),
             None,
         )
-        .await
-        .map_err(OAuthError::server_error)?;
+        .await;
+    let marked = match marked {
+        Ok(marked) => marked,
+        Err(err) => {
+            tokens.discard(shared).await;
+            return Err(OAuthError::server_error(err));
+        }
+    };
     if marked.is_none() {
+        tokens.discard(shared).await;
         revoke(shared, &record.family).await?;
         return Err(reused());
     }
     // A family lives as long as it is used: each rotation pushes its expiry back, unless it
-    // was revoked meanwhile.
-    let kept = shared
+    // was revoked meanwhile. Past the mark, a store failure here does not fail the request:
+    // the presented token is spent, and the family keeps its earlier expiry.
+    match shared
         .records
         .put(
             FAMILIES,
@@ -410,23 +443,18 @@ async fn refresh(
             None,
         )
         .await
-        .map_err(OAuthError::server_error)?;
-    if kept.is_none() {
-        return Err(OAuthError::invalid_grant(
-            "the refresh token has been revoked",
-        ));
+    {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            return Err(OAuthError::invalid_grant(
+                "the refresh token has been revoked",
+            ));
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "a token family's expiry was not extended");
+        }
     }
-    // A narrower scope is for this access token only: the new refresh token keeps the
-    // grant's (RFC 6749 §6).
-    issue(
-        shared,
-        client,
-        &record.family,
-        &record.user,
-        (&scope, &record.scope),
-        &record.resource,
-    )
-    .await
+    Ok(tokens.into_response())
 }
 
 /// The record a presented secret (a code, a refresh token) is filed under, and its key.
@@ -539,14 +567,53 @@ struct Claims<'a> {
     scope: &'a str,
 }
 
-async fn issue(
+/// Tokens made and stored, not yet handed out: the refresh token's record exists, so the
+/// response may go out once the grant they replace is spent.
+struct Prepared {
+    access_token: String,
+    refresh_token: String,
+    expires_in: u64,
+    scope: String,
+}
+
+impl Prepared {
+    /// Removes the stored refresh token of tokens that will not be handed out. Best effort:
+    /// a record left behind is for a secret nobody holds, and expires.
+    async fn discard(self, shared: &Shared) {
+        if let Err(err) = shared
+            .records
+            .delete(REFRESH, &digest(&self.refresh_token))
+            .await
+        {
+            tracing::warn!(error = %err, "an unissued refresh token's record was not removed");
+        }
+    }
+
+    fn into_response(self) -> Response {
+        let body = json!({
+            "access_token": self.access_token,
+            "token_type": "Bearer",
+            "expires_in": self.expires_in,
+            "refresh_token": self.refresh_token,
+            "scope": self.scope,
+        });
+        let mut response = Json(body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        headers.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
+        response
+    }
+}
+
+/// Signs an access token and stores a new refresh token, both of `family`.
+async fn prepare(
     shared: &Shared,
     client: &Client,
     family: &str,
     user: &str,
     (scope, refresh_scope): (&str, &str),
     resource: &str,
-) -> Result<Response, OAuthError> {
+) -> Result<Prepared, OAuthError> {
     let now = now_millis();
     let key = shared
         .keys
@@ -591,17 +658,12 @@ async fn issue(
             Some(expires_at),
         )
         .await
-        .map_err(OAuthError::server_error)?;
-    let body = json!({
-        "access_token": access_token,
-        "token_type": "Bearer",
-        "expires_in": ttl,
-        "refresh_token": refresh_token,
-        "scope": scope,
-    });
-    let mut response = Json(body).into_response();
-    let headers = response.headers_mut();
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
-    Ok(response)
+        .map_err(OAuthError::server_error)?
+        .ok_or_else(|| OAuthError::server_error("a fresh refresh token collided"))?;
+    Ok(Prepared {
+        access_token,
+        refresh_token,
+        expires_in: ttl,
+        scope: scope.to_owned(),
+    })
 }

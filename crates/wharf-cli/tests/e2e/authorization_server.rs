@@ -31,10 +31,6 @@ fn server(store: &str, extra: &[&str]) -> ServerProcess {
     ServerProcess::start_exact(&[&args[..], extra].concat())
 }
 
-fn origin(server: &ServerProcess) -> String {
-    format!("http://127.0.0.1:{}", server.port)
-}
-
 /// Registers a public native client redirecting to `redirect`.
 async fn register(base: &str, redirect: &str) -> String {
     let response = reqwest::Client::new()
@@ -215,7 +211,7 @@ async fn tools_list(server: &ServerProcess, token: &str) -> Option<i64> {
 async fn a_registered_client_signs_a_user_in_and_calls_a_tool() {
     let store = sqlite_url(&unique("authz-flow"));
     let server = server(&store, &[]);
-    let base = origin(&server);
+    let base = server.origin();
 
     let metadata: Value = reqwest::get(format!("{base}/.well-known/oauth-authorization-server"))
         .await
@@ -361,7 +357,7 @@ async fn a_registered_client_signs_a_user_in_and_calls_a_tool() {
 async fn pkce_is_required_s256_only_and_a_failed_exchange_burns_nothing() {
     let store = sqlite_url(&unique("authz-pkce"));
     let server = server(&store, &[]);
-    let base = origin(&server);
+    let base = server.origin();
     let redirect = "http://127.0.0.1:33419/callback";
     let client_id = register(&base, redirect).await;
     let browser = Browser::new();
@@ -445,7 +441,7 @@ async fn pkce_is_required_s256_only_and_a_failed_exchange_burns_nothing() {
 async fn refresh_tokens_rotate_and_a_reused_one_revokes_its_family() {
     let store = sqlite_url(&unique("authz-refresh"));
     let server = server(&store, &[]);
-    let base = origin(&server);
+    let base = server.origin();
     let redirect = "http://127.0.0.1:33420/callback";
     let client_id = register(&base, redirect).await;
     let (verifier, challenge) = pkce();
@@ -517,12 +513,167 @@ async fn refresh_tokens_rotate_and_a_reused_one_revokes_its_family() {
     );
 }
 
+/// Makes the store refuse to write a new refresh token while the returned guard lives: a
+/// real SQLite trigger on the server's own database file, as a full disk or a lost
+/// connection would fail that write.
+async fn refresh_tokens_cannot_be_stored(store: &str) -> sqlx::SqlitePool {
+    let pool = sqlx::SqlitePool::connect(&format!("{store}?mode=rw"))
+        .await
+        .unwrap();
+    sqlx::query(
+        "CREATE TRIGGER no_refresh BEFORE INSERT ON wharf_records \
+         WHEN NEW.namespace = 'authz-refresh' BEGIN SELECT RAISE(ABORT, 'disk full'); END",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool
+}
+
+async fn refresh_tokens_can_be_stored_again(pool: sqlx::SqlitePool) {
+    sqlx::query("DROP TRIGGER no_refresh")
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+}
+
+/// A token request that failed inside the store spends nothing: the client's retry with the
+/// same code, or the same refresh token, gets tokens, instead of being taken for a second
+/// use that revokes the family.
+#[tokio::test]
+async fn a_token_request_the_store_failed_can_be_retried() {
+    let store = sqlite_url(&unique("authz-retry"));
+    let server = server(&store, &[]);
+    let base = server.origin();
+    let redirect = "http://127.0.0.1:33422/callback";
+    let client_id = register(&base, redirect).await;
+    let (verifier, challenge) = pkce();
+    let answer = authorize(
+        &Browser::new(),
+        &base,
+        &code_request(&client_id, redirect, &challenge, &[]),
+    )
+    .await;
+    let code = &answer["code"];
+
+    let failing = refresh_tokens_cannot_be_stored(&store).await;
+    let (status, err) = redeem(&base, code, &client_id, &verifier, &[]).await;
+    assert_eq!(
+        (status, err["error"].as_str()),
+        (StatusCode::INTERNAL_SERVER_ERROR, Some("server_error")),
+        "{err}"
+    );
+    refresh_tokens_can_be_stored_again(failing).await;
+    let (status, first) = redeem(&base, code, &client_id, &verifier, &[]).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the retry redeems the code: {first}"
+    );
+
+    let refresh = |t: String| {
+        let (base, client_id) = (base.clone(), client_id.clone());
+        async move {
+            token(
+                &base,
+                &[
+                    ("grant_type", "refresh_token"),
+                    ("refresh_token", &t),
+                    ("client_id", &client_id),
+                ],
+            )
+            .await
+        }
+    };
+    let r1 = first["refresh_token"].as_str().unwrap().to_owned();
+    let failing = refresh_tokens_cannot_be_stored(&store).await;
+    let (status, err) = refresh(r1.clone()).await;
+    assert_eq!(
+        (status, err["error"].as_str()),
+        (StatusCode::INTERNAL_SERVER_ERROR, Some("server_error")),
+        "{err}"
+    );
+    refresh_tokens_can_be_stored_again(failing).await;
+    let (status, second) = refresh(r1.clone()).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the retry rotates the token: {second}"
+    );
+    let access = second["access_token"].as_str().unwrap();
+    assert_eq!(tools_list(&server, access).await, None, "the family lives");
+    let r2 = second["refresh_token"].as_str().unwrap().to_owned();
+    assert_ne!(r1, r2);
+    // What was spent stays spent: r1 once more is reuse.
+    let (status, err) = refresh(r1).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
+    until_refused(&server, access).await;
+}
+
+/// An address of this machine other than loopback: the one it sends from.
+fn non_loopback_address() -> std::net::IpAddr {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    // Connecting a UDP socket sends nothing: it picks the route, and so the source address.
+    socket
+        .connect("192.0.2.1:9")
+        .expect("this test needs a non-loopback IPv4 address with a route");
+    let ip = socket.local_addr().unwrap().ip();
+    assert!(!ip.is_loopback() && !ip.is_unspecified(), "{ip}");
+    ip
+}
+
+/// Listening on one address that is not loopback, under a public URL that does not lead
+/// back to it, the server verifies its own tokens: it reads its signing keys in-process,
+/// where it used to fetch them over plain HTTP from its listen address (which it refuses
+/// off loopback, so it did not start).
+#[tokio::test]
+async fn tokens_verify_whatever_address_the_server_listens_on() {
+    let store = sqlite_url(&unique("authz-listen"));
+    add_user(&store, "alice");
+    let ip = non_loopback_address();
+    let public = format!("http://localhost:{}", common::free_port());
+    let server = ServerProcess::start_at(
+        ip,
+        common::free_port(),
+        &[
+            "--profile",
+            "default",
+            "--store",
+            &store,
+            "--authorization-server",
+            "--public-url",
+            &public,
+            "--allowed-host",
+            &ip.to_string(),
+        ],
+        &[],
+    );
+    let base = server.origin();
+    let redirect = "http://127.0.0.1:33423/callback";
+    let client_id = register(&base, redirect).await;
+    let (verifier, challenge) = pkce();
+    let answer = authorize(
+        &Browser::new(),
+        &base,
+        &code_request(&client_id, redirect, &challenge, &[]),
+    )
+    .await;
+    let (status, tokens) = redeem(&base, &answer["code"], &client_id, &verifier, &[]).await;
+    assert_eq!(status, StatusCode::OK, "{tokens}");
+    assert_eq!(
+        tools_list(&server, tokens["access_token"].as_str().unwrap()).await,
+        None,
+        "the access token is accepted"
+    );
+}
+
 #[tokio::test]
 async fn redirects_nobody_registered_are_never_followed_and_resources_are_bound() {
     let store = sqlite_url(&unique("authz-redirect"));
     let other = "https://other.example/mcp";
     let server = server(&store, &["--authz-resource", other]);
-    let base = origin(&server);
+    let base = server.origin();
     let redirect = "http://127.0.0.1:33421/callback";
     let client_id = register(&base, redirect).await;
     let (verifier, challenge) = pkce();
@@ -624,7 +775,7 @@ async fn a_flow_continues_on_another_replica() {
     ];
     let a = ServerProcess::start_on(port_a, &args);
     let b = ServerProcess::start_exact(&args);
-    let (base_a, base_b) = (origin(&a), origin(&b));
+    let (base_a, base_b) = (a.origin(), b.origin());
     let redirect = "http://127.0.0.1:33422/callback";
     let client_id = register(&base_b, redirect).await;
     let (verifier, challenge) = pkce();
@@ -704,7 +855,7 @@ async fn behind_a_trusted_proxy_each_client_has_its_own_budget() {
             .status()
     };
     let trusting = server(&store, &["--trusted-proxy", "127.0.0.1/32"]);
-    let base = origin(&trusting);
+    let base = trusting.origin();
     for _ in 0..20 {
         assert_eq!(register_as(&base, "203.0.113.5").await, StatusCode::CREATED);
     }
@@ -720,7 +871,7 @@ async fn behind_a_trusted_proxy_each_client_has_its_own_budget() {
     );
 
     let distrusting = server(&sqlite_url(&unique("authz-no-proxy")), &[]);
-    let base = origin(&distrusting);
+    let base = distrusting.origin();
     for i in 0..20 {
         let client = format!("203.0.113.{i}");
         assert_eq!(register_as(&base, &client).await, StatusCode::CREATED);
@@ -737,7 +888,7 @@ async fn behind_a_trusted_proxy_each_client_has_its_own_budget() {
 #[tokio::test]
 async fn malformed_token_requests_get_oauth_errors() {
     let server = server(&sqlite_url(&unique("authz-token-body")), &[]);
-    let base = origin(&server);
+    let base = server.origin();
     let http = reqwest::Client::new();
     for (content_type, body) in [
         (
@@ -771,7 +922,7 @@ async fn malformed_token_requests_get_oauth_errors() {
 async fn registration_is_rate_limited_per_address_and_can_be_closed() {
     let store = sqlite_url(&unique("authz-limits"));
     let server = server(&store, &[]);
-    let base = origin(&server);
+    let base = server.origin();
     let body = json!({"application_type": "native", "redirect_uris": ["http://127.0.0.1:9/cb"], "token_endpoint_auth_method": "none"});
     let http = reqwest::Client::new();
     let mut statuses = Vec::new();
@@ -812,7 +963,7 @@ async fn registration_is_rate_limited_per_address_and_can_be_closed() {
         "--authorization-server",
         "--authz-closed-registration",
     ]);
-    let base = origin(&closed);
+    let base = closed.origin();
     let metadata: Value = reqwest::get(format!("{base}/.well-known/oauth-authorization-server"))
         .await
         .unwrap()

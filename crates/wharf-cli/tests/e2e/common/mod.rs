@@ -20,6 +20,8 @@ use wharf_client::{HttpClient, Reply};
 /// A `wharf serve` child process on a free loopback port.
 pub(crate) struct ServerProcess {
     pub child: Child,
+    /// The address it listens on: 127.0.0.1 unless started with [`ServerProcess::start_at`].
+    pub ip: std::net::IpAddr,
     pub port: u16,
     /// What it logged (at debug level for Wharf's own crates, `WHARF_LOG=warn,wharf=debug`).
     pub log: Log,
@@ -102,7 +104,18 @@ impl ServerProcess {
     /// Starts `wharf serve` on `port` with exactly `args` (plus `--listen`) and the
     /// environment variables `env` set.
     pub(crate) fn start_with_env(port: u16, args: &[&str], env: &[(&str, &str)]) -> Self {
-        let listen = format!("127.0.0.1:{port}");
+        Self::start_at(std::net::Ipv4Addr::LOCALHOST.into(), port, args, env)
+    }
+
+    /// Starts `wharf serve` on `ip`:`port` with exactly `args` (plus `--listen`) and the
+    /// environment variables `env` set.
+    pub(crate) fn start_at(
+        ip: std::net::IpAddr,
+        port: u16,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        let listen = std::net::SocketAddr::new(ip, port).to_string();
         let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
             .args(["serve", "--listen", &listen])
             .args(args)
@@ -121,12 +134,22 @@ impl ServerProcess {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        ServerProcess { child, port, log }
+        ServerProcess {
+            child,
+            ip,
+            port,
+            log,
+        }
     }
 
     /// The MCP endpoint URL.
     pub(crate) fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/mcp", self.port)
+        format!("{}/mcp", self.origin())
+    }
+
+    /// Where it listens, as an http origin.
+    pub(crate) fn origin(&self) -> String {
+        format!("http://{}", std::net::SocketAddr::new(self.ip, self.port))
     }
 
     /// A client of the endpoint.
