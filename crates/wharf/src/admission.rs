@@ -225,7 +225,7 @@ impl Admitted {
 
     /// A `subscriptions/listen` request as the stream of its messages, which the transport
     /// pulls as it writes them: the acknowledgment, the notifications, and the final response
-    /// when the server shuts down. Nothing runs between two messages and dropping the stream
+    /// when the server drains or shuts down ([`Server::drain`](crate::Server::drain)). Nothing runs between two messages and dropping the stream
     /// ends the subscription, so an idle stream costs only its subscription. Any other
     /// request is refused (its one message is the error): run those with
     /// [`Admitted::stream`].
@@ -275,7 +275,7 @@ impl Admitted {
 
     /// Runs the request as a stream: its messages go to `outbox` in order (notifications,
     /// then the response, which ends it; a listen stream's acknowledgment, its
-    /// notifications, and its final response when the server shuts down). Once `cancel`
+    /// notifications, and its final response when the server drains or shuts down). Once `cancel`
     /// fires the work stops at its next await and nothing more is sent.
     pub async fn stream(self, outbox: Outbox, cancel: CancellationToken) {
         if self.req.is_listen() {

@@ -232,7 +232,10 @@ impl KeySource {
             KeyOrigin::Fetched(fetch) => fetch.key_set(&self.issuer).await?,
             KeyOrigin::Published(keys) => keys.jwk_set().await?,
         };
-        let set: JwkSet = serde_json::from_value(set).map_err(|_| AuthError::Unavailable)?;
+        let set: JwkSet = serde_json::from_value(set).map_err(|err| {
+            tracing::warn!(issuer = %self.issuer, error = %err, "the issuer's key set does not parse");
+            AuthError::Unavailable
+        })?;
         let mut fresh = Keys {
             attempted_at: Some(Instant::now()),
             ..Keys::default()

@@ -288,7 +288,7 @@ async fn redeem_code(
     // The tokens are made (and the refresh token stored) before the code is marked: a
     // failure up to the mark leaves the code unused, so the client's retry is served
     // instead of being taken for a second redemption.
-    let tokens = prepare(
+    let prepared = prepare(
         shared,
         client,
         &family,
@@ -296,7 +296,14 @@ async fn redeem_code(
         (&grant.scope, &grant.scope),
         &grant.resource,
     )
-    .await?;
+    .await;
+    let tokens = match prepared {
+        Ok(tokens) => tokens,
+        Err(err) => {
+            forget_family(shared, &family).await;
+            return Err(err);
+        }
+    };
     let redeemed = CodeGrant {
         redeemed_into: Some(family.clone()),
         ..grant.clone()
@@ -316,24 +323,38 @@ async fn redeem_code(
         Ok(marked) => marked,
         Err(err) => {
             tokens.discard(shared).await;
+            forget_family(shared, &family).await;
             return Err(OAuthError::server_error(err));
         }
     };
     if marked.is_none() {
         // Redeemed by another request between the read and now: that one and this one
-        // cannot both be the client. Neither gets to keep tokens.
-        tokens.discard(shared).await;
-        revoke(shared, &family).await?;
-        if let Ok(Some(now)) = shared.records.get::<CodeGrant>(CODES, &key).await {
-            if let Some(theirs) = now.value.redeemed_into {
-                revoke(shared, &theirs).await?;
-            }
+        // cannot both be the client. Neither keeps tokens. The family that holds some is
+        // revoked first; a failure to read which one it is answers 500, not "revoked".
+        let theirs = shared
+            .records
+            .get::<CodeGrant>(CODES, &key)
+            .await
+            .map_err(OAuthError::server_error)?
+            .and_then(|now| now.value.redeemed_into);
+        if let Some(theirs) = theirs {
+            revoke(shared, &theirs).await?;
         }
+        revoke(shared, &family).await?;
+        tokens.discard(shared).await;
         return Err(OAuthError::invalid_grant(
             "the code was already used; the tokens issued for it are revoked",
         ));
     }
     Ok(tokens.into_response())
+}
+
+/// Removes a family nothing was handed out for (the request failed before its tokens
+/// left). Best effort: a family left behind holds no token anyone has, and expires.
+async fn forget_family(shared: &Shared, family: &str) {
+    if let Err(err) = shared.records.delete(FAMILIES, family).await {
+        tracing::warn!(error = %err, "an unused token family's record was not removed");
+    }
 }
 
 async fn refresh(
@@ -425,8 +446,9 @@ async fn refresh(
         }
     };
     if marked.is_none() {
-        tokens.discard(shared).await;
+        // Revoked first: the store round trip of the discard must not delay it.
         revoke(shared, &record.family).await?;
+        tokens.discard(shared).await;
         return Err(reused());
     }
     // A family lives as long as it is used: each rotation pushes its expiry back, unless it
@@ -446,6 +468,7 @@ async fn refresh(
     {
         Ok(Some(_)) => {}
         Ok(None) => {
+            tokens.discard(shared).await;
             return Err(OAuthError::invalid_grant(
                 "the refresh token has been revoked",
             ));

@@ -358,7 +358,10 @@ async fn listen_streams_ack_filter_and_end_gracefully() {
     );
     // A stream opened during the drain closes its connection when it ends, at shutdown
     // (here a second signal, which skips the rest of the grace).
-    let late = reqwest::Client::new()
+    let late = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
         .post(server.url())
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
