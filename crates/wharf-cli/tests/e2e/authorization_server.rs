@@ -167,6 +167,53 @@ async fn redeem(
     token(base, &form).await
 }
 
+/// Exchanges refresh token `refresh` for `client_id`.
+async fn refresh(base: &str, client_id: &str, refresh: &str) -> (StatusCode, Value) {
+    let form = [
+        ("grant_type", "refresh_token"),
+        ("refresh_token", refresh),
+        ("client_id", client_id),
+    ];
+    token(base, &form).await
+}
+
+/// A code a new client (redirecting to `redirect`) got for `alice`, not yet redeemed.
+struct Grant {
+    client_id: String,
+    verifier: String,
+    code: String,
+}
+
+/// Registers a client and runs a whole sign-in and consent in a new browser.
+async fn grant(base: &str, redirect: &str) -> Grant {
+    let client_id = register(base, redirect).await;
+    let (verifier, challenge) = pkce();
+    let mut answer = authorize(
+        &Browser::new(),
+        base,
+        &code_request(&client_id, redirect, &challenge, &[]),
+    )
+    .await;
+    let code = answer.remove("code").expect("a code");
+    Grant {
+        client_id,
+        verifier,
+        code,
+    }
+}
+
+impl Grant {
+    /// Redeems the code with its verifier.
+    async fn redeem(&self, base: &str) -> (StatusCode, Value) {
+        redeem(base, &self.code, &self.client_id, &self.verifier, &[]).await
+    }
+}
+
+/// A registration body for a public native client.
+fn native_client() -> Value {
+    json!({"application_type": "native", "redirect_uris": ["http://127.0.0.1:9/cb"], "token_endpoint_auth_method": "none"})
+}
+
 /// The error a refusal page links back to the client with.
 async fn refused(response: reqwest::Response) -> HashMap<String, String> {
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
@@ -284,7 +331,7 @@ async fn a_registered_client_signs_a_user_in_and_calls_a_tool() {
     assert_eq!(status, StatusCode::OK, "{tokens}");
     assert_eq!(tokens["token_type"], "Bearer");
     let access = tokens["access_token"].as_str().unwrap();
-    let refresh = tokens["refresh_token"].as_str().unwrap().to_owned();
+    let r1 = tokens["refresh_token"].as_str().unwrap().to_owned();
     assert_eq!(
         tools_list(&server, access).await,
         None,
@@ -305,15 +352,7 @@ async fn a_registered_client_signs_a_user_in_and_calls_a_tool() {
             .contains("already used"),
         "{err}"
     );
-    let (status, err) = token(
-        &base,
-        &[
-            ("grant_type", "refresh_token"),
-            ("refresh_token", &refresh),
-            ("client_id", &client_id),
-        ],
-    )
-    .await;
+    let (status, err) = refresh(&base, &client_id, &r1).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(
         err["error_description"]
@@ -442,33 +481,10 @@ async fn refresh_tokens_rotate_and_a_reused_one_revokes_its_family() {
     let store = sqlite_url(&unique("authz-refresh"));
     let server = server(&store, &[]);
     let base = server.origin();
-    let redirect = "http://127.0.0.1:33420/callback";
-    let client_id = register(&base, redirect).await;
-    let (verifier, challenge) = pkce();
-    let answer = authorize(
-        &Browser::new(),
-        &base,
-        &code_request(&client_id, redirect, &challenge, &[]),
-    )
-    .await;
-    let (_, first) = redeem(&base, &answer["code"], &client_id, &verifier, &[]).await;
+    let grant = grant(&base, "http://127.0.0.1:33420/callback").await;
+    let (_, first) = grant.redeem(&base).await;
     let r1 = first["refresh_token"].as_str().unwrap();
-    let refresh = |t: &str| {
-        let t = t.to_owned();
-        let (base, client_id) = (base.clone(), client_id.clone());
-        async move {
-            token(
-                &base,
-                &[
-                    ("grant_type", "refresh_token"),
-                    ("refresh_token", &t),
-                    ("client_id", &client_id),
-                ],
-            )
-            .await
-        }
-    };
-    let (status, second) = refresh(r1).await;
+    let (status, second) = refresh(&base, &grant.client_id, r1).await;
     assert_eq!(status, StatusCode::OK, "{second}");
     let r2 = second["refresh_token"].as_str().unwrap();
     assert_ne!(r1, r2, "rotated at use");
@@ -477,7 +493,7 @@ async fn refresh_tokens_rotate_and_a_reused_one_revokes_its_family() {
         None
     );
     // r1 again: someone holds a copy. The family goes, r2 with it.
-    let (status, err) = refresh(r1).await;
+    let (status, err) = refresh(&base, &grant.client_id, r1).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(
         err["error_description"]
@@ -487,7 +503,7 @@ async fn refresh_tokens_rotate_and_a_reused_one_revokes_its_family() {
         "{err}"
     );
     until_refused(&server, second["access_token"].as_str().unwrap()).await;
-    let (status, err) = refresh(r2).await;
+    let (status, err) = refresh(&base, &grant.client_id, r2).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(
         err["error_description"]
@@ -497,16 +513,8 @@ async fn refresh_tokens_rotate_and_a_reused_one_revokes_its_family() {
         "{err}"
     );
     // Another client cannot use a refresh token it was not given.
-    let stranger = register(&base, redirect).await;
-    let (status, err) = token(
-        &base,
-        &[
-            ("grant_type", "refresh_token"),
-            ("refresh_token", r2),
-            ("client_id", &stranger),
-        ],
-    )
-    .await;
+    let stranger = register(&base, "http://127.0.0.1:33420/callback").await;
+    let (status, err) = refresh(&base, &stranger, r2).await;
     assert_eq!(
         (status, err["error"].as_str()),
         (StatusCode::BAD_REQUEST, Some("invalid_grant"))
@@ -546,56 +554,33 @@ async fn a_token_request_the_store_failed_can_be_retried() {
     let store = sqlite_url(&unique("authz-retry"));
     let server = server(&store, &[]);
     let base = server.origin();
-    let redirect = "http://127.0.0.1:33422/callback";
-    let client_id = register(&base, redirect).await;
-    let (verifier, challenge) = pkce();
-    let answer = authorize(
-        &Browser::new(),
-        &base,
-        &code_request(&client_id, redirect, &challenge, &[]),
-    )
-    .await;
-    let code = &answer["code"];
+    let grant = grant(&base, "http://127.0.0.1:33422/callback").await;
 
     let failing = refresh_tokens_cannot_be_stored(&store).await;
-    let (status, err) = redeem(&base, code, &client_id, &verifier, &[]).await;
+    let (status, err) = grant.redeem(&base).await;
     assert_eq!(
         (status, err["error"].as_str()),
         (StatusCode::INTERNAL_SERVER_ERROR, Some("server_error")),
         "{err}"
     );
     refresh_tokens_can_be_stored_again(failing).await;
-    let (status, first) = redeem(&base, code, &client_id, &verifier, &[]).await;
+    let (status, first) = grant.redeem(&base).await;
     assert_eq!(
         status,
         StatusCode::OK,
         "the retry redeems the code: {first}"
     );
 
-    let refresh = |t: String| {
-        let (base, client_id) = (base.clone(), client_id.clone());
-        async move {
-            token(
-                &base,
-                &[
-                    ("grant_type", "refresh_token"),
-                    ("refresh_token", &t),
-                    ("client_id", &client_id),
-                ],
-            )
-            .await
-        }
-    };
     let r1 = first["refresh_token"].as_str().unwrap().to_owned();
     let failing = refresh_tokens_cannot_be_stored(&store).await;
-    let (status, err) = refresh(r1.clone()).await;
+    let (status, err) = refresh(&base, &grant.client_id, &r1).await;
     assert_eq!(
         (status, err["error"].as_str()),
         (StatusCode::INTERNAL_SERVER_ERROR, Some("server_error")),
         "{err}"
     );
     refresh_tokens_can_be_stored_again(failing).await;
-    let (status, second) = refresh(r1.clone()).await;
+    let (status, second) = refresh(&base, &grant.client_id, &r1).await;
     assert_eq!(
         status,
         StatusCode::OK,
@@ -606,7 +591,7 @@ async fn a_token_request_the_store_failed_can_be_retried() {
     let r2 = second["refresh_token"].as_str().unwrap().to_owned();
     assert_ne!(r1, r2);
     // What was spent stays spent: r1 once more is reuse.
-    let (status, err) = refresh(r1).await;
+    let (status, err) = refresh(&base, &grant.client_id, &r1).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
     until_refused(&server, access).await;
 }
@@ -650,16 +635,8 @@ async fn tokens_verify_whatever_address_the_server_listens_on() {
         &[],
     );
     let base = server.origin();
-    let redirect = "http://127.0.0.1:33423/callback";
-    let client_id = register(&base, redirect).await;
-    let (verifier, challenge) = pkce();
-    let answer = authorize(
-        &Browser::new(),
-        &base,
-        &code_request(&client_id, redirect, &challenge, &[]),
-    )
-    .await;
-    let (status, tokens) = redeem(&base, &answer["code"], &client_id, &verifier, &[]).await;
+    let grant = grant(&base, "http://127.0.0.1:33423/callback").await;
+    let (status, tokens) = grant.redeem(&base).await;
     assert_eq!(status, StatusCode::OK, "{tokens}");
     assert_eq!(
         tools_list(&server, tokens["access_token"].as_str().unwrap()).await,
@@ -842,7 +819,7 @@ async fn a_flow_continues_on_another_replica() {
 #[tokio::test]
 async fn behind_a_trusted_proxy_each_client_has_its_own_budget() {
     let store = sqlite_url(&unique("authz-proxy"));
-    let body = json!({"application_type": "native", "redirect_uris": ["http://127.0.0.1:9/cb"], "token_endpoint_auth_method": "none"});
+    let body = native_client();
     let http = reqwest::Client::new();
     // This test is the proxy: it connects from 127.0.0.1 and names the client.
     let register_as = async |base: &str, client: &str| {
@@ -923,7 +900,7 @@ async fn registration_is_rate_limited_per_address_and_can_be_closed() {
     let store = sqlite_url(&unique("authz-limits"));
     let server = server(&store, &[]);
     let base = server.origin();
-    let body = json!({"application_type": "native", "redirect_uris": ["http://127.0.0.1:9/cb"], "token_endpoint_auth_method": "none"});
+    let body = native_client();
     let http = reqwest::Client::new();
     let mut statuses = Vec::new();
     for _ in 0..21 {
