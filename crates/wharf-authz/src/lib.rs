@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, missing_debug_implementations)]
 
+mod attempts;
 pub mod cimd;
 mod keys;
 pub mod pkce;
@@ -26,4 +27,4 @@ mod users;
 pub use keys::{KeyError, ROTATION};
 pub use records::RecordError;
 pub use server::{AuthorizationServer, AuthzConfig, OAuthError, UpstreamConfig};
-pub use users::{MIN_PASSWORD, UserError, Users};
+pub use users::{MIN_PASSWORD, SignIn, UserError, Users};

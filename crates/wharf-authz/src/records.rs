@@ -63,6 +63,11 @@ pub(crate) const USERS: Kind = Kind {
     namespace: "authz-user",
     ttl: None,
 };
+pub(crate) const FAILED_SIGN_INS: Kind = Kind {
+    namespace: "authz-failed-sign-in",
+    // An hour without a failure forgets the count.
+    ttl: Some(Duration::from_secs(3600)),
+};
 pub(crate) const UPSTREAM: Kind = Kind {
     namespace: "authz-upstream",
     ttl: Some(Duration::from_secs(10 * 60)),

@@ -5,8 +5,11 @@ use argon2::Argon2;
 use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use serde::{Deserialize, Serialize};
-use wharf::store::Write;
+use std::time::Duration;
 
+use wharf::store::{Millis, Write, now_millis};
+
+use crate::attempts::{self, Turn};
 use crate::records::{RecordError, Records, USERS};
 
 /// The longest user name.
@@ -39,6 +42,21 @@ pub enum UserError {
     /// The store failed.
     #[error(transparent)]
     Record(#[from] RecordError),
+}
+
+/// What a sign-in attempt came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SignIn {
+    /// The password is the account's.
+    Accepted,
+    /// The name or the password is wrong (which one is not said).
+    Refused,
+    /// The account failed too often lately; its password was not checked.
+    Throttled {
+        /// How long until the next attempt is checked.
+        retry_after: Duration,
+    },
 }
 
 /// Argon2 verifications running at once at most: each takes tens of milliseconds and 19 MiB,
@@ -99,9 +117,31 @@ impl Users {
             .ok_or_else(|| UserError::Exists(name.to_owned()))
     }
 
+    /// Checks `password` for `name`, unless that account has failed too often lately (see
+    /// the failed sign-ins module): then the password is not even checked.
+    pub async fn sign_in(&self, name: &str, password: &str) -> Result<SignIn, UserError> {
+        self.sign_in_at(name, password, now_millis()).await
+    }
+
+    async fn sign_in_at(
+        &self,
+        name: &str,
+        password: &str,
+        now: Millis,
+    ) -> Result<SignIn, UserError> {
+        if let Turn::Wait(retry_after) = attempts::take_turn(&self.records, name, now).await? {
+            return Ok(SignIn::Throttled { retry_after });
+        }
+        if !self.verify(name, password).await? {
+            return Ok(SignIn::Refused);
+        }
+        attempts::forget(&self.records, name).await?;
+        Ok(SignIn::Accepted)
+    }
+
     /// Whether `password` is `name`'s. An unknown name costs the same hashing time as a
     /// wrong password, so the answer's timing does not tell which names exist.
-    pub async fn verify(&self, name: &str, password: &str) -> Result<bool, UserError> {
+    async fn verify(&self, name: &str, password: &str) -> Result<bool, UserError> {
         let stored = if is_name(name) {
             self.records.get::<StoredUser>(USERS, name).await?
         } else {
@@ -143,3 +183,108 @@ fn hash(password: &str) -> Result<String, UserError> {
 /// An Argon2id hash (default parameters) of a random password nobody knows, verified
 /// against when the user does not exist.
 const DUMMY_HASH: &str = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$4zN2Q0Yz7mT0oB2u3xg9wq0VYH0c2b3a8m8o1k3r4s0";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PASSWORD: &str = "correct horse battery";
+
+    async fn users() -> Users {
+        let options = wharf_store::StoreOptions::default();
+        let store = wharf_store::open("memory://", &options).await.unwrap();
+        let users = Users::new(store);
+        users.add("alice", PASSWORD).await.unwrap();
+        users
+    }
+
+    fn seconds(n: u64) -> SignIn {
+        SignIn::Throttled {
+            retry_after: Duration::from_secs(n),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_account_that_keeps_failing_is_slowed_and_a_success_forgets() {
+        let users = users().await;
+        let t = 1_000_000;
+        for _ in 0..5 {
+            assert_eq!(
+                users.sign_in_at("alice", "guess", t).await.unwrap(),
+                SignIn::Refused
+            );
+        }
+        assert_eq!(
+            users.sign_in_at("alice", "guess", t).await.unwrap(),
+            seconds(1)
+        );
+        assert_eq!(
+            users.sign_in_at("alice", PASSWORD, t + 400).await.unwrap(),
+            SignIn::Throttled {
+                retry_after: Duration::from_millis(600)
+            },
+            "the right password is not even checked while the account waits"
+        );
+        assert_eq!(
+            users.sign_in_at("alice", "guess", t + 1000).await.unwrap(),
+            SignIn::Refused
+        );
+        assert_eq!(
+            users.sign_in_at("alice", "guess", t + 1000).await.unwrap(),
+            seconds(2)
+        );
+        assert_eq!(
+            users.sign_in_at("alice", PASSWORD, t + 3000).await.unwrap(),
+            SignIn::Accepted
+        );
+        // The success forgot the failures: five more are free.
+        for _ in 0..5 {
+            assert_eq!(
+                users.sign_in_at("alice", "guess", t + 3000).await.unwrap(),
+                SignIn::Refused
+            );
+        }
+        assert_eq!(
+            users.sign_in_at("alice", "guess", t + 3000).await.unwrap(),
+            seconds(1)
+        );
+    }
+
+    #[tokio::test]
+    async fn unknown_and_malformed_names_are_slowed_like_accounts() {
+        let users = users().await;
+        for name in ["bob", "not a name!"] {
+            for _ in 0..5 {
+                assert_eq!(
+                    users.sign_in_at(name, PASSWORD, 0).await.unwrap(),
+                    SignIn::Refused
+                );
+            }
+            assert_eq!(
+                users.sign_in_at(name, PASSWORD, 0).await.unwrap(),
+                seconds(1),
+                "{name}"
+            );
+        }
+        assert_eq!(
+            users.sign_in_at("alice", PASSWORD, 0).await.unwrap(),
+            SignIn::Accepted,
+            "each name has its own count"
+        );
+    }
+
+    #[tokio::test]
+    async fn concurrent_attempts_share_one_turn() {
+        let users = users().await;
+        for _ in 0..5 {
+            users.sign_in_at("alice", "guess", 0).await.unwrap();
+        }
+        let attempts = (0..6).map(|_| users.sign_in_at("alice", "guess", 1000));
+        let outcomes = futures_util::future::join_all(attempts).await;
+        let checked = outcomes
+            .iter()
+            .filter(|o| *o.as_ref().unwrap() == SignIn::Refused)
+            .count();
+        assert_eq!(checked, 1, "{outcomes:?}");
+    }
+}

@@ -22,6 +22,7 @@ use super::{Shared, constant_eq, cookies};
 use crate::pkce::CodeChallenge;
 use crate::records::{CODES, CONSENTS, REQUESTS, SESSIONS, digest, secret};
 use crate::redirect;
+use crate::users::SignIn;
 
 /// An authorization request waiting for the user, as stored.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -269,21 +270,32 @@ pub(crate) async fn login(
         Ok(found) => found,
         Err(response) => return response,
     };
-    match shared.users.verify(&form.username, &form.password).await {
-        Ok(true) => {}
-        Ok(false) => {
-            let mut page = login_page(
-                &shared,
-                &form.request,
-                &pending,
-                Some("The user name or password is wrong."),
+    let (problem, wait) = match shared.users.sign_in(&form.username, &form.password).await {
+        Ok(SignIn::Accepted) => {
+            return start_session(&shared, &form.username, &form.request).await;
+        }
+        Ok(SignIn::Refused) => ("The user name or password is wrong.".to_owned(), None),
+        Ok(SignIn::Throttled { retry_after }) => {
+            // Whole seconds, rounded up: a client that waits as long as it is told succeeds.
+            let seconds =
+                (retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0)).max(1);
+            let problem = format!(
+                "Too many failed sign-ins for this account. Try again in {seconds} seconds."
             );
-            *page.status_mut() = StatusCode::UNAUTHORIZED;
-            return page;
+            (problem, Some(seconds))
         }
         Err(_) => return unavailable(),
+    };
+    let mut page = login_page(&shared, &form.request, &pending, Some(&problem));
+    match wait {
+        None => *page.status_mut() = StatusCode::UNAUTHORIZED,
+        Some(seconds) => {
+            *page.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+            page.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(seconds));
+        }
     }
-    start_session(&shared, &form.username, &form.request).await
+    page
 }
 
 /// Signs `user` in on this browser and goes on to the consent page of request `request`.

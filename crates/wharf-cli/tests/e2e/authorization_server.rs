@@ -521,6 +521,48 @@ async fn refresh_tokens_rotate_and_a_reused_one_revokes_its_family() {
     );
 }
 
+/// Guesses at one account's password are spaced out once five have failed, whatever the
+/// per-address budget has left: the sixth is refused with `Retry-After` before its password
+/// is checked (the right one too), and after that wait the right password signs in.
+#[tokio::test]
+async fn an_account_that_keeps_failing_to_sign_in_is_slowed_down() {
+    let server = server(&sqlite_url(&unique("authz-guess")), &[]);
+    let base = server.origin();
+    let redirect = "http://127.0.0.1:33424/callback";
+    let client_id = register(&base, redirect).await;
+    let (_, challenge) = pkce();
+    let browser = Browser::new();
+    let params = code_request(&client_id, redirect, &challenge, &[]);
+    let url = Url::parse_with_params(&format!("{base}/authorize"), &params).unwrap();
+    let html = browser.get(url.as_str()).await.text().await.unwrap();
+    let (request, csrf) = (hidden(&html, "request"), hidden(&html, "csrf"));
+    let sign_in = async |password: &str| {
+        let form = [
+            ("request", request.as_str()),
+            ("csrf", csrf.as_str()),
+            ("username", "alice"),
+            ("password", password),
+        ];
+        browser
+            .post(&format!("{base}/authorize/login"), &form)
+            .await
+    };
+    for _ in 0..5 {
+        assert_eq!(sign_in("guess").await.status(), StatusCode::UNAUTHORIZED);
+    }
+    for password in ["guess", PASSWORD] {
+        let slowed = sign_in(password).await;
+        assert_eq!(slowed.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(slowed.headers()["retry-after"], "1");
+        let page = slowed.text().await.unwrap();
+        assert!(page.contains("Too many failed sign-ins"), "{page}");
+        assert!(page.contains("id=\"sign-in\""), "the form stays: {page}");
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let signed_in = sign_in(PASSWORD).await;
+    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+}
+
 /// Makes the store refuse to write a new refresh token while the returned guard lives: a
 /// real SQLite trigger on the server's own database file, as a full disk or a lost
 /// connection would fail that write.
