@@ -162,25 +162,9 @@ pub(crate) async fn authorize(
             }
         },
     };
-    let scope = match param("scope") {
-        None => config.scopes.join(" "),
-        Some(requested) => {
-            if let Some(unknown) = requested
-                .split(' ')
-                .filter(|s| !s.is_empty())
-                .find(|s| !config.scopes.iter().any(|known| known == s))
-            {
-                return back.refuse(
-                    "invalid_scope",
-                    &format!("scope {unknown:?} is not offered"),
-                );
-            }
-            requested
-                .split(' ')
-                .filter(|s| !s.is_empty())
-                .collect::<Vec<_>>()
-                .join(" ")
-        }
+    let scope = match request_scope(param("scope"), &config.scopes, client.scope.as_deref()) {
+        Ok(scope) => scope,
+        Err(problem) => return back.refuse("invalid_scope", &problem),
     };
 
     let mut response_headers = HeaderMap::new();
@@ -621,6 +605,33 @@ impl Back<'_> {
     }
 }
 
+/// The scope an authorization request is for: the values it asks for, each one this server
+/// offers. Without a `scope` parameter: what the client registered (or declared in its
+/// metadata document) and the server offers, or, when it said nothing, everything offered.
+/// A request may ask beyond what the client registered, since MCP's step-up authorization
+/// reuses the registration made for the first challenge's scopes; the person sees on the
+/// consent page what is asked.
+fn request_scope(
+    requested: Option<&str>,
+    offered: &[String],
+    registered: Option<&str>,
+) -> Result<String, String> {
+    let Some(requested) = requested else {
+        let registered = |value: &str| registered.is_none_or(|r| r.split(' ').any(|v| v == value));
+        let defaults: Vec<&str> = offered
+            .iter()
+            .map(String::as_str)
+            .filter(|s| registered(s))
+            .collect();
+        return Ok(defaults.join(" "));
+    };
+    let values: Vec<&str> = requested.split(' ').filter(|s| !s.is_empty()).collect();
+    if let Some(unknown) = values.iter().find(|s| !offered.iter().any(|o| o == *s)) {
+        return Err(format!("scope {unknown:?} is not offered"));
+    }
+    Ok(values.join(" "))
+}
+
 /// Query parameters, each at most once (RFC 6749 §3.1).
 fn single_params(query: &str) -> Result<HashMap<String, String>, String> {
     let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query)
@@ -734,4 +745,26 @@ fn consent_html(request_id: &str, pending: &Pending, user: &str) -> Response {
         hidden = hidden(&[("request", request_id), ("csrf", &pending.csrf)]),
     );
     html::page(StatusCode::OK, "Allow access?", &body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::request_scope;
+
+    #[test]
+    fn a_request_gets_what_it_asks_or_by_default_what_the_client_registered() {
+        let offered = ["read".to_owned(), "write".to_owned(), "admin".to_owned()];
+        let scope = |requested, registered| request_scope(requested, &offered, registered);
+        assert_eq!(scope(None, None).unwrap(), "read write admin");
+        assert_eq!(scope(None, Some("write read other")).unwrap(), "read write");
+        assert_eq!(scope(Some(" write  read"), None).unwrap(), "write read");
+        assert_eq!(scope(Some(""), Some("read")).unwrap(), "");
+        assert_eq!(
+            scope(Some("read admin"), Some("read")).unwrap(),
+            "read admin",
+            "a step-up asks beyond the registration"
+        );
+        let err = scope(Some("read other"), Some("read other")).unwrap_err();
+        assert!(err.contains("\"other\" is not offered"), "{err}");
+    }
 }

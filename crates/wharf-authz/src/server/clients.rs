@@ -56,6 +56,9 @@ pub(crate) struct Client {
     /// For a metadata-document client, the host of its `client_id`: what the consent page
     /// shows as who is asking.
     pub(crate) document_host: Option<String>,
+    /// The scope values it registered or declared, space-separated, if it did: what it is
+    /// given when it asks for no particular scope.
+    pub(crate) scope: Option<String>,
 }
 
 /// A cached document: its body, re-checked when read.
@@ -125,6 +128,7 @@ impl Shared {
             redirect_uris: registered.redirect_uris,
             auth: registered.auth,
             document_host: None,
+            scope: registered.scope,
         })
     }
 
@@ -169,6 +173,7 @@ impl Shared {
             redirect_uris: metadata.redirect_uris,
             auth,
             document_host: Some(url.host().to_owned()),
+            scope: metadata.scope,
         })
     }
 }

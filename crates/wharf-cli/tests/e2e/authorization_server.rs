@@ -33,14 +33,26 @@ fn server(store: &str, extra: &[&str]) -> ServerProcess {
 
 /// Registers a public native client redirecting to `redirect`.
 async fn register(base: &str, redirect: &str) -> String {
+    let body = registration(base, redirect, json!({})).await;
+    body["client_id"].as_str().unwrap().to_owned()
+}
+
+/// Registers a public native client redirecting to `redirect`, with `more` metadata; the
+/// server's answer.
+async fn registration(base: &str, redirect: &str, more: Value) -> Value {
+    let mut metadata = json!({
+        "client_name": "Test CLI",
+        "application_type": "native",
+        "redirect_uris": [redirect],
+        "token_endpoint_auth_method": "none",
+    });
+    metadata
+        .as_object_mut()
+        .unwrap()
+        .extend(more.as_object().unwrap().clone());
     let response = reqwest::Client::new()
         .post(format!("{base}/register"))
-        .json(&json!({
-            "client_name": "Test CLI",
-            "application_type": "native",
-            "redirect_uris": [redirect],
-            "token_endpoint_auth_method": "none",
-        }))
+        .json(&metadata)
         .send()
         .await
         .unwrap();
@@ -50,7 +62,7 @@ async fn register(base: &str, redirect: &str) -> String {
         body.get("client_secret").is_none(),
         "a public client gets no secret"
     );
-    body["client_id"].as_str().unwrap().to_owned()
+    body
 }
 
 /// An authorization request's parameters: a code with an S256 challenge, and `extra`.
@@ -207,6 +219,15 @@ impl Grant {
     async fn redeem(&self, base: &str) -> (StatusCode, Value) {
         redeem(base, &self.code, &self.client_id, &self.verifier, &[]).await
     }
+}
+
+/// An access token's claims, read without checking its signature.
+fn claims(access: &str) -> Value {
+    let payload = access.split('.').nth(1).unwrap();
+    let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .unwrap();
+    serde_json::from_slice(&json).unwrap()
 }
 
 /// A registration body for a public native client.
@@ -761,19 +782,60 @@ async fn redirects_nobody_registered_are_never_followed_and_resources_are_bound(
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{tokens}");
-    let access = tokens["access_token"].as_str().unwrap();
-    let payload = access.split('.').nth(1).unwrap();
-    let claims: Value = serde_json::from_slice(
-        &base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(payload)
-            .unwrap(),
-    )
-    .unwrap();
+    let claims = claims(tokens["access_token"].as_str().unwrap());
     assert_eq!(claims["aud"], other, "the configured spelling: {claims}");
     assert_eq!(
         tools_list(&server, tokens["access_token"].as_str().unwrap()).await,
         Some(401)
     );
+}
+
+/// A client that registered a `scope` and asks for none gets what it registered (of what the
+/// server offers), not every scope offered; asking for more later (MCP's step-up, with the
+/// same registration) is its right, shown on the consent page.
+#[tokio::test]
+async fn a_client_that_asks_for_no_scope_gets_what_it_registered() {
+    let server = server(&sqlite_url(&unique("authz-scope")), &[]);
+    let base = server.origin();
+    let redirect = "http://127.0.0.1:33425/callback";
+    let scope = json!({"scope": "datasets:read unheard:of"});
+    let registered = registration(&base, redirect, scope).await;
+    assert_eq!(registered["scope"], "datasets:read unheard:of");
+    let client_id = registered["client_id"].as_str().unwrap();
+
+    let (verifier, challenge) = pkce();
+    let browser = Browser::new();
+    let answer = authorize(
+        &browser,
+        &base,
+        &code_request(client_id, redirect, &challenge, &[]),
+    )
+    .await;
+    let (status, tokens) = redeem(&base, &answer["code"], client_id, &verifier, &[]).await;
+    assert_eq!(status, StatusCode::OK, "{tokens}");
+    assert_eq!(tokens["scope"], "datasets:read");
+    let access = tokens["access_token"].as_str().unwrap();
+    assert_eq!(claims(access)["scope"], "datasets:read");
+    let write = server
+        .client()
+        .with_bearer(access)
+        .call_tool("import_begin", json!({"name": "scoped"}))
+        .await
+        .unwrap();
+    assert_eq!(write.status, 403, "datasets:write was not granted");
+
+    // The step-up: the same client asks for the scope the 403 named, and gets it.
+    let (verifier, challenge) = pkce();
+    let wider = [("scope", "datasets:read datasets:write")];
+    let answer = authorize(
+        &browser,
+        &base,
+        &code_request(client_id, redirect, &challenge, &wider),
+    )
+    .await;
+    let (status, tokens) = redeem(&base, &answer["code"], client_id, &verifier, &[]).await;
+    assert_eq!(status, StatusCode::OK, "{tokens}");
+    assert_eq!(tokens["scope"], "datasets:read datasets:write");
 }
 
 #[tokio::test]
