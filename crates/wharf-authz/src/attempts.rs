@@ -55,7 +55,7 @@ pub(crate) async fn take_turn(
     for _ in 0..RACES {
         let found = records.get::<Failures>(FAILED_SIGN_INS, &key).await?;
         let (count, write) = match found {
-            Some(Versioned { value, version }) => {
+            Some(Versioned { value, version, .. }) => {
                 let ready = value.last.saturating_add(millis(wait(value.count)));
                 if now < ready {
                     let left = u64::try_from(ready - now).unwrap_or(0);

@@ -27,7 +27,9 @@ pub(crate) const SIGNING_KEYS: Kind = Kind {
 };
 pub(crate) const CLIENTS: Kind = Kind {
     namespace: "authz-client",
-    ttl: None,
+    // A registration nobody got a token with is forgotten after this; each token request
+    // keeps it for `clients::KEEP_USED` more (see `Shared::keep_client`).
+    ttl: Some(Duration::from_secs(30 * 24 * 3600)),
 };
 pub(crate) const CIMD_CACHE: Kind = Kind {
     namespace: "authz-cimd",
@@ -98,6 +100,7 @@ pub enum RecordError {
 pub(crate) struct Versioned<T> {
     pub(crate) value: T,
     pub(crate) version: u64,
+    pub(crate) expires_at: Option<Millis>,
 }
 
 /// The store, seen as the authorization server's records.
@@ -138,6 +141,7 @@ impl Records {
         Ok(Some(Versioned {
             value,
             version: record.version,
+            expires_at: record.expires_at,
         }))
     }
 

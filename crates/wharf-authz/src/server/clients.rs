@@ -1,12 +1,25 @@
 //! Who a `client_id` is: a Client ID Metadata Document fetched (or reused within its
 //! freshness), or a client registered here. Both resolve to one [`Client`].
+//!
+//! Anyone may register, so registrations must not pile up forever: one that never gets a
+//! token is forgotten after a month (the kind's lifetime), and one in use is kept for as
+//! long as the tokens it can still hold live.
+
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use wharf::store::{Write, after, now_millis};
+use wharf::store::{Write, after, millis, now_millis};
 
 use super::Shared;
 use crate::cimd::{ClientAuth, ClientIdError, ClientIdUrl, ClientMetadata, FetchError, KeySource};
-use crate::records::{CIMD_CACHE, CLIENTS, RecordError};
+use crate::records::{CIMD_CACHE, CLIENTS, FAMILIES, RecordError, Versioned};
+
+/// How long a registered client is kept after it was last given tokens: as long as a token
+/// family lives, so a client is never forgotten while its refresh tokens still work.
+const KEEP_USED: Option<Duration> = FAMILIES.ttl;
+/// How far its expiry may have run down before a token request pushes it out again: one
+/// write per client a month, not one per token.
+const EXTEND_AFTER: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// How a client authenticates at the token endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,6 +72,8 @@ pub(crate) struct Client {
     /// The scope values it registered or declared, space-separated, if it did: what it is
     /// given when it asks for no particular scope.
     pub(crate) scope: Option<String>,
+    /// Its registration as read, for a registered client: what keeping it rewrites.
+    pub(crate) registration: Option<Versioned<Registered>>,
 }
 
 /// A cached document: its body, re-checked when read.
@@ -113,23 +128,56 @@ impl Shared {
             let url = ClientIdUrl::parse(client_id)?;
             return self.document_client(&url).await;
         }
-        let registered = self
+        let registration = self
             .records
             .get::<Registered>(CLIENTS, client_id)
             .await?
-            .ok_or_else(|| ClientError::Unknown(client_id.to_owned()))?
-            .value;
+            .ok_or_else(|| ClientError::Unknown(client_id.to_owned()))?;
+        let registered = registration.value.clone();
         Ok(Client {
             id: client_id.to_owned(),
             name: registered
                 .client_name
-                .clone()
                 .unwrap_or_else(|| client_id.to_owned()),
             redirect_uris: registered.redirect_uris,
             auth: registered.auth,
             document_host: None,
             scope: registered.scope,
+            registration: Some(registration),
         })
+    }
+
+    /// Keeps a registered client that was just given tokens for [`KEEP_USED`] more, when
+    /// its expiry has run down by [`EXTEND_AFTER`]. The tokens are out already, so a store
+    /// that fails here is logged, not answered; a concurrent request that kept the client
+    /// first has done the work.
+    pub(crate) async fn keep_client(&self, client: &Client) {
+        let (Some(registration), Some(keep)) = (&client.registration, KEEP_USED) else {
+            return;
+        };
+        let now = now_millis();
+        let kept_until = after(now, keep);
+        // Registrations from before expiry existed have none, and keep that promise.
+        let Some(expires_at) = registration.expires_at else {
+            return;
+        };
+        if expires_at > kept_until.saturating_sub(millis(EXTEND_AFTER)) {
+            return;
+        }
+        let written = self
+            .records
+            .put(
+                CLIENTS,
+                &client.id,
+                &registration.value,
+                None,
+                Write::Replace(registration.version),
+                Some(kept_until),
+            )
+            .await;
+        if let Err(err) = written {
+            tracing::warn!(%err, client = %client.id, "a registered client's expiry was not extended");
+        }
     }
 
     async fn document_client(&self, url: &ClientIdUrl) -> Result<Client, ClientError> {
@@ -174,6 +222,7 @@ impl Shared {
             auth,
             document_host: Some(url.host().to_owned()),
             scope: metadata.scope,
+            registration: None,
         })
     }
 }

@@ -123,18 +123,22 @@ async fn exchange(
     form: TokenForm,
 ) -> Result<Response, OAuthError> {
     let client = authenticate(shared, headers, &form).await?;
-    match form.grant_type.as_deref() {
-        Some("authorization_code") => redeem_code(shared, &client, &form).await,
-        Some("refresh_token") => refresh(shared, &client, &form).await,
-        Some(other) => Err(OAuthError::new(
-            axum::http::StatusCode::BAD_REQUEST,
-            "unsupported_grant_type",
-            format!(
-                "grant_type {other:?} is not supported: use authorization_code or refresh_token"
-            ),
-        )),
-        None => Err(OAuthError::invalid_request("grant_type is required")),
-    }
+    let issued = match form.grant_type.as_deref() {
+        Some("authorization_code") => redeem_code(shared, &client, &form).await?,
+        Some("refresh_token") => refresh(shared, &client, &form).await?,
+        Some(other) => {
+            return Err(OAuthError::new(
+                axum::http::StatusCode::BAD_REQUEST,
+                "unsupported_grant_type",
+                format!(
+                    "grant_type {other:?} is not supported: use authorization_code or refresh_token"
+                ),
+            ));
+        }
+        None => return Err(OAuthError::invalid_request("grant_type is required")),
+    };
+    shared.keep_client(&client).await;
+    Ok(issued)
 }
 
 /// Who is asking, checked by the method the client is registered (or documented) with.

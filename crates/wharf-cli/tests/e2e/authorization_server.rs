@@ -659,6 +659,70 @@ async fn a_token_request_the_store_failed_can_be_retried() {
     until_refused(&server, access).await;
 }
 
+/// When the store forgets the client registered as `client_id`, in days from now.
+async fn client_expires_in_days(pool: &sqlx::SqlitePool, client_id: &str) -> f64 {
+    let (expires_at,): (i64,) = sqlx::query_as(
+        "SELECT expires_at FROM wharf_records WHERE namespace = 'authz-client' AND key = ?",
+    )
+    .bind(client_id)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as f64;
+    (expires_at as f64 - now) / 86_400_000.0
+}
+
+/// Registrations do not pile up: one that never got a token is forgotten after 30 days, one
+/// given tokens is kept as long as a token family lives (90 days), and a forgotten client is
+/// refused everywhere, its refresh tokens included.
+#[tokio::test]
+async fn registered_clients_are_kept_while_used_and_then_forgotten() {
+    let store = sqlite_url(&unique("authz-client-expiry"));
+    let server = server(&store, &[]);
+    let base = server.origin();
+    let pool = sqlx::SqlitePool::connect(&format!("{store}?mode=rw"))
+        .await
+        .unwrap();
+    let grant = grant(&base, "http://127.0.0.1:33426/callback").await;
+    let days = client_expires_in_days(&pool, &grant.client_id).await;
+    assert!((29.9..=30.0).contains(&days), "unused: {days} days");
+    let (status, tokens) = grant.redeem(&base).await;
+    assert_eq!(status, StatusCode::OK, "{tokens}");
+    let days = client_expires_in_days(&pool, &grant.client_id).await;
+    assert!((89.9..=90.0).contains(&days), "given tokens: {days} days");
+
+    // The time passes.
+    sqlx::query(
+        "UPDATE wharf_records SET expires_at = 1 WHERE namespace = 'authz-client' AND key = ?",
+    )
+    .bind(&grant.client_id)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let r1 = tokens["refresh_token"].as_str().unwrap();
+    let (status, err) = refresh(&base, &grant.client_id, r1).await;
+    assert_eq!(
+        (status, err["error"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("invalid_client")),
+        "{err}"
+    );
+    let (_, challenge) = pkce();
+    let params = code_request(
+        &grant.client_id,
+        "http://127.0.0.1:33426/callback",
+        &challenge,
+        &[],
+    );
+    let url = Url::parse_with_params(&format!("{base}/authorize"), &params).unwrap();
+    let page = Browser::new().get(url.as_str()).await;
+    assert_eq!(page.status(), StatusCode::BAD_REQUEST);
+    assert!(page.text().await.unwrap().contains("not registered"));
+    pool.close().await;
+}
+
 /// An address of this machine other than loopback: the one it sends from.
 fn non_loopback_address() -> std::net::IpAddr {
     let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
