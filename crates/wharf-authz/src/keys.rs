@@ -6,6 +6,11 @@
 //! that one. The published set holds the previous period's key (tokens it signed are still
 //! alive just after a rotation), the current one and the next one (so resource servers that
 //! cache the set already know it when it starts signing).
+//!
+//! Given a [`KeyEncryptionKey`], the private keys are stored sealed (AES-256-GCM, the
+//! record's name bound in as associated data), so that reading the store, or a backup of
+//! it, is not enough to sign tokens. Keys stored before it was given are sealed the first
+//! time a server that has it reads them.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,21 +19,112 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use jsonwebtoken::EncodingKey;
-use ring::rand::SystemRandom;
+use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+use ring::rand::{SecureRandom, SystemRandom};
 use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 use wharf::store::{Millis, Write, millis};
 
-use crate::records::{RecordError, Records, SIGNING_KEYS};
+use crate::records::{RecordError, Records, SIGNING_KEYS, Versioned};
 
 /// How long one key signs.
 pub const ROTATION: Duration = Duration::from_secs(30 * 24 * 3600);
 
+/// A signing key as stored.
 #[derive(Serialize, Deserialize)]
-struct StoredKey {
+#[serde(untagged)]
+enum StoredKey {
+    /// Sealed with the key encryption key named `sealed_with`: base64 of the nonce, then
+    /// the ciphertext and its tag.
+    Sealed { sealed: String, sealed_with: String },
     /// PKCS#8 DER, base64.
-    pkcs8: String,
+    Plain { pkcs8: String },
+}
+
+/// The key that seals signing keys in the store: 32 bytes, given to every replica.
+#[derive(Clone)]
+pub struct KeyEncryptionKey {
+    bytes: [u8; 32],
+    id: String,
+}
+
+impl std::fmt::Debug for KeyEncryptionKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyEncryptionKey")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KeyEncryptionKey {
+    /// Reads a key written in base64 (standard or URL-safe, padded or not), such as
+    /// `openssl rand -base64 32` prints.
+    pub fn from_base64(text: &str) -> Result<Self, KeyError> {
+        let text = text.trim().trim_end_matches('=');
+        let bytes = URL_SAFE_NO_PAD
+            .decode(text.replace('+', "-").replace('/', "_"))
+            .map_err(|_| KeyError::Crypto("the key encryption key is not base64".into()))?;
+        let bytes: [u8; 32] = bytes.try_into().map_err(|bytes: Vec<u8>| {
+            KeyError::Crypto(format!(
+                "the key encryption key must be 32 bytes (openssl rand -base64 32); this one has {}",
+                bytes.len()
+            ))
+        })?;
+        // A name for the key that does not give it away, stored beside what it sealed so
+        // that a server with another key says so instead of failing to decrypt.
+        let digest = Sha256::digest([b"wharf key encryption key ".as_slice(), &bytes].concat());
+        Ok(Self {
+            bytes,
+            id: URL_SAFE_NO_PAD.encode(&digest[..9]),
+        })
+    }
+
+    fn key(&self) -> Result<LessSafeKey, KeyError> {
+        UnboundKey::new(&AES_256_GCM, &self.bytes)
+            .map(LessSafeKey::new)
+            .map_err(|_| KeyError::Crypto("the key encryption key is unusable".into()))
+    }
+
+    fn seal(&self, kid: &str, pkcs8: &[u8]) -> Result<StoredKey, KeyError> {
+        let mut nonce = [0u8; NONCE_LEN];
+        SystemRandom::new()
+            .fill(&mut nonce)
+            .map_err(|_| KeyError::Crypto("no random nonce".into()))?;
+        let mut sealed = pkcs8.to_vec();
+        self.key()?
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(kid.as_bytes()),
+                &mut sealed,
+            )
+            .map_err(|_| KeyError::Crypto(format!("{kid}: could not be sealed")))?;
+        Ok(StoredKey::Sealed {
+            sealed: STANDARD.encode([nonce.as_slice(), &sealed].concat()),
+            sealed_with: self.id.clone(),
+        })
+    }
+
+    fn open(&self, kid: &str, sealed: &str) -> Result<Vec<u8>, KeyError> {
+        let refused = || {
+            KeyError::Crypto(format!(
+                "{kid} does not open with key encryption key {}: it was altered, or sealed as another key",
+                self.id
+            ))
+        };
+        let mut bytes = STANDARD.decode(sealed).map_err(|_| refused())?;
+        if bytes.len() < NONCE_LEN {
+            return Err(refused());
+        }
+        let mut ciphertext = bytes.split_off(NONCE_LEN);
+        let nonce = Nonce::try_assume_unique_for_key(&bytes).map_err(|_| refused())?;
+        let plain = self
+            .key()?
+            .open_in_place(nonce, Aad::from(kid.as_bytes()), &mut ciphertext)
+            .map_err(|_| refused())?;
+        Ok(plain.to_vec())
+    }
 }
 
 /// A key ready to sign, with its public half as a JWK.
@@ -51,14 +147,20 @@ impl std::fmt::Debug for SigningKey {
 pub(crate) struct SigningKeys {
     records: Records,
     rotation: Duration,
+    sealing: Option<KeyEncryptionKey>,
     cache: Mutex<HashMap<i64, Arc<SigningKey>>>,
 }
 
 impl SigningKeys {
-    pub(crate) fn new(records: Records, rotation: Duration) -> Self {
+    pub(crate) fn new(
+        records: Records,
+        rotation: Duration,
+        sealing: Option<KeyEncryptionKey>,
+    ) -> Self {
         Self {
             records,
             rotation,
+            sealing,
             cache: Mutex::new(HashMap::new()),
         }
     }
@@ -95,30 +197,101 @@ impl SigningKeys {
             return Ok(Some(key));
         }
         let kid = format!("k{period}");
-        let stored = match self.records.get::<StoredKey>(SIGNING_KEYS, &kid).await? {
-            Some(found) => found.value,
+        let pkcs8 = match self.records.get::<StoredKey>(SIGNING_KEYS, &kid).await? {
+            Some(found) => {
+                let pkcs8 = self.open(&kid, &found.value)?;
+                if let (StoredKey::Plain { .. }, Some(sealing)) = (&found.value, &self.sealing) {
+                    self.seal_stored(sealing, &kid, &pkcs8, &found).await;
+                }
+                pkcs8
+            }
             None if create => {
-                let fresh = StoredKey {
-                    pkcs8: STANDARD.encode(generate()?),
+                let fresh = generate()?;
+                let stored = match &self.sealing {
+                    Some(sealing) => sealing.seal(&kid, &fresh)?,
+                    None => StoredKey::Plain {
+                        pkcs8: STANDARD.encode(&fresh),
+                    },
                 };
                 // Of two replicas creating it at once the store keeps one; read back which.
                 self.records
-                    .put(SIGNING_KEYS, &kid, &fresh, None, Write::Create, None)
+                    .put(SIGNING_KEYS, &kid, &stored, None, Write::Create, None)
                     .await?;
-                self.records
+                let kept = self
+                    .records
                     .get::<StoredKey>(SIGNING_KEYS, &kid)
                     .await?
-                    .ok_or(KeyError::Missing)?
-                    .value
+                    .ok_or(KeyError::Missing)?;
+                self.open(&kid, &kept.value)?
             }
             None => return Ok(None),
         };
-        let key = Arc::new(parse(kid, &stored)?);
+        let key = Arc::new(parse(kid, &pkcs8)?);
         if let Ok(mut cache) = self.cache.lock() {
             cache.retain(|p, _| (period - 2..=period + 2).contains(p));
             cache.insert(period, key.clone());
         }
         Ok(Some(key))
+    }
+
+    /// The PKCS#8 document of stored key `kid`.
+    fn open(&self, kid: &str, stored: &StoredKey) -> Result<Vec<u8>, KeyError> {
+        match (stored, &self.sealing) {
+            (StoredKey::Plain { pkcs8 }, _) => STANDARD
+                .decode(pkcs8)
+                .map_err(|_| KeyError::Crypto(format!("{kid}: not base64"))),
+            (
+                StoredKey::Sealed {
+                    sealed,
+                    sealed_with,
+                },
+                Some(sealing),
+            ) if *sealed_with == sealing.id => sealing.open(kid, sealed),
+            (StoredKey::Sealed { sealed_with, .. }, Some(sealing)) => {
+                Err(KeyError::Crypto(format!(
+                    "{kid} is sealed with key encryption key {sealed_with}, and this server has {}",
+                    sealing.id
+                )))
+            }
+            (StoredKey::Sealed { sealed_with, .. }, None) => Err(KeyError::Crypto(format!(
+                "{kid} is sealed with key encryption key {sealed_with}, and this server was given none"
+            ))),
+        }
+    }
+
+    /// Replaces plain key `kid`, as `found`, with its sealed form, expiring when it would
+    /// have. A failure leaves it plain, as it was, and is logged; a replica that sealed it
+    /// first has done the work.
+    async fn seal_stored(
+        &self,
+        sealing: &KeyEncryptionKey,
+        kid: &str,
+        pkcs8: &[u8],
+        found: &Versioned<StoredKey>,
+    ) {
+        let sealed = match sealing.seal(kid, pkcs8) {
+            Ok(sealed) => sealed,
+            Err(err) => {
+                tracing::warn!(%err, kid, "a signing key stays unsealed");
+                return;
+            }
+        };
+        let written = self
+            .records
+            .put(
+                SIGNING_KEYS,
+                kid,
+                &sealed,
+                None,
+                Write::Replace(found.version),
+                found.expires_at,
+            )
+            .await;
+        match written {
+            Ok(Some(_)) => tracing::info!(kid, "a signing key stored in plain is now sealed"),
+            Ok(None) => {}
+            Err(err) => tracing::warn!(%err, kid, "a signing key stays unsealed"),
+        }
     }
 
     fn cached(&self, period: i64) -> Option<Arc<SigningKey>> {
@@ -147,13 +320,10 @@ fn generate() -> Result<Vec<u8>, KeyError> {
         .map_err(|_| KeyError::Crypto("could not generate a P-256 key".into()))
 }
 
-fn parse(kid: String, stored: &StoredKey) -> Result<SigningKey, KeyError> {
-    let pkcs8 = STANDARD
-        .decode(&stored.pkcs8)
-        .map_err(|_| KeyError::Crypto(format!("{kid}: not base64")))?;
+fn parse(kid: String, pkcs8: &[u8]) -> Result<SigningKey, KeyError> {
     let pair = EcdsaKeyPair::from_pkcs8(
         &ECDSA_P256_SHA256_FIXED_SIGNING,
-        &pkcs8,
+        pkcs8,
         &SystemRandom::new(),
     )
     .map_err(|_| KeyError::Crypto(format!("{kid}: not a P-256 PKCS#8 key")))?;
@@ -174,8 +344,114 @@ fn parse(kid: String, stored: &StoredKey) -> Result<SigningKey, KeyError> {
         "alg": "ES256",
     });
     Ok(SigningKey {
-        encoding: EncodingKey::from_ec_der(&pkcs8),
+        encoding: EncodingKey::from_ec_der(pkcs8),
         kid,
         jwk,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEK: &str = "q1Kd5Z5y4mUoGqP2v0F7m3S1o8J6c9T2w4E5r7Y8u0I=";
+    const OTHER: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8";
+    const NOW: Millis = 1_800_000_000_000;
+
+    async fn records() -> Records {
+        let options = wharf_store::StoreOptions::default();
+        Records::new(wharf_store::open("memory://", &options).await.unwrap())
+    }
+
+    fn keys(records: &Records, kek: Option<&str>) -> SigningKeys {
+        let sealing = kek.map(|k| KeyEncryptionKey::from_base64(k).unwrap());
+        SigningKeys::new(records.clone(), ROTATION, sealing)
+    }
+
+    async fn stored(records: &Records, kid: &str) -> Value {
+        records
+            .get::<Value>(SIGNING_KEYS, kid)
+            .await
+            .unwrap()
+            .unwrap()
+            .value
+    }
+
+    fn message(err: KeyError) -> String {
+        err.to_string()
+    }
+
+    #[tokio::test]
+    async fn sealed_keys_are_stored_sealed_and_open_on_every_replica_with_the_key() {
+        let records = records().await;
+        let first = keys(&records, Some(KEK)).current(NOW).await.unwrap();
+        let record = stored(&records, &first.kid).await;
+        assert!(record.get("pkcs8").is_none(), "{record}");
+        assert!(record["sealed"].is_string() && record["sealed_with"].is_string());
+        // Another replica, with nothing cached, reads the same key.
+        let second = keys(&records, Some(KEK)).current(NOW).await.unwrap();
+        assert_eq!((&first.kid, &first.jwk), (&second.kid, &second.jwk));
+    }
+
+    #[tokio::test]
+    async fn a_sealed_key_is_refused_without_its_key_and_the_error_says_why() {
+        let records = records().await;
+        let kid = keys(&records, Some(KEK))
+            .current(NOW)
+            .await
+            .unwrap()
+            .kid
+            .clone();
+        let err = message(keys(&records, None).current(NOW).await.unwrap_err());
+        assert!(err.contains(&kid) && err.contains("given none"), "{err}");
+        let err = message(keys(&records, Some(OTHER)).current(NOW).await.unwrap_err());
+        assert!(err.contains("and this server has"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_sealed_key_moved_under_another_name_does_not_open() {
+        let records = records().await;
+        let key = keys(&records, Some(KEK)).current(NOW).await.unwrap();
+        let next = format!("k{}", key.kid[1..].parse::<i64>().unwrap() + 1);
+        let sealed = stored(&records, &key.kid).await;
+        records
+            .put(SIGNING_KEYS, &next, &sealed, None, Write::Create, None)
+            .await
+            .unwrap();
+        let later = NOW + millis(ROTATION);
+        let err = message(keys(&records, Some(KEK)).current(later).await.unwrap_err());
+        assert!(err.contains("does not open"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn plain_keys_are_sealed_when_a_server_with_the_key_reads_them() {
+        let records = records().await;
+        let plain = keys(&records, None).current(NOW).await.unwrap();
+        assert!(stored(&records, &plain.kid).await["pkcs8"].is_string());
+        let sealed = keys(&records, Some(KEK)).current(NOW).await.unwrap();
+        assert_eq!(plain.jwk, sealed.jwk, "the same key");
+        let record = stored(&records, &plain.kid).await;
+        assert!(record.get("pkcs8").is_none(), "sealed in place: {record}");
+        let again = keys(&records, Some(KEK)).current(NOW).await.unwrap();
+        assert_eq!(plain.jwk, again.jwk);
+    }
+
+    #[test]
+    fn a_key_encryption_key_is_32_bytes_of_base64() {
+        assert!(KeyEncryptionKey::from_base64(KEK).is_ok());
+        assert!(KeyEncryptionKey::from_base64(&format!(" {OTHER}\n")).is_ok());
+        let short = KeyEncryptionKey::from_base64("c2hvcnQ=")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            short.contains("32 bytes") && short.contains("has 5"),
+            "{short}"
+        );
+        let junk = KeyEncryptionKey::from_base64("not base64!")
+            .unwrap_err()
+            .to_string();
+        assert!(junk.contains("not base64"), "{junk}");
+        let debug = format!("{:?}", KeyEncryptionKey::from_base64(KEK).unwrap());
+        assert!(!debug.contains("bytes"), "{debug}");
+    }
 }

@@ -24,7 +24,7 @@ pub mod redirect;
 mod server;
 mod users;
 
-pub use keys::{KeyError, ROTATION};
+pub use keys::{KeyEncryptionKey, KeyError, ROTATION};
 pub use records::RecordError;
 pub use server::{AuthorizationServer, AuthzConfig, OAuthError, UpstreamConfig};
 pub use users::{MIN_PASSWORD, SignIn, UserError, Users};

@@ -215,6 +215,12 @@ pub(crate) struct ServeArgs {
         hide_env_values = true
     )]
     authz_upstream_client_secret: Option<Secret>,
+    /// The key that seals the authorization server's token-signing keys in the store: 32
+    /// bytes in base64 (`openssl rand -base64 32`), the same on every replica. Without it,
+    /// anyone who can read the store (or a backup) can sign tokens. Keys stored in plain
+    /// before are sealed when first read.
+    #[arg(long, env = "WHARF_AUTHZ_KEY_ENCRYPTION_KEY", hide_env_values = true)]
+    authz_key_encryption_key: Option<Secret>,
     /// The provider's name on the sign-in button, and the prefix of its users' names here.
     #[arg(long, env = "WHARF_AUTHZ_UPSTREAM_NAME", default_value = "OpenID")]
     authz_upstream_name: String,
@@ -530,6 +536,15 @@ fn authorization_server(
                 .map(|s| s.expose().to_owned()),
             name: args.authz_upstream_name.clone(),
         });
+    }
+    if let Some(key) = &args.authz_key_encryption_key {
+        let key = wharf_authz::KeyEncryptionKey::from_base64(key.expose())
+            .context("--authz-key-encryption-key")?;
+        config.key_encryption = Some(key);
+    } else if config.issuer.starts_with("https://") {
+        tracing::warn!(
+            "the token-signing keys are stored unsealed: anyone who reads the store can sign tokens; give --authz-key-encryption-key"
+        );
     }
     let mut fetcher = wharf_authz::cimd::Fetcher::builder();
     if let Some(path) = &args.authz_document_root_cert {

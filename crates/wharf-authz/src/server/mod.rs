@@ -33,7 +33,7 @@ use axum::routing::{get, post};
 use wharf::store::Store;
 
 use crate::cimd::Fetcher;
-use crate::keys::{ROTATION, SigningKeys};
+use crate::keys::{KeyEncryptionKey, ROTATION, SigningKeys};
 use crate::records::Records;
 use crate::users::Users;
 
@@ -77,6 +77,9 @@ pub struct AuthzConfig {
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// An OpenID provider people may sign in with, besides local accounts.
     pub upstream: Option<UpstreamConfig>,
+    /// The key that seals the token-signing keys in the store; without one they are
+    /// stored as they are, and anyone who reads the store can sign tokens.
+    pub key_encryption: Option<KeyEncryptionKey>,
 }
 
 impl AuthzConfig {
@@ -98,6 +101,7 @@ impl AuthzConfig {
             sign_ins_per_minute: 20,
             trusted_proxies: Vec::new(),
             upstream: None,
+            key_encryption: None,
         }
     }
 }
@@ -134,7 +138,7 @@ impl AuthorizationServer {
         let records = Records::new(store);
         let shared = Shared {
             secure_cookies: config.issuer.starts_with("https://"),
-            keys: SigningKeys::new(records.clone(), ROTATION),
+            keys: SigningKeys::new(records.clone(), ROTATION, config.key_encryption.clone()),
             users: Users::from_records(records.clone()),
             limits: limits::Limits {
                 registrations: limits::Limit::per_minute(config.registrations_per_minute),

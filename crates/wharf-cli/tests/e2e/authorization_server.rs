@@ -18,17 +18,21 @@ use reqwest::header::LOCATION;
 use serde_json::{Value, json};
 use url::Url;
 
-/// A server that is its own authorization server, with user `alice`.
-fn server(store: &str, extra: &[&str]) -> ServerProcess {
-    add_user(store, "alice");
-    let args = [
+/// The arguments of a server that is its own authorization server, on `store`.
+fn own_authorization_server(store: &str) -> [&str; 5] {
+    [
         "--profile",
         "default",
         "--store",
         store,
         "--authorization-server",
-    ];
-    ServerProcess::start_exact(&[&args[..], extra].concat())
+    ]
+}
+
+/// A server that is its own authorization server, with user `alice`.
+fn server(store: &str, extra: &[&str]) -> ServerProcess {
+    add_user(store, "alice");
+    ServerProcess::start_exact(&[&own_authorization_server(store)[..], extra].concat())
 }
 
 /// Registers a public native client redirecting to `redirect`.
@@ -723,6 +727,74 @@ async fn registered_clients_are_kept_while_used_and_then_forgotten() {
     pool.close().await;
 }
 
+/// With a key encryption key, the token-signing keys are stored sealed, so the store alone
+/// signs nothing; a replica given another key says so in its log and issues no token, and a
+/// key that is not 32 bytes of base64 stops the server from starting.
+#[tokio::test]
+async fn signing_keys_are_sealed_with_the_key_encryption_key() {
+    let store = sqlite_url(&unique("authz-sealed"));
+    add_user(&store, "alice");
+    let args = own_authorization_server(&store);
+    let with_key = |key: &'static str| {
+        ServerProcess::start_with_env(
+            common::free_port(),
+            &args,
+            &[("WHARF_AUTHZ_KEY_ENCRYPTION_KEY", key)],
+        )
+    };
+    let redirect = "http://127.0.0.1:33427/callback";
+    let sealed = with_key("q1Kd5Z5y4mUoGqP2v0F7m3S1o8J6c9T2w4E5r7Y8u0I=");
+    let base = sealed.origin();
+    let (status, tokens) = grant(&base, redirect).await.redeem(&base).await;
+    assert_eq!(status, StatusCode::OK, "{tokens}");
+    let access = tokens["access_token"].as_str().unwrap();
+    assert_eq!(
+        tools_list(&sealed, access).await,
+        None,
+        "signed and verified"
+    );
+    let pool = sqlx::SqlitePool::connect(&format!("{store}?mode=ro"))
+        .await
+        .unwrap();
+    let stored: Vec<(String,)> =
+        sqlx::query_as("SELECT value FROM wharf_records WHERE namespace = 'authz-signing-key'")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    pool.close().await;
+    assert!(!stored.is_empty());
+    for (value,) in &stored {
+        assert!(
+            value.contains("\"sealed\"") && !value.contains("pkcs8"),
+            "{value}"
+        );
+    }
+    drop(sealed);
+
+    let other = with_key("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8");
+    let base = other.origin();
+    let (status, err) = grant(&base, redirect).await.redeem(&base).await;
+    assert_eq!(
+        (status, err["error"].as_str()),
+        (StatusCode::INTERNAL_SERVER_ERROR, Some("server_error")),
+        "{err}"
+    );
+    other.log.wait_for("and this server has", 1).await;
+
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .env("WHARF_AUTHZ_KEY_ENCRYPTION_KEY", "c2hvcnQ=")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("--authz-key-encryption-key") && stderr.contains("32 bytes"),
+        "{stderr}"
+    );
+}
+
 /// An address of this machine other than loopback: the one it sends from.
 fn non_loopback_address() -> std::net::IpAddr {
     let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
@@ -749,16 +821,10 @@ async fn tokens_verify_whatever_address_the_server_listens_on() {
         ip,
         common::free_port(),
         &[
-            "--profile",
-            "default",
-            "--store",
-            &store,
-            "--authorization-server",
-            "--public-url",
-            &public,
-            "--allowed-host",
-            &ip.to_string(),
-        ],
+            &own_authorization_server(&store)[..],
+            &["--public-url", &public, "--allowed-host", &ip.to_string()],
+        ]
+        .concat(),
         &[],
     );
     let base = server.origin();
@@ -910,14 +976,10 @@ async fn a_flow_continues_on_another_replica() {
     let port_a = common::free_port();
     let public = format!("http://127.0.0.1:{port_a}");
     let args = [
-        "--profile",
-        "default",
-        "--store",
-        &store,
-        "--authorization-server",
-        "--public-url",
-        &public,
-    ];
+        &own_authorization_server(&store)[..],
+        &["--public-url", &public],
+    ]
+    .concat();
     let a = ServerProcess::start_on(port_a, &args);
     let b = ServerProcess::start_exact(&args);
     let (base_a, base_b) = (a.origin(), b.origin());
@@ -1100,14 +1162,13 @@ async fn registration_is_rate_limited_per_address_and_can_be_closed() {
         "the 21st within a minute"
     );
 
-    let closed = ServerProcess::start_exact(&[
-        "--profile",
-        "default",
-        "--store",
-        &store,
-        "--authorization-server",
-        "--authz-closed-registration",
-    ]);
+    let closed = ServerProcess::start_exact(
+        &[
+            &own_authorization_server(&store)[..],
+            &["--authz-closed-registration"],
+        ]
+        .concat(),
+    );
     let base = closed.origin();
     let metadata: Value = reqwest::get(format!("{base}/.well-known/oauth-authorization-server"))
         .await
