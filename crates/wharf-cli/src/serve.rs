@@ -455,7 +455,12 @@ fn auth(
             leeway: Duration::from_secs(args.oauth_leeway_secs),
             validation,
         })
-        .context("--oauth-issuer")?;
+        .with_context(|| match &args.oauth_issuer {
+            Some(_) => "--oauth-issuer".to_owned(),
+            None => format!(
+                "--authorization-server, whose issuer is {issuer} (--public-url, else the listen address)"
+            ),
+        })?;
         // The embedded authorization server's revoked families stop their access tokens.
         let rs = match authz {
             Some(authz) => rs.with_revocations(authz.revocations()),

@@ -816,6 +816,20 @@ async fn tokens_verify_whatever_address_the_server_listens_on() {
     let store = sqlite_url(&unique("authz-listen"));
     add_user(&store, "alice");
     let ip = non_loopback_address();
+    // Without a public URL its issuer would be plain http off loopback: refused, and the
+    // error names the option that fixes it.
+    let listen = std::net::SocketAddr::new(ip, common::free_port()).to_string();
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args(["serve", "--listen", &listen])
+        .args(own_authorization_server(&store))
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("--public-url") && stderr.contains("https"),
+        "{stderr}"
+    );
     let public = format!("http://localhost:{}", common::free_port());
     let server = ServerProcess::start_at(
         ip,
