@@ -1,18 +1,25 @@
-//! Failed sign-ins counted per account name in the shared store. The per-address limit
-//! alone lets many addresses, or many replicas, each guess one account's password at full
-//! speed; this count slows every guess at that account wherever it comes from. The first
-//! few failures are free, since people mistype; after them each attempt waits twice as
-//! long as the one before, up to a cap, and a success forgets the count. Every name is
-//! counted, known or not, so being slowed down does not tell which accounts exist.
+//! Failed sign-ins, counted so that guessing a password is slow wherever the guesses come
+//! from, without letting a stranger lock the account's owner out.
+//!
+//! - **Per account name**, in the shared store: the per-address limit alone lets many
+//!   addresses, or many replicas, each guess one account's password at full speed. The
+//!   first few failures are free, since people mistype; after them each attempt waits twice
+//!   as long as the one before, up to a cap, and a success forgets the count. Every name is
+//!   counted, known or not, so being slowed down does not tell which accounts exist.
+//! - **Per device**: a browser an account signed in on before carries a device cookie
+//!   (OWASP's "device cookies"). Its attempts at that account skip the account's count, so
+//!   a stranger who keeps the account slowed down does not slow its owner; they are counted
+//!   on the device instead, which stops being trusted after a few failures in a row.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use wharf::store::{Millis, Write, millis};
 
-use crate::records::{FAILED_SIGN_INS, RecordError, Records, Versioned, digest};
+use crate::records::{DEVICES, FAILED_SIGN_INS, RecordError, Records, Versioned, digest, secret};
 
-/// Failures an account may have before its attempts are spaced out.
+/// Failures an account, or a trusted device, may have before it is slowed (an account) or
+/// no longer trusted (a device).
 const FREE: u32 = 5;
 /// The longest wait between two attempts at one account.
 const LONGEST_WAIT: Duration = Duration::from_secs(15 * 60);
@@ -26,10 +33,18 @@ struct Failures {
     last: Millis,
 }
 
+/// A browser an account signed in on, as stored under the digest of its cookie.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Device {
+    user: String,
+    /// Failures in a row since its last success.
+    failures: u32,
+}
+
 /// Whether an attempt may check its password now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Turn {
-    /// It may; it is counted as a failure until [`forget`] says otherwise.
+    /// It may; it is counted as a failure until a success says otherwise.
     Granted,
     /// Not before this long.
     Wait(Duration),
@@ -56,8 +71,11 @@ pub(crate) async fn take_turn(
         let found = records.get::<Failures>(FAILED_SIGN_INS, &key).await?;
         let (count, write) = match found {
             Some(Versioned { value, version, .. }) => {
-                let ready = value.last.saturating_add(millis(wait(value.count)));
-                if now < ready {
+                let wait = wait(value.count);
+                // Compared only when there is a wait: a replica whose clock is behind must
+                // not slow an account that has none.
+                let ready = value.last.saturating_add(millis(wait));
+                if !wait.is_zero() && now < ready {
                     let left = u64::try_from(ready - now).unwrap_or(0);
                     return Ok(Turn::Wait(Duration::from_millis(left)));
                 }
@@ -83,6 +101,69 @@ pub(crate) async fn forget(records: &Records, name: &str) -> Result<(), RecordEr
         .delete(FAILED_SIGN_INS, &digest(name))
         .await
         .map(drop)
+}
+
+/// Takes a turn on device `cookie` for an attempt at `name`: granted (and counted, as an
+/// account's turn is) when the device is one `name` signed in on and still trusted. `None`
+/// sends the attempt the account's way: an unknown or distrusted device, another account's,
+/// or a concurrent attempt on the same device that counted first.
+pub(crate) async fn device_turn(
+    records: &Records,
+    cookie: &str,
+    name: &str,
+) -> Result<Option<Versioned<Device>>, RecordError> {
+    let key = digest(cookie);
+    let Some(found) = records.get::<Device>(DEVICES, &key).await? else {
+        return Ok(None);
+    };
+    if found.value.user != name || found.value.failures >= FREE {
+        return Ok(None);
+    }
+    let counted = Device {
+        failures: found.value.failures + 1,
+        ..found.value.clone()
+    };
+    let written = records
+        .put(
+            DEVICES,
+            &key,
+            &counted,
+            None,
+            Write::Replace(found.version),
+            found.expires_at,
+        )
+        .await?;
+    Ok(written.map(|version| Versioned {
+        value: counted,
+        version,
+        expires_at: found.expires_at,
+    }))
+}
+
+/// Remembers that `name` just signed in on device `cookie` (a fresh device when `None`):
+/// its failures are forgotten and it is trusted for the kind's lifetime from now. The
+/// cookie to set.
+pub(crate) async fn trust(
+    records: &Records,
+    cookie: Option<&str>,
+    name: &str,
+) -> Result<String, RecordError> {
+    let cookie = cookie.map_or_else(secret, str::to_owned);
+    let device = Device {
+        user: name.to_owned(),
+        failures: 0,
+    };
+    records
+        .put(
+            DEVICES,
+            &digest(&cookie),
+            &device,
+            None,
+            Write::Upsert,
+            None,
+        )
+        .await?;
+    Ok(cookie)
 }
 
 #[cfg(test)]

@@ -27,4 +27,4 @@ mod users;
 pub use keys::{KeyEncryptionKey, KeyError, ROTATION};
 pub use records::RecordError;
 pub use server::{AuthorizationServer, AuthzConfig, OAuthError, UpstreamConfig};
-pub use users::{MIN_PASSWORD, SignIn, UserError, Users};
+pub use users::{MIN_PASSWORD, UserError, Users};

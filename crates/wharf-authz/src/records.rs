@@ -27,8 +27,8 @@ pub(crate) const SIGNING_KEYS: Kind = Kind {
 };
 pub(crate) const CLIENTS: Kind = Kind {
     namespace: "authz-client",
-    // A registration nobody got a token with is forgotten after this; each token request
-    // keeps it for `clients::KEEP_USED` more (see `Shared::keep_client`).
+    // A registration nobody got a token with is forgotten after this; a token request keeps
+    // it for as long as its tokens live, and a month more (see `Shared::keep_client`).
     ttl: Some(Duration::from_secs(30 * 24 * 3600)),
 };
 pub(crate) const CIMD_CACHE: Kind = Kind {
@@ -69,6 +69,11 @@ pub(crate) const FAILED_SIGN_INS: Kind = Kind {
     namespace: "authz-failed-sign-in",
     // An hour without a failure forgets the count.
     ttl: Some(Duration::from_secs(3600)),
+};
+pub(crate) const DEVICES: Kind = Kind {
+    namespace: "authz-device",
+    // A browser's trust lasts this long after its last sign-in.
+    ttl: Some(Duration::from_secs(90 * 24 * 3600)),
 };
 pub(crate) const UPSTREAM: Kind = Kind {
     namespace: "authz-upstream",

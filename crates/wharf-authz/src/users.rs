@@ -45,14 +45,14 @@ pub enum UserError {
 }
 
 /// What a sign-in attempt came to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SignIn {
-    /// The password is the account's.
-    Accepted,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SignIn {
+    /// The password is the account's; the browser's device cookie to set, unless the
+    /// store could not remember the device.
+    Accepted { device: Option<String> },
     /// The name or the password is wrong (which one is not said).
     Refused,
-    /// The account failed too often lately; its password was not checked.
+    /// The attempt must wait; its password was not checked.
     Throttled {
         /// How long until the next attempt is checked.
         retry_after: Duration,
@@ -117,26 +117,58 @@ impl Users {
             .ok_or_else(|| UserError::Exists(name.to_owned()))
     }
 
-    /// Checks `password` for `name`, unless that account has failed too often lately (see
-    /// the failed sign-ins module): then the password is not even checked.
-    pub async fn sign_in(&self, name: &str, password: &str) -> Result<SignIn, UserError> {
-        self.sign_in_at(name, password, now_millis()).await
+    /// Checks `password` for `name` from a browser that carries device cookie `device`, if
+    /// any, unless the attempt must wait (see the failed sign-ins module): then the password
+    /// is not even checked.
+    pub(crate) async fn sign_in(
+        &self,
+        name: &str,
+        password: &str,
+        device: Option<&str>,
+    ) -> Result<SignIn, UserError> {
+        self.sign_in_at(name, password, device, now_millis()).await
     }
 
     async fn sign_in_at(
         &self,
         name: &str,
         password: &str,
+        device: Option<&str>,
         now: Millis,
     ) -> Result<SignIn, UserError> {
-        if let Turn::Wait(retry_after) = attempts::take_turn(&self.records, name, now).await? {
-            return Ok(SignIn::Throttled { retry_after });
+        let trusted = match device {
+            Some(cookie) => attempts::device_turn(&self.records, cookie, name).await?,
+            None => None,
+        };
+        if trusted.is_none() {
+            if let Turn::Wait(retry_after) = attempts::take_turn(&self.records, name, now).await? {
+                return Ok(SignIn::Throttled { retry_after });
+            }
         }
         if !self.verify(name, password).await? {
             return Ok(SignIn::Refused);
         }
-        attempts::forget(&self.records, name).await?;
-        Ok(SignIn::Accepted)
+        // The password was right: what is left is bookkeeping, and a store that fails it
+        // is logged rather than turning a right password away.
+        if trusted.is_none() {
+            if let Err(err) = attempts::forget(&self.records, name).await {
+                tracing::warn!(%err, "an account's failed sign-ins were not forgotten");
+            }
+        }
+        let device = match attempts::trust(
+            &self.records,
+            device.filter(|_| trusted.is_some()),
+            name,
+        )
+        .await
+        {
+            Ok(cookie) => Some(cookie),
+            Err(err) => {
+                tracing::warn!(%err, "a device was not remembered");
+                None
+            }
+        };
+        Ok(SignIn::Accepted { device })
     }
 
     /// Whether `password` is `name`'s. An unknown name costs the same hashing time as a
@@ -195,6 +227,7 @@ mod tests {
         let store = wharf_store::open("memory://", &options).await.unwrap();
         let users = Users::new(store);
         users.add("alice", PASSWORD).await.unwrap();
+        users.add("bob", PASSWORD).await.unwrap();
         users
     }
 
@@ -204,48 +237,54 @@ mod tests {
         }
     }
 
+    /// An attempt from a browser with no device cookie.
+    async fn attempt(users: &Users, name: &str, password: &str, now: Millis) -> SignIn {
+        users.sign_in_at(name, password, None, now).await.unwrap()
+    }
+
+    /// A sign-in that must succeed; the device cookie it sets.
+    async fn accepted(users: &Users, name: &str, device: Option<&str>, now: Millis) -> String {
+        match users.sign_in_at(name, PASSWORD, device, now).await.unwrap() {
+            SignIn::Accepted {
+                device: Some(cookie),
+            } => cookie,
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+
     #[tokio::test]
     async fn an_account_that_keeps_failing_is_slowed_and_a_success_forgets() {
         let users = users().await;
         let t = 1_000_000;
         for _ in 0..5 {
-            assert_eq!(
-                users.sign_in_at("alice", "guess", t).await.unwrap(),
-                SignIn::Refused
-            );
+            assert_eq!(attempt(&users, "alice", "guess", t).await, SignIn::Refused);
         }
+        assert_eq!(attempt(&users, "alice", "guess", t).await, seconds(1));
         assert_eq!(
-            users.sign_in_at("alice", "guess", t).await.unwrap(),
-            seconds(1)
-        );
-        assert_eq!(
-            users.sign_in_at("alice", PASSWORD, t + 400).await.unwrap(),
+            attempt(&users, "alice", PASSWORD, t + 400).await,
             SignIn::Throttled {
                 retry_after: Duration::from_millis(600)
             },
             "the right password is not even checked while the account waits"
         );
         assert_eq!(
-            users.sign_in_at("alice", "guess", t + 1000).await.unwrap(),
+            attempt(&users, "alice", "guess", t + 1000).await,
             SignIn::Refused
         );
         assert_eq!(
-            users.sign_in_at("alice", "guess", t + 1000).await.unwrap(),
+            attempt(&users, "alice", "guess", t + 1000).await,
             seconds(2)
         );
-        assert_eq!(
-            users.sign_in_at("alice", PASSWORD, t + 3000).await.unwrap(),
-            SignIn::Accepted
-        );
+        accepted(&users, "alice", None, t + 3000).await;
         // The success forgot the failures: five more are free.
         for _ in 0..5 {
             assert_eq!(
-                users.sign_in_at("alice", "guess", t + 3000).await.unwrap(),
+                attempt(&users, "alice", "guess", t + 3000).await,
                 SignIn::Refused
             );
         }
         assert_eq!(
-            users.sign_in_at("alice", "guess", t + 3000).await.unwrap(),
+            attempt(&users, "alice", "guess", t + 3000).await,
             seconds(1)
         );
     }
@@ -253,38 +292,65 @@ mod tests {
     #[tokio::test]
     async fn unknown_and_malformed_names_are_slowed_like_accounts() {
         let users = users().await;
-        for name in ["bob", "not a name!"] {
+        for name in ["carol", "not a name!"] {
             for _ in 0..5 {
-                assert_eq!(
-                    users.sign_in_at(name, PASSWORD, 0).await.unwrap(),
-                    SignIn::Refused
-                );
+                assert_eq!(attempt(&users, name, PASSWORD, 0).await, SignIn::Refused);
             }
             assert_eq!(
-                users.sign_in_at(name, PASSWORD, 0).await.unwrap(),
+                attempt(&users, name, PASSWORD, 0).await,
                 seconds(1),
                 "{name}"
             );
         }
+        accepted(&users, "alice", None, 0).await;
+    }
+
+    #[tokio::test]
+    async fn a_stranger_who_slows_an_account_does_not_slow_its_owners_browser() {
+        let users = users().await;
+        let owners = accepted(&users, "alice", None, 0).await;
+        let bobs = accepted(&users, "bob", None, 0).await;
+        for _ in 0..5 {
+            attempt(&users, "alice", "guess", 0).await;
+        }
         assert_eq!(
-            users.sign_in_at("alice", PASSWORD, 0).await.unwrap(),
-            SignIn::Accepted,
-            "each name has its own count"
+            attempt(&users, "alice", PASSWORD, 0).await,
+            seconds(1),
+            "a new browser waits"
         );
+        // Bob's browser is not alice's: it waits too.
+        let from_bobs = users
+            .sign_in_at("alice", PASSWORD, Some(&bobs), 0)
+            .await
+            .unwrap();
+        assert_eq!(from_bobs, seconds(1));
+        // Her own browser is let through, and keeps its cookie.
+        assert_eq!(accepted(&users, "alice", Some(&owners), 0).await, owners);
+        // Its own failures in a row are counted on it: after five it is trusted no more,
+        // and its attempts wait with everyone else's.
+        for _ in 0..5 {
+            let failed = users
+                .sign_in_at("alice", "guess", Some(&owners), 0)
+                .await
+                .unwrap();
+            assert_eq!(failed, SignIn::Refused);
+        }
+        let distrusted = users
+            .sign_in_at("alice", PASSWORD, Some(&owners), 0)
+            .await
+            .unwrap();
+        assert_eq!(distrusted, seconds(1));
     }
 
     #[tokio::test]
     async fn concurrent_attempts_share_one_turn() {
         let users = users().await;
         for _ in 0..5 {
-            users.sign_in_at("alice", "guess", 0).await.unwrap();
+            attempt(&users, "alice", "guess", 0).await;
         }
-        let attempts = (0..6).map(|_| users.sign_in_at("alice", "guess", 1000));
+        let attempts = (0..6).map(|_| attempt(&users, "alice", "guess", 1000));
         let outcomes = futures_util::future::join_all(attempts).await;
-        let checked = outcomes
-            .iter()
-            .filter(|o| *o.as_ref().unwrap() == SignIn::Refused)
-            .count();
+        let checked = outcomes.iter().filter(|o| **o == SignIn::Refused).count();
         assert_eq!(checked, 1, "{outcomes:?}");
     }
 }

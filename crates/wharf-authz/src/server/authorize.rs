@@ -254,17 +254,34 @@ pub(crate) async fn login(
         Ok(found) => found,
         Err(response) => return response,
     };
-    let (problem, wait) = match shared.users.sign_in(&form.username, &form.password).await {
-        Ok(SignIn::Accepted) => {
-            return start_session(&shared, &form.username, &form.request).await;
+    let device = cookies::get(&headers, shared.cookie(cookies::DEVICE));
+    let signed_in = shared
+        .users
+        .sign_in(&form.username, &form.password, device)
+        .await;
+    let (problem, wait) = match signed_in {
+        Ok(SignIn::Accepted { device }) => {
+            let mut response = start_session(&shared, &form.username, &form.request).await;
+            if let Some(device) = device {
+                let ttl = crate::records::DEVICES.ttl.map_or(0, |t| t.as_secs());
+                cookies::set(
+                    response.headers_mut(),
+                    shared.cookie(cookies::DEVICE),
+                    &device,
+                    ttl,
+                    shared.secure_cookies,
+                );
+            }
+            return response;
         }
         Ok(SignIn::Refused) => ("The user name or password is wrong.".to_owned(), None),
         Ok(SignIn::Throttled { retry_after }) => {
             // Whole seconds, rounded up: a client that waits as long as it is told succeeds.
             let seconds =
                 (retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0)).max(1);
+            let unit = if seconds == 1 { "second" } else { "seconds" };
             let problem = format!(
-                "Too many failed sign-ins for this account. Try again in {seconds} seconds."
+                "Too many failed sign-ins for this account. Try again in {seconds} {unit}."
             );
             (problem, Some(seconds))
         }
@@ -607,7 +624,9 @@ impl Back<'_> {
 
 /// The scope an authorization request is for: the values it asks for, each one this server
 /// offers. Without a `scope` parameter: what the client registered (or declared in its
-/// metadata document) and the server offers, or, when it said nothing, everything offered.
+/// metadata document) and the server offers, or everything offered when it registered
+/// nothing, or nothing this server offers (a token with no scope would be refused
+/// everywhere).
 /// A request may ask beyond what the client registered, since MCP's step-up authorization
 /// reuses the registration made for the first challenge's scopes; the person sees on the
 /// consent page what is asked.
@@ -618,11 +637,14 @@ fn request_scope(
 ) -> Result<String, String> {
     let Some(requested) = requested else {
         let registered = |value: &str| registered.is_none_or(|r| r.split(' ').any(|v| v == value));
-        let defaults: Vec<&str> = offered
+        let mut defaults: Vec<&str> = offered
             .iter()
             .map(String::as_str)
             .filter(|s| registered(s))
             .collect();
+        if defaults.is_empty() {
+            defaults = offered.iter().map(String::as_str).collect();
+        }
         return Ok(defaults.join(" "));
     };
     let values: Vec<&str> = requested.split(' ').filter(|s| !s.is_empty()).collect();
@@ -757,6 +779,11 @@ mod tests {
         let scope = |requested, registered| request_scope(requested, &offered, registered);
         assert_eq!(scope(None, None).unwrap(), "read write admin");
         assert_eq!(scope(None, Some("write read other")).unwrap(), "read write");
+        assert_eq!(
+            scope(None, Some("openid offline_access")).unwrap(),
+            "read write admin",
+            "nothing registered is offered: everything offered"
+        );
         assert_eq!(scope(Some(" write  read"), None).unwrap(), "write read");
         assert_eq!(scope(Some(""), Some("read")).unwrap(), "");
         assert_eq!(

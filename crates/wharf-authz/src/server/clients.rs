@@ -3,23 +3,21 @@
 //!
 //! Anyone may register, so registrations must not pile up forever: one that never gets a
 //! token is forgotten after a month (the kind's lifetime), and one in use is kept for as
-//! long as the tokens it can still hold live.
+//! long as the tokens it was given can live, and a month more.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use wharf::store::{Write, after, millis, now_millis};
+use wharf::store::{Write, after, now_millis};
 
 use super::Shared;
 use crate::cimd::{ClientAuth, ClientIdError, ClientIdUrl, ClientMetadata, FetchError, KeySource};
-use crate::records::{CIMD_CACHE, CLIENTS, FAMILIES, RecordError, Versioned};
+use crate::records::{CIMD_CACHE, CLIENTS, RecordError, Versioned};
 
-/// How long a registered client is kept after it was last given tokens: as long as a token
-/// family lives, so a client is never forgotten while its refresh tokens still work.
-const KEEP_USED: Option<Duration> = FAMILIES.ttl;
-/// How far its expiry may have run down before a token request pushes it out again: one
-/// write per client a month, not one per token.
-const EXTEND_AFTER: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How much longer than the refresh tokens it was last given a registered client is kept
+/// at least, and how much further a token request then pushes its expiry: one write per
+/// client a month, not one per token.
+const MARGIN: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// How a client authenticates at the token endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,7 +85,9 @@ struct CachedDocument {
 pub(crate) enum ClientError {
     #[error("the request has no client_id")]
     Missing,
-    #[error("client_id {0:?} is not registered here")]
+    #[error(
+        "client_id {0:?} is not registered here (a registration unused for a month is forgotten: register again)"
+    )]
     Unknown(String),
     #[error(transparent)]
     Url(#[from] ClientIdError),
@@ -147,23 +147,25 @@ impl Shared {
         })
     }
 
-    /// Keeps a registered client that was just given tokens for [`KEEP_USED`] more, when
-    /// its expiry has run down by [`EXTEND_AFTER`]. The tokens are out already, so a store
+    /// Keeps a registered client that was just given tokens for as long as those can
+    /// live: its expiry, once less than a refresh token's lifetime and a [`MARGIN`] away,
+    /// is pushed out to a lifetime and two margins. The tokens are out already, so a store
     /// that fails here is logged, not answered; a concurrent request that kept the client
     /// first has done the work.
     pub(crate) async fn keep_client(&self, client: &Client) {
-        let (Some(registration), Some(keep)) = (&client.registration, KEEP_USED) else {
+        let Some(registration) = &client.registration else {
             return;
         };
-        let now = now_millis();
-        let kept_until = after(now, keep);
         // Registrations from before expiry existed have none, and keep that promise.
         let Some(expires_at) = registration.expires_at else {
             return;
         };
-        if expires_at > kept_until.saturating_sub(millis(EXTEND_AFTER)) {
+        let now = now_millis();
+        let lifetime = self.config.refresh_token_ttl;
+        if expires_at >= after(now, lifetime.saturating_add(MARGIN)) {
             return;
         }
+        let kept_until = after(now, lifetime.saturating_add(MARGIN).saturating_add(MARGIN));
         let written = self
             .records
             .put(

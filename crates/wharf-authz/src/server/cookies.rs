@@ -1,7 +1,8 @@
-//! The two cookies a browser carries through a flow: `wharf_authz_browser` binds a pending
+//! The cookies a browser carries through a flow: `wharf_authz_browser` binds a pending
 //! authorization request to the browser that started it (so a form submitted from elsewhere,
-//! or a request id passed to someone else, goes nowhere), and `wharf_authz_session` says who
-//! signed in. Both HttpOnly and SameSite=Lax (no cross-site form carries them). When the
+//! or a request id passed to someone else, goes nowhere), `wharf_authz_session` says who
+//! signed in, and `wharf_authz_device` that an account signed in on this browser before.
+//! All HttpOnly and SameSite=Lax (no cross-site form carries them). When the
 //! issuer is https they are Secure and named `__Host-…`, which browsers accept only from this
 //! very host: a sibling subdomain cannot plant one.
 
@@ -12,6 +13,9 @@ use axum::http::{HeaderMap, HeaderValue};
 pub(crate) const BROWSER: Name = Name("wharf_authz_browser", "__Host-wharf_authz_browser");
 /// The session cookie.
 pub(crate) const SESSION: Name = Name("wharf_authz_session", "__Host-wharf_authz_session");
+/// The device cookie: this browser is one an account signed in on (see the failed sign-ins
+/// module), so its attempts at that account are not slowed by a stranger's.
+pub(crate) const DEVICE: Name = Name("wharf_authz_device", "__Host-wharf_authz_device");
 
 /// A cookie's name over http, and over https.
 #[derive(Debug, Clone, Copy)]

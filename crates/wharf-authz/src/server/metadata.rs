@@ -28,6 +28,10 @@ pub(crate) async fn metadata(State(shared): State<Arc<Shared>>) -> Response {
         "token_endpoint_auth_methods_supported":
             ["none", "client_secret_basic", "client_secret_post", "private_key_jwt"],
         "token_endpoint_auth_signing_alg_values_supported": ["ES256", "RS256", "EdDSA"],
+        "revocation_endpoint": shared.endpoint("/revoke"),
+        "revocation_endpoint_auth_methods_supported":
+            ["none", "client_secret_basic", "client_secret_post", "private_key_jwt"],
+        "revocation_endpoint_auth_signing_alg_values_supported": ["ES256", "RS256", "EdDSA"],
         "client_id_metadata_document_supported": true,
         "authorization_response_iss_parameter_supported": true,
         "scopes_supported": config.scopes,

@@ -196,6 +196,7 @@ impl AuthorizationServer {
                 get(authorize::consent_page).post(authorize::consent),
             )
             .route("/token", post(token::token))
+            .route("/revoke", post(token::revocation_endpoint))
             .route("/register", post(register::register))
             .route("/jwks", get(metadata::jwks))
             .route("/account", get(account::account))

@@ -30,6 +30,9 @@ use crate::pkce::CodeChallenge;
 use crate::records::{CODES, FAMILIES, Kind, REFRESH, Versioned, digest, secret};
 
 mod assertion;
+mod revoke;
+
+pub(crate) use revoke::endpoint as revocation_endpoint;
 
 /// Who the rate limits count a request against: the peer's address, when the server was
 /// started with connect info, or the client a trusted proxy names.
@@ -53,7 +56,8 @@ impl FromRequestParts<Arc<Shared>> for Peer {
     }
 }
 
-/// The token request's fields (RFC 6749 §4.1.3, §6; RFC 7523 §2.2; RFC 8707); no `Debug`:
+/// The token request's fields (RFC 6749 §4.1.3, §6; RFC 7523 §2.2; RFC 8707), and the
+/// revocation request's (RFC 7009 §2.1); no `Debug`:
 /// they hold codes, verifiers, secrets and refresh tokens.
 #[derive(Default, Deserialize)]
 pub(crate) struct TokenForm {
@@ -68,6 +72,9 @@ pub(crate) struct TokenForm {
     client_secret: Option<String>,
     client_assertion_type: Option<String>,
     client_assertion: Option<String>,
+    /// The token to revoke (RFC 7009 §2.1), at `/revoke`; its `token_type_hint` is not
+    /// needed, and ignored as other unknown fields are.
+    token: Option<String>,
 }
 
 /// A token family, as stored: revoked as a whole when reuse is seen.
@@ -96,25 +103,30 @@ pub(crate) async fn token(
     headers: HeaderMap,
     form: Result<Form<TokenForm>, FormRejection>,
 ) -> Response {
-    if !shared.limits.token_requests.allows(peer) {
-        return OAuthError::too_many("token requests").into_response();
-    }
-    // A body that is not one form of known fields, each once (RFC 6749 §3.2), is answered
-    // as OAuth errors are, not with the framework's plain text.
-    let form = match form {
-        Ok(Form(form)) => form,
-        Err(rejection) => {
-            return OAuthError::invalid_request(format!(
-                "the request must be an application/x-www-form-urlencoded form, each parameter once: {}",
-                rejection.body_text()
-            ))
-            .into_response();
-        }
+    let exchanged = match admit(&shared, peer, form) {
+        Ok(form) => exchange(&shared, &headers, form).await,
+        Err(err) => Err(err),
     };
-    match exchange(&shared, &headers, form).await {
-        Ok(response) => response,
-        Err(err) => err.into_response(),
+    exchanged.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// What the token and revocation endpoints check first: the address's budget (they share
+/// one), then the form. A body that is not one form of known fields, each once (RFC 6749
+/// §3.2), is answered as OAuth errors are, not with the framework's plain text.
+fn admit(
+    shared: &Shared,
+    peer: Option<IpAddr>,
+    form: Result<Form<TokenForm>, FormRejection>,
+) -> Result<TokenForm, OAuthError> {
+    if !shared.limits.token_requests.allows(peer) {
+        return Err(OAuthError::too_many("token requests"));
     }
+    form.map(|Form(form)| form).map_err(|rejection| {
+        OAuthError::invalid_request(format!(
+            "the request must be an application/x-www-form-urlencoded form, each parameter once: {}",
+            rejection.body_text()
+        ))
+    })
 }
 
 async fn exchange(

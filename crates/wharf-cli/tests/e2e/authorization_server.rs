@@ -147,22 +147,28 @@ async fn authorize(
     query(approved.headers()[LOCATION].to_str().unwrap())
 }
 
-async fn token(base: &str, form: &[(&str, &str)]) -> (StatusCode, Value) {
+/// Posts `form` to the token or revocation endpoint at `path`, whose every answer must be
+/// kept out of caches.
+async fn post_form(base: &str, path: &str, form: &[(&str, &str)]) -> reqwest::Response {
     let response = reqwest::Client::new()
-        .post(format!("{base}/token"))
+        .post(format!("{base}{path}"))
         .form(form)
         .send()
         .await
         .unwrap();
-    let status = response.status();
     assert!(
         response.headers()["cache-control"]
             .to_str()
             .unwrap()
             .contains("no-store"),
-        "token responses are never cached"
+        "{path} answers are never cached"
     );
-    (status, response.json().await.unwrap())
+    response
+}
+
+async fn token(base: &str, form: &[(&str, &str)]) -> (StatusCode, Value) {
+    let response = post_form(base, "/token", form).await;
+    (response.status(), response.json().await.unwrap())
 }
 
 /// Exchanges `code` with its verifier, and `extra` parameters.
@@ -239,6 +245,13 @@ fn native_client() -> Value {
     json!({"application_type": "native", "redirect_uris": ["http://127.0.0.1:9/cb"], "token_endpoint_auth_method": "none"})
 }
 
+/// Asserts that OAuth error `err` says `words` in its description.
+#[track_caller]
+fn says(err: &Value, words: &str) {
+    let description = err["error_description"].as_str().unwrap_or_default();
+    assert!(description.contains(words), "{err}");
+}
+
 /// The error a refusal page links back to the client with.
 async fn refused(response: reqwest::Response) -> HashMap<String, String> {
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
@@ -305,6 +318,7 @@ async fn a_registered_client_signs_a_user_in_and_calls_a_tool() {
         metadata["registration_endpoint"],
         format!("{base}/register")
     );
+    assert_eq!(metadata["revocation_endpoint"], format!("{base}/revoke"));
     // The protected resource metadata names this server as its authorization server.
     let resource: Value = reqwest::get(format!("{base}/.well-known/oauth-protected-resource/mcp"))
         .await
@@ -324,13 +338,7 @@ async fn a_registered_client_signs_a_user_in_and_calls_a_tool() {
     assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
     let body: Value = refused.json().await.unwrap();
     assert_eq!(body["error"], "invalid_redirect_uri");
-    assert!(
-        body["error_description"]
-            .as_str()
-            .unwrap()
-            .contains("application_type"),
-        "{body}"
-    );
+    says(&body, "application_type");
 
     let redirect = "http://127.0.0.1:33418/callback";
     let client_id = register(&base, redirect).await;
@@ -370,22 +378,10 @@ async fn a_registered_client_signs_a_user_in_and_calls_a_tool() {
         (status, err["error"].as_str()),
         (StatusCode::BAD_REQUEST, Some("invalid_grant"))
     );
-    assert!(
-        err["error_description"]
-            .as_str()
-            .unwrap()
-            .contains("already used"),
-        "{err}"
-    );
+    says(&err, "already used");
     let (status, err) = refresh(&base, &client_id, &r1).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(
-        err["error_description"]
-            .as_str()
-            .unwrap()
-            .contains("revoked"),
-        "{err}"
-    );
+    says(&err, "revoked");
     // And the access token it bought stops working, though it has not expired.
     until_refused(&server, access).await;
 
@@ -478,13 +474,7 @@ async fn pkce_is_required_s256_only_and_a_failed_exchange_burns_nothing() {
         (status, err["error"].as_str()),
         (StatusCode::BAD_REQUEST, Some("invalid_grant"))
     );
-    assert!(
-        err["error_description"]
-            .as_str()
-            .unwrap()
-            .contains("code_verifier"),
-        "{err}"
-    );
+    says(&err, "code_verifier");
     let (status, _) = token(
         &base,
         &[
@@ -520,23 +510,11 @@ async fn refresh_tokens_rotate_and_a_reused_one_revokes_its_family() {
     // r1 again: someone holds a copy. The family goes, r2 with it.
     let (status, err) = refresh(&base, &grant.client_id, r1).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(
-        err["error_description"]
-            .as_str()
-            .unwrap()
-            .contains("already used"),
-        "{err}"
-    );
+    says(&err, "already used");
     until_refused(&server, second["access_token"].as_str().unwrap()).await;
     let (status, err) = refresh(&base, &grant.client_id, r2).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(
-        err["error_description"]
-            .as_str()
-            .unwrap()
-            .contains("revoked"),
-        "{err}"
-    );
+    says(&err, "revoked");
     // Another client cannot use a refresh token it was not given.
     let stranger = register(&base, "http://127.0.0.1:33420/callback").await;
     let (status, err) = refresh(&base, &stranger, r2).await;
@@ -546,21 +524,44 @@ async fn refresh_tokens_rotate_and_a_reused_one_revokes_its_family() {
     );
 }
 
+/// A browser's sign-in form for a new authorization request: its `request` and `csrf`.
+async fn login_form(
+    browser: &Browser,
+    base: &str,
+    client_id: &str,
+    redirect: &str,
+) -> (String, String) {
+    let (_, challenge) = pkce();
+    let params = code_request(client_id, redirect, &challenge, &[]);
+    let url = Url::parse_with_params(&format!("{base}/authorize"), &params).unwrap();
+    let html = browser.get(url.as_str()).await.text().await.unwrap();
+    assert!(html.contains("Sign in</h1>"), "{html}");
+    (hidden(&html, "request"), hidden(&html, "csrf"))
+}
+
 /// Guesses at one account's password are spaced out once five have failed, whatever the
-/// per-address budget has left: the sixth is refused with `Retry-After` before its password
-/// is checked (the right one too), and after that wait the right password signs in.
+/// per-address budget has left: an attempt that must wait is refused with `Retry-After`
+/// before its password is checked (the right one too). The browser the account's owner
+/// signed in on before is not slowed by the stranger.
 #[tokio::test]
-async fn an_account_that_keeps_failing_to_sign_in_is_slowed_down() {
+async fn a_strangers_guesses_slow_the_account_down_but_not_its_owners_browser() {
     let server = server(&sqlite_url(&unique("authz-guess")), &[]);
     let base = server.origin();
     let redirect = "http://127.0.0.1:33424/callback";
     let client_id = register(&base, redirect).await;
     let (_, challenge) = pkce();
-    let browser = Browser::new();
-    let params = code_request(&client_id, redirect, &challenge, &[]);
-    let url = Url::parse_with_params(&format!("{base}/authorize"), &params).unwrap();
-    let html = browser.get(url.as_str()).await.text().await.unwrap();
-    let (request, csrf) = (hidden(&html, "request"), hidden(&html, "csrf"));
+    let owner = Browser::new();
+    authorize(
+        &owner,
+        &base,
+        &code_request(&client_id, redirect, &challenge, &[]),
+    )
+    .await;
+    // Her session ends; the browser still carries its device cookie.
+    owner.forget("wharf_authz_session");
+
+    let stranger = Browser::new();
+    let (request, csrf) = login_form(&stranger, &base, &client_id, redirect).await;
     let sign_in = async |password: &str| {
         let form = [
             ("request", request.as_str()),
@@ -568,24 +569,139 @@ async fn an_account_that_keeps_failing_to_sign_in_is_slowed_down() {
             ("username", "alice"),
             ("password", password),
         ];
-        browser
+        stranger
             .post(&format!("{base}/authorize/login"), &form)
             .await
     };
     for _ in 0..5 {
         assert_eq!(sign_in("guess").await.status(), StatusCode::UNAUTHORIZED);
     }
-    for password in ["guess", PASSWORD] {
-        let slowed = sign_in(password).await;
+    // Guess on until a refusal leaves more than a second to wait, so that the next attempt
+    // (no password hashed) surely comes within it; each wait taken doubles the next.
+    let mut waits = 0;
+    loop {
+        let slowed = sign_in("guess").await;
+        if slowed.status() == StatusCode::UNAUTHORIZED {
+            continue;
+        }
         assert_eq!(slowed.status(), StatusCode::TOO_MANY_REQUESTS);
-        assert_eq!(slowed.headers()["retry-after"], "1");
+        let wait: u64 = slowed.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
         let page = slowed.text().await.unwrap();
         assert!(page.contains("Too many failed sign-ins"), "{page}");
         assert!(page.contains("id=\"sign-in\""), "the form stays: {page}");
+        if wait >= 2 {
+            break;
+        }
+        waits += 1;
+        assert!(waits < 5, "the waits do not grow");
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     }
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
-    let signed_in = sign_in(PASSWORD).await;
-    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+    let right = sign_in(PASSWORD).await;
+    assert_eq!(
+        right.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "not even checked"
+    );
+
+    let (request, csrf) = login_form(&owner, &base, &client_id, redirect).await;
+    let form = [
+        ("request", request.as_str()),
+        ("csrf", csrf.as_str()),
+        ("username", "alice"),
+        ("password", PASSWORD),
+    ];
+    let signed_in = owner.post(&format!("{base}/authorize/login"), &form).await;
+    assert_eq!(
+        signed_in.status(),
+        StatusCode::SEE_OTHER,
+        "her browser is let in"
+    );
+}
+
+/// Posts `form` to `/revoke` (RFC 7009); the status and the body.
+async fn revoke(base: &str, form: &[(&str, &str)]) -> (StatusCode, String) {
+    let response = post_form(base, "/revoke", form).await;
+    (response.status(), response.text().await.unwrap())
+}
+
+/// A client that is done (its user signed out) revokes a token at `/revoke`, and the whole
+/// family goes: by its refresh token, or by an access token. Unknown tokens are answered as
+/// revoked; another client's token, a request without a token, or a client that does not
+/// authenticate are refused.
+#[tokio::test]
+async fn a_client_revokes_its_tokens_at_the_revocation_endpoint() {
+    let server = server(&sqlite_url(&unique("authz-revoke")), &[]);
+    let base = server.origin();
+    let redirect = "http://127.0.0.1:33428/callback";
+
+    // By the refresh token: it stops at once, the access token within two seconds.
+    let first = grant(&base, redirect).await;
+    let (_, tokens) = first.redeem(&base).await;
+    let (access, r1) = (
+        tokens["access_token"].as_str().unwrap(),
+        tokens["refresh_token"].as_str().unwrap(),
+    );
+    assert_eq!(tools_list(&server, access).await, None);
+    let stranger = register(&base, redirect).await;
+    let (status, body) = revoke(&base, &[("token", r1), ("client_id", &stranger)]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains("another client"), "{body}");
+    let (status, body) = revoke(&base, &[("client_id", &first.client_id)]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains("token is required"), "{body}");
+    let (status, body) = revoke(&base, &[("token", r1), ("client_id", "wc_nobody")]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert_eq!(
+        tools_list(&server, access).await,
+        None,
+        "nothing refused was revoked"
+    );
+    let hint = [
+        ("token", r1),
+        ("token_type_hint", "refresh_token"),
+        ("client_id", &first.client_id),
+    ];
+    let (status, body) = revoke(&base, &hint).await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, ""));
+    let (status, err) = refresh(&base, &first.client_id, r1).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    says(&err, "revoked");
+    until_refused(&server, access).await;
+    // Again: nothing left to revoke, and that is no error.
+    let (status, _) = revoke(&base, &hint).await;
+    assert_eq!(status, StatusCode::OK);
+
+    // By the access token: the family's refresh token goes with it.
+    let second = grant(&base, redirect).await;
+    let (_, tokens) = second.redeem(&base).await;
+    let (access, r1) = (
+        tokens["access_token"].as_str().unwrap(),
+        tokens["refresh_token"].as_str().unwrap(),
+    );
+    let (status, _) = revoke(
+        &base,
+        &[("token", access), ("client_id", &second.client_id)],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = refresh(&base, &second.client_id, r1).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    until_refused(&server, access).await;
+
+    let (status, _) = revoke(
+        &base,
+        &[("token", "never-issued"), ("client_id", &second.client_id)],
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "an unknown token is no error (RFC 7009 §2.2)"
+    );
 }
 
 /// Makes the store refuse to write a new refresh token while the returned guard lives: a

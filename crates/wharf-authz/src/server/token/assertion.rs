@@ -63,7 +63,11 @@ pub(crate) async fn verify(shared: &Shared, client: &Client, jwt: &str) -> Resul
     .ok_or_else(|| refuse("no key of the client's matches the assertion's kid".into()))?;
     let key = DecodingKey::from_jwk(jwk).map_err(|e| refuse(e.to_string()))?;
     let mut validation = Validation::new(header.alg);
-    validation.set_audience(&[shared.endpoint("/token"), shared.config.issuer.clone()]);
+    validation.set_audience(&[
+        shared.endpoint("/token"),
+        shared.endpoint("/revoke"),
+        shared.config.issuer.clone(),
+    ]);
     validation.set_issuer(&[client.id.as_str()]);
     validation.sub = Some(client.id.clone());
     validation.set_required_spec_claims(&["exp", "iss", "sub", "aud"]);

@@ -117,6 +117,14 @@ impl Browser {
         response
     }
 
+    /// Drops cookie `name`, as a browser does when it expires.
+    pub(crate) fn forget(&self, name: &str) {
+        assert!(
+            self.cookies.lock().unwrap().remove(name).is_some(),
+            "no cookie {name}"
+        );
+    }
+
     pub(crate) async fn get(&self, url: &str) -> reqwest::Response {
         self.send(self.http.get(url)).await
     }

@@ -1,0 +1,100 @@
+//! Token revocation (RFC 7009): a client that is done with its tokens (a user signed out)
+//! says so, and the whole family goes. A refresh token is found by its digest; an access
+//! token names its family in `sid`. Either way the family must be one issued to the
+//! client that authenticated, and once revoked its refresh tokens are refused at once and
+//! its access tokens within the two seconds the resource server trusts a family it found
+//! alive. A token this server does not know (or no longer knows) is answered as revoked:
+//! there is nothing left to revoke.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::FormRejection;
+use axum::extract::{Form, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::Deserialize;
+
+use super::{Family, Peer, Refresh, TokenForm, admit, authenticate, revoke};
+use crate::records::{FAMILIES, REFRESH, digest};
+use crate::server::{OAuthError, Shared};
+
+/// `POST /revoke`.
+pub(crate) async fn endpoint(
+    State(shared): State<Arc<Shared>>,
+    Peer(peer): Peer,
+    headers: HeaderMap,
+    form: Result<Form<TokenForm>, FormRejection>,
+) -> Response {
+    let revoked = match admit(&shared, peer, form) {
+        Ok(form) => revoke_presented(&shared, &headers, &form).await,
+        Err(err) => Err(err),
+    };
+    match revoked {
+        Ok(()) => {
+            let mut response = StatusCode::OK.into_response();
+            response
+                .headers_mut()
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            response
+        }
+        Err(err) => err.into_response(),
+    }
+}
+
+async fn revoke_presented(
+    shared: &Shared,
+    headers: &HeaderMap,
+    form: &TokenForm,
+) -> Result<(), OAuthError> {
+    let client = authenticate(shared, headers, form).await?;
+    let token = form
+        .token
+        .as_deref()
+        .ok_or_else(|| OAuthError::invalid_request("token is required"))?;
+    // `token_type_hint` only says where to look first; both places are cheap.
+    let family = match shared
+        .records
+        .get::<Refresh>(REFRESH, &digest(token))
+        .await
+        .map_err(OAuthError::server_error)?
+    {
+        Some(refresh) => refresh.value.family,
+        None => match access_token_family(token) {
+            Some(family) => family,
+            None => return Ok(()),
+        },
+    };
+    let Some(found) = shared
+        .records
+        .get::<Family>(FAMILIES, &family)
+        .await
+        .map_err(OAuthError::server_error)?
+    else {
+        return Ok(());
+    };
+    if found.value.client_id != client.id {
+        return Err(OAuthError::invalid_request(
+            "the token was issued to another client",
+        ));
+    }
+    if found.value.revoked {
+        return Ok(());
+    }
+    revoke(shared, &family).await
+}
+
+/// The family an access token names. Its signature is not checked, and need not be: a
+/// family id is a random secret that only this server's tokens carry, and the family's
+/// record must name the client that authenticated, so a forged token can revoke nothing
+/// its bearer could not revoke with the real one.
+fn access_token_family(token: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Named {
+        sid: String,
+    }
+    let payload = token.split('.').nth(1)?;
+    let json = URL_SAFE_NO_PAD.decode(payload).ok()?;
+    serde_json::from_slice::<Named>(&json).ok().map(|n| n.sid)
+}
