@@ -10,7 +10,8 @@
 //! Given a [`KeyEncryptionKey`], the private keys are stored sealed (AES-256-GCM, the
 //! record's name bound in as associated data), so that reading the store, or a backup of
 //! it, is not enough to sign tokens. Keys stored before it was given are sealed the first
-//! time a server that has it reads them.
+//! time a server that has it reads them, and so are keys sealed with a retired key
+//! encryption key (see [`KeyEncryption`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -43,7 +44,36 @@ enum StoredKey {
     Plain { pkcs8: String },
 }
 
-/// The key that seals signing keys in the store: 32 bytes, given to every replica.
+/// How the signing keys are sealed in the store: with `seal`, given to every replica. While
+/// it replaces another, the old one goes in `retired`: keys it sealed still open, and are
+/// sealed again with `seal` the first time they are read.
+#[derive(Debug, Clone)]
+pub struct KeyEncryption {
+    /// The key that seals.
+    pub seal: KeyEncryptionKey,
+    /// Keys that only open.
+    pub retired: Vec<KeyEncryptionKey>,
+}
+
+impl KeyEncryption {
+    /// The key encryption key with `id`, if this server has it.
+    fn with_id(&self, id: &str) -> Option<&KeyEncryptionKey> {
+        std::iter::once(&self.seal)
+            .chain(&self.retired)
+            .find(|key| key.id == id)
+    }
+
+    /// The ids of the keys this server has, for an error that says which it lacks.
+    fn ids(&self) -> String {
+        std::iter::once(&self.seal)
+            .chain(&self.retired)
+            .map(|key| key.id.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// A key that seals signing keys in the store: 32 bytes.
 #[derive(Clone)]
 pub struct KeyEncryptionKey {
     bytes: [u8; 32],
@@ -147,7 +177,7 @@ impl std::fmt::Debug for SigningKey {
 pub(crate) struct SigningKeys {
     records: Records,
     rotation: Duration,
-    sealing: Option<KeyEncryptionKey>,
+    sealing: Option<KeyEncryption>,
     cache: Mutex<HashMap<i64, Arc<SigningKey>>>,
 }
 
@@ -155,7 +185,7 @@ impl SigningKeys {
     pub(crate) fn new(
         records: Records,
         rotation: Duration,
-        sealing: Option<KeyEncryptionKey>,
+        sealing: Option<KeyEncryption>,
     ) -> Self {
         Self {
             records,
@@ -200,15 +230,19 @@ impl SigningKeys {
         let pkcs8 = match self.records.get::<StoredKey>(SIGNING_KEYS, &kid).await? {
             Some(found) => {
                 let pkcs8 = self.open(&kid, &found.value)?;
-                if let (StoredKey::Plain { .. }, Some(sealing)) = (&found.value, &self.sealing) {
-                    self.seal_stored(sealing, &kid, &pkcs8, &found).await;
+                if let Some(sealing) = &self.sealing {
+                    let current = matches!(&found.value,
+                        StoredKey::Sealed { sealed_with, .. } if *sealed_with == sealing.seal.id);
+                    if !current {
+                        self.seal_stored(&sealing.seal, &kid, &pkcs8, &found).await;
+                    }
                 }
                 pkcs8
             }
             None if create => {
                 let fresh = generate()?;
                 let stored = match &self.sealing {
-                    Some(sealing) => sealing.seal(&kid, &fresh)?,
+                    Some(sealing) => sealing.seal.seal(&kid, &fresh)?,
                     None => StoredKey::Plain {
                         pkcs8: STANDARD.encode(&fresh),
                     },
@@ -236,32 +270,32 @@ impl SigningKeys {
 
     /// The PKCS#8 document of stored key `kid`.
     fn open(&self, kid: &str, stored: &StoredKey) -> Result<Vec<u8>, KeyError> {
-        match (stored, &self.sealing) {
-            (StoredKey::Plain { pkcs8 }, _) => STANDARD
-                .decode(pkcs8)
-                .map_err(|_| KeyError::Crypto(format!("{kid}: not base64"))),
-            (
-                StoredKey::Sealed {
-                    sealed,
-                    sealed_with,
-                },
-                Some(sealing),
-            ) if *sealed_with == sealing.id => sealing.open(kid, sealed),
-            (StoredKey::Sealed { sealed_with, .. }, Some(sealing)) => {
-                Err(KeyError::Crypto(format!(
-                    "{kid} is sealed with key encryption key {sealed_with}, and this server has {}",
-                    sealing.id
-                )))
+        let (sealed, sealed_with) = match stored {
+            StoredKey::Plain { pkcs8 } => {
+                return STANDARD
+                    .decode(pkcs8)
+                    .map_err(|_| KeyError::Crypto(format!("{kid}: not base64")));
             }
-            (StoredKey::Sealed { sealed_with, .. }, None) => Err(KeyError::Crypto(format!(
-                "{kid} is sealed with key encryption key {sealed_with}, and this server was given none"
-            ))),
-        }
+            StoredKey::Sealed {
+                sealed,
+                sealed_with,
+            } => (sealed, sealed_with),
+        };
+        let has = match &self.sealing {
+            Some(sealing) => match sealing.with_id(sealed_with) {
+                Some(key) => return key.open(kid, sealed),
+                None => sealing.ids(),
+            },
+            None => "none".to_owned(),
+        };
+        Err(KeyError::Crypto(format!(
+            "{kid} is sealed with key encryption key {sealed_with}, and this server has {has}"
+        )))
     }
 
-    /// Replaces plain key `kid`, as `found`, with its sealed form, expiring when it would
-    /// have. A failure leaves it plain, as it was, and is logged; a replica that sealed it
-    /// first has done the work.
+    /// Replaces key `kid`, as `found` (plain, or sealed with a retired key), with its form
+    /// sealed by `sealing`, expiring when it would have. A failure leaves it as it was, and
+    /// is logged; a replica that sealed it first has done the work.
     async fn seal_stored(
         &self,
         sealing: &KeyEncryptionKey,
@@ -272,7 +306,7 @@ impl SigningKeys {
         let sealed = match sealing.seal(kid, pkcs8) {
             Ok(sealed) => sealed,
             Err(err) => {
-                tracing::warn!(%err, kid, "a signing key stays unsealed");
+                tracing::warn!(%err, kid, "a signing key was not sealed again");
                 return;
             }
         };
@@ -288,9 +322,9 @@ impl SigningKeys {
             )
             .await;
         match written {
-            Ok(Some(_)) => tracing::info!(kid, "a signing key stored in plain is now sealed"),
+            Ok(Some(_)) => tracing::info!(kid, "a signing key is now sealed with the current key"),
             Ok(None) => {}
-            Err(err) => tracing::warn!(%err, kid, "a signing key stays unsealed"),
+            Err(err) => tracing::warn!(%err, kid, "a signing key was not sealed again"),
         }
     }
 
@@ -363,8 +397,15 @@ mod tests {
         Records::new(wharf_store::open("memory://", &options).await.unwrap())
     }
 
-    fn keys(records: &Records, kek: Option<&str>) -> SigningKeys {
-        let sealing = kek.map(|k| KeyEncryptionKey::from_base64(k).unwrap());
+    fn kek(text: &str) -> KeyEncryptionKey {
+        KeyEncryptionKey::from_base64(text).unwrap()
+    }
+
+    fn keys(records: &Records, seal: Option<&str>) -> SigningKeys {
+        let sealing = seal.map(|k| KeyEncryption {
+            seal: kek(k),
+            retired: Vec::new(),
+        });
         SigningKeys::new(records.clone(), ROTATION, sealing)
     }
 
@@ -403,7 +444,10 @@ mod tests {
             .kid
             .clone();
         let err = message(keys(&records, None).current(NOW).await.unwrap_err());
-        assert!(err.contains(&kid) && err.contains("given none"), "{err}");
+        assert!(
+            err.contains(&kid) && err.contains("this server has none"),
+            "{err}"
+        );
         let err = message(keys(&records, Some(OTHER)).current(NOW).await.unwrap_err());
         assert!(err.contains("and this server has"), "{err}");
     }
@@ -434,6 +478,26 @@ mod tests {
         assert!(record.get("pkcs8").is_none(), "sealed in place: {record}");
         let again = keys(&records, Some(KEK)).current(NOW).await.unwrap();
         assert_eq!(plain.jwk, again.jwk);
+    }
+
+    #[tokio::test]
+    async fn keys_sealed_with_a_retired_key_open_and_are_sealed_again() {
+        let records = records().await;
+        let old = keys(&records, Some(KEK)).current(NOW).await.unwrap();
+        let rotating = KeyEncryption {
+            seal: kek(OTHER),
+            retired: vec![kek(KEK)],
+        };
+        let new = SigningKeys::new(records.clone(), ROTATION, Some(rotating))
+            .current(NOW)
+            .await
+            .unwrap();
+        assert_eq!(old.jwk, new.jwk, "the same key");
+        // Sealed again with the new key: a server without the old one opens it.
+        let only_new = keys(&records, Some(OTHER)).current(NOW).await.unwrap();
+        assert_eq!(old.jwk, only_new.jwk);
+        let err = message(keys(&records, Some(KEK)).current(NOW).await.unwrap_err());
+        assert!(err.contains("and this server has"), "{err}");
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub mod redirect;
 mod server;
 mod users;
 
-pub use keys::{KeyEncryptionKey, KeyError, ROTATION};
+pub use keys::{KeyEncryption, KeyEncryptionKey, KeyError, ROTATION};
 pub use records::RecordError;
 pub use server::{AuthorizationServer, AuthzConfig, OAuthError, UpstreamConfig};
 pub use users::{MIN_PASSWORD, UserError, Users};

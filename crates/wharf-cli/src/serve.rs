@@ -221,6 +221,17 @@ pub(crate) struct ServeArgs {
     /// before are sealed when first read.
     #[arg(long, env = "WHARF_AUTHZ_KEY_ENCRYPTION_KEY", hide_env_values = true)]
     authz_key_encryption_key: Option<Secret>,
+    /// A key encryption key being replaced by `--authz-key-encryption-key` (repeatable;
+    /// the environment variable takes a comma-separated list): what it sealed still opens,
+    /// and is sealed again with the new key when first read.
+    #[arg(
+        long = "authz-retired-key-encryption-key",
+        env = "WHARF_AUTHZ_RETIRED_KEY_ENCRYPTION_KEYS",
+        value_delimiter = ',',
+        hide_env_values = true,
+        requires = "authz_key_encryption_key"
+    )]
+    authz_retired_key_encryption_keys: Vec<Secret>,
     /// The provider's name on the sign-in button, and the prefix of its users' names here.
     #[arg(long, env = "WHARF_AUTHZ_UPSTREAM_NAME", default_value = "OpenID")]
     authz_upstream_name: String,
@@ -543,9 +554,15 @@ fn authorization_server(
         });
     }
     if let Some(key) = &args.authz_key_encryption_key {
-        let key = wharf_authz::KeyEncryptionKey::from_base64(key.expose())
+        let seal = wharf_authz::KeyEncryptionKey::from_base64(key.expose())
             .context("--authz-key-encryption-key")?;
-        config.key_encryption = Some(key);
+        let retired = args
+            .authz_retired_key_encryption_keys
+            .iter()
+            .map(|key| wharf_authz::KeyEncryptionKey::from_base64(key.expose()))
+            .collect::<Result<_, _>>()
+            .context("--authz-retired-key-encryption-key")?;
+        config.key_encryption = Some(wharf_authz::KeyEncryption { seal, retired });
     } else if config.issuer.starts_with("https://") {
         tracing::warn!(
             "the token-signing keys are stored unsealed: anyone who reads the store can sign tokens; give --authz-key-encryption-key"

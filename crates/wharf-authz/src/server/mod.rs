@@ -33,7 +33,7 @@ use axum::routing::{get, post};
 use wharf::store::Store;
 
 use crate::cimd::Fetcher;
-use crate::keys::{KeyEncryptionKey, ROTATION, SigningKeys};
+use crate::keys::{KeyEncryption, ROTATION, SigningKeys};
 use crate::records::Records;
 use crate::users::Users;
 
@@ -77,9 +77,9 @@ pub struct AuthzConfig {
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// An OpenID provider people may sign in with, besides local accounts.
     pub upstream: Option<UpstreamConfig>,
-    /// The key that seals the token-signing keys in the store; without one they are
-    /// stored as they are, and anyone who reads the store can sign tokens.
-    pub key_encryption: Option<KeyEncryptionKey>,
+    /// How the token-signing keys are sealed in the store; without it they are stored as
+    /// they are, and anyone who reads the store can sign tokens.
+    pub key_encryption: Option<KeyEncryption>,
 }
 
 impl AuthzConfig {

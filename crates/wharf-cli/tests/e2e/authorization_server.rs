@@ -844,8 +844,9 @@ async fn registered_clients_are_kept_while_used_and_then_forgotten() {
 }
 
 /// With a key encryption key, the token-signing keys are stored sealed, so the store alone
-/// signs nothing; a replica given another key says so in its log and issues no token, and a
-/// key that is not 32 bytes of base64 stops the server from starting.
+/// signs nothing; a replica given another key says so in its log and issues no token; the
+/// key can be changed, the old one retired; and a key that is not 32 bytes of base64 stops
+/// the server from starting.
 #[tokio::test]
 async fn signing_keys_are_sealed_with_the_key_encryption_key() {
     let store = sqlite_url(&unique("authz-sealed"));
@@ -859,7 +860,8 @@ async fn signing_keys_are_sealed_with_the_key_encryption_key() {
         )
     };
     let redirect = "http://127.0.0.1:33427/callback";
-    let sealed = with_key("q1Kd5Z5y4mUoGqP2v0F7m3S1o8J6c9T2w4E5r7Y8u0I=");
+    let old = "q1Kd5Z5y4mUoGqP2v0F7m3S1o8J6c9T2w4E5r7Y8u0I=";
+    let sealed = with_key(old);
     let base = sealed.origin();
     let (status, tokens) = grant(&base, redirect).await.redeem(&base).await;
     assert_eq!(status, StatusCode::OK, "{tokens}");
@@ -896,6 +898,23 @@ async fn signing_keys_are_sealed_with_the_key_encryption_key() {
         "{err}"
     );
     other.log.wait_for("and this server has", 1).await;
+    drop(other);
+
+    // The key changes: with the old one retired, the stored keys open and are sealed again
+    // with the new one, after which the new one alone opens them.
+    let new = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8";
+    for env in [
+        &[
+            ("WHARF_AUTHZ_KEY_ENCRYPTION_KEY", new),
+            ("WHARF_AUTHZ_RETIRED_KEY_ENCRYPTION_KEYS", old),
+        ][..],
+        &[("WHARF_AUTHZ_KEY_ENCRYPTION_KEY", new)][..],
+    ] {
+        let rotated = ServerProcess::start_with_env(common::free_port(), &args, env);
+        let base = rotated.origin();
+        let (status, tokens) = grant(&base, redirect).await.redeem(&base).await;
+        assert_eq!(status, StatusCode::OK, "{env:?}: {tokens}");
+    }
 
     let env = [("WHARF_AUTHZ_KEY_ENCRYPTION_KEY", "c2hvcnQ=")];
     let stderr = refused_start("127.0.0.1:0", &args, &env);
