@@ -140,15 +140,16 @@ pub(crate) async fn device_turn(
     }))
 }
 
-/// Remembers that `name` just signed in on device `cookie` (a fresh device when `None`):
-/// its failures are forgotten and it is trusted for the kind's lifetime from now. The
-/// cookie to set.
+/// Remembers that `name` just signed in on this browser: a fresh device cookie, trusted
+/// for the kind's lifetime, which replaces the one the browser brought (`old`), so that a
+/// copy of a device cookie is good until its owner next signs in, not for ever. The cookie
+/// to set.
 pub(crate) async fn trust(
     records: &Records,
-    cookie: Option<&str>,
+    old: Option<&str>,
     name: &str,
 ) -> Result<String, RecordError> {
-    let cookie = cookie.map_or_else(secret, str::to_owned);
+    let cookie = secret();
     let device = Device {
         user: name.to_owned(),
         failures: 0,
@@ -159,10 +160,13 @@ pub(crate) async fn trust(
             &digest(&cookie),
             &device,
             None,
-            Write::Upsert,
+            Write::Create,
             None,
         )
         .await?;
+    if let Some(old) = old {
+        records.delete(DEVICES, &digest(old)).await?;
+    }
     Ok(cookie)
 }
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
-use jsonwebtoken::EncodingKey;
+use jsonwebtoken::{DecodingKey, EncodingKey};
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 use ring::rand::{SecureRandom, SystemRandom};
 use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
@@ -161,6 +161,7 @@ impl KeyEncryptionKey {
 pub(crate) struct SigningKey {
     pub(crate) kid: String,
     pub(crate) encoding: EncodingKey,
+    decoding: DecodingKey,
     jwk: Value,
 }
 
@@ -206,16 +207,58 @@ impl SigningKeys {
             .and_then(|k| k.ok_or(KeyError::Missing))
     }
 
-    /// The published set: previous, current and next periods' keys.
+    /// The published set: previous, current and next periods' keys. A previous key this
+    /// server cannot open (sealed with an encryption key since dropped) is left out and
+    /// logged: it signs nothing any more, and the tokens it signed are minutes from expiry.
     pub(crate) async fn jwks(&self, now: Millis) -> Result<Value, KeyError> {
         let period = self.period(now);
         let mut keys = Vec::new();
-        for (p, create) in [(period - 1, false), (period, true), (period + 1, true)] {
-            if let Some(key) = self.for_period(p, create).await? {
+        match self.for_period(period - 1, false).await {
+            Ok(Some(key)) => keys.push(key.jwk.clone()),
+            Ok(None) => {}
+            Err(err @ KeyError::Crypto(_)) => {
+                tracing::warn!(%err, "the previous signing key is not published");
+            }
+            Err(err) => return Err(err),
+        }
+        for p in [period, period + 1] {
+            if let Some(key) = self.for_period(p, true).await? {
                 keys.push(key.jwk.clone());
             }
         }
         Ok(json!({ "keys": keys }))
+    }
+
+    /// The claims of `token`, if it is one of this server's access tokens (issued by
+    /// `issuer`, signed with one of its keys, not expired); `None` for anything else. Only
+    /// a store that fails is an error.
+    pub(crate) async fn verify<T: serde::de::DeserializeOwned>(
+        &self,
+        token: &str,
+        issuer: &str,
+    ) -> Result<Option<T>, KeyError> {
+        let Ok(header) = jsonwebtoken::decode_header(token) else {
+            return Ok(None);
+        };
+        let Some(period) = header
+            .kid
+            .as_deref()
+            .and_then(|kid| kid.strip_prefix('k'))
+            .and_then(|n| n.parse::<i64>().ok())
+        else {
+            return Ok(None);
+        };
+        let key = match self.for_period(period, false).await {
+            Ok(Some(key)) => key,
+            Ok(None) | Err(KeyError::Crypto(_)) => return Ok(None),
+            Err(err) => return Err(err),
+        };
+        let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::ES256);
+        validation.set_issuer(&[issuer]);
+        validation.validate_aud = false;
+        Ok(jsonwebtoken::decode::<T>(token, &key.decoding, &validation)
+            .ok()
+            .map(|data| data.claims))
     }
 
     async fn for_period(
@@ -233,8 +276,9 @@ impl SigningKeys {
                 if let Some(sealing) = &self.sealing {
                     let current = matches!(&found.value,
                         StoredKey::Sealed { sealed_with, .. } if *sealed_with == sealing.seal.id);
-                    if !current {
-                        self.seal_stored(&sealing.seal, &kid, &pkcs8, &found).await;
+                    if !current && !self.seal_stored(&sealing.seal, &kid, &pkcs8, &found).await {
+                        // Not cached, so that the next read tries again.
+                        return Ok(Some(Arc::new(parse(kid, &pkcs8)?)));
                     }
                 }
                 pkcs8
@@ -294,20 +338,20 @@ impl SigningKeys {
     }
 
     /// Replaces key `kid`, as `found` (plain, or sealed with a retired key), with its form
-    /// sealed by `sealing`, expiring when it would have. A failure leaves it as it was, and
-    /// is logged; a replica that sealed it first has done the work.
+    /// sealed by `sealing`, expiring when it would have; whether it is done. A failure
+    /// leaves it as it was, and is logged; a replica that sealed it first has done the work.
     async fn seal_stored(
         &self,
         sealing: &KeyEncryptionKey,
         kid: &str,
         pkcs8: &[u8],
         found: &Versioned<StoredKey>,
-    ) {
+    ) -> bool {
         let sealed = match sealing.seal(kid, pkcs8) {
             Ok(sealed) => sealed,
             Err(err) => {
                 tracing::warn!(%err, kid, "a signing key was not sealed again");
-                return;
+                return false;
             }
         };
         let written = self
@@ -322,9 +366,15 @@ impl SigningKeys {
             )
             .await;
         match written {
-            Ok(Some(_)) => tracing::info!(kid, "a signing key is now sealed with the current key"),
-            Ok(None) => {}
-            Err(err) => tracing::warn!(%err, kid, "a signing key was not sealed again"),
+            Ok(Some(_)) => {
+                tracing::info!(kid, "a signing key is now sealed with the current key");
+                true
+            }
+            Ok(None) => true,
+            Err(err) => {
+                tracing::warn!(%err, kid, "a signing key was not sealed again");
+                false
+            }
         }
     }
 
@@ -368,17 +418,21 @@ fn parse(kid: String, pkcs8: &[u8]) -> Result<SigningKey, KeyError> {
             "{kid}: unexpected public key length"
         )));
     };
+    let (x, y) = (URL_SAFE_NO_PAD.encode(x), URL_SAFE_NO_PAD.encode(y));
+    let decoding = DecodingKey::from_ec_components(&x, &y)
+        .map_err(|err| KeyError::Crypto(format!("{kid}: {err}")))?;
     let jwk = json!({
         "kty": "EC",
         "crv": "P-256",
-        "x": URL_SAFE_NO_PAD.encode(x),
-        "y": URL_SAFE_NO_PAD.encode(y),
+        "x": x,
+        "y": y,
         "kid": kid,
         "use": "sig",
         "alg": "ES256",
     });
     Ok(SigningKey {
         encoding: EncodingKey::from_ec_der(pkcs8),
+        decoding,
         kid,
         jwk,
     })
@@ -498,6 +552,65 @@ mod tests {
         assert_eq!(old.jwk, only_new.jwk);
         let err = message(keys(&records, Some(KEK)).current(NOW).await.unwrap_err());
         assert!(err.contains("and this server has"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_previous_key_that_does_not_open_is_left_out_of_the_published_set() {
+        let records = records().await;
+        keys(&records, Some(KEK)).current(NOW).await.unwrap();
+        let later = NOW + millis(ROTATION);
+        let set = keys(&records, Some(OTHER)).jwks(later).await.unwrap();
+        assert_eq!(set["keys"].as_array().unwrap().len(), 2, "{set}");
+    }
+
+    #[tokio::test]
+    async fn tokens_verify_only_when_this_server_signed_them_and_they_live() {
+        #[derive(Serialize, Deserialize)]
+        struct Claims {
+            iss: String,
+            sid: String,
+            exp: i64,
+        }
+        let records = records().await;
+        let ring = keys(&records, None);
+        let now = wharf::store::now_millis();
+        let key = ring.current(now).await.unwrap();
+        let sign = |iss: &str, exp: i64| {
+            let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+            header.kid = Some(key.kid.clone());
+            let claims = Claims {
+                iss: iss.to_owned(),
+                sid: "family".to_owned(),
+                exp,
+            };
+            jsonwebtoken::encode(&header, &claims, &key.encoding).unwrap()
+        };
+        // One character of the signature changed, well inside it (the last one carries
+        // padding bits a change may not reach).
+        let tampered = |token: &str| {
+            let at = token.len() - 20;
+            let other = if &token[at..=at] == "A" { "B" } else { "A" };
+            format!("{}{other}{}", &token[..at], &token[at + 1..])
+        };
+        let live = now / 1000 + 600;
+        let good = sign("https://as.example", live);
+        let verified = ring
+            .verify::<Claims>(&good, "https://as.example")
+            .await
+            .unwrap();
+        assert_eq!(verified.map(|c| c.sid).as_deref(), Some("family"));
+        for (token, issuer) in [
+            (good.clone(), "https://other.example"),
+            (
+                sign("https://as.example", now / 1000 - 3600),
+                "https://as.example",
+            ),
+            (tampered(&good), "https://as.example"),
+            ("not a token".to_owned(), "https://as.example"),
+        ] {
+            let claims = ring.verify::<Claims>(&token, issuer).await.unwrap();
+            assert!(claims.is_none(), "{token} for {issuer}");
+        }
     }
 
     #[test]

@@ -155,13 +155,7 @@ impl Users {
                 tracing::warn!(%err, "an account's failed sign-ins were not forgotten");
             }
         }
-        let device = match attempts::trust(
-            &self.records,
-            device.filter(|_| trusted.is_some()),
-            name,
-        )
-        .await
-        {
+        let device = match attempts::trust(&self.records, device, name).await {
             Ok(cookie) => Some(cookie),
             Err(err) => {
                 tracing::warn!(%err, "a device was not remembered");
@@ -324,8 +318,16 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(from_bobs, seconds(1));
-        // Her own browser is let through, and keeps its cookie.
-        assert_eq!(accepted(&users, "alice", Some(&owners), 0).await, owners);
+        // Her own browser is let through, and gets a new cookie: the old one, or a copy of
+        // it, is trusted no more.
+        let renewed = accepted(&users, "alice", Some(&owners), 0).await;
+        assert_ne!(renewed, owners);
+        let copy = users
+            .sign_in_at("alice", PASSWORD, Some(&owners), 0)
+            .await
+            .unwrap();
+        assert_eq!(copy, seconds(1));
+        let owners = renewed;
         // Its own failures in a row are counted on it: after five it is trusted no more,
         // and its attempts wait with everyone else's.
         for _ in 0..5 {

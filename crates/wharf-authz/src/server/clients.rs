@@ -86,7 +86,7 @@ pub(crate) enum ClientError {
     #[error("the request has no client_id")]
     Missing,
     #[error(
-        "client_id {0:?} is not registered here (a registration unused for a month is forgotten: register again)"
+        "client_id {0:?} is not registered here; if it was, the registration went unused and was forgotten: register again"
     )]
     Unknown(String),
     #[error(transparent)]

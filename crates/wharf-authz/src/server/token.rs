@@ -111,7 +111,7 @@ pub(crate) async fn token(
 }
 
 /// What the token and revocation endpoints check first: the address's budget (they share
-/// one), then the form. A body that is not one form of known fields, each once (RFC 6749
+/// one), then the form. A body that is not one form, each field once (RFC 6749
 /// §3.2), is answered as OAuth errors are, not with the framework's plain text.
 fn admit(
     shared: &Shared,
