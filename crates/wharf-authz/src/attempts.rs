@@ -165,7 +165,11 @@ pub(crate) async fn trust(
         )
         .await?;
     if let Some(old) = old {
-        records.delete(DEVICES, &digest(old)).await?;
+        // Best effort: the browser gets the new cookie either way, and the old one's
+        // record, if it stays, expires.
+        if let Err(err) = records.delete(DEVICES, &digest(old)).await {
+            tracing::warn!(%err, "a replaced device cookie was not forgotten");
+        }
     }
     Ok(cookie)
 }

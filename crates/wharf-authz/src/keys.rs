@@ -9,9 +9,9 @@
 //!
 //! Given a [`KeyEncryptionKey`], the private keys are stored sealed (AES-256-GCM, the
 //! record's name bound in as associated data), so that reading the store, or a backup of
-//! it, is not enough to sign tokens. Keys stored before it was given are sealed the first
-//! time a server that has it reads them, and so are keys sealed with a retired key
-//! encryption key (see [`KeyEncryption`]).
+//! it, is not enough to sign tokens. Keys stored before it was given, and keys sealed with
+//! a retired key encryption key (see [`KeyEncryption`]), are sealed again when a server
+//! that has it starts (`SigningKeys::prepare`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -29,6 +29,9 @@ use sha2::{Digest, Sha256};
 use wharf::store::{Millis, Write, millis};
 
 use crate::records::{RecordError, Records, SIGNING_KEYS, Versioned};
+
+/// The `typ` of the access tokens these keys sign (RFC 9068).
+pub(crate) const ACCESS_TOKEN_TYPE: &str = "at+jwt";
 
 /// How long one key signs.
 pub const ROTATION: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -229,6 +232,42 @@ impl SigningKeys {
         Ok(json!({ "keys": keys }))
     }
 
+    /// Makes sure, when a server starts, that the keys it publishes (previous, current and
+    /// next period's) exist and that it can open them, and seals again with its sealing key
+    /// those stored in plain or sealed with a retired key. Only here, not at every read: a
+    /// replica still running with an older configuration must not seal them back while
+    /// the others restart. A previous key it cannot open is only logged (it signs nothing
+    /// any more); a current or next one it cannot open is an error that names it.
+    pub(crate) async fn prepare(&self, now: Millis) -> Result<(), KeyError> {
+        let period = self.period(now);
+        for p in [period - 1, period, period + 1] {
+            let kid = format!("k{p}");
+            let Some(found) = self.records.get::<StoredKey>(SIGNING_KEYS, &kid).await? else {
+                if p >= period {
+                    self.for_period(p, true).await?;
+                }
+                continue;
+            };
+            let pkcs8 = match self.open(&kid, &found.value) {
+                Ok(pkcs8) => pkcs8,
+                Err(err @ KeyError::Crypto(_)) if p < period => {
+                    tracing::warn!(%err, "the previous signing key is not published");
+                    continue;
+                }
+                Err(err) => return Err(err),
+            };
+            if let Some(sealing) = &self.sealing {
+                let current = matches!(&found.value,
+                    StoredKey::Sealed { sealed_with, .. } if *sealed_with == sealing.seal.id);
+                if !current {
+                    self.seal_stored(&sealing.seal, &kid, &pkcs8, &found)
+                        .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The claims of `token`, if it is one of this server's access tokens (issued by
     /// `issuer`, signed with one of its keys, not expired); `None` for anything else. Only
     /// a store that fails is an error.
@@ -240,21 +279,26 @@ impl SigningKeys {
         let Ok(header) = jsonwebtoken::decode_header(token) else {
             return Ok(None);
         };
-        let Some(period) = header
-            .kid
-            .as_deref()
-            .and_then(|kid| kid.strip_prefix('k'))
-            .and_then(|n| n.parse::<i64>().ok())
-        else {
+        if header.typ.as_deref() != Some(ACCESS_TOKEN_TYPE) {
+            return Ok(None);
+        }
+        let Some(kid) = header.kid else {
+            return Ok(None);
+        };
+        let Some(period) = kid.strip_prefix('k').and_then(|n| n.parse::<i64>().ok()) else {
             return Ok(None);
         };
         let key = match self.for_period(period, false).await {
-            Ok(Some(key)) => key,
-            Ok(None) | Err(KeyError::Crypto(_)) => return Ok(None),
+            // `k05` parses as period 5: only the key's own spelling names it.
+            Ok(Some(key)) if key.kid == kid => key,
+            Ok(_) | Err(KeyError::Crypto(_)) => return Ok(None),
             Err(err) => return Err(err),
         };
         let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::ES256);
         validation.set_issuer(&[issuer]);
+        validation.set_required_spec_claims(&["exp", "iss"]);
+        // The audience is the resource the token is for, which varies; every token this
+        // issuer signs with these keys is one of its own.
         validation.validate_aud = false;
         Ok(jsonwebtoken::decode::<T>(token, &key.decoding, &validation)
             .ok()
@@ -271,18 +315,7 @@ impl SigningKeys {
         }
         let kid = format!("k{period}");
         let pkcs8 = match self.records.get::<StoredKey>(SIGNING_KEYS, &kid).await? {
-            Some(found) => {
-                let pkcs8 = self.open(&kid, &found.value)?;
-                if let Some(sealing) = &self.sealing {
-                    let current = matches!(&found.value,
-                        StoredKey::Sealed { sealed_with, .. } if *sealed_with == sealing.seal.id);
-                    if !current && !self.seal_stored(&sealing.seal, &kid, &pkcs8, &found).await {
-                        // Not cached, so that the next read tries again.
-                        return Ok(Some(Arc::new(parse(kid, &pkcs8)?)));
-                    }
-                }
-                pkcs8
-            }
+            Some(found) => self.open(&kid, &found.value)?,
             None if create => {
                 let fresh = generate()?;
                 let stored = match &self.sealing {
@@ -338,22 +371,16 @@ impl SigningKeys {
     }
 
     /// Replaces key `kid`, as `found` (plain, or sealed with a retired key), with its form
-    /// sealed by `sealing`, expiring when it would have; whether it is done. A failure
-    /// leaves it as it was, and is logged; a replica that sealed it first has done the work.
+    /// sealed by `sealing`, expiring when it would have. A replica that sealed it first (the
+    /// write's condition failed) has done the work.
     async fn seal_stored(
         &self,
         sealing: &KeyEncryptionKey,
         kid: &str,
         pkcs8: &[u8],
         found: &Versioned<StoredKey>,
-    ) -> bool {
-        let sealed = match sealing.seal(kid, pkcs8) {
-            Ok(sealed) => sealed,
-            Err(err) => {
-                tracing::warn!(%err, kid, "a signing key was not sealed again");
-                return false;
-            }
-        };
+    ) -> Result<(), KeyError> {
+        let sealed = sealing.seal(kid, pkcs8)?;
         let written = self
             .records
             .put(
@@ -364,18 +391,11 @@ impl SigningKeys {
                 Write::Replace(found.version),
                 found.expires_at,
             )
-            .await;
-        match written {
-            Ok(Some(_)) => {
-                tracing::info!(kid, "a signing key is now sealed with the current key");
-                true
-            }
-            Ok(None) => true,
-            Err(err) => {
-                tracing::warn!(%err, kid, "a signing key was not sealed again");
-                false
-            }
+            .await?;
+        if written.is_some() {
+            tracing::info!(kid, key = %sealing.id, "a signing key is now sealed with this key encryption key");
         }
+        Ok(())
     }
 
     fn cached(&self, period: i64) -> Option<Arc<SigningKey>> {
@@ -489,24 +509,6 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_sealed_key_is_refused_without_its_key_and_the_error_says_why() {
-        let records = records().await;
-        let kid = keys(&records, Some(KEK))
-            .current(NOW)
-            .await
-            .unwrap()
-            .kid
-            .clone();
-        let err = message(keys(&records, None).current(NOW).await.unwrap_err());
-        assert!(
-            err.contains(&kid) && err.contains("this server has none"),
-            "{err}"
-        );
-        let err = message(keys(&records, Some(OTHER)).current(NOW).await.unwrap_err());
-        assert!(err.contains("and this server has"), "{err}");
-    }
-
-    #[tokio::test]
     async fn a_sealed_key_moved_under_another_name_does_not_open() {
         let records = records().await;
         let key = keys(&records, Some(KEK)).current(NOW).await.unwrap();
@@ -522,36 +524,62 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn plain_keys_are_sealed_when_a_server_with_the_key_reads_them() {
+    async fn plain_keys_are_sealed_when_a_server_with_the_key_starts() {
         let records = records().await;
         let plain = keys(&records, None).current(NOW).await.unwrap();
         assert!(stored(&records, &plain.kid).await["pkcs8"].is_string());
-        let sealed = keys(&records, Some(KEK)).current(NOW).await.unwrap();
-        assert_eq!(plain.jwk, sealed.jwk, "the same key");
+        let starting = keys(&records, Some(KEK));
+        starting.prepare(NOW).await.unwrap();
         let record = stored(&records, &plain.kid).await;
         assert!(record.get("pkcs8").is_none(), "sealed in place: {record}");
-        let again = keys(&records, Some(KEK)).current(NOW).await.unwrap();
-        assert_eq!(plain.jwk, again.jwk);
+        let sealed = starting.current(NOW).await.unwrap();
+        assert_eq!(plain.jwk, sealed.jwk, "the same key");
+        let next = format!("k{}", plain.kid[1..].parse::<i64>().unwrap() + 1);
+        assert!(
+            stored(&records, &next).await["sealed"].is_string(),
+            "the next one made"
+        );
     }
 
     #[tokio::test]
-    async fn keys_sealed_with_a_retired_key_open_and_are_sealed_again() {
+    async fn keys_sealed_with_a_retired_key_are_sealed_again_at_startup() {
         let records = records().await;
         let old = keys(&records, Some(KEK)).current(NOW).await.unwrap();
         let rotating = KeyEncryption {
             seal: kek(OTHER),
             retired: vec![kek(KEK)],
         };
-        let new = SigningKeys::new(records.clone(), ROTATION, Some(rotating))
-            .current(NOW)
-            .await
-            .unwrap();
-        assert_eq!(old.jwk, new.jwk, "the same key");
+        let starting = SigningKeys::new(records.clone(), ROTATION, Some(rotating));
+        // Reading does not seal again: a replica with an older configuration may still run.
+        assert_eq!(starting.current(NOW).await.unwrap().jwk, old.jwk);
+        assert!(keys(&records, Some(KEK)).current(NOW).await.is_ok());
+        starting.prepare(NOW).await.unwrap();
         // Sealed again with the new key: a server without the old one opens it.
-        let only_new = keys(&records, Some(OTHER)).current(NOW).await.unwrap();
-        assert_eq!(old.jwk, only_new.jwk);
-        let err = message(keys(&records, Some(KEK)).current(NOW).await.unwrap_err());
+        let only_new = keys(&records, Some(OTHER));
+        only_new.prepare(NOW).await.unwrap();
+        assert_eq!(only_new.current(NOW).await.unwrap().jwk, old.jwk);
+        let err = message(keys(&records, Some(KEK)).prepare(NOW).await.unwrap_err());
         assert!(err.contains("and this server has"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_sealed_key_is_refused_without_its_key_and_the_error_says_why() {
+        let records = records().await;
+        let key = keys(&records, Some(KEK)).current(NOW).await.unwrap();
+        let err = message(keys(&records, None).current(NOW).await.unwrap_err());
+        assert!(
+            err.contains(&key.kid) && err.contains("this server has none"),
+            "{err}"
+        );
+        // A server with another key does not start.
+        let err = message(keys(&records, Some(OTHER)).prepare(NOW).await.unwrap_err());
+        assert!(
+            err.contains(&key.kid) && err.contains("and this server has"),
+            "{err}"
+        );
+        // Once that key is the previous one, it does not matter.
+        let later = NOW + millis(ROTATION);
+        keys(&records, Some(OTHER)).prepare(later).await.unwrap();
     }
 
     #[tokio::test]
@@ -575,9 +603,10 @@ mod tests {
         let ring = keys(&records, None);
         let now = wharf::store::now_millis();
         let key = ring.current(now).await.unwrap();
-        let sign = |iss: &str, exp: i64| {
+        let sign_as = |typ: &str, kid: &str, iss: &str, exp: i64| {
             let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
-            header.kid = Some(key.kid.clone());
+            header.typ = Some(typ.to_owned());
+            header.kid = Some(kid.to_owned());
             let claims = Claims {
                 iss: iss.to_owned(),
                 sid: "family".to_owned(),
@@ -585,6 +614,7 @@ mod tests {
             };
             jsonwebtoken::encode(&header, &claims, &key.encoding).unwrap()
         };
+        let sign = |iss: &str, exp: i64| sign_as(ACCESS_TOKEN_TYPE, &key.kid, iss, exp);
         // One character of the signature changed, well inside it (the last one carries
         // padding bits a change may not reach).
         let tampered = |token: &str| {
@@ -607,6 +637,19 @@ mod tests {
             ),
             (tampered(&good), "https://as.example"),
             ("not a token".to_owned(), "https://as.example"),
+            (
+                sign_as("JWT", &key.kid, "https://as.example", live),
+                "https://as.example",
+            ),
+            (
+                sign_as(
+                    ACCESS_TOKEN_TYPE,
+                    &format!("k0{}", &key.kid[1..]),
+                    "https://as.example",
+                    live,
+                ),
+                "https://as.example",
+            ),
         ] {
             let claims = ring.verify::<Claims>(&token, issuer).await.unwrap();
             assert!(claims.is_none(), "{token} for {issuer}");

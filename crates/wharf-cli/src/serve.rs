@@ -218,12 +218,12 @@ pub(crate) struct ServeArgs {
     /// The key that seals the authorization server's token-signing keys in the store: 32
     /// bytes in base64 (`openssl rand -base64 32`), the same on every replica. Without it,
     /// anyone who can read the store (or a backup) can sign tokens. Keys stored in plain
-    /// before are sealed when first read.
+    /// before are sealed when the server starts.
     #[arg(long, env = "WHARF_AUTHZ_KEY_ENCRYPTION_KEY", hide_env_values = true)]
     authz_key_encryption_key: Option<Secret>,
     /// A key encryption key being replaced by `--authz-key-encryption-key` (repeatable;
     /// the environment variable takes a comma-separated list): what it sealed still opens,
-    /// and is sealed again with the new key when first read.
+    /// and is sealed again with the new key when the server starts.
     #[arg(
         long = "authz-retired-key-encryption-key",
         env = "WHARF_AUTHZ_RETIRED_KEY_ENCRYPTION_KEYS",
@@ -721,6 +721,12 @@ async fn serve_with(
     } else {
         authorization_server(&args, store.as_ref(), server.scopes())?
     };
+    if let Some(authz) = &authz {
+        authz
+            .prepare()
+            .await
+            .context("the authorization server's signing keys")?;
+    }
     let auth = if args.stdio {
         Auth::anonymous()
     } else {

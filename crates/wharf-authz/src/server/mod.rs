@@ -33,7 +33,7 @@ use axum::routing::{get, post};
 use wharf::store::Store;
 
 use crate::cimd::Fetcher;
-use crate::keys::{KeyEncryption, ROTATION, SigningKeys};
+use crate::keys::{KeyEncryption, KeyError, ROTATION, SigningKeys};
 use crate::records::Records;
 use crate::users::Users;
 
@@ -170,6 +170,15 @@ impl AuthorizationServer {
     /// verify without a fetch over HTTP, whatever address the process listens on.
     pub fn published_keys(&self) -> Arc<dyn wharf_auth::PublishedKeys> {
         Arc::new(metadata::PublishedKeys(Arc::clone(&self.shared)))
+    }
+
+    /// Readies the signing keys before the server takes requests: the previous, current
+    /// and next period's exist, open with this server's key encryption key, and are sealed
+    /// with it (those in plain, or sealed with a retired key, are sealed again). An error
+    /// names a key this server cannot open, so a replica given the wrong key stops at
+    /// startup instead of failing every token request.
+    pub async fn prepare(&self) -> Result<(), KeyError> {
+        self.shared.keys.prepare(wharf::store::now_millis()).await
     }
 
     /// The local accounts users sign in with.

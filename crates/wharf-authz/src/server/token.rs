@@ -673,7 +673,7 @@ async fn prepare(
     };
     let mut header = Header::new(Algorithm::ES256);
     header.kid = Some(key.kid.clone());
-    header.typ = Some("at+jwt".to_owned());
+    header.typ = Some(crate::keys::ACCESS_TOKEN_TYPE.to_owned());
     let access_token =
         jsonwebtoken::encode(&header, &claims, &key.encoding).map_err(OAuthError::server_error)?;
     let refresh_token = secret();

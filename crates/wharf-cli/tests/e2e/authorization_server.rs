@@ -862,9 +862,9 @@ async fn registered_clients_are_kept_while_used_and_then_forgotten() {
 }
 
 /// With a key encryption key, the token-signing keys are stored sealed, so the store alone
-/// signs nothing; a replica given another key says so in its log and issues no token; the
-/// key can be changed, the old one retired; and a key that is not 32 bytes of base64 stops
-/// the server from starting.
+/// signs nothing; a replica given another key does not start, and says why; the key can be
+/// changed, the old one retired; and a key that is not 32 bytes of base64 stops the server
+/// from starting.
 #[tokio::test]
 async fn signing_keys_are_sealed_with_the_key_encryption_key() {
     let store = sqlite_url(&unique("authz-sealed"));
@@ -907,21 +907,26 @@ async fn signing_keys_are_sealed_with_the_key_encryption_key() {
     }
     drop(sealed);
 
-    let other = with_key("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8");
-    let base = other.origin();
-    let (status, err) = grant(&base, redirect).await.redeem(&base).await;
-    assert_eq!(
-        (status, err["error"].as_str()),
-        (StatusCode::INTERNAL_SERVER_ERROR, Some("server_error")),
-        "{err}"
-    );
-    other.log.wait_for("and this server has", 1).await;
-    drop(other);
-
-    // The key changes: with the old one retired, the stored keys open and are sealed again
-    // with the new one, after which the new one alone opens them.
+    // A replica given another key does not start, and says which keys it lacks.
     let new = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8";
+    let stderr = refused_start(
+        "127.0.0.1:0",
+        &args,
+        &[("WHARF_AUTHZ_KEY_ENCRYPTION_KEY", new)],
+    );
+    assert!(
+        stderr.contains("signing keys") && stderr.contains("and this server has"),
+        "{stderr}"
+    );
+
+    // The key changes in the README's three steps: the new one retired (it only opens),
+    // then sealing with the old one retired (the stored keys are sealed again at startup),
+    // then the new one alone.
     for env in [
+        &[
+            ("WHARF_AUTHZ_KEY_ENCRYPTION_KEY", old),
+            ("WHARF_AUTHZ_RETIRED_KEY_ENCRYPTION_KEYS", new),
+        ][..],
         &[
             ("WHARF_AUTHZ_KEY_ENCRYPTION_KEY", new),
             ("WHARF_AUTHZ_RETIRED_KEY_ENCRYPTION_KEYS", old),

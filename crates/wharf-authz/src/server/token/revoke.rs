@@ -1,10 +1,10 @@
 //! Token revocation (RFC 7009): a client that is done with its tokens (a user signed out)
 //! says so, and the whole family goes. A refresh token is found by its digest; an access
-//! token, once its signature and expiry are checked, names its family in `sid`. Either way the family must be one issued to the
-//! client that authenticated, and once revoked its refresh tokens are refused at once and
-//! its access tokens within the two seconds the resource server trusts a family it found
-//! alive. A token this server does not know (or no longer knows) is answered as revoked:
-//! there is nothing left to revoke.
+//! token, once its signature and expiry are checked, names its family in `sid`. Either way
+//! the family must be one issued to the client that authenticated, and once revoked its
+//! refresh tokens are refused at once and its access tokens within the two seconds the
+//! resource server trusts a family it found alive. A token this server does not know (or
+//! no longer knows) is answered as revoked: there is nothing left to revoke.
 
 use std::sync::Arc;
 
