@@ -78,7 +78,8 @@ pub struct AuthzConfig {
     /// An OpenID provider people may sign in with, besides local accounts.
     pub upstream: Option<UpstreamConfig>,
     /// How the token-signing keys are sealed in the store; without it they are stored as
-    /// they are, and anyone who reads the store can sign tokens.
+    /// they are, and anyone who reads the store can sign tokens. Keys stored otherwise are
+    /// sealed by [`AuthorizationServer::prepare`], which a server calls as it starts.
     pub key_encryption: Option<KeyEncryption>,
 }
 
