@@ -128,7 +128,7 @@ pub(crate) async fn device_turn(
             DEVICES,
             &key,
             &counted,
-            None,
+            Some(name),
             Write::Replace(found.version),
             found.expires_at,
         )
@@ -159,7 +159,7 @@ pub(crate) async fn trust(
             DEVICES,
             &digest(&cookie),
             &device,
-            None,
+            Some(name),
             Write::Create,
             None,
         )

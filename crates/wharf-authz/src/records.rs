@@ -204,6 +204,24 @@ impl Records {
     }
 }
 
+impl Records {
+    /// Deletes every live record of `kind` that `owner` owns.
+    pub(crate) async fn delete_of_owner(&self, kind: Kind, owner: &str) -> Result<(), RecordError> {
+        loop {
+            let rows = self
+                .store
+                .records_of(kind.namespace, owner, now_millis(), 500)
+                .await?;
+            if rows.is_empty() {
+                return Ok(());
+            }
+            for (key, _) in rows {
+                self.store.delete_record(kind.namespace, &key, None).await?;
+            }
+        }
+    }
+}
+
 /// A new secret: 32 random bytes, base64url.
 pub(crate) fn secret() -> String {
     URL_SAFE_NO_PAD.encode(rand::random::<[u8; 32]>())

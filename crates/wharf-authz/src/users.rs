@@ -10,7 +10,8 @@ use std::time::Duration;
 use wharf::store::{Millis, Write, now_millis};
 
 use crate::attempts::{self, Turn};
-use crate::records::{RecordError, Records, USERS};
+use crate::families;
+use crate::records::{CONSENTS, DEVICES, RecordError, Records, SESSIONS, USERS};
 
 /// The longest user name.
 const MAX_NAME: usize = 64;
@@ -36,6 +37,12 @@ pub enum UserError {
     /// The name is taken.
     #[error("the user {0:?} exists already")]
     Exists(String),
+    /// No account has the name.
+    #[error("there is no user {0:?}")]
+    Unknown(String),
+    /// Another change to the account came first.
+    #[error("the user {0:?} was changed at the same time; try again")]
+    Concurrent(String),
     /// Hashing failed.
     #[error("password hashing failed: {0}")]
     Hash(String),
@@ -163,6 +170,54 @@ impl Users {
             }
         };
         Ok(SignIn::Accepted { device })
+    }
+
+    /// Gives `name` a new password, and signs the account out everywhere: its sessions end
+    /// and the tokens issued to it are revoked (what a password reset after a compromise
+    /// needs), and its failed sign-ins are forgotten.
+    pub async fn set_password(&self, name: &str, password: &str) -> Result<(), UserError> {
+        if password.chars().count() < MIN_PASSWORD {
+            return Err(UserError::ShortPassword);
+        }
+        let found = self
+            .records
+            .get::<StoredUser>(USERS, name)
+            .await?
+            .ok_or_else(|| UserError::Unknown(name.to_owned()))?;
+        let password = password.to_owned();
+        let hash = self.hashing(move || hash(&password)).await?;
+        self.records
+            .put(
+                USERS,
+                name,
+                &StoredUser { hash },
+                None,
+                Write::Replace(found.version),
+                None,
+            )
+            .await?
+            .ok_or_else(|| UserError::Concurrent(name.to_owned()))?;
+        attempts::forget(&self.records, name).await?;
+        self.sign_out_everywhere(name).await
+    }
+
+    /// Removes `name`'s account, and with it its sessions, consents, trusted browsers and
+    /// the tokens issued to it.
+    pub async fn remove(&self, name: &str) -> Result<(), UserError> {
+        if !self.records.delete(USERS, name).await? {
+            return Err(UserError::Unknown(name.to_owned()));
+        }
+        self.sign_out_everywhere(name).await?;
+        self.records.delete_of_owner(CONSENTS, name).await?;
+        Ok(())
+    }
+
+    /// Ends `name`'s sessions, forgets the browsers it signed in on and revokes its tokens.
+    async fn sign_out_everywhere(&self, name: &str) -> Result<(), UserError> {
+        self.records.delete_of_owner(SESSIONS, name).await?;
+        self.records.delete_of_owner(DEVICES, name).await?;
+        families::revoke_all(&self.records, name, None).await?;
+        Ok(())
     }
 
     /// Whether `password` is `name`'s. An unknown name costs the same hashing time as a
@@ -342,6 +397,92 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(distrusted, seconds(1));
+    }
+
+    /// A live token family of `user`'s, and whether it is revoked by now.
+    async fn family(users: &Users, user: &str) -> impl AsyncFn() -> bool {
+        let records = users.records.clone();
+        let id = crate::records::secret();
+        let family = families::Family {
+            client_id: "c".to_owned(),
+            user: user.to_owned(),
+            revoked: false,
+        };
+        let kind = crate::records::FAMILIES;
+        records
+            .put(kind, &id, &family, Some(user), Write::Create, None)
+            .await
+            .unwrap();
+        async move || {
+            let found = records.get::<families::Family>(kind, &id).await.unwrap();
+            found.unwrap().value.revoked
+        }
+    }
+
+    #[tokio::test]
+    async fn a_new_password_signs_the_account_out_everywhere_and_forgets_its_failures() {
+        let users = users().await;
+        let (alices, bobs) = (family(&users, "alice").await, family(&users, "bob").await);
+        for _ in 0..5 {
+            attempt(&users, "alice", "guess", 0).await;
+        }
+        let new = "another horse battery";
+        users.set_password("alice", new).await.unwrap();
+        assert!(alices().await && !bobs().await);
+        assert_eq!(
+            attempt(&users, "alice", PASSWORD, 0).await,
+            SignIn::Refused,
+            "not throttled"
+        );
+        assert!(matches!(
+            attempt(&users, "alice", new, 0).await,
+            SignIn::Accepted { .. }
+        ));
+        for (name, password, expected) in [
+            ("carol", new, "there is no user"),
+            ("alice", "short", "at least"),
+        ] {
+            let err = users
+                .set_password(name, password)
+                .await
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(expected), "{err}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_removed_account_signs_in_no_more_and_keeps_nothing() {
+        let users = users().await;
+        let alices = family(&users, "alice").await;
+        let consent = serde_json::json!({"client_id": "c"});
+        let kind = CONSENTS;
+        users
+            .records
+            .put(
+                kind,
+                "alice c",
+                &consent,
+                Some("alice"),
+                Write::Create,
+                None,
+            )
+            .await
+            .unwrap();
+        users.remove("alice").await.unwrap();
+        assert!(alices().await);
+        assert!(
+            users
+                .records
+                .get::<serde_json::Value>(kind, "alice c")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(attempt(&users, "alice", PASSWORD, 0).await, SignIn::Refused);
+        let err = users.remove("alice").await.unwrap_err().to_string();
+        assert!(err.contains("there is no user"), "{err}");
+        accepted(&users, "bob", None, 0).await;
     }
 
     #[tokio::test]

@@ -1,6 +1,6 @@
-//! `wharf user add NAME`: adds a local account to the embedded authorization server's store,
-//! reading the password from standard input (never from the command line, where other users
-//! of the machine and shell history would see it).
+//! `wharf user add|passwd|remove NAME`: the local accounts of the embedded authorization
+//! server, in its store. Passwords are read from standard input, never from the command line,
+//! where other users of the machine and shell history would see them.
 
 use std::io::BufRead as _;
 use std::process::ExitCode;
@@ -20,13 +20,45 @@ pub(crate) struct UserArgs {
 #[derive(Debug, Subcommand)]
 enum UserCommand {
     /// Add an account; its password is the first line of standard input.
-    Add {
-        /// The user name (letters, digits, '.', '_', '-', '@').
-        name: String,
-        /// The store the server uses (default sqlite://./wharf.db).
-        #[arg(long, env = "WHARF_STORE", hide_env_values = true)]
-        store: Option<Secret>,
-    },
+    Add(Account),
+    /// Give an account a new password (the first line of standard input), and sign it out
+    /// everywhere: its sessions end and its tokens are revoked.
+    Passwd(Account),
+    /// Remove an account, with its sessions, consents and tokens.
+    Remove(Account),
+}
+
+/// The account a command is about, and where it is kept.
+#[derive(Debug, Args)]
+struct Account {
+    /// The user name (letters, digits, '.', '_', '-', '@').
+    name: String,
+    /// The store the server uses (default sqlite://./wharf.db).
+    #[arg(long, env = "WHARF_STORE", hide_env_values = true)]
+    store: Option<Secret>,
+}
+
+impl Account {
+    async fn users(&self) -> anyhow::Result<wharf_authz::Users> {
+        let url = self
+            .store
+            .as_ref()
+            .map_or(wharf_store::DEFAULT_URL, |s| s.expose());
+        let store = wharf_store::open(url, &StoreOptions::default())
+            .await
+            .context("cannot open the store")?;
+        Ok(wharf_authz::Users::new(store))
+    }
+}
+
+/// The first line of standard input, without its line ending.
+fn password() -> anyhow::Result<String> {
+    let mut password = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut password)
+        .context("cannot read the password from standard input")?;
+    Ok(password.trim_end_matches(['\n', '\r']).to_owned())
 }
 
 pub(crate) fn run(args: UserArgs) -> ExitCode {
@@ -54,21 +86,26 @@ pub(crate) fn run(args: UserArgs) -> ExitCode {
 
 async fn user(args: UserArgs) -> anyhow::Result<String> {
     match args.command {
-        UserCommand::Add { name, store } => {
-            let mut password = String::new();
-            std::io::stdin()
-                .lock()
-                .read_line(&mut password)
-                .context("cannot read the password from standard input")?;
-            let password = password.trim_end_matches(['\n', '\r']);
-            let url = store
-                .as_ref()
-                .map_or(wharf_store::DEFAULT_URL, |s| s.expose());
-            let store = wharf_store::open(url, &StoreOptions::default())
-                .await
-                .context("cannot open the store")?;
-            wharf_authz::Users::new(store).add(&name, password).await?;
-            Ok(format!("user {name} added"))
+        UserCommand::Add(account) => {
+            let password = password()?;
+            account.users().await?.add(&account.name, &password).await?;
+            Ok(format!("user {} added", account.name))
+        }
+        UserCommand::Passwd(account) => {
+            let password = password()?;
+            let users = account.users().await?;
+            users.set_password(&account.name, &password).await?;
+            Ok(format!(
+                "password of {} changed; its sessions ended and its tokens revoked",
+                account.name
+            ))
+        }
+        UserCommand::Remove(account) => {
+            account.users().await?.remove(&account.name).await?;
+            Ok(format!(
+                "user {} removed, with its sessions, consents and tokens",
+                account.name
+            ))
         }
     }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use wharf_auth::{AuthError, Revocations};
 
-use super::token::Family;
+use crate::families::Family;
 use crate::records::{FAMILIES, Records};
 
 /// How long a family found alive is taken as alive.

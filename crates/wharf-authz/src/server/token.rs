@@ -26,6 +26,7 @@ use wharf::store::{Write, after, millis, now_millis};
 use super::authorize::CodeGrant;
 use super::clients::{Client, TokenAuth};
 use super::{OAuthError, Shared};
+use crate::families::{self, Family};
 use crate::pkce::CodeChallenge;
 use crate::records::{CODES, FAMILIES, Kind, REFRESH, Versioned, digest, secret};
 
@@ -75,14 +76,6 @@ pub(crate) struct TokenForm {
     /// The token to revoke (RFC 7009 §2.1), at `/revoke`; its `token_type_hint` is not
     /// needed, and ignored as other unknown fields are.
     token: Option<String>,
-}
-
-/// A token family, as stored: revoked as a whole when reuse is seen.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Family {
-    client_id: String,
-    user: String,
-    pub(crate) revoked: bool,
 }
 
 /// A refresh token, as stored under its digest.
@@ -528,48 +521,11 @@ fn check_resource(form: &TokenForm, granted: &str) -> Result<(), OAuthError> {
     }
 }
 
-/// Marks `family` revoked; a family not (or no longer) in the store gets a revoked
-/// tombstone, so a redemption racing this one cannot bring it to life afterwards.
+/// Revokes `family`.
 async fn revoke(shared: &Shared, family: &str) -> Result<(), OAuthError> {
-    let current = shared
-        .records
-        .get::<Family>(FAMILIES, family)
+    families::revoke(&shared.records, family)
         .await
-        .map_err(OAuthError::server_error)?;
-    let (revoked, owner) = match current {
-        Some(found) => {
-            let owner = found.value.user.clone();
-            (
-                Family {
-                    revoked: true,
-                    ..found.value
-                },
-                Some(owner),
-            )
-        }
-        None => (
-            Family {
-                client_id: String::new(),
-                user: String::new(),
-                revoked: true,
-            },
-            None,
-        ),
-    };
-    shared
-        .records
-        .put(
-            FAMILIES,
-            family,
-            &revoked,
-            owner.as_deref(),
-            Write::Upsert,
-            None,
-        )
-        .await
-        .map_err(OAuthError::server_error)?;
-    tracing::warn!(family = %&family[..8.min(family.len())], "token family revoked");
-    Ok(())
+        .map_err(OAuthError::server_error)
 }
 
 /// Revokes every family `user` holds for `client_id` (a consent withdrawn).
@@ -578,17 +534,9 @@ pub(crate) async fn revoke_client(
     user: &str,
     client_id: &str,
 ) -> Result<(), OAuthError> {
-    let families = shared
-        .records
-        .of_owner::<Family>(FAMILIES, user, 10_000)
+    families::revoke_all(&shared.records, user, Some(client_id))
         .await
-        .map_err(OAuthError::server_error)?;
-    for (family, found) in families {
-        if found.client_id == client_id && !found.revoked {
-            revoke(shared, &family).await?;
-        }
-    }
-    Ok(())
+        .map_err(OAuthError::server_error)
 }
 
 /// The access token's claims (RFC 9068).

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use base64::Engine as _;
 use common::ServerProcess;
-use common::authz::{Browser, PASSWORD, add_user, hidden, pkce, query};
+use common::authz::{Browser, PASSWORD, add_user, hidden, pkce, query, user_command};
 use common::import::{sqlite_url, unique};
 use reqwest::StatusCode;
 use reqwest::header::LOCATION;
@@ -524,19 +524,38 @@ async fn refresh_tokens_rotate_and_a_reused_one_revokes_its_family() {
     );
 }
 
-/// A browser's sign-in form for a new authorization request: its `request` and `csrf`.
-async fn login_form(
-    browser: &Browser,
-    base: &str,
-    client_id: &str,
-    redirect: &str,
-) -> (String, String) {
+/// A sign-in form a browser was shown for a new authorization request.
+struct Login {
+    request: String,
+    csrf: String,
+}
+
+/// Starts an authorization request in `browser`, which must be shown the sign-in form.
+async fn login_form(browser: &Browser, base: &str, client_id: &str, redirect: &str) -> Login {
     let (_, challenge) = pkce();
     let params = code_request(client_id, redirect, &challenge, &[]);
     let url = Url::parse_with_params(&format!("{base}/authorize"), &params).unwrap();
     let html = browser.get(url.as_str()).await.text().await.unwrap();
     assert!(html.contains("Sign in</h1>"), "{html}");
-    (hidden(&html, "request"), hidden(&html, "csrf"))
+    Login {
+        request: hidden(&html, "request"),
+        csrf: hidden(&html, "csrf"),
+    }
+}
+
+impl Login {
+    /// Submits the form from `browser` as `alice` with `password`.
+    async fn submit(&self, browser: &Browser, base: &str, password: &str) -> reqwest::Response {
+        let form = [
+            ("request", self.request.as_str()),
+            ("csrf", self.csrf.as_str()),
+            ("username", "alice"),
+            ("password", password),
+        ];
+        browser
+            .post(&format!("{base}/authorize/login"), &form)
+            .await
+    }
 }
 
 /// Guesses at one account's password are spaced out once five have failed, whatever the
@@ -561,18 +580,8 @@ async fn a_strangers_guesses_slow_the_account_down_but_not_its_owners_browser() 
     owner.forget("wharf_authz_session");
 
     let stranger = Browser::new();
-    let (request, csrf) = login_form(&stranger, &base, &client_id, redirect).await;
-    let sign_in = async |password: &str| {
-        let form = [
-            ("request", request.as_str()),
-            ("csrf", csrf.as_str()),
-            ("username", "alice"),
-            ("password", password),
-        ];
-        stranger
-            .post(&format!("{base}/authorize/login"), &form)
-            .await
-    };
+    let login = login_form(&stranger, &base, &client_id, redirect).await;
+    let sign_in = async |password: &str| login.submit(&stranger, &base, password).await;
     for _ in 0..5 {
         assert_eq!(sign_in("guess").await.status(), StatusCode::UNAUTHORIZED);
     }
@@ -607,19 +616,48 @@ async fn a_strangers_guesses_slow_the_account_down_but_not_its_owners_browser() 
         "not even checked"
     );
 
-    let (request, csrf) = login_form(&owner, &base, &client_id, redirect).await;
-    let form = [
-        ("request", request.as_str()),
-        ("csrf", csrf.as_str()),
-        ("username", "alice"),
-        ("password", PASSWORD),
-    ];
-    let signed_in = owner.post(&format!("{base}/authorize/login"), &form).await;
+    let login = login_form(&owner, &base, &client_id, redirect).await;
+    let signed_in = login.submit(&owner, &base, PASSWORD).await;
     assert_eq!(
         signed_in.status(),
         StatusCode::SEE_OTHER,
         "her browser is let in"
     );
+}
+
+/// `wharf user passwd` gives an account a new password and signs it out everywhere (its
+/// refresh tokens refused, its access tokens within two seconds); `wharf user remove` takes
+/// the account away.
+#[tokio::test]
+async fn an_administrator_resets_a_password_and_removes_an_account() {
+    let store = sqlite_url(&unique("authz-admin"));
+    let server = server(&store, &[]);
+    let base = server.origin();
+    let redirect = "http://127.0.0.1:33429/callback";
+    let grant = grant(&base, redirect).await;
+    let (_, tokens) = grant.redeem(&base).await;
+    let access = tokens["access_token"].as_str().unwrap();
+    assert_eq!(tools_list(&server, access).await, None);
+
+    let new = "a brand new passphrase";
+    let said = user_command(&store, "passwd", "alice", new);
+    assert!(said.contains("tokens revoked"), "{said}");
+    let r1 = tokens["refresh_token"].as_str().unwrap();
+    let (status, err) = refresh(&base, &grant.client_id, r1).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    says(&err, "revoked");
+    until_refused(&server, access).await;
+    let sign_in = async |password: &str| {
+        let browser = Browser::new();
+        let login = login_form(&browser, &base, &grant.client_id, redirect).await;
+        login.submit(&browser, &base, password).await.status()
+    };
+    assert_eq!(sign_in(PASSWORD).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(sign_in(new).await, StatusCode::SEE_OTHER);
+
+    let said = user_command(&store, "remove", "alice", "");
+    assert!(said.contains("removed"), "{said}");
+    assert_eq!(sign_in(new).await, StatusCode::UNAUTHORIZED);
 }
 
 /// Posts `form` to `/revoke` (RFC 7009); the status and the body.

@@ -14,7 +14,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::{Family, Peer, Refresh, TokenForm, admit, authenticate, revoke};
+use super::{Peer, Refresh, TokenForm, admit, authenticate, revoke};
+use crate::families::Family;
 use crate::records::{FAMILIES, REFRESH, digest};
 use crate::server::{OAuthError, Shared};
 

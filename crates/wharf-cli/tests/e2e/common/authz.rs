@@ -16,19 +16,23 @@ pub(crate) const PASSWORD: &str = "correct horse battery staple";
 
 /// Adds `name` to the store through `wharf user add`, the password on standard input.
 pub(crate) fn add_user(store: &str, name: &str) {
+    user_command(store, "add", name, PASSWORD);
+}
+
+/// Runs `wharf user VERB NAME` on `store` with `input` on standard input, which must
+/// succeed; what it wrote to stderr.
+pub(crate) fn user_command(store: &str, verb: &str, name: &str, input: &str) -> String {
     let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
-        .args(["user", "add", name, "--store", store])
+        .args(["user", verb, name, "--store", store])
         .stdin(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    writeln!(child.stdin.take().unwrap(), "{PASSWORD}").unwrap();
+    writeln!(child.stdin.take().unwrap(), "{input}").unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    stderr
 }
 
 /// `wharf serve --profile PROFILE --authorization-server` on a fresh SQLite store (named
