@@ -22,6 +22,10 @@ pub const MIN_PASSWORD: usize = 12;
 struct StoredUser {
     /// The PHC string of the Argon2id hash.
     hash: String,
+    /// When the account was last signed out everywhere (its password changed): what it
+    /// signed in to before no longer counts.
+    #[serde(default)]
+    signed_out_at: Millis,
 }
 
 /// Why an account could not be added or checked.
@@ -55,8 +59,9 @@ pub enum UserError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum SignIn {
     /// The password is the account's; the browser's device cookie to set, unless the
-    /// store could not remember the device.
-    Accepted { device: Option<String> },
+    /// store could not remember the device, and when the attempt began (the password was
+    /// checked against the account as it was then).
+    Accepted { device: Option<String>, at: Millis },
     /// The name or the password is wrong (which one is not said).
     Refused,
     /// The attempt must wait; its password was not checked.
@@ -117,7 +122,17 @@ impl Users {
         let hash = self.hashing(move || hash(&password)).await?;
         let created = self
             .records
-            .put(USERS, name, &StoredUser { hash }, None, Write::Create, None)
+            .put(
+                USERS,
+                name,
+                &StoredUser {
+                    hash,
+                    signed_out_at: 0,
+                },
+                None,
+                Write::Create,
+                None,
+            )
             .await?;
         created
             .map(drop)
@@ -143,8 +158,10 @@ impl Users {
         device: Option<&str>,
         now: Millis,
     ) -> Result<SignIn, UserError> {
+        let account = self.account(name).await?;
+        let not_before = account.as_ref().map_or(0, |a| a.signed_out_at);
         let trusted = match device {
-            Some(cookie) => attempts::device_turn(&self.records, cookie, name).await?,
+            Some(cookie) => attempts::device_turn(&self.records, cookie, name, not_before).await?,
             None => None,
         };
         if trusted.is_none() {
@@ -152,7 +169,7 @@ impl Users {
                 return Ok(SignIn::Throttled { retry_after });
             }
         }
-        if !self.verify(name, password).await? {
+        if !self.verify(account, password).await? {
             return Ok(SignIn::Refused);
         }
         // The password was right: what is left is bookkeeping, and a store that fails it
@@ -162,14 +179,37 @@ impl Users {
                 tracing::warn!(%err, "an account's failed sign-ins were not forgotten");
             }
         }
-        let device = match attempts::trust(&self.records, device, name).await {
+        let device = match attempts::trust(&self.records, device, name, now).await {
             Ok(cookie) => Some(cookie),
             Err(err) => {
                 tracing::warn!(%err, "a device was not remembered");
                 None
             }
         };
-        Ok(SignIn::Accepted { device })
+        Ok(SignIn::Accepted { device, at: now })
+    }
+
+    /// Whether what `user` signed in to at `at` (a session, a code, a token family) still
+    /// counts: for a local account, if it still exists and has not been signed out
+    /// everywhere since; for a person an upstream provider signed in (a name with a ':',
+    /// which no local account has), always.
+    pub(crate) async fn still_signed_in(&self, user: &str, at: Millis) -> Result<bool, UserError> {
+        if !is_name(user) {
+            return Ok(true);
+        }
+        Ok(self
+            .account(user)
+            .await?
+            .is_some_and(|account| at >= account.signed_out_at))
+    }
+
+    /// The account named `name`, if there is one (and the name is one an account can have).
+    async fn account(&self, name: &str) -> Result<Option<StoredUser>, UserError> {
+        if !is_name(name) {
+            return Ok(None);
+        }
+        let found = self.records.get::<StoredUser>(USERS, name).await?;
+        Ok(found.map(|f| f.value))
     }
 
     /// Gives `name` a new password, and signs the account out everywhere: its sessions end
@@ -179,6 +219,9 @@ impl Users {
         if password.chars().count() < MIN_PASSWORD {
             return Err(UserError::ShortPassword);
         }
+        if !is_name(name) {
+            return Err(UserError::BadName);
+        }
         let found = self
             .records
             .get::<StoredUser>(USERS, name)
@@ -186,30 +229,46 @@ impl Users {
             .ok_or_else(|| UserError::Unknown(name.to_owned()))?;
         let password = password.to_owned();
         let hash = self.hashing(move || hash(&password)).await?;
+        // Whatever signed in before this instant stops counting, even what is written
+        // after it (a sign-in that checked the old password a moment ago): sessions, codes,
+        // token families and trusted browsers carry the time they were signed in to.
+        let changed = StoredUser {
+            hash,
+            signed_out_at: now_millis(),
+        };
         self.records
             .put(
                 USERS,
                 name,
-                &StoredUser { hash },
+                &changed,
                 None,
                 Write::Replace(found.version),
                 None,
             )
             .await?
             .ok_or_else(|| UserError::Concurrent(name.to_owned()))?;
+        // The rest is clean-up: what it leaves behind is refused all the same.
         attempts::forget(&self.records, name).await?;
         self.sign_out_everywhere(name).await
     }
 
-    /// Removes `name`'s account, and with it its sessions, consents, trusted browsers and
-    /// the tokens issued to it.
+    /// Removes `name`'s account, and with it its sessions, consents, trusted browsers,
+    /// failed sign-ins and the tokens issued to it. What signed in to it is refused from the
+    /// moment the account is gone, so the clean-up after can fail and be run again: it is
+    /// done whether the account still exists or not (the error then says it did not).
     pub async fn remove(&self, name: &str) -> Result<(), UserError> {
-        if !self.records.delete(USERS, name).await? {
-            return Err(UserError::Unknown(name.to_owned()));
+        if !is_name(name) {
+            return Err(UserError::BadName);
         }
+        let existed = self.records.delete(USERS, name).await?;
         self.sign_out_everywhere(name).await?;
         self.records.delete_of_owner(CONSENTS, name).await?;
-        Ok(())
+        attempts::forget(&self.records, name).await?;
+        if existed {
+            Ok(())
+        } else {
+            Err(UserError::Unknown(name.to_owned()))
+        }
     }
 
     /// Ends `name`'s sessions, forgets the browsers it signed in on and revokes its tokens.
@@ -220,16 +279,11 @@ impl Users {
         Ok(())
     }
 
-    /// Whether `password` is `name`'s. An unknown name costs the same hashing time as a
+    /// Whether `password` is `account`'s. No account costs the same hashing time as a
     /// wrong password, so the answer's timing does not tell which names exist.
-    async fn verify(&self, name: &str, password: &str) -> Result<bool, UserError> {
-        let stored = if is_name(name) {
-            self.records.get::<StoredUser>(USERS, name).await?
-        } else {
-            None
-        };
-        let (hash, known) = match stored {
-            Some(user) => (user.value.hash, true),
+    async fn verify(&self, account: Option<StoredUser>, password: &str) -> Result<bool, UserError> {
+        let (hash, known) = match account {
+            Some(user) => (user.hash, true),
             None => (DUMMY_HASH.to_owned(), false),
         };
         let password = password.to_owned();
@@ -296,6 +350,7 @@ mod tests {
         match users.sign_in_at(name, PASSWORD, device, now).await.unwrap() {
             SignIn::Accepted {
                 device: Some(cookie),
+                ..
             } => cookie,
             other => panic!("{name}: {other:?}"),
         }
@@ -407,6 +462,7 @@ mod tests {
             client_id: "c".to_owned(),
             user: user.to_owned(),
             revoked: false,
+            signed_in_at: 0,
         };
         let kind = crate::records::FAMILIES;
         records
@@ -422,13 +478,33 @@ mod tests {
     #[tokio::test]
     async fn a_new_password_signs_the_account_out_everywhere_and_forgets_its_failures() {
         let users = users().await;
+        let now = now_millis();
+        let device = accepted(&users, "alice", None, now).await;
         let (alices, bobs) = (family(&users, "alice").await, family(&users, "bob").await);
+        assert!(users.still_signed_in("alice", now).await.unwrap());
         for _ in 0..5 {
             attempt(&users, "alice", "guess", 0).await;
         }
         let new = "another horse battery";
         users.set_password("alice", new).await.unwrap();
         assert!(alices().await && !bobs().await);
+        // What signed in before, even a moment before, counts no more; anywhere else, it does.
+        assert!(!users.still_signed_in("alice", now).await.unwrap());
+        assert!(users.still_signed_in("bob", now).await.unwrap());
+        assert!(users.still_signed_in("Upstream:someone", 0).await.unwrap());
+        // Her old browser is trusted no more: a wrong password from it is counted on the
+        // account, as from any browser.
+        let from_it = users
+            .sign_in_at("alice", "guess", Some(&device), now_millis())
+            .await;
+        assert_eq!(from_it.unwrap(), SignIn::Refused);
+        assert!(
+            attempts::device_turn(&users.records, &device, "alice", 0)
+                .await
+                .unwrap()
+                .is_none(),
+            "its record is gone"
+        );
         assert_eq!(
             attempt(&users, "alice", PASSWORD, 0).await,
             SignIn::Refused,
@@ -471,6 +547,7 @@ mod tests {
             .unwrap();
         users.remove("alice").await.unwrap();
         assert!(alices().await);
+        assert!(!users.still_signed_in("alice", now_millis()).await.unwrap());
         assert!(
             users
                 .records

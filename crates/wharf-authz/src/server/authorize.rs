@@ -22,7 +22,7 @@ use super::{Shared, constant_eq, cookies};
 use crate::pkce::CodeChallenge;
 use crate::records::{CODES, CONSENTS, REQUESTS, SESSIONS, digest, secret};
 use crate::redirect;
-use crate::users::SignIn;
+use crate::users::{SignIn, UserError};
 
 /// An authorization request waiting for the user, as stored.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -47,6 +47,16 @@ pub(crate) struct Pending {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Session {
     user: String,
+    /// When the user signed in: a session from before the account was signed out
+    /// everywhere no longer counts.
+    #[serde(default)]
+    at: Millis,
+}
+
+/// Who a browser's session signed in, and when.
+pub(crate) struct SignedIn {
+    pub(crate) user: String,
+    pub(crate) at: Millis,
 }
 
 /// A consent the user gave, remembered per client.
@@ -69,6 +79,9 @@ pub(crate) struct CodeGrant {
     pub(crate) scope: String,
     pub(crate) resource: String,
     pub(crate) issued_at: Millis,
+    /// When the user signed in to the session that approved it.
+    #[serde(default)]
+    pub(crate) signed_in_at: Millis,
     /// The token family it was redeemed into; a second redemption revokes it.
     pub(crate) redeemed_into: Option<String>,
 }
@@ -209,21 +222,22 @@ pub(crate) async fn authorize(
     };
     let page = match user {
         None => login_page(&shared, &request_id, &pending, None),
-        Some(user) => {
+        Some(signed) => {
+            let user = &signed.user;
             // A remembered consent that covers the request skips the page, except for a
             // redirect to this machine (loopback or a private-use scheme): any local program
             // can claim a client's id and such a redirect, so the user confirms each time.
             let remembered = shared
                 .records
-                .get::<Consent>(CONSENTS, &consent_key(&user, &client.id))
+                .get::<Consent>(CONSENTS, &consent_key(user, &client.id))
                 .await
                 .ok()
                 .flatten()
                 .is_some_and(|c| covers(&c.value, &pending));
             if remembered && !may_be_claimed_locally(&pending.redirect_uri) {
-                return finish(&shared, &request_id, pending, &user).await;
+                return finish(&shared, &request_id, pending, &signed).await;
             }
-            consent_html(&request_id, &pending, &user)
+            consent_html(&request_id, &pending, user)
         }
     };
     let mut response = page;
@@ -260,8 +274,8 @@ pub(crate) async fn login(
         .sign_in(&form.username, &form.password, device)
         .await;
     let (problem, wait) = match signed_in {
-        Ok(SignIn::Accepted { device }) => {
-            let mut response = start_session(&shared, &form.username, &form.request).await;
+        Ok(SignIn::Accepted { device, at }) => {
+            let mut response = start_session(&shared, &form.username, &form.request, at).await;
             if let Some(device) = device {
                 let ttl = crate::records::DEVICES.ttl.map_or(0, |t| t.as_secs());
                 cookies::set(
@@ -299,11 +313,18 @@ pub(crate) async fn login(
     page
 }
 
-/// Signs `user` in on this browser and goes on to the consent page of request `request`.
-pub(crate) async fn start_session(shared: &Shared, user: &str, request: &str) -> Response {
+/// Signs `user` in on this browser, as of `at` (when their credentials were checked), and
+/// goes on to the consent page of request `request`.
+pub(crate) async fn start_session(
+    shared: &Shared,
+    user: &str,
+    request: &str,
+    at: Millis,
+) -> Response {
     let session = secret();
     let stored = Session {
         user: user.to_owned(),
+        at,
     };
     match shared
         .records
@@ -349,7 +370,7 @@ pub(crate) async fn consent_page(
         Err(response) => return response,
     };
     match signed_in(&shared, &headers).await {
-        Ok(Some(user)) => consent_html(&query.request, &pending, &user),
+        Ok(Some(signed)) => consent_html(&query.request, &pending, &signed.user),
         Ok(None) => login_page(&shared, &query.request, &pending, None),
         Err(response) => response,
     }
@@ -373,11 +394,12 @@ pub(crate) async fn consent(
         Ok(found) => found,
         Err(response) => return response,
     };
-    let user = match signed_in(&shared, &headers).await {
-        Ok(Some(user)) => user,
+    let signed = match signed_in(&shared, &headers).await {
+        Ok(Some(signed)) => signed,
         Ok(None) => return login_page(&shared, &form.request, &pending, None),
         Err(response) => return response,
     };
+    let user = &signed.user;
     let back = Back {
         redirect_uri: &pending.redirect_uri,
         state: pending.state.as_deref(),
@@ -396,9 +418,9 @@ pub(crate) async fn consent(
                 .records
                 .put(
                     CONSENTS,
-                    &consent_key(&user, &pending.client_id),
+                    &consent_key(user, &pending.client_id),
                     &consent,
-                    Some(&user),
+                    Some(user),
                     Write::Upsert,
                     None,
                 )
@@ -406,7 +428,7 @@ pub(crate) async fn consent(
             if remembered.is_err() {
                 return unavailable();
             }
-            finish(&shared, &form.request, pending, &user).await
+            finish(&shared, &form.request, pending, &signed).await
         }
         "deny" => {
             if !matches!(
@@ -427,7 +449,12 @@ pub(crate) async fn consent(
 
 /// Consumes the pending request (once: a second submission finds it gone) and sends the
 /// client its code.
-async fn finish(shared: &Shared, request_id: &str, pending: Pending, user: &str) -> Response {
+async fn finish(
+    shared: &Shared,
+    request_id: &str,
+    pending: Pending,
+    signed: &SignedIn,
+) -> Response {
     match shared.records.delete(REQUESTS, request_id).await {
         Ok(true) => {}
         Ok(false) => return answered(),
@@ -438,10 +465,11 @@ async fn finish(shared: &Shared, request_id: &str, pending: Pending, user: &str)
         client_id: pending.client_id,
         redirect_uri: pending.redirect_uri.clone(),
         challenge: pending.challenge,
-        user: user.to_owned(),
+        user: signed.user.clone(),
         scope: pending.scope,
         resource: pending.resource,
         issued_at: now_millis(),
+        signed_in_at: signed.at,
         redeemed_into: None,
     };
     match shared
@@ -493,28 +521,31 @@ pub(crate) async fn load(
 }
 
 /// The signed-in user, from the session cookie.
-async fn signed_in(shared: &Shared, headers: &HeaderMap) -> Result<Option<String>, Response> {
+async fn signed_in(shared: &Shared, headers: &HeaderMap) -> Result<Option<SignedIn>, Response> {
     let Some(session) = cookies::get(headers, shared.cookie(cookies::SESSION)) else {
         return Ok(None);
     };
-    match shared
+    session_of(shared, session).await.map_err(|_| unavailable())
+}
+
+/// Who session `session` (a cookie's value) signs in, if it is a live session of an
+/// account that has not been signed out everywhere (or removed) since.
+async fn session_of(shared: &Shared, session: &str) -> Result<Option<SignedIn>, UserError> {
+    let Some(found) = shared
         .records
         .get::<Session>(SESSIONS, &digest(session))
-        .await
-    {
-        Ok(found) => Ok(found.map(|s| s.value.user)),
-        Err(_) => Err(unavailable()),
-    }
+        .await?
+    else {
+        return Ok(None);
+    };
+    let Session { user, at } = found.value;
+    let counts = shared.users.still_signed_in(&user, at).await?;
+    Ok(counts.then_some(SignedIn { user, at }))
 }
 
 /// The user a session cookie's value signs in, if it is a live session.
 pub(crate) async fn signed_in_user(shared: &Shared, session: &str) -> Option<String> {
-    let found = shared
-        .records
-        .get::<Session>(SESSIONS, &digest(session))
-        .await
-        .ok()??;
-    Some(found.value.user)
+    session_of(shared, session).await.ok()?.map(|s| s.user)
 }
 
 /// A consent's key: a digest, since a user name and a URL-shaped client id together may

@@ -271,7 +271,13 @@ pub(crate) async fn callback(
         }
     };
     let user = format!("{}:{subject}", upstream.name());
-    start_session(&shared, &user, &roundtrip.request).await
+    start_session(
+        &shared,
+        &user,
+        &roundtrip.request,
+        wharf::store::now_millis(),
+    )
+    .await
 }
 
 /// Exchanges the provider's code and checks its ID token; the person's `sub` there.

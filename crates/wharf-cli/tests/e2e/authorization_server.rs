@@ -634,22 +634,37 @@ async fn an_administrator_resets_a_password_and_removes_an_account() {
     let server = server(&store, &[]);
     let base = server.origin();
     let redirect = "http://127.0.0.1:33429/callback";
-    let grant = grant(&base, redirect).await;
-    let (_, tokens) = grant.redeem(&base).await;
+    let client_id = register(&base, redirect).await;
+    let browser = Browser::new();
+    let code = async || {
+        let (verifier, challenge) = pkce();
+        let params = code_request(&client_id, redirect, &challenge, &[]);
+        let answer = authorize(&browser, &base, &params).await;
+        (answer["code"].clone(), verifier)
+    };
+    let (first, verifier) = code().await;
+    let (_, tokens) = redeem(&base, &first, &client_id, &verifier, &[]).await;
     let access = tokens["access_token"].as_str().unwrap();
     assert_eq!(tools_list(&server, access).await, None);
+    // A second code from the same session, not yet redeemed when the password changes.
+    let (pending, pending_verifier) = code().await;
 
     let new = "a brand new passphrase";
     let said = user_command(&store, "passwd", "alice", new);
     assert!(said.contains("tokens revoked"), "{said}");
     let r1 = tokens["refresh_token"].as_str().unwrap();
-    let (status, err) = refresh(&base, &grant.client_id, r1).await;
+    let (status, err) = refresh(&base, &client_id, r1).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     says(&err, "revoked");
     until_refused(&server, access).await;
+    let (status, err) = redeem(&base, &pending, &client_id, &pending_verifier, &[]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
+    says(&err, "signed out");
+    // The browser's session ended: it is asked to sign in again.
+    login_form(&browser, &base, &client_id, redirect).await;
     let sign_in = async |password: &str| {
         let browser = Browser::new();
-        let login = login_form(&browser, &base, &grant.client_id, redirect).await;
+        let login = login_form(&browser, &base, &client_id, redirect).await;
         login.submit(&browser, &base, password).await.status()
     };
     assert_eq!(sign_in(PASSWORD).await, StatusCode::UNAUTHORIZED);
