@@ -39,10 +39,10 @@ pub(crate) struct Device {
     user: String,
     /// Failures in a row since its last success.
     failures: u32,
-    /// When the account signed in on it: a device trusted before the account was signed
-    /// out everywhere is trusted no more.
+    /// The account's epoch when it signed in on it: a device trusted before the account
+    /// was signed out everywhere is trusted no more.
     #[serde(default)]
-    trusted_at: Millis,
+    epoch: String,
 }
 
 /// Whether an attempt may check its password now.
@@ -108,22 +108,22 @@ pub(crate) async fn forget(records: &Records, name: &str) -> Result<(), RecordEr
 }
 
 /// Takes a turn on device `cookie` for an attempt at `name`: granted (and counted, as an
-/// account's turn is) when the device is one `name` signed in on, not before `not_before`
-/// (when the account was last signed out everywhere), and still trusted. `None`
+/// account's turn is) when the device is one `name` signed in on under its current `epoch`
+/// (not before it was last signed out everywhere), and still trusted. `None`
 /// sends the attempt the account's way: an unknown or distrusted device, another account's,
 /// or a concurrent attempt on the same device that counted first.
 pub(crate) async fn device_turn(
     records: &Records,
     cookie: &str,
     name: &str,
-    not_before: Millis,
+    epoch: &str,
 ) -> Result<Option<Versioned<Device>>, RecordError> {
     let key = digest(cookie);
     let Some(found) = records.get::<Device>(DEVICES, &key).await? else {
         return Ok(None);
     };
     let device = &found.value;
-    if device.user != name || device.failures >= FREE || device.trusted_at < not_before {
+    if device.user != name || device.failures >= FREE || device.epoch != epoch {
         return Ok(None);
     }
     let counted = Device {
@@ -155,13 +155,13 @@ pub(crate) async fn trust(
     records: &Records,
     old: Option<&str>,
     name: &str,
-    now: Millis,
+    epoch: &str,
 ) -> Result<String, RecordError> {
     let cookie = secret();
     let device = Device {
         user: name.to_owned(),
         failures: 0,
-        trusted_at: now,
+        epoch: epoch.to_owned(),
     };
     records
         .put(

@@ -6,7 +6,7 @@
 //! family it found alive.
 
 use serde::{Deserialize, Serialize};
-use wharf::store::{Millis, Write};
+use wharf::store::Write;
 
 use crate::records::{FAMILIES, RecordError, Records};
 
@@ -16,9 +16,9 @@ pub(crate) struct Family {
     pub(crate) client_id: String,
     pub(crate) user: String,
     pub(crate) revoked: bool,
-    /// When the user signed in to the session whose code began it.
+    /// The account epoch its user signed in under (see `Users::still_signed_in`).
     #[serde(default)]
-    pub(crate) signed_in_at: Millis,
+    pub(crate) epoch: String,
 }
 
 /// Revokes `family`. One not (or no longer) in the store gets a revoked tombstone, so a
@@ -34,7 +34,7 @@ pub(crate) async fn revoke(records: &Records, family: &str) -> Result<(), Record
             client_id: String::new(),
             user: String::new(),
             revoked: true,
-            signed_in_at: 0,
+            epoch: String::new(),
         },
     };
     let owner = Some(revoked.user.as_str()).filter(|u| !u.is_empty());

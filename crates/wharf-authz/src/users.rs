@@ -11,7 +11,7 @@ use wharf::store::{Millis, Write, now_millis};
 
 use crate::attempts::{self, Turn};
 use crate::families;
-use crate::records::{CONSENTS, DEVICES, RecordError, Records, SESSIONS, USERS};
+use crate::records::{CONSENTS, DEVICES, RecordError, Records, SESSIONS, USERS, secret};
 
 /// The longest user name.
 const MAX_NAME: usize = 64;
@@ -22,10 +22,11 @@ pub const MIN_PASSWORD: usize = 12;
 struct StoredUser {
     /// The PHC string of the Argon2id hash.
     hash: String,
-    /// When the account was last signed out everywhere (its password changed): what it
-    /// signed in to before no longer counts.
+    /// A random value renewed whenever the account is signed out everywhere (made anew,
+    /// password changed): what was signed in to under another no longer counts. Compared
+    /// for equality, so no clock decides it; empty for accounts made before it existed.
     #[serde(default)]
-    signed_out_at: Millis,
+    epoch: String,
 }
 
 /// Why an account could not be added or checked.
@@ -61,7 +62,10 @@ pub(crate) enum SignIn {
     /// The password is the account's; the browser's device cookie to set, unless the
     /// store could not remember the device, and when the attempt began (the password was
     /// checked against the account as it was then).
-    Accepted { device: Option<String>, at: Millis },
+    Accepted {
+        device: Option<String>,
+        epoch: String,
+    },
     /// The name or the password is wrong (which one is not said).
     Refused,
     /// The attempt must wait; its password was not checked.
@@ -127,7 +131,7 @@ impl Users {
                 name,
                 &StoredUser {
                     hash,
-                    signed_out_at: 0,
+                    epoch: secret(),
                 },
                 None,
                 Write::Create,
@@ -159,9 +163,11 @@ impl Users {
         now: Millis,
     ) -> Result<SignIn, UserError> {
         let account = self.account(name).await?;
-        let not_before = account.as_ref().map_or(0, |a| a.signed_out_at);
+        let epoch = account
+            .as_ref()
+            .map_or_else(String::new, |a| a.epoch.clone());
         let trusted = match device {
-            Some(cookie) => attempts::device_turn(&self.records, cookie, name, not_before).await?,
+            Some(cookie) => attempts::device_turn(&self.records, cookie, name, &epoch).await?,
             None => None,
         };
         if trusted.is_none() {
@@ -179,28 +185,28 @@ impl Users {
                 tracing::warn!(%err, "an account's failed sign-ins were not forgotten");
             }
         }
-        let device = match attempts::trust(&self.records, device, name, now).await {
+        let device = match attempts::trust(&self.records, device, name, &epoch).await {
             Ok(cookie) => Some(cookie),
             Err(err) => {
                 tracing::warn!(%err, "a device was not remembered");
                 None
             }
         };
-        Ok(SignIn::Accepted { device, at: now })
+        Ok(SignIn::Accepted { device, epoch })
     }
 
-    /// Whether what `user` signed in to at `at` (a session, a code, a token family) still
-    /// counts: for a local account, if it still exists and has not been signed out
-    /// everywhere since; for a person an upstream provider signed in (a name with a ':',
-    /// which no local account has), always.
-    pub(crate) async fn still_signed_in(&self, user: &str, at: Millis) -> Result<bool, UserError> {
+    /// Whether what `user` signed in to under account epoch `epoch` (a session, a code, a
+    /// token family) still counts: for a local account, if it still exists and has not
+    /// been signed out everywhere since; for a person an upstream provider signed in (a
+    /// name with a ':', which no local account has), always.
+    pub(crate) async fn still_signed_in(&self, user: &str, epoch: &str) -> Result<bool, UserError> {
         if !is_name(user) {
             return Ok(true);
         }
         Ok(self
             .account(user)
             .await?
-            .is_some_and(|account| at >= account.signed_out_at))
+            .is_some_and(|account| account.epoch == epoch))
     }
 
     /// The account named `name`, if there is one (and the name is one an account can have).
@@ -229,12 +235,12 @@ impl Users {
             .ok_or_else(|| UserError::Unknown(name.to_owned()))?;
         let password = password.to_owned();
         let hash = self.hashing(move || hash(&password)).await?;
-        // Whatever signed in before this instant stops counting, even what is written
-        // after it (a sign-in that checked the old password a moment ago): sessions, codes,
-        // token families and trusted browsers carry the time they were signed in to.
+        // Whatever signed in under the old epoch stops counting, even what is written after
+        // this (a sign-in that checked the old password a moment ago): sessions, codes,
+        // token families and trusted browsers carry the epoch they were signed in under.
         let changed = StoredUser {
             hash,
-            signed_out_at: now_millis(),
+            epoch: secret(),
         };
         self.records
             .put(
@@ -462,7 +468,7 @@ mod tests {
             client_id: "c".to_owned(),
             user: user.to_owned(),
             revoked: false,
-            signed_in_at: 0,
+            epoch: String::new(),
         };
         let kind = crate::records::FAMILIES;
         records
@@ -478,32 +484,51 @@ mod tests {
     #[tokio::test]
     async fn a_new_password_signs_the_account_out_everywhere_and_forgets_its_failures() {
         let users = users().await;
-        let now = now_millis();
-        let device = accepted(&users, "alice", None, now).await;
+        let device = accepted(&users, "alice", None, 0).await;
+        let epoch = |name: &'static str| {
+            let users = users.clone();
+            async move { users.account(name).await.unwrap().unwrap().epoch }
+        };
+        let (before, bobs_epoch) = (epoch("alice").await, epoch("bob").await);
         let (alices, bobs) = (family(&users, "alice").await, family(&users, "bob").await);
-        assert!(users.still_signed_in("alice", now).await.unwrap());
+        assert!(users.still_signed_in("alice", &before).await.unwrap());
         for _ in 0..5 {
             attempt(&users, "alice", "guess", 0).await;
         }
         let new = "another horse battery";
         users.set_password("alice", new).await.unwrap();
         assert!(alices().await && !bobs().await);
-        // What signed in before, even a moment before, counts no more; anywhere else, it does.
-        assert!(!users.still_signed_in("alice", now).await.unwrap());
-        assert!(users.still_signed_in("bob", now).await.unwrap());
-        assert!(users.still_signed_in("Upstream:someone", 0).await.unwrap());
-        // Her old browser is trusted no more: a wrong password from it is counted on the
-        // account, as from any browser.
-        let from_it = users
-            .sign_in_at("alice", "guess", Some(&device), now_millis())
-            .await;
-        assert_eq!(from_it.unwrap(), SignIn::Refused);
+        // What signed in before counts no more, even if written after the change (the
+        // clean-up cannot have found it); anyone else's still does.
+        let after = epoch("alice").await;
+        assert_ne!(before, after);
+        assert!(!users.still_signed_in("alice", &before).await.unwrap());
+        assert!(users.still_signed_in("alice", &after).await.unwrap());
+        assert!(users.still_signed_in("bob", &bobs_epoch).await.unwrap());
+        assert!(users.still_signed_in("Upstream:someone", "").await.unwrap());
+        // Her old browser is trusted no more: its record is gone, and one written again
+        // under the old epoch is not trusted either.
+        let records = &users.records;
         assert!(
-            attempts::device_turn(&users.records, &device, "alice", 0)
+            attempts::device_turn(records, &device, "alice", &before)
                 .await
                 .unwrap()
-                .is_none(),
-            "its record is gone"
+                .is_none()
+        );
+        let planted = attempts::trust(records, None, "alice", &before)
+            .await
+            .unwrap();
+        assert!(
+            attempts::device_turn(records, &planted, "alice", &after)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            attempts::device_turn(records, &planted, "alice", &before)
+                .await
+                .unwrap()
+                .is_some()
         );
         assert_eq!(
             attempt(&users, "alice", PASSWORD, 0).await,
@@ -545,9 +570,14 @@ mod tests {
             )
             .await
             .unwrap();
+        let before = users.account("alice").await.unwrap().unwrap().epoch;
         users.remove("alice").await.unwrap();
         assert!(alices().await);
-        assert!(!users.still_signed_in("alice", now_millis()).await.unwrap());
+        assert!(!users.still_signed_in("alice", &before).await.unwrap());
+        // The name made anew is another account: nothing of the old one counts for it.
+        users.add("alice", PASSWORD).await.unwrap();
+        assert!(!users.still_signed_in("alice", &before).await.unwrap());
+        users.remove("alice").await.unwrap();
         assert!(
             users
                 .records

@@ -47,16 +47,16 @@ pub(crate) struct Pending {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Session {
     user: String,
-    /// When the user signed in: a session from before the account was signed out
-    /// everywhere no longer counts.
+    /// The account epoch the user signed in under: a session from before the account was
+    /// signed out everywhere no longer counts.
     #[serde(default)]
-    at: Millis,
+    epoch: String,
 }
 
-/// Who a browser's session signed in, and when.
+/// Who a browser's session signed in, and under which account epoch.
 pub(crate) struct SignedIn {
     pub(crate) user: String,
-    pub(crate) at: Millis,
+    pub(crate) epoch: String,
 }
 
 /// A consent the user gave, remembered per client.
@@ -79,9 +79,9 @@ pub(crate) struct CodeGrant {
     pub(crate) scope: String,
     pub(crate) resource: String,
     pub(crate) issued_at: Millis,
-    /// When the user signed in to the session that approved it.
+    /// The account epoch the session that approved it was signed in under.
     #[serde(default)]
-    pub(crate) signed_in_at: Millis,
+    pub(crate) epoch: String,
     /// The token family it was redeemed into; a second redemption revokes it.
     pub(crate) redeemed_into: Option<String>,
 }
@@ -274,8 +274,8 @@ pub(crate) async fn login(
         .sign_in(&form.username, &form.password, device)
         .await;
     let (problem, wait) = match signed_in {
-        Ok(SignIn::Accepted { device, at }) => {
-            let mut response = start_session(&shared, &form.username, &form.request, at).await;
+        Ok(SignIn::Accepted { device, epoch }) => {
+            let mut response = start_session(&shared, &form.username, &form.request, epoch).await;
             if let Some(device) = device {
                 let ttl = crate::records::DEVICES.ttl.map_or(0, |t| t.as_secs());
                 cookies::set(
@@ -313,18 +313,19 @@ pub(crate) async fn login(
     page
 }
 
-/// Signs `user` in on this browser, as of `at` (when their credentials were checked), and
-/// goes on to the consent page of request `request`.
+/// Signs `user` in on this browser under account epoch `epoch` (the account's when their
+/// credentials were checked; empty for an upstream provider's person), and goes on to the
+/// consent page of request `request`.
 pub(crate) async fn start_session(
     shared: &Shared,
     user: &str,
     request: &str,
-    at: Millis,
+    epoch: String,
 ) -> Response {
     let session = secret();
     let stored = Session {
         user: user.to_owned(),
-        at,
+        epoch,
     };
     match shared
         .records
@@ -469,7 +470,7 @@ async fn finish(
         scope: pending.scope,
         resource: pending.resource,
         issued_at: now_millis(),
-        signed_in_at: signed.at,
+        epoch: signed.epoch.clone(),
         redeemed_into: None,
     };
     match shared
@@ -538,9 +539,9 @@ async fn session_of(shared: &Shared, session: &str) -> Result<Option<SignedIn>, 
     else {
         return Ok(None);
     };
-    let Session { user, at } = found.value;
-    let counts = shared.users.still_signed_in(&user, at).await?;
-    Ok(counts.then_some(SignedIn { user, at }))
+    let Session { user, epoch } = found.value;
+    let counts = shared.users.still_signed_in(&user, &epoch).await?;
+    Ok(counts.then_some(SignedIn { user, epoch }))
 }
 
 /// The user a session cookie's value signs in, if it is a live session.

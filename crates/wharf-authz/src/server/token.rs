@@ -21,7 +21,7 @@ use base64::engine::general_purpose::STANDARD;
 use jsonwebtoken::{Algorithm, Header};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use wharf::store::{Millis, Write, after, millis, now_millis};
+use wharf::store::{Write, after, millis, now_millis};
 
 use super::authorize::CodeGrant;
 use super::clients::{Client, TokenAuth};
@@ -273,7 +273,7 @@ async fn redeem_code(
         .verify(form.code_verifier.as_deref())
         .map_err(|err| OAuthError::invalid_grant(err.to_string()))?;
     check_resource(form, &grant.resource)?;
-    still_signed_in(shared, &grant.user, grant.signed_in_at).await?;
+    still_signed_in(shared, &grant.user, &grant.epoch).await?;
     // The family exists (alive) before the code says it was redeemed into it, so a second
     // redemption racing this one always finds a family to revoke.
     let family = secret();
@@ -281,7 +281,7 @@ async fn redeem_code(
         client_id: client.id.clone(),
         user: grant.user.clone(),
         revoked: false,
-        signed_in_at: grant.signed_in_at,
+        epoch: grant.epoch.clone(),
     };
     shared
         .records
@@ -393,7 +393,7 @@ async fn refresh(
         .map_err(OAuthError::server_error)?
         .filter(|f| !f.value.revoked)
         .ok_or_else(|| OAuthError::invalid_grant("the refresh token has been revoked"))?;
-    still_signed_in(shared, &family.value.user, family.value.signed_in_at).await?;
+    still_signed_in(shared, &family.value.user, &family.value.epoch).await?;
     let reused = || {
         OAuthError::invalid_grant(
             "the refresh token was already used; every token issued with it is revoked",
@@ -524,12 +524,13 @@ fn check_resource(form: &TokenForm, granted: &str) -> Result<(), OAuthError> {
     }
 }
 
-/// Refuses a grant whose user was signed out everywhere (a new password) or removed after
-/// signing in to it at `at`: even one made in the moment the sign-out ran.
-async fn still_signed_in(shared: &Shared, user: &str, at: Millis) -> Result<(), OAuthError> {
+/// Refuses a grant whose user was signed out everywhere (a new password) or removed since
+/// signing in to it under account epoch `epoch`: even one made in the moment the sign-out
+/// ran.
+async fn still_signed_in(shared: &Shared, user: &str, epoch: &str) -> Result<(), OAuthError> {
     let counts = shared
         .users
-        .still_signed_in(user, at)
+        .still_signed_in(user, epoch)
         .await
         .map_err(OAuthError::server_error)?;
     if counts {

@@ -271,13 +271,7 @@ pub(crate) async fn callback(
         }
     };
     let user = format!("{}:{subject}", upstream.name());
-    start_session(
-        &shared,
-        &user,
-        &roundtrip.request,
-        wharf::store::now_millis(),
-    )
-    .await
+    start_session(&shared, &user, &roundtrip.request, String::new()).await
 }
 
 /// Exchanges the provider's code and checks its ID token; the person's `sub` there.

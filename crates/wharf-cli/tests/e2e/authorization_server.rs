@@ -625,6 +625,9 @@ async fn a_strangers_guesses_slow_the_account_down_but_not_its_owners_browser() 
     );
 }
 
+/// A row of the store's records table: namespace, key, value, version, owner, expiry.
+type RecordRow = (String, String, String, i64, Option<String>, Option<i64>);
+
 /// `wharf user passwd` gives an account a new password and signs it out everywhere (its
 /// refresh tokens refused, its access tokens within two seconds); `wharf user remove` takes
 /// the account away.
@@ -649,6 +652,17 @@ async fn an_administrator_resets_a_password_and_removes_an_account() {
     // A second code from the same session, not yet redeemed when the password changes.
     let (pending, pending_verifier) = code().await;
 
+    let pool = sqlx::SqlitePool::connect(&format!("{store}?mode=rw"))
+        .await
+        .unwrap();
+    let sessions_and_families = "SELECT namespace, key, value, version, owner, expires_at \
+        FROM wharf_records WHERE namespace IN ('authz-session', 'authz-family')";
+    let before: Vec<RecordRow> = sqlx::query_as(sessions_and_families)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(before.len(), 2, "one session, one family: {before:?}");
+
     let new = "a brand new passphrase";
     let said = user_command(&store, "passwd", "alice", new);
     assert!(said.contains("tokens revoked"), "{said}");
@@ -660,7 +674,25 @@ async fn an_administrator_resets_a_password_and_removes_an_account() {
     let (status, err) = redeem(&base, &pending, &client_id, &pending_verifier, &[]).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
     says(&err, "signed out");
-    // The browser's session ended: it is asked to sign in again.
+    // The session and the family as they were, written again after the change as a sign-in
+    // racing it would: the clean-up cannot have found them, and they count no more.
+    for (namespace, key, value, version, owner, expires_at) in before {
+        sqlx::query("INSERT OR REPLACE INTO wharf_records VALUES (?, ?, ?, ?, ?, ?)")
+            .bind(namespace)
+            .bind(key)
+            .bind(value)
+            .bind(version)
+            .bind(owner)
+            .bind(expires_at)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    pool.close().await;
+    let (status, err) = refresh(&base, &client_id, r1).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    says(&err, "signed out");
+    // The browser's session counts no more: it is asked to sign in again.
     login_form(&browser, &base, &client_id, redirect).await;
     let sign_in = async |password: &str| {
         let browser = Browser::new();
