@@ -39,6 +39,21 @@ fn invalid(code: &'static str, description: impl Into<String>) -> OAuthError {
     OAuthError::new(StatusCode::BAD_REQUEST, code, description)
 }
 
+/// The scope a client is registered with: the values it asked for that this server offers,
+/// each once, in its order. RFC 7591 §2 lets a server replace metadata it does not support,
+/// and the response then says what was registered, so a client never reads back a scope it
+/// could not be granted. `None` when nothing asked for is offered: the client then gets the
+/// default of every offered scope.
+fn registered_scope(requested: Option<&str>, offered: &[String]) -> Option<String> {
+    let mut kept: Vec<&str> = Vec::new();
+    for value in requested?.split(' ') {
+        if offered.iter().any(|o| o == value) && !kept.contains(&value) {
+            kept.push(value);
+        }
+    }
+    (!kept.is_empty()).then(|| kept.join(" "))
+}
+
 /// `POST /register`.
 pub(crate) async fn register(
     State(shared): State<Arc<Shared>>,
@@ -137,6 +152,7 @@ async fn registered(shared: &Shared, body: &[u8]) -> Result<Response, OAuthError
             ));
         }
     };
+    let scope = registered_scope(request.scope.as_deref(), &shared.config.scopes);
     let client_id = format!("wc_{}", &secret()[..22]);
     let issued_at = now_millis() / 1000;
     let stored = Registered {
@@ -144,7 +160,7 @@ async fn registered(shared: &Shared, body: &[u8]) -> Result<Response, OAuthError
         redirect_uris: redirect_uris.clone(),
         application_type: application_type.as_str().to_owned(),
         auth: auth.clone(),
-        scope: request.scope.clone(),
+        scope: scope.clone(),
         issued_at,
     };
     let created = shared
@@ -167,7 +183,7 @@ async fn registered(shared: &Shared, body: &[u8]) -> Result<Response, OAuthError
     if let Some(name) = request.client_name {
         body["client_name"] = json!(name);
     }
-    if let Some(scope) = request.scope {
+    if let Some(scope) = scope {
         body["scope"] = json!(scope);
     }
     if auth != TokenAuth::None {
@@ -179,4 +195,27 @@ async fn registered(shared: &Shared, body: &[u8]) -> Result<Response, OAuthError
         .headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::registered_scope;
+
+    #[test]
+    fn a_registration_keeps_only_offered_scopes() {
+        let offered = ["read".to_owned(), "write".to_owned()];
+        let scope = |asked| registered_scope(asked, &offered);
+        assert_eq!(
+            scope(Some("write unheard:of read write")).as_deref(),
+            Some("write read")
+        );
+        assert_eq!(scope(Some("read  write")).as_deref(), Some("read write"));
+        assert_eq!(
+            scope(Some("unheard:of")),
+            None,
+            "nothing offered: nothing registered"
+        );
+        assert_eq!(scope(Some("")), None);
+        assert_eq!(scope(None), None);
+    }
 }
