@@ -43,31 +43,41 @@ pub enum Era {
 
 impl RequestInfo {
     /// Checks that the required `_meta` fields are present.
-    pub fn from_meta(meta: Option<RequestMeta>) -> Result<Self, RpcError> {
+    pub fn from_meta(mut meta: Option<RequestMeta>) -> Result<Self, RpcError> {
+        Self::take_from(&mut meta)
+    }
+
+    /// [`from_meta`](Self::from_meta) over the params' own `_meta`, taking its fields where
+    /// they lie: the whole of it is hundreds of bytes, and every move would copy them.
+    pub(crate) fn take_from(meta: &mut Option<RequestMeta>) -> Result<Self, RpcError> {
         let missing = |field: &str| {
             RpcError::new(
                 ErrorKind::MalformedMeta,
                 format!("Invalid params: missing required _meta field {field:?}"),
             )
         };
-        let meta = meta.ok_or_else(|| {
+        let meta = meta.as_mut().ok_or_else(|| {
             RpcError::new(
                 ErrorKind::MalformedMeta,
                 format!("Invalid params: params._meta is required and must carry {PROTOCOL_VERSION:?} and {CLIENT_CAPABILITIES:?}"),
             )
         })?;
+        let protocol_version = meta
+            .protocol_version
+            .take()
+            .ok_or_else(|| missing(PROTOCOL_VERSION))?;
+        let client_capabilities = meta
+            .client_capabilities
+            .take()
+            .ok_or_else(|| missing(CLIENT_CAPABILITIES))?;
         Ok(RequestInfo {
-            protocol_version: meta
-                .protocol_version
-                .ok_or_else(|| missing(PROTOCOL_VERSION))?,
-            client_capabilities: meta
-                .client_capabilities
-                .ok_or_else(|| missing(CLIENT_CAPABILITIES))?,
-            client_info: meta.client_info,
-            log_level: meta.log_level,
-            progress_token: meta.progress_token,
-            traceparent: meta.traceparent,
-            tracestate: meta.tracestate,
+            protocol_version,
+            client_capabilities,
+            client_info: meta.client_info.take(),
+            log_level: meta.log_level.take(),
+            progress_token: meta.progress_token.take(),
+            traceparent: meta.traceparent.take(),
+            tracestate: meta.tracestate.take(),
             era: Era::Stateless,
         })
     }
@@ -75,16 +85,23 @@ impl RequestInfo {
     /// What a request of a legacy session says about itself: the session's version,
     /// capabilities and log level, and from its own `_meta` only the progress token and
     /// trace context.
-    pub(crate) fn in_session(session: &Session, meta: Option<RequestMeta>) -> Self {
-        let meta = meta.unwrap_or_default();
+    pub(crate) fn in_session(session: &Session, meta: &mut Option<RequestMeta>) -> Self {
+        let (progress_token, traceparent, tracestate) = match meta {
+            Some(m) => (
+                m.progress_token.take(),
+                m.traceparent.take(),
+                m.tracestate.take(),
+            ),
+            None => (None, None, None),
+        };
         RequestInfo {
             protocol_version: session.version().to_owned(),
             client_capabilities: session.client_capabilities().clone(),
             client_info: Some(session.client_info().clone()),
             log_level: session.log_level(),
-            progress_token: meta.progress_token,
-            traceparent: meta.traceparent,
-            tracestate: meta.tracestate,
+            progress_token,
+            traceparent,
+            tracestate,
             era: Era::Legacy,
         }
     }

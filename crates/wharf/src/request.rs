@@ -160,17 +160,15 @@ impl Caller {
     }
 }
 
-/// A request's `_meta` as read, boxed (see [`Source::read`]).
-type Meta = Option<Box<RequestMeta>>;
-
+/// Params that carry a `_meta`.
 trait HasMeta {
-    fn take_meta(&mut self) -> Option<RequestMeta>;
+    fn meta_mut(&mut self) -> &mut Option<RequestMeta>;
 }
 
 macro_rules! has_meta {
     ($($t:ty),*) => {$(
         impl HasMeta for $t {
-            fn take_meta(&mut self) -> Option<RequestMeta> { self.meta.take() }
+            fn meta_mut(&mut self) -> &mut Option<RequestMeta> { &mut self.meta }
         }
     )*};
 }
@@ -195,12 +193,43 @@ trait Source: Sized {
     /// The refusal of a method this server does not have.
     fn not_found(method: &str) -> Self::Error;
 
-    /// The params as `T`, with their `_meta` taken out. Both boxed as soon as they are read:
-    /// each is hundreds of bytes, and every layer they are returned through would copy them.
-    fn read<T: DeserializeOwned + HasMeta>(self) -> Result<(Box<T>, Meta), Self::Error> {
+    /// The refusal of a `_meta` that lacks what the request must say about itself.
+    fn refused(e: RpcError) -> Self::Error;
+
+    /// The params as `T`, and what the request says about itself, taken out of their
+    /// `_meta`. Both boxed as soon as they are read: each is hundreds of bytes, and every
+    /// layer they are returned through would copy them.
+    fn read<T: DeserializeOwned + HasMeta>(
+        self,
+        reading: &Reading<'_>,
+    ) -> Result<(Box<T>, Box<RequestInfo>), Self::Error> {
         let mut value: Box<T> = self.parse()?;
-        let meta = value.take_meta().map(Box::new);
-        Ok((value, meta))
+        let info = reading.info(value.meta_mut()).map_err(Self::refused)?;
+        Ok((value, info))
+    }
+}
+
+/// Where a request comes from, which decides what its `_meta` must carry.
+struct Reading<'a> {
+    caps: &'a ServerCapabilities,
+    /// The legacy session it belongs to, if any.
+    session: Option<&'a Session>,
+}
+
+impl Reading<'_> {
+    /// What the request says about itself (see [`RequestInfo`]), with what it may ask of
+    /// this server: a server that does not offer logging sends no log messages (the logging
+    /// page: a server that emits them MUST declare the capability), so a `logLevel` asks it
+    /// for nothing, and does not turn the response into a stream.
+    fn info(&self, meta: &mut Option<RequestMeta>) -> Result<Box<RequestInfo>, RpcError> {
+        let mut info = Box::new(match self.session {
+            None => RequestInfo::take_from(meta)?,
+            Some(session) => RequestInfo::in_session(session, meta),
+        });
+        if self.caps.logging.is_none() {
+            info.log_level = None;
+        }
+        Ok(info)
     }
 }
 
@@ -218,6 +247,10 @@ impl Source for RawParams<'_> {
     fn not_found(method: &str) -> RpcError {
         RpcError::method_not_found(method)
     }
+
+    fn refused(e: RpcError) -> RpcError {
+        e
+    }
 }
 
 /// Params read where the body's parser stands; a failure sends the body the long way.
@@ -232,6 +265,10 @@ impl<'de, D: serde::Deserializer<'de>> Source for InPlace<'de, D> {
 
     fn not_found(_: &str) -> D::Error {
         serde::de::Error::custom("not a method of this server")
+    }
+
+    fn refused(_: RpcError) -> D::Error {
+        serde::de::Error::custom("read the long way, which names what is missing")
     }
 }
 
@@ -265,8 +302,12 @@ pub(crate) fn parse(
     method: &str,
     params: Option<&RawValue>,
 ) -> Result<ParsedRequest, (RpcError, RequestId)> {
-    match read_request(caps, method, params, None) {
-        Ok((info, body)) => Ok(ParsedRequest { id, info, body }),
+    let reading = Reading {
+        caps,
+        session: None,
+    };
+    match read_body(&reading, method, RawParams(params)) {
+        Ok((body, info)) => Ok(ParsedRequest { id, info, body }),
         Err(e) => Err((e, id)),
     }
 }
@@ -278,37 +319,26 @@ pub(crate) fn read(
     body: &[u8],
     max_depth: usize,
 ) -> Option<ParsedRequest> {
-    let (id, (body, meta)) = one_pass::read_request(body, max_depth, &Methods(caps))?;
-    let info = RequestInfo::from_meta(meta.map(|m| *m)).ok()?;
-    Some(ParsedRequest {
-        id,
-        info: Box::new(offered(caps, info)),
-        body,
-    })
-}
-
-/// What the request may ask of this server: a server that does not offer logging sends no
-/// log messages (the logging page: a server that emits them MUST declare the capability),
-/// so a `logLevel` asks it for nothing, and does not turn the response into a stream.
-fn offered(caps: &ServerCapabilities, mut info: RequestInfo) -> RequestInfo {
-    if caps.logging.is_none() {
-        info.log_level = None;
-    }
-    info
+    let reading = Reading {
+        caps,
+        session: None,
+    };
+    let (id, (body, info)) = one_pass::read_request(body, max_depth, &Methods(reading))?;
+    Some(ParsedRequest { id, info, body })
 }
 
 /// The method table as the single pass reads params.
-struct Methods<'a>(&'a ServerCapabilities);
+struct Methods<'a>(Reading<'a>);
 
 impl one_pass::ParamsReader for Methods<'_> {
-    type Params = (RequestBody, Meta);
+    type Params = (RequestBody, Box<RequestInfo>);
 
     fn read<'de, D: serde::Deserializer<'de>>(
         &self,
         method: &str,
         params: D,
     ) -> Result<Self::Params, D::Error> {
-        read_body(self.0, method, InPlace(params, PhantomData))
+        read_body(&self.0, method, InPlace(params, PhantomData))
     }
 }
 
@@ -325,16 +355,21 @@ pub(crate) fn parse_in_session(
     if method == methods::DISCOVER || method == methods::SUBSCRIPTIONS_LISTEN {
         return Err(RpcError::method_not_found(method));
     }
-    let (info, body) = read_request(caps, method, params, Some(session))?;
+    let reading = Reading {
+        caps,
+        session: Some(session),
+    };
+    let (body, info) = read_body(&reading, method, RawParams(params))?;
     Ok(ParsedRequest { id, info, body })
 }
 
 /// The method table: which params each method takes, and which capability it needs.
 fn read_body<S: Source>(
-    caps: &ServerCapabilities,
+    reading: &Reading<'_>,
     method: &str,
     params: S,
-) -> Result<(RequestBody, Meta), S::Error> {
+) -> Result<(RequestBody, Box<RequestInfo>), S::Error> {
+    let caps = reading.caps;
     let offered = |present: bool| {
         if present {
             Ok(())
@@ -343,67 +378,56 @@ fn read_body<S: Source>(
         }
     };
     Ok(match method {
-        methods::DISCOVER => (RequestBody::Discover, params.read::<RequestParams>()?.1),
+        methods::DISCOVER => (
+            RequestBody::Discover,
+            params.read::<RequestParams>(reading)?.1,
+        ),
         methods::TOOLS_LIST => {
             offered(caps.tools.is_some())?;
-            let (p, m) = params.read::<PaginatedParams>()?;
+            let (p, m) = params.read::<PaginatedParams>(reading)?;
             (RequestBody::ListTools { cursor: p.cursor }, m)
         }
         methods::TOOLS_CALL => {
             offered(caps.tools.is_some())?;
-            let (p, m) = params.read::<CallToolParams>()?;
+            let (p, m) = params.read::<CallToolParams>(reading)?;
             (RequestBody::CallTool(p), m)
         }
         methods::PROMPTS_LIST => {
             offered(caps.prompts.is_some())?;
-            let (p, m) = params.read::<PaginatedParams>()?;
+            let (p, m) = params.read::<PaginatedParams>(reading)?;
             (RequestBody::ListPrompts { cursor: p.cursor }, m)
         }
         methods::PROMPTS_GET => {
             offered(caps.prompts.is_some())?;
-            let (p, m) = params.read::<GetPromptParams>()?;
+            let (p, m) = params.read::<GetPromptParams>(reading)?;
             (RequestBody::GetPrompt(p), m)
         }
         methods::RESOURCES_LIST => {
             offered(caps.resources.is_some())?;
-            let (p, m) = params.read::<PaginatedParams>()?;
+            let (p, m) = params.read::<PaginatedParams>(reading)?;
             (RequestBody::ListResources { cursor: p.cursor }, m)
         }
         methods::RESOURCES_TEMPLATES_LIST => {
             offered(caps.resources.is_some())?;
-            let (p, m) = params.read::<PaginatedParams>()?;
+            let (p, m) = params.read::<PaginatedParams>(reading)?;
             (RequestBody::ListResourceTemplates { cursor: p.cursor }, m)
         }
         methods::RESOURCES_READ => {
             offered(caps.resources.is_some())?;
-            let (p, m) = params.read::<ReadResourceParams>()?;
+            let (p, m) = params.read::<ReadResourceParams>(reading)?;
             (RequestBody::ReadResource(p), m)
         }
         methods::COMPLETION_COMPLETE => {
             offered(caps.completions.is_some())?;
-            let (p, m) = params.read::<CompleteParams>()?;
+            let (p, m) = params.read::<CompleteParams>(reading)?;
             (RequestBody::Complete(p), m)
         }
         methods::SUBSCRIPTIONS_LISTEN => {
-            let (p, m) = params.read::<ListenParams>()?;
+            let (p, m) = params.read::<ListenParams>(reading)?;
             (RequestBody::Listen(p), m)
         }
         _ => return Err(S::not_found(method)),
     })
-}
-
-fn read_request(
-    caps: &ServerCapabilities,
-    method: &str,
-    params: Option<&RawValue>,
-    session: Option<&Session>,
-) -> Result<(Box<RequestInfo>, RequestBody), RpcError> {
-    let (body, meta) = read_body(caps, method, RawParams(params))?;
-    let info = match session {
-        None => RequestInfo::from_meta(meta.map(|m| *m))?,
-        Some(s) => RequestInfo::in_session(s, meta.map(|m| *m)),
-    };
-    Ok((Box::new(offered(caps, info)), body))
 }
 
 #[cfg(test)]
