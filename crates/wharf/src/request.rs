@@ -229,6 +229,8 @@ impl Reading<'_> {
         if self.caps.logging.is_none() {
             info.log_level = None;
         }
+        // The params keep no `_meta`: what is left of it is not the request's to use.
+        *meta = None;
         Ok(info)
     }
 }
@@ -480,6 +482,8 @@ mod tests {
             let short = read(&caps(), body.as_bytes(), 64).expect("read in one pass");
             let long = long_way(body).expect("read the long way");
             assert_eq!(format!("{short:?}"), format!("{long:?}"), "{body}");
+            // What `_meta` says is in `info`; the params keep none of it.
+            assert!(!format!("{short:?}").contains("meta: Some"), "{short:?}");
         }
     }
 
