@@ -533,7 +533,12 @@ pub fn db_error(e: sqlx::Error) -> StoreError {
                 | Some("5" | "6" | "261" | "517" | "773")
         );
         if busy {
-            return StoreError::Busy(format!("a lock was held too long ({})", db.message()));
+            // The database's own words name its tables and engine: they go to the log, and
+            // the caller, who sees the message, is told only what to do.
+            tracing::debug!(code = ?code, message = db.message(), "database busy");
+            return StoreError::Busy(
+                "another transaction held what this call needed for too long".into(),
+            );
         }
     }
     if matches!(e, sqlx::Error::PoolTimedOut) {
