@@ -183,10 +183,12 @@ pub(crate) async fn delete(State(state): State<Arc<AppState>>, request: Request)
 /// allowed (a stateless server has nothing to open or end).
 async fn checked(state: &AppState, request: Request) -> Result<Session, Box<Response>> {
     let (parts, _) = request.into_parts();
+    // Host and Origin first, whatever the method finds: a forbidden origin gets 403 on
+    // every request (streamable HTTP, "Security").
+    guard::check_headers(&parts.headers, &state.config)?;
     if !parts.headers.contains_key(mcp::SESSION_ID) || !state.server.sessions().enabled() {
         return Err(Box::new(method_not_allowed().await));
     }
-    guard::check_headers(&parts.headers, &state.config)?;
     let principal = match state.config.auth.authenticate(&parts).await {
         Ok(p) => p,
         Err(refusal) => {
@@ -211,21 +213,20 @@ async fn resume(
             "the Mcp-Session-Id header is not visible ASCII",
         )));
     };
-    let session = match state.server.sessions().resume(value, principal).await {
-        Ok(s) => s,
-        Err(e) => return Err(Box::new(session_error(id, e))),
-    };
-    if let Some(version) = headers.get(mcp::PROTOCOL_VERSION) {
-        if version.as_bytes() != session.version().as_bytes() {
+    let version = headers
+        .get(mcp::PROTOCOL_VERSION)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()));
+    let sessions = state.server.sessions();
+    match sessions.resume(value, principal, version.as_deref()).await {
+        Ok(session) => Ok(session),
+        Err(SessionError::OtherVersion { sent, session }) => {
             let message = format!(
-                "the MCP-Protocol-Version header {:?} is not the session's version {:?}",
-                String::from_utf8_lossy(version.as_bytes()),
-                session.version()
+                "the MCP-Protocol-Version header {sent:?} is not the session's version {session:?}"
             );
-            return Err(Box::new(bad_request(id, &message)));
+            Err(Box::new(bad_request(id, &message)))
         }
+        Err(e) => Err(Box::new(session_error(id, e))),
     }
-    Ok(session)
 }
 
 /// 404 for a session that is gone (the client initializes again), 503 when the store

@@ -31,7 +31,7 @@ use crate::tool::ToolDef;
 /// A built MCP server. Cheap to clone; every clone is the same server.
 #[derive(Clone)]
 pub struct Server {
-    core: Arc<Core>,
+    pub(crate) core: Arc<Core>,
 }
 
 impl std::fmt::Debug for Server {

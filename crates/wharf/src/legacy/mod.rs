@@ -61,6 +61,14 @@ pub enum SessionError {
     /// answered alike, so a session id tells nothing to whoever does not own it).
     #[error("the session is unknown or has ended; initialize a new one")]
     Unknown,
+    /// The request speaks another version than the session negotiated.
+    #[error("the request's protocol version {sent:?} is not the session's version {session:?}")]
+    OtherVersion {
+        /// The version the request named.
+        sent: String,
+        /// The session's version.
+        session: String,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -168,8 +176,15 @@ impl<'a> Sessions<'a> {
         Ok((session, message))
     }
 
-    /// The session `id`, if `principal` opened it and it is still alive.
-    pub async fn resume(&self, id: &str, principal: &Principal) -> Result<Session, SessionError> {
+    /// The session `id`, if `principal` opened it and it is still alive, and `version`, when
+    /// the request names one, is the session's. Only a request that may go on keeps the
+    /// session alive.
+    pub async fn resume(
+        &self,
+        id: &str,
+        principal: &Principal,
+        version: Option<&str>,
+    ) -> Result<Session, SessionError> {
         let runtime = &self.core.runtime;
         let book = &runtime.sessions;
         if book.is_shared() {
@@ -182,6 +197,12 @@ impl<'a> Sessions<'a> {
         let now = now_millis();
         if session.owner() != principal.id() || session.record.expired(now).is_some() {
             return Err(SessionError::Unknown);
+        }
+        if let Some(sent) = version.filter(|v| *v != session.version()) {
+            return Err(SessionError::OtherVersion {
+                sent: sent.to_owned(),
+                session: session.version().to_owned(),
+            });
         }
         if session.needs_touch(now) {
             book.touch(&mut session, now).await?;
@@ -491,4 +512,73 @@ fn read<T: DeserializeOwned>(params: Option<&RawValue>) -> Result<T, RpcError> {
 fn parse_raw(raw: &RawValue) -> Result<Value, RpcError> {
     serde_json::from_str(raw.get())
         .map_err(|e| RpcError::invalid_params(format!("Invalid response: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::value::RawValue;
+    use wharf_protocol::{Implementation, RequestId};
+
+    use super::{Scope, SessionError};
+    use crate::config::ServerConfig;
+    use crate::principal::Principal;
+    use crate::server::Server;
+
+    /// A session is kept alive by the requests that may go on, not by those refused for
+    /// speaking another version.
+    #[tokio::test]
+    async fn a_request_refused_for_its_version_does_not_keep_the_session_alive() {
+        let mut config = ServerConfig::default();
+        // A touch is due once a twentieth of the idle time has passed: 50 ms here.
+        config.legacy.session_idle = Duration::from_secs(1);
+        let server = Server::builder(Implementation::new("t", "1"))
+            .config(config)
+            .build()
+            .unwrap();
+        let sessions = server.sessions();
+        let principal = Principal::new("alice");
+        let params = RawValue::from_string(
+            r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}"#.into(),
+        )
+        .unwrap();
+        let (session, _) = sessions
+            .initialize(RequestId::Int(1), Some(&params), &principal, Scope::Shared)
+            .await
+            .unwrap();
+        let opened_at = session.record.last_used_at;
+        // Past the point where a use would be recorded.
+        tokio::time::sleep(Duration::from_millis(80)).await;
+
+        let refused = sessions
+            .resume(session.id(), &principal, Some("2025-06-18"))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&refused, SessionError::OtherVersion { sent, session }
+                if sent == "2025-06-18" && session == "2025-11-25"),
+            "{refused:?}"
+        );
+        let stored = server
+            .core
+            .runtime
+            .sessions
+            .session(session.id(), false)
+            .await;
+        let stored = stored.unwrap().unwrap();
+        assert_eq!(
+            stored.record.last_used_at, opened_at,
+            "the refusal kept it alive"
+        );
+
+        let resumed = sessions
+            .resume(session.id(), &principal, Some("2025-11-25"))
+            .await
+            .unwrap();
+        assert!(
+            resumed.record.last_used_at > opened_at,
+            "a use keeps it alive"
+        );
+    }
 }
