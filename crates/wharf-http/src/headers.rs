@@ -30,13 +30,15 @@ fn decoded<'a>(value: &'a [u8], display: &str) -> Result<Cow<'a, str>, RpcError>
         .map_err(|e| RpcError::header_mismatch(format!("the {display} header value {e}")))
 }
 
-/// Whether the `MCP-Protocol-Version` header names a stateless revision (a legacy client
-/// sends its session's version, or none).
+/// Whether the `MCP-Protocol-Version` header names a revision after the legacy ones (a
+/// legacy client sends its session's version, or none): a supported stateless revision, or
+/// one this server does not know, which the stateless path refuses with the versions it
+/// supports rather than as an unknown session.
 pub(crate) fn is_modern(headers: &RequestHeaders<'_>) -> bool {
     headers
         .protocol_version
         .text()
-        .is_some_and(|v| wharf_protocol::version::is_supported(v.trim()))
+        .is_some_and(|v| !wharf_protocol::version::is_legacy(v.trim()))
 }
 
 /// Checks every mirrored header of `req` against its body.

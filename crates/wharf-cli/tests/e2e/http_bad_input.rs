@@ -209,6 +209,16 @@ async fn transport_limits_and_guards() {
         http.delete(server.url()).send().await.unwrap().status(),
         405
     );
+    // A forbidden origin is told so first, whatever the method.
+    for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let refused = http
+            .request(method.clone(), server.url())
+            .header("origin", "http://evil.example.com")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), 403, "{method}");
+    }
     // A notification: 202 with no body.
     let r = post_std(&server, "notifications/cancelled", json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": 1 } }), &[]).await;
     assert_eq!(r.status, 202);

@@ -366,6 +366,23 @@ async fn sessions_follow_the_lifecycle_and_belong_to_their_principal() {
         "{}",
         reply.body
     );
+    // A version after the legacy ones that this server does not know is refused as that,
+    // with the versions it supports, whatever session id comes with it.
+    let later = "2027-01-01";
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": later,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let discover = json!({ "jsonrpc": "2.0", "id": 9, "method": "server/discover", "params": { "_meta": meta } });
+    let mut headers = client.headers_for("server/discover", &discover["params"]);
+    headers.insert("mcp-session-id", session.id().unwrap().parse().unwrap());
+    headers.insert("mcp-protocol-version", later.parse().unwrap());
+    let reply = client
+        .send_raw(discover.to_string().into_bytes(), headers)
+        .await
+        .unwrap();
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert_eq!(reply.error_code(), Some(-32022), "{}", reply.body);
 
     // The methods of 2026-07-28 alone do not exist in a session, nor does a second
     // initialize.
