@@ -248,7 +248,17 @@ async fn read_long_way(
     };
     match state.server.parse_request(id, method, envelope.params) {
         Ok(req) => Ok((req, principal)),
-        Err(reply) => Err(reply_error(state.config.auth.as_ref(), &reply)),
+        Err(reply) => {
+            // A method this server has, refused for its params: a header that disagrees
+            // with the body is what the transport answers first (400), not the method's
+            // own refusal (200).
+            if reply.error().kind != ErrorKind::MethodNotFound {
+                if let Err(e) = headers::method_mirrored(headers, method, true) {
+                    return Err(error_response(reply.id(), &e));
+                }
+            }
+            Err(reply_error(state.config.auth.as_ref(), &reply))
+        }
     }
 }
 

@@ -72,6 +72,29 @@ pub(crate) fn validate_present(
     mirrored(headers, req, server, false)
 }
 
+/// `Mcp-Method` against the body's `method`; `strict`: it must be there. Checked before
+/// the params are read, too, so that a request whose headers disagree with its body is
+/// refused as that (HTTP 400) whatever is wrong in its params.
+pub(crate) fn method_mirrored(
+    headers: &RequestHeaders<'_>,
+    method: &str,
+    strict: bool,
+) -> Result<(), RpcError> {
+    let field = headers.method;
+    let sent = if strict {
+        Some(required(&field, headers::METHOD, "Mcp-Method")?)
+    } else {
+        field.single(headers::METHOD)?
+    };
+    match sent {
+        Some(sent) if sent != method.as_bytes() => Err(RpcError::header_mismatch(format!(
+            "Mcp-Method header value '{}' does not match body value '{method}'",
+            String::from_utf8_lossy(sent),
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// `Mcp-Method`, `Mcp-Name` and `Mcp-Param-*` against the body; `strict`: each one the
 /// request has a value for must be there.
 fn mirrored<'a>(
@@ -87,15 +110,7 @@ fn mirrored<'a>(
             field.single(name)
         }
     };
-    if let Some(method) = header(headers.method, headers::METHOD, "Mcp-Method")? {
-        if method != req.body.method().as_bytes() {
-            return Err(RpcError::header_mismatch(format!(
-                "Mcp-Method header value '{}' does not match body value '{}'",
-                String::from_utf8_lossy(method),
-                req.body.method()
-            )));
-        }
-    }
+    method_mirrored(headers, req.body.method(), strict)?;
     if let Some(name) = req.body.name() {
         if let Some(value) = header(headers.name, headers::NAME, "Mcp-Name")? {
             let value = decoded(value, "Mcp-Name")?;

@@ -50,26 +50,19 @@ impl RequestInfo {
     /// [`from_meta`](Self::from_meta) over the params' own `_meta`, taking its fields where
     /// they lie: the whole of it is hundreds of bytes, and every move would copy them.
     pub(crate) fn take_from(meta: &mut Option<RequestMeta>) -> Result<Self, RpcError> {
-        let missing = |field: &str| {
-            RpcError::new(
-                ErrorKind::MalformedMeta,
-                format!("Invalid params: missing required _meta field {field:?}"),
-            )
-        };
-        let meta = meta.as_mut().ok_or_else(|| {
-            RpcError::new(
-                ErrorKind::MalformedMeta,
-                format!("Invalid params: params._meta is required and must carry {PROTOCOL_VERSION:?} and {CLIENT_CAPABILITIES:?}"),
-            )
-        })?;
+        let meta = meta.as_mut().ok_or_else(no_meta)?;
         let protocol_version = meta
             .protocol_version
             .take()
             .ok_or_else(|| missing(PROTOCOL_VERSION))?;
-        let client_capabilities = meta
-            .client_capabilities
-            .take()
-            .ok_or_else(|| missing(CLIENT_CAPABILITIES))?;
+        let Some(client_capabilities) = meta.client_capabilities.take() else {
+            // What `_meta` must carry depends on the version: one this server does not
+            // speak is refused as that first.
+            if !version::is_supported(&protocol_version) {
+                return Err(RpcError::unsupported_version(&protocol_version));
+            }
+            return Err(missing(CLIENT_CAPABILITIES));
+        };
         Ok(RequestInfo {
             protocol_version,
             client_capabilities,
@@ -127,6 +120,54 @@ impl RequestInfo {
     /// Whether the response must be a stream: the client asked for progress or log messages.
     pub fn wants_stream(&self) -> bool {
         self.progress_token.is_some() || self.log_level.is_some()
+    }
+}
+
+/// The refusal of a stateless request without `_meta`.
+fn no_meta() -> RpcError {
+    RpcError::new(
+        ErrorKind::MalformedMeta,
+        format!(
+            "Invalid params: params._meta is required and must carry {PROTOCOL_VERSION:?} and {CLIENT_CAPABILITIES:?}"
+        ),
+    )
+}
+
+/// The refusal of a `_meta` without the required `field`.
+fn missing(field: &str) -> RpcError {
+    RpcError::new(
+        ErrorKind::MalformedMeta,
+        format!("Invalid params: missing required _meta field {field:?}"),
+    )
+}
+
+/// Why a stateless request is refused before its params are looked at, if it is: its
+/// `_meta` (in `params`, raw) names a version this server does not speak, or lacks what
+/// every request must say about itself. A request is judged on these first, so that one
+/// that is also wrong in its params is still told what the transport needs to know (an
+/// HTTP 400), and a client of another version learns the versions this server speaks.
+/// `None` when `_meta` is in order, or `params` is not an object.
+pub(crate) fn refusal_before_params(params: &str) -> Option<RpcError> {
+    #[derive(serde::Deserialize)]
+    struct Params {
+        #[serde(rename = "_meta", default)]
+        meta: Option<serde_json::Value>,
+    }
+    use serde_json::Value;
+    let params: Params = serde_json::from_str(params).ok()?;
+    // A `_meta` of the wrong type is named by the params' own error, as malformed.
+    let meta = match params.meta {
+        None | Some(Value::Null) => return Some(no_meta()),
+        Some(Value::Object(meta)) => meta,
+        Some(_) => return None,
+    };
+    match meta.get(PROTOCOL_VERSION) {
+        None => Some(missing(PROTOCOL_VERSION)),
+        Some(Value::String(v)) if !version::is_supported(v) => {
+            Some(RpcError::unsupported_version(v))
+        }
+        Some(_) if !meta.contains_key(CLIENT_CAPABILITIES) => Some(missing(CLIENT_CAPABILITIES)),
+        Some(_) => None,
     }
 }
 

@@ -15,7 +15,7 @@ use wharf_protocol::{
 };
 
 use crate::error::{ErrorKind, RpcError};
-use crate::meta::RequestInfo;
+use crate::meta::{RequestInfo, refusal_before_params};
 use crate::metrics::OutcomeCell;
 use crate::principal::Principal;
 use crate::session::Session;
@@ -236,14 +236,23 @@ impl Reading<'_> {
 }
 
 /// Params as raw JSON text (`{}` when absent); a failure names what is wrong.
-struct RawParams<'a>(Option<&'a RawValue>);
+struct RawParams<'a> {
+    params: Option<&'a RawValue>,
+    /// Whether the request is stateless, so that its `_meta` is judged first.
+    stateless: bool,
+}
 
 impl Source for RawParams<'_> {
     type Error = RpcError;
 
     fn parse<T: DeserializeOwned>(self) -> Result<T, RpcError> {
-        let text = self.0.map_or("{}", RawValue::get);
-        serde_json::from_str(text).map_err(|e| params_error::<T>(text, e))
+        let text = self.params.map_or("{}", RawValue::get);
+        serde_json::from_str(text).map_err(|e| {
+            let first = self.stateless.then(|| refusal_before_params(text));
+            first
+                .flatten()
+                .unwrap_or_else(|| params_error::<T>(text, e))
+        })
     }
 
     fn not_found(method: &str) -> RpcError {
@@ -308,7 +317,11 @@ pub(crate) fn parse(
         caps,
         session: None,
     };
-    match read_body(&reading, method, RawParams(params)) {
+    let params = RawParams {
+        params,
+        stateless: true,
+    };
+    match read_body(&reading, method, params) {
         Ok((body, info)) => Ok(ParsedRequest { id, info, body }),
         Err(e) => Err((e, id)),
     }
@@ -361,7 +374,11 @@ pub(crate) fn parse_in_session(
         caps,
         session: Some(session),
     };
-    let (body, info) = read_body(&reading, method, RawParams(params))?;
+    let params = RawParams {
+        params,
+        stateless: false,
+    };
+    let (body, info) = read_body(&reading, method, params)?;
     Ok(ParsedRequest { id, info, body })
 }
 
