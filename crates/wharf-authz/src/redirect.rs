@@ -260,7 +260,13 @@ fn without_port(url: &Url) -> String {
     url.to_string()
 }
 
-/// `localhost` (and its subdomains, RFC 6761 §6.3) or a loopback IP literal.
+/// Whether `uri` goes to this machine: its host is [loopback](is_loopback_host).
+pub(crate) fn is_loopback_uri(uri: &str) -> bool {
+    Url::parse(uri).is_ok_and(|url| is_loopback_host(&url))
+}
+
+/// `localhost` (and its subdomains, RFC 6761 §6.3), with or without the root's trailing
+/// dot, or a loopback IP literal.
 fn is_loopback_host(url: &Url) -> bool {
     match url.host() {
         Some(Host::Domain(name)) => {
@@ -280,6 +286,30 @@ mod tests {
 
     fn check(kind: ApplicationType, uri: &str) -> Result<(), RedirectError> {
         check_registration(kind, &[uri.to_owned()])
+    }
+
+    /// What registration accepts as loopback is what the consent page warns about: one
+    /// judgement, the trailing dot included.
+    #[test]
+    fn loopback_is_judged_alike_everywhere() {
+        for uri in [
+            "http://localhost:8080/cb",
+            "http://localhost.:8080/cb",
+            "http://LOCALHOST./cb",
+            "http://app.localhost./cb",
+            "http://127.0.0.1:9/cb",
+            "http://[::1]:9/cb",
+        ] {
+            assert!(is_loopback_uri(uri), "{uri}");
+            assert_eq!(check(ApplicationType::Native, uri), Ok(()), "{uri}");
+        }
+        for uri in [
+            "https://example.com/cb",
+            "http://localhost.example.com/cb",
+            "com.example.app:/cb",
+        ] {
+            assert!(!is_loopback_uri(uri), "{uri}");
+        }
     }
 
     #[test]

@@ -566,19 +566,8 @@ fn covers(consent: &Consent, pending: &Pending) -> bool {
 
 /// A redirect some other program on the person's machine could receive.
 fn may_be_claimed_locally(uri: &str) -> bool {
-    is_loopback_redirect(uri)
+    redirect::is_loopback_uri(uri)
         || Url::parse(uri).is_ok_and(|url| !matches!(url.scheme(), "http" | "https"))
-}
-
-fn is_loopback_redirect(uri: &str) -> bool {
-    Url::parse(uri).ok().is_some_and(|url| match url.host() {
-        Some(url::Host::Domain(d)) => {
-            d.eq_ignore_ascii_case("localhost") || d.to_ascii_lowercase().ends_with(".localhost")
-        }
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        None => false,
-    })
 }
 
 /// Where the answer goes: the client's redirect URI with `state` and `iss` (RFC 9207) added
@@ -744,7 +733,7 @@ fn who_is_asking(pending: &Pending) -> String {
         "<p>will receive the authorization at <span class=\"host\" id=\"redirect-host\">{}</span></p>",
         escape(&redirect_host)
     ));
-    if is_loopback_redirect(redirect_uri) {
+    if redirect::is_loopback_uri(redirect_uri) {
         out.push_str(
             "<p class=\"warning\" id=\"localhost-warning\">The authorization goes to a program on this computer \
              (localhost). Continue only if you started this sign-in from an application on this computer.</p>",
