@@ -675,12 +675,13 @@ fn request_scope(
     Ok(values.join(" "))
 }
 
-/// Query parameters, each at most once (RFC 6749 §3.1).
+/// Query parameters, each at most once; one sent without a value is as if omitted (RFC
+/// 6749 §3.1).
 fn single_params(query: &str) -> Result<HashMap<String, String>, String> {
     let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query)
         .map_err(|err| format!("the query string is malformed: {err}"))?;
     let mut params = HashMap::new();
-    for (name, value) in pairs {
+    for (name, value) in pairs.into_iter().filter(|(_, value)| !value.is_empty()) {
         if params.insert(name.clone(), value).is_some() {
             return Err(format!("the parameter {name} appears more than once"));
         }
@@ -792,7 +793,16 @@ fn consent_html(request_id: &str, pending: &Pending, user: &str) -> Response {
 
 #[cfg(test)]
 mod tests {
-    use super::request_scope;
+    use super::{request_scope, single_params};
+
+    #[test]
+    fn a_parameter_without_a_value_is_as_if_omitted() {
+        let params = single_params("scope=&resource=&state=s&scope=read").unwrap();
+        assert_eq!(params.get("scope").map(String::as_str), Some("read"));
+        assert!(!params.contains_key("resource"));
+        let twice = single_params("state=a&state=b").unwrap_err();
+        assert!(twice.contains("state appears more than once"), "{twice}");
+    }
 
     #[test]
     fn a_request_gets_what_it_asks_or_by_default_what_the_client_registered() {

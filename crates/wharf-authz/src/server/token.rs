@@ -78,6 +78,31 @@ pub(crate) struct TokenForm {
     token: Option<String>,
 }
 
+impl TokenForm {
+    /// The form with each parameter sent without a value taken as omitted (RFC 6749 §3.2).
+    fn without_empty(mut self) -> Self {
+        for field in [
+            &mut self.grant_type,
+            &mut self.code,
+            &mut self.redirect_uri,
+            &mut self.code_verifier,
+            &mut self.refresh_token,
+            &mut self.resource,
+            &mut self.scope,
+            &mut self.client_id,
+            &mut self.client_secret,
+            &mut self.client_assertion_type,
+            &mut self.client_assertion,
+            &mut self.token,
+        ] {
+            if field.as_deref() == Some("") {
+                *field = None;
+            }
+        }
+        self
+    }
+}
+
 /// A refresh token, as stored under its digest.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Refresh {
@@ -114,7 +139,7 @@ fn admit(
     if !shared.limits.token_requests.allows(peer) {
         return Err(OAuthError::too_many("token requests"));
     }
-    form.map(|Form(form)| form).map_err(|rejection| {
+    form.map(|Form(form)| form.without_empty()).map_err(|rejection| {
         OAuthError::invalid_request(format!(
             "the request must be an application/x-www-form-urlencoded form, each parameter once: {}",
             rejection.body_text()

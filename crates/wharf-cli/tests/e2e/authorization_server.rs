@@ -499,8 +499,18 @@ async fn refresh_tokens_rotate_and_a_reused_one_revokes_its_family() {
     let grant = grant(&base, "http://127.0.0.1:33420/callback").await;
     let (_, first) = grant.redeem(&base).await;
     let r1 = first["refresh_token"].as_str().unwrap();
-    let (status, second) = refresh(&base, &grant.client_id, r1).await;
+    // Parameters sent without a value are as if omitted (RFC 6749 §3.2): the same scope
+    // and resource as before, not none.
+    let form = [
+        ("grant_type", "refresh_token"),
+        ("refresh_token", r1),
+        ("client_id", grant.client_id.as_str()),
+        ("scope", ""),
+        ("resource", ""),
+    ];
+    let (status, second) = token(&base, &form).await;
     assert_eq!(status, StatusCode::OK, "{second}");
+    assert_eq!(second["scope"], first["scope"], "{second}");
     let r2 = second["refresh_token"].as_str().unwrap();
     assert_ne!(r1, r2, "rotated at use");
     assert_eq!(
