@@ -19,6 +19,10 @@ pub(crate) struct Family {
     /// The account epoch its user signed in under (see `Users::still_signed_in`).
     #[serde(default)]
     pub(crate) epoch: String,
+    /// The id of the consent its code was issued under; `None` for families made before
+    /// consents had ids.
+    #[serde(default)]
+    pub(crate) consent: Option<String>,
 }
 
 /// Revokes `family`. One not (or no longer) in the store gets a revoked tombstone, so a
@@ -35,6 +39,7 @@ pub(crate) async fn revoke(records: &Records, family: &str) -> Result<(), Record
             user: String::new(),
             revoked: true,
             epoch: String::new(),
+            consent: None,
         },
     };
     let owner = Some(revoked.user.as_str()).filter(|u| !u.is_empty());

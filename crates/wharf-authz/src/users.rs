@@ -469,6 +469,7 @@ mod tests {
             user: user.to_owned(),
             revoked: false,
             epoch: String::new(),
+            consent: None,
         };
         let kind = crate::records::FAMILIES;
         records

@@ -67,6 +67,11 @@ pub(crate) struct Consent {
     pub(crate) scope: String,
     pub(crate) resource: String,
     pub(crate) granted_at: Millis,
+    /// A random id given when the user first consents, kept while the consent stands (a
+    /// wider scope approved later included) and gone with it: the codes and token families
+    /// made under it carry it, and are refused once it is not the client's consent any more.
+    #[serde(default)]
+    pub(crate) id: String,
 }
 
 /// An issued authorization code, as stored under its digest.
@@ -82,6 +87,10 @@ pub(crate) struct CodeGrant {
     /// The account epoch the session that approved it was signed in under.
     #[serde(default)]
     pub(crate) epoch: String,
+    /// The id of the consent it was issued under (see [`Consent::id`]); `None` for codes
+    /// issued before consents had ids.
+    #[serde(default)]
+    pub(crate) consent: Option<String>,
     /// The token family it was redeemed into; a second redemption revokes it.
     pub(crate) redeemed_into: Option<String>,
 }
@@ -233,9 +242,12 @@ pub(crate) async fn authorize(
                 .await
                 .ok()
                 .flatten()
-                .is_some_and(|c| covers(&c.value, &pending));
-            if remembered && !may_be_claimed_locally(&pending.redirect_uri) {
-                return finish(&shared, &request_id, pending, &signed).await;
+                .filter(|c| covers(&c.value, &pending));
+            if let Some(consent) = remembered {
+                if !may_be_claimed_locally(&pending.redirect_uri) {
+                    let consent = consent.value.id;
+                    return finish(&shared, &request_id, pending, &signed, consent).await;
+                }
             }
             consent_html(&request_id, &pending, user)
         }
@@ -408,28 +420,29 @@ pub(crate) async fn consent(
     };
     match form.decision.as_str() {
         "approve" => {
+            let key = consent_key(user, &pending.client_id);
+            // A consent that stands keeps its id, so that approving a wider scope leaves
+            // the tokens granted before it working.
+            let standing = match shared.records.get::<Consent>(CONSENTS, &key).await {
+                Ok(standing) => standing.map(|c| c.value.id).filter(|id| !id.is_empty()),
+                Err(_) => return unavailable(),
+            };
             let consent = Consent {
                 client_id: pending.client_id.clone(),
                 client_name: pending.client_name.clone(),
                 scope: pending.scope.clone(),
                 resource: pending.resource.clone(),
                 granted_at: now_millis(),
+                id: standing.unwrap_or_else(secret),
             };
             let remembered = shared
                 .records
-                .put(
-                    CONSENTS,
-                    &consent_key(user, &pending.client_id),
-                    &consent,
-                    Some(user),
-                    Write::Upsert,
-                    None,
-                )
+                .put(CONSENTS, &key, &consent, Some(user), Write::Upsert, None)
                 .await;
             if remembered.is_err() {
                 return unavailable();
             }
-            finish(&shared, &form.request, pending, &signed).await
+            finish(&shared, &form.request, pending, &signed, consent.id).await
         }
         "deny" => {
             if !matches!(
@@ -455,6 +468,7 @@ async fn finish(
     request_id: &str,
     pending: Pending,
     signed: &SignedIn,
+    consent: String,
 ) -> Response {
     match shared.records.delete(REQUESTS, request_id).await {
         Ok(true) => {}
@@ -471,6 +485,7 @@ async fn finish(
         resource: pending.resource,
         issued_at: now_millis(),
         epoch: signed.epoch.clone(),
+        consent: Some(consent),
         redeemed_into: None,
     };
     match shared

@@ -23,12 +23,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use wharf::store::{Write, after, millis, now_millis};
 
-use super::authorize::CodeGrant;
+use super::authorize::{CodeGrant, Consent, consent_key};
 use super::clients::{Client, TokenAuth};
 use super::{OAuthError, Shared};
 use crate::families::{self, Family};
 use crate::pkce::CodeChallenge;
-use crate::records::{CODES, FAMILIES, Kind, REFRESH, Versioned, digest, secret};
+use crate::records::{CODES, CONSENTS, FAMILIES, Kind, REFRESH, Versioned, digest, secret};
 
 mod assertion;
 mod revoke;
@@ -307,6 +307,7 @@ async fn redeem_code(
         user: grant.user.clone(),
         revoked: false,
         epoch: grant.epoch.clone(),
+        consent: grant.consent.clone(),
     };
     shared
         .records
@@ -321,6 +322,12 @@ async fn redeem_code(
         .await
         .map_err(OAuthError::server_error)?
         .ok_or_else(|| OAuthError::server_error("a fresh family id collided"))?;
+    // The consent is looked at once the family exists: a withdrawal is either seen here,
+    // or made after this look, and then the revocation that follows it finds the family.
+    if let Err(err) = still_consented(shared, &stored_family).await {
+        forget_family(shared, &family).await;
+        return Err(err);
+    }
     // The tokens are made (and the refresh token stored) before the code is marked: a
     // failure up to the mark leaves the code unused, so the client's retry is served
     // instead of being taken for a second redemption.
@@ -419,6 +426,7 @@ async fn refresh(
         .filter(|f| !f.value.revoked)
         .ok_or_else(|| OAuthError::invalid_grant("the refresh token has been revoked"))?;
     still_signed_in(shared, &family.value.user, &family.value.epoch).await?;
+    still_consented(shared, &family.value).await?;
     let reused = || {
         OAuthError::invalid_grant(
             "the refresh token was already used; every token issued with it is revoked",
@@ -563,6 +571,27 @@ async fn still_signed_in(shared: &Shared, user: &str, epoch: &str) -> Result<(),
     } else {
         Err(OAuthError::invalid_grant(
             "the user has been signed out since this grant was made; sign in again",
+        ))
+    }
+}
+
+/// Refuses the grants of `family` once the user has withdrawn the consent its code was
+/// issued under (on `/account`), even those made while the withdrawal was under way.
+async fn still_consented(shared: &Shared, family: &Family) -> Result<(), OAuthError> {
+    let Some(id) = &family.consent else {
+        return Ok(());
+    };
+    let key = consent_key(&family.user, &family.client_id);
+    let consent = shared
+        .records
+        .get::<Consent>(CONSENTS, &key)
+        .await
+        .map_err(OAuthError::server_error)?;
+    if consent.is_some_and(|c| c.value.id == *id) {
+        Ok(())
+    } else {
+        Err(OAuthError::invalid_grant(
+            "the user has withdrawn the consent this grant was made under; ask again",
         ))
     }
 }

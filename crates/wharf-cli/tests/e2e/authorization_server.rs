@@ -385,6 +385,22 @@ async fn a_registered_client_signs_a_user_in_and_calls_a_tool() {
     // And the access token it bought stops working, though it has not expired.
     until_refused(&server, access).await;
 
+    // A code the client got before the consent is withdrawn, redeemed after.
+    let (late_verifier, challenge) = pkce();
+    let late = authorize(
+        &browser,
+        &base,
+        &code_request(&client_id, redirect, &challenge, &[]),
+    )
+    .await;
+    let late_code = late["code"].clone();
+    let late_exchange = [
+        ("grant_type", "authorization_code"),
+        ("code", late_code.as_str()),
+        ("client_id", client_id.as_str()),
+        ("code_verifier", late_verifier.as_str()),
+    ];
+
     // The consent is remembered, and listed on the account page, where it can be revoked.
     let account = browser
         .get(&format!("{base}/account"))
@@ -411,6 +427,30 @@ async fn a_registered_client_signs_a_user_in_and_calls_a_tool() {
         .await
         .unwrap();
     assert!(!account.contains(&client_id), "{account}");
+    // What the client held when the consent went is refused, the code it had not yet
+    // redeemed too.
+    let (status, err) = token(&base, &late_exchange).await;
+    assert_eq!(
+        (status, err["error"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_grant"))
+    );
+    says(&err, "withdrawn the consent");
+    // Consenting again starts over.
+    let (verifier, challenge) = pkce();
+    let again = authorize(
+        &browser,
+        &base,
+        &code_request(&client_id, redirect, &challenge, &[]),
+    )
+    .await;
+    let exchange = [
+        ("grant_type", "authorization_code"),
+        ("code", again["code"].as_str()),
+        ("client_id", client_id.as_str()),
+        ("code_verifier", verifier.as_str()),
+    ];
+    let (status, tokens) = token(&base, &exchange).await;
+    assert_eq!(status, StatusCode::OK, "{tokens}");
 }
 
 #[tokio::test]
