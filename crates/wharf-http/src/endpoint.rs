@@ -194,7 +194,8 @@ async fn serve(
         Err(reply) => return reply_error(auth, &reply),
     };
     if admitted.is_stream() {
-        return stream(state, admitted);
+        // Boxed: its waits are not part of the state every request's future carries.
+        return Box::pin(stream(state, admitted)).await;
     }
     // Boxed so the handler future axum boxes and moves stays small.
     match Box::pin(admitted.respond()).await {
@@ -266,19 +267,60 @@ async fn read_long_way(
 /// may be quiet for long). A listen stream is pulled straight from its subscription as the
 /// response is written; any other request runs on its own task, and when the client closes
 /// the stream the guard cancels it.
-fn stream(state: &Arc<AppState>, admitted: Admitted) -> Response {
+///
+/// The head of a call's stream waits for the first thing the stream would carry: a
+/// notification, the response, or the first keep-alive. A call that ends before sending
+/// anything is answered alone, so a refusal raised while it ran (-32021 when its handler
+/// asks for a capability the client lacks, 503 for a busy store) keeps the status it calls
+/// for instead of travelling inside a 200 stream.
+async fn stream(state: &Arc<AppState>, admitted: Admitted) -> Response {
     if admitted.request().is_listen() {
         return sse(state, admitted.listen_stream().map(event));
     }
-    let (tx, rx) = mpsc::channel::<Vec<u8>>(32);
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(32);
     let cancel = CancellationToken::new();
     let guard = cancel.clone().drop_guard();
-    tokio::spawn(admitted.stream(tx, cancel));
+    let task = tokio::spawn(admitted.stream_then(tx, cancel));
+    let first = tokio::select! {
+        // `None`: the call ended (its outbox is gone) without a notification.
+        first = rx.recv() => match first {
+            Some(message) => Some(message),
+            None => return alone(state, task).await,
+        },
+        () = tokio::time::sleep(state.config.keep_alive) => None,
+    };
+    let last = async move {
+        match task.await {
+            Ok(Some(response)) => Some(response.unwrap_or_else(|e| e.to_message())),
+            // Cancelled (the stream is gone), or the task failed: nothing more to send.
+            _ => None,
+        }
+    };
+    let messages = futures_util::stream::iter(first)
+        .chain(ReceiverStream::new(rx))
+        .chain(futures_util::stream::once(last).filter_map(std::future::ready));
     sse(
         state,
-        ReceiverStream::new(rx).map(move |m| {
+        messages.map(move |m| {
             let _keep = &guard;
             event(m)
         }),
     )
+}
+
+/// The answer of a streamed call that ended before it sent anything: its response as the
+/// stream's one event, or its refusal as JSON with the refusal's status.
+async fn alone(
+    state: &Arc<AppState>,
+    task: tokio::task::JoinHandle<Option<Result<Vec<u8>, wharf::ErrorReply>>>,
+) -> Response {
+    match task.await {
+        Ok(Some(Ok(response))) => sse(state, futures_util::stream::once(async { event(response) })),
+        Ok(Some(Err(reply))) => reply_error(state.config.auth.as_ref(), &reply),
+        // Nothing cancels the call while this waits; a task that failed answered nothing.
+        Ok(None) | Err(_) => {
+            let e = RpcError::internal("the call ended without a response");
+            error_response(None, &e)
+        }
+    }
 }

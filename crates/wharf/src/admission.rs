@@ -278,17 +278,32 @@ impl Admitted {
     /// notifications, and its final response when the server drains or shuts down). Once `cancel`
     /// fires the work stops at its next await and nothing more is sent.
     pub async fn stream(self, outbox: Outbox, cancel: CancellationToken) {
+        let last = outbox.clone();
+        if let Some(response) = self.stream_then(outbox, cancel).await {
+            let _ = last.send(response.unwrap_or_else(|e| e.to_message())).await;
+        }
+    }
+
+    /// [`stream`](Self::stream), except that the response is returned rather than sent,
+    /// once every notification is: a transport that has not begun its answer yet can then
+    /// still give a refusal the status it calls for (an HTTP 400 for -32021, say). `None`
+    /// when `cancel` fired, and for a listen stream, whose messages all go to `outbox`.
+    pub async fn stream_then(
+        self,
+        outbox: Outbox,
+        cancel: CancellationToken,
+    ) -> Option<Result<Vec<u8>, ErrorReply>> {
         if self.req.is_listen() {
             let mut messages = self.listen_stream();
             use futures_util::StreamExt as _;
             loop {
                 tokio::select! {
                     biased;
-                    () = cancel.cancelled() => return,
+                    () = cancel.cancelled() => return None,
                     next = messages.next() => match next {
                         // The receiver is gone only when the stream closed.
-                        Some(m) => if outbox.send(m).await.is_err() { return },
-                        None => return,
+                        Some(m) => if outbox.send(m).await.is_err() { return None },
+                        None => return None,
                     },
                 }
             }
@@ -297,17 +312,16 @@ impl Admitted {
         let caller = Caller {
             principal: self.principal,
             cancel: Some(cancel.clone()),
-            outbox: Some(outbox.clone()),
+            outbox: Some(outbox),
             outcome: None,
             progress_floor: None,
         };
         let counted = Counted::new(self.span, self.timer);
         let outcome = counted.run(&self.core, self.req, caller).await;
         if cancel.is_cancelled() {
-            return;
+            return None;
         }
-        let last = outcome.unwrap_or_else(|e| error_message(Some(&id), &e));
-        let _ = outbox.send(last).await;
+        Some(outcome.map_err(|e| ErrorReply::new(Some(id), e)))
     }
 }
 

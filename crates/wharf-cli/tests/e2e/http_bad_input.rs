@@ -575,6 +575,20 @@ async fn refusals_keep_their_status_when_a_stream_was_asked_for() {
     )
     .await;
     assert_error(&r, 400, -32021, Some(json!("refused-8")));
+    // Refused once the handler runs (it asks for an elicitation the client cannot answer),
+    // before the stream sent anything: the same 400, not a 200 stream carrying the error.
+    let mut m = meta();
+    m["progressToken"] = json!("p");
+    let body = json!({ "jsonrpc": "2.0", "id": "refused-9", "method": "tools/call",
+        "params": { "_meta": m, "name": "test_elicitation", "arguments": { "message": "x" } } });
+    let r = post_std(
+        &server,
+        "tools/call",
+        body,
+        &[("mcp-name", "test_elicitation")],
+    )
+    .await;
+    assert_error(&r, 400, -32021, Some(json!("refused-9")));
     let mut m = meta();
     m["io.modelcontextprotocol/protocolVersion"] = json!("2025-01-01");
     m["progressToken"] = json!(1);
