@@ -366,6 +366,18 @@ async fn sessions_follow_the_lifecycle_and_belong_to_their_principal() {
         "{}",
         reply.body
     );
+    // A mirrored header that is sent must match the body, for the methods a session
+    // answers at once too.
+    let ping = session.message("ping", json!({}));
+    let mut headers = client.headers_for("tools/list", &json!({}));
+    headers.insert("mcp-session-id", session.id().unwrap().parse().unwrap());
+    headers.insert("mcp-protocol-version", session.version().parse().unwrap());
+    let reply = client
+        .send_raw(ping.to_string().into_bytes(), headers)
+        .await
+        .unwrap();
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert_eq!(reply.error_code(), Some(-32020), "{}", reply.body);
     // A version after the legacy ones that this server does not know is refused as that,
     // with the versions it supports, whatever session id comes with it.
     let later = "2027-01-01";
