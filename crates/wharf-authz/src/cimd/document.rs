@@ -27,6 +27,10 @@ pub struct ClientMetadata {
     pub auth: ClientAuth,
     /// The scopes the client says it may ask for, if it says.
     pub scope: Option<String>,
+    /// Whether it may use refresh tokens: its `grant_types` name `refresh_token`, or it
+    /// names none (RFC 7591 §2's default is `authorization_code` alone, but MCP clients
+    /// that omit the field expect refresh tokens, as before).
+    pub refresh: bool,
 }
 
 /// How a metadata-document client authenticates at the token endpoint.
@@ -162,7 +166,8 @@ impl ClientMetadata {
             }
         }
         let auth = auth(&doc)?;
-        if let Some(grants) = strings(&doc, "grant_types")? {
+        let grants = strings(&doc, "grant_types")?;
+        if let Some(grants) = &grants {
             if let Some(other) = grants
                 .iter()
                 .find(|g| !matches!(g.as_str(), "authorization_code" | "refresh_token"))
@@ -173,6 +178,7 @@ impl ClientMetadata {
                 });
             }
         }
+        let refresh = grants.is_none_or(|g| g.iter().any(|g| g == "refresh_token"));
         if let Some(types) = strings(&doc, "response_types")? {
             if let Some(other) = types.iter().find(|t| *t != "code") {
                 return Err(DocumentError::UnsupportedFlow {
@@ -188,6 +194,7 @@ impl ClientMetadata {
             redirect_uris,
             auth,
             scope: string(&doc, "scope")?,
+            refresh,
         })
     }
 }
@@ -285,6 +292,15 @@ mod tests {
             client.client_uri.as_deref(),
             Some("https://app.example.com")
         );
+    }
+
+    #[test]
+    fn refresh_tokens_are_for_clients_that_name_the_grant_or_none() {
+        assert!(parse(minimal()).unwrap().refresh);
+        let both = json!(["authorization_code", "refresh_token"]);
+        assert!(parse(with("grant_types", both)).unwrap().refresh);
+        let code_only = json!(["authorization_code"]);
+        assert!(!parse(with("grant_types", code_only)).unwrap().refresh);
     }
 
     #[test]

@@ -55,6 +55,10 @@ pub(crate) struct Registered {
     pub(crate) auth: TokenAuth,
     pub(crate) scope: Option<String>,
     pub(crate) issued_at: i64,
+    /// The `grant_types` it registered; `None` (as for registrations from before they were
+    /// kept) means both this server supports.
+    #[serde(default)]
+    pub(crate) grant_types: Option<Vec<String>>,
 }
 
 /// A client, however it is known.
@@ -72,6 +76,8 @@ pub(crate) struct Client {
     pub(crate) scope: Option<String>,
     /// Its registration as read, for a registered client: what keeping it rewrites.
     pub(crate) registration: Option<Versioned<Registered>>,
+    /// Whether it may use the `refresh_token` grant, and is given refresh tokens.
+    pub(crate) refresh: bool,
 }
 
 /// A cached document: its body, re-checked when read.
@@ -143,6 +149,9 @@ impl Shared {
             auth: registered.auth,
             document_host: None,
             scope: registered.scope,
+            refresh: registered
+                .grant_types
+                .is_none_or(|g| g.iter().any(|g| g == "refresh_token")),
             registration: Some(registration),
         })
     }
@@ -224,6 +233,7 @@ impl Shared {
             auth,
             document_host: Some(url.host().to_owned()),
             scope: metadata.scope,
+            refresh: metadata.refresh,
             registration: None,
         })
     }

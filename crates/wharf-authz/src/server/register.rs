@@ -113,6 +113,23 @@ async fn registered(shared: &Shared, body: &[u8]) -> Result<Response, OAuthError
                 ),
             ));
         }
+        // A token is only ever first issued for a code here.
+        if !grants.iter().any(|g| g == "authorization_code") {
+            return Err(invalid(
+                "invalid_client_metadata",
+                "grant_types must include authorization_code, the only grant that issues a first token here",
+            ));
+        }
+    }
+    // Registered as asked, each once; both when it names none.
+    let mut grant_types: Vec<String> = Vec::new();
+    for grant in request.grant_types.iter().flatten() {
+        if !grant_types.contains(grant) {
+            grant_types.push(grant.clone());
+        }
+    }
+    if grant_types.is_empty() {
+        grant_types = vec!["authorization_code".into(), "refresh_token".into()];
     }
     if let Some(types) = &request.response_types {
         if types.iter().any(|t| t != "code") {
@@ -162,6 +179,7 @@ async fn registered(shared: &Shared, body: &[u8]) -> Result<Response, OAuthError
         auth: auth.clone(),
         scope: scope.clone(),
         issued_at,
+        grant_types: Some(grant_types.clone()),
     };
     let created = shared
         .records
@@ -177,7 +195,7 @@ async fn registered(shared: &Shared, body: &[u8]) -> Result<Response, OAuthError
         "redirect_uris": redirect_uris,
         "application_type": application_type.as_str(),
         "token_endpoint_auth_method": auth.method(),
-        "grant_types": request.grant_types.unwrap_or_else(|| vec!["authorization_code".into(), "refresh_token".into()]),
+        "grant_types": grant_types,
         "response_types": ["code"],
     });
     if let Some(name) = request.client_name {

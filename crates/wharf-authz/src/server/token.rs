@@ -155,6 +155,13 @@ async fn exchange(
     let client = authenticate(shared, headers, &form).await?;
     let issued = match form.grant_type.as_deref() {
         Some("authorization_code") => redeem_code(shared, &client, &form).await?,
+        Some("refresh_token") if !client.refresh => {
+            return Err(OAuthError::new(
+                axum::http::StatusCode::BAD_REQUEST,
+                "unauthorized_client",
+                "this client's grant_types do not include refresh_token",
+            ));
+        }
         Some("refresh_token") => refresh(shared, &client, &form).await?,
         Some(other) => {
             return Err(OAuthError::new(
@@ -633,7 +640,8 @@ struct Claims<'a> {
 /// response may go out once the grant they replace is spent.
 struct Prepared {
     access_token: String,
-    refresh_token: String,
+    /// `None` for a client that does not use refresh tokens.
+    refresh_token: Option<String>,
     expires_in: u64,
     scope: String,
 }
@@ -642,9 +650,12 @@ impl Prepared {
     /// Removes the stored refresh token of tokens that will not be handed out. Best effort:
     /// a record left behind is for a secret nobody holds, and expires.
     async fn discard(self, shared: &Shared) {
+        let Some(refresh_token) = self.refresh_token else {
+            return;
+        };
         if let Err(err) = shared
             .records
-            .delete(REFRESH, &digest(&self.refresh_token))
+            .delete(REFRESH, &digest(&refresh_token))
             .await
         {
             tracing::warn!(error = %err, "an unissued refresh token's record was not removed");
@@ -652,13 +663,15 @@ impl Prepared {
     }
 
     fn into_response(self) -> Response {
-        let body = json!({
+        let mut body = json!({
             "access_token": self.access_token,
             "token_type": "Bearer",
             "expires_in": self.expires_in,
-            "refresh_token": self.refresh_token,
             "scope": self.scope,
         });
+        if let Some(refresh_token) = self.refresh_token {
+            body["refresh_token"] = json!(refresh_token);
+        }
         let mut response = Json(body).into_response();
         let headers = response.headers_mut();
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -667,7 +680,8 @@ impl Prepared {
     }
 }
 
-/// Signs an access token and stores a new refresh token, both of `family`.
+/// Signs an access token and, for a client that uses them, stores a new refresh token,
+/// both of `family`.
 async fn prepare(
     shared: &Shared,
     client: &Client,
@@ -699,6 +713,14 @@ async fn prepare(
     header.typ = Some(crate::keys::ACCESS_TOKEN_TYPE.to_owned());
     let access_token =
         jsonwebtoken::encode(&header, &claims, &key.encoding).map_err(OAuthError::server_error)?;
+    if !client.refresh {
+        return Ok(Prepared {
+            access_token,
+            refresh_token: None,
+            expires_in: ttl,
+            scope: scope.to_owned(),
+        });
+    }
     let refresh_token = secret();
     let record = Refresh {
         family: family.to_owned(),
@@ -724,7 +746,7 @@ async fn prepare(
         .ok_or_else(|| OAuthError::server_error("a fresh refresh token collided"))?;
     Ok(Prepared {
         access_token,
-        refresh_token,
+        refresh_token: Some(refresh_token),
         expires_in: ttl,
         scope: scope.to_owned(),
     })

@@ -1280,6 +1280,53 @@ async fn a_client_that_asks_for_no_scope_gets_what_it_registered() {
     assert_eq!(tokens["scope"], "datasets:read datasets:write");
 }
 
+/// A client gets the grants it registered: one that names only `authorization_code` is
+/// given no refresh token and may not refresh; one that could never get a first token is
+/// not registered.
+#[tokio::test]
+async fn a_client_gets_the_grant_types_it_registered() {
+    let server = server(&sqlite_url(&unique("authz-grants")), &[]);
+    let base = server.origin();
+    let redirect = "http://127.0.0.1:33426/callback";
+    let only_refresh = reqwest::Client::new()
+        .post(format!("{base}/register"))
+        .json(
+            &json!({"redirect_uris": [redirect], "application_type": "native",
+            "token_endpoint_auth_method": "none", "grant_types": ["refresh_token"]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(only_refresh.status(), StatusCode::BAD_REQUEST);
+    let body: Value = only_refresh.json().await.unwrap();
+    assert_eq!(body["error"], "invalid_client_metadata");
+    says(&body, "must include authorization_code");
+
+    let grants = json!({"grant_types": ["authorization_code", "authorization_code"]});
+    let registered = registration(&base, redirect, grants).await;
+    assert_eq!(registered["grant_types"], json!(["authorization_code"]));
+    let client_id = registered["client_id"].as_str().unwrap();
+    let (verifier, challenge) = pkce();
+    let answer = authorize(
+        &Browser::new(),
+        &base,
+        &code_request(client_id, redirect, &challenge, &[]),
+    )
+    .await;
+    let (status, tokens) = redeem(&base, &answer["code"], client_id, &verifier, &[]).await;
+    assert_eq!(status, StatusCode::OK, "{tokens}");
+    assert!(tokens.get("refresh_token").is_none(), "{tokens}");
+    assert_eq!(
+        tools_list(&server, tokens["access_token"].as_str().unwrap()).await,
+        None
+    );
+    let (status, err) = refresh(&base, client_id, "any").await;
+    assert_eq!(
+        (status, err["error"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("unauthorized_client"))
+    );
+}
+
 #[tokio::test]
 async fn a_flow_continues_on_another_replica() {
     let store = common::import::pg_url();
