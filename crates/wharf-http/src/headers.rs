@@ -32,13 +32,28 @@ fn decoded<'a>(value: &'a [u8], display: &str) -> Result<Cow<'a, str>, RpcError>
 
 /// Whether the `MCP-Protocol-Version` header names a revision after the legacy ones (a
 /// legacy client sends its session's version, or none): a supported stateless revision, or
-/// one this server does not know, which the stateless path refuses with the versions it
-/// supports rather than as an unknown session.
+/// a later date this server does not know, which the stateless path refuses with the
+/// versions it supports rather than as an unknown session. Anything else (empty, not a
+/// date) stays with the session, which names the mismatch.
 pub(crate) fn is_modern(headers: &RequestHeaders<'_>) -> bool {
-    headers
-        .protocol_version
-        .text()
-        .is_some_and(|v| !wharf_protocol::version::is_legacy(v.trim()))
+    headers.protocol_version.text().is_some_and(|v| {
+        let v = v.trim();
+        wharf_protocol::version::is_supported(v) || is_later_revision(v)
+    })
+}
+
+/// A revision name (`YYYY-MM-DD`) later than every legacy revision.
+fn is_later_revision(v: &str) -> bool {
+    let is_date = v.len() == 10
+        && v.bytes().enumerate().all(|(i, b)| match i {
+            4 | 7 => b == b'-',
+            _ => b.is_ascii_digit(),
+        });
+    // Dates of one shape compare as text.
+    is_date
+        && wharf_protocol::version::LEGACY
+            .iter()
+            .all(|legacy| v > *legacy)
 }
 
 /// Checks every mirrored header of `req` against its body.
@@ -156,4 +171,25 @@ fn mirrored<'a>(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_later_revision;
+
+    #[test]
+    fn only_a_later_date_counts_as_a_later_revision() {
+        assert!(is_later_revision("2027-01-01"));
+        assert!(is_later_revision("2026-07-28"));
+        for v in [
+            "2025-11-25",
+            "2024-11-05",
+            "",
+            "garbage",
+            "2027-1-01",
+            "2027-01-0x",
+        ] {
+            assert!(!is_later_revision(v), "{v:?}");
+        }
+    }
 }

@@ -61,6 +61,14 @@ pub(crate) async fn post(
     envelope: Envelope<'_>,
     principal: Principal,
 ) -> Response {
+    // That era defines no mirrored headers, but one that is sent must match the body (a
+    // gateway may route on it), for the methods answered at once too; checked before the
+    // session is resumed, since only a request that may go on keeps it alive.
+    if let Some(method) = envelope.method.as_deref() {
+        if let Err(e) = crate::headers::method_mirrored(headers, method, false) {
+            return error_with_status(StatusCode::BAD_REQUEST, envelope.id.as_ref(), &e);
+        }
+    }
     let mut session = match resume(state, headers.map, envelope.id.as_ref(), &principal).await {
         Ok(s) => s,
         Err(refused) => return *refused,
@@ -82,11 +90,6 @@ pub(crate) async fn post(
             Err(e) => error_with_status(StatusCode::BAD_REQUEST, None, &e),
         };
     };
-    // That era defines no mirrored headers, but one that is sent must match the body (a
-    // gateway may route on it), for the methods answered at once too.
-    if let Err(e) = crate::headers::method_mirrored(headers, method, false) {
-        return error_with_status(StatusCode::BAD_REQUEST, envelope.id.as_ref(), &e);
-    }
     let Some(id) = envelope.id else {
         return match sessions.notify(&session, method, envelope.params).await {
             Ok(()) => StatusCode::ACCEPTED.into_response(),

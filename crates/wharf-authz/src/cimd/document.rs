@@ -112,6 +112,11 @@ pub enum DocumentError {
         /// The value refused.
         value: String,
     },
+    /// `grant_types` without `authorization_code`.
+    #[error(
+        "the document's grant_types must include authorization_code, the only grant that issues a first token here"
+    )]
+    NoAuthorizationCode,
 }
 
 impl ClientMetadata {
@@ -177,6 +182,13 @@ impl ClientMetadata {
                     value: other.clone(),
                 });
             }
+        }
+        // A token is only ever first issued for a code here, as at registration.
+        if grants
+            .as_ref()
+            .is_some_and(|g| !g.iter().any(|g| g == "authorization_code"))
+        {
+            return Err(DocumentError::NoAuthorizationCode);
         }
         let refresh = grants.is_none_or(|g| g.iter().any(|g| g == "refresh_token"));
         if let Some(types) = strings(&doc, "response_types")? {
@@ -301,6 +313,9 @@ mod tests {
         assert!(parse(with("grant_types", both)).unwrap().refresh);
         let code_only = json!(["authorization_code"]);
         assert!(!parse(with("grant_types", code_only)).unwrap().refresh);
+        let no_code = json!(["refresh_token"]);
+        let err = parse(with("grant_types", no_code)).unwrap_err();
+        assert!(err.to_string().contains("grant_types"), "{err}");
     }
 
     #[test]
