@@ -61,6 +61,12 @@ pub(crate) const CONSENTS: Kind = Kind {
     namespace: "authz-consent",
     ttl: Some(Duration::from_secs(365 * 24 * 3600)),
 };
+pub(crate) const WITHDRAWN_CONSENTS: Kind = Kind {
+    namespace: "authz-withdrawn-consent",
+    // Written with an expiry past the life of any refresh token issued under the consent
+    // (see `account::revoke`); this is the longest.
+    ttl: Some(Duration::from_secs(400 * 24 * 3600)),
+};
 pub(crate) const USERS: Kind = Kind {
     namespace: "authz-user",
     ttl: None,

@@ -11,7 +11,9 @@ use wharf::store::{Millis, Write, now_millis};
 
 use crate::attempts::{self, Turn};
 use crate::families;
-use crate::records::{CONSENTS, DEVICES, RecordError, Records, SESSIONS, USERS, secret};
+use crate::records::{
+    CONSENTS, DEVICES, RecordError, Records, SESSIONS, USERS, WITHDRAWN_CONSENTS, secret,
+};
 
 /// The longest user name.
 const MAX_NAME: usize = 64;
@@ -269,6 +271,10 @@ impl Users {
         let existed = self.records.delete(USERS, name).await?;
         self.sign_out_everywhere(name).await?;
         self.records.delete_of_owner(CONSENTS, name).await?;
+        // What its grants were checked against goes too: the epoch refuses them now.
+        self.records
+            .delete_of_owner(WITHDRAWN_CONSENTS, name)
+            .await?;
         attempts::forget(&self.records, name).await?;
         if existed {
             Ok(())

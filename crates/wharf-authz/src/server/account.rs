@@ -5,12 +5,13 @@ use std::sync::Arc;
 use axum::extract::{Form, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use wharf::store::{Millis, Write, after, now_millis};
 
 use super::authorize::{Consent, consent_key, signed_in_user};
 use super::html::{self, escape, hidden};
 use super::{Shared, constant_eq, cookies};
-use crate::records::{CONSENTS, digest};
+use crate::records::{CONSENTS, RecordError, WITHDRAWN_CONSENTS, digest};
 
 /// `GET /account`: the remembered consents.
 pub(crate) async fn account(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
@@ -81,12 +82,13 @@ pub(crate) async fn revoke(
         );
     }
     // Forgetting the consent is not enough: what the client already holds stops working too.
-    let forgotten = shared
-        .records
-        .delete(CONSENTS, &consent_key(&user, &form.client_id))
-        .await;
+    // Its id is marked withdrawn first, so that a code or grant made under it is refused
+    // from then on, and one made before the mark is found by the revocation after it.
+    let key = consent_key(&user, &form.client_id);
+    let withdrawn = withdraw(&shared, &user, &key).await;
+    let forgotten = shared.records.delete(CONSENTS, &key).await;
     let revoked = super::token::revoke_client(&shared, &user, &form.client_id).await;
-    if forgotten.is_err() || revoked.is_err() {
+    if withdrawn.is_err() || forgotten.is_err() || revoked.is_err() {
         return html::error(
             StatusCode::SERVICE_UNAVAILABLE,
             "Unavailable",
@@ -94,6 +96,56 @@ pub(crate) async fn revoke(
         );
     }
     Redirect::to("/account").into_response()
+}
+
+/// A consent withdrawn: its id, kept while grants made under it could still be refreshed.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Withdrawn {
+    pub(crate) client_id: String,
+    pub(crate) at: Millis,
+}
+
+/// Marks the id of `user`'s consent under `key` withdrawn (one from before consents had
+/// ids has none to mark: the revocation of its families is all there is).
+async fn withdraw(shared: &Shared, user: &str, key: &str) -> Result<(), RecordError> {
+    let Some(consent) = shared.records.get::<Consent>(CONSENTS, key).await? else {
+        return Ok(());
+    };
+    if consent.value.id.is_empty() {
+        return Ok(());
+    }
+    let now = now_millis();
+    let day = std::time::Duration::from_secs(24 * 3600);
+    let until = after(now, shared.config.refresh_token_ttl.saturating_add(day));
+    let withdrawn = Withdrawn {
+        client_id: consent.value.client_id,
+        at: now,
+    };
+    shared
+        .records
+        .put(
+            WITHDRAWN_CONSENTS,
+            &consent.value.id,
+            &withdrawn,
+            Some(user),
+            Write::Upsert,
+            Some(until),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Whether consent `id` was withdrawn (an empty id, from before consents had ids, never
+/// was).
+pub(crate) async fn is_withdrawn(shared: &Shared, id: &str) -> Result<bool, RecordError> {
+    if id.is_empty() {
+        return Ok(false);
+    }
+    let found = shared
+        .records
+        .get::<Withdrawn>(WITHDRAWN_CONSENTS, id)
+        .await?;
+    Ok(found.is_some())
 }
 
 /// The signed-in user and the CSRF token of their session (derived from the session

@@ -68,8 +68,9 @@ pub(crate) struct Consent {
     pub(crate) resource: String,
     pub(crate) granted_at: Millis,
     /// A random id given when the user first consents, kept while the consent stands (a
-    /// wider scope approved later included) and gone with it: the codes and token families
-    /// made under it carry it, and are refused once it is not the client's consent any more.
+    /// wider scope approved later included): the codes and token families made under it
+    /// carry it, and are refused once it is withdrawn (see `account::revoke`), however long
+    /// the consent record itself lives.
     #[serde(default)]
     pub(crate) id: String,
 }
@@ -422,10 +423,18 @@ pub(crate) async fn consent(
         "approve" => {
             let key = consent_key(user, &pending.client_id);
             // A consent that stands keeps its id, so that approving a wider scope leaves
-            // the tokens granted before it working.
+            // the tokens granted before it working; one withdrawn meanwhile does not.
             let standing = match shared.records.get::<Consent>(CONSENTS, &key).await {
                 Ok(standing) => standing.map(|c| c.value.id).filter(|id| !id.is_empty()),
                 Err(_) => return unavailable(),
+            };
+            let standing = match standing {
+                Some(id) => match super::account::is_withdrawn(&shared, &id).await {
+                    Ok(false) => Some(id),
+                    Ok(true) => None,
+                    Err(_) => return unavailable(),
+                },
+                None => None,
             };
             let consent = Consent {
                 client_id: pending.client_id.clone(),
@@ -485,7 +494,8 @@ async fn finish(
         resource: pending.resource,
         issued_at: now_millis(),
         epoch: signed.epoch.clone(),
-        consent: Some(consent),
+        // Consents from before they had ids have an empty one: nothing to check later.
+        consent: Some(consent).filter(|id| !id.is_empty()),
         redeemed_into: None,
     };
     match shared

@@ -23,12 +23,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use wharf::store::{Write, after, millis, now_millis};
 
-use super::authorize::{CodeGrant, Consent, consent_key};
+use super::account::is_withdrawn;
+use super::authorize::CodeGrant;
 use super::clients::{Client, TokenAuth};
 use super::{OAuthError, Shared};
 use crate::families::{self, Family};
 use crate::pkce::CodeChallenge;
-use crate::records::{CODES, CONSENTS, FAMILIES, Kind, REFRESH, Versioned, digest, secret};
+use crate::records::{CODES, FAMILIES, Kind, REFRESH, Versioned, digest, secret};
 
 mod assertion;
 mod revoke;
@@ -588,18 +589,15 @@ async fn still_consented(shared: &Shared, family: &Family) -> Result<(), OAuthEr
     let Some(id) = &family.consent else {
         return Ok(());
     };
-    let key = consent_key(&family.user, &family.client_id);
-    let consent = shared
-        .records
-        .get::<Consent>(CONSENTS, &key)
+    let withdrawn = is_withdrawn(shared, id)
         .await
         .map_err(OAuthError::server_error)?;
-    if consent.is_some_and(|c| c.value.id == *id) {
-        Ok(())
-    } else {
+    if withdrawn {
         Err(OAuthError::invalid_grant(
             "the user has withdrawn the consent this grant was made under; ask again",
         ))
+    } else {
+        Ok(())
     }
 }
 

@@ -539,6 +539,17 @@ async fn refresh_tokens_rotate_and_a_reused_one_revokes_its_family() {
     let grant = grant(&base, "http://127.0.0.1:33420/callback").await;
     let (_, first) = grant.redeem(&base).await;
     let r1 = first["refresh_token"].as_str().unwrap();
+    // A consent record that has expired (gone from the store) is not a withdrawal: the
+    // grant made under it goes on.
+    let pool = sqlx::SqlitePool::connect(&format!("{store}?mode=rw"))
+        .await
+        .unwrap();
+    let expired = sqlx::query("DELETE FROM wharf_records WHERE namespace = 'authz-consent'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(expired.rows_affected(), 1);
+    pool.close().await;
     // Parameters sent without a value are as if omitted (RFC 6749 §3.2): the same scope
     // and resource as before, not none.
     let form = [
