@@ -11,7 +11,6 @@ use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use wharf::{Admitted, ErrorKind, ParsedRequest, Principal, RpcError};
 use wharf_protocol::Envelope;
@@ -268,11 +267,11 @@ async fn read_long_way(
 /// response is written; any other request runs on its own task, and when the client closes
 /// the stream the guard cancels it.
 ///
-/// The head of a call's stream waits for the first thing the stream would carry: a
-/// notification, the response, or the first keep-alive. A call that ends before sending
-/// anything is answered alone, so a refusal raised while it ran (-32021 when its handler
-/// asks for a capability the client lacks, 503 for a busy store) keeps the status it calls
-/// for instead of travelling inside a 200 stream.
+/// The head of a call's stream waits a moment ([`HEAD_WAIT`]) for the first thing the
+/// stream would carry. A call that ends in that moment without a notification is answered
+/// alone, so a refusal raised early while it ran (-32021 when its handler asks for a
+/// capability the client lacks, 503 for a busy store) keeps the status it calls for instead
+/// of travelling inside a 200 stream.
 async fn stream(state: &Arc<AppState>, admitted: Admitted) -> Response {
     if admitted.request().is_listen() {
         return sse(state, admitted.listen_stream().map(event));
@@ -280,25 +279,18 @@ async fn stream(state: &Arc<AppState>, admitted: Admitted) -> Response {
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(32);
     let cancel = CancellationToken::new();
     let guard = cancel.clone().drop_guard();
-    let task = tokio::spawn(admitted.stream_then(tx, cancel));
-    let first = tokio::select! {
-        // `None`: the call ended (its outbox is gone) without a notification.
-        first = rx.recv() => match first {
-            Some(message) => Some(message),
-            None => return alone(state, task).await,
+    let mut task = tokio::spawn(admitted.stream_then(tx, cancel));
+    let wait = HEAD_WAIT.min(state.config.keep_alive);
+    let start = tokio::select! {
+        biased;
+        Some(first) = rx.recv() => Phase::Running(task, Some(first)),
+        ended = &mut task => match rx.try_recv() {
+            Ok(first) => Phase::Ending(last_message(ended), Some(first)),
+            Err(_) => return alone(state, ended),
         },
-        () = tokio::time::sleep(state.config.keep_alive) => None,
+        () = tokio::time::sleep(wait) => Phase::Running(task, None),
     };
-    let last = async move {
-        match task.await {
-            Ok(Some(response)) => Some(response.unwrap_or_else(|e| e.to_message())),
-            // Cancelled (the stream is gone), or the task failed: nothing more to send.
-            _ => None,
-        }
-    };
-    let messages = futures_util::stream::iter(first)
-        .chain(ReceiverStream::new(rx))
-        .chain(futures_util::stream::once(last).filter_map(std::future::ready));
+    let messages = futures_util::stream::unfold((start, rx), next_message);
     sse(
         state,
         messages.map(move |m| {
@@ -308,13 +300,67 @@ async fn stream(state: &Arc<AppState>, admitted: Admitted) -> Response {
     )
 }
 
+/// How long the head of a call's stream waits for its first message (see [`stream`]).
+const HEAD_WAIT: Duration = Duration::from_millis(500);
+
+/// What a streamed call's task gives back: its response, or nothing once cancelled.
+type Ended = Result<Option<Result<Vec<u8>, wharf::ErrorReply>>, tokio::task::JoinError>;
+
+/// Where a call's stream stands, with a message it already holds to send first.
+enum Phase {
+    /// The call runs: its notifications go out as they come.
+    Running(
+        tokio::task::JoinHandle<Option<Result<Vec<u8>, wharf::ErrorReply>>>,
+        Option<Vec<u8>>,
+    ),
+    /// The call ended: what it sent before it ended goes out, then its response.
+    Ending(Option<Vec<u8>>, Option<Vec<u8>>),
+    /// The response went out.
+    Done,
+}
+
+/// The next message of a call's stream. Its response goes out as soon as the call ends,
+/// after the notifications the call sent before that; what is sent later (a progress
+/// update still being flushed, a task the handler left running) is not: nothing follows
+/// the response.
+async fn next_message(
+    (phase, mut rx): (Phase, mpsc::Receiver<Vec<u8>>),
+) -> Option<(Vec<u8>, (Phase, mpsc::Receiver<Vec<u8>>))> {
+    match phase {
+        Phase::Running(task, Some(held)) => Some((held, (Phase::Running(task, None), rx))),
+        Phase::Ending(last, Some(held)) => Some((held, (Phase::Ending(last, None), rx))),
+        Phase::Running(mut task, None) => tokio::select! {
+            biased;
+            Some(message) = rx.recv() => Some((message, (Phase::Running(task, None), rx))),
+            ended = &mut task => {
+                let last = last_message(ended);
+                match rx.try_recv() {
+                    Ok(message) => Some((message, (Phase::Ending(last, None), rx))),
+                    Err(_) => last.map(|last| (last, (Phase::Done, rx))),
+                }
+            }
+        },
+        Phase::Ending(last, None) => match rx.try_recv() {
+            Ok(message) => Some((message, (Phase::Ending(last, None), rx))),
+            Err(_) => last.map(|last| (last, (Phase::Done, rx))),
+        },
+        Phase::Done => None,
+    }
+}
+
+/// The response message of a call that ended; `None` when it was cancelled (the stream is
+/// gone) or its task failed.
+fn last_message(ended: Ended) -> Option<Vec<u8>> {
+    match ended {
+        Ok(Some(response)) => Some(response.unwrap_or_else(|e| e.to_message())),
+        _ => None,
+    }
+}
+
 /// The answer of a streamed call that ended before it sent anything: its response as the
 /// stream's one event, or its refusal as JSON with the refusal's status.
-async fn alone(
-    state: &Arc<AppState>,
-    task: tokio::task::JoinHandle<Option<Result<Vec<u8>, wharf::ErrorReply>>>,
-) -> Response {
-    match task.await {
+fn alone(state: &Arc<AppState>, ended: Ended) -> Response {
+    match ended {
         Ok(Some(Ok(response))) => sse(state, futures_util::stream::once(async { event(response) })),
         Ok(Some(Err(reply))) => reply_error(state.config.auth.as_ref(), &reply),
         // Nothing cancels the call while this waits; a task that failed answered nothing.
@@ -322,5 +368,37 @@ async fn alone(
             let e = RpcError::internal("the call ended without a response");
             error_response(None, &e)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::StreamExt as _;
+    use tokio::sync::mpsc;
+
+    use super::{Phase, next_message};
+
+    /// The response follows the notifications sent before it and ends the stream, though a
+    /// sender is still held (a progress update being flushed, a task the handler left
+    /// running): it neither holds the response back nor is heard after it.
+    #[tokio::test]
+    async fn the_response_ends_the_stream_whoever_still_holds_a_sender() {
+        let (tx, rx) = mpsc::channel(8);
+        let lingering = tx.clone();
+        tx.send(b"n1".to_vec()).await.unwrap();
+        let task = tokio::spawn(async move {
+            tx.send(b"n2".to_vec()).await.unwrap();
+            Some(Ok(b"last".to_vec()))
+        });
+        let stream = futures_util::stream::unfold((Phase::Running(task, None), rx), next_message);
+        // Bounded only so that a regression fails instead of hanging.
+        let all = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            stream.collect::<Vec<_>>(),
+        )
+        .await
+        .expect("the stream ended");
+        assert_eq!(all, [b"n1".to_vec(), b"n2".to_vec(), b"last".to_vec()]);
+        lingering.send(b"late".to_vec()).await.ok();
     }
 }
