@@ -56,6 +56,35 @@ fn is_later_revision(v: &str) -> bool {
             .all(|legacy| v > *legacy)
 }
 
+/// The headers a request whose params did not read must still mirror: `Mcp-Method`, and
+/// `MCP-Protocol-Version` against the version its raw `_meta` names, if it names one as a
+/// string. Checked before the method's own refusal, so that a request whose headers
+/// disagree with its body is refused as that (HTTP 400) whatever is wrong in its params.
+pub(crate) fn validate_unread(
+    headers: &RequestHeaders<'_>,
+    method: &str,
+    params: Option<&serde_json::value::RawValue>,
+) -> Result<(), RpcError> {
+    method_mirrored(headers, method, true)?;
+    let sent = required(
+        &headers.protocol_version,
+        headers::PROTOCOL_VERSION,
+        "MCP-Protocol-Version",
+    )?;
+    // The refused path only: reading the params as a tree costs nothing that matters here.
+    let params = params.and_then(|p| serde_json::from_str::<serde_json::Value>(p.get()).ok());
+    let named = params
+        .as_ref()
+        .and_then(|p| p["_meta"][wharf_protocol::meta::PROTOCOL_VERSION].as_str());
+    match named {
+        Some(named) if named.as_bytes() != sent => Err(RpcError::header_mismatch(format!(
+            "MCP-Protocol-Version header value '{}' does not match body value '{named}'",
+            String::from_utf8_lossy(sent),
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Checks every mirrored header of `req` against its body.
 pub(crate) fn validate(
     headers: &RequestHeaders<'_>,

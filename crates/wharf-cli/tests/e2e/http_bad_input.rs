@@ -295,6 +295,14 @@ async fn stateless_rules() {
     )
     .await;
     assert_error(&r, 400, -32020, Some(json!(6)));
+    let r = post_std(
+        &server,
+        "tools/call",
+        call(json!({ "_meta": meta(), "arguments": {} })),
+        &[("mcp-protocol-version", "2025-11-25")],
+    )
+    .await;
+    assert_error(&r, 400, -32020, Some(json!(6)));
     // With all of that in order, a missing name is the method's own refusal.
     let r = post_std(
         &server,
