@@ -411,14 +411,16 @@ async fn in_session(
         return;
     };
     let Some(id) = envelope.id else {
-        if let Err(e) = sessions.notify(session, method, envelope.params).await {
-            tracing::debug!(error = %e.message, "an invalid notification was ignored");
-        }
-        // The session cancels the call; its id is free for the client's next request.
+        // A cancelled call stops here first, whether or not the session has seen it yet
+        // (it may still wait to start): nothing more is sent for it, and its id is free for
+        // the client's next request.
         if method == methods::NOTIFICATION_CANCELLED {
             if let Some(p) = cancelled(envelope.params) {
                 link.in_flight.cancel(&p.request_id);
             }
+        }
+        if let Err(e) = sessions.notify(session, method, envelope.params).await {
+            tracing::debug!(error = %e.message, "an invalid notification was ignored");
         }
         return;
     };
@@ -449,7 +451,7 @@ async fn in_session(
         }
         return;
     }
-    let Some((n, _)) = register(link, &id).await else {
+    let Some((n, cancel)) = register(link, &id).await else {
         return;
     };
     let (server, tx, in_flight) = (link.server.clone(), link.tx.clone(), link.in_flight.clone());
@@ -457,25 +459,34 @@ async fn in_session(
     let params = envelope.params.map(ToOwned::to_owned);
     let method = method.to_owned();
     tasks.spawn(async move {
-        let answer = server
-            .sessions()
-            .request(
-                &mut session,
-                id.clone(),
-                &method,
-                params.as_deref(),
-                principal,
-            )
-            .await;
-        match answer {
-            Ok(Answer::Call(call)) => call.stream(tx).await,
-            Ok(Answer::Message(m)) => {
-                let _ = tx.send(m).await;
+        let call = async {
+            let answer = server
+                .sessions()
+                .request(
+                    &mut session,
+                    id.clone(),
+                    &method,
+                    params.as_deref(),
+                    principal,
+                )
+                .await;
+            match answer {
+                Ok(Answer::Call(call)) => call.stream(tx).await,
+                Ok(Answer::Message(m)) => {
+                    let _ = tx.send(m).await;
+                }
+                Err(reply) => {
+                    let _ = tx.send(reply.to_message()).await;
+                }
+                Ok(_) => {}
             }
-            Err(reply) => {
-                let _ = tx.send(reply.to_message()).await;
-            }
-            Ok(_) => {}
+        };
+        // Cancelled, even before the session registered the call: it stops at its next
+        // await, and sends nothing more.
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => {}
+            () = call => {}
         }
         in_flight.finish(&id, n);
     });

@@ -240,3 +240,54 @@ async fn a_legacy_client_initializes_and_answers_an_elicitation() {
     c.close_stdin();
     assert!(c.wait().await.unwrap().success());
 }
+
+/// A legacy session's call cancelled in the same write that sent it stops, though the
+/// session had not seen it yet, and nothing is sent for it: not its result, not an error.
+#[tokio::test]
+async fn a_legacy_call_cancelled_as_it_is_sent_stops_and_sends_nothing() {
+    let mut c = StdioClient::spawn(
+        env!("CARGO_BIN_EXE_wharf"),
+        &[
+            "serve",
+            "--stdio",
+            "--profile",
+            "demo",
+            "--workers",
+            "1",
+            "--drain-secs",
+            "60",
+        ],
+    )
+    .unwrap();
+    let init = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": { "name": "legacy-test", "version": "1" },
+    }});
+    c.send(&init).await.unwrap();
+    assert_eq!(recv(&mut c).await["id"], 0);
+    c.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }))
+        .await
+        .unwrap();
+    let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "slow_count", "arguments": { "steps": 30, "interval_ms": 100 } } });
+    let cancel = json!({ "jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": { "requestId": 1 } });
+    c.send_line(format!("{call}\n{cancel}")).await.unwrap();
+    c.request(json!(2), "ping", json!({})).await.unwrap();
+    let m = recv(&mut c).await;
+    assert_eq!(
+        m["id"], 2,
+        "nothing for the cancelled call before this: {m}"
+    );
+    // End of input: the server drains what still runs (up to a minute) and exits; had the
+    // call gone on, its result would come out now.
+    c.close_stdin();
+    if let Some(m) = tokio::time::timeout(Duration::from_secs(60), c.recv())
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        panic!("nothing is sent for a cancelled call: {m}");
+    }
+    assert!(c.wait().await.unwrap().success());
+}
