@@ -252,17 +252,32 @@ impl Legacy {
             old.abort();
         }
         let Some(session) = &self.session else { return };
-        let mut stream = server.sessions().stream(session);
-        let out = tx.clone();
+        let (server, session, out) = (server.clone(), session.clone(), tx.clone());
         self.stream = Some(tokio::spawn(async move {
-            while let Some(m) = stream.next().await {
-                if out.send(m).await.is_err() {
+            loop {
+                let mut stream = server.sessions().stream(&session);
+                while let Some(m) = stream.next().await {
+                    if out.send(m).await.is_err() {
+                        return;
+                    }
+                }
+                // A session's stream ends when its changes may have been missed (the bus
+                // lagged or reconnected; it said "everything changed" first). Over HTTP the
+                // client listens again; here nobody else would, so this does, after a pause
+                // that keeps a stream that cannot open from spinning. Not once the server
+                // drains: then the stream ends for good.
+                if server.is_draining() {
                     return;
                 }
+                tokio::time::sleep(REOPEN_PAUSE).await;
             }
         }));
     }
 }
+
+/// The pause before a legacy session's stream is opened again (see
+/// [`Legacy::restart_stream`]).
+const REOPEN_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Reads what the single pass did not (see [`Server::read_request`]): refuses what is
 /// malformed by name, and handles a legacy session's message, `initialize`, a notification.
