@@ -686,6 +686,10 @@ async fn input_requests_need_the_capability_and_an_answer_in_time() {
     let mut stream = Box::pin(session.stream(&call).await.unwrap());
     let ask = next(&mut stream, "the question").await;
     assert_eq!(ask["method"], "elicitation/create");
+    // The question goes first: the client stops asking its user.
+    let withdrawn = next(&mut stream, "the question withdrawn").await;
+    validate_legacy("notifications/cancelled", &withdrawn);
+    assert_eq!(withdrawn["params"]["requestId"], ask["id"], "{withdrawn}");
     let timed_out = next(&mut stream, "the timeout").await;
     validate_legacy("tools/call", &timed_out);
     assert_eq!(timed_out["id"], call["id"]);

@@ -291,3 +291,43 @@ async fn a_legacy_call_cancelled_as_it_is_sent_stops_and_sends_nothing() {
     }
     assert!(c.wait().await.unwrap().success());
 }
+
+/// A legacy call cancelled while it waits for the client's answer to its elicitation tells
+/// the client that elicitation is cancelled too, so that it stops asking its user.
+#[tokio::test]
+async fn a_cancelled_call_withdraws_the_input_it_asked_for() {
+    let mut c = StdioClient::spawn(
+        env!("CARGO_BIN_EXE_wharf"),
+        &["serve", "--stdio", "--profile", "conformance"],
+    )
+    .unwrap();
+    let init = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": { "elicitation": {} },
+        "clientInfo": { "name": "legacy-test", "version": "1" },
+    }});
+    c.send(&init).await.unwrap();
+    assert_eq!(recv(&mut c).await["id"], 0);
+    c.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }))
+        .await
+        .unwrap();
+    let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "test_elicitation", "arguments": { "message": "Who are you?" } } });
+    c.send(&call).await.unwrap();
+    let ask = recv(&mut c).await;
+    assert_eq!(ask["method"], "elicitation/create", "{ask}");
+    c.send(
+        &json!({ "jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": { "requestId": 1 } }),
+    )
+    .await
+    .unwrap();
+    let withdrawn = recv(&mut c).await;
+    common::validate_legacy("notifications/cancelled", &withdrawn);
+    assert_eq!(
+        withdrawn["method"], "notifications/cancelled",
+        "{withdrawn}"
+    );
+    assert_eq!(withdrawn["params"]["requestId"], ask["id"]);
+    c.close_stdin();
+    assert!(c.wait().await.unwrap().success());
+}

@@ -302,9 +302,10 @@ impl Run {
                 format!("The call asked for input more than {max} times; it was stopped"),
             )));
         }
-        let nonce: u64 = rand::random();
-        let mut waiting = Vec::with_capacity(asked.requests.len());
-        for (n, (key, request)) in asked.requests.iter().enumerate() {
+        // Every request of the round is checked before any is sent: one the client cannot
+        // answer must not leave the others open.
+        let mut round = Vec::with_capacity(asked.requests.len());
+        for (key, request) in &asked.requests {
             let method = request
                 .get("method")
                 .and_then(Value::as_str)
@@ -319,6 +320,15 @@ impl Run {
                 let what = format!("input request {key:?} ({method})");
                 return Err(self.fail(RpcError::missing_capability(&required, &what)));
             }
+            round.push((key, method, params));
+        }
+        let nonce: u64 = rand::random();
+        let mut waiting = Vec::with_capacity(round.len());
+        let mut open = Open {
+            outbox: outbox.clone(),
+            ids: Vec::with_capacity(round.len()),
+        };
+        for (n, (key, method, params)) in round.into_iter().enumerate() {
             let id = RequestId::String(format!("{SERVER_REQUEST_PREFIX}{nonce:016x}-{n}"));
             // Waiting before sending: the answer cannot arrive before anyone listens.
             let waiter = runtime.hub.wait(&reply_key(self.session.id(), &id));
@@ -329,12 +339,14 @@ impl Run {
                 // The stream is gone: nobody is there to answer.
                 return Err(None);
             }
+            open.ids.push(id);
             waiting.push((key.clone(), method, waiter));
         }
         let deadline = Instant::now() + runtime.config.legacy.input_timeout;
         let mut responses = InputResponses::new();
         for (key, method, mut waiter) in waiting {
             let answer = self.answer_of(&mut waiter, deadline, &key).await?;
+            open.ids.remove(0);
             match answer {
                 Answer::Result(r) => {
                     responses.insert(key, r);
@@ -478,6 +490,31 @@ fn required_capability(method: &str, params: Option<&Value>) -> Option<ClientCap
 }
 
 /// Input request `method` with `params` as the server request `id` of a legacy session.
+/// The server's requests of a round still waiting for the client's answer. Whatever ends
+/// the wait early (the call cancelled or timed out, another request of the round answered
+/// with an error) drops this, and the client is told each is cancelled (2025-11-25
+/// basic/utilities/cancellation), so that it stops asking its user. Best effort: a stream
+/// that is full or gone is not waited for.
+struct Open {
+    outbox: Outbox,
+    ids: Vec<RequestId>,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        for id in self.ids.drain(..) {
+            let message = json!({
+                "jsonrpc": "2.0",
+                "method": methods::NOTIFICATION_CANCELLED,
+                "params": { "requestId": id, "reason": "the call no longer waits for this answer" },
+            });
+            if let Ok(bytes) = serde_json::to_vec(&message) {
+                let _ = self.outbox.try_send(bytes);
+            }
+        }
+    }
+}
+
 fn server_request(id: &RequestId, method: &str, params: Option<&Value>) -> Value {
     let mut message = json!({ "jsonrpc": "2.0", "id": id, "method": method });
     if let Some(p) = params {
