@@ -32,16 +32,24 @@ pub enum ApiKeyError {
     /// Not `PRINCIPAL=TOKEN`.
     #[error("an API key must be written PRINCIPAL=TOKEN (one was given without '=')")]
     Shape,
-    /// A principal name that is empty, too long or not printable.
-    #[error("API key for {0:?}: the principal must be 1 to 200 printable characters")]
-    Principal(String),
-    /// A token too short or with spaces.
+    /// A principal name that is empty, too long or not printable. Named by its place in
+    /// the list, not by what was written: a key pasted without its principal would
+    /// otherwise be echoed to the log.
     #[error(
-        "API key for {principal:?}: the token must be at least {MIN_TOKEN_LEN} characters without spaces"
+        "API key number {position} (counting from 1): the principal must be 1 to 200 printable characters"
+    )]
+    Principal {
+        /// Where it is in the list, from 1.
+        position: usize,
+    },
+    /// A token too short or with spaces; named by its place, as above (a key written
+    /// without its principal splits at a base64 `=`, and what comes before is the key).
+    #[error(
+        "API key number {position} (counting from 1): the token must be at least {MIN_TOKEN_LEN} characters without spaces; write each key PRINCIPAL=TOKEN"
     )]
     Token {
-        /// Whose token.
-        principal: String,
+        /// Where it is in the list, from 1.
+        position: usize,
     },
     /// One token given to two principals.
     #[error("API key for {0:?}: the same token is given twice")]
@@ -52,7 +60,8 @@ impl ApiKeys {
     /// Builds the set from `PRINCIPAL=TOKEN` specifications.
     pub fn parse<'a>(specs: impl IntoIterator<Item = &'a str>) -> Result<Self, ApiKeyError> {
         let mut by_digest = HashMap::new();
-        for spec in specs {
+        for (index, spec) in specs.into_iter().enumerate() {
+            let position = index + 1;
             let (principal, token) = spec.split_once('=').ok_or(ApiKeyError::Shape)?;
             let principal = principal.trim();
             let token = token.trim();
@@ -60,14 +69,12 @@ impl ApiKeys {
                 || principal.len() > 200
                 || principal.chars().any(char::is_control)
             {
-                return Err(ApiKeyError::Principal(principal.to_owned()));
+                return Err(ApiKeyError::Principal { position });
             }
             if token.len() < MIN_TOKEN_LEN
                 || token.chars().any(|c| c.is_whitespace() || c.is_control())
             {
-                return Err(ApiKeyError::Token {
-                    principal: principal.to_owned(),
-                });
+                return Err(ApiKeyError::Token { position });
             }
             if by_digest
                 .insert(digest(token), Principal::new(principal))
@@ -157,12 +164,18 @@ mod tests {
         assert!(!err.to_string().contains("nodelimiter"));
         assert!(matches!(
             ApiKeys::parse(["=tok-aaaaaaaaaaaaaaaa"]),
-            Err(ApiKeyError::Principal(_))
+            Err(ApiKeyError::Principal { position: 1 })
         ));
         assert!(matches!(
             ApiKeys::parse(["u=short"]),
-            Err(ApiKeyError::Token { .. })
+            Err(ApiKeyError::Token { position: 1 })
         ));
+        // A key written without its principal splits at its base64 padding: nothing of it
+        // is echoed.
+        let key = "q3ZxV1b2N3d4e5f6g7h8i9j0k1l2m3n4o5p6q7r8Yk8=";
+        let err = ApiKeys::parse(["alice=tok-aaaaaaaaaaaaaaaa", key]).unwrap_err();
+        assert_eq!(err, ApiKeyError::Token { position: 2 });
+        assert!(!err.to_string().contains("q3Zx"), "{err}");
         assert!(matches!(
             ApiKeys::parse(["a=tok-aaaaaaaaaaaaaaaa", "b=tok-aaaaaaaaaaaaaaaa"]),
             Err(ApiKeyError::Duplicate(_))

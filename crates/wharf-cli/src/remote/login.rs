@@ -185,8 +185,16 @@ async fn discover(http: &reqwest::Client, args: &LoginArgs) -> Result<Option<Dis
         .request("server/discover", json!({}))
         .await
         .map_err(|e| format!("{}: {e}", args.url))?;
-    if reply.status != 401 {
+    // Only an answer proves that the server asks no token; anything else (a wrong path's
+    // 404, a 403, a failing server) is not a server to log in to, nor one that is open.
+    if reply.status == 200 && reply.response().is_some_and(|r| r.get("result").is_some()) {
         return Ok(None);
+    }
+    if reply.status != 401 {
+        return Err(format!(
+            "{} answered server/discover with HTTP {} and no challenge: is it the MCP endpoint (often ending in /mcp)?",
+            args.url, reply.status
+        ));
     }
     let challenge = reply
         .headers

@@ -93,16 +93,23 @@ struct TokenFile {
 impl TokenFile {
     /// The user's token file (it need not exist yet).
     fn open() -> Result<Self, String> {
+        // The XDG Base Directory rules: an empty or relative value is ignored (a token file
+        // in whatever directory the command runs from could end up in a repository).
+        let absolute =
+            |name: &str| std::env::var_os(name).filter(|v| PathBuf::from(v).is_absolute());
         let dir = match (
-            std::env::var_os("WHARF_CONFIG_DIR"),
-            std::env::var_os("XDG_CONFIG_HOME"),
-            std::env::var_os("HOME"),
+            absolute("WHARF_CONFIG_DIR"),
+            absolute("XDG_CONFIG_HOME"),
+            absolute("HOME"),
         ) {
             (Some(dir), _, _) => PathBuf::from(dir),
             (None, Some(config), _) => PathBuf::from(config).join("wharf"),
             (None, None, Some(home)) => PathBuf::from(home).join(".config").join("wharf"),
             (None, None, None) => {
-                return Err("no place for tokens: set WHARF_CONFIG_DIR or HOME".to_owned());
+                return Err(
+                    "no place for tokens: set WHARF_CONFIG_DIR or HOME to an absolute path"
+                        .to_owned(),
+                );
             }
         };
         Ok(TokenFile {

@@ -665,6 +665,13 @@ async fn login_signs_in_through_a_browser_and_later_commands_use_the_token() {
     assert_eq!(v, "pass", "{detail}");
     assert!(detail.contains("PKCE S256"), "{detail}");
 
+    // A URL that is not the endpoint is not taken for a server that asks no token.
+    let origin = url.trim_end_matches("/mcp");
+    let out = wharf_in(&env, &["login", origin, "--no-browser"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let said = text(&out.stderr);
+    assert!(said.contains("HTTP 404") && said.contains("/mcp"), "{said}");
+
     let said = log_in(&url, &env).await;
     let file = config.join("tokens.json");
     assert!(
