@@ -47,7 +47,8 @@ impl KeyOrigin {
     pub(crate) fn fetched(http: reqwest::Client, jwks_uri: Option<String>) -> Self {
         KeyOrigin::Fetched(Fetch {
             http,
-            jwks_uri: RwLock::new(jwks_uri),
+            configured: jwks_uri,
+            learned: RwLock::new(None),
         })
     }
 }
@@ -56,8 +57,11 @@ impl KeyOrigin {
 #[derive(Debug)]
 pub(crate) struct Fetch {
     http: reqwest::Client,
-    /// Configured, or learned from the issuer's metadata.
-    jwks_uri: RwLock<Option<String>>,
+    /// The JWKS URI the operator gave, if any.
+    configured: Option<String>,
+    /// Otherwise, the one the issuer's metadata named; forgotten when a fetch from it
+    /// fails, so that an issuer that moves its keys is followed.
+    learned: RwLock<Option<String>>,
 }
 
 #[derive(Default)]
@@ -198,11 +202,17 @@ impl KeySource {
         found.map(|(_, k)| k.clone())
     }
 
-    /// Whether the set was fetched longer than `max_age` ago.
+    /// Whether the set is due to be fetched again: it was fetched longer than `max_age`
+    /// ago, or the last attempt failed longer than `min_refresh` ago (one failed fetch must
+    /// not keep a key the issuer withdrew for another whole `max_age`).
     fn is_stale(&self) -> bool {
         let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
-        keys.attempted_at
-            .is_some_and(|t| t.elapsed() >= self.max_age)
+        let due = if keys.attempt_failed {
+            self.min_refresh
+        } else {
+            self.max_age
+        };
+        keys.attempted_at.is_some_and(|t| t.elapsed() >= due)
     }
 
     /// Fetches the key set again, unless it was fetched less than `min_refresh` ago.
@@ -260,14 +270,21 @@ impl Fetch {
     /// The key set `issuer` publishes.
     async fn key_set(&self, issuer: &str) -> Result<Value, AuthError> {
         let uri = self.jwks_uri(issuer).await?;
-        self.get_json(&uri).await
+        let set = self.get_json(&uri).await;
+        if set.is_err() {
+            *self.learned.write().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+        set
     }
 
     /// The JWKS URI: configured, or from `issuer`'s metadata (RFC 8414, then OpenID Connect
     /// discovery), whose `issuer` must be the configured one.
     async fn jwks_uri(&self, configured: &str) -> Result<String, AuthError> {
+        if let Some(uri) = &self.configured {
+            return Ok(uri.clone());
+        }
         if let Some(uri) = self
-            .jwks_uri
+            .learned
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
@@ -297,7 +314,7 @@ impl Fetch {
                     );
                     return Err(AuthError::Unavailable);
                 }
-                *self.jwks_uri.write().unwrap_or_else(|p| p.into_inner()) = Some(uri.to_owned());
+                *self.learned.write().unwrap_or_else(|p| p.into_inner()) = Some(uri.to_owned());
                 return Ok(uri.to_owned());
             }
         }
@@ -469,6 +486,58 @@ mod tests {
             1,
             "one attempt per interval"
         );
+    }
+
+    /// One failed fetch of a stale set does not keep a key the issuer withdrew for another
+    /// whole `max_age`: the fetch is tried again once `min_refresh` has passed.
+    #[tokio::test]
+    async fn a_failed_refetch_is_tried_again_after_the_short_interval() {
+        // RFC 7517 A.1's P-256 key, as key "old".
+        let with_old = r#"{"keys":[{"kty":"EC","crv":"P-256","kid":"old","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}"#;
+        let ok = |body: &str| {
+            format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            )
+        };
+        let failure = "HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+        let script = [ok(with_old), failure.to_owned(), ok(r#"{"keys":[]}"#)];
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/jwks", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            for response in script {
+                let Ok((mut conn, _)) = listener.accept().await else {
+                    return;
+                };
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                let _ = conn.write_all(response.as_bytes()).await;
+            }
+        });
+        let (min_refresh, max_age) = (Duration::from_millis(50), Duration::from_secs(1));
+        let checker = JwtChecker::new(
+            KeyOrigin::fetched(reqwest::Client::new(), Some(url)),
+            "https://as.example.com".into(),
+            min_refresh,
+            max_age,
+        );
+        let audiences = ["https://mcp.example.com/mcp".to_owned()];
+        let check = async || {
+            checker
+                .check(&token_with_kid("old"), &audiences, Duration::ZERO)
+                .await
+                .unwrap_err()
+        };
+        // The key is known: the token is refused for its (made-up) signature, not its key.
+        assert_ne!(check().await, AuthError::UnknownKey);
+        // The set is made stale, and the issuer fails the next fetch: what it last
+        // published stands.
+        checker.0.keys.write().unwrap().attempted_at = Instant::now().checked_sub(max_age);
+        assert_ne!(check().await, AuthError::UnknownKey);
+        // Once the short interval has passed, the issuer is asked again, and says "old" is
+        // withdrawn.
+        tokio::time::sleep(min_refresh * 2).await;
+        assert_eq!(check().await, AuthError::UnknownKey);
     }
 
     #[tokio::test]
