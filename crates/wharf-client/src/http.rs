@@ -101,6 +101,11 @@ impl HttpClient {
         }
     }
 
+    /// Whether requests carry a bearer token.
+    pub fn has_bearer(&self) -> bool {
+        self.bearer.is_some()
+    }
+
     /// Sends `Authorization: Bearer token` on every request.
     pub fn with_bearer(mut self, token: impl Into<String>) -> Self {
         self.bearer = Some(token.into());

@@ -113,6 +113,12 @@ fn check_of_a_protected_server_reads_its_challenge() {
     let (code, report) = check(&server.url(), &["--token", "0123456789abcdef-key"]);
     assert_eq!(code, 0, "{report:#}");
     assert_eq!(verdict(&report, "header-mismatch").0, "pass");
+    // A token the server refuses fails the check: a monitor does not stay green with it.
+    let (code, report) = check(&server.url(), &["--token", "not-the-key-at-all"]);
+    assert_eq!(code, 1, "{report:#}");
+    let (v, detail) = verdict(&report, "discover");
+    assert_eq!(v, "fail", "{detail}");
+    assert!(detail.contains("although a token was sent"), "{detail}");
 }
 
 #[test]

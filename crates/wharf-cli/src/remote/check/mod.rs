@@ -119,6 +119,15 @@ impl Probe {
             Err(e) => return fail(name, e),
         };
         self.answered = true;
+        if reply.status == 401 && self.client.has_bearer() {
+            // The checks after this would all be skipped: a monitor must not stay green
+            // with a token nobody accepts.
+            self.unauthorized = true;
+            return fail(
+                name,
+                "HTTP 401 although a token was sent: it is refused (expired, revoked, or for another server); run `wharf login` again, or check --token",
+            );
+        }
         if reply.status == 401 {
             self.unauthorized = true;
             return skip(
