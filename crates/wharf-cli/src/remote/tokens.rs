@@ -122,6 +122,39 @@ impl TokenFile {
         &self.path
     }
 
+    /// Waits for, then holds, the lock that one refresh at a time takes (an advisory lock
+    /// on a file beside the tokens, released when the returned file is dropped): two
+    /// commands refreshing one login at once would present one refresh token twice, which
+    /// an authorization server takes for theft, revoking the login.
+    async fn refresh_lock(&self) -> Result<std::fs::File, String> {
+        let dir = self
+            .path
+            .parent()
+            .unwrap_or(std::path::Path::new("."))
+            .to_owned();
+        let path = dir.join("tokens.lock");
+        let failed = move |e: std::io::Error| format!("{}: {e}", path.display());
+        let take = move || {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .map_err(&failed)?;
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(dir.join("tokens.lock"))
+                .map_err(&failed)?;
+            file.lock().map_err(&failed)?;
+            Ok::<_, String>(file)
+        };
+        tokio::task::spawn_blocking(take)
+            .await
+            .map_err(|e| e.to_string())?
+    }
+
     fn read(&self) -> Result<BTreeMap<String, Grant>, String> {
         match std::fs::read(&self.path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
@@ -270,6 +303,15 @@ pub(crate) async fn token_for(url: &str, refused: bool) -> Result<Option<String>
     if refused && grant.refresh_token.is_none() {
         return Ok(None);
     }
+    // One refresh at a time: whoever waited finds the login refreshed by the one before it.
+    let _lock = tokens.file.refresh_lock().await?;
+    let Some(current) = tokens.get(url).await? else {
+        return Ok(None);
+    };
+    if current.access_token != grant.access_token && !current.is_stale() {
+        return Ok(Some(current.access_token));
+    }
+    let grant = current;
     let again = format!("run `wharf login {url}` again");
     let Some(refresh) = grant.refresh_token.clone() else {
         return Err(format!("the login to {url} expired; {again}"));

@@ -722,6 +722,31 @@ async fn login_signs_in_through_a_browser_and_later_commands_use_the_token() {
     let third = stored(&file);
     assert_ne!(third["access_token"], "revoked-before-its-time");
     assert_ne!(third["refresh_token"], second["refresh_token"]);
+
+    // Commands started together on a lapsed token refresh it once between them: a refresh
+    // token presented twice would be taken for theft and the login revoked.
+    let mut all: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    all[&url]["expires_at"] = json!(1);
+    std::fs::write(&file, all.to_string()).unwrap();
+    let together: Vec<_> = (0..4)
+        .map(|n| {
+            Command::new(env!("CARGO_BIN_EXE_wharf"))
+                .args(["call", &url, "echo", &format!("text=together {n}")])
+                .envs(env.iter().map(|(k, v)| (k, v)))
+                .env_remove("WHARF_TOKEN")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("run wharf")
+        })
+        .collect();
+    for child in together {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    let out = wharf_in(&env, &["call", &url, "echo", "text=still signed in"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
 /// A desktop session: a D-Bus session bus with GNOME Keyring's Secret Service on it, its
