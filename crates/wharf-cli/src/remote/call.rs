@@ -224,14 +224,14 @@ fn show_event(bar: &ProgressBar, last_id: &Mutex<Value>, event: Event) {
             total,
             message,
         } => {
-            if let Some(total) = total {
-                if bar.length() != Some(total as u64) {
-                    bar.set_length(total as u64);
-                    bar.set_style(
-                        ProgressStyle::with_template("{bar:40} {pos}/{len} {elapsed} {msg}")
-                            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-                    );
-                }
+            if let Some(total) = total
+                && bar.length() != Some(total as u64)
+            {
+                bar.set_length(total as u64);
+                bar.set_style(
+                    ProgressStyle::with_template("{bar:40} {pos}/{len} {elapsed} {msg}")
+                        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+                );
             }
             bar.set_position(progress as u64);
             if let Some(message) = message {

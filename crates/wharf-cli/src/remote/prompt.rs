@@ -140,21 +140,21 @@ fn field_value(
             .interact()?;
         return Ok(Some(values[i].clone()));
     }
-    if field["type"] == "array" {
-        if let Some((values, titles)) = choices(&field["items"]) {
-            let defaults: Vec<bool> = values
-                .iter()
-                .map(|v| field["default"].as_array().is_some_and(|d| d.contains(v)))
-                .collect();
-            let picked = MultiSelect::with_theme(theme)
-                .with_prompt(format!("{label} (space to pick, enter to confirm)"))
-                .items(&titles)
-                .defaults(&defaults)
-                .interact()?;
-            return Ok(Some(Value::Array(
-                picked.into_iter().map(|i| values[i].clone()).collect(),
-            )));
-        }
+    if field["type"] == "array"
+        && let Some((values, titles)) = choices(&field["items"])
+    {
+        let defaults: Vec<bool> = values
+            .iter()
+            .map(|v| field["default"].as_array().is_some_and(|d| d.contains(v)))
+            .collect();
+        let picked = MultiSelect::with_theme(theme)
+            .with_prompt(format!("{label} (space to pick, enter to confirm)"))
+            .items(&titles)
+            .defaults(&defaults)
+            .interact()?;
+        return Ok(Some(Value::Array(
+            picked.into_iter().map(|i| values[i].clone()).collect(),
+        )));
     }
     if field["type"] == "boolean" {
         let answer = Confirm::with_theme(theme)

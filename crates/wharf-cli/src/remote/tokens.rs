@@ -235,12 +235,11 @@ impl Tokens {
 
     /// The grant for endpoint `url`, if logged in.
     pub(crate) async fn get(&self, url: &str) -> Result<Option<Grant>, String> {
-        if self.keyring {
-            if let Ok(Some(secret)) = keyring_op(url, None).await {
-                if let Ok(grant) = serde_json::from_str(&secret) {
-                    return Ok(Some(grant));
-                }
-            }
+        if self.keyring
+            && let Ok(Some(secret)) = keyring_op(url, None).await
+            && let Ok(grant) = serde_json::from_str(&secret)
+        {
+            return Ok(Some(grant));
         }
         self.file.get(url)
     }

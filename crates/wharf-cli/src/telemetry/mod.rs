@@ -56,10 +56,10 @@ impl Telemetry {
 
 impl Drop for Telemetry {
     fn drop(&mut self) {
-        if let Some(provider) = self.tracer.take() {
-            if let Err(e) = provider.shutdown() {
-                eprintln!("wharf: could not send the last spans: {e}");
-            }
+        if let Some(provider) = self.tracer.take()
+            && let Err(e) = provider.shutdown()
+        {
+            eprintln!("wharf: could not send the last spans: {e}");
         }
     }
 }
@@ -151,12 +151,12 @@ fn tracer(resource: &Resource) -> Result<Option<SdkTracerProvider>, String> {
     if !configured || disabled {
         return Ok(None);
     }
-    if let Some(protocol) = var("OTEL_EXPORTER_OTLP_PROTOCOL") {
-        if protocol != "http/protobuf" {
-            return Err(format!(
-                "OTEL_EXPORTER_OTLP_PROTOCOL={protocol}: wharf exports over http/protobuf only"
-            ));
-        }
+    if let Some(protocol) = var("OTEL_EXPORTER_OTLP_PROTOCOL")
+        && protocol != "http/protobuf"
+    {
+        return Err(format!(
+            "OTEL_EXPORTER_OTLP_PROTOCOL={protocol}: wharf exports over http/protobuf only"
+        ));
     }
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()

@@ -83,12 +83,12 @@ impl MetricsPush {
         {
             return Err(format!("{name}: not an http:// or https:// URL"));
         }
-        if let Some((name, protocol)) = setting("PROTOCOL") {
-            if !protocol.eq_ignore_ascii_case("http/protobuf") {
-                return Err(format!(
-                    "{name}={protocol}: wharf exports over http/protobuf only"
-                ));
-            }
+        if let Some((name, protocol)) = setting("PROTOCOL")
+            && !protocol.eq_ignore_ascii_case("http/protobuf")
+        {
+            return Err(format!(
+                "{name}={protocol}: wharf exports over http/protobuf only"
+            ));
         }
         let name = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE";
         if let Some(preference) = var(name).filter(|p| !p.eq_ignore_ascii_case("cumulative")) {
@@ -199,16 +199,15 @@ impl MetricsPush {
             .await
             .map_err(|e| describe(&e.without_url()))?;
         // A collector may accept the request and still drop points: it says so here.
-        if let Ok(answer) = ExportMetricsServiceResponse::decode(body) {
-            if let Some(partial) = answer
+        if let Ok(answer) = ExportMetricsServiceResponse::decode(body)
+            && let Some(partial) = answer
                 .partial_success
                 .filter(|p| p.rejected_data_points > 0)
-            {
-                return Err(format!(
-                    "the collector rejected {} data points: {}",
-                    partial.rejected_data_points, partial.error_message
-                ));
-            }
+        {
+            return Err(format!(
+                "the collector rejected {} data points: {}",
+                partial.rejected_data_points, partial.error_message
+            ));
         }
         Ok(())
     }
