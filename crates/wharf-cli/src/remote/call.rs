@@ -307,6 +307,13 @@ fn show_error(error: &CallError, key: Option<&str>) -> ExitCode {
     {
         eprintln!("{data:#}");
     }
+    // Without a terminal this client declares no input capability (see `capabilities`),
+    // so a tool that asks for input is refused up front: say which flag answers it.
+    if let CallError::Rpc { code: -32021, .. } = error {
+        eprintln!(
+            "the tool asks for input, which nobody can give here (no terminal, or --no-input): give it with --answer KEY=JSON (an elicitation; KEY is the input request's name), --root URI (roots) or --sampling-reply TEXT (sampling)"
+        );
+    }
     if let (CallError::Transport(_), Some(key)) = (error, key) {
         eprintln!(
             "the write may or may not have been applied: retry with --idempotency-key {key} and the same arguments"

@@ -278,6 +278,12 @@ fn call_answers_input_requests_from_flags() {
     assert_eq!(out.status.code(), Some(1));
     let said = text(&out.stderr);
     assert!(said.contains("pass --answer name=JSON"), "{said}");
+    // With no answer at all, the client declared no capability and the server refused up
+    // front (-32021): the error still names the flags.
+    let out = wharf(&["call", &url, "test_input_required_result_multi_round"]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = text(&out.stderr);
+    assert!(said.contains("--answer KEY=JSON"), "{said}");
 }
 
 /// Arguments a tool marks `x-mcp-header` travel in `Mcp-Param-*` headers too; Wharf
