@@ -51,8 +51,17 @@ impl Account {
     }
 }
 
-/// The first line of standard input, without its line ending.
+/// The password: asked for at a terminal without showing it (twice, to catch a typing
+/// slip), else the first line of standard input, without its line ending.
 fn password() -> anyhow::Result<String> {
+    use std::io::IsTerminal as _;
+    if std::io::stdin().is_terminal() {
+        return dialoguer::Password::new()
+            .with_prompt("Password")
+            .with_confirmation("Again", "the two passwords differ")
+            .interact()
+            .context("cannot read the password from the terminal");
+    }
     let mut password = String::new();
     std::io::stdin()
         .lock()

@@ -456,6 +456,28 @@ impl Drop for Tmux {
     }
 }
 
+/// At a terminal, `wharf user add` asks for the password twice and never shows it.
+#[test]
+fn user_add_at_a_terminal_does_not_show_the_password() {
+    let store = common::import::sqlite_url(&common::import::unique("user-tty"));
+    let term = Tmux::run(&format!(
+        "{} user add bob --store {store}",
+        env!("CARGO_BIN_EXE_wharf")
+    ));
+    let typed = "a-secret-typed-here";
+    term.wait_for("Password");
+    term.keys(&["-l", typed]);
+    term.keys(&["Enter"]);
+    term.wait_for("Again");
+    term.keys(&["-l", typed]);
+    term.keys(&["Enter"]);
+    let screen = term.wait_for("EXIT=");
+    assert!(screen.contains("EXIT=0"), "{screen}");
+    assert!(!screen.contains(typed), "{screen}");
+    let said = common::authz::user_command(&store, "passwd", "bob", "another-password");
+    assert!(!said.contains("no user"), "{said}");
+}
+
 fn shell_command(url: &str, args: &str) -> String {
     format!("{} call {url} {args}", env!("CARGO_BIN_EXE_wharf"))
 }
