@@ -19,7 +19,8 @@ use sha2::{Digest as _, Sha256};
 use tokio::sync::mpsc;
 
 use super::oauth::{
-    authorization_server_metadata, challenge_param, fetch_json, post_form, resource_metadata_url,
+    authorization_server_metadata, challenge_param, fetch_json, post_form, protects,
+    resource_metadata_url,
 };
 use super::tokens::{Grant, Tokens};
 
@@ -260,23 +261,6 @@ async fn discover(http: &reqwest::Client, args: &LoginArgs) -> Result<Option<Dis
         metadata,
         scope,
     }))
-}
-
-/// Whether `resource` (from protected-resource metadata) covers endpoint `url`: the same
-/// URL, or a prefix of it ending at a path boundary (scheme and host compared without case).
-fn protects(resource: &str, url: &str) -> bool {
-    let (Ok(resource), Ok(url)) = (reqwest::Url::parse(resource), reqwest::Url::parse(url)) else {
-        return false;
-    };
-    let base = resource.path().trim_end_matches('/');
-    let path = url.path();
-    resource.scheme() == url.scheme()
-        && resource.host_str() == url.host_str()
-        && resource.port_or_known_default() == url.port_or_known_default()
-        && (path.trim_end_matches('/') == base
-            || path
-                .strip_prefix(base)
-                .is_some_and(|rest| rest.starts_with('/')))
 }
 
 /// The client id: the metadata document's URL when given and accepted, else a fresh

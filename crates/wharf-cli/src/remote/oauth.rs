@@ -137,6 +137,23 @@ pub(crate) async fn authorization_server_metadata(
     ))
 }
 
+/// Whether `resource` (from protected-resource metadata) covers endpoint `url`: the same
+/// URL, or a prefix of it ending at a path boundary (scheme and host compared without case).
+pub(crate) fn protects(resource: &str, url: &str) -> bool {
+    let (Ok(resource), Ok(url)) = (reqwest::Url::parse(resource), reqwest::Url::parse(url)) else {
+        return false;
+    };
+    let base = resource.path().trim_end_matches('/');
+    let path = url.path();
+    resource.scheme() == url.scheme()
+        && resource.host_str() == url.host_str()
+        && resource.port_or_known_default() == url.port_or_known_default()
+        && (path.trim_end_matches('/') == base
+            || path
+                .strip_prefix(base)
+                .is_some_and(|rest| rest.starts_with('/')))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

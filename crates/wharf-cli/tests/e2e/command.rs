@@ -698,6 +698,14 @@ async fn login_signs_in_through_a_browser_and_later_commands_use_the_token() {
     let (v, detail) = verdict(&report, "auth");
     assert_eq!(v, "pass", "{detail}");
     assert!(detail.contains("PKCE S256"), "{detail}");
+    // Reached by another name (as through a proxy the server does not know of), its
+    // metadata describes another resource: a failure, as `wharf login` would refuse it.
+    let renamed = url.replace("127.0.0.1", "localhost");
+    let out = wharf_in(&env, &["check", &renamed, "--json"]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (v, detail) = verdict(&report, "auth");
+    assert_eq!(v, "fail", "{detail}");
+    assert!(detail.contains("RFC 9728"), "{detail}");
 
     // A URL that is not the endpoint is not taken for a server that asks no token.
     let origin = url.trim_end_matches("/mcp");

@@ -16,7 +16,7 @@ mod report;
 use report::{Outcome, Verdict, fail, info, pass, report, skip};
 
 use super::Endpoint;
-use super::oauth::{authorization_server_metadata, challenge_param, fetch_json};
+use super::oauth::{authorization_server_metadata, challenge_param, fetch_json, protects};
 
 /// `wharf check`.
 #[derive(Debug, Args)]
@@ -499,6 +499,19 @@ impl Probe {
                 );
             }
         };
+        // RFC 9728 §3.3: metadata for another resource must not be used (`wharf login`
+        // refuses it), the usual sign of a proxy in front of a server that does not know
+        // its public URL.
+        let resource = prm["resource"].as_str().unwrap_or_default();
+        if !protects(resource, &self.url) {
+            return fail(
+                name,
+                format!(
+                    "protected-resource metadata {metadata_url} describes resource {resource:?}, which is not {}: clients must not use it (RFC 9728 §3.3); behind a proxy, give the server its public URL",
+                    self.url
+                ),
+            );
+        }
         let Some(issuer) = prm["authorization_servers"]
             .as_array()
             .and_then(|a| a.first())
@@ -515,6 +528,16 @@ impl Probe {
             Ok(v) => v,
             Err(e) => return fail(name, e),
         };
+        // RFC 8414 §3.3: the metadata's issuer must be the one it was fetched for.
+        let named = as_meta["issuer"].as_str().unwrap_or_default();
+        if named.trim_end_matches('/') != issuer.trim_end_matches('/') {
+            return fail(
+                name,
+                format!(
+                    "the authorization server metadata fetched for {issuer} names issuer {named:?}: clients must not use it (RFC 8414 §3.3)"
+                ),
+            );
+        }
         let pkce = as_meta["code_challenge_methods_supported"]
             .as_array()
             .is_some_and(|m| m.iter().any(|v| v == "S256"));
