@@ -11,6 +11,36 @@ use crate::AuthError;
 /// this many rather than a flood of requests there (tokens already checked are cached).
 pub(crate) const MAX_IN_FLIGHT: usize = 16;
 
+/// Introspection requests one process starts per second at most, on average (bursts of
+/// [`MAX_IN_FLIGHT`]): the cap on requests in flight alone lets a fast authorization
+/// server be asked hundreds of times a second about made-up tokens.
+pub(crate) const MAX_PER_SECOND: f64 = 50.0;
+
+/// A token bucket: [`MAX_IN_FLIGHT`] requests at once, refilled at [`MAX_PER_SECOND`].
+#[derive(Debug)]
+struct Budget(std::sync::Mutex<(f64, std::time::Instant)>);
+
+impl Budget {
+    fn new(now: std::time::Instant) -> Self {
+        Budget(std::sync::Mutex::new((MAX_IN_FLIGHT as f64, now)))
+    }
+
+    /// Takes one request's worth, if there is one at `now`.
+    fn take(&self, now: std::time::Instant) -> bool {
+        let mut state = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let (left, at) = &mut *state;
+        let earned = now.saturating_duration_since(*at).as_secs_f64() * MAX_PER_SECOND;
+        *left = (*left + earned).min(MAX_IN_FLIGHT as f64);
+        *at = now.max(*at);
+        if *left >= 1.0 {
+            *left -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct Introspector {
     http: reqwest::Client,
@@ -18,6 +48,7 @@ pub(crate) struct Introspector {
     client_id: String,
     client_secret: crate::Secret,
     in_flight: tokio::sync::Semaphore,
+    budget: Budget,
 }
 
 impl Introspector {
@@ -33,6 +64,7 @@ impl Introspector {
             client_id,
             client_secret,
             in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
+            budget: Budget::new(std::time::Instant::now()),
         }
     }
 
@@ -49,6 +81,13 @@ impl Introspector {
             );
             return Err(AuthError::Unavailable);
         };
+        if !self.budget.take(std::time::Instant::now()) {
+            tracing::warn!(
+                per_second = MAX_PER_SECOND,
+                "introspection requests at their rate; a new token is refused for now"
+            );
+            return Err(AuthError::Unavailable);
+        }
         let request = self.http.post(&self.endpoint);
         let res = super::client_basic_auth(request, &self.client_id, self.client_secret.expose())
             .form(&[("token", token), ("token_type_hint", "access_token")])
