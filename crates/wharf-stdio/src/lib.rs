@@ -284,6 +284,14 @@ impl Legacy {
     }
 }
 
+/// Whether `line` is a JSON-RPC response: an object with `result` or `error` and no
+/// `method`.
+fn is_response(line: &str) -> bool {
+    serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(line).is_ok_and(|m| {
+        !m.contains_key("method") && (m.contains_key("result") || m.contains_key("error"))
+    })
+}
+
 /// The pause before a legacy session's stream is opened again (see
 /// [`Legacy::restart_stream`]).
 const REOPEN_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -300,6 +308,12 @@ async fn read_long_way(
     let (server, tx) = (link.server, link.tx);
     let envelope = match Envelope::parse(line.as_bytes(), MAX_JSON_DEPTH) {
         Ok(env) => env,
+        Err(failure) if is_response(line) => {
+            // A response is never answered, even one this server cannot take (the client's
+            // error about a message it could not read carries a null id, JSON-RPC 2.0 §5).
+            tracing::warn!(error = %failure.error, "a response from the client was not understood");
+            return None;
+        }
         Err(failure) => {
             send_error(tx, failure.id.as_ref(), &RpcError::from(&failure.error)).await;
             return None;

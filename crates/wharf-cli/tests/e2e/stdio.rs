@@ -162,6 +162,10 @@ async fn bad_lines_get_precise_errors_and_the_server_carries_on() {
         let message = m["error"]["message"].as_str().unwrap();
         assert!(message.contains(says), "{message:?} should name {says:?}");
     }
+    // A response is never answered, not even the client's error with a null id.
+    let theirs = json!({ "jsonrpc": "2.0", "id": null,
+        "error": { "code": -32700, "message": "Parse error" } });
+    c.send(&theirs).await.unwrap();
     c.request(
         json!("after"),
         "tools/call",
