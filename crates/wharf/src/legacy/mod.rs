@@ -237,7 +237,7 @@ impl<'a> Sessions<'a> {
             methods::PING => empty(),
             methods::INITIALIZE => Err(fail(RpcError::new(
                 ErrorKind::InvalidRequest,
-                "Invalid request: this session is initialized already; initialize opens a new one without Mcp-Session-Id",
+                "Invalid request: this session is initialized already; a new one is opened by an initialize outside it (over HTTP, without Mcp-Session-Id)",
             ))),
             methods::LOGGING_SET_LEVEL => {
                 if caps.logging.is_none() {
