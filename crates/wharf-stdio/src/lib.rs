@@ -129,16 +129,7 @@ where
         input,
         Lines(LinesCodec::new_with_max_length(MAX_LINE_BYTES)),
     );
-    loop {
-        // The next line is read only when the output has room: a client that stops reading
-        // what it is sent is not read from either, so answers cannot pile up here without
-        // bound (its own writes block instead, as a pipe's do).
-        if let Ok(room) = tx.reserve().await {
-            drop(room);
-        }
-        let Some(line) = lines.next().await else {
-            break;
-        };
+    while let Some(line) = lines.next().await {
         match line {
             Ok(Line::Text(line)) if line.trim().is_empty() => {}
             Ok(Line::Text(line)) => {
