@@ -63,8 +63,8 @@ pub(crate) const CONSENTS: Kind = Kind {
 };
 pub(crate) const WITHDRAWN_CONSENTS: Kind = Kind {
     namespace: "authz-withdrawn-consent",
-    // Written with an expiry past the life of any refresh token issued under the consent
-    // (see `account::revoke`); this is the longest.
+    // Each is written with its own expiry, past the life of any refresh token issued under
+    // the consent (see `account::revoke`); this applies only to one written without.
     ttl: Some(Duration::from_secs(400 * 24 * 3600)),
 };
 pub(crate) const USERS: Kind = Kind {

@@ -244,7 +244,15 @@ pub(crate) async fn authorize(
                 .ok()
                 .flatten()
                 .filter(|c| covers(&c.value, &pending));
-            if let Some(consent) = remembered {
+            // One withdrawn meanwhile (written back by an approval racing the withdrawal)
+            // is not remembered: the page asks again, and the approval gives a new id.
+            let withdrawn = match &remembered {
+                Some(c) => super::account::is_withdrawn(&shared, &c.value.id)
+                    .await
+                    .unwrap_or(true),
+                None => true,
+            };
+            if let (Some(consent), false) = (remembered, withdrawn) {
                 if !may_be_claimed_locally(&pending.redirect_uri) {
                     let consent = consent.value.id;
                     return finish(&shared, &request_id, pending, &signed, consent).await;

@@ -24,12 +24,12 @@ use serde_json::json;
 use wharf::store::{Write, after, millis, now_millis};
 
 use super::account::is_withdrawn;
-use super::authorize::CodeGrant;
+use super::authorize::{CodeGrant, Consent, consent_key};
 use super::clients::{Client, TokenAuth};
 use super::{OAuthError, Shared};
 use crate::families::{self, Family};
 use crate::pkce::CodeChallenge;
-use crate::records::{CODES, FAMILIES, Kind, REFRESH, Versioned, digest, secret};
+use crate::records::{CODES, CONSENTS, FAMILIES, Kind, REFRESH, Versioned, digest, secret};
 
 mod assertion;
 mod revoke;
@@ -435,6 +435,7 @@ async fn refresh(
         .ok_or_else(|| OAuthError::invalid_grant("the refresh token has been revoked"))?;
     still_signed_in(shared, &family.value.user, &family.value.epoch).await?;
     still_consented(shared, &family.value).await?;
+    keep_consent(shared, &family.value).await;
     let reused = || {
         OAuthError::invalid_grant(
             "the refresh token was already used; every token issued with it is revoked",
@@ -598,6 +599,46 @@ async fn still_consented(shared: &Shared, family: &Family) -> Result<(), OAuthEr
         ))
     } else {
         Ok(())
+    }
+}
+
+/// Keeps the consent a refreshed grant was made under for as long as the grant lives, so
+/// that `/account` still lists (and can withdraw) every client that holds tokens: a consent
+/// record expiring a year after its approval would otherwise vanish from the page while
+/// its client refreshes on. A no-op until the record is within a refresh token's lifetime
+/// of its end. Best effort: a store that fails here is logged, the tokens still go out.
+async fn keep_consent(shared: &Shared, family: &Family) {
+    let key = consent_key(&family.user, &family.client_id);
+    let consent = match shared.records.get::<Consent>(CONSENTS, &key).await {
+        Ok(Some(consent)) => consent,
+        Ok(None) => return,
+        Err(err) => {
+            tracing::warn!(error = %err, "a consent was not read to keep it");
+            return;
+        }
+    };
+    let now = now_millis();
+    let lifetime = shared.config.refresh_token_ttl;
+    if consent
+        .expires_at
+        .is_none_or(|at| at >= after(now, lifetime.saturating_add(lifetime)))
+    {
+        return;
+    }
+    let until = after(now, crate::records::CONSENTS.ttl.unwrap_or(lifetime));
+    let kept = shared
+        .records
+        .put(
+            CONSENTS,
+            &key,
+            &consent.value,
+            Some(&family.user),
+            Write::Replace(consent.version),
+            Some(until),
+        )
+        .await;
+    if let Err(err) = kept {
+        tracing::warn!(error = %err, "a consent was not kept alive with its grant");
     }
 }
 

@@ -539,17 +539,35 @@ async fn refresh_tokens_rotate_and_a_reused_one_revokes_its_family() {
     let grant = grant(&base, "http://127.0.0.1:33420/callback").await;
     let (_, first) = grant.redeem(&base).await;
     let r1 = first["refresh_token"].as_str().unwrap();
-    // A consent record that has expired (gone from the store) is not a withdrawal: the
-    // grant made under it goes on.
     let pool = sqlx::SqlitePool::connect(&format!("{store}?mode=rw"))
         .await
         .unwrap();
-    let expired = sqlx::query("DELETE FROM wharf_records WHERE namespace = 'authz-consent'")
-        .execute(&pool)
+    let consent = "namespace = 'authz-consent'";
+    let consent_expiry = async || -> i64 {
+        sqlx::query_scalar(&format!(
+            "SELECT expires_at FROM wharf_records WHERE {consent}"
+        ))
+        .fetch_one(&pool)
         .await
-        .unwrap();
-    assert_eq!(expired.rows_affected(), 1);
-    pool.close().await;
+        .unwrap()
+    };
+    // The consent is about to expire: a refresh of its grant keeps it, so that /account
+    // still lists the client that holds tokens.
+    let day: i64 = 24 * 3600 * 1000;
+    let now = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap();
+    sqlx::query(&format!(
+        "UPDATE wharf_records SET expires_at = ? WHERE {consent}"
+    ))
+    .bind(now + day)
+    .execute(&pool)
+    .await
+    .unwrap();
     // Parameters sent without a value are as if omitted (RFC 6749 §3.2): the same scope
     // and resource as before, not none.
     let form = [
@@ -562,23 +580,38 @@ async fn refresh_tokens_rotate_and_a_reused_one_revokes_its_family() {
     let (status, second) = token(&base, &form).await;
     assert_eq!(status, StatusCode::OK, "{second}");
     assert_eq!(second["scope"], first["scope"], "{second}");
+    assert!(
+        consent_expiry().await > now + 300 * day,
+        "the consent was kept"
+    );
     let r2 = second["refresh_token"].as_str().unwrap();
     assert_ne!(r1, r2, "rotated at use");
     assert_eq!(
         tools_list(&server, second["access_token"].as_str().unwrap()).await,
         None
     );
-    // r1 again: someone holds a copy. The family goes, r2 with it.
+    // A consent record that has expired (gone from the store) is not a withdrawal: the
+    // grant made under it goes on.
+    let expired = sqlx::query(&format!("DELETE FROM wharf_records WHERE {consent}"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(expired.rows_affected(), 1);
+    pool.close().await;
+    let (status, third) = refresh(&base, &grant.client_id, r2).await;
+    assert_eq!(status, StatusCode::OK, "{third}");
+    let r3 = third["refresh_token"].as_str().unwrap();
+    // r1 again: someone holds a copy. The family goes, r3 with it.
     let (status, err) = refresh(&base, &grant.client_id, r1).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     says(&err, "already used");
-    until_refused(&server, second["access_token"].as_str().unwrap()).await;
-    let (status, err) = refresh(&base, &grant.client_id, r2).await;
+    until_refused(&server, third["access_token"].as_str().unwrap()).await;
+    let (status, err) = refresh(&base, &grant.client_id, r3).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     says(&err, "revoked");
     // Another client cannot use a refresh token it was not given.
     let stranger = register(&base, "http://127.0.0.1:33420/callback").await;
-    let (status, err) = refresh(&base, &stranger, r2).await;
+    let (status, err) = refresh(&base, &stranger, r3).await;
     assert_eq!(
         (status, err["error"].as_str()),
         (StatusCode::BAD_REQUEST, Some("invalid_grant"))
