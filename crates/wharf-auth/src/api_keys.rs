@@ -36,7 +36,7 @@ pub enum ApiKeyError {
     /// the list, not by what was written: a key pasted without its principal would
     /// otherwise be echoed to the log.
     #[error(
-        "API key number {position} (counting from 1): the principal must be 1 to 200 printable characters"
+        "API key {position} (counting from 1: among the keys given, or the line of the keys file): the principal must be 1 to 200 printable characters"
     )]
     Principal {
         /// Where it is in the list, from 1.
@@ -45,7 +45,7 @@ pub enum ApiKeyError {
     /// A token too short or with spaces; named by its place, as above (a key written
     /// without its principal splits at a base64 `=`, and what comes before is the key).
     #[error(
-        "API key number {position} (counting from 1): the token must be at least {MIN_TOKEN_LEN} characters without spaces; write each key PRINCIPAL=TOKEN"
+        "API key {position} (counting from 1: among the keys given, or the line of the keys file): the token must be at least {MIN_TOKEN_LEN} characters without spaces; write each key PRINCIPAL=TOKEN"
     )]
     Token {
         /// Where it is in the list, from 1.
@@ -57,11 +57,18 @@ pub enum ApiKeyError {
 }
 
 impl ApiKeys {
-    /// Builds the set from `PRINCIPAL=TOKEN` specifications.
+    /// Builds the set from `PRINCIPAL=TOKEN` specifications. An error names the
+    /// specification by its place, counting from 1.
     pub fn parse<'a>(specs: impl IntoIterator<Item = &'a str>) -> Result<Self, ApiKeyError> {
+        Self::parse_numbered(specs.into_iter().enumerate().map(|(i, spec)| (i + 1, spec)))
+    }
+
+    /// [`parse`](Self::parse) of specifications each with the place an error names.
+    fn parse_numbered<'a>(
+        specs: impl Iterator<Item = (usize, &'a str)>,
+    ) -> Result<Self, ApiKeyError> {
         let mut by_digest = HashMap::new();
-        for (index, spec) in specs.into_iter().enumerate() {
-            let position = index + 1;
+        for (position, spec) in specs {
             let (principal, token) = spec.split_once('=').ok_or(ApiKeyError::Shape)?;
             let principal = principal.trim();
             let token = token.trim();
@@ -89,11 +96,14 @@ impl ApiKeys {
     }
 
     /// Reads `PRINCIPAL=TOKEN` lines; blank lines and lines starting with `#` are skipped.
+    /// An error names the line, counting from 1.
     pub fn parse_file(text: &str) -> Result<Self, ApiKeyError> {
-        Self::parse(
+        Self::parse_numbered(
             text.lines()
                 .map(str::trim)
-                .filter(|l| !l.is_empty() && !l.starts_with('#')),
+                .enumerate()
+                .map(|(index, line)| (index + 1, line))
+                .filter(|(_, l)| !l.is_empty() && !l.starts_with('#')),
         )
     }
 
@@ -186,5 +196,11 @@ mod tests {
     fn files_skip_comments_and_blank_lines() {
         let keys = ApiKeys::parse_file("# team keys\n\nuser-42 = tok-aaaaaaaaaaaaaaaa\n").unwrap();
         assert_eq!(keys.len(), 1);
+        let err = ApiKeys::parse_file("# team keys\n\nuser-42 = short\n").unwrap_err();
+        assert_eq!(
+            err,
+            ApiKeyError::Token { position: 3 },
+            "the line, not the key's rank"
+        );
     }
 }

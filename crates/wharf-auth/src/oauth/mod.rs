@@ -46,7 +46,8 @@ pub enum Validation {
         /// The least time between two fetches of the key set.
         min_refresh: Duration,
         /// How long a fetched key set is trusted without asking the issuer again. While the
-        /// issuer cannot be reached, the keys it last published are kept.
+        /// issuer cannot be reached, the keys it last published are kept, and it is asked
+        /// again every `min_refresh`, behind the requests rather than in their way.
         max_age: Duration,
     },
     /// JWTs signed by an authorization server in this process (`wharf-authz`'s, say),
