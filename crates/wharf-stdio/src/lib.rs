@@ -256,20 +256,25 @@ impl Legacy {
         self.stream = Some(tokio::spawn(async move {
             loop {
                 let mut stream = server.sessions().stream(&session);
+                let mut said = false;
                 while let Some(m) = stream.next().await {
+                    said = true;
                     if out.send(m).await.is_err() {
                         return;
                     }
                 }
                 // A session's stream ends when its changes may have been missed (the bus
                 // lagged or reconnected; it said "everything changed" first). Over HTTP the
-                // client listens again; here nobody else would, so this does, after a pause
-                // that keeps a stream that cannot open from spinning. Not once the server
-                // drains: then the stream ends for good.
+                // client listens again; here nobody else would, so this does at once, and
+                // after a pause only when the stream ended without a word, which keeps one
+                // that cannot open from spinning. Not once the server drains: then the
+                // stream ends for good.
                 if server.is_draining() {
                     return;
                 }
-                tokio::time::sleep(REOPEN_PAUSE).await;
+                if !said {
+                    tokio::time::sleep(REOPEN_PAUSE).await;
+                }
             }
         }));
     }

@@ -93,12 +93,13 @@ struct TokenFile {
 impl TokenFile {
     /// The user's token file (it need not exist yet).
     fn open() -> Result<Self, String> {
-        // The XDG Base Directory rules: an empty or relative value is ignored (a token file
-        // in whatever directory the command runs from could end up in a repository).
+        // The XDG Base Directory rules for its variables: an empty or relative value is
+        // ignored (a token file in whatever directory the command runs from could end up in
+        // a repository). Wharf's own variable is taken as given.
         let absolute =
             |name: &str| std::env::var_os(name).filter(|v| PathBuf::from(v).is_absolute());
         let dir = match (
-            absolute("WHARF_CONFIG_DIR"),
+            std::env::var_os("WHARF_CONFIG_DIR"),
             absolute("XDG_CONFIG_HOME"),
             absolute("HOME"),
         ) {
@@ -107,7 +108,7 @@ impl TokenFile {
             (None, None, Some(home)) => PathBuf::from(home).join(".config").join("wharf"),
             (None, None, None) => {
                 return Err(
-                    "no place for tokens: set WHARF_CONFIG_DIR or HOME to an absolute path"
+                    "no place for tokens: set WHARF_CONFIG_DIR, or HOME to an absolute path"
                         .to_owned(),
                 );
             }

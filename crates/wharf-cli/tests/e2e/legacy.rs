@@ -686,7 +686,7 @@ async fn input_requests_need_the_capability_and_an_answer_in_time() {
     let mut stream = Box::pin(session.stream(&call).await.unwrap());
     let ask = next(&mut stream, "the question").await;
     assert_eq!(ask["method"], "elicitation/create");
-    // The question goes first: the client stops asking its user.
+    // The question is withdrawn first, so that the client stops asking its user.
     let withdrawn = next(&mut stream, "the question withdrawn").await;
     validate_legacy("notifications/cancelled", &withdrawn);
     assert_eq!(withdrawn["params"]["requestId"], ask["id"], "{withdrawn}");

@@ -489,7 +489,6 @@ fn required_capability(method: &str, params: Option<&Value>) -> Option<ClientCap
     Some(caps)
 }
 
-/// Input request `method` with `params` as the server request `id` of a legacy session.
 /// The server's requests of a round still waiting for the client's answer. Whatever ends
 /// the wait early (the call cancelled or timed out, another request of the round answered
 /// with an error) drops this, and the client is told each is cancelled (2025-11-25
@@ -515,6 +514,7 @@ impl Drop for Open {
     }
 }
 
+/// Input request `method` with `params` as the server request `id` of a legacy session.
 fn server_request(id: &RequestId, method: &str, params: Option<&Value>) -> Value {
     let mut message = json!({ "jsonrpc": "2.0", "id": id, "method": method });
     if let Some(p) = params {
