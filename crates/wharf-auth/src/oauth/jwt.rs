@@ -59,8 +59,7 @@ pub(crate) struct Fetch {
     http: reqwest::Client,
     /// The JWKS URI the operator gave, if any.
     configured: Option<String>,
-    /// Otherwise, the one the issuer's metadata named; forgotten when a fetch from it
-    /// fails, so that an issuer that moves its keys is followed.
+    /// Otherwise, the one the issuer's metadata named, once learned.
     learned: RwLock<Option<String>>,
 }
 
@@ -285,11 +284,7 @@ impl Fetch {
     /// The key set `issuer` publishes.
     async fn key_set(&self, issuer: &str) -> Result<Value, AuthError> {
         let uri = self.jwks_uri(issuer).await?;
-        let set = self.get_json(&uri).await;
-        if set.is_err() {
-            *self.learned.write().unwrap_or_else(|p| p.into_inner()) = None;
-        }
-        set
+        self.get_json(&uri).await
     }
 
     /// The JWKS URI: configured, or from `issuer`'s metadata (RFC 8414, then OpenID Connect
