@@ -274,44 +274,49 @@ async fn stateless_rules() {
     assert_error(&r, 400, -32020, Some(json!(5)));
     // A request also wrong in its params is judged on its version, `_meta` and headers
     // first: what a transport must answer with 400 is not lost behind a method's 200.
-    let call = |params: Value| json!({ "jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": params });
-    let r = post_std(&server, "tools/call", call(json!({ "arguments": {} })), &[]).await;
-    assert_error(&r, 400, -32602, Some(json!(6)));
-    assert!(r.body.contains("_meta is required"), "{}", r.body);
+    // The last row, with all of that in order, is the method's own refusal of a missing name.
     let later = json!({ "io.modelcontextprotocol/protocolVersion": "2027-01-01" });
-    let r = post_std(
-        &server,
-        "tools/call",
-        call(json!({ "_meta": later, "arguments": {} })),
-        &[("mcp-protocol-version", "2027-01-01")],
-    )
-    .await;
-    assert_error(&r, 400, -32022, Some(json!(6)));
-    let r = post_std(
-        &server,
-        "tools/list",
-        call(json!({ "_meta": meta(), "arguments": {} })),
-        &[],
-    )
-    .await;
-    assert_error(&r, 400, -32020, Some(json!(6)));
-    let r = post_std(
-        &server,
-        "tools/call",
-        call(json!({ "_meta": meta(), "arguments": {} })),
-        &[("mcp-protocol-version", "2025-11-25")],
-    )
-    .await;
-    assert_error(&r, 400, -32020, Some(json!(6)));
-    // With all of that in order, a missing name is the method's own refusal.
-    let r = post_std(
-        &server,
-        "tools/call",
-        call(json!({ "_meta": meta(), "arguments": {} })),
-        &[],
-    )
-    .await;
-    assert_error(&r, 200, -32602, Some(json!(6)));
+    // (Mcp-Method header, params, other headers, status, code)
+    type Case<'a> = (&'a str, Value, &'a [(&'a str, &'a str)], u16, i64);
+    let cases: [Case; 5] = [
+        ("tools/call", json!({ "arguments": {} }), &[], 400, -32602),
+        (
+            "tools/call",
+            json!({ "_meta": later, "arguments": {} }),
+            &[("mcp-protocol-version", "2027-01-01")],
+            400,
+            -32022,
+        ),
+        (
+            "tools/list",
+            json!({ "_meta": meta(), "arguments": {} }),
+            &[],
+            400,
+            -32020,
+        ),
+        (
+            "tools/call",
+            json!({ "_meta": meta(), "arguments": {} }),
+            &[("mcp-protocol-version", "2025-11-25")],
+            400,
+            -32020,
+        ),
+        (
+            "tools/call",
+            json!({ "_meta": meta(), "arguments": {} }),
+            &[],
+            200,
+            -32602,
+        ),
+    ];
+    for (header_method, params, extra, status, code) in cases {
+        let body = json!({ "jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": params });
+        let r = post_std(&server, header_method, body, extra).await;
+        assert_error(&r, status, code, Some(json!(6)));
+        if code == -32602 && status == 400 {
+            assert!(r.body.contains("_meta is required"), "{}", r.body);
+        }
+    }
     // Retired and unknown methods: 404 -32601.
     for method in [
         "initialize",

@@ -16,6 +16,37 @@ async fn recv(c: &mut StdioClient) -> Value {
         .expect("a message")
 }
 
+/// Opens a legacy session: `initialize` at `version` with `capabilities`, its answer
+/// (returned), then `notifications/initialized`.
+async fn initialize_legacy(c: &mut StdioClient, version: &str, capabilities: Value) -> Value {
+    let init = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": version,
+        "capabilities": capabilities,
+        "clientInfo": { "name": "legacy-test", "version": "1" },
+    }});
+    c.send(&init).await.unwrap();
+    let m = recv(c).await;
+    assert_eq!(m["id"], 0, "{m}");
+    c.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }))
+        .await
+        .unwrap();
+    m
+}
+
+/// Closes stdin and asserts that the server sends nothing more while it drains (up to a
+/// minute), then exits 0.
+async fn end_input_expecting_silence(mut c: StdioClient, why: &str) {
+    c.close_stdin();
+    if let Some(m) = tokio::time::timeout(Duration::from_secs(60), c.recv())
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        panic!("{why}: {m}");
+    }
+    assert!(c.wait().await.unwrap().success());
+}
+
 #[tokio::test]
 async fn serves_concurrently_cancels_and_exits_on_eof() {
     let mut c = StdioClient::spawn(
@@ -91,15 +122,7 @@ async fn serves_concurrently_cancels_and_exits_on_eof() {
     // End of input: nothing is running any more, so nothing more is sent (had the
     // cancellation not stopped the slow call, its progress would go on through the drain),
     // and the server exits 0.
-    c.close_stdin();
-    if let Some(m) = tokio::time::timeout(Duration::from_secs(60), c.recv())
-        .await
-        .unwrap()
-        .unwrap()
-    {
-        panic!("nothing is sent once every request ended: {m}");
-    }
-    assert!(c.wait().await.unwrap().success());
+    end_input_expecting_silence(c, "nothing is sent once every request ended").await;
 }
 
 /// Lines that are not requests get the precise error a JSON-RPC peer expects, and the
@@ -191,18 +214,9 @@ async fn a_legacy_client_initializes_and_answers_an_elicitation() {
         &["serve", "--stdio", "--profile", "conformance"],
     )
     .unwrap();
-    let init = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": { "elicitation": {} },
-        "clientInfo": { "name": "legacy-test", "version": "1" },
-    }});
-    c.send(&init).await.unwrap();
-    let m = recv(&mut c).await;
+    let m = initialize_legacy(&mut c, "2025-06-18", json!({ "elicitation": {} })).await;
     validate_legacy("initialize", &m);
     assert_eq!(m["result"]["protocolVersion"], "2025-06-18");
-    c.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }))
-        .await
-        .unwrap();
 
     let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
         "name": "test_elicitation", "arguments": { "message": "Who are you?" } } });
@@ -263,15 +277,7 @@ async fn a_legacy_call_cancelled_as_it_is_sent_stops_and_sends_nothing() {
         ],
     )
     .unwrap();
-    let init = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": { "name": "legacy-test", "version": "1" },
-    }});
-    c.send(&init).await.unwrap();
-    assert_eq!(recv(&mut c).await["id"], 0);
-    c.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }))
-        .await
-        .unwrap();
+    initialize_legacy(&mut c, "2025-11-25", json!({})).await;
     let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
         "name": "slow_count", "arguments": { "steps": 30, "interval_ms": 100 } } });
     let cancel = json!({ "jsonrpc": "2.0", "method": "notifications/cancelled",
@@ -285,15 +291,7 @@ async fn a_legacy_call_cancelled_as_it_is_sent_stops_and_sends_nothing() {
     );
     // End of input: the server drains what still runs (up to a minute) and exits; had the
     // call gone on, its result would come out now.
-    c.close_stdin();
-    if let Some(m) = tokio::time::timeout(Duration::from_secs(60), c.recv())
-        .await
-        .unwrap()
-        .unwrap()
-    {
-        panic!("nothing is sent for a cancelled call: {m}");
-    }
-    assert!(c.wait().await.unwrap().success());
+    end_input_expecting_silence(c, "nothing is sent for a cancelled call").await;
 }
 
 /// A legacy call cancelled while it waits for the client's answer to its elicitation tells
@@ -305,15 +303,7 @@ async fn a_cancelled_call_withdraws_the_input_it_asked_for() {
         &["serve", "--stdio", "--profile", "conformance"],
     )
     .unwrap();
-    let init = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": { "elicitation": {} },
-        "clientInfo": { "name": "legacy-test", "version": "1" },
-    }});
-    c.send(&init).await.unwrap();
-    assert_eq!(recv(&mut c).await["id"], 0);
-    c.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }))
-        .await
-        .unwrap();
+    initialize_legacy(&mut c, "2025-11-25", json!({ "elicitation": {} })).await;
     let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
         "name": "test_elicitation", "arguments": { "message": "Who are you?" } } });
     c.send(&call).await.unwrap();
