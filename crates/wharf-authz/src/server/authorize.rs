@@ -18,7 +18,7 @@ use wharf::store::{Millis, Write, now_millis};
 
 use super::html::{self, escape, hidden};
 use super::token::Peer;
-use super::{Shared, constant_eq, cookies};
+use super::{Shared, constant_eq, cookies, params};
 use crate::pkce::CodeChallenge;
 use crate::records::{CODES, CONSENTS, REQUESTS, SESSIONS, digest, secret};
 use crate::redirect;
@@ -106,7 +106,8 @@ pub(crate) async fn authorize(
     if !shared.limits.authorizations.allows(peer) {
         return too_many();
     }
-    let params = match single_params(query.as_deref().unwrap_or_default()) {
+    let params: HashMap<String, String> = match params::parse(query.as_deref().unwrap_or_default())
+    {
         Ok(params) => params,
         Err(err) => {
             return html::error(
@@ -708,20 +709,6 @@ fn request_scope(
     Ok(values.join(" "))
 }
 
-/// Query parameters, each at most once; one sent without a value is as if omitted (RFC
-/// 6749 §3.1).
-fn single_params(query: &str) -> Result<HashMap<String, String>, String> {
-    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query)
-        .map_err(|err| format!("the query string is malformed: {err}"))?;
-    let mut params = HashMap::new();
-    for (name, value) in pairs.into_iter().filter(|(_, value)| !value.is_empty()) {
-        if params.insert(name.clone(), value).is_some() {
-            return Err(format!("the parameter {name} appears more than once"));
-        }
-    }
-    Ok(params)
-}
-
 fn too_many() -> Response {
     let mut page = html::error(
         StatusCode::TOO_MANY_REQUESTS,
@@ -826,16 +813,7 @@ fn consent_html(request_id: &str, pending: &Pending, user: &str) -> Response {
 
 #[cfg(test)]
 mod tests {
-    use super::{request_scope, single_params};
-
-    #[test]
-    fn a_parameter_without_a_value_is_as_if_omitted() {
-        let params = single_params("scope=&resource=&state=s&scope=read").unwrap();
-        assert_eq!(params.get("scope").map(String::as_str), Some("read"));
-        assert!(!params.contains_key("resource"));
-        let twice = single_params("state=a&state=b").unwrap_err();
-        assert!(twice.contains("state appears more than once"), "{twice}");
-    }
+    use super::request_scope;
 
     #[test]
     fn a_request_gets_what_it_asks_or_by_default_what_the_client_registered() {

@@ -20,6 +20,7 @@ mod error;
 mod html;
 mod limits;
 mod metadata;
+mod params;
 mod register;
 mod revocation;
 mod token;

@@ -11,13 +11,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::rejection::FormRejection;
-use axum::extract::{ConnectInfo, Form, FromRequestParts, State};
+use axum::extract::{ConnectInfo, FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
 use jsonwebtoken::{Algorithm, Header};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -26,7 +26,7 @@ use wharf::store::{Write, after, millis, now_millis};
 use super::account::is_withdrawn;
 use super::authorize::{CodeGrant, Consent, consent_key};
 use super::clients::{Client, TokenAuth};
-use super::{OAuthError, Shared};
+use super::{OAuthError, Shared, params};
 use crate::families::{self, Family};
 use crate::pkce::CodeChallenge;
 use crate::records::{CODES, CONSENTS, FAMILIES, Kind, REFRESH, Versioned, digest, secret};
@@ -79,31 +79,6 @@ pub(crate) struct TokenForm {
     token: Option<String>,
 }
 
-impl TokenForm {
-    /// The form with each parameter sent without a value taken as omitted (RFC 6749 §3.2).
-    fn without_empty(mut self) -> Self {
-        for field in [
-            &mut self.grant_type,
-            &mut self.code,
-            &mut self.redirect_uri,
-            &mut self.code_verifier,
-            &mut self.refresh_token,
-            &mut self.resource,
-            &mut self.scope,
-            &mut self.client_id,
-            &mut self.client_secret,
-            &mut self.client_assertion_type,
-            &mut self.client_assertion,
-            &mut self.token,
-        ] {
-            if field.as_deref() == Some("") {
-                *field = None;
-            }
-        }
-        self
-    }
-}
-
 /// A refresh token, as stored under its digest.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Refresh {
@@ -120,9 +95,9 @@ pub(crate) async fn token(
     State(shared): State<Arc<Shared>>,
     Peer(peer): Peer,
     headers: HeaderMap,
-    form: Result<Form<TokenForm>, FormRejection>,
+    body: Bytes,
 ) -> Response {
-    let exchanged = match admit(&shared, peer, form) {
+    let exchanged = match admit(&shared, peer, &headers, &body) {
         Ok(form) => exchange(&shared, &headers, form).await,
         Err(err) => Err(err),
     };
@@ -130,22 +105,33 @@ pub(crate) async fn token(
 }
 
 /// What the token and revocation endpoints check first: the address's budget (they share
-/// one), then the form. A body that is not one form, each field once (RFC 6749
-/// §3.2), is answered as OAuth errors are, not with the framework's plain text.
+/// one), then the form. A body that is not one form, each parameter once (RFC 6749 §3.2,
+/// read as `/authorize` reads its query), is answered as OAuth errors are, not with the
+/// framework's plain text.
 fn admit(
     shared: &Shared,
     peer: Option<IpAddr>,
-    form: Result<Form<TokenForm>, FormRejection>,
+    headers: &HeaderMap,
+    body: &[u8],
 ) -> Result<TokenForm, OAuthError> {
     if !shared.limits.token_requests.allows(peer) {
         return Err(OAuthError::too_many("token requests"));
     }
-    form.map(|Form(form)| form.without_empty()).map_err(|rejection| {
+    let refused = |why: &str| {
         OAuthError::invalid_request(format!(
-            "the request must be an application/x-www-form-urlencoded form, each parameter once: {}",
-            rejection.body_text()
+            "the request must be an application/x-www-form-urlencoded form, each parameter once: {why}"
         ))
-    })
+    };
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let essence = content_type.split(';').next().unwrap_or_default().trim();
+    if !essence.eq_ignore_ascii_case("application/x-www-form-urlencoded") {
+        return Err(refused(&format!("its Content-Type is {content_type:?}")));
+    }
+    let text = std::str::from_utf8(body).map_err(|_| refused("the body is not UTF-8"))?;
+    params::parse(text).map_err(|why| refused(&why))
 }
 
 async fn exchange(

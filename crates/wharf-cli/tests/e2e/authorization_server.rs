@@ -1526,6 +1526,21 @@ async fn malformed_token_requests_get_oauth_errors() {
             "{err}"
         );
     }
+    // A parameter sent empty counts as omitted, as at /authorize: sent again with a value,
+    // it is not a repeat, and the request goes on to the client's authentication.
+    let response = http
+        .post(format!("{base}/token"))
+        .header(
+            "content-type",
+            "application/x-www-form-urlencoded; charset=UTF-8",
+        )
+        .body("grant_type=&grant_type=authorization_code&code=a")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    let err: Value = response.json().await.unwrap();
+    assert_eq!(err["error"], "invalid_client", "{err}");
 }
 
 #[tokio::test]

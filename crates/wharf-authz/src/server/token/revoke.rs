@@ -8,10 +8,10 @@
 
 use std::sync::Arc;
 
-use axum::extract::rejection::FormRejection;
-use axum::extract::{Form, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use serde::Deserialize;
 
 use super::{Peer, Refresh, TokenForm, admit, authenticate, revoke};
@@ -24,9 +24,9 @@ pub(crate) async fn endpoint(
     State(shared): State<Arc<Shared>>,
     Peer(peer): Peer,
     headers: HeaderMap,
-    form: Result<Form<TokenForm>, FormRejection>,
+    body: Bytes,
 ) -> Response {
-    let revoked = match admit(&shared, peer, form) {
+    let revoked = match admit(&shared, peer, &headers, &body) {
         Ok(form) => revoke_presented(&shared, &headers, &form).await,
         Err(err) => Err(err),
     };
