@@ -73,10 +73,20 @@ pub(crate) struct ServeArgs {
     )]
     state_keys: Vec<Secret>,
     /// Hours between rotations of the keys replicas share through their store.
-    #[arg(long, env = "WHARF_KEY_ROTATION_HOURS", default_value_t = 24)]
+    #[arg(
+        long,
+        env = "WHARF_KEY_ROTATION_HOURS",
+        default_value_t = 24,
+        value_parser = positive::<u64>(),
+    )]
     key_rotation_hours: u64,
     /// How long a multi-round request state stays valid, in seconds.
-    #[arg(long, env = "WHARF_STATE_MAX_AGE_SECS", default_value_t = 600)]
+    #[arg(
+        long,
+        env = "WHARF_STATE_MAX_AGE_SECS",
+        default_value_t = 600,
+        value_parser = positive::<u64>(),
+    )]
     state_max_age_secs: u64,
     /// The most rounds of input one request may take.
     #[arg(long, env = "WHARF_MAX_INPUT_ROUNDS", default_value_t = 8)]
@@ -86,40 +96,90 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "WHARF_MODERN_ONLY")]
     modern_only: bool,
     /// Minutes a legacy session lives unused (sessions live in the store, shared by replicas).
-    #[arg(long, env = "WHARF_SESSION_IDLE_MINS", default_value_t = 60)]
+    #[arg(
+        long,
+        env = "WHARF_SESSION_IDLE_MINS",
+        default_value_t = 60,
+        value_parser = positive::<u64>(),
+    )]
     session_idle_mins: u64,
     /// Seconds a legacy call waits for the client to answer its server requests.
-    #[arg(long, env = "WHARF_INPUT_TIMEOUT_SECS", default_value_t = 600)]
+    #[arg(
+        long,
+        env = "WHARF_INPUT_TIMEOUT_SECS",
+        default_value_t = 600,
+        value_parser = positive::<u64>(),
+    )]
     input_timeout_secs: u64,
     /// Largest request body in bytes.
-    #[arg(long, env = "WHARF_MAX_BODY_BYTES", default_value_t = 1024 * 1024)]
+    #[arg(
+        long,
+        env = "WHARF_MAX_BODY_BYTES",
+        default_value_t = 1024 * 1024,
+        value_parser = positive::<usize>(),
+    )]
     max_body_bytes: usize,
     /// Deepest JSON nesting accepted.
-    #[arg(long, env = "WHARF_MAX_JSON_DEPTH", default_value_t = 64)]
+    #[arg(
+        long,
+        env = "WHARF_MAX_JSON_DEPTH",
+        default_value_t = 64,
+        value_parser = positive::<usize>(),
+    )]
     max_json_depth: usize,
     /// Largest total size of request headers in bytes.
-    #[arg(long, env = "WHARF_MAX_HEADER_BYTES", default_value_t = 16 * 1024)]
+    #[arg(
+        long,
+        env = "WHARF_MAX_HEADER_BYTES",
+        default_value_t = 16 * 1024,
+        value_parser = positive::<usize>(),
+    )]
     max_header_bytes: usize,
     /// Header fields per request at most (431 beyond).
-    #[arg(long, env = "WHARF_MAX_HEADERS", default_value_t = 100)]
+    #[arg(
+        long,
+        env = "WHARF_MAX_HEADERS",
+        default_value_t = 100,
+        value_parser = positive::<usize>(),
+    )]
     max_headers: usize,
     /// Seconds a connection has to send a complete request head, from accept and again after
     /// each response: a client trickling headers is dropped, and so is a kept-alive connection
     /// idle this long (keep a proxy's upstream keep-alive timeout below it).
-    #[arg(long, env = "WHARF_HEADER_READ_SECS", default_value_t = 30)]
+    #[arg(
+        long,
+        env = "WHARF_HEADER_READ_SECS",
+        default_value_t = 30,
+        value_parser = positive::<u64>(),
+    )]
     header_read_secs: u64,
     /// Seconds a request has to send its whole body once its headers are in (408 after).
-    #[arg(long, env = "WHARF_BODY_READ_SECS", default_value_t = 30)]
+    #[arg(
+        long,
+        env = "WHARF_BODY_READ_SECS",
+        default_value_t = 30,
+        value_parser = positive::<u64>(),
+    )]
     body_read_secs: u64,
     /// Open connections at most; beyond, a new connection is closed at once (a proxy tries
     /// another replica).
-    #[arg(long, env = "WHARF_MAX_CONNECTIONS", default_value_t = 16_384)]
+    #[arg(
+        long,
+        env = "WHARF_MAX_CONNECTIONS",
+        default_value_t = 16_384,
+        value_parser = positive::<usize>(),
+    )]
     max_connections: usize,
     /// Items per page of a list.
-    #[arg(long, env = "WHARF_PAGE_SIZE", default_value_t = 100)]
+    #[arg(long, env = "WHARF_PAGE_SIZE", default_value_t = 100, value_parser = positive::<usize>())]
     page_size: usize,
     /// Seconds between keep-alive comments on streamed answers.
-    #[arg(long, env = "WHARF_KEEP_ALIVE_SECS", default_value_t = 15)]
+    #[arg(
+        long,
+        env = "WHARF_KEEP_ALIVE_SECS",
+        default_value_t = 15,
+        value_parser = positive::<u64>(),
+    )]
     keep_alive_secs: u64,
     /// Seconds the server keeps accepting after SIGTERM/SIGINT while `/readyz` answers 503
     /// (and responses close their connections), so load balancers move traffic away before
@@ -130,7 +190,7 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "WHARF_DRAIN_SECS", default_value_t = 10)]
     drain_secs: u64,
     /// Worker threads (default: the CPUs this process may use).
-    #[arg(long, env = "WHARF_WORKERS")]
+    #[arg(long, env = "WHARF_WORKERS", value_parser = positive::<usize>())]
     workers: Option<usize>,
     /// Where handles, idempotency records, legacy sessions and data live: sqlite://PATH,
     /// postgres://…, redis://… (default sqlite://./wharf.db). Profiles without state of
@@ -275,13 +335,20 @@ pub(crate) struct ServeArgs {
     /// The issuer's JWKS URL, when its metadata does not give one.
     #[arg(long, env = "WHARF_OAUTH_JWKS_URI")]
     oauth_jwks_uri: Option<String>,
-    /// A token with an unknown key id fetches the JWKS again at most once per this many seconds.
+    /// A token with an unknown key id fetches the JWKS again at most once per this many seconds
+    /// (0: every such token fetches; for tests, since a flood of made-up key ids then reaches
+    /// the issuer).
     #[arg(long, env = "WHARF_OAUTH_JWKS_MIN_REFRESH_SECS", default_value_t = 60)]
     oauth_jwks_min_refresh_secs: u64,
     /// Seconds a fetched JWKS is trusted before it is fetched again: a key the issuer
     /// withdrew is refused within this long (while the issuer cannot be reached, its last
     /// keys stand).
-    #[arg(long, env = "WHARF_OAUTH_JWKS_MAX_AGE_SECS", default_value_t = 3600)]
+    #[arg(
+        long,
+        env = "WHARF_OAUTH_JWKS_MAX_AGE_SECS",
+        default_value_t = 3600,
+        value_parser = positive::<u64>(),
+    )]
     oauth_jwks_max_age_secs: u64,
     /// Clock skew tolerated on exp and nbf, in seconds.
     #[arg(long, env = "WHARF_OAUTH_LEEWAY_SECS", default_value_t = 30)]
@@ -302,25 +369,40 @@ pub(crate) struct ServeArgs {
     oauth_required_scopes: Vec<String>,
     /// Store-level mutation locks (PostgreSQL sessions, Redis leases) one principal may hold
     /// or wait for at once in this process; keep it below the store's connections.
-    #[arg(long, env = "WHARF_MAX_STORE_LOCKS_PER_PRINCIPAL", default_value_t = 8)]
+    #[arg(
+        long,
+        env = "WHARF_MAX_STORE_LOCKS_PER_PRINCIPAL",
+        default_value_t = 8,
+        value_parser = positive::<usize>(),
+    )]
     max_store_locks_per_principal: usize,
     /// tools/list shows a token only the tools its scopes permit (then `cacheScope: private`).
     #[arg(long, env = "WHARF_LIST_PERMITTED_TOOLS_ONLY")]
     list_permitted_tools_only: bool,
     /// Hours an idempotent write's first result is kept for replays.
-    #[arg(long, env = "WHARF_IDEMPOTENCY_RETENTION_HOURS", default_value_t = 24)]
+    #[arg(
+        long,
+        env = "WHARF_IDEMPOTENCY_RETENTION_HOURS",
+        default_value_t = 24,
+        value_parser = positive::<u64>(),
+    )]
     idempotency_retention_hours: u64,
     /// Seconds a write waits for a duplicate still running before answering "busy, retry".
-    #[arg(long, env = "WHARF_LOCK_WAIT_SECS", default_value_t = 10)]
+    #[arg(
+        long,
+        env = "WHARF_LOCK_WAIT_SECS",
+        default_value_t = 10,
+        value_parser = positive::<u64>(),
+    )]
     lock_wait_secs: u64,
     /// Requests running at once (unlimited if unset); beyond it they queue.
-    #[arg(long, env = "WHARF_MAX_IN_FLIGHT")]
+    #[arg(long, env = "WHARF_MAX_IN_FLIGHT", value_parser = positive::<usize>())]
     max_in_flight: Option<usize>,
     /// Requests that may wait for a slot; beyond it, 503 with Retry-After at once.
     #[arg(long, env = "WHARF_MAX_QUEUE", default_value_t = 256)]
     max_queue: usize,
     /// Requests running at once per principal; beyond it, 503 at once.
-    #[arg(long, env = "WHARF_MAX_PER_PRINCIPAL")]
+    #[arg(long, env = "WHARF_MAX_PER_PRINCIPAL", value_parser = positive::<usize>())]
     max_per_principal: Option<usize>,
     /// `subscriptions/listen` streams one principal may hold open; beyond it, 503 at once.
     #[arg(long, env = "WHARF_MAX_LISTEN_PER_PRINCIPAL", default_value_t = 32)]
@@ -329,14 +411,19 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "WHARF_MAX_LISTEN_STREAMS", default_value_t = 10_000)]
     max_listen_streams: usize,
     /// Longest a tool call may run, in seconds; then it is stopped (504, -31002).
-    #[arg(long, env = "WHARF_MAX_CALL_SECS", default_value_t = 300)]
+    #[arg(
+        long,
+        env = "WHARF_MAX_CALL_SECS",
+        default_value_t = 300,
+        value_parser = positive::<u64>(),
+    )]
     max_call_secs: u64,
     /// Milliseconds between two progress messages of one request (bursts are coalesced;
     /// the last value is always sent).
     #[arg(long, env = "WHARF_PROGRESS_INTERVAL_MS", default_value_t = 20)]
     progress_interval_ms: u64,
     /// Seconds between sweeps of expired handles and records.
-    #[arg(long, env = "WHARF_SWEEP_SECS", default_value_t = 60)]
+    #[arg(long, env = "WHARF_SWEEP_SECS", default_value_t = 60, value_parser = positive::<u64>())]
     sweep_secs: u64,
 }
 
@@ -598,7 +685,7 @@ async fn open_store(args: &ServeArgs) -> anyhow::Result<Option<Arc<dyn Store>>> 
         (None, false) => return Ok(None),
     };
     let mut options = StoreOptions::default();
-    options.lock_wait = Duration::from_secs(args.lock_wait_secs.max(1));
+    options.lock_wait = Duration::from_secs(args.lock_wait_secs);
     // The import service's own tables, created beside the store's.
     options.app_migrations = Some(Arc::new(wharf_reference::data::migrations()));
     let store = wharf_store::open(url, &options)
@@ -643,31 +730,30 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
             let specs: Vec<&str> = args.state_keys.iter().map(Secret::expose).collect();
             Some(wharf::StateKeys::parse(&specs).context("--state-key")?)
         },
-        max_age: Duration::from_secs(args.state_max_age_secs.max(1)),
+        max_age: Duration::from_secs(args.state_max_age_secs),
         max_rounds: args.max_input_rounds.max(1),
     };
     let mut config = ServerConfig::default();
     config.request_state = request_state;
     config.list_permitted_tools_only = args.list_permitted_tools_only;
-    config.max_store_locks_per_principal = args.max_store_locks_per_principal.max(1);
+    config.max_store_locks_per_principal = args.max_store_locks_per_principal;
     config.page_size = args.page_size;
     config.cursor_key = cursor_key;
-    config.key_rotation = Duration::from_secs(args.key_rotation_hours.max(1).saturating_mul(3600));
-    config.max_call_duration = Duration::from_secs(args.max_call_secs.max(1));
+    config.key_rotation = Duration::from_secs(args.key_rotation_hours.saturating_mul(3600));
+    config.max_call_duration = Duration::from_secs(args.max_call_secs);
     config.progress_interval = Duration::from_millis(args.progress_interval_ms);
     config.limits = wharf::Limits {
-        max_in_flight: args.max_in_flight.map(|n| n.max(1)),
+        max_in_flight: args.max_in_flight,
         max_queue: args.max_queue,
-        per_principal: args.max_per_principal.map(|n| n.max(1)),
+        per_principal: args.max_per_principal,
         listen_per_principal: Some(args.max_listen_per_principal.max(1)),
         max_listen_streams: Some(args.max_listen_streams.max(1)),
     };
     config.idempotency_retention =
         Duration::from_secs(args.idempotency_retention_hours.saturating_mul(3600));
     config.legacy.enabled = !args.modern_only;
-    config.legacy.session_idle =
-        Duration::from_secs(args.session_idle_mins.max(1).saturating_mul(60));
-    config.legacy.input_timeout = Duration::from_secs(args.input_timeout_secs.max(1));
+    config.legacy.session_idle = Duration::from_secs(args.session_idle_mins.saturating_mul(60));
+    config.legacy.input_timeout = Duration::from_secs(args.input_timeout_secs);
     Ok(config)
 }
 
@@ -741,7 +827,7 @@ async fn serve_with(
     if let Some(store) = &store {
         wharf_store::spawn_sweeper(
             Arc::clone(store),
-            Duration::from_secs(args.sweep_secs.max(1)),
+            Duration::from_secs(args.sweep_secs),
             500,
             stop_sweeping,
         );
@@ -772,8 +858,8 @@ async fn serve_with(
         max_body_bytes: args.max_body_bytes,
         max_json_depth: args.max_json_depth,
         max_header_bytes: args.max_header_bytes,
-        body_read_timeout: Duration::from_secs(args.body_read_secs.max(1)),
-        keep_alive: Duration::from_secs(args.keep_alive_secs.max(1)),
+        body_read_timeout: Duration::from_secs(args.body_read_secs),
+        keep_alive: Duration::from_secs(args.keep_alive_secs),
         readiness: store
             .map(|s| Arc::new(StoreReady(s)) as Arc<dyn ReadinessCheck>)
             .into_iter()
@@ -790,9 +876,9 @@ async fn serve_with(
     let (listener, closer) = wharf_http::DrainingListener::new(listener)?;
     tracing::info!(address = %local, endpoint = %args.endpoint, "wharf serving MCP 2026-07-28");
     let mut limits = wharf_http::ConnectionLimits::for_headers(args.max_header_bytes);
-    limits.header_read_timeout = Duration::from_secs(args.header_read_secs.max(1));
-    limits.max_connections = args.max_connections.max(1);
-    limits.max_headers = args.max_headers.max(1);
+    limits.header_read_timeout = Duration::from_secs(args.header_read_secs);
+    limits.max_connections = args.max_connections;
+    limits.max_headers = args.max_headers;
     // The authorization server's rate limits key on the peer's address.
     limits.peer_address = args.authorization_server;
     let mut app = wharf_http::router(server.clone(), config);
@@ -872,6 +958,17 @@ async fn wait_for_signal() {
     }
 }
 
+/// A count or a duration for which 0 would make a server that refuses everything (or
+/// forgets at once what it must keep): refused by name when the server starts, rather than
+/// taken silently as 1.
+fn positive<T>() -> clap::builder::RangedU64ValueParser<T>
+where
+    T: TryFrom<u64> + Clone + Send + Sync + 'static,
+    <T as TryFrom<u64>>::Error: std::error::Error + Send + Sync + 'static,
+{
+    clap::builder::RangedU64ValueParser::new().range(1..)
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser as _;
@@ -913,5 +1010,31 @@ mod tests {
             assert!(!printed.contains(value), "{printed}");
         }
         assert!(printed.contains("Secret(redacted)"), "{printed}");
+    }
+
+    /// A zero where it would make the server useless is refused, naming the option.
+    #[test]
+    fn zero_is_refused_where_it_means_nothing_would_work() {
+        for option in [
+            "--max-body-bytes",
+            "--max-connections",
+            "--keep-alive-secs",
+            "--idempotency-retention-hours",
+            "--oauth-jwks-max-age-secs",
+            "--workers",
+            "--max-in-flight",
+        ] {
+            let err = crate::Cli::try_parse_from(["wharf", "serve", option, "0"]).unwrap_err();
+            let said = err.to_string();
+            assert!(
+                said.contains(option) && said.contains("not in 1.."),
+                "{said}"
+            );
+            crate::Cli::try_parse_from(["wharf", "serve", option, "1"]).unwrap();
+        }
+        // Where 0 means something (no drain, no cache), it stays allowed.
+        crate::Cli::try_parse_from(["wharf", "serve", "--drain-secs", "0"]).unwrap();
+        crate::Cli::try_parse_from(["wharf", "serve", "--oauth-introspection-cache-secs", "0"])
+            .unwrap();
     }
 }
