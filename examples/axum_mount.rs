@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::Request;
-use axum::http::header;
+use axum::http::{HeaderValue, header};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::get;
@@ -46,7 +46,10 @@ async fn main() -> anyhow::Result<()> {
         )
         .build()?;
     let config = HttpConfig {
-        auth: Arc::new(FromExtensions),
+        // A request without a session is answered 401 naming the app's scheme.
+        auth: Arc::new(
+            FromExtensions::new().challenge(HeaderValue::from_static(r#"Cookie realm="app""#)),
+        ),
         ..HttpConfig::default()
     };
     let app = Router::new()

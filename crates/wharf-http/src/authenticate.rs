@@ -149,13 +149,44 @@ impl Authenticate for Auth {
 
 /// Trusts the [`Principal`] an outer layer put in the request's extensions (the app's own
 /// authentication: cookies, mTLS, a session); refuses a request that carries none (401).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct FromExtensions;
+///
+/// RFC 9110 §11.6.1 wants a `WWW-Authenticate` challenge on every 401; only the app knows
+/// its scheme, so it names it with [`FromExtensions::challenge`]:
+///
+/// ```
+/// use axum::http::HeaderValue;
+/// use wharf_http::FromExtensions;
+///
+/// let auth = FromExtensions::new().challenge(HeaderValue::from_static(r#"Cookie realm="app""#));
+/// # let _ = auth;
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct FromExtensions {
+    challenge: Option<String>,
+}
+
+impl FromExtensions {
+    /// Refuses a request without a principal with a bare 401 until a challenge is given.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The `WWW-Authenticate` value of the 401 answered to a request without a principal.
+    /// A value that is not visible ASCII (which `to_str` refuses) is left out.
+    #[must_use]
+    pub fn challenge(mut self, value: axum::http::HeaderValue) -> Self {
+        self.challenge = value.to_str().ok().map(str::to_owned);
+        self
+    }
+}
 
 impl Authenticate for FromExtensions {
     fn authenticate<'a>(&'a self, parts: &'a Parts) -> AuthFuture<'a> {
         AuthFuture::ready(parts.extensions.get::<Principal>().cloned().ok_or_else(|| {
-            Refusal::unauthorized("Unauthorized: the request was not authenticated", None)
+            Refusal::unauthorized(
+                "Unauthorized: the request was not authenticated",
+                self.challenge.clone(),
+            )
         }))
     }
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
+use axum::http::{HeaderValue, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -53,7 +53,9 @@ struct Tagged {
 /// `X-User` header into a principal (a real app would read a session cookie).
 fn app() -> Router {
     let config = HttpConfig {
-        auth: std::sync::Arc::new(FromExtensions),
+        auth: std::sync::Arc::new(
+            FromExtensions::new().challenge(HeaderValue::from_static(r#"Cookie realm="app""#)),
+        ),
         ..HttpConfig::default()
     };
     wharf_http::router(server(), config).layer(axum::middleware::from_fn(
@@ -103,11 +105,19 @@ fn call_with(name: &str, arguments: Value) -> Request<Body> {
 }
 
 async fn send(req: Request<Body>) -> (StatusCode, Value) {
+    let (status, _, body) = send_whole(req).await;
+    (status, body)
+}
+
+/// The status, the headers and the JSON body of the app's answer to `req`.
+async fn send_whole(req: Request<Body>) -> (StatusCode, axum::http::HeaderMap, Value) {
     let res = app().oneshot(req).await.unwrap();
     let status = res.status();
+    let headers = res.headers().clone();
     let bytes = res.into_body().collect().await.unwrap().to_bytes();
     (
         status,
+        headers,
         serde_json::from_slice(&bytes).unwrap_or(Value::Null),
     )
 }
@@ -124,10 +134,12 @@ async fn the_apps_own_authentication_decides_who_calls() {
         "{text}"
     );
 
-    // No principal in the extensions: refused before the body is read.
-    let (status, body) = send(call("hello")).await;
+    // No principal in the extensions: refused before the body is read, with the app's
+    // challenge.
+    let (status, headers, body) = send_whole(call("hello")).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
     assert_eq!(body["error"]["code"], wharf::UNAUTHORIZED);
+    assert_eq!(headers[header::WWW_AUTHENTICATE], r#"Cookie realm="app""#);
 }
 
 #[tokio::test]
