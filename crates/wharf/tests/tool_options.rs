@@ -135,6 +135,55 @@ async fn a_tool_past_its_timeout_is_stopped_and_its_future_dropped() {
     assert_eq!(dropped.load(Ordering::SeqCst), 1, "the handler was dropped");
 }
 
+/// How long a handler sleeps.
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Sleep {
+    secs: u64,
+}
+
+/// A call stopped at its deadline runs what its handler registered with `on_cancel`, as a
+/// cancelled call does; a call that returns in time runs none of it.
+#[tokio::test(start_paused = true)]
+async fn a_tool_past_its_timeout_runs_its_cancel_cleanups() {
+    let cleaned = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let cleaned = Arc::clone(&cleaned);
+        move |cx: Context, args: Sleep| {
+            let cleaned = Arc::clone(&cleaned);
+            async move {
+                cx.on_cancel(async move {
+                    cleaned.fetch_add(1, Ordering::SeqCst);
+                });
+                tokio::time::sleep(Duration::from_secs(args.secs)).await;
+                "finished"
+            }
+        }
+    };
+    let server = Server::builder(Implementation::new("t", "1"))
+        .tool(
+            tool("bounded")
+                .timeout(Duration::from_secs(2))
+                .handler(handler),
+        )
+        .build()
+        .unwrap();
+    let e = run_with(&server, "bounded", json!({ "secs": 3600 }))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::TimedOut);
+    // The cleanups run on a task of their own: a (paused) second is plenty.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(cleaned.load(Ordering::SeqCst), 1, "the cleanup ran");
+    let done = run_with(&server, "bounded", json!({ "secs": 1 })).await;
+    assert!(done.unwrap().contains("finished"));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        cleaned.load(Ordering::SeqCst),
+        1,
+        "none for the call that returned"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_tool_timeout_never_extends_the_servers_limit() {
     let server = Server::builder(Implementation::new("t", "1"))

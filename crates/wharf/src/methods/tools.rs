@@ -191,9 +191,15 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
         }
     }
     let handler = Arc::clone(&entry.def.handler);
-    let run = |cx| async move {
+    let run = |cx: Context| async move {
+        // Stopped at its deadline, the handler is dropped as a cancelled one is: what it
+        // registered with `on_cancel` runs.
+        let cut_short = cx.cleanup_guard();
         match tokio::time::timeout_at(deadline, handler.call(cx, Value::Object(args))).await {
-                Ok(outcome) => outcome,
+                Ok(outcome) => {
+                    cut_short.disarm();
+                    outcome
+                }
                 Err(_) => Err(RpcError::new(
                     ErrorKind::TimedOut,
                     format!(
