@@ -301,6 +301,34 @@ async fn redis_refuses_the_writes_of_a_holder_whose_lease_ran_out() {
     stalled.release().await;
 }
 
+/// A line that lapsed while its holder was cut off from Redis (its keys expire once idle)
+/// hands the next holder a token of its own, never the stalled holder's: the stalled
+/// holder's writes are refused when it comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_never_hands_a_token_out_twice_after_a_line_lapses() {
+    let (a, b) = (redis().await, redis().await);
+    let key = unique_key();
+    let stalled = lock(&a, &key).await;
+    let fence = stalled.fence().expect("Redis locks are fenced");
+    // The lapse: every key of the line expires (`:next` is where an earlier release kept
+    // its per-line counter).
+    let (line, alive) = redis_line_keys(&key);
+    let mut raw = raw_redis().await;
+    let _: () = ::redis::cmd("DEL")
+        .arg(&line)
+        .arg(&alive)
+        .arg(format!("wharf:m:{key}:next"))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(3), lock(&b, &key))
+        .await
+        .expect("the key is free once its line lapsed");
+    only_the_live_holder_commits((&a, &fence), (&b, &next.fence().unwrap())).await;
+    next.release().await;
+    stalled.release().await;
+}
+
 /// The writes of the holder that lost its key (`late`) are refused at commit and leave
 /// nothing; the live holder's go through.
 async fn only_the_live_holder_commits(

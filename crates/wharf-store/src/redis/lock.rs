@@ -1,8 +1,11 @@
 //! Mutation locks on Redis: a FIFO line per key, whose head holds the lock as a lease with a
 //! fencing token.
 //!
-//! Per key, a sorted set holds the line (tokens from a counter, in arrival order) and a hash
-//! holds each member's deadline in Redis's own clock. Waiters poll their place, renewing a
+//! Per key, a sorted set holds the line (tokens in arrival order) and a hash holds each
+//! member's deadline in Redis's own clock. Tokens come from one counter for every key that
+//! never expires: a key's line lapses when it goes idle, and a counter that lapsed with it
+//! would hand a token out again, which a holder cut off from Redis meanwhile still carries
+//! and would pass the fence with. Waiters poll their place, renewing a
 //! short deadline each time; the head's deadline is the lease, renewed in the background
 //! while it holds the key. A member past its deadline (its process died, or stalled) is
 //! dropped from the head of the line by the next poll, so a crash blocks the key for at most
@@ -29,23 +32,28 @@ const WAITER_TTL_MS: u64 = 1_000;
 /// The longest pause between two polls of a waiter.
 const MAX_POLL: Duration = Duration::from_millis(50);
 
-/// The keys of one line: the line, the deadlines, the token counter.
+/// The keys of one line: the line, the deadlines, and the token counter all lines share.
 pub(super) fn line_keys(key: &str) -> [String; 3] {
     [
         format!("wharf:m:{key}:line"),
         format!("wharf:m:{key}:alive"),
-        format!("wharf:m:{key}:next"),
+        TOKENS.to_owned(),
     ]
 }
 
-/// Joins the line; returns the member's token.
+/// The token counter of every line; it has no expiry.
+const TOKENS: &str = "wharf:m:tokens";
+
+/// Joins the line; returns the member's token. Tokens start at 2^40: replicas of an earlier
+/// release, still running during a rolling upgrade, count from 1 per key, and a token both
+/// kinds handed out in one line would be held twice.
 const ENTER_LUA: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local token = redis.call('INCR', KEYS[3])
+local token = redis.call('INCR', KEYS[3]) + 1099511627776
 redis.call('ZADD', KEYS[1], token, token)
 redis.call('HSET', KEYS[2], token, now + tonumber(ARGV[1]))
-for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[3]) end
+for i = 1, 2 do redis.call('PEXPIRE', KEYS[i], ARGV[3]) end
 return token
 "#;
 
@@ -66,7 +74,7 @@ while true do
   redis.call('ZREM', KEYS[1], head)
   redis.call('HDEL', KEYS[2], head)
 end
-for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[4]) end
+for i = 1, 2 do redis.call('PEXPIRE', KEYS[i], ARGV[4]) end
 if head == token then
   redis.call('HSET', KEYS[2], token, now + tonumber(ARGV[3]))
   return 1
