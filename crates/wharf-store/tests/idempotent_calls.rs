@@ -102,6 +102,13 @@ fn server(store: Arc<dyn Store>, script: &Arc<Script>) -> Server {
                 .handler(move |cx, args: Append| append(cx, args, Arc::clone(&script))),
         );
     }
+    let script = Arc::clone(script);
+    builder = builder.tool(
+        tool("append_locked")
+            .idempotent()
+            .mutates("log")
+            .handler(move |cx, args: Append| append(cx, args, Arc::clone(&script))),
+    );
     builder.build().unwrap()
 }
 
@@ -358,6 +365,48 @@ async fn redis() -> Arc<dyn Store> {
     support::redis_with(WAIT).await
 }
 
+/// A key or a locked name with a control character in it is refused with -32602 naming the
+/// argument, alike on every backend (PostgreSQL's text cannot hold a NUL), and writes nothing.
+async fn control_characters_are_refused_alike(store: Arc<dyn Store>) {
+    let script = Arc::new(Script::default());
+    let server = server(Arc::clone(&store), &script);
+    let log = unique("ctl");
+    for (tool, args, names) in [
+        (
+            "append",
+            json!({ "log": log, "n": 1, "idempotency_key": "k\u{0}x" }),
+            "idempotency_key",
+        ),
+        (
+            "append",
+            json!({ "log": log, "n": 1, "idempotency_key": "k\u{1b}[2J" }),
+            "idempotency_key",
+        ),
+        (
+            "append_locked",
+            json!({ "log": format!("{log}\u{0}"), "n": 1, "idempotency_key": unique("k") }),
+            "log",
+        ),
+    ] {
+        let refused = as_user(&server, "alice")
+            .call("tools/call", call(tool, args))
+            .await
+            .unwrap_err();
+        let error = refused.error();
+        assert_eq!(error.code(), -32602, "{}", error.message);
+        assert!(error.message.contains(names), "{}", error.message);
+    }
+    assert_eq!(rows(&store, &log).await, 0);
+    let done = run(
+        &server,
+        "alice",
+        "append_locked",
+        json!({ "log": log, "n": 2, "idempotency_key": unique("k") }),
+    )
+    .await;
+    assert_eq!(done["structuredContent"]["appended"], 2, "{done}");
+}
+
 macro_rules! all_backends {
     ($($test:ident),* $(,)?) => {
         mod sqlite { $( #[tokio::test] async fn $test() { super::$test(super::sqlite().await).await; } )* }
@@ -372,6 +421,7 @@ all_backends!(
     a_call_whose_client_leaves_after_the_handler_returned_is_committed,
     writes_in_steps_run_once_per_key,
     records_kept_forever_still_replay,
+    control_characters_are_refused_alike,
 );
 
 /// On PostgreSQL, a write in steps whose mutation lock ended with its session mid-call (a

@@ -78,6 +78,7 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
     let Value::Object(mut args) = args else {
         return Err(RpcError::internal("tool arguments are not an object"));
     };
+    store_safe(entry, &args)?;
     let turn = open_turn(
         runtime,
         &info,
@@ -708,6 +709,32 @@ async fn load_handle(runtime: &Runtime, id: &str) -> Result<Option<HandleRecord>
     }
     let load = runtime.require_store()?.load_handle(id);
     Ok(runtime.store_op(StoreOp::LoadHandle, load).await?)
+}
+
+/// Refuses a NUL character in the arguments that name what the store looks up or locks
+/// (handles, what the tool mutates): PostgreSQL's text cannot hold one, and every backend
+/// must answer such a call alike, with the argument named, not with a store failure.
+fn store_safe(entry: &ToolEntry, args: &Map<String, Value>) -> Result<(), RpcError> {
+    let mutated = entry
+        .def
+        .mutates
+        .as_deref()
+        .and_then(|name| Some((name, args.get(name)?.as_str()?)));
+    let handles = entry
+        .handles
+        .iter()
+        .flat_map(|p| p.ids(args).into_iter().map(move |id| (p.name.as_str(), id)));
+    match mutated
+        .into_iter()
+        .chain(handles)
+        .find(|(_, v)| v.contains('\0'))
+    {
+        Some((name, _)) => Err(RpcError::invalid_params(format!(
+            "Invalid arguments for tool {}: {name} holds a NUL character",
+            entry.def.tool.name
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The serializer's key for `value`, scoped to the caller: only the owner of what a value

@@ -148,6 +148,9 @@ pub(crate) fn key_schema() -> Value {
         "type": "string",
         "minLength": 1,
         "maxLength": MAX_KEY_LEN,
+        // No control characters: a key is printed in logs and stored as text everywhere
+        // (PostgreSQL's text cannot hold a NUL).
+        "pattern": "^[^\\u0000-\\u001F\\u007F]+$",
         "description": "A key you choose for this write, unique per write (a UUID works). If the call fails or you get no answer, retry it with the same key and the same arguments: the write is applied once and the retry returns the first result. Reusing a key with other arguments is an error."
     })
 }
