@@ -401,10 +401,12 @@ pub(crate) struct ServeArgs {
     /// Requests that may wait for a slot; beyond it, 503 with Retry-After at once.
     #[arg(long, env = "WHARF_MAX_QUEUE", default_value_t = 256)]
     max_queue: usize,
-    /// Requests running at once per principal; beyond it, 503 at once.
+    /// Requests running at once per principal; beyond it, 503 at once (anonymous requests
+    /// share one id, so this cap leaves them to --max-in-flight).
     #[arg(long, env = "WHARF_MAX_PER_PRINCIPAL", value_parser = positive::<usize>())]
     max_per_principal: Option<usize>,
-    /// `subscriptions/listen` streams one principal may hold open; beyond it, 503 at once.
+    /// `subscriptions/listen` streams one principal may hold open; beyond it, 503 at once
+    /// (not applied to anonymous streams: --max-listen-streams bounds them).
     #[arg(long, env = "WHARF_MAX_LISTEN_PER_PRINCIPAL", default_value_t = 32)]
     max_listen_per_principal: usize,
     /// `subscriptions/listen` streams open at once, server-wide; beyond it, 503 at once.

@@ -142,10 +142,12 @@ pub(crate) async fn admit(
         return Err(ErrorReply::new(Some(req.id), e));
     }
     let gate = &core.runtime.gate;
+    // The caps per principal hold for principals someone authenticated (see `Limits`).
+    let capped = (!principal.is_anonymous()).then(|| principal.id());
     // Listen streams live long by design: they are not requests in flight, and have caps of
     // their own. With no caps at all there is nothing to take.
     let entered = if req.is_listen() {
-        gate.enter_listen(principal.id())
+        gate.enter_listen(capped)
     } else if gate.is_open() {
         Ok(Permit::default())
     } else {
@@ -156,7 +158,7 @@ pub(crate) async fn admit(
             _ => None,
         };
         use tracing::Instrument as _;
-        gate.enter(principal.id(), tool)
+        gate.enter(capped, tool)
             .instrument(trace::admission(&span))
             .await
     };

@@ -20,13 +20,16 @@ pub struct Limits {
     pub max_in_flight: Option<usize>,
     /// Requests waiting for a slot, beyond which new ones are refused at once.
     pub max_queue: usize,
-    /// Requests running at once per principal; beyond it, refused at once.
+    /// Requests running at once per principal; beyond it, refused at once. Anonymous
+    /// requests are not held to it: they all have one id, so it would be a server-wide
+    /// cap (the others still bound them).
     pub per_principal: Option<usize>,
     /// Listen streams open at once, server-wide; beyond it, a new one is refused at once
     /// (`None`: no cap). Default 10,000.
     pub max_listen_streams: Option<usize>,
     /// Listen streams one principal may hold open at once; beyond it, refused at once.
-    /// Default 32.
+    /// Default 32. Not applied to anonymous streams, for the reason given at
+    /// [`Limits::per_principal`]: `max_listen_streams` bounds them.
     pub listen_per_principal: Option<usize>,
 }
 
@@ -94,12 +97,12 @@ impl Gate {
     /// future may be dropped while it waits: the request then leaves the queue.
     pub(crate) async fn enter(
         &self,
-        principal: &str,
+        principal: Option<&str>,
         tool: Option<&Arc<Semaphore>>,
     ) -> Result<Permit, Busy> {
         // No allocation unless a cap applies: the uncapped hot path stays free.
         let mut slots = Vec::new();
-        if let Some(cap) = self.limits.per_principal {
+        if let (Some(cap), Some(principal)) = (self.limits.per_principal, principal) {
             let sem = principal_semaphore(&self.principals, principal, cap);
             let slot = sem.try_acquire_owned().map_err(|_| {
                 busy(
@@ -141,9 +144,9 @@ impl Gate {
 
     /// Takes the slots a listen stream holds while it is open: its principal's and the
     /// server's, at once or refused (a stream waits for events, never for a slot).
-    pub(crate) fn enter_listen(&self, principal: &str) -> Result<Permit, Busy> {
+    pub(crate) fn enter_listen(&self, principal: Option<&str>) -> Result<Permit, Busy> {
         let mut slots = Vec::new();
-        if let Some(cap) = self.limits.listen_per_principal {
+        if let (Some(cap), Some(principal)) = (self.limits.listen_per_principal, principal) {
             let sem = principal_semaphore(&self.listeners, principal, cap);
             slots.push(sem.try_acquire_owned().map_err(|_| {
                 busy(Shed::ListenCap, &format!(
@@ -230,17 +233,17 @@ mod tests {
             per_principal: None,
             ..Limits::default()
         });
-        let first = gate.enter("a", None).await.unwrap();
+        let first = gate.enter(Some("a"), None).await.unwrap();
         let gate = Arc::new(gate);
         let queued = {
             let gate = Arc::clone(&gate);
-            tokio::spawn(async move { gate.enter("a", None).await.map(drop) })
+            tokio::spawn(async move { gate.enter(Some("a"), None).await.map(drop) })
         };
         tokio::task::yield_now().await;
         while gate.waiting.load(Ordering::Acquire) == 0 {
             tokio::task::yield_now().await;
         }
-        let refused = gate.enter("a", None).await.unwrap_err();
+        let refused = gate.enter(Some("a"), None).await.unwrap_err();
         assert_eq!(refused.why, Shed::QueueFull);
         assert_eq!(refused.error.kind, ErrorKind::RetryLater);
         drop(first);
@@ -256,10 +259,10 @@ mod tests {
             per_principal: None,
             ..Limits::default()
         }));
-        let first = gate.enter("a", None).await.unwrap();
+        let first = gate.enter(Some("a"), None).await.unwrap();
         let waiter = {
             let gate = Arc::clone(&gate);
-            tokio::spawn(async move { gate.enter("a", None).await.map(drop) })
+            tokio::spawn(async move { gate.enter(Some("a"), None).await.map(drop) })
         };
         while gate.waiting.load(Ordering::Acquire) == 0 {
             tokio::task::yield_now().await;
@@ -273,7 +276,7 @@ mod tests {
         );
         drop(first);
         // The slot it would have taken is there for the next request.
-        drop(gate.enter("a", None).await.unwrap());
+        drop(gate.enter(Some("a"), None).await.unwrap());
     }
 
     #[tokio::test]
@@ -284,12 +287,12 @@ mod tests {
             per_principal: Some(1),
             ..Limits::default()
         });
-        let a = gate.enter("a", None).await.unwrap();
-        let refused = gate.enter("a", None).await.unwrap_err();
+        let a = gate.enter(Some("a"), None).await.unwrap();
+        let refused = gate.enter(Some("a"), None).await.unwrap_err();
         assert_eq!(refused.why, Shed::PrincipalCap);
-        let b = gate.enter("b", None).await.unwrap();
+        let b = gate.enter(Some("b"), None).await.unwrap();
         drop((a, b));
-        assert!(gate.enter("a", None).await.is_ok());
+        assert!(gate.enter(Some("a"), None).await.is_ok());
     }
 
     #[test]
@@ -299,9 +302,9 @@ mod tests {
             listen_per_principal: Some(2),
             ..Limits::default()
         });
-        let a1 = gate.enter_listen("a").unwrap();
-        let _a2 = gate.enter_listen("a").unwrap();
-        let refused = gate.enter_listen("a").unwrap_err();
+        let a1 = gate.enter_listen(Some("a")).unwrap();
+        let _a2 = gate.enter_listen(Some("a")).unwrap();
+        let refused = gate.enter_listen(Some("a")).unwrap_err();
         assert_eq!(refused.why, Shed::ListenCap);
         let refused = refused.error;
         assert_eq!(refused.kind, ErrorKind::RetryLater);
@@ -311,11 +314,11 @@ mod tests {
             refused.message
         );
         // Another principal has its own share, up to the server's total.
-        let _b1 = gate.enter_listen("b").unwrap();
-        let full = gate.enter_listen("b").unwrap_err().error;
+        let _b1 = gate.enter_listen(Some("b")).unwrap();
+        let full = gate.enter_listen(Some("b")).unwrap_err().error;
         assert!(full.message.contains("the server has"), "{}", full.message);
         // A closed stream frees its slots.
         drop(a1);
-        gate.enter_listen("a").unwrap();
+        gate.enter_listen(Some("a")).unwrap();
     }
 }

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use wharf::protocol::Implementation;
 use wharf::testing::Harness;
-use wharf::{Context, ErrorKind, Limits, NoArgs, RpcError, Server, ServerConfig, tool};
+use wharf::{Context, ErrorKind, Limits, NoArgs, Principal, RpcError, Server, ServerConfig, tool};
 
 /// Calls tool `name` the way a transport does: admitted (a slot first), then run.
 async fn run(server: &Server, name: &str) -> Result<String, RpcError> {
@@ -37,21 +37,30 @@ async fn until(counter: &AtomicUsize, n: usize) {
     }
 }
 
+/// A handler that counts its start in `started`, then waits for a permit of `gate`.
+fn gated(
+    started: &Arc<AtomicUsize>,
+    gate: &Arc<Semaphore>,
+) -> impl Fn(Context, NoArgs) -> std::pin::Pin<Box<dyn Future<Output = &'static str> + Send>>
++ Send
++ Sync
++ 'static {
+    let (started, gate) = (Arc::clone(started), Arc::clone(gate));
+    move |_cx, _| {
+        let (started, gate) = (Arc::clone(&started), Arc::clone(&gate));
+        Box::pin(async move {
+            started.fetch_add(1, Ordering::SeqCst);
+            gate.acquire().await.unwrap().forget();
+            "done"
+        })
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_tool_runs_at_most_its_concurrency_and_queues_the_rest() {
     let started = Arc::new(AtomicUsize::new(0));
     let gate = Arc::new(Semaphore::new(0));
-    let handler = {
-        let (started, gate) = (Arc::clone(&started), Arc::clone(&gate));
-        move |_cx: Context, _: NoArgs| {
-            let (started, gate) = (Arc::clone(&started), Arc::clone(&gate));
-            async move {
-                started.fetch_add(1, Ordering::SeqCst);
-                gate.acquire().await.unwrap().forget();
-                "done"
-            }
-        }
-    };
+    let handler = gated(&started, &gate);
     let server = Arc::new(
         Server::builder(Implementation::new("t", "1"))
             .tool(tool("narrow").max_concurrency(1).handler(handler))
@@ -325,4 +334,54 @@ fn a_handle_the_core_could_not_check_is_refused_at_build() {
         error.contains("pair") && error.contains(r#"at "pair""#),
         "{error}"
     );
+}
+
+/// The cap per principal holds for each principal someone authenticated, not for anonymous
+/// requests: they all share one id, and it would cap the whole server.
+#[tokio::test(start_paused = true)]
+async fn the_cap_per_principal_leaves_anonymous_requests_to_the_others() {
+    let started = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(Semaphore::new(0));
+    let handler = gated(&started, &gate);
+    let server = Server::builder(Implementation::new("t", "1"))
+        .tool(tool("wait").handler(handler))
+        .config({
+            let mut config = ServerConfig::default();
+            config.limits.per_principal = Some(1);
+            config
+        })
+        .build()
+        .unwrap();
+    let call = |principal: Principal| {
+        let harness = Harness::new(server.clone()).principal(principal);
+        tokio::spawn(async move {
+            harness
+                .call("tools/call", json!({ "name": "wait", "arguments": {} }))
+                .await
+                .map_err(|e| e.error().clone())
+        })
+    };
+    let anonymous = [call(Principal::anonymous()), call(Principal::anonymous())];
+    // A refusal would end a call at once: a few turns of the scheduler show both running.
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        2,
+        "both anonymous calls run"
+    );
+    let alice = call(Principal::new("alice"));
+    until(&started, 3).await;
+    let refused = call(Principal::new("alice")).await.unwrap().unwrap_err();
+    assert_eq!(refused.kind, ErrorKind::RetryLater);
+    assert!(
+        refused.message.contains("1 requests running"),
+        "{}",
+        refused.message
+    );
+    gate.add_permits(3);
+    for call in anonymous.into_iter().chain([alice]) {
+        call.await.unwrap().unwrap();
+    }
 }
