@@ -468,7 +468,13 @@ impl Round {
                     Some(Asked::Form { schema }) => std::borrow::Cow::Borrowed(schema),
                     _ => std::borrow::Cow::Owned(form.schema()),
                 };
-                let validator = jsonschema::validator_for(&schema).ok()?;
+                // Formats too (email, uri, date, date-time): under draft 2020-12 they are
+                // only annotations unless asked for, and a form that asked for an email
+                // must not hand the handler any string.
+                let validator = jsonschema::options()
+                    .should_validate_formats(true)
+                    .build(&schema)
+                    .ok()?;
                 if !validator.is_valid(content) {
                     return None;
                 }
@@ -880,5 +886,27 @@ mod url_tests {
         assert_eq!(round.elicited_url("pay"), Some(Elicited::Accepted(())));
         // A URL answer is not a form answer.
         assert_eq!(round.elicited::<Value>("pay", &FormSchema::new()), None);
+    }
+
+    #[test]
+    fn a_form_answer_must_keep_the_formats_the_form_asked_for() {
+        let form = FormSchema::new().formatted("mail", "Email", StringFormat::Email, true);
+        let answer = |mail: &str| -> Round {
+            let responses = json!({ "who": { "action": "accept", "content": { "mail": mail } } });
+            open_round(
+                &StateKeys::random(),
+                &Binding::new("tools/call", "t", &Map::new()),
+                &Principal::anonymous(),
+                None,
+                Some(serde_json::from_value(responses).unwrap()),
+            )
+            .unwrap()
+        };
+        let good = answer("ann@example.com").elicited::<Value>("who", &form);
+        assert_eq!(
+            good,
+            Some(Elicited::Accepted(json!({ "mail": "ann@example.com" })))
+        );
+        assert_eq!(answer("not an email").elicited::<Value>("who", &form), None);
     }
 }
