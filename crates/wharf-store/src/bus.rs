@@ -240,9 +240,22 @@ impl NotificationBus for StoreBus {
         }
         self.start();
         Box::pin(async move {
-            (self.publish)(payload)
-                .await
-                .map_err(|e| BusError(format!("{}: {e}", self.backend)))
+            let Err(e) = (self.publish)(payload).await else {
+                return Ok(());
+            };
+            // The event reaches nobody, this replica's streams included (they hear it only
+            // through the channel): they end, as after a lost connection, and their
+            // clients listen again and read afresh. Other replicas are told the same with
+            // a gap, if the store takes that much.
+            self.fanout.gap();
+            if let Err(again) = (self.publish)("g".into()).await {
+                tracing::error!(
+                    error = %again,
+                    "{} change bus: a change went unannounced and other replicas' listen streams could not be ended",
+                    self.backend
+                );
+            }
+            Err(BusError(format!("{}: {e}", self.backend)))
         })
     }
 
@@ -477,5 +490,55 @@ mod tests {
         assert!(first <= Duration::from_millis(100));
         let capped = (0..20).map(|_| b.next()).last().unwrap();
         assert!(capped >= Duration::from_millis(2_500) && capped <= Duration::from_secs(5));
+    }
+
+    /// A change the store would not carry ends this replica's open streams at once, and
+    /// the others' with a gap sent after it.
+    #[tokio::test]
+    async fn a_change_that_could_not_be_published_ends_the_open_streams() {
+        let (feed, fed) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let fed = std::sync::Mutex::new(Some(fed));
+        let connect: Connect = Box::new(move || {
+            let fed = fed.lock().unwrap().take();
+            Box::pin(async move {
+                let fed = fed.ok_or("connected once only")?;
+                let stream = futures_util::stream::unfold(fed, |mut rx| async move {
+                    rx.recv().await.map(|payload| (payload, rx))
+                });
+                Ok(Box::pin(stream) as Pin<Box<dyn Stream<Item = String> + Send>>)
+            })
+        });
+        let sent = Arc::new(Mutex::new(Vec::<String>::new()));
+        let publish: Publish = {
+            let sent = Arc::clone(&sent);
+            Box::new(move |payload| {
+                let sent = Arc::clone(&sent);
+                let feed = feed.clone();
+                Box::pin(async move {
+                    let mut sent = sent.lock().unwrap();
+                    sent.push(payload.clone());
+                    // The store refuses the first payload, then carries what it is given.
+                    if sent.len() == 1 {
+                        return Err("pool timed out".to_owned());
+                    }
+                    feed.send(payload).map_err(|e| e.to_string())
+                })
+            })
+        };
+        let bus = StoreBus::new("test", connect, publish, 100);
+        let mut open = bus.subscribe();
+        while !bus.is_connected() {
+            tokio::task::yield_now().await;
+        }
+        let mut open_after_connecting = bus.subscribe();
+        assert!(bus.publish(ChangeEvent::ToolsListChanged).await.is_err());
+        assert_eq!(*sent.lock().unwrap(), ["t", "g"]);
+        for receiver in [&mut open, &mut open_after_connecting] {
+            let ended = tokio::time::timeout(Duration::from_secs(5), receiver.recv()).await;
+            assert!(
+                matches!(ended, Ok(Err(broadcast::error::RecvError::Closed))),
+                "{ended:?}"
+            );
+        }
     }
 }
