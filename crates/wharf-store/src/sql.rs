@@ -1163,14 +1163,16 @@ impl Transaction for SqlTx {
         touch_at: Option<Millis>,
     ) -> Result<bool, StoreError> {
         // PostgreSQL: a transaction-scoped advisory lock on the handle, shared by the calls
-        // that write under it, exclusive for one that records a use or retires it (held in
-        // memory: no row is written for it). The check runs after the lock is granted, in a
+        // that write under it (held in memory: no row is written for it); only a retirement
+        // takes it exclusively. Recording a use needs no more: the row's own lock orders
+        // two of them, and an exclusive lock here would deadlock two calls that both hold
+        // the shared one from their claims. The check runs after the lock is granted, in a
         // statement of its own, so it sees a retirement that committed while it waited.
         // SQLite's write transactions hold the whole database already.
         #[cfg(feature = "postgres")]
         #[allow(irrefutable_let_patterns)]
         if let TypedTx::Postgres(tx) = &mut self.tx {
-            lock_handle(tx, id, touch_at.is_some()).await?;
+            lock_handle(tx, id, false).await?;
         }
         let Some(now) = touch_at else {
             return self.handle_exists(id).await;

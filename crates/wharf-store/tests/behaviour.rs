@@ -740,6 +740,51 @@ all_backends!(
     live_handles_count_one_owners_live_handles_of_one_kind,
 );
 
+/// Two writes under one handle, each claimed (so each holds the handle's lock shared), both
+/// record a use of it: neither waits for the other's claim, and both commit. (An exclusive
+/// lock to record a use deadlocked them.)
+#[tokio::test]
+async fn postgres_two_writes_under_one_handle_both_record_its_use() {
+    let store = postgres().await;
+    let owner = Principal::new(unique("touch"));
+    let handle = HandleRecord::mint::<Thing>(&owner, now_millis());
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.create_handle(&handle).await.unwrap();
+    tx.commit().await.unwrap();
+    let scope = format!("h:{}", handle.id);
+    let (c1, c2) = (
+        claim(&scope, &unique("k"), json!({ "n": 1 })),
+        claim(&scope, &unique("k"), json!({ "n": 2 })),
+    );
+    let begin = |c: Claim| {
+        let (store, id, owner) = (Arc::clone(&store), handle.id.clone(), owner.clone());
+        async move {
+            match store
+                .claim_on_handle(&c, &id, owner.id(), now_millis())
+                .await
+            {
+                Ok((Some(_), Some(Begin::Run(tx)))) => (tx, c),
+                other => panic!("the owner's claim runs: {:?}", other.err()),
+            }
+        }
+    };
+    let (mut first, c1) = begin(c1).await;
+    let (mut second, c2) = begin(c2).await;
+    let used = now_millis() + 1_000;
+    assert!(first.hold_handle(&handle.id, Some(used)).await.unwrap());
+    let later = tokio::spawn(async move {
+        let held = second.hold_handle(&handle.id, Some(used + 1)).await?;
+        second.complete_claim(&c2, "2").await?;
+        second.commit().await.map(|()| held)
+    });
+    first.complete_claim(&c1, "1").await.unwrap();
+    first.commit().await.unwrap();
+    assert!(
+        later.await.unwrap().unwrap(),
+        "the second write holds the handle too"
+    );
+}
+
 /// A claim whose wait for its handle's lock runs out is answered "busy", and the session it
 /// waited on goes back to the pool clean: with one connection, the next claim runs.
 #[tokio::test]
@@ -755,13 +800,9 @@ async fn postgres_a_claim_that_timed_out_on_its_handle_leaves_the_pool_usable() 
     tx.create_handle(&handle).await.unwrap();
     tx.commit().await.unwrap();
 
-    // Held exclusively, as a commit or an abort under the handle holds it.
+    // Held exclusively, as a retirement holds it (rolled back below).
     let mut busy = holder.begin(TxMode::Write).await.unwrap();
-    assert!(
-        busy.hold_handle(&handle.id, Some(now_millis()))
-            .await
-            .unwrap()
-    );
+    busy.retire_handle(&handle.id).await.unwrap();
     let c = claim(&format!("h:{}", handle.id), "k1", json!({ "n": 1 }));
     let waited = waiter
         .claim_on_handle(&c, &handle.id, owner.id(), now_millis())
@@ -771,7 +812,7 @@ async fn postgres_a_claim_that_timed_out_on_its_handle_leaves_the_pool_usable() 
         "{:?}",
         waited.err()
     );
-    busy.commit().await.unwrap();
+    drop(busy);
 
     let (record, begun) = waiter
         .claim_on_handle(&c, &handle.id, owner.id(), now_millis())
