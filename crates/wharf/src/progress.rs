@@ -88,9 +88,14 @@ impl ProgressStream {
             let at = state
                 .last_sent
                 .map_or_else(Instant::now, |t| t + self.interval);
-            let this = Arc::clone(self);
+            // Weak: a request cancelled meanwhile drops its stream, and what it kept is not
+            // sent after the cancellation (on stdio, the channel outlives the request).
+            let this = Arc::downgrade(self);
             tokio::spawn(async move {
                 tokio::time::sleep_until(at).await;
+                let Some(this) = this.upgrade() else {
+                    return;
+                };
                 let mut state = this.state.lock().await;
                 state.flusher = false;
                 if state.closed {
@@ -191,6 +196,23 @@ mod tests {
             progress_values(&mut rx).is_empty(),
             "nothing after the response"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_dropped_before_its_kept_value_went_out_sends_nothing_more() {
+        let (tx, mut rx) = mpsc::channel(64);
+        let p = ProgressStream::new(
+            ProgressToken::Number(1),
+            tx,
+            Duration::from_millis(100),
+            None,
+        );
+        p.report(1.0, None, None).await;
+        p.report(2.0, None, None).await;
+        // Cancelled: the request's future, and its stream with it, is dropped.
+        drop(p);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(progress_values(&mut rx), vec![1.0], "2 is not sent");
     }
 
     #[tokio::test(start_paused = true)]
