@@ -5,6 +5,11 @@
 //! out to its own listen streams; publishing goes through the store's ordinary connections,
 //! and a process hears its own events back through its listener like everyone else's.
 //!
+//! A connection can also die without a word (a NAT or load balancer that drops idle flows,
+//! a store host that vanished): every replica publishes a heartbeat every [`HEARTBEAT`], so
+//! a listener that hears nothing at all for [`SILENCE`], its own heartbeats included, takes
+//! its connection as lost.
+//!
 //! Delivery is not replayed after an outage, so a stream that may have missed something
 //! ends instead: when the listening connection is lost, and again whenever it is established
 //! (for the streams opened before it listened), every open receiver is closed, which ends its listen stream
@@ -27,6 +32,15 @@ pub(crate) const CHANNEL: &str = "wharf_changes";
 /// Events each slow listen stream may fall behind by before it lags (and is told that
 /// everything it subscribed to may have changed).
 const CAPACITY: usize = 1024;
+
+/// How often each replica says it is there.
+pub(crate) const HEARTBEAT: Duration = Duration::from_secs(10);
+/// How long a listener may hear nothing before it takes its connection as lost: three
+/// heartbeats missed.
+pub(crate) const SILENCE: Duration = Duration::from_secs(30);
+/// The heartbeat's line: a session line for no session, which every version reads as
+/// something to skip (earlier replicas included).
+const HEARTBEAT_LINE: &str = "s 0 h";
 
 /// What travels on the channel.
 #[derive(Debug, PartialEq)]
@@ -179,7 +193,8 @@ pub(crate) struct StoreBus {
     /// Taken by the listening task when it starts, on first use inside a Tokio runtime.
     connect: Mutex<Option<Connect>>,
     started: OnceLock<()>,
-    publish: Publish,
+    /// Shared with the heartbeat task.
+    publish: Arc<Publish>,
     /// Longest payload the channel carries; longer events go out as a gap.
     max_payload: usize,
 }
@@ -198,7 +213,7 @@ impl StoreBus {
             fanout: Arc::new(Fanout::new()),
             connect: Mutex::new(Some(connect)),
             started: OnceLock::new(),
-            publish,
+            publish: Arc::new(publish),
             max_payload,
         })
     }
@@ -219,6 +234,11 @@ impl StoreBus {
                 .take();
             if let Some(connect) = connect {
                 runtime.spawn(listen(self.backend, Arc::downgrade(&self.fanout), connect));
+                runtime.spawn(heartbeat(
+                    self.backend,
+                    Arc::downgrade(&self.fanout),
+                    Arc::clone(&self.publish),
+                ));
             }
         });
     }
@@ -304,7 +324,12 @@ async fn listen(backend: &'static str, fanout: Weak<Fanout>, connect: Connect) {
             tracing::debug!("{backend} change bus: listening");
         }
         backoff = Backoff::default();
-        while let Some(payload) = payloads.next().await {
+        let why = loop {
+            let payload = match tokio::time::timeout(SILENCE, payloads.next()).await {
+                Ok(Some(payload)) => payload,
+                Ok(None) => break "connection lost",
+                Err(_) => break "nothing heard for as long as three heartbeats take",
+            };
             let Some(fanout) = fanout.upgrade() else {
                 return;
             };
@@ -313,18 +338,33 @@ async fn listen(backend: &'static str, fanout: Weak<Fanout>, connect: Connect) {
                 Message::Gap => fanout.gap(),
                 Message::Skip => {}
             }
-        }
+        };
+        drop(payloads);
         let Some(fanout) = fanout.upgrade() else {
             return;
         };
         fanout.connected.store(false, Ordering::Release);
         lost = true;
         fanout.gap();
-        tracing::warn!(
-            "{backend} change bus: connection lost; open listen streams end, reconnecting"
-        );
+        tracing::warn!("{backend} change bus: {why}; open listen streams end, reconnecting");
         drop(fanout);
         tokio::time::sleep(backoff.next()).await;
+    }
+}
+
+/// Publishes the heartbeat every [`HEARTBEAT`] until the bus is dropped. A heartbeat the
+/// store refuses is only logged: the listeners that miss it long enough reconnect.
+async fn heartbeat(backend: &'static str, fanout: Weak<Fanout>, publish: Arc<Publish>) {
+    let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        beat.tick().await;
+        if fanout.strong_count() == 0 {
+            return;
+        }
+        if let Err(e) = publish(HEARTBEAT_LINE.to_owned()).await {
+            tracing::debug!(error = %e, "{backend} change bus: heartbeat not published");
+        }
     }
 }
 
@@ -456,6 +496,7 @@ mod tests {
             assert_eq!(decode(&encode(&event)), Message::Event(event));
         }
         assert_eq!(decode("g"), Message::Gap);
+        assert_eq!(decode(HEARTBEAT_LINE), Message::Skip);
         // A session signal of a later version is dropped; a malformed session line is a gap.
         assert_eq!(decode("s 5 mcs_1z later"), Message::Skip);
         assert_eq!(decode("s 5 mcs_1w"), Message::Skip);
@@ -540,5 +581,65 @@ mod tests {
                 "{ended:?}"
             );
         }
+    }
+
+    /// A bus over a channel of this process: its listener hears what it publishes when
+    /// `carried`; otherwise the connection stays open and says nothing, as a dead one does.
+    fn loopback(carried: bool) -> Arc<StoreBus> {
+        let (feed, _) = broadcast::channel::<String>(64);
+        let listened = feed.clone();
+        let connect: Connect = Box::new(move || {
+            let heard = listened.subscribe();
+            Box::pin(async move {
+                let stream = futures_util::stream::unfold(heard, move |mut rx| async move {
+                    if !carried {
+                        std::future::pending::<()>().await;
+                    }
+                    rx.recv().await.ok().map(|payload| (payload, rx))
+                });
+                Ok(Box::pin(stream) as Pin<Box<dyn Stream<Item = String> + Send>>)
+            })
+        });
+        let publish: Publish = Box::new(move |payload| {
+            let _ = feed.send(payload);
+            Box::pin(async { Ok(()) })
+        });
+        StoreBus::new("test", connect, publish, 100)
+    }
+
+    async fn connected(bus: &StoreBus) -> broadcast::Receiver<ChangeEvent> {
+        let receiver = bus.subscribe();
+        while !bus.is_connected() {
+            tokio::task::yield_now().await;
+        }
+        drop(receiver);
+        bus.subscribe()
+    }
+
+    /// A connection that dies without a word is taken as lost once nothing, not even a
+    /// heartbeat, came for `SILENCE`: the streams open on it end.
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_connection_is_taken_as_lost() {
+        let bus = loopback(false);
+        let mut open = connected(&bus).await;
+        let began = tokio::time::Instant::now();
+        let ended = tokio::time::timeout(SILENCE * 3, open.recv()).await;
+        assert!(
+            matches!(ended, Ok(Err(broadcast::error::RecvError::Closed))),
+            "{ended:?}"
+        );
+        assert!(began.elapsed() >= SILENCE, "not before the silence");
+        assert_eq!(bus.reconnects(), 0, "not yet listening again");
+    }
+
+    /// Heartbeats keep a quiet but live connection open, and events pass as before.
+    #[tokio::test(start_paused = true)]
+    async fn heartbeats_keep_a_quiet_connection_open() {
+        let bus = loopback(true);
+        let mut open = connected(&bus).await;
+        tokio::time::sleep(SILENCE * 4).await;
+        assert!(bus.is_connected());
+        bus.publish(ChangeEvent::ToolsListChanged).await.unwrap();
+        assert_eq!(open.recv().await.unwrap(), ChangeEvent::ToolsListChanged);
     }
 }
