@@ -11,9 +11,10 @@ use wharf_store::Documents;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use wharf::protocol::Implementation;
+use wharf::store::HandleRecord;
 use wharf::store::{Store, TxMode};
 use wharf::testing::Harness;
-use wharf::{Context, HandlerError, Principal, Server, Structured, tool};
+use wharf::{Context, Handle, HandleKind, HandlerError, Principal, Server, Structured, tool};
 
 mod support;
 
@@ -24,6 +25,23 @@ struct Append {
     /// Where the row goes (unique per test: the stores are shared).
     log: String,
     n: i64,
+}
+
+struct Thing;
+
+impl HandleKind for Thing {
+    const KIND: &'static str = "thing";
+    const PREFIX: &'static str = "thg";
+    const CREATED_BY: &'static str = "a test";
+    const TTL: Duration = Duration::from_secs(3600);
+    const IDLE_TTL: Option<Duration> = Some(Duration::from_secs(600));
+}
+
+/// A write in steps that ends by retiring the handle it was given.
+#[derive(Deserialize, schemars::JsonSchema)]
+struct Close {
+    thing: Handle<Thing>,
+    log: String,
 }
 
 #[derive(Serialize, schemars::JsonSchema)]
@@ -102,6 +120,17 @@ fn server(store: Arc<dyn Store>, script: &Arc<Script>) -> Server {
                 .handler(move |cx, args: Append| append(cx, args, Arc::clone(&script))),
         );
     }
+    builder = builder.tool(tool("close_in_steps").idempotent_in_steps().handler(
+        |cx: Context, args: Close| async move {
+            let mut tx = cx.transaction(TxMode::Write).await?;
+            tx.append_rows(&args.log, &[json!(1)])
+                .await
+                .map_err(|e| HandlerError::internal(e.to_string()))?;
+            tx.commit().await?;
+            cx.retire_handle(&args.thing).await?;
+            Ok::<_, HandlerError>(Structured(Appended { appended: 1 }))
+        },
+    ));
     let script = Arc::clone(script);
     builder = builder.tool(
         tool("append_locked")
@@ -407,6 +436,28 @@ async fn control_characters_are_refused_alike(store: Arc<dyn Store>) {
     assert_eq!(done["structuredContent"]["appended"], 2, "{done}");
 }
 
+/// A write in steps may retire the handle its key is scoped by, in its last step: it
+/// commits once, and its retry replays the result though the handle is gone.
+async fn a_write_in_steps_retires_its_handle_once(store: Arc<dyn Store>) {
+    let script = Arc::new(Script::default());
+    let server = server(Arc::clone(&store), &script);
+    let who = unique("closer");
+    let thing =
+        HandleRecord::mint::<Thing>(&Principal::new(who.clone()), wharf::store::now_millis());
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.create_handle(&thing).await.unwrap();
+    tx.commit().await.unwrap();
+    let log = unique("closed");
+    let args = json!({ "thing": thing.id, "log": log, "idempotency_key": unique("k") });
+    let first = run(&server, &who, "close_in_steps", args.clone()).await;
+    assert_eq!(first["structuredContent"]["appended"], 1, "{first}");
+    assert!(!replayed(&first));
+    assert_eq!(store.load_handle(&thing.id).await.unwrap(), None, "retired");
+    let again = run(&server, &who, "close_in_steps", args).await;
+    assert!(replayed(&again), "{again}");
+    assert_eq!(rows(&store, &log).await, 1, "one step, once");
+}
+
 macro_rules! all_backends {
     ($($test:ident),* $(,)?) => {
         mod sqlite { $( #[tokio::test] async fn $test() { super::$test(super::sqlite().await).await; } )* }
@@ -422,6 +473,7 @@ all_backends!(
     writes_in_steps_run_once_per_key,
     records_kept_forever_still_replay,
     control_characters_are_refused_alike,
+    a_write_in_steps_retires_its_handle_once,
 );
 
 /// On PostgreSQL, a write in steps whose mutation lock ended with its session mid-call (a

@@ -584,6 +584,37 @@ async fn prepare(
     // is left to record there; a write in steps, whose claim is let go, needs it whole.
     let mut scope_hold = None;
     let begun = match &keyed.handle {
+        // A write in steps takes its claim without the handle: held across the steps, a
+        // claim holding the handle would keep the handler's own steps from retiring it
+        // (PostgreSQL's lock on it; Redis's check that it still exists when the record is
+        // taken). The steps hold it themselves, each in its own transaction. The handle is
+        // judged first, so that only its owner claims (or replays) under it.
+        Some((param, id)) if keyed.how == Idempotence::InSteps => {
+            let record = if is_handle_id(id) {
+                load_handle(runtime, id).await?
+            } else {
+                None
+            };
+            match judge_handle(param, record, principal, now) {
+                Ok((record, touch)) => {
+                    scope_hold = Some(Hold {
+                        id: record.id.clone(),
+                        touch_at: touch.then_some(now),
+                        refusal: unknown_handle(param),
+                    });
+                    handles.push(record);
+                }
+                // Gone or expired since the write that retired it: that write is replayed.
+                Err(refusal) => {
+                    if let Some(stored) = replayed(runtime, Some(keyed), now).await? {
+                        return Ok(Prepared::Replay(stored));
+                    }
+                    return Ok(Prepared::Answer(CallToolResult::error(refusal)));
+                }
+            }
+            let begun = store.begin_idempotent(claim, now);
+            runtime.store_op(StoreOp::Begin, begun).await?
+        }
         Some((param, id)) => {
             let (record, begun) = if is_handle_id(id) {
                 let claimed = store.claim_on_handle(claim, id, principal.id(), now);
