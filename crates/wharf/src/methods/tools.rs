@@ -549,11 +549,7 @@ async fn prepare(
         let record = load_handle(runtime, &id).await?;
         match judge_handle(param, record, principal, now) {
             Ok((record, touch)) => {
-                holds.push(Hold {
-                    id: record.id.clone(),
-                    touch_at: touch.then_some(now),
-                    refusal: unknown_handle(param),
-                });
+                holds.push(hold(param, &record, touch, now));
                 handles.push(record);
             }
             Err(refusal) => {
@@ -597,11 +593,7 @@ async fn prepare(
             };
             match judge_handle(param, record, principal, now) {
                 Ok((record, touch)) => {
-                    scope_hold = Some(Hold {
-                        id: record.id.clone(),
-                        touch_at: touch.then_some(now),
-                        refusal: unknown_handle(param),
-                    });
+                    scope_hold = Some(hold(param, &record, touch, now));
                     handles.push(record);
                 }
                 // Gone or expired since the write that retired it: that write is replayed.
@@ -637,11 +629,7 @@ async fn prepare(
             }
             match judge_handle(param, record, principal, now) {
                 Ok((record, touch)) => {
-                    scope_hold = Some(Hold {
-                        id: record.id.clone(),
-                        touch_at: touch.then_some(now),
-                        refusal: unknown_handle(param),
-                    });
+                    scope_hold = Some(hold(param, &record, touch, now));
                     handles.push(record);
                 }
                 // Dropping the claim rolls it back: a refused call leaves no trace.
@@ -774,6 +762,16 @@ fn store_safe(entry: &ToolEntry, args: &Map<String, Value>) -> Result<(), RpcErr
 fn mutation_key(principal: &Principal, value: &str) -> String {
     let id = principal.id();
     format!("{}:{id}:{value}", id.len())
+}
+
+/// The hold a call takes on a handle it was given, judged alive (and recording a use when
+/// one is due).
+fn hold(param: &HandleParam, record: &HandleRecord, touch: bool, now: Millis) -> Hold {
+    Hold {
+        id: record.id.clone(),
+        touch_at: touch.then_some(now),
+        refusal: unknown_handle(param),
+    }
 }
 
 /// What anyone but a live handle's owner hears: the same words whatever the reason.
