@@ -4,9 +4,7 @@
 //! execution failure, a protocol error, or an `input_required` answer.
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 
-use futures_util::FutureExt as _;
 use tracing::Instrument as _;
 
 use wharf_protocol::{InputRequiredResult, InputResponses, RequestId, ResultType};
@@ -89,31 +87,8 @@ where
     let outcome = cx.outcome.clone();
     // A request that answers an earlier round's input requests says which round it is.
     let span = trace::handler(resume.as_ref().map(|r| r.round));
-    let got = match AssertUnwindSafe(call(cx))
-        .catch_unwind()
-        .instrument(span)
-        .await
-    {
-        Ok(got) => {
-            cleanup.disarm();
-            got
-        }
-        // A handler that panics fails its own request, not the connection or the stdio
-        // session that carries it. Like a cancelled one it did not return, so what it
-        // registered with `on_cancel` runs. What it said goes to the log only: it may hold
-        // anything.
-        Err(panic) => {
-            drop(cleanup);
-            let said = panic
-                .downcast_ref::<&str>()
-                .copied()
-                .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-                .unwrap_or("(not a string)");
-            Err(HandlerError::Protocol(RpcError::internal(format!(
-                "a handler panicked: {said}"
-            ))))
-        }
-    };
+    let got = call(cx).instrument(span).await;
+    cleanup.disarm();
     // Kept progress goes out now, and nothing after: the response follows.
     if let Some(progress) = progress {
         progress.finish().await;

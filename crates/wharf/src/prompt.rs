@@ -8,7 +8,7 @@ use wharf_protocol::{
     Completion, CompletionArgument, CompletionContext, GetPromptResult, Prompt, PromptArgument,
 };
 
-use crate::context::Context;
+use crate::context::{Context, guarded};
 use crate::error::RpcError;
 use crate::handler::{BoxFuture, HandlerError};
 use crate::resource::{CompleteHandler, erase_complete};
@@ -96,7 +96,9 @@ impl PromptBuilder {
             prompt: self.prompt,
             complete: self.complete,
             scopes: self.scopes,
-            get: Arc::new(move |cx, args| Box::pin(f(cx, args))),
+            get: Arc::new(move |cx: Context, args| {
+                Box::pin(guarded(cx.cleanup_guard(), f(cx, args)))
+            }),
         }
     }
 }

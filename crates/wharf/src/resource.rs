@@ -9,7 +9,7 @@ use wharf_protocol::{
     ResourceTemplate,
 };
 
-use crate::context::Context;
+use crate::context::{Context, guarded};
 use crate::handler::{BoxFuture, HandlerError};
 use crate::uri_template::{UriTemplate, Vars};
 
@@ -42,7 +42,7 @@ where
     F: Fn(Context, ReadRequest) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Vec<ResourceContents>, HandlerError>> + Send + 'static,
 {
-    Arc::new(move |cx, req| Box::pin(f(cx, req)))
+    Arc::new(move |cx: Context, req| Box::pin(guarded(cx.cleanup_guard(), f(cx, req))))
 }
 
 pub(crate) fn erase_complete<F, Fut>(f: F) -> CompleteHandler
@@ -50,7 +50,7 @@ where
     F: Fn(Context, CompletionArgument, CompletionContext) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Completion, HandlerError>> + Send + 'static,
 {
-    Arc::new(move |cx, arg, ctx| Box::pin(f(cx, arg, ctx)))
+    Arc::new(move |cx: Context, arg, ctx| Box::pin(guarded(cx.cleanup_guard(), f(cx, arg, ctx))))
 }
 
 /// A static resource being described.

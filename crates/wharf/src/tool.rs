@@ -11,7 +11,7 @@ use wharf_protocol::{
     CallToolResult, ClientCapabilities, Content, Icon, JsonObject, Tool, ToolAnnotations,
 };
 
-use crate::context::Context;
+use crate::context::{Context, guarded};
 use crate::error::RpcError;
 use crate::handler::{BoxFuture, HandlerError};
 use crate::schema;
@@ -163,8 +163,12 @@ where
             Ok(a) => a,
             Err(e) => return Box::pin(async move { Err(e) }),
         };
+        let cleanup = cx.cleanup_guard();
         let fut = (self.f)(cx, args);
-        Box::pin(async move { fut.await.into_tool_result() })
+        Box::pin(guarded(
+            cleanup,
+            async move { fut.await.into_tool_result() },
+        ))
     }
 }
 
@@ -196,8 +200,9 @@ where
             Err(e) => return Box::pin(async move { Err(e) }),
         };
         let progress = cx.progress_stream();
+        let cleanup = cx.cleanup_guard();
         let steps = (self.f)(cx, args);
-        Box::pin(async move {
+        Box::pin(guarded(cleanup, async move {
             let mut steps = std::pin::pin!(steps);
             while let Some(step) = steps.next().await {
                 match step {
@@ -216,7 +221,7 @@ where
             Err(HandlerError::internal(
                 "the tool's step stream ended without a result",
             ))
-        })
+        }))
     }
 }
 
@@ -237,8 +242,12 @@ where
             serde_json::Value::Object(map) => map,
             _ => JsonObject::new(),
         };
+        let cleanup = cx.cleanup_guard();
         let fut = (self.0)(cx, args);
-        Box::pin(async move { fut.await.into_tool_result() })
+        Box::pin(guarded(
+            cleanup,
+            async move { fut.await.into_tool_result() },
+        ))
     }
 }
 
