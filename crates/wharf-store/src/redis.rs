@@ -129,10 +129,15 @@ if not rec[1] then
   redis.call('PEXPIREAT', k, expires)
   return {'run'}
 end
-if rec[1] ~= digest then return {'mismatch'} end
-if rec[2] == 'done' then return {'replay', rec[3]} end
+if rec[2] == 'done' then
+  if rec[1] ~= digest then return {'mismatch'} end
+  return {'replay', rec[3]}
+end
+-- A running attempt is waited for whatever its arguments, as the SQL stores wait on its
+-- row: it may fail and leave nothing, and then this call runs. One whose lease ran out
+-- left nothing that counts, and this call takes the key over with its own arguments.
 if tonumber(rec[4]) <= now then
-  redis.call('HSET', k, 'token', token, 'lease_until', now + lease)
+  redis.call('HSET', k, 'digest', digest, 'token', token, 'lease_until', now + lease)
   return {'run'}
 end
 return {'wait'}

@@ -144,6 +144,36 @@ async fn a_long_call_keeps_its_claim_and_a_retry_waits_then_replays() {
     assert_eq!(stored_rows(&a, &rows).await, vec![json!("once")]);
 }
 
+/// A call whose key is taken by an attempt still running, with other arguments, waits for
+/// it as on the SQL stores: the attempt fails and leaves nothing, so the call runs; had it
+/// completed, the call would be refused for its arguments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_call_under_a_running_key_waits_for_it_whatever_its_arguments() {
+    let (a, b) = (
+        redis_with(Duration::from_secs(5)).await,
+        redis_with(Duration::from_secs(5)).await,
+    );
+    let scope = unique("h:other-args");
+    let first = claim(&scope, "k", json!({"n": 1}));
+    let other = claim(&scope, "k", json!({"n": 2}));
+    let Begin::Run(running) = a.begin_idempotent(&first, now_millis()).await.unwrap() else {
+        panic!("the first attempt must run")
+    };
+    let waiting = tokio::spawn({
+        let other = other.clone();
+        async move { b.begin_idempotent(&other, now_millis()).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "it waits for the running attempt");
+    // The first attempt fails: rolled back, it leaves no record.
+    drop(running);
+    match waiting.await.unwrap().unwrap() {
+        Begin::Run(tx) => drop(tx),
+        Begin::Replay(r) => panic!("replayed {r}"),
+        Begin::Mismatch => panic!("refused for arguments no record holds"),
+    }
+}
+
 /// The rows of collection `rows`, as committed.
 async fn stored_rows(store: &std::sync::Arc<dyn wharf::store::Store>, rows: &str) -> Vec<Value> {
     let mut read = store.begin(TxMode::Read).await.unwrap();
