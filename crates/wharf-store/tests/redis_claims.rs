@@ -159,11 +159,15 @@ async fn another_call_under_a_running_key_waits_for_it_whatever_its_arguments() 
     let Begin::Run(running) = a.begin_idempotent(&first, now_millis()).await.unwrap() else {
         panic!("the first attempt must run")
     };
+    // Told to wait, the call runs the claim script again: seen in Redis's own log.
+    let mut monitor = Monitor::start().await;
     let waiting = tokio::spawn({
         let other = other.clone();
         async move { b.begin_idempotent(&other, now_millis()).await }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    monitor
+        .scripts_on(&redis_claim_key(&other), 2, Duration::from_secs(5))
+        .await;
     assert!(!waiting.is_finished(), "it waits for the running attempt");
     // The first attempt fails: rolled back, it leaves no record.
     drop(running);
