@@ -289,10 +289,10 @@ impl Context {
 
     /// Runs `cleanup` to completion, on a task of its own, if this call is cancelled before
     /// its handler returns: the client went away (plain JSON or a stream), sent
-    /// `notifications/cancelled`, the call's time ran out, or the handler panicked. A cancelled handler is dropped
-    /// at the await it was in, so code after that point never runs: cleanup that must await
-    /// (release a reservation, tell another system) belongs here, not in a `Drop` that spawns
-    /// a task. Cleanups run in the order they were registered; none runs when the handler
+    /// `notifications/cancelled`, the call's time ran out, or the handler panicked. A
+    /// cancelled handler is dropped at the await it was in, so code after that point never
+    /// runs: cleanup that must await (release a reservation, tell another system) belongs
+    /// here, not in a `Drop` that spawns a task. Cleanups run in the order they were registered; none runs when the handler
     /// returns, whatever it returns.
     pub fn on_cancel(&self, cleanup: impl std::future::Future<Output = ()> + Send + 'static) {
         self.cleanups

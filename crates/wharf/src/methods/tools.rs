@@ -193,14 +193,10 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
     }
     let handler = Arc::clone(&entry.def.handler);
     let run = |cx: Context| async move {
-        // Stopped at its deadline, the handler is dropped as a cancelled one is: what it
-        // registered with `on_cancel` runs.
-        let cut_short = cx.cleanup_guard();
+        // Stopped at its deadline, the handler's future is dropped with the guard inside it
+        // (see `context::guarded`): what it registered with `on_cancel` runs.
         match tokio::time::timeout_at(deadline, handler.call(cx, Value::Object(args))).await {
-                Ok(outcome) => {
-                    cut_short.disarm();
-                    outcome
-                }
+                Ok(outcome) => outcome,
                 Err(_) => Err(RpcError::new(
                     ErrorKind::TimedOut,
                     format!(
