@@ -89,7 +89,12 @@ pub(crate) struct ServeArgs {
     )]
     state_max_age_secs: u64,
     /// The most rounds of input one request may take.
-    #[arg(long, env = "WHARF_MAX_INPUT_ROUNDS", default_value_t = 8)]
+    #[arg(
+        long,
+        env = "WHARF_MAX_INPUT_ROUNDS",
+        default_value_t = 8,
+        value_parser = positive::<u32>(),
+    )]
     max_input_rounds: u32,
     /// Serve only stateless 2026-07-28 clients: `initialize` is refused with the supported
     /// versions, instead of opening a legacy session.
@@ -407,10 +412,20 @@ pub(crate) struct ServeArgs {
     max_per_principal: Option<usize>,
     /// `subscriptions/listen` streams one principal may hold open; beyond it, 503 at once
     /// (not applied to anonymous streams: --max-listen-streams bounds them).
-    #[arg(long, env = "WHARF_MAX_LISTEN_PER_PRINCIPAL", default_value_t = 32)]
+    #[arg(
+        long,
+        env = "WHARF_MAX_LISTEN_PER_PRINCIPAL",
+        default_value_t = 32,
+        value_parser = positive::<usize>(),
+    )]
     max_listen_per_principal: usize,
     /// `subscriptions/listen` streams open at once, server-wide; beyond it, 503 at once.
-    #[arg(long, env = "WHARF_MAX_LISTEN_STREAMS", default_value_t = 10_000)]
+    #[arg(
+        long,
+        env = "WHARF_MAX_LISTEN_STREAMS",
+        default_value_t = 10_000,
+        value_parser = positive::<usize>(),
+    )]
     max_listen_streams: usize,
     /// Longest a tool call may run, in seconds; then it is stopped (504, -31002).
     #[arg(
@@ -733,7 +748,7 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
             Some(wharf::StateKeys::parse(&specs).context("--state-key")?)
         },
         max_age: Duration::from_secs(args.state_max_age_secs),
-        max_rounds: args.max_input_rounds.max(1),
+        max_rounds: args.max_input_rounds,
     };
     let mut config = ServerConfig::default();
     config.request_state = request_state;
@@ -748,8 +763,8 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         max_in_flight: args.max_in_flight,
         max_queue: args.max_queue,
         per_principal: args.max_per_principal,
-        listen_per_principal: Some(args.max_listen_per_principal.max(1)),
-        max_listen_streams: Some(args.max_listen_streams.max(1)),
+        listen_per_principal: Some(args.max_listen_per_principal),
+        max_listen_streams: Some(args.max_listen_streams),
     };
     config.idempotency_retention =
         Duration::from_secs(args.idempotency_retention_hours.saturating_mul(3600));
@@ -1025,6 +1040,9 @@ mod tests {
             "--oauth-jwks-max-age-secs",
             "--workers",
             "--max-in-flight",
+            "--max-listen-streams",
+            "--max-listen-per-principal",
+            "--max-input-rounds",
         ] {
             let err = crate::Cli::try_parse_from(["wharf", "serve", option, "0"]).unwrap_err();
             let said = err.to_string();

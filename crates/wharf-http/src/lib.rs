@@ -1,5 +1,6 @@
-//! Streamable HTTP for Wharf: one POST endpoint that answers with JSON or with an SSE stream
-//! scoped to the request, plus liveness and readiness probes.
+//! Streamable HTTP for Wharf: one endpoint whose POST answers with JSON or with an SSE stream
+//! scoped to the request (and whose GET and DELETE serve legacy sessions), the OAuth
+//! protected-resource metadata, and liveness and readiness probes.
 //!
 //! [`router`] gives an axum [`Router`] to serve on its own or to nest into an
 //! existing application; it is also a tower `Service`.

@@ -28,8 +28,11 @@ use crate::trace;
 /// ([`ErrorReply::required_scopes`]).
 ///
 /// Boxed: errors are the cold path, and every `Result` that may carry one stays as small as
-/// its success value.
-#[derive(Debug, Clone, PartialEq)]
+/// its success value. It is an [`Error`](std::error::Error) showing its code and message, so
+/// `?` takes it into `Box<dyn Error>` (a test of a server through
+/// [`Harness`](crate::testing::Harness), say).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{} ({})", .0.error.message, .0.error.code())]
 pub struct ErrorReply(Box<Reply>);
 
 #[derive(Debug, Clone, PartialEq)]
@@ -411,5 +414,28 @@ impl futures_util::Stream for ListenStream {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Vec<u8>>> {
         self.0.as_mut().poll_next(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refusal reaches a test's `Box<dyn Error>` (or anyhow) through `?`, showing what the
+    /// client would read.
+    #[test]
+    fn an_error_reply_is_an_error_naming_its_message_and_code() {
+        fn refused() -> Result<(), ErrorReply> {
+            Err(ErrorReply::new(
+                Some(RequestId::Int(7)),
+                RpcError::new(ErrorKind::InvalidParams, "unknown tool: nope"),
+            ))
+        }
+        fn through_question_mark() -> Result<(), Box<dyn std::error::Error>> {
+            refused()?;
+            Ok(())
+        }
+        let err = through_question_mark().unwrap_err();
+        assert_eq!(err.to_string(), "unknown tool: nope (-32602)");
     }
 }

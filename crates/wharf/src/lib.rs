@@ -2,8 +2,9 @@
 //!
 //! Register tools, resources, resource templates and prompts on a [`ServerBuilder`]; the
 //! built [`Server`] validates and dispatches requests handed to it by a transport
-//! (`wharf-http`, `wharf-stdio`). Everything is built once: schemas are generated and their
-//! validators compiled at [`ServerBuilder::build`], never per request.
+//! (`wharf-http`, `wharf-stdio`). Everything is built once, never per request: a tool's schemas
+//! are generated when it is defined, and their validators compiled at
+//! [`ServerBuilder::build`].
 //!
 //! A transport hands the core each request in two steps. It reads it with
 //! [`Server::read_request`], one pass over the body; what that declines it reads the long

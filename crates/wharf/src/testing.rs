@@ -2,7 +2,7 @@
 //! parse and admission path a transport takes. For tests of servers written with Wharf.
 //!
 //! ```
-//! # tokio_test_block(async {
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! use serde_json::json;
 //! use wharf::testing::Harness;
 //! use wharf::{Context, NoArgs, Server, tool};
@@ -10,17 +10,13 @@
 //!
 //! let server = Server::builder(Implementation::new("demo", "1.0.0"))
 //!     .tool(tool("hello").handler(|_cx: Context, _: NoArgs| async { "hi" }))
-//!     .build()
-//!     .unwrap();
+//!     .build()?;
 //! let result = Harness::new(server)
 //!     .call("tools/call", json!({ "name": "hello", "arguments": {} }))
-//!     .await
-//!     .unwrap();
+//!     .await?; // a refusal is an `ErrorReply`, which `?` takes into `Box<dyn Error>`
 //! assert_eq!(result["content"][0]["text"], "hi");
-//! # });
-//! # fn tokio_test_block(f: impl std::future::Future<Output = ()>) {
-//! #     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
-//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
 //! ```
 
 use serde_json::value::RawValue;

@@ -222,6 +222,118 @@ fn the_core_modules_depend_on_each_other_in_one_direction() {
     }
 }
 
+/// The core's layers, from the bottom, as ARCHITECTURE.md draws them: a module may use its
+/// own layer's modules (without a cycle) and those of the layers below, never one above.
+const LAYERS: &[(&str, &[&str])] = &[
+    (
+        "leaves",
+        &[
+            "principal",
+            "bus",
+            "fair_share",
+            "metrics",
+            "schema",
+            "uri_template",
+            "store",
+            "mutation",
+            "session",
+        ],
+    ),
+    (
+        "errors and keys",
+        &[
+            "error", "meta", "keyset", "cursor", "limits", "mrtr", "config", "keys",
+        ],
+    ),
+    (
+        "the request",
+        &["request", "handler", "reply", "progress", "trace"],
+    ),
+    ("running state", &["runtime", "context"]),
+    (
+        "definitions",
+        &["handle_args", "tool", "prompt", "resource", "registry"],
+    ),
+    (
+        "running a request",
+        &[
+            "access",
+            "driver",
+            "methods",
+            "middleware",
+            "dispatch",
+            "listen",
+        ],
+    ),
+    (
+        "the contract",
+        &["admission", "legacy", "server", "testing"],
+    ),
+];
+
+/// Every import of `graph` that points to a higher layer, and every module `LAYERS` leaves
+/// out or names twice.
+fn layer_violations(graph: &BTreeMap<Module, BTreeSet<Module>>) -> Vec<String> {
+    let mut layer_of = BTreeMap::new();
+    let mut problems = Vec::new();
+    for (at, (_, modules)) in LAYERS.iter().enumerate() {
+        for module in *modules {
+            if layer_of.insert(*module, at).is_some() {
+                problems.push(format!("`{module}` is in two layers"));
+            }
+        }
+    }
+    for (module, uses) in graph {
+        let Some(&from) = layer_of.get(module.as_str()) else {
+            problems.push(format!("`{module}` is in no layer"));
+            continue;
+        };
+        for used in uses {
+            match layer_of.get(used.as_str()) {
+                Some(&to) if to > from => problems.push(format!(
+                    "`{module}` ({}) uses `{used}`, which is above it ({})",
+                    LAYERS[from].0, LAYERS[to].0
+                )),
+                _ => {}
+            }
+        }
+    }
+    for module in layer_of.keys() {
+        if !graph.contains_key(*module) {
+            problems.push(format!(
+                "`{module}` is in a layer but not a module of the crate"
+            ));
+        }
+    }
+    problems
+}
+
+#[test]
+fn the_core_modules_sit_in_the_layers_the_architecture_names() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let problems = layer_violations(&graph(&src));
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+#[test]
+fn an_import_up_the_layers_is_named() {
+    let mut graph: BTreeMap<Module, BTreeSet<Module>> = LAYERS
+        .iter()
+        .flat_map(|(_, modules)| modules.iter())
+        .map(|m| (m.to_string(), BTreeSet::new()))
+        .collect();
+    assert!(layer_violations(&graph).is_empty());
+    graph.get_mut("keys").unwrap().insert("request".into());
+    graph.insert("extra".into(), BTreeSet::new());
+    assert_eq!(
+        layer_violations(&graph),
+        [
+            "`extra` is in no layer",
+            "`keys` (errors and keys) uses `request`, which is above it (the request)",
+        ]
+    );
+}
+
 #[test]
 fn a_cycle_is_found_and_named() {
     let edges = [("a", "b"), ("b", "c"), ("c", "a"), ("d", "a")];
