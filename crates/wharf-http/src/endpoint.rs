@@ -225,6 +225,14 @@ async fn read_long_way(
     if legacy {
         return Err(session::post(state, headers, envelope, principal).await);
     }
+    // Whatever is answered here without a method of this revision (`initialize`, a
+    // notification) is still refused when an `Mcp-Method` it was sent with names another
+    // method: a gateway may have routed on it. Before anything is opened.
+    if let Some(method) = envelope.method.as_deref() {
+        if let Err(e) = headers::method_mirrored(headers, method, false) {
+            return Err(error_response(envelope.id.as_ref(), &e));
+        }
+    }
     if let (Some(method), Some(id)) = (envelope.method.as_deref(), &envelope.id) {
         if state
             .server

@@ -23,7 +23,8 @@ use wharf_protocol::{Envelope, RequestId, headers as mcp};
 
 use crate::AppState;
 use crate::errors::{
-    count_refusal, error_with_status, json_response, method_not_allowed, reply_error, unauthorized,
+    count_refusal, error_response, error_with_status, json_response, method_not_allowed,
+    reply_error, unauthorized,
 };
 use crate::guard;
 use crate::request_headers::RequestHeaders;
@@ -87,13 +88,13 @@ pub(crate) async fn post(
             .await
         {
             Ok(()) => StatusCode::ACCEPTED.into_response(),
-            Err(e) => error_with_status(StatusCode::BAD_REQUEST, None, &e),
+            Err(e) => not_taken(&e),
         };
     };
     let Some(id) = envelope.id else {
         return match sessions.notify(&session, method, envelope.params).await {
             Ok(()) => StatusCode::ACCEPTED.into_response(),
-            Err(e) => error_with_status(StatusCode::BAD_REQUEST, None, &e),
+            Err(e) => not_taken(&e),
         };
     };
     match sessions
@@ -110,6 +111,16 @@ pub(crate) async fn post(
         }
         Err(reply) => refused(state, &reply),
         Ok(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+/// A notification or an answer the server did not take: 400 for what is wrong with it; a
+/// store or bus that failed is not the client's fault (503 with Retry-After, or 500), and
+/// the client sends it again.
+fn not_taken(e: &RpcError) -> Response {
+    match e.kind {
+        ErrorKind::RetryLater | ErrorKind::Internal => error_response(None, e),
+        _ => error_with_status(StatusCode::BAD_REQUEST, None, e),
     }
 }
 
@@ -164,11 +175,14 @@ impl Drop for Detached {
 
 /// GET with a session: its stream of list changes and resource updates.
 pub(crate) async fn get(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    let session = match checked(&state, request).await {
+    let (session, principal) = match checked(&state, request).await {
         Ok(s) => s,
         Err(refused) => return *refused,
     };
-    let stream = state.server.sessions().stream(&session);
+    let stream = match state.server.sessions().stream(&session, &principal) {
+        Ok(stream) => stream,
+        Err(e) => return error_response(None, &e),
+    };
     let mut res = sse(&state, stream.map(event));
     crate::close_while_draining(&state, &mut res);
     res
@@ -176,7 +190,7 @@ pub(crate) async fn get(State(state): State<Arc<AppState>>, request: Request) ->
 
 /// DELETE with a session: ends it.
 pub(crate) async fn delete(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    let session = match checked(&state, request).await {
+    let (session, _) = match checked(&state, request).await {
         Ok(s) => s,
         Err(refused) => return *refused,
     };
@@ -189,7 +203,10 @@ pub(crate) async fn delete(State(state): State<Arc<AppState>>, request: Request)
 /// The session a GET or DELETE names, after the Host/Origin and credential checks; without
 /// `Mcp-Session-Id`, or on a server that opens no legacy sessions, the method is not
 /// allowed (a stateless server has nothing to open or end).
-async fn checked(state: &AppState, request: Request) -> Result<Session, Box<Response>> {
+async fn checked(
+    state: &AppState,
+    request: Request,
+) -> Result<(Session, Principal), Box<Response>> {
     let (parts, _) = request.into_parts();
     // Host and Origin first, whatever the method finds: a forbidden origin gets 403 on
     // every request (streamable HTTP, "Security").
@@ -204,7 +221,8 @@ async fn checked(state: &AppState, request: Request) -> Result<Session, Box<Resp
             return Err(Box::new(unauthorized(&refusal)));
         }
     };
-    resume(state, &parts.headers, None, &principal).await
+    let session = resume(state, &parts.headers, None, &principal).await?;
+    Ok((session, principal))
 }
 
 /// The session the request names, if its principal opened it and it lives; the version

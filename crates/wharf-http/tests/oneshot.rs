@@ -269,3 +269,45 @@ async fn an_integer_written_as_a_float_mirrors_its_integer() {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_eq!(body["error"]["code"], -32020, "{body}");
 }
+
+/// What the endpoint answers without running a method of this revision (`initialize`, a
+/// notification) is refused too when an `Mcp-Method` it was sent with names another method
+/// (a gateway may have routed on it), before anything is opened.
+#[tokio::test]
+async fn initialize_and_notifications_are_refused_under_another_methods_header() {
+    let post = |body: Value, mcp_method: Option<&str>| {
+        let mut req = Request::post("/mcp")
+            .header(header::HOST, "localhost")
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream")
+            .header("x-user", "alice");
+        if let Some(m) = mcp_method {
+            req = req.header("mcp-method", m);
+        }
+        req.body(Body::from(body.to_string())).unwrap()
+    };
+    let initialize = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": { "name": "t", "version": "1" } } });
+    let (status, headers, body) = send_whole(post(initialize.clone(), Some("tools/call"))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["code"], -32020, "{body}");
+    assert_eq!(body["id"], 1, "{body}");
+    assert!(
+        !headers.contains_key("mcp-session-id"),
+        "a session was opened"
+    );
+    for sent in [None, Some("initialize")] {
+        let (status, headers, body) = send_whole(post(initialize.clone(), sent)).await;
+        assert_eq!(status, StatusCode::OK, "{sent:?}: {body}");
+        assert!(headers.contains_key("mcp-session-id"), "{sent:?}");
+    }
+
+    let note = json!({ "jsonrpc": "2.0", "method": "notifications/progress", "params": {
+        "progressToken": 1, "progress": 1 } });
+    let (status, _, body) = send_whole(post(note.clone(), Some("tools/call"))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["code"], -32020, "{body}");
+    let (status, _, _) = send_whole(post(note, None)).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+}

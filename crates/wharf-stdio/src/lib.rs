@@ -29,27 +29,49 @@ pub const MAX_JSON_DEPTH: usize = 64;
 /// The requests running on this connection, by id: what a cancellation names. Each
 /// registration has a number, so that a request ending frees its id only if a later request
 /// did not take it (a client may reuse the id of a request it cancelled).
-#[derive(Default)]
 struct InFlight {
     running: Mutex<HashMap<RequestId, (u64, CancellationToken)>>,
     registrations: AtomicU64,
+    /// The most requests running at once ([`StdioConfig::max_in_flight`]).
+    max: usize,
+}
+
+/// Why a request could not be registered.
+#[derive(Debug, PartialEq)]
+enum Refused {
+    /// A running request has its id.
+    InUse,
+    /// As many requests run as the process takes.
+    Full,
 }
 
 impl InFlight {
+    fn new(max: usize) -> Self {
+        InFlight {
+            running: Mutex::default(),
+            registrations: AtomicU64::new(0),
+            max,
+        }
+    }
+
     fn running(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, (u64, CancellationToken)>> {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers `id` with a token that cancels it: `None` when a running request holds it.
-    fn register(&self, id: &RequestId) -> Option<(u64, CancellationToken)> {
+    /// Registers `id` with a token that cancels it, unless a running request holds the id
+    /// or as many run as the process takes.
+    fn register(&self, id: &RequestId) -> Result<(u64, CancellationToken), Refused> {
         let mut running = self.running();
         if running.contains_key(id) {
-            return None;
+            return Err(Refused::InUse);
+        }
+        if running.len() >= self.max {
+            return Err(Refused::Full);
         }
         let n = self.registrations.fetch_add(1, Ordering::Relaxed);
         let token = CancellationToken::new();
         running.insert(id.clone(), (n, token.clone()));
-        Some((n, token))
+        Ok((n, token))
     }
 
     /// Cancels the request `id`, if one runs, and frees its id.
@@ -80,13 +102,23 @@ pub struct StdioConfig {
     /// How long in-flight requests may run once input has ended; those still running after
     /// it are cancelled and get no response.
     pub drain: Duration,
+    /// The most requests running at once; beyond it a request is refused at once (-31000,
+    /// retry later). Each running request holds its task and, while stdout is not read,
+    /// its answer: without a bound, a client that writes and does not read would grow the
+    /// process without end. Refusals wait for stdout like any answer, so such a client
+    /// stops being read.
+    pub max_in_flight: usize,
 }
+
+/// Requests running at once, by default.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 1_024;
 
 impl Default for StdioConfig {
     fn default() -> Self {
         StdioConfig {
             principal: Principal::anonymous(),
             drain: DEFAULT_DRAIN,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
         }
     }
 }
@@ -122,7 +154,7 @@ where
         }
         Ok::<_, std::io::Error>(())
     });
-    let in_flight: Arc<InFlight> = Arc::default();
+    let in_flight = Arc::new(InFlight::new(config.max_in_flight.max(1)));
     let mut tasks = JoinSet::new();
     let mut legacy = Legacy::default();
     let mut lines = FramedRead::new(
@@ -247,16 +279,29 @@ struct Legacy {
 impl Legacy {
     /// (Re)starts writing the session's list changes and resource updates, for the
     /// subscriptions it holds now.
-    fn restart_stream(&mut self, server: &Server, tx: &mpsc::Sender<Vec<u8>>) {
+    fn restart_stream(
+        &mut self,
+        server: &Server,
+        tx: &mpsc::Sender<Vec<u8>>,
+        principal: &Principal,
+    ) {
         if let Some(old) = self.stream.take() {
             old.abort();
         }
         let Some(session) = &self.session else { return };
         let (server, session, out) = (server.clone(), session.clone(), tx.clone());
+        let principal = principal.clone();
         self.stream = Some(tokio::spawn(async move {
             loop {
-                let mut stream = server.sessions().stream(&session);
                 let mut said = false;
+                let mut stream = match server.sessions().stream(&session, &principal) {
+                    Ok(stream) => stream.boxed(),
+                    // The listen caps are full: tried again after the pause.
+                    Err(e) => {
+                        tracing::warn!(error = %e.message, "the session's stream could not open");
+                        futures_util::stream::empty().boxed()
+                    }
+                };
                 while let Some(m) = stream.next().await {
                     said = true;
                     if out.send(m).await.is_err() {
@@ -333,7 +378,7 @@ async fn read_long_way(
                 Ok((session, message)) => {
                     let _ = tx.send(message).await;
                     legacy.session = Some(session);
-                    legacy.restart_stream(server, tx);
+                    legacy.restart_stream(server, tx, link.principal);
                 }
                 Err(reply) => {
                     let _ = tx.send(reply.to_message()).await;
@@ -410,15 +455,26 @@ fn cancelled(params: Option<&serde_json::value::RawValue>) -> Option<CancelledPa
 /// Registers a request by id, or answers that the id is taken: cancellation and responses
 /// are matched by id, so a second live request with the same id would make both ambiguous.
 async fn register(link: &Link<'_>, id: &RequestId) -> Option<(u64, CancellationToken)> {
-    if let Some(registered) = link.in_flight.register(id) {
-        return Some(registered);
-    }
-    let e = RpcError::new(
-        ErrorKind::InvalidRequest,
-        format!("Request id {id} is already in use by a running request"),
-    );
+    let e = match link.in_flight.register(id) {
+        Ok(registered) => return Some(registered),
+        Err(Refused::InUse) => id_in_use(id),
+        Err(Refused::Full) => RpcError::new(
+            ErrorKind::RetryLater,
+            format!(
+                "Busy: {} requests are running, as many as this server takes; retry once one has ended",
+                link.in_flight.max
+            ),
+        ),
+    };
     send_error(link.tx, Some(id), &e).await;
     None
+}
+
+fn id_in_use(id: &RequestId) -> RpcError {
+    RpcError::new(
+        ErrorKind::InvalidRequest,
+        format!("Request id {id} is already in use by a running request"),
+    )
 }
 
 /// A message of the process's legacy session. What changes the session (its log level,
@@ -467,6 +523,12 @@ async fn in_session(
             | methods::INITIALIZE
     );
     if stateful {
+        // Answered at once, so never registered; still refused under the id of a running
+        // call, whose client would get two responses with one id.
+        if link.in_flight.running().contains_key(&id) {
+            send_error(link.tx, Some(&id), &id_in_use(&id)).await;
+            return;
+        }
         let answer = sessions
             .request(session, id, method, envelope.params, link.principal.clone())
             .await;
@@ -481,7 +543,7 @@ async fn in_session(
             method,
             methods::RESOURCES_SUBSCRIBE | methods::RESOURCES_UNSUBSCRIBE
         ) {
-            legacy.restart_stream(link.server, link.tx);
+            legacy.restart_stream(link.server, link.tx, link.principal);
         }
         return;
     }
@@ -534,19 +596,36 @@ mod tests {
     /// leaves the new one registered: still cancellable, its id still taken.
     #[test]
     fn an_id_reused_after_a_cancellation_stays_with_the_new_request() {
-        let in_flight = InFlight::default();
+        let in_flight = InFlight::new(DEFAULT_MAX_IN_FLIGHT);
         let id = RequestId::Number("1".into());
         let (first, first_token) = in_flight.register(&id).expect("free");
-        assert!(in_flight.register(&id).is_none(), "taken while it runs");
+        assert_eq!(
+            in_flight.register(&id).unwrap_err(),
+            Refused::InUse,
+            "taken while it runs"
+        );
         in_flight.cancel(&id);
         assert!(first_token.is_cancelled());
         let (_, second_token) = in_flight.register(&id).expect("freed by the cancellation");
         in_flight.finish(&id, first);
-        assert!(
-            in_flight.register(&id).is_none(),
+        assert_eq!(
+            in_flight.register(&id).unwrap_err(),
+            Refused::InUse,
             "the first request's end freed the second's id"
         );
         in_flight.cancel(&id);
         assert!(second_token.is_cancelled());
+    }
+
+    /// Beyond the cap a request is refused whatever its id, until one ends.
+    #[test]
+    fn requests_beyond_the_cap_are_refused_until_one_ends() {
+        let in_flight = InFlight::new(2);
+        let (a, b, c) = (RequestId::Int(1), RequestId::Int(2), RequestId::Int(3));
+        let (first, _) = in_flight.register(&a).unwrap();
+        in_flight.register(&b).unwrap();
+        assert_eq!(in_flight.register(&c).unwrap_err(), Refused::Full);
+        in_flight.finish(&a, first);
+        in_flight.register(&c).unwrap();
     }
 }

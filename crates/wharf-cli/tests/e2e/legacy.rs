@@ -779,3 +779,155 @@ async fn a_dropped_connection_does_not_cancel_a_legacy_call() {
         "the call was cancelled by the dropped connection"
     );
 }
+
+/// Ending a session (DELETE) stops its calls still waiting for an answer: nobody is left to
+/// give one, and each would otherwise hold its slot and its stream until its input timeout
+/// (ten minutes by default).
+#[tokio::test]
+async fn ending_a_session_stops_the_calls_waiting_for_its_answers() {
+    let server = ServerProcess::start_exact(&["--profile", "conformance", "--anonymous"]);
+    let session = open(&server.client()).await;
+    let call = session.message(
+        "tools/call",
+        json!({ "name": "test_elicitation", "arguments": { "message": "Who?" } }),
+    );
+    let mut stream = Box::pin(session.stream(&call).await.unwrap());
+    let ask = next(&mut stream, "the question").await;
+    assert_eq!(ask["method"], "elicitation/create");
+    assert_eq!(session.delete().await.unwrap(), 200);
+    let rest = tokio::time::timeout(WAIT, stream.collect::<Vec<_>>())
+        .await
+        .expect("the call's stream ends with its session");
+    for m in &rest {
+        validate_legacy("tools/call", m);
+        assert!(m.get("result").is_none(), "the call went on: {m}");
+    }
+}
+
+/// Over HTTP too, the id of a running call is refused to another request of its session
+/// until the call ends or is cancelled: a cancellation names one call.
+#[tokio::test]
+async fn a_running_calls_id_is_refused_to_another_request_of_its_session() {
+    let server = ServerProcess::start_exact(&["--profile", "demo", "--anonymous"]);
+    let session = open(&server.client()).await;
+    let slow = session.message(
+        "tools/call",
+        json!({ "name": "slow_count", "arguments": { "steps": 1000, "interval_ms": 100 },
+            "_meta": { "progressToken": 1 } }),
+    );
+    // Its first progress says it runs.
+    let mut running = Box::pin(session.stream(&slow).await.unwrap());
+    let progress = next(&mut running, "progress").await;
+    assert_eq!(progress["method"], "notifications/progress", "{progress}");
+    let mut other = session.message(
+        "tools/call",
+        json!({ "name": "echo", "arguments": { "text": "x" } }),
+    );
+    other["id"] = slow["id"].clone();
+    let refused = session.post(&other).await.unwrap();
+    validate_legacy("tools/call", refused.response().unwrap());
+    assert_eq!(refused.error_code(), Some(-32600), "{}", refused.body);
+    assert!(refused.body.contains("already in use"), "{}", refused.body);
+
+    session
+        .notify(
+            "notifications/cancelled",
+            json!({ "requestId": slow["id"] }),
+        )
+        .await
+        .unwrap();
+    let rest = tokio::time::timeout(WAIT, running.collect::<Vec<_>>())
+        .await
+        .expect("the cancelled call's stream ends");
+    assert!(
+        rest.iter().all(|m| m.get("result").is_none()),
+        "the cancelled call answered: {rest:?}"
+    );
+    let echoed = session.post(&other).await.unwrap();
+    assert_eq!(
+        echoed.result().unwrap()["content"][0]["text"],
+        "x",
+        "{}",
+        echoed.body
+    );
+}
+
+/// A session's own stream (GET) holds a slot under the listen caps, as a
+/// `subscriptions/listen` stream does: a principal cannot open streams without end by
+/// opening sessions.
+#[tokio::test]
+async fn session_streams_count_under_the_listen_caps() {
+    let server = ServerProcess::start_exact(&[
+        "--profile",
+        "demo",
+        "--api-key",
+        &format!("user-42={TOKEN_42}"),
+        "--max-listen-per-principal",
+        "1",
+    ]);
+    let client = server.client().with_bearer(TOKEN_42);
+    let (first, second) = (open(&client).await, open(&client).await);
+    let (status, _open) = first.listen().await.unwrap();
+    assert_eq!(status, 200);
+    let (status, _) = second.listen().await.unwrap();
+    assert_eq!(status, 503, "a second stream past the cap of one");
+}
+
+/// An answer waits in the store until its call takes it or it expires, so answers to ids no
+/// call waits for are bounded per principal: past the bound they are refused (400), and
+/// another principal's answers are not.
+#[tokio::test]
+async fn answers_left_waiting_are_bounded_per_principal() {
+    let server = start(&sqlite_url("legacy-answers"), &[]);
+    let session = open(&server.client().with_bearer(TOKEN_42)).await;
+    let answer =
+        |n: usize| json!({ "jsonrpc": "2.0", "id": format!("wharf-{n:016x}-0"), "result": {} });
+    for n in 0..1_000 {
+        let status = session.post(&answer(n)).await.unwrap().status;
+        assert_eq!(status, 202, "answer {n}");
+    }
+    let refused = session.post(&answer(1_000)).await.unwrap();
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(
+        refused.body.contains("1000 of your answers"),
+        "{}",
+        refused.body
+    );
+    // The same answer again changes nothing, as before.
+    assert_eq!(session.post(&answer(0)).await.unwrap().status, 202);
+
+    let other = open(&server.client().with_bearer(TOKEN_7)).await;
+    assert_eq!(other.post(&answer(0)).await.unwrap().status, 202);
+}
+
+/// One principal cannot take every session a deployment keeps: past 1,000 live sessions its
+/// `initialize` is refused (400, naming the bound), until it ends one; another principal's
+/// is not.
+#[tokio::test]
+async fn live_sessions_are_bounded_per_principal() {
+    let server = start(&sqlite_url("legacy-sessions-cap"), &[]);
+    let client = server.client().with_bearer(TOKEN_42);
+    let mut first = None;
+    for n in 0..1_000 {
+        let s = LegacySession::initialize(&client, "2025-11-25", json!({}))
+            .await
+            .unwrap_or_else(|e| panic!("session {n}: {e}"));
+        first.get_or_insert(s);
+    }
+    let refused = LegacySession::initialize(&client, "2025-11-25", json!({}))
+        .await
+        .expect_err("the 1,001st session");
+    let said = refused.to_string();
+    assert!(said.contains("1000 open sessions"), "{said}");
+    assert_eq!(first.unwrap().delete().await.unwrap(), 200);
+    LegacySession::initialize(&client, "2025-11-25", json!({}))
+        .await
+        .expect("a session once one ended");
+    LegacySession::initialize(
+        &server.client().with_bearer(TOKEN_7),
+        "2025-11-25",
+        json!({}),
+    )
+    .await
+    .expect("another principal's session");
+}

@@ -8,6 +8,13 @@ use common::validate_message;
 use serde_json::{Value, json};
 use wharf_client::StdioClient;
 
+/// `wharf serve --stdio --profile PROFILE` with `extra` options.
+fn spawn(profile: &str, extra: &[&str]) -> StdioClient {
+    let mut args = vec!["serve", "--stdio", "--profile", profile];
+    args.extend_from_slice(extra);
+    StdioClient::spawn(env!("CARGO_BIN_EXE_wharf"), &args).unwrap()
+}
+
 async fn recv(c: &mut StdioClient) -> Value {
     tokio::time::timeout(Duration::from_secs(10), c.recv())
         .await
@@ -49,18 +56,7 @@ async fn end_input_expecting_silence(mut c: StdioClient, why: &str) {
 
 #[tokio::test]
 async fn serves_concurrently_cancels_and_exits_on_eof() {
-    let mut c = StdioClient::spawn(
-        env!("CARGO_BIN_EXE_wharf"),
-        &[
-            "serve",
-            "--stdio",
-            "--profile",
-            "demo",
-            "--drain-secs",
-            "60",
-        ],
-    )
-    .unwrap();
+    let mut c = spawn("demo", &["--drain-secs", "60"]);
     c.request(json!(1), "server/discover", json!({}))
         .await
         .unwrap();
@@ -129,11 +125,7 @@ async fn serves_concurrently_cancels_and_exits_on_eof() {
 /// server goes on serving the requests that follow.
 #[tokio::test]
 async fn bad_lines_get_precise_errors_and_the_server_carries_on() {
-    let mut c = StdioClient::spawn(
-        env!("CARGO_BIN_EXE_wharf"),
-        &["serve", "--stdio", "--profile", "demo"],
-    )
-    .unwrap();
+    let mut c = spawn("demo", &[]);
     let meta = json!({ "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {} });
     let cases: Vec<(String, i64, Value, &str)> = vec![
@@ -209,11 +201,7 @@ async fn bad_lines_get_precise_errors_and_the_server_carries_on() {
 #[tokio::test]
 async fn a_legacy_client_initializes_and_answers_an_elicitation() {
     use common::validate_legacy;
-    let mut c = StdioClient::spawn(
-        env!("CARGO_BIN_EXE_wharf"),
-        &["serve", "--stdio", "--profile", "conformance"],
-    )
-    .unwrap();
+    let mut c = spawn("conformance", &[]);
     let m = initialize_legacy(&mut c, "2025-06-18", json!({ "elicitation": {} })).await;
     validate_legacy("initialize", &m);
     assert_eq!(m["result"]["protocolVersion"], "2025-06-18");
@@ -263,20 +251,7 @@ async fn a_legacy_client_initializes_and_answers_an_elicitation() {
 /// session had not seen it yet, and nothing is sent for it: not its result, not an error.
 #[tokio::test]
 async fn a_legacy_call_cancelled_as_it_is_sent_stops_and_sends_nothing() {
-    let mut c = StdioClient::spawn(
-        env!("CARGO_BIN_EXE_wharf"),
-        &[
-            "serve",
-            "--stdio",
-            "--profile",
-            "demo",
-            "--workers",
-            "1",
-            "--drain-secs",
-            "60",
-        ],
-    )
-    .unwrap();
+    let mut c = spawn("demo", &["--workers", "1", "--drain-secs", "60"]);
     initialize_legacy(&mut c, "2025-11-25", json!({})).await;
     let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
         "name": "slow_count", "arguments": { "steps": 30, "interval_ms": 100 } } });
@@ -294,15 +269,57 @@ async fn a_legacy_call_cancelled_as_it_is_sent_stops_and_sends_nothing() {
     end_input_expecting_silence(c, "nothing is sent for a cancelled call").await;
 }
 
+/// In a legacy session, the id of a running call is refused to any other request, those
+/// the session answers at once included (a `ping`, a subscription): the client would get two
+/// responses with one id, and the subscription would be made anyway.
+#[tokio::test]
+async fn a_legacy_sessions_running_id_is_refused_to_every_other_request() {
+    let mut c = spawn("demo", &["--drain-secs", "60"]);
+    initialize_legacy(&mut c, "2025-11-25", json!({})).await;
+    c.request(
+        json!(7),
+        "tools/call",
+        json!({ "name": "slow_count", "arguments": { "steps": 1000, "interval_ms": 100 } }),
+    )
+    .await
+    .unwrap();
+    for method in ["ping", "tools/call"] {
+        let params = if method == "ping" {
+            json!({})
+        } else {
+            json!({ "name": "echo", "arguments": { "text": "x" } })
+        };
+        c.request(json!(7), method, params).await.unwrap();
+        let m = recv(&mut c).await;
+        assert_eq!(m["id"], 7, "{m}");
+        assert_eq!(m["error"]["code"], -32600, "{method}: {m}");
+        assert!(
+            m["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("already in use"),
+            "{m}"
+        );
+    }
+    // Once cancelled, its id is free again.
+    c.send(&json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": 7 } }))
+        .await
+        .unwrap();
+    c.request(json!(7), "ping", json!({})).await.unwrap();
+    let m = recv(&mut c).await;
+    assert_eq!(
+        (m["id"].clone(), m["result"].clone()),
+        (json!(7), json!({})),
+        "{m}"
+    );
+    end_input_expecting_silence(c, "nothing is sent for the cancelled call").await;
+}
+
 /// A legacy call cancelled while it waits for the client's answer to its elicitation tells
 /// the client that elicitation is cancelled too, so that it stops asking its user.
 #[tokio::test]
 async fn a_cancelled_call_withdraws_the_input_it_asked_for() {
-    let mut c = StdioClient::spawn(
-        env!("CARGO_BIN_EXE_wharf"),
-        &["serve", "--stdio", "--profile", "conformance"],
-    )
-    .unwrap();
+    let mut c = spawn("conformance", &[]);
     initialize_legacy(&mut c, "2025-11-25", json!({ "elicitation": {} })).await;
     let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
         "name": "test_elicitation", "arguments": { "message": "Who are you?" } } });

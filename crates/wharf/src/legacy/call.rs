@@ -125,7 +125,7 @@ pub(crate) fn register(
     core: &Arc<Core>,
     session: &Session,
     id: &RequestId,
-) -> (CancellationToken, Running) {
+) -> Result<(CancellationToken, Running), RpcError> {
     let runtime = &core.runtime;
     // Not a child of the shutdown token: a child registers with its parent under a lock
     // every call would contend for. Shutdown drains calls as it drains stateless ones.
@@ -136,8 +136,19 @@ pub(crate) fn register(
             .listen(&runtime.bus, &runtime.shutdown, &runtime.sessions);
     }
     let key = super::call_key(session.id(), id);
-    let running = runtime.hub.run(session.id(), &key, cancel.clone());
-    (cancel, running)
+    // Cancellations name a call by its id: a second call under the id of one still running
+    // would make them ambiguous. (Only this process's calls are known here; one under the
+    // same id on another replica is not.)
+    let running = runtime
+        .hub
+        .run(session.id(), &key, cancel.clone())
+        .ok_or_else(|| {
+            RpcError::new(
+                ErrorKind::InvalidRequest,
+                format!("Request id {id} is already in use by a running request of this session"),
+            )
+        })?;
+    Ok((cancel, running))
 }
 
 /// What a call cancelled by its client gets, when something must be sent (a plain JSON

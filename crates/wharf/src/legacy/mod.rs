@@ -15,6 +15,7 @@
 mod call;
 mod stream;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -32,14 +33,14 @@ pub use stream::SessionStream;
 
 use crate::access;
 use crate::admission::{self, ErrorReply};
-use crate::bus::{ChangeEvent, SessionSignal};
+use crate::bus::{BusError, ChangeEvent, SessionSignal};
 use crate::dispatch::Core;
 use crate::error::{ErrorKind, RpcError};
 use crate::principal::Principal;
 use crate::reply::respond;
 use crate::request;
 pub use crate::session::Session;
-use crate::session::{Delivery, SessionKind, SessionState};
+use crate::session::{Delivery, NotOpened, SessionKind, SessionState};
 use crate::store::{HandleRecord, StoreError, TxMode, after, millis, now_millis};
 
 /// Where a session is kept.
@@ -162,9 +163,17 @@ impl<'a> Sessions<'a> {
         if session.booked {
             runtime
                 .sessions
-                .insert(&session, now)
+                .insert(&session, now, !principal.is_anonymous())
                 .await
-                .map_err(|e| fail(e.into()))?;
+                .map_err(|e| {
+                    fail(match e {
+                        NotOpened::PerOwner(_) => RpcError::new(
+                            ErrorKind::InvalidRequest,
+                            format!("Invalid request: {e}"),
+                        ),
+                        NotOpened::Store(e) => e.into(),
+                    })
+                })?;
         }
         let result = InitializeResult {
             protocol_version: negotiated.to_owned(),
@@ -216,7 +225,8 @@ impl<'a> Sessions<'a> {
         if !runtime.sessions.remove(session.id()).await? {
             return Err(SessionError::Unknown);
         }
-        self.signal(session, SessionSignal::Ended).await;
+        // Unheard elsewhere, the end still holds: the session is gone from the store.
+        let _ = self.signal(session, SessionSignal::Ended).await;
         Ok(())
     }
 
@@ -272,20 +282,27 @@ impl<'a> Sessions<'a> {
                             "Invalid params: the URI is longer than {MAX_URI_LEN} bytes"
                         ))));
                     }
-                    let subscriptions = &session.subscriptions();
-                    if !subscriptions.contains(&p.uri) && subscriptions.len() >= MAX_SUBSCRIPTIONS {
-                        return Err(fail(RpcError::invalid_params(format!(
-                            "Invalid params: a session subscribes to at most {MAX_SUBSCRIPTIONS} resources; unsubscribe from some first"
-                        ))));
+                    let fits = |subscriptions: &BTreeSet<String>, uri: &String| {
+                        subscriptions.contains(uri) || subscriptions.len() < MAX_SUBSCRIPTIONS
+                    };
+                    if !fits(session.subscriptions(), &p.uri) {
+                        return Err(fail(too_many_subscriptions()));
                     }
+                    let mut full = false;
                     self.change(session, |s| {
-                        // Checked again against the state as stored now.
-                        if s.subscriptions.len() < MAX_SUBSCRIPTIONS {
+                        // Checked again against the state as stored now: another replica
+                        // may have added one since this copy was read.
+                        if fits(&s.subscriptions, &p.uri) {
                             s.subscriptions.insert(p.uri);
+                        } else {
+                            full = true;
                         }
                     })
                     .await
                     .map_err(fail)?;
+                    if full {
+                        return Err(fail(too_many_subscriptions()));
+                    }
                 } else {
                     self.change(session, |s| {
                         s.subscriptions.remove(&p.uri);
@@ -300,7 +317,7 @@ impl<'a> Sessions<'a> {
                     .map_err(fail)?;
                 // Registered before admission: a cancellation that arrives while the request
                 // waits in the queue takes it out of the queue.
-                let (cancel, running) = call::register(self.core, session, &id);
+                let (cancel, running) = call::register(self.core, session, &id).map_err(fail)?;
                 let admitted = tokio::select! {
                     biased;
                     () = cancel.cancelled() => return Err(fail(call::cancelled_error())),
@@ -327,7 +344,19 @@ impl<'a> Sessions<'a> {
         if method == methods::NOTIFICATION_CANCELLED {
             let p: CancelledParams = read(params)?;
             let key = call_key(session.id(), &p.request_id);
-            self.signal(session, SessionSignal::Cancel(key)).await;
+            // The call may run on another replica, which hears of it only through the bus:
+            // a cancellation the bus did not take is not acknowledged, so that the client
+            // sends it again rather than wait for a call that goes on.
+            if self
+                .signal(session, SessionSignal::Cancel(key))
+                .await
+                .is_err()
+            {
+                return Err(RpcError::new(
+                    ErrorKind::RetryLater,
+                    "Busy: the cancellation could not be passed to the other replicas; send it again",
+                ));
+            }
         }
         Ok(())
     }
@@ -385,9 +414,30 @@ impl<'a> Sessions<'a> {
                     data: Some(answer),
                 };
                 let mut tx = store.begin(TxMode::Write).await?;
-                tx.create_handle(&record).await?;
-                tx.commit().await?;
-                self.signal(session, SessionSignal::Reply(key)).await;
+                // An answer waits until its call takes it, or until it expires: one to an
+                // id no call waits for stays that long, so what one principal may leave
+                // waiting is bounded.
+                let waiting = tx.live_handles(session.owner(), REPLY_KIND, now).await?;
+                if waiting >= MAX_WAITING_ANSWERS {
+                    return Err(RpcError::new(
+                        ErrorKind::InvalidRequest,
+                        format!(
+                            "Invalid request: {waiting} of your answers wait for calls to take them, the most kept at once; answer only requests the server sent"
+                        ),
+                    ));
+                }
+                let filed = async {
+                    tx.create_handle(&record).await?;
+                    tx.commit().await
+                };
+                if let Err(e) = filed.await {
+                    // The same answer sent twice at once, filed by the other copy: done.
+                    if !matches!(store.load_handle(&key).await, Ok(Some(_))) {
+                        return Err(e.into());
+                    }
+                }
+                // Unheard, the answer is still found: its call looks in the store.
+                let _ = self.signal(session, SessionSignal::Reply(key)).await;
             }
             _ => runtime.hub.deliver(&key, Delivery::Local(answer)),
         }
@@ -395,9 +445,25 @@ impl<'a> Sessions<'a> {
     }
 
     /// The session's stream of messages unrelated to any request: list changes and updates
-    /// of the resources it subscribed to (HTTP GET; stdio writes them as they come).
-    pub fn stream(&self, session: &Session) -> SessionStream {
-        SessionStream::open(self.core, session)
+    /// of the resources it subscribed to (HTTP GET; stdio writes them as they come), opened
+    /// for `principal`, its owner. It holds slots under the listen caps, as a
+    /// `subscriptions/listen` stream does; refused (`RetryLater`) when they are full.
+    pub fn stream(
+        &self,
+        session: &Session,
+        principal: &Principal,
+    ) -> Result<SessionStream, RpcError> {
+        let runtime = &self.core.runtime;
+        let capped = (!principal.is_anonymous()).then(|| principal.id());
+        match runtime.gate.enter_listen(capped) {
+            Ok(permit) => Ok(SessionStream::open(self.core, session, permit)),
+            Err(busy) => {
+                if let Some(m) = &runtime.metrics {
+                    m.shed(busy.why);
+                }
+                Err(busy.error)
+            }
+        }
     }
 
     /// Changes the session's state where it is kept (or, for a session only its transport
@@ -409,7 +475,7 @@ impl<'a> Sessions<'a> {
     ) -> Result<(), RpcError> {
         if !session.booked {
             change(session.state_mut());
-            self.signal(session, SessionSignal::Changed).await;
+            let _ = self.signal(session, SessionSignal::Changed).await;
             return Ok(());
         }
         let changed = self
@@ -425,7 +491,8 @@ impl<'a> Sessions<'a> {
             ));
         };
         *session = changed;
-        self.signal(session, SessionSignal::Changed).await;
+        // Unheard, other replicas' copies still go stale within two seconds.
+        let _ = self.signal(session, SessionSignal::Changed).await;
         Ok(())
     }
 
@@ -434,28 +501,42 @@ impl<'a> Sessions<'a> {
     /// bus, which the session's streams hear (the in-process bus when nothing is shared).
     /// A cancellation of a shared session goes to this process's hub as well as on the bus,
     /// so that it reaches a call running here even while the bus is down (an answer needs
-    /// no such care: its call also looks for it in the store).
-    async fn signal(&self, session: &Session, signal: SessionSignal) {
+    /// no such care: its call also looks for it in the store). `Err` when the bus did not
+    /// take it: other replicas may not hear it.
+    async fn signal(&self, session: &Session, signal: SessionSignal) -> Result<(), BusError> {
         let runtime = &self.core.runtime;
         let shared = session.booked && runtime.sessions.is_shared();
         match signal {
             SessionSignal::Cancel(_) | SessionSignal::Reply(_) if !shared => {
                 runtime.hub.route(session.id(), signal);
-                return;
+                return Ok(());
             }
-            SessionSignal::Cancel(_) => runtime.hub.route(session.id(), signal.clone()),
+            // This process's calls hear it at once, whether or not its hub hears the bus.
+            SessionSignal::Cancel(_) | SessionSignal::Ended => {
+                runtime.hub.route(session.id(), signal.clone());
+            }
             _ => {}
         }
         let event = ChangeEvent::Session {
             session: session.id().to_owned(),
             signal,
         };
-        runtime.announce(event).await;
+        runtime.bus.publish(event).await.inspect_err(|e| {
+            tracing::warn!(error = %e, "could not publish a legacy session's signal");
+        })
     }
 }
 
 /// Resources one session may subscribe to: the session's record holds them all.
 const MAX_SUBSCRIPTIONS: usize = 1_000;
+
+fn too_many_subscriptions() -> RpcError {
+    RpcError::invalid_params(format!(
+        "Invalid params: a session subscribes to at most {MAX_SUBSCRIPTIONS} resources; unsubscribe from some first"
+    ))
+}
+/// Answers of one principal filed in the store and not yet taken by their calls.
+const MAX_WAITING_ANSWERS: u64 = 1_000;
 /// Longest URI a session subscribes to, in bytes.
 const MAX_URI_LEN: usize = 2_048;
 /// What every server request's id starts with (see `call.rs`): an answer to anything

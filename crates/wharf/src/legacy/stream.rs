@@ -16,6 +16,7 @@ use wharf_protocol::methods;
 
 use crate::bus::{ChangeEvent, SessionSignal};
 use crate::dispatch::Core;
+use crate::limits::Permit;
 use crate::session::Session;
 use crate::store::now_millis;
 
@@ -57,6 +58,9 @@ struct State {
     heard_own: bool,
     /// Ends once the backlog is sent (after a lag).
     ending: bool,
+    /// Its slots under the listen caps, held while it is open: a session's stream lives as
+    /// long as a listen stream does.
+    _permit: Permit,
 }
 
 /// The longest a stream outlives its session's expiry.
@@ -71,7 +75,7 @@ fn recheck_every(core: &Core) -> Duration {
 }
 
 impl SessionStream {
-    pub(crate) fn open(core: &Arc<Core>, session: &Session) -> Self {
+    pub(crate) fn open(core: &Arc<Core>, session: &Session, permit: Permit) -> Self {
         let state = State {
             end: core.runtime.stream_end(),
             core: Arc::clone(core),
@@ -86,6 +90,7 @@ impl SessionStream {
             announced: false,
             heard_own: false,
             ending: false,
+            _permit: permit,
         };
         SessionStream(Box::pin(futures_util::stream::unfold(
             state,

@@ -13,13 +13,24 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{Session, SessionState};
+use super::{Session, SessionKind, SessionState};
 use crate::mutation::MutationQueue;
 use crate::store::{HandleKind, Millis, Store, StoreError, TxMode};
 
 /// Sessions a server without a store keeps at most (the expired ones go first); also the
 /// most sessions one process keeps copies of.
 const CAP: usize = 10_000;
+
+/// Why a session was not opened.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NotOpened {
+    /// Its principal holds this many live sessions already.
+    #[error("you hold {0} open sessions, the most one principal may; end one (DELETE) first")]
+    PerOwner(u64),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
 
 /// How long a copy of a stored session is used without reading it again.
 pub(crate) const CACHE_TTL: Duration = Duration::from_secs(2);
@@ -111,11 +122,26 @@ impl Book {
         }
     }
 
-    /// Stores a new session.
-    pub(crate) async fn insert(&self, session: &Session, now: Millis) -> Result<(), StoreError> {
+    /// Stores a new session; `capped`: its owner may hold at most
+    /// [`SessionKind::MAX_PER_OWNER`] live sessions (an authenticated principal; anonymous
+    /// callers share one id), so that one principal cannot take every session this book
+    /// keeps.
+    pub(crate) async fn insert(
+        &self,
+        session: &Session,
+        now: Millis,
+        capped: bool,
+    ) -> Result<(), NotOpened> {
+        let max = SessionKind::MAX_PER_OWNER.filter(|_| capped);
+        let owner = session.owner();
         match self {
             Book::Store { store, .. } => {
                 let mut tx = store.begin(TxMode::Write).await?;
+                if let Some(max) = max {
+                    if tx.live_handles(owner, SessionKind::KIND, now).await? >= max {
+                        return Err(NotOpened::PerOwner(max));
+                    }
+                }
                 tx.create_handle(&session.to_record()).await?;
                 tx.commit().await?;
                 self.keep(session);
@@ -129,7 +155,17 @@ impl Book {
                 if map.len() >= CAP {
                     return Err(StoreError::Busy(format!(
                         "this process holds {CAP} live sessions already"
-                    )));
+                    ))
+                    .into());
+                }
+                if let Some(max) = max {
+                    let held = map
+                        .values()
+                        .filter(|s| s.owner() == owner && s.record.expired(now).is_none())
+                        .count();
+                    if held as u64 >= max {
+                        return Err(NotOpened::PerOwner(max));
+                    }
                 }
                 map.insert(session.id().to_owned(), session.clone());
                 Ok(())

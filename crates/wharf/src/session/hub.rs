@@ -28,8 +28,10 @@ type RunKey = (Box<str>, Box<str>);
 /// The calls of legacy sessions running in this process, and the answers they wait for.
 #[derive(Default)]
 pub(crate) struct Hub {
-    /// Each call's token, with the number of its registration: a second call reusing a
-    /// running call's id replaces its entry, and the first one's end must not remove it.
+    /// Each running call's token, by session and call key, with the number of its
+    /// registration: one live call per key, so that a cancellation names one call. A
+    /// cancelled call's key is free at once (its client may reuse the id), so the first
+    /// call's end must not remove the second's entry.
     running: Mutex<HashMap<RunKey, (u64, CancellationToken)>>,
     registrations: std::sync::atomic::AtomicU64,
     waiting: Mutex<HashMap<Box<str>, mpsc::Sender<Delivery>>>,
@@ -98,7 +100,16 @@ impl Hub {
                 }
             }
             SessionSignal::Reply(key) => self.deliver(&key, Delivery::Stored),
-            _ => {}
+            // Nobody is left to answer the session's calls or to read what they send: a
+            // call waiting for input would otherwise hold its slot until its input timeout.
+            SessionSignal::Ended => {
+                for ((of, _), (_, token)) in lock(&self.running).iter() {
+                    if **of == *session {
+                        token.cancel();
+                    }
+                }
+            }
+            SessionSignal::Changed | SessionSignal::Listening(_) => {}
         }
     }
 
@@ -116,23 +127,32 @@ impl Hub {
     }
 
     /// Registers a call of `session` under `key` (see `legacy::call_key`): a cancellation
-    /// naming that key cancels `token` until the registration is dropped.
+    /// naming that key, or the session's end, cancels `token` until the registration is
+    /// dropped. `None` while another call of this process, not cancelled, runs under the
+    /// same key.
     pub(crate) fn run(
         self: &Arc<Self>,
         session: &str,
         call: &str,
         token: CancellationToken,
-    ) -> Running {
+    ) -> Option<Running> {
         let key: RunKey = (session.into(), call.into());
         let n = self
             .registrations
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        lock(&self.running).insert(key.clone(), (n, token));
-        Running {
+        let mut running = lock(&self.running);
+        if running
+            .get(&key)
+            .is_some_and(|(_, live)| !live.is_cancelled())
+        {
+            return None;
+        }
+        running.insert(key.clone(), (n, token));
+        Some(Running {
             hub: Arc::clone(self),
             key,
             n,
-        }
+        })
     }
 
     /// Waits for the answer filed under `key` from now on, until the waiter is dropped.
@@ -194,4 +214,46 @@ impl Drop for Waiter {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One live call per key: a second is refused while the first runs, and takes the key
+    /// once the first is cancelled; the first one's end then leaves the second registered.
+    #[test]
+    fn a_key_names_one_live_call() {
+        let hub = Arc::new(Hub::default());
+        let (first, second) = (CancellationToken::new(), CancellationToken::new());
+        let running = hub.run("s", "k", first.clone()).expect("free");
+        assert!(hub.run("s", "k", second.clone()).is_none(), "taken");
+        assert!(hub.run("other", "k", CancellationToken::new()).is_some());
+        hub.route("s", SessionSignal::Cancel("k".into()));
+        assert!(first.is_cancelled());
+        let again = hub
+            .run("s", "k", second.clone())
+            .expect("freed by the cancellation");
+        drop(running);
+        hub.route("s", SessionSignal::Cancel("k".into()));
+        assert!(
+            second.is_cancelled(),
+            "the first call's end unregistered the second"
+        );
+        drop(again);
+        assert!(lock(&hub.running).get(&("s".into(), "k".into())).is_none());
+    }
+
+    /// A session's end cancels every call of it running here, and no other.
+    #[test]
+    fn a_sessions_end_cancels_its_calls() {
+        let hub = Arc::new(Hub::default());
+        let tokens: Vec<_> = (0..3).map(|_| CancellationToken::new()).collect();
+        let _a = hub.run("s", "1", tokens[0].clone()).unwrap();
+        let _b = hub.run("s", "2", tokens[1].clone()).unwrap();
+        let _c = hub.run("t", "1", tokens[2].clone()).unwrap();
+        hub.route("s", SessionSignal::Ended);
+        let cancelled: Vec<bool> = tokens.iter().map(CancellationToken::is_cancelled).collect();
+        assert_eq!(cancelled, [true, true, false]);
+    }
 }
