@@ -225,20 +225,22 @@ async fn read_long_way(
     if legacy {
         return Err(session::post(state, headers, envelope, principal).await);
     }
-    // Whatever is answered here without a method of this revision (`initialize`, a
+    // What is answered here without a method of this revision (`initialize`, a
     // notification) is still refused when an `Mcp-Method` it was sent with names another
-    // method: a gateway may have routed on it. Before anything is opened.
-    if let Some(method) = envelope.method.as_deref() {
+    // method: a gateway may have routed on it. Before anything is opened. (A request goes
+    // on to `parse_request`, where an unknown method is answered as that first.)
+    let answered_here = |method: &str| match &envelope.id {
+        Some(_) => state
+            .server
+            .sessions()
+            .opens_session(method, envelope.params),
+        None => true,
+    };
+    if let Some(method) = envelope.method.as_deref().filter(|m| answered_here(m)) {
         if let Err(e) = headers::method_mirrored(headers, method, false) {
             return Err(error_response(envelope.id.as_ref(), &e));
         }
-    }
-    if let (Some(method), Some(id)) = (envelope.method.as_deref(), &envelope.id) {
-        if state
-            .server
-            .sessions()
-            .opens_session(method, envelope.params)
-        {
+        if let Some(id) = &envelope.id {
             let id = id.clone();
             return Err(session::initialize(state, id, envelope.params, &principal).await);
         }

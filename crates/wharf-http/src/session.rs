@@ -84,7 +84,7 @@ pub(crate) async fn post(
             );
         };
         return match sessions
-            .answer(&session, id, envelope.result, envelope.error)
+            .answer(&session, &principal, id, envelope.result, envelope.error)
             .await
         {
             Ok(()) => StatusCode::ACCEPTED.into_response(),

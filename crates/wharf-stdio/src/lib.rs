@@ -106,7 +106,7 @@ pub struct StdioConfig {
     /// retry later). Each running request holds its task and, while stdout is not read,
     /// its answer: without a bound, a client that writes and does not read would grow the
     /// process without end. Refusals wait for stdout like any answer, so such a client
-    /// stops being read.
+    /// stops being read. 0 is taken as 1.
     pub max_in_flight: usize,
 }
 
@@ -492,7 +492,7 @@ async fn in_session(
     let Some(method) = envelope.method.as_deref() else {
         if let Some(id) = &envelope.id {
             if let Err(e) = sessions
-                .answer(session, id, envelope.result, envelope.error)
+                .answer(session, link.principal, id, envelope.result, envelope.error)
                 .await
             {
                 tracing::warn!(error = %e.message, "a response from the client was refused");
