@@ -16,7 +16,7 @@ use wharf_store::Documents;
 use ::redis::AsyncCommands;
 use serde_json::json;
 use support::*;
-use wharf::store::{Fence, KeyLock, Store, StoreError, TxMode};
+use wharf::store::{Begin, Fence, KeyLock, Store, StoreError, TxMode, now_millis};
 use wharf_store::open;
 
 /// A lease (Redis) far longer than any test here: none passes because a lease ran out.
@@ -348,12 +348,61 @@ async fn only_the_live_holder_commits(
         "nothing applied"
     );
 
+    // A claimed write (an idempotent call) is refused too, whichever step finds the key lost
+    // (PostgreSQL checks the fence in the statement that records the result), and leaves
+    // nothing.
+    let late_claim = claim("fenced", &unique_key(), json!({}));
+    let Begin::Run(mut late) = late_store
+        .begin_idempotent(&late_claim, now_millis())
+        .await
+        .unwrap()
+    else {
+        panic!("a first run of a new key")
+    };
+    late.fence(late_fence);
+    late.put_doc("fenced", &doc, &json!(3)).await.unwrap();
+    let refused = match late.complete_claim(&late_claim, "\"late\"").await {
+        Ok(()) => late.commit().await,
+        // Dropped, as the core drops a call's transaction that failed: rolled back.
+        Err(e) => {
+            drop(late);
+            Err(e)
+        }
+    };
+    assert!(matches!(refused, Err(StoreError::LeaseLost)), "{refused:?}");
+    let mut read = live_store.begin(TxMode::Read).await.unwrap();
+    assert_eq!(read.get_doc("fenced", &doc).await.unwrap(), None);
+
     let mut live = live_store.begin(TxMode::Write).await.unwrap();
     live.fence(live_fence);
     live.put_doc("fenced", &doc, &json!(2)).await.unwrap();
     live.commit().await.unwrap();
     let mut read = live_store.begin(TxMode::Read).await.unwrap();
     assert_eq!(read.get_doc("fenced", &doc).await.unwrap(), Some(json!(2)));
+
+    // The live holder's claimed write commits, and its result is what a retry replays.
+    let live_claim = claim("fenced", &unique_key(), json!({}));
+    let Begin::Run(mut live) = live_store
+        .begin_idempotent(&live_claim, now_millis())
+        .await
+        .unwrap()
+    else {
+        panic!("a first run of a new key")
+    };
+    live.fence(live_fence);
+    live.put_doc("fenced", &doc, &json!(4)).await.unwrap();
+    live.complete_claim(&live_claim, "\"live\"").await.unwrap();
+    live.commit().await.unwrap();
+    match live_store
+        .begin_idempotent(&live_claim, now_millis())
+        .await
+        .unwrap()
+    {
+        Begin::Replay(result) => assert_eq!(result, "\"live\""),
+        _ => panic!("the claimed write was not recorded"),
+    }
+    let mut read = live_store.begin(TxMode::Read).await.unwrap();
+    assert_eq!(read.get_doc("fenced", &doc).await.unwrap(), Some(json!(4)));
 }
 
 /// A holder whose session ended while its call ran (a network cut, a restart, an

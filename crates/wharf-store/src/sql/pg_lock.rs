@@ -14,7 +14,8 @@
 //! a new token (from a sequence, so never one seen before) under the key in
 //! `wharf_lock_fences`, in the same statement, and a transaction written under the lock
 //! checks at commit, holding that row, that the token is still its own
-//! ([`check_fence`]). A holder that lost its session commits nothing once the next one took
+//! ([`check_fence`]; a claimed write checks it in the statement that records its result,
+//! [`complete_fenced`], one round trip fewer, and holds the row from there). A holder that lost its session commits nothing once the next one took
 //! the key; and the next one cannot take it while such a commit holds the row, so their
 //! writes never interleave. That costs each fenced commit a statement, and ties the lock
 //! to a row lock a transaction of the main pool holds for one round trip: a commit whose
@@ -33,7 +34,7 @@
 use async_trait::async_trait;
 use sqlx::pool::{PoolConnection, PoolOptions};
 use sqlx::{Executor, PgPool, Postgres};
-use wharf::store::{Fence, KeyLock, StoreError};
+use wharf::store::{Claim, Fence, KeyLock, StoreError};
 
 use super::db_error;
 
@@ -51,6 +52,16 @@ const LOCK: &str = "WITH held AS (SELECT pg_advisory_lock(hashtextextended($1, 1
 const FENCE: &str =
     "SELECT token FROM wharf_lock_fences WHERE lock = hashtextextended($1, 1) FOR UPDATE";
 const UNLOCK: &str = "SELECT pg_advisory_unlock(hashtextextended($1, 1))";
+/// A claimed write's result recorded and its fence checked in one statement: the key's row
+/// is locked as [`FENCE`] locks it (so held until the transaction ends), and the record is
+/// written only if the token is still the holder's. Answers the holder's token and whether
+/// the record was written, to tell a lost lock from a lost claim.
+const DONE_FENCED: &str = "WITH fence AS (SELECT token FROM wharf_lock_fences \
+     WHERE lock = hashtextextended($6, 1) FOR UPDATE), \
+     done AS (UPDATE wharf_idempotency SET state = 'done', result = $3, updated_at = $4, \
+     owner = $5 WHERE scope = $1 AND key = $2 AND state = 'running' \
+     AND (SELECT token FROM fence) = $7 RETURNING 1) \
+     SELECT (SELECT token FROM fence), (SELECT count(*) FROM done)";
 
 /// The lock pool of one store.
 pub(super) struct PgLocks {
@@ -175,6 +186,39 @@ impl KeyLock for PgKeyLock {
                 tracing::warn!(error = %e, "could not release a mutation lock; closing its session");
             }
         }
+    }
+}
+
+/// Records a claimed write's `result` (its record written as `running` when claimed) and
+/// checks `fence` in the same round trip, as [`check_fence`] would at commit: fails with
+/// [`StoreError::LeaseLost`] when another holder took the key, with
+/// [`StoreError::ClaimLost`] when the claim is no longer this call's.
+pub(super) async fn complete_fenced(
+    tx: &mut sqlx::Transaction<'static, Postgres>,
+    claim: &Claim,
+    result: &str,
+    fence: &Fence,
+) -> Result<(), StoreError> {
+    // A token that does not fit PostgreSQL's bigint was never one of its own: nothing holds it.
+    let token = i64::try_from(fence.token).unwrap_or(-1);
+    let (holder, done): (Option<i64>, i64) = sqlx::query_as(DONE_FENCED)
+        .bind(&claim.scope)
+        .bind(&claim.key)
+        .bind(result)
+        .bind(wharf::store::now_millis())
+        .bind(&claim.owner)
+        .bind(&fence.key)
+        .bind(token)
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(db_error)?;
+    if holder != Some(token) {
+        return Err(StoreError::LeaseLost);
+    }
+    if done == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::ClaimLost)
     }
 }
 
