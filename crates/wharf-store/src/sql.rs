@@ -129,13 +129,18 @@ const CLAIM_SQL: &str = "INSERT INTO wharf_idempotency \
      WHERE wharf_idempotency.expires_at <= $4";
 
 /// [`CLAIM_SQL`] made only when `$7` owns handle `$6`, returning whether it was made, the
-/// handle, and the record as the
-/// statement's snapshot saw it (a record committed while the claim waited is not in that
-/// snapshot, and one past its retention does not count: [`settle`] reads it again).
+/// handle, and the record as the statement's snapshot saw it (a record committed while the
+/// claim waited is not in that snapshot, and one past its retention does not count:
+/// [`settle`] reads it again).
+///
+/// The handle's row is held `FOR KEY SHARE` until the transaction ends (see
+/// [`SqlTx::hold_handle`]). Under READ COMMITTED a locked row is read at its newest committed
+/// version, not the statement's snapshot: a retirement that committed while the lock waited
+/// leaves no row, so nothing is claimed under a handle that is gone.
 #[cfg(feature = "postgres")]
 const PG_CLAIM_ON_HANDLE_SQL: &str = "WITH h AS ( \
      SELECT id, kind, owner, created_at, expires_at, idle_ms, last_used_at, data \
-     FROM wharf_handles WHERE id = $6), \
+     FROM wharf_handles WHERE id = $6 FOR KEY SHARE), \
      claim AS ( \
      INSERT INTO wharf_idempotency \
      (scope, key, digest, state, result, created_at, updated_at, expires_at) \
@@ -327,12 +332,11 @@ impl SqlStore {
         })
     }
 
-    /// PostgreSQL's claim on a handle: BEGIN, a shared advisory lock on the handle (see
-    /// `lock_handle`), then the handle, the claim (made only for the owner) and the record as
-    /// the statement found it, in one statement.
+    /// PostgreSQL's claim on a handle: BEGIN, then the handle held, the claim (made only for
+    /// the owner) and the record as the statement found it, in one statement.
     ///
-    /// The lock is a statement of the open transaction, not part of a `BEGIN` batch: a batch
-    /// whose lock wait fails (lock timeout, deadlock) or is abandoned leaves the session in a
+    /// The statement runs in the open transaction, not in a `BEGIN` batch: a batch whose
+    /// lock wait fails (lock timeout, deadlock) or is abandoned leaves the session in a
     /// failed or open transaction that sqlx does not know it began, and the pool would hand
     /// that session to the next call.
     #[cfg(feature = "postgres")]
@@ -344,7 +348,6 @@ impl SqlStore {
         now: Millis,
     ) -> Result<(Option<HandleRecord>, Option<Begin>), StoreError> {
         let mut tx = pg_begin(pool).await?;
-        lock_handle(&mut tx, handle, false).await?;
         let row = sqlx::query(PG_CLAIM_ON_HANDLE_SQL)
             .bind(&claim.scope)
             .bind(&claim.key)
@@ -976,20 +979,15 @@ async fn sqlite_begin_write(
     begin_detached(async move { pool.begin_with("BEGIN IMMEDIATE").await }).await
 }
 
-/// Takes the advisory lock that stands for handle `id` until the transaction ends: shared
-/// for writing under it, exclusive for changing or retiring it.
+/// Waits for the calls of replicas older than the row locks (see [`SqlTx::hold_handle`]) that
+/// write under handle `id`: they hold it with a transaction-scoped advisory lock, shared,
+/// which this takes exclusively until the transaction ends. Only a retirement pays for it.
 #[cfg(feature = "postgres")]
-async fn lock_handle(
+async fn wait_for_older_writers(
     tx: &mut sqlx::Transaction<'static, Postgres>,
     id: &str,
-    exclusive: bool,
 ) -> Result<(), StoreError> {
-    let sql = if exclusive {
-        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
-    } else {
-        "SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))"
-    };
-    sqlx::query(sql)
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
         .bind(id)
         .execute(&mut **tx)
         .await
@@ -1084,8 +1082,13 @@ impl SqlTx {
         })
     }
 
-    async fn handle_exists(&mut self, id: &str) -> Result<bool, StoreError> {
-        let sql = "SELECT 1 FROM wharf_handles WHERE id = $1";
+    /// Whether handle `id` exists; on PostgreSQL its row is then held `FOR KEY SHARE`
+    /// until the transaction ends (see [`SqlTx::hold_handle`]).
+    async fn handle_held(&mut self, id: &str) -> Result<bool, StoreError> {
+        let sql = match self.dialect() {
+            Dialect::Postgres => "SELECT 1 FROM wharf_handles WHERE id = $1 FOR KEY SHARE",
+            Dialect::Sqlite => "SELECT 1 FROM wharf_handles WHERE id = $1",
+        };
         on_driver!(TypedTx, &mut self.tx, |tx| sqlx::query(sql)
             .bind(id)
             .fetch_optional(&mut **tx)
@@ -1095,11 +1098,12 @@ impl SqlTx {
     }
 
     async fn retire(&mut self, id: &str) -> Result<(), StoreError> {
-        // Calls still writing under the handle finish first; later ones find it gone.
+        // Calls still writing under the handle finish first (on PostgreSQL the delete waits
+        // for the row locks they hold); later ones find it gone.
         #[cfg(feature = "postgres")]
         #[allow(irrefutable_let_patterns)]
         if let TypedTx::Postgres(tx) = &mut self.tx {
-            lock_handle(tx, id, true).await?;
+            wait_for_older_writers(tx, id).await?;
         }
         self.run("DELETE FROM wharf_handles WHERE id = $1", &[id])
             .await?;
@@ -1167,20 +1171,16 @@ impl Transaction for SqlTx {
         id: &str,
         touch_at: Option<Millis>,
     ) -> Result<bool, StoreError> {
-        // PostgreSQL: a transaction-scoped advisory lock on the handle, shared by the calls
-        // that write under it (held in memory: no row is written for it); only a retirement
-        // takes it exclusively. Recording a use needs no more: the row's own lock orders
-        // two of them, and an exclusive lock here would deadlock two calls that both hold
-        // the shared one from their claims. The check runs after the lock is granted, in a
-        // statement of its own, so it sees a retirement that committed while it waited.
-        // SQLite's write transactions hold the whole database already.
-        #[cfg(feature = "postgres")]
-        #[allow(irrefutable_let_patterns)]
-        if let TypedTx::Postgres(tx) = &mut self.tx {
-            lock_handle(tx, id, false).await?;
-        }
+        // PostgreSQL: the handle's row locked `FOR KEY SHARE`, the lock foreign keys take,
+        // in the statement that reads it (so no round trip of its own). The calls that
+        // write under a handle share it; recording a use updates no key column, so its
+        // lock does not conflict with theirs (the row's own update lock orders two uses);
+        // only a retirement's delete conflicts, and waits for them. A locked row is read
+        // at its newest committed version, so a retirement that committed while the lock
+        // waited leaves nothing to hold. SQLite's write transactions hold the whole
+        // database already.
         let Some(now) = touch_at else {
-            return self.handle_exists(id).await;
+            return self.handle_held(id).await;
         };
         let sql = "UPDATE wharf_handles SET last_used_at = $2 \
              WHERE id = $1 AND last_used_at <= $2";
@@ -1191,7 +1191,7 @@ impl Transaction for SqlTx {
             .await
             .map_err(db_error)?
             .rows_affected());
-        Ok(touched > 0 || self.handle_exists(id).await?)
+        Ok(touched > 0 || self.handle_held(id).await?)
     }
 
     async fn record_once(&mut self, claim: &Claim) -> Result<bool, StoreError> {

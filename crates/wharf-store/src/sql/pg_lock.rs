@@ -15,13 +15,14 @@
 //! `wharf_lock_fences`, in the same statement, and a transaction written under the lock
 //! checks at commit, holding that row, that the token is still its own
 //! ([`check_fence`]; a claimed write checks it in the statement that records its result,
-//! [`complete_fenced`], one round trip fewer, and holds the row from there). A holder that lost its session commits nothing once the next one took
-//! the key; and the next one cannot take it while such a commit holds the row, so their
-//! writes never interleave. That costs each fenced commit a statement, and ties the lock
-//! to a row lock a transaction of the main pool holds for one round trip: a commit whose
-//! connection is cut in that round trip keeps the key's next holder waiting (within its
-//! call's limit) until PostgreSQL ends the orphaned transaction (TCP keepalives, or
-//! `idle_in_transaction_session_timeout`, which deployments should set).
+//! [`complete_fenced`], and holds the row from there). A holder that lost its session
+//! commits nothing once the next one took the key; and the next one cannot take it while
+//! such a commit holds the row, so their writes never interleave. That costs a fenced
+//! commit without a claim a statement, and ties the lock to a row lock a transaction of
+//! the main pool holds until it commits: a commit whose connection is cut before its
+//! `COMMIT` keeps the key's next holder waiting (within its call's limit) until PostgreSQL
+//! ends the orphaned transaction (TCP keepalives, or `idle_in_transaction_session_timeout`,
+//! which deployments should set).
 //!
 //! Replicas older than the fences take the advisory lock without writing a token: during a
 //! rolling upgrade to them, a lost session is fenced only against holders that write one.
