@@ -128,19 +128,24 @@ const CLAIM_SQL: &str = "INSERT INTO wharf_idempotency \
      expires_at = excluded.expires_at \
      WHERE wharf_idempotency.expires_at <= $4";
 
-/// [`CLAIM_SQL`] made only when `$7` owns handle `$6`, returning whether it was made, the
-/// handle, and the record as the statement's snapshot saw it (a record committed while the
-/// claim waited is not in that snapshot, and one past its retention does not count:
-/// [`settle`] reads it again).
+/// [`CLAIM_SQL`] made only when `$7` owns handle `$6`, under the handle's lock taken shared
+/// (see [`lock_handle`]) in the same statement, returning whether it was made, the handle,
+/// and the record as the statement's snapshot saw it (a record committed while the claim
+/// waited is not in that snapshot, and one past its retention does not count: [`settle`]
+/// reads it again).
 ///
-/// The handle's row is held `FOR KEY SHARE` until the transaction ends (see
-/// [`SqlTx::hold_handle`]). Under READ COMMITTED a locked row is read at its newest committed
-/// version, not the statement's snapshot: a retirement that committed while the lock waited
-/// leaves no row, so nothing is claimed under a handle that is gone.
+/// The lock is taken first (a one-time filter runs before the scan it guards). The snapshot
+/// is older than the lock, so the handle's row is read `FOR KEY SHARE`: under READ
+/// COMMITTED a locked row that changed since the snapshot is read at its newest committed
+/// version, and one deleted since is skipped, so a retirement that committed while the lock
+/// waited leaves nothing to claim under. (A handle replaced, deleted and inserted again, in
+/// that time is skipped too: [`SqlStore::pg_claim_on_handle`] reads it again.)
 #[cfg(feature = "postgres")]
-const PG_CLAIM_ON_HANDLE_SQL: &str = "WITH h AS ( \
+const PG_CLAIM_ON_HANDLE_SQL: &str = "WITH held AS MATERIALIZED ( \
+     SELECT pg_advisory_xact_lock_shared(hashtextextended($6, 0))), \
+     h AS ( \
      SELECT id, kind, owner, created_at, expires_at, idle_ms, last_used_at, data \
-     FROM wharf_handles WHERE id = $6 FOR KEY SHARE), \
+     FROM wharf_handles WHERE id = $6 AND EXISTS (SELECT 1 FROM held) FOR KEY SHARE), \
      claim AS ( \
      INSERT INTO wharf_idempotency \
      (scope, key, digest, state, result, created_at, updated_at, expires_at) \
@@ -167,6 +172,33 @@ const SQLITE_LOOKUP_SQL: &str = "SELECT \
      FROM (SELECT 1) AS one \
      LEFT JOIN wharf_handles h ON h.id = ?1 \
      LEFT JOIN wharf_idempotency i ON i.scope = ?2 AND i.key = ?3";
+
+/// Runs [`PG_CLAIM_ON_HANDLE_SQL`] in `tx`: whether the claim was made, the handle, and the
+/// record the statement saw.
+#[cfg(feature = "postgres")]
+async fn pg_claim_statement(
+    tx: &mut sqlx::Transaction<'static, Postgres>,
+    claim: &Claim,
+    handle: &str,
+    owner: &str,
+    now: Millis,
+) -> Result<(bool, Option<HandleRecord>, Option<Seen>), StoreError> {
+    let row = sqlx::query(PG_CLAIM_ON_HANDLE_SQL)
+        .bind(&claim.scope)
+        .bind(&claim.key)
+        .bind(claim.digest.as_str())
+        .bind(now)
+        .bind(claim.expires_at)
+        .bind(handle)
+        .bind(owner)
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(db_error)?;
+    let get = |e: sqlx::Error| StoreError::Corrupt(format!("claim row: {e}"));
+    let claimed = row.int(0).map_err(get)? == Some(1);
+    let (record, seen) = handle_and_record(&row, 1, now)?;
+    Ok((claimed, record, seen))
+}
 
 /// SQLite runs one writer at a time, and a write transaction takes the lock first
 /// (`BEGIN IMMEDIATE`): no duplicate can run beside this one, so the claim needs no
@@ -332,13 +364,14 @@ impl SqlStore {
         })
     }
 
-    /// PostgreSQL's claim on a handle: BEGIN, then the handle held, the claim (made only for
-    /// the owner) and the record as the statement found it, in one statement.
+    /// PostgreSQL's claim on a handle: BEGIN, then the handle's shared lock, the handle, the
+    /// claim (made only for the owner) and the record as the statement found it, in one
+    /// statement ([`PG_CLAIM_ON_HANDLE_SQL`]).
     ///
-    /// The statement runs in the open transaction, not in a `BEGIN` batch: a batch whose
-    /// lock wait fails (lock timeout, deadlock) or is abandoned leaves the session in a
-    /// failed or open transaction that sqlx does not know it began, and the pool would hand
-    /// that session to the next call.
+    /// The statement runs in the open transaction, not in a `BEGIN` batch: a batch whose lock
+    /// wait fails (lock timeout, deadlock) or is abandoned leaves the session in a failed or
+    /// open transaction that sqlx does not know it began, and the pool would hand that
+    /// session to the next call.
     #[cfg(feature = "postgres")]
     async fn pg_claim_on_handle(
         pool: &sqlx::PgPool,
@@ -348,24 +381,17 @@ impl SqlStore {
         now: Millis,
     ) -> Result<(Option<HandleRecord>, Option<Begin>), StoreError> {
         let mut tx = pg_begin(pool).await?;
-        let row = sqlx::query(PG_CLAIM_ON_HANDLE_SQL)
-            .bind(&claim.scope)
-            .bind(&claim.key)
-            .bind(claim.digest.as_str())
-            .bind(now)
-            .bind(claim.expires_at)
-            .bind(handle)
-            .bind(owner)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        let get = |e: sqlx::Error| StoreError::Corrupt(format!("claim row: {e}"));
-        let claimed = row.int(0).map_err(get)?;
-        let (record, seen) = handle_and_record(&row, 1, now)?;
+        let mut read = pg_claim_statement(&mut tx, claim, handle, owner, now).await?;
+        if read.1.is_none() {
+            // Gone, or replaced while the lock waited (the new row is not in the snapshot).
+            // The lock is held now: a second statement's read is the last word.
+            read = pg_claim_statement(&mut tx, claim, handle, owner, now).await?;
+        }
+        let (claimed, record, seen) = read;
         if record.as_ref().is_none_or(|r| r.owner != owner) {
             return Ok((record, None));
         }
-        let begin = settle(TypedTx::Postgres(tx), claim, claimed == Some(1), seen).await?;
+        let begin = settle(TypedTx::Postgres(tx), claim, claimed, seen).await?;
         Ok((record, Some(begin)))
     }
 
@@ -979,15 +1005,20 @@ async fn sqlite_begin_write(
     begin_detached(async move { pool.begin_with("BEGIN IMMEDIATE").await }).await
 }
 
-/// Waits for the calls of replicas older than the row locks (see [`SqlTx::hold_handle`]) that
-/// write under handle `id`: they hold it with a transaction-scoped advisory lock, shared,
-/// which this takes exclusively until the transaction ends. Only a retirement pays for it.
+/// Takes the advisory lock that stands for handle `id` until the transaction ends: shared
+/// for writing under it, exclusive for changing or retiring it.
 #[cfg(feature = "postgres")]
-async fn wait_for_older_writers(
+async fn lock_handle(
     tx: &mut sqlx::Transaction<'static, Postgres>,
     id: &str,
+    exclusive: bool,
 ) -> Result<(), StoreError> {
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+    let sql = if exclusive {
+        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
+    } else {
+        "SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))"
+    };
+    sqlx::query(sql)
         .bind(id)
         .execute(&mut **tx)
         .await
@@ -1082,13 +1113,8 @@ impl SqlTx {
         })
     }
 
-    /// Whether handle `id` exists; on PostgreSQL its row is then held `FOR KEY SHARE`
-    /// until the transaction ends (see [`SqlTx::hold_handle`]).
-    async fn handle_held(&mut self, id: &str) -> Result<bool, StoreError> {
-        let sql = match self.dialect() {
-            Dialect::Postgres => "SELECT 1 FROM wharf_handles WHERE id = $1 FOR KEY SHARE",
-            Dialect::Sqlite => "SELECT 1 FROM wharf_handles WHERE id = $1",
-        };
+    async fn handle_exists(&mut self, id: &str) -> Result<bool, StoreError> {
+        let sql = "SELECT 1 FROM wharf_handles WHERE id = $1";
         on_driver!(TypedTx, &mut self.tx, |tx| sqlx::query(sql)
             .bind(id)
             .fetch_optional(&mut **tx)
@@ -1098,12 +1124,11 @@ impl SqlTx {
     }
 
     async fn retire(&mut self, id: &str) -> Result<(), StoreError> {
-        // Calls still writing under the handle finish first (on PostgreSQL the delete waits
-        // for the row locks they hold); later ones find it gone.
+        // Calls still writing under the handle finish first; later ones find it gone.
         #[cfg(feature = "postgres")]
         #[allow(irrefutable_let_patterns)]
         if let TypedTx::Postgres(tx) = &mut self.tx {
-            wait_for_older_writers(tx, id).await?;
+            lock_handle(tx, id, true).await?;
         }
         self.run("DELETE FROM wharf_handles WHERE id = $1", &[id])
             .await?;
@@ -1171,16 +1196,20 @@ impl Transaction for SqlTx {
         id: &str,
         touch_at: Option<Millis>,
     ) -> Result<bool, StoreError> {
-        // PostgreSQL: the handle's row locked `FOR KEY SHARE`, the lock foreign keys take,
-        // in the statement that reads it (so no round trip of its own). The calls that
-        // write under a handle share it; recording a use updates no key column, so its
-        // lock does not conflict with theirs (the row's own update lock orders two uses);
-        // only a retirement's delete conflicts, and waits for them. A locked row is read
-        // at its newest committed version, so a retirement that committed while the lock
-        // waited leaves nothing to hold. SQLite's write transactions hold the whole
-        // database already.
+        // PostgreSQL: a transaction-scoped advisory lock on the handle, shared by the calls
+        // that write under it (held in memory: no row is written for it); only a retirement
+        // takes it exclusively. Recording a use needs no more: the row's own lock orders
+        // two of them, and an exclusive lock here would deadlock two calls that both hold
+        // the shared one from their claims. The check runs after the lock is granted, in a
+        // statement of its own, so it sees a retirement that committed while it waited.
+        // SQLite's write transactions hold the whole database already.
+        #[cfg(feature = "postgres")]
+        #[allow(irrefutable_let_patterns)]
+        if let TypedTx::Postgres(tx) = &mut self.tx {
+            lock_handle(tx, id, false).await?;
+        }
         let Some(now) = touch_at else {
-            return self.handle_held(id).await;
+            return self.handle_exists(id).await;
         };
         let sql = "UPDATE wharf_handles SET last_used_at = $2 \
              WHERE id = $1 AND last_used_at <= $2";
@@ -1191,7 +1220,7 @@ impl Transaction for SqlTx {
             .await
             .map_err(db_error)?
             .rows_affected());
-        Ok(touched > 0 || self.handle_held(id).await?)
+        Ok(touched > 0 || self.handle_exists(id).await?)
     }
 
     async fn record_once(&mut self, claim: &Claim) -> Result<bool, StoreError> {

@@ -786,33 +786,17 @@ async fn postgres_two_writes_under_one_handle_both_record_its_use() {
 }
 
 /// A claim on a handle holds it until the claim's transaction ends: a retirement waits for
-/// the write, then removes what it wrote; a claim that waited on a retirement finds the
-/// handle gone and claims nothing.
+/// the write, then removes what it wrote. Later claims queue behind the waiting retirement
+/// (a stream of writes cannot starve it), then find the handle gone and claim nothing.
 #[tokio::test]
-async fn postgres_a_claim_on_a_handle_holds_it_against_its_retirement() {
+async fn postgres_a_claim_on_a_handle_holds_it_and_a_retirement_waits_its_turn() {
     let store = postgres().await;
     let observer = pg_observer().await;
     let owner = Principal::new(unique("held"));
-    let mint = async || {
-        let handle = HandleRecord::mint::<Thing>(&owner, now_millis());
-        let mut tx = store.begin(TxMode::Write).await.unwrap();
-        tx.create_handle(&handle).await.unwrap();
-        tx.commit().await.unwrap();
-        handle
-    };
-    let retire = |id: &str| {
-        let (store, id) = (Arc::clone(&store), id.to_owned());
-        tokio::spawn(async move {
-            let mut tx = store.begin(TxMode::Write).await?;
-            tx.retire_handle(&id).await?;
-            tx.commit().await
-        })
-    };
-
-    // The write claimed first: the retirement waits for its commit, then takes its rows.
-    let handle = mint().await;
+    let handle = mint(&store, &owner).await;
+    let scope = format!("h:{}", handle.id);
     let rows = format!("{}/rows", handle.id);
-    let c = claim(&format!("h:{}", handle.id), &unique("k"), json!({ "n": 1 }));
+    let c = claim(&scope, &unique("k"), json!({ "n": 1 }));
     let Ok((Some(_), Some(Begin::Run(mut writer)))) = store
         .claim_on_handle(&c, &handle.id, owner.id(), now_millis())
         .await
@@ -821,58 +805,99 @@ async fn postgres_a_claim_on_a_handle_holds_it_against_its_retirement() {
     };
     writer.append_rows(&rows, &[json!(1)]).await.unwrap();
     let writer_pid = pg_backend_pid(&mut writer).await;
-    let retirer = retire(&handle.id);
+
+    let mut retiring = store.begin(TxMode::Write).await.unwrap();
+    let retiring_pid = pg_backend_pid(&mut retiring).await;
+    let retirer = {
+        let id = handle.id.clone();
+        tokio::spawn(async move {
+            retiring.retire_handle(&id).await?;
+            retiring.commit().await
+        })
+    };
     wait_until(
         "the retirement waits for the claimed write",
         Duration::from_secs(10),
         async || pg_blocked_by(&observer, writer_pid).await >= 1,
     )
     .await;
-    writer.complete_claim(&c, "1").await.unwrap();
-    writer.commit().await.unwrap();
-    retirer.await.unwrap().unwrap();
-    assert_eq!(store.load_handle(&handle.id).await.unwrap(), None);
-    let mut tx = store.begin(TxMode::Read).await.unwrap();
-    assert_eq!(tx.count_rows(&rows).await.unwrap(), 0, "no rows outlive it");
-    drop(tx);
-
-    // The retirement first: the claim waits for it, then finds nothing to claim under.
-    let handle = mint().await;
-    let mut retiring = store.begin(TxMode::Write).await.unwrap();
-    retiring.retire_handle(&handle.id).await.unwrap();
-    let retiring_pid = pg_backend_pid(&mut retiring).await;
-    let c = claim(&format!("h:{}", handle.id), &unique("k"), json!({ "n": 2 }));
-    let claimer = {
-        let (store, c, id, owner) = (
-            Arc::clone(&store),
-            c.clone(),
-            handle.id.clone(),
-            owner.clone(),
-        );
-        tokio::spawn(async move {
-            store
-                .claim_on_handle(&c, &id, owner.id(), now_millis())
-                .await
-                .map(|(record, begun)| (record.is_some(), begun.is_some()))
-        })
-    };
+    let late = claim_in_background(&store, &scope, &handle.id, &owner);
     wait_until(
-        "the claim waits for the retirement",
+        "a later claim waits behind the retirement",
         Duration::from_secs(10),
         async || pg_blocked_by(&observer, retiring_pid).await >= 1,
     )
     .await;
-    retiring.commit().await.unwrap();
+
+    writer.complete_claim(&c, "1").await.unwrap();
+    writer.commit().await.unwrap();
+    retirer.await.unwrap().unwrap();
     assert_eq!(
-        claimer.await.unwrap().unwrap(),
+        late.await.unwrap().unwrap(),
         (false, false),
         "the handle is gone and nothing was claimed"
     );
-    assert_eq!(store.replay_of(&c, now_millis()).await.unwrap(), None);
-    assert!(matches!(
-        store.begin_idempotent(&c, now_millis()).await.unwrap(),
-        Begin::Run(_)
-    ));
+    assert_eq!(store.load_handle(&handle.id).await.unwrap(), None);
+    let mut tx = store.begin(TxMode::Read).await.unwrap();
+    assert_eq!(tx.count_rows(&rows).await.unwrap(), 0, "no rows outlive it");
+}
+
+/// A claim that waited while its handle was replaced (deleted and inserted again in one
+/// transaction, as a legacy session's change does) finds the new one and runs.
+#[tokio::test]
+async fn postgres_a_claim_finds_a_handle_replaced_while_it_waited() {
+    let store = postgres().await;
+    let observer = pg_observer().await;
+    let owner = Principal::new(unique("replaced"));
+    let handle = mint(&store, &owner).await;
+    let mut replacing = store.begin(TxMode::Write).await.unwrap();
+    let replacing_pid = pg_backend_pid(&mut replacing).await;
+    replacing.retire_handle(&handle.id).await.unwrap();
+    replacing.create_handle(&handle).await.unwrap();
+    let waiting = claim_in_background(&store, &format!("h:{}", handle.id), &handle.id, &owner);
+    wait_until(
+        "the claim waits for the replacement",
+        Duration::from_secs(10),
+        async || pg_blocked_by(&observer, replacing_pid).await >= 1,
+    )
+    .await;
+    replacing.commit().await.unwrap();
+    assert_eq!(
+        waiting.await.unwrap().unwrap(),
+        (true, true),
+        "the claim finds the handle and runs"
+    );
+}
+
+/// A committed handle of `owner`'s.
+async fn mint(store: &Arc<dyn Store>, owner: &Principal) -> HandleRecord {
+    let handle = HandleRecord::mint::<Thing>(owner, now_millis());
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.create_handle(&handle).await.unwrap();
+    tx.commit().await.unwrap();
+    handle
+}
+
+/// A claim on `handle` in a task of its own, answering whether it found the handle and
+/// whether it claimed (its transaction is rolled back then).
+fn claim_in_background(
+    store: &Arc<dyn Store>,
+    scope: &str,
+    handle: &str,
+    owner: &Principal,
+) -> tokio::task::JoinHandle<Result<(bool, bool), StoreError>> {
+    let (store, c, id, owner) = (
+        Arc::clone(store),
+        claim(scope, &unique("k"), json!({ "n": 2 })),
+        handle.to_owned(),
+        owner.clone(),
+    );
+    tokio::spawn(async move {
+        let (record, begun) = store
+            .claim_on_handle(&c, &id, owner.id(), now_millis())
+            .await?;
+        Ok((record.is_some(), begun.is_some()))
+    })
 }
 
 /// A claim whose wait for its handle's lock runs out is answered "busy", and the session it
