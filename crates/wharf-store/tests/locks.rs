@@ -468,6 +468,54 @@ async fn postgres_sweeps_the_fences_of_keys_idle_for_a_week() {
     assert_eq!(fences(&fresh).await, 1, "locked just now");
 }
 
+/// Taking a key moves its fence's `locked_at` on once it is an hour old, not at every lock
+/// (so the row is updated in place), and a key taken again after a week idle is not
+/// forgotten by the sweep.
+#[tokio::test]
+async fn postgres_a_key_in_use_keeps_its_fence() {
+    let store = postgres().await;
+    let key = unique_key();
+    lock(&store, &key).await.release().await;
+    let observer = pg_observer().await;
+    let backdate = async |by_ms: i64| -> i64 {
+        sqlx::query_scalar(
+            "UPDATE wharf_lock_fences SET locked_at = locked_at - $2 \
+             WHERE lock = hashtextextended($1, 1) RETURNING locked_at",
+        )
+        .bind(&key)
+        .bind(by_ms)
+        .fetch_one(&observer)
+        .await
+        .expect("backdate the fence")
+    };
+    let locked_at = async || -> i64 {
+        sqlx::query_scalar(
+            "SELECT locked_at FROM wharf_lock_fences WHERE lock = hashtextextended($1, 1)",
+        )
+        .bind(&key)
+        .fetch_one(&observer)
+        .await
+        .expect("the key's fence")
+    };
+
+    let recent = backdate(60_000).await;
+    lock(&store, &key).await.release().await;
+    assert_eq!(locked_at().await, recent, "a minute old: left as it was");
+
+    let stale = backdate(8 * 86_400_000).await;
+    let held = lock(&store, &key).await;
+    assert!(
+        locked_at().await > stale + 86_400_000,
+        "a week old: moved on"
+    );
+    store
+        .sweep(wharf::store::now_millis(), 10_000)
+        .await
+        .unwrap();
+    assert!(locked_at().await > stale, "kept by the sweep");
+    held.release().await;
+}
+
 /// A holder keeps its key for as long as it holds it, far past one lease: its lease is
 /// renewed every third of it, so another replica's waiter never takes the key over, and the
 /// holder's fenced commit still goes through after four lease lengths.

@@ -42,13 +42,21 @@ use super::db_error;
 /// Mutation keys are hashed with this seed, so they never meet the handle locks (seed 0).
 /// The lock is taken first (the insert reads its row), then its new token written.
 /// `locked_at` is the database's clock, which the sweep reads too: replicas' clocks never
-/// decide whose fence is forgotten.
+/// decide whose fence is forgotten. It is moved on only once it is `$2` ms old: it is
+/// indexed (for the sweep), and a row whose indexed columns keep their values is updated in
+/// place (a HOT update), where changing one writes a new entry into both indexes on every
+/// lock, and bloats them.
 const LOCK: &str = "WITH held AS (SELECT pg_advisory_lock(hashtextextended($1, 1))) \
      INSERT INTO wharf_lock_fences (lock, token, locked_at) \
      SELECT hashtextextended($1, 1), nextval('wharf_lock_tokens'), \
      (extract(epoch FROM clock_timestamp()) * 1000)::bigint FROM held \
-     ON CONFLICT (lock) DO UPDATE SET token = EXCLUDED.token, locked_at = EXCLUDED.locked_at \
+     ON CONFLICT (lock) DO UPDATE SET token = EXCLUDED.token, \
+     locked_at = CASE WHEN wharf_lock_fences.locked_at <= EXCLUDED.locked_at - $2 \
+     THEN EXCLUDED.locked_at ELSE wharf_lock_fences.locked_at END \
      RETURNING token";
+/// How stale a key's `locked_at` may grow before a lock moves it on: far below the week the
+/// sweep keeps an idle key's fence (`LOCK_FENCES_KEPT_MS`), so no key in use is forgotten.
+const LOCKED_AT_REFRESH_MS: i64 = 60 * 60 * 1000;
 /// The token of the key's holder, its row held until the transaction ends.
 const FENCE: &str =
     "SELECT token FROM wharf_lock_fences WHERE lock = hashtextextended($1, 1) FOR UPDATE";
@@ -120,6 +128,7 @@ impl PgLocks {
         };
         let token: i64 = sqlx::query_scalar(LOCK)
             .bind(key)
+            .bind(LOCKED_AT_REFRESH_MS)
             .fetch_one(&mut **conn)
             .await
             .map_err(db_error)?;
