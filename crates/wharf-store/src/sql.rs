@@ -136,10 +136,17 @@ const CLAIM_SQL: &str = "INSERT INTO wharf_idempotency \
 ///
 /// The lock is taken first (a one-time filter runs before the scan it guards). The snapshot
 /// is older than the lock, so the handle's row is read `FOR KEY SHARE`: under READ
-/// COMMITTED a locked row that changed since the snapshot is read at its newest committed
-/// version, and one deleted since is skipped, so a retirement that committed while the lock
-/// waited leaves nothing to claim under. (A handle replaced, deleted and inserted again, in
-/// that time is skipped too: [`SqlStore::pg_claim_on_handle`] reads it again.)
+/// COMMITTED a locked row deleted since the snapshot is skipped, so a retirement that
+/// committed while the lock waited leaves nothing to claim under. A handle replaced
+/// (deleted and inserted again) in that time is skipped too, so a missing handle costs a
+/// second statement ([`SqlStore::pg_claim_on_handle`] reads it again). A use recorded in that
+/// time (`last_used_at`, which no lock orders) may not be seen: only a retirement that was
+/// rolled back makes the lock wait, and then by at most the store's lock wait.
+///
+/// The row lock is written into the handle's tuple (a log record per claim; a MultiXact when
+/// claims on one handle overlap), where the advisory lock lives in memory. It did not show:
+/// the statement takes about 55 µs, as the claim and the lock's own statement took together
+/// before (BENCHMARKS.md, 2026-12-05).
 #[cfg(feature = "postgres")]
 const PG_CLAIM_ON_HANDLE_SQL: &str = "WITH held AS MATERIALIZED ( \
      SELECT pg_advisory_xact_lock_shared(hashtextextended($6, 0))), \
@@ -876,7 +883,8 @@ impl Store for SqlStore {
                 .map_err(db_error)?
                 .rows_affected());
         }
-        // The fences of keys nobody locked for a week. A call that still held one would fail
+        // The fences of keys nobody locked for about a week (a lock moves `locked_at` on
+        // hourly, see pg_lock.rs). A call that still held one would fail
         // its commit (as if its lock were lost) and be retried: safe, where a token seen
         // again would not be (tokens come from a sequence, so none ever is).
         #[cfg(feature = "postgres")]

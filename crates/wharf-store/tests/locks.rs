@@ -508,11 +508,12 @@ async fn postgres_a_key_in_use_keeps_its_fence() {
         locked_at().await > stale + 86_400_000,
         "a week old: moved on"
     );
+    let moved = locked_at().await;
     store
         .sweep(wharf::store::now_millis(), 10_000)
         .await
         .unwrap();
-    assert!(locked_at().await > stale, "kept by the sweep");
+    assert_eq!(locked_at().await, moved, "kept by the sweep");
     held.release().await;
 }
 
