@@ -900,6 +900,22 @@ async fn answers_left_waiting_are_bounded_per_principal() {
     assert_eq!(other.post(&answer(0)).await.unwrap().status, 202);
 }
 
+/// Anonymous callers all act as one principal, so the bound on waiting answers does not
+/// apply to them: one anonymous client leaving answers must not block another's.
+#[tokio::test]
+async fn anonymous_answers_are_not_bounded() {
+    let store = sqlite_url("legacy-answers-anonymous");
+    let server =
+        ServerProcess::start_exact(&["--profile", "default", "--store", &store, "--anonymous"]);
+    let session = open(&server.client()).await;
+    let answer =
+        |n: usize| json!({ "jsonrpc": "2.0", "id": format!("wharf-{n:016x}-0"), "result": {} });
+    for n in 0..=1_000 {
+        let reply = session.post(&answer(n)).await.unwrap();
+        assert_eq!(reply.status, 202, "answer {n}: {}", reply.body);
+    }
+}
+
 /// One principal cannot take every session a deployment keeps: past 1,000 live sessions its
 /// `initialize` is refused (400, naming the bound), until it ends one; another principal's
 /// is not.
