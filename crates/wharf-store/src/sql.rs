@@ -180,6 +180,22 @@ const SQLITE_LOOKUP_SQL: &str = "SELECT \
      LEFT JOIN wharf_handles h ON h.id = ?1 \
      LEFT JOIN wharf_idempotency i ON i.scope = ?2 AND i.key = ?3";
 
+/// Binds `$1` to `$5` of [`CLAIM_SQL`] and [`PG_CLAIM_ON_HANDLE_SQL`]: the claim's scope,
+/// key and digest, `now`, and the record's expiry.
+#[cfg(feature = "postgres")]
+fn bind_claim<'q>(
+    query: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+    claim: &'q Claim,
+    now: Millis,
+) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+    query
+        .bind(&claim.scope)
+        .bind(&claim.key)
+        .bind(claim.digest.as_str())
+        .bind(now)
+        .bind(claim.expires_at)
+}
+
 /// Runs [`PG_CLAIM_ON_HANDLE_SQL`] in `tx`: whether the claim was made, the handle, and the
 /// record the statement saw.
 #[cfg(feature = "postgres")]
@@ -190,12 +206,7 @@ async fn pg_claim_statement(
     owner: &str,
     now: Millis,
 ) -> Result<(bool, Option<HandleRecord>, Option<Seen>), StoreError> {
-    let row = sqlx::query(PG_CLAIM_ON_HANDLE_SQL)
-        .bind(&claim.scope)
-        .bind(&claim.key)
-        .bind(claim.digest.as_str())
-        .bind(now)
-        .bind(claim.expires_at)
+    let row = bind_claim(sqlx::query(PG_CLAIM_ON_HANDLE_SQL), claim, now)
         .bind(handle)
         .bind(owner)
         .fetch_one(&mut **tx)
@@ -685,12 +696,7 @@ impl Store for SqlStore {
             }
             #[cfg(feature = "postgres")]
             TypedTx::Postgres(mut tx) => {
-                let claimed = sqlx::query(CLAIM_SQL)
-                    .bind(&claim.scope)
-                    .bind(&claim.key)
-                    .bind(claim.digest.as_str())
-                    .bind(now)
-                    .bind(claim.expires_at)
+                let claimed = bind_claim(sqlx::query(CLAIM_SQL), claim, now)
                     .execute(&mut *tx)
                     .await
                     .map_err(db_error)?

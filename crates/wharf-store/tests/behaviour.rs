@@ -11,8 +11,8 @@ use wharf_store::Documents;
 
 use serde_json::{Value, json};
 use support::{
-    Monitor, claim, pg_backend_pid, pg_blocked_by, pg_observer, postgres_with, redis_claim_key,
-    redis_with, sqlite_url, sqlite_with, unique, wait_until,
+    Monitor, claim, pg_backend_pid, pg_observer, postgres_with, redis_claim_key, redis_with, run,
+    sqlite_url, sqlite_with, unique, until_pg_blocked_by,
 };
 use wharf::Principal;
 use wharf::store::{
@@ -75,28 +75,11 @@ impl Watch {
         let within = Duration::from_secs(10);
         match self {
             Watch::Postgres { pool, first } => {
-                wait_until(
-                    "the duplicate waits for the first attempt",
-                    within,
-                    async || pg_blocked_by(pool, *first).await >= 1,
-                )
-                .await
+                until_pg_blocked_by(pool, *first, "the duplicate waits for the first attempt").await
             }
             Watch::Redis { monitor, key } => monitor.scripts_on(key, 2, within).await,
             Watch::Sqlite => tokio::task::yield_now().await,
         }
-    }
-}
-
-async fn run(store: &Arc<dyn Store>, c: &Claim) -> Box<dyn wharf::store::Transaction> {
-    match store
-        .begin_idempotent(c, now_millis())
-        .await
-        .expect("claim")
-    {
-        Begin::Run(tx) => tx,
-        Begin::Replay(r) => panic!("expected a first run, got a replay of {r}"),
-        Begin::Mismatch => panic!("expected a first run, got a mismatch"),
     }
 }
 
@@ -815,17 +798,17 @@ async fn postgres_a_claim_on_a_handle_holds_it_and_a_retirement_waits_its_turn()
             retiring.commit().await
         })
     };
-    wait_until(
+    until_pg_blocked_by(
+        &observer,
+        writer_pid,
         "the retirement waits for the claimed write",
-        Duration::from_secs(10),
-        async || pg_blocked_by(&observer, writer_pid).await >= 1,
     )
     .await;
     let late = claim_in_background(&store, &scope, &handle.id, &owner);
-    wait_until(
+    until_pg_blocked_by(
+        &observer,
+        retiring_pid,
         "a later claim waits behind the retirement",
-        Duration::from_secs(10),
-        async || pg_blocked_by(&observer, retiring_pid).await >= 1,
     )
     .await;
 
@@ -855,10 +838,10 @@ async fn postgres_a_claim_finds_a_handle_replaced_while_it_waited() {
     replacing.retire_handle(&handle.id).await.unwrap();
     replacing.create_handle(&handle).await.unwrap();
     let waiting = claim_in_background(&store, &format!("h:{}", handle.id), &handle.id, &owner);
-    wait_until(
+    until_pg_blocked_by(
+        &observer,
+        replacing_pid,
         "the claim waits for the replacement",
-        Duration::from_secs(10),
-        async || pg_blocked_by(&observer, replacing_pid).await >= 1,
     )
     .await;
     replacing.commit().await.unwrap();
@@ -1000,10 +983,10 @@ async fn postgres_a_sweep_spares_a_record_reclaimed_while_it_waited() {
         let store = Arc::clone(&store);
         tokio::spawn(async move { store.sweep(now_millis(), 100).await })
     };
-    wait_until(
+    until_pg_blocked_by(
+        &observer,
+        holder,
         "the sweep waits for the re-claimed record",
-        Duration::from_secs(10),
-        async || pg_blocked_by(&observer, holder).await >= 1,
     )
     .await;
     retrying.complete_claim(&retry, "\"second\"").await.unwrap();

@@ -352,13 +352,7 @@ async fn only_the_live_holder_commits(
     // (PostgreSQL checks the fence in the statement that records the result), and leaves
     // nothing.
     let late_claim = claim("fenced", &unique_key(), json!({}));
-    let Begin::Run(mut late) = late_store
-        .begin_idempotent(&late_claim, now_millis())
-        .await
-        .unwrap()
-    else {
-        panic!("a first run of a new key")
-    };
+    let mut late = run(late_store, &late_claim).await;
     late.fence(late_fence);
     late.put_doc("fenced", &doc, &json!(3)).await.unwrap();
     let refused = match late.complete_claim(&late_claim, "\"late\"").await {
@@ -382,13 +376,7 @@ async fn only_the_live_holder_commits(
 
     // The live holder's claimed write commits, and its result is what a retry replays.
     let live_claim = claim("fenced", &unique_key(), json!({}));
-    let Begin::Run(mut live) = live_store
-        .begin_idempotent(&live_claim, now_millis())
-        .await
-        .unwrap()
-    else {
-        panic!("a first run of a new key")
-    };
+    let mut live = run(live_store, &live_claim).await;
     live.fence(live_fence);
     live.put_doc("fenced", &doc, &json!(4)).await.unwrap();
     live.complete_claim(&live_claim, "\"live\"").await.unwrap();

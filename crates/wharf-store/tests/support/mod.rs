@@ -239,13 +239,31 @@ pub(crate) async fn pg_observer() -> sqlx::PgPool {
         .expect("connect to PostgreSQL")
 }
 
-/// How many sessions PostgreSQL reports blocked by session `pid`.
-pub(crate) async fn pg_blocked_by(pool: &sqlx::PgPool, pid: i32) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
-    )
-    .bind(pid)
-    .fetch_one(pool)
+/// Waits (10 s at most) until PostgreSQL reports a session blocked by session `pid`: `what`
+/// names the wait when the test fails.
+pub(crate) async fn until_pg_blocked_by(pool: &sqlx::PgPool, pid: i32, what: &str) {
+    wait_until(what, Duration::from_secs(10), async || {
+        let blocked: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
+        )
+        .bind(pid)
+        .fetch_one(pool)
+        .await
+        .expect("pg_stat_activity");
+        blocked >= 1
+    })
     .await
-    .expect("pg_stat_activity")
+}
+
+/// Claims `c` for a first run; panics on a replay or a mismatch.
+pub(crate) async fn run(store: &Arc<dyn Store>, c: &Claim) -> Box<dyn Transaction> {
+    match store
+        .begin_idempotent(c, wharf::store::now_millis())
+        .await
+        .expect("claim")
+    {
+        wharf::store::Begin::Run(tx) => tx,
+        wharf::store::Begin::Replay(r) => panic!("expected a first run, got a replay of {r}"),
+        wharf::store::Begin::Mismatch => panic!("expected a first run, got a mismatch"),
+    }
 }
