@@ -172,7 +172,9 @@ async fn login(args: &LoginArgs) -> Result<String, String> {
         ),
         (None, _) => "the token has no stated expiry".to_owned(),
     };
-    let place = Tokens::open()?.put(&args.url, grant).await?;
+    let tokens = Tokens::open()?;
+    let held = tokens.lock().await?;
+    let place = tokens.put(&held, &args.url, grant).await?;
     Ok(format!(
         "Logged in to {}: {lifetime}. Kept in {place}.",
         args.url

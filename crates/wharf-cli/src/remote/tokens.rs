@@ -123,11 +123,13 @@ impl TokenFile {
         &self.path
     }
 
-    /// Waits for, then holds, the lock that one refresh at a time takes (an advisory lock
-    /// on a file beside the tokens, released when the returned file is dropped): two
-    /// commands refreshing one login at once would present one refresh token twice, which
-    /// an authorization server takes for theft, revoking the login.
-    async fn refresh_lock(&self) -> Result<std::fs::File, String> {
+    /// Waits for, then holds, the lock every change of the tokens takes (an advisory lock
+    /// on a file beside them, released when the guard is dropped). Two commands refreshing
+    /// one login at once would present one refresh token twice, which an authorization
+    /// server takes for theft, revoking the login; and two writes of the file at once (two
+    /// logins, a login and a refresh) would each rewrite it from what it held before, so one
+    /// grant would be lost.
+    async fn lock(&self) -> Result<TokensLock, String> {
         let dir = self
             .path
             .parent()
@@ -154,6 +156,7 @@ impl TokenFile {
         tokio::task::spawn_blocking(take)
             .await
             .map_err(|e| e.to_string())?
+            .map(|file| TokensLock { _file: file })
     }
 
     fn read(&self) -> Result<BTreeMap<String, Grant>, String> {
@@ -175,8 +178,8 @@ impl TokenFile {
     }
 
     /// Keeps `grant` for endpoint `url`, replacing the file whole (a crash leaves the old
-    /// file or the new one, never half of one).
-    fn put(&self, url: &str, grant: Grant) -> Result<(), String> {
+    /// file or the new one, never half of one), under the lock: it rewrites what it read.
+    fn put(&self, _held: &TokensLock, url: &str, grant: Grant) -> Result<(), String> {
         let mut all = self.read()?;
         all.insert(key(url).to_owned(), grant);
         let dir = self.path.parent().unwrap_or(std::path::Path::new("."));
@@ -207,6 +210,12 @@ impl TokenFile {
             .map_err(failed)?;
         std::fs::rename(&temporary, &self.path).map_err(failed)
     }
+}
+
+/// The lock on the user's tokens (see [`TokenFile::lock`]), held until dropped.
+#[derive(Debug)]
+pub(crate) struct TokensLock {
+    _file: std::fs::File,
 }
 
 /// One key per endpoint, whatever trailing slash it was typed with.
@@ -245,15 +254,25 @@ impl Tokens {
         self.file.get(url)
     }
 
-    /// Keeps `grant` for endpoint `url`; says where.
-    pub(crate) async fn put(&self, url: &str, grant: Grant) -> Result<String, String> {
+    /// Waits for, then holds, the lock a change of the tokens takes.
+    pub(crate) async fn lock(&self) -> Result<TokensLock, String> {
+        self.file.lock().await
+    }
+
+    /// Keeps `grant` for endpoint `url`, under the lock; says where.
+    pub(crate) async fn put(
+        &self,
+        held: &TokensLock,
+        url: &str,
+        grant: Grant,
+    ) -> Result<String, String> {
         if self.keyring {
             let secret = serde_json::to_string(&grant).map_err(|e| e.to_string())?;
             if keyring_op(url, Some(secret)).await.is_ok() {
                 return Ok("the OS keyring".to_owned());
             }
         }
-        self.file.put(url, grant)?;
+        self.file.put(held, url, grant)?;
         Ok(self.file.path().display().to_string())
     }
 }
@@ -304,7 +323,7 @@ pub(crate) async fn token_for(url: &str, refused: bool) -> Result<Option<String>
         return Ok(None);
     }
     // One refresh at a time: whoever waited finds the login refreshed by the one before it.
-    let _lock = tokens.file.refresh_lock().await?;
+    let held = tokens.lock().await?;
     let Some(current) = tokens.get(url).await? else {
         return Ok(None);
     };
@@ -337,6 +356,63 @@ pub(crate) async fn token_for(url: &str, refused: bool) -> Result<Option<String>
         Some(refresh),
     )?;
     let token = fresh.access_token.clone();
-    tokens.put(url, fresh).await?;
+    tokens.put(&held, url, fresh).await?;
     Ok(Some(token))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::{Grant, TokenFile, Tokens};
+
+    fn grant(n: usize) -> Grant {
+        Grant {
+            access_token: format!("token-{n}"),
+            refresh_token: None,
+            expires_at: None,
+            token_endpoint: "https://auth.example/token".to_owned(),
+            client_id: "https://wharf.example/client".to_owned(),
+            resource: format!("https://s{n}.example/mcp"),
+        }
+    }
+
+    /// Logins (and refreshes) running at once each rewrite the whole file: without the lock
+    /// one would write what it read before the other's write, and a grant would be lost.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn logins_at_the_same_time_keep_every_grant() {
+        let dir = std::env::temp_dir().join(format!("wharf-tokens-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let tokens = Arc::new(Tokens {
+            file: TokenFile {
+                path: dir.join("tokens.json"),
+            },
+            keyring: false,
+        });
+        let writers = (0..8).map(|w| {
+            let tokens = tokens.clone();
+            tokio::spawn(async move {
+                for i in 0..10 {
+                    let n = w * 10 + i;
+                    let held = tokens.lock().await?;
+                    tokens
+                        .put(&held, &format!("https://s{n}.example/mcp"), grant(n))
+                        .await?;
+                }
+                Ok::<_, String>(())
+            })
+        });
+        for writer in writers.collect::<Vec<_>>() {
+            writer.await.unwrap().unwrap();
+        }
+        for n in 0..80 {
+            let kept = tokens.file.get(&format!("https://s{n}.example/mcp/"));
+            assert_eq!(
+                kept.unwrap().map(|g| g.access_token),
+                Some(format!("token-{n}")),
+                "grant {n}"
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
