@@ -254,9 +254,13 @@ impl<'a> Sessions<'a> {
                     return Err(fail(RpcError::method_not_found(method)));
                 }
                 let p: SetLevelParams = read(params).map_err(fail)?;
-                self.change(session, |s| s.log_level = Some(p.level))
-                    .await
-                    .map_err(fail)?;
+                self.change(session, |s| {
+                    let changed = s.log_level != Some(p.level);
+                    s.log_level = Some(p.level);
+                    changed
+                })
+                .await
+                .map_err(fail)?;
                 empty()
             }
             methods::RESOURCES_SUBSCRIBE | methods::RESOURCES_UNSUBSCRIBE => {
@@ -291,11 +295,13 @@ impl<'a> Sessions<'a> {
                     let mut full = false;
                     self.change(session, |s| {
                         // Checked again against the state as stored now: another replica
-                        // may have added one since this copy was read.
+                        // may have added one since this copy was read. Refused, it writes
+                        // nothing.
                         if fits(&s.subscriptions, &p.uri) {
-                            s.subscriptions.insert(p.uri);
+                            s.subscriptions.insert(p.uri)
                         } else {
                             full = true;
+                            false
                         }
                     })
                     .await
@@ -304,11 +310,9 @@ impl<'a> Sessions<'a> {
                         return Err(fail(too_many_subscriptions()));
                     }
                 } else {
-                    self.change(session, |s| {
-                        s.subscriptions.remove(&p.uri);
-                    })
-                    .await
-                    .map_err(fail)?;
+                    self.change(session, |s| s.subscriptions.remove(&p.uri))
+                        .await
+                        .map_err(fail)?;
                 }
                 empty()
             }
@@ -472,22 +476,28 @@ impl<'a> Sessions<'a> {
     }
 
     /// Changes the session's state where it is kept (or, for a session only its transport
-    /// holds, there), then tells its stream, wherever that is.
+    /// holds, there), then tells its stream, wherever that is. A `change` answering `false`
+    /// changed nothing: nothing is written, nobody told.
     async fn change(
         &self,
         session: &mut Session,
-        change: impl FnOnce(&mut SessionState),
+        change: impl FnOnce(&mut SessionState) -> bool,
     ) -> Result<(), RpcError> {
         if !session.booked {
-            change(session.state_mut());
-            let _ = self.signal(session, SessionSignal::Changed).await;
+            if change(session.state_mut()) {
+                let _ = self.signal(session, SessionSignal::Changed).await;
+            }
             return Ok(());
         }
+        let mut wrote = false;
         let changed = self
             .core
             .runtime
             .sessions
-            .update(session, &self.core.runtime.mutations, now_millis(), change)
+            .update(session, &self.core.runtime.mutations, now_millis(), |s| {
+                wrote = change(s);
+                wrote
+            })
             .await?;
         let Some(changed) = changed else {
             return Err(RpcError::new(
@@ -496,8 +506,10 @@ impl<'a> Sessions<'a> {
             ));
         };
         *session = changed;
-        // Unheard, other replicas' copies still go stale within two seconds.
-        let _ = self.signal(session, SessionSignal::Changed).await;
+        if wrote {
+            // Unheard, other replicas' copies still go stale within two seconds.
+            let _ = self.signal(session, SessionSignal::Changed).await;
+        }
         Ok(())
     }
 

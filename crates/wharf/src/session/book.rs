@@ -174,7 +174,9 @@ impl Book {
     }
 
     /// Applies `change` to `session`'s state as the book holds it now, and returns the
-    /// session changed; `None` when it ended meanwhile. Writers of one session take turns
+    /// session changed; `None` when it ended meanwhile. A `change` that answers `false`
+    /// changed nothing (or refused to): then nothing is written, and the session comes back
+    /// as it is now, its last use left as it was. Writers of one session take turns
     /// (through `turns`, as the owner's mutating calls do: the store's lock on the session
     /// where it has one shared by processes, taken within the owner's fair share of the
     /// store's lock sessions; on PostgreSQL the handle's lock too, on SQLite the write
@@ -185,7 +187,7 @@ impl Book {
         session: &Session,
         turns: &Arc<MutationQueue>,
         now: Millis,
-        change: impl FnOnce(&mut SessionState),
+        change: impl FnOnce(&mut SessionState) -> bool,
     ) -> Result<Option<Session>, StoreError> {
         let id = session.id();
         match self {
@@ -210,6 +212,12 @@ impl Book {
                     self.forget(id);
                     return Ok(None);
                 };
+                let mut changed = Session::from_record(record)?;
+                if !change(changed.state_mut()) {
+                    turn.end().await;
+                    self.keep(&changed);
+                    return Ok(Some(changed));
+                }
                 let mut tx = store.begin(TxMode::Write).await?;
                 if let Some(fence) = turn.fence() {
                     tx.fence(&fence);
@@ -218,8 +226,6 @@ impl Book {
                     self.forget(id);
                     return Ok(None);
                 }
-                let mut changed = Session::from_record(record)?;
-                change(changed.state_mut());
                 changed.touched(now);
                 tx.retire_handle(id).await?;
                 tx.create_handle(&changed.to_record()).await?;
@@ -229,8 +235,9 @@ impl Book {
                 Ok(Some(changed))
             }
             Book::Local(map) => Ok(lock(map).get_mut(id).map(|s| {
-                change(s.state_mut());
-                s.touched(now);
+                if change(s.state_mut()) {
+                    s.touched(now);
+                }
                 s.clone()
             })),
         }

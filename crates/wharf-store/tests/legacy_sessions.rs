@@ -1,0 +1,105 @@
+//! Legacy (2025-era) sessions kept in a shared store: two stores opened on one SQLite file
+//! stand for two replicas serving one session.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::value::RawValue;
+use wharf::protocol::{Implementation, RequestId, ResourceContents};
+use wharf::store::{Store, now_millis};
+use wharf::{Principal, Scope, Server, Session, template};
+
+const WAIT: Duration = Duration::from_secs(3);
+/// How many resources a session may subscribe to.
+const MAX_SUBSCRIPTIONS: usize = 1_000;
+
+fn server(store: Arc<dyn Store>) -> Server {
+    Server::builder(Implementation::new("t", "1"))
+        .store(store)
+        .template(
+            template("items://{n}", "item").handler(|_cx, req| async move {
+                Ok(vec![ResourceContents::text(req.uri, "text/plain", "x")])
+            }),
+        )
+        .build()
+        .unwrap()
+}
+
+async fn subscribe(
+    server: &Server,
+    session: &mut Session,
+    method: &str,
+    n: usize,
+) -> Result<(), wharf::ErrorReply> {
+    let params = RawValue::from_string(format!(r#"{{"uri":"items://{n}"}}"#)).unwrap();
+    server
+        .sessions()
+        .request(
+            session,
+            RequestId::Int(n as i64),
+            method,
+            Some(&params),
+            Principal::new("alice"),
+        )
+        .await
+        .map(|_| ())
+}
+
+/// A subscription past the cap is refused, also where this replica's copy of the session
+/// was out of date and only the state as stored shows the cap reached; and the refusal
+/// writes nothing (the session's record, and with it its last use, stays as it was).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_past_the_cap_is_refused_and_changes_nothing() {
+    let url = support::sqlite_url("legacy-subscriptions");
+    let store = support::sqlite_with(&url, WAIT).await;
+    let a = server(store.clone());
+    let b = server(support::sqlite_with(&url, WAIT).await);
+    let alice = Principal::new("alice");
+    let init = RawValue::from_string(
+        r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}"#
+            .into(),
+    )
+    .unwrap();
+    let (mut on_a, _) = a
+        .sessions()
+        .initialize(RequestId::Int(0), Some(&init), &alice, Scope::Shared)
+        .await
+        .unwrap();
+    // B's copy is read before A subscribes: it holds no subscription.
+    let mut on_b = b.sessions().resume(on_a.id(), &alice, None).await.unwrap();
+    for n in 0..MAX_SUBSCRIPTIONS {
+        subscribe(&a, &mut on_a, "resources/subscribe", n)
+            .await
+            .unwrap();
+    }
+    let before = store.load_handle(on_a.id()).await.unwrap().unwrap();
+    // A write now would record a later use than the last one.
+    while now_millis() <= before.last_used_at {
+        tokio::task::yield_now().await;
+    }
+
+    let refused = subscribe(&b, &mut on_b, "resources/subscribe", MAX_SUBSCRIPTIONS)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.error().code(), -32602, "{refused:?}");
+    assert!(
+        refused.error().message.contains("at most 1000 resources"),
+        "{refused:?}"
+    );
+    let after = store.load_handle(on_a.id()).await.unwrap().unwrap();
+    assert_eq!(
+        after.last_used_at, before.last_used_at,
+        "the refusal rewrote the session"
+    );
+    assert!(after == before, "the refusal changed the session");
+
+    // B now knows the session as stored: making room lets the same subscription in.
+    subscribe(&b, &mut on_b, "resources/unsubscribe", 0)
+        .await
+        .unwrap();
+    subscribe(&b, &mut on_b, "resources/subscribe", MAX_SUBSCRIPTIONS)
+        .await
+        .unwrap();
+}
