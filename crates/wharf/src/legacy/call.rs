@@ -418,8 +418,16 @@ impl Run {
             let delivery = tokio::select! {
                 biased;
                 () = self.cancel.cancelled() => return Err(None),
-                // At shutdown nobody is left to answer (stdio's input ended).
-                () = runtime.shutdown.cancelled() => return Err(None),
+                // At shutdown the wait ends before the process does: the call is answered
+                // (a stream that just ended would leave the client without a response),
+                // and retried it goes to a replica that stays. On stdio, whose input ended,
+                // the answer finds nobody and is dropped.
+                () = runtime.shutdown.cancelled() => {
+                    return Err(self.fail(RpcError::new(
+                        ErrorKind::RetryLater,
+                        format!("Busy: the server is shutting down while input request {key:?} waited for its answer; send the request again"),
+                    )));
+                }
                 () = tokio::time::sleep_until(deadline) => {
                     let secs = runtime.config.legacy.input_timeout.as_secs();
                     return Err(self.fail(RpcError::new(
@@ -646,6 +654,72 @@ mod tests {
             server_request(&id, methods::ROOTS_LIST, None)
                 .get("params")
                 .is_none()
+        );
+    }
+
+    /// A call whose input request is still unanswered when the server shuts down is
+    /// answered, not dropped with its stream: the client is told to send it again.
+    #[tokio::test]
+    async fn a_call_waiting_for_input_at_shutdown_is_answered() {
+        use serde_json::value::RawValue;
+
+        use crate::legacy::{Answer, Scope};
+        use crate::{Context, FormSchema, HandlerError, Principal, Server, tool};
+        use wharf_protocol::Implementation;
+
+        let server = Server::builder(Implementation::new("t", "1"))
+            .tool(
+                tool("confirm").handler(|cx: Context, _: crate::NoArgs| async move {
+                    let form = FormSchema::new().boolean("ok", "OK", true);
+                    Err::<String, _>(HandlerError::from(cx.ask().elicit("ok", "Go on?", form)))
+                }),
+            )
+            .build()
+            .unwrap();
+        let sessions = server.sessions();
+        let alice = Principal::new("alice");
+        let init = RawValue::from_string(
+            r#"{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"c","version":"1"}}"#.into(),
+        )
+        .unwrap();
+        let (mut session, _) = sessions
+            .initialize(RequestId::Int(0), Some(&init), &alice, Scope::Shared)
+            .await
+            .unwrap();
+        let params = RawValue::from_string(r#"{"name":"confirm","arguments":{}}"#.into()).unwrap();
+        let Ok(Answer::Call(call)) = sessions
+            .request(
+                &mut session,
+                RequestId::Int(7),
+                "tools/call",
+                Some(&params),
+                alice,
+            )
+            .await
+        else {
+            panic!("the call was not admitted");
+        };
+        let (outbox, mut sent) = tokio::sync::mpsc::channel(8);
+        let running = tokio::spawn(call.stream(outbox));
+        let asked: Value = serde_json::from_slice(&sent.recv().await.unwrap()).unwrap();
+        assert_eq!(asked["method"], "elicitation/create", "{asked}");
+
+        server.shutdown();
+        let mut answer = None;
+        while let Some(m) = sent.recv().await {
+            let m: Value = serde_json::from_slice(&m).unwrap();
+            if m["id"] == 7 {
+                answer = Some(m);
+            }
+        }
+        running.await.unwrap();
+        let answer = answer.expect("the call was never answered");
+        assert_eq!(answer["error"]["code"], crate::RETRY_LATER, "{answer}");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("shutting down")),
+            "{answer}"
         );
     }
 
