@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use wharf::{Admitted, ErrorKind, ParsedRequest, Principal, RpcError};
 use wharf_protocol::Envelope;
 
+use crate::call_stream::{self, Ended, Phase, last_message};
 use crate::errors::{
     count_refusal, error_response, error_with_status, json_response, reply_error, unauthorized,
 };
@@ -300,7 +301,7 @@ async fn stream(state: &Arc<AppState>, admitted: Admitted) -> Response {
         },
         () = tokio::time::sleep(wait) => Phase::Running(task, None),
     };
-    let messages = futures_util::stream::unfold((start, rx), next_message);
+    let messages = call_stream::messages(start, rx);
     sse(
         state,
         messages.map(move |m| {
@@ -313,60 +314,6 @@ async fn stream(state: &Arc<AppState>, admitted: Admitted) -> Response {
 /// How long the head of a call's stream waits for its first message (see [`stream`]).
 const HEAD_WAIT: Duration = Duration::from_millis(500);
 
-/// What a streamed call's task gives back: its response, or nothing once cancelled.
-type Ended = Result<Option<Result<Vec<u8>, wharf::ErrorReply>>, tokio::task::JoinError>;
-
-/// Where a call's stream stands, with a message it already holds to send first.
-enum Phase {
-    /// The call runs: its notifications go out as they come.
-    Running(
-        tokio::task::JoinHandle<Option<Result<Vec<u8>, wharf::ErrorReply>>>,
-        Option<Vec<u8>>,
-    ),
-    /// The call ended: what it sent before it ended goes out, then its response.
-    Ending(Option<Vec<u8>>, Option<Vec<u8>>),
-    /// The response went out.
-    Done,
-}
-
-/// The next message of a call's stream. Its response goes out as soon as the call ends,
-/// after the notifications the call sent before that; what is sent later (a progress
-/// update still being flushed, a task the handler left running) is not: nothing follows
-/// the response.
-async fn next_message(
-    (phase, mut rx): (Phase, mpsc::Receiver<Vec<u8>>),
-) -> Option<(Vec<u8>, (Phase, mpsc::Receiver<Vec<u8>>))> {
-    match phase {
-        Phase::Running(task, Some(held)) => Some((held, (Phase::Running(task, None), rx))),
-        Phase::Ending(last, Some(held)) => Some((held, (Phase::Ending(last, None), rx))),
-        Phase::Running(mut task, None) => tokio::select! {
-            biased;
-            Some(message) = rx.recv() => Some((message, (Phase::Running(task, None), rx))),
-            ended = &mut task => {
-                let last = last_message(ended);
-                match rx.try_recv() {
-                    Ok(message) => Some((message, (Phase::Ending(last, None), rx))),
-                    Err(_) => last.map(|last| (last, (Phase::Done, rx))),
-                }
-            }
-        },
-        Phase::Ending(last, None) => match rx.try_recv() {
-            Ok(message) => Some((message, (Phase::Ending(last, None), rx))),
-            Err(_) => last.map(|last| (last, (Phase::Done, rx))),
-        },
-        Phase::Done => None,
-    }
-}
-
-/// The response message of a call that ended; `None` when it was cancelled (the stream is
-/// gone) or its task failed.
-fn last_message(ended: Ended) -> Option<Vec<u8>> {
-    match ended {
-        Ok(Some(response)) => Some(response.unwrap_or_else(|e| e.to_message())),
-        _ => None,
-    }
-}
-
 /// The answer of a streamed call that ended before it sent anything: its response as the
 /// stream's one event, or its refusal as JSON with the refusal's status.
 fn alone(state: &Arc<AppState>, ended: Ended) -> Response {
@@ -378,37 +325,5 @@ fn alone(state: &Arc<AppState>, ended: Ended) -> Response {
             let e = RpcError::internal("the call ended without a response");
             error_response(None, &e)
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use futures_util::StreamExt as _;
-    use tokio::sync::mpsc;
-
-    use super::{Phase, next_message};
-
-    /// The response follows the notifications sent before it and ends the stream, though a
-    /// sender is still held (a progress update being flushed, a task the handler left
-    /// running): it neither holds the response back nor is heard after it.
-    #[tokio::test]
-    async fn the_response_ends_the_stream_whoever_still_holds_a_sender() {
-        let (tx, rx) = mpsc::channel(8);
-        let lingering = tx.clone();
-        tx.send(b"n1".to_vec()).await.unwrap();
-        let task = tokio::spawn(async move {
-            tx.send(b"n2".to_vec()).await.unwrap();
-            Some(Ok(b"last".to_vec()))
-        });
-        let stream = futures_util::stream::unfold((Phase::Running(task, None), rx), next_message);
-        // Bounded only so that a regression fails instead of hanging.
-        let all = tokio::time::timeout(
-            std::time::Duration::from_secs(30),
-            stream.collect::<Vec<_>>(),
-        )
-        .await
-        .expect("the stream ended");
-        assert_eq!(all, [b"n1".to_vec(), b"n2".to_vec(), b"last".to_vec()]);
-        lingering.send(b"late".to_vec()).await.ok();
     }
 }

@@ -6,6 +6,7 @@
 //! existing application; it is also a tower `Service`.
 
 mod authenticate;
+mod call_stream;
 mod config;
 mod endpoint;
 mod errors;

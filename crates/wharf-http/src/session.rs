@@ -14,7 +14,6 @@ use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use wharf::{
     Answer, ErrorKind, ErrorReply, LegacyCall, Outcome, Principal, RpcError, Scope, Session,
     SessionError,
@@ -22,6 +21,7 @@ use wharf::{
 use wharf_protocol::{Envelope, RequestId, headers as mcp};
 
 use crate::AppState;
+use crate::call_stream::{self, Phase};
 use crate::errors::{
     count_refusal, error_response, error_with_status, json_response, method_not_allowed,
     reply_error, unauthorized,
@@ -127,21 +127,29 @@ fn not_taken(e: &RpcError) -> Response {
 /// Runs a call: one JSON body when it needs no stream, else an SSE stream. A call that asks
 /// the client for input switches to a stream when it asks. The call runs on its own task
 /// once streaming: a client that goes away does not cancel it (its cancellation is
-/// `notifications/cancelled`).
+/// `notifications/cancelled`). The stream ends with the call's task, after what the call
+/// sent (its response last), though a task the handler left running still holds a sender.
 async fn run(state: &AppState, call: LegacyCall) -> Response {
     let (tx, rx) = mpsc::channel::<Vec<u8>>(32);
-    if call.is_stream() {
-        tokio::spawn(call.stream(tx));
+    let task = if call.is_stream() {
+        tokio::spawn(async move {
+            call.stream(tx).await;
+            None
+        })
     } else {
         match Detached(Some(Box::pin(call.respond()))).await {
             Outcome::Done(body) => return json_response(StatusCode::OK, body),
-            Outcome::Asks(rounds) => {
-                tokio::spawn(rounds.stream(tx));
-            }
+            Outcome::Asks(rounds) => tokio::spawn(async move {
+                rounds.stream(tx).await;
+                None
+            }),
             _ => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
         }
-    }
-    sse(state, ReceiverStream::new(rx).map(event))
+    };
+    sse(
+        state,
+        call_stream::messages(Phase::Running(task, None), rx).map(event),
+    )
 }
 
 /// A call's first round, run in the request's own task while the client waits; dropped

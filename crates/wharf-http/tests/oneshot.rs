@@ -26,6 +26,16 @@ fn server() -> Server {
                 .handler(|_cx: Context, a: Tagged| async move { a.note.unwrap_or_default() }),
         )
         .tool(
+            // Leaves a task holding its context (and with it the call's stream) forever.
+            tool("linger").handler(|cx: Context, _: NoArgs| async move {
+                tokio::spawn(async move {
+                    let _held = cx;
+                    std::future::pending::<()>().await;
+                });
+                "done"
+            }),
+        )
+        .tool(
             tool("admin")
                 .scopes(&["admin"])
                 .handler(|_cx: Context, _: NoArgs| async { "done" }),
@@ -310,4 +320,55 @@ async fn initialize_and_notifications_are_refused_under_another_methods_header()
     assert_eq!(body["error"]["code"], -32020, "{body}");
     let (status, _, _) = send_whole(post(note, None)).await;
     assert_eq!(status, StatusCode::ACCEPTED);
+}
+
+/// A legacy call's stream ends with its response, though a task its handler left running
+/// still holds the call's context (and with it a sender of the stream).
+#[tokio::test]
+async fn a_legacy_calls_stream_ends_with_its_response() {
+    let app = app();
+    let post = |body: Value, session: Option<&str>| {
+        let mut req = Request::post("/mcp")
+            .header(header::HOST, "localhost")
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream")
+            .header("x-user", "alice");
+        if let Some(id) = session {
+            req = req
+                .header("mcp-session-id", id)
+                .header("mcp-protocol-version", "2025-11-25");
+        }
+        req.body(Body::from(body.to_string())).unwrap()
+    };
+    let initialize = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": { "name": "t", "version": "1" } } });
+    let res = app.clone().oneshot(post(initialize, None)).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let session = res.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+
+    // A progress token asks for a stream.
+    let call = json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "linger", "arguments": {}, "_meta": { "progressToken": "p" } } });
+    let res = app.oneshot(post(call, Some(&session))).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()[header::CONTENT_TYPE], "text/event-stream");
+    // Bounded only so that a regression fails instead of hanging.
+    let body = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        res.into_body().collect(),
+    )
+    .await
+    .expect("the stream did not end after the response")
+    .unwrap()
+    .to_bytes();
+    let body = String::from_utf8(body.to_vec()).unwrap();
+    let events: Vec<Value> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let last = events.last().expect("no event");
+    assert_eq!(last["id"], 2, "{body}");
+    assert_eq!(last["result"]["content"][0]["text"], "done", "{body}");
 }
