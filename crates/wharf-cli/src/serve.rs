@@ -108,7 +108,8 @@ pub(crate) struct ServeArgs {
         value_parser = positive::<u64>(),
     )]
     session_idle_mins: u64,
-    /// Seconds a legacy call waits for the client to answer its server requests.
+    /// Seconds a legacy call waits for the client to answer its server requests (never
+    /// longer than a request state lasts, --state-max-age-secs, less a second).
     #[arg(
         long,
         env = "WHARF_INPUT_TIMEOUT_SECS",

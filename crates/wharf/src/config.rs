@@ -97,7 +97,8 @@ pub struct LegacyConfig {
     /// A session ends this long after `initialize`, however busy.
     pub session_lifetime: Duration,
     /// How long a call waits for the client to answer one round of its server requests
-    /// (the rounds themselves are capped by [`StateConfig::max_rounds`]).
+    /// (the rounds themselves are capped by [`StateConfig::max_rounds`]); never longer than
+    /// the round's state holds ([`StateConfig::max_age`]), less a second.
     pub input_timeout: Duration,
 }
 

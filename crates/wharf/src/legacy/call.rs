@@ -38,6 +38,15 @@ use crate::trace;
 /// How often a call waiting for an answer looks in the store even without a signal (one
 /// can be lost while the bus reconnects).
 const POLL: Duration = Duration::from_secs(1);
+/// How long before its round's state expires a call stops waiting for answers: the next
+/// round must begin while the state holds.
+const STATE_MARGIN: Duration = Duration::from_secs(1);
+
+/// `by` after `from`; a wait too long for the clock lasts a century.
+fn later(from: Instant, by: Duration) -> Instant {
+    from.checked_add(by)
+        .unwrap_or_else(|| from + Duration::from_secs(100 * 365 * 24 * 3600))
+}
 
 /// An admitted request of a legacy session. Run it to one message with
 /// [`LegacyCall::respond`] (which hands back the [`Rounds`] still to run if the handler
@@ -91,6 +100,8 @@ impl std::fmt::Debug for Rounds {
 struct Asked {
     requests: Map<String, Value>,
     state: Option<String>,
+    /// When the round that asked began, so no later than its state was sealed.
+    began: Instant,
 }
 
 enum Step {
@@ -257,6 +268,7 @@ impl Run {
     }
 
     async fn round(&mut self, req: ParsedRequest, outbox: Option<&Outbox>) -> Step {
+        let began = Instant::now();
         self.rounds += 1;
         let caller = Caller {
             principal: self.principal.clone(),
@@ -278,7 +290,7 @@ impl Run {
                 self.counted.ended(RequestOutcome::Error, Some(&e));
                 Step::Done(error_message(Some(&self.id), &e))
             }
-            Ok(m) => match classify(m) {
+            Ok(m) => match classify(m, began) {
                 // The call goes on: the client answers, and the next round runs.
                 Step::Ask(asked) => Step::Ask(asked),
                 step => {
@@ -353,10 +365,17 @@ impl Run {
             open.ids.push(id);
             waiting.push((key.clone(), method, waiter));
         }
-        let deadline = Instant::now() + runtime.config.legacy.input_timeout;
+        // The answers are taken only while the round's state holds: one that came after it
+        // expired would fail the next round with an error about a `requestState` a 2025
+        // client never saw. A second is left for the next round to begin.
+        let sent = Instant::now();
+        let state_lasts = runtime.config.request_state.max_age;
+        let state_holds = later(asked.began, state_lasts.saturating_sub(STATE_MARGIN));
+        let deadline = later(sent, runtime.config.legacy.input_timeout).min(state_holds);
+        let allowed = deadline.saturating_duration_since(sent);
         let mut responses = InputResponses::new();
         for (key, method, mut waiter) in waiting {
-            let answer = self.answer_of(&mut waiter, deadline, &key).await?;
+            let answer = self.answer_of(&mut waiter, deadline, allowed, &key).await?;
             open.ids.remove(0);
             match answer {
                 Answer::Result(r) => {
@@ -411,6 +430,7 @@ impl Run {
         &self,
         waiter: &mut Waiter,
         deadline: Instant,
+        allowed: Duration,
         key: &str,
     ) -> Result<Answer, Option<Vec<u8>>> {
         let runtime = &self.core.runtime;
@@ -429,7 +449,7 @@ impl Run {
                     )));
                 }
                 () = tokio::time::sleep_until(deadline) => {
-                    let secs = runtime.config.legacy.input_timeout.as_secs();
+                    let secs = allowed.as_secs();
                     return Err(self.fail(RpcError::new(
                         ErrorKind::TimedOut,
                         format!("The client did not answer input request {key:?} within {secs} s"),
@@ -550,7 +570,7 @@ fn server_request(id: &RequestId, method: &str, params: Option<&Value>) -> Value
 /// Sorts a round's response: input required, or the response, less what only 2026-07-28
 /// has (`resultType`, and the cache hints `ttlMs` and `cacheScope`). Only the result's
 /// top-level members are read (the rest stays raw text), since every legacy call pays this.
-fn classify(message: Vec<u8>) -> Step {
+fn classify(message: Vec<u8>, began: Instant) -> Step {
     #[derive(serde::Deserialize)]
     struct Response<'a> {
         #[serde(borrow)]
@@ -577,7 +597,11 @@ fn classify(message: Vec<u8>) -> Step {
         let state = members
             .remove("requestState")
             .and_then(|s| serde_json::from_str(s.get()).ok());
-        return Step::Ask(Asked { requests, state });
+        return Step::Ask(Asked {
+            requests,
+            state,
+            began,
+        });
     }
     for field in ["resultType", "ttlMs", "cacheScope"] {
         members.remove(field);
@@ -604,7 +628,7 @@ mod tests {
     use super::*;
 
     fn done(message: &str) -> String {
-        match classify(message.as_bytes().to_vec()) {
+        match classify(message.as_bytes().to_vec(), Instant::now()) {
             Step::Done(m) => String::from_utf8(m).unwrap(),
             _ => panic!("not done: {message}"),
         }
@@ -627,7 +651,7 @@ mod tests {
     #[test]
     fn an_input_required_result_is_a_round_to_ask() {
         let asking = r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required","inputRequests":{"k":{"method":"roots/list"}},"requestState":"s1"}}"#;
-        match classify(asking.as_bytes().to_vec()) {
+        match classify(asking.as_bytes().to_vec(), Instant::now()) {
             Step::Ask(asked) => {
                 assert_eq!(asked.state.as_deref(), Some("s1"));
                 assert_eq!(asked.requests["k"]["method"], "roots/list");
@@ -657,25 +681,39 @@ mod tests {
         );
     }
 
-    /// A call whose input request is still unanswered when the server shuts down is
-    /// answered, not dropped with its stream: the client is told to send it again.
-    #[tokio::test]
-    async fn a_call_waiting_for_input_at_shutdown_is_answered() {
-        use serde_json::value::RawValue;
+    /// A server whose tool `confirm` asks the client to confirm, then answers "done".
+    fn confirming(config: crate::config::ServerConfig) -> crate::Server {
+        use crate::{Context, Elicited, FormSchema, HandlerError, Server, tool};
 
-        use crate::legacy::{Answer, Scope};
-        use crate::{Context, FormSchema, HandlerError, Principal, Server, tool};
-        use wharf_protocol::Implementation;
-
-        let server = Server::builder(Implementation::new("t", "1"))
+        Server::builder(wharf_protocol::Implementation::new("t", "1"))
+            .config(config)
             .tool(
                 tool("confirm").handler(|cx: Context, _: crate::NoArgs| async move {
                     let form = FormSchema::new().boolean("ok", "OK", true);
-                    Err::<String, _>(HandlerError::from(cx.ask().elicit("ok", "Go on?", form)))
+                    match cx.elicited::<Value>("ok", &form) {
+                        Some(Elicited::Accepted(_)) => Ok("done".to_owned()),
+                        _ => Err(HandlerError::from(cx.ask().elicit("ok", "Go on?", form))),
+                    }
                 }),
             )
             .build()
-            .unwrap();
+            .unwrap()
+    }
+
+    /// Opens a session of `server` for a client that can answer elicitations, calls
+    /// `confirm` in it as request 7 on a stream, and returns the session, the stream's
+    /// messages once the elicitation request was read off them (with its id), and the call's
+    /// task.
+    async fn confirm_call(
+        server: &crate::Server,
+    ) -> (
+        Session,
+        tokio::sync::mpsc::Receiver<Vec<u8>>,
+        RequestId,
+        tokio::task::JoinHandle<()>,
+    ) {
+        use crate::legacy::{Answer, Scope};
+
         let sessions = server.sessions();
         let alice = Principal::new("alice");
         let init = RawValue::from_string(
@@ -703,8 +741,12 @@ mod tests {
         let running = tokio::spawn(call.stream(outbox));
         let asked: Value = serde_json::from_slice(&sent.recv().await.unwrap()).unwrap();
         assert_eq!(asked["method"], "elicitation/create", "{asked}");
+        let asked_id = serde_json::from_value(asked["id"].clone()).unwrap();
+        (session, sent, asked_id, running)
+    }
 
-        server.shutdown();
+    /// The response to request 7 among what the stream sends until it ends.
+    async fn response(mut sent: tokio::sync::mpsc::Receiver<Vec<u8>>) -> Value {
         let mut answer = None;
         while let Some(m) = sent.recv().await {
             let m: Value = serde_json::from_slice(&m).unwrap();
@@ -712,13 +754,67 @@ mod tests {
                 answer = Some(m);
             }
         }
+        answer.expect("the call was never answered")
+    }
+
+    /// A call whose input request is still unanswered when the server shuts down is
+    /// answered, not dropped with its stream: the client is told to send it again.
+    #[tokio::test]
+    async fn a_call_waiting_for_input_at_shutdown_is_answered() {
+        let server = confirming(Default::default());
+        let (_session, sent, _, running) = confirm_call(&server).await;
+        server.shutdown();
+        let answer = response(sent).await;
         running.await.unwrap();
-        let answer = answer.expect("the call was never answered");
         assert_eq!(answer["error"]["code"], crate::RETRY_LATER, "{answer}");
         assert!(
             answer["error"]["message"]
                 .as_str()
                 .is_some_and(|m| m.contains("shutting down")),
+            "{answer}"
+        );
+    }
+
+    /// A call waits for its answers only while the state of the round that asked holds (a
+    /// second less): an answer taken later would fail the next round over a `requestState`
+    /// the client never saw. Here the state lasts 3 s and the input timeout 60: an answer
+    /// sent after 5 s is too late, and the call says so by the time it allowed.
+    #[tokio::test(start_paused = true)]
+    async fn a_call_waits_for_input_no_longer_than_its_state_holds() {
+        let mut config = crate::config::ServerConfig::default();
+        config.request_state.max_age = Duration::from_secs(3);
+        config.legacy.input_timeout = Duration::from_secs(60);
+        let server = confirming(config);
+        let (session, sent, asked_id, running) = confirm_call(&server).await;
+        let answering = {
+            let server = server.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                let ok =
+                    RawValue::from_string(r#"{"action":"accept","content":{"ok":true}}"#.into())
+                        .unwrap();
+                // Too late, nothing waits for it any more: whether it is refused or filed
+                // does not matter here.
+                let _ = server
+                    .sessions()
+                    .answer(
+                        &session,
+                        &Principal::new("alice"),
+                        &asked_id,
+                        Some(&ok),
+                        None,
+                    )
+                    .await;
+            })
+        };
+        let answer = response(sent).await;
+        running.await.unwrap();
+        answering.await.unwrap();
+        assert_eq!(answer["error"]["code"], crate::TIMED_OUT, "{answer}");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("within 2 s")),
             "{answer}"
         );
     }
