@@ -192,9 +192,7 @@ where
         while tasks.try_join_next().is_some() {}
     }
     // Input closed: finish what was asked, end subscriptions, flush.
-    if let Some(stream) = legacy.stream.take() {
-        stream.abort();
-    }
+    legacy.stop_stream();
     server.shutdown();
     let finished = tokio::time::timeout(config.drain, async {
         while tasks.join_next().await.is_some() {}
@@ -273,55 +271,112 @@ struct Link<'a> {
 #[derive(Default)]
 struct Legacy {
     session: Option<Session>,
-    stream: Option<tokio::task::JoinHandle<()>>,
+    stream: Option<StreamTask>,
+}
+
+/// The task writing a session's stream, and what tells it that a newer one took over.
+struct StreamTask {
+    task: tokio::task::JoinHandle<()>,
+    retired: CancellationToken,
 }
 
 impl Legacy {
     /// (Re)starts writing the session's list changes and resource updates, for the
     /// subscriptions it holds now.
+    ///
+    /// The new stream is opened before the old one stops: it hears the bus from then on, and
+    /// the old one goes on until it hears the new one announce itself (every listener hears
+    /// the bus in one order), so no change falls between the two; one heard by both goes
+    /// out twice, which a client takes as it takes any repeated notification. Only when the
+    /// new one cannot open (the listen caps are full) is the old one stopped at once, to
+    /// free its place.
     fn restart_stream(
         &mut self,
         server: &Server,
         tx: &mpsc::Sender<Vec<u8>>,
         principal: &Principal,
     ) {
-        if let Some(old) = self.stream.take() {
-            old.abort();
-        }
         let Some(session) = &self.session else { return };
+        let opened = server.sessions().stream(session, principal);
+        if let Some(old) = self.stream.take() {
+            old.retired.cancel();
+            if opened.is_err() {
+                old.task.abort();
+            }
+        }
         let (server, session, out) = (server.clone(), session.clone(), tx.clone());
         let principal = principal.clone();
-        self.stream = Some(tokio::spawn(async move {
-            loop {
-                let mut said = false;
-                let mut stream = match server.sessions().stream(&session, &principal) {
-                    Ok(stream) => stream.boxed(),
-                    // The listen caps are full: tried again after the pause.
-                    Err(e) => {
-                        tracing::warn!(error = %e.message, "the session's stream could not open");
-                        futures_util::stream::empty().boxed()
-                    }
-                };
-                while let Some(m) = stream.next().await {
-                    said = true;
-                    if out.send(m).await.is_err() {
-                        return;
-                    }
+        let retired = CancellationToken::new();
+        let task = tokio::spawn(write_stream(
+            server,
+            session,
+            principal,
+            out,
+            opened,
+            retired.clone(),
+        ));
+        self.stream = Some(StreamTask { task, retired });
+    }
+
+    /// Stops writing the session's stream.
+    fn stop_stream(&mut self) {
+        if let Some(old) = self.stream.take() {
+            old.task.abort();
+        }
+    }
+}
+
+/// Writes a session's stream to `out`, opening it again when it ends, until the server
+/// drains or a newer stream takes over (`retired`). `opened` is the first opening.
+async fn write_stream(
+    server: Server,
+    session: Session,
+    principal: Principal,
+    out: mpsc::Sender<Vec<u8>>,
+    mut opened: Result<wharf::SessionStream, wharf::RpcError>,
+    retired: CancellationToken,
+) {
+    // Whether the last opening failed: a failure is told once, not at every try.
+    let mut failing = false;
+    loop {
+        let mut said = false;
+        let mut stream = match opened {
+            Ok(stream) => {
+                if std::mem::take(&mut failing) {
+                    tracing::info!("the session's stream opened");
                 }
-                // A session's stream ends when its changes may have been missed (the bus
-                // lagged or reconnected; it said "everything changed" first). Over HTTP the
-                // client listens again; here nobody else would, so this does at once, and
-                // after a pause only when the stream ended without a word, which keeps one
-                // that cannot open from spinning. Not once the server drains: then the
-                // stream ends for good.
-                if server.is_draining() {
-                    return;
-                }
-                if !said {
-                    tokio::time::sleep(REOPEN_PAUSE).await;
-                }
+                stream.boxed()
             }
-        }));
+            // The listen caps are full: tried again after the pause.
+            Err(e) => {
+                if !std::mem::replace(&mut failing, true) {
+                    tracing::warn!(error = %e.message, "the session's stream could not open; trying again every second");
+                }
+                futures_util::stream::empty().boxed()
+            }
+        };
+        while let Some(m) = stream.next().await {
+            said = true;
+            if out.send(m).await.is_err() {
+                return;
+            }
+        }
+        // A session's stream ends when its changes may have been missed (the bus lagged or
+        // reconnected; it said "everything changed" first) and when a newer stream of the
+        // session took over. Over HTTP the client listens again; here nobody else would, so
+        // this does at once, and after a pause only when the stream ended without a word,
+        // which keeps one that cannot open from spinning. Not once the server drains, nor
+        // once a newer stream writes instead: then the stream ends for good.
+        if server.is_draining() || retired.is_cancelled() {
+            return;
+        }
+        if !said {
+            tokio::select! {
+                () = tokio::time::sleep(REOPEN_PAUSE) => {}
+                () = retired.cancelled() => return,
+            }
+        }
+        opened = server.sessions().stream(&session, &principal);
     }
 }
 
@@ -529,6 +584,7 @@ async fn in_session(
             send_error(link.tx, Some(&id), &id_in_use(&id)).await;
             return;
         }
+        let subscribed = session.subscriptions().len();
         let answer = sessions
             .request(session, id, method, envelope.params, link.principal.clone())
             .await;
@@ -539,10 +595,9 @@ async fn in_session(
             Ok(_) => return,
         };
         let _ = link.tx.send(message).await;
-        if matches!(
-            method,
-            methods::RESOURCES_SUBSCRIBE | methods::RESOURCES_UNSUBSCRIBE
-        ) {
+        // A subscription made or dropped (each adds or removes one) changes what the
+        // session's stream writes; a refused or repeated one changes nothing.
+        if session.subscriptions().len() != subscribed {
             legacy.restart_stream(link.server, link.tx, link.principal);
         }
         return;

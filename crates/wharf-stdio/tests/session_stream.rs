@@ -1,12 +1,13 @@
-//! A legacy session over stdio keeps hearing of the resources it subscribed to after its
-//! stream of changes ended for missing some (the bus ran ahead of a slow reader): nobody
-//! else would listen again, so the transport does.
+//! A legacy session over stdio keeps hearing of the resources it subscribed to: after its
+//! stream of changes ended for missing some (the bus ran ahead of a slow reader), nobody
+//! else would listen again, so the transport does; and while a subscription made or dropped
+//! moves it to a new stream, no change falls between the two.
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use wharf::ChangeEvent;
 use wharf::protocol::{Implementation, ResourceContents};
-use wharf::{Server, resource};
+use wharf::{Server, resource, template};
 use wharf_stdio::{StdioConfig, serve_with};
 
 const URI: &str = "notes://index";
@@ -18,6 +19,14 @@ fn server() -> Server {
         }))
         .build()
         .unwrap()
+}
+
+/// Writes one JSON-RPC message as a line.
+async fn send(to_server: &mut tokio::io::DuplexStream, m: Value) {
+    to_server
+        .write_all(format!("{m}\n").as_bytes())
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -33,12 +42,6 @@ async fn a_subscription_outlives_a_stream_that_missed_changes() {
         StdioConfig::default(),
     ));
     let mut lines = BufReader::new(from_server).lines();
-    let send = async |to_server: &mut tokio::io::DuplexStream, m: Value| {
-        to_server
-            .write_all(format!("{m}\n").as_bytes())
-            .await
-            .unwrap();
-    };
     send(
         &mut to_server,
         json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
@@ -94,6 +97,80 @@ async fn a_subscription_outlives_a_stream_that_missed_changes() {
     let m: Value = serde_json::from_str(&line).unwrap();
     assert_eq!(m["method"], "notifications/resources/updated", "{m}");
     assert_eq!(m["params"]["uri"], URI);
+    drop(to_server);
+    served.await.unwrap().unwrap();
+}
+
+/// Each subscription moves the session to a new stream of changes. A change announced
+/// while it moves (the subscription read, the old stream not yet past the change) is still
+/// written, by the old stream or the new one.
+#[tokio::test]
+async fn no_change_is_lost_while_a_subscription_moves_the_stream() {
+    const ROUNDS: usize = 10;
+    let server = Server::builder(Implementation::new("t", "1"))
+        .template(
+            template("items://{n}", "item").handler(|_cx, req| async move {
+                Ok(vec![ResourceContents::text(req.uri, "text/plain", "x")])
+            }),
+        )
+        .build()
+        .unwrap();
+    let (mut to_server, server_in) = tokio::io::duplex(64 * 1024);
+    let (server_out, from_server) = tokio::io::duplex(64 * 1024);
+    let served = tokio::spawn(serve_with(
+        server.clone(),
+        server_in,
+        server_out,
+        StdioConfig::default(),
+    ));
+    let mut lines = BufReader::new(from_server).lines();
+    send(
+        &mut to_server,
+        json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": { "name": "t", "version": "1" } } }),
+    )
+    .await;
+    let subscribe = |n: usize| {
+        json!({ "jsonrpc": "2.0", "id": n + 1, "method": "resources/subscribe",
+            "params": { "uri": format!("items://{n}") } })
+    };
+    send(&mut to_server, subscribe(0)).await;
+    for _ in 0..2 {
+        let line = lines.next_line().await.unwrap().expect("an answer");
+        let m: Value = serde_json::from_str(&line).unwrap();
+        assert!(m.get("result").is_some(), "{m}");
+    }
+    for n in 1..=ROUNDS {
+        // The subscription is read first, then the change is announced: the old stream has
+        // the change to write when the subscription moves the session off it.
+        send(&mut to_server, subscribe(n)).await;
+        server
+            .announce(ChangeEvent::ResourceUpdated {
+                uri: "items://0".into(),
+            })
+            .await;
+    }
+    // Bounded only so that a regression fails instead of hanging.
+    let heard = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        let (mut answered, mut updates) = (0, 0);
+        while answered < ROUNDS || updates < ROUNDS {
+            let line = lines.next_line().await.unwrap().expect("a line");
+            let m: Value = serde_json::from_str(&line).unwrap();
+            if let Some(error) = m.get("error") {
+                panic!("refused: {error}");
+            }
+            if m.get("id").is_some() {
+                answered += 1;
+            } else if m["method"] == "notifications/resources/updated" {
+                assert_eq!(m["params"]["uri"], "items://0", "{m}");
+                updates += 1;
+            }
+        }
+    });
+    heard
+        .await
+        .expect("a change announced while the stream moved was lost");
     drop(to_server);
     served.await.unwrap().unwrap();
 }
