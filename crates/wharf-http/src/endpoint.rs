@@ -264,7 +264,9 @@ async fn read_long_way(
             // with the body is what the transport answers first (400), not the method's
             // own refusal (200).
             if reply.error().kind != ErrorKind::MethodNotFound {
-                if let Err(e) = headers::validate_unread(headers, method, envelope.params) {
+                if let Err(e) =
+                    headers::validate_unread(headers, method, envelope.params, &state.server)
+                {
                     return Err(error_response(reply.id(), &e));
                 }
             }

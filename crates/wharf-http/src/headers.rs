@@ -5,7 +5,8 @@ use std::borrow::Cow;
 
 use axum::http::HeaderMap;
 use wharf::{ParsedRequest, RequestBody, RpcError, Server};
-use wharf_protocol::headers::{self, decode_value, param_matches};
+use wharf_protocol::headers::{self, decode_value, is_of_type, param_matches, render_param};
+use wharf_protocol::methods;
 
 use crate::request_headers::{Field, RequestHeaders};
 
@@ -56,14 +57,18 @@ fn is_later_revision(v: &str) -> bool {
             .all(|legacy| v > *legacy)
 }
 
-/// The headers a request whose params did not read must still mirror: `Mcp-Method`, and
-/// `MCP-Protocol-Version` against the version its raw `_meta` names, if it names one as a
-/// string. Checked before the method's own refusal, so that a request whose headers
-/// disagree with its body is refused as that (HTTP 400) whatever is wrong in its params.
+/// The headers a request whose params did not read must still mirror, as far as its raw
+/// params let them be compared: `Mcp-Method`; `MCP-Protocol-Version` against the version its
+/// raw `_meta` names as a string (or, when it names none, refused with the versions this
+/// server supports if it is not one of them); `Mcp-Name` against a `name` or `uri` that is a
+/// string; `Mcp-Param-*` against the tool's arguments when they are an object. Checked
+/// before the method's own refusal, so that a request whose headers disagree with its body
+/// is refused as that (HTTP 400) whatever is wrong in its params.
 pub(crate) fn validate_unread(
     headers: &RequestHeaders<'_>,
     method: &str,
     params: Option<&serde_json::value::RawValue>,
+    server: &Server,
 ) -> Result<(), RpcError> {
     method_mirrored(headers, method, true)?;
     let sent = required(
@@ -73,16 +78,42 @@ pub(crate) fn validate_unread(
     )?;
     // The refused path only: reading the params as a tree costs nothing that matters here.
     let params = params.and_then(|p| serde_json::from_str::<serde_json::Value>(p.get()).ok());
-    let named = params
-        .as_ref()
-        .and_then(|p| p["_meta"][wharf_protocol::meta::PROTOCOL_VERSION].as_str());
+    let params = params.as_ref();
+    let named = params.and_then(|p| p["_meta"][wharf_protocol::meta::PROTOCOL_VERSION].as_str());
     match named {
-        Some(named) if named.as_bytes() != sent => Err(RpcError::header_mismatch(format!(
-            "MCP-Protocol-Version header value '{}' does not match body value '{named}'",
-            String::from_utf8_lossy(sent),
-        ))),
-        _ => Ok(()),
+        Some(named) if named.as_bytes() != sent => {
+            return Err(RpcError::header_mismatch(format!(
+                "MCP-Protocol-Version header value '{}' does not match body value '{named}'",
+                String::from_utf8_lossy(sent),
+            )));
+        }
+        Some(_) => {}
+        // The header is all that names a version: one this server does not speak is what
+        // the client must hear of first.
+        None => {
+            let sent = String::from_utf8_lossy(sent);
+            if !wharf_protocol::version::is_supported(&sent) {
+                return Err(RpcError::unsupported_version(&sent));
+            }
+        }
     }
+    let target = match method {
+        methods::TOOLS_CALL | methods::PROMPTS_GET => "name",
+        methods::RESOURCES_READ => "uri",
+        _ => return Ok(()),
+    };
+    let Some(params) = params else {
+        return Ok(());
+    };
+    if let Some(target) = params[target].as_str() {
+        name_mirrored(headers, target, true)?;
+        if method == methods::TOOLS_CALL {
+            if let Some(args) = params["arguments"].as_object() {
+                params_mirrored(headers, server.tool_header_params(target), args, true)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Checks every mirrored header of `req` against its body.
@@ -141,29 +172,15 @@ pub(crate) fn method_mirrored(
 
 /// `Mcp-Method`, `Mcp-Name` and `Mcp-Param-*` against the body; `strict`: each one the
 /// request has a value for must be there.
-fn mirrored<'a>(
-    headers: &RequestHeaders<'a>,
+fn mirrored(
+    headers: &RequestHeaders<'_>,
     req: &ParsedRequest,
     server: &Server,
     strict: bool,
 ) -> Result<(), RpcError> {
-    let header = |field: Field<'a>, name: &str, display: &str| {
-        if strict {
-            required(&field, name, display).map(Some)
-        } else {
-            field.single(name)
-        }
-    };
     method_mirrored(headers, req.body.method(), strict)?;
     if let Some(name) = req.body.name() {
-        if let Some(value) = header(headers.name, headers::NAME, "Mcp-Name")? {
-            let value = decoded(value, "Mcp-Name")?;
-            if value != name {
-                return Err(RpcError::header_mismatch(format!(
-                    "Mcp-Name header value '{value}' does not match body value '{name}'"
-                )));
-            }
-        }
+        name_mirrored(headers, name, strict)?;
     }
     if let RequestBody::CallTool(call) = &req.body {
         let params = server.tool_header_params(&call.name);
@@ -172,31 +189,70 @@ fn mirrored<'a>(
         }
         let empty = wharf_protocol::JsonObject::new();
         let args = call.arguments.as_ref().unwrap_or(&empty);
-        for p in params {
-            let display = format!("Mcp-Param-{}", p.name);
-            let header = raw(headers.map, p.header.as_str())?;
-            match (p.value_in(args), header) {
-                (Some(_), None) if strict => {
+        params_mirrored(headers, params, args, strict)?;
+    }
+    Ok(())
+}
+
+/// `Mcp-Name` against the body's `name` (or `uri`); `strict`: it must be there.
+fn name_mirrored(headers: &RequestHeaders<'_>, name: &str, strict: bool) -> Result<(), RpcError> {
+    let field = headers.name;
+    let sent = if strict {
+        Some(required(&field, headers::NAME, "Mcp-Name")?)
+    } else {
+        field.single(headers::NAME)?
+    };
+    if let Some(value) = sent {
+        let value = decoded(value, "Mcp-Name")?;
+        if value != name {
+            return Err(RpcError::header_mismatch(format!(
+                "Mcp-Name header value '{value}' does not match body value '{name}'"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Each `Mcp-Param-*` a tool declares against its argument in `args`; `strict`: one whose
+/// argument has a value must be there.
+fn params_mirrored(
+    headers: &RequestHeaders<'_>,
+    params: &[wharf::HeaderParam],
+    args: &wharf_protocol::JsonObject,
+    strict: bool,
+) -> Result<(), RpcError> {
+    for p in params {
+        let display = format!("Mcp-Param-{}", p.name);
+        let header = raw(headers.map, p.header.as_str())?;
+        match (p.value_in(args), header) {
+            (Some(_), None) if strict => {
+                return Err(RpcError::header_mismatch(format!(
+                    "the {display} header is missing; it must mirror argument '{}'",
+                    p.path.join(".")
+                )));
+            }
+            (Some(value), Some(h)) => {
+                let h = decoded(h, &display)?;
+                let mirrors = if is_of_type(p.kind, value) {
+                    param_matches(p.kind, &h, value)
+                } else {
+                    // An argument of another type than declared is the argument check's to
+                    // refuse (-32602, naming it). A header that mirrors it as it is sent
+                    // is no mismatch; one that says something else still is.
+                    render_param(value).is_none_or(|v| v == h)
+                };
+                if !mirrors {
                     return Err(RpcError::header_mismatch(format!(
-                        "the {display} header is missing; it must mirror argument '{}'",
-                        p.path.join(".")
+                        "{display} header value '{h}' does not match body value {value}"
                     )));
                 }
-                (Some(value), Some(h)) => {
-                    let h = decoded(h, &display)?;
-                    if !param_matches(p.kind, &h, value) {
-                        return Err(RpcError::header_mismatch(format!(
-                            "{display} header value '{h}' does not match body value {value}"
-                        )));
-                    }
-                }
-                // No value in the body: the header is not expected, and a stray one is
-                // ignored, unless it holds what no header value may hold.
-                (None, Some(h)) => {
-                    decoded(h, &display)?;
-                }
-                (None, None) | (Some(_), None) => {}
             }
+            // No value in the body: the header is not expected, and a stray one is
+            // ignored, unless it holds what no header value may hold.
+            (None, Some(h)) => {
+                decoded(h, &display)?;
+            }
+            (None, None) | (Some(_), None) => {}
         }
     }
     Ok(())

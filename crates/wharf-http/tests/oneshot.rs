@@ -372,3 +372,156 @@ async fn a_legacy_calls_stream_ends_with_its_response() {
     assert_eq!(last["id"], 2, "{body}");
     assert_eq!(last["result"]["content"][0]["text"], "done", "{body}");
 }
+
+/// A request as [`call_with`] builds it, with its `params` replaced and some headers set
+/// (an empty value removes the header).
+fn with(mut req: Request<Body>, params: Value, headers: &[(&str, &str)]) -> Request<Body> {
+    let method = req.headers()["mcp-method"].to_str().unwrap().to_owned();
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
+    *req.body_mut() = Body::from(body.to_string());
+    req.headers_mut().insert("x-user", "alice".parse().unwrap());
+    for (name, value) in headers {
+        if value.is_empty() {
+            req.headers_mut().remove(*name);
+        } else {
+            let name = header::HeaderName::from_bytes(name.as_bytes()).unwrap();
+            req.headers_mut().insert(name, value.parse().unwrap());
+        }
+    }
+    req
+}
+
+fn meta() -> Value {
+    json!({ "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {} })
+}
+
+/// A version this server does not speak, named only by the header (the body has no
+/// `_meta`, as a client of a later revision may send it), is refused as that: with the
+/// versions it supports, not as missing `_meta`.
+#[tokio::test]
+async fn a_version_named_only_by_the_header_is_refused_with_the_supported_ones() {
+    let req = with(
+        call("hello"),
+        json!({ "name": "hello", "arguments": {} }),
+        &[("mcp-protocol-version", "2027-01-01")],
+    );
+    let (status, body) = send(req).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["code"], -32022, "{body}");
+    assert_eq!(body["error"]["data"]["requested"], "2027-01-01", "{body}");
+    assert_eq!(body["error"]["data"]["supported"], json!(["2026-07-28"]));
+
+    // A version it speaks, without `_meta`: the missing `_meta` is what is wrong.
+    let req = with(
+        call("hello"),
+        json!({ "name": "hello", "arguments": {} }),
+        &[],
+    );
+    let (status, body) = send(req).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+}
+
+/// A call whose params do not read (its arguments are not an object, or its `_meta` is
+/// malformed) is still refused as a header mismatch when `Mcp-Name` or an `Mcp-Param-*`
+/// header disagrees with what the body does say, or is missing.
+#[tokio::test]
+async fn a_call_whose_params_do_not_read_still_mirrors_its_name_and_arguments() {
+    let unreadable = json!({ "name": "hello", "arguments": [1], "_meta": meta() });
+    for (headers, what) in [
+        (&[("mcp-name", "other")][..], "a name that disagrees"),
+        (&[("mcp-name", "")][..], "no name"),
+    ] {
+        let (status, body) = send(with(call("hello"), unreadable.clone(), headers)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{what}: {body}");
+        assert_eq!(body["error"]["code"], -32020, "{what}: {body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("Mcp-Name")),
+            "{what}: {body}"
+        );
+    }
+    // The name mirrored: the params are what is refused.
+    let (_, body) = send(with(call("hello"), unreadable, &[])).await;
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+
+    // Arguments that read, beside a `_meta` that does not.
+    let bad_meta = json!({ "name": "shard", "arguments": { "shard": 7 },
+        "_meta": { "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                   "io.modelcontextprotocol/clientCapabilities": [] } });
+    let shard = |value: &'static str| [("mcp-param-shard", value)];
+    let (status, body) = send(with(call("shard"), bad_meta.clone(), &shard("8"))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["code"], -32020, "{body}");
+    let (_, body) = send(with(call("shard"), bad_meta, &shard("7"))).await;
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+}
+
+/// An argument of another type than its `x-mcp-header` declares, mirrored as it was sent,
+/// is refused by the argument check (-32602, naming it), not as a header mismatch, which
+/// would send a client to list the tools again for nothing; a header that says something
+/// else than the body still is a mismatch.
+#[tokio::test]
+async fn an_argument_of_another_type_is_refused_as_an_argument() {
+    let params = json!({ "name": "shard", "arguments": { "shard": "7" }, "_meta": meta() });
+    let (_, body) = send(with(
+        call("shard"),
+        params.clone(),
+        &[("mcp-param-shard", "7")],
+    ))
+    .await;
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("shard")),
+        "{body}"
+    );
+    let (status, body) = send(with(call("shard"), params, &[("mcp-param-shard", "8")])).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["code"], -32020, "{body}");
+}
+
+/// A server that serves only 2026-07-28 names the versions it supports in every error it
+/// returns to `initialize`: its params malformed, or carrying this revision's `_meta`.
+#[tokio::test]
+async fn initialize_on_a_modern_only_server_names_the_supported_versions() {
+    let mut config = wharf::ServerConfig::default();
+    config.legacy.enabled = false;
+    let server = Server::builder(Implementation::new("t", "1"))
+        .config(config)
+        .tool(tool("hello").handler(|_cx: Context, _: NoArgs| async { "hi" }))
+        .build()
+        .unwrap();
+    let app = wharf_http::router(server, HttpConfig::default());
+    let post = |params: Value| {
+        let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params });
+        Request::post("/mcp")
+            .header(header::HOST, "localhost")
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream")
+            .body(Body::from(body.to_string()))
+            .unwrap()
+    };
+    let cases = [
+        (json!({}), "malformed params"),
+        (
+            json!({ "protocolVersion": "2025-11-25", "capabilities": {},
+                    "clientInfo": { "name": "t", "version": "1" } }),
+            "a legacy client",
+        ),
+        (json!({ "_meta": meta() }), "this revision's _meta"),
+    ];
+    for (params, what) in cases {
+        let res = app.clone().oneshot(post(params)).await.unwrap();
+        let bytes = res.into_body().collect().await.unwrap().to_bytes();
+        let body: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(
+            body["error"]["data"]["supported"],
+            json!(["2026-07-28"]),
+            "{what}: {body}"
+        );
+    }
+}

@@ -126,6 +126,19 @@ fn whole_safe(f: f64) -> Option<i64> {
     (f.is_finite() && f.fract() == 0.0 && f.abs() <= MAX_SAFE_INTEGER as f64).then_some(f as i64)
 }
 
+/// Whether `body` is of the type `kind` declares: a string, a boolean, or any number that is
+/// a whole one (of any size: JSON Schema's `integer` takes them all).
+pub fn is_of_type(kind: HeaderParamType, body: &serde_json::Value) -> bool {
+    match (kind, body) {
+        (HeaderParamType::String, serde_json::Value::String(_))
+        | (HeaderParamType::Boolean, serde_json::Value::Bool(_)) => true,
+        (HeaderParamType::Integer, serde_json::Value::Number(n)) => {
+            n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0)
+        }
+        _ => false,
+    }
+}
+
 /// Whether a decoded header value mirrors `body` for an argument of type `kind`.
 /// Integers compare numerically, so `42.0` mirrors `42`.
 pub fn param_matches(kind: HeaderParamType, header: &str, body: &serde_json::Value) -> bool {

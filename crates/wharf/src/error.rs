@@ -116,6 +116,18 @@ impl RpcError {
 
     /// `-32601` naming the method.
     pub fn method_not_found(method: &str) -> Self {
+        if method == wharf_protocol::methods::INITIALIZE {
+            // Sent by a client of an earlier revision (or one that thinks it is): it learns
+            // what this path speaks, which may be all it can show its user.
+            return Self::new(
+                ErrorKind::MethodNotFound,
+                format!(
+                    "Method not found: initialize; requests of protocol versions {:?} carry their version in _meta and need no initialization",
+                    version::SUPPORTED
+                ),
+            )
+            .with_data(json!({ "supported": version::SUPPORTED }));
+        }
         Self::new(
             ErrorKind::MethodNotFound,
             format!("Method not found: {method}"),

@@ -136,12 +136,19 @@ impl<'a> Sessions<'a> {
         scope: Scope,
     ) -> Result<(Session, Vec<u8>), ErrorReply> {
         let fail = |e: RpcError| ErrorReply::new(Some(id.clone()), e.in_2025());
-        let params: InitializeParams = read(params).map_err(fail)?;
         if !self.enabled() {
-            return Err(fail(RpcError::unsupported_version(
-                &params.protocol_version,
-            )));
+            // Named whatever else is wrong with the params: a legacy client has no other way
+            // to learn what this server speaks.
+            #[derive(serde::Deserialize)]
+            struct Asked {
+                #[serde(rename = "protocolVersion")]
+                version: String,
+            }
+            let asked = params.and_then(|p| serde_json::from_str::<Asked>(p.get()).ok());
+            let requested = asked.map(|a| a.version).unwrap_or_default();
+            return Err(fail(RpcError::unsupported_version(&requested)));
         }
+        let params: InitializeParams = read(params).map_err(fail)?;
         let runtime = &self.core.runtime;
         let config = &runtime.config.legacy;
         let now = now_millis();
