@@ -176,11 +176,14 @@ async fn renew_claim(mut conn: ConnectionManager, key: String, token: String, le
     }
 }
 
-/// Records a use of a handle, if it still exists: its last use, and its place in the expiry
-/// set (the earlier of its lifetime and its idle end, plus the grace).
+/// Records a use of a handle, if it still exists and the use is later than the last one
+/// recorded (a long call's use, recorded when it ends, may come after a later call's): its
+/// last use, and its place in the expiry set (the earlier of its lifetime and its idle end,
+/// plus the grace).
 const TOUCH_LUA: &str = r#"
 local h, id, now, grace = KEYS[1], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 if redis.call('EXISTS', h) == 0 then return 0 end
+if now <= tonumber(redis.call('HGET', h, 'last_used_at') or '0') then return 1 end
 redis.call('HSET', h, 'last_used_at', now)
 local at = tonumber(redis.call('HGET', h, 'expires_at'))
 local idle = tonumber(redis.call('HGET', h, 'idle_ms') or '')
@@ -208,6 +211,14 @@ return n
 /// while every handle it holds still exists, and only while its fence (if it was written
 /// under a mutation lock) is the live holder (returns 0, -2 or -4 otherwise, applying
 /// nothing).
+///
+/// A write Redis refuses (an app's command on a key of another type, say) stops the script,
+/// and Redis keeps what the writes before it did: nothing undoes them. So the writes run
+/// under `pcall`, and the first refusal ends them: the claim is recorded done with a failed
+/// tool result that says so (a retry answers it, and applies nothing twice), and the
+/// script returns that result's text. (Out of memory refuses only a script's first write,
+/// before anything is applied: then the claim's record cannot be written either, the
+/// script fails whole, and the claim lapses or is released as after any failed commit.)
 const COMMIT_LUA: &str = r#"
 local claim, token, result = ARGV[1], ARGV[2], ARGV[3]
 local ops = cjson.decode(ARGV[4])
@@ -237,6 +248,7 @@ for _, op in ipairs(ops) do
     if have and have ~= op[4] then return -3 end
   end
 end
+local applied, refused = pcall(function()
 for _, op in ipairs(ops) do
   local o = op[1]
   if o == 'call' then redis.call(unpack(op, 2))
@@ -264,7 +276,9 @@ for _, op in ipairs(ops) do
     redis.call('ZADD', op[12], op[7], op[3])
     if redis.call('PTTL', op[12]) < tonumber(op[13]) then redis.call('PEXPIRE', op[12], op[13]) end
   elseif o == 'touch' then
-    if redis.call('EXISTS', op[2]) == 1 then
+    -- Only ever later, as TOUCH_LUA.
+    if redis.call('EXISTS', op[2]) == 1
+      and tonumber(op[4]) > tonumber(redis.call('HGET', op[2], 'last_used_at') or '0') then
       redis.call('HSET', op[2], 'last_used_at', op[4])
       local at = tonumber(redis.call('HGET', op[2], 'expires_at'))
       local idle = tonumber(redis.call('HGET', op[2], 'idle_ms') or '')
@@ -280,6 +294,18 @@ for _, op in ipairs(ops) do
     redis.call('DEL', op[2], op[3])
     redis.call('ZREM', KEYS[1], op[4])
   end
+end
+end)
+if not applied then
+  local why = type(refused) == 'table' and refused.err or tostring(refused)
+  local text = 'The write failed part-way: the store refused one of its commands (' .. why ..
+    '). What it wrote before that is kept; this call is recorded as failed and will not be applied again.'
+  if claim ~= '' then
+    local failed = cjson.encode({resultType = 'complete', content = {{type = 'text', text = text}}, isError = true})
+    redis.call('HSET', claim, 'state', 'done', 'result', failed)
+    redis.call('HDEL', claim, 'token', 'lease_until')
+  end
+  return text
 end
 if claim ~= '' then
   redis.call('HSET', claim, 'state', 'done', 'result', result)
@@ -648,9 +674,11 @@ impl RedisTx {
     /// Queues a write (`["RPUSH", key, value]`, …) to run at commit: after every check of the
     /// commit (the claim, held handles, fences, [`expect_field`](Self::expect_field)), with
     /// the transaction's other writes and the call's idempotency record, in one script. A
-    /// command Redis rejects (a wrong key type) stops the script where it is, and Redis
-    /// keeps what ran before it: queue only commands that cannot fail on the keys as the
-    /// app keeps them. Keys must live on one node (standalone Redis, or one hash slot).
+    /// command Redis rejects (a wrong key type) ends the writes where it is, and Redis keeps
+    /// what ran before it: the commit fails with [`StoreError::PartlyApplied`], and the
+    /// call's idempotency record is kept with that failure, so a retry answers it rather
+    /// than applying the writes again. Queue only commands that cannot fail on the keys as
+    /// the app keeps them. Keys must live on one node (standalone Redis, or one hash slot).
     ///
     /// # Errors
     ///
@@ -842,7 +870,7 @@ impl Transaction for RedisTx {
             return Err(StoreError::ClaimLost);
         }
         let ops = Value::Array(std::mem::take(&mut self.ops)).to_string();
-        let applied: i64 = self
+        let applied: redis::Value = self
             .commit
             .key(HANDLE_EXPIRY)
             .arg(claim)
@@ -853,14 +881,24 @@ impl Transaction for RedisTx {
             .await
             .map_err(backend)?;
         match applied {
-            1 => {
+            redis::Value::Int(1) => {
                 self.claim = None;
                 Ok(())
             }
-            -2 => Err(StoreError::HandleGone),
-            -3 => Err(StoreError::Conflict),
-            -4 => Err(StoreError::LeaseLost),
-            _ => Err(StoreError::ClaimLost),
+            redis::Value::Int(-2) => Err(StoreError::HandleGone),
+            redis::Value::Int(-3) => Err(StoreError::Conflict),
+            redis::Value::Int(-4) => Err(StoreError::LeaseLost),
+            redis::Value::Int(_) => Err(StoreError::ClaimLost),
+            // Part of it applied, and the claim recorded with the failure: nothing to release.
+            redis::Value::BulkString(text) => {
+                self.claim = None;
+                Err(StoreError::PartlyApplied(
+                    String::from_utf8_lossy(&text).into_owned(),
+                ))
+            }
+            other => Err(StoreError::Backend(format!(
+                "unexpected answer of the commit script: {other:?}"
+            ))),
         }
     }
 

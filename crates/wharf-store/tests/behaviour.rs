@@ -109,6 +109,36 @@ async fn handles_are_stored_with_their_owner_and_only_when_committed(store: Arc<
     assert_eq!(touched.last_used_at, kept.last_used_at + 5);
 }
 
+/// A handle's last use only moves on: a use recorded late (a long call's, recorded when it
+/// ends) after a later one was does not take it back, directly or with a commit, and so
+/// does not bring the handle's idle expiry forward.
+async fn a_handles_last_use_never_moves_back(store: Arc<dyn Store>) {
+    let owner = Principal::new(unique("last-use"));
+    let handle = HandleRecord::mint::<Thing>(&owner, now_millis());
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.create_handle(&handle).await.unwrap();
+    tx.commit().await.unwrap();
+    let at = |ms: i64| handle.last_used_at + ms;
+    let last_use = async || {
+        let stored = store.load_handle(&handle.id).await.unwrap().unwrap();
+        stored.last_used_at
+    };
+
+    store.touch_handle(&handle.id, at(5_000)).await.unwrap();
+    store.touch_handle(&handle.id, at(1_000)).await.unwrap();
+    assert_eq!(last_use().await, at(5_000), "a direct use took it back");
+
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    assert!(tx.hold_handle(&handle.id, Some(at(2_000))).await.unwrap());
+    tx.commit().await.unwrap();
+    assert_eq!(last_use().await, at(5_000), "a commit took it back");
+
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    assert!(tx.hold_handle(&handle.id, Some(at(9_000))).await.unwrap());
+    tx.commit().await.unwrap();
+    assert_eq!(last_use().await, at(9_000), "a later use moves it on");
+}
+
 /// A kind that lives as long as it is used: a lifetime of `Duration::MAX`.
 struct Lasting;
 impl HandleKind for Lasting {
@@ -721,6 +751,7 @@ all_backends!(
     keys_and_results_are_stored_exactly_whatever_they_hold,
     nothing_is_left_under_a_handle_retired_while_a_write_ran,
     live_handles_count_one_owners_live_handles_of_one_kind,
+    a_handles_last_use_never_moves_back,
 );
 
 /// Two writes under one handle, each claimed (so each holds the handle's lock shared), both

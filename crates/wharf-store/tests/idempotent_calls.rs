@@ -602,3 +602,53 @@ mod small_pool {
         super::more_writes_in_steps_than_connections_on(&super::support::redis_url()).await;
     }
 }
+
+/// On Redis, whose scripts keep what they wrote before a command failed, a call whose
+/// commit Redis refuses half-way answers the failure its key was recorded with, and its
+/// retry answers the same without applying anything a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_commit_refused_half_way_answers_what_its_retries_will() {
+    use ::redis::AsyncCommands as _;
+
+    let store = redis().await;
+    let server =
+        Server::builder(Implementation::new("t", "1"))
+            .store(Arc::clone(&store))
+            .tool(tool("push_then_fail").idempotent().handler(
+                |cx: Context, args: Append| async move {
+                    let mut tx = cx.tx().await?;
+                    let buffer = tx
+                        .backend_tx()
+                        .downcast_mut::<wharf_store::redis::RedisTx>()
+                        .ok_or_else(|| HandlerError::internal("not a Redis transaction"))?;
+                    let text = format!("{}:text", args.log);
+                    for command in [
+                        vec!["RPUSH", &args.log, "1"],
+                        vec!["SET", &text, "x"],
+                        // Refused: the key holds text.
+                        vec!["INCR", &text],
+                    ] {
+                        buffer
+                            .queue(command)
+                            .map_err(|e| HandlerError::internal(e.to_string()))?;
+                    }
+                    Ok::<_, HandlerError>("pushed")
+                },
+            ))
+            .build()
+            .unwrap();
+    let log = unique("log");
+    let args = json!({ "log": log, "n": 1, "idempotency_key": unique("key") });
+
+    let first = run(&server, "alice", "push_then_fail", args.clone()).await;
+    assert_eq!(first["isError"], true, "{first}");
+    let said = first["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(said.contains("part-way"), "{first}");
+    let again = run(&server, "alice", "push_then_fail", args).await;
+    assert!(replayed(&again), "{again}");
+    assert_eq!(again["content"], first["content"]);
+    assert_eq!(again["isError"], true);
+    let mut raw = support::raw_redis().await;
+    let pushed: i64 = raw.llen(&log).await.unwrap();
+    assert_eq!(pushed, 1, "applied twice");
+}

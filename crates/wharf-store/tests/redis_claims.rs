@@ -287,3 +287,53 @@ async fn queued_commands_land_with_the_claim_or_not_at_all() {
     let huge = std::iter::repeat_n("x".to_owned(), RedisTx::MAX_ARGS + 1);
     assert!(app.queue(huge).is_err());
 }
+
+/// Redis keeps what a script wrote before a command of it failed. A commit whose queued
+/// command Redis refuses half-way (an `INCR` of a key that holds text) keeps the writes
+/// before it, so its claim is recorded done with a failed result that says so: the retry
+/// answers it, and nothing is applied a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_refused_half_way_is_recorded_and_not_applied_again() {
+    let store = redis_with(Duration::from_secs(3)).await;
+    let (list, text) = (unique("list"), unique("text"));
+    let c = claim(&unique("h:partial"), "k", json!({"n": 1}));
+    let attempt = async |store: &std::sync::Arc<dyn wharf::store::Store>| {
+        let Begin::Run(mut tx) = store.begin_idempotent(&c, now_millis()).await.unwrap() else {
+            return None;
+        };
+        let redis_tx = tx
+            .backend_tx()
+            .downcast_mut::<wharf_store::redis::RedisTx>()
+            .expect("a Redis transaction");
+        redis_tx.queue(["RPUSH", &list, "1"]).unwrap();
+        redis_tx.queue(["SET", &text, "x"]).unwrap();
+        redis_tx.queue(["INCR", &text]).unwrap();
+        tx.complete_claim(&c, r#"{"resultType":"complete","content":[]}"#)
+            .await
+            .unwrap();
+        Some(tx.commit().await)
+    };
+
+    let failed = attempt(&store).await.expect("the first attempt runs");
+    let Err(StoreError::PartlyApplied(why)) = failed else {
+        panic!("not refused half-way: {failed:?}");
+    };
+    assert!(
+        why.contains("part-way") && why.contains("not an integer"),
+        "{why}"
+    );
+    let mut raw = raw_redis().await;
+    let pushed: i64 = raw.llen(&list).await.unwrap();
+    assert_eq!(pushed, 1, "the write before the refused one is kept");
+
+    // A retry, however late, answers the recorded failure and writes nothing.
+    assert!(attempt(&store).await.is_none(), "the retry ran again");
+    let Begin::Replay(stored) = store.begin_idempotent(&c, now_millis()).await.unwrap() else {
+        panic!("the failure was not recorded");
+    };
+    let stored: Value = serde_json::from_str(&stored).unwrap();
+    assert_eq!(stored["isError"], true, "{stored}");
+    assert_eq!(stored["content"][0]["text"], why.as_str(), "{stored}");
+    let pushed: i64 = raw.llen(&list).await.unwrap();
+    assert_eq!(pushed, 1, "applied twice");
+}

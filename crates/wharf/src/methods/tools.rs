@@ -313,11 +313,16 @@ async fn settle(
                     let stored = serde_json::to_string(&result).map_err(RpcError::internal)?;
                     tx.complete_claim(claim, &stored).await?;
                 }
-                Ok::<_, RpcError>(tx.commit().await?)
+                Ok::<_, RpcError>(tx.commit().await)
             };
-            runtime.store_op(StoreOp::Commit, commit).await?;
             committed = true;
-            result
+            match runtime.store_op(StoreOp::Commit, commit).await? {
+                Ok(()) => result,
+                // What was applied stays, and the claim was recorded with this failure: the
+                // call answers what its retries will.
+                Err(StoreError::PartlyApplied(what)) => CallToolResult::error(what),
+                Err(e) => return Err(e.into()),
+            }
         }
         Finished::Commit(None) if !failed => {
             committed = true;

@@ -99,6 +99,12 @@ pub enum StoreError {
     /// mistake, refused before any backend saw it.
     #[error("invalid store request: {0}")]
     Invalid(String),
+    /// The commit applied only part of its writes: the store refused one after those before
+    /// it were applied, and cannot undo them (Redis). Its claim, if it held one, was recorded
+    /// done with this failure as its result (a tool result with `isError`, holding this
+    /// message), so a retry answers that instead of applying the writes again.
+    #[error("{0}")]
+    PartlyApplied(String),
 }
 
 /// How a transaction will be used; SQLite takes its write lock up front for writes, so a
