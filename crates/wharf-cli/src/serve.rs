@@ -108,8 +108,8 @@ pub(crate) struct ServeArgs {
         value_parser = positive::<u64>(),
     )]
     session_idle_mins: u64,
-    /// Seconds a legacy call waits for the client to answer its server requests (never
-    /// longer than a request state lasts, --state-max-age-secs, less a second).
+    /// Seconds a legacy call waits for the client to answer its server requests (and never
+    /// past the expiry of the round's request state, --state-max-age-secs).
     #[arg(
         long,
         env = "WHARF_INPUT_TIMEOUT_SECS",

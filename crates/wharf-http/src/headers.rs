@@ -71,27 +71,21 @@ pub(crate) fn validate_unread(
     server: &Server,
 ) -> Result<(), RpcError> {
     method_mirrored(headers, method, true)?;
-    let sent = required(
-        &headers.protocol_version,
-        headers::PROTOCOL_VERSION,
-        "MCP-Protocol-Version",
-    )?;
+    let sent = protocol_version(headers)?;
     // The refused path only: reading the params as a tree costs nothing that matters here.
     let params = params.and_then(|p| serde_json::from_str::<serde_json::Value>(p.get()).ok());
     let params = params.as_ref();
     let named = params.and_then(|p| p["_meta"][wharf_protocol::meta::PROTOCOL_VERSION].as_str());
     match named {
-        Some(named) if named.as_bytes() != sent => {
+        Some(named) if named != sent => {
             return Err(RpcError::header_mismatch(format!(
-                "MCP-Protocol-Version header value '{}' does not match body value '{named}'",
-                String::from_utf8_lossy(sent),
+                "MCP-Protocol-Version header value '{sent}' does not match body value '{named}'",
             )));
         }
         Some(_) => {}
         // The header is all that names a version: one this server does not speak is what
         // the client must hear of first.
         None => {
-            let sent = String::from_utf8_lossy(sent);
             if !wharf_protocol::version::is_supported(&sent) {
                 return Err(RpcError::unsupported_version(&sent));
             }
@@ -122,19 +116,24 @@ pub(crate) fn validate(
     req: &ParsedRequest,
     server: &Server,
 ) -> Result<(), RpcError> {
-    let version = required(
-        &headers.protocol_version,
-        headers::PROTOCOL_VERSION,
-        "MCP-Protocol-Version",
-    )?;
-    if version != req.info.protocol_version.as_bytes() {
+    let version = protocol_version(headers)?;
+    if version != req.info.protocol_version {
         return Err(RpcError::header_mismatch(format!(
-            "MCP-Protocol-Version header value '{}' does not match body value '{}'",
-            String::from_utf8_lossy(version),
+            "MCP-Protocol-Version header value '{version}' does not match body value '{}'",
             req.info.protocol_version
         )));
     }
     mirrored(headers, req, server, true)
+}
+
+/// The `MCP-Protocol-Version` header, required, decoded as every mirrored value is.
+fn protocol_version<'a>(headers: &RequestHeaders<'a>) -> Result<Cow<'a, str>, RpcError> {
+    let sent = required(
+        &headers.protocol_version,
+        headers::PROTOCOL_VERSION,
+        "MCP-Protocol-Version",
+    )?;
+    decoded(sent, "MCP-Protocol-Version")
 }
 
 /// Checks the mirrored headers a request of a legacy session carries: that era requires

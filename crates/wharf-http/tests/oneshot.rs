@@ -525,3 +525,22 @@ async fn initialize_on_a_modern_only_server_names_the_supported_versions() {
         );
     }
 }
+
+/// Every mirrored header value may come Base64-encoded (`=?base64?…?=`) and is compared
+/// decoded: `MCP-Protocol-Version` too.
+#[tokio::test]
+async fn an_encoded_version_header_is_compared_decoded() {
+    // "2026-07-28", encoded.
+    let encoded = "=?base64?MjAyNi0wNy0yOA==?=";
+    let req = with(
+        call("hello"),
+        json!({ "name": "hello", "arguments": {}, "_meta": meta() }),
+        &[("mcp-protocol-version", encoded)],
+    );
+    let (status, body) = send(req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body["result"]["content"][0]["text"], "hello https://app.example#alice",
+        "{body}"
+    );
+}

@@ -214,9 +214,10 @@ return n
 ///
 /// A write Redis refuses (an app's command on a key of another type, say) stops the script,
 /// and Redis keeps what the writes before it did: nothing undoes them. So the writes run
-/// under `pcall`, and the first refusal ends them: the claim is recorded done with a failed
-/// tool result that says so (a retry answers it, and applies nothing twice), and the
-/// script returns that result's text. (Out of memory refuses only a script's first write,
+/// under `pcall`, and the first refusal ends them: the claim, if there is one, is recorded
+/// done with a failed tool result that says so (a retry answers it, and applies nothing
+/// twice), and the script returns that result's text. (Without a claim nothing is recorded:
+/// a retry runs again.) (Out of memory refuses only a script's first write,
 /// before anything is applied: then the claim's record cannot be written either, the
 /// script fails whole, and the claim lapses or is released as after any failed commit.)
 const COMMIT_LUA: &str = r#"
@@ -298,12 +299,21 @@ end
 end)
 if not applied then
   local why = type(refused) == 'table' and refused.err or tostring(refused)
+  -- Redis names the script and its line: nothing a caller can use.
+  why = (string.gsub(why, '%s*script: .*$', ''))
   local text = 'The write failed part-way: the store refused one of its commands (' .. why ..
-    '). What it wrote before that is kept; this call is recorded as failed and will not be applied again.'
+    '). Whatever it wrote before that is kept.'
   if claim ~= '' then
+    text = text .. ' This call is recorded as failed and will not be applied again.'
     local failed = cjson.encode({resultType = 'complete', content = {{type = 'text', text = text}}, isError = true})
     redis.call('HSET', claim, 'state', 'done', 'result', failed)
     redis.call('HDEL', claim, 'token', 'lease_until')
+    -- Its owner, queued after the writes, so not written yet: replays look for it.
+    for _, op in ipairs(ops) do
+      if op[1] == 'hset' and op[2] == claim and op[3] == 'owner' then
+        redis.call('HSET', claim, 'owner', op[4])
+      end
+    end
   end
   return text
 end
@@ -675,10 +685,11 @@ impl RedisTx {
     /// commit (the claim, held handles, fences, [`expect_field`](Self::expect_field)), with
     /// the transaction's other writes and the call's idempotency record, in one script. A
     /// command Redis rejects (a wrong key type) ends the writes where it is, and Redis keeps
-    /// what ran before it: the commit fails with [`StoreError::PartlyApplied`], and the
-    /// call's idempotency record is kept with that failure, so a retry answers it rather
-    /// than applying the writes again. Queue only commands that cannot fail on the keys as
-    /// the app keeps them. Keys must live on one node (standalone Redis, or one hash slot).
+    /// what ran before it: the commit fails with [`StoreError::PartlyApplied`]. In an
+    /// idempotent call the idempotency record is kept with that failure, so a retry answers
+    /// it rather than applying the writes again; without one, a retry runs again. Queue only
+    /// commands that cannot fail on the keys as the app keeps them. Keys must live on one
+    /// node (standalone Redis, or one hash slot).
     ///
     /// # Errors
     ///

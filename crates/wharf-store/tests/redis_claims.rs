@@ -322,6 +322,7 @@ async fn a_commit_refused_half_way_is_recorded_and_not_applied_again() {
         why.contains("part-way") && why.contains("not an integer"),
         "{why}"
     );
+    assert!(!why.contains("user_script"), "{why}");
     let mut raw = raw_redis().await;
     let pushed: i64 = raw.llen(&list).await.unwrap();
     assert_eq!(pushed, 1, "the write before the refused one is kept");
@@ -331,6 +332,11 @@ async fn a_commit_refused_half_way_is_recorded_and_not_applied_again() {
     let Begin::Replay(stored) = store.begin_idempotent(&c, now_millis()).await.unwrap() else {
         panic!("the failure was not recorded");
     };
+    // Found by its owner too, as a call that waited for its turn looks it up.
+    assert_eq!(
+        store.replay_of(&c, now_millis()).await.unwrap().as_deref(),
+        Some(stored.as_str())
+    );
     let stored: Value = serde_json::from_str(&stored).unwrap();
     assert_eq!(stored["isError"], true, "{stored}");
     assert_eq!(stored["content"][0]["text"], why.as_str(), "{stored}");

@@ -97,8 +97,9 @@ pub struct LegacyConfig {
     /// A session ends this long after `initialize`, however busy.
     pub session_lifetime: Duration,
     /// How long a call waits for the client to answer one round of its server requests
-    /// (the rounds themselves are capped by [`StateConfig::max_rounds`]); never longer than
-    /// the round's state holds ([`StateConfig::max_age`]), less a second.
+    /// (the rounds themselves are capped by [`StateConfig::max_rounds`]); never past the
+    /// expiry of the round's state ([`StateConfig::max_age`]), less a moment for the next
+    /// round to begin.
     pub input_timeout: Duration,
 }
 

@@ -38,8 +38,9 @@ use crate::trace;
 /// How often a call waiting for an answer looks in the store even without a signal (one
 /// can be lost while the bus reconnects).
 const POLL: Duration = Duration::from_secs(1);
-/// How long before its round's state expires a call stops waiting for answers: the next
-/// round must begin while the state holds.
+/// How long before its round's state expires a call stops waiting for answers (at most:
+/// half a state's life when that is shorter): the next round must begin while the state
+/// holds.
 const STATE_MARGIN: Duration = Duration::from_secs(1);
 
 /// `by` after `from`; a wait too long for the clock lasts a century.
@@ -100,8 +101,8 @@ impl std::fmt::Debug for Rounds {
 struct Asked {
     requests: Map<String, Value>,
     state: Option<String>,
-    /// When the round that asked began, so no later than its state was sealed.
-    began: Instant,
+    /// When the round that asked returned, just after its state was sealed.
+    returned: Instant,
 }
 
 enum Step {
@@ -268,7 +269,6 @@ impl Run {
     }
 
     async fn round(&mut self, req: ParsedRequest, outbox: Option<&Outbox>) -> Step {
-        let began = Instant::now();
         self.rounds += 1;
         let caller = Caller {
             principal: self.principal.clone(),
@@ -280,6 +280,7 @@ impl Run {
         let span = trace::round(self.counted.span(), self.rounds);
         let counted = self.counted.is_counted();
         let (out, outcome) = dispatch::execute(&self.core, req, caller, &span, counted).await;
+        let returned = Instant::now();
         match out {
             Err(_) if self.cancel.is_cancelled() => {
                 self.counted.ended(RequestOutcome::Cancelled, None);
@@ -290,7 +291,7 @@ impl Run {
                 self.counted.ended(RequestOutcome::Error, Some(&e));
                 Step::Done(error_message(Some(&self.id), &e))
             }
-            Ok(m) => match classify(m, began) {
+            Ok(m) => match classify(m, returned) {
                 // The call goes on: the client answers, and the next round runs.
                 Step::Ask(asked) => Step::Ask(asked),
                 step => {
@@ -367,10 +368,12 @@ impl Run {
         }
         // The answers are taken only while the round's state holds: one that came after it
         // expired would fail the next round with an error about a `requestState` a 2025
-        // client never saw. A second is left for the next round to begin.
+        // client never saw. A moment (a second, or half a short state's life) is left for
+        // the next round to begin, and covers the instant between the seal and the return.
         let sent = Instant::now();
         let state_lasts = runtime.config.request_state.max_age;
-        let state_holds = later(asked.began, state_lasts.saturating_sub(STATE_MARGIN));
+        let margin = STATE_MARGIN.min(state_lasts / 2);
+        let state_holds = later(asked.returned, state_lasts.saturating_sub(margin));
         let deadline = later(sent, runtime.config.legacy.input_timeout).min(state_holds);
         let allowed = deadline.saturating_duration_since(sent);
         let mut responses = InputResponses::new();
@@ -570,7 +573,7 @@ fn server_request(id: &RequestId, method: &str, params: Option<&Value>) -> Value
 /// Sorts a round's response: input required, or the response, less what only 2026-07-28
 /// has (`resultType`, and the cache hints `ttlMs` and `cacheScope`). Only the result's
 /// top-level members are read (the rest stays raw text), since every legacy call pays this.
-fn classify(message: Vec<u8>, began: Instant) -> Step {
+fn classify(message: Vec<u8>, returned: Instant) -> Step {
     #[derive(serde::Deserialize)]
     struct Response<'a> {
         #[serde(borrow)]
@@ -600,7 +603,7 @@ fn classify(message: Vec<u8>, began: Instant) -> Step {
         return Step::Ask(Asked {
             requests,
             state,
-            began,
+            returned,
         });
     }
     for field in ["resultType", "ttlMs", "cacheScope"] {
@@ -681,18 +684,22 @@ mod tests {
         );
     }
 
-    /// A server whose tool `confirm` asks the client to confirm, then answers "done".
-    fn confirming(config: crate::config::ServerConfig) -> crate::Server {
+    /// A server whose tool `confirm` works for `think` before it asks the client to
+    /// confirm, then answers "done".
+    fn confirming(config: crate::config::ServerConfig, think: Duration) -> crate::Server {
         use crate::{Context, Elicited, FormSchema, HandlerError, Server, tool};
 
         Server::builder(wharf_protocol::Implementation::new("t", "1"))
             .config(config)
             .tool(
-                tool("confirm").handler(|cx: Context, _: crate::NoArgs| async move {
+                tool("confirm").handler(move |cx: Context, _: crate::NoArgs| async move {
                     let form = FormSchema::new().boolean("ok", "OK", true);
                     match cx.elicited::<Value>("ok", &form) {
                         Some(Elicited::Accepted(_)) => Ok("done".to_owned()),
-                        _ => Err(HandlerError::from(cx.ask().elicit("ok", "Go on?", form))),
+                        _ => {
+                            tokio::time::sleep(think).await;
+                            Err(HandlerError::from(cx.ask().elicit("ok", "Go on?", form)))
+                        }
                     }
                 }),
             )
@@ -761,7 +768,7 @@ mod tests {
     /// answered, not dropped with its stream: the client is told to send it again.
     #[tokio::test]
     async fn a_call_waiting_for_input_at_shutdown_is_answered() {
-        let server = confirming(Default::default());
+        let server = confirming(Default::default(), Duration::ZERO);
         let (_session, sent, _, running) = confirm_call(&server).await;
         server.shutdown();
         let answer = response(sent).await;
@@ -784,7 +791,7 @@ mod tests {
         let mut config = crate::config::ServerConfig::default();
         config.request_state.max_age = Duration::from_secs(3);
         config.legacy.input_timeout = Duration::from_secs(60);
-        let server = confirming(config);
+        let server = confirming(config, Duration::ZERO);
         let (session, sent, asked_id, running) = confirm_call(&server).await;
         let answering = {
             let server = server.clone();
@@ -817,6 +824,35 @@ mod tests {
                 .is_some_and(|m| m.contains("within 2 s")),
             "{answer}"
         );
+    }
+
+    /// The wait is counted from when the round that asked returned, not from when it began:
+    /// a handler that works for most of a state's life before it asks still leaves the
+    /// client the rest of it (here 9 s of work, a state of 12 s, an answer after 5 s).
+    #[tokio::test(start_paused = true)]
+    async fn a_handler_that_works_before_it_asks_leaves_the_client_its_time() {
+        let mut config = crate::config::ServerConfig::default();
+        config.request_state.max_age = Duration::from_secs(12);
+        config.legacy.input_timeout = Duration::from_secs(60);
+        let server = confirming(config, Duration::from_secs(9));
+        let (session, sent, asked_id, running) = confirm_call(&server).await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let ok =
+            RawValue::from_string(r#"{"action":"accept","content":{"ok":true}}"#.into()).unwrap();
+        server
+            .sessions()
+            .answer(
+                &session,
+                &Principal::new("alice"),
+                &asked_id,
+                Some(&ok),
+                None,
+            )
+            .await
+            .unwrap();
+        let answer = response(sent).await;
+        running.await.unwrap();
+        assert_eq!(answer["result"]["content"][0]["text"], "done", "{answer}");
     }
 
     #[test]

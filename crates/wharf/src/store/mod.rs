@@ -102,7 +102,8 @@ pub enum StoreError {
     /// The commit applied only part of its writes: the store refused one after those before
     /// it were applied, and cannot undo them (Redis). Its claim, if it held one, was recorded
     /// done with this failure as its result (a tool result with `isError`, holding this
-    /// message), so a retry answers that instead of applying the writes again.
+    /// message), so a retry answers that instead of applying the writes again; without a
+    /// claim nothing was recorded.
     #[error("{0}")]
     PartlyApplied(String),
 }
