@@ -187,7 +187,7 @@ pub(crate) async fn get(State(state): State<Arc<AppState>>, request: Request) ->
         Ok(s) => s,
         Err(refused) => return *refused,
     };
-    let stream = match state.server.sessions().stream(&session, &principal) {
+    let stream = match state.server.sessions().stream(&session, &principal).await {
         Ok(stream) => stream,
         Err(e) => return error_response(None, &e),
     };

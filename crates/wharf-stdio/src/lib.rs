@@ -284,20 +284,21 @@ impl Legacy {
     /// (Re)starts writing the session's list changes and resource updates, for the
     /// subscriptions it holds now.
     ///
-    /// The new stream is opened before the old one stops: it hears the bus from then on, and
-    /// the old one goes on until it hears the new one announce itself (every listener hears
-    /// the bus in one order), so no change falls between the two; one heard by both goes
-    /// out twice, which a client takes as it takes any repeated notification. Only when the
-    /// new one cannot open (the listen caps are full) is the old one stopped at once, to
-    /// free its place.
-    fn restart_stream(
+    /// The new stream is opened, and announced, before the old one stops: it hears the bus
+    /// from then on, and the old one goes on until it hears the new one's announcement,
+    /// which comes after its own (every listener hears the bus in one order, and each
+    /// stream was announced as it opened), so no change falls between the two; one heard
+    /// by both goes out twice, which a client takes as it takes any repeated notification.
+    /// Only when the new one cannot open (the listen caps are full, the bus is down) is the
+    /// old one stopped at once, to free its place.
+    async fn restart_stream(
         &mut self,
         server: &Server,
         tx: &mpsc::Sender<Vec<u8>>,
         principal: &Principal,
     ) {
         let Some(session) = &self.session else { return };
-        let opened = server.sessions().stream(session, principal);
+        let opened = server.sessions().stream(session, principal).await;
         if let Some(old) = self.stream.take() {
             old.retired.cancel();
             if opened.is_err() {
@@ -376,7 +377,7 @@ async fn write_stream(
                 () = retired.cancelled() => return,
             }
         }
-        opened = server.sessions().stream(&session, &principal);
+        opened = server.sessions().stream(&session, &principal).await;
     }
 }
 
@@ -433,7 +434,7 @@ async fn read_long_way(
                 Ok((session, message)) => {
                     let _ = tx.send(message).await;
                     legacy.session = Some(session);
-                    legacy.restart_stream(server, tx, link.principal);
+                    legacy.restart_stream(server, tx, link.principal).await;
                 }
                 Err(reply) => {
                     let _ = tx.send(reply.to_message()).await;
@@ -598,7 +599,9 @@ async fn in_session(
         // A subscription made or dropped (each adds or removes one) changes what the
         // session's stream writes; a refused or repeated one changes nothing.
         if session.subscriptions().len() != subscribed {
-            legacy.restart_stream(link.server, link.tx, link.principal);
+            legacy
+                .restart_stream(link.server, link.tx, link.principal)
+                .await;
         }
         return;
     }

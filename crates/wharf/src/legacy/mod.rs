@@ -463,8 +463,10 @@ impl<'a> Sessions<'a> {
     /// The session's stream of messages unrelated to any request: list changes and updates
     /// of the resources it subscribed to (HTTP GET; stdio writes them as they come), opened
     /// for `principal`, its owner. It holds slots under the listen caps, as a
-    /// `subscriptions/listen` stream does; refused (`RetryLater`) when they are full.
-    pub fn stream(
+    /// `subscriptions/listen` stream does; refused (`RetryLater`) when they are full, or
+    /// when the bus did not take its announcement (a session has one stream at a time: the
+    /// one opened last, on any replica, and the others end when they hear of it).
+    pub async fn stream(
         &self,
         session: &Session,
         principal: &Principal,
@@ -472,7 +474,17 @@ impl<'a> Sessions<'a> {
         let runtime = &self.core.runtime;
         let capped = (!principal.is_anonymous()).then(|| principal.id());
         match runtime.gate.enter_listen(capped) {
-            Ok(permit) => Ok(SessionStream::open(self.core, session, permit)),
+            Ok(permit) => SessionStream::open(self.core, session, permit)
+                .await
+                .map_err(|e| {
+                    tracing::warn!(error = %e, "a session's stream could not announce itself");
+                    RpcError::new(
+                        ErrorKind::RetryLater,
+                        format!(
+                            "Busy: the session's stream could not be announced ({e}); open it again"
+                        ),
+                    )
+                }),
             Err(busy) => {
                 if let Some(m) = &runtime.metrics {
                     m.shed(busy.why);

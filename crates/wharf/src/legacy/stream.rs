@@ -14,7 +14,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use wharf_protocol::methods;
 
-use crate::bus::{ChangeEvent, SessionSignal};
+use crate::bus::{BusError, ChangeEvent, SessionSignal};
 use crate::dispatch::Core;
 use crate::limits::Permit;
 use crate::session::Session;
@@ -50,11 +50,10 @@ struct State {
     /// sweeper removes an expired one without a word on the bus.
     recheck_at: tokio::time::Instant,
     /// This stream's name among the session's streams (see [`SessionSignal::Listening`]),
-    /// whether the others were told of it yet, and whether its own announcement came back:
-    /// every listener of the bus hears announcements in one order, so a stream that hears
-    /// another's after its own is the older one, whatever the replicas' clocks say.
+    /// announced when it opened, and whether that announcement came back: every listener of
+    /// the bus hears announcements in one order, so a stream that hears another's after its
+    /// own is the older one, whatever the replicas' clocks say.
     key: String,
-    announced: bool,
     heard_own: bool,
     /// Ends once the backlog is sent (after a lag).
     ending: bool,
@@ -75,7 +74,17 @@ fn recheck_every(core: &Core) -> Duration {
 }
 
 impl SessionStream {
-    pub(crate) fn open(core: &Arc<Core>, session: &Session, permit: Permit) -> Self {
+    /// Opens the stream and announces it on the bus before it is handed out, so streams
+    /// opened one after the other are announced in that order: the one opened last is the
+    /// newer one, which every older stream of the session hears, and ends for. Subscribed
+    /// first, it hears a newer stream's announcement however soon that comes. `Err` when
+    /// the bus did not take the announcement: unannounced, a stream could not tell whether
+    /// a newer one opened, and might outlive it.
+    pub(crate) async fn open(
+        core: &Arc<Core>,
+        session: &Session,
+        permit: Permit,
+    ) -> Result<Self, BusError> {
         let state = State {
             end: core.runtime.stream_end(),
             core: Arc::clone(core),
@@ -87,18 +96,22 @@ impl SessionStream {
             backlog: Vec::new(),
             recheck_at: tokio::time::Instant::now() + recheck_every(core),
             key: format!("{:032x}", rand::random::<u128>()),
-            announced: false,
             heard_own: false,
             ending: false,
             _permit: permit,
         };
-        SessionStream(Box::pin(futures_util::stream::unfold(
+        let opened = ChangeEvent::Session {
+            session: state.id.clone(),
+            signal: SessionSignal::Listening(state.key.clone()),
+        };
+        core.runtime.bus.publish(opened).await?;
+        Ok(SessionStream(Box::pin(futures_util::stream::unfold(
             state,
             |mut s| async move {
                 let next = s.next().await?;
                 Some((next, s))
             },
-        )))
+        ))))
     }
 }
 
@@ -112,20 +125,6 @@ impl Stream for SessionStream {
 
 impl State {
     async fn next(&mut self) -> Option<Vec<u8>> {
-        if !self.announced {
-            // Subscribed already (when opened), so a newer stream's announcement is heard.
-            self.announced = true;
-            let opened = ChangeEvent::Session {
-                session: self.id.clone(),
-                signal: SessionSignal::Listening(self.key.clone()),
-            };
-            // Unannounced, a stream could not tell whether a newer one opened, and might
-            // outlive it: the client opens it again instead.
-            if let Err(e) = self.core.runtime.bus.publish(opened).await {
-                tracing::warn!(error = %e, "a session's stream could not announce itself; ended");
-                return None;
-            }
-        }
         loop {
             if let Some(m) = self.backlog.pop() {
                 return Some(m);
