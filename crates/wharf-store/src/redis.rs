@@ -458,6 +458,10 @@ impl Store for RedisStore {
         let mut conn = self.conn.clone();
         let mut pause = Duration::from_millis(5);
         loop {
+            // Dropped before the answer is read (the call was cancelled), the claim the
+            // script may have made under this token is given back, as a failed call's is:
+            // nobody would renew it, and retries would wait out its lease.
+            let mut abandoned = Abandoned(Some((conn.clone(), key.clone(), token.clone())));
             let answer: Vec<String> = self
                 .claim
                 .key(&key)
@@ -468,6 +472,7 @@ impl Store for RedisStore {
                 .invoke_async(&mut conn)
                 .await
                 .map_err(backend)?;
+            abandoned.0 = None;
             match answer.first().map(String::as_str) {
                 Some("run") => {
                     let mut tx = self.tx();
@@ -651,22 +656,38 @@ impl Drop for RedisTx {
             renew.abort();
         }
         // Dropped without a commit (the call failed or was cancelled): release the claim.
-        let Some((key, token)) = self.claim.take() else {
-            return;
-        };
-        let mut conn = self.conn.clone();
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let released: Result<i64, _> = Script::new(RELEASE_LUA)
-                    .key(key)
-                    .arg(token)
-                    .invoke_async(&mut conn)
-                    .await;
-                if let Err(e) = released {
-                    tracing::warn!(error = %e, "could not release an idempotency claim; it lapses with its lease");
-                }
-            });
+        if let Some((key, token)) = self.claim.take() {
+            release_later(self.conn.clone(), key, token);
         }
+    }
+}
+
+/// A claim script sent and not yet answered: dropped so (its call was cancelled), it gives
+/// back what the script may have claimed under its token.
+struct Abandoned(Option<(ConnectionManager, String, String)>);
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        if let Some((conn, key, token)) = self.0.take() {
+            release_later(conn, key, token);
+        }
+    }
+}
+
+/// Gives claim `key` back, on a task of its own, if it is still running under `token` (a
+/// release of a claim the token never held, or one already done, does nothing).
+fn release_later(mut conn: ConnectionManager, key: String, token: String) {
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(async move {
+            let released: Result<i64, _> = Script::new(RELEASE_LUA)
+                .key(key)
+                .arg(token)
+                .invoke_async(&mut conn)
+                .await;
+            if let Err(e) = released {
+                tracing::warn!(error = %e, "could not release an idempotency claim; it lapses with its lease");
+            }
+        });
     }
 }
 

@@ -343,3 +343,36 @@ async fn a_commit_refused_half_way_is_recorded_and_not_applied_again() {
     let pushed: i64 = raw.llen(&list).await.unwrap();
     assert_eq!(pushed, 1, "applied twice");
 }
+
+/// A claim whose call was cancelled while Redis ran the claim script (the script ran, its
+/// answer was never read) is given back, as a failed call's is: no retry waits out a lease
+/// that nobody renews.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_abandoned_in_flight_is_given_back() {
+    // A lease far longer than the test waits for anything.
+    let store = redis_with(Duration::from_secs(60)).await;
+    // The claim script is loaded, so the abandoned attempt's EVALSHA needs no second try.
+    let warm = claim(&unique("h:warm"), "k", json!({}));
+    drop(store.begin_idempotent(&warm, now_millis()).await.unwrap());
+    let c = claim(&unique("h:abandoned"), "k", json!({"n": 1}));
+    let key = redis_claim_key(&c);
+    let mut monitor = Monitor::start().await;
+
+    // Polled once, which sends the script; dropped once Redis ran it, before its answer
+    // was read.
+    {
+        use std::future::Future as _;
+        let mut attempt = std::pin::pin!(store.begin_idempotent(&c, now_millis()));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(
+            attempt.as_mut().poll(&mut cx).is_pending(),
+            "the attempt was answered at its first poll"
+        );
+        monitor.scripts_on(&key, 1, Duration::from_secs(10)).await;
+    }
+    // The release.
+    monitor.scripts_on(&key, 1, Duration::from_secs(10)).await;
+    let Begin::Run(_retry) = store.begin_idempotent(&c, now_millis()).await.unwrap() else {
+        panic!("the retry found the abandoned claim");
+    };
+}
