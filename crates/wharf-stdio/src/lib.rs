@@ -298,12 +298,15 @@ impl Legacy {
         principal: &Principal,
     ) {
         let Some(session) = &self.session else { return };
-        let opened = server.sessions().stream(session, principal).await;
-        if let Some(old) = self.stream.take() {
+        // Retired before the new one is announced: the old one may hear the announcement
+        // before the bus says it took it, and must not open again then.
+        let old = self.stream.take();
+        if let Some(old) = &old {
             old.retired.cancel();
-            if opened.is_err() {
-                old.task.abort();
-            }
+        }
+        let opened = server.sessions().stream(session, principal).await;
+        if let (Some(old), Err(_)) = (old, &opened) {
+            old.task.abort();
         }
         let (server, session, out) = (server.clone(), session.clone(), tx.clone());
         let principal = principal.clone();
@@ -348,7 +351,8 @@ async fn write_stream(
                 }
                 stream.boxed()
             }
-            // The listen caps are full: tried again after the pause.
+            // The listen caps are full, or the bus did not take the stream's announcement:
+            // tried again after the pause.
             Err(e) => {
                 if !std::mem::replace(&mut failing, true) {
                     tracing::warn!(error = %e.message, "the session's stream could not open; trying again every second");

@@ -458,9 +458,10 @@ impl Store for RedisStore {
         let mut conn = self.conn.clone();
         let mut pause = Duration::from_millis(5);
         loop {
-            // Dropped before the answer is read (the call was cancelled), the claim the
-            // script may have made under this token is given back, as a failed call's is:
-            // nobody would renew it, and retries would wait out its lease.
+            // Dropped before the answer is read (the call was cancelled, or the answer was
+            // lost with the connection), the claim the script may have made under this
+            // token is given back, as a failed call's is: nobody would renew it, and retries
+            // would wait out its lease.
             let mut abandoned = Abandoned(Some((conn.clone(), key.clone(), token.clone())));
             let answer: Vec<String> = self
                 .claim

@@ -557,9 +557,8 @@ async fn a_newer_stream_of_a_session_ends_the_older_one() {
     let (status, older) = session.listen().await.unwrap();
     assert_eq!(status, 200);
     let mut older = Box::pin(older);
-    // A stream announces itself when its body is first polled, before its response head is
-    // flushed (and this server's bus is in-process, so at once): by the time the 200 above
-    // arrived, the older stream's announcement was on the bus.
+    // A stream announces itself as it opens, before its response head is sent: by the time
+    // the 200 above arrived, the older stream's announcement was on the bus.
     let (status, newer) = session.listen().await.unwrap();
     assert_eq!(status, 200);
     let mut newer = Box::pin(newer);

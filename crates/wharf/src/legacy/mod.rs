@@ -480,9 +480,7 @@ impl<'a> Sessions<'a> {
                     tracing::warn!(error = %e, "a session's stream could not announce itself");
                     RpcError::new(
                         ErrorKind::RetryLater,
-                        format!(
-                            "Busy: the session's stream could not be announced ({e}); open it again"
-                        ),
+                        "Busy: the session's stream could not be announced to the other replicas; open it again",
                     )
                 }),
             Err(busy) => {
