@@ -385,7 +385,8 @@ pub(crate) struct ServeArgs {
     /// tools/list shows a token only the tools its scopes permit (then `cacheScope: private`).
     #[arg(long, env = "WHARF_LIST_PERMITTED_TOOLS_ONLY")]
     list_permitted_tools_only: bool,
-    /// Hours an idempotent write's first result is kept for replays.
+    /// Hours an idempotent write's first result is kept for replays (longer than
+    /// --max-call-secs: a record must outlive the call that writes it).
     #[arg(
         long,
         env = "WHARF_IDEMPOTENCY_RETENTION_HOURS",

@@ -49,6 +49,19 @@ macro_rules! on_driver {
 
 pub(crate) use on_driver;
 
+/// Records a use of a handle, later than the last one recorded (SQLite).
+#[cfg(feature = "sqlite")]
+const TOUCH_SQL: &str =
+    "UPDATE wharf_handles SET last_used_at = $2 WHERE id = $1 AND last_used_at < $2";
+/// As SQLite's touch, except that a handle whose row another transaction holds (a call that
+/// recorded its own use of it at its start, and commits at its end) is left as it is: that
+/// use is about as recent, and waiting for the other call to end would hold this one, a read
+/// that already has its answer, for as long (PostgreSQL).
+#[cfg(feature = "postgres")]
+const PG_TOUCH_SQL: &str = "UPDATE wharf_handles SET last_used_at = $2 WHERE id = \
+     (SELECT id FROM wharf_handles WHERE id = $1 AND last_used_at < $2 \
+     FOR NO KEY UPDATE SKIP LOCKED)";
+
 /// A connection pool of either database, for apps that read or write their own tables
 /// outside a call (inside one, use the call's [`SqlTx`]).
 #[derive(Debug, Clone)]
@@ -461,7 +474,8 @@ impl SqlPool {
         dialect: Dialect,
         options: &StoreOptions,
     ) -> Result<Self, StoreError> {
-        let wait_ms = options.lock_wait.as_millis();
+        // PostgreSQL reads 0 as "wait forever", and refuses more than an int of milliseconds.
+        let wait_ms = options.lock_wait.as_millis().clamp(1, i32::MAX as u128);
         let opened = match dialect {
             #[cfg(feature = "sqlite")]
             Dialect::Sqlite => sqlx::pool::PoolOptions::<Sqlite>::new()
@@ -673,7 +687,12 @@ impl Store for SqlStore {
     }
 
     async fn touch_handle(&self, id: &str, now: Millis) -> Result<(), StoreError> {
-        let sql = "UPDATE wharf_handles SET last_used_at = $2 WHERE id = $1 AND last_used_at < $2";
+        let sql = match &self.pool {
+            #[cfg(feature = "sqlite")]
+            SqlPool::Sqlite(_) => TOUCH_SQL,
+            #[cfg(feature = "postgres")]
+            SqlPool::Postgres(_) => PG_TOUCH_SQL,
+        };
         on_driver!(SqlPool, &self.pool, |pool| sqlx::query(sql)
             .bind(id)
             .bind(now)

@@ -752,6 +752,7 @@ all_backends!(
     nothing_is_left_under_a_handle_retired_while_a_write_ran,
     live_handles_count_one_owners_live_handles_of_one_kind,
     a_handles_last_use_never_moves_back,
+    rows_cannot_move_onto_their_own_collection,
 );
 
 /// Two writes under one handle, each claimed (so each holds the handle's lock shared), both
@@ -1030,4 +1031,90 @@ async fn postgres_a_sweep_spares_a_record_reclaimed_while_it_waited() {
         Begin::Run(_) => panic!("the sweep deleted the re-claimed record"),
         Begin::Mismatch => panic!("mismatch"),
     }
+}
+
+/// A collection's rows cannot move onto themselves (they would be copied, then deleted with
+/// the source): refused, and nothing changes.
+async fn rows_cannot_move_onto_their_own_collection(store: Arc<dyn Store>) {
+    let c = unique("self-move");
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.append_rows(&c, &[json!(1), json!(2)]).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    let refused = tx.move_rows(&c, &c).await.unwrap_err();
+    assert!(matches!(refused, StoreError::Invalid(_)), "{refused:?}");
+    tx.commit().await.unwrap();
+    let mut tx = store.begin(TxMode::Read).await.unwrap();
+    assert_eq!(tx.count_rows(&c).await.unwrap(), 2);
+    assert_eq!(tx.scan_rows(&c, None, 10).await.unwrap().len(), 2);
+}
+
+/// Clearing a collection while an append to it is in flight leaves it empty and its count
+/// at zero: the clear waits for the append's counter, then deletes every row the count
+/// said, the appended ones too (PostgreSQL, where the two can overlap).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_clear_beside_an_append_leaves_no_row_uncounted() {
+    let store = postgres().await;
+    let c = unique("clear-append");
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.append_rows(&c, &[json!("first")]).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut appending = store.begin(TxMode::Write).await.unwrap();
+    appending.append_rows(&c, &[json!("a")]).await.unwrap();
+    let pid = pg_backend_pid(&mut appending).await;
+    let clearing = tokio::spawn({
+        let (store, c) = (Arc::clone(&store), c.clone());
+        async move {
+            let mut tx = store.begin(TxMode::Write).await.unwrap();
+            tx.clear_rows(&c).await.unwrap();
+            tx.commit().await.unwrap();
+        }
+    });
+    let observer = pg_observer().await;
+    until_pg_blocked_by(&observer, pid, "the clear waits for the append").await;
+    appending.commit().await.unwrap();
+    clearing.await.unwrap();
+
+    let mut tx = store.begin(TxMode::Read).await.unwrap();
+    assert_eq!(tx.count_rows(&c).await.unwrap(), 0);
+    assert_eq!(
+        tx.scan_rows(&c, None, 10).await.unwrap(),
+        Vec::<(i64, Value)>::new(),
+        "rows outlived their count"
+    );
+}
+
+/// Recording a use of a handle does not wait for a transaction that holds the handle's row
+/// (a long write that recorded its own use at its start, and commits at its end): that use
+/// is about as recent, and a read that has its answer should not wait out the write
+/// (PostgreSQL; here the store's lock wait is a second, past which the touch would fail).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_use_is_recorded_without_waiting_for_a_write_in_flight() {
+    let store = postgres_with(Duration::from_secs(1)).await;
+    let owner = Principal::new(unique("touch-skip"));
+    let handle = HandleRecord::mint::<Thing>(&owner, now_millis());
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.create_handle(&handle).await.unwrap();
+    tx.commit().await.unwrap();
+    let at = |ms: i64| handle.last_used_at + ms;
+
+    let mut writing = store.begin(TxMode::Write).await.unwrap();
+    assert!(
+        writing
+            .hold_handle(&handle.id, Some(at(1_000)))
+            .await
+            .unwrap()
+    );
+    store
+        .touch_handle(&handle.id, at(2_000))
+        .await
+        .expect("the use waited for the write");
+    writing.commit().await.unwrap();
+    let stored = store.load_handle(&handle.id).await.unwrap().unwrap();
+    assert_eq!(stored.last_used_at, at(1_000));
+
+    // With nothing holding it, a later use is recorded.
+    store.touch_handle(&handle.id, at(3_000)).await.unwrap();
+    let stored = store.load_handle(&handle.id).await.unwrap().unwrap();
+    assert_eq!(stored.last_used_at, at(3_000));
 }

@@ -318,6 +318,12 @@ impl ServerBuilder {
         if self.config.page_size == 0 {
             return Err(BuildError::PageSize);
         }
+        if self.config.idempotency_retention <= self.config.max_call_duration {
+            return Err(BuildError::Retention {
+                retention: self.config.idempotency_retention,
+                call: self.config.max_call_duration,
+            });
+        }
         let registry = Registry::build(Definitions {
             instructions: self.instructions,
             tools: self.tools,

@@ -57,11 +57,23 @@ pub trait Documents: Send {
         limit: u32,
     ) -> Result<Vec<(i64, Value)>, StoreError>;
 
-    /// Moves every row of `from` to the end of `to`, in order; how many moved.
+    /// Moves every row of `from` to the end of `to`, in order; how many moved. Refused
+    /// ([`StoreError::Invalid`]) when `from` is `to`.
     async fn move_rows(&mut self, from: &str, to: &str) -> Result<u64, StoreError>;
 
     /// Deletes every row of a collection; how many went.
     async fn clear_rows(&mut self, collection: &str) -> Result<u64, StoreError>;
+}
+
+/// Refuses a move of a collection onto itself: its rows would be copied, then deleted with
+/// the source.
+fn distinct(from: &str, to: &str) -> Result<(), StoreError> {
+    if from == to {
+        return Err(StoreError::Invalid(format!(
+            "rows cannot move from collection {from:?} into itself"
+        )));
+    }
+    Ok(())
 }
 
 /// The transaction of a store this crate does not know.

@@ -153,6 +153,7 @@ impl Documents for RedisTx {
     }
 
     async fn move_rows(&mut self, from: &str, to: &str) -> Result<u64, StoreError> {
+        super::distinct(from, to)?;
         let n = self.count_rows(from).await?;
         let to_key = rows_key(to);
         self.ops.push(json!(["move", rows_key(from), to_key]));

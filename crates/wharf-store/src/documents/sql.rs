@@ -184,6 +184,7 @@ impl Documents for SqlTx {
     }
 
     async fn move_rows(&mut self, from: &str, to: &str) -> Result<u64, StoreError> {
+        super::distinct(from, to)?;
         // Lock the source's counter first: appends to it wait until this transaction ends,
         // so the count and the rows moved are the same rows.
         let sql = "UPDATE wharf_collections SET len = len WHERE name = $1 RETURNING len";
@@ -212,17 +213,17 @@ impl Documents for SqlTx {
     }
 
     async fn clear_rows(&mut self, collection: &str) -> Result<u64, StoreError> {
-        let n = self
-            .run(
-                "DELETE FROM wharf_rows WHERE collection = $1",
-                &[collection],
-            )
-            .await?;
+        // The counter first, as an append takes it: an append waits until this transaction
+        // ends, so the rows deleted are every row counted, and none lands between the two.
         self.run(
             "UPDATE wharf_collections SET len = 0 WHERE name = $1",
             &[collection],
         )
         .await?;
-        Ok(n)
+        self.run(
+            "DELETE FROM wharf_rows WHERE collection = $1",
+            &[collection],
+        )
+        .await
     }
 }

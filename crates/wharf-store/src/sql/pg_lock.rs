@@ -22,7 +22,9 @@
 //! the main pool holds until it commits: a commit whose connection is cut before its
 //! `COMMIT` keeps the key's next holder waiting (within its call's limit) until PostgreSQL
 //! ends the orphaned transaction (TCP keepalives, or `idle_in_transaction_session_timeout`,
-//! which deployments should set).
+//! which deployments should set, and longer than the longest call: a call's transaction,
+//! which holds its idempotency claim, sits idle while its handler works, and ended early it
+//! frees the claim for a retry while the first attempt still runs).
 //!
 //! Replicas older than the fences take the advisory lock without writing a token: during a
 //! rolling upgrade to them, a lost session is fenced only against holders that write one.
