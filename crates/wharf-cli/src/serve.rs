@@ -770,6 +770,13 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
     };
     config.idempotency_retention =
         Duration::from_secs(args.idempotency_retention_hours.saturating_mul(3600));
+    if config.idempotency_retention <= config.max_call_duration {
+        anyhow::bail!(
+            "--idempotency-retention-hours {} must be longer than --max-call-secs {}: a write's record must outlive the call that writes it",
+            args.idempotency_retention_hours,
+            args.max_call_secs
+        );
+    }
     config.legacy.enabled = !args.modern_only;
     config.legacy.session_idle = Duration::from_secs(args.session_idle_mins.saturating_mul(60));
     config.legacy.input_timeout = Duration::from_secs(args.input_timeout_secs);

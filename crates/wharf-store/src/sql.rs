@@ -56,7 +56,10 @@ const TOUCH_SQL: &str =
 /// As SQLite's touch, except that a handle whose row another transaction holds (a call that
 /// recorded its own use of it at its start, and commits at its end) is left as it is: that
 /// use is about as recent, and waiting for the other call to end would hold this one, a read
-/// that already has its answer, for as long (PostgreSQL).
+/// that already has its answer, for as long. (Should that call roll back, neither use is
+/// recorded, and the handle may idle out one touch interval early.) A claim's `FOR KEY
+/// SHARE` does not conflict with this lock, so a use under a running claim is recorded
+/// (PostgreSQL).
 #[cfg(feature = "postgres")]
 const PG_TOUCH_SQL: &str = "UPDATE wharf_handles SET last_used_at = $2 WHERE id = \
      (SELECT id FROM wharf_handles WHERE id = $1 AND last_used_at < $2 \

@@ -1117,4 +1117,23 @@ async fn postgres_a_use_is_recorded_without_waiting_for_a_write_in_flight() {
     store.touch_handle(&handle.id, at(3_000)).await.unwrap();
     let stored = store.load_handle(&handle.id).await.unwrap().unwrap();
     assert_eq!(stored.last_used_at, at(3_000));
+
+    // A running claim under the handle holds its row too, but only against its removal: a
+    // use beside it is recorded, not skipped.
+    let c = claim(&format!("h:{}", handle.id), &unique("k"), json!({ "n": 1 }));
+    let (_, claimed) = store
+        .claim_on_handle(&c, &handle.id, owner.id(), now_millis())
+        .await
+        .unwrap();
+    let Some(Begin::Run(claimed)) = claimed else {
+        panic!("the claim did not run");
+    };
+    store.touch_handle(&handle.id, at(4_000)).await.unwrap();
+    let stored = store.load_handle(&handle.id).await.unwrap().unwrap();
+    assert_eq!(
+        stored.last_used_at,
+        at(4_000),
+        "a use under a claim was skipped"
+    );
+    drop(claimed);
 }

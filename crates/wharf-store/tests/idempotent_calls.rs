@@ -652,3 +652,31 @@ async fn redis_a_commit_refused_half_way_answers_what_its_retries_will() {
     let pushed: i64 = raw.llen(&log).await.unwrap();
     assert_eq!(pushed, 1, "applied twice");
 }
+
+/// A server with a store whose idempotency records would not outlive its longest call is not
+/// built: a retry could find the first attempt's claim expired while that attempt still ran.
+/// Without a store nothing is recorded, and nothing is checked.
+#[tokio::test]
+async fn idempotency_records_must_outlive_the_longest_call() {
+    let store = sqlite().await;
+    let build = |retention: u64, store: Option<Arc<dyn Store>>| {
+        let mut config = wharf::ServerConfig::default();
+        config.max_call_duration = Duration::from_secs(3600);
+        config.idempotency_retention = Duration::from_secs(retention);
+        let builder = Server::builder(Implementation::new("t", "1")).config(config);
+        match store {
+            Some(store) => builder.store(store),
+            None => builder,
+        }
+        .build()
+    };
+    let refused = build(3600, Some(Arc::clone(&store)))
+        .expect_err("built")
+        .to_string();
+    assert!(
+        refused.contains("idempotency_retention") && refused.contains("max_call_duration"),
+        "{refused}"
+    );
+    assert!(build(3601, Some(store)).is_ok());
+    assert!(build(3600, None).is_ok());
+}

@@ -63,7 +63,9 @@ pub struct ServerConfig {
     pub cursor_max_age: Duration,
     /// Caching hints.
     pub cache: CachePolicy,
-    /// How long an idempotency record (a write's first result) is kept for replays.
+    /// How long an idempotency record (a write's first result) is kept for replays; longer
+    /// than `max_call_duration` (a server with a store is not built otherwise: a record must
+    /// outlive the call that writes it).
     pub idempotency_retention: Duration,
     /// Caps on requests in flight and the wait queue.
     pub limits: Limits,

@@ -106,8 +106,9 @@ pub enum BuildError {
     /// A page size of 0.
     #[error("page size must be at least 1")]
     PageSize,
-    /// Idempotency records kept no longer than a call may run: a retry could find the
-    /// first attempt's claim expired while that attempt still ran, and run the write again.
+    /// Idempotency records kept no longer than a call may run (checked when the server has a
+    /// store): a retry could find the first attempt's claim expired while that attempt still
+    /// ran, and run the write again.
     #[error(
         "idempotency_retention ({retention:?}) must be longer than max_call_duration ({call:?}): a write's record must outlive the call that writes it"
     )]

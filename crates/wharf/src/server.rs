@@ -318,7 +318,10 @@ impl ServerBuilder {
         if self.config.page_size == 0 {
             return Err(BuildError::PageSize);
         }
-        if self.config.idempotency_retention <= self.config.max_call_duration {
+        // Only a store keeps records (and only with one can a tool be idempotent).
+        if self.store.is_some()
+            && self.config.idempotency_retention <= self.config.max_call_duration
+        {
             return Err(BuildError::Retention {
                 retention: self.config.idempotency_retention,
                 call: self.config.max_call_duration,

@@ -919,3 +919,31 @@ async fn login_keeps_tokens_in_the_keyring_when_there_is_one() {
     let out = wharf_in(&other.env, &["call", &url, "echo", "text=x"]);
     assert_eq!(out.status.code(), Some(1));
 }
+
+/// `wharf serve` refuses, naming both flags, to keep a write's record for less time than a
+/// call may run: a retry could find the first attempt's claim expired while it still ran.
+#[test]
+fn serve_refuses_a_retention_shorter_than_a_call() {
+    let dir = std::env::temp_dir().join(format!("wharf-retention-{}", std::process::id()));
+    let store = format!("sqlite://{}/w.db", dir.display());
+    let out = wharf(&[
+        "serve",
+        "--anonymous",
+        "--listen",
+        "127.0.0.1:0",
+        "--store",
+        &store,
+        "--idempotency-retention-hours",
+        "1",
+        "--max-call-secs",
+        "3600",
+    ]);
+    assert!(!out.status.success(), "it started");
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("--idempotency-retention-hours 1")
+            && said.contains("--max-call-secs 3600")
+            && said.contains("outlive"),
+        "{said}"
+    );
+}

@@ -221,7 +221,11 @@ impl<'a> Sessions<'a> {
             });
         }
         if session.needs_touch(now) {
-            book.touch(&mut session, now).await?;
+            // A use not recorded only lets the session idle out a touch interval early: no
+            // reason to refuse a request that may go on.
+            if let Err(e) = book.touch(&mut session, now).await {
+                tracing::warn!(error = %e, "could not record a use of a legacy session");
+            }
         }
         Ok(session)
     }
