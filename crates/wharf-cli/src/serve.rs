@@ -385,8 +385,8 @@ pub(crate) struct ServeArgs {
     /// tools/list shows a token only the tools its scopes permit (then `cacheScope: private`).
     #[arg(long, env = "WHARF_LIST_PERMITTED_TOOLS_ONLY")]
     list_permitted_tools_only: bool,
-    /// Hours an idempotent write's first result is kept for replays (longer than
-    /// --max-call-secs: a record must outlive the call that writes it).
+    /// Hours an idempotent write's first result is kept for replays (with a store, longer
+    /// than --max-call-secs: a record must outlive the call that writes it).
     #[arg(
         long,
         env = "WHARF_IDEMPOTENCY_RETENTION_HOURS",
@@ -695,13 +695,21 @@ fn authorization_server(
     )))
 }
 
+/// The URL of the store this server opens, if it opens one: the one given, or the default
+/// when the profile keeps state (or the authorization server runs).
+fn store_url(args: &ServeArgs) -> Option<&str> {
+    let needs_store = Profile::from(args.profile).needs_store() || args.authorization_server;
+    match (&args.store, needs_store) {
+        (Some(url), _) => Some(url.expose()),
+        (None, true) => Some(wharf_store::DEFAULT_URL),
+        (None, false) => None,
+    }
+}
+
 /// The store, opened and migrated, when the profile keeps state or one was given.
 async fn open_store(args: &ServeArgs) -> anyhow::Result<Option<Arc<dyn Store>>> {
-    let needs_store = Profile::from(args.profile).needs_store() || args.authorization_server;
-    let url = match (&args.store, needs_store) {
-        (Some(url), _) => url.expose(),
-        (None, true) => wharf_store::DEFAULT_URL,
-        (None, false) => return Ok(None),
+    let Some(url) = store_url(args) else {
+        return Ok(None);
     };
     let mut options = StoreOptions::default();
     options.lock_wait = Duration::from_secs(args.lock_wait_secs);
@@ -770,7 +778,8 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
     };
     config.idempotency_retention =
         Duration::from_secs(args.idempotency_retention_hours.saturating_mul(3600));
-    if config.idempotency_retention <= config.max_call_duration {
+    // As the server checks it (only a store keeps records), first, naming the flags.
+    if store_url(args).is_some() && config.idempotency_retention <= config.max_call_duration {
         anyhow::bail!(
             "--idempotency-retention-hours {} must be longer than --max-call-secs {}: a write's record must outlive the call that writes it",
             args.idempotency_retention_hours,

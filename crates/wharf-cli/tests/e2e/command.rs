@@ -946,4 +946,14 @@ fn serve_refuses_a_retention_shorter_than_a_call() {
             && said.contains("outlive"),
         "{said}"
     );
+
+    // A profile that keeps nothing, without a store, keeps no records: nothing to refuse,
+    // and it serves (started, and healthy, or this panics).
+    let _serving = ServerProcess::start_exact(&[
+        "--profile",
+        "demo",
+        "--anonymous",
+        "--max-call-secs",
+        "86400",
+    ]);
 }
