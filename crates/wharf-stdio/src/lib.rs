@@ -393,8 +393,7 @@ fn is_response(line: &str) -> bool {
     })
 }
 
-/// The pause before a legacy session's stream is opened again (see
-/// [`Legacy::restart_stream`]).
+/// The pause before a legacy session's stream is opened again (see [`write_stream`]).
 const REOPEN_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Reads what the single pass did not (see [`Server::read_request`]): refuses what is

@@ -3,10 +3,14 @@
 //! **What it guarantees.** A transaction on Redis buffers its writes; reads go to the server
 //! as they are made (they see the transaction's own writes to documents and row counts, and
 //! other clients' committed writes). [`Transaction::commit`] applies every buffered write in
-//! one Lua script, so they land together or not at all. For an idempotent call the same
-//! script first checks that the call still holds its claim on the idempotency record (a
-//! random token stored in the record) and marks the record done with the result: the app's
-//! writes and the record commit atomically, exactly as on the SQL stores.
+//! one Lua script, so no other client sees them half-applied, and a commit refused by its
+//! checks (the claim, held handles, the fence, `expect_field`) applies nothing. For an
+//! idempotent call the same script first checks that the call still holds its claim on the
+//! idempotency record (a random token stored in the record) and marks the record done with
+//! the result, with the app's writes. Unlike a SQL transaction, a script cannot undo a write:
+//! one that Redis refuses part-way (an app's command on a key of another type) keeps the
+//! writes before it, and the record is then marked done with that failure, so no retry
+//! applies them again ([`StoreError::PartlyApplied`]).
 //!
 //! A claim is a lease, timed by Redis's clock (the one every replica shares) and renewed
 //! while the call holding it runs (however long it runs). A

@@ -242,6 +242,11 @@ impl From<crate::store::StoreError> for RpcError {
                 ErrorKind::RetryLater,
                 "Busy: this call lost its lock on its key before it committed (its lease ran out or its lock session ended) and nothing was applied; retry",
             ),
+            // Nothing to hide: what was refused, and that the earlier writes were kept.
+            crate::store::StoreError::PartlyApplied(what) => {
+                tracing::warn!(%what, "a commit was refused part-way");
+                RpcError::new(ErrorKind::Internal, what)
+            }
             other => RpcError::internal(other),
         }
     }

@@ -452,7 +452,8 @@ impl Run {
                     )));
                 }
                 () = tokio::time::sleep_until(deadline) => {
-                    let secs = allowed.as_secs();
+                    // Rounded: the wait ends a moment before the state does.
+                    let secs = (allowed + Duration::from_millis(500)).as_secs();
                     return Err(self.fail(RpcError::new(
                         ErrorKind::TimedOut,
                         format!("The client did not answer input request {key:?} within {secs} s"),

@@ -481,7 +481,8 @@ impl<'a> Sessions<'a> {
             Ok(permit) => SessionStream::open(self.core, session, permit)
                 .await
                 .map_err(|e| {
-                    tracing::warn!(error = %e, "a session's stream could not announce itself");
+                    // The caller says so (HTTP answers 503; stdio warns once while it retries).
+                    tracing::debug!(error = %e, "a session's stream could not announce itself");
                     RpcError::new(
                         ErrorKind::RetryLater,
                         "Busy: the session's stream could not be announced to the other replicas; open it again",

@@ -11,7 +11,9 @@
 //!   ([`Record`], [`Write`]), for components that keep state outside handles;
 //! - **app data**: the app's own tables or keys, written through [`Transaction::backend_tx`]
 //!   in the same transaction as the idempotency record, so an effect and its record commit
-//!   together or not at all.
+//!   together or not at all (on Redis, which cannot undo a write, a command it refuses
+//!   part-way keeps the writes before it, and the record keeps that failure:
+//!   [`StoreError::PartlyApplied`]).
 
 mod handle;
 mod idempotency;
@@ -320,7 +322,8 @@ pub trait Transaction: Send {
     /// the core, in this transaction, just before [`Transaction::commit`].
     async fn complete_claim(&mut self, claim: &Claim, result: &str) -> Result<(), StoreError>;
 
-    /// Commits everything written in this transaction, atomically.
+    /// Commits everything written in this transaction, atomically (on Redis, except for a
+    /// write it refuses part-way: [`StoreError::PartlyApplied`]).
     async fn commit(self: Box<Self>) -> Result<(), StoreError>;
 
     /// The store's own transaction, for code that knows the backend and writes its own data
