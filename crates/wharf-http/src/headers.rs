@@ -16,6 +16,20 @@ fn required<'a>(field: &Field<'a>, name: &str, display: &str) -> Result<&'a [u8]
     })
 }
 
+/// A header read ahead, if it was sent (once); `strict`: it must have been.
+fn read_ahead<'a>(
+    field: &Field<'a>,
+    name: &str,
+    display: &str,
+    strict: bool,
+) -> Result<Option<&'a [u8]>, RpcError> {
+    if strict {
+        required(field, name, display).map(Some)
+    } else {
+        field.single(name)
+    }
+}
+
 /// A header that may appear once (an `Mcp-Param-*` a tool declares, which is not among
 /// those read ahead); a repeated one is refused.
 fn raw<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a [u8]>, RpcError> {
@@ -154,12 +168,7 @@ pub(crate) fn method_mirrored(
     method: &str,
     strict: bool,
 ) -> Result<(), RpcError> {
-    let field = headers.method;
-    let sent = if strict {
-        Some(required(&field, headers::METHOD, "Mcp-Method")?)
-    } else {
-        field.single(headers::METHOD)?
-    };
+    let sent = read_ahead(&headers.method, headers::METHOD, "Mcp-Method", strict)?;
     match sent {
         Some(sent) if sent != method.as_bytes() => Err(RpcError::header_mismatch(format!(
             "Mcp-Method header value '{}' does not match body value '{method}'",
@@ -195,13 +204,7 @@ fn mirrored(
 
 /// `Mcp-Name` against the body's `name` (or `uri`); `strict`: it must be there.
 fn name_mirrored(headers: &RequestHeaders<'_>, name: &str, strict: bool) -> Result<(), RpcError> {
-    let field = headers.name;
-    let sent = if strict {
-        Some(required(&field, headers::NAME, "Mcp-Name")?)
-    } else {
-        field.single(headers::NAME)?
-    };
-    if let Some(value) = sent {
+    if let Some(value) = read_ahead(&headers.name, headers::NAME, "Mcp-Name", strict)? {
         let value = decoded(value, "Mcp-Name")?;
         if value != name {
             return Err(RpcError::header_mismatch(format!(

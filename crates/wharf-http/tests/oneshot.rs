@@ -280,26 +280,36 @@ async fn an_integer_written_as_a_float_mirrors_its_integer() {
     assert_eq!(body["error"]["code"], -32020, "{body}");
 }
 
+/// A POST of `body` with the content headers only, plus `headers` (no `_meta` mirrors).
+fn post(body: &Value, headers: &[(&str, &str)]) -> Request<Body> {
+    let mut req = Request::post("/mcp")
+        .header(header::HOST, "localhost")
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json, text/event-stream");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    req.body(Body::from(body.to_string())).unwrap()
+}
+
+/// The params of a 2025-11-25 client's `initialize`.
+fn initialize_params() -> Value {
+    json!({ "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": { "name": "t", "version": "1" } })
+}
+
 /// What the endpoint answers without running a method of this revision (`initialize`, a
 /// notification) is refused too when an `Mcp-Method` it was sent with names another method
 /// (a gateway may have routed on it), before anything is opened.
 #[tokio::test]
 async fn initialize_and_notifications_are_refused_under_another_methods_header() {
-    let post = |body: Value, mcp_method: Option<&str>| {
-        let mut req = Request::post("/mcp")
-            .header(header::HOST, "localhost")
-            .header(header::CONTENT_TYPE, "application/json")
-            .header(header::ACCEPT, "application/json, text/event-stream")
-            .header("x-user", "alice");
-        if let Some(m) = mcp_method {
-            req = req.header("mcp-method", m);
-        }
-        req.body(Body::from(body.to_string())).unwrap()
+    let post = |body: &Value, mcp_method: Option<&str>| match mcp_method {
+        Some(m) => post(body, &[("x-user", "alice"), ("mcp-method", m)]),
+        None => post(body, &[("x-user", "alice")]),
     };
-    let initialize = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": { "name": "t", "version": "1" } } });
-    let (status, headers, body) = send_whole(post(initialize.clone(), Some("tools/call"))).await;
+    let initialize =
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize_params() });
+    let (status, headers, body) = send_whole(post(&initialize, Some("tools/call"))).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_eq!(body["error"]["code"], -32020, "{body}");
     assert_eq!(body["id"], 1, "{body}");
@@ -308,17 +318,17 @@ async fn initialize_and_notifications_are_refused_under_another_methods_header()
         "a session was opened"
     );
     for sent in [None, Some("initialize")] {
-        let (status, headers, body) = send_whole(post(initialize.clone(), sent)).await;
+        let (status, headers, body) = send_whole(post(&initialize, sent)).await;
         assert_eq!(status, StatusCode::OK, "{sent:?}: {body}");
         assert!(headers.contains_key("mcp-session-id"), "{sent:?}");
     }
 
     let note = json!({ "jsonrpc": "2.0", "method": "notifications/progress", "params": {
         "progressToken": 1, "progress": 1 } });
-    let (status, _, body) = send_whole(post(note.clone(), Some("tools/call"))).await;
+    let (status, _, body) = send_whole(post(&note, Some("tools/call"))).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_eq!(body["error"]["code"], -32020, "{body}");
-    let (status, _, _) = send_whole(post(note, None)).await;
+    let (status, _, _) = send_whole(post(&note, None)).await;
     assert_eq!(status, StatusCode::ACCEPTED);
 }
 
@@ -327,30 +337,25 @@ async fn initialize_and_notifications_are_refused_under_another_methods_header()
 #[tokio::test]
 async fn a_legacy_calls_stream_ends_with_its_response() {
     let app = app();
-    let post = |body: Value, session: Option<&str>| {
-        let mut req = Request::post("/mcp")
-            .header(header::HOST, "localhost")
-            .header(header::CONTENT_TYPE, "application/json")
-            .header(header::ACCEPT, "application/json, text/event-stream")
-            .header("x-user", "alice");
-        if let Some(id) = session {
-            req = req
-                .header("mcp-session-id", id)
-                .header("mcp-protocol-version", "2025-11-25");
-        }
-        req.body(Body::from(body.to_string())).unwrap()
-    };
-    let initialize = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": { "name": "t", "version": "1" } } });
-    let res = app.clone().oneshot(post(initialize, None)).await.unwrap();
+    let initialize =
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize_params() });
+    let res = app
+        .clone()
+        .oneshot(post(&initialize, &[("x-user", "alice")]))
+        .await
+        .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     let session = res.headers()["mcp-session-id"].to_str().unwrap().to_owned();
 
     // A progress token asks for a stream.
     let call = json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
         "name": "linger", "arguments": {}, "_meta": { "progressToken": "p" } } });
-    let res = app.oneshot(post(call, Some(&session))).await.unwrap();
+    let in_session = [
+        ("x-user", "alice"),
+        ("mcp-session-id", session.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let res = app.oneshot(post(&call, &in_session)).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(res.headers()[header::CONTENT_TYPE], "text/event-stream");
     // Bounded only so that a regression fails instead of hanging.
@@ -496,26 +501,17 @@ async fn initialize_on_a_modern_only_server_names_the_supported_versions() {
         .build()
         .unwrap();
     let app = wharf_http::router(server, HttpConfig::default());
-    let post = |params: Value| {
+    let initialize = |params: Value| {
         let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params });
-        Request::post("/mcp")
-            .header(header::HOST, "localhost")
-            .header(header::CONTENT_TYPE, "application/json")
-            .header(header::ACCEPT, "application/json, text/event-stream")
-            .body(Body::from(body.to_string()))
-            .unwrap()
+        post(&body, &[])
     };
     let cases = [
         (json!({}), "malformed params"),
-        (
-            json!({ "protocolVersion": "2025-11-25", "capabilities": {},
-                    "clientInfo": { "name": "t", "version": "1" } }),
-            "a legacy client",
-        ),
+        (initialize_params(), "a legacy client"),
         (json!({ "_meta": meta() }), "this revision's _meta"),
     ];
     for (params, what) in cases {
-        let res = app.clone().oneshot(post(params)).await.unwrap();
+        let res = app.clone().oneshot(initialize(params)).await.unwrap();
         let bytes = res.into_body().collect().await.unwrap().to_bytes();
         let body: Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(

@@ -12,13 +12,48 @@ use wharf_stdio::{StdioConfig, serve_with};
 
 const URI: &str = "notes://index";
 
+/// A server with one resource, `URI`, and a template of many, `items://{n}`.
 fn server() -> Server {
     Server::builder(Implementation::new("t", "1"))
         .resource(resource(URI, "index").handler(|_cx, req| async move {
             Ok(vec![ResourceContents::text(req.uri, "text/plain", "x")])
         }))
+        .template(
+            template("items://{n}", "item").handler(|_cx, req| async move {
+                Ok(vec![ResourceContents::text(req.uri, "text/plain", "x")])
+            }),
+        )
         .build()
         .unwrap()
+}
+
+/// `server` served over stdio whose output pipe holds `out` bytes, with a legacy session
+/// opened (its `initialize` sent, its answer not read): what the client writes to, what it
+/// reads, and the serving task.
+async fn serving(
+    server: &Server,
+    out: usize,
+) -> (
+    tokio::io::DuplexStream,
+    tokio::io::Lines<BufReader<tokio::io::DuplexStream>>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let (mut to_server, server_in) = tokio::io::duplex(64 * 1024);
+    let (server_out, from_server) = tokio::io::duplex(out);
+    let served = tokio::spawn(serve_with(
+        server.clone(),
+        server_in,
+        server_out,
+        StdioConfig::default(),
+    ));
+    send(
+        &mut to_server,
+        json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": { "name": "t", "version": "1" } } }),
+    )
+    .await;
+    (to_server, BufReader::new(from_server).lines(), served)
 }
 
 /// Writes one JSON-RPC message as a line.
@@ -33,22 +68,7 @@ async fn send(to_server: &mut tokio::io::DuplexStream, m: Value) {
 async fn a_subscription_outlives_a_stream_that_missed_changes() {
     let server = server();
     // A pipe far smaller than what is announced below: the reader falls behind the bus.
-    let (mut to_server, server_in) = tokio::io::duplex(64 * 1024);
-    let (server_out, from_server) = tokio::io::duplex(1024);
-    let served = tokio::spawn(serve_with(
-        server.clone(),
-        server_in,
-        server_out,
-        StdioConfig::default(),
-    ));
-    let mut lines = BufReader::new(from_server).lines();
-    send(
-        &mut to_server,
-        json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": { "name": "t", "version": "1" } } }),
-    )
-    .await;
+    let (mut to_server, mut lines, served) = serving(&server, 1024).await;
     send(
         &mut to_server,
         json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }),
@@ -111,34 +131,12 @@ async fn a_subscription_outlives_a_stream_that_missed_changes() {
 #[tokio::test]
 async fn no_change_is_lost_while_a_subscription_moves_the_stream() {
     const ROUNDS: usize = 10;
-    let server = Server::builder(Implementation::new("t", "1"))
-        .template(
-            template("items://{n}", "item").handler(|_cx, req| async move {
-                Ok(vec![ResourceContents::text(req.uri, "text/plain", "x")])
-            }),
-        )
-        .build()
-        .unwrap();
-    let (mut to_server, server_in) = tokio::io::duplex(64 * 1024);
-    let (server_out, from_server) = tokio::io::duplex(64 * 1024);
-    let served = tokio::spawn(serve_with(
-        server.clone(),
-        server_in,
-        server_out,
-        StdioConfig::default(),
-    ));
-    let mut lines = BufReader::new(from_server).lines();
+    let server = server();
+    let (mut to_server, mut lines, served) = serving(&server, 64 * 1024).await;
     let subscribe = |n: usize| {
         json!({ "jsonrpc": "2.0", "id": n + 1, "method": "resources/subscribe",
             "params": { "uri": format!("items://{n}") } })
     };
-    send(
-        &mut to_server,
-        json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": { "name": "t", "version": "1" } } }),
-    )
-    .await;
     for n in 0..ROUNDS {
         send(&mut to_server, subscribe(n)).await;
     }

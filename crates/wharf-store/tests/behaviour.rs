@@ -114,10 +114,7 @@ async fn handles_are_stored_with_their_owner_and_only_when_committed(store: Arc<
 /// does not bring the handle's idle expiry forward.
 async fn a_handles_last_use_never_moves_back(store: Arc<dyn Store>) {
     let owner = Principal::new(unique("last-use"));
-    let handle = HandleRecord::mint::<Thing>(&owner, now_millis());
-    let mut tx = store.begin(TxMode::Write).await.unwrap();
-    tx.create_handle(&handle).await.unwrap();
-    tx.commit().await.unwrap();
+    let handle = mint(&store, &owner).await;
     let at = |ms: i64| handle.last_used_at + ms;
     let last_use = async || {
         let stored = store.load_handle(&handle.id).await.unwrap().unwrap();
@@ -762,10 +759,7 @@ all_backends!(
 async fn postgres_two_writes_under_one_handle_both_record_its_use() {
     let store = postgres().await;
     let owner = Principal::new(unique("touch"));
-    let handle = HandleRecord::mint::<Thing>(&owner, now_millis());
-    let mut tx = store.begin(TxMode::Write).await.unwrap();
-    tx.create_handle(&handle).await.unwrap();
-    tx.commit().await.unwrap();
+    let handle = mint(&store, &owner).await;
     let scope = format!("h:{}", handle.id);
     let (c1, c2) = (
         claim(&scope, &unique("k"), json!({ "n": 1 })),
@@ -925,10 +919,7 @@ async fn postgres_a_claim_that_timed_out_on_its_handle_leaves_the_pool_usable() 
     let url = support::pg_url();
     let waiter = wharf_store::open(&url, &one).await.expect("PostgreSQL");
     let owner = Principal::new(unique("timeout"));
-    let handle = HandleRecord::mint::<Thing>(&owner, now_millis());
-    let mut tx = holder.begin(TxMode::Write).await.unwrap();
-    tx.create_handle(&handle).await.unwrap();
-    tx.commit().await.unwrap();
+    let handle = mint(&holder, &owner).await;
 
     // Held exclusively, as a retirement holds it (rolled back below).
     let mut busy = holder.begin(TxMode::Write).await.unwrap();
@@ -1092,10 +1083,7 @@ async fn postgres_a_clear_beside_an_append_leaves_no_row_uncounted() {
 async fn postgres_a_use_is_recorded_without_waiting_for_a_write_in_flight() {
     let store = postgres_with(Duration::from_secs(1)).await;
     let owner = Principal::new(unique("touch-skip"));
-    let handle = HandleRecord::mint::<Thing>(&owner, now_millis());
-    let mut tx = store.begin(TxMode::Write).await.unwrap();
-    tx.create_handle(&handle).await.unwrap();
-    tx.commit().await.unwrap();
+    let handle = mint(&store, &owner).await;
     let at = |ms: i64| handle.last_used_at + ms;
 
     let mut writing = store.begin(TxMode::Write).await.unwrap();

@@ -765,6 +765,41 @@ mod tests {
         answer.expect("the call was never answered")
     }
 
+    /// A config whose request states last `max_age` and whose legacy calls wait a minute
+    /// for input.
+    fn lasting(max_age: Duration) -> crate::config::ServerConfig {
+        let mut config = crate::config::ServerConfig::default();
+        config.request_state.max_age = max_age;
+        config.legacy.input_timeout = Duration::from_secs(60);
+        config
+    }
+
+    /// Answers the elicitation `asked` of `session` (alice's): accepted.
+    async fn accept(
+        server: &crate::Server,
+        session: &Session,
+        asked: &RequestId,
+    ) -> Result<(), RpcError> {
+        let ok =
+            RawValue::from_string(r#"{"action":"accept","content":{"ok":true}}"#.into()).unwrap();
+        let alice = Principal::new("alice");
+        server
+            .sessions()
+            .answer(session, &alice, asked, Some(&ok), None)
+            .await
+    }
+
+    /// Asserts that `answer` is an error with `code` whose message contains `says`.
+    fn assert_error(answer: &Value, code: i32, says: &str) {
+        assert_eq!(answer["error"]["code"], code, "{answer}");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(says)),
+            "{answer}"
+        );
+    }
+
     /// A call whose input request is still unanswered when the server shuts down is
     /// answered, not dropped with its stream: the client is told to send it again.
     #[tokio::test]
@@ -774,13 +809,7 @@ mod tests {
         server.shutdown();
         let answer = response(sent).await;
         running.await.unwrap();
-        assert_eq!(answer["error"]["code"], crate::RETRY_LATER, "{answer}");
-        assert!(
-            answer["error"]["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("shutting down")),
-            "{answer}"
-        );
+        assert_error(&answer, crate::RETRY_LATER, "shutting down");
     }
 
     /// A call waits for its answers only while the state of the round that asked holds (a
@@ -789,42 +818,21 @@ mod tests {
     /// sent after 5 s is too late, and the call says so by the time it allowed.
     #[tokio::test(start_paused = true)]
     async fn a_call_waits_for_input_no_longer_than_its_state_holds() {
-        let mut config = crate::config::ServerConfig::default();
-        config.request_state.max_age = Duration::from_secs(3);
-        config.legacy.input_timeout = Duration::from_secs(60);
-        let server = confirming(config, Duration::ZERO);
+        let server = confirming(lasting(Duration::from_secs(3)), Duration::ZERO);
         let (session, sent, asked_id, running) = confirm_call(&server).await;
         let answering = {
             let server = server.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_secs(5)).await;
-                let ok =
-                    RawValue::from_string(r#"{"action":"accept","content":{"ok":true}}"#.into())
-                        .unwrap();
                 // Too late, nothing waits for it any more: whether it is refused or filed
                 // does not matter here.
-                let _ = server
-                    .sessions()
-                    .answer(
-                        &session,
-                        &Principal::new("alice"),
-                        &asked_id,
-                        Some(&ok),
-                        None,
-                    )
-                    .await;
+                let _ = accept(&server, &session, &asked_id).await;
             })
         };
         let answer = response(sent).await;
         running.await.unwrap();
         answering.await.unwrap();
-        assert_eq!(answer["error"]["code"], crate::TIMED_OUT, "{answer}");
-        assert!(
-            answer["error"]["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("within 2 s")),
-            "{answer}"
-        );
+        assert_error(&answer, crate::TIMED_OUT, "within 2 s");
     }
 
     /// The wait is counted from when the round that asked returned, not from when it began:
@@ -832,25 +840,10 @@ mod tests {
     /// client the rest of it (here 9 s of work, a state of 12 s, an answer after 5 s).
     #[tokio::test(start_paused = true)]
     async fn a_handler_that_works_before_it_asks_leaves_the_client_its_time() {
-        let mut config = crate::config::ServerConfig::default();
-        config.request_state.max_age = Duration::from_secs(12);
-        config.legacy.input_timeout = Duration::from_secs(60);
-        let server = confirming(config, Duration::from_secs(9));
+        let server = confirming(lasting(Duration::from_secs(12)), Duration::from_secs(9));
         let (session, sent, asked_id, running) = confirm_call(&server).await;
         tokio::time::sleep(Duration::from_secs(5)).await;
-        let ok =
-            RawValue::from_string(r#"{"action":"accept","content":{"ok":true}}"#.into()).unwrap();
-        server
-            .sessions()
-            .answer(
-                &session,
-                &Principal::new("alice"),
-                &asked_id,
-                Some(&ok),
-                None,
-            )
-            .await
-            .unwrap();
+        accept(&server, &session, &asked_id).await.unwrap();
         let answer = response(sent).await;
         running.await.unwrap();
         assert_eq!(answer["result"]["content"][0]["text"], "done", "{answer}");
