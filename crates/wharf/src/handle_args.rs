@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 use wharf_protocol::JsonObject;
 
 use crate::store::SCHEMA_KEYWORD;
+use crate::uri_template::percent_decode;
 
 /// One step from the arguments object towards a handle.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +57,15 @@ impl HandleParam {
 /// follow (a map's values, a tuple's items, a conditional).
 pub(crate) fn find(input: &JsonObject) -> Result<Vec<HandleParam>, String> {
     let root = Value::Object(input.clone());
+    if reaches_marker(&root, &root, &mut Vec::new()) {
+        if let Some(what) = unfollowable(&root, &root, true) {
+            return Err(format!(
+                "the input schema marks handles but holds {what}, which the handle check \
+                 cannot follow as the argument validator does, so a handle behind it would go \
+                 unchecked; use local references of the form \"#/$defs/Name\""
+            ));
+        }
+    }
     let mut found = Vec::new();
     let mut refused = None;
     walk(
@@ -196,9 +206,76 @@ fn reaches_marker(root: &Value, schema: &Value, seen: &mut Vec<String>) -> bool 
     }
 }
 
-/// A local reference (`#/$defs/Name`).
+/// A local reference: a JSON pointer (`#/$defs/Name`, percent-encoded as URI fragments
+/// are) or a plain-name fragment naming an `$anchor` (`#name`).
 fn resolve<'a>(root: &'a Value, target: &str) -> Option<&'a Value> {
-    root.pointer(target.strip_prefix('#')?)
+    let fragment = target.strip_prefix('#')?;
+    if fragment.is_empty() || fragment.starts_with('/') {
+        root.pointer(&percent_decode(fragment)?)
+    } else {
+        anchor(root, fragment)
+    }
+}
+
+/// The subschema that declares `$anchor` `name`.
+fn anchor<'a>(schema: &'a Value, name: &str) -> Option<&'a Value> {
+    if schema.get("$anchor").and_then(Value::as_str) == Some(name) {
+        return Some(schema);
+    }
+    subschemas(schema).find_map(|s| anchor(s, name))
+}
+
+/// The schemas directly inside `schema`: every keyword's value but those that hold data
+/// (`const`, `enum`, `default`, `examples`) and the marker itself; the values of keywords
+/// that map names to schemas (`properties`, `$defs`, ...); the items of arrays of schemas.
+fn subschemas(schema: &Value) -> impl Iterator<Item = &Value> {
+    const DATA: [&str; 5] = ["const", "enum", "default", "examples", SCHEMA_KEYWORD];
+    const NAMED: [&str; 6] = [
+        "properties",
+        "patternProperties",
+        "$defs",
+        "definitions",
+        "dependentSchemas",
+        "dependencies",
+    ];
+    schema
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(keyword, _)| !DATA.contains(&keyword.as_str()))
+        .flat_map(
+            |(keyword, value)| -> Box<dyn Iterator<Item = &Value> + '_> {
+                match value {
+                    Value::Object(map) if NAMED.contains(&keyword.as_str()) => {
+                        Box::new(map.values())
+                    }
+                    Value::Object(_) => Box::new(std::iter::once(value)),
+                    Value::Array(items) => Box::new(items.iter().filter(|i| i.is_object())),
+                    _ => Box::new(std::iter::empty()),
+                }
+            },
+        )
+}
+
+/// The first thing in `schema` that makes the validator and this walk disagree on where a
+/// value's schema lies: a `$ref` that does not resolve here (a remote document, a base
+/// changed by an `$id`), a dynamic reference, or an `$id` below the root, against which the
+/// validator resolves the references beneath it.
+fn unfollowable(root: &Value, schema: &Value, is_root: bool) -> Option<String> {
+    if let Some(target) = schema.get("$ref").and_then(Value::as_str) {
+        if resolve(root, target).is_none() {
+            return Some(format!("the reference {target:?}"));
+        }
+    }
+    for keyword in ["$dynamicRef", "$recursiveRef"] {
+        if schema.get(keyword).is_some() {
+            return Some(format!("a {keyword:?}"));
+        }
+    }
+    if !is_root && schema.get("$id").is_some() {
+        return Some("an \"$id\" below the root".to_owned());
+    }
+    subschemas(schema).find_map(|s| unfollowable(root, s, false))
 }
 
 fn display(path: &[Step]) -> String {
@@ -340,5 +417,64 @@ mod tests {
         };
         let e = find(&schema).unwrap_err();
         assert!(e.contains("recursive type at \"root.next\""), "{e}");
+    }
+
+    fn object(schema: Value) -> JsonObject {
+        let Value::Object(schema) = schema else {
+            unreachable!()
+        };
+        schema
+    }
+
+    #[test]
+    fn references_resolve_as_the_validator_resolves_them() {
+        // A plain-name anchor and a percent-encoded pointer both lead to a handle.
+        let schema = object(json!({
+            "type": "object",
+            "properties": {
+                "by_anchor": { "$ref": "#imp" },
+                "by_pointer": { "$ref": "#/$defs/Import%20Target" }
+            },
+            "$defs": {
+                "imp": { "$anchor": "imp", "type": "string",
+                         SCHEMA_KEYWORD: { "kind": "import", "createdBy": "make" } },
+                "Import Target": marker("target")
+            }
+        }));
+        let found = find(&schema).unwrap();
+        let names: Vec<_> = found.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["by_anchor", "by_pointer"]);
+    }
+
+    #[test]
+    fn a_reference_the_walk_cannot_follow_is_refused_where_handles_are_marked() {
+        let unfollowable = [
+            (json!({ "$ref": "#nowhere" }), "the reference \"#nowhere\""),
+            (
+                json!({ "$ref": "other.json#/$defs/X" }),
+                "the reference \"other.json",
+            ),
+            (json!({ "$dynamicRef": "#node" }), "a \"$dynamicRef\""),
+            (
+                json!({ "$id": "https://example.com/inner", "type": "object" }),
+                "an \"$id\" below the root",
+            ),
+        ];
+        for (odd, what) in unfollowable {
+            let with_handle = object(json!({ "type": "object", "properties": {
+                "import": marker("a"), "other": odd.clone()
+            } }));
+            let e = find(&with_handle).unwrap_err();
+            assert!(e.contains(what), "{e}");
+            // Without a marked handle there is nothing such a schema could hide.
+            let plain = object(json!({ "type": "object", "properties": { "other": odd } }));
+            assert!(find(&plain).unwrap().is_empty());
+        }
+        // Data that looks like a reference is not one.
+        let data = object(json!({ "type": "object", "properties": {
+            "import": marker("a"),
+            "doc": { "type": "object", "default": { "$ref": "#nowhere" } }
+        } }));
+        assert_eq!(find(&data).unwrap().len(), 1);
     }
 }
