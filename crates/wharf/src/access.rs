@@ -71,15 +71,9 @@ pub(crate) fn check(
             }
             CompletionReference::Resource { uri } => match registry.template(uri) {
                 Some(t) => {
-                    // Per-item scopes name no item yet: the template's fixed ones apply.
-                    let fixed: Vec<String> = t
-                        .def
-                        .scopes
-                        .iter()
-                        .filter(|s| !s.contains('{'))
-                        .cloned()
-                        .collect();
-                    scopes(principal, &fixed, "resource template", uri)?;
+                    let bound = params.context.as_ref().and_then(|c| c.arguments.as_ref());
+                    let needed = t.completion_scopes(bound.unwrap_or(&Default::default()));
+                    scopes(principal, &needed, "resource template", uri)?;
                 }
                 None => resource(registry, principal, uri)?,
             },

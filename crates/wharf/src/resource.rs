@@ -285,6 +285,20 @@ impl CompiledTemplate {
         })
     }
 
+    /// The scopes a completion of this template's variables needs: the fixed ones, and each
+    /// per-item scope whose variables the completion's context binds (a completer that lists
+    /// names under a bound owner lists that owner's items).
+    pub(crate) fn completion_scopes(&self, bound: &Vars) -> Vec<String> {
+        if self.scope_templates.is_empty() {
+            return self.def.scopes.clone();
+        }
+        self.scope_templates
+            .iter()
+            .filter(|t| t.variables().all(|v| bound.contains_key(v)))
+            .map(|t| t.expand(bound))
+            .collect()
+    }
+
     /// The scopes a read needs of the resource whose URI matched with `vars`.
     pub(crate) fn scopes_for(&self, vars: &Vars) -> Cow<'_, [String]> {
         if self.scope_templates.is_empty() {

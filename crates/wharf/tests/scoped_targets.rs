@@ -113,6 +113,28 @@ async fn a_completion_needs_the_scopes_of_its_prompt_or_template() {
 }
 
 #[tokio::test]
+async fn a_completion_under_a_bound_variable_needs_that_items_scope() {
+    let completions = Arc::new(AtomicUsize::new(0));
+    let s = server(&completions);
+    let under_seven = json!({
+        "ref": { "type": "ref/resource", "uri": "notes://{id}" },
+        "argument": { "name": "part", "value": "" },
+        "context": { "arguments": { "id": "7" } }
+    });
+    let call = |who: Principal| {
+        let harness = Harness::new(s.clone()).principal(who);
+        let params = under_seven.clone();
+        async move { harness.call("completion/complete", params).await }
+    };
+    let refused = call(token(&[READ])).await.unwrap_err();
+    assert_eq!(refused.error().kind, ErrorKind::InsufficientScope);
+    assert_eq!(refused.required_scopes(), [READ, "notes:item:7"]);
+    assert_eq!(completions.load(Ordering::SeqCst), 0, "no completer ran");
+    let done = call(token(&[READ, "notes:item:7"])).await.unwrap();
+    assert_eq!(done["completion"]["values"], json!(["secret-name"]));
+}
+
+#[tokio::test]
 async fn a_subscription_needs_the_scopes_of_each_resource() {
     let s = server(&Arc::new(AtomicUsize::new(0)));
     // The first messages of a listen stream, or its refusal.
