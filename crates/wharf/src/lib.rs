@@ -36,6 +36,7 @@ mod bus;
 mod config;
 mod context;
 mod cursor;
+mod deadline;
 mod dispatch;
 mod driver;
 mod error;

@@ -8,6 +8,7 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use wharf_protocol::{ProgressParams, ProgressToken, methods};
 
+use crate::deadline::later;
 use crate::request::{Outbox, ProgressFloor};
 
 /// Where a request's progress goes, when its client asked for it.
@@ -87,7 +88,7 @@ impl ProgressStream {
             state.flusher = true;
             let at = state
                 .last_sent
-                .map_or_else(Instant::now, |t| t + self.interval);
+                .map_or_else(Instant::now, |t| later(t, self.interval));
             // Weak: a request cancelled meanwhile drops its stream, and what it kept is not
             // sent after the cancellation (on stdio, the channel outlives the request).
             let this = Arc::downgrade(self);

@@ -138,7 +138,7 @@ impl Server {
     pub async fn prepare(&self, within: std::time::Duration) -> Result<(), StoreError> {
         self.core.runtime.keys.ready().await?;
         let bus = &self.core.runtime.bus;
-        let deadline = tokio::time::Instant::now() + within;
+        let deadline = crate::deadline::later(tokio::time::Instant::now(), within);
         while !bus.is_connected() {
             if tokio::time::Instant::now() >= deadline {
                 tracing::warn!("the change bus is not listening yet; /readyz says so until it is");

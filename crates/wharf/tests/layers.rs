@@ -234,6 +234,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "metrics",
             "schema",
             "uri_template",
+            "deadline",
             "store",
             "mutation",
             "session",

@@ -23,6 +23,7 @@ use wharf_protocol::{
 use super::{REPLY_KIND, SERVER_REQUEST_PREFIX, reply_key};
 use crate::admission::Admitted;
 use crate::admission::Counted;
+use crate::deadline::later;
 use crate::dispatch::{self, Core};
 use crate::error::{ErrorKind, RpcError};
 use crate::limits::Permit;
@@ -42,12 +43,6 @@ const POLL: Duration = Duration::from_secs(1);
 /// half a state's life when that is shorter): the next round must begin while the state
 /// holds.
 const STATE_MARGIN: Duration = Duration::from_secs(1);
-
-/// `by` after `from`; a wait too long for the clock lasts a century.
-fn later(from: Instant, by: Duration) -> Instant {
-    from.checked_add(by)
-        .unwrap_or_else(|| from + Duration::from_secs(100 * 365 * 24 * 3600))
-}
 
 /// An admitted request of a legacy session. Run it to one message with
 /// [`LegacyCall::respond`] (which hands back the [`Rounds`] still to run if the handler
