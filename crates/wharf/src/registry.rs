@@ -416,7 +416,7 @@ impl Registry {
 
 /// A stable digest of a list's definitions: cursors issued for another version of the list
 /// are refused as stale. Uses a fixed hasher so every replica computes the same value.
-fn fingerprint(items: impl Iterator<Item = String>) -> u64 {
+pub(crate) fn fingerprint(items: impl Iterator<Item = String>) -> u64 {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
     for item in items {

@@ -10,7 +10,7 @@ use wharf_protocol::{
 use crate::cursor::ListKind;
 use crate::error::RpcError;
 use crate::principal::Principal;
-use crate::registry::Registry;
+use crate::registry::{Registry, fingerprint};
 use crate::reply::respond;
 use crate::runtime::Runtime;
 
@@ -63,17 +63,23 @@ pub(crate) fn page(
                 .filter(|t| !filter || principal.missing_scopes(&t.def.scopes).is_empty())
                 .map(|t| &t.def.tool)
                 .collect();
-            let hints = if filter {
-                CacheHints {
+            let (hints, fingerprint) = if filter {
+                // A cursor of one grant's list is no position in another's.
+                let seen = items.iter().map(|t| t.name.clone());
+                let hints = CacheHints {
                     cache_scope: CacheScope::Private,
                     ..cache.tools_list
-                }
+                };
+                (
+                    hints,
+                    fingerprint(Some(fp.tools.to_string()).into_iter().chain(seen)),
+                )
             } else {
-                cache.tools_list
+                (cache.tools_list, fp.tools)
             };
             let at = Position {
                 kind: ListKind::Tools,
-                fingerprint: fp.tools,
+                fingerprint,
                 hints,
             };
             paginate(runtime, id, "tools", &items, cursor, at)

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use wharf_protocol::{GetPromptParams, methods};
+use wharf_protocol::{GetPromptParams, ResultType, methods};
 
 use crate::context::Context;
 use crate::driver::{drive, open_turn};
@@ -44,6 +44,8 @@ pub(crate) async fn get(call: Call<'_, Box<GetPromptParams>>) -> Result<Vec<u8>,
     let get = Arc::clone(&prompt.get);
     match drive(cx, turn, |cx| get(cx, args)).await?.or_error()? {
         Ok(mut result) => {
+            // A handler asks for input through its error, never through this field.
+            result.result_type = ResultType::Complete;
             result.meta.server_info = Some(runtime.info.clone());
             respond(&id, &result)
         }
