@@ -465,23 +465,24 @@ async fn a_call_whose_params_do_not_read_still_mirrors_its_name_and_arguments() 
 }
 
 /// An argument of another type than its `x-mcp-header` declares, mirrored as it was sent,
-/// is refused by the argument check (-32602, naming it), not as a header mismatch, which
-/// would send a client to list the tools again for nothing; a header that says something
-/// else than the body still is a mismatch.
+/// is refused by the argument check (a tool execution error naming it, which the model can
+/// correct), not as a header mismatch, which would send a client to list the tools again
+/// for nothing; a header that says something else than the body still is a mismatch.
 #[tokio::test]
 async fn an_argument_of_another_type_is_refused_as_an_argument() {
     let params = json!({ "name": "shard", "arguments": { "shard": "7" }, "_meta": meta() });
-    let (_, body) = send(with(
+    let (status, body) = send(with(
         call("shard"),
         params.clone(),
         &[("mcp-param-shard", "7")],
     ))
     .await;
-    assert_eq!(body["error"]["code"], -32602, "{body}");
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["result"]["isError"], true, "{body}");
     assert!(
-        body["error"]["message"]
+        body["result"]["content"][0]["text"]
             .as_str()
-            .is_some_and(|m| m.contains("shard")),
+            .is_some_and(|m| m.contains("Invalid arguments for tool shard") && m.contains("shard")),
         "{body}"
     );
     let (status, body) = send(with(call("shard"), params, &[("mcp-param-shard", "8")])).await;

@@ -12,7 +12,6 @@ use wharf_protocol::{
 };
 
 use crate::context::{Context, guarded};
-use crate::error::RpcError;
 use crate::handler::{BoxFuture, HandlerError};
 use crate::schema;
 use crate::store::{KEY_ARGUMENT, key_schema};
@@ -172,10 +171,11 @@ where
     }
 }
 
-/// The arguments already passed the input schema; what is left is a shape serde rejects.
+/// The arguments already passed the input schema; what is left is a shape serde rejects,
+/// which the model reads as it reads a schema violation.
 fn typed_args<A: DeserializeOwned>(args: serde_json::Value) -> Result<A, HandlerError> {
     serde_json::from_value::<A>(args)
-        .map_err(|e| RpcError::invalid_params(format!("Invalid arguments: {e}")).into())
+        .map_err(|e| HandlerError::Execution(format!("Invalid arguments: {e}")))
 }
 
 struct Streaming<F, A> {

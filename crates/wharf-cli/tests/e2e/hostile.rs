@@ -19,10 +19,13 @@ enum Expect {
     ToolError(&'static str),
 }
 
-/// A method's own refusal of its params (a forged cursor or state, arguments that fail the
-/// tool's schema, an unknown tool): a JSON-RPC error over HTTP 200. The transport answers 400
-/// only for what it checks itself (the envelope, `_meta`, mirrored headers).
+/// A method's own refusal of its params (a forged cursor or state, a malformed call, an
+/// unknown tool): a JSON-RPC error over HTTP 200. The transport answers 400 only for what it
+/// checks itself (the envelope, `_meta`, mirrored headers).
 const METHOD_REFUSED: Expect = Expect::Rpc(200, -32602);
+
+/// Arguments that fail the tool's schema: a tool execution error the model can correct.
+const ARGUMENTS_REFUSED: Expect = Expect::ToolError("Invalid arguments for tool");
 
 struct Case {
     what: String,
@@ -604,6 +607,7 @@ fn forged_handles(other_principals: &str) -> Vec<Case> {
 
 fn wrong_arguments(import: &str) -> Vec<Case> {
     let invalid = METHOD_REFUSED;
+    let arguments = ARGUMENTS_REFUSED;
     let mut cases = Vec::new();
     for (tool, args) in [
         ("import_status", json!({})),
@@ -667,7 +671,7 @@ fn wrong_arguments(import: &str) -> Vec<Case> {
         ),
     ] {
         let m = envelope("tools/call", call_params(tool, args.clone()));
-        cases.push(Case::json(format!("{tool} with {args}"), &m, invalid));
+        cases.push(Case::json(format!("{tool} with {args}"), &m, arguments));
     }
     for (what, params) in [
         ("no name", json!({ "_meta": meta(), "arguments": {} })),

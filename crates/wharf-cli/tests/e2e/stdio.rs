@@ -145,11 +145,11 @@ async fn bad_lines_get_precise_errors_and_the_server_carries_on() {
             "no/such",
         ),
         (
-            json!({ "jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": { "_meta": meta, "name": "echo", "arguments": { "text": 7 } } })
+            json!({ "jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": { "_meta": meta, "arguments": { "text": "x" } } })
                 .to_string(),
             -32602,
             json!(4),
-            "text",
+            "name",
         ),
         (
             format!("\"{}\"", "x".repeat(wharf_stdio::MAX_LINE_BYTES)),
@@ -177,6 +177,19 @@ async fn bad_lines_get_precise_errors_and_the_server_carries_on() {
         let message = m["error"]["message"].as_str().unwrap();
         assert!(message.contains(says), "{message:?} should name {says:?}");
     }
+    // Arguments the tool's schema refuses: a result the model reads and can correct.
+    c.request(
+        json!(5),
+        "tools/call",
+        json!({ "name": "echo", "arguments": { "text": 7 } }),
+    )
+    .await
+    .unwrap();
+    let m = recv(&mut c).await;
+    validate_message("tools/call", &m);
+    assert_eq!(m["result"]["isError"], true, "{m}");
+    let text = m["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("text"), "{text:?} should name the argument");
     // A response is never answered, not even the client's error with a null id.
     let theirs = json!({ "jsonrpc": "2.0", "id": null,
         "error": { "code": -32700, "message": "Parse error" } });

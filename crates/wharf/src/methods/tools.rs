@@ -10,6 +10,7 @@ use tracing::{Instrument as _, Span};
 use wharf_protocol::{CallToolParams, CallToolResult, RequestId, ResultType, methods};
 
 use crate::context::{Context, Finished, Hold, TxSlot};
+use crate::deadline::later;
 use crate::driver::{Ended, drive, open_turn};
 use crate::error::{ErrorKind, RpcError};
 use crate::fair_share::Share;
@@ -68,17 +69,15 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
         .ok_or_else(|| RpcError::invalid_params(format!("Unknown tool: {}", params.name)))?;
     // Scopes and client capabilities were checked in admission.
     let args = Value::Object(params.arguments.unwrap_or_default());
-    if let Some((message, path)) = entry.input.as_ref().and_then(|v| first_violation(v, &args)) {
-        return Err(RpcError::invalid_params(format!(
-            "Invalid arguments for tool {}: {message} (at {path})",
-            params.name
-        ))
-        .with_data(serde_json::json!({ "path": path })));
+    if let Some(why) = refused_arguments(entry, &args) {
+        // Arguments the model got wrong are the model's to correct: a tool execution error
+        // it reads (as the specification files input validation), not a protocol error.
+        let message = format!("Invalid arguments for tool {}: {why}", params.name);
+        return respond_tool(runtime, &id, CallToolResult::error(message));
     }
     let Value::Object(mut args) = args else {
         return Err(RpcError::internal("tool arguments are not an object"));
     };
-    store_safe(entry, &args)?;
     let turn = open_turn(
         runtime,
         &info,
@@ -97,7 +96,7 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
         .map_or(runtime.config.max_call_duration, |t| {
             t.min(runtime.config.max_call_duration)
         });
-    let deadline = tokio::time::Instant::now() + limit;
+    let deadline = later(tokio::time::Instant::now(), limit);
     let bound = Bound {
         tool: name,
         limit,
@@ -375,13 +374,11 @@ fn keyed<'e>(
         return Ok(None);
     };
     let name = &entry.def.tool.name;
-    let key = match args.remove(KEY_ARGUMENT) {
-        Some(Value::String(k)) => k,
-        _ => {
-            return Err(RpcError::invalid_params(format!(
-                "Invalid arguments for tool {name}: {KEY_ARGUMENT} is required"
-            )));
-        }
+    let Some(Value::String(key)) = args.remove(KEY_ARGUMENT) else {
+        // `refused_arguments` answered such a call.
+        return Err(RpcError::internal(format!(
+            "tool {name} was called without its {KEY_ARGUMENT}"
+        )));
     };
     let handle = entry
         .handles
@@ -735,10 +732,18 @@ async fn load_handle(runtime: &Runtime, id: &str) -> Result<Option<HandleRecord>
     Ok(runtime.store_op(StoreOp::LoadHandle, load).await?)
 }
 
-/// Refuses a NUL character in the arguments that name what the store looks up or locks
-/// (handles, what the tool mutates): PostgreSQL's text cannot hold one, and every backend
-/// must answer such a call alike, with the argument named, not with a store failure.
-fn store_safe(entry: &ToolEntry, args: &Map<String, Value>) -> Result<(), RpcError> {
+/// Why `args` cannot run `entry`, in words the model can act on: they break the tool's
+/// input schema (the place named), an idempotent tool's key is missing, or an argument the
+/// store looks up or locks (a handle, what the tool mutates) holds a NUL character, which
+/// PostgreSQL's text cannot hold (every backend answers such a call alike).
+fn refused_arguments(entry: &ToolEntry, args: &Value) -> Option<String> {
+    if let Some((message, path)) = entry.input.as_ref().and_then(|v| first_violation(v, args)) {
+        return Some(format!("{message} (at {path})"));
+    }
+    let args = args.as_object()?;
+    if entry.def.idempotent.is_some() && !args.get(KEY_ARGUMENT).is_some_and(Value::is_string) {
+        return Some(format!("{KEY_ARGUMENT} is required"));
+    }
     let mutated = entry
         .def
         .mutates
@@ -748,17 +753,11 @@ fn store_safe(entry: &ToolEntry, args: &Map<String, Value>) -> Result<(), RpcErr
         .handles
         .iter()
         .flat_map(|p| p.ids(args).into_iter().map(move |id| (p.name.as_str(), id)));
-    match mutated
+    mutated
         .into_iter()
         .chain(handles)
         .find(|(_, v)| v.contains('\0'))
-    {
-        Some((name, _)) => Err(RpcError::invalid_params(format!(
-            "Invalid arguments for tool {}: {name} holds a NUL character",
-            entry.def.tool.name
-        ))),
-        None => Ok(()),
-    }
+        .map(|(name, _)| format!("{name} holds a NUL character"))
 }
 
 /// The serializer's key for `value`, scoped to the caller: only the owner of what a value

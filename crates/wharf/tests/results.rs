@@ -1,0 +1,122 @@
+//! What the methods answer, in-process: arguments the model got wrong come back as a tool
+//! execution error it can read and correct, a prompt's result is complete whatever its
+//! handler left in `resultType`, and a tools/list cursor filtered for one grant is no
+//! position in another grant's list.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde_json::{Value, json};
+use wharf::protocol::{GetPromptResult, Implementation, ResultType};
+use wharf::testing::Harness;
+use wharf::{Context, ErrorKind, Grant, Principal, Server, ServerConfig, prompt, tool};
+
+#[derive(serde::Deserialize, wharf::schemars::JsonSchema)]
+struct Greet {
+    /// Who to greet.
+    name: String,
+    /// How many times.
+    times: u8,
+}
+
+#[tokio::test]
+async fn arguments_that_break_the_schema_are_an_error_the_model_reads() {
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&ran);
+    let server = Server::builder(Implementation::new("t", "1"))
+        .tool(tool("greet").handler(move |_cx: Context, args: Greet| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async move { format!("hello {} x{}", args.name, args.times) }
+        }))
+        .build()
+        .unwrap();
+    let harness = Harness::new(server);
+    let call = |arguments: Value| {
+        harness.call(
+            "tools/call",
+            json!({ "name": "greet", "arguments": arguments }),
+        )
+    };
+    for (arguments, place) in [
+        (json!({ "name": "ada", "times": "twice" }), "/times"),
+        (json!({ "name": "ada", "times": 300 }), "/times"),
+        (json!({ "times": 1 }), "name"),
+    ] {
+        let result = call(arguments.clone()).await.unwrap();
+        assert_eq!(result["isError"], true, "{arguments}: {result}");
+        assert_eq!(result["resultType"], "complete");
+        let text = result["content"][0]["text"].as_str().unwrap();
+        assert!(
+            text.starts_with("Invalid arguments for tool greet: ") && text.contains(place),
+            "{arguments}: {text}"
+        );
+    }
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "the handler never ran");
+    let fine = call(json!({ "name": "ada", "times": 2 })).await.unwrap();
+    assert_eq!(fine["content"][0]["text"], "hello ada x2");
+    // An unknown tool is still a protocol error: nothing the model sent names a tool.
+    let unknown = harness
+        .call("tools/call", json!({ "name": "nope", "arguments": {} }))
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.error().kind, ErrorKind::InvalidParams);
+}
+
+#[tokio::test]
+async fn a_prompts_result_is_complete_whatever_its_handler_set() {
+    let server = Server::builder(Implementation::new("t", "1"))
+        .prompt(prompt("odd").handler(|_cx, _args| async {
+            Ok(GetPromptResult {
+                result_type: ResultType::InputRequired,
+                ..Default::default()
+            })
+        }))
+        .build()
+        .unwrap();
+    let got = Harness::new(server)
+        .call("prompts/get", json!({ "name": "odd" }))
+        .await
+        .unwrap();
+    assert_eq!(got["resultType"], "complete", "{got}");
+}
+
+#[tokio::test]
+async fn a_filtered_tools_list_cursor_belongs_to_its_grant() {
+    let mut config = ServerConfig::default();
+    config.page_size = 1;
+    config.list_permitted_tools_only = true;
+    let mut builder = Server::builder(Implementation::new("t", "1")).config(config);
+    for (name, scope) in [("a", "x"), ("b", "y"), ("c", "x")] {
+        builder = builder.tool(
+            tool(name)
+                .scopes(&[scope])
+                .handler(|_cx: Context, _: wharf::NoArgs| async { "ok" }),
+        );
+    }
+    let server = builder.build().unwrap();
+    let token = |scopes: &[&str]| {
+        Principal::oauth(Grant {
+            issuer: "https://as.example.com".into(),
+            subject: "alice".into(),
+            client_id: None,
+            scopes: scopes
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect::<BTreeSet<_>>(),
+        })
+    };
+    let list = |who: Principal, cursor: Option<Value>| {
+        let harness = Harness::new(server.clone()).principal(who);
+        let params = cursor.map_or_else(|| json!({}), |c| json!({ "cursor": c }));
+        async move { harness.call("tools/list", params).await }
+    };
+    let first = list(token(&["x"]), None).await.unwrap();
+    assert_eq!(first["tools"][0]["name"], "a");
+    let cursor = first["nextCursor"].clone();
+    let second = list(token(&["x"]), Some(cursor.clone())).await.unwrap();
+    assert_eq!(second["tools"][0]["name"], "c");
+    // The same cursor under another grant would skip or repeat tools: refused as stale.
+    let other = list(token(&["x", "y"]), Some(cursor)).await.unwrap_err();
+    assert_eq!(other.error().kind, ErrorKind::InvalidParams, "{other:?}");
+}
