@@ -28,6 +28,7 @@ pub(crate) fn schema_for<T: JsonSchema>() -> JsonObject {
 /// A compiled validator, or `None` when the schema accepts any object and validation can be
 /// skipped on the hot path.
 pub(crate) fn compile(schema: &JsonObject) -> Result<Option<jsonschema::Validator>, String> {
+    let draft = dialect(schema)?;
     let trivial = schema.iter().all(|(k, v)| match k.as_str() {
         "$schema" | "description" => true,
         "type" => v == "object",
@@ -36,9 +37,37 @@ pub(crate) fn compile(schema: &JsonObject) -> Result<Option<jsonschema::Validato
     if trivial {
         return Ok(None);
     }
-    jsonschema::draft202012::new(&Value::Object(schema.clone()))
+    jsonschema::options()
+        .with_draft(draft)
+        .build(&Value::Object(schema.clone()))
         .map(Some)
         .map_err(|e| e.to_string())
+}
+
+/// The dialect `schema` declares in `$schema` (2020-12 when it declares none): a schema is
+/// validated by its own dialect's rules, where keywords differ (`dependencies`, an `items`
+/// array). One the validator does not know is refused, not read as 2020-12.
+fn dialect(schema: &JsonObject) -> Result<jsonschema::Draft, String> {
+    use jsonschema::Draft;
+    let Some(declared) = schema.get("$schema") else {
+        return Ok(Draft::Draft202012);
+    };
+    let uri = declared.as_str().unwrap_or_default();
+    let bare = uri
+        .trim_end_matches('#')
+        .trim_start_matches("https://")
+        .trim_start_matches("http://");
+    match bare {
+        "json-schema.org/draft/2020-12/schema" => Ok(Draft::Draft202012),
+        "json-schema.org/draft/2019-09/schema" => Ok(Draft::Draft201909),
+        "json-schema.org/draft-07/schema" => Ok(Draft::Draft7),
+        "json-schema.org/draft-06/schema" => Ok(Draft::Draft6),
+        "json-schema.org/draft-04/schema" => Ok(Draft::Draft4),
+        _ => Err(format!(
+            "its $schema {declared} names a dialect this server does not support; declare \
+             JSON Schema 2020-12 (or leave $schema out), 2019-09, draft-07, -06 or -04"
+        )),
+    }
 }
 
 /// The first violation of `value` against `validator`, as "message at /path".
@@ -225,6 +254,33 @@ mod tests {
             json!({"type":"object","$defs":{"x":{"type":"string","x-mcp-header":"A"}}}),
         ] {
             assert!(header_params(&obj(bad.clone())).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_schema_is_validated_by_the_dialect_it_declares() {
+        // draft-07's tuple: `items` an array, the rest refused by `additionalItems`.
+        let declared = obj(json!({
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "type": "object",
+            "properties": {
+                "pair": { "type": "array", "items": [{ "type": "integer" }], "additionalItems": false }
+            }
+        }));
+        let v = compile(&declared).unwrap().unwrap();
+        assert!(first_violation(&v, &json!({ "pair": [1] })).is_none());
+        assert!(first_violation(&v, &json!({ "pair": [1, 2] })).is_some());
+        assert!(first_violation(&v, &json!({ "pair": ["x"] })).is_some());
+        // Without `$schema` the same schema is 2020-12's, where `items` must be one schema.
+        let mut undeclared = declared.clone();
+        undeclared.remove("$schema");
+        assert!(compile(&undeclared).is_err());
+        // A dialect the validator does not know is refused, even for a schema that
+        // accepts any object.
+        for unknown in ["https://example.com/my-dialect", "draft-07"] {
+            let s = obj(json!({ "$schema": unknown, "type": "object" }));
+            let e = compile(&s).unwrap_err();
+            assert!(e.contains("does not support"), "{e}");
         }
     }
 }
