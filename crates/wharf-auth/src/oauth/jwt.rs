@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet, KeyAlgorithm};
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, KeyAlgorithm};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, decode_header};
 use serde_json::{Map, Value};
 use wharf::Grant;
@@ -256,16 +256,27 @@ impl KeySource {
             KeyOrigin::Fetched(fetch) => fetch.key_set(&self.issuer).await?,
             KeyOrigin::Published(keys) => keys.jwk_set().await?,
         };
-        let set: JwkSet = serde_json::from_value(set).map_err(|err| {
-            tracing::warn!(issuer = %self.issuer, error = %err, "the issuer's key set does not parse");
-            AuthError::Unavailable
-        })?;
+        let Some(entries) = set.get("keys").and_then(Value::as_array) else {
+            tracing::warn!(issuer = %self.issuer, "the issuer's key set is not a JWK Set");
+            return Err(AuthError::Unavailable);
+        };
         let mut fresh = Keys {
             attempted_at: Some(Instant::now()),
             ..Keys::default()
         };
-        for jwk in &set.keys {
-            let Some((alg, key)) = decoding_key(jwk) else {
+        // Each key is read on its own: one this library cannot read (an encryption key, a
+        // curve or algorithm it lacks) is ignored (RFC 7517 §5), not a reason to lose the
+        // whole set.
+        for entry in entries {
+            let jwk: Jwk = match serde_json::from_value(entry.clone()) {
+                Ok(jwk) => jwk,
+                Err(err) => {
+                    let kid = entry.get("kid").and_then(Value::as_str);
+                    tracing::debug!(issuer = %self.issuer, kid, error = %err, "a key in the issuer's set is skipped: it does not parse");
+                    continue;
+                }
+            };
+            let Some((alg, key)) = decoding_key(&jwk) else {
                 continue;
             };
             match &jwk.common.key_id {
@@ -552,6 +563,41 @@ mod tests {
             assert!(Instant::now() < deadline, "the withdrawn key still stands");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// RFC 7517 §5: keys this server cannot read are ignored, the others still verify.
+    #[tokio::test]
+    async fn keys_that_do_not_parse_are_skipped_not_the_whole_set() {
+        // RFC 7517 A.1's P-256 key as "good", beside keys jsonwebtoken cannot read.
+        let body = r#"{"keys":[
+            {"kty":"EC","crv":"P-256","use":"enc","alg":"ECDH-ES","kid":"ecdh","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"},
+            {"kty":"EC","crv":"P-521","alg":"ES512","kid":"p521","x":"AA","y":"AA"},
+            {"kty":"OKP","crv":"X25519","kid":"x25519","x":"AA"},
+            {"kty":"EC","crv":"secp256k1","kid":"k1","x":"AA","y":"AA"},
+            {"kty":"PQC","kid":"future"},
+            {"kty":"EC","crv":"P-256","kid":"good","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}
+        ]}"#;
+        let ok = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let (url, _) = stub_jwks(ok, None).await;
+        let checker = JwtChecker::new(
+            KeyOrigin::fetched(reqwest::Client::new(), Some(url)),
+            "https://as.example.com".into(),
+            Duration::from_secs(600),
+            Duration::from_secs(3600),
+        );
+        let audiences = ["https://mcp.example.com/mcp".to_owned()];
+        let check = async |kid: &str| {
+            checker
+                .check(&token_with_kid(kid), &audiences, Duration::ZERO)
+                .await
+                .unwrap_err()
+        };
+        // Known: refused for its made-up signature, not for its key.
+        assert_eq!(check("good").await, AuthError::BadSignature);
+        assert_eq!(check("ecdh").await, AuthError::UnknownKey);
     }
 
     #[tokio::test]
