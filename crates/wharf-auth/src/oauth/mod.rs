@@ -398,7 +398,8 @@ pub(crate) struct Accepted {
     pub(crate) expires_at: u64,
 }
 
-/// The scopes of a `scope` claim (space-separated) or `scp` (an array).
+/// The scopes of a `scope` claim (space-separated, or an array as Spring Authorization
+/// Server writes it) or `scp` (an array); entries that are not strings are ignored.
 pub(crate) fn scopes_of(claims: &serde_json::Map<String, Value>) -> BTreeSet<String> {
     match (claims.get("scope"), claims.get("scp")) {
         (Some(Value::String(s)), _) => s
@@ -406,7 +407,7 @@ pub(crate) fn scopes_of(claims: &serde_json::Map<String, Value>) -> BTreeSet<Str
             .filter(|s| !s.is_empty())
             .map(str::to_owned)
             .collect(),
-        (_, Some(Value::Array(a))) => a
+        (Some(Value::Array(a)), _) | (_, Some(Value::Array(a))) => a
             .iter()
             .filter_map(|v| v.as_str().map(str::to_owned))
             .collect(),
@@ -557,6 +558,9 @@ mod tests {
         assert_eq!(scopes_of(claims.as_object().unwrap()).len(), 3);
         let claims = json!({ "scp": ["a", "b"] });
         assert_eq!(scopes_of(claims.as_object().unwrap()).len(), 2);
+        let claims = json!({ "scope": ["a", "b", 3], "scp": ["c"] });
+        let read: Vec<_> = scopes_of(claims.as_object().unwrap()).into_iter().collect();
+        assert_eq!(read, ["a", "b"]);
         let ok = vec!["https://r".to_owned()];
         assert!(audience_ok(Some(&json!("https://r")), &ok));
         assert!(audience_ok(Some(&json!(["x", "https://r"])), &ok));
