@@ -3,7 +3,7 @@
 use serde_json::{Map, Value};
 use wharf::Grant;
 
-use super::{Checked, audience_ok, now_secs, scopes_of};
+use super::{Checked, audience_ok, now_secs, numeric_date, scopes_of};
 use crate::AuthError;
 
 /// Introspection requests one process has in flight at most. Tokens it has not seen each
@@ -119,10 +119,11 @@ impl Introspector {
             return Err(AuthError::WrongAudience);
         }
         let now = now_secs();
-        let expires_at = answer
-            .get("exp")
-            .and_then(Value::as_u64)
-            .unwrap_or(u64::MAX);
+        // No `exp` is no expiry the answer states (RFC 7662 makes it optional).
+        let expires_at = match answer.get("exp") {
+            None => u64::MAX,
+            Some(exp) => numeric_date(exp).ok_or(AuthError::InvalidToken)?,
+        };
         if expires_at <= now {
             return Err(AuthError::Expired);
         }
@@ -144,7 +145,7 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use tokio::io::AsyncReadExt as _;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
     use super::*;
 
@@ -167,6 +168,61 @@ mod tests {
             }
         });
         (url, received)
+    }
+
+    /// An introspection endpoint that answers every request with `answer`.
+    async fn answering_endpoint(answer: Value) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/introspect", listener.local_addr().unwrap());
+        let body = answer.to_string();
+        let response = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                let _ = conn.write_all(response.as_bytes()).await;
+            }
+        });
+        url
+    }
+
+    async fn introspected(answer: Value) -> Result<Checked, AuthError> {
+        let url = answering_endpoint(answer).await;
+        let checker = Introspector::new(reqwest::Client::new(), url, "rs".into(), "s".into());
+        let audiences = ["https://mcp.example.com".to_owned()];
+        checker
+            .check("t", "https://as.example.com", &audiences)
+            .await
+    }
+
+    /// RFC 7519 §2: a NumericDate may have a fraction; it still expires.
+    #[tokio::test]
+    async fn a_fractional_exp_is_an_expiry_and_a_malformed_one_is_refused() {
+        let answer = |exp: Value| {
+            serde_json::json!({
+                "active": true, "sub": "alice", "aud": "https://mcp.example.com", "exp": exp
+            })
+        };
+        let past = now_secs() as f64 - 60.5;
+        assert_eq!(
+            introspected(answer(past.into())).await.unwrap_err(),
+            AuthError::Expired
+        );
+        let future = now_secs() + 60;
+        let checked = introspected(answer((future as f64 + 0.5).into()))
+            .await
+            .unwrap();
+        assert_eq!(checked.expires_at, future);
+        for bad in [serde_json::json!("soon"), serde_json::json!(-1)] {
+            assert_eq!(
+                introspected(answer(bad.clone())).await.unwrap_err(),
+                AuthError::InvalidToken,
+                "{bad}"
+            );
+        }
     }
 
     #[tokio::test]

@@ -10,7 +10,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, decode_header};
 use serde_json::{Map, Value};
 use wharf::Grant;
 
-use super::{Checked, PublishedKeys, audience_ok, scopes_of};
+use super::{Checked, PublishedKeys, audience_ok, numeric_date, scopes_of};
 use crate::AuthError;
 
 /// The signature algorithms accepted: asymmetric only, so `none` and HMAC (with a public key
@@ -176,7 +176,8 @@ impl JwtChecker {
         let subject = text("sub").ok_or(AuthError::InvalidToken)?;
         Ok(Checked {
             session: text("sid"),
-            expires_at: claims.get("exp").and_then(Value::as_u64).unwrap_or(0),
+            // Verified present and numeric by the JWT library, which also reads fractions.
+            expires_at: claims.get("exp").and_then(numeric_date).unwrap_or(0),
             grant: Grant {
                 issuer: self.0.issuer.clone(),
                 subject,

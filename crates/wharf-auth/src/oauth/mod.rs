@@ -420,6 +420,17 @@ pub(crate) fn scopes_of(claims: &serde_json::Map<String, Value>) -> BTreeSet<Str
     }
 }
 
+/// A NumericDate (RFC 7519 §2) in whole seconds since the Unix epoch: a JSON number, which
+/// may have a fraction (dropped), neither negative nor infinite; `None` for anything else.
+pub(crate) fn numeric_date(value: &Value) -> Option<u64> {
+    if let Some(whole) = value.as_u64() {
+        return Some(whole);
+    }
+    let secs = value.as_f64()?;
+    // `as` saturates at u64::MAX, past any expiry that matters.
+    (secs.is_finite() && secs >= 0.0).then(|| secs.floor() as u64)
+}
+
 /// Whether an `aud` claim (a string or an array) names one of `accepted`.
 pub(crate) fn audience_ok(aud: Option<&Value>, accepted: &[String]) -> bool {
     match aud {
@@ -550,6 +561,22 @@ mod tests {
             "Bearer error=\"insufficient_scope\", scope=\"base a b\", \
              resource_metadata=\"https://mcp.example.com/.well-known/oauth-protected-resource\""
         );
+    }
+
+    #[test]
+    fn numeric_dates_may_have_a_fraction() {
+        assert_eq!(numeric_date(&json!(1767225600)), Some(1767225600));
+        assert_eq!(numeric_date(&json!(1767225600.5)), Some(1767225600));
+        assert_eq!(numeric_date(&json!(0.0)), Some(0));
+        for bad in [
+            json!(-1),
+            json!(-0.5),
+            json!("1767225600"),
+            json!(null),
+            json!([1]),
+        ] {
+            assert_eq!(numeric_date(&bad), None, "{bad}");
+        }
     }
 
     #[test]
