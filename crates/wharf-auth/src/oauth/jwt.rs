@@ -323,10 +323,19 @@ impl Fetch {
             let Ok(meta) = self.get_json(&url).await else {
                 continue;
             };
-            let same_issuer = meta
-                .get("issuer")
-                .and_then(Value::as_str)
-                .is_some_and(|i| i.trim_end_matches('/') == issuer);
+            // Identical (RFC 8414 §3.3): tokens' `iss` is compared exactly, so metadata that
+            // passed with any difference would lead to every token being refused.
+            let named = meta.get("issuer").and_then(Value::as_str);
+            let same_issuer = named == Some(configured);
+            if let Some(named) = named.filter(|n| !same_issuer && n.trim_end_matches('/') == issuer)
+            {
+                tracing::warn!(
+                    configured = %configured,
+                    metadata = %named,
+                    "the issuer's metadata names the issuer {named:?}, which differs from the configured one by a trailing slash; configure exactly {named:?}"
+                );
+                return Err(AuthError::Unavailable);
+            }
             if let (true, Some(uri)) = (same_issuer, meta.get("jwks_uri").and_then(Value::as_str)) {
                 if !super::trusted_url(uri) {
                     // Keys over plain HTTP from another host could come from anyone.
@@ -633,6 +642,38 @@ mod tests {
             .unwrap_err();
         assert_eq!(refused, AuthError::UnknownKey);
         assert_eq!(requests.load(Ordering::SeqCst), 1);
+    }
+
+    /// RFC 8414 §3.3: the metadata's issuer is the configured one exactly; a trailing slash
+    /// more (or less) would pass discovery and then fail every token's `iss`.
+    #[tokio::test]
+    async fn discovery_wants_the_issuer_exactly() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let origin = format!("http://{}", listener.local_addr().unwrap());
+        let body = serde_json::json!({ "issuer": format!("{origin}/"), "jwks_uri": format!("{origin}/jwks") })
+            .to_string();
+        let response = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                let _ = conn.write_all(response.as_bytes()).await;
+            }
+        });
+        let discover = async |issuer: &str| {
+            let KeyOrigin::Fetched(fetch) = KeyOrigin::fetched(reqwest::Client::new(), None) else {
+                unreachable!()
+            };
+            fetch.jwks_uri(issuer).await
+        };
+        assert_eq!(discover(&origin).await, Err(AuthError::Unavailable));
+        assert_eq!(
+            discover(&format!("{origin}/")).await,
+            Ok(format!("{origin}/jwks"))
+        );
     }
 
     #[test]
