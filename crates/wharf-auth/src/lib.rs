@@ -63,6 +63,12 @@ pub enum AuthError {
     /// A key id the issuer's key set lacks, even after a refetch.
     #[error("Unauthorized: the token is signed with a key the issuer does not publish")]
     UnknownKey,
+    /// A token bound to a key or certificate (`cnf`: DPoP, mutual TLS) sent as a plain
+    /// bearer token: this server cannot verify the binding, so it does not accept it.
+    #[error(
+        "Unauthorized: the token is sender-constrained (cnf); this server does not support sender-constrained tokens"
+    )]
+    SenderConstrained,
     /// Introspection answered `active: false`.
     #[error("Unauthorized: the token is not active")]
     Inactive,
@@ -101,6 +107,7 @@ impl AuthError {
             AuthError::UnsupportedAlgorithm => "the signing algorithm is not accepted",
             AuthError::NotAnAccessToken => "the token is not an access token",
             AuthError::UnknownKey => "unknown signing key",
+            AuthError::SenderConstrained => "sender-constrained tokens are not supported",
             AuthError::Inactive => "the token is not active",
             AuthError::InsufficientScope(_) => "insufficient scope",
             AuthError::Unavailable => "the authorization server is unavailable",

@@ -118,6 +118,11 @@ impl Introspector {
         if !audience_ok(answer.get("aud"), audiences) {
             return Err(AuthError::WrongAudience);
         }
+        // A token bound to a key or certificate (RFC 9449 §6.2, RFC 8705 §3.2): its binding
+        // cannot be checked here, and a bearer use of it must not succeed.
+        if answer.contains_key("cnf") {
+            return Err(AuthError::SenderConstrained);
+        }
         let now = now_secs();
         // No `exp` is no expiry the answer states (RFC 7662 makes it optional).
         let expires_at = match answer.get("exp") {
@@ -223,6 +228,18 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_sender_constrained_token_is_refused() {
+        let answer = serde_json::json!({
+            "active": true, "sub": "alice", "aud": "https://mcp.example.com",
+            "cnf": { "jkt": "0ZcOCORZNYy-DWpqq30jZyJGHTN0d2HglBV3uiguA4I" }
+        });
+        assert_eq!(
+            introspected(answer).await.unwrap_err(),
+            AuthError::SenderConstrained
+        );
     }
 
     #[tokio::test]

@@ -172,6 +172,11 @@ impl JwtChecker {
         if !audience_ok(claims.get("aud"), audiences) {
             return Err(AuthError::WrongAudience);
         }
+        // Accepting a bound token as a bearer token would let whoever holds it use it
+        // without the key it is bound to.
+        if claims.contains_key("cnf") {
+            return Err(AuthError::SenderConstrained);
+        }
         let text = |k: &str| claims.get(k).and_then(Value::as_str).map(str::to_owned);
         let subject = text("sub").ok_or(AuthError::InvalidToken)?;
         Ok(Checked {
@@ -642,6 +647,79 @@ mod tests {
             .unwrap_err();
         assert_eq!(refused, AuthError::UnknownKey);
         assert_eq!(requests.load(Ordering::SeqCst), 1);
+    }
+
+    /// Keys handed over in process, as an authorization server beside this one does.
+    #[derive(Debug)]
+    struct Given(Value);
+
+    impl PublishedKeys for Given {
+        fn jwk_set(
+            &self,
+        ) -> std::pin::Pin<Box<dyn Future<Output = Result<Value, AuthError>> + Send + '_>> {
+            Box::pin(async move { Ok(self.0.clone()) })
+        }
+    }
+
+    /// A P-256 key generated for these tests, as PKCS#8 and as a JWK named "k1".
+    const TEST_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgLH6gx2zDQ5RIf8im
+Xn8P9AWu/PbH3xdt6LAX/QaeiFehRANCAAQdtgRvv35lfIVMkD4k0lH+Fa1DgWMw
+RnJiSR+yc7dMBkHE7zM0IaKF+9SyVVnf6UUiMDftNtFwEE+hLuppY78E
+-----END PRIVATE KEY-----";
+
+    fn test_checker() -> JwtChecker {
+        let jwk = serde_json::json!({
+            "kty": "EC", "crv": "P-256", "kid": "k1", "alg": "ES256",
+            "x": "HbYEb79-ZXyFTJA-JNJR_hWtQ4FjMEZyYkkfsnO3TAY",
+            "y": "QcTvMzQhooX71LJVWd_pRSIwN-020XAQT6Eu6mljvwQ",
+        });
+        JwtChecker::new(
+            KeyOrigin::Published(Arc::new(Given(serde_json::json!({ "keys": [jwk] })))),
+            "https://as.example.com".into(),
+            Duration::from_secs(600),
+            Duration::from_secs(3600),
+        )
+    }
+
+    fn signed(claims: &Value) -> String {
+        let mut header = jsonwebtoken::Header::new(Algorithm::ES256);
+        header.kid = Some("k1".into());
+        let key = jsonwebtoken::EncodingKey::from_ec_pem(TEST_KEY.as_bytes()).unwrap();
+        jsonwebtoken::encode(&header, claims, &key).unwrap()
+    }
+
+    /// A token bound to a DPoP key or a client certificate, sent as a bearer token, is
+    /// refused: the binding cannot be checked here.
+    #[tokio::test]
+    async fn sender_constrained_tokens_are_refused() {
+        let checker = test_checker();
+        let audiences = ["https://mcp.example.com/mcp".to_owned()];
+        let claims = |cnf: Option<Value>| {
+            let mut c = serde_json::json!({
+                "iss": "https://as.example.com", "sub": "alice", "aud": audiences[0],
+                "exp": super::super::now_secs() + 600,
+            });
+            if let Some(cnf) = cnf {
+                c["cnf"] = cnf;
+            }
+            c
+        };
+        let check = async |claims: Value| {
+            checker
+                .check(&signed(&claims), &audiences, Duration::ZERO)
+                .await
+        };
+        assert!(check(claims(None)).await.is_ok());
+        for cnf in [
+            serde_json::json!({ "jkt": "0ZcOCORZNYy-DWpqq30jZyJGHTN0d2HglBV3uiguA4I" }),
+            serde_json::json!({ "x5t#S256": "bwcK0esc3ACC3DB2Y5_lESsXE8o9ltc05O89jdN-dg2" }),
+        ] {
+            assert_eq!(
+                check(claims(Some(cnf))).await.unwrap_err(),
+                AuthError::SenderConstrained
+            );
+        }
     }
 
     /// RFC 8414 §3.3: the metadata's issuer is the configured one exactly; a trailing slash
