@@ -112,6 +112,20 @@ pub enum OAuthSetupError {
     /// anyone on the path could answer for the issuer.
     #[error("{0} must be an https URL (plain http only on a loopback host)")]
     Insecure(&'static str),
+    /// A configured scope that is not an RFC 6749 §3.3 scope token: it could not be named
+    /// in a `WWW-Authenticate` challenge.
+    #[error(
+        "scope {0:?} is not a valid scope: use printable ASCII without spaces, '\"' or '\\' (RFC 6749 §3.3)"
+    )]
+    Scope(String),
+}
+
+/// Whether `scope` is one RFC 6749 §3.3 scope token: `1*( %x21 / %x23-5B / %x5D-7E )`.
+pub(crate) fn is_scope_token(scope: &str) -> bool {
+    !scope.is_empty()
+        && scope
+            .bytes()
+            .all(|b| matches!(b, 0x21 | 0x23..=0x5B | 0x5D..=0x7E))
 }
 
 /// Whether keys or verdicts may be fetched from `url`: https, or http on a loopback host
@@ -199,6 +213,15 @@ impl OAuth {
         }
         if !http_url(&config.resource) {
             return Err(OAuthSetupError::Url("the resource URI"));
+        }
+        // Challenges quote these scopes: one that breaks the header would lose the whole
+        // challenge.
+        let scopes = config
+            .required_scopes
+            .iter()
+            .chain(&config.scopes_supported);
+        if let Some(bad) = scopes.into_iter().find(|s| !is_scope_token(s)) {
+            return Err(OAuthSetupError::Scope(bad.clone()));
         }
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
@@ -536,6 +559,46 @@ mod tests {
                 .is_some_and(|e| e.starts_with("the introspection endpoint"))
         );
         assert!(OAuth::new(config("http://127.0.0.1:9", jwt(None))).is_ok());
+    }
+
+    #[test]
+    fn configured_scopes_are_scope_tokens() {
+        for ok in ["mcp:access", "a!#[]^~", "https://api.example.com/read"] {
+            assert!(is_scope_token(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "two words",
+            "quo\"te",
+            "back\\slash",
+            "tab\t",
+            "é",
+            "line\n",
+        ] {
+            assert!(!is_scope_token(bad), "{bad:?}");
+        }
+        let config = |required: &str, supported: &str| OAuthConfig {
+            resource: "https://mcp.example.com/mcp".into(),
+            audiences: Vec::new(),
+            issuer: "https://as.example.com".into(),
+            authorization_servers: Vec::new(),
+            scopes_supported: vec![supported.into()],
+            required_scopes: vec![required.into()],
+            leeway: Duration::ZERO,
+            validation: Validation::Jwt {
+                jwks_uri: None,
+                min_refresh: Duration::from_secs(60),
+                max_age: Duration::from_secs(3600),
+            },
+        };
+        let refused = |c| OAuth::new(c).err().map(|e| e.to_string());
+        assert_eq!(refused(config("ok", "ok")), None);
+        let err = refused(config("a\"b", "ok")).unwrap();
+        assert!(
+            err.starts_with("scope \"a\\\"b\" is not a valid scope"),
+            "{err}"
+        );
+        assert!(refused(config("ok", "x y")).is_some_and(|e| e.contains("\"x y\"")));
     }
 
     #[test]
