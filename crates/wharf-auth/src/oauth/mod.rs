@@ -306,10 +306,16 @@ impl OAuth {
         &self.metadata
     }
 
-    /// Where the metadata is served: the well-known path at the resource's origin.
+    /// Where challenges say the metadata is: the well-known segment inserted before the
+    /// resource's path (RFC 9728 §3.1), or at the origin's root when it has none. Both
+    /// documents are served.
     pub fn metadata_url(&self) -> String {
         let origin = origin_of(&self.config.resource);
-        format!("{origin}/.well-known/oauth-protected-resource")
+        let path = self.metadata_path_for_resource();
+        let path = path
+            .as_deref()
+            .unwrap_or("/.well-known/oauth-protected-resource");
+        format!("{origin}{path}")
     }
 
     /// The path-suffixed metadata path for the resource's own path (RFC 9728 §3.1), if it has one.
@@ -622,8 +628,40 @@ mod tests {
         assert_eq!(
             rs.forbidden_challenge(&needs),
             "Bearer error=\"insufficient_scope\", scope=\"base a b\", \
-             resource_metadata=\"https://mcp.example.com/.well-known/oauth-protected-resource\""
+             resource_metadata=\"https://mcp.example.com/.well-known/oauth-protected-resource/mcp\""
         );
+    }
+
+    #[test]
+    fn challenges_name_the_metadata_of_the_resource_path() {
+        let at = |resource: &str| {
+            OAuth::new(OAuthConfig {
+                resource: resource.into(),
+                audiences: Vec::new(),
+                issuer: "https://as.example.com".into(),
+                authorization_servers: Vec::new(),
+                scopes_supported: Vec::new(),
+                required_scopes: Vec::new(),
+                leeway: Duration::ZERO,
+                validation: Validation::Jwt {
+                    jwks_uri: None,
+                    min_refresh: Duration::from_secs(60),
+                    max_age: Duration::from_secs(3600),
+                },
+            })
+            .unwrap()
+        };
+        let rs = at("https://mcp.example.com/public/mcp");
+        assert_eq!(
+            rs.challenge(&AuthError::Missing),
+            "Bearer resource_metadata=\"https://mcp.example.com/.well-known/oauth-protected-resource/public/mcp\""
+        );
+        for root in ["https://mcp.example.com", "https://mcp.example.com/"] {
+            assert_eq!(
+                at(root).metadata_url(),
+                "https://mcp.example.com/.well-known/oauth-protected-resource"
+            );
+        }
     }
 
     #[test]

@@ -312,10 +312,10 @@ async fn send(server: &ServerProcess, token: &str, method: &str, params: Value) 
     common::request(&server.client().with_bearer(token), method, params).await
 }
 
-/// Where the server's challenges point: its RFC 9728 metadata.
+/// Where the server's challenges point: its RFC 9728 metadata, for the resource's path.
 fn metadata_url(server: &ServerProcess) -> String {
     format!(
-        "http://127.0.0.1:{}/.well-known/oauth-protected-resource",
+        "http://127.0.0.1:{}/.well-known/oauth-protected-resource/mcp",
         server.port
     )
 }

@@ -215,7 +215,7 @@ fn assert_challenged(reply: &Reply, server: &ServerProcess, needed: &BTreeSet<&s
     assert!(server.url().starts_with(&origin));
     assert_eq!(
         params["resource_metadata"],
-        format!("{origin}/.well-known/oauth-protected-resource")
+        format!("{origin}/.well-known/oauth-protected-resource/mcp")
     );
     let challenged: Vec<&str> = params["scope"].split(' ').collect();
     let set: BTreeSet<&str> = challenged.iter().copied().collect();
