@@ -1,7 +1,7 @@
 //! Redirect URIs: what a client may register for its `application_type` (OpenID Connect
 //! Registration 1.0 §2, as the 2026-07-28 client-registration page asks), and how an
 //! authorization request's `redirect_uri` is matched against what was registered (OAuth 2.1
-//! §2.3.1: exact string comparison, except the port of a loopback IP redirect, §8.4.2).
+//! §2.3.1: exact string comparison, except the port of a loopback redirect, §8.4.2).
 
 use std::net::IpAddr;
 
@@ -224,30 +224,34 @@ fn check_one(
 }
 
 /// Whether an authorization request's `redirect_uri` is one of the client's, compared as
-/// strings. The one exception is OAuth 2.1 §8.4.2's: for an `http` redirect to a loopback IP
-/// literal, a native app picks its port when it starts, so the port may differ.
+/// strings. The one exception is OAuth 2.1 §8.4.2's (RFC 8252 §7.3): for an `http` redirect
+/// to a loopback IP literal or to `localhost`, a native app picks its port when it starts,
+/// so the port may differ. Registered clients list `http://localhost/callback` and expect
+/// any port on it.
 pub fn is_registered(registered: &[String], presented: &str) -> bool {
     if registered.iter().any(|r| r == presented) {
         return true;
     }
-    let Some(presented) = loopback_ip_redirect(presented) else {
+    let Some(presented) = loopback_redirect(presented) else {
         return false;
     };
     registered
         .iter()
-        .filter_map(|r| loopback_ip_redirect(r))
+        .filter_map(|r| loopback_redirect(r))
         .any(|r| without_port(&r) == without_port(&presented))
 }
 
-/// The URL, when it is an `http` redirect to 127.0.0.0/8 or `[::1]` with no fragment.
-fn loopback_ip_redirect(uri: &str) -> Option<Url> {
+/// The URL, when it is an `http` redirect to 127.0.0.0/8, `[::1]` or exactly `localhost`
+/// with no fragment.
+fn loopback_redirect(uri: &str) -> Option<Url> {
     let url = Url::parse(uri).ok()?;
-    let loopback_ip = match url.host()? {
+    let loopback = match url.host()? {
         Host::Ipv4(ip) => ip.is_loopback(),
         Host::Ipv6(ip) => ip.is_loopback(),
-        Host::Domain(_) => false,
+        // The parser has lowercased it; a subdomain or trailing dot stays exact.
+        Host::Domain(name) => name == "localhost",
     };
-    (url.scheme() == "http" && loopback_ip && url.fragment().is_none()).then_some(url)
+    (url.scheme() == "http" && loopback && url.fragment().is_none()).then_some(url)
 }
 
 fn without_port(url: &Url) -> String {
@@ -423,11 +427,11 @@ mod tests {
     }
 
     #[test]
-    fn redirects_match_exactly_except_a_loopback_ip_port() {
+    fn redirects_match_exactly_except_a_loopback_port() {
         let registered = [
             "https://app.example.com/cb".to_owned(),
             "http://127.0.0.1:3000/cb".to_owned(),
-            "http://localhost:3000/cb".to_owned(),
+            "http://localhost/callback".to_owned(),
         ];
         assert!(is_registered(&registered, "https://app.example.com/cb"));
         for other in [
@@ -435,13 +439,25 @@ mod tests {
             "https://app.example.com/cb?x=1",
             "https://APP.example.com/cb",
             "https://app.example.com:443/cb",
-            "http://localhost:4000/cb",
             "http://127.0.0.1:4000/other",
             "http://127.0.0.2:3000/cb",
+            // The port only: host, scheme, path and query stay exact.
+            "http://127.0.0.1:53124/callback",
+            "http://localhost:53124/cb",
+            "http://localhost:53124/callback?x=1",
+            "https://localhost:53124/callback",
+            "http://app.localhost:53124/callback",
+            "http://localhost.:53124/callback",
         ] {
             assert!(!is_registered(&registered, other), "{other}");
         }
-        assert!(is_registered(&registered, "http://127.0.0.1:51234/cb"));
-        assert!(is_registered(&registered, "http://127.0.0.1/cb"));
+        for port_chosen in [
+            "http://127.0.0.1:51234/cb",
+            "http://127.0.0.1/cb",
+            "http://localhost:53124/callback",
+            "http://LOCALHOST:53124/callback",
+        ] {
+            assert!(is_registered(&registered, port_chosen), "{port_chosen}");
+        }
     }
 }
