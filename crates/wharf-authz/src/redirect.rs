@@ -31,8 +31,9 @@ const FORBIDDEN_SCHEMES: &[&str] = &[
 ];
 
 /// The kind of client, which decides where its redirects may go. A registration that omits
-/// it is `web`, the OpenID Connect default the 2026-07-28 specification names, so a native
-/// client that forgets to say so is told why its loopback redirect is refused.
+/// it is `web`, the OpenID Connect default the 2026-07-28 specification names, unless every
+/// redirect it registers is one only a native client has (see
+/// [`ApplicationType::of_registration`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ApplicationType {
     /// A browser-based application on a remote host: `https` redirects off loopback.
@@ -50,6 +51,21 @@ impl ApplicationType {
             None | Some("web") => Ok(Self::Web),
             Some("native") => Ok(Self::Native),
             Some(other) => Err(RedirectError::UnknownApplicationType(other.to_owned())),
+        }
+    }
+
+    /// The application type of a registration: as it says, or, when it names none and every
+    /// redirect URI is loopback `http` or a private-use scheme, `native`. Native clients in
+    /// use (older SDKs among them) register so; only `web` would refuse all of their
+    /// redirects. An explicit `web` stays `web`.
+    pub fn of_registration(value: Option<&str>, uris: &[String]) -> Result<Self, RedirectError> {
+        let native_only = !uris.is_empty()
+            && uris
+                .iter()
+                .all(|uri| check_one(Self::Native, 0, uri).is_ok());
+        match value {
+            None if native_only => Ok(Self::Native),
+            _ => Self::parse(value),
         }
     }
 
@@ -459,5 +475,31 @@ mod tests {
         ] {
             assert!(is_registered(&registered, port_chosen), "{port_chosen}");
         }
+    }
+
+    #[test]
+    fn a_registration_without_application_type_is_native_when_only_native_redirects() {
+        let of = |value: Option<&str>, uris: &[&str]| {
+            let uris: Vec<String> = uris.iter().map(|u| (*u).to_owned()).collect();
+            ApplicationType::of_registration(value, &uris)
+        };
+        assert_eq!(
+            of(None, &["http://127.0.0.1:19876/cb", "com.example.app:/cb"]),
+            Ok(ApplicationType::Native)
+        );
+        assert_eq!(
+            of(
+                None,
+                &["http://127.0.0.1:19876/cb", "https://app.example.com/cb"]
+            ),
+            Ok(ApplicationType::Web)
+        );
+        assert_eq!(of(None, &[]), Ok(ApplicationType::Web));
+        // Said explicitly, web stays strict.
+        assert_eq!(
+            of(Some("web"), &["http://127.0.0.1:19876/cb"]),
+            Ok(ApplicationType::Web)
+        );
+        assert!(of(Some("desktop"), &["http://127.0.0.1/cb"]).is_err());
     }
 }

@@ -84,9 +84,10 @@ async fn registered(shared: &Shared, body: &[u8]) -> Result<Response, OAuthError
             format!("the registration is not valid JSON metadata: {err}"),
         )
     })?;
-    let application_type = ApplicationType::parse(request.application_type.as_deref())
-        .map_err(|err| invalid("invalid_client_metadata", err.to_string()))?;
     let redirect_uris = request.redirect_uris.unwrap_or_default();
+    let application_type =
+        ApplicationType::of_registration(request.application_type.as_deref(), &redirect_uris)
+            .map_err(|err| invalid("invalid_client_metadata", err.to_string()))?;
     if redirect_uris.len() > MAX_REDIRECTS || redirect_uris.iter().any(|u| u.len() > MAX_URI) {
         return Err(invalid(
             "invalid_redirect_uri",

@@ -331,7 +331,7 @@ async fn a_registered_client_signs_a_user_in_and_calls_a_tool() {
     // A web client may not register a loopback redirect; the error names the field.
     let refused = reqwest::Client::new()
         .post(format!("{base}/register"))
-        .json(&json!({"redirect_uris": ["http://127.0.0.1:9/cb"], "token_endpoint_auth_method": "none"}))
+        .json(&json!({"application_type": "web", "redirect_uris": ["http://127.0.0.1:9/cb"], "token_endpoint_auth_method": "none"}))
         .send()
         .await
         .unwrap();
@@ -339,6 +339,17 @@ async fn a_registered_client_signs_a_user_in_and_calls_a_tool() {
     let body: Value = refused.json().await.unwrap();
     assert_eq!(body["error"], "invalid_redirect_uri");
     says(&body, "application_type");
+    // Without an application_type, loopback redirects alone make a native client, as
+    // clients that never send one expect.
+    let inferred = reqwest::Client::new()
+        .post(format!("{base}/register"))
+        .json(&json!({"redirect_uris": ["http://127.0.0.1:19876/cb"], "token_endpoint_auth_method": "none"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(inferred.status(), StatusCode::CREATED);
+    let body: Value = inferred.json().await.unwrap();
+    assert_eq!(body["application_type"], "native", "{body}");
 
     let redirect = "http://127.0.0.1:33418/callback";
     let client_id = register(&base, redirect).await;
