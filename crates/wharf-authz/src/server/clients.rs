@@ -134,6 +134,11 @@ impl Shared {
             let url = ClientIdUrl::parse(client_id)?;
             return self.document_client(&url).await;
         }
+        // Only ids of the minted shape can be registered: anything else (one longer than the
+        // store takes as a key, say) is unknown without asking the store.
+        if !super::register::is_minted_client_id(client_id) {
+            return Err(ClientError::Unknown(client_id.to_owned()));
+        }
         let registration = self
             .records
             .get::<Registered>(CLIENTS, client_id)

@@ -35,6 +35,22 @@ const MAX_REDIRECTS: usize = 10;
 const MAX_URI: usize = 2048;
 const MAX_SCOPE: usize = 1024;
 
+/// How the id of a registered client begins; [`CLIENT_ID_CHARS`] base64url characters follow.
+const CLIENT_ID_PREFIX: &str = "wc_";
+/// The random characters of a registered client's id: 132 bits.
+const CLIENT_ID_CHARS: usize = 22;
+
+/// Whether `id` has the shape of the ids registration mints. Anything else was never
+/// registered here, and is not looked up.
+pub(crate) fn is_minted_client_id(id: &str) -> bool {
+    id.strip_prefix(CLIENT_ID_PREFIX).is_some_and(|rest| {
+        rest.len() == CLIENT_ID_CHARS
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    })
+}
+
 fn invalid(code: &'static str, description: impl Into<String>) -> OAuthError {
     OAuthError::new(StatusCode::BAD_REQUEST, code, description)
 }
@@ -171,7 +187,7 @@ async fn registered(shared: &Shared, body: &[u8]) -> Result<Response, OAuthError
         }
     };
     let scope = registered_scope(request.scope.as_deref(), &shared.config.scopes);
-    let client_id = format!("wc_{}", &secret()[..22]);
+    let client_id = format!("{CLIENT_ID_PREFIX}{}", &secret()[..CLIENT_ID_CHARS]);
     let issued_at = now_millis() / 1000;
     let stored = Registered {
         client_name: request.client_name.clone(),
@@ -218,7 +234,25 @@ async fn registered(shared: &Shared, body: &[u8]) -> Result<Response, OAuthError
 
 #[cfg(test)]
 mod tests {
-    use super::registered_scope;
+    use super::{CLIENT_ID_CHARS, CLIENT_ID_PREFIX, is_minted_client_id, registered_scope, secret};
+
+    #[test]
+    fn minted_client_ids_have_one_shape() {
+        let minted = format!("{CLIENT_ID_PREFIX}{}", &secret()[..CLIENT_ID_CHARS]);
+        assert!(is_minted_client_id(&minted), "{minted}");
+        for other in [
+            "",
+            "wc_",
+            "nobody",
+            "wc_AAAAAAAAAAAAAAAAAAAAA",
+            "wc_AAAAAAAAAAAAAAAAAAAAAAA",
+            "wc_AAAAAAAAAAAAAAAAAAAA+A",
+            "xx_AAAAAAAAAAAAAAAAAAAAAA",
+        ] {
+            assert!(!is_minted_client_id(other), "{other}");
+        }
+        assert!(!is_minted_client_id(&"x".repeat(3000)));
+    }
 
     #[test]
     fn a_registration_keeps_only_offered_scopes() {

@@ -1238,6 +1238,17 @@ async fn redirects_nobody_registered_are_never_followed_and_resources_are_bound(
         .await;
     assert_eq!(unknown.status(), StatusCode::BAD_REQUEST);
     assert!(unknown.text().await.unwrap().contains("not registered"));
+    // An id longer than the store takes as a key is an unknown client, not a server error.
+    let long = "x".repeat(3000);
+    let (status, err) = refresh(&base, &long, "r").await;
+    assert_eq!(
+        (status, err["error"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("invalid_client")),
+        "{err}"
+    );
+    let (status, body) = revoke(&base, &[("token", "t"), ("client_id", &long)]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert!(body.contains("invalid_client"), "{body}");
 
     // A resource this server does not serve: refused at the authorization endpoint.
     let url = Url::parse_with_params(
