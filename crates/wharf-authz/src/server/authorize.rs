@@ -120,6 +120,18 @@ pub(crate) async fn authorize(
     let param = |name: &str| params.get(name).map(String::as_str);
     let client = match shared.client(param("client_id")).await {
         Ok(client) => client,
+        Err(err) if err.is_transient() => {
+            let mut page = html::error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "This application cannot sign in right now",
+                &format!("{} Try again in a moment.", err.public_message()),
+            );
+            page.headers_mut().insert(
+                header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static(super::clients::RETRY_AFTER_SECS),
+            );
+            return page;
+        }
         Err(err) => {
             return html::error(
                 StatusCode::BAD_REQUEST,

@@ -103,7 +103,21 @@ pub(crate) enum ClientError {
     Record(#[from] RecordError),
 }
 
+/// Seconds a client is asked to wait after a metadata document host failed for now.
+pub(crate) const RETRY_AFTER_SECS: &str = "5";
+
 impl ClientError {
+    /// Whether the client's metadata document could not be fetched for now (a timeout, no
+    /// connection, a 5xx from its host): nothing says the client is unknown or its document
+    /// wrong, and failures are not cached, so the same request may succeed on retry.
+    pub(crate) fn is_transient(&self) -> bool {
+        match self {
+            Self::Fetch(FetchError::Timeout { .. } | FetchError::Connect { .. }) => true,
+            Self::Fetch(FetchError::Status { status, .. }) => *status >= 500,
+            _ => false,
+        }
+    }
+
     /// What an unauthenticated visitor may be told: never where a name resolves or which
     /// names exist inside the network (those details go to the log).
     pub(crate) fn public_message(&self) -> String {

@@ -50,6 +50,19 @@ impl OAuthError {
         )
     }
 
+    /// Something this server needs elsewhere did not answer for now (a client's metadata
+    /// document host timed out, refused the connection or failed with a 5xx): 503 with
+    /// `Retry-After`. RFC 6749 names `temporarily_unavailable` for this at the authorization
+    /// endpoint; at the token endpoint it tells the client to retry, where `invalid_client`
+    /// would make it drop its credentials.
+    pub(crate) fn temporarily_unavailable(description: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "temporarily_unavailable",
+            description,
+        )
+    }
+
     /// Over a rate limit: 429 with `Retry-After`. OAuth defines no code for it outside the
     /// device flow, so the code is the generic one and the description says why.
     pub(crate) fn too_many(what: &str) -> Self {
@@ -74,6 +87,12 @@ impl IntoResponse for OAuthError {
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         if self.status == StatusCode::TOO_MANY_REQUESTS {
             headers.insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+        }
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            headers.insert(
+                header::RETRY_AFTER,
+                HeaderValue::from_static(super::clients::RETRY_AFTER_SECS),
+            );
         }
         if self.status == StatusCode::UNAUTHORIZED {
             headers.insert(

@@ -182,6 +182,7 @@ async fn authenticate(
         .await
         .map_err(|err| match err {
             super::clients::ClientError::Record(_) => OAuthError::server_error(err),
+            err if err.is_transient() => OAuthError::temporarily_unavailable(err.public_message()),
             // Never where a name resolves inside the network: the log has that.
             other => OAuthError::invalid_client(other.public_message()),
         })?;

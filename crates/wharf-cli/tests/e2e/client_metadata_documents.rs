@@ -413,7 +413,20 @@ async fn hostile_documents_are_refused_by_name_and_never_cached() {
             "plain http to a host other than this machine",
         ),
         ("slow.json", Answer::Slow, "did not arrive within"),
+        (
+            "down.json",
+            Answer::Raw {
+                status: 503,
+                content_type: "text/plain",
+                body: String::new(),
+                location: None,
+            },
+            "HTTP 503",
+        ),
     ];
+    // A document host that failed for now says nothing of the client: retry later (503),
+    // where a bad document is refused (400).
+    let transient = |path: &str| matches!(path, "slow.json" | "down.json");
     let browser = Browser::new();
     let (_, challenge) = pkce();
     for (path, answer, reason) in cases {
@@ -422,7 +435,12 @@ async fn hostile_documents_are_refused_by_name_and_never_cached() {
             let (status, page) = code_for(&browser, &base, &docs.url(path), &challenge, |_| {})
                 .await
                 .unwrap_err();
-            assert_eq!(status, StatusCode::BAD_REQUEST, "{path}");
+            let expected = if transient(path) {
+                StatusCode::SERVICE_UNAVAILABLE
+            } else {
+                StatusCode::BAD_REQUEST
+            };
+            assert_eq!(status, expected, "{path}");
             assert!(
                 page.contains(reason),
                 "{path}: expected {reason:?} in {page}"
@@ -435,6 +453,39 @@ async fn hostile_documents_are_refused_by_name_and_never_cached() {
                 );
             }
         }
+    }
+    // At the token endpoint, invalid_client (which makes a client drop its credentials) only
+    // for a document that is wrong; a host that failed for now is 503, to retry.
+    for (path, status, error) in [
+        (
+            "down.json",
+            StatusCode::SERVICE_UNAVAILABLE,
+            "temporarily_unavailable",
+        ),
+        (
+            "slow.json",
+            StatusCode::SERVICE_UNAVAILABLE,
+            "temporarily_unavailable",
+        ),
+        ("missing.json", StatusCode::UNAUTHORIZED, "invalid_client"),
+        ("mismatch.json", StatusCode::UNAUTHORIZED, "invalid_client"),
+    ] {
+        let response = reqwest::Client::new()
+            .post(format!("{base}/token"))
+            .form(&[
+                ("grant_type", "authorization_code"),
+                ("code", "x"),
+                ("code_verifier", "x"),
+                ("client_id", &docs.url(path)),
+            ])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), status, "{path}");
+        let retry_after = response.headers().get("retry-after").is_some();
+        assert_eq!(retry_after, transient(path), "{path}");
+        let err: Value = response.json().await.unwrap();
+        assert_eq!(err["error"], error, "{path}: {err}");
     }
     // Addresses no document is fetched from, whatever the switch for loopback says.
     for client_id in [
