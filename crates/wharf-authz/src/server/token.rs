@@ -312,7 +312,7 @@ async fn redeem_code(
             &stored_family,
             Some(&grant.user),
             Write::Create,
-            None,
+            Some(outliving_refresh_tokens(shared, FAMILIES)),
         )
         .await
         .map_err(OAuthError::server_error)?
@@ -476,7 +476,7 @@ async fn refresh(
             &used,
             None,
             Write::Replace(stored.version),
-            None,
+            Some(outliving_refresh_tokens(shared, REFRESH)),
         )
         .await;
     let marked = match marked {
@@ -503,7 +503,7 @@ async fn refresh(
             &family.value,
             Some(&record.user),
             Write::Replace(family.version),
-            None,
+            Some(outliving_refresh_tokens(shared, FAMILIES)),
         )
         .await
     {
@@ -627,6 +627,20 @@ async fn keep_consent(shared: &Shared, family: &Family) {
     if let Err(err) = kept {
         tracing::warn!(error = %err, "a consent was not kept alive with its grant");
     }
+}
+
+/// When a record of `kind` written now expires, if it must outlive the refresh tokens
+/// issued now: a family must outlive its newest refresh token (or that token is refused as
+/// revoked), and a used token's marker any copy of it presented again (or the reuse goes
+/// unnoticed). So a day past [`AuthzConfig::refresh_token_ttl`](super::AuthzConfig), as a
+/// withdrawn consent is kept, and never sooner than the kind's own lifetime.
+fn outliving_refresh_tokens(shared: &Shared, kind: Kind) -> wharf::store::Millis {
+    let day = std::time::Duration::from_secs(24 * 3600);
+    let lifetime = shared.config.refresh_token_ttl.saturating_add(day);
+    after(
+        now_millis(),
+        kind.ttl.map_or(lifetime, |own| own.max(lifetime)),
+    )
 }
 
 /// Revokes `family`.
@@ -776,4 +790,88 @@ async fn prepare(
         expires_in: ttl,
         scope: scope.to_owned(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::cimd::Fetcher;
+    use crate::server::{AuthorizationServer, AuthzConfig};
+
+    /// With refresh tokens that live longer than the kinds' own lifetimes (90 days for a
+    /// family, 30 for a used token's marker), a refresh keeps both for a refresh token's
+    /// lifetime: the family past its newest token, the marker to catch reuse.
+    #[tokio::test]
+    async fn a_family_and_a_used_refresh_token_outlive_a_long_refresh_token_ttl() {
+        let ttl = Duration::from_secs(200 * 24 * 3600);
+        let mut config = AuthzConfig::new("http://127.0.0.1:9", "http://127.0.0.1:9/mcp");
+        config.refresh_token_ttl = ttl;
+        let store = wharf_store::open("memory://", &wharf_store::StoreOptions::default())
+            .await
+            .unwrap();
+        let server = AuthorizationServer::new(config, store, Fetcher::builder().build().unwrap());
+        let shared = &server.shared;
+        // A person an upstream provider signed in: always still signed in.
+        let user = "idp:alice";
+        let client = Client {
+            id: "wc_AAAAAAAAAAAAAAAAAAAAAA".into(),
+            name: "app".into(),
+            redirect_uris: Vec::new(),
+            auth: TokenAuth::None,
+            document_host: None,
+            scope: None,
+            registration: None,
+            refresh: true,
+        };
+        let family = Family {
+            client_id: client.id.clone(),
+            user: user.into(),
+            revoked: false,
+            epoch: String::new(),
+            consent: None,
+        };
+        let records = &shared.records;
+        records
+            .put(FAMILIES, "f", &family, Some(user), Write::Create, None)
+            .await
+            .unwrap();
+        let token = secret();
+        let stored = Refresh {
+            family: "f".into(),
+            client_id: client.id.clone(),
+            user: user.into(),
+            scope: String::new(),
+            resource: "http://127.0.0.1:9/mcp".into(),
+            used: false,
+        };
+        let expires_at = after(now_millis(), ttl);
+        records
+            .put(
+                REFRESH,
+                &digest(&token),
+                &stored,
+                None,
+                Write::Create,
+                Some(expires_at),
+            )
+            .await
+            .unwrap();
+        let form = TokenForm {
+            refresh_token: Some(token.clone()),
+            ..TokenForm::default()
+        };
+        refresh(shared, &client, &form).await.unwrap();
+        let floor = Some(after(now_millis(), ttl));
+        let used = records
+            .get::<Refresh>(REFRESH, &digest(&token))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(used.value.used);
+        assert!(used.expires_at >= floor, "the used marker goes first");
+        let family = records.get::<Family>(FAMILIES, "f").await.unwrap().unwrap();
+        assert!(family.expires_at >= floor, "the family goes first");
+    }
 }
