@@ -69,6 +69,19 @@ pub enum BuildError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A scope that is not an RFC 6749 §3.3 scope token: it could not be named in a
+    /// `WWW-Authenticate` challenge.
+    #[error(
+        "{kind} {name:?}: scope {scope:?} is not a valid scope: use printable ASCII without spaces, '\"' or '\\' (RFC 6749 §3.3)"
+    )]
+    Scope {
+        /// What kind of definition.
+        kind: &'static str,
+        /// Its name (or URI).
+        name: String,
+        /// The scope.
+        scope: String,
+    },
     /// An invalid URI template, or scopes of a template that cannot stand.
     #[error("resource template {uri:?}: {reason}")]
     Template {
@@ -175,6 +188,14 @@ impl ResourceTarget<'_> {
             ResourceTarget::Template(t, vars) => t.scopes_for(vars),
         }
     }
+}
+
+/// Whether `scope` is one RFC 6749 §3.3 scope token: `1*( %x21 / %x23-5B / %x5D-7E )`.
+fn is_scope_token(scope: &str) -> bool {
+    !scope.is_empty()
+        && scope
+            .bytes()
+            .all(|b| matches!(b, 0x21 | 0x23..=0x5B | 0x5D..=0x7E))
 }
 
 impl Registry {
@@ -285,6 +306,34 @@ impl Registry {
                 });
             }
             templates.push(compiled);
+        }
+        // Refusals quote the scopes a request needs in a challenge header: one outside the
+        // grammar would break it.
+        let declared = tools
+            .iter()
+            .map(|t| ("tool", &t.def.tool.name, &t.def.scopes))
+            .chain(
+                defs.prompts
+                    .iter()
+                    .map(|p| ("prompt", &p.prompt.name, &p.scopes)),
+            )
+            .chain(
+                defs.resources
+                    .iter()
+                    .map(|r| ("resource", &r.resource.uri, &r.scopes)),
+            )
+            .chain(templates.iter().map(|t| {
+                let uri = &t.def.template.uri_template;
+                ("resource template", uri, &t.def.scopes)
+            }));
+        for (kind, name, scopes) in declared {
+            if let Some(bad) = scopes.iter().find(|s| !is_scope_token(s)) {
+                return Err(BuildError::Scope {
+                    kind,
+                    name: name.clone(),
+                    scope: bad.clone(),
+                });
+            }
         }
         let fixed: Vec<&str> = tools
             .iter()

@@ -201,3 +201,43 @@ fn the_server_lists_the_scopes_its_definitions_use() {
         .unwrap();
     assert_eq!(more.scopes(), ["a:read".to_owned(), "z:write".to_owned()]);
 }
+
+/// Scopes are quoted into WWW-Authenticate challenges: one that is not an RFC 6749 scope
+/// token is refused when the server is built, naming it and its definition.
+#[test]
+fn a_scope_outside_the_scope_grammar_is_refused_at_build() {
+    for bad in ["notes read", "notes\"read", "notes\\read", "", "caf\u{e9}"] {
+        let refused = Server::builder(Implementation::new("t", "1"))
+            .prompt(
+                prompt("summary")
+                    .scopes(&[READ, bad])
+                    .handler(|_cx, _args| async { Ok(GetPromptResult::default()) }),
+            )
+            .build()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            refused.starts_with(&format!(
+                "prompt \"summary\": scope {bad:?} is not a valid scope"
+            )),
+            "{bad:?}: {refused}"
+        );
+    }
+    let refused = Server::builder(Implementation::new("t", "1"))
+        .template(
+            template("notes://{id}", "note")
+                .scopes(&["notes:item {id}"])
+                .handler(|_cx, req| async move {
+                    Ok(vec![ResourceContents::text(req.uri, "text/plain", "x")])
+                }),
+        )
+        .build()
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        refused.starts_with("resource template \"notes://{id}\": scope \"notes:item {id}\" is not"),
+        "{refused}"
+    );
+}
