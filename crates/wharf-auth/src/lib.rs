@@ -12,7 +12,7 @@ pub mod oauth;
 mod secret;
 
 pub use api_keys::{ApiKeyError, ApiKeys};
-pub use oauth::{OAuth, OAuthConfig, PublishedKeys, Revocations, Validation};
+pub use oauth::{IntrospectionLimits, OAuth, OAuthConfig, PublishedKeys, Revocations, Validation};
 pub use secret::Secret;
 
 use std::sync::Arc;

@@ -338,6 +338,23 @@ pub(crate) struct ServeArgs {
         default_value_t = 30
     )]
     oauth_introspection_cache_secs: u64,
+    /// Introspection requests in flight at once, at most (tokens not seen yet each cost one).
+    #[arg(
+        long,
+        env = "WHARF_OAUTH_INTROSPECTION_MAX_IN_FLIGHT",
+        default_value_t = 32,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    oauth_introspection_max_in_flight: u32,
+    /// Introspection requests started per second, at most, on average; a check waits up to
+    /// two seconds for its turn, then gets 503.
+    #[arg(
+        long,
+        env = "WHARF_OAUTH_INTROSPECTION_PER_SECOND",
+        default_value_t = 200,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    oauth_introspection_per_second: u32,
     /// The issuer's JWKS URL, when its metadata does not give one.
     #[arg(long, env = "WHARF_OAUTH_JWKS_URI")]
     oauth_jwks_uri: Option<String>,
@@ -528,6 +545,10 @@ fn auth(
                 client_id: args.oauth_client_id.clone(),
                 client_secret: args.oauth_client_secret.clone(),
                 cache_ttl: Duration::from_secs(args.oauth_introspection_cache_secs),
+                limits: wharf_auth::IntrospectionLimits::new(
+                    args.oauth_introspection_max_in_flight as usize,
+                    args.oauth_introspection_per_second,
+                ),
             },
             None => {
                 let min_refresh = Duration::from_secs(args.oauth_jwks_min_refresh_secs);

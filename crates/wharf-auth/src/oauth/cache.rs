@@ -29,7 +29,7 @@ struct Entry {
     until: u64,
 }
 
-fn key(token: &str) -> [u8; 32] {
+pub(crate) fn key(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 

@@ -1,43 +1,87 @@
 //! Opaque access tokens checked by introspection (RFC 7662).
 
+use std::time::{Duration, Instant};
+
 use serde_json::{Map, Value};
 use wharf::Grant;
 
 use super::{Checked, audience_ok, now_secs, numeric_date, scopes_of};
 use crate::AuthError;
 
-/// Introspection requests one process has in flight at most. Tokens it has not seen each
-/// cost a request to the authorization server: a flood of made-up tokens gets 503 beyond
-/// this many rather than a flood of requests there (tokens already checked are cached).
-pub(crate) const MAX_IN_FLIGHT: usize = 16;
+/// How hard one process may press the authorization server's introspection endpoint.
+/// Every token the process has not seen costs a request there (tokens already checked are
+/// cached, and concurrent checks of one token share one request); a flood of made-up tokens
+/// waits its turn, then gets 503, instead of becoming a flood of requests there.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct IntrospectionLimits {
+    /// Requests in flight at once.
+    pub max_in_flight: usize,
+    /// Requests started per second, on average (in bursts of up to `max_in_flight`).
+    pub per_second: u32,
+    /// How long a check waits for its turn under the two limits above before it is answered
+    /// 503: a burst of new tokens (clients reconnecting after a deploy) is smoothed, not
+    /// refused.
+    pub max_wait: Duration,
+}
 
-/// Introspection requests one process starts per second at most, on average (bursts of
-/// [`MAX_IN_FLIGHT`]): the cap on requests in flight alone lets a fast authorization
-/// server be asked hundreds of times a second about made-up tokens.
-pub(crate) const MAX_PER_SECOND: f64 = 50.0;
+impl Default for IntrospectionLimits {
+    fn default() -> Self {
+        IntrospectionLimits {
+            max_in_flight: 32,
+            per_second: 200,
+            max_wait: Duration::from_secs(2),
+        }
+    }
+}
 
-/// A token bucket: [`MAX_IN_FLIGHT`] requests at once, refilled at [`MAX_PER_SECOND`].
+impl IntrospectionLimits {
+    /// These limits with `max_in_flight` requests at once and `per_second` a second
+    /// (each at least 1).
+    pub fn new(max_in_flight: usize, per_second: u32) -> Self {
+        IntrospectionLimits {
+            max_in_flight: max_in_flight.max(1),
+            per_second: per_second.max(1),
+            ..Self::default()
+        }
+    }
+}
+
+/// A token bucket of `limits.max_in_flight` tokens refilled at `limits.per_second`, from
+/// which a request may reserve a token that is not there yet and wait for it.
 #[derive(Debug)]
-struct Budget(std::sync::Mutex<(f64, std::time::Instant)>);
+struct Budget {
+    burst: f64,
+    rate: f64,
+    state: std::sync::Mutex<(f64, Instant)>,
+}
 
 impl Budget {
-    fn new(now: std::time::Instant) -> Self {
-        Budget(std::sync::Mutex::new((MAX_IN_FLIGHT as f64, now)))
+    fn new(limits: &IntrospectionLimits, now: Instant) -> Self {
+        let burst = limits.max_in_flight as f64;
+        Budget {
+            burst,
+            rate: f64::from(limits.per_second),
+            state: std::sync::Mutex::new((burst, now)),
+        }
     }
 
-    /// Takes one request's worth, if there is one at `now`.
-    fn take(&self, now: std::time::Instant) -> bool {
-        let mut state = self.0.lock().unwrap_or_else(|p| p.into_inner());
+    /// Reserves one request's worth at `now`: how long to wait for it, or `None` when that
+    /// would be longer than `within` (nothing is reserved then).
+    fn reserve(&self, now: Instant, within: Duration) -> Option<Duration> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let (left, at) = &mut *state;
-        let earned = now.saturating_duration_since(*at).as_secs_f64() * MAX_PER_SECOND;
-        *left = (*left + earned).min(MAX_IN_FLIGHT as f64);
+        let earned = now.saturating_duration_since(*at).as_secs_f64() * self.rate;
+        *left = (*left + earned).min(self.burst);
         *at = now.max(*at);
-        if *left >= 1.0 {
-            *left -= 1.0;
-            true
-        } else {
-            false
+        // Tokens reserved ahead leave `left` below zero: the next reservation waits for them
+        // too.
+        let wait = Duration::from_secs_f64(((1.0 - *left) / self.rate).max(0.0));
+        if wait > within {
+            return None;
         }
+        *left -= 1.0;
+        Some(wait)
     }
 }
 
@@ -49,6 +93,7 @@ pub(crate) struct Introspector {
     client_secret: crate::Secret,
     in_flight: tokio::sync::Semaphore,
     budget: Budget,
+    limits: IntrospectionLimits,
 }
 
 impl Introspector {
@@ -57,14 +102,16 @@ impl Introspector {
         endpoint: String,
         client_id: String,
         client_secret: crate::Secret,
+        limits: IntrospectionLimits,
     ) -> Self {
         Introspector {
             http,
             endpoint,
             client_id,
             client_secret,
-            in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
-            budget: Budget::new(std::time::Instant::now()),
+            in_flight: tokio::sync::Semaphore::new(limits.max_in_flight),
+            budget: Budget::new(&limits, Instant::now()),
+            limits,
         }
     }
 
@@ -74,20 +121,25 @@ impl Introspector {
         issuer: &str,
         audiences: &[String],
     ) -> Result<Checked, AuthError> {
-        let Ok(_slot) = self.in_flight.try_acquire() else {
+        let limits = &self.limits;
+        let deadline = tokio::time::Instant::now() + limits.max_wait;
+        let Ok(Ok(_slot)) = tokio::time::timeout_at(deadline, self.in_flight.acquire()).await
+        else {
             tracing::warn!(
-                limit = MAX_IN_FLIGHT,
+                limit = limits.max_in_flight,
                 "introspection requests at their limit; a new token is refused for now"
             );
             return Err(AuthError::Unavailable);
         };
-        if !self.budget.take(std::time::Instant::now()) {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let Some(wait) = self.budget.reserve(Instant::now(), left) else {
             tracing::warn!(
-                per_second = MAX_PER_SECOND,
+                per_second = limits.per_second,
                 "introspection requests at their rate; a new token is refused for now"
             );
             return Err(AuthError::Unavailable);
-        }
+        };
+        tokio::time::sleep(wait).await;
         let request = self.http.post(&self.endpoint);
         let res = super::client_basic_auth(request, &self.client_id, self.client_secret.expose())
             .form(&[("token", token), ("token_type_hint", "access_token")])
@@ -196,7 +248,13 @@ mod tests {
 
     async fn introspected(answer: Value) -> Result<Checked, AuthError> {
         let url = answering_endpoint(answer).await;
-        let checker = Introspector::new(reqwest::Client::new(), url, "rs".into(), "s".into());
+        let checker = Introspector::new(
+            reqwest::Client::new(),
+            url,
+            "rs".into(),
+            "s".into(),
+            IntrospectionLimits::default(),
+        );
         let audiences = ["https://mcp.example.com".to_owned()];
         checker
             .check("t", "https://as.example.com", &audiences)
@@ -242,43 +300,75 @@ mod tests {
         );
     }
 
+    fn limits(max_in_flight: usize, per_second: u32, max_wait: Duration) -> IntrospectionLimits {
+        IntrospectionLimits {
+            max_in_flight,
+            per_second,
+            max_wait,
+        }
+    }
+
+    /// Waits until `n` requests reached the endpoint (failing after a generous while).
+    async fn until_received(received: &AtomicUsize, n: usize) {
+        let arrived = async {
+            while received.load(Ordering::SeqCst) < n {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), arrived)
+            .await
+            .unwrap_or_else(|_| panic!("{n} requests never arrived"));
+    }
+
     #[tokio::test]
-    async fn introspections_in_flight_are_capped() {
+    async fn introspections_in_flight_are_capped_and_a_new_one_waits_its_turn() {
         let (url, received) = holding_endpoint().await;
         let checker = Arc::new(Introspector::new(
             reqwest::Client::new(),
             url,
             "rs".into(),
             "secret".into(),
+            limits(2, 1000, Duration::from_millis(200)),
         ));
         let audiences: Arc<[String]> = Arc::from(vec!["https://mcp.example.com".to_owned()]);
-        let held: Vec<_> = (0..MAX_IN_FLIGHT)
-            .map(|i| {
-                let (checker, audiences) = (Arc::clone(&checker), Arc::clone(&audiences));
-                tokio::spawn(async move {
-                    checker
-                        .check(&format!("t{i}"), "https://as.example.com", &audiences)
-                        .await
-                })
+        let spawn_check = |token: &str| {
+            let (checker, audiences) = (Arc::clone(&checker), Arc::clone(&audiences));
+            let token = token.to_owned();
+            tokio::spawn(async move {
+                checker
+                    .check(&token, "https://as.example.com", &audiences)
+                    .await
             })
-            .collect();
-        // Every one of them reached the endpoint, which holds them.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while received.load(Ordering::SeqCst) < MAX_IN_FLIGHT {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "requests never arrived"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-        let refused = checker
-            .check("one-more", "https://as.example.com", &audiences)
-            .await
-            .unwrap_err();
+        };
+        let held = [spawn_check("t0"), spawn_check("t1")];
+        until_received(&received, 2).await;
+        // A third waits for a place, and past its wait is refused without a request.
+        let refused = spawn_check("t2").await.unwrap().unwrap_err();
         assert_eq!(refused, AuthError::Unavailable);
-        assert_eq!(received.load(Ordering::SeqCst), MAX_IN_FLIGHT, "not sent");
-        for h in held {
-            h.abort();
-        }
+        assert_eq!(received.load(Ordering::SeqCst), 2, "not sent");
+        // One that waits while a place comes free takes it.
+        let waiting = spawn_check("t3");
+        tokio::task::yield_now().await;
+        held[0].abort();
+        until_received(&received, 3).await;
+        waiting.abort();
+        held[1].abort();
+    }
+
+    #[test]
+    fn the_rate_lets_a_burst_through_then_spaces_requests_out() {
+        let start = Instant::now();
+        let budget = Budget::new(&limits(2, 10, Duration::ZERO), start);
+        let within = Duration::from_millis(250);
+        assert_eq!(budget.reserve(start, within), Some(Duration::ZERO));
+        assert_eq!(budget.reserve(start, within), Some(Duration::ZERO));
+        // Then a tenth of a second apart, each behind those reserved before it.
+        let wait = |d: Option<Duration>| d.map(|d| d.as_millis());
+        assert_eq!(wait(budget.reserve(start, within)), Some(100));
+        assert_eq!(wait(budget.reserve(start, within)), Some(200));
+        // Beyond the wait allowed: refused, and nothing reserved.
+        assert_eq!(budget.reserve(start, within), None);
+        let later = start + Duration::from_millis(300);
+        assert_eq!(wait(budget.reserve(later, within)), Some(0));
     }
 }

@@ -4,6 +4,7 @@
 //! issuer and subject, with its client and scopes.
 
 mod cache;
+mod flight;
 mod introspect;
 mod jwt;
 
@@ -30,6 +31,7 @@ use wharf::{Grant, Principal};
 
 use crate::AuthError;
 use cache::TokenCache;
+pub use introspect::IntrospectionLimits;
 
 /// How tokens are checked.
 #[derive(Debug, Clone)]
@@ -74,6 +76,8 @@ pub enum Validation {
         client_secret: crate::Secret,
         /// How long an answer is reused.
         cache_ttl: Duration,
+        /// How hard the endpoint may be pressed.
+        limits: IntrospectionLimits,
     },
 }
 
@@ -163,6 +167,8 @@ pub struct OAuth {
     audiences: Vec<String>,
     checker: Checker,
     cache: TokenCache,
+    /// Checks under way, which later requests with the same token join.
+    flights: flight::Flights<Result<Accepted, AuthError>>,
     metadata: Value,
     revocations: Option<Arc<dyn Revocations>>,
 }
@@ -259,6 +265,7 @@ impl OAuth {
                 endpoint,
                 client_id,
                 client_secret,
+                limits,
                 ..
             } => {
                 if !trusted_url(endpoint) {
@@ -269,6 +276,7 @@ impl OAuth {
                     endpoint.clone(),
                     client_id.clone(),
                     client_secret.clone(),
+                    *limits,
                 ))
             }
         };
@@ -295,6 +303,7 @@ impl OAuth {
             audiences,
             checker,
             cache: TokenCache::new(cache_ttl),
+            flights: flight::Flights::default(),
             metadata,
             revocations: None,
             config,
@@ -391,16 +400,21 @@ impl OAuth {
         if let Some(hit) = self.cache.get(token, now) {
             return hit;
         }
-        let fresh = match &self.checker {
-            Checker::Jwt(j) => j.check(token, &self.audiences, self.config.leeway).await,
-            Checker::Introspection(i) => i.check(token, &self.config.issuer, &self.audiences).await,
+        let check = || async {
+            let fresh = match &self.checker {
+                Checker::Jwt(j) => j.check(token, &self.audiences, self.config.leeway).await,
+                Checker::Introspection(i) => {
+                    i.check(token, &self.config.issuer, &self.audiences).await
+                }
+            };
+            let outcome = fresh.and_then(|checked| self.accept(checked));
+            // A key or endpoint that could not be reached says nothing of the token: not kept.
+            if outcome != Err(AuthError::Unavailable) {
+                self.cache.put(token, &outcome, now);
+            }
+            outcome
         };
-        let outcome = fresh.and_then(|checked| self.accept(checked));
-        // A key or endpoint that could not be reached says nothing of the token: not kept.
-        if outcome != Err(AuthError::Unavailable) {
-            self.cache.put(token, &outcome, now);
-        }
-        outcome
+        self.flights.run(cache::key(token), check).await
     }
 
     /// A checked token's principal, if it has the scopes every request needs.
@@ -559,6 +573,7 @@ mod tests {
             client_id: "rs".into(),
             client_secret: "s".into(),
             cache_ttl: Duration::from_secs(30),
+            limits: IntrospectionLimits::default(),
         };
         assert!(
             refused(config("https://as.example.com", introspection))
@@ -694,5 +709,83 @@ mod tests {
         assert!(audience_ok(Some(&json!(["x", "https://r"])), &ok));
         assert!(!audience_ok(Some(&json!("https://other")), &ok));
         assert!(!audience_ok(None, &ok));
+    }
+
+    /// A burst of requests with one token not seen yet costs one introspection: the rest wait
+    /// for its answer (and the cache serves those after).
+    #[tokio::test]
+    async fn a_burst_with_one_new_token_costs_one_introspection() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}/introspect", listener.local_addr().unwrap());
+        let received = Arc::new(AtomicUsize::new(0));
+        let answer = Arc::new(tokio::sync::Notify::new());
+        let body = json!({ "active": true, "sub": "alice", "aud": "http://127.0.0.1:8080/mcp" })
+            .to_string();
+        {
+            let (received, answer) = (Arc::clone(&received), Arc::clone(&answer));
+            tokio::spawn(async move {
+                while let Ok((mut conn, _)) = listener.accept().await {
+                    let (received, answer, body) =
+                        (Arc::clone(&received), Arc::clone(&answer), body.clone());
+                    tokio::spawn(async move {
+                        let mut buf = [0u8; 4096];
+                        let _ = conn.read(&mut buf).await;
+                        received.fetch_add(1, Ordering::SeqCst);
+                        answer.notified().await;
+                        let response = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                        let _ = conn.write_all(response.as_bytes()).await;
+                    });
+                }
+            });
+        }
+        let rs = Arc::new(
+            OAuth::new(OAuthConfig {
+                resource: "http://127.0.0.1:8080/mcp".into(),
+                audiences: Vec::new(),
+                issuer: "http://127.0.0.1:9".into(),
+                authorization_servers: Vec::new(),
+                scopes_supported: Vec::new(),
+                required_scopes: Vec::new(),
+                leeway: Duration::ZERO,
+                validation: Validation::Introspection {
+                    endpoint,
+                    client_id: "rs".into(),
+                    client_secret: "s".into(),
+                    cache_ttl: Duration::from_secs(30),
+                    limits: IntrospectionLimits::default(),
+                },
+            })
+            .unwrap(),
+        );
+        let burst: Vec<_> = (0..8)
+            .map(|_| {
+                let rs = Arc::clone(&rs);
+                tokio::spawn(async move { rs.authenticate("new-token").await })
+            })
+            .collect();
+        while received.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Every request of the burst reaches the check before the answer comes.
+        for _ in 0..200 {
+            tokio::task::yield_now().await;
+        }
+        answer.notify_one();
+        for request in burst {
+            // A second introspection would wait for an answer that never comes.
+            let principal = tokio::time::timeout(Duration::from_secs(10), request)
+                .await
+                .expect("the burst shares the one answer")
+                .unwrap()
+                .unwrap();
+            assert!(principal.id().ends_with("#alice"), "{}", principal.id());
+        }
+        assert_eq!(received.load(Ordering::SeqCst), 1);
     }
 }
