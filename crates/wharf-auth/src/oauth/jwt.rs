@@ -63,9 +63,14 @@ pub(crate) struct Fetch {
     learned: RwLock<Option<String>>,
 }
 
+/// Keys a token is checked against at most: those that share its `kid`, or, without one,
+/// those of its algorithm.
+const MAX_CANDIDATES: usize = 4;
+
 #[derive(Default)]
 struct Keys {
-    by_kid: HashMap<String, (Algorithm, DecodingKey)>,
+    /// Keys by id: RFC 7517 §4.5 lets keys of different types share one.
+    by_kid: HashMap<String, Vec<(Algorithm, DecodingKey)>>,
     /// Keys published without a key id.
     unnamed: Vec<(Algorithm, DecodingKey)>,
     /// When the set was last fetched, or tried.
@@ -131,7 +136,7 @@ impl JwtChecker {
             return Err(AuthError::NotAnAccessToken);
         }
         let (kid, alg) = (header.kid.as_deref(), header.alg);
-        let key = match self.0.key(kid, alg) {
+        let keys = match self.0.key(kid, alg) {
             Some(k) if !self.0.is_stale() => k,
             // The issuer could not be asked last time: it is asked again behind this
             // request, which is not held up by an outage; what it last published stands.
@@ -158,7 +163,16 @@ impl JwtChecker {
         validation.validate_nbf = true;
         validation.leeway = leeway.as_secs();
         validation.set_required_spec_claims(&["exp", "iss", "sub"]);
-        let data = decode::<Map<String, Value>>(token, &key, &validation).map_err(|e| {
+        // The signature is verified before the claims: any other error is the claims', with
+        // the key that signed the token.
+        let verified = keys
+            .iter()
+            .map(|key| decode::<Map<String, Value>>(token, key, &validation))
+            .find(|r| {
+                !matches!(r, Err(e) if *e.kind() == jsonwebtoken::errors::ErrorKind::InvalidSignature)
+            })
+            .unwrap_or(Err(jsonwebtoken::errors::ErrorKind::InvalidSignature.into()));
+        let data = verified.map_err(|e| {
             use jsonwebtoken::errors::ErrorKind as K;
             match e.kind() {
                 K::ExpiredSignature => AuthError::Expired,
@@ -194,24 +208,31 @@ impl JwtChecker {
 }
 
 impl KeySource {
-    /// The cached key for `kid` (or, without one, the only key of that algorithm).
-    fn key(&self, kid: Option<&str>, alg: Algorithm) -> Option<DecodingKey> {
+    /// The cached keys a token signed with `alg` may have been signed with: those with id
+    /// `kid`, or, for a token without one, every key of that algorithm (as while an issuer
+    /// rotates its keys), at most [`MAX_CANDIDATES`]. `None` when there is none.
+    fn key(&self, kid: Option<&str>, alg: Algorithm) -> Option<Vec<DecodingKey>> {
         let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
-        let found = match kid {
-            Some(kid) => keys.by_kid.get(kid).filter(|(a, _)| *a == alg),
-            None => {
-                let mut of_alg = keys
-                    .unnamed
-                    .iter()
-                    .chain(keys.by_kid.values())
-                    .filter(|(a, _)| *a == alg);
-                match (of_alg.next(), of_alg.next()) {
-                    (Some(only), None) => Some(only),
-                    _ => None,
-                }
-            }
+        let of_alg = |entries: &[(Algorithm, DecodingKey)]| -> Vec<DecodingKey> {
+            entries
+                .iter()
+                .filter(|(a, _)| *a == alg)
+                .map(|(_, k)| k.clone())
+                .collect()
         };
-        found.map(|(_, k)| k.clone())
+        let mut found = match kid {
+            Some(kid) => keys.by_kid.get(kid).map(|e| of_alg(e)).unwrap_or_default(),
+            None => keys
+                .by_kid
+                .values()
+                .flat_map(|e| of_alg(e))
+                .chain(of_alg(&keys.unnamed))
+                .collect(),
+        };
+        // Each candidate costs a signature check: a token must not make a request pay for
+        // every key a large set holds.
+        found.truncate(MAX_CANDIDATES);
+        (!found.is_empty()).then_some(found)
     }
 
     /// Whether the last attempt to fetch the set failed.
@@ -286,9 +307,11 @@ impl KeySource {
                 continue;
             };
             match &jwk.common.key_id {
-                Some(kid) => {
-                    fresh.by_kid.insert(kid.clone(), (alg, key));
-                }
+                Some(kid) => fresh
+                    .by_kid
+                    .entry(kid.clone())
+                    .or_default()
+                    .push((alg, key)),
                 None => fresh.unnamed.push((alg, key)),
             }
         }
@@ -687,6 +710,67 @@ RnJiSR+yc7dMBkHE7zM0IaKF+9SyVVnf6UUiMDftNtFwEE+hLuppY78E
         header.kid = Some("k1".into());
         let key = jsonwebtoken::EncodingKey::from_ec_pem(TEST_KEY.as_bytes()).unwrap();
         jsonwebtoken::encode(&header, claims, &key).unwrap()
+    }
+
+    /// While an issuer rotates its keys it publishes two of one algorithm: a token without
+    /// a `kid` is checked against each. Keys of different types may share a `kid` (RFC 7517
+    /// §4.5): the one of the token's algorithm is found.
+    #[tokio::test]
+    async fn a_token_finds_its_key_among_several_of_its_algorithm_or_id() {
+        let ours = serde_json::json!({
+            "kty": "EC", "crv": "P-256",
+            "x": "HbYEb79-ZXyFTJA-JNJR_hWtQ4FjMEZyYkkfsnO3TAY",
+            "y": "QcTvMzQhooX71LJVWd_pRSIwN-020XAQT6Eu6mljvwQ",
+        });
+        // RFC 7517 A.1's P-256 key, and an RSA key sharing our key's id.
+        let other = serde_json::json!({
+            "kty": "EC", "crv": "P-256", "kid": "old",
+            "x": "f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU",
+            "y": "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0",
+        });
+        let rsa = serde_json::json!({ "kty": "RSA", "kid": "k1", "n": "sXchDaQebHnPiGvyDOAT4saGEUetSyo9MKLOoWFsueri23bOdgWp4Dy1WlUzewbgBHod5pcM9H95GQRV3JDXboIRROSBigeC5yjU1hGzHHyXss8UDprecbAYxknTcQkhslANGRUZmdTOQ5qTRsLAt6BTYuyvVRdhS8exSZEy_c4gs_7svlJJQ4H9_NxsiIoLwAEk7-Q3UXERGYw_75IDrGA84-lA_-Ct4eTlXHBIY2EaV7t7LjJaynVJCpkv4LKjTTAumiGUIuQhrNhZLuF_RJLqHpM2kgWFLU7-VTdL1VbC2tejvcI2BlMkEpk1BzBZI0KQB0GaDWFLN-aEAw3vRw", "e": "AQAB" });
+        let set = |keys: Vec<Value>| {
+            JwtChecker::new(
+                KeyOrigin::Published(Arc::new(Given(serde_json::json!({ "keys": keys })))),
+                "https://as.example.com".into(),
+                Duration::from_secs(600),
+                Duration::from_secs(3600),
+            )
+        };
+        let audiences = ["https://mcp.example.com/mcp".to_owned()];
+        let claims = serde_json::json!({
+            "iss": "https://as.example.com", "sub": "alice", "aud": audiences[0],
+            "exp": super::super::now_secs() + 600,
+        });
+        let key = jsonwebtoken::EncodingKey::from_ec_pem(TEST_KEY.as_bytes()).unwrap();
+        let sign = |kid: Option<&str>| {
+            let mut header = jsonwebtoken::Header::new(Algorithm::ES256);
+            header.kid = kid.map(str::to_owned);
+            jsonwebtoken::encode(&header, &claims, &key).unwrap()
+        };
+        let mut unnamed = ours.clone();
+        unnamed["kid"] = "new".into();
+        let rotating = set(vec![other.clone(), unnamed]);
+        let checked = rotating
+            .check(&sign(None), &audiences, Duration::ZERO)
+            .await;
+        assert_eq!(checked.map(|c| c.grant.subject), Ok("alice".to_owned()));
+        // Signed by neither: a bad signature, not an unknown key.
+        let by_other = set(vec![other]);
+        assert_eq!(
+            by_other
+                .check(&sign(None), &audiences, Duration::ZERO)
+                .await
+                .map(|_| ()),
+            Err(AuthError::BadSignature)
+        );
+        let mut named = ours;
+        named["kid"] = "k1".into();
+        let shared_id = set(vec![named, rsa]);
+        let checked = shared_id
+            .check(&sign(Some("k1")), &audiences, Duration::ZERO)
+            .await;
+        assert!(checked.is_ok(), "{checked:?}");
     }
 
     /// A token bound to a DPoP key or a client certificate, sent as a bearer token, is
