@@ -57,7 +57,8 @@ def answer(method, params):
         arguments = params.get("arguments")
         text = arguments.get("text") if isinstance(arguments, dict) else None
         if not isinstance(text, str):
-            return 200, None, {"code": -32602, "message": "echo needs a string `text`"}
+            return 200, {"resultType": "complete", "isError": True,
+                         "content": [{"type": "text", "text": "echo needs a string `text`"}]}, None
         return 200, {"resultType": "complete", "content": [{"type": "text", "text": text}]}, None
     if method == "tools/call":
         return 200, None, {"code": -32602, "message": "Unknown tool"}

@@ -92,6 +92,8 @@ struct Success<'a, R> {
 struct CallToolResult<'a> {
     result_type: &'static str,
     content: [TextContent<'a>; 1],
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    is_error: bool,
 }
 
 #[derive(Serialize)]
@@ -165,7 +167,7 @@ async fn mcp(headers: HeaderMap, body: Bytes) -> Response {
 }
 
 /// Answers one request whose arguments are read as `A` and turned into echo's text by
-/// `text` (which may refuse them with an invalid-params message).
+/// `text` (which may refuse them with a message, answered as a tool execution error).
 fn answer<'b, A: Deserialize<'b>>(
     headers: &HeaderMap,
     body: &'b [u8],
@@ -312,14 +314,14 @@ fn respond<'b, A: Deserialize<'b>>(
             &format!("Unknown tool: {}", params.name),
         ));
     }
-    let text = text(params.arguments).map_err(|message| {
-        refuse(
-            StatusCode::OK,
-            Some(id),
-            INVALID_PARAMS,
-            &format!("Invalid arguments for tool echo: {message}"),
-        )
-    })?;
+    // Arguments the schema refuses are a tool execution error the model reads.
+    let (text, is_error) = match text(params.arguments) {
+        Ok(text) => (text, false),
+        Err(message) => (
+            format!("Invalid arguments for tool echo: {message}").into(),
+            true,
+        ),
+    };
 
     let result = CallToolResult {
         result_type: "complete",
@@ -327,6 +329,7 @@ fn respond<'b, A: Deserialize<'b>>(
             kind: "text",
             text: &text,
         }],
+        is_error,
     };
     let mut buf = Vec::with_capacity(96 + text.len());
     serde_json::to_writer(

@@ -239,7 +239,7 @@ fn params_mirrored(
                     param_matches(p.kind, &h, value)
                 } else {
                     // An argument of another type than declared is the argument check's to
-                    // refuse (-32602, naming it). A header that mirrors it as it is sent
+                    // refuse (a tool execution error naming it). A header that mirrors it as it is sent
                     // is no mismatch; one that says something else still is.
                     render_param(value).is_none_or(|v| v == h)
                 };

@@ -66,7 +66,8 @@ pub struct StoreOptions {
     /// Connections per process (SQL backends).
     pub max_connections: u32,
     /// How long a write waits for a lock (a duplicate still running) before answering
-    /// "busy, retry".
+    /// "busy, retry"; from a millisecond to about 24 days (an i32 of milliseconds), a
+    /// longer one cut to that.
     pub lock_wait: Duration,
     /// The app's own schema, applied after the store's when a SQL store opens.
     pub app_migrations: Option<Arc<AppMigrations>>,

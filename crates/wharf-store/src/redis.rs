@@ -336,15 +336,21 @@ impl RedisStore {
         let conn = ConnectionManager::new(client.clone())
             .await
             .map_err(|e| StoreError::Backend(format!("cannot reach Redis: {e}")))?;
+        // A lease Redis can hold, and a deadline the clock can: at most an i32 of
+        // milliseconds (about 24 days), as on PostgreSQL.
+        let lock_wait = options.lock_wait.clamp(
+            Duration::from_millis(1),
+            Duration::from_millis(i32::MAX as u64),
+        );
         let store = RedisStore {
             bus: crate::bus::redis(client, conn.clone()),
             conn,
-            lock_wait: options.lock_wait,
+            lock_wait,
             claim: Script::new(CLAIM_LUA),
             commit: Script::new(COMMIT_LUA),
             touch: Script::new(TOUCH_LUA),
             records: records::Records::new(),
-            lines: lock::Lines::new(options.lock_wait),
+            lines: lock::Lines::new(lock_wait),
         };
         store.ping().await?;
         Ok(store)

@@ -376,3 +376,15 @@ async fn a_claim_abandoned_in_flight_is_given_back() {
         panic!("the retry found the abandoned claim");
     };
 }
+
+/// A lock wait longer than a deadline can hold (`--lock-wait-secs` at its largest) is cut to
+/// what Redis and the clock hold: a claim is made, not a panic.
+#[tokio::test]
+async fn a_lock_wait_past_what_the_clock_holds_is_cut() {
+    let store = redis_with(Duration::MAX).await;
+    let c = claim(&unique("h:longwait"), "k", json!({"n": 1}));
+    let Begin::Run(tx) = store.begin_idempotent(&c, now_millis()).await.unwrap() else {
+        panic!("a first attempt runs")
+    };
+    drop(tx);
+}

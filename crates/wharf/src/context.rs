@@ -553,7 +553,8 @@ impl Context {
     }
 
     /// The position a cursor from [`Context::cursor`] points at; a garbage, forged, expired
-    /// cursor, or one issued for another listing or caller, is `-32602`.
+    /// cursor, or one issued for another listing or caller, is an execution error that says
+    /// so (an argument the model got wrong, which it can correct by listing again).
     pub fn resume(&self, cursor: &str, scope: &[u8]) -> Result<u64, HandlerError> {
         self.runtime
             .keys
@@ -564,7 +565,7 @@ impl Context {
                 ListKind::App,
                 scope_fingerprint(scope, &self.principal),
             )
-            .map_err(|e| HandlerError::Protocol(e.into()))
+            .map_err(|e| HandlerError::Execution(format!("Invalid cursor: {e}")))
     }
 
     /// Mints a handle of kind `K` owned by the caller, in the call's transaction; refused

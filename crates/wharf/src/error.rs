@@ -16,7 +16,8 @@ pub enum ErrorKind {
     MethodNotFound,
     /// A required `_meta` field is missing or malformed (`-32602`, rejected before dispatch).
     MalformedMeta,
-    /// The params are invalid: unknown tool/prompt, bad arguments, bad cursor (`-32602`).
+    /// The params are invalid: unknown tool/prompt, a prompt's bad arguments, bad cursor
+    /// (`-32602`); a tool's bad arguments are an execution error instead.
     InvalidParams,
     /// The resource does not exist (`-32602`, as 2026-07-28 has it; a legacy session's
     /// answer carries 2025-11-25's `-32002`).

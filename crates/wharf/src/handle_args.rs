@@ -272,7 +272,11 @@ fn unfollowable(root: &Value, schema: &Value, is_root: bool) -> Option<String> {
             return Some(format!("a {keyword:?}"));
         }
     }
-    if !is_root && schema.get("$id").is_some() {
+    // Draft-04 spells it `id`; no later draft gives a string `id` a meaning.
+    let id = schema
+        .get("$id")
+        .or_else(|| schema.get("id").filter(|v| v.is_string()));
+    if !is_root && id.is_some() {
         return Some("an \"$id\" below the root".to_owned());
     }
     subschemas(schema).find_map(|s| unfollowable(root, s, false))
@@ -457,6 +461,10 @@ mod tests {
             (json!({ "$dynamicRef": "#node" }), "a \"$dynamicRef\""),
             (
                 json!({ "$id": "https://example.com/inner", "type": "object" }),
+                "an \"$id\" below the root",
+            ),
+            (
+                json!({ "id": "https://example.com/inner", "type": "object" }),
                 "an \"$id\" below the root",
             ),
         ];

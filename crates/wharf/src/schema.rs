@@ -52,22 +52,29 @@ fn dialect(schema: &JsonObject) -> Result<jsonschema::Draft, String> {
     let Some(declared) = schema.get("$schema") else {
         return Ok(Draft::Draft202012);
     };
-    let uri = declared.as_str().unwrap_or_default();
-    let bare = uri
-        .trim_end_matches('#')
-        .trim_start_matches("https://")
-        .trim_start_matches("http://");
-    match bare {
-        "json-schema.org/draft/2020-12/schema" => Ok(Draft::Draft202012),
-        "json-schema.org/draft/2019-09/schema" => Ok(Draft::Draft201909),
-        "json-schema.org/draft-07/schema" => Ok(Draft::Draft7),
-        "json-schema.org/draft-06/schema" => Ok(Draft::Draft6),
-        "json-schema.org/draft-04/schema" => Ok(Draft::Draft4),
-        _ => Err(format!(
+    let draft = Draft::from_schema_uri(declared.as_str().unwrap_or_default());
+    let known = [
+        Draft::Draft4,
+        Draft::Draft6,
+        Draft::Draft7,
+        Draft::Draft201909,
+        Draft::Draft202012,
+    ];
+    if !known.contains(&draft) {
+        return Err(format!(
             "its $schema {declared} names a dialect this server does not support; declare \
              JSON Schema 2020-12 (or leave $schema out), 2019-09, draft-07, -06 or -04"
-        )),
+        ));
     }
+    // Up to draft-07 a `$ref` hides every keyword beside it: at the root, those the server
+    // reads or adds there (`type`, an idempotent tool's key) would go unchecked.
+    if draft < Draft::Draft201909 && schema.contains_key("$ref") {
+        return Err(format!(
+            "its root is a $ref, beside which {declared} ignores every other keyword; write \
+             the root object out, or declare JSON Schema 2020-12"
+        ));
+    }
+    Ok(draft)
 }
 
 /// The first violation of `value` against `validator`, as "message at /path".
@@ -282,5 +289,19 @@ mod tests {
             let e = compile(&s).unwrap_err();
             assert!(e.contains("does not support"), "{e}");
         }
+        // Up to draft-07, a root `$ref` would hide what sits beside it.
+        let hiding = obj(json!({
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "$ref": "#/definitions/Args",
+            "type": "object",
+            "definitions": { "Args": { "type": "object" } }
+        }));
+        assert!(compile(&hiding).unwrap_err().contains("root is a $ref"));
+        let mut later = hiding.clone();
+        later.insert(
+            "$schema".into(),
+            "https://json-schema.org/draft/2020-12/schema".into(),
+        );
+        assert!(compile(&later).is_ok());
     }
 }

@@ -27,6 +27,9 @@ const METHOD_REFUSED: Expect = Expect::Rpc(200, -32602);
 /// Arguments that fail the tool's schema: a tool execution error the model can correct.
 const ARGUMENTS_REFUSED: Expect = Expect::ToolError("Invalid arguments for tool");
 
+/// A tool's own cursor argument that is forged or was issued for another query: the same.
+const CURSOR_ARGUMENT_REFUSED: Expect = Expect::ToolError("Invalid cursor");
+
 struct Case {
     what: String,
     body: Vec<u8>,
@@ -501,7 +504,7 @@ fn forged_cursors(genuine: &str) -> Vec<Case> {
         cases.push(Case::json(
             format!("dataset_query cursor {:.40}", cursor),
             &q,
-            METHOD_REFUSED,
+            CURSOR_ARGUMENT_REFUSED,
         ));
     }
     // The genuine query cursor used on another query (other filters) is refused too.
@@ -515,7 +518,7 @@ fn forged_cursors(genuine: &str) -> Vec<Case> {
     cases.push(Case::json(
         "a genuine cursor on another query",
         &q,
-        METHOD_REFUSED,
+        CURSOR_ARGUMENT_REFUSED,
     ));
     cases
 }

@@ -197,14 +197,20 @@ async fn commit_query_and_read(store: &str) {
         }
     }
     assert_eq!(seen, (250..300).collect::<Vec<_>>());
-    // A forged cursor, and a cursor used for another query, are -32602.
+    // A forged cursor, and a cursor used for another query, are tool errors the model can
+    // act on (list again), naming the cursor.
+    let cursor_refused = |r: &wharf_client::Reply| {
+        let result = r.result().unwrap_or_else(|| panic!("{}", r.body));
+        assert_eq!(result["isError"], true, "{}", r.body);
+        assert!(r.body.contains("Invalid cursor"), "{}", r.body);
+    };
     let forged = call(
         &u42,
         "dataset_query",
         json!({ "dataset": dataset, "cursor": "AAAA" }),
     )
     .await;
-    assert_eq!(forged.error_code(), Some(-32602), "{}", forged.body);
+    cursor_refused(&forged);
     let first = ok(
         &u42,
         "dataset_query",
@@ -213,7 +219,7 @@ async fn commit_query_and_read(store: &str) {
     .await;
     let c = first["structuredContent"]["nextCursor"].as_str().unwrap();
     let moved = call(&u42, "dataset_query", json!({ "dataset": dataset, "limit": 1, "cursor": c, "filters": [{ "column": "id", "op": "eq", "value": 1 }] })).await;
-    assert_eq!(moved.error_code(), Some(-32602), "{}", moved.body);
+    cursor_refused(&moved);
     // Another principal does not see the dataset.
     let u7 = s.client().with_bearer(TOKEN_7);
     let hidden = refused(&u7, "dataset_query", json!({ "dataset": dataset })).await;
