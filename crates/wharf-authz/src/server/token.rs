@@ -658,6 +658,7 @@ pub(crate) async fn revoke_client(
 ) -> Result<(), OAuthError> {
     families::revoke_all(&shared.records, user, Some(client_id))
         .await
+        .map(drop)
         .map_err(OAuthError::server_error)
 }
 
