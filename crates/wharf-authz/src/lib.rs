@@ -28,4 +28,4 @@ mod users;
 pub use keys::{KeyEncryption, KeyEncryptionKey, KeyError, ROTATION};
 pub use records::RecordError;
 pub use server::{AuthorizationServer, AuthzConfig, OAuthError, UpstreamConfig};
-pub use users::{MIN_PASSWORD, UserError, Users};
+pub use users::{MIN_PASSWORD, Removed, UserError, Users};

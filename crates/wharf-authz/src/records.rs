@@ -71,6 +71,12 @@ pub(crate) const USERS: Kind = Kind {
     namespace: "authz-user",
     ttl: None,
 };
+pub(crate) const UPSTREAM_PEOPLE: Kind = Kind {
+    namespace: "authz-upstream-person",
+    // Kept for good, as accounts are: were it to expire, what was signed in before an
+    // administrator signed the person out would count again.
+    ttl: None,
+};
 pub(crate) const FAILED_SIGN_INS: Kind = Kind {
     namespace: "authz-failed-sign-in",
     // An hour without a failure forgets the count.

@@ -12,7 +12,8 @@ use wharf::store::{Millis, Write, now_millis};
 use crate::attempts::{self, Turn};
 use crate::families;
 use crate::records::{
-    CONSENTS, DEVICES, RecordError, Records, SESSIONS, USERS, WITHDRAWN_CONSENTS, secret,
+    CONSENTS, DEVICES, FAMILIES, RecordError, Records, SESSIONS, UPSTREAM_PEOPLE, USERS,
+    WITHDRAWN_CONSENTS, digest, secret,
 };
 
 /// The longest user name.
@@ -31,6 +32,25 @@ struct StoredUser {
     epoch: String,
 }
 
+/// A person an upstream provider signed in, as stored under the digest of their name here
+/// once an administrator signed them out: names have no length limit a key has.
+#[derive(Serialize, Deserialize)]
+struct StoredPerson {
+    /// What [`StoredUser::epoch`] is to an account; empty until they are first signed out.
+    epoch: String,
+}
+
+/// What [`Users::remove`] took away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Removed {
+    /// A local account, with everything of it.
+    Account,
+    /// What a person an upstream provider signed in (`PROVIDER:SUBJECT`) had here: their
+    /// sessions, consents and tokens. They may sign in through the provider again.
+    UpstreamPerson,
+}
+
 /// Why an account could not be added or checked.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -47,6 +67,9 @@ pub enum UserError {
     /// No account has the name.
     #[error("there is no user {0:?}")]
     Unknown(String),
+    /// A person an upstream provider signed in has nothing here to sign out.
+    #[error("{0:?} has no session, consent or token here")]
+    NothingSignedIn(String),
     /// Another change to the account came first.
     #[error("the user {0:?} was changed at the same time; try again")]
     Concurrent(String),
@@ -200,15 +223,25 @@ impl Users {
     /// Whether what `user` signed in to under account epoch `epoch` (a session, a code, a
     /// token family) still counts: for a local account, if it still exists and has not
     /// been signed out everywhere since; for a person an upstream provider signed in (a
-    /// name with a ':', which no local account has), always.
+    /// name with a ':', which no local account has), if an administrator has not signed
+    /// them out since.
     pub(crate) async fn still_signed_in(&self, user: &str, epoch: &str) -> Result<bool, UserError> {
         if !is_name(user) {
-            return Ok(true);
+            return Ok(self.upstream_epoch(user).await? == epoch);
         }
         Ok(self
             .account(user)
             .await?
             .is_some_and(|account| account.epoch == epoch))
+    }
+
+    /// The epoch a person an upstream provider signed in as `name` signs in under now.
+    pub(crate) async fn upstream_epoch(&self, name: &str) -> Result<String, UserError> {
+        let found = self
+            .records
+            .get::<StoredPerson>(UPSTREAM_PEOPLE, &digest(name))
+            .await?;
+        Ok(found.map(|f| f.value.epoch).unwrap_or_default())
     }
 
     /// The account named `name`, if there is one (and the name is one an account can have).
@@ -264,23 +297,67 @@ impl Users {
     /// failed sign-ins and the tokens issued to it. What signed in to it is refused from the
     /// moment the account is gone, so the clean-up after can fail and be run again: it is
     /// done whether the account still exists or not (the error then says it did not).
-    pub async fn remove(&self, name: &str) -> Result<(), UserError> {
+    ///
+    /// For a person an upstream provider signed in (`PROVIDER:SUBJECT`), whom no account
+    /// here holds, the same is done to their sessions, consents and tokens; they may sign
+    /// in through the provider again (disabling them is the provider's part).
+    pub async fn remove(&self, name: &str) -> Result<Removed, UserError> {
+        if is_upstream_name(name) {
+            return self.sign_out_upstream(name).await;
+        }
         if !is_name(name) {
             return Err(UserError::BadName);
         }
         let existed = self.records.delete(USERS, name).await?;
-        self.sign_out_everywhere(name).await?;
-        self.records.delete_of_owner(CONSENTS, name).await?;
-        // What its grants were checked against goes too: the epoch refuses them now.
-        self.records
-            .delete_of_owner(WITHDRAWN_CONSENTS, name)
-            .await?;
+        self.forget(name).await?;
         attempts::forget(&self.records, name).await?;
         if existed {
-            Ok(())
+            Ok(Removed::Account)
         } else {
             Err(UserError::Unknown(name.to_owned()))
         }
+    }
+
+    /// Signs `name`, a person an upstream provider signed in, out everywhere, and forgets
+    /// their consents.
+    async fn sign_out_upstream(&self, name: &str) -> Result<Removed, UserError> {
+        // Someone with nothing here is most likely a mistyped name: it is said, and no
+        // epoch is kept for it.
+        let mut found = false;
+        for kind in [SESSIONS, CONSENTS, FAMILIES] {
+            let listed = self.records.of_owner::<serde_json::Value>(kind, name, 1);
+            found |= !listed.await?.is_empty();
+        }
+        if !found {
+            return Err(UserError::NothingSignedIn(name.to_owned()));
+        }
+        // As a new password does for an account: whatever was signed in under the old
+        // epoch stops counting, even what is written after this (a code issued a moment
+        // ago, redeemed a moment later); the provider's next sign-in gets the new one.
+        let person = StoredPerson { epoch: secret() };
+        self.records
+            .put(
+                UPSTREAM_PEOPLE,
+                &digest(name),
+                &person,
+                None,
+                Write::Upsert,
+                None,
+            )
+            .await?;
+        self.forget(name).await?;
+        Ok(Removed::UpstreamPerson)
+    }
+
+    /// Signs `name` out everywhere and forgets its consents (and what its grants were
+    /// checked against: the epoch refuses them now).
+    async fn forget(&self, name: &str) -> Result<(), UserError> {
+        self.sign_out_everywhere(name).await?;
+        self.records.delete_of_owner(CONSENTS, name).await?;
+        self.records
+            .delete_of_owner(WITHDRAWN_CONSENTS, name)
+            .await?;
+        Ok(())
     }
 
     /// Ends `name`'s sessions, forgets the browsers it signed in on and revokes its tokens.
@@ -310,6 +387,13 @@ impl Users {
             .await?;
         Ok(known && matches)
     }
+}
+
+/// A name an upstream provider's person has here, `PROVIDER:SUBJECT` (a ':' no account's
+/// name has).
+fn is_upstream_name(name: &str) -> bool {
+    name.split_once(':')
+        .is_some_and(|(provider, subject)| !provider.is_empty() && !subject.is_empty())
 }
 
 fn is_name(name: &str) -> bool {
@@ -597,6 +681,44 @@ mod tests {
         let err = users.remove("alice").await.unwrap_err().to_string();
         assert!(err.contains("there is no user"), "{err}");
         accepted(&users, "bob", None, 0).await;
+    }
+
+    #[tokio::test]
+    async fn a_person_an_upstream_provider_signed_in_is_signed_out_by_remove() {
+        let users = users().await;
+        let person = "Idp:12345";
+        let theirs = family(&users, person).await;
+        let alices = family(&users, "alice").await;
+        let consent = serde_json::json!({"client_id": "c"});
+        let records = &users.records;
+        records
+            .put(CONSENTS, "k", &consent, Some(person), Write::Create, None)
+            .await
+            .unwrap();
+        assert!(users.still_signed_in(person, "").await.unwrap());
+
+        assert_eq!(users.remove(person).await.unwrap(), Removed::UpstreamPerson);
+        assert!(theirs().await && !alices().await);
+        let gone = records.get::<serde_json::Value>(CONSENTS, "k").await;
+        assert!(gone.unwrap().is_none());
+        // What was signed in before counts no more, even if written after; the provider's
+        // next sign-in, under the epoch it reads then, does.
+        assert!(!users.still_signed_in(person, "").await.unwrap());
+        let now = users.upstream_epoch(person).await.unwrap();
+        assert!(!now.is_empty());
+        assert!(users.still_signed_in(person, &now).await.unwrap());
+        assert!(users.still_signed_in("Idp:another", "").await.unwrap());
+
+        // Nothing left, or never anything: said, and no epoch is kept for a stranger.
+        for nobody in [person, "Idp:typo"] {
+            let err = users.remove(nobody).await.unwrap_err();
+            assert!(matches!(err, UserError::NothingSignedIn(_)), "{err}");
+        }
+        assert_eq!(users.upstream_epoch("Idp:typo").await.unwrap(), "");
+        assert_eq!(users.upstream_epoch(person).await.unwrap(), now);
+        for bad in [":x", "Idp:", "not a name"] {
+            assert!(matches!(users.remove(bad).await, Err(UserError::BadName)));
+        }
     }
 
     #[tokio::test]

@@ -1,5 +1,5 @@
 //! `wharf user add|passwd|remove NAME`: the local accounts of the embedded authorization
-//! server, in its store. Passwords are read from standard input, never from the command line,
+//! server, in its store, and the people an upstream provider signed in. Passwords are read from standard input, never from the command line,
 //! where other users of the machine and shell history would see them.
 
 use std::io::BufRead as _;
@@ -24,14 +24,18 @@ enum UserCommand {
     /// Give an account a new password (the first line of standard input), and sign it out
     /// everywhere: its sessions end and its tokens are revoked.
     Passwd(Account),
-    /// Remove an account, with its sessions, consents and tokens.
+    /// Remove an account, with its sessions, consents and tokens. Given PROVIDER:SUBJECT, a
+    /// person an upstream provider signed in, sign them out everywhere instead (sessions
+    /// end, consents go, tokens are revoked); they can sign in through the provider again,
+    /// so disable them there too.
     Remove(Account),
 }
 
 /// The account a command is about, and where it is kept.
 #[derive(Debug, Args)]
 struct Account {
-    /// The user name (letters, digits, '.', '_', '-', '@').
+    /// The user name (letters, digits, '.', '_', '-', '@'); for `remove`, also
+    /// PROVIDER:SUBJECT, as an upstream provider's people are named here.
     name: String,
     /// The store the server uses (default sqlite://./wharf.db).
     #[arg(long, env = "WHARF_STORE", hide_env_values = true)]
@@ -109,12 +113,16 @@ async fn user(args: UserArgs) -> anyhow::Result<String> {
                 account.name
             ))
         }
-        UserCommand::Remove(account) => {
-            account.users().await?.remove(&account.name).await?;
-            Ok(format!(
+        UserCommand::Remove(account) => match account.users().await?.remove(&account.name).await? {
+            wharf_authz::Removed::UpstreamPerson => Ok(format!(
+                "{} signed out everywhere: sessions ended, consents forgotten, tokens revoked \
+                 (they can sign in through the provider again)",
+                account.name
+            )),
+            _ => Ok(format!(
                 "user {} removed, with its sessions, consents and tokens",
                 account.name
-            ))
-        }
+            )),
+        },
     }
 }

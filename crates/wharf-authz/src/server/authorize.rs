@@ -348,7 +348,7 @@ pub(crate) async fn login(
 }
 
 /// Signs `user` in on this browser under account epoch `epoch` (the account's when their
-/// credentials were checked; empty for an upstream provider's person), and goes on to the
+/// credentials were checked, or an upstream provider's person's when the provider vouched), and goes on to the
 /// consent page of request `request`.
 pub(crate) async fn start_session(
     shared: &Shared,

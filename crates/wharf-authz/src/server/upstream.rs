@@ -271,7 +271,12 @@ pub(crate) async fn callback(
         }
     };
     let user = format!("{}:{subject}", upstream.name());
-    start_session(&shared, &user, &roundtrip.request, String::new()).await
+    // The epoch an administrator's sign-out (`wharf user remove`) last gave them, so that
+    // this session counts and what came before it does not.
+    let Ok(epoch) = shared.users.upstream_epoch(&user).await else {
+        return unavailable("the store did not answer");
+    };
+    start_session(&shared, &user, &roundtrip.request, epoch).await
 }
 
 /// Exchanges the provider's code and checks its ID token; the person's `sub` there.

@@ -11,7 +11,10 @@ use std::collections::HashMap;
 
 use base64::Engine as _;
 use common::ServerProcess;
-use common::authz::{Browser, PASSWORD, add_user, hidden, pkce, query, user_command};
+use common::authz::{
+    Browser, PASSWORD, UPSTREAM_CLIENT_ID, add_user, hidden, pkce, query, upstream_provider,
+    user_command,
+};
 use common::import::{sqlite_url, unique};
 use reqwest::StatusCode;
 use reqwest::header::LOCATION;
@@ -810,6 +813,120 @@ async fn an_administrator_resets_a_password_and_removes_an_account() {
     let said = user_command(&store, "remove", "alice", "");
     assert!(said.contains("removed"), "{said}");
     assert_eq!(sign_in(new).await, StatusCode::UNAUTHORIZED);
+}
+
+/// Runs an authorization request for `client_id` in `browser` up to its code: the sign-in
+/// page (which `sign_in` says must be shown) through the test provider as `subject`, then
+/// the consent. The code and its verifier.
+async fn upstream_code(
+    browser: &Browser,
+    base: &str,
+    (client_id, redirect): (&str, &str),
+    subject: &str,
+    sign_in: bool,
+) -> (String, String) {
+    let (verifier, challenge) = pkce();
+    let params = code_request(client_id, redirect, &challenge, &[]);
+    let url = Url::parse_with_params(&format!("{base}/authorize"), &params).unwrap();
+    let mut html = browser.get(url.as_str()).await.text().await.unwrap();
+    assert_eq!(html.contains("Sign in</h1>"), sign_in, "{html}");
+    if sign_in {
+        let request = hidden(&html, "request");
+        let start = format!("{base}/authorize/upstream?request={request}");
+        let off = browser.get(&start).await;
+        assert_eq!(off.status(), StatusCode::SEE_OTHER);
+        let at_provider = query(off.headers()[LOCATION].to_str().unwrap());
+        let code = format!("{subject}.{}", at_provider["nonce"]);
+        let callback = Url::parse_with_params(
+            &format!("{base}/authorize/upstream/callback"),
+            &[("code", code.as_str()), ("state", &at_provider["state"])],
+        )
+        .unwrap();
+        let back = browser.get(callback.as_str()).await;
+        assert_eq!(
+            back.status(),
+            StatusCode::SEE_OTHER,
+            "{:?}",
+            back.text().await
+        );
+        let next = back.headers()[LOCATION].to_str().unwrap().to_owned();
+        html = browser
+            .get(&format!("{base}{next}"))
+            .await
+            .text()
+            .await
+            .unwrap();
+    }
+    assert!(html.contains("Allow access?"), "{html}");
+    let form = [
+        ("request", hidden(&html, "request")),
+        ("csrf", hidden(&html, "csrf")),
+        ("decision", "approve".to_owned()),
+    ];
+    let form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let approved = browser
+        .post(&format!("{base}/authorize/consent"), &form)
+        .await;
+    assert_eq!(approved.status(), StatusCode::SEE_OTHER);
+    let mut answer = query(approved.headers()[LOCATION].to_str().unwrap());
+    (answer.remove("code").expect("a code"), verifier)
+}
+
+/// A person an upstream provider signed in has no account here, yet `wharf user remove
+/// PROVIDER:SUBJECT` signs them out everywhere as it does an account: their refresh tokens
+/// are refused at once, their access tokens within two seconds, a code not yet redeemed and
+/// their browser's session no longer count. Someone else the provider signed in keeps
+/// theirs, and the person may sign in through the provider again.
+#[tokio::test]
+async fn an_administrator_signs_out_a_person_an_upstream_provider_signed_in() {
+    let store = sqlite_url(&unique("authz-upstream-admin"));
+    let issuer = upstream_provider().await;
+    let upstream = [
+        "--authz-upstream-issuer",
+        &issuer,
+        "--authz-upstream-client-id",
+        UPSTREAM_CLIENT_ID,
+        "--authz-upstream-name",
+        "Idp",
+    ];
+    let server = server(&store, &upstream);
+    let base = server.origin();
+    let redirect = "http://127.0.0.1:33431/callback";
+    let client_id = register(&base, redirect).await;
+    let client = (client_id.as_str(), redirect);
+    let browser = Browser::new();
+    let (code, verifier) = upstream_code(&browser, &base, client, "person-1", true).await;
+    let (status, tokens) = redeem(&base, &code, &client_id, &verifier, &[]).await;
+    assert_eq!(status, StatusCode::OK, "{tokens}");
+    let access = tokens["access_token"].as_str().unwrap();
+    assert_eq!(claims(access)["sub"], "Idp:person-1");
+    assert_eq!(tools_list(&server, access).await, None);
+    // A second code from the same session, not yet redeemed when the person is signed out.
+    let (pending, pending_verifier) =
+        upstream_code(&browser, &base, client, "person-1", false).await;
+    let (code, verifier) = upstream_code(&Browser::new(), &base, client, "person-2", true).await;
+    let (_, others) = redeem(&base, &code, &client_id, &verifier, &[]).await;
+
+    let said = user_command(&store, "remove", "Idp:person-1", "");
+    assert!(said.contains("signed out everywhere"), "{said}");
+    let r1 = tokens["refresh_token"].as_str().unwrap();
+    let (status, err) = refresh(&base, &client_id, r1).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    says(&err, "revoked");
+    until_refused(&server, access).await;
+    let (status, err) = redeem(&base, &pending, &client_id, &pending_verifier, &[]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
+    says(&err, "signed out");
+    let (status, refreshed) =
+        refresh(&base, &client_id, others["refresh_token"].as_str().unwrap()).await;
+    assert_eq!(status, StatusCode::OK, "{refreshed}");
+
+    // The browser is asked to sign in again, and the provider's word is enough for that.
+    let (code, verifier) = upstream_code(&browser, &base, client, "person-1", true).await;
+    let (status, tokens) = redeem(&base, &code, &client_id, &verifier, &[]).await;
+    assert_eq!(status, StatusCode::OK, "{tokens}");
+    let access = tokens["access_token"].as_str().unwrap();
+    assert_eq!(tools_list(&server, access).await, None);
 }
 
 /// Posts `form` to `/revoke` (RFC 7009); the status and the body.

@@ -137,3 +137,50 @@ impl Browser {
         self.send(self.http.post(url).form(form)).await
     }
 }
+
+/// The client id the test OpenID provider knows the server under test by.
+pub(crate) const UPSTREAM_CLIENT_ID: &str = "wharf-under-test";
+
+/// A test OpenID provider over http on loopback; its issuer. It signs ID tokens with an
+/// HMAC key its JWKS publishes, and takes its authorization codes to be `SUBJECT.NONCE`:
+/// a test plays the person at the provider by sending such a code to the callback.
+pub(crate) async fn upstream_provider() -> String {
+    use axum::extract::{Form, State};
+    use axum::routing::{get, post};
+    use serde_json::{Value, json};
+
+    const KEY: &[u8] = b"the test provider's signing key, 32+ bytes";
+    let listener = super::tokio_listener();
+    let issuer = format!("http://{}", listener.local_addr().unwrap());
+    let metadata = json!({
+        "issuer": issuer,
+        "authorization_endpoint": format!("{issuer}/auth"),
+        "token_endpoint": format!("{issuer}/token"),
+        "jwks_uri": format!("{issuer}/jwks"),
+    });
+    let jwks = json!({"keys": [{"kty": "oct", "kid": "k1", "alg": "HS256", "k": URL_SAFE_NO_PAD.encode(KEY)}]});
+    let token = async |State(issuer): State<String>, Form(form): Form<HashMap<String, String>>| {
+        let (sub, nonce) = form["code"].rsplit_once('.').unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let claims = json!({"iss": issuer, "aud": UPSTREAM_CLIENT_ID, "sub": sub,
+            "nonce": nonce, "iat": now, "exp": now + 300});
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+        header.kid = Some("k1".into());
+        let key = jsonwebtoken::EncodingKey::from_secret(KEY);
+        let id_token = jsonwebtoken::encode(&header, &claims, &key).unwrap();
+        axum::Json(json!({"access_token": "x", "token_type": "Bearer", "id_token": id_token}))
+    };
+    let app = axum::Router::new()
+        .route(
+            "/.well-known/openid-configuration",
+            get(async move || axum::Json::<Value>(metadata)),
+        )
+        .route("/jwks", get(async move || axum::Json::<Value>(jwks)))
+        .route("/token", post(token))
+        .with_state(issuer.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    issuer
+}
