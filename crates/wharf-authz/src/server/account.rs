@@ -1,4 +1,4 @@
-//! A signed-in user's page: the consents they remembered, each revocable.
+//! A signed-in user's page: the consents they remembered, each revocable, and sign-out.
 
 use std::sync::Arc;
 
@@ -11,7 +11,7 @@ use wharf::store::{Millis, Write, after, now_millis};
 use super::authorize::{Consent, consent_key, signed_in_user};
 use super::html::{self, escape, hidden};
 use super::{Shared, constant_eq, cookies};
-use crate::records::{CONSENTS, RecordError, WITHDRAWN_CONSENTS, digest};
+use crate::records::{CONSENTS, RecordError, SESSIONS, WITHDRAWN_CONSENTS, digest};
 
 /// `GET /account`: the remembered consents.
 pub(crate) async fn account(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
@@ -52,8 +52,10 @@ pub(crate) async fn account(State(shared): State<Arc<Shared>>, headers: HeaderMa
         rows.push_str("<tr><td>No application is remembered.</td></tr>");
     }
     let body = format!(
-        "<h1>Applications you allowed</h1><p>Signed in as {}</p><table id=\"consents\">{rows}</table>",
-        escape(&user)
+        "<h1>Applications you allowed</h1><p>Signed in as {}</p><table id=\"consents\">{rows}</table>\
+         <form method=\"post\" action=\"/account/signout\">{}<button type=\"submit\" id=\"sign-out\">Sign out</button></form>",
+        escape(&user),
+        hidden(&[("csrf", &csrf)]),
     );
     html::page(StatusCode::OK, "Applications you allowed", &body)
 }
@@ -96,6 +98,66 @@ pub(crate) async fn revoke(
         );
     }
     Redirect::to("/account").into_response()
+}
+
+/// The sign-out form's field.
+#[derive(Debug, Deserialize)]
+pub(crate) struct SignOutForm {
+    csrf: String,
+}
+
+/// `POST /account/signout`: ends this browser's session. Until then, whoever uses the
+/// browser next is signed in, and an application the user allowed gets its code without
+/// anyone being asked. What the applications already hold stays theirs until revoked on the account page.
+pub(crate) async fn sign_out(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Form(form): Form<SignOutForm>,
+) -> Response {
+    let Some((_, csrf)) = who(&shared, &headers).await else {
+        return html::error(
+            StatusCode::UNAUTHORIZED,
+            "Not signed in",
+            "Nothing to sign out of.",
+        );
+    };
+    if !constant_eq(&form.csrf, &csrf) {
+        return html::error(
+            StatusCode::FORBIDDEN,
+            "This form is stale",
+            "Reload the page and try again.",
+        );
+    }
+    // `who` found the cookie; the record goes, not just the cookie, so a copy of the cookie
+    // signs nobody in either.
+    let session = cookies::get(&headers, shared.cookie(cookies::SESSION)).unwrap_or_default();
+    if shared
+        .records
+        .delete(SESSIONS, &digest(session))
+        .await
+        .is_err()
+    {
+        return html::error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Unavailable",
+            "Try again in a moment.",
+        );
+    }
+    let mut response = html::page(
+        StatusCode::OK,
+        "Signed out",
+        "<h1>Signed out</h1><p>This browser is signed out: the next sign-in here asks who you \
+         are. The applications you allowed keep what they hold until you revoke it on your \
+         account page.</p>",
+    );
+    cookies::set(
+        response.headers_mut(),
+        shared.cookie(cookies::SESSION),
+        "",
+        0,
+        shared.secure_cookies,
+    );
+    response
 }
 
 /// A consent withdrawn: its id, kept while grants made under it could still be refreshed.

@@ -11,6 +11,7 @@
 //! | `/register` | Dynamic Client Registration (when open) |
 //! | `/jwks` | the signing keys |
 //! | `/account`, `/account/consents/revoke` | a signed-in user's remembered consents |
+//! | `/account/signout` | ends the browser's session |
 
 mod account;
 mod authorize;
@@ -212,6 +213,7 @@ impl AuthorizationServer {
             .route("/jwks", get(metadata::jwks))
             .route("/account", get(account::account))
             .route("/account/consents/revoke", post(account::revoke))
+            .route("/account/signout", post(account::sign_out))
             // Every form and registration here is small; nothing bigger is read.
             .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
             .with_state(self.shared.clone())

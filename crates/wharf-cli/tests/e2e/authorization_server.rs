@@ -929,6 +929,91 @@ async fn an_administrator_signs_out_a_person_an_upstream_provider_signed_in() {
     assert_eq!(tools_list(&server, access).await, None);
 }
 
+/// On a shared computer, signing out on the account page ends the browser's session: an
+/// application the user allowed no longer gets a code without anyone being asked, and a
+/// copy of the old session cookie signs nobody in. A sign-out without the page's CSRF token
+/// is refused and changes nothing.
+#[tokio::test]
+async fn signing_out_ends_the_browsers_session() {
+    let server = server(&sqlite_url(&unique("authz-signout")), &[]);
+    let base = server.origin();
+    // A web redirect: a remembered consent skips the page for it.
+    let redirect = "https://client.example/callback";
+    let web = json!({"application_type": "web"});
+    let client_id = registration(&base, redirect, web).await["client_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (_, challenge) = pkce();
+    let params = code_request(&client_id, redirect, &challenge, &[]);
+    let browser = Browser::new();
+    authorize(&browser, &base, &params).await;
+    let url = Url::parse_with_params(&format!("{base}/authorize"), &params).unwrap();
+    let session = browser.cookie("wharf_authz_session").expect("a session");
+    // What the next person at this browser gets: a code, nobody asked. And what a copy of
+    // the session cookie gets.
+    let unasked = async |browser: &Browser| {
+        let answer = browser.get(url.as_str()).await;
+        match answer.status() {
+            StatusCode::SEE_OTHER => {
+                let location = answer.headers()[LOCATION].to_str().unwrap().to_owned();
+                assert!(location.starts_with(redirect), "{location}");
+                assert!(query(&location).contains_key("code"), "{location}");
+                true
+            }
+            status => {
+                let page = answer.text().await.unwrap();
+                assert_eq!(status, StatusCode::OK, "{page}");
+                assert!(page.contains("Sign in</h1>"), "{page}");
+                false
+            }
+        }
+    };
+    let copy = async || {
+        let copied = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap()
+            .get(url.as_str())
+            .header("cookie", format!("wharf_authz_session={session}"))
+            .send()
+            .await
+            .unwrap();
+        copied.status() == StatusCode::SEE_OTHER
+    };
+    assert!(unasked(&browser).await);
+    assert!(copy().await);
+
+    let account = browser.get(&format!("{base}/account")).await;
+    let account = account.text().await.unwrap();
+    assert!(account.contains("id=\"sign-out\""), "{account}");
+    let csrf = hidden(&account, "csrf");
+    let sign_out = format!("{base}/account/signout");
+    let forged = browser.post(&sign_out, &[("csrf", "forged")]).await;
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    let without = browser.post(&sign_out, &[]).await;
+    assert!(without.status().is_client_error(), "{}", without.status());
+    assert!(
+        unasked(&browser).await,
+        "a refused sign-out changes nothing"
+    );
+
+    let signed_out = browser.post(&sign_out, &[("csrf", &csrf)]).await;
+    assert_eq!(signed_out.status(), StatusCode::OK);
+    let expired = signed_out.headers().get_all("set-cookie").iter().any(|c| {
+        let c = c.to_str().unwrap();
+        c.starts_with("wharf_authz_session=;") && c.contains("Max-Age=0")
+    });
+    assert!(expired, "{:?}", signed_out.headers());
+    assert!(!unasked(&browser).await);
+    assert!(
+        !copy().await,
+        "the session itself is gone, not only the cookie"
+    );
+    let account = browser.get(&format!("{base}/account")).await;
+    assert_eq!(account.status(), StatusCode::UNAUTHORIZED);
+}
+
 /// Posts `form` to `/revoke` (RFC 7009); the status and the body.
 async fn revoke(base: &str, form: &[(&str, &str)]) -> (StatusCode, String) {
     let response = post_form(base, "/revoke", form).await;

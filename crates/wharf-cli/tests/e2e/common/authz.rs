@@ -129,6 +129,11 @@ impl Browser {
         );
     }
 
+    /// The value of cookie `name` in the jar, if any.
+    pub(crate) fn cookie(&self, name: &str) -> Option<String> {
+        self.cookies.lock().unwrap().get(name).cloned()
+    }
+
     pub(crate) async fn get(&self, url: &str) -> reqwest::Response {
         self.send(self.http.get(url)).await
     }
