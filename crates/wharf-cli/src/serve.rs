@@ -44,7 +44,8 @@ pub(crate) struct ServeArgs {
     /// Path of the MCP endpoint.
     #[arg(long, env = "WHARF_ENDPOINT", default_value = "/mcp")]
     endpoint: String,
-    /// An allowed browser Origin (`scheme://host[:port]`); repeatable. Localhost is always allowed.
+    /// An allowed browser Origin (`scheme://host[:port]`); repeatable. Localhost is always
+    /// allowed; a named origin's pages may also read the answers (CORS).
     #[arg(
         long = "allowed-origin",
         env = "WHARF_ALLOWED_ORIGINS",
@@ -937,10 +938,17 @@ async fn serve_with(
     limits.max_headers = args.max_headers;
     // The authorization server's rate limits key on the peer's address.
     limits.peer_address = args.authorization_server;
+    let cors = wharf_http::cors(&config.hosts);
     let mut app = wharf_http::router(server.clone(), config);
     if let Some(authz) = &authz {
         tracing::info!(issuer = %public_url(&args), "authorization server on this origin");
-        app = app.merge(authz.router());
+        // A browser-based client of a named origin signs in through these too (metadata,
+        // registration, token, revocation, keys).
+        let routes = authz.router();
+        app = app.merge(match cors {
+            Some(cors) => routes.layer(cors),
+            None => routes,
+        });
     }
 
     let stopping = tokio_util::sync::CancellationToken::new();

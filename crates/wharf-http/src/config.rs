@@ -81,6 +81,14 @@ impl HostPolicy {
         self
     }
 
+    /// The origins named with [`HostPolicy::allow_origin`] (or [`HostPolicy::any_host`]),
+    /// lower-cased: the ones browsers may read answers from (see [`crate::cors`]).
+    pub fn named_origins(&self) -> &[String] {
+        match self {
+            HostPolicy::AnyHost { origins } | HostPolicy::Only { origins, .. } => origins,
+        }
+    }
+
     pub(crate) fn host_allowed(&self, host: &str) -> bool {
         match self {
             HostPolicy::AnyHost { .. } => true,

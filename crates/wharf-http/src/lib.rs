@@ -8,6 +8,7 @@
 mod authenticate;
 mod call_stream;
 mod config;
+mod cors;
 mod endpoint;
 mod errors;
 mod guard;
@@ -21,6 +22,7 @@ mod sse;
 
 pub use authenticate::{AuthFuture, Authenticate, FromExtensions, Refusal};
 pub use config::{HostPolicy, HttpConfig, ReadinessCheck};
+pub use cors::cors;
 pub use listener::{Closer, DrainingListener};
 pub use serve::{ConnectionLimits, serve};
 
@@ -79,9 +81,11 @@ pub fn metrics_router(server: Server) -> Router {
     )
 }
 
-/// The MCP endpoint at `config.endpoint`, with `GET /healthz` and `GET /readyz`.
+/// The MCP endpoint at `config.endpoint`, with `GET /healthz` and `GET /readyz`; with CORS
+/// for the origins `config.hosts` names ([`cors()`]).
 pub fn router(server: Server, config: HttpConfig) -> Router {
     let endpoint = config.endpoint.clone();
+    let cors = cors::cors(&config.hosts);
     let documents = config.auth.documents();
     let state = Arc::new(AppState { server, config });
     let mut router = Router::new();
@@ -103,7 +107,7 @@ pub fn router(server: Server, config: HttpConfig) -> Router {
             ),
         );
     }
-    router
+    let router = router
         .route(
             &endpoint,
             post(endpoint::handle_post)
@@ -112,5 +116,9 @@ pub fn router(server: Server, config: HttpConfig) -> Router {
         )
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .with_state(state)
+        .with_state(state);
+    match cors {
+        Some(cors) => router.layer(cors),
+        None => router,
+    }
 }

@@ -8,6 +8,7 @@
 mod common;
 
 mod authorization_server;
+mod browser_clients;
 mod client_metadata_documents;
 mod command;
 mod connections;
