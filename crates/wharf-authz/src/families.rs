@@ -79,12 +79,23 @@ async fn revoke_all_by(
     let page = page.max(1);
     let mut limit = page;
     let mut revoked = 0;
+    // What this call revoked: met again, the store did not take its owner off, and listing
+    // again would never get past it.
+    let mut done = std::collections::HashSet::new();
     loop {
         let listed = records.of_owner::<Family>(FAMILIES, user, limit).await?;
         let more = u32::try_from(listed.len()).map_or(true, |n| n >= limit);
         let mut kept: u32 = 0;
         for (family, found) in listed {
             if found.revoked || client_id.is_none_or(|c| c == found.client_id) {
+                if !done.insert(family.clone()) {
+                    return Err(RecordError::Corrupt {
+                        namespace: FAMILIES.namespace,
+                        detail: "a revoked family is still listed under its owner: the store \
+                                 kept the owner of a record written without one"
+                            .into(),
+                    });
+                }
                 revoke(records, &family).await?;
                 revoked += u64::from(!found.revoked);
             } else {

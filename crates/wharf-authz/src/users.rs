@@ -56,7 +56,9 @@ pub enum Removed {
 #[non_exhaustive]
 pub enum UserError {
     /// A name outside the allowed characters or length.
-    #[error("a user name has 1 to {MAX_NAME} characters of A-Z, a-z, 0-9, '.', '_', '-' and '@'")]
+    #[error(
+        "a user name has 1 to {MAX_NAME} characters of A-Z, a-z, 0-9, '.', '_', '-' and '@' (a person an upstream provider signed in is named PROVIDER:SUBJECT)"
+    )]
     BadName,
     /// A password too short.
     #[error("a password has at least {MIN_PASSWORD} characters")]

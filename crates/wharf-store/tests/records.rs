@@ -249,6 +249,14 @@ async fn records_are_listed_by_owner(store: Arc<dyn Store>) {
         keys(now, bob.clone(), 10).await,
         ["bobs", "https://b.example/c.json"]
     );
+    // Written again without an owner, it leaves its owner's list (what the authorization
+    // server's revocation of every token family relies on to get past what it revoked).
+    store
+        .write_record(&record(&ns, "soon", "soon"), Write::Upsert, now)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(keys(now, alice.clone(), 10).await.is_empty());
 
     // A namespace and key that concatenate alike are different records.
     let (a, b) = (format!("{ns}:x"), ns.clone());

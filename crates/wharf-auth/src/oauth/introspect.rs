@@ -104,6 +104,13 @@ impl Introspector {
         client_secret: crate::Secret,
         limits: IntrospectionLimits,
     ) -> Self {
+        // Fields set by hand skip `IntrospectionLimits::new`: no limit may stop every check,
+        // divide by zero, or put a deadline past what the clock holds.
+        let limits = IntrospectionLimits {
+            max_in_flight: limits.max_in_flight.max(1),
+            per_second: limits.per_second.max(1),
+            max_wait: limits.max_wait.min(Duration::from_secs(3600)),
+        };
         Introspector {
             http,
             endpoint,
@@ -353,6 +360,27 @@ mod tests {
         until_received(&received, 3).await;
         waiting.abort();
         held[1].abort();
+    }
+
+    /// Limits set field by field are made usable: at least one request at once and a
+    /// second, a wait the clock can hold.
+    #[tokio::test]
+    async fn limits_that_would_stop_every_check_are_raised() {
+        let url = answering_endpoint(serde_json::json!({ "active": false })).await;
+        let checker = Introspector::new(
+            reqwest::Client::new(),
+            url,
+            "rs".into(),
+            "s".into(),
+            limits(0, 0, Duration::MAX),
+        );
+        let audiences = ["https://mcp.example.com".to_owned()];
+        for token in ["a", "b"] {
+            let checked = checker
+                .check(token, "https://as.example.com", &audiences)
+                .await;
+            assert_eq!(checked.map(|_| ()), Err(AuthError::Inactive), "{token}");
+        }
     }
 
     #[test]

@@ -1,7 +1,6 @@
 //! JWT access tokens verified locally against the issuer's JWKS, fetched over HTTP or read
 //! from an authorization server in this process.
 
-use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -69,10 +68,9 @@ const MAX_CANDIDATES: usize = 4;
 
 #[derive(Default)]
 struct Keys {
-    /// Keys by id: RFC 7517 §4.5 lets keys of different types share one.
-    by_kid: HashMap<String, Vec<(Algorithm, DecodingKey)>>,
-    /// Keys published without a key id.
-    unnamed: Vec<(Algorithm, DecodingKey)>,
+    /// The keys this server can use, in the order the set lists them, with their ids (RFC
+    /// 7517 §4.5 lets keys of different types share one; some have none).
+    listed: Vec<(Option<String>, Algorithm, DecodingKey)>,
     /// When the set was last fetched, or tried.
     attempted_at: Option<Instant>,
     /// Whether that attempt failed (or never finished): until the next attempt, the server
@@ -83,8 +81,10 @@ struct Keys {
 impl std::fmt::Debug for Keys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Keys")
-            .field("kids", &self.by_kid.keys().collect::<Vec<_>>())
-            .field("unnamed", &self.unnamed.len())
+            .field(
+                "kids",
+                &self.listed.iter().map(|(kid, ..)| kid).collect::<Vec<_>>(),
+            )
             .field("attempt_failed", &self.attempt_failed)
             .finish()
     }
@@ -156,6 +156,7 @@ impl JwtChecker {
                 self.0.key(kid, alg).ok_or(AuthError::UnknownKey)?
             }
         };
+        use jsonwebtoken::errors::ErrorKind as K;
         let mut validation = Validation::new(header.alg);
         validation.set_issuer(&[&self.0.issuer]);
         // The audience is checked below, against every accepted value.
@@ -165,22 +166,34 @@ impl JwtChecker {
         validation.set_required_spec_claims(&["exp", "iss", "sub"]);
         // The signature is verified before the claims: any other error is the claims', with
         // the key that signed the token.
-        let verified = keys
-            .iter()
-            .map(|key| decode::<Map<String, Value>>(token, key, &validation))
-            .find(|r| {
-                !matches!(r, Err(e) if *e.kind() == jsonwebtoken::errors::ErrorKind::InvalidSignature)
-            })
-            .unwrap_or(Err(jsonwebtoken::errors::ErrorKind::InvalidSignature.into()));
-        let data = verified.map_err(|e| {
-            use jsonwebtoken::errors::ErrorKind as K;
-            match e.kind() {
-                K::ExpiredSignature => AuthError::Expired,
-                K::ImmatureSignature => AuthError::NotYetValid,
-                K::InvalidIssuer => AuthError::WrongIssuer,
-                K::InvalidSignature => AuthError::BadSignature,
-                _ => AuthError::InvalidToken,
+        let verify = |keys: &[DecodingKey]| {
+            keys.iter()
+                .map(|key| decode::<Map<String, Value>>(token, key, &validation))
+                .find(|r| !matches!(r, Err(e) if *e.kind() == K::InvalidSignature))
+                .unwrap_or_else(|| Err(K::InvalidSignature.into()))
+        };
+        let mut verified = verify(&keys);
+        let unverified = |r: &Result<_, jsonwebtoken::errors::Error>| matches!(r, Err(e) if *e.kind() == K::InvalidSignature);
+        if kid.is_none() && unverified(&verified) {
+            // A key published since the set was read names no `kid` the cache could miss:
+            // the set is read again (at most once per `min_refresh`) and the token tried
+            // against it; one no key verifies may yet be signed by a key published later, so
+            // it is refused as signed by an unknown key, which is not remembered.
+            if self.refresh().await.is_ok() {
+                if let Some(fresh) = self.0.key(None, alg) {
+                    verified = verify(&fresh);
+                }
             }
+            if unverified(&verified) {
+                return Err(AuthError::UnknownKey);
+            }
+        }
+        let data = verified.map_err(|e| match e.kind() {
+            K::ExpiredSignature => AuthError::Expired,
+            K::ImmatureSignature => AuthError::NotYetValid,
+            K::InvalidIssuer => AuthError::WrongIssuer,
+            K::InvalidSignature => AuthError::BadSignature,
+            _ => AuthError::InvalidToken,
         })?;
         let claims = data.claims;
         if !audience_ok(claims.get("aud"), audiences) {
@@ -210,28 +223,19 @@ impl JwtChecker {
 impl KeySource {
     /// The cached keys a token signed with `alg` may have been signed with: those with id
     /// `kid`, or, for a token without one, every key of that algorithm (as while an issuer
-    /// rotates its keys), at most [`MAX_CANDIDATES`]. `None` when there is none.
+    /// rotates its keys), the first [`MAX_CANDIDATES`] the set lists. `None` when there is
+    /// none.
     fn key(&self, kid: Option<&str>, alg: Algorithm) -> Option<Vec<DecodingKey>> {
         let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
-        let of_alg = |entries: &[(Algorithm, DecodingKey)]| -> Vec<DecodingKey> {
-            entries
-                .iter()
-                .filter(|(a, _)| *a == alg)
-                .map(|(_, k)| k.clone())
-                .collect()
-        };
-        let mut found = match kid {
-            Some(kid) => keys.by_kid.get(kid).map(|e| of_alg(e)).unwrap_or_default(),
-            None => keys
-                .by_kid
-                .values()
-                .flat_map(|e| of_alg(e))
-                .chain(of_alg(&keys.unnamed))
-                .collect(),
-        };
-        // Each candidate costs a signature check: a token must not make a request pay for
-        // every key a large set holds.
-        found.truncate(MAX_CANDIDATES);
+        let found: Vec<DecodingKey> = keys
+            .listed
+            .iter()
+            .filter(|(id, a, _)| *a == alg && kid.is_none_or(|k| id.as_deref() == Some(k)))
+            // Each candidate costs a signature check: a token must not make a request pay
+            // for every key a large set holds.
+            .take(MAX_CANDIDATES)
+            .map(|(.., key)| key.clone())
+            .collect();
         (!found.is_empty()).then_some(found)
     }
 
@@ -306,14 +310,7 @@ impl KeySource {
             let Some((alg, key)) = decoding_key(&jwk) else {
                 continue;
             };
-            match &jwk.common.key_id {
-                Some(kid) => fresh
-                    .by_kid
-                    .entry(kid.clone())
-                    .or_default()
-                    .push((alg, key)),
-                None => fresh.unnamed.push((alg, key)),
-            }
+            fresh.listed.push((jwk.common.key_id.clone(), alg, key));
         }
         *self.keys.write().unwrap_or_else(|p| p.into_inner()) = fresh;
         Ok(())
@@ -684,6 +681,19 @@ mod tests {
         }
     }
 
+    /// Keys handed over in process that the test changes, as an issuer rotating them.
+    #[derive(Debug)]
+    struct Changing(std::sync::Mutex<Value>);
+
+    impl PublishedKeys for Changing {
+        fn jwk_set(
+            &self,
+        ) -> std::pin::Pin<Box<dyn Future<Output = Result<Value, AuthError>> + Send + '_>> {
+            let set = self.0.lock().unwrap().clone();
+            Box::pin(async move { Ok(set) })
+        }
+    }
+
     /// A P-256 key generated for these tests, as PKCS#8 and as a JWK named "k1".
     const TEST_KEY: &str = "-----BEGIN PRIVATE KEY-----
 MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgLH6gx2zDQ5RIf8im
@@ -755,15 +765,38 @@ RnJiSR+yc7dMBkHE7zM0IaKF+9SyVVnf6UUiMDftNtFwEE+hLuppY78E
             .check(&sign(None), &audiences, Duration::ZERO)
             .await;
         assert_eq!(checked.map(|c| c.grant.subject), Ok("alice".to_owned()));
-        // Signed by neither: a bad signature, not an unknown key.
-        let by_other = set(vec![other]);
+        // Signed by neither: as by a key not (yet) published, which is not remembered.
+        let by_other = set(vec![other.clone()]);
         assert_eq!(
             by_other
                 .check(&sign(None), &audiences, Duration::ZERO)
                 .await
                 .map(|_| ()),
-            Err(AuthError::BadSignature)
+            Err(AuthError::UnknownKey)
         );
+        // The issuer publishes its new key after the set was read: a token it signs without
+        // a kid has the set read again, and passes.
+        let published = Arc::new(Changing(std::sync::Mutex::new(
+            serde_json::json!({ "keys": [other] }),
+        )));
+        let rotating_later = JwtChecker::new(
+            KeyOrigin::Published(Arc::clone(&published) as Arc<dyn PublishedKeys>),
+            "https://as.example.com".into(),
+            Duration::ZERO,
+            Duration::from_secs(3600),
+        );
+        let first = rotating_later
+            .check(&sign(None), &audiences, Duration::ZERO)
+            .await;
+        assert_eq!(first.map(|_| ()), Err(AuthError::UnknownKey));
+        published.0.lock().unwrap()["keys"]
+            .as_array_mut()
+            .unwrap()
+            .push(ours.clone());
+        let later = rotating_later
+            .check(&sign(None), &audiences, Duration::ZERO)
+            .await;
+        assert!(later.is_ok(), "{later:?}");
         let mut named = ours;
         named["kid"] = "k1".into();
         let shared_id = set(vec![named, rsa]);

@@ -114,42 +114,44 @@ pub(crate) async fn sign_out(
     headers: HeaderMap,
     Form(form): Form<SignOutForm>,
 ) -> Response {
-    let Some((_, csrf)) = who(&shared, &headers).await else {
+    // The form's token is the session cookie's, checked before the store is asked: a sign-out
+    // goes through while the store cannot say who is signed in.
+    let Some(session) = cookies::get(&headers, shared.cookie(cookies::SESSION)) else {
         return html::error(
             StatusCode::UNAUTHORIZED,
             "Not signed in",
             "Nothing to sign out of.",
         );
     };
-    if !constant_eq(&form.csrf, &csrf) {
+    if !constant_eq(&form.csrf, &csrf_of(session)) {
         return html::error(
             StatusCode::FORBIDDEN,
             "This form is stale",
             "Reload the page and try again.",
         );
     }
-    // `who` found the cookie; the record goes, not just the cookie, so a copy of the cookie
-    // signs nobody in either.
-    let session = cookies::get(&headers, shared.cookie(cookies::SESSION)).unwrap_or_default();
-    if shared
-        .records
-        .delete(SESSIONS, &digest(session))
-        .await
-        .is_err()
-    {
-        return html::error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "Unavailable",
-            "Try again in a moment.",
-        );
-    }
-    let mut response = html::page(
-        StatusCode::OK,
-        "Signed out",
-        "<h1>Signed out</h1><p>This browser is signed out: the next sign-in here asks who you \
-         are. The applications you allowed keep what they hold until you revoke it on your \
-         account page.</p>",
-    );
+    // The record goes, not just the cookie, so a copy of the cookie signs nobody in either.
+    // Should the store fail, this browser's cookie goes all the same: whoever uses it next
+    // is not signed in.
+    let mut response = match shared.records.delete(SESSIONS, &digest(session)).await {
+        Ok(_) => html::page(
+            StatusCode::OK,
+            "Signed out",
+            "<h1>Signed out</h1><p>This browser is signed out: the next sign-in here asks who \
+             you are. The applications you allowed keep what they hold until you revoke it on \
+             your account page.</p>",
+        ),
+        Err(err) => {
+            tracing::warn!(error = %err, "a sign-out could not delete its session");
+            html::error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Signed out of this browser only",
+                "This browser no longer signs you in, but the server could not record the \
+                 sign-out: a copy of this browser's cookie would still sign you in until it \
+                 expires.",
+            )
+        }
+    };
     cookies::set(
         response.headers_mut(),
         shared.cookie(cookies::SESSION),
@@ -215,5 +217,11 @@ pub(crate) async fn is_withdrawn(shared: &Shared, id: &str) -> Result<bool, Reco
 async fn who(shared: &Shared, headers: &HeaderMap) -> Option<(String, String)> {
     let session = cookies::get(headers, shared.cookie(cookies::SESSION))?;
     let user = signed_in_user(shared, session).await?;
-    Some((user, digest(&format!("csrf\n{session}"))))
+    Some((user, csrf_of(session)))
+}
+
+/// The CSRF token of the account page's forms: derived from the session cookie, which a
+/// cross-site page cannot read.
+fn csrf_of(session: &str) -> String {
+    digest(&format!("csrf\n{session}"))
 }

@@ -108,12 +108,15 @@ pub(crate) const RETRY_AFTER_SECS: &str = "5";
 
 impl ClientError {
     /// Whether the client's metadata document could not be fetched for now (a timeout, no
-    /// connection, a 5xx from its host): nothing says the client is unknown or its document
-    /// wrong, and failures are not cached, so the same request may succeed on retry.
+    /// connection, a 5xx, 429 or 408 from its host): nothing says the client is unknown or
+    /// its document wrong, and failures are not cached, so the same request may succeed on
+    /// retry.
     pub(crate) fn is_transient(&self) -> bool {
         match self {
             Self::Fetch(FetchError::Timeout { .. } | FetchError::Connect { .. }) => true,
-            Self::Fetch(FetchError::Status { status, .. }) => *status >= 500,
+            Self::Fetch(FetchError::Status { status, .. }) => {
+                *status >= 500 || matches!(*status, 408 | 429)
+            }
             _ => false,
         }
     }
@@ -255,5 +258,28 @@ impl Shared {
             refresh: metadata.refresh,
             registration: None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A host that is down, slow or busy says nothing of the client: "try again", never
+    /// `invalid_client`, which clients take as fatal.
+    #[test]
+    fn a_busy_or_failing_document_host_is_a_failure_for_now() {
+        let status = |status| {
+            ClientError::Fetch(FetchError::Status {
+                url: "https://client.example/doc".into(),
+                status,
+            })
+        };
+        for transient in [408, 429, 500, 503] {
+            assert!(status(transient).is_transient(), "{transient}");
+        }
+        for lasting in [301, 401, 403, 404, 410] {
+            assert!(!status(lasting).is_transient(), "{lasting}");
+        }
     }
 }

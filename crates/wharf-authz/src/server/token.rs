@@ -814,7 +814,7 @@ mod tests {
             .unwrap();
         let server = AuthorizationServer::new(config, store, Fetcher::builder().build().unwrap());
         let shared = &server.shared;
-        // A person an upstream provider signed in: always still signed in.
+        // A person an upstream provider signed in, whom no administrator signed out.
         let user = "idp:alice";
         let client = Client {
             id: "wc_AAAAAAAAAAAAAAAAAAAAAA".into(),
