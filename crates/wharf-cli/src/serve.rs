@@ -359,7 +359,8 @@ pub(crate) struct ServeArgs {
     /// The issuer's JWKS URL, when its metadata does not give one.
     #[arg(long, env = "WHARF_OAUTH_JWKS_URI")]
     oauth_jwks_uri: Option<String>,
-    /// A token with an unknown key id fetches the JWKS again at most once per this many seconds
+    /// A token with an unknown key id (or without one, that no known key verifies) fetches
+    /// the JWKS again at most once per this many seconds
     /// (0: every such token fetches; for tests, since a flood of made-up key ids then reaches
     /// the issuer).
     #[arg(long, env = "WHARF_OAUTH_JWKS_MIN_REFRESH_SECS", default_value_t = 60)]
@@ -618,6 +619,29 @@ fn auth(
         "no credentials configured: give --api-key PRINCIPAL=TOKEN (or --api-keys-file PATH), --oauth-issuer URL, or --anonymous to serve without authentication"
     );
     Ok(Auth::api_keys(keys))
+}
+
+/// `value` as the `Origin` header a browser sends for it (`https://app.example.com`: scheme,
+/// host, and a port other than the scheme's own): a spelling that no browser sends
+/// (a trailing slash, `:443`) would never match, and `null`, which sandboxed frames and
+/// `file:` pages of any site send, would admit them all.
+fn browser_origin(value: &str) -> anyhow::Result<String> {
+    let refuse = || {
+        anyhow::anyhow!(
+            "--allowed-origin {value:?} is not an origin: give scheme://host[:port] with an \
+             http or https scheme and nothing after it, as a browser sends it"
+        )
+    };
+    let url = url::Url::parse(value).map_err(|_| refuse())?;
+    let bare = matches!(url.path(), "" | "/")
+        && url.query().is_none()
+        && url.fragment().is_none()
+        && url.username().is_empty()
+        && url.password().is_none();
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() || !bare {
+        return Err(refuse());
+    }
+    Ok(url.origin().ascii_serialization())
 }
 
 /// The origin clients reach this server at, without a trailing slash.
@@ -897,15 +921,20 @@ async fn serve_with(
         wharf_stdio::serve_with(server, tokio::io::stdin(), tokio::io::stdout(), config).await?;
         return Ok(());
     }
+    let origins = args
+        .allowed_origins
+        .iter()
+        .map(|o| browser_origin(o))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let hosts = if args.allowed_hosts.iter().any(|h| h == "*") {
-        HostPolicy::any_host(args.allowed_origins.iter().cloned())
+        HostPolicy::any_host(origins)
     } else {
         let mut p = HostPolicy::localhost();
         for h in &args.allowed_hosts {
             p = p.allow_host(h.clone());
         }
-        for o in &args.allowed_origins {
-            p = p.allow_origin(o.clone());
+        for o in origins {
+            p = p.allow_origin(o);
         }
         p
     };
@@ -942,13 +971,16 @@ async fn serve_with(
     let mut app = wharf_http::router(server.clone(), config);
     if let Some(authz) = &authz {
         tracing::info!(issuer = %public_url(&args), "authorization server on this origin");
-        // A browser-based client of a named origin signs in through these too (metadata,
-        // registration, token, revocation, keys).
-        let routes = authz.router();
-        app = app.merge(match cors {
-            Some(cors) => routes.layer(cors),
-            None => routes,
-        });
+        // A browser-based client of a named origin signs in through the endpoints a program
+        // calls too (metadata, registration, token, revocation, keys); the pages a person's
+        // browser navigates get no CORS.
+        let api = authz.api_router();
+        app = app
+            .merge(match cors {
+                Some(cors) => api.layer(cors),
+                None => api,
+            })
+            .merge(authz.page_router());
     }
 
     let stopping = tokio_util::sync::CancellationToken::new();
@@ -1036,6 +1068,33 @@ where
 #[cfg(test)]
 mod tests {
     use clap::Parser as _;
+
+    /// An allowed origin is kept as a browser sends it; what no browser sends for one page
+    /// (a path, `null`, another scheme) is refused at start.
+    #[test]
+    fn allowed_origins_are_origins_as_browsers_send_them() {
+        for (given, kept) in [
+            ("https://App.Example.com", "https://app.example.com"),
+            ("https://app.example.com/", "https://app.example.com"),
+            ("https://app.example.com:443", "https://app.example.com"),
+            ("http://127.0.0.1:6274", "http://127.0.0.1:6274"),
+        ] {
+            assert_eq!(super::browser_origin(given).unwrap(), kept, "{given}");
+        }
+        for refused in [
+            "null",
+            "*",
+            "app.example.com",
+            "https://app.example.com/path",
+            "https://app.example.com?x=1",
+            "https://user@app.example.com",
+            "file:///etc",
+            "ftp://app.example.com",
+        ] {
+            let e = super::browser_origin(refused).unwrap_err().to_string();
+            assert!(e.contains("is not an origin"), "{refused}: {e}");
+        }
+    }
 
     /// What `wharf serve` was given, as `Debug` prints it (a log line, a panic message):
     /// every key and secret shows only that it is set.

@@ -107,7 +107,9 @@ impl Introspector {
         // Fields set by hand skip `IntrospectionLimits::new`: no limit may stop every check,
         // divide by zero, or put a deadline past what the clock holds.
         let limits = IntrospectionLimits {
-            max_in_flight: limits.max_in_flight.max(1),
+            max_in_flight: limits
+                .max_in_flight
+                .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
             per_second: limits.per_second.max(1),
             max_wait: limits.max_wait.min(Duration::from_secs(3600)),
         };
@@ -366,20 +368,21 @@ mod tests {
     /// second, a wait the clock can hold.
     #[tokio::test]
     async fn limits_that_would_stop_every_check_are_raised() {
-        let url = answering_endpoint(serde_json::json!({ "active": false })).await;
-        let checker = Introspector::new(
-            reqwest::Client::new(),
-            url,
-            "rs".into(),
-            "s".into(),
-            limits(0, 0, Duration::MAX),
-        );
         let audiences = ["https://mcp.example.com".to_owned()];
-        for token in ["a", "b"] {
-            let checked = checker
-                .check(token, "https://as.example.com", &audiences)
-                .await;
-            assert_eq!(checked.map(|_| ()), Err(AuthError::Inactive), "{token}");
+        // Zeros, and "no limit" spelled as the largest numbers (more than a semaphore holds).
+        for given in [
+            limits(0, 0, Duration::MAX),
+            limits(usize::MAX, u32::MAX, Duration::ZERO),
+        ] {
+            let url = answering_endpoint(serde_json::json!({ "active": false })).await;
+            let checker =
+                Introspector::new(reqwest::Client::new(), url, "rs".into(), "s".into(), given);
+            for token in ["a", "b"] {
+                let checked = checker
+                    .check(token, "https://as.example.com", &audiences)
+                    .await;
+                assert_eq!(checked.map(|_| ()), Err(AuthError::Inactive), "{given:?}");
+            }
         }
     }
 

@@ -110,7 +110,7 @@ impl JwtChecker {
     /// Fetches the key set again (at most once per `min_refresh`) on its own task: a client
     /// that hangs up must not leave an attempt counted but never made, which would refuse
     /// every new key for the rest of the interval.
-    async fn refresh(&self) -> Result<(), AuthError> {
+    async fn refresh(&self) -> Result<bool, AuthError> {
         let source = Arc::clone(&self.0);
         tokio::spawn(async move { source.refresh().await })
             .await
@@ -148,7 +148,7 @@ impl JwtChecker {
             // The set is past its age: ask the issuer again whether it still publishes the
             // key. While it cannot be reached, what it last published stands.
             Some(k) => match self.refresh().await {
-                Ok(()) => self.0.key(kid, alg).ok_or(AuthError::UnknownKey)?,
+                Ok(_) => self.0.key(kid, alg).ok_or(AuthError::UnknownKey)?,
                 Err(_) => k,
             },
             None => {
@@ -179,7 +179,10 @@ impl JwtChecker {
             // the set is read again (at most once per `min_refresh`) and the token tried
             // against it; one no key verifies may yet be signed by a key published later, so
             // it is refused as signed by an unknown key, which is not remembered.
-            if self.refresh().await.is_ok() {
+            // An issuer that cannot be asked says nothing of the token (503, as for a kid the
+            // set lacks); one asked too recently to ask again leaves the same keys, which are
+            // not tried twice.
+            if self.refresh().await? {
                 if let Some(fresh) = self.0.key(None, alg) {
                     verified = verify(&fresh);
                 }
@@ -260,8 +263,9 @@ impl KeySource {
         keys.attempted_at.is_some_and(|t| t.elapsed() >= due)
     }
 
-    /// Fetches the key set again, unless it was fetched less than `min_refresh` ago.
-    async fn refresh(&self) -> Result<(), AuthError> {
+    /// Fetches the key set again, unless it was fetched less than `min_refresh` ago; whether
+    /// a set was read.
+    async fn refresh(&self) -> Result<bool, AuthError> {
         let _one = self.fetching.lock().await;
         {
             // Every attempt counts, failed or not: tokens with made-up key ids cannot make
@@ -276,7 +280,7 @@ impl KeySource {
                 return if keys.attempt_failed {
                     Err(AuthError::Unavailable)
                 } else {
-                    Ok(())
+                    Ok(false)
                 };
             }
             keys.attempted_at = Some(Instant::now());
@@ -313,7 +317,7 @@ impl KeySource {
             fresh.listed.push((jwk.common.key_id.clone(), alg, key));
         }
         *self.keys.write().unwrap_or_else(|p| p.into_inner()) = fresh;
-        Ok(())
+        Ok(true)
     }
 }
 

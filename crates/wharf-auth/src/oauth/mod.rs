@@ -38,7 +38,8 @@ pub use introspect::IntrospectionLimits;
 pub enum Validation {
     /// JWTs signed with RS256, ES256 or EdDSA, verified against the issuer's JWKS (found
     /// through its metadata unless given). A token signed with a key id the cached set lacks
-    /// makes the set be fetched again, at most once per `min_refresh`; a set older than
+    /// (or without a key id, that no cached key of its algorithm verifies) makes the set be
+    /// fetched again, at most once per `min_refresh`; a set older than
     /// `max_age` is fetched again before it is trusted, so a key the issuer withdrew stops
     /// being accepted within `max_age` (tokens already checked are remembered for at most
     /// that long too).

@@ -194,11 +194,31 @@ impl AuthorizationServer {
     /// so serve with `into_make_service_with_connect_info::<SocketAddr>()`; without it every
     /// request shares one budget.
     pub fn router(&self) -> Router {
+        self.api_router().merge(self.page_router())
+    }
+
+    /// [`AuthorizationServer::router`]'s endpoints a client program calls (metadata,
+    /// registration, token, revocation, keys): what a browser-based client's page may be
+    /// given CORS for.
+    pub fn api_router(&self) -> Router {
         Router::new()
             .route(
                 "/.well-known/oauth-authorization-server",
                 get(metadata::metadata),
             )
+            .route("/token", post(token::token))
+            .route("/revoke", post(token::revocation_endpoint))
+            .route("/register", post(register::register))
+            .route("/jwks", get(metadata::jwks))
+            // Every registration and token request is small; nothing bigger is read.
+            .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+            .with_state(self.shared.clone())
+    }
+
+    /// [`AuthorizationServer::router`]'s pages a person's browser navigates (sign-in,
+    /// consent, account): forms protected by cookies and CSRF tokens, for no other origin.
+    pub fn page_router(&self) -> Router {
+        Router::new()
             .route("/authorize", get(authorize::authorize))
             .route("/authorize/login", post(authorize::login))
             .route("/authorize/upstream", get(upstream::start))
@@ -207,14 +227,10 @@ impl AuthorizationServer {
                 "/authorize/consent",
                 get(authorize::consent_page).post(authorize::consent),
             )
-            .route("/token", post(token::token))
-            .route("/revoke", post(token::revocation_endpoint))
-            .route("/register", post(register::register))
-            .route("/jwks", get(metadata::jwks))
             .route("/account", get(account::account))
             .route("/account/consents/revoke", post(account::revoke))
             .route("/account/signout", post(account::sign_out))
-            // Every form and registration here is small; nothing bigger is read.
+            // Every form here is small; nothing bigger is read.
             .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
             .with_state(self.shared.clone())
     }

@@ -75,8 +75,9 @@ async fn a_page_of_a_named_origin_calls_a_tool_and_reads_the_answer() {
     browser.close().await.unwrap();
 }
 
-/// A browser-based client signs in too: the authorization server's endpoints answer the
-/// preflights of a named origin (metadata, registration, token), and of no other.
+/// A browser-based client signs in too: the authorization server's endpoints a program calls
+/// answer the preflights of a named origin (metadata, registration, token), and of no other;
+/// its pages answer none.
 #[tokio::test]
 async fn the_authorization_servers_endpoints_answer_a_named_origins_preflight() {
     let named = "https://app.example.com";
@@ -92,6 +93,14 @@ async fn the_authorization_servers_endpoints_answer_a_named_origins_preflight() 
         .header("access-control-request-headers", "content-type")
         .send()
     };
+    // The pages a person's browser navigates (forms with cookies) answer no other origin.
+    for path in ["/authorize/consent", "/account/signout"] {
+        let res = preflight(path, named).await.unwrap();
+        assert!(
+            res.headers().get("access-control-allow-origin").is_none(),
+            "{path}"
+        );
+    }
     for path in [
         "/.well-known/oauth-authorization-server",
         "/register",
