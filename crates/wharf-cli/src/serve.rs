@@ -44,12 +44,15 @@ pub(crate) struct ServeArgs {
     /// Path of the MCP endpoint.
     #[arg(long, env = "WHARF_ENDPOINT", default_value = "/mcp")]
     endpoint: String,
-    /// An allowed browser Origin (`scheme://host[:port]`); repeatable. Localhost is always
-    /// allowed; a named origin's pages may also read the answers (CORS).
+    /// An allowed browser Origin (`scheme://host[:port]`, as a browser sends it; a path,
+    /// `null`, `file:` or an empty item is refused); repeatable. Localhost is always allowed;
+    /// a named origin's pages may also read the answers (CORS), at the endpoint and the
+    /// authorization server's API, not its sign-in and account pages.
     #[arg(
         long = "allowed-origin",
         env = "WHARF_ALLOWED_ORIGINS",
-        value_delimiter = ','
+        value_delimiter = ',',
+        value_parser = browser_origin
     )]
     allowed_origins: Vec<String>,
     /// An allowed Host name besides localhost; repeatable. `*` accepts any host.
@@ -622,14 +625,14 @@ fn auth(
 }
 
 /// `value` as the `Origin` header a browser sends for it (`https://app.example.com`: scheme,
-/// host, and a port other than the scheme's own): a spelling that no browser sends
-/// (a trailing slash, `:443`) would never match, and `null`, which sandboxed frames and
-/// `file:` pages of any site send, would admit them all.
+/// host, and a port other than the scheme's own; an extension's `chrome-extension://<id>`):
+/// a spelling that no browser sends (a trailing slash, `:443`) would never match, and
+/// `null`, which sandboxed frames and `file:` pages of any site send, would admit them all.
 fn browser_origin(value: &str) -> anyhow::Result<String> {
     let refuse = || {
         anyhow::anyhow!(
-            "--allowed-origin {value:?} is not an origin: give scheme://host[:port] with an \
-             http or https scheme and nothing after it, as a browser sends it"
+            "{value:?} is not an origin: give scheme://host[:port] with nothing after it, as a \
+             browser sends it (not null, file:, data: or blob:)"
         )
     };
     let url = url::Url::parse(value).map_err(|_| refuse())?;
@@ -638,10 +641,22 @@ fn browser_origin(value: &str) -> anyhow::Result<String> {
         && url.fragment().is_none()
         && url.username().is_empty()
         && url.password().is_none();
-    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() || !bare {
+    let Some(host) = url.host_str().filter(|_| bare) else {
         return Err(refuse());
+    };
+    match url.scheme() {
+        "http" | "https" => Ok(url.origin().ascii_serialization()),
+        // No page of any site can claim these: a browser serializes their origin as null.
+        "file" | "data" | "blob" | "javascript" => Err(refuse()),
+        // An extension's or an app's own scheme: its origin is what it sends, as written.
+        scheme => {
+            let host = host.to_ascii_lowercase();
+            Ok(match url.port() {
+                Some(port) => format!("{scheme}://{host}:{port}"),
+                None => format!("{scheme}://{host}"),
+            })
+        }
     }
-    Ok(url.origin().ascii_serialization())
 }
 
 /// The origin clients reach this server at, without a trailing slash.
@@ -921,11 +936,8 @@ async fn serve_with(
         wharf_stdio::serve_with(server, tokio::io::stdin(), tokio::io::stdout(), config).await?;
         return Ok(());
     }
-    let origins = args
-        .allowed_origins
-        .iter()
-        .map(|o| browser_origin(o))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    // Read as browsers send them when the command line was parsed (`browser_origin`).
+    let origins = args.allowed_origins.iter().cloned();
     let hosts = if args.allowed_hosts.iter().any(|h| h == "*") {
         HostPolicy::any_host(origins)
     } else {
@@ -1078,6 +1090,12 @@ mod tests {
             ("https://app.example.com/", "https://app.example.com"),
             ("https://app.example.com:443", "https://app.example.com"),
             ("http://127.0.0.1:6274", "http://127.0.0.1:6274"),
+            ("http://[::1]:8080", "http://[::1]:8080"),
+            (
+                "chrome-extension://Abcdefghijklmnop",
+                "chrome-extension://abcdefghijklmnop",
+            ),
+            ("tauri://localhost", "tauri://localhost"),
         ] {
             assert_eq!(super::browser_origin(given).unwrap(), kept, "{given}");
         }
@@ -1089,7 +1107,8 @@ mod tests {
             "https://app.example.com?x=1",
             "https://user@app.example.com",
             "file:///etc",
-            "ftp://app.example.com",
+            "",
+            "chrome-extension://id/page.html",
         ] {
             let e = super::browser_origin(refused).unwrap_err().to_string();
             assert!(e.contains("is not an origin"), "{refused}: {e}");

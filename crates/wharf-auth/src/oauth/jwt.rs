@@ -71,6 +71,8 @@ struct Keys {
     /// The keys this server can use, in the order the set lists them, with their ids (RFC
     /// 7517 §4.5 lets keys of different types share one; some have none).
     listed: Vec<(Option<String>, Algorithm, DecodingKey)>,
+    /// Which read of the set this is: a check that tried an earlier one tries this one.
+    generation: u64,
     /// When the set was last fetched, or tried.
     attempted_at: Option<Instant>,
     /// Whether that attempt failed (or never finished): until the next attempt, the server
@@ -110,7 +112,7 @@ impl JwtChecker {
     /// Fetches the key set again (at most once per `min_refresh`) on its own task: a client
     /// that hangs up must not leave an attempt counted but never made, which would refuse
     /// every new key for the rest of the interval.
-    async fn refresh(&self) -> Result<bool, AuthError> {
+    async fn refresh(&self) -> Result<(), AuthError> {
         let source = Arc::clone(&self.0);
         tokio::spawn(async move { source.refresh().await })
             .await
@@ -136,6 +138,8 @@ impl JwtChecker {
             return Err(AuthError::NotAnAccessToken);
         }
         let (kid, alg) = (header.kid.as_deref(), header.alg);
+        // Read before the keys: a set read after it is tried too (below), never one missed.
+        let tried = self.0.generation();
         let keys = match self.0.key(kid, alg) {
             Some(k) if !self.0.is_stale() => k,
             // The issuer could not be asked last time: it is asked again behind this
@@ -180,9 +184,10 @@ impl JwtChecker {
             // against it; one no key verifies may yet be signed by a key published later, so
             // it is refused as signed by an unknown key, which is not remembered.
             // An issuer that cannot be asked says nothing of the token (503, as for a kid the
-            // set lacks); one asked too recently to ask again leaves the same keys, which are
-            // not tried twice.
-            if self.refresh().await? {
+            // set lacks). Keys read since (by this request or another) are tried; the same
+            // keys are not tried twice.
+            self.refresh().await?;
+            if self.0.generation() != tried {
                 if let Some(fresh) = self.0.key(None, alg) {
                     verified = verify(&fresh);
                 }
@@ -242,6 +247,14 @@ impl KeySource {
         (!found.is_empty()).then_some(found)
     }
 
+    /// Which read of the set the cache holds.
+    fn generation(&self) -> u64 {
+        self.keys
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .generation
+    }
+
     /// Whether the last attempt to fetch the set failed.
     fn last_attempt_failed(&self) -> bool {
         self.keys
@@ -263,9 +276,8 @@ impl KeySource {
         keys.attempted_at.is_some_and(|t| t.elapsed() >= due)
     }
 
-    /// Fetches the key set again, unless it was fetched less than `min_refresh` ago; whether
-    /// a set was read.
-    async fn refresh(&self) -> Result<bool, AuthError> {
+    /// Fetches the key set again, unless it was fetched less than `min_refresh` ago.
+    async fn refresh(&self) -> Result<(), AuthError> {
         let _one = self.fetching.lock().await;
         {
             // Every attempt counts, failed or not: tokens with made-up key ids cannot make
@@ -280,7 +292,7 @@ impl KeySource {
                 return if keys.attempt_failed {
                     Err(AuthError::Unavailable)
                 } else {
-                    Ok(false)
+                    Ok(())
                 };
             }
             keys.attempted_at = Some(Instant::now());
@@ -316,8 +328,10 @@ impl KeySource {
             };
             fresh.listed.push((jwk.common.key_id.clone(), alg, key));
         }
-        *self.keys.write().unwrap_or_else(|p| p.into_inner()) = fresh;
-        Ok(true)
+        let mut keys = self.keys.write().unwrap_or_else(|p| p.into_inner());
+        fresh.generation = keys.generation.wrapping_add(1);
+        *keys = fresh;
+        Ok(())
     }
 }
 
