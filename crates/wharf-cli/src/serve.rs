@@ -1082,7 +1082,7 @@ mod tests {
     use clap::Parser as _;
 
     /// An allowed origin is kept as a browser sends it; what no browser sends for one page
-    /// (a path, `null`, another scheme) is refused at start.
+    /// (a path, user info, `null`, `file:`) is refused when the command line is read.
     #[test]
     fn allowed_origins_are_origins_as_browsers_send_them() {
         for (given, kept) in [

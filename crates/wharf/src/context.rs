@@ -554,7 +554,8 @@ impl Context {
 
     /// The position a cursor from [`Context::cursor`] points at; a garbage, forged, expired
     /// cursor, or one issued for another listing or caller, is an execution error that says
-    /// so (an argument the model got wrong, which it can correct by listing again).
+    /// so: in a tool, a result the model reads and can correct by listing again (prompt and
+    /// resource handlers answer execution errors as -32603, with the same message).
     pub fn resume(&self, cursor: &str, scope: &[u8]) -> Result<u64, HandlerError> {
         self.runtime
             .keys
