@@ -1,12 +1,10 @@
 //! Over stdio too, a completion needs the scopes of its prompt and a `subscriptions/listen`
 //! those of each resource it subscribes to, when the process acts for an OAuth principal.
 
-use std::collections::BTreeSet;
-
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use wharf::protocol::{Completion, GetPromptResult, Implementation, ResourceContents};
-use wharf::{Grant, HandlerError, Principal, Server, prompt, resource};
+use wharf::{HandlerError, Server, prompt, resource};
 use wharf_stdio::{StdioConfig, serve_with};
 
 fn server() -> Server {
@@ -41,12 +39,7 @@ fn meta() -> Value {
 
 #[tokio::test]
 async fn completions_and_subscriptions_need_the_scopes_of_their_targets() {
-    let principal = Principal::oauth(Grant {
-        issuer: "https://as.example.com".into(),
-        subject: "alice".into(),
-        client_id: None,
-        scopes: BTreeSet::new(),
-    });
+    let principal = wharf::testing::oauth_user(&[]);
     let (mut to_server, server_in) = tokio::io::duplex(64 * 1024);
     let (server_out, from_server) = tokio::io::duplex(64 * 1024);
     let served = tokio::spawn(serve_with(

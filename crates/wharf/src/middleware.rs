@@ -193,12 +193,7 @@ mod tests {
                 .middleware_arc(swap)
                 .build()
                 .unwrap();
-            Harness::new(server).principal(crate::Principal::oauth(crate::Grant {
-                issuer: "https://as".into(),
-                subject: "alice".into(),
-                client_id: None,
-                scopes: Default::default(),
-            }))
+            Harness::new(server).principal(crate::testing::oauth_user(&[]))
         };
         let e = h
             .call("tools/call", json!({ "name": "open", "arguments": {} }))

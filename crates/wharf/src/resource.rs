@@ -316,15 +316,14 @@ impl CompiledTemplate {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
 
     use wharf_protocol::Implementation;
 
     use super::*;
-    use crate::principal::{Grant, Principal};
+    use crate::principal::Principal;
     use crate::registry::BuildError;
     use crate::server::Server;
-    use crate::testing::Harness;
+    use crate::testing::{Harness, oauth_user};
 
     fn files(scopes: &[&str]) -> Result<Server, BuildError> {
         Server::builder(Implementation::new("t", "1"))
@@ -336,18 +335,6 @@ mod tests {
                     }),
             )
             .build()
-    }
-
-    fn token(scopes: &[&str]) -> Principal {
-        Principal::oauth(Grant {
-            issuer: "https://as".into(),
-            subject: "alice".into(),
-            client_id: None,
-            scopes: scopes
-                .iter()
-                .map(|s| (*s).to_owned())
-                .collect::<BTreeSet<_>>(),
-        })
     }
 
     /// What a read of `uri` by `who` needs, if it is refused.
@@ -367,7 +354,7 @@ mod tests {
     #[tokio::test]
     async fn a_template_scope_names_the_matched_resource() {
         let s = files(&["files:read", "files:owner:{owner}"]).unwrap();
-        let alice = token(&["files:read", "files:owner:alice"]);
+        let alice = oauth_user(&["files:read", "files:owner:alice"]);
         assert_eq!(refused(&s, &alice, "files://alice/notes").await, None);
         // The same resource, its variable percent-encoded: the same scope.
         assert_eq!(refused(&s, &alice, "files://%61lice/notes").await, None);
@@ -392,7 +379,7 @@ mod tests {
         // Fixed scopes stay fixed.
         let s = files(&["files:read"]).unwrap();
         assert_eq!(
-            refused(&s, &token(&["files:read"]), "files://bob/n").await,
+            refused(&s, &oauth_user(&["files:read"]), "files://bob/n").await,
             None
         );
     }

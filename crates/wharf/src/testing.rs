@@ -28,8 +28,19 @@ use wharf_protocol::meta::{CLIENT_CAPABILITIES, PROTOCOL_VERSION};
 
 use crate::admission::ErrorReply;
 use crate::error::RpcError;
-use crate::principal::Principal;
+use crate::principal::{Grant, Principal};
 use crate::server::Server;
+
+/// The principal of an OAuth access token that `https://as.example.com` issued to `alice`
+/// with `scopes`: who a test of scope checks calls as.
+pub fn oauth_user(scopes: &[&str]) -> Principal {
+    Principal::oauth(Grant {
+        issuer: "https://as.example.com".into(),
+        subject: "alice".into(),
+        client_id: None,
+        scopes: scopes.iter().map(|s| (*s).to_owned()).collect(),
+    })
+}
 
 /// Calls a server in-process, as one principal.
 #[derive(Debug, Clone)]

@@ -3,14 +3,13 @@
 //! handler left in `resultType`, and a tools/list cursor filtered for one grant is no
 //! position in another grant's list.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
 use wharf::protocol::{GetPromptResult, Implementation, ResultType};
-use wharf::testing::Harness;
-use wharf::{Context, ErrorKind, Grant, Principal, Server, ServerConfig, prompt, tool};
+use wharf::testing::{Harness, oauth_user};
+use wharf::{Context, ErrorKind, Principal, Server, ServerConfig, prompt, tool};
 
 #[derive(serde::Deserialize, wharf::schemars::JsonSchema)]
 struct Greet {
@@ -95,28 +94,21 @@ async fn a_filtered_tools_list_cursor_belongs_to_its_grant() {
         );
     }
     let server = builder.build().unwrap();
-    let token = |scopes: &[&str]| {
-        Principal::oauth(Grant {
-            issuer: "https://as.example.com".into(),
-            subject: "alice".into(),
-            client_id: None,
-            scopes: scopes
-                .iter()
-                .map(|s| (*s).to_owned())
-                .collect::<BTreeSet<_>>(),
-        })
-    };
     let list = |who: Principal, cursor: Option<Value>| {
         let harness = Harness::new(server.clone()).principal(who);
         let params = cursor.map_or_else(|| json!({}), |c| json!({ "cursor": c }));
         async move { harness.call("tools/list", params).await }
     };
-    let first = list(token(&["x"]), None).await.unwrap();
+    let first = list(oauth_user(&["x"]), None).await.unwrap();
     assert_eq!(first["tools"][0]["name"], "a");
     let cursor = first["nextCursor"].clone();
-    let second = list(token(&["x"]), Some(cursor.clone())).await.unwrap();
+    let second = list(oauth_user(&["x"]), Some(cursor.clone()))
+        .await
+        .unwrap();
     assert_eq!(second["tools"][0]["name"], "c");
     // The same cursor under another grant would skip or repeat tools: refused as stale.
-    let other = list(token(&["x", "y"]), Some(cursor)).await.unwrap_err();
+    let other = list(oauth_user(&["x", "y"]), Some(cursor))
+        .await
+        .unwrap_err();
     assert_eq!(other.error().kind, ErrorKind::InvalidParams, "{other:?}");
 }

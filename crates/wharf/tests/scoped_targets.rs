@@ -3,17 +3,14 @@
 //! `subscriptions/listen` those of each resource it subscribes to (it learns when they
 //! change). In-process, with OAuth principals.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use wharf::protocol::{Completion, GetPromptResult, Implementation, ResourceContents};
-use wharf::testing::Harness;
-use wharf::{
-    ErrorKind, ErrorReply, Grant, HandlerError, Principal, Server, prompt, resource, template,
-};
+use wharf::testing::{Harness, oauth_user};
+use wharf::{ErrorKind, ErrorReply, HandlerError, Principal, Server, prompt, resource, template};
 
 const READ: &str = "notes:read";
 
@@ -53,18 +50,6 @@ fn server(completions: &Arc<AtomicUsize>) -> Server {
         .unwrap()
 }
 
-fn token(scopes: &[&str]) -> Principal {
-    Principal::oauth(Grant {
-        issuer: "https://as.example.com".into(),
-        subject: "alice".into(),
-        client_id: None,
-        scopes: scopes
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect::<BTreeSet<_>>(),
-    })
-}
-
 fn completion(reference: Value) -> Value {
     json!({ "ref": reference, "argument": { "name": "note", "value": "" } })
 }
@@ -83,7 +68,7 @@ async fn a_completion_needs_the_scopes_of_its_prompt_or_template() {
     let prompt_ref = json!({ "type": "ref/prompt", "name": "summary" });
     let template_ref = json!({ "type": "ref/resource", "uri": "notes://{id}" });
     for reference in [&prompt_ref, &template_ref] {
-        let refused = complete(&s, &token(&[]), reference.clone())
+        let refused = complete(&s, &oauth_user(&[]), reference.clone())
             .await
             .unwrap_err();
         assert_eq!(
@@ -97,7 +82,7 @@ async fn a_completion_needs_the_scopes_of_its_prompt_or_template() {
 
     // With the scope (a template's per-item scopes name no item yet, so they do not apply).
     for reference in [prompt_ref, template_ref] {
-        let done = complete(&s, &token(&[READ]), reference).await.unwrap();
+        let done = complete(&s, &oauth_user(&[READ]), reference).await.unwrap();
         assert_eq!(done["completion"]["values"], json!(["secret-name"]));
     }
     // Principals not limited by scopes are not limited here either.
@@ -126,11 +111,11 @@ async fn a_completion_under_a_bound_variable_needs_that_items_scope() {
         let params = under_seven.clone();
         async move { harness.call("completion/complete", params).await }
     };
-    let refused = call(token(&[READ])).await.unwrap_err();
+    let refused = call(oauth_user(&[READ])).await.unwrap_err();
     assert_eq!(refused.error().kind, ErrorKind::InsufficientScope);
     assert_eq!(refused.required_scopes(), [READ, "notes:item:7"]);
     assert_eq!(completions.load(Ordering::SeqCst), 0, "no completer ran");
-    let done = call(token(&[READ, "notes:item:7"])).await.unwrap();
+    let done = call(oauth_user(&[READ, "notes:item:7"])).await.unwrap();
     assert_eq!(done["completion"]["values"], json!(["secret-name"]));
 }
 
@@ -149,16 +134,18 @@ async fn a_subscription_needs_the_scopes_of_each_resource() {
             h.stream("subscriptions/listen", params, cancel).await
         }
     };
-    let reader = token(&[READ]);
+    let reader = oauth_user(&[READ]);
     // A fixed resource, and a template's item with its own scope.
-    let refused = listen(token(&[]), &["notes://index"]).await.unwrap_err();
+    let refused = listen(oauth_user(&[]), &["notes://index"])
+        .await
+        .unwrap_err();
     assert_eq!(refused.error().kind, ErrorKind::InsufficientScope);
     let refused = listen(reader, &["notes://7"]).await.unwrap_err();
     assert_eq!(refused.error().kind, ErrorKind::InsufficientScope);
     assert_eq!(refused.required_scopes(), [READ, "notes:item:7"]);
     // Allowed: what the token may read, and list changes, which need no scope.
     let sent = listen(
-        token(&[READ, "notes:item:7"]),
+        oauth_user(&[READ, "notes:item:7"]),
         &["notes://index", "notes://7"],
     )
     .await
@@ -171,7 +158,7 @@ async fn a_subscription_needs_the_scopes_of_each_resource() {
         sent[0]["params"]["notifications"]["resourceSubscriptions"],
         json!(["notes://index", "notes://7"])
     );
-    let sent = listen(token(&[]), &[]).await.unwrap();
+    let sent = listen(oauth_user(&[]), &[]).await.unwrap();
     assert_eq!(
         sent[0]["method"],
         "notifications/subscriptions/acknowledged"

@@ -211,48 +211,21 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-
     use super::*;
+    use crate::oauth::peer::{self, Answer};
 
-    /// An introspection endpoint that holds every request it receives until the test ends.
-    async fn holding_endpoint() -> (String, Arc<AtomicUsize>) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/introspect", listener.local_addr().unwrap());
-        let received = Arc::new(AtomicUsize::new(0));
-        let counted = Arc::clone(&received);
-        tokio::spawn(async move {
-            while let Ok((mut conn, _)) = listener.accept().await {
-                let counted = Arc::clone(&counted);
-                tokio::spawn(async move {
-                    let mut buf = [0u8; 4096];
-                    let _ = conn.read(&mut buf).await;
-                    counted.fetch_add(1, Ordering::SeqCst);
-                    std::future::pending::<()>().await;
-                    drop(conn);
-                });
-            }
-        });
-        (url, received)
+    /// An introspection endpoint answering as `answer` says: its URL and how many requests
+    /// it got.
+    async fn endpoint(answer: Answer) -> (String, Arc<AtomicUsize>) {
+        let peer = peer::start(|_| answer).await;
+        (format!("{}/introspect", peer.origin), peer.requests)
     }
 
     /// An introspection endpoint that answers every request with `answer`.
     async fn answering_endpoint(answer: Value) -> String {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/introspect", listener.local_addr().unwrap());
-        let body = answer.to_string();
-        let response = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        tokio::spawn(async move {
-            while let Ok((mut conn, _)) = listener.accept().await {
-                let mut buf = [0u8; 4096];
-                let _ = conn.read(&mut buf).await;
-                let _ = conn.write_all(response.as_bytes()).await;
-            }
-        });
-        url
+        endpoint(Answer::Every(peer::json_ok(&answer.to_string())))
+            .await
+            .0
     }
 
     async fn introspected(answer: Value) -> Result<Checked, AuthError> {
@@ -331,7 +304,7 @@ mod tests {
 
     #[tokio::test]
     async fn introspections_in_flight_are_capped_and_a_new_one_waits_its_turn() {
-        let (url, received) = holding_endpoint().await;
+        let (url, received) = endpoint(Answer::Never).await;
         let checker = Arc::new(Introspector::new(
             reqwest::Client::new(),
             url,

@@ -483,7 +483,8 @@ mod tests {
     use base64::Engine as _;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    use crate::oauth::peer::{self, Answer};
 
     /// A JWT naming key `kid`: refused for its key before its signature is looked at.
     fn token_with_kid(kid: &str) -> String {
@@ -496,57 +497,32 @@ mod tests {
         )
     }
 
-    /// A JWKS endpoint answering every request with `response` (a whole HTTP response),
-    /// once `release` (if any) is notified; counts the requests it received.
-    async fn stub_jwks(
-        response: String,
-        release: Option<Arc<tokio::sync::Notify>>,
-    ) -> (String, Arc<AtomicUsize>) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/jwks", listener.local_addr().unwrap());
-        let requests = Arc::new(AtomicUsize::new(0));
-        let counted = Arc::clone(&requests);
-        tokio::spawn(async move {
-            while let Ok((mut conn, _)) = listener.accept().await {
-                let mut buf = [0u8; 4096];
-                let _ = conn.read(&mut buf).await;
-                counted.fetch_add(1, Ordering::SeqCst);
-                if let Some(release) = &release {
-                    release.notified().await;
-                }
-                let _ = conn.write_all(response.as_bytes()).await;
-            }
-        });
-        (url, requests)
+    /// A checker for `https://as.example.com` with keys from `origin`, read again at most
+    /// every ten minutes unless a key is unknown.
+    fn checker(origin: KeyOrigin) -> JwtChecker {
+        JwtChecker::new(
+            origin,
+            "https://as.example.com".into(),
+            Duration::from_secs(600),
+            Duration::from_secs(3600),
+        )
     }
 
-    /// A JWKS endpoint that answers every request 500.
-    async fn failing_jwks() -> (String, Arc<AtomicUsize>) {
-        let failure =
-            "HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
-        stub_jwks(failure.into(), None).await
+    /// Keys fetched from `url`.
+    fn fetching(url: String) -> KeyOrigin {
+        KeyOrigin::fetched(reqwest::Client::new(), Some(url))
     }
 
-    /// A JWKS endpoint that holds each request until `release` is notified, then answers an
-    /// empty key set.
-    async fn held_jwks(release: Arc<tokio::sync::Notify>) -> (String, Arc<AtomicUsize>) {
-        let body = r#"{"keys":[]}"#;
-        let ok = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        stub_jwks(ok, Some(release)).await
+    /// A JWKS endpoint answering as `answer` says: its URL and how many requests it got.
+    async fn jwks(answer: Answer) -> (String, Arc<AtomicUsize>) {
+        let peer = peer::start(|_| answer).await;
+        (format!("{}/jwks", peer.origin), peer.requests)
     }
 
     #[tokio::test]
     async fn within_the_interval_after_a_failed_fetch_keys_are_unavailable_not_unknown() {
-        let (url, requests) = failing_jwks().await;
-        let checker = JwtChecker::new(
-            KeyOrigin::fetched(reqwest::Client::new(), Some(url)),
-            "https://as.example.com".into(),
-            Duration::from_secs(600),
-            Duration::from_secs(3600),
-        );
+        let (url, requests) = jwks(Answer::Every(peer::empty("500 Internal Server Error"))).await;
+        let checker = checker(fetching(url));
         let audiences = ["https://mcp.example.com/mcp".to_owned()];
         for kid in ["a", "a", "b"] {
             let refused = checker
@@ -568,29 +544,15 @@ mod tests {
     async fn a_failed_refetch_is_tried_again_after_the_short_interval() {
         // RFC 7517 A.1's P-256 key, as key "old".
         let with_old = r#"{"keys":[{"kty":"EC","crv":"P-256","kid":"old","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}"#;
-        let ok = |body: &str| {
-            format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            )
-        };
-        let failure = "HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
-        let script = [ok(with_old), failure.to_owned(), ok(r#"{"keys":[]}"#)];
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/jwks", listener.local_addr().unwrap());
-        tokio::spawn(async move {
-            for response in script {
-                let Ok((mut conn, _)) = listener.accept().await else {
-                    return;
-                };
-                let mut buf = [0u8; 4096];
-                let _ = conn.read(&mut buf).await;
-                let _ = conn.write_all(response.as_bytes()).await;
-            }
-        });
+        let script = [
+            peer::json_ok(with_old),
+            peer::empty("502 Bad Gateway"),
+            peer::json_ok(r#"{"keys":[]}"#),
+        ];
+        let (url, _) = jwks(Answer::Script(script.into())).await;
         let (min_refresh, max_age) = (Duration::from_millis(50), Duration::from_secs(60));
         let checker = JwtChecker::new(
-            KeyOrigin::fetched(reqwest::Client::new(), Some(url)),
+            fetching(url),
             "https://as.example.com".into(),
             min_refresh,
             max_age,
@@ -630,17 +592,8 @@ mod tests {
             {"kty":"PQC","kid":"future"},
             {"kty":"EC","crv":"P-256","kid":"good","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}
         ]}"#;
-        let ok = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        let (url, _) = stub_jwks(ok, None).await;
-        let checker = JwtChecker::new(
-            KeyOrigin::fetched(reqwest::Client::new(), Some(url)),
-            "https://as.example.com".into(),
-            Duration::from_secs(600),
-            Duration::from_secs(3600),
-        );
+        let (url, _) = jwks(Answer::Every(peer::json_ok(body))).await;
+        let checker = checker(fetching(url));
         let audiences = ["https://mcp.example.com/mcp".to_owned()];
         let check = async |kid: &str| {
             checker
@@ -656,13 +609,12 @@ mod tests {
     #[tokio::test]
     async fn a_fetch_whose_client_hung_up_still_completes() {
         let release = Arc::new(tokio::sync::Notify::new());
-        let (url, requests) = held_jwks(Arc::clone(&release)).await;
-        let checker = Arc::new(JwtChecker::new(
-            KeyOrigin::fetched(reqwest::Client::new(), Some(url)),
-            "https://as.example.com".into(),
-            Duration::from_secs(600),
-            Duration::from_secs(3600),
-        ));
+        let (url, requests) = jwks(Answer::Released(
+            peer::json_ok(r#"{"keys":[]}"#),
+            Arc::clone(&release),
+        ))
+        .await;
+        let checker = Arc::new(checker(fetching(url)));
         let audiences = ["https://mcp.example.com/mcp".to_owned()];
         let hung_up = {
             let (checker, audiences) = (Arc::clone(&checker), audiences.clone());
@@ -725,12 +677,9 @@ RnJiSR+yc7dMBkHE7zM0IaKF+9SyVVnf6UUiMDftNtFwEE+hLuppY78E
             "x": "HbYEb79-ZXyFTJA-JNJR_hWtQ4FjMEZyYkkfsnO3TAY",
             "y": "QcTvMzQhooX71LJVWd_pRSIwN-020XAQT6Eu6mljvwQ",
         });
-        JwtChecker::new(
-            KeyOrigin::Published(Arc::new(Given(serde_json::json!({ "keys": [jwk] })))),
-            "https://as.example.com".into(),
-            Duration::from_secs(600),
-            Duration::from_secs(3600),
-        )
+        checker(KeyOrigin::Published(Arc::new(Given(
+            serde_json::json!({ "keys": [jwk] }),
+        ))))
     }
 
     fn signed(claims: &Value) -> String {
@@ -758,12 +707,9 @@ RnJiSR+yc7dMBkHE7zM0IaKF+9SyVVnf6UUiMDftNtFwEE+hLuppY78E
         });
         let rsa = serde_json::json!({ "kty": "RSA", "kid": "k1", "n": "sXchDaQebHnPiGvyDOAT4saGEUetSyo9MKLOoWFsueri23bOdgWp4Dy1WlUzewbgBHod5pcM9H95GQRV3JDXboIRROSBigeC5yjU1hGzHHyXss8UDprecbAYxknTcQkhslANGRUZmdTOQ5qTRsLAt6BTYuyvVRdhS8exSZEy_c4gs_7svlJJQ4H9_NxsiIoLwAEk7-Q3UXERGYw_75IDrGA84-lA_-Ct4eTlXHBIY2EaV7t7LjJaynVJCpkv4LKjTTAumiGUIuQhrNhZLuF_RJLqHpM2kgWFLU7-VTdL1VbC2tejvcI2BlMkEpk1BzBZI0KQB0GaDWFLN-aEAw3vRw", "e": "AQAB" });
         let set = |keys: Vec<Value>| {
-            JwtChecker::new(
-                KeyOrigin::Published(Arc::new(Given(serde_json::json!({ "keys": keys })))),
-                "https://as.example.com".into(),
-                Duration::from_secs(600),
-                Duration::from_secs(3600),
-            )
+            checker(KeyOrigin::Published(Arc::new(Given(
+                serde_json::json!({ "keys": keys }),
+            ))))
         };
         let audiences = ["https://mcp.example.com/mcp".to_owned()];
         let claims = serde_json::json!({
@@ -861,21 +807,12 @@ RnJiSR+yc7dMBkHE7zM0IaKF+9SyVVnf6UUiMDftNtFwEE+hLuppY78E
     /// more (or less) would pass discovery and then fail every token's `iss`.
     #[tokio::test]
     async fn discovery_wants_the_issuer_exactly() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let origin = format!("http://{}", listener.local_addr().unwrap());
-        let body = serde_json::json!({ "issuer": format!("{origin}/"), "jwks_uri": format!("{origin}/jwks") })
-            .to_string();
-        let response = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        tokio::spawn(async move {
-            while let Ok((mut conn, _)) = listener.accept().await {
-                let mut buf = [0u8; 4096];
-                let _ = conn.read(&mut buf).await;
-                let _ = conn.write_all(response.as_bytes()).await;
-            }
-        });
+        let origin = peer::start(|origin| {
+            let body = serde_json::json!({ "issuer": format!("{origin}/"), "jwks_uri": format!("{origin}/jwks") });
+            Answer::Every(peer::json_ok(&body.to_string()))
+        })
+        .await
+        .origin;
         let discover = async |issuer: &str| {
             let KeyOrigin::Fetched(fetch) = KeyOrigin::fetched(reqwest::Client::new(), None) else {
                 unreachable!()

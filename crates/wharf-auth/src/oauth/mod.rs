@@ -7,6 +7,8 @@ mod cache;
 mod flight;
 mod introspect;
 mod jwt;
+#[cfg(test)]
+mod peer;
 
 /// Adds an OAuth client's credentials to `request` as HTTP Basic, each form-encoded first
 /// (RFC 6749 §2.3.1), as a token or introspection endpoint expects them.
@@ -716,35 +718,20 @@ mod tests {
     /// for its answer (and the cache serves those after).
     #[tokio::test]
     async fn a_burst_with_one_new_token_costs_one_introspection() {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        use std::sync::atomic::Ordering;
 
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let endpoint = format!("http://{}/introspect", listener.local_addr().unwrap());
-        let received = Arc::new(AtomicUsize::new(0));
+        use peer::Answer;
+
         let answer = Arc::new(tokio::sync::Notify::new());
-        let body = json!({ "active": true, "sub": "alice", "aud": "http://127.0.0.1:8080/mcp" })
-            .to_string();
-        {
-            let (received, answer) = (Arc::clone(&received), Arc::clone(&answer));
-            tokio::spawn(async move {
-                while let Ok((mut conn, _)) = listener.accept().await {
-                    let (received, answer, body) =
-                        (Arc::clone(&received), Arc::clone(&answer), body.clone());
-                    tokio::spawn(async move {
-                        let mut buf = [0u8; 4096];
-                        let _ = conn.read(&mut buf).await;
-                        received.fetch_add(1, Ordering::SeqCst);
-                        answer.notified().await;
-                        let response = format!(
-                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                            body.len()
-                        );
-                        let _ = conn.write_all(response.as_bytes()).await;
-                    });
-                }
-            });
-        }
+        let body = json!({ "active": true, "sub": "alice", "aud": "http://127.0.0.1:8080/mcp" });
+        let introspection = peer::start(|_| {
+            Answer::Released(peer::json_ok(&body.to_string()), Arc::clone(&answer))
+        })
+        .await;
+        let (endpoint, received) = (
+            format!("{}/introspect", introspection.origin),
+            introspection.requests,
+        );
         let rs = Arc::new(
             OAuth::new(OAuthConfig {
                 resource: "http://127.0.0.1:8080/mcp".into(),

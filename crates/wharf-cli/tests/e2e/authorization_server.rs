@@ -98,7 +98,7 @@ async fn authorize(
     params: &[(&str, &str)],
 ) -> HashMap<String, String> {
     let url = Url::parse_with_params(&format!("{base}/authorize"), params).unwrap();
-    let mut page = browser.get(url.as_str()).await;
+    let page = browser.get(url.as_str()).await;
     assert_eq!(page.status(), StatusCode::OK, "{:?}", page.text().await);
     let mut html = page.text().await.unwrap();
     if html.contains("Sign in</h1>") {
@@ -129,23 +129,10 @@ async fn authorize(
             )
             .await;
         assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
-        let next = signed_in.headers()[LOCATION].to_str().unwrap().to_owned();
-        page = browser.get(&format!("{base}{next}")).await;
-        html = page.text().await.unwrap();
+        html = browser.follow(base, &signed_in).await;
     }
     assert!(html.contains("Allow access?"), "{html}");
-    let request = hidden(&html, "request");
-    let csrf = hidden(&html, "csrf");
-    let approved = browser
-        .post(
-            &format!("{base}/authorize/consent"),
-            &[
-                ("request", &request),
-                ("csrf", &csrf),
-                ("decision", "approve"),
-            ],
-        )
-        .await;
+    let approved = browser.approve(base, &html).await;
     assert_eq!(approved.status(), StatusCode::SEE_OTHER);
     query(approved.headers()[LOCATION].to_str().unwrap())
 }
@@ -266,6 +253,29 @@ async fn refused(response: reqwest::Response) -> HashMap<String, String> {
         + marker.len();
     let link = &page[start..start + page[start..].find('"').unwrap()];
     query(&link.replace("&amp;", "&"))
+}
+
+/// `refresh_token` is refused as revoked at once, and `access` (bought with it) stops
+/// calling the server within seconds.
+async fn revoked(server: &ServerProcess, client_id: &str, refresh_token: &str, access: &str) {
+    let (status, err) = refresh(&server.origin(), client_id, refresh_token).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    says(&err, "revoked");
+    until_refused(server, access).await;
+}
+
+/// After its person was signed out everywhere: their tokens are [`revoked`], and `pending`, a
+/// code (with its verifier) issued before and not yet redeemed, is refused.
+async fn signed_out_everywhere(
+    server: &ServerProcess,
+    client_id: &str,
+    (refresh_token, access): (&str, &str),
+    (pending, verifier): (&str, &str),
+) {
+    revoked(server, client_id, refresh_token, access).await;
+    let (status, err) = redeem(&server.origin(), pending, client_id, verifier, &[]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
+    says(&err, "signed out");
 }
 
 /// Waits until `token` is refused (401): a revoked family's access tokens stop within the
@@ -393,11 +403,8 @@ async fn a_registered_client_signs_a_user_in_and_calls_a_tool() {
         (StatusCode::BAD_REQUEST, Some("invalid_grant"))
     );
     says(&err, "already used");
-    let (status, err) = refresh(&base, &client_id, &r1).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
-    says(&err, "revoked");
     // And the access token it bought stops working, though it has not expired.
-    until_refused(&server, access).await;
+    revoked(&server, &client_id, &r1, access).await;
 
     // A code the client got before the consent is withdrawn, redeemed after.
     let (late_verifier, challenge) = pkce();
@@ -775,13 +782,13 @@ async fn an_administrator_resets_a_password_and_removes_an_account() {
     let said = user_command(&store, "passwd", "alice", new);
     assert!(said.contains("tokens revoked"), "{said}");
     let r1 = tokens["refresh_token"].as_str().unwrap();
-    let (status, err) = refresh(&base, &client_id, r1).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
-    says(&err, "revoked");
-    until_refused(&server, access).await;
-    let (status, err) = redeem(&base, &pending, &client_id, &pending_verifier, &[]).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
-    says(&err, "signed out");
+    signed_out_everywhere(
+        &server,
+        &client_id,
+        (r1, access),
+        (&pending, &pending_verifier),
+    )
+    .await;
     // The session and the family as they were, written again after the change as a sign-in
     // racing it would: the clean-up cannot have found them, and they count no more.
     for (namespace, key, value, version, owner, expires_at) in before {
@@ -849,24 +856,10 @@ async fn upstream_code(
             "{:?}",
             back.text().await
         );
-        let next = back.headers()[LOCATION].to_str().unwrap().to_owned();
-        html = browser
-            .get(&format!("{base}{next}"))
-            .await
-            .text()
-            .await
-            .unwrap();
+        html = browser.follow(base, &back).await;
     }
     assert!(html.contains("Allow access?"), "{html}");
-    let form = [
-        ("request", hidden(&html, "request")),
-        ("csrf", hidden(&html, "csrf")),
-        ("decision", "approve".to_owned()),
-    ];
-    let form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let approved = browser
-        .post(&format!("{base}/authorize/consent"), &form)
-        .await;
+    let approved = browser.approve(base, &html).await;
     assert_eq!(approved.status(), StatusCode::SEE_OTHER);
     let mut answer = query(approved.headers()[LOCATION].to_str().unwrap());
     (answer.remove("code").expect("a code"), verifier)
@@ -910,13 +903,13 @@ async fn an_administrator_signs_out_a_person_an_upstream_provider_signed_in() {
     let said = user_command(&store, "remove", "Idp:person-1", "");
     assert!(said.contains("signed out everywhere"), "{said}");
     let r1 = tokens["refresh_token"].as_str().unwrap();
-    let (status, err) = refresh(&base, &client_id, r1).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
-    says(&err, "revoked");
-    until_refused(&server, access).await;
-    let (status, err) = redeem(&base, &pending, &client_id, &pending_verifier, &[]).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
-    says(&err, "signed out");
+    signed_out_everywhere(
+        &server,
+        &client_id,
+        (r1, access),
+        (&pending, &pending_verifier),
+    )
+    .await;
     let (status, refreshed) =
         refresh(&base, &client_id, others["refresh_token"].as_str().unwrap()).await;
     assert_eq!(status, StatusCode::OK, "{refreshed}");
@@ -1076,10 +1069,7 @@ async fn a_client_revokes_its_tokens_at_the_revocation_endpoint() {
     ];
     let (status, body) = revoke(&base, &hint).await;
     assert_eq!((status, body.as_str()), (StatusCode::OK, ""));
-    let (status, err) = refresh(&base, &first.client_id, r1).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
-    says(&err, "revoked");
-    until_refused(&server, access).await;
+    revoked(&server, &first.client_id, r1, access).await;
     // Again: nothing left to revoke, and that is no error.
     let (status, _) = revoke(&base, &hint).await;
     assert_eq!(status, StatusCode::OK);

@@ -72,24 +72,10 @@ async fn code_for(
         let signed = browser
             .post(&format!("{base}/authorize/login"), &form)
             .await;
-        let next = signed.headers()[LOCATION].to_str().unwrap().to_owned();
-        html = browser
-            .get(&format!("{base}{next}"))
-            .await
-            .text()
-            .await
-            .unwrap();
+        html = browser.follow(base, &signed).await;
     }
     check(&html);
-    let (request, csrf) = (hidden(&html, "request"), hidden(&html, "csrf"));
-    let form = [
-        ("request", request.as_str()),
-        ("csrf", &csrf),
-        ("decision", "approve"),
-    ];
-    let approved = browser
-        .post(&format!("{base}/authorize/consent"), &form)
-        .await;
+    let approved = browser.approve(base, &html).await;
     Ok(query(approved.headers()[LOCATION].to_str().unwrap())["code"].clone())
 }
 

@@ -141,6 +141,29 @@ impl Browser {
     pub(crate) async fn post(&self, url: &str, form: &[(&str, &str)]) -> reqwest::Response {
         self.send(self.http.post(url).form(form)).await
     }
+
+    /// The page `redirect` (a 303 to a path on `base`) leads to, as a browser follows it.
+    pub(crate) async fn follow(&self, base: &str, redirect: &reqwest::Response) -> String {
+        let next = redirect.headers()[reqwest::header::LOCATION]
+            .to_str()
+            .unwrap();
+        self.get(&format!("{base}{next}"))
+            .await
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// Approves the consent page `html` as its person would, by its form.
+    pub(crate) async fn approve(&self, base: &str, html: &str) -> reqwest::Response {
+        let form = [
+            ("request", hidden(html, "request")),
+            ("csrf", hidden(html, "csrf")),
+            ("decision", "approve".to_owned()),
+        ];
+        let form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        self.post(&format!("{base}/authorize/consent"), &form).await
+    }
 }
 
 /// The client id the test OpenID provider knows the server under test by.
