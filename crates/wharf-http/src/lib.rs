@@ -112,6 +112,7 @@ pub fn router(server: Server, config: HttpConfig) -> Router {
             &endpoint,
             post(endpoint::handle_post)
                 .get(session::get)
+                .head(session::head)
                 .delete(session::delete),
         )
         .route("/healthz", get(health::healthz))

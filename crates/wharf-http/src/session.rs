@@ -196,6 +196,20 @@ pub(crate) async fn get(State(state): State<Arc<AppState>>, request: Request) ->
     res
 }
 
+/// HEAD: refused, never a stream opened. axum would run GET's handler for it, which opens
+/// the session's stream and so ends the one its client holds, on whichever replica.
+pub(crate) async fn head(State(state): State<Arc<AppState>>) -> Response {
+    let allow = if state.server.sessions().enabled() {
+        "GET, POST, DELETE"
+    } else {
+        "POST"
+    };
+    let mut res = StatusCode::METHOD_NOT_ALLOWED.into_response();
+    res.headers_mut()
+        .insert(axum::http::header::ALLOW, HeaderValue::from_static(allow));
+    res
+}
+
 /// DELETE with a session: ends it.
 pub(crate) async fn delete(State(state): State<Arc<AppState>>, request: Request) -> Response {
     let (session, _) = match checked(&state, request).await {
@@ -278,7 +292,8 @@ fn session_error(id: Option<&RequestId>, e: SessionError) -> Response {
                 ErrorKind::RetryLater,
                 "Busy: the session store did not answer; retry",
             );
-            error_with_status(StatusCode::SERVICE_UNAVAILABLE, id, &e)
+            // 503 with `Retry-After`, as every other answer of a store that did not answer.
+            error_response(id, &e)
         }
         _ => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }

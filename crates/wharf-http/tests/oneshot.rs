@@ -378,6 +378,44 @@ async fn a_legacy_calls_stream_ends_with_its_response() {
     assert_eq!(last["result"]["content"][0]["text"], "done", "{body}");
 }
 
+/// A HEAD is refused and opens nothing: run as a GET (axum's default), it would open the
+/// session's stream and so end the one its client holds.
+#[tokio::test]
+async fn a_head_request_leaves_the_sessions_stream_open() {
+    let app = app();
+    let initialize =
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize_params() });
+    let res = app
+        .clone()
+        .oneshot(post(&initialize, &[("x-user", "alice")]))
+        .await
+        .unwrap();
+    let session = res.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    let on_session = |method: &str| {
+        Request::builder()
+            .method(method)
+            .uri("/mcp")
+            .header(header::HOST, "localhost")
+            .header("x-user", "alice")
+            .header("mcp-session-id", session.as_str())
+            .header("mcp-protocol-version", "2025-11-25")
+            .body(Body::empty())
+            .unwrap()
+    };
+    let stream = app.clone().oneshot(on_session("GET")).await.unwrap();
+    assert_eq!(stream.status(), StatusCode::OK);
+    let mut stream = stream.into_body();
+
+    let head = app.clone().oneshot(on_session("HEAD")).await.unwrap();
+    assert_eq!(head.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(head.headers()[header::ALLOW], "GET, POST, DELETE");
+    // The client's stream goes on: no end within half a second (frames it sends are fine).
+    let quiet = std::time::Duration::from_millis(500);
+    while let Ok(frame) = tokio::time::timeout(quiet, stream.frame()).await {
+        assert!(frame.is_some(), "the session's stream was ended by a HEAD");
+    }
+}
+
 /// A request as [`call_with`] builds it, with its `params` replaced and some headers set
 /// (an empty value removes the header).
 fn with(mut req: Request<Body>, params: Value, headers: &[(&str, &str)]) -> Request<Body> {
