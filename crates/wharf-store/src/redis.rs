@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, Script};
 use serde_json::{Value, json};
 use wharf::store::{
@@ -328,12 +328,23 @@ end
 return 1
 "#;
 
+/// How long a connection attempt or a command's answer may take before it fails as a store
+/// error ("busy, retry" to the caller). Each command is one short script or lookup: waits
+/// for a lock are polls, not blocking commands, so no answer is legitimately this slow.
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+
 impl RedisStore {
     /// Connects (with automatic reconnection) and checks that the server answers.
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
         let client = redis::Client::open(url)
             .map_err(|e| StoreError::Backend(format!("invalid Redis URL: {e}")))?;
-        let conn = ConnectionManager::new(client.clone())
+        // Without these, a command sent to a Redis that vanished without a reset (a
+        // failover that moved its address, a partition) waits for the kernel to give up on
+        // the connection, a quarter of an hour, and every call here waits behind it.
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(IO_TIMEOUT)
+            .set_response_timeout(IO_TIMEOUT);
+        let conn = ConnectionManager::new_with_config(client.clone(), config)
             .await
             .map_err(|e| StoreError::Backend(format!("cannot reach Redis: {e}")))?;
         // A lease Redis can hold, and a deadline the clock can: at most an i32 of

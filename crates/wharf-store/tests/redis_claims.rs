@@ -388,3 +388,63 @@ async fn a_lock_wait_past_what_the_clock_holds_is_cut() {
     };
     drop(tx);
 }
+
+/// A Redis that stops answering without closing the connection (a failover that moved its
+/// address, a partition) fails the store's commands within seconds, where each waited for
+/// the kernel to give up on the connection (about a quarter of an hour), and every call of
+/// the replica behind it.
+#[tokio::test]
+async fn a_redis_that_stops_answering_fails_commands_within_seconds() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    // A proxy in front of the test's Redis that, once `silent`, swallows what it reads in
+    // either direction and keeps every connection open.
+    let silent = Arc::new(AtomicBool::new(false));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy = format!("redis://{}/", listener.local_addr().unwrap());
+    let upstream = redis_url()
+        .trim_start_matches("redis://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    {
+        let silent = Arc::clone(&silent);
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
+                let (client_read, client_write) = client.into_split();
+                let (server_read, server_write) = server.into_split();
+                for (mut from, mut to) in [(client_read, server_write), (server_read, client_write)]
+                {
+                    let silent = Arc::clone(&silent);
+                    tokio::spawn(async move {
+                        let mut buf = vec![0u8; 16 * 1024];
+                        while let Ok(n @ 1..) = from.read(&mut buf).await {
+                            if !silent.load(Ordering::SeqCst) {
+                                let _ = to.write_all(&buf[..n]).await;
+                            }
+                        }
+                        // Held open: the peer hears no end.
+                        std::future::pending::<()>().await;
+                        drop(to);
+                    });
+                }
+            }
+        });
+    }
+    let store = wharf_store::open(&proxy, &options(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    store.ping().await.unwrap();
+    silent.store(true, Ordering::SeqCst);
+    // Bounded only so that a regression fails instead of hanging.
+    let answered = tokio::time::timeout(Duration::from_secs(30), store.ping()).await;
+    let refused = answered.expect("the command waited on a silent Redis");
+    assert!(
+        matches!(refused, Err(StoreError::Backend(_))),
+        "{refused:?}"
+    );
+}
