@@ -263,6 +263,12 @@ async fn rows_append_scan_move_and_clear_in_order(store: Arc<dyn Store>) {
         json!(null),
         json!(-7),
         json!(2.5),
+        // Numbers whose text a double printed to 15 digits would change.
+        json!(0.1 + 0.2),
+        json!(1.0 / 3.0),
+        json!(1e300),
+        json!(u64::MAX),
+        json!(i64::MIN),
         json!("it's \"quoted\""),
         json!([1, {"a": null}]),
         json!({"nested": {"x": [true, 1e-7]}}),

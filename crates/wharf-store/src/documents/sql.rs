@@ -11,7 +11,8 @@ use crate::sql::{SqlTx, TypedTx, db_error, on_driver, read_json};
 /// Appends the rows of the JSON array `?3` to collection `?1` (`?2` of them), returning the
 /// collection's length: three statements in one call (sqlx runs them in turn on SQLite's
 /// connection thread). `json_each` gives objects and arrays as JSON text and scalars as SQL
-/// values, which are turned back into JSON.
+/// values: strings are quoted back, and numbers are taken from the array as text (`->`),
+/// since a REAL printed back keeps only 15 digits and an integer past i64 is a REAL.
 #[cfg(feature = "sqlite")]
 const SQLITE_APPEND_SQL: &str = "INSERT INTO wharf_collections (name, next_seq, len) \
      VALUES (?1, ?2, ?2) ON CONFLICT (name) DO UPDATE SET \
@@ -21,7 +22,7 @@ const SQLITE_APPEND_SQL: &str = "INSERT INTO wharf_collections (name, next_seq, 
      SELECT ?1, (SELECT next_seq FROM wharf_collections WHERE name = ?1) - ?2 + j.key, \
      CASE j.type WHEN 'object' THEN j.value WHEN 'array' THEN j.value \
      WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' WHEN 'null' THEN 'null' \
-     ELSE json_quote(j.value) END \
+     WHEN 'text' THEN json_quote(j.value) ELSE ?3 -> j.fullkey END \
      FROM json_each(?3) AS j; \
      SELECT len FROM wharf_collections WHERE name = ?1";
 
