@@ -262,6 +262,9 @@ for _, op in ipairs(ops) do
   elseif o == 'hdel' then redis.call('HDEL', op[2], op[3])
   elseif o == 'rpush' then for i = 3, #op do redis.call('RPUSH', op[2], op[i]) end
   elseif o == 'move' then
+    -- The source's rows keep their numbers gone: its next row is numbered after them.
+    local n = redis.call('LLEN', op[2])
+    if n > 0 then redis.call('INCRBY', op[4], n) end
     if redis.call('EXISTS', op[3]) == 0 then
       -- Renamed, not copied; the source's expiry (a staging list's) does not come along.
       if redis.call('EXISTS', op[2]) == 1 then
@@ -273,7 +276,12 @@ for _, op in ipairs(ops) do
       for _, r in ipairs(rows) do redis.call('RPUSH', op[3], r) end
       redis.call('UNLINK', op[2])
     end
-  elseif o == 'del' then redis.call('UNLINK', op[2])
+  elseif o == 'del' then
+    if op[3] then
+      local n = redis.call('LLEN', op[2])
+      if n > 0 then redis.call('INCRBY', op[3], n) end
+    end
+    redis.call('UNLINK', op[2])
   elseif o == 'sadd' then redis.call('SADD', op[2], op[3])
   elseif o == 'handle' then
     redis.call('HSET', op[2], 'kind', op[4], 'owner', op[5], 'created_at', op[6], 'expires_at', op[7], 'idle_ms', op[8], 'last_used_at', op[9], 'data', op[11])

@@ -739,12 +739,49 @@ async fn live_handles_count_one_owners_live_handles_of_one_kind(store: Arc<dyn S
     );
 }
 
+/// Row numbers only ever rise in a collection: rows appended after a clear or a move are
+/// numbered after the ones that went, so a reader paging by `after` neither skips nor
+/// repeats. An `after` below the first row reads from the start.
+async fn row_numbers_go_on_rising_after_a_clear_or_a_move(store: Arc<dyn Store>) {
+    let (c, to) = (unique("numbered"), unique("numbered-to"));
+    let scan = async |collection: &str, after: Option<i64>| {
+        let mut tx = store.begin(TxMode::Read).await.unwrap();
+        tx.scan_rows(collection, after, 10).await.unwrap()
+    };
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.append_rows(&c, &[json!("a"), json!("b"), json!("c")])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    assert_eq!(tx.clear_rows(&c).await.unwrap(), 3);
+    tx.commit().await.unwrap();
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    assert_eq!(tx.append_rows(&c, &[json!("d")]).await.unwrap(), 1);
+    tx.commit().await.unwrap();
+    assert_eq!(scan(&c, Some(2)).await, vec![(3, json!("d"))]);
+    assert_eq!(scan(&c, None).await, vec![(3, json!("d"))]);
+    assert_eq!(scan(&c, Some(-5)).await, vec![(3, json!("d"))]);
+    assert_eq!(scan(&c, Some(3)).await, vec![]);
+    assert_eq!(scan(&c, Some(i64::MAX)).await, vec![]);
+
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    assert_eq!(tx.move_rows(&c, &to).await.unwrap(), 1);
+    tx.commit().await.unwrap();
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.append_rows(&c, &[json!("e")]).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(scan(&c, None).await, vec![(4, json!("e"))]);
+    assert_eq!(scan(&to, None).await, vec![(0, json!("d"))]);
+}
+
 all_backends!(
     handles_are_stored_with_their_owner_and_only_when_committed,
     a_handle_that_never_expires_round_trips,
     retiring_a_handle_removes_the_data_filed_under_it,
     documents_round_trip_and_roll_back,
     rows_append_scan_move_and_clear_in_order,
+    row_numbers_go_on_rising_after_a_clear_or_a_move,
     a_completed_write_replays_and_refuses_other_arguments,
     a_failed_write_leaves_no_record,
     a_duplicate_waits_for_the_first_and_replays,

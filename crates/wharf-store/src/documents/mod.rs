@@ -43,13 +43,17 @@ pub trait Documents: Send {
     /// Deletes a document; whether it existed.
     async fn delete_doc(&mut self, collection: &str, key: &str) -> Result<bool, StoreError>;
 
-    /// Appends rows; the collection's length afterwards.
+    /// Appends rows; the collection's length afterwards. On Redis that is the length as this
+    /// transaction sees it: rows another call appends before this one commits are not in
+    /// it (on SQL the collection's counter is locked until commit).
     async fn append_rows(&mut self, collection: &str, rows: &[Value]) -> Result<u64, StoreError>;
 
     /// The number of rows in a collection.
     async fn count_rows(&mut self, collection: &str) -> Result<u64, StoreError>;
 
-    /// Up to `limit` rows with a sequence number above `after`, in order.
+    /// Up to `limit` rows with a sequence number above `after`, in order. A collection's
+    /// numbers only ever rise: rows appended after a clear or a move come after the ones
+    /// that went.
     async fn scan_rows(
         &mut self,
         collection: &str,

@@ -17,6 +17,24 @@ fn rows_key(collection: &str) -> String {
     format!("wharf:r:{collection}")
 }
 
+/// How many rows a collection had before its list was last emptied (cleared, or moved
+/// away): its first row's number, so that numbers go on rising as they do in SQL.
+fn base_key(collection: &str) -> String {
+    format!("wharf:rb:{collection}")
+}
+
+/// Up to ARGV[2] rows of list KEYS[1] numbered from ARGV[1] on, given the base KEYS[2]:
+/// the first one's number, and the rows. One script, so the base and the list are read
+/// together.
+const SCAN_LUA: &str = r#"
+local base = tonumber(redis.call('GET', KEYS[2]) or '0')
+local from = math.max(tonumber(ARGV[1]) - base, 0)
+return {base + from, redis.call('LRANGE', KEYS[1], from, from + tonumber(ARGV[2]) - 1)}
+"#;
+
+static SCAN: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(SCAN_LUA));
+
 /// The handle a collection is filed under, if its name says so (`HANDLE/…`). Any other
 /// name with a `/` (a principal's id, a URL) is filed under nothing: a set kept for a
 /// handle that will never be retired would never be cleaned.
@@ -127,23 +145,22 @@ impl Documents for RedisTx {
         after: Option<i64>,
         limit: u32,
     ) -> Result<Vec<(i64, Value)>, StoreError> {
-        let start = after.map_or(0, |a| a + 1);
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let stop = start + i64::from(limit) - 1;
-        let items: Vec<String> = self
-            .conn
-            .lrange(
-                rows_key(collection),
-                isize::try_from(start).unwrap_or(isize::MAX),
-                isize::try_from(stop).unwrap_or(isize::MAX),
-            )
+        // The script's numbers are Lua's doubles, exact below 2^53: far past any row.
+        let from = after.map_or(0, |a| a.saturating_add(1)).clamp(0, 1 << 52);
+        let (first, items): (i64, Vec<String>) = SCAN
+            .key(rows_key(collection))
+            .key(base_key(collection))
+            .arg(from)
+            .arg(limit)
+            .invoke_async(&mut self.conn)
             .await
             .map_err(backend)?;
         items
             .iter()
-            .zip(start..)
+            .zip(first..)
             .map(|(t, seq)| {
                 serde_json::from_str(t)
                     .map(|v| (seq, v))
@@ -156,8 +173,11 @@ impl Documents for RedisTx {
         super::distinct(from, to)?;
         let n = self.count_rows(from).await?;
         let to_key = rows_key(to);
-        self.ops.push(json!(["move", rows_key(from), to_key]));
+        let from_base = base_key(from);
+        self.ops
+            .push(json!(["move", rows_key(from), to_key, from_base]));
         self.file_under_owner(&to_key, to);
+        self.file_under_owner(&from_base, from);
         let moved = i64::try_from(n).unwrap_or(i64::MAX);
         *self.appended.entry(to.to_owned()).or_default() += moved;
         *self.appended.entry(from.to_owned()).or_default() -= moved;
@@ -166,7 +186,9 @@ impl Documents for RedisTx {
 
     async fn clear_rows(&mut self, collection: &str) -> Result<u64, StoreError> {
         let n = self.count_rows(collection).await?;
-        self.ops.push(json!(["del", rows_key(collection)]));
+        let base = base_key(collection);
+        self.ops.push(json!(["del", rows_key(collection), base]));
+        self.file_under_owner(&base, collection);
         *self.appended.entry(collection.to_owned()).or_default() -=
             i64::try_from(n).unwrap_or(i64::MAX);
         Ok(n)
