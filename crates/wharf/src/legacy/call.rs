@@ -20,6 +20,7 @@ use wharf_protocol::{
     methods,
 };
 
+use super::older;
 use super::{REPLY_KIND, SERVER_REQUEST_PREFIX, reply_key};
 use crate::admission::Admitted;
 use crate::admission::Counted;
@@ -286,7 +287,7 @@ impl Run {
                 self.counted.ended(RequestOutcome::Error, Some(&e));
                 Step::Done(error_message(Some(&self.id), &e))
             }
-            Ok(m) => match classify(m, returned) {
+            Ok(m) => match classify(m, returned, self.session.version()) {
                 // The call goes on: the client answers, and the next round runs.
                 Step::Ask(asked) => Step::Ask(asked),
                 step => {
@@ -339,6 +340,17 @@ impl Run {
                 let what = format!("input request {key:?} ({method})");
                 return Err(self.fail(RpcError::missing_capability(&required, &what)));
             }
+            let version = self.session.version();
+            let params = older::input_params(version, method, params).map_err(|field| {
+                // The server's own doing, named (nothing secret in a form's field name).
+                self.fail(RpcError::new(
+                    ErrorKind::Internal,
+                    format!(
+                        "Input request {key:?} asks for field {field:?} as a multiple \
+                         choice, which a {version} client cannot show"
+                    ),
+                ))
+            })?;
             round.push((key, method, params));
         }
         let nonce: u64 = rand::random();
@@ -351,7 +363,7 @@ impl Run {
             let id = RequestId::String(format!("{SERVER_REQUEST_PREFIX}{nonce:016x}-{n}"));
             // Waiting before sending: the answer cannot arrive before anyone listens.
             let waiter = runtime.hub.wait(&reply_key(self.session.id(), &id));
-            let message = server_request(&id, method, params);
+            let message = server_request(&id, method, params.as_deref());
             let bytes =
                 serde_json::to_vec(&message).map_err(|e| self.fail(RpcError::internal(e)))?;
             if outbox.send(bytes).await.is_err() {
@@ -569,7 +581,7 @@ fn server_request(id: &RequestId, method: &str, params: Option<&Value>) -> Value
 /// Sorts a round's response: input required, or the response, less what only 2026-07-28
 /// has (`resultType`, and the cache hints `ttlMs` and `cacheScope`). Only the result's
 /// top-level members are read (the rest stays raw text), since every legacy call pays this.
-fn classify(message: Vec<u8>, returned: Instant) -> Step {
+fn classify(message: Vec<u8>, returned: Instant, version: &str) -> Step {
     #[derive(serde::Deserialize)]
     struct Response<'a> {
         #[serde(borrow)]
@@ -616,7 +628,7 @@ fn classify(message: Vec<u8>, returned: Instant) -> Step {
         // A key read from JSON writes back as JSON.
         let _ = serde_json::to_writer(&mut out, key);
         out.push(b':');
-        out.extend_from_slice(value.get().as_bytes());
+        out.extend_from_slice(older::result_member(version, key, value.get()).as_bytes());
     }
     out.extend_from_slice(b"}}");
     Step::Done(out)
@@ -627,7 +639,7 @@ mod tests {
     use super::*;
 
     fn done(message: &str) -> String {
-        match classify(message.as_bytes().to_vec(), Instant::now()) {
+        match classify(message.as_bytes().to_vec(), Instant::now(), "2025-11-25") {
             Step::Done(m) => String::from_utf8(m).unwrap(),
             _ => panic!("not done: {message}"),
         }
@@ -650,7 +662,7 @@ mod tests {
     #[test]
     fn an_input_required_result_is_a_round_to_ask() {
         let asking = r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required","inputRequests":{"k":{"method":"roots/list"}},"requestState":"s1"}}"#;
-        match classify(asking.as_bytes().to_vec(), Instant::now()) {
+        match classify(asking.as_bytes().to_vec(), Instant::now(), "2025-11-25") {
             Step::Ask(asked) => {
                 assert_eq!(asked.state.as_deref(), Some("s1"));
                 assert_eq!(asked.requests["k"]["method"], "roots/list");
@@ -678,6 +690,88 @@ mod tests {
                 .get("params")
                 .is_none()
         );
+    }
+
+    /// A session keeps the revision its `initialize` settled on: a 2025-03-26 client reads a
+    /// tool's resource link as text, and a 2025-06-18 client is sent no form with a multiple
+    /// choice (the call fails, naming the field) while a 2025-11-25 client is.
+    #[tokio::test]
+    async fn what_an_older_session_cannot_read_is_rewritten_or_refused() {
+        use crate::legacy::{Answer, Scope};
+        use crate::{Context, FormSchema, HandlerError, NoArgs, Server, tool};
+        use wharf_protocol::{Content, ResourceLink};
+
+        let link = ResourceLink {
+            uri: "file:///r.txt".into(),
+            name: "r.txt".into(),
+            title: None,
+            description: None,
+            mime_type: None,
+            size: None,
+            icons: None,
+            annotations: None,
+            meta: None,
+        };
+        let server = Server::builder(wharf_protocol::Implementation::new("t", "1"))
+            .tool(tool("linked").handler(move |_cx: Context, _: NoArgs| {
+                let link = Content::ResourceLink(link.clone());
+                async move { vec![link] }
+            }))
+            .tool(tool("tags").handler(|cx: Context, _: NoArgs| async move {
+                let form =
+                    FormSchema::new().multi_choice("tags", "Tags", &["x", "y"], (None, None), true);
+                Err::<String, _>(HandlerError::from(cx.ask().elicit("t", "Tags?", form)))
+            }))
+            .build()
+            .unwrap();
+        // The first message the call sends in a session of `version`.
+        let first = async |version: &str, tool: &str| -> Value {
+            let sessions = server.sessions();
+            let alice = Principal::new("alice");
+            let init = format!(
+                r#"{{"protocolVersion":"{version}","capabilities":{{"elicitation":{{}}}},"clientInfo":{{"name":"c","version":"1"}}}}"#
+            );
+            let init = RawValue::from_string(init).unwrap();
+            let (mut session, _) = sessions
+                .initialize(RequestId::Int(0), Some(&init), &alice, Scope::Shared)
+                .await
+                .unwrap();
+            let params =
+                RawValue::from_string(format!(r#"{{"name":"{tool}","arguments":{{}}}}"#)).unwrap();
+            let Ok(Answer::Call(call)) = sessions
+                .request(
+                    &mut session,
+                    RequestId::Int(7),
+                    "tools/call",
+                    Some(&params),
+                    alice,
+                )
+                .await
+            else {
+                panic!("the call was not admitted");
+            };
+            let (outbox, mut sent) = tokio::sync::mpsc::channel(8);
+            let running = tokio::spawn(call.stream(outbox));
+            let message = serde_json::from_slice(&sent.recv().await.unwrap()).unwrap();
+            running.abort();
+            message
+        };
+        let old = first("2025-03-26", "linked").await;
+        assert_eq!(
+            old["result"]["content"][0],
+            json!({ "type": "text", "text": "r.txt (file:///r.txt)" }),
+            "{old}"
+        );
+        let new = first("2025-06-18", "linked").await;
+        assert_eq!(
+            new["result"]["content"][0]["type"], "resource_link",
+            "{new}"
+        );
+
+        let refused = first("2025-06-18", "tags").await;
+        assert_error(&refused, -32603, "field \"tags\" as a multiple choice");
+        let asked = first("2025-11-25", "tags").await;
+        assert_eq!(asked["method"], "elicitation/create", "{asked}");
     }
 
     /// A server whose tool `confirm` works for `think` before it asks the client to

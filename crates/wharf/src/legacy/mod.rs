@@ -13,6 +13,7 @@
 //! and updates of subscribed resources.
 
 mod call;
+mod older;
 mod stream;
 
 use std::collections::BTreeSet;
