@@ -263,12 +263,13 @@ async fn read_long_way(
             // A method this server has, refused for its params: a header that disagrees
             // with the body is what the transport answers first (400), not the method's
             // own refusal (200).
-            if reply.error().kind != ErrorKind::MethodNotFound {
-                if let Err(e) =
-                    headers::validate_unread(headers, method, envelope.params, &state.server)
-                {
-                    return Err(error_response(reply.id(), &e));
-                }
+            let refused = if reply.error().kind == ErrorKind::MethodNotFound {
+                headers::version_before_method(headers, &state.server)
+            } else {
+                headers::validate_unread(headers, method, envelope.params, &state.server)
+            };
+            if let Err(e) = refused {
+                return Err(error_response(reply.id(), &e));
             }
             Err(reply_error(state.config.auth.as_ref(), &reply))
         }

@@ -101,7 +101,10 @@ pub(crate) fn validate_unread(
         // the client must hear of first.
         None => {
             if !wharf_protocol::version::is_supported(&sent) {
-                return Err(RpcError::unsupported_version(&sent));
+                return Err(RpcError::unsupported_version(
+                    &sent,
+                    server.supported_versions(),
+                ));
             }
         }
     }
@@ -122,6 +125,25 @@ pub(crate) fn validate_unread(
         }
     }
     Ok(())
+}
+
+/// For a method this server does not have, a version it does not speak named in
+/// `MCP-Protocol-Version` is what the client hears of first (400, -32022): a client of a
+/// later revision renegotiates instead of taking the method to be missing (streamable HTTP,
+/// "Protocol Version Header"). Otherwise the method's own 404 stands.
+pub(crate) fn version_before_method(
+    headers: &RequestHeaders<'_>,
+    server: &Server,
+) -> Result<(), RpcError> {
+    let Ok(Some(sent)) = headers.protocol_version.single(headers::PROTOCOL_VERSION) else {
+        return Ok(());
+    };
+    match decoded(sent, "MCP-Protocol-Version") {
+        Ok(sent) if !wharf_protocol::version::is_supported(&sent) => Err(
+            RpcError::unsupported_version(&sent, server.supported_versions()),
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// Checks every mirrored header of `req` against its body.

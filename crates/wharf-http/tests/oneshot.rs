@@ -453,7 +453,42 @@ async fn a_version_named_only_by_the_header_is_refused_with_the_supported_ones()
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_eq!(body["error"]["code"], -32022, "{body}");
     assert_eq!(body["error"]["data"]["requested"], "2027-01-01", "{body}");
-    assert_eq!(body["error"]["data"]["supported"], json!(["2026-07-28"]));
+    // A dual-era server lists the legacy revisions too (basic/versioning).
+    let dual_era = json!(["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"]);
+    assert_eq!(body["error"]["data"]["supported"], dual_era);
+
+    // A method it does not have, at a version it does not speak: the version first (a
+    // client of a later revision renegotiates); at one it speaks, 404.
+    let unknown = |version: &str| {
+        let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tasks/list",
+            "params": { "_meta": meta() } });
+        post(
+            &body,
+            &[
+                ("x-user", "alice"),
+                ("mcp-method", "tasks/list"),
+                ("mcp-protocol-version", version),
+            ],
+        )
+    };
+    let (status, body) = send(unknown("2027-01-01")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["code"], -32022, "{body}");
+    assert_eq!(body["error"]["data"]["supported"], dual_era);
+    let (status, body) = send(unknown("2026-07-28")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(body["error"]["code"], -32601, "{body}");
+    // `server/discover` lists the same versions.
+    let discover = json!({ "jsonrpc": "2.0", "id": 2, "method": "server/discover",
+        "params": { "_meta": meta() } });
+    let headers = [
+        ("x-user", "alice"),
+        ("mcp-method", "server/discover"),
+        ("mcp-protocol-version", "2026-07-28"),
+    ];
+    let (status, body) = send(post(&discover, &headers)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["result"]["supportedVersions"], dual_era);
 
     // A version it speaks, without `_meta`: the missing `_meta` is what is wrong.
     let req = with(

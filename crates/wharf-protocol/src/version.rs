@@ -10,6 +10,10 @@ pub const SUPPORTED: &[&str] = &[LATEST];
 /// that opens with `initialize` gets one of these for its session.
 pub const LEGACY: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
 
+/// Every revision a dual-era server speaks, newest first: [`SUPPORTED`], then [`LEGACY`].
+/// What it lists where it names the versions it supports (`-32022`, `server/discover`).
+pub const DUAL_ERA: &[&str] = &[LATEST, "2025-11-25", "2025-06-18", "2025-03-26"];
+
 /// Whether `version` is one of [`SUPPORTED`].
 pub fn is_supported(version: &str) -> bool {
     SUPPORTED.contains(&version)
@@ -33,6 +37,11 @@ pub fn negotiate_legacy(requested: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dual_era_server_speaks_the_stateless_revisions_then_the_legacy_ones() {
+        assert_eq!(DUAL_ERA, [SUPPORTED, LEGACY].concat());
+    }
 
     #[test]
     fn legacy_negotiation_keeps_a_known_version_and_offers_the_newest_otherwise() {

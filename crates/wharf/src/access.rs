@@ -40,7 +40,7 @@ pub(crate) fn check(
     req: &ParsedRequest,
     principal: &Principal,
 ) -> Result<(), Denial> {
-    req.info.check_version()?;
+    req.info.check_version(registry.versions)?;
     match &req.body {
         RequestBody::CallTool(params) => {
             if let Some(entry) = registry.tool(&params.name) {

@@ -143,16 +143,16 @@ impl RpcError {
         )
     }
 
-    /// `-32022` naming what was asked for and what is supported.
-    pub fn unsupported_version(requested: &str) -> Self {
+    /// `-32022` naming what was asked for and what is `supported` (the server's
+    /// [`Server::supported_versions`](crate::Server::supported_versions)).
+    pub fn unsupported_version(requested: &str, supported: &[&str]) -> Self {
         Self::new(
             ErrorKind::UnsupportedVersion,
             format!(
-                "Unsupported protocol version {requested:?}; this server supports {:?}",
-                version::SUPPORTED
+                "Unsupported protocol version {requested:?}; this server supports {supported:?}"
             ),
         )
-        .with_data(json!({ "supported": version::SUPPORTED, "requested": requested }))
+        .with_data(json!({ "supported": supported, "requested": requested }))
     }
 
     /// `-32602` for a resource that does not exist, with its URI in `data` (`-32002` in a

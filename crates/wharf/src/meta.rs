@@ -44,12 +44,16 @@ pub enum Era {
 impl RequestInfo {
     /// Checks that the required `_meta` fields are present.
     pub fn from_meta(mut meta: Option<RequestMeta>) -> Result<Self, RpcError> {
-        Self::take_from(&mut meta)
+        Self::take_from(&mut meta, version::SUPPORTED)
     }
 
     /// [`from_meta`](Self::from_meta) over the params' own `_meta`, taking its fields where
     /// they lie: the whole of it is hundreds of bytes, and every move would copy them.
-    pub(crate) fn take_from(meta: &mut Option<RequestMeta>) -> Result<Self, RpcError> {
+    /// `supported`: the versions a refusal lists.
+    pub(crate) fn take_from(
+        meta: &mut Option<RequestMeta>,
+        supported: &[&str],
+    ) -> Result<Self, RpcError> {
         let meta = meta.as_mut().ok_or_else(no_meta)?;
         let protocol_version = meta
             .protocol_version
@@ -59,7 +63,7 @@ impl RequestInfo {
             // What `_meta` must carry depends on the version: one this server does not
             // speak is refused as that first.
             if !version::is_supported(&protocol_version) {
-                return Err(RpcError::unsupported_version(&protocol_version));
+                return Err(RpcError::unsupported_version(&protocol_version, supported));
             }
             return Err(missing(CLIENT_CAPABILITIES));
         };
@@ -104,8 +108,8 @@ impl RequestInfo {
         self.era
     }
 
-    /// Refuses versions this server does not speak.
-    pub fn check_version(&self) -> Result<(), RpcError> {
+    /// Refuses versions this server does not speak, listing the ones it does (`supported`).
+    pub fn check_version(&self, supported: &[&str]) -> Result<(), RpcError> {
         let known = match self.era {
             Era::Stateless => version::is_supported(&self.protocol_version),
             Era::Legacy => version::is_legacy(&self.protocol_version),
@@ -113,7 +117,10 @@ impl RequestInfo {
         if known {
             Ok(())
         } else {
-            Err(RpcError::unsupported_version(&self.protocol_version))
+            Err(RpcError::unsupported_version(
+                &self.protocol_version,
+                supported,
+            ))
         }
     }
 
@@ -147,7 +154,8 @@ fn missing(field: &str) -> RpcError {
 /// that is also wrong in its params is still told what the transport needs to know (an
 /// HTTP 400), and a client of another version learns the versions this server speaks.
 /// `None` when `_meta` is in order, or `params` is not an object.
-pub(crate) fn refusal_before_params(params: &str) -> Option<RpcError> {
+/// `supported`: the versions a refusal lists.
+pub(crate) fn refusal_before_params(params: &str, supported: &[&str]) -> Option<RpcError> {
     #[derive(serde::Deserialize)]
     struct Params {
         #[serde(rename = "_meta", default)]
@@ -164,7 +172,7 @@ pub(crate) fn refusal_before_params(params: &str) -> Option<RpcError> {
     match meta.get(PROTOCOL_VERSION) {
         None => Some(missing(PROTOCOL_VERSION)),
         Some(Value::String(v)) if !version::is_supported(v) => {
-            Some(RpcError::unsupported_version(v))
+            Some(RpcError::unsupported_version(v, supported))
         }
         Some(_) if !meta.contains_key(CLIENT_CAPABILITIES) => Some(missing(CLIENT_CAPABILITIES)),
         Some(_) => None,

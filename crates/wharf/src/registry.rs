@@ -5,7 +5,9 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use wharf_protocol::{JsonObject, ListCapability, ResourcesCapability, ServerCapabilities};
+use wharf_protocol::{
+    JsonObject, ListCapability, ResourcesCapability, ServerCapabilities, version,
+};
 
 use crate::handle_args;
 pub(crate) use crate::handle_args::HandleParam;
@@ -28,6 +30,8 @@ pub(crate) struct Definitions {
     pub(crate) step_claims: Option<usize>,
     /// Whether to declare the `logging` capability.
     pub(crate) logging: bool,
+    /// Whether the server opens sessions for clients of the `initialize` era.
+    pub(crate) legacy: bool,
 }
 
 /// Why a server could not be built.
@@ -170,6 +174,8 @@ pub(crate) struct Registry {
     pub(crate) fingerprints: Fingerprints,
     /// Every fixed scope a definition declares, sorted, each once.
     pub(crate) scopes: Vec<String>,
+    /// The revisions the server speaks, as `-32022` and `server/discover` list them.
+    pub(crate) versions: &'static [&'static str],
 }
 
 /// What a resource URI resolves to.
@@ -420,6 +426,11 @@ impl Registry {
             templates,
             fingerprints,
             scopes,
+            versions: if defs.legacy {
+                version::DUAL_ERA
+            } else {
+                version::SUPPORTED
+            },
         })
     }
 

@@ -212,6 +212,8 @@ trait Source: Sized {
 /// Where a request comes from, which decides what its `_meta` must carry.
 struct Reading<'a> {
     caps: &'a ServerCapabilities,
+    /// The versions the server speaks, which a refusal of the version lists.
+    versions: &'a [&'static str],
     /// The legacy session it belongs to, if any.
     session: Option<&'a Session>,
 }
@@ -223,7 +225,7 @@ impl Reading<'_> {
     /// for nothing, and does not turn the response into a stream.
     fn info(&self, meta: &mut Option<RequestMeta>) -> Result<Box<RequestInfo>, RpcError> {
         let mut info = Box::new(match self.session {
-            None => RequestInfo::take_from(meta)?,
+            None => RequestInfo::take_from(meta, self.versions)?,
             Some(session) => RequestInfo::in_session(session, meta),
         });
         if self.caps.logging.is_none() {
@@ -238,8 +240,9 @@ impl Reading<'_> {
 /// Params as raw JSON text (`{}` when absent); a failure names what is wrong.
 struct RawParams<'a> {
     params: Option<&'a RawValue>,
-    /// Whether the request is stateless, so that its `_meta` is judged first.
-    stateless: bool,
+    /// For a stateless request, whose `_meta` is judged first: the versions the server
+    /// speaks, which a refusal of the version lists.
+    stateless: Option<&'a [&'static str]>,
 }
 
 impl Source for RawParams<'_> {
@@ -248,10 +251,10 @@ impl Source for RawParams<'_> {
     fn parse<T: DeserializeOwned>(self) -> Result<T, RpcError> {
         let text = self.params.map_or("{}", RawValue::get);
         serde_json::from_str(text).map_err(|e| {
-            let first = self.stateless.then(|| refusal_before_params(text));
-            first
-                .flatten()
-                .unwrap_or_else(|| params_error::<T>(text, e))
+            let first = self
+                .stateless
+                .and_then(|versions| refusal_before_params(text, versions));
+            first.unwrap_or_else(|| params_error::<T>(text, e))
         })
     }
 
@@ -307,19 +310,22 @@ fn params_error<T: DeserializeOwned>(text: &str, e: serde_json::Error) -> RpcErr
 /// Reads a request: the method must exist (and its capability be offered), the params must
 /// have their type, and `_meta` its required fields. The version is checked in admission, so
 /// a transport can first compare headers.
+/// `versions`: those the server speaks, which a refusal of the version lists.
 pub(crate) fn parse(
     caps: &ServerCapabilities,
+    versions: &[&'static str],
     id: RequestId,
     method: &str,
     params: Option<&RawValue>,
 ) -> Result<ParsedRequest, (RpcError, RequestId)> {
     let reading = Reading {
         caps,
+        versions,
         session: None,
     };
     let params = RawParams {
         params,
-        stateless: true,
+        stateless: Some(versions),
     };
     match read_body(&reading, method, params) {
         Ok((body, info)) => Ok(ParsedRequest { id, info, body }),
@@ -331,11 +337,13 @@ pub(crate) fn parse(
 /// anything else, which [`parse`] then reads and refuses by name.
 pub(crate) fn read(
     caps: &ServerCapabilities,
+    versions: &[&'static str],
     body: &[u8],
     max_depth: usize,
 ) -> Option<ParsedRequest> {
     let reading = Reading {
         caps,
+        versions,
         session: None,
     };
     let (id, (body, info)) = one_pass::read_request(body, max_depth, &Methods(reading))?;
@@ -372,11 +380,13 @@ pub(crate) fn parse_in_session(
     }
     let reading = Reading {
         caps,
+        // A session's `_meta` never names a version: nothing here refuses one.
+        versions: &[],
         session: Some(session),
     };
     let params = RawParams {
         params,
-        stateless: false,
+        stateless: None,
     };
     let (body, info) = read_body(&reading, method, params)?;
     Ok(ParsedRequest { id, info, body })

@@ -102,8 +102,15 @@ impl Server {
         method: &str,
         params: Option<&RawValue>,
     ) -> Result<ParsedRequest, ErrorReply> {
-        request::parse(&self.core.registry.capabilities, id, method, params)
-            .map_err(|(e, id)| ErrorReply::new(Some(id), e))
+        let registry = &self.core.registry;
+        request::parse(
+            &registry.capabilities,
+            registry.versions,
+            id,
+            method,
+            params,
+        )
+        .map_err(|(e, id)| ErrorReply::new(Some(id), e))
     }
 
     /// Reads a well-formed request from `body` in one pass: the same request
@@ -115,7 +122,8 @@ impl Server {
     /// (params before the method, or none); those two read it and say what is wrong, if
     /// anything is.
     pub fn read_request(&self, body: &[u8], max_depth: usize) -> Option<ParsedRequest> {
-        request::read(&self.core.registry.capabilities, body, max_depth)
+        let registry = &self.core.registry;
+        request::read(&registry.capabilities, registry.versions, body, max_depth)
     }
 
     /// Decides whether `req` may run for `principal` (see [`Admitted`]): the
@@ -147,6 +155,13 @@ impl Server {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         Ok(())
+    }
+
+    /// The revisions this server speaks, newest first: 2026-07-28, and the legacy ones when
+    /// it opens sessions for clients of the `initialize` era. What a `-32022` refusal and
+    /// `server/discover` list.
+    pub fn supported_versions(&self) -> &'static [&'static str] {
+        self.core.registry.versions
     }
 
     /// The store, if one was configured.
@@ -336,6 +351,7 @@ impl ServerBuilder {
             has_store: self.store.is_some(),
             step_claims: self.store.as_ref().and_then(|s| s.step_claims()),
             logging: self.logging,
+            legacy: self.config.legacy.enabled,
         })?;
         let config = self.config;
         let runtime = Runtime {

@@ -261,7 +261,9 @@ async fn stateless_rules() {
     assert_error(&r, 400, -32022, Some(json!(4)));
     assert_eq!(
         r.error().unwrap()["data"],
-        json!({ "supported": ["2026-07-28"], "requested": "v999.0.0" })
+        // A dual-era server lists the legacy revisions too (basic/versioning).
+        json!({ "supported": ["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"],
+            "requested": "v999.0.0" })
     );
     // Header says one version, body another: -32020.
     let r = post_std(

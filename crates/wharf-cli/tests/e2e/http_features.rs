@@ -15,7 +15,11 @@ async fn discover_and_cache_hints() {
     let r = request(&server.client(), "server/discover", json!({})).await;
     let result = r.result().unwrap();
     assert_eq!(result["resultType"], "complete");
-    assert_eq!(result["supportedVersions"], json!(["2026-07-28"]));
+    // The legacy revisions too: `wharf serve` opens sessions for `initialize` clients.
+    assert_eq!(
+        result["supportedVersions"],
+        json!(["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"])
+    );
     assert_eq!(
         result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
         "wharf"

@@ -147,7 +147,10 @@ impl<'a> Sessions<'a> {
             }
             let asked = params.and_then(|p| serde_json::from_str::<Asked>(p.get()).ok());
             let requested = asked.map(|a| a.version).unwrap_or_default();
-            return Err(fail(RpcError::unsupported_version(&requested)));
+            return Err(fail(RpcError::unsupported_version(
+                &requested,
+                version::SUPPORTED,
+            )));
         }
         let params: InitializeParams = read(params).map_err(fail)?;
         let runtime = &self.core.runtime;

@@ -3,9 +3,7 @@
 
 use serde::Serialize;
 use serde::ser::SerializeMap;
-use wharf_protocol::{
-    CacheHints, CacheScope, DiscoverResult, RequestId, ResultMeta, ResultType, version,
-};
+use wharf_protocol::{CacheHints, CacheScope, DiscoverResult, RequestId, ResultMeta, ResultType};
 
 use crate::cursor::ListKind;
 use crate::error::RpcError;
@@ -33,7 +31,7 @@ pub(crate) fn discover(
         id,
         &DiscoverResult {
             result_type: ResultType::Complete,
-            supported_versions: version::SUPPORTED.iter().map(|v| (*v).to_owned()).collect(),
+            supported_versions: registry.versions.iter().map(|v| (*v).to_owned()).collect(),
             capabilities: registry.capabilities.clone(),
             instructions: registry.instructions.clone(),
             cache: Some(runtime.config.cache.discover),
