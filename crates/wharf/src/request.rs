@@ -461,7 +461,7 @@ fn read_body<S: Source>(
 
 #[cfg(test)]
 mod tests {
-    use wharf_protocol::{Envelope, ListCapability, LoggingLevel, ResourcesCapability};
+    use wharf_protocol::{Envelope, ListCapability, LoggingLevel, ResourcesCapability, version};
 
     use super::*;
 
@@ -485,7 +485,7 @@ mod tests {
         let envelope = Envelope::parse(body.as_bytes(), 64).expect("a valid envelope");
         let id = envelope.id.expect("an id");
         let method = envelope.method.as_deref().expect("a method");
-        parse(&caps(), id, method, envelope.params).map_err(|(e, _)| e)
+        parse(&caps(), version::SUPPORTED, id, method, envelope.params).map_err(|(e, _)| e)
     }
 
     #[test]
@@ -506,7 +506,8 @@ mod tests {
             ),
         ];
         for body in &requests {
-            let short = read(&caps(), body.as_bytes(), 64).expect("read in one pass");
+            let short =
+                read(&caps(), version::SUPPORTED, body.as_bytes(), 64).expect("read in one pass");
             let long = long_way(body).expect("read the long way");
             assert_eq!(format!("{short:?}"), format!("{long:?}"), "{body}");
             // What `_meta` says is in `info`; the params keep none of it.
@@ -523,12 +524,20 @@ mod tests {
         let mut logging = caps();
         logging.logging = Some(Default::default());
         for (caps, wanted) in [(caps(), None), (logging, Some(LoggingLevel::Debug))] {
-            let short = read(&caps, with_level.as_bytes(), 64).expect("read in one pass");
+            let short = read(&caps, version::SUPPORTED, with_level.as_bytes(), 64)
+                .expect("read in one pass");
             assert_eq!(short.info.log_level, wanted);
             assert_eq!(short.info.wants_stream(), wanted.is_some());
             let envelope = Envelope::parse(with_level.as_bytes(), 64).expect("an envelope");
             let id = envelope.id.expect("an id");
-            let long = parse(&caps, id, methods::TOOLS_LIST, envelope.params).expect("read");
+            let long = parse(
+                &caps,
+                version::SUPPORTED,
+                id,
+                methods::TOOLS_LIST,
+                envelope.params,
+            )
+            .expect("read");
             assert_eq!(long.info.log_level, wanted);
         }
     }
@@ -566,7 +575,10 @@ mod tests {
             ),
         ];
         for body in &refused {
-            assert!(read(&caps(), body.as_bytes(), 64).is_none(), "{body}");
+            assert!(
+                read(&caps(), version::SUPPORTED, body.as_bytes(), 64).is_none(),
+                "{body}"
+            );
             assert!(long_way(body).is_err(), "{body}");
         }
     }
