@@ -112,6 +112,16 @@ pub(crate) struct ServeArgs {
         value_parser = positive::<u64>(),
     )]
     session_idle_mins: u64,
+    /// Legacy sessions open at once for anonymous callers, all together (they share one
+    /// principal); past it their `initialize` answers 503 until sessions end or expire.
+    /// Each authenticated principal has its own cap of 1,000.
+    #[arg(
+        long,
+        env = "WHARF_MAX_ANONYMOUS_SESSIONS",
+        default_value_t = 5_000,
+        value_parser = positive::<u64>(),
+    )]
+    max_anonymous_sessions: u64,
     /// Seconds a legacy call waits for the client to answer its server requests (and never
     /// past the expiry of the round's request state, --state-max-age-secs).
     #[arg(
@@ -850,6 +860,7 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
     config.legacy.enabled = !args.modern_only;
     config.legacy.session_idle = Duration::from_secs(args.session_idle_mins.saturating_mul(60));
     config.legacy.input_timeout = Duration::from_secs(args.input_timeout_secs);
+    config.legacy.max_anonymous_sessions = args.max_anonymous_sessions;
     Ok(config)
 }
 

@@ -103,3 +103,54 @@ async fn a_subscription_past_the_cap_is_refused_and_changes_nothing() {
         .await
         .unwrap();
 }
+
+/// Anonymous callers share one principal: their sessions, together, are capped by
+/// `legacy.max_anonymous_sessions`. Past it their `initialize` is "busy, retry" (not their
+/// fault), an authenticated principal still opens sessions, and once one ends an anonymous
+/// caller opens one again. With a store and without one.
+#[tokio::test]
+async fn anonymous_sessions_are_capped_together_and_leave_room_for_everyone_else() {
+    let url = support::sqlite_url("legacy-anonymous");
+    for store in [Some(support::sqlite_with(&url, WAIT).await), None] {
+        let mut config = wharf::ServerConfig::default();
+        config.legacy.max_anonymous_sessions = 3;
+        let mut builder = Server::builder(Implementation::new("t", "1")).config(config);
+        if let Some(store) = &store {
+            builder = builder.store(Arc::clone(store));
+        }
+        let server = builder.build().unwrap();
+        let init = RawValue::from_string(
+            r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}"#
+                .into(),
+        )
+        .unwrap();
+        let open = async |who: &Principal| {
+            server
+                .sessions()
+                .initialize(RequestId::Int(0), Some(&init), who, Scope::Shared)
+                .await
+                .map(|(session, _)| session)
+        };
+        let anonymous = Principal::anonymous();
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            held.push(open(&anonymous).await.unwrap());
+        }
+        let refused = open(&anonymous).await.unwrap_err();
+        assert_eq!(
+            refused.error().kind,
+            wharf::ErrorKind::RetryLater,
+            "{refused:?}"
+        );
+        assert!(
+            refused
+                .error()
+                .message
+                .contains("3 sessions are open for anonymous callers"),
+            "{refused:?}"
+        );
+        open(&Principal::new("alice")).await.unwrap();
+        server.sessions().end(&held.pop().unwrap()).await.unwrap();
+        open(&anonymous).await.unwrap();
+    }
+}

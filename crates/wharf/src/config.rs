@@ -103,6 +103,11 @@ pub struct LegacyConfig {
     /// expiry of the round's state ([`StateConfig::max_age`]), less a moment for the next
     /// round to begin.
     pub input_timeout: Duration,
+    /// Sessions open at once for anonymous callers, all of them together: they share one
+    /// principal, so the cap each authenticated principal has would hold them all to it,
+    /// and no cap would let them fill the store (or the process) and shut everyone else
+    /// out. Past it, `initialize` answers "busy, retry" until sessions end or expire.
+    pub max_anonymous_sessions: u64,
 }
 
 impl Default for LegacyConfig {
@@ -112,6 +117,7 @@ impl Default for LegacyConfig {
             session_idle: Duration::from_secs(3600),
             session_lifetime: Duration::from_secs(24 * 3600),
             input_timeout: Duration::from_secs(600),
+            max_anonymous_sessions: 5_000,
         }
     }
 }

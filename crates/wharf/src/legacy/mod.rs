@@ -174,7 +174,13 @@ impl<'a> Sessions<'a> {
         if session.booked {
             runtime
                 .sessions
-                .insert(&session, now, !principal.is_anonymous())
+                .insert(
+                    &session,
+                    now,
+                    principal
+                        .is_anonymous()
+                        .then_some(config.max_anonymous_sessions),
+                )
                 .await
                 .map_err(|e| {
                     fail(match e {

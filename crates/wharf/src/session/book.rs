@@ -122,24 +122,30 @@ impl Book {
         }
     }
 
-    /// Stores a new session; `capped`: its owner may hold at most
-    /// [`SessionKind::MAX_PER_OWNER`] live sessions (an authenticated principal; anonymous
-    /// callers share one id), so that one principal cannot take every session this book
-    /// keeps.
+    /// Stores a new session. An authenticated owner may hold at most
+    /// [`SessionKind::MAX_PER_OWNER`] live sessions, so that one principal cannot take every
+    /// session this book keeps; anonymous callers, who share one id, `anonymous_max` among
+    /// them (past it the book is busy for them, not they at fault).
     pub(crate) async fn insert(
         &self,
         session: &Session,
         now: Millis,
-        capped: bool,
+        anonymous_max: Option<u64>,
     ) -> Result<(), NotOpened> {
-        let max = SessionKind::MAX_PER_OWNER.filter(|_| capped);
+        let max = anonymous_max.or(SessionKind::MAX_PER_OWNER);
+        let refused = |max: u64| match anonymous_max {
+            Some(_) => NotOpened::Store(StoreError::Busy(format!(
+                "{max} sessions are open for anonymous callers already"
+            ))),
+            None => NotOpened::PerOwner(max),
+        };
         let owner = session.owner();
         match self {
             Book::Store { store, .. } => {
                 let mut tx = store.begin(TxMode::Write).await?;
                 if let Some(max) = max {
                     if tx.live_handles(owner, SessionKind::KIND, now).await? >= max {
-                        return Err(NotOpened::PerOwner(max));
+                        return Err(refused(max));
                     }
                 }
                 tx.create_handle(&session.to_record()).await?;
@@ -164,7 +170,7 @@ impl Book {
                         .filter(|s| s.owner() == owner && s.record.expired(now).is_none())
                         .count();
                     if held as u64 >= max {
-                        return Err(NotOpened::PerOwner(max));
+                        return Err(refused(max));
                     }
                 }
                 map.insert(session.id().to_owned(), session.clone());
