@@ -213,7 +213,9 @@ async fn bad_lines_get_precise_errors_and_the_server_carries_on() {
 /// stdin, and the call finishes; progress and log messages use the 2025 shapes.
 #[tokio::test]
 async fn a_legacy_client_initializes_and_answers_an_elicitation() {
-    use common::validate_legacy;
+    use common::validate_legacy_in;
+    // Every message is checked against the session's own revision.
+    let validate_legacy = |method: &str, m: &Value| validate_legacy_in("2025-06-18", method, m);
     let mut c = spawn("conformance", &[]);
     let m = initialize_legacy(&mut c, "2025-06-18", json!({ "elicitation": {} })).await;
     validate_legacy("initialize", &m);
@@ -256,6 +258,18 @@ async fn a_legacy_client_initializes_and_answers_an_elicitation() {
         logs += 1;
     }
     assert_eq!(logs, 3);
+
+    // A form of titled and multiple choices (SEP-1330, 2025-11-25): a 2025-06-18 client
+    // cannot show the multiple ones, so the call fails naming one, and asks nothing.
+    let choices = json!({ "jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {
+        "name": "test_elicitation_sep1330_enums", "arguments": {} } });
+    c.send(&choices).await.unwrap();
+    let m = recv(&mut c).await;
+    validate_legacy("tools/call", &m);
+    assert_eq!(m["id"], 4, "{m}");
+    assert_eq!(m["error"]["code"], -32603, "{m}");
+    let message = m["error"]["message"].as_str().unwrap();
+    assert!(message.contains("as a multiple choice"), "{message}");
     c.close_stdin();
     assert!(c.wait().await.unwrap().success());
 }

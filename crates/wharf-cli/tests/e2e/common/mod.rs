@@ -249,7 +249,8 @@ impl Drop for ServerProcess {
     }
 }
 
-/// The vendored schema of revision `rev` ("2026-07-28", or "2025-11-25" for legacy clients).
+/// The vendored schema of revision `rev` ("2026-07-28", or a legacy one: "2025-11-25",
+/// "2025-06-18", "2025-03-26").
 fn schema_root(rev: &str) -> Value {
     let path = format!(
         "{}/../../spec/{rev}/schema.structural.json",
@@ -280,10 +281,19 @@ pub(crate) fn assert_valid_in(rev: &str, def: &str, message: &Value) {
                     .entry(rev.to_owned())
                     .or_insert_with(|| schema_root(rev))
                     .clone();
-                schema["$ref"] = Value::String(format!("#/$defs/{def}"));
-                std::sync::Arc::new(
-                    // Formats (uri, byte…) are asserted too, as the conformance suite does.
+                // Revisions before 2025-11-25 are draft-07 schemas, their definitions
+                // under `definitions`.
+                let draft7 = schema.get("definitions").is_some();
+                let defs = if draft7 { "definitions" } else { "$defs" };
+                schema["$ref"] = Value::String(format!("#/{defs}/{def}"));
+                // Formats (uri, byte…) are asserted too, as the conformance suite does.
+                let options = if draft7 {
+                    jsonschema::draft7::options()
+                } else {
                     jsonschema::draft202012::options()
+                };
+                std::sync::Arc::new(
+                    options
                         .should_validate_formats(true)
                         .build(&schema)
                         .expect("compile schema"),
@@ -304,7 +314,17 @@ pub(crate) fn assert_valid_in(rev: &str, def: &str, message: &Value) {
 /// Validates one message the server sent a legacy client in answer to `method` against the
 /// 2025-11-25 schema, and checks that no field only 2026-07-28 has slipped into a result.
 pub(crate) fn validate_legacy(method: &str, m: &Value) {
-    const REV: &str = "2025-11-25";
+    validate_legacy_in("2025-11-25", method, m);
+}
+
+/// [`validate_legacy`] for a session of revision `rev`.
+pub(crate) fn validate_legacy_in(rev: &str, method: &str, m: &Value) {
+    // Before 2025-11-25 the response definitions have other names.
+    let (result_def, error_def) = if rev < "2025-11-25" {
+        ("JSONRPCResponse", "JSONRPCError")
+    } else {
+        ("JSONRPCResultResponse", "JSONRPCErrorResponse")
+    };
     match (m.get("method").and_then(Value::as_str), m.get("id")) {
         (Some(request), Some(_)) => {
             let def = match request {
@@ -313,13 +333,13 @@ pub(crate) fn validate_legacy(method: &str, m: &Value) {
                 "roots/list" => "ListRootsRequest",
                 other => panic!("unexpected server request {other}: {m}"),
             };
-            assert_valid_in(REV, def, m);
-            assert_valid_in(REV, "JSONRPCRequest", m);
+            assert_valid_in(rev, def, m);
+            assert_valid_in(rev, "JSONRPCRequest", m);
         }
-        (Some(n), None) => assert_valid_in(REV, notification_def(n), m),
-        (None, _) if m.get("error").is_some() => assert_valid_in(REV, "JSONRPCErrorResponse", m),
+        (Some(n), None) => assert_valid_in(rev, notification_def(n), m),
+        (None, _) if m.get("error").is_some() => assert_valid_in(rev, error_def, m),
         (None, _) => {
-            assert_valid_in(REV, "JSONRPCResultResponse", m);
+            assert_valid_in(rev, result_def, m);
             let def = match method {
                 "initialize" => "InitializeResult",
                 "tools/list" => "ListToolsResult",
@@ -332,7 +352,7 @@ pub(crate) fn validate_legacy(method: &str, m: &Value) {
                 "completion/complete" => "CompleteResult",
                 _ => "EmptyResult",
             };
-            assert_valid_in(REV, def, &m["result"]);
+            assert_valid_in(rev, def, &m["result"]);
             for field in ["resultType", "ttlMs", "cacheScope"] {
                 assert!(
                     m["result"].get(field).is_none(),
