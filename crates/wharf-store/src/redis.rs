@@ -32,6 +32,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::io::tcp::{TcpSettings, socket2};
 use redis::{AsyncCommands, Script};
 use serde_json::{Value, json};
 use wharf::store::{
@@ -100,6 +101,14 @@ fn claim_key(claim: &Claim) -> String {
 }
 
 pub(crate) fn backend(e: redis::RedisError) -> StoreError {
+    if e.is_timeout() {
+        // Answered "busy, retry": a write whose answer was lost may have been applied, and
+        // the retry of a keyed call finds its record (replayed), as after any lost answer.
+        return StoreError::Busy(format!(
+            "Redis did not answer within {} s",
+            IO_TIMEOUT.as_secs()
+        ));
+    }
     StoreError::Backend(format!("redis: {e}"))
 }
 
@@ -336,9 +345,9 @@ end
 return 1
 "#;
 
-/// How long a connection attempt or a command's answer may take before it fails as a store
-/// error ("busy, retry" to the caller). Each command is one short script or lookup: waits
-/// for a lock are polls, not blocking commands, so no answer is legitimately this slow.
+/// How long a connection attempt or a command's answer may take before it fails ("busy,
+/// retry" to the caller). Each command is one short script or lookup: waits for a lock are
+/// polls, not blocking commands, so no answer is legitimately this slow.
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl RedisStore {
@@ -348,10 +357,21 @@ impl RedisStore {
             .map_err(|e| StoreError::Backend(format!("invalid Redis URL: {e}")))?;
         // Without these, a command sent to a Redis that vanished without a reset (a
         // failover that moved its address, a partition) waits for the kernel to give up on
-        // the connection, a quarter of an hour, and every call here waits behind it.
+        // the connection, a quarter of an hour, and every call here waits behind it. Each
+        // command fails after IO_TIMEOUT; and the kernel drops a connection whose data goes
+        // unacknowledged past twice that (or, idle, whose keep-alive probes go unanswered),
+        // so the manager connects again instead of failing every command until then.
+        let keepalive = socket2::TcpKeepalive::new()
+            .with_time(IO_TIMEOUT)
+            .with_interval(IO_TIMEOUT / 5)
+            .with_retries(3);
+        let tcp = TcpSettings::default()
+            .set_keepalive(keepalive)
+            .set_user_timeout(IO_TIMEOUT * 2);
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(IO_TIMEOUT)
-            .set_response_timeout(IO_TIMEOUT);
+            .set_response_timeout(IO_TIMEOUT)
+            .set_tcp_settings(tcp);
         let conn = ConnectionManager::new_with_config(client.clone(), config)
             .await
             .map_err(|e| StoreError::Backend(format!("cannot reach Redis: {e}")))?;
