@@ -264,7 +264,7 @@ async fn read_long_way(
             // with the body is what the transport answers first (400), not the method's
             // own refusal (200).
             let refused = if reply.error().kind == ErrorKind::MethodNotFound {
-                headers::version_before_method(headers, &state.server)
+                headers::version_before_method(headers, envelope.params, &state.server)
             } else {
                 headers::validate_unread(headers, method, envelope.params, &state.server)
             };

@@ -89,24 +89,10 @@ pub(crate) fn validate_unread(
     // The refused path only: reading the params as a tree costs nothing that matters here.
     let params = params.and_then(|p| serde_json::from_str::<serde_json::Value>(p.get()).ok());
     let params = params.as_ref();
-    let named = params.and_then(|p| p["_meta"][wharf_protocol::meta::PROTOCOL_VERSION].as_str());
-    match named {
-        Some(named) if named != sent => {
-            return Err(RpcError::header_mismatch(format!(
-                "MCP-Protocol-Version header value '{sent}' does not match body value '{named}'",
-            )));
-        }
-        Some(_) => {}
-        // The header is all that names a version: one this server does not speak is what
-        // the client must hear of first.
-        None => {
-            if !wharf_protocol::version::is_supported(&sent) {
-                return Err(RpcError::unsupported_version(
-                    &sent,
-                    server.supported_versions(),
-                ));
-            }
-        }
+    // When the header is all that names a version, one this server does not speak is what
+    // the client must hear of first (the core judges a version the body names).
+    if version_named(&sent, params)?.is_none() {
+        spoken(&sent, server)?;
     }
     let target = match method {
         methods::TOOLS_CALL | methods::PROMPTS_GET => "name",
@@ -131,18 +117,47 @@ pub(crate) fn validate_unread(
 /// `MCP-Protocol-Version` is what the client hears of first (400, -32022): a client of a
 /// later revision renegotiates instead of taking the method to be missing (streamable HTTP,
 /// "Protocol Version Header"). Otherwise the method's own 404 stands.
+/// A body whose `_meta` names another version is refused as that mismatch (-32020) first.
 pub(crate) fn version_before_method(
     headers: &RequestHeaders<'_>,
+    params: Option<&serde_json::value::RawValue>,
     server: &Server,
 ) -> Result<(), RpcError> {
     let Ok(Some(sent)) = headers.protocol_version.single(headers::PROTOCOL_VERSION) else {
         return Ok(());
     };
-    match decoded(sent, "MCP-Protocol-Version") {
-        Ok(sent) if !wharf_protocol::version::is_supported(&sent) => Err(
-            RpcError::unsupported_version(&sent, server.supported_versions()),
-        ),
-        _ => Ok(()),
+    let Ok(sent) = decoded(sent, "MCP-Protocol-Version") else {
+        return Ok(());
+    };
+    let params = params.and_then(|p| serde_json::from_str::<serde_json::Value>(p.get()).ok());
+    version_named(&sent, params.as_ref())?;
+    spoken(&sent, server)
+}
+
+/// The version the raw params' `_meta` names as a string, if any; refused as a mismatch
+/// when the header's (`sent`) is another.
+fn version_named<'p>(
+    sent: &str,
+    params: Option<&'p serde_json::Value>,
+) -> Result<Option<&'p str>, RpcError> {
+    let named = params.and_then(|p| p["_meta"][wharf_protocol::meta::PROTOCOL_VERSION].as_str());
+    match named {
+        Some(named) if named != sent => Err(RpcError::header_mismatch(format!(
+            "MCP-Protocol-Version header value '{sent}' does not match body value '{named}'",
+        ))),
+        _ => Ok(named),
+    }
+}
+
+/// Refuses a version this server does not speak statelessly, listing those it does.
+fn spoken(version: &str, server: &Server) -> Result<(), RpcError> {
+    if wharf_protocol::version::is_supported(version) {
+        Ok(())
+    } else {
+        Err(RpcError::unsupported_version(
+            version,
+            server.supported_versions(),
+        ))
     }
 }
 

@@ -198,7 +198,11 @@ pub(crate) async fn get(State(state): State<Arc<AppState>>, request: Request) ->
 
 /// HEAD: refused, never a stream opened. axum would run GET's handler for it, which opens
 /// the session's stream and so ends the one its client holds, on whichever replica.
-pub(crate) async fn head(State(state): State<Arc<AppState>>) -> Response {
+pub(crate) async fn head(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    // A forbidden Host or Origin gets 403 on every request, as on the other methods.
+    if let Err(refused) = guard::check_headers(&headers, &state.config) {
+        return *refused;
+    }
     let allow = if state.server.sessions().enabled() {
         "GET, POST, DELETE"
     } else {

@@ -409,6 +409,13 @@ async fn a_head_request_leaves_the_sessions_stream_open() {
     let head = app.clone().oneshot(on_session("HEAD")).await.unwrap();
     assert_eq!(head.status(), StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(head.headers()[header::ALLOW], "GET, POST, DELETE");
+    // A foreign origin is forbidden, as on every method.
+    let mut foreign = on_session("HEAD");
+    foreign
+        .headers_mut()
+        .insert(header::ORIGIN, "https://evil.example".parse().unwrap());
+    let res = app.clone().oneshot(foreign).await.unwrap();
+    assert_eq!(res.status(), StatusCode::FORBIDDEN);
     // The client's stream goes on: no end within half a second (frames it sends are fine).
     let quiet = std::time::Duration::from_millis(500);
     while let Ok(frame) = tokio::time::timeout(quiet, stream.frame()).await {
@@ -460,8 +467,10 @@ async fn a_version_named_only_by_the_header_is_refused_with_the_supported_ones()
     // A method it does not have, at a version it does not speak: the version first (a
     // client of a later revision renegotiates); at one it speaks, 404.
     let unknown = |version: &str| {
+        let mut meta = meta();
+        meta["io.modelcontextprotocol/protocolVersion"] = json!(version);
         let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tasks/list",
-            "params": { "_meta": meta() } });
+            "params": { "_meta": meta } });
         post(
             &body,
             &[
@@ -478,6 +487,31 @@ async fn a_version_named_only_by_the_header_is_refused_with_the_supported_ones()
     let (status, body) = send(unknown("2026-07-28")).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
     assert_eq!(body["error"]["code"], -32601, "{body}");
+    // The header naming another version than the body is that mismatch, first.
+    let mut mismatched = unknown("2027-01-01");
+    mismatched
+        .headers_mut()
+        .insert("mcp-protocol-version", "2026-07-28".parse().unwrap());
+    let (status, body) = send(mismatched).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["code"], -32020, "{body}");
+    // A legacy version it lists, sent without a session: the client is told to initialize,
+    // not that the version is unsupported.
+    let mut legacy_meta = meta();
+    legacy_meta["io.modelcontextprotocol/protocolVersion"] = json!("2025-11-25");
+    let listing = json!({ "jsonrpc": "2.0", "id": 3, "method": "tools/list",
+        "params": { "_meta": legacy_meta } });
+    let headers = [
+        ("x-user", "alice"),
+        ("mcp-method", "tools/list"),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let (status, body) = send(post(&listing, &headers)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["code"], -32600, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("send initialize first"), "{message}");
+
     // `server/discover` lists the same versions.
     let discover = json!({ "jsonrpc": "2.0", "id": 2, "method": "server/discover",
         "params": { "_meta": meta() } });
