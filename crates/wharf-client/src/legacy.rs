@@ -212,8 +212,10 @@ impl HttpClient {
     /// server sends, means the server is modern; any other `4xx` (or a `-32601` method not
     /// found, whatever the status) means it is legacy, and it
     /// gets `initialize` (newest legacy version, `capabilities`). A modern server that
-    /// supports no version this client speaks is an error, not a fallback; so is a 401 or
-    /// 403 ([`ClientError::Status`] with the challenge).
+    /// refuses 2026-07-28 but lists a legacy revision among those it supports gets
+    /// `initialize` at the newest of them; one that supports no version this client speaks
+    /// is an error, not a fallback; so is a 401 or 403 ([`ClientError::Status`] with the
+    /// challenge).
     pub async fn connect(&self, capabilities: Value) -> Result<Connection, ClientError> {
         let reply = self.request("server/discover", json!({})).await?;
         if reply.status == 200 && reply.result().is_some() {
@@ -232,6 +234,24 @@ impl HttpClient {
             });
         }
         if let Some(code) = reply.error_code().filter(|c| MODERN_ERRORS.contains(c)) {
+            // A dual-era server of a later revision lists the legacy ones it also speaks
+            // (basic/versioning): the newest of them this client speaks opens a session.
+            let listed = reply
+                .error()
+                .and_then(|e| e["data"]["supported"].as_array());
+            let legacy = listed.and_then(|listed| {
+                wharf_protocol::version::LEGACY
+                    .iter()
+                    .find(|v| listed.iter().any(|l| l == **v))
+            });
+            if let (Some(version), true) = (
+                legacy,
+                code == i64::from(codes::UNSUPPORTED_PROTOCOL_VERSION),
+            ) {
+                return LegacySession::initialize(self, version, capabilities)
+                    .await
+                    .map(Connection::Legacy);
+            }
             return Err(ClientError::Protocol(format!(
                 "the server speaks 2026-07-28 or later but refused this client ({code}): {}",
                 reply.body

@@ -202,3 +202,38 @@ async fn lists_are_reused_for_their_ttl_and_no_longer() {
         );
     }
 }
+
+/// A server of a later revision that also speaks 2025-06-18 (it refuses 2026-07-28 with
+/// -32022 listing what it speaks): the client opens a session at the legacy revision listed,
+/// where any other -32022 is an error.
+#[tokio::test]
+async fn a_later_dual_era_server_is_met_in_the_legacy_revision_it_lists() {
+    use wharf_client::Connection;
+
+    async fn later(Json(request): Json<Value>) -> Response {
+        let id = request["id"].clone();
+        match request["method"].as_str() {
+            Some("server/discover") => {
+                let error = json!({ "code": -32022, "message": "Unsupported protocol version",
+                    "data": { "supported": ["2027-01-01", "2025-06-18"], "requested": "2026-07-28" } });
+                let body = json!({ "jsonrpc": "2.0", "id": id, "error": error });
+                (StatusCode::BAD_REQUEST, Json(body)).into_response()
+            }
+            Some("initialize") => {
+                let result = json!({ "protocolVersion": request["params"]["protocolVersion"],
+                    "capabilities": {}, "serverInfo": { "name": "later", "version": "1" } });
+                let body = json!({ "jsonrpc": "2.0", "id": id, "result": result });
+                ([("mcp-session-id", "s-1")], Json(body)).into_response()
+            }
+            _ => StatusCode::ACCEPTED.into_response(),
+        }
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let app = axum::Router::new().route("/mcp", axum::routing::post(later));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    match HttpClient::new(url).connect(json!({})).await.unwrap() {
+        Connection::Legacy(session) => assert_eq!(session.version(), "2025-06-18"),
+        Connection::Modern(_) => panic!("a server that refused 2026-07-28 is not modern"),
+    }
+}

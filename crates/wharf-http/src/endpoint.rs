@@ -229,7 +229,8 @@ async fn read_long_way(
     // What is answered here without a method of this revision (`initialize`, a
     // notification) is still refused when an `Mcp-Method` it was sent with names another
     // method: a gateway may have routed on it. Before anything is opened. (A request goes
-    // on to `parse_request`, where an unknown method is answered as that first.)
+    // on to `parse_request`, where an unknown method is answered as that, after a version
+    // its header names that this server does not speak.)
     let answered_here = |method: &str| match &envelope.id {
         Some(_) => state
             .server
@@ -262,7 +263,7 @@ async fn read_long_way(
         Err(reply) => {
             // A method this server has, refused for its params: a header that disagrees
             // with the body is what the transport answers first (400), not the method's
-            // own refusal (200).
+            // own refusal (200). A method it lacks: a version it does not speak first.
             let refused = if reply.error().kind == ErrorKind::MethodNotFound {
                 headers::version_before_method(headers, envelope.params, &state.server)
             } else {

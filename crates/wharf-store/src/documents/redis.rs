@@ -18,7 +18,10 @@ fn rows_key(collection: &str) -> String {
 }
 
 /// How many rows a collection had before its list was last emptied (cleared, or moved
-/// away): its first row's number, so that numbers go on rising as they do in SQL.
+/// away): its first row's number, so that numbers go on rising as they do in SQL. Like
+/// SQL's row of the collection, it stays once made: a collection named after a handle
+/// files it under the handle (retired with it); any other keeps it, a few bytes, for as
+/// long as its name may be used again.
 fn base_key(collection: &str) -> String {
     format!("wharf:rb:{collection}")
 }

@@ -331,7 +331,10 @@ impl Run {
                 .and_then(Value::as_str)
                 .unwrap_or_default();
             let params = request.get("params");
-            let required = required_capability(method, params).ok_or_else(|| {
+            let version = self.session.version();
+            let required =
+                required_capability(method, params).map(|caps| older::required(version, caps));
+            let required = required.ok_or_else(|| {
                 self.fail(RpcError::internal(format!(
                     "input request {key:?} has an unknown method {method:?}"
                 )))
@@ -340,14 +343,13 @@ impl Run {
                 let what = format!("input request {key:?} ({method})");
                 return Err(self.fail(RpcError::missing_capability(&required, &what)));
             }
-            let version = self.session.version();
-            let params = older::input_params(version, method, params).map_err(|field| {
-                // The server's own doing, named (nothing secret in a form's field name).
+            let params = older::input_params(version, method, params).map_err(|what| {
+                // The server's own doing, named (nothing secret in what a handler asks).
                 self.fail(RpcError::new(
                     ErrorKind::Internal,
                     format!(
-                        "Input request {key:?} asks for field {field:?} as a multiple \
-                         choice, which a {version} client cannot show"
+                        "Input request {key:?} asks for {what}, which a {version} client \
+                         cannot read"
                     ),
                 ))
             })?;

@@ -6,17 +6,20 @@
 //!   is sent as text naming it.
 //! - Before 2025-11-25, a form's choices are `enum` with `enumNames` (SEP-1330 added titled
 //!   `oneOf` choices and multiple choices): titled choices are rewritten so, and a multiple
-//!   choice, which an older client cannot show, refuses the round.
+//!   choice, which an older client cannot show, refuses the round. A sampling message holds
+//!   one text, image or audio block: a list of one is unwrapped, more (or tool use) refuses
+//!   the round; and including context needs only the `sampling` capability.
 
 use std::borrow::Cow;
 
 use serde_json::{Map, Value, json};
-use wharf_protocol::methods;
+use wharf_protocol::{ClientCapabilities, methods};
 
 /// The first revision whose content blocks include resource links.
 const LINKS_SINCE: &str = "2025-06-18";
-/// The first revision whose forms have titled and multiple choices.
-const CHOICES_SINCE: &str = "2025-11-25";
+/// The first revision whose forms have titled and multiple choices, and whose sampling
+/// messages may hold several blocks and tool use.
+const SHAPES_SINCE: &str = "2025-11-25";
 
 /// Member `key` of a result (its JSON text) as a session of `version` can read it. Only a
 /// result that holds a resource link, for a 2025-03-26 session, is parsed and rewritten.
@@ -71,34 +74,95 @@ fn link_as_text(block: &mut Value) {
     *block = Value::Object(rewritten);
 }
 
-/// The params of input request `method` as a session of `version` can read them, or the
-/// name of the form field it cannot show.
+/// The params of input request `method` as a session of `version` can read them, or what
+/// in them it cannot (`field "tags" as a multiple choice`).
 pub(super) fn input_params<'a>(
     version: &str,
     method: &str,
     params: Option<&'a Value>,
 ) -> Result<Option<Cow<'a, Value>>, String> {
-    let fields = params
-        .and_then(|p| p.get("requestedSchema"))
-        .and_then(|s| s.get("properties"))
-        .and_then(Value::as_object);
-    let (Some(params), Some(fields)) = (params, fields) else {
+    let Some(params) = params.filter(|_| version < SHAPES_SINCE) else {
         return Ok(params.map(Cow::Borrowed));
     };
-    if method != methods::ELICITATION_CREATE || version >= CHOICES_SINCE {
-        return Ok(Some(Cow::Borrowed(params)));
+    match method {
+        methods::ELICITATION_CREATE => form(params),
+        methods::SAMPLING_CREATE_MESSAGE => sampling(params),
+        _ => Ok(Cow::Borrowed(params)),
     }
+    .map(Some)
+}
+
+/// A form before 2025-11-25: titled choices as `enumNames`; a multiple choice refused.
+fn form(params: &Value) -> Result<Cow<'_, Value>, String> {
+    let fields = params
+        .get("requestedSchema")
+        .and_then(|s| s.get("properties"))
+        .and_then(Value::as_object);
+    let Some(fields) = fields else {
+        return Ok(Cow::Borrowed(params));
+    };
     if let Some((name, _)) = fields.iter().find(|(_, f)| f["type"] == "array") {
-        return Err(name.clone());
+        return Err(format!("field {name:?} as a multiple choice"));
     }
     if !fields.values().any(|f| f.get("oneOf").is_some()) {
-        return Ok(Some(Cow::Borrowed(params)));
+        return Ok(Cow::Borrowed(params));
     }
     let mut params = params.clone();
     if let Some(fields) = params["requestedSchema"]["properties"].as_object_mut() {
         fields.values_mut().for_each(titled_as_named);
     }
-    Ok(Some(Cow::Owned(params)))
+    Ok(Cow::Owned(params))
+}
+
+/// A sampling request before 2025-11-25: each message holds one text, image or audio block
+/// (2025-11-25 allowed several, and tool use): a one-block list is unwrapped, anything
+/// else refused.
+fn sampling(params: &Value) -> Result<Cow<'_, Value>, String> {
+    let Some(messages) = params.get("messages").and_then(Value::as_array) else {
+        return Ok(Cow::Borrowed(params));
+    };
+    let mut unwrap = false;
+    for (i, message) in messages.iter().enumerate() {
+        let block = match &message["content"] {
+            Value::Array(blocks) if blocks.len() == 1 => {
+                unwrap = true;
+                &blocks[0]
+            }
+            Value::Array(blocks) => {
+                return Err(format!("message {i} with {} content blocks", blocks.len()));
+            }
+            block => block,
+        };
+        let kind = block["type"].as_str().unwrap_or_default();
+        if !matches!(kind, "text" | "image" | "audio") {
+            return Err(format!("message {i} with {kind:?} content"));
+        }
+    }
+    if !unwrap {
+        return Ok(Cow::Borrowed(params));
+    }
+    let mut params = params.clone();
+    if let Some(messages) = params["messages"].as_array_mut() {
+        for message in messages {
+            if let Some(Value::Array(blocks)) = message.get_mut("content") {
+                let block = blocks.pop().unwrap_or_default();
+                message["content"] = block;
+            }
+        }
+    }
+    Ok(Cow::Owned(params))
+}
+
+/// What input request `method` needs of a client of `version`: before 2025-11-25 the
+/// `sampling` capability covered including context, which that revision made a capability
+/// of its own (`sampling.context`).
+pub(super) fn required(version: &str, mut caps: ClientCapabilities) -> ClientCapabilities {
+    if version < SHAPES_SINCE {
+        if let Some(sampling) = caps.sampling.as_mut() {
+            sampling.context = None;
+        }
+    }
+    caps
 }
 
 /// A titled single choice (`oneOf` of `const` and `title`) as `enum` and `enumNames`.
@@ -224,8 +288,69 @@ mod tests {
         assert!(!violations("2025-06-18", "ElicitRequest", &request).is_empty());
         assert_eq!(
             input_params("2025-06-18", method, Some(&multiple)).unwrap_err(),
-            "tags"
+            r#"field "tags" as a multiple choice"#
         );
         assert!(input_params("2025-11-25", method, Some(&multiple)).is_ok());
+    }
+
+    #[test]
+    fn before_2025_11_25_a_sampling_message_holds_one_plain_block() {
+        let method = methods::SAMPLING_CREATE_MESSAGE;
+        let asking = |content: Value| {
+            json!({ "messages": [
+                { "role": "user", "content": { "type": "text", "text": "first" } },
+                { "role": "user", "content": content },
+            ], "maxTokens": 10, "includeContext": "thisServer" })
+        };
+        let one = asking(json!([{ "type": "text", "text": "hi" }]));
+        let older = input_params("2025-06-18", method, Some(&one))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            older["messages"][1]["content"],
+            json!({ "type": "text", "text": "hi" })
+        );
+        let request =
+            json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": older.as_ref() });
+        assert!(
+            !violations(
+                "2025-06-18",
+                "CreateMessageRequest",
+                &json!({
+            "jsonrpc": "2.0", "id": 1, "method": method, "params": one })
+            )
+            .is_empty()
+        );
+        assert_valid("2025-06-18", "CreateMessageRequest", &request);
+        assert_valid("2025-03-26", "CreateMessageRequest", &request);
+        assert!(matches!(
+            input_params("2025-11-25", method, Some(&one)),
+            Ok(Some(Cow::Borrowed(_)))
+        ));
+
+        let two = asking(json!([{ "type": "text", "text": "a" }, { "type": "text", "text": "b" }]));
+        assert_eq!(
+            input_params("2025-06-18", method, Some(&two)).unwrap_err(),
+            "message 1 with 2 content blocks"
+        );
+        let tool = asking(json!({ "type": "tool_result", "toolUseId": "t", "content": [] }));
+        assert_eq!(
+            input_params("2025-03-26", method, Some(&tool)).unwrap_err(),
+            r#"message 1 with "tool_result" content"#
+        );
+
+        // Including context was the `sampling` capability's own before 2025-11-25.
+        let needs = |version: &str| {
+            let caps = ClientCapabilities {
+                sampling: Some(wharf_protocol::SamplingCapability {
+                    context: Some(Map::new()),
+                    tools: None,
+                }),
+                ..Default::default()
+            };
+            required(version, caps).sampling.unwrap().context
+        };
+        assert_eq!(needs("2025-06-18"), None);
+        assert_eq!(needs("2025-11-25"), Some(Map::new()));
     }
 }
