@@ -616,6 +616,11 @@ async fn initialize_on_a_modern_only_server_names_the_supported_versions() {
     let cases = [
         (json!({}), "malformed params"),
         (initialize_params(), "a legacy client"),
+        (
+            json!({ "protocolVersion": "2026-07-28", "capabilities": {},
+                "clientInfo": { "name": "t", "version": "1" } }),
+            "this revision's version, asked as a legacy client would",
+        ),
         (json!({ "_meta": meta() }), "this revision's _meta"),
     ];
     for (params, what) in cases {

@@ -102,8 +102,9 @@ fn claim_key(claim: &Claim) -> String {
 
 pub(crate) fn backend(e: redis::RedisError) -> StoreError {
     if e.is_timeout() {
-        // Answered "busy, retry": a write whose answer was lost may have been applied, and
-        // the retry of a keyed call finds its record (replayed), as after any lost answer.
+        // Answered "busy, retry": a read, or the commit of a keyed call (whose retry finds
+        // its claim or record, as after any lost answer). An unkeyed commit is not mapped
+        // here (see `RedisTx::commit`).
         return StoreError::Busy(format!(
             "Redis did not answer within {} s",
             IO_TIMEOUT.as_secs()
@@ -365,9 +366,10 @@ impl RedisStore {
             .with_time(IO_TIMEOUT)
             .with_interval(IO_TIMEOUT / 5)
             .with_retries(3);
-        let tcp = TcpSettings::default()
-            .set_keepalive(keepalive)
-            .set_user_timeout(IO_TIMEOUT * 2);
+        let tcp = TcpSettings::default().set_keepalive(keepalive);
+        // Linux's own (redis-rs has it only there); elsewhere keep-alive alone.
+        #[cfg(target_os = "linux")]
+        let tcp = tcp.set_user_timeout(IO_TIMEOUT * 2);
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(IO_TIMEOUT)
             .set_response_timeout(IO_TIMEOUT)
@@ -952,6 +954,7 @@ impl Transaction for RedisTx {
             return Err(StoreError::ClaimLost);
         }
         let ops = Value::Array(std::mem::take(&mut self.ops)).to_string();
+        let keyed = !claim.is_empty();
         let applied: redis::Value = self
             .commit
             .key(HANDLE_EXPIRY)
@@ -961,7 +964,15 @@ impl Transaction for RedisTx {
             .arg(ops)
             .invoke_async(&mut self.conn)
             .await
-            .map_err(backend)?;
+            .map_err(|e| match e.is_timeout() && !keyed {
+                // Its answer lost, the write may have been applied: without a claim that
+                // a retry would find, "retry" could apply it twice.
+                true => StoreError::Backend(format!(
+                    "redis: no answer to a commit within {} s; it may have been applied",
+                    IO_TIMEOUT.as_secs()
+                )),
+                false => backend(e),
+            })?;
         match applied {
             redis::Value::Int(1) => {
                 self.claim = None;

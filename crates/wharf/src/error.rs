@@ -144,11 +144,11 @@ impl RpcError {
     }
 
     /// `-32022` naming what was asked for and what is `supported` (the server's
-    /// [`Server::supported_versions`](crate::Server::supported_versions)). A version among
-    /// them is refused only outside a session (a legacy one, without `initialize`): that is
-    /// `-32600` saying so, not a refusal that lists the version it refuses.
+    /// [`Server::supported_versions`](crate::Server::supported_versions)). A legacy version
+    /// among them is refused only outside a session (without `initialize`): that is `-32600`
+    /// saying so, not a refusal that lists the version it refuses.
     pub fn unsupported_version(requested: &str, supported: &[&str]) -> Self {
-        if supported.contains(&requested) {
+        if supported.contains(&requested) && version::is_legacy(requested) {
             return Self::new(
                 ErrorKind::InvalidRequest,
                 format!(
