@@ -138,6 +138,16 @@ impl Client {
         Ok(())
     }
 
+    /// Ends what the connection holds on the server: a legacy session is deleted, so that
+    /// its server need not keep it until it idles out (2025-11-25 transports: a client
+    /// SHOULD end a session it no longer needs). A 2026-07-28 connection holds nothing.
+    pub async fn close(&self) -> Result<(), ClientError> {
+        if let Connection::Legacy(session) = &self.connection {
+            session.delete().await?;
+        }
+        Ok(())
+    }
+
     /// Answers a legacy server's request `id` (elicitation, sampling, roots) with `result`.
     pub(crate) async fn respond(&self, id: &Value, result: Value) -> Result<(), ClientError> {
         if let Connection::Legacy(session) = &self.connection {

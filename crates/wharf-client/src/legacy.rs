@@ -209,8 +209,8 @@ const MODERN_ERRORS: [i64; 3] = [-32020, -32021, -32022];
 impl HttpClient {
     /// Connects as a dual-era client does (2026-07-28 basic/versioning, "Backward
     /// Compatibility"): a modern `server/discover` first. A result, or an error only a modern
-    /// server sends, means the server is modern; any other `4xx` (or a `-32601` method not
-    /// found, whatever the status) means it is legacy, and it
+    /// server sends, means the server is modern; any other `4xx`, or any other JSON-RPC
+    /// error below 500, means it is legacy, and it
     /// gets `initialize` (newest legacy version, `capabilities`). A modern server that
     /// refuses 2026-07-28 but lists a legacy revision among those it supports gets
     /// `initialize` at the newest of them; one that supports no version this client speaks
@@ -257,9 +257,11 @@ impl HttpClient {
                 reply.body
             )));
         }
-        // A legacy server refuses the unknown method: with a 4xx, or a plain -32601.
-        let unknown = reply.error_code() == Some(i64::from(codes::METHOD_NOT_FOUND));
-        if (400..500).contains(&reply.status) || unknown {
+        // A legacy server refuses the unknown method: with a 4xx, or with any JSON-RPC error
+        // a modern server would not send (-32601, or -32602 from a stateless one), whatever
+        // the status (basic/versioning: anything else identifies a legacy server).
+        let legacy_error = reply.error_code().is_some() && reply.status < 500;
+        if (400..500).contains(&reply.status) || legacy_error {
             let newest = wharf_protocol::version::LEGACY[0];
             return LegacySession::initialize(self, newest, capabilities)
                 .await

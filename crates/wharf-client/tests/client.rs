@@ -228,12 +228,59 @@ async fn a_later_dual_era_server_is_met_in_the_legacy_revision_it_lists() {
             _ => StatusCode::ACCEPTED.into_response(),
         }
     }
+    let ended = Arc::new(Mutex::new(Vec::new()));
+    let end = {
+        let ended = Arc::clone(&ended);
+        move |headers: axum::http::HeaderMap| async move {
+            let session = headers["mcp-session-id"].to_str().unwrap().to_owned();
+            ended.lock().unwrap().push(session);
+            StatusCode::OK
+        }
+    };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    let app = axum::Router::new().route("/mcp", axum::routing::post(later));
+    let app = axum::Router::new().route("/mcp", axum::routing::post(later).delete(end));
     tokio::spawn(async move { axum::serve(listener, app).await });
-    match HttpClient::new(url).connect(json!({})).await.unwrap() {
+    let connection = HttpClient::new(url).connect(json!({})).await.unwrap();
+    match &connection {
         Connection::Legacy(session) => assert_eq!(session.version(), "2025-06-18"),
         Connection::Modern(_) => panic!("a server that refused 2026-07-28 is not modern"),
+    }
+    // Closed, the client ends its session rather than leave it to idle out.
+    Client::over(connection).close().await.unwrap();
+    assert_eq!(*ended.lock().unwrap(), ["s-1"]);
+}
+
+/// A stateless server of the 2025 era answers the unknown `server/discover` with 200 and
+/// -32602 (the Python SDK's does): not an error only a modern server sends, so the client
+/// opens a session.
+#[tokio::test]
+async fn a_legacy_server_refusing_discover_with_any_other_error_gets_initialize() {
+    use wharf_client::Connection;
+
+    async fn stateless_legacy(Json(request): Json<Value>) -> Response {
+        let id = request["id"].clone();
+        match request["method"].as_str() {
+            Some("initialize") => {
+                let result = json!({ "protocolVersion": "2025-11-25", "capabilities": {},
+                    "serverInfo": { "name": "old", "version": "1" } });
+                Json(json!({ "jsonrpc": "2.0", "id": id, "result": result })).into_response()
+            }
+            Some(method) if method.starts_with("notifications/") => {
+                StatusCode::ACCEPTED.into_response()
+            }
+            _ => {
+                let error = json!({ "code": -32602, "message": "Invalid request parameters" });
+                Json(json!({ "jsonrpc": "2.0", "id": id, "error": error })).into_response()
+            }
+        }
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let app = axum::Router::new().route("/mcp", axum::routing::post(stateless_legacy));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    match HttpClient::new(url).connect(json!({})).await.unwrap() {
+        Connection::Legacy(session) => assert_eq!(session.version(), "2025-11-25"),
+        Connection::Modern(_) => panic!("the server does not know server/discover"),
     }
 }

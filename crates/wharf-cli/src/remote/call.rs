@@ -72,52 +72,62 @@ pub(crate) fn run(args: CallArgs) -> ExitCode {
             Ok(c) => c,
             Err(e) => return super::failed(e),
         };
-        let call = match prepare(&client, &args).await {
-            Ok(call) => call,
-            Err(e) => return super::failed(e),
-        };
-        let answers = match prepared_answers(&args.answers) {
-            Ok(a) => a,
-            Err(e) => return super::failed(e),
-        };
-        let sampling_reply = match args.sampling_reply.as_deref().map(text_or_file).transpose() {
-            Ok(reply) => reply,
-            Err(e) => return super::failed(format!("--sampling-reply {e}")),
-        };
-        let bar = progress_bar(&args.tool);
-        let mut answerer = Prepared::new(
-            answers,
-            Terminal {
-                bar: bar.clone(),
-                roots: args.roots.clone(),
-                sampling_reply,
-                interactive,
-            },
-        );
-        let last_id = Arc::new(Mutex::new(Value::Null));
-        let mut on_event = {
-            let bar = bar.clone();
-            let last_id = last_id.clone();
-            move |event: Event| show_event(&bar, &last_id, event)
-        };
-        let outcome = tokio::select! {
-            outcome = client.call_tool(&call, &mut answerer, &mut on_event) => outcome,
-            _ = tokio::signal::ctrl_c() => {
-                bar.finish_and_clear();
-                let id = last_id.lock().map(|id| id.clone()).unwrap_or(Value::Null);
-                // The call's future is dropped here, which closes its stream: that is the
-                // cancellation a 2026-07-28 server acts on. A legacy one is told.
-                let _ = client.cancel(&id, "cancelled by the user (Ctrl-C)").await;
-                eprintln!("cancelled: the call's stream is closed and the server stops the call");
-                return ExitCode::from(130);
-            }
-        };
-        bar.finish_and_clear();
-        match outcome {
-            Ok(result) => show_result(&result, args.output),
-            Err(e) => show_error(&e, call.key()),
-        }
+        let code = call(&client, &args, interactive).await;
+        super::close(&client).await;
+        code
     })
+}
+
+/// Calls the tool over `client`, connected: what `run` does once the server answered.
+async fn call(client: &Client, args: &CallArgs, interactive: bool) -> ExitCode {
+    let call = match prepare(client, args).await {
+        Ok(call) => call,
+        Err(e) => return super::failed(e),
+    };
+    let answers = match prepared_answers(&args.answers) {
+        Ok(a) => a,
+        Err(e) => return super::failed(e),
+    };
+    let sampling_reply = match args.sampling_reply.as_deref().map(text_or_file).transpose() {
+        Ok(reply) => reply,
+        Err(e) => return super::failed(format!("--sampling-reply {e}")),
+    };
+    let bar = progress_bar(&args.tool);
+    let mut answerer = Prepared::new(
+        answers,
+        Terminal {
+            bar: bar.clone(),
+            roots: args.roots.clone(),
+            sampling_reply,
+            interactive,
+        },
+    );
+    let last_id = Arc::new(Mutex::new(Value::Null));
+    let mut on_event = {
+        let bar = bar.clone();
+        let last_id = last_id.clone();
+        move |event: Event| show_event(&bar, &last_id, event)
+    };
+    let outcome = tokio::select! {
+        outcome = client.call_tool(&call, &mut answerer, &mut on_event) => outcome,
+        _ = tokio::signal::ctrl_c() => {
+            bar.finish_and_clear();
+            let id = last_id.lock().map(|id| id.clone()).unwrap_or(Value::Null);
+            // The call's future is dropped here, which closes its stream: that is the
+            // cancellation a 2026-07-28 server acts on. A legacy one is told.
+            // Bounded: a server that does not answer the cancellation does not hold the
+            // terminal (a second Ctrl-C would not reach this process).
+            let cancel = client.cancel(&id, "cancelled by the user (Ctrl-C)");
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(3), cancel).await;
+            eprintln!("cancelled: the call's stream is closed and the server stops the call");
+            return ExitCode::from(130);
+        }
+    };
+    bar.finish_and_clear();
+    match outcome {
+        Ok(result) => show_result(&result, args.output),
+        Err(e) => show_error(&e, call.key()),
+    }
 }
 
 /// What this client can answer: elicitation, roots and sampling when someone at the

@@ -45,7 +45,13 @@ impl Endpoint {
 
     /// [`Endpoint::client`]; with `refused`, a stored token is refreshed first.
     async fn client_with(&self, refused: bool) -> Result<HttpClient, String> {
-        let mut client = HttpClient::new(self.url.clone());
+        // A server that never accepts is given up on: requests themselves are not timed, since
+        // a listen stream or a long call may rightly stay quiet for long.
+        let http = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(10))
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        let mut client = HttpClient::new(self.url.clone()).with_http(http);
         client.meta.client_info = serde_json::json!({
             "name": "wharf",
             "version": env!("CARGO_PKG_VERSION"),
@@ -131,6 +137,12 @@ pub(crate) fn block_on(future: impl std::future::Future<Output = ExitCode>) -> E
 pub(crate) fn failed(message: impl std::fmt::Display) -> ExitCode {
     eprintln!("{} {message}", console::style("error:").red().bold());
     ExitCode::FAILURE
+}
+
+/// Ends what `client` holds on the server (a legacy session), waiting a few seconds at
+/// most: a server that does not answer does not hold the command.
+pub(crate) async fn close(client: &wharf_client::Client) {
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(3), client.close()).await;
 }
 
 #[cfg(test)]

@@ -54,9 +54,18 @@ impl Grant {
         resource: &str,
         previous_refresh: Option<String>,
     ) -> Result<Self, String> {
-        let access_token = body["access_token"]
-            .as_str()
-            .ok_or_else(|| format!("the token endpoint sent no access_token: {body}"))?;
+        let access_token = body["access_token"].as_str().ok_or_else(|| {
+            // Its members' names only: the body may hold a refresh or ID token.
+            let members: Vec<&str> = body
+                .as_object()
+                .map(|o| o.keys().map(String::as_str).collect())
+                .unwrap_or_default();
+            let why = body["error_description"]
+                .as_str()
+                .or(body["error"].as_str())
+                .unwrap_or("no error named");
+            format!("the token endpoint sent no access_token ({why}; members {members:?})")
+        })?;
         Ok(Grant {
             access_token: access_token.to_owned(),
             // A server that does not rotate refresh tokens leaves the old one valid.
@@ -365,6 +374,18 @@ mod tests {
     use std::sync::Arc;
 
     use super::{Grant, TokenFile, Tokens};
+
+    /// A token response without an access token is named by its error and its members'
+    /// names: never by its values, which may be a refresh or an ID token.
+    #[test]
+    fn a_response_without_an_access_token_shows_no_other_token() {
+        let body = serde_json::json!({ "refresh_token": "SECRET-R", "id_token": "SECRET-I",
+            "error": "invalid_grant" });
+        let refused =
+            Grant::from_response(&body, "https://as/token", "c", "https://mcp", None).unwrap_err();
+        assert!(!refused.contains("SECRET"), "{refused}");
+        assert!(refused.contains("invalid_grant") && refused.contains("refresh_token"));
+    }
 
     fn grant(n: usize) -> Grant {
         Grant {

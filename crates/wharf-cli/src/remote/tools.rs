@@ -22,7 +22,9 @@ pub(crate) fn run(args: ToolsArgs) -> ExitCode {
             Ok(c) => c,
             Err(e) => return super::failed(e),
         };
-        let tools = match client.list_tools().await {
+        let listed = client.list_tools().await;
+        super::close(&client).await;
+        let tools = match listed {
             Ok(t) => t,
             Err(e) => return super::failed(format!("tools/list: {e}")),
         };
