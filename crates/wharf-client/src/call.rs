@@ -60,6 +60,9 @@ pub struct ToolCall {
     progress: bool,
     max_rounds: usize,
     attempts: u32,
+    /// Whether the tool takes an idempotency key: false when its definition, known, has no
+    /// such argument, and then a key does not make a retry safe (the server may ignore it).
+    takes_key: bool,
 }
 
 impl ToolCall {
@@ -74,6 +77,7 @@ impl ToolCall {
             progress: false,
             max_rounds: 8,
             attempts: 3,
+            takes_key: true,
         }
     }
 
@@ -82,6 +86,9 @@ impl ToolCall {
     pub fn for_tool(tool: &Value, arguments: Value) -> Self {
         let mut call = ToolCall::new(tool["name"].as_str().unwrap_or_default(), arguments);
         call.mirror(tool);
+        call.takes_key = tool["inputSchema"]["properties"]
+            .get(IDEMPOTENCY_KEY)
+            .is_some();
         call
     }
 
@@ -113,7 +120,9 @@ impl ToolCall {
     }
 
     /// Sets the idempotency key: a broken exchange is then retried with it (up to
-    /// [`ToolCall::attempts`]), and the server applies the write once.
+    /// [`ToolCall::attempts`]), and the server applies the write once. Not for a call made
+    /// [`for_tool`](ToolCall::for_tool) whose definition has no such argument: that one is
+    /// sent once, key or not.
     pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
         if let Value::Object(arguments) = &mut self.arguments {
             arguments.insert(IDEMPOTENCY_KEY.to_owned(), Value::String(key.into()));
@@ -238,7 +247,7 @@ impl Client {
         answerer: &mut A,
         on_event: &mut (dyn FnMut(Event) + Send),
     ) -> Result<Value, CallError> {
-        let attempts = if call.key().is_some() {
+        let attempts = if call.key().is_some() && call.takes_key {
             call.attempts
         } else {
             1

@@ -159,6 +159,23 @@ async fn a_call_without_a_key_is_never_resent() {
     );
 }
 
+/// A key for a tool whose definition has no such argument makes no retry safe (the server
+/// may ignore it): the call is sent once.
+#[tokio::test]
+async fn a_key_the_tool_does_not_take_does_not_make_it_resent() {
+    let script = Script::default();
+    *script.drops.lock().unwrap() = 1;
+    let client = connect(&script).await;
+    let confirm = json!({ "name": "confirm", "inputSchema": { "type": "object" } });
+    let call = ToolCall::for_tool(&confirm, json!({})).idempotency_key(new_idempotency_key());
+    let error = client
+        .call_tool(&call, &mut yes(), &mut |_| {})
+        .await
+        .unwrap_err();
+    assert!(matches!(error, CallError::Transport(_)), "{error:?}");
+    assert_eq!(sent(&script, "tools/call").len(), 1, "resent");
+}
+
 #[tokio::test]
 async fn an_unanswered_question_names_its_key() {
     let client = connect(&Script::default()).await;

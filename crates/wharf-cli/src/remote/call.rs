@@ -172,7 +172,14 @@ async fn prepare(client: &Client, args: &CallArgs) -> Result<ToolCall, String> {
         .key()
         .map(str::to_owned)
         .or(args.idempotency_key.clone());
+    let takes_key = schema["properties"].get(IDEMPOTENCY_KEY).is_some();
     match given {
+        Some(_) if !takes_key => {
+            return Err(format!(
+                "tool {:?} takes no {IDEMPOTENCY_KEY}: a retry could apply its write twice, so it is sent once, without one",
+                args.tool
+            ));
+        }
         Some(key) => call = call.idempotency_key(key),
         None if needs_key => {
             let key = new_idempotency_key();
