@@ -178,11 +178,11 @@ where
                     ErrorKind::InvalidRequest,
                     format!("Message longer than {MAX_LINE_BYTES} bytes"),
                 );
-                send_error(&tx, None, &e).await;
+                refuse_unread(&tx, &legacy, &e).await;
             }
             Ok(Line::NotUtf8) => {
                 let e = RpcError::new(ErrorKind::Parse, "Parse error: the line is not UTF-8");
-                send_error(&tx, None, &e).await;
+                refuse_unread(&tx, &legacy, &e).await;
             }
             Err(e) => {
                 tracing::warn!(error = %e, "stdin failed");
@@ -256,6 +256,18 @@ async fn send_error(tx: &mpsc::Sender<Vec<u8>>, id: Option<&RequestId>, e: &RpcE
     let mut buf = Vec::with_capacity(128);
     let _ = write_error(&mut buf, id, &e.to_object());
     let _ = tx.send(buf).await;
+}
+
+/// Refuses a line whose id could not be read: with an error without one, unless the
+/// session's revision requires an id in every error (before 2025-11-25 `JSONRPCError.id`
+/// is required), where no message it reads could carry this one: it is logged instead.
+async fn refuse_unread(tx: &mpsc::Sender<Vec<u8>>, legacy: &Legacy, e: &RpcError) {
+    match &legacy.session {
+        Some(session) if session.version() < "2025-11-25" => {
+            tracing::warn!(error = %e.message, version = session.version(), "a line was refused unanswered: this session's revision has no error without an id");
+        }
+        _ => send_error(tx, None, e).await,
+    }
 }
 
 /// What a line's handling needs from the session loop.
@@ -415,7 +427,11 @@ async fn read_long_way(
             return None;
         }
         Err(failure) => {
-            send_error(tx, failure.id.as_ref(), &RpcError::from(&failure.error)).await;
+            let e = RpcError::from(&failure.error);
+            match failure.id.as_ref() {
+                Some(id) => send_error(tx, Some(id), &e).await,
+                None => refuse_unread(tx, legacy, &e).await,
+            }
             return None;
         }
     };

@@ -270,6 +270,14 @@ async fn a_legacy_client_initializes_and_answers_an_elicitation() {
     assert_eq!(m["error"]["code"], -32603, "{m}");
     let message = m["error"]["message"].as_str().unwrap();
     assert!(message.contains("as a multiple choice"), "{message}");
+
+    // A line that does not parse has no id to answer with, and this revision's errors need
+    // one: nothing is sent for it (the ping's answer is the next message).
+    c.send_line("{\n".to_owned()).await.unwrap();
+    c.request(json!(5), "ping", json!({})).await.unwrap();
+    let m = recv(&mut c).await;
+    validate_legacy("ping", &m);
+    assert_eq!(m["id"], 5, "{m}");
     c.close_stdin();
     assert!(c.wait().await.unwrap().success());
 }
