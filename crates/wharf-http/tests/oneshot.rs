@@ -332,11 +332,8 @@ async fn initialize_and_notifications_are_refused_under_another_methods_header()
     assert_eq!(status, StatusCode::ACCEPTED);
 }
 
-/// A legacy call's stream ends with its response, though a task its handler left running
-/// still holds the call's context (and with it a sender of the stream).
-#[tokio::test]
-async fn a_legacy_calls_stream_ends_with_its_response() {
-    let app = app();
+/// Opens a 2025-11-25 session of `app` for alice: its id.
+async fn open_session(app: &Router) -> String {
     let initialize =
         json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize_params() });
     let res = app
@@ -345,7 +342,15 @@ async fn a_legacy_calls_stream_ends_with_its_response() {
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
-    let session = res.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    res.headers()["mcp-session-id"].to_str().unwrap().to_owned()
+}
+
+/// A legacy call's stream ends with its response, though a task its handler left running
+/// still holds the call's context (and with it a sender of the stream).
+#[tokio::test]
+async fn a_legacy_calls_stream_ends_with_its_response() {
+    let app = app();
+    let session = open_session(&app).await;
 
     // A progress token asks for a stream.
     let call = json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
@@ -383,14 +388,7 @@ async fn a_legacy_calls_stream_ends_with_its_response() {
 #[tokio::test]
 async fn a_head_request_leaves_the_sessions_stream_open() {
     let app = app();
-    let initialize =
-        json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize_params() });
-    let res = app
-        .clone()
-        .oneshot(post(&initialize, &[("x-user", "alice")]))
-        .await
-        .unwrap();
-    let session = res.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    let session = open_session(&app).await;
     let on_session = |method: &str| {
         Request::builder()
             .method(method)

@@ -699,7 +699,6 @@ mod tests {
     /// choice (the call fails, naming the field) while a 2025-11-25 client is.
     #[tokio::test]
     async fn what_an_older_session_cannot_read_is_rewritten_or_refused() {
-        use crate::legacy::{Answer, Scope};
         use crate::{Context, FormSchema, HandlerError, NoArgs, Server, tool};
         use wharf_protocol::{Content, ResourceLink};
 
@@ -728,32 +727,7 @@ mod tests {
             .unwrap();
         // The first message the call sends in a session of `version`.
         let first = async |version: &str, tool: &str| -> Value {
-            let sessions = server.sessions();
-            let alice = Principal::new("alice");
-            let init = format!(
-                r#"{{"protocolVersion":"{version}","capabilities":{{"elicitation":{{}}}},"clientInfo":{{"name":"c","version":"1"}}}}"#
-            );
-            let init = RawValue::from_string(init).unwrap();
-            let (mut session, _) = sessions
-                .initialize(RequestId::Int(0), Some(&init), &alice, Scope::Shared)
-                .await
-                .unwrap();
-            let params =
-                RawValue::from_string(format!(r#"{{"name":"{tool}","arguments":{{}}}}"#)).unwrap();
-            let Ok(Answer::Call(call)) = sessions
-                .request(
-                    &mut session,
-                    RequestId::Int(7),
-                    "tools/call",
-                    Some(&params),
-                    alice,
-                )
-                .await
-            else {
-                panic!("the call was not admitted");
-            };
-            let (outbox, mut sent) = tokio::sync::mpsc::channel(8);
-            let running = tokio::spawn(call.stream(outbox));
+            let (_, mut sent, running) = call_in(&server, version, tool).await;
             let message = serde_json::from_slice(&sent.recv().await.unwrap()).unwrap();
             running.abort();
             message
@@ -799,31 +773,32 @@ mod tests {
             .unwrap()
     }
 
-    /// Opens a session of `server` for a client that can answer elicitations, calls
-    /// `confirm` in it as request 7 on a stream, and returns the session, the stream's
-    /// messages once the elicitation request was read off them (with its id), and the call's
-    /// task.
-    async fn confirm_call(
+    /// Opens a session of `version` of `server` for alice's client, which can answer
+    /// elicitations, and calls `tool` in it as request 7 on a stream: the session, the
+    /// stream's messages, and the call's task.
+    async fn call_in(
         server: &crate::Server,
+        version: &str,
+        tool: &str,
     ) -> (
         Session,
         tokio::sync::mpsc::Receiver<Vec<u8>>,
-        RequestId,
         tokio::task::JoinHandle<()>,
     ) {
         use crate::legacy::{Answer, Scope};
 
         let sessions = server.sessions();
         let alice = Principal::new("alice");
-        let init = RawValue::from_string(
-            r#"{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"c","version":"1"}}"#.into(),
-        )
-        .unwrap();
+        let init = format!(
+            r#"{{"protocolVersion":"{version}","capabilities":{{"elicitation":{{}}}},"clientInfo":{{"name":"c","version":"1"}}}}"#
+        );
+        let init = RawValue::from_string(init).unwrap();
         let (mut session, _) = sessions
             .initialize(RequestId::Int(0), Some(&init), &alice, Scope::Shared)
             .await
             .unwrap();
-        let params = RawValue::from_string(r#"{"name":"confirm","arguments":{}}"#.into()).unwrap();
+        let params =
+            RawValue::from_string(format!(r#"{{"name":"{tool}","arguments":{{}}}}"#)).unwrap();
         let Ok(Answer::Call(call)) = sessions
             .request(
                 &mut session,
@@ -836,8 +811,22 @@ mod tests {
         else {
             panic!("the call was not admitted");
         };
-        let (outbox, mut sent) = tokio::sync::mpsc::channel(8);
+        let (outbox, sent) = tokio::sync::mpsc::channel(8);
         let running = tokio::spawn(call.stream(outbox));
+        (session, sent, running)
+    }
+
+    /// [`call_in`] of `confirm` in a 2025-11-25 session, once the elicitation request was
+    /// read off the stream (with its id).
+    async fn confirm_call(
+        server: &crate::Server,
+    ) -> (
+        Session,
+        tokio::sync::mpsc::Receiver<Vec<u8>>,
+        RequestId,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let (session, mut sent, running) = call_in(server, "2025-11-25", "confirm").await;
         let asked: Value = serde_json::from_slice(&sent.recv().await.unwrap()).unwrap();
         assert_eq!(asked["method"], "elicitation/create", "{asked}");
         let asked_id = serde_json::from_value(asked["id"].clone()).unwrap();
