@@ -66,14 +66,21 @@ async fn mcp(State(script): State<Script>, Json(request): Json<Value>) -> Respon
     Json(json!({ "jsonrpc": "2.0", "id": id, "result": result })).into_response()
 }
 
-async fn connect(script: &Script) -> Client {
+/// Serves `app` on a port of its own: its `/mcp` URL.
+async fn serve(app: axum::Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+async fn connect(script: &Script) -> Client {
     let app = axum::Router::new()
         .route("/mcp", axum::routing::post(mcp))
         .with_state(script.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    Client::connect(HttpClient::new(url)).await.unwrap()
+    Client::connect(HttpClient::new(serve(app).await))
+        .await
+        .unwrap()
 }
 
 fn sent(script: &Script, method: &str) -> Vec<Value> {
@@ -254,10 +261,8 @@ async fn a_later_dual_era_server_is_met_in_the_legacy_revision_it_lists() {
             StatusCode::OK
         }
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     let app = axum::Router::new().route("/mcp", axum::routing::post(later).delete(end));
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = serve(app).await;
     let connection = HttpClient::new(url).connect(json!({})).await.unwrap();
     match &connection {
         Connection::Legacy(session) => assert_eq!(session.version(), "2025-06-18"),
@@ -292,10 +297,8 @@ async fn a_legacy_server_refusing_discover_with_any_other_error_gets_initialize(
             }
         }
     }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     let app = axum::Router::new().route("/mcp", axum::routing::post(stateless_legacy));
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = serve(app).await;
     match HttpClient::new(url).connect(json!({})).await.unwrap() {
         Connection::Legacy(session) => assert_eq!(session.version(), "2025-11-25"),
         Connection::Modern(_) => panic!("the server does not know server/discover"),
