@@ -7,7 +7,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use wharf::protocol::Implementation;
-use wharf::{Context, Server, Structured, tool};
+use wharf::{Context, HandlerError, Server, Structured, tool};
 use wharf_http::HttpConfig;
 
 #[derive(Deserialize, JsonSchema)]
@@ -37,9 +37,12 @@ async fn main() -> anyhow::Result<()> {
             ))
             .tool(tool("add").description("Add two numbers.").handler(
                 |_cx: Context, args: Add| async move {
-                    Structured(Sum {
-                        sum: args.a + args.b,
-                    })
+                    let sum = args.a + args.b;
+                    // JSON has no infinity: the model is told, and can call again.
+                    if !sum.is_finite() {
+                        return Err(HandlerError::execution("the sum is too large for a number"));
+                    }
+                    Ok(Structured(Sum { sum }))
                 },
             ))
             .build()?;

@@ -7,20 +7,15 @@
 //! cargo run -p wharf-examples --example pg_orders   # STORE=postgres://localhost/postgres, ADDR=127.0.0.1:8080
 //! ```
 
+use std::sync::Arc;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use sqlx::Executor;
 use wharf::protocol::Implementation;
 use wharf::{Context, HandlerError, Server, Structured, tool};
 use wharf_http::HttpConfig;
-use wharf_store::SqlTx;
-
-/// The app's own table, next to the store's.
-const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS example_orders (
-    id BIGSERIAL PRIMARY KEY,
-    item TEXT NOT NULL,
-    quantity INTEGER NOT NULL
-)";
+use wharf_store::sql::db_error;
+use wharf_store::{AppMigrations, SqlTx, StoreOptions};
 
 #[derive(Deserialize, JsonSchema)]
 struct Order {
@@ -52,25 +47,24 @@ async fn place(cx: Context, args: Order) -> Result<Structured<Placed>, HandlerEr
     .bind(args.quantity)
     .fetch_one(&mut **pg)
     .await
-    .map_err(HandlerError::internal)?;
+    // A lock wait that ran out or a busy pool is "busy, retry" (503), as the store's own.
+    .map_err(db_error)?;
     Ok(Structured(Placed { order }))
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let url = std::env::var("STORE").unwrap_or_else(|_| "postgres://localhost/postgres".into());
-    let store = wharf_store::open(&url, &wharf_store::StoreOptions::default()).await?;
-    // The app's migration: here one statement, run in a transaction of the store.
-    let mut tx = store.begin(wharf::store::TxMode::Write).await?;
-    let pg = tx
-        .backend_tx()
-        .downcast_mut::<SqlTx>()
-        .and_then(SqlTx::postgres);
-    let Some(pg) = pg else {
+    if !url.starts_with("postgres") {
         anyhow::bail!("this example needs a PostgreSQL store, not {url}");
-    };
-    pg.execute(SCHEMA).await?;
-    tx.commit().await?;
+    }
+    // The app's tables are migrations the store applies when it opens, after its own, once
+    // per database however many replicas start together (examples/migrations/pg_orders).
+    let mut options = StoreOptions::default();
+    options.app_migrations = Some(Arc::new(
+        AppMigrations::new().postgres(sqlx::migrate!("./migrations/pg_orders")),
+    ));
+    let store = wharf_store::open(&url, &options).await?;
     let server = Server::builder(Implementation::new("orders", "1.0.0"))
         .store(store)
         .tool(

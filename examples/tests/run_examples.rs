@@ -104,6 +104,15 @@ async fn hello_tools_greets_and_adds() {
     )
     .await;
     assert_eq!(body["result"]["structuredContent"]["sum"], 5.0, "{body}");
+    // A sum past f64 is a result the model reads, not a protocol error.
+    let (_, body) = call(
+        &ex.url,
+        "add",
+        json!({ "arguments": { "a": 1e308, "b": 1e308 } }),
+        None,
+    )
+    .await;
+    assert_eq!(body["result"]["isError"], true, "{body}");
 }
 
 #[tokio::test]
