@@ -45,6 +45,9 @@ pub struct Dataset {
     pub columns: Value,
     /// How many rows it holds.
     pub rows: u64,
+    /// Which making of the dataset this is: another after it was deleted and made again
+    /// under its name (0 for datasets made before generations were kept).
+    pub generation: i64,
     /// On Redis: the hash field as read, to expect unchanged when writing.
     redis: Option<(String, Stored)>,
 }
@@ -60,6 +63,9 @@ struct Stored {
     /// Bytes of row JSON (datasets stored before the count was kept count 0).
     #[serde(default)]
     bytes: u64,
+    /// See [`Dataset::generation`].
+    #[serde(default)]
+    generation: i64,
 }
 
 /// A committed import's rows on Redis: its list, the sequence number of its first row, and
@@ -229,7 +235,8 @@ impl<'t> Data<'t> {
         match self {
             Data::Sql(tx) => on_sql!(&mut **tx, |c| {
                 let row = sqlx::query(
-                    "SELECT columns, row_count FROM ref_datasets WHERE owner = $1 AND name = $2",
+                    "SELECT columns, row_count, generation FROM ref_datasets \
+                     WHERE owner = $1 AND name = $2",
                 )
                 .bind(owner)
                 .bind(name)
@@ -241,6 +248,7 @@ impl<'t> Data<'t> {
                     Ok(Dataset {
                         columns: json_text(&columns)?,
                         rows: count(row.try_get(1).map_err(sql)?),
+                        generation: row.try_get(2).map_err(sql)?,
                         redis: None,
                     })
                 })
@@ -258,6 +266,7 @@ impl<'t> Data<'t> {
                     Ok(Dataset {
                         columns: stored.columns.clone(),
                         rows: stored.rows,
+                        generation: stored.generation,
                         redis: Some((text, stored)),
                     })
                 })
@@ -530,12 +539,13 @@ impl<'t> Data<'t> {
                 on_sql!(&mut **tx, |c| {
                     let columns_text = columns.to_string();
                     sqlx::query(
-                        "INSERT INTO ref_datasets (owner, name, columns) VALUES ($1, $2, $3) \
-                     ON CONFLICT (owner, name) DO NOTHING",
+                        "INSERT INTO ref_datasets (owner, name, columns, generation) \
+                         VALUES ($1, $2, $3, $4) ON CONFLICT (owner, name) DO NOTHING",
                     )
                     .bind(owner)
                     .bind(name)
                     .bind(&columns_text)
+                    .bind(rand::random::<i64>())
                     .execute(&mut **c)
                     .await
                     .map_err(sql)?;
@@ -622,6 +632,7 @@ impl<'t> Data<'t> {
                         next_seq: 0,
                         segments: Vec::new(),
                         bytes: 0,
+                        generation: rand::random(),
                     },
                 };
                 if stored.columns != *columns {

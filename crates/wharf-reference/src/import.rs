@@ -833,7 +833,13 @@ async fn query(cx: &Context, args: QueryArgs) -> Result<Structured<QueryResult>,
     let store = cx.store()?;
     let mut tx = store.begin(TxMode::Read).await?;
     let mut data = Data::of(tx.as_mut())?;
-    let (columns, _) = dataset_definition(&mut data, cx, &args.dataset).await?;
+    let Some(dataset) = data.dataset(cx.principal().id(), &args.dataset).await? else {
+        return Err(HandlerError::execution(format!(
+            "Dataset {:?} does not exist.",
+            args.dataset
+        )));
+    };
+    let columns = columns_of(&dataset.columns)?;
     for f in &args.filters {
         if !columns.iter().any(|c| c.name == f.column) {
             return Err(HandlerError::execution(format!(
@@ -842,9 +848,11 @@ async fn query(cx: &Context, args: QueryArgs) -> Result<Structured<QueryResult>,
             )));
         }
     }
-    // The cursor is bound to the dataset and the filters: it cannot resume another query.
+    // The cursor is bound to the dataset (this making of it: one deleted and made again
+    // numbers its rows from the start) and the filters: it cannot resume another query.
     let scope = serde_json::to_vec(&json!({
         "dataset": args.dataset,
+        "generation": dataset.generation,
         "filters": args.filters.iter().map(|f| json!([f.column, format!("{:?}", f.op), f.value])).collect::<Vec<_>>(),
     }))
     .map_err(HandlerError::internal)?;

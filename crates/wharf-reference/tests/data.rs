@@ -139,6 +139,13 @@ async fn imports_commit_replace_scan_and_delete(store: Arc<dyn Store>) {
     .await
     .unwrap();
     assert!(matches!(committed, Commit::Done { moved: 5, total: 5 }));
+    let generation = async || {
+        read(&*store, async |d| {
+            d.dataset(owner, "sales").await.unwrap().unwrap().generation
+        })
+        .await
+    };
+    let made = generation().await;
     let all = ids(&*store, owner, None).await;
     assert_eq!(all, (0..5).map(|i| (i, i as u64)).collect::<Vec<_>>());
     assert_eq!(ids(&*store, owner, Some(2)).await, all[3..]);
@@ -174,6 +181,11 @@ async fn imports_commit_replace_scan_and_delete(store: Arc<dyn Store>) {
     assert_eq!(ids(&*store, owner, Some(5)).await, vec![(6, 101)]);
     let staged = read(&*store, async |d| d.staged(&second.id).await.unwrap()).await;
     assert_eq!(staged, 0, "committed rows leave the import");
+    assert_eq!(
+        generation().await,
+        made,
+        "a replace keeps the dataset (and its cursors)"
+    );
 
     let deleted = write(&*store, async |d| {
         let dataset = d.dataset(owner, "sales").await.unwrap().unwrap();
@@ -186,6 +198,26 @@ async fn imports_commit_replace_scan_and_delete(store: Arc<dyn Store>) {
     let gone = read(&*store, async |d| d.dataset(owner, "sales").await.unwrap()).await;
     assert!(gone.is_none());
     assert!(ids(&*store, owner, None).await.is_empty());
+
+    // Made again under its name, its rows are numbered from the start: another making,
+    // so that a cursor of the one deleted is refused rather than skipping rows.
+    let third = import(&*store, &who).await;
+    write(&*store, async |d| {
+        d.append_staged(&third, &rows(200, 1), ROW_BYTES, u64::MAX)
+            .await
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    write(&*store, async |d| {
+        d.commit_staged(owner, "sales", &columns(), &third.id, false)
+            .await
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(ids(&*store, owner, None).await, vec![(0, 200)]);
+    assert_ne!(generation().await, made);
 }
 
 /// An import's staged rows, and their count against the owner's stored bytes, go when its
