@@ -209,7 +209,19 @@ impl HttpClient {
         } else {
             serde_json::from_str::<Value>(&body)
                 .map(|v| vec![v])
-                .map_err(|e| ClientError::Protocol(format!("{e}: {body}")))?
+                .map_err(|e| {
+                    // An error status whose body is no JSON-RPC (a proxy's page) is that
+                    // status, as on a stream.
+                    let shown: String = body.chars().take(200).collect();
+                    if status >= 400 {
+                        ClientError::Status {
+                            status,
+                            body: shown,
+                        }
+                    } else {
+                        ClientError::Protocol(format!("HTTP {status}, not JSON-RPC ({e}): {shown}"))
+                    }
+                })?
         };
         Ok(Reply {
             status,

@@ -209,8 +209,9 @@ const MODERN_ERRORS: [i64; 3] = [-32020, -32021, -32022];
 impl HttpClient {
     /// Connects as a dual-era client does (2026-07-28 basic/versioning, "Backward
     /// Compatibility"): a modern `server/discover` first. A result, or an error only a modern
-    /// server sends, means the server is modern; any other `4xx`, or any other JSON-RPC
-    /// error below 500, means it is legacy, and it
+    /// server sends, means the server is modern; any other `4xx`, or -32601, -32602 or -32600
+    /// (a 2025-era server's answers to an unknown method) whatever the status, means it is
+    /// legacy, and it
     /// gets `initialize` (newest legacy version, `capabilities`). A modern server that
     /// refuses 2026-07-28 but lists a legacy revision among those it supports gets
     /// `initialize` at the newest of them; one that supports no version this client speaks
@@ -257,15 +258,28 @@ impl HttpClient {
                 reply.body
             )));
         }
-        // A legacy server refuses the unknown method: with a 4xx, or with any JSON-RPC error
-        // a modern server would not send (-32601, or -32602 from a stateless one), whatever
-        // the status (basic/versioning: anything else identifies a legacy server).
-        let legacy_error = reply.error_code().is_some() && reply.status < 500;
-        if (400..500).contains(&reply.status) || legacy_error {
+        // A legacy server refuses the unknown method: with a 4xx, or with the error a 2025-era
+        // server answers an unknown method with, whatever the status: -32601, or -32602 or
+        // -32600 from a stateless one. Any other error (-32603, an application's code) is the
+        // server's own answer, reported as it is.
+        let refused_as_unknown = matches!(
+            reply.error_code(),
+            Some(code) if [codes::METHOD_NOT_FOUND, codes::INVALID_PARAMS, codes::INVALID_REQUEST]
+                .iter()
+                .any(|c| i64::from(*c) == code)
+        );
+        if (400..500).contains(&reply.status) || refused_as_unknown {
             let newest = wharf_protocol::version::LEGACY[0];
             return LegacySession::initialize(self, newest, capabilities)
                 .await
                 .map(Connection::Legacy);
+        }
+        if reply.status >= 500 {
+            // A server (or the proxy before it) in trouble: a status, which may pass.
+            return Err(ClientError::Status {
+                status: reply.status,
+                body: reply.body,
+            });
         }
         Err(ClientError::Protocol(format!(
             "server/discover answered HTTP {}: {}",

@@ -304,3 +304,34 @@ async fn a_legacy_server_refusing_discover_with_any_other_error_gets_initialize(
         Connection::Modern(_) => panic!("the server does not know server/discover"),
     }
 }
+
+/// A server answering `server/discover` with its own error (-32603 here, at 200) is not
+/// taken for a legacy one: the client reports the error rather than open a 2025 session.
+#[tokio::test]
+async fn a_discover_refused_for_another_reason_is_an_error_not_a_fallback() {
+    async fn failing(Json(request): Json<Value>) -> Response {
+        let error = json!({ "code": -32603, "message": "Internal error" });
+        Json(json!({ "jsonrpc": "2.0", "id": request["id"], "error": error })).into_response()
+    }
+    let url = serve(axum::Router::new().route("/mcp", axum::routing::post(failing))).await;
+    let refused = HttpClient::new(url).connect(json!({})).await.unwrap_err();
+    assert!(refused.to_string().contains("-32603"), "{refused}");
+}
+
+/// A `server/discover` answered 503 (a proxy whose upstream restarts) is a status the
+/// caller may retry (`wharf listen` does), not a protocol error.
+#[tokio::test]
+async fn a_discover_answered_503_is_a_status_to_retry() {
+    async fn restarting() -> Response {
+        (StatusCode::SERVICE_UNAVAILABLE, "upstream restarting").into_response()
+    }
+    let url = serve(axum::Router::new().route("/mcp", axum::routing::post(restarting))).await;
+    let refused = HttpClient::new(url).connect(json!({})).await.unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            wharf_client::ClientError::Status { status: 503, .. }
+        ),
+        "{refused:?}"
+    );
+}

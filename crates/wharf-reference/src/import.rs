@@ -849,13 +849,17 @@ async fn query(cx: &Context, args: QueryArgs) -> Result<Structured<QueryResult>,
         }
     }
     // The cursor is bound to the dataset (this making of it: one deleted and made again
-    // numbers its rows from the start) and the filters: it cannot resume another query.
-    let scope = serde_json::to_vec(&json!({
+    // numbers its rows from the start) and the filters: it cannot resume another query. A
+    // dataset made before generations were kept (0) scopes its cursors as it did then, so
+    // cursors handed out before an upgrade still resume.
+    let mut scope = json!({
         "dataset": args.dataset,
-        "generation": dataset.generation,
         "filters": args.filters.iter().map(|f| json!([f.column, format!("{:?}", f.op), f.value])).collect::<Vec<_>>(),
-    }))
-    .map_err(HandlerError::internal)?;
+    });
+    if dataset.generation != 0 {
+        scope["generation"] = json!(dataset.generation);
+    }
+    let scope = serde_json::to_vec(&scope).map_err(HandlerError::internal)?;
     let mut after = match &args.cursor {
         Some(c) => Some(i64::try_from(cx.resume(c, &scope)?).unwrap_or(i64::MAX)),
         None => None,
@@ -891,6 +895,16 @@ async fn query(cx: &Context, args: QueryArgs) -> Result<Structured<QueryResult>,
             exhausted = true;
             break;
         }
+    }
+    // The chunks are read one after another (on PostgreSQL and Redis each sees what is
+    // committed by then): a dataset deleted and made again meanwhile would have put its
+    // rows, numbered from the start, behind the old ones' positions.
+    let now = data.dataset(owner, &args.dataset).await?;
+    if now.map(|d| d.generation) != Some(dataset.generation) {
+        return Err(HandlerError::execution(format!(
+            "Dataset {:?} was deleted while this page was read; query it again from the start.",
+            args.dataset
+        )));
     }
     let next_cursor = match (exhausted, after) {
         (false, Some(seq)) => Some(cx.cursor(u64::try_from(seq).unwrap_or(0), &scope)),

@@ -176,7 +176,7 @@ async fn prepare(client: &Client, args: &CallArgs) -> Result<ToolCall, String> {
     match given {
         Some(_) if !takes_key => {
             return Err(format!(
-                "tool {:?} takes no {IDEMPOTENCY_KEY}: a retry could apply its write twice, so it is sent once, without one",
+                "not sent: tool {:?} takes no {IDEMPOTENCY_KEY}, so a key would not make a retry safe; call it again without --idempotency-key",
                 args.tool
             ));
         }

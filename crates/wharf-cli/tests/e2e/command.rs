@@ -206,6 +206,11 @@ fn tools_and_call_type_their_arguments_from_the_schema() {
         serde_json::from_slice::<Value>(&out.stdout).unwrap(),
         json!({ "sum": 42 })
     );
+    // A key for a tool that takes none would not make a retry safe: nothing is sent.
+    let out = wharf(&["call", &url, "add", "a=2", "b=40", "--idempotency-key", "k"]);
+    assert!(!out.status.success());
+    let said = text(&out.stderr);
+    assert!(said.contains("not sent"), "{said}");
     let out = wharf(&[
         "call",
         &url,

@@ -406,3 +406,54 @@ async fn a_confirmed_delete_replays_to_its_owner_alone(store: &str) {
 }
 
 on_every_store!(a_confirmed_delete_replays_to_its_owner_alone);
+
+/// A query's cursor belongs to its dataset as it was: once the dataset is deleted (after
+/// the confirmation) and made again under its name, numbering its rows from the start, the
+/// cursor is refused instead of resuming past rows it never saw.
+#[tokio::test]
+async fn a_cursor_does_not_outlive_its_dataset() {
+    let store = sqlite_url("mrtr-cursor");
+    let args = replica_args(&store);
+    let server = ServerProcess::start_exact(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let user42 = server.client().with_bearer(TOKEN_42);
+    let name = unique("ds");
+    committed_dataset(&user42, &name, 3).await;
+    let page = call(
+        &user42,
+        "dataset_query",
+        json!({ "dataset": name, "limit": 1 }),
+        None,
+    )
+    .await;
+    let cursor = page.result().unwrap()["structuredContent"]["nextCursor"].clone();
+    assert!(cursor.is_string(), "{}", page.body);
+    let resume = json!({ "dataset": name, "limit": 1, "cursor": cursor });
+    let next = call(&user42, "dataset_query", resume.clone(), None).await;
+    assert_eq!(
+        next.result().unwrap()["isError"],
+        Value::Null,
+        "{}",
+        next.body
+    );
+
+    let delete = json!({ "dataset": name, "idempotency_key": unique("del") });
+    let state = asked(
+        &call(&user42, "dataset_delete", delete.clone(), None).await,
+        "confirm_delete",
+    );
+    let yes = json!({ "confirm_delete": accept("delete") });
+    let deleted = call(&user42, "dataset_delete", delete, Some((&state, yes))).await;
+    assert_eq!(
+        deleted.result().unwrap()["isError"],
+        Value::Null,
+        "{}",
+        deleted.body
+    );
+    committed_dataset(&user42, &name, 3).await;
+
+    let stale = call(&user42, "dataset_query", resume, None).await;
+    let result = stale.result().unwrap();
+    assert_eq!(result["isError"], true, "{}", stale.body);
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("Invalid cursor"), "{text}");
+}
