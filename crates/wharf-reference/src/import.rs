@@ -210,6 +210,25 @@ struct DeleteAnswer {
 
 const CONFIRM_DELETE: &str = "confirm_delete";
 
+/// What a confirmation showed its user of a dataset, kept in the round's state: the answer
+/// holds only while the dataset is still that (the same making, as many rows). One made
+/// again, or grown, since is asked about again.
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Shown {
+    generation: i64,
+    rows: u64,
+}
+
+/// How a question about a dataset starts: plainly, or saying it changed since the user
+/// was asked (`confirmed`, about another state of it).
+fn changed_since(confirmed: bool) -> &'static str {
+    if confirmed {
+        "The dataset changed since you were asked. "
+    } else {
+        ""
+    }
+}
+
 /// The form that confirms deleting a dataset.
 fn delete_form() -> FormSchema {
     FormSchema::new().boolean("delete", "Delete the dataset", true)
@@ -655,17 +674,21 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                         }
                     }
                     let replace = args.mode == CommitMode::Replace;
+                    let shown = existing.as_ref().map(|d| Shown { generation: d.generation, rows: d.rows });
                     let existing = existing.map_or(0, |d| d.rows);
-                    if replace && existing > 0 && !confirmed {
+                    let still = shown.is_some() && cx.round_state::<Shown>() == shown;
+                    if replace && existing > 0 && !(confirmed && still) {
                         let staged = data.staged(import).await?;
                         drop(tx);
+                        let again = changed_since(confirmed);
                         return Err(cx
                             .ask()
                             .elicit(
                                 CONFIRM_REPLACE,
-                                format!("Replace the {existing} rows of dataset {dataset:?} with the {staged} rows of this import?"),
+                                format!("{again}Replace the {existing} rows of dataset {dataset:?} with the {staged} rows of this import?"),
                                 replace_form(),
                             )
+                            .state(&shown)
                             .into());
                     }
                     let columns_json = serde_json::to_value(&columns).map_err(HandlerError::internal)?;
@@ -802,15 +825,24 @@ async fn delete(cx: &Context, args: DeleteArgs) -> Result<Structured<Deleted>, H
         )));
     };
     let rows = dataset.rows;
-    if !confirmed {
+    let shown = Shown {
+        generation: dataset.generation,
+        rows,
+    };
+    if !confirmed || cx.round_state::<Shown>().as_ref() != Some(&shown) {
         drop(tx);
+        let again = changed_since(confirmed);
         return Err(cx
             .ask()
             .elicit(
                 CONFIRM_DELETE,
-                format!("Delete dataset {:?} and its {rows} rows?", args.dataset),
+                format!(
+                    "{again}Delete dataset {:?} and its {rows} rows?",
+                    args.dataset
+                ),
                 delete_form(),
             )
+            .state(&shown)
             .into());
     }
     let deleted = data.delete_dataset(owner, dataset, &args.dataset).await?;

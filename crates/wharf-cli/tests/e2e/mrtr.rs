@@ -457,3 +457,50 @@ async fn a_cursor_does_not_outlive_its_dataset() {
     let text = result["content"][0]["text"].as_str().unwrap();
     assert!(text.contains("Invalid cursor"), "{text}");
 }
+
+/// A confirmation holds for the dataset as its user saw it: grown since (another import
+/// committed into it while the question waited), the dataset is not deleted on the old
+/// answer; the user is asked again, with the new count, and that answer deletes it.
+#[tokio::test]
+async fn a_confirmation_holds_only_for_what_was_shown() {
+    let store = sqlite_url("mrtr-shown");
+    let args = replica_args(&store);
+    let server = ServerProcess::start_exact(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let user42 = server.client().with_bearer(TOKEN_42);
+    let name = unique("ds");
+    committed_dataset(&user42, &name, 2).await;
+    let delete = json!({ "dataset": name, "idempotency_key": unique("del") });
+    let first = call(&user42, "dataset_delete", delete.clone(), None).await;
+    let state = asked(&first, "confirm_delete");
+    committed_dataset(&user42, &name, 3).await;
+
+    let yes = json!({ "confirm_delete": accept("delete") });
+    let again = call(
+        &user42,
+        "dataset_delete",
+        delete.clone(),
+        Some((&state, yes.clone())),
+    )
+    .await;
+    let renewed = asked(&again, "confirm_delete");
+    let question = again.result().unwrap()["inputRequests"]["confirm_delete"]["params"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        question.contains("changed since you were asked"),
+        "{question}"
+    );
+    assert!(question.contains("its 5 rows"), "{question}");
+    let page = call(&user42, "dataset_query", json!({ "dataset": name }), None).await;
+    let rows = page.result().unwrap()["structuredContent"]["rows"].clone();
+    assert_eq!(rows.as_array().map(Vec::len), Some(5), "{}", page.body);
+
+    let deleted = call(&user42, "dataset_delete", delete, Some((&renewed, yes))).await;
+    let result = deleted.result().unwrap();
+    assert_eq!(
+        result["structuredContent"]["deletedRows"], 5,
+        "{}",
+        deleted.body
+    );
+}
