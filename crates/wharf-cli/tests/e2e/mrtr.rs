@@ -407,17 +407,23 @@ async fn a_confirmed_delete_replays_to_its_owner_alone(store: &str) {
 
 on_every_store!(a_confirmed_delete_replays_to_its_owner_alone);
 
+/// A server on a SQLite file of its own (`tag`), user 42's client, and a dataset of theirs
+/// with `rows` rows: its name.
+async fn with_dataset(tag: &str, rows: i64) -> (ServerProcess, HttpClient, String) {
+    let args = replica_args(&sqlite_url(tag));
+    let server = ServerProcess::start_exact(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let user42 = server.client().with_bearer(TOKEN_42);
+    let name = unique("ds");
+    committed_dataset(&user42, &name, rows).await;
+    (server, user42, name)
+}
+
 /// A query's cursor belongs to its dataset as it was: once the dataset is deleted (after
 /// the confirmation) and made again under its name, numbering its rows from the start, the
 /// cursor is refused instead of resuming past rows it never saw.
 #[tokio::test]
 async fn a_cursor_does_not_outlive_its_dataset() {
-    let store = sqlite_url("mrtr-cursor");
-    let args = replica_args(&store);
-    let server = ServerProcess::start_exact(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    let user42 = server.client().with_bearer(TOKEN_42);
-    let name = unique("ds");
-    committed_dataset(&user42, &name, 3).await;
+    let (_server, user42, name) = with_dataset("mrtr-cursor", 3).await;
     let page = call(
         &user42,
         "dataset_query",
@@ -463,12 +469,7 @@ async fn a_cursor_does_not_outlive_its_dataset() {
 /// answer; the user is asked again, with the new count, and that answer deletes it.
 #[tokio::test]
 async fn a_confirmation_holds_only_for_what_was_shown() {
-    let store = sqlite_url("mrtr-shown");
-    let args = replica_args(&store);
-    let server = ServerProcess::start_exact(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    let user42 = server.client().with_bearer(TOKEN_42);
-    let name = unique("ds");
-    committed_dataset(&user42, &name, 2).await;
+    let (_server, user42, name) = with_dataset("mrtr-shown", 2).await;
     let delete = json!({ "dataset": name, "idempotency_key": unique("del") });
     let first = call(&user42, "dataset_delete", delete.clone(), None).await;
     let state = asked(&first, "confirm_delete");
