@@ -209,19 +209,7 @@ impl HttpClient {
         } else {
             serde_json::from_str::<Value>(&body)
                 .map(|v| vec![v])
-                .map_err(|e| {
-                    // An error status whose body is no JSON-RPC (a proxy's page) is that
-                    // status, as on a stream.
-                    let shown: String = body.chars().take(200).collect();
-                    if status >= 400 {
-                        ClientError::Status {
-                            status,
-                            body: shown,
-                        }
-                    } else {
-                        ClientError::Protocol(format!("HTTP {status}, not JSON-RPC ({e}): {shown}"))
-                    }
-                })?
+                .map_err(|e| not_json_rpc(status, &body, &e))?
         };
         Ok(Reply {
             status,
@@ -343,17 +331,7 @@ impl Incoming {
         } else {
             Box::pin(futures_util::stream::once(async move {
                 let body = res.text().await?;
-                serde_json::from_str::<Value>(&body).map_err(|e| {
-                    let shown: String = body.chars().take(200).collect();
-                    if status >= 400 {
-                        ClientError::Status {
-                            status,
-                            body: shown,
-                        }
-                    } else {
-                        ClientError::Protocol(format!("HTTP {status}, not JSON-RPC ({e}): {shown}"))
-                    }
-                })
+                serde_json::from_str::<Value>(&body).map_err(|e| not_json_rpc(status, &body, &e))
             }))
         };
         Incoming {
@@ -383,6 +361,20 @@ pub(crate) fn messages_of(res: reqwest::Response) -> impl Stream<Item = Value> +
                 .filter_map(|d| serde_json::from_str::<Value>(&d).ok()),
         )
     })
+}
+
+/// A reply whose body is no JSON-RPC: an error status (a proxy's page) is that status, which
+/// the caller may retry; anything else is the server's fault.
+fn not_json_rpc(status: u16, body: &str, e: &serde_json::Error) -> ClientError {
+    let shown: String = body.chars().take(200).collect();
+    if status >= 400 {
+        ClientError::Status {
+            status,
+            body: shown,
+        }
+    } else {
+        ClientError::Protocol(format!("HTTP {status}, not JSON-RPC ({e}): {shown}"))
+    }
 }
 
 #[cfg(test)]
