@@ -315,6 +315,12 @@ pub(crate) struct ServeArgs {
     /// The provider's name on the sign-in button, and the prefix of its users' names here.
     #[arg(long, env = "WHARF_AUTHZ_UPSTREAM_NAME", default_value = "OpenID")]
     authz_upstream_name: String,
+    /// Seconds after a refresh token is spent during which the same token request, sent
+    /// again, gets the same tokens back (a client whose answer was lost retries), as long as
+    /// the client has not used the new refresh token; any other second use revokes the
+    /// grant. 0: every second use revokes.
+    #[arg(long, env = "WHARF_AUTHZ_REFRESH_RETRY_SECS", default_value_t = 60)]
+    authz_refresh_retry_secs: u64,
     /// Fetch Client ID Metadata Documents from loopback addresses too. For tests only: it
     /// lets any client make the server call itself.
     #[arg(long, hide = true)]
@@ -716,6 +722,7 @@ fn authorization_server(
         args.oauth_scopes_supported.clone()
     };
     config.open_registration = !args.authz_closed_registration;
+    config.refresh_retry_window = Duration::from_secs(args.authz_refresh_retry_secs);
     config.trusted_proxies = args.trusted_proxies.clone();
     if let (Some(issuer), Some(client_id)) =
         (&args.authz_upstream_issuer, &args.authz_upstream_client_id)

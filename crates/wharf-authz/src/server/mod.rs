@@ -60,6 +60,12 @@ pub struct AuthzConfig {
     pub access_token_ttl: Duration,
     /// How long a refresh token lives unused.
     pub refresh_token_ttl: Duration,
+    /// How long after a refresh token is spent the same request, sent again, gets the same
+    /// tokens back instead of revoking the family, as long as the client has not used the
+    /// new refresh token: a client whose answer was lost to a timeout or a dropped
+    /// connection retries, and would otherwise lose the grant (its user signs in again).
+    /// Zero: every second use revokes.
+    pub refresh_retry_window: Duration,
     /// How long an authorization code may be redeemed.
     pub code_ttl: Duration,
     /// Whether anyone may register a client (RFC 7591).
@@ -87,7 +93,8 @@ pub struct AuthzConfig {
 
 impl AuthzConfig {
     /// Defaults for an issuer serving one resource: ten-minute access tokens, thirty-day
-    /// refresh tokens, one-minute codes, open registration; per address and minute, 20
+    /// refresh tokens whose answer a retry gets again for a minute, one-minute codes, open
+    /// registration; per address and minute, 20
     /// registrations, 120 token requests, 60 authorization requests and 20 sign-in attempts.
     pub fn new(issuer: impl Into<String>, resource: impl Into<String>) -> Self {
         Self {
@@ -96,6 +103,7 @@ impl AuthzConfig {
             scopes: Vec::new(),
             access_token_ttl: Duration::from_secs(600),
             refresh_token_ttl: Duration::from_secs(30 * 24 * 3600),
+            refresh_retry_window: Duration::from_secs(60),
             code_ttl: Duration::from_secs(60),
             open_registration: true,
             registrations_per_minute: 20,

@@ -5,7 +5,11 @@
 //! Every token issued from one code belongs to a family. A code redeemed twice, or a refresh
 //! token used twice, means one of the two presenters stole it: the family is revoked, so the
 //! refresh token either of them holds stops working (RFC 9700 §4.14.2). Access tokens already
-//! issued stay valid until they expire, which is why they are short-lived.
+//! issued stay valid until they expire, which is why they are short-lived. One second use of
+//! a refresh token is not taken for theft: the same request again, within
+//! [`AuthzConfig::refresh_retry_window`](super::AuthzConfig) and before the client used the
+//! refresh token it was given, is a client whose answer was lost, and it gets that answer
+//! again ([`retry`]).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -30,8 +34,10 @@ use super::{OAuthError, Shared, params};
 use crate::families::{self, Family};
 use crate::pkce::CodeChallenge;
 use crate::records::{CODES, CONSENTS, FAMILIES, Kind, REFRESH, Versioned, digest, secret};
+use retry::{Asked, Retry};
 
 mod assertion;
+mod retry;
 mod revoke;
 
 pub(crate) use revoke::endpoint as revocation_endpoint;
@@ -88,6 +94,9 @@ struct Refresh {
     scope: String,
     resource: String,
     used: bool,
+    /// Once used: its answer, for the same request sent again (see [`retry`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    retry: Option<Retry>,
 }
 
 /// `POST /token`.
@@ -428,7 +437,15 @@ async fn refresh(
             "the refresh token was already used; every token issued with it is revoked",
         )
     };
+    let asked = Asked {
+        secret: form.refresh_token.as_deref().unwrap_or_default(),
+        key: &key,
+        scope: form.scope.as_deref(),
+    };
     if record.used {
+        if let Some(again) = retried(shared, &record, &asked, form).await? {
+            return Ok(again.into_response());
+        }
         revoke(shared, &record.family).await?;
         return Err(reused());
     }
@@ -464,8 +481,12 @@ async fn refresh(
         &record.resource,
     )
     .await?;
+    let window = shared.config.refresh_retry_window;
     let used = Refresh {
         used: true,
+        retry: (!window.is_zero())
+            .then(|| Retry::seal(&asked, &tokens, now_millis()))
+            .flatten(),
         ..record.clone()
     };
     let marked = shared
@@ -487,6 +508,19 @@ async fn refresh(
         }
     };
     if marked.is_none() {
+        // Spent meanwhile: by this same request sent twice at once (the client retried
+        // before its first answer came), which gets that answer; else by someone else.
+        let now = shared
+            .records
+            .get::<Refresh>(REFRESH, &key)
+            .await
+            .map_err(OAuthError::server_error)?;
+        if let Some(now) = now.filter(|now| now.value.used) {
+            if let Some(again) = retried(shared, &now.value, &asked, form).await? {
+                tokens.discard(shared).await;
+                return Ok(again.into_response());
+            }
+        }
         // Revoked first: the store round trip of the discard must not delay it.
         revoke(shared, &record.family).await?;
         tokens.discard(shared).await;
@@ -519,6 +553,38 @@ async fn refresh(
         }
     }
     Ok(tokens.into_response())
+}
+
+/// The answer a spent refresh token gave, if `asked` repeats its request within the retry
+/// window and the client has not used the refresh token it was given: then the first
+/// answer was lost, and this is the client's retry.
+async fn retried(
+    shared: &Shared,
+    spent: &Refresh,
+    asked: &Asked<'_>,
+    form: &TokenForm,
+) -> Result<Option<Prepared>, OAuthError> {
+    let window = shared.config.refresh_retry_window;
+    let Some(again) = spent
+        .retry
+        .as_ref()
+        .and_then(|retry| retry.open(asked, window, now_millis()))
+    else {
+        return Ok(None);
+    };
+    if check_resource(form, &spent.resource).is_err() {
+        return Ok(None);
+    }
+    let Some(given) = again.refresh_token.as_deref() else {
+        return Ok(None);
+    };
+    let unused = shared
+        .records
+        .get::<Refresh>(REFRESH, &digest(given))
+        .await
+        .map_err(OAuthError::server_error)?
+        .is_some_and(|given| !given.value.used);
+    Ok(unused.then_some(again))
 }
 
 /// The record a presented secret (a code, a refresh token) is filed under, and its key.
@@ -770,6 +836,7 @@ async fn prepare(
         scope: refresh_scope.to_owned(),
         resource: resource.to_owned(),
         used: false,
+        retry: None,
     };
     let expires_at = after(now, shared.config.refresh_token_ttl);
     shared
@@ -801,20 +868,14 @@ mod tests {
     use crate::cimd::Fetcher;
     use crate::server::{AuthorizationServer, AuthzConfig};
 
-    /// With refresh tokens that live longer than the kinds' own lifetimes (90 days for a
-    /// family, 30 for a used token's marker), a refresh keeps both for a refresh token's
-    /// lifetime: the family past its newest token, the marker to catch reuse.
-    #[tokio::test]
-    async fn a_family_and_a_used_refresh_token_outlive_a_long_refresh_token_ttl() {
-        let ttl = Duration::from_secs(200 * 24 * 3600);
-        let mut config = AuthzConfig::new("http://127.0.0.1:9", "http://127.0.0.1:9/mcp");
-        config.refresh_token_ttl = ttl;
+    /// A server on a throwaway store with one grant: a family of a person an upstream
+    /// provider signed in (whom no administrator signed out), and its refresh token.
+    async fn granted(config: AuthzConfig) -> (AuthorizationServer, Client, String) {
+        let ttl = config.refresh_token_ttl;
         let store = wharf_store::open("memory://", &wharf_store::StoreOptions::default())
             .await
             .unwrap();
         let server = AuthorizationServer::new(config, store, Fetcher::builder().build().unwrap());
-        let shared = &server.shared;
-        // A person an upstream provider signed in, whom no administrator signed out.
         let user = "idp:alice";
         let client = Client {
             id: "wc_AAAAAAAAAAAAAAAAAAAAAA".into(),
@@ -833,7 +894,7 @@ mod tests {
             epoch: String::new(),
             consent: None,
         };
-        let records = &shared.records;
+        let records = &server.shared.records;
         records
             .put(FAMILIES, "f", &family, Some(user), Write::Create, None)
             .await
@@ -843,9 +904,10 @@ mod tests {
             family: "f".into(),
             client_id: client.id.clone(),
             user: user.into(),
-            scope: String::new(),
+            scope: "read".into(),
             resource: "http://127.0.0.1:9/mcp".into(),
             used: false,
+            retry: None,
         };
         let expires_at = after(now_millis(), ttl);
         records
@@ -859,11 +921,106 @@ mod tests {
             )
             .await
             .unwrap();
+        (server, client, token)
+    }
+
+    fn config() -> AuthzConfig {
+        AuthzConfig::new("http://127.0.0.1:9", "http://127.0.0.1:9/mcp")
+    }
+
+    /// Refreshes with `token`, asking for `scope`: the answer's JSON, or the error's.
+    async fn refreshed(
+        server: &AuthorizationServer,
+        client: &Client,
+        token: &str,
+        scope: Option<&str>,
+    ) -> Result<serde_json::Value, String> {
         let form = TokenForm {
-            refresh_token: Some(token.clone()),
+            refresh_token: Some(token.to_owned()),
+            scope: scope.map(str::to_owned),
             ..TokenForm::default()
         };
-        refresh(shared, &client, &form).await.unwrap();
+        match refresh(&server.shared, client, &form).await {
+            Ok(response) => {
+                let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                    .await
+                    .unwrap();
+                Ok(serde_json::from_slice(&body).unwrap())
+            }
+            Err(err) => Err(format!("{err:?}")),
+        }
+    }
+
+    async fn revoked(server: &AuthorizationServer) -> bool {
+        let family = server.shared.records.get::<Family>(FAMILIES, "f").await;
+        family.unwrap().unwrap().value.revoked
+    }
+
+    /// A client whose answer was lost sends the same refresh again: it gets the same
+    /// tokens, until it used the refresh token it was given; after that, the old one is
+    /// someone's copy, and the family goes.
+    #[tokio::test]
+    async fn a_lost_answer_is_given_again_until_its_refresh_token_is_used() {
+        let (server, client, r1) = granted(config()).await;
+        let first = refreshed(&server, &client, &r1, None).await.unwrap();
+        let again = refreshed(&server, &client, &r1, None).await.unwrap();
+        assert_eq!(again["access_token"], first["access_token"]);
+        assert_eq!(again["refresh_token"], first["refresh_token"]);
+        assert_eq!(again["scope"], "read");
+        assert!(again["expires_in"].as_u64().unwrap() <= 600);
+        assert!(!revoked(&server).await);
+        let r2 = first["refresh_token"].as_str().unwrap();
+        let third = refreshed(&server, &client, r2, None).await.unwrap();
+        assert_ne!(third["refresh_token"], first["refresh_token"]);
+        let err = refreshed(&server, &client, &r1, None).await.unwrap_err();
+        assert!(err.contains("already used"), "{err}");
+        assert!(revoked(&server).await);
+    }
+
+    /// Two copies of one refresh request sent at once (a client that retried before its
+    /// first answer came) both get the tokens one of them made.
+    #[tokio::test]
+    async fn the_same_refresh_sent_twice_at_once_gets_one_answer() {
+        let (server, client, r1) = granted(config()).await;
+        let (a, b) = tokio::join!(
+            refreshed(&server, &client, &r1, None),
+            refreshed(&server, &client, &r1, None)
+        );
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert_eq!(a["refresh_token"], b["refresh_token"]);
+        assert_eq!(a["access_token"], b["access_token"]);
+        assert!(!revoked(&server).await);
+    }
+
+    /// A second use that is not the same request, or with no window, is reuse.
+    #[tokio::test]
+    async fn another_request_or_no_window_makes_a_second_use_reuse() {
+        let (server, client, r1) = granted(config()).await;
+        refreshed(&server, &client, &r1, None).await.unwrap();
+        let err = refreshed(&server, &client, &r1, Some("read")).await;
+        assert!(err.unwrap_err().contains("already used"));
+        assert!(revoked(&server).await);
+
+        let mut strict = config();
+        strict.refresh_retry_window = Duration::ZERO;
+        let (server, client, r1) = granted(strict).await;
+        refreshed(&server, &client, &r1, None).await.unwrap();
+        let err = refreshed(&server, &client, &r1, None).await;
+        assert!(err.unwrap_err().contains("already used"));
+        assert!(revoked(&server).await);
+    }
+
+    /// With refresh tokens that live longer than the kinds' own lifetimes (90 days for a
+    /// family, 30 for a used token's marker), a refresh keeps both for a refresh token's
+    /// lifetime: the family past its newest token, the marker to catch reuse.
+    #[tokio::test]
+    async fn a_family_and_a_used_refresh_token_outlive_a_long_refresh_token_ttl() {
+        let ttl = Duration::from_secs(200 * 24 * 3600);
+        let mut config = config();
+        config.refresh_token_ttl = ttl;
+        let (server, client, token) = granted(config).await;
+        let records = &server.shared.records;
+        refreshed(&server, &client, &token, None).await.unwrap();
         let floor = Some(after(now_millis(), ttl));
         let used = records
             .get::<Refresh>(REFRESH, &digest(&token))

@@ -1130,7 +1130,8 @@ async fn refresh_tokens_can_be_stored_again(pool: sqlx::SqlitePool) {
 
 /// A token request that failed inside the store spends nothing: the client's retry with the
 /// same code, or the same refresh token, gets tokens, instead of being taken for a second
-/// use that revokes the family.
+/// use that revokes the family. Nor does one whose answer was lost: the same refresh again
+/// gets the same tokens, until the client used the refresh token it was given.
 #[tokio::test]
 async fn a_token_request_the_store_failed_can_be_retried() {
     let store = sqlite_url(&unique("authz-retry"));
@@ -1172,10 +1173,20 @@ async fn a_token_request_the_store_failed_can_be_retried() {
     assert_eq!(tools_list(&server, access).await, None, "the family lives");
     let r2 = second["refresh_token"].as_str().unwrap().to_owned();
     assert_ne!(r1, r2);
-    // What was spent stays spent: r1 once more is reuse.
+    // The answer was lost on its way (the client saw a timeout): the same request again
+    // gets the same tokens, and the family lives.
+    let (status, again) = refresh(&base, &grant.client_id, &r1).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["refresh_token"].as_str(), Some(r2.as_str()));
+    assert_eq!(again["access_token"].as_str(), Some(access));
+    assert_eq!(tools_list(&server, access).await, None, "the family lives");
+    let (status, third) = refresh(&base, &grant.client_id, &r2).await;
+    assert_eq!(status, StatusCode::OK, "{third}");
+    // Once r2 was used, its answer reached the client: r1 once more is someone's copy.
     let (status, err) = refresh(&base, &grant.client_id, &r1).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
-    until_refused(&server, access).await;
+    says(&err, "already used");
+    until_refused(&server, third["access_token"].as_str().unwrap()).await;
 }
 
 /// When the store forgets the client registered as `client_id`, in days from now.
