@@ -683,7 +683,9 @@ async fn login_signs_in_through_a_browser_and_later_commands_use_the_token() {
     use common::authz::own_server;
     use std::os::unix::fs::PermissionsExt as _;
 
-    let server = own_server("login", "demo", &[]);
+    // No retry window: two commands presenting one refresh token would be taken for theft,
+    // which is what shows that the commands below refresh once between them.
+    let server = own_server("login", "demo", &["--authz-refresh-retry-secs", "0"]);
     let url = server.url();
     let config = common::scratch(common::import::unique("wharf-config"));
     let env = [(
