@@ -92,6 +92,12 @@ impl std::fmt::Debug for KeyEncryptionKey {
 }
 
 impl KeyEncryptionKey {
+    /// A key for `label`'s use derived from this one and `input`: what only a holder of both
+    /// can make.
+    pub(crate) fn derive(&self, label: &[u8], input: &[u8]) -> [u8; 32] {
+        Sha256::digest([label, &self.bytes, input].concat()).into()
+    }
+
     /// Reads a key written in base64 (standard or URL-safe, padded or not), such as
     /// `openssl rand -base64 32` prints.
     pub fn from_base64(text: &str) -> Result<Self, KeyError> {

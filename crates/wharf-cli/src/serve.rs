@@ -318,8 +318,14 @@ pub(crate) struct ServeArgs {
     /// Seconds after a refresh token is spent during which the same token request, sent
     /// again, gets the same tokens back (a client whose answer was lost retries), as long as
     /// the client has not used the new refresh token; any other second use revokes the
-    /// grant. 0: every second use revokes.
-    #[arg(long, env = "WHARF_AUTHZ_REFRESH_RETRY_SECS", default_value_t = 60)]
+    /// grant. Meanwhile a copy of the spent token, in other hands, gets them too: at most
+    /// 300. 0: every second use revokes.
+    #[arg(
+        long,
+        env = "WHARF_AUTHZ_REFRESH_RETRY_SECS",
+        default_value_t = 60,
+        value_parser = clap::value_parser!(u64).range(0..=300)
+    )]
     authz_refresh_retry_secs: u64,
     /// Fetch Client ID Metadata Documents from loopback addresses too. For tests only: it
     /// lets any client make the server call itself.

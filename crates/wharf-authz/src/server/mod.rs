@@ -64,6 +64,8 @@ pub struct AuthzConfig {
     /// tokens back instead of revoking the family, as long as the client has not used the
     /// new refresh token: a client whose answer was lost to a timeout or a dropped
     /// connection retries, and would otherwise lose the grant (its user signs in again).
+    /// Meanwhile someone else presenting a copy of the spent token gets those tokens too,
+    /// rather than revoking the family: so at most five minutes (longer is taken as five).
     /// Zero: every second use revokes.
     pub refresh_retry_window: Duration,
     /// How long an authorization code may be redeemed.

@@ -25,7 +25,7 @@ use bytes::Bytes;
 use jsonwebtoken::{Algorithm, Header};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use wharf::store::{Write, after, millis, now_millis};
+use wharf::store::{Millis, Write, after, millis, now_millis};
 
 use super::account::is_withdrawn;
 use super::authorize::{CodeGrant, Consent, consent_key};
@@ -441,9 +441,10 @@ async fn refresh(
         secret: form.refresh_token.as_deref().unwrap_or_default(),
         key: &key,
         scope: form.scope.as_deref(),
+        keys: shared.config.key_encryption.as_ref(),
     };
     if record.used {
-        if let Some(again) = retried(shared, &record, &asked, form).await? {
+        if let Some(again) = retried(shared, &record, &asked, form).await {
             return Ok(again.into_response());
         }
         revoke(shared, &record.family).await?;
@@ -500,28 +501,19 @@ async fn refresh(
             Some(outliving_refresh_tokens(shared, REFRESH)),
         )
         .await;
-    let marked = match marked {
-        Ok(marked) => marked,
-        Err(err) => {
-            tokens.discard(shared).await;
-            return Err(OAuthError::server_error(err));
-        }
-    };
+    // A store that failed may still have marked it (a connection lost with the answer):
+    // the new tokens stay stored then, for the client's retry to be given them; if it did
+    // not, they are a secret nobody holds, and expire.
+    let marked = marked.map_err(OAuthError::server_error)?;
     if marked.is_none() {
         // Spent meanwhile: by this same request sent twice at once (the client retried
         // before its first answer came), which gets that answer; else by someone else.
-        let now = shared
-            .records
-            .get::<Refresh>(REFRESH, &key)
-            .await
-            .map_err(OAuthError::server_error)?;
-        if let Some(now) = now.filter(|now| now.value.used) {
-            if let Some(again) = retried(shared, &now.value, &asked, form).await? {
+        if let Ok(Some(now)) = shared.records.get::<Refresh>(REFRESH, &key).await {
+            if let Some(again) = retried(shared, &now.value, &asked, form).await {
                 tokens.discard(shared).await;
                 return Ok(again.into_response());
             }
         }
-        // Revoked first: the store round trip of the discard must not delay it.
         revoke(shared, &record.family).await?;
         tokens.discard(shared).await;
         return Err(reused());
@@ -557,34 +549,26 @@ async fn refresh(
 
 /// The answer a spent refresh token gave, if `asked` repeats its request within the retry
 /// window and the client has not used the refresh token it was given: then the first
-/// answer was lost, and this is the client's retry.
+/// answer was lost, and this is the client's retry. Anything the store cannot tell makes
+/// it no retry: the second use then revokes, as it would without a window.
 async fn retried(
     shared: &Shared,
     spent: &Refresh,
     asked: &Asked<'_>,
     form: &TokenForm,
-) -> Result<Option<Prepared>, OAuthError> {
+) -> Option<Prepared> {
     let window = shared.config.refresh_retry_window;
-    let Some(again) = spent
-        .retry
-        .as_ref()
-        .and_then(|retry| retry.open(asked, window, now_millis()))
-    else {
-        return Ok(None);
-    };
-    if check_resource(form, &spent.resource).is_err() {
-        return Ok(None);
+    let again = spent.retry.as_ref()?.open(asked, window, now_millis())?;
+    check_resource(form, &spent.resource).ok()?;
+    let given = digest(again.refresh_token.as_deref()?);
+    match shared.records.get::<Refresh>(REFRESH, &given).await {
+        Ok(Some(given)) if !given.value.used => Some(again),
+        Ok(_) => None,
+        Err(err) => {
+            tracing::warn!(error = %err, "a refresh token's retry was not looked up");
+            None
+        }
     }
-    let Some(given) = again.refresh_token.as_deref() else {
-        return Ok(None);
-    };
-    let unused = shared
-        .records
-        .get::<Refresh>(REFRESH, &digest(given))
-        .await
-        .map_err(OAuthError::server_error)?
-        .is_some_and(|given| !given.value.used);
-    Ok(unused.then_some(again))
 }
 
 /// The record a presented secret (a code, a refresh token) is filed under, and its key.
@@ -750,6 +734,8 @@ struct Prepared {
     /// `None` for a client that does not use refresh tokens.
     refresh_token: Option<String>,
     expires_in: u64,
+    /// When the access token expires (its `exp`).
+    expires_at: Millis,
     scope: String,
 }
 
@@ -804,12 +790,13 @@ async fn prepare(
         .await
         .map_err(OAuthError::server_error)?;
     let ttl = shared.config.access_token_ttl.as_secs();
+    let exp = now / 1000 + i64::try_from(ttl).unwrap_or(600);
     let claims = Claims {
         iss: &shared.config.issuer,
         sub: user,
         aud: resource,
         iat: now / 1000,
-        exp: now / 1000 + i64::try_from(ttl).unwrap_or(600),
+        exp,
         jti: secret(),
         sid: family,
         client_id: &client.id,
@@ -825,6 +812,7 @@ async fn prepare(
             access_token,
             refresh_token: None,
             expires_in: ttl,
+            expires_at: exp.saturating_mul(1000),
             scope: scope.to_owned(),
         });
     }
@@ -856,6 +844,7 @@ async fn prepare(
         access_token,
         refresh_token: Some(refresh_token),
         expires_in: ttl,
+        expires_at: exp.saturating_mul(1000),
         scope: scope.to_owned(),
     })
 }
@@ -975,6 +964,17 @@ mod tests {
         let err = refreshed(&server, &client, &r1, None).await.unwrap_err();
         assert!(err.contains("already used"), "{err}");
         assert!(revoked(&server).await);
+    }
+
+    /// A retry gets nothing once the family is revoked (by a reused code, a sign-out, a
+    /// consent withdrawn): the checks of every refresh come first.
+    #[tokio::test]
+    async fn a_retry_in_a_revoked_family_is_refused() {
+        let (server, client, r1) = granted(config()).await;
+        refreshed(&server, &client, &r1, None).await.unwrap();
+        families::revoke(&server.shared.records, "f").await.unwrap();
+        let err = refreshed(&server, &client, &r1, None).await.unwrap_err();
+        assert!(err.contains("revoked"), "{err}");
     }
 
     /// Two copies of one refresh request sent at once (a client that retried before its
