@@ -79,8 +79,9 @@ struct Segment(String, i64, u64);
 /// segment of its own, as long as the last one stays within this many. Each segment costs
 /// about 60 bytes in the dataset's record, read and written whole at each commit: with one
 /// segment per import, a dataset fed one row at a time made every commit slower than the
-/// last. Bounded so, a segment holds at least half of this many rows (but for the last, or
-/// an import larger than this on its own).
+/// last. Bounded so, any two segments side by side hold more than this many rows together
+/// (imports over [`SEGMENT_COPY_BYTES`] aside): a dataset of `r` rows has fewer than
+/// `2r / SEGMENT_ROWS + 1` segments.
 const SEGMENT_ROWS: u64 = 4096;
 
 /// Row bytes a commit copies at most (the rest are renamed, as larger imports are): the
@@ -214,11 +215,15 @@ async fn append_rows(
     let rows: Vec<String> = tx.reader().lrange(&key, 0, -1).await.map_err(backend)?;
     if rows.len() as u64 != staged {
         // Appends to one import take turns with its commit: another count means the list
-        // changed under this call, and its rows would be numbered wrong.
-        return Err(HandlerError::internal(format!(
-            "import {import} holds {} staged rows, not the {staged} counted; retry",
-            rows.len()
-        )));
+        // changed under this call, and its rows would be numbered wrong. Nothing is written;
+        // the call is answered "busy, retry".
+        tracing::warn!(
+            import,
+            staged,
+            read = rows.len(),
+            "staged rows changed during a commit"
+        );
+        return Err(StoreError::Conflict.into());
     }
     for chunk in rows.chunks(RedisTx::MAX_ARGS - 2) {
         let mut command = vec!["RPUSH".to_owned(), segment.to_owned()];
@@ -697,28 +702,37 @@ impl<'t> Data<'t> {
                     grown.to_string(),
                 ])?;
                 if staged > 0 {
-                    match stored.segments.last_mut() {
+                    // A few rows after a few rows are copied onto the end of the last
+                    // segment (its rows are numbered up to `next_seq`), so a dataset fed by
+                    // many small imports keeps few segments, and the list of them each
+                    // commit rewrites stays short.
+                    let onto = match stored.segments.last() {
                         Some(Segment(last, _, len))
                             if *len + staged <= SEGMENT_ROWS && bytes <= SEGMENT_COPY_BYTES =>
                         {
-                            // A few rows after a few rows: copied onto the end of the last
-                            // segment (its rows are numbered up to `next_seq`), so a dataset
-                            // fed by many small imports keeps few segments, and the list of
-                            // them each commit rewrites stays short.
-                            append_rows(tx, import, last, staged).await?;
+                            // Only onto a list that holds what the record says (a commit that
+                            // failed half way may have left more): else the copied rows would
+                            // be numbered wrong.
+                            let held: u64 = tx.reader().llen(last).await.map_err(backend)?;
+                            (held == *len).then(|| last.clone())
+                        }
+                        _ => None,
+                    };
+                    if let Some(last) = onto {
+                        append_rows(tx, import, &last, staged).await?;
+                        if let Some(Segment(_, _, len)) = stored.segments.last_mut() {
                             *len += staged;
                         }
-                        _ => {
-                            // Renamed, not copied: committing is as cheap for a million rows
-                            // as for one. The staging list expired with the handle; the
-                            // segment lasts.
-                            let segment = format!("ref:seg:{import}");
-                            tx.queue(["RENAME".to_owned(), staged_key(import), segment.clone()])?;
-                            tx.queue(["PERSIST".to_owned(), segment.clone()])?;
-                            stored
-                                .segments
-                                .push(Segment(segment, stored.next_seq, staged));
-                        }
+                    } else {
+                        // Renamed, not copied: committing is as cheap for a million rows as
+                        // for one. The staging list expired with the handle; the segment
+                        // lasts.
+                        let segment = format!("ref:seg:{import}");
+                        tx.queue(["RENAME".to_owned(), staged_key(import), segment.clone()])?;
+                        tx.queue(["PERSIST".to_owned(), segment.clone()])?;
+                        stored
+                            .segments
+                            .push(Segment(segment, stored.next_seq, staged));
                     }
                     stored.next_seq += n;
                     stored.rows += staged;
@@ -826,12 +840,15 @@ impl<'t> Data<'t> {
                         continue;
                     }
                     let from = (next - first).max(0);
+                    // Within what the record says the list holds: a list may hold more (rows
+                    // copied onto it since this record was read), numbered after it.
+                    let to = (from + wanted).min(end - first) - 1;
                     let items: Vec<String> = tx
                         .reader()
                         .lrange(
                             &key,
                             isize::try_from(from).unwrap_or(isize::MAX),
-                            isize::try_from(from + wanted - 1).unwrap_or(isize::MAX),
+                            isize::try_from(to).unwrap_or(isize::MAX),
                         )
                         .await
                         .map_err(backend)?;
