@@ -407,6 +407,12 @@ impl Ask {
 
     /// Keeps `state` for the next round ([`Context::round_state`](crate::Context::round_state)),
     /// sealed: the client carries it but can neither read nor change it.
+    ///
+    /// A round that asks nothing and only keeps state needs a request whose client declared
+    /// an input capability (`elicitation`, `sampling` or `roots`) or that answers an earlier
+    /// round: only those requests have their params digested, to bind the state to them
+    /// (every other call would pay for the digest). For any other request it fails with
+    /// -32603.
     pub fn state<S: Serialize>(mut self, state: &S) -> Self {
         self.state = serde_json::to_value(state).ok();
         self
@@ -593,7 +599,9 @@ pub(crate) fn seal_round(
         ));
     }
     let (binding, principal) = bound.ok_or_else(|| {
-        RpcError::internal("a handler kept state for a client that declared no input capability")
+        RpcError::internal(
+            "a handler kept state, asking nothing, for a client that declared no input capability (see Ask::state)",
+        )
     })?;
     let round = previous + 1;
     if round > config.max_rounds {
