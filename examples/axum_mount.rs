@@ -45,13 +45,11 @@ async fn main() -> anyhow::Result<()> {
                 .handler(|cx: Context, _: NoArgs| async move { cx.principal().id().to_owned() }),
         )
         .build()?;
-    let config = HttpConfig {
-        // A request without a session is answered 401 naming the app's scheme.
-        auth: Arc::new(
-            FromExtensions::new().challenge(HeaderValue::from_static(r#"Cookie realm="app""#)),
-        ),
-        ..HttpConfig::default()
-    };
+    let mut config = HttpConfig::default();
+    // A request without a session is answered 401 naming the app's scheme.
+    config.auth = Arc::new(
+        FromExtensions::new().challenge(HeaderValue::from_static(r#"Cookie realm="app""#)),
+    );
     let app = Router::new()
         .route("/", get(|| async { "the app's own pages" }))
         .merge(wharf_http::router(mcp, config))

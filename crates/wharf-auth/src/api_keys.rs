@@ -28,6 +28,7 @@ impl fmt::Debug for ApiKeys {
 
 /// Why a key specification was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ApiKeyError {
     /// Not `PRINCIPAL=TOKEN`.
     #[error("an API key must be written PRINCIPAL=TOKEN (one was given without '=')")]

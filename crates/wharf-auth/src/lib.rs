@@ -24,6 +24,7 @@ use wharf::Principal;
 /// Why a request was refused before it ran: HTTP 401, except [`AuthError::InsufficientScope`]
 /// (403) and [`AuthError::Unavailable`] (503).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AuthError {
     /// No `Authorization` header.
     #[error("Unauthorized: this server needs an Authorization: Bearer token")]

@@ -411,6 +411,7 @@ impl SigningKeys {
 
 /// Why no key could be had.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum KeyError {
     /// The store failed, or holds a key this version cannot read.
     #[error(transparent)]

@@ -98,6 +98,7 @@ pub(crate) const ASSERTIONS: Kind = Kind {
 
 /// Why a record operation failed: the store, or a record this version cannot read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RecordError {
     /// The store failed.
     #[error(transparent)]

@@ -35,6 +35,7 @@ const FORBIDDEN_SCHEMES: &[&str] = &[
 /// redirect it registers is one only a native client has (see
 /// [`ApplicationType::of_registration`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum ApplicationType {
     /// A browser-based application on a remote host: `https` redirects off loopback.
     #[default]

@@ -597,30 +597,25 @@ fn auth(
                 }
             }
         };
-        let rs = wharf_auth::OAuth::new(wharf_auth::OAuthConfig {
-            resource,
-            audiences: args.oauth_audiences.clone(),
-            issuer: issuer.clone(),
-            authorization_servers: Vec::new(),
-            scopes_supported: if args.oauth_scopes_supported.is_empty() {
-                // Every scope a token may need here, the server-wide ones first.
-                let mut all = args.oauth_required_scopes.clone();
-                all.extend(
-                    scopes
-                        .iter()
-                        .filter(|s| !all.contains(s))
-                        .cloned()
-                        .collect::<Vec<_>>(),
-                );
-                all
-            } else {
-                args.oauth_scopes_supported.clone()
-            },
-            required_scopes: args.oauth_required_scopes.clone(),
-            leeway: Duration::from_secs(args.oauth_leeway_secs),
-            validation,
-        })
-        .with_context(|| match &args.oauth_issuer {
+        let mut rs = wharf_auth::OAuthConfig::new(resource, issuer.clone(), validation);
+        rs.audiences = args.oauth_audiences.clone();
+        rs.scopes_supported = if args.oauth_scopes_supported.is_empty() {
+            // Every scope a token may need here, the server-wide ones first.
+            let mut all = args.oauth_required_scopes.clone();
+            all.extend(
+                scopes
+                    .iter()
+                    .filter(|s| !all.contains(s))
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            );
+            all
+        } else {
+            args.oauth_scopes_supported.clone()
+        };
+        rs.required_scopes = args.oauth_required_scopes.clone();
+        rs.leeway = Duration::from_secs(args.oauth_leeway_secs);
+        let rs = wharf_auth::OAuth::new(rs).with_context(|| match &args.oauth_issuer {
             Some(_) => "--oauth-issuer".to_owned(),
             None => format!(
                 "--authorization-server, whose issuer is {issuer} (--public-url, else the listen address)"
@@ -733,15 +728,13 @@ fn authorization_server(
     if let (Some(issuer), Some(client_id)) =
         (&args.authz_upstream_issuer, &args.authz_upstream_client_id)
     {
-        config.upstream = Some(wharf_authz::UpstreamConfig {
-            issuer: issuer.clone(),
-            client_id: client_id.clone(),
-            client_secret: args
-                .authz_upstream_client_secret
-                .as_ref()
-                .map(|s| s.expose().to_owned()),
-            name: args.authz_upstream_name.clone(),
-        });
+        let mut upstream = wharf_authz::UpstreamConfig::new(issuer, client_id);
+        upstream.client_secret = args
+            .authz_upstream_client_secret
+            .as_ref()
+            .map(|s| s.expose().to_owned());
+        upstream.name = args.authz_upstream_name.clone();
+        config.upstream = Some(upstream);
     }
     if let Some(key) = &args.authz_key_encryption_key {
         let seal = wharf_authz::KeyEncryptionKey::from_base64(key.expose())
@@ -834,16 +827,13 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         }
         None => None,
     };
-    let request_state = wharf::StateConfig {
-        keys: if args.state_keys.is_empty() {
-            None
-        } else {
-            let specs: Vec<&str> = args.state_keys.iter().map(Secret::expose).collect();
-            Some(wharf::StateKeys::parse(&specs).context("--state-key")?)
-        },
-        max_age: Duration::from_secs(args.state_max_age_secs),
-        max_rounds: args.max_input_rounds,
-    };
+    let mut request_state = wharf::StateConfig::default();
+    if !args.state_keys.is_empty() {
+        let specs: Vec<&str> = args.state_keys.iter().map(Secret::expose).collect();
+        request_state.keys = Some(wharf::StateKeys::parse(&specs).context("--state-key")?);
+    }
+    request_state.max_age = Duration::from_secs(args.state_max_age_secs);
+    request_state.max_rounds = args.max_input_rounds;
     let mut config = ServerConfig::default();
     config.request_state = request_state;
     config.list_permitted_tools_only = args.list_permitted_tools_only;
@@ -853,13 +843,11 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
     config.key_rotation = Duration::from_secs(args.key_rotation_hours.saturating_mul(3600));
     config.max_call_duration = Duration::from_secs(args.max_call_secs);
     config.progress_interval = Duration::from_millis(args.progress_interval_ms);
-    config.limits = wharf::Limits {
-        max_in_flight: args.max_in_flight,
-        max_queue: args.max_queue,
-        per_principal: args.max_per_principal,
-        listen_per_principal: Some(args.max_listen_per_principal),
-        max_listen_streams: Some(args.max_listen_streams),
-    };
+    config.limits.max_in_flight = args.max_in_flight;
+    config.limits.max_queue = args.max_queue;
+    config.limits.per_principal = args.max_per_principal;
+    config.limits.listen_per_principal = Some(args.max_listen_per_principal);
+    config.limits.max_listen_streams = Some(args.max_listen_streams);
     config.idempotency_retention =
         Duration::from_secs(args.idempotency_retention_hours.saturating_mul(3600));
     // As the server checks it (only a store keeps records), first, naming the flags.
@@ -953,10 +941,8 @@ async fn serve_with(
         );
     }
     if args.stdio {
-        let config = StdioConfig {
-            drain: Duration::from_secs(args.drain_secs),
-            ..StdioConfig::default()
-        };
+        let mut config = StdioConfig::default();
+        config.drain = Duration::from_secs(args.drain_secs);
         wharf_stdio::serve_with(server, tokio::io::stdin(), tokio::io::stdout(), config).await?;
         return Ok(());
     }
@@ -974,20 +960,19 @@ async fn serve_with(
         }
         p
     };
-    let config = HttpConfig {
-        endpoint: args.endpoint.clone(),
-        hosts,
-        max_body_bytes: args.max_body_bytes,
-        max_json_depth: args.max_json_depth,
-        max_header_bytes: args.max_header_bytes,
-        body_read_timeout: Duration::from_secs(args.body_read_secs),
-        keep_alive: Duration::from_secs(args.keep_alive_secs),
-        readiness: store
-            .map(|s| Arc::new(StoreReady(s)) as Arc<dyn ReadinessCheck>)
-            .into_iter()
-            .collect(),
-        auth: Arc::new(auth),
-    };
+    let mut config = HttpConfig::default();
+    config.endpoint = args.endpoint.clone();
+    config.hosts = hosts;
+    config.max_body_bytes = args.max_body_bytes;
+    config.max_json_depth = args.max_json_depth;
+    config.max_header_bytes = args.max_header_bytes;
+    config.body_read_timeout = Duration::from_secs(args.body_read_secs);
+    config.keep_alive = Duration::from_secs(args.keep_alive_secs);
+    config.readiness = store
+        .map(|s| Arc::new(StoreReady(s)) as Arc<dyn ReadinessCheck>)
+        .into_iter()
+        .collect();
+    config.auth = Arc::new(auth);
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;

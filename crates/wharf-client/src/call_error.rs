@@ -8,6 +8,7 @@ use crate::{ClientError, Reply};
 
 /// Why a call did not produce a result.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CallError {
     /// The exchange itself failed (connection, HTTP, a body that is not JSON-RPC).
     #[error(transparent)]

@@ -30,6 +30,7 @@ use wharf_protocol::{meta, version};
 
 /// Why a request failed at the transport level.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
     /// The HTTP exchange failed.
     #[error("HTTP: {}", with_causes(.0))]
@@ -52,6 +53,19 @@ pub enum ClientError {
     /// The answer was not JSON-RPC.
     #[error("the server sent something that is not JSON-RPC: {0}")]
     Protocol(String),
+}
+
+impl ClientError {
+    /// Whether sending again may work: a connection that failed or ended early, or a server
+    /// (or proxy) in trouble, may recover; a refusal, or an answer that is no JSON-RPC,
+    /// stays as it is.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ClientError::Http(_) | ClientError::Io(_) | ClientError::Incomplete(_) => true,
+            ClientError::Status { status, .. } => *status >= 500,
+            ClientError::Protocol(_) => false,
+        }
+    }
 }
 
 /// `error` and what caused it, `: `-separated (reqwest's own message leaves the cause out:

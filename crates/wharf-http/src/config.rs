@@ -22,6 +22,7 @@ const LOCALHOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
 
 /// Which `Host` and `Origin` values are accepted (DNS-rebinding protection).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HostPolicy {
     /// Accept any `Host` (behind a proxy that already checks it). `Origin` is still checked:
     /// localhost origins and these ones only.
@@ -137,8 +138,9 @@ fn strip_port(authority: &str) -> &str {
     })
 }
 
-/// Settings of the HTTP transport.
+/// Settings of the HTTP transport: start from [`HttpConfig::default`] and set what differs.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct HttpConfig {
     /// Path of the MCP endpoint.
     pub endpoint: String,

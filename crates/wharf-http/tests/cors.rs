@@ -20,10 +20,8 @@ fn app(hosts: HostPolicy) -> Router {
         .tool(tool("hello").handler(|_cx: Context, _: NoArgs| async { "hi" }))
         .build()
         .unwrap();
-    let config = HttpConfig {
-        hosts,
-        ..HttpConfig::default()
-    };
+    let mut config = HttpConfig::default();
+    config.hosts = hosts;
     wharf_http::router(server, config)
 }
 

@@ -62,12 +62,10 @@ struct Tagged {
 /// The endpoint behind the app's own authentication: here a layer that turns an
 /// `X-User` header into a principal (a real app would read a session cookie).
 fn app() -> Router {
-    let config = HttpConfig {
-        auth: std::sync::Arc::new(
-            FromExtensions::new().challenge(HeaderValue::from_static(r#"Cookie realm="app""#)),
-        ),
-        ..HttpConfig::default()
-    };
+    let mut config = HttpConfig::default();
+    config.auth = std::sync::Arc::new(
+        FromExtensions::new().challenge(HeaderValue::from_static(r#"Cookie realm="app""#)),
+    );
     wharf_http::router(server(), config).layer(axum::middleware::from_fn(
         |mut req: Request<Body>, next: axum::middleware::Next| async move {
             let user = req

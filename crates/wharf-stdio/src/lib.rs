@@ -93,8 +93,9 @@ impl InFlight {
 /// How long in-flight requests may run after input ends, by default.
 pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
 
-/// How a stdio server runs.
+/// How a stdio server runs: start from [`StdioConfig::default`] and set what differs.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct StdioConfig {
     /// Who every request acts for: stdio has no credentials, the process's user is the
     /// caller (anonymous unless told otherwise).

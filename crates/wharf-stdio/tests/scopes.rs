@@ -42,15 +42,9 @@ async fn completions_and_subscriptions_need_the_scopes_of_their_targets() {
     let principal = wharf::testing::oauth_user(&[]);
     let (mut to_server, server_in) = tokio::io::duplex(64 * 1024);
     let (server_out, from_server) = tokio::io::duplex(64 * 1024);
-    let served = tokio::spawn(serve_with(
-        server(),
-        server_in,
-        server_out,
-        StdioConfig {
-            principal,
-            ..StdioConfig::default()
-        },
-    ));
+    let mut config = StdioConfig::default();
+    config.principal = principal;
+    let served = tokio::spawn(serve_with(server(), server_in, server_out, config));
     let requests = [
         json!({ "jsonrpc": "2.0", "id": 1, "method": "completion/complete", "params": {
             "_meta": meta(), "ref": { "type": "ref/prompt", "name": "summary" },

@@ -85,6 +85,7 @@ impl Default for StoreOptions {
 
 /// Why a store URL could not be opened.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum OpenError {
     /// A URL of no known scheme.
     #[error("unsupported store URL {0:?}: use sqlite://PATH, postgres://…, redis://… or memory://")]

@@ -15,6 +15,7 @@ use crate::metrics::Shed;
 /// How much a server takes on at once. By default requests are not capped, and
 /// `subscriptions/listen` streams are: they live long and cost a subscription each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Limits {
     /// Requests running at once, server-wide (`None`: no cap).
     pub max_in_flight: Option<usize>,

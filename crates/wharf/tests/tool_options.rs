@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use wharf::protocol::Implementation;
 use wharf::testing::Harness;
-use wharf::{Context, ErrorKind, Limits, NoArgs, Principal, RpcError, Server, ServerConfig, tool};
+use wharf::{Context, ErrorKind, NoArgs, Principal, RpcError, Server, ServerConfig, tool};
 
 /// Calls tool `name` the way a transport does: admitted (a slot first), then run.
 async fn run(server: &Server, name: &str) -> Result<String, RpcError> {
@@ -74,12 +74,9 @@ async fn a_tool_runs_at_most_its_concurrency_and_queues_the_rest() {
             .tool(tool("other").handler(|_cx: Context, _: NoArgs| async { "other" }))
             .config({
                 let mut config = ServerConfig::default();
-                config.limits = Limits {
-                    max_in_flight: None,
-                    max_queue: 1,
-                    per_principal: None,
-                    ..Limits::default()
-                };
+                config.limits.max_in_flight = None;
+                config.limits.max_queue = 1;
+                config.limits.per_principal = None;
                 config
             })
             .build()

@@ -37,6 +37,7 @@ pub use introspect::IntrospectionLimits;
 
 /// How tokens are checked.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum Validation {
     /// JWTs signed with RS256, ES256 or EdDSA, verified against the issuer's JWKS (found
     /// through its metadata unless given). A token signed with a key id the cached set lacks
@@ -84,8 +85,9 @@ pub enum Validation {
     },
 }
 
-/// The resource server's settings.
+/// The resource server's settings: start from [`OAuthConfig::new`] and set what differs.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct OAuthConfig {
     /// This server's canonical resource URI (its MCP endpoint's URL), published in the
     /// protected resource metadata.
@@ -106,8 +108,31 @@ pub struct OAuthConfig {
     pub validation: Validation,
 }
 
+impl OAuthConfig {
+    /// A resource server at `resource` accepting tokens of `issuer`, checked by
+    /// `validation`: its audience is `resource`, it advertises `issuer` and no scopes,
+    /// requires none, and tolerates 30 seconds of clock skew.
+    pub fn new(
+        resource: impl Into<String>,
+        issuer: impl Into<String>,
+        validation: Validation,
+    ) -> Self {
+        Self {
+            resource: resource.into(),
+            audiences: Vec::new(),
+            issuer: issuer.into(),
+            authorization_servers: Vec::new(),
+            scopes_supported: Vec::new(),
+            required_scopes: Vec::new(),
+            leeway: Duration::from_secs(30),
+            validation,
+        }
+    }
+}
+
 /// Why the resource server could not be set up.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum OAuthSetupError {
     /// The HTTP client for the issuer could not be built.
     #[error("cannot build the HTTP client: {0}")]

@@ -35,6 +35,7 @@ pub struct ClientMetadata {
 
 /// How a metadata-document client authenticates at the token endpoint.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum ClientAuth {
     /// A public client: PKCE alone (`token_endpoint_auth_method` `none`, the default).
     None,
@@ -44,6 +45,7 @@ pub enum ClientAuth {
 
 /// Where a `private_key_jwt` client's public keys are.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum KeySource {
     /// Inline, as a JWK set.
     Jwks(Value),

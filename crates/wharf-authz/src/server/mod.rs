@@ -45,8 +45,9 @@ pub use upstream::UpstreamConfig;
 /// The largest request body any endpoint reads.
 const MAX_BODY: usize = 16 * 1024;
 
-/// How the authorization server runs.
+/// How the authorization server runs: start from [`AuthzConfig::new`] and set what differs.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct AuthzConfig {
     /// Its issuer identifier: the origin it is served on, `https://` (or `http://` on
     /// loopback, for development), with no trailing slash.

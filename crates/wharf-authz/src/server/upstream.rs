@@ -29,6 +29,7 @@ use crate::records::{UPSTREAM, digest, secret};
 /// The upstream provider this server signs people in with. Its `Debug` output leaves the
 /// client secret out.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct UpstreamConfig {
     /// Its issuer identifier (its metadata is at `/.well-known/openid-configuration`).
     pub issuer: String,
@@ -38,6 +39,19 @@ pub struct UpstreamConfig {
     pub client_secret: Option<String>,
     /// What the button says ("Sign in with NAME"), and the prefix of its users' names here.
     pub name: String,
+}
+
+impl UpstreamConfig {
+    /// The provider at `issuer`, where this server is the public client `client_id`; its
+    /// button says "Sign in with OpenID".
+    pub fn new(issuer: impl Into<String>, client_id: impl Into<String>) -> Self {
+        Self {
+            issuer: issuer.into(),
+            client_id: client_id.into(),
+            client_secret: None,
+            name: "OpenID".into(),
+        }
+    }
 }
 
 impl std::fmt::Debug for UpstreamConfig {

@@ -97,13 +97,10 @@ impl Endpoint {
                 ),
                 _ => format!("could not connect to {}: {e}", self.url),
             };
-            // A refusal stays a refusal; a connection or a server in trouble may recover.
-            let retry = match e {
-                ClientError::Http(_) | ClientError::Io(_) | ClientError::Incomplete(_) => true,
-                ClientError::Status { status, .. } => status >= 500,
-                ClientError::Protocol(_) => false,
-            };
-            Unreachable { message, retry }
+            Unreachable {
+                message,
+                retry: e.is_retryable(),
+            }
         })
     }
 }

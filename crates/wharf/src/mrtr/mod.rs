@@ -26,8 +26,10 @@ use crate::error::RpcError;
 use crate::principal::Principal;
 use crate::store::{Digest, Millis, after, now_millis};
 
-/// How request states are sealed and for how long they hold.
+/// How request states are sealed and for how long they hold: start from
+/// [`StateConfig::default`] and set what differs.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct StateConfig {
     /// Fixed keys. `None` (the default): the keys every replica on the store shares and
     /// rotates, or a random key of this process when there is no store.
