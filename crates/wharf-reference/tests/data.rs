@@ -102,6 +102,35 @@ async fn read<T>(store: &dyn Store, f: impl AsyncFnOnce(&mut Data<'_>) -> T) -> 
     f(&mut Data::of(tx.as_mut()).unwrap()).await
 }
 
+/// Stages `n` rows numbered from `from` in `import`, within any quota: how many it holds.
+async fn stage(store: &dyn Store, import: &HandleRecord, from: u64, n: u64) -> u64 {
+    write(store, async |d| {
+        d.append_staged(import, &rows(from, n), ROW_BYTES * n, u64::MAX)
+            .await
+            .unwrap()
+            .staged()
+    })
+    .await
+    .unwrap()
+}
+
+/// Commits `import` into `owner`'s dataset `sales` with `columns`, after its rows or in
+/// their place (`replace`).
+async fn commit(
+    store: &dyn Store,
+    owner: &str,
+    import: &HandleRecord,
+    columns: &Value,
+    replace: bool,
+) -> Result<Commit, StoreError> {
+    write(store, async |d| {
+        d.commit_staged(owner, "sales", columns, &import.id, replace)
+            .await
+            .unwrap()
+    })
+    .await
+}
+
 async fn ids(store: &dyn Store, owner: &str, after: Option<i64>) -> Vec<(i64, u64)> {
     read(store, async |d| {
         d.scan(owner, "sales", after, 100).await.unwrap()
@@ -119,25 +148,14 @@ async fn imports_commit_replace_scan_and_delete(store: Arc<dyn Store>) {
     let owner = who.id();
     let first = import(&*store, &who).await;
     for (from, n) in [(0, 3), (3, 2)] {
-        let staged = write(&*store, async |d| {
-            d.append_staged(&first, &rows(from, n), ROW_BYTES * n, u64::MAX)
-                .await
-                .unwrap()
-                .staged()
-        })
-        .await
-        .unwrap();
+        let staged = stage(&*store, &first, from, n).await;
         assert_eq!(staged, from + n);
     }
     // Staged rows are not the dataset's yet.
     assert!(ids(&*store, owner, None).await.is_empty());
-    let committed = write(&*store, async |d| {
-        d.commit_staged(owner, "sales", &columns(), &first.id, false)
-            .await
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let committed = commit(&*store, owner, &first, &columns(), false)
+        .await
+        .unwrap();
     assert!(matches!(committed, Commit::Done { moved: 5, total: 5 }));
     let generation = async || {
         read(&*store, async |d| {
@@ -151,29 +169,13 @@ async fn imports_commit_replace_scan_and_delete(store: Arc<dyn Store>) {
     assert_eq!(ids(&*store, owner, Some(2)).await, all[3..]);
 
     let second = import(&*store, &who).await;
-    write(&*store, async |d| {
-        d.append_staged(&second, &rows(100, 2), ROW_BYTES * 2, u64::MAX)
-            .await
-            .unwrap()
-            .staged()
-    })
-    .await
-    .unwrap();
+    stage(&*store, &second, 100, 2).await;
     // Other columns are refused and change nothing.
-    let refused = write(&*store, async |d| {
-        d.commit_staged(owner, "sales", &json!([]), &second.id, true)
-            .await
-            .unwrap()
-    })
-    .await;
+    let refused = commit(&*store, owner, &second, &json!([]), true).await;
     assert!(matches!(refused, Ok(Commit::OtherColumns(c)) if c == columns()));
-    let replaced = write(&*store, async |d| {
-        d.commit_staged(owner, "sales", &columns(), &second.id, true)
-            .await
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let replaced = commit(&*store, owner, &second, &columns(), true)
+        .await
+        .unwrap();
     assert!(matches!(replaced, Commit::Done { moved: 2, total: 2 }));
     // Numbers go on from where the replaced rows ended: an old cursor never points into
     // the new rows.
@@ -202,20 +204,10 @@ async fn imports_commit_replace_scan_and_delete(store: Arc<dyn Store>) {
     // Made again under its name, its rows are numbered from the start: another making,
     // so that a cursor of the one deleted is refused rather than skipping rows.
     let third = import(&*store, &who).await;
-    write(&*store, async |d| {
-        d.append_staged(&third, &rows(200, 1), ROW_BYTES, u64::MAX)
-            .await
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    write(&*store, async |d| {
-        d.commit_staged(owner, "sales", &columns(), &third.id, false)
-            .await
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    stage(&*store, &third, 200, 1).await;
+    commit(&*store, owner, &third, &columns(), false)
+        .await
+        .unwrap();
     assert_eq!(ids(&*store, owner, None).await, vec![(0, 200)]);
     assert_ne!(generation().await, made);
 }
@@ -226,14 +218,7 @@ async fn imports_commit_replace_scan_and_delete(store: Arc<dyn Store>) {
 async fn staged_rows_go_with_their_import(store: Arc<dyn Store>) {
     let who = owner("retire");
     let import = import(&*store, &who).await;
-    write(&*store, async |d| {
-        d.append_staged(&import, &rows(0, 4), ROW_BYTES * 4, u64::MAX)
-            .await
-            .unwrap()
-            .staged()
-    })
-    .await
-    .unwrap();
+    stage(&*store, &import, 0, 4).await;
     // Retired as the sweeper retires an expired import: the service is not asked.
     let mut tx = store.begin(TxMode::Write).await.unwrap();
     tx.retire_handle(&import.id).await.unwrap();
@@ -283,29 +268,10 @@ async fn stored_bytes_follow_appends_commits_aborts_and_deletes(store: Arc<dyn S
     let who = owner("bytes");
     let owner = who.id();
     let stored = async || read(&*store, async |d| d.stored_bytes(owner).await.unwrap()).await;
-    let stage = async |import: &HandleRecord, n: u64| {
-        write(&*store, async |d| {
-            d.append_staged(import, &rows(0, n), ROW_BYTES * n, u64::MAX)
-                .await
-                .unwrap()
-                .staged()
-        })
-        .await
-        .unwrap()
-    };
-    let commit = async |import: &HandleRecord, replace: bool| {
-        write(&*store, async |d| {
-            d.commit_staged(owner, "sales", &columns(), &import.id, replace)
-                .await
-                .unwrap()
-        })
-        .await
-        .unwrap()
-    };
     assert_eq!(stored().await, 0);
     let a = import(&*store, &who).await;
-    stage(&a, 3).await;
-    stage(&a, 2).await;
+    stage(&*store, &a, 0, 3).await;
+    stage(&*store, &a, 0, 2).await;
     assert_eq!(stored().await, 50, "staged rows count");
     // Past the limit: refused, and nothing written.
     let refused = write(&*store, async |d| {
@@ -330,24 +296,18 @@ async fn stored_bytes_follow_appends_commits_aborts_and_deletes(store: Arc<dyn S
     assert_eq!(fits, Staged::Rows(6));
     assert_eq!(stored().await, 60);
     let b = import(&*store, &who).await;
-    stage(&b, 1).await;
+    stage(&*store, &b, 0, 1).await;
     assert_eq!(stored().await, 70);
-    commit(&a, false).await;
+    commit(&*store, owner, &a, &columns(), false).await.unwrap();
     assert_eq!(stored().await, 70, "committed rows move, not doubled");
     // A commit refused (other columns), even if its transaction commits, moves no bytes.
-    let other = write(&*store, async |d| {
-        d.commit_staged(owner, "sales", &json!([]), &b.id, true)
-            .await
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let other = commit(&*store, owner, &b, &json!([]), true).await.unwrap();
     assert!(matches!(other, Commit::OtherColumns(_)));
     assert_eq!(stored().await, 70);
-    commit(&b, true).await;
+    commit(&*store, owner, &b, &columns(), true).await.unwrap();
     assert_eq!(stored().await, 10, "replaced rows no longer count");
     let c = import(&*store, &who).await;
-    stage(&c, 2).await;
+    stage(&*store, &c, 0, 2).await;
     assert_eq!(stored().await, 30);
     write(&*store, async |d| {
         d.discard_staged(owner, &c.id).await.unwrap()
@@ -358,7 +318,7 @@ async fn stored_bytes_follow_appends_commits_aborts_and_deletes(store: Arc<dyn S
 
     let them = self::owner("bytes-other");
     let theirs = import(&*store, &them).await;
-    stage(&theirs, 7).await;
+    stage(&*store, &theirs, 0, 7).await;
     assert_eq!(stored().await, 10, "another owner's rows are theirs");
 
     write(&*store, async |d| {
@@ -402,21 +362,10 @@ async fn small_and_large_imports_read_back_in_order(store: Arc<dyn Store>) {
     let mut from = 0;
     for n in [1, 1, 3, 4090, 2, 5000, 1, 1] {
         let import = import(&*store, &who).await;
-        write(&*store, async |d| {
-            d.append_staged(&import, &rows(from, n), ROW_BYTES * n, u64::MAX)
-                .await
-                .unwrap()
-                .staged()
-        })
-        .await
-        .unwrap();
-        let committed = write(&*store, async |d| {
-            d.commit_staged(owner, "sales", &columns(), &import.id, false)
-                .await
-                .unwrap()
-        })
-        .await
-        .unwrap();
+        stage(&*store, &import, from, n).await;
+        let committed = commit(&*store, owner, &import, &columns(), false)
+            .await
+            .unwrap();
         from += n;
         assert!(matches!(committed, Commit::Done { moved, total } if moved == n && total == from));
     }
@@ -467,21 +416,10 @@ async fn small_and_large_imports_read_back_in_order(store: Arc<dyn Store>) {
             .await
             .unwrap();
         let import = import(&*store, &who).await;
-        write(&*store, async |d| {
-            d.append_staged(&import, &rows(from, 1), ROW_BYTES, u64::MAX)
-                .await
-                .unwrap()
-                .staged()
-        })
-        .await
-        .unwrap();
-        write(&*store, async |d| {
-            d.commit_staged(owner, "sales", &columns(), &import.id, false)
-                .await
-                .unwrap()
-        })
-        .await
-        .unwrap();
+        stage(&*store, &import, from, 1).await;
+        commit(&*store, owner, &import, &columns(), false)
+            .await
+            .unwrap();
         let all = every_row(&*store, owner).await;
         assert_eq!(all.len() as u64, from + 1);
         assert!(
@@ -531,14 +469,7 @@ async fn concurrent_commits_to_one_dataset_number_rows_once(store: Arc<dyn Store
     let owner = who.id().to_owned();
     let (a, b) = (import(&*store, &who).await, import(&*store, &who).await);
     for (i, imp) in [&a, &b].into_iter().enumerate() {
-        write(&*store, async |d| {
-            d.append_staged(imp, &rows(i as u64 * 10, 3), ROW_BYTES * 3, u64::MAX)
-                .await
-                .unwrap()
-                .staged()
-        })
-        .await
-        .unwrap();
+        stage(&*store, imp, i as u64 * 10, 3).await;
     }
     // Both read the dataset (absent) and queue or make their writes before either commits.
     let mut ta = store.begin(TxMode::Write).await.unwrap();
