@@ -101,7 +101,8 @@ pub struct StdioConfig {
     /// caller (anonymous unless told otherwise).
     pub principal: Principal,
     /// How long in-flight requests may run once input has ended; those still running after
-    /// it are cancelled and get no response.
+    /// it are cancelled and get no response. What is then left to write gets as long
+    /// again: a client that no longer reads stdout does not keep the process alive.
     pub drain: Duration,
     /// The most requests running at once; beyond it a request is refused at once (-31000,
     /// retry later). Each running request holds its task and, while stdout is not read,
@@ -208,9 +209,22 @@ where
         while tasks.join_next().await.is_some() {}
     }
     drop(tx);
-    writer
-        .await
-        .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+    // What is left to write gets as long again: a client that stopped reading stdout must
+    // not keep the process from ending.
+    let mut writer = writer;
+    match tokio::time::timeout(config.drain, &mut writer).await {
+        Ok(written) => written.unwrap_or_else(|e| Err(std::io::Error::other(e))),
+        Err(_) => {
+            writer.abort();
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "stdout was not read for {} s after input ended; the messages left unwritten were dropped",
+                    config.drain.as_secs_f32()
+                ),
+            ))
+        }
+    }
 }
 
 /// One line of input.
