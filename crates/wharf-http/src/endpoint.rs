@@ -214,6 +214,9 @@ async fn read_long_way(
     principal: Principal,
     legacy: bool,
 ) -> Result<(ParsedRequest, Principal), Response> {
+    if legacy && bytes.trim_ascii_start().first() == Some(&b'[') {
+        return Err(session::batch(state, headers, bytes, principal).await);
+    }
     let envelope = match Envelope::parse(bytes, state.config.max_json_depth) {
         Ok(env) => env,
         Err(failure) => {

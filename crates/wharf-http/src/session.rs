@@ -114,6 +114,126 @@ pub(crate) async fn post(
     }
 }
 
+/// A batch of a session (a JSON array of messages), which only 2025-03-26 sessions may send:
+/// each message taken as if it came alone, in order, the requests' answers streamed as
+/// they come (the calls run side by side). A batch of only notifications and answers gets
+/// 202. A batch with a message that cannot be read is refused whole (400) before any of
+/// it is taken: within a stream, an error without an id is not a message that revision
+/// has. (2025-03-26 basic/transports, "Sending Messages to the Server".)
+pub(crate) async fn batch(
+    state: &AppState,
+    headers: &RequestHeaders<'_>,
+    body: &[u8],
+    principal: Principal,
+) -> Response {
+    let mut session = match resume(state, headers.map, None, &principal).await {
+        Ok(s) => s,
+        Err(refused) => return *refused,
+    };
+    let depth = state.config.max_json_depth;
+    if !wharf_protocol::version::has_batches(session.version()) {
+        let e = RpcError::from(&wharf_protocol::EnvelopeError::Batch);
+        return error_with_status(StatusCode::BAD_REQUEST, None, &e);
+    }
+    let messages = match wharf_protocol::jsonrpc::parse_batch(body, depth) {
+        Ok(messages) => messages,
+        Err(failure) => {
+            let e = RpcError::from(&failure.error);
+            return error_with_status(StatusCode::BAD_REQUEST, None, &e);
+        }
+    };
+    let mut envelopes = Vec::with_capacity(messages.len());
+    for (n, message) in messages.iter().enumerate() {
+        let read = Envelope::parse(message.get().as_bytes(), depth)
+            .map_err(|failure| (failure.id, RpcError::from(&failure.error)))
+            .and_then(|envelope| match (&envelope.method, &envelope.id) {
+                (None, None) => Err((
+                    None,
+                    RpcError::new(
+                        ErrorKind::InvalidRequest,
+                        "Invalid request: a response must carry the id of the request it answers",
+                    ),
+                )),
+                _ => Ok(envelope),
+            });
+        match read {
+            Ok(envelope) => envelopes.push(envelope),
+            Err((id, e)) => {
+                let e = RpcError::new(
+                    e.kind,
+                    format!("{} (message {} of the batch)", e.message, n + 1),
+                );
+                return error_with_status(StatusCode::BAD_REQUEST, id.as_ref(), &e);
+            }
+        }
+    }
+    let sessions = state.server.sessions();
+    // What is answered at once, the calls that run, and the first notification or answer
+    // the server did not take.
+    let mut answered: Vec<Vec<u8>> = Vec::new();
+    let mut calls: Vec<LegacyCall> = Vec::new();
+    let mut not_taken_first: Option<RpcError> = None;
+    for envelope in envelopes {
+        let taken = match (envelope.method.as_deref(), envelope.id) {
+            (None, Some(id)) => {
+                sessions
+                    .answer(&session, &principal, &id, envelope.result, envelope.error)
+                    .await
+            }
+            (Some(method), None) => sessions.notify(&session, method, envelope.params).await,
+            (Some(wharf_protocol::methods::INITIALIZE), Some(id)) => {
+                let e = RpcError::new(
+                    ErrorKind::InvalidRequest,
+                    "Invalid request: initialize must not be part of a batch",
+                );
+                answered.push(ErrorReply::new(Some(id), e).to_message());
+                Ok(())
+            }
+            (Some(method), Some(id)) => {
+                let principal = principal.clone();
+                match sessions
+                    .request(&mut session, id, method, envelope.params, principal)
+                    .await
+                {
+                    Ok(Answer::Message(body)) => answered.push(body),
+                    Ok(Answer::Call(call)) => calls.push(*call),
+                    Ok(_) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+                    Err(reply) => answered.push(reply.to_message()),
+                }
+                Ok(())
+            }
+            (None, None) => Ok(()),
+        };
+        if let Err(e) = taken {
+            tracing::warn!(error = %e.message, "a notification or answer of a batch was not taken");
+            not_taken_first.get_or_insert(e);
+        }
+    }
+    if answered.is_empty() && calls.is_empty() {
+        return match not_taken_first {
+            Some(e) => not_taken(&e),
+            None => StatusCode::ACCEPTED.into_response(),
+        };
+    }
+    let (tx, rx) = mpsc::channel::<Vec<u8>>(32);
+    // The stream ends with this task: after what was answered at once and every call's
+    // messages, each call's response last of its own.
+    let task = tokio::spawn(async move {
+        for message in answered {
+            if tx.send(message).await.is_err() {
+                break;
+            }
+        }
+        let streams = calls.into_iter().map(|call| call.stream(tx.clone()));
+        futures_util::future::join_all(streams).await;
+        None
+    });
+    sse(
+        state,
+        call_stream::messages(Phase::Running(task, None), rx).map(event),
+    )
+}
+
 /// A notification or an answer the server did not take: 400 for what is wrong with it; a
 /// store or bus that failed is not the client's fault (503 with Retry-After, or 500), and
 /// the client sends it again.

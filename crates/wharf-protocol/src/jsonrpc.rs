@@ -311,6 +311,26 @@ impl<'a> Envelope<'a> {
     }
 }
 
+/// Reads a JSON-RPC batch, which only revision 2025-03-26 has: the messages of a non-empty
+/// array, each still to be read with [`Envelope::parse`], in order.
+pub fn parse_batch(body: &[u8], max_depth: usize) -> Result<Vec<&RawValue>, EnvelopeFailure> {
+    let fail = |error| EnvelopeFailure { error, id: None };
+    let text = std::str::from_utf8(body).map_err(|_| fail(EnvelopeError::InvalidUtf8))?;
+    check_depth(body, max_depth).map_err(|depth| fail(EnvelopeError::TooDeep(depth)))?;
+    let messages: Vec<&RawValue> = serde_json::from_str(text).map_err(|e| {
+        fail(match e.classify() {
+            serde_json::error::Category::Data => {
+                EnvelopeError::Invalid(format!("a batch must be a JSON array of messages: {e}"))
+            }
+            _ => EnvelopeError::Json(e.to_string()),
+        })
+    })?;
+    if messages.is_empty() {
+        return Err(fail(EnvelopeError::Invalid("the batch is empty".into())));
+    }
+    Ok(messages)
+}
+
 /// Returns `Err(limit)` when `json` nests arrays/objects deeper than `limit`.
 ///
 /// Runs before parsing so a hostile body cannot make the parser recurse.
@@ -415,6 +435,31 @@ fn write_id(out: &mut Vec<u8>, id: &RequestId) -> serde_json::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_batch_is_a_non_empty_array_of_messages_read_one_by_one() {
+        let body =
+            br#" [{"jsonrpc":"2.0","id":1,"method":"ping"}, {"jsonrpc":"2.0","method":"n"}, 7]"#;
+        let messages = parse_batch(body, 64).unwrap();
+        assert_eq!(messages.len(), 3);
+        let first = Envelope::parse(messages[0].get().as_bytes(), 64).unwrap();
+        assert_eq!(first.method.as_deref(), Some("ping"));
+        assert!(
+            Envelope::parse(messages[1].get().as_bytes(), 64)
+                .unwrap()
+                .is_notification()
+        );
+        assert!(Envelope::parse(messages[2].get().as_bytes(), 64).is_err());
+        let code = |body: &[u8]| parse_batch(body, 64).unwrap_err().error.code();
+        assert_eq!(code(b"[]"), -32600, "empty");
+        assert_eq!(code(b"[{"), -32700, "malformed");
+        assert_eq!(code(br#"{"jsonrpc":"2.0"}"#), -32600, "not an array");
+        assert_eq!(
+            parse_batch(b"[[[[1]]]]", 3).unwrap_err().error.code(),
+            -32600,
+            "too deep"
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -19,6 +19,12 @@ pub fn is_supported(version: &str) -> bool {
     SUPPORTED.contains(&version)
 }
 
+/// Whether messages of `version` may come in JSON-RPC batches (arrays): only 2025-03-26's
+/// do; 2025-06-18 removed them.
+pub fn has_batches(version: &str) -> bool {
+    version == "2025-03-26"
+}
+
 /// Whether `version` is one of [`LEGACY`].
 pub fn is_legacy(version: &str) -> bool {
     LEGACY.contains(&version)

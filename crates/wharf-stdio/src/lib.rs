@@ -433,6 +433,14 @@ async fn read_long_way(
     legacy: &mut Legacy,
 ) -> Option<ParsedRequest> {
     let (server, tx) = (link.server, link.tx);
+    let batches = legacy
+        .session
+        .as_ref()
+        .is_some_and(|s| wharf_protocol::version::has_batches(s.version()));
+    if batches && line.trim_start().starts_with('[') {
+        batch(link, line, legacy, tasks).await;
+        return None;
+    }
     let envelope = match Envelope::parse(line.as_bytes(), MAX_JSON_DEPTH) {
         Ok(env) => env,
         Err(failure) if is_response(line) => {
@@ -565,6 +573,33 @@ fn id_in_use(id: &RequestId) -> RpcError {
         ErrorKind::InvalidRequest,
         format!("Request id {id} is already in use by a running request"),
     )
+}
+
+/// A batch of a 2025-03-26 session (a JSON array of messages on one line): each message
+/// taken in order as if it came on a line of its own, each answer on a line of its own.
+async fn batch(link: &Link<'_>, line: &str, legacy: &mut Legacy, tasks: &mut JoinSet<()>) {
+    let messages = match wharf_protocol::jsonrpc::parse_batch(line.as_bytes(), MAX_JSON_DEPTH) {
+        Ok(messages) => messages,
+        Err(failure) => {
+            refuse_unread(link.tx, legacy, &RpcError::from(&failure.error)).await;
+            return;
+        }
+    };
+    for message in messages {
+        match Envelope::parse(message.get().as_bytes(), MAX_JSON_DEPTH) {
+            Ok(envelope) => in_session(link, envelope, legacy, tasks).await,
+            Err(failure) if is_response(message.get()) => {
+                tracing::warn!(error = %failure.error, "a response from the client was not understood");
+            }
+            Err(failure) => {
+                let e = RpcError::from(&failure.error);
+                match failure.id.as_ref() {
+                    Some(id) => send_error(link.tx, Some(id), &e).await,
+                    None => refuse_unread(link.tx, legacy, &e).await,
+                }
+            }
+        }
+    }
 }
 
 /// A message of the process's legacy session. What changes the session (its log level,

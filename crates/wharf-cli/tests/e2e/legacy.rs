@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::import::*;
 use common::peers::{PythonServer, venv_python};
-use common::{ServerProcess, validate_legacy};
+use common::{ServerProcess, validate_legacy, validate_legacy_in};
 use futures_util::{Stream, StreamExt};
 use serde_json::{Value, json};
 use wharf_client::{Connection, HttpClient, LegacySession};
@@ -945,4 +945,101 @@ async fn live_sessions_are_bounded_per_principal() {
     )
     .await
     .expect("another principal's session");
+}
+
+/// A 2025-03-26 session may send JSON-RPC batches (that revision's transport has servers
+/// take them; 2025-06-18 removed them): each message is taken as if it came alone and the
+/// answers stream back, the calls' progress among them, every message valid in that
+/// revision. A batch of notifications gets 202; a batch with a message that cannot be read
+/// is refused whole; a later revision's session is refused any batch.
+#[tokio::test]
+async fn a_2025_03_26_session_sends_batches() {
+    let server = ServerProcess::start_exact(&["--profile", "demo", "--anonymous"]);
+    let client = server.client();
+    let session = LegacySession::initialize(&client, "2025-03-26", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(session.version(), "2025-03-26");
+    let request = |id: i64, method: &str, params: Value| json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+    let call = |name: &str, arguments: Value| json!({ "name": name, "arguments": arguments });
+    let methods = [
+        (1, "ping"),
+        (2, "tools/call"),
+        (3, "tools/call"),
+        (4, "tools/call"),
+        (5, "tools/list"),
+        (6, "initialize"),
+    ];
+    let batch = json!([
+        { "jsonrpc": "2.0", "method": "notifications/initialized" },
+        request(1, "ping", json!({})),
+        request(2, "tools/call", call("echo", json!({ "text": "one" }))),
+        request(3, "tools/call", call("add", json!({ "a": 1, "b": 2 }))),
+        request(4, "tools/call", json!({ "name": "slow_count",
+            "arguments": { "steps": 2, "interval_ms": 1 }, "_meta": { "progressToken": "p" } })),
+        request(5, "tools/list", json!({})),
+        request(6, "initialize", json!({ "protocolVersion": "2025-03-26",
+            "capabilities": {}, "clientInfo": { "name": "t", "version": "1" } })),
+    ]);
+    let reply = session.post(&batch).await.unwrap();
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(reply.is_sse(), "{}", reply.body);
+    let mut answered: Vec<(i64, Value)> = Vec::new();
+    let mut progress = 0;
+    for m in &reply.messages {
+        match m["id"].as_i64() {
+            Some(id) => {
+                let method = methods.iter().find(|(n, _)| *n == id).unwrap().1;
+                validate_legacy_in("2025-03-26", method, m);
+                answered.push((id, m.clone()));
+            }
+            None => {
+                assert_eq!(m["method"], "notifications/progress", "{m}");
+                validate_legacy_in("2025-03-26", "tools/call", m);
+                progress += 1;
+            }
+        }
+    }
+    answered.sort_by_key(|(id, _)| *id);
+    let ids: Vec<i64> = answered.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, [1, 2, 3, 4, 5, 6], "one answer each: {}", reply.body);
+    assert_eq!(answered[1].1["result"]["content"][0]["text"], "one");
+    assert_eq!(answered[2].1["result"]["structuredContent"]["sum"], 3);
+    assert!(answered[4].1["result"]["tools"].as_array().unwrap().len() > 2);
+    assert_eq!(answered[5].1["error"]["code"], -32600);
+    assert!(progress >= 1, "{}", reply.body);
+
+    // Only notifications: accepted, nothing to answer.
+    let only = json!([{ "jsonrpc": "2.0", "method": "notifications/initialized" }]);
+    assert_eq!(session.post(&only).await.unwrap().status, 202);
+    // A message that cannot be read: refused whole, naming which one.
+    let unreadable = json!([
+        request(7, "tools/call", call("echo", json!({ "text": "never" }))),
+        { "jsonrpc": "1.0", "id": 8, "method": "ping" },
+    ]);
+    let reply = session.post(&unreadable).await.unwrap();
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert_eq!(reply.error_code(), Some(-32600), "{}", reply.body);
+    assert!(
+        reply.body.contains("message 2 of the batch"),
+        "{}",
+        reply.body
+    );
+    let reply = session.post(&json!([])).await.unwrap();
+    assert_eq!(
+        (reply.status, reply.error_code()),
+        (400, Some(-32600)),
+        "{}",
+        reply.body
+    );
+    // 2025-06-18 has no batches.
+    let later = LegacySession::initialize(&client, "2025-06-18", json!({}))
+        .await
+        .unwrap();
+    let reply = later
+        .post(&json!([request(9, "ping", json!({}))]))
+        .await
+        .unwrap();
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert!(reply.body.contains("batches"), "{}", reply.body);
 }
