@@ -45,6 +45,8 @@ async fn next_message(
             Some(message) = rx.recv() => Some((message, (Phase::Running(task, None), rx))),
             ended = &mut task => {
                 let last = last_message(ended);
+                // What is buffered still goes out; a sender left behind sends no more.
+                rx.close();
                 match rx.try_recv() {
                     Ok(message) => Some((message, (Phase::Ending(last, None), rx))),
                     Err(_) => last.map(|last| (last, (Phase::Done, rx))),

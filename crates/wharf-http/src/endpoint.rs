@@ -215,7 +215,7 @@ async fn read_long_way(
     legacy: bool,
 ) -> Result<(ParsedRequest, Principal), Response> {
     if legacy && bytes.trim_ascii_start().first() == Some(&b'[') {
-        return Err(session::batch(state, headers, bytes, principal).await);
+        return Err(session::batch(state, headers, bytes.clone(), principal).await);
     }
     let envelope = match Envelope::parse(bytes, state.config.max_json_depth) {
         Ok(env) => env,

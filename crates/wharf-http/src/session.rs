@@ -8,6 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 
+use axum::body::Bytes;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -115,123 +116,186 @@ pub(crate) async fn post(
 }
 
 /// A batch of a session (a JSON array of messages), which only 2025-03-26 sessions may send:
-/// each message taken as if it came alone, in order, the requests' answers streamed as
-/// they come (the calls run side by side). A batch of only notifications and answers gets
-/// 202. A batch with a message that cannot be read is refused whole (400) before any of
-/// it is taken: within a stream, an error without an id is not a message that revision
-/// has. (2025-03-26 basic/transports, "Sending Messages to the Server".)
+/// each message taken as if it came alone, in order; a batch of only notifications and
+/// answers gets 202, one with requests an SSE stream of their answers. Each call starts as
+/// soon as it is admitted, on a task of its own: one waiting for a slot never waits on a
+/// call of its own batch, and a client that goes away cancels nothing (as with a single
+/// call). A batch refused before any of it is taken: one with a message that cannot be
+/// read (400, naming which: within a stream an error without an id is not a message of that
+/// revision), one longer than [`LegacyConfig::max_batch`](wharf::LegacyConfig), one sent
+/// with headers that mirror a single message (`Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`: one
+/// value cannot mirror an array, and a gateway may route on it). A refusal of access to a
+/// request is that request's error on the stream, with the scopes it needs in its data.
+/// (2025-03-26 basic/transports, "Sending Messages to the Server".)
 pub(crate) async fn batch(
     state: &AppState,
     headers: &RequestHeaders<'_>,
-    body: &[u8],
+    body: Bytes,
     principal: Principal,
 ) -> Response {
-    let mut session = match resume(state, headers.map, None, &principal).await {
+    let refuse = |message: String| {
+        let e = RpcError::new(
+            ErrorKind::InvalidRequest,
+            format!("Invalid request: {message}"),
+        );
+        error_with_status(StatusCode::BAD_REQUEST, None, &e)
+    };
+    let mirrors = headers.method.first().is_some()
+        || headers.name.first().is_some()
+        || headers
+            .map
+            .keys()
+            .any(|k| k.as_str().starts_with(mcp::PARAM_PREFIX));
+    if mirrors {
+        return refuse(
+            "a batch carries no Mcp-Method, Mcp-Name or Mcp-Param-* header (they mirror one message)".into(),
+        );
+    }
+    let session = match resume(state, headers.map, None, &principal).await {
         Ok(s) => s,
         Err(refused) => return *refused,
     };
-    let depth = state.config.max_json_depth;
     if !wharf_protocol::version::has_batches(session.version()) {
         let e = RpcError::from(&wharf_protocol::EnvelopeError::Batch);
         return error_with_status(StatusCode::BAD_REQUEST, None, &e);
     }
-    let messages = match wharf_protocol::jsonrpc::parse_batch(body, depth) {
+    let depth = state.config.max_json_depth;
+    let messages = match wharf_protocol::jsonrpc::parse_batch(&body, depth) {
         Ok(messages) => messages,
         Err(failure) => {
-            let e = RpcError::from(&failure.error);
-            return error_with_status(StatusCode::BAD_REQUEST, None, &e);
+            return error_with_status(StatusCode::BAD_REQUEST, None, &(&failure.error).into());
         }
     };
-    let mut envelopes = Vec::with_capacity(messages.len());
+    let most = state.server.sessions().max_batch();
+    if messages.len() > most {
+        return refuse(format!(
+            "a batch of {} messages; this server takes at most {most} in one",
+            messages.len()
+        ));
+    }
+    let mut requests = 0;
     for (n, message) in messages.iter().enumerate() {
         let read = Envelope::parse(message.get().as_bytes(), depth)
-            .map_err(|failure| (failure.id, RpcError::from(&failure.error)))
-            .and_then(|envelope| match (&envelope.method, &envelope.id) {
-                (None, None) => Err((
-                    None,
-                    RpcError::new(
-                        ErrorKind::InvalidRequest,
-                        "Invalid request: a response must carry the id of the request it answers",
-                    ),
-                )),
-                _ => Ok(envelope),
-            });
-        match read {
-            Ok(envelope) => envelopes.push(envelope),
-            Err((id, e)) => {
-                let e = RpcError::new(
-                    e.kind,
-                    format!("{} (message {} of the batch)", e.message, n + 1),
-                );
-                return error_with_status(StatusCode::BAD_REQUEST, id.as_ref(), &e);
-            }
-        }
-    }
-    let sessions = state.server.sessions();
-    // What is answered at once, the calls that run, and the first notification or answer
-    // the server did not take.
-    let mut answered: Vec<Vec<u8>> = Vec::new();
-    let mut calls: Vec<LegacyCall> = Vec::new();
-    let mut not_taken_first: Option<RpcError> = None;
-    for envelope in envelopes {
-        let taken = match (envelope.method.as_deref(), envelope.id) {
-            (None, Some(id)) => {
-                sessions
-                    .answer(&session, &principal, &id, envelope.result, envelope.error)
-                    .await
-            }
-            (Some(method), None) => sessions.notify(&session, method, envelope.params).await,
-            (Some(wharf_protocol::methods::INITIALIZE), Some(id)) => {
-                let e = RpcError::new(
+            .map_err(|failure| (failure.id, RpcError::from(&failure.error)));
+        let (id, e) = match read {
+            Ok(envelope) if envelope.method.is_none() && envelope.id.is_none() => (
+                None,
+                RpcError::new(
                     ErrorKind::InvalidRequest,
-                    "Invalid request: initialize must not be part of a batch",
-                );
-                answered.push(ErrorReply::new(Some(id), e).to_message());
-                Ok(())
+                    "Invalid request: a response must carry the id of the request it answers",
+                ),
+            ),
+            Ok(envelope) => {
+                requests += usize::from(envelope.method.is_some() && envelope.id.is_some());
+                continue;
             }
-            (Some(method), Some(id)) => {
-                let principal = principal.clone();
-                match sessions
-                    .request(&mut session, id, method, envelope.params, principal)
-                    .await
-                {
-                    Ok(Answer::Message(body)) => answered.push(body),
-                    Ok(Answer::Call(call)) => calls.push(*call),
-                    Ok(_) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-                    Err(reply) => answered.push(reply.to_message()),
-                }
-                Ok(())
-            }
-            (None, None) => Ok(()),
+            Err(failed) => failed,
         };
-        if let Err(e) = taken {
-            tracing::warn!(error = %e.message, "a notification or answer of a batch was not taken");
-            not_taken_first.get_or_insert(e);
-        }
+        let e = RpcError::new(
+            e.kind,
+            format!("{} (message {} of the batch)", e.message, n + 1),
+        );
+        return error_with_status(StatusCode::BAD_REQUEST, id.as_ref(), &e);
     }
-    if answered.is_empty() && calls.is_empty() {
-        return match not_taken_first {
-            Some(e) => not_taken(&e),
-            None => StatusCode::ACCEPTED.into_response(),
-        };
+    if requests == 0 {
+        // Nothing to answer: each taken in turn, and the first the server did not take
+        // answered as it would be alone.
+        let sessions = state.server.sessions();
+        for message in messages {
+            let Ok(envelope) = Envelope::parse(message.get().as_bytes(), depth) else {
+                continue;
+            };
+            if let Err(e) = take(sessions, &session, &principal, envelope).await {
+                return not_taken(&e);
+            }
+        }
+        return StatusCode::ACCEPTED.into_response();
     }
     let (tx, rx) = mpsc::channel::<Vec<u8>>(32);
-    // The stream ends with this task: after what was answered at once and every call's
-    // messages, each call's response last of its own.
+    let server = state.server.clone();
+    // The stream ends with this task: after every message's answer, each call's response
+    // last of its own.
     let task = tokio::spawn(async move {
-        for message in answered {
-            if tx.send(message).await.is_err() {
-                break;
-            }
-        }
-        let streams = calls.into_iter().map(|call| call.stream(tx.clone()));
-        futures_util::future::join_all(streams).await;
+        run_batch(&server, session, principal, &body, depth, tx).await;
         None
     });
     sse(
         state,
         call_stream::messages(Phase::Running(task, None), rx).map(event),
     )
+}
+
+/// Takes the messages of a batch (read already) in turn, answering each request on `tx`;
+/// the calls run side by side, each from the moment it is admitted. Returns once every
+/// call has ended.
+async fn run_batch(
+    server: &wharf::Server,
+    mut session: Session,
+    principal: Principal,
+    body: &[u8],
+    depth: usize,
+    tx: mpsc::Sender<Vec<u8>>,
+) {
+    let sessions = server.sessions();
+    let Ok(messages) = wharf_protocol::jsonrpc::parse_batch(body, depth) else {
+        return;
+    };
+    let mut calls = tokio::task::JoinSet::new();
+    for message in messages {
+        let Ok(envelope) = Envelope::parse(message.get().as_bytes(), depth) else {
+            continue;
+        };
+        let (Some(method), Some(id)) = (envelope.method.as_deref(), envelope.id.clone()) else {
+            if let Err(e) = take(sessions, &session, &principal, envelope).await {
+                // No message of that revision could say so (it would have no id).
+                tracing::warn!(error = %e.message, "a notification or answer of a batch was not taken");
+            }
+            continue;
+        };
+        let answer = if method == wharf_protocol::methods::INITIALIZE {
+            let e = RpcError::new(
+                ErrorKind::InvalidRequest,
+                "Invalid request: initialize must not be part of a batch",
+            );
+            ErrorReply::new(Some(id), e).to_message()
+        } else {
+            let asked = sessions
+                .request(&mut session, id, method, envelope.params, principal.clone())
+                .await;
+            match asked {
+                Ok(Answer::Message(body)) => body,
+                Ok(Answer::Call(call)) => {
+                    calls.spawn(call.stream(tx.clone()));
+                    continue;
+                }
+                Ok(_) => continue,
+                Err(reply) => reply.to_message(),
+            }
+        };
+        // A client that went away gets nothing, but what it sent is taken all the same, as
+        // a message whose answer is lost is.
+        let _ = tx.send(answer).await;
+    }
+    drop(tx);
+    while calls.join_next().await.is_some() {}
+}
+
+/// Takes a notification, or the client's answer to one of the server's requests.
+async fn take(
+    sessions: wharf::Sessions<'_>,
+    session: &Session,
+    principal: &Principal,
+    envelope: Envelope<'_>,
+) -> Result<(), RpcError> {
+    match (envelope.method.as_deref(), envelope.id.as_ref()) {
+        (None, Some(id)) => {
+            sessions
+                .answer(session, principal, id, envelope.result, envelope.error)
+                .await
+        }
+        (Some(method), None) => sessions.notify(session, method, envelope.params).await,
+        _ => Ok(()),
+    }
 }
 
 /// A notification or an answer the server did not take: 400 for what is wrong with it; a

@@ -585,6 +585,29 @@ async fn batch(link: &Link<'_>, line: &str, legacy: &mut Legacy, tasks: &mut Joi
             return;
         }
     };
+    let most = link.server.sessions().max_batch();
+    if messages.len() > most {
+        // Refused whole: each request told why, under its id.
+        let e = RpcError::new(
+            ErrorKind::InvalidRequest,
+            format!(
+                "Invalid request: a batch of {} messages; this server takes at most {most} in one",
+                messages.len()
+            ),
+        );
+        for message in messages {
+            if let Ok(Envelope {
+                id: Some(id),
+                method: Some(_),
+                ..
+            }) = Envelope::parse(message.get().as_bytes(), MAX_JSON_DEPTH)
+            {
+                send_error(link.tx, Some(&id), &e).await;
+            }
+        }
+        refuse_unread(link.tx, legacy, &e).await;
+        return;
+    }
     for message in messages {
         match Envelope::parse(message.get().as_bytes(), MAX_JSON_DEPTH) {
             Ok(envelope) => in_session(link, envelope, legacy, tasks).await,

@@ -108,6 +108,10 @@ pub struct LegacyConfig {
     /// and no cap would let them fill the store (or the process) and shut everyone else
     /// out. Past it, `initialize` answers "busy, retry" until sessions end or expire.
     pub max_anonymous_sessions: u64,
+    /// Messages one JSON-RPC batch may hold (2025-03-26 sessions, the one revision with
+    /// batches): the calls of a batch run side by side, so this bounds what one HTTP
+    /// request (or stdio line) sets running. A longer batch is refused whole.
+    pub max_batch: usize,
 }
 
 impl Default for LegacyConfig {
@@ -118,6 +122,7 @@ impl Default for LegacyConfig {
             session_lifetime: Duration::from_secs(24 * 3600),
             input_timeout: Duration::from_secs(600),
             max_anonymous_sessions: 5_000,
+            max_batch: 64,
         }
     }
 }

@@ -1032,6 +1032,26 @@ async fn a_2025_03_26_session_sends_batches() {
         "{}",
         reply.body
     );
+    // Too long, or sent with a header that mirrors one message: refused whole.
+    let long: Vec<Value> = (0..65)
+        .map(|n| request(100 + n, "ping", json!({})))
+        .collect();
+    let reply = session.post(&json!(long)).await.unwrap();
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert!(reply.body.contains("at most 64"), "{}", reply.body);
+    let mut headers = client.headers_for("ping", &json!({}));
+    headers.insert("mcp-session-id", session.id().unwrap().parse().unwrap());
+    headers.insert("mcp-protocol-version", "2025-03-26".parse().unwrap());
+    let pings = json!([
+        request(10, "ping", json!({})),
+        request(11, "tools/list", json!({}))
+    ]);
+    let reply = client
+        .send_raw(pings.to_string().into_bytes(), headers)
+        .await
+        .unwrap();
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert!(reply.body.contains("Mcp-Method"), "{}", reply.body);
     // 2025-06-18 has no batches.
     let later = LegacySession::initialize(&client, "2025-06-18", json!({}))
         .await
@@ -1042,4 +1062,46 @@ async fn a_2025_03_26_session_sends_batches() {
         .unwrap();
     assert_eq!(reply.status, 400, "{}", reply.body);
     assert!(reply.body.contains("batches"), "{}", reply.body);
+}
+
+/// The calls of one batch take their turns under the server's caps like any others: one
+/// waiting for a slot waits for the call before it to end, never on a call that cannot start
+/// until the whole batch was taken.
+#[tokio::test]
+async fn a_batchs_calls_take_their_turns() {
+    let server = ServerProcess::start_exact(&[
+        "--profile",
+        "demo",
+        "--anonymous",
+        "--max-in-flight",
+        "1",
+        "--max-queue",
+        "8",
+    ]);
+    let session = LegacySession::initialize(&server.client(), "2025-03-26", json!({}))
+        .await
+        .unwrap();
+    let calls: Vec<Value> = (1..=3)
+        .map(|n| {
+            json!({ "jsonrpc": "2.0", "id": n, "method": "tools/call",
+                "params": { "name": "echo", "arguments": { "text": format!("call {n}") } } })
+        })
+        .collect();
+    let reply = tokio::time::timeout(WAIT, session.post(&json!(calls)))
+        .await
+        .expect("the batch was answered")
+        .unwrap();
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let mut texts: Vec<String> = reply
+        .messages
+        .iter()
+        .map(|m| {
+            m["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    texts.sort();
+    assert_eq!(texts, ["call 1", "call 2", "call 3"], "{}", reply.body);
 }

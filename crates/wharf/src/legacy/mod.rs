@@ -110,6 +110,11 @@ impl<'a> Sessions<'a> {
         self.core.runtime.config.legacy.enabled
     }
 
+    /// The most messages one batch may hold ([`LegacyConfig::max_batch`](crate::LegacyConfig)).
+    pub fn max_batch(&self) -> usize {
+        self.core.runtime.config.legacy.max_batch
+    }
+
     /// Whether a message opens a legacy session: an `initialize` request that does not carry
     /// the `_meta` of 2026-07-28 (which is served statelessly, and there `initialize` does
     /// not exist).
