@@ -537,7 +537,11 @@ pub(crate) fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(args, telemetry.metrics_push())) {
+    let served = runtime.block_on(serve(args, telemetry.metrics_push()));
+    // A write to stdout runs on a blocking thread, which a client that stopped reading
+    // leaves stuck: the runtime does not wait on it for ever.
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("wharf: {e:#}");

@@ -101,8 +101,9 @@ pub struct StdioConfig {
     /// caller (anonymous unless told otherwise).
     pub principal: Principal,
     /// How long in-flight requests may run once input has ended; those still running after
-    /// it are cancelled and get no response. What is then left to write gets as long
-    /// again: a client that no longer reads stdout does not keep the process alive.
+    /// it are cancelled and get no response. What is then left to write is written as
+    /// long as the client reads a message at least this often (and at least once a
+    /// second): a client that no longer reads stdout does not keep the process alive.
     pub drain: Duration,
     /// The most requests running at once; beyond it a request is refused at once (-31000,
     /// retry later). Each running request holds its task and, while stdout is not read,
@@ -147,14 +148,20 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(256);
-    let writer = tokio::spawn(async move {
-        let mut output = output;
-        while let Some(mut line) = rx.recv().await {
-            line.push(b'\n');
-            output.write_all(&line).await?;
-            output.flush().await?;
+    // Lines written so far: how the end of the session tells a slow reader from none.
+    let written = Arc::new(AtomicU64::new(0));
+    let writer = tokio::spawn({
+        let written = Arc::clone(&written);
+        async move {
+            let mut output = output;
+            while let Some(mut line) = rx.recv().await {
+                line.push(b'\n');
+                output.write_all(&line).await?;
+                output.flush().await?;
+                written.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<_, std::io::Error>(())
         }
-        Ok::<_, std::io::Error>(())
     });
     let in_flight = Arc::new(InFlight::new(config.max_in_flight.max(1)));
     let mut tasks = JoinSet::new();
@@ -209,23 +216,33 @@ where
         while tasks.join_next().await.is_some() {}
     }
     drop(tx);
-    // What is left to write gets as long again: a client that stopped reading stdout must
-    // not keep the process from ending.
+    // What is left is written as long as the client reads it: a client that stopped
+    // reading stdout must not keep the process from ending.
     let mut writer = writer;
-    match tokio::time::timeout(config.drain, &mut writer).await {
-        Ok(written) => written.unwrap_or_else(|e| Err(std::io::Error::other(e))),
-        Err(_) => {
-            writer.abort();
-            Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!(
-                    "stdout was not read for {} s after input ended; the messages left unwritten were dropped",
-                    config.drain.as_secs_f32()
-                ),
-            ))
+    let period = config.drain.max(MIN_WRITE_STALL);
+    let mut seen = written.load(Ordering::Relaxed);
+    loop {
+        match tokio::time::timeout(period, &mut writer).await {
+            Ok(ended) => return ended.unwrap_or_else(|e| Err(std::io::Error::other(e))),
+            Err(_) if written.load(Ordering::Relaxed) != seen => {
+                seen = written.load(Ordering::Relaxed);
+            }
+            Err(_) => {
+                writer.abort();
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "stdout was not read for {} s after input ended; what was left to write was dropped",
+                        period.as_secs_f32()
+                    ),
+                ));
+            }
         }
     }
 }
+
+/// The shortest time the last messages may wait for a client to read one of them.
+const MIN_WRITE_STALL: Duration = Duration::from_secs(1);
 
 /// One line of input.
 enum Line {

@@ -377,3 +377,22 @@ async fn a_cancelled_call_withdraws_the_input_it_asked_for() {
     c.close_stdin();
     assert!(c.wait().await.unwrap().success());
 }
+
+/// A client that stopped reading stdout, then closed stdin, does not keep the server alive:
+/// once its requests drained, what was left to write waits a drain period unread, and the
+/// process exits, reporting it. (Its writes to stdout block on a thread of their own, which
+/// the runtime no longer waits for.)
+#[tokio::test]
+async fn a_client_that_stops_reading_does_not_keep_the_server_alive() {
+    let mut c = spawn("demo", &["--drain-secs", "1"]);
+    // Far more answers than a pipe holds, none of them read.
+    for id in 0..400 {
+        c.request(json!(id), "tools/list", json!({})).await.unwrap();
+    }
+    c.close_stdin();
+    let status = tokio::time::timeout(Duration::from_secs(60), c.wait())
+        .await
+        .expect("the server exited")
+        .unwrap();
+    assert!(!status.success(), "it says answers were left unwritten");
+}
