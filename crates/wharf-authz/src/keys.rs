@@ -51,6 +51,7 @@ enum StoredKey {
 /// it replaces another, the old one goes in `retired`: keys it sealed still open, and are
 /// sealed again with `seal` the first time they are read.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct KeyEncryption {
     /// The key that seals.
     pub seal: KeyEncryptionKey,
@@ -59,6 +60,11 @@ pub struct KeyEncryption {
 }
 
 impl KeyEncryption {
+    /// Sealing with `seal`, and opening what the `retired` keys sealed too.
+    pub fn new(seal: KeyEncryptionKey, retired: Vec<KeyEncryptionKey>) -> Self {
+        Self { seal, retired }
+    }
+
     /// The key encryption key with `id`, if this server has it.
     fn with_id(&self, id: &str) -> Option<&KeyEncryptionKey> {
         std::iter::once(&self.seal)

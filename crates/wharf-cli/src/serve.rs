@@ -749,7 +749,7 @@ fn authorization_server(
             .map(|key| wharf_authz::KeyEncryptionKey::from_base64(key.expose()))
             .collect::<Result<_, _>>()
             .context("--authz-retired-key-encryption-key")?;
-        config.key_encryption = Some(wharf_authz::KeyEncryption { seal, retired });
+        config.key_encryption = Some(wharf_authz::KeyEncryption::new(seal, retired));
     } else if config.issuer.starts_with("https://") {
         tracing::warn!(
             "the token-signing keys are stored unsealed: anyone who reads the store can sign tokens; give --authz-key-encryption-key"

@@ -21,6 +21,7 @@ const SENTINEL_SUFFIX: &str = "?=";
 
 /// Why a header value could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum HeaderValueError {
     #[error("contains characters that are not visible ASCII, space or tab")]
     InvalidCharacters,

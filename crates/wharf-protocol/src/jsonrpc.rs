@@ -147,6 +147,7 @@ impl ErrorObject {
 
 /// Why a body could not be read as one JSON-RPC message.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EnvelopeError {
     #[error("Parse error: the body is not valid UTF-8")]
     InvalidUtf8,

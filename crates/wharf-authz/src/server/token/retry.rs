@@ -239,35 +239,27 @@ mod tests {
     #[test]
     fn a_key_encryption_key_is_needed_to_open_what_it_sealed() {
         let window = Duration::from_secs(60);
-        let current = KeyEncryption {
-            seal: kek(1),
-            retired: Vec::new(),
+        let opens = |retry: &Retry, keys: Option<&KeyEncryption>| {
+            let asked = Asked {
+                keys,
+                ..asked("rt1", None)
+            };
+            retry.open(&asked, window, 1_000_001).is_some()
         };
+        let current = KeyEncryption::new(kek(1), Vec::new());
         let sealing = Asked {
             keys: Some(&current),
             ..asked("rt1", None)
         };
         let retry = Retry::seal(&sealing, &tokens(), 1_000_000).unwrap();
-        assert!(retry.open(&sealing, window, 1_000_001).is_some());
-        assert!(retry.open(&asked("rt1", None), window, 1_000_001).is_none());
-        let rotated = KeyEncryption {
-            seal: kek(2),
-            retired: vec![kek(1)],
-        };
-        let after_rotation = Asked {
-            keys: Some(&rotated),
-            ..asked("rt1", None)
-        };
-        assert!(retry.open(&after_rotation, window, 1_000_001).is_some());
-        let other = KeyEncryption {
-            seal: kek(3),
-            retired: Vec::new(),
-        };
-        let elsewhere = Asked {
-            keys: Some(&other),
-            ..asked("rt1", None)
-        };
-        assert!(retry.open(&elsewhere, window, 1_000_001).is_none());
+        assert!(opens(&retry, Some(&current)));
+        assert!(!opens(&retry, None));
+        let rotated = KeyEncryption::new(kek(2), vec![kek(1)]);
+        assert!(opens(&retry, Some(&rotated)));
+        assert!(!opens(
+            &retry,
+            Some(&KeyEncryption::new(kek(3), Vec::new()))
+        ));
     }
 
     #[test]
