@@ -39,7 +39,11 @@ async fn next_message(
 ) -> Option<(Vec<u8>, (Phase, mpsc::Receiver<Vec<u8>>))> {
     match phase {
         Phase::Running(task, Some(held)) => Some((held, (Phase::Running(task, None), rx))),
-        Phase::Ending(last, Some(held)) => Some((held, (Phase::Ending(last, None), rx))),
+        Phase::Ending(last, Some(held)) => {
+            // The call ended: a sender it left behind adds nothing (see below).
+            rx.close();
+            Some((held, (Phase::Ending(last, None), rx)))
+        }
         Phase::Running(mut task, None) => tokio::select! {
             biased;
             Some(message) = rx.recv() => Some((message, (Phase::Running(task, None), rx))),

@@ -119,8 +119,8 @@ pub(crate) async fn post(
 /// each message taken as if it came alone, in order; a batch of only notifications and
 /// answers gets 202, one with requests an SSE stream of their answers. Each call starts as
 /// soon as it is admitted, on a task of its own: one waiting for a slot never waits on a
-/// call of its own batch, and a client that goes away cancels nothing (as with a single
-/// call). A batch refused before any of it is taken: one with a message that cannot be
+/// call of its own batch. A client that goes away cancels no call that runs (as with a
+/// single call); those still waiting for a slot leave the queue, as a single request does. A batch refused before any of it is taken: one with a message that cannot be
 /// read (400, naming which: within a stream an error without an id is not a message of that
 /// revision), one longer than [`LegacyConfig::max_batch`](wharf::LegacyConfig), one sent
 /// with headers that mirror a single message (`Mcp-Method`, `Mcp-Name`, `Mcp-Param-*`: one
@@ -201,15 +201,19 @@ pub(crate) async fn batch(
         // Nothing to answer: each taken in turn, and the first the server did not take
         // answered as it would be alone.
         let sessions = state.server.sessions();
+        let mut first_refused = None;
         for message in messages {
             let Ok(envelope) = Envelope::parse(message.get().as_bytes(), depth) else {
                 continue;
             };
             if let Err(e) = take(sessions, &session, &principal, envelope).await {
-                return not_taken(&e);
+                first_refused.get_or_insert(e);
             }
         }
-        return StatusCode::ACCEPTED.into_response();
+        return match first_refused {
+            Some(e) => not_taken(&e),
+            None => StatusCode::ACCEPTED.into_response(),
+        };
     }
     let (tx, rx) = mpsc::channel::<Vec<u8>>(32);
     let server = state.server.clone();
@@ -259,9 +263,16 @@ async fn run_batch(
             );
             ErrorReply::new(Some(id), e).to_message()
         } else {
-            let asked = sessions
-                .request(&mut session, id, method, envelope.params, principal.clone())
-                .await;
+            // A client that went away leaves: what it asked and was not admitted yet is
+            // dropped (it leaves the queue), as a single request of a client gone is; what
+            // runs already runs on.
+            if tx.is_closed() {
+                continue;
+            }
+            let asked = tokio::select! {
+                () = tx.closed() => continue,
+                asked = sessions.request(&mut session, id, method, envelope.params, principal.clone()) => asked,
+            };
             match asked {
                 Ok(Answer::Message(body)) => body,
                 Ok(Answer::Call(call)) => {
@@ -272,8 +283,6 @@ async fn run_batch(
                 Err(reply) => reply.to_message(),
             }
         };
-        // A client that went away gets nothing, but what it sent is taken all the same, as
-        // a message whose answer is lost is.
         let _ = tx.send(answer).await;
     }
     drop(tx);

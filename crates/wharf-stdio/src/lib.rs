@@ -102,7 +102,7 @@ pub struct StdioConfig {
     pub principal: Principal,
     /// How long in-flight requests may run once input has ended; those still running after
     /// it are cancelled and get no response. What is then left to write is written as
-    /// long as the client reads a message at least this often (and at least once a
+    /// long as the client reads some of it at least this often (and at least once a
     /// second): a client that no longer reads stdout does not keep the process alive.
     pub drain: Duration,
     /// The most requests running at once; beyond it a request is refused at once (-31000,
@@ -148,17 +148,37 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(256);
-    // Lines written so far: how the end of the session tells a slow reader from none.
+    // Bytes written so far: how the end of the session tells a slow reader from none.
     let written = Arc::new(AtomicU64::new(0));
+    // Cancelled once the session is over: what is queued is still written, and a sender a
+    // handler's task kept adds nothing after it.
+    let closing = CancellationToken::new();
     let writer = tokio::spawn({
-        let written = Arc::clone(&written);
+        let (written, closing) = (Arc::clone(&written), closing.clone());
         async move {
             let mut output = output;
-            while let Some(mut line) = rx.recv().await {
+            loop {
+                let line = tokio::select! {
+                    biased;
+                    line = rx.recv() => line,
+                    () = closing.cancelled(), if !rx.is_closed() => {
+                        rx.close();
+                        continue;
+                    }
+                };
+                let Some(mut line) = line else { break };
                 line.push(b'\n');
-                output.write_all(&line).await?;
+                // Written as `write_all` would, counting each write's bytes.
+                let mut rest = &line[..];
+                while !rest.is_empty() {
+                    let n = output.write(rest).await?;
+                    if n == 0 {
+                        return Err(std::io::ErrorKind::WriteZero.into());
+                    }
+                    written.fetch_add(n as u64, Ordering::Relaxed);
+                    rest = &rest[n..];
+                }
                 output.flush().await?;
-                written.fetch_add(1, Ordering::Relaxed);
             }
             Ok::<_, std::io::Error>(())
         }
@@ -216,6 +236,7 @@ where
         while tasks.join_next().await.is_some() {}
     }
     drop(tx);
+    closing.cancel();
     // What is left is written as long as the client reads it: a client that stopped
     // reading stdout must not keep the process from ending.
     let mut writer = writer;
@@ -241,7 +262,7 @@ where
     }
 }
 
-/// The shortest time the last messages may wait for a client to read one of them.
+/// The shortest time the last messages may wait for a client to read some of them.
 const MIN_WRITE_STALL: Duration = Duration::from_secs(1);
 
 /// One line of input.

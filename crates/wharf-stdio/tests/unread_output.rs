@@ -41,3 +41,45 @@ async fn answers_left_unread_do_not_keep_the_server_from_ending() {
     assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
     assert!(err.to_string().contains("stdout was not read"), "{err}");
 }
+
+/// A client that reads slowly, but reads, gets every answer: the last ones wait as long as
+/// some of them are read every drain period, however long that takes in all.
+#[tokio::test(start_paused = true)]
+async fn a_slow_reader_gets_every_answer() {
+    use tokio::io::AsyncBufReadExt;
+    let server = Server::builder(Implementation::new("t", "1"))
+        .tool(tool("hello").handler(|_cx: Context, _: NoArgs| async { "hi" }))
+        .build()
+        .unwrap();
+    let (mut to_server, server_in) = tokio::io::duplex(64 * 1024);
+    let (server_out, from_server) = tokio::io::duplex(16);
+    let mut config = StdioConfig::default();
+    config.drain = Duration::from_secs(1);
+    let served = tokio::spawn(serve_with(server, server_in, server_out, config));
+    for id in 1..=3 {
+        let request = json!({ "jsonrpc": "2.0", "id": id, "method": "tools/list", "params": {
+            "_meta": { "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {} } } });
+        to_server
+            .write_all(format!("{request}\n").as_bytes())
+            .await
+            .unwrap();
+    }
+    drop(to_server);
+    // Sixteen bytes at a time, one read every 0.9 s.
+    let mut reader = tokio::io::BufReader::with_capacity(16, from_server);
+    let mut answers = 0;
+    loop {
+        let chunk = reader.fill_buf().await.unwrap();
+        if chunk.is_empty() {
+            break;
+        }
+        answers += chunk.iter().filter(|b| **b == b'\n').count();
+        let n = chunk.len();
+        reader.consume(n);
+        tokio::time::sleep(Duration::from_millis(900)).await;
+    }
+    let ended = served.await.unwrap();
+    assert_eq!(answers, 3, "{ended:?}");
+    ended.unwrap();
+}
