@@ -159,12 +159,13 @@ where
             let mut output = output;
             loop {
                 let line = tokio::select! {
+                    // Closed first: what is buffered then still comes, nothing sent after.
                     biased;
-                    line = rx.recv() => line,
                     () = closing.cancelled(), if !rx.is_closed() => {
                         rx.close();
                         continue;
                     }
+                    line = rx.recv() => line,
                 };
                 let Some(mut line) = line else { break };
                 line.push(b'\n');
