@@ -12,7 +12,9 @@ pub mod oauth;
 mod secret;
 
 pub use api_keys::{ApiKeyError, ApiKeys};
-pub use oauth::{IntrospectionLimits, OAuth, OAuthConfig, PublishedKeys, Revocations, Validation};
+pub use oauth::{
+    IntrospectionLimits, MAX_LEEWAY, OAuth, OAuthConfig, PublishedKeys, Revocations, Validation,
+};
 pub use secret::Secret;
 
 use std::sync::Arc;

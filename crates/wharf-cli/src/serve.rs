@@ -401,7 +401,12 @@ pub(crate) struct ServeArgs {
     )]
     oauth_jwks_max_age_secs: u64,
     /// Clock skew tolerated on exp and nbf, in seconds.
-    #[arg(long, env = "WHARF_OAUTH_LEEWAY_SECS", default_value_t = 30)]
+    #[arg(
+        long,
+        env = "WHARF_OAUTH_LEEWAY_SECS",
+        default_value_t = 30,
+        value_parser = clap::value_parser!(u64).range(0..=300)
+    )]
     oauth_leeway_secs: u64,
     /// Scopes advertised in the protected resource metadata (repeatable).
     #[arg(

@@ -11,7 +11,8 @@ use sha2::{Digest, Sha256};
 use super::Accepted;
 use crate::AuthError;
 
-/// Entries kept before expired ones are dropped (and, if that is not enough, all).
+/// Entries kept before expired ones and refusals are dropped (and, if that is not enough,
+/// the quarter that would end soonest).
 const MAX_ENTRIES: usize = 10_000;
 
 /// Times are in milliseconds since the Unix epoch: a TTL of a second must not end at the
@@ -82,7 +83,16 @@ impl TokenCache {
             // Refusals go first: a flood of bad tokens must not push out the good ones.
             map.retain(|_, e| e.until > now && e.outcome.is_ok());
             if map.len() >= MAX_ENTRIES {
-                map.clear();
+                // Then those that would end soonest, a quarter of them: the rest stay (all
+                // of them going at once would send every caller back to the issuer), and
+                // this walk comes once per many insertions.
+                let mut by_end: Vec<([u8; 32], u64)> =
+                    map.iter().map(|(k, e)| (*k, e.until)).collect();
+                let excess = map.len() - MAX_ENTRIES * 3 / 4;
+                by_end.select_nth_unstable_by_key(excess, |(_, until)| *until);
+                for (k, _) in &by_end[..excess] {
+                    map.remove(k);
+                }
             }
         }
         map.insert(
@@ -91,6 +101,50 @@ impl TokenCache {
                 outcome: outcome.clone(),
                 until,
             },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wharf::Principal;
+
+    fn accepted(expires_at: u64) -> Result<Accepted, AuthError> {
+        Ok(Accepted {
+            principal: Principal::new("p"),
+            session: None,
+            expires_at,
+        })
+    }
+
+    /// A full cache drops expired entries and refusals first, then the quarter of valid
+    /// ones that would end soonest, never all of them; an entry never outlives its token.
+    #[test]
+    fn a_full_cache_keeps_the_entries_that_last_longest() {
+        // Long enough that every entry ends with its token: no two end at once.
+        let cache = TokenCache::new(Duration::from_secs(86_400));
+        let now = 1_000_000_000;
+        // Tokens expiring one second apart, the first soonest.
+        for n in 0..MAX_ENTRIES as u64 {
+            cache.put(&format!("t{n}"), &accepted(now / 1000 + 1 + n), now);
+        }
+        assert!(cache.get("t0", now).is_some());
+        cache.put("new", &accepted(now / 1000 + 100_000), now);
+        let len = cache.map.lock().unwrap().len();
+        assert_eq!(len, MAX_ENTRIES * 3 / 4 + 1);
+        assert!(cache.get("t0", now).is_none(), "the soonest to end went");
+        let last = format!("t{}", MAX_ENTRIES - 1);
+        assert!(
+            cache.get(&last, now).is_some(),
+            "the longest to last stayed"
+        );
+        assert!(cache.get("new", now).is_some());
+        // Kept no longer than the token lives.
+        assert!(
+            cache
+                .get(&last, (now / 1000 + MAX_ENTRIES as u64 + 1) * 1000)
+                .is_none()
         );
     }
 }

@@ -75,6 +75,8 @@ struct Keys {
     generation: u64,
     /// When the set was last fetched, or tried.
     attempted_at: Option<Instant>,
+    /// When the set was last fetched.
+    fetched_at: Option<Instant>,
     /// Whether that attempt failed (or never finished): until the next attempt, the server
     /// cannot know which keys the issuer publishes.
     attempt_failed: bool,
@@ -141,18 +143,23 @@ impl JwtChecker {
         // Read before the keys: a set read after it is tried too (below), never one missed.
         let tried = self.0.generation();
         let keys = match self.0.key(kid, alg) {
-            Some(k) if !self.0.is_stale() => k,
+            Some(k) if !self.0.is_stale() && !self.0.outlived() => k,
             // The issuer could not be asked last time: it is asked again behind this
-            // request, which is not held up by an outage; what it last published stands.
+            // request, which is not held up by an outage; what it last published stands,
+            // for a while (see `outlived`).
             Some(k) if self.0.last_attempt_failed() => {
                 let source = Arc::clone(&self.0);
                 tokio::spawn(async move { source.refresh().await });
+                if self.0.outlived() {
+                    return Err(AuthError::Unavailable);
+                }
                 k
             }
             // The set is past its age: ask the issuer again whether it still publishes the
-            // key. While it cannot be reached, what it last published stands.
+            // key. While it cannot be reached, what it last published stands, for a while.
             Some(k) => match self.refresh().await {
                 Ok(_) => self.0.key(kid, alg).ok_or(AuthError::UnknownKey)?,
+                Err(_) if self.0.outlived() => return Err(AuthError::Unavailable),
                 Err(_) => k,
             },
             None => {
@@ -263,6 +270,16 @@ impl KeySource {
             .attempt_failed
     }
 
+    /// Whether the set was last fetched twice `max_age` ago or longer: while the issuer
+    /// cannot be reached, what it last published stands that long and no longer, so that a
+    /// key it withdrew (a leaked one) is not accepted for as long as someone can keep this
+    /// server from asking (503 until it answers).
+    fn outlived(&self) -> bool {
+        let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
+        keys.fetched_at
+            .is_some_and(|t| t.elapsed() >= self.max_age.saturating_mul(2))
+    }
+
     /// Whether the set is due to be fetched again: it was fetched longer than `max_age`
     /// ago, or the last attempt failed longer than `min_refresh` ago (one failed fetch must
     /// not keep a key the issuer withdrew for another whole `max_age`).
@@ -309,6 +326,7 @@ impl KeySource {
         };
         let mut fresh = Keys {
             attempted_at: Some(Instant::now()),
+            fetched_at: Some(Instant::now()),
             ..Keys::default()
         };
         // Each key is read on its own: one this library cannot read (an encryption key, a
@@ -380,7 +398,10 @@ impl Fetch {
                 return Err(AuthError::Unavailable);
             }
             if let (true, Some(uri)) = (same_issuer, meta.get("jwks_uri").and_then(Value::as_str)) {
-                if !super::trusted_url(uri) {
+                // An issuer on https names keys on https: not a plain request to a service
+                // on this host.
+                let downgraded = configured.starts_with("https://") && !uri.starts_with("https://");
+                if downgraded || !super::trusted_url(uri) {
                     // Keys over plain HTTP from another host could come from anyone.
                     tracing::warn!(
                         jwks_uri = uri,
@@ -578,6 +599,40 @@ mod tests {
             assert!(Instant::now() < deadline, "the withdrawn key still stands");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// While the issuer cannot be reached, the keys it last published stand for twice
+    /// `max_age` since they were fetched, and no longer: a withdrawn (leaked) key is not
+    /// accepted for as long as someone keeps this server from asking. 503 meanwhile.
+    #[tokio::test]
+    async fn keys_the_issuer_cannot_confirm_stand_only_so_long() {
+        let with_old = r#"{"keys":[{"kty":"EC","crv":"P-256","kid":"old","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}"#;
+        let script = [peer::json_ok(with_old), peer::empty("502 Bad Gateway")];
+        let (url, _) = jwks(Answer::Script(script.into())).await;
+        let (min_refresh, max_age) = (Duration::from_millis(50), Duration::from_secs(60));
+        let checker = JwtChecker::new(
+            fetching(url),
+            "https://as.example.com".into(),
+            min_refresh,
+            max_age,
+        );
+        let audiences = ["https://mcp.example.com/mcp".to_owned()];
+        let check = async || {
+            checker
+                .check(&token_with_kid("old"), &audiences, Duration::ZERO)
+                .await
+                .unwrap_err()
+        };
+        assert_ne!(check().await, AuthError::Unavailable);
+        // Fetched twice its age ago, and the issuer fails the fetch now.
+        {
+            let mut keys = checker.0.keys.write().unwrap();
+            keys.attempted_at = Instant::now().checked_sub(max_age);
+            keys.fetched_at = Instant::now().checked_sub(max_age * 2);
+        }
+        assert_eq!(check().await, AuthError::Unavailable);
+        // And while the failed attempt is the last one.
+        assert_eq!(check().await, AuthError::Unavailable);
     }
 
     /// RFC 7517 §5: keys this server cannot read are ignored, the others still verify.

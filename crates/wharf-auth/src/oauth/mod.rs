@@ -45,7 +45,9 @@ pub enum Validation {
     /// fetched again, at most once per `min_refresh`; a set older than
     /// `max_age` is fetched again before it is trusted, so a key the issuer withdrew stops
     /// being accepted within `max_age` (tokens already checked are remembered for at most
-    /// that long too).
+    /// that long too). While the issuer cannot be reached, the set it last published stands
+    /// until twice `max_age` after it was fetched; then its tokens are refused (503) until
+    /// the issuer answers.
     Jwt {
         /// Where the key set is; from the issuer's metadata when `None`.
         jwks_uri: Option<String>,
@@ -84,6 +86,9 @@ pub enum Validation {
         limits: IntrospectionLimits,
     },
 }
+
+/// The most clock skew [`OAuthConfig::leeway`] may tolerate.
+pub const MAX_LEEWAY: Duration = Duration::from_secs(300);
 
 /// The resource server's settings: start from [`OAuthConfig::new`] and set what differs.
 #[derive(Debug, Clone)]
@@ -144,6 +149,13 @@ pub enum OAuthSetupError {
     /// anyone on the path could answer for the issuer.
     #[error("{0} must be an https URL (plain http only on a loopback host)")]
     Insecure(&'static str),
+    /// A resource URI with a fragment (RFC 8707 §2 forbids one) or a `"` (it is quoted in
+    /// every challenge).
+    #[error("the resource URI {0:?} must have no fragment and no '\"' (RFC 8707 §2)")]
+    Resource(String),
+    /// A clock leeway past [`MAX_LEEWAY`]: a token that expired that long ago would pass.
+    #[error("a clock leeway of {0} s is more than {max} s", max = MAX_LEEWAY.as_secs())]
+    Leeway(u64),
     /// A configured scope that is not an RFC 6749 §3.3 scope token: it could not be named
     /// in a `WWW-Authenticate` challenge.
     #[error(
@@ -247,6 +259,12 @@ impl OAuth {
         }
         if !http_url(&config.resource) {
             return Err(OAuthSetupError::Url("the resource URI"));
+        }
+        if config.resource.contains(['#', '"']) {
+            return Err(OAuthSetupError::Resource(config.resource.clone()));
+        }
+        if config.leeway > MAX_LEEWAY {
+            return Err(OAuthSetupError::Leeway(config.leeway.as_secs()));
         }
         // Challenges quote these scopes: one that breaks the header would lose the whole
         // challenge.
@@ -648,6 +666,28 @@ mod tests {
             "{err}"
         );
         assert!(refused(config("ok", "x y")).is_some_and(|e| e.contains("\"x y\"")));
+    }
+
+    /// A resource URI with a fragment or a quote, or a leeway past five minutes, is refused
+    /// when the server is set up, naming it.
+    #[test]
+    fn a_resource_uri_and_a_leeway_are_checked_at_setup() {
+        let jwt = Validation::Jwt {
+            jwks_uri: None,
+            min_refresh: Duration::from_secs(60),
+            max_age: Duration::from_secs(3600),
+        };
+        let refused = |resource: &str, leeway: u64| {
+            let mut config = OAuthConfig::new(resource, "https://as.example.com", jwt.clone());
+            config.leeway = Duration::from_secs(leeway);
+            OAuth::new(config).err().map(|e| e.to_string())
+        };
+        assert_eq!(refused("https://mcp.example.com/mcp", 300), None);
+        let fragment = refused("https://mcp.example.com/mcp#x", 0).unwrap();
+        assert!(fragment.contains("no fragment"), "{fragment}");
+        assert!(refused("https://mcp.example.com/\"", 0).is_some());
+        let leeway = refused("https://mcp.example.com/mcp", 301).unwrap();
+        assert!(leeway.contains("301 s"), "{leeway}");
     }
 
     #[test]
