@@ -63,7 +63,8 @@ async fn answers_left_unread_do_not_keep_the_server_from_ending() {
 async fn a_slow_reader_gets_every_answer() {
     use tokio::io::AsyncBufReadExt;
     let (from_server, served) = three_requests_then_eof(Duration::from_secs(1), 16);
-    // Sixteen bytes at a time, one read every 0.9 s.
+    // Sixteen bytes at a time, one read every 0.9 s of the paused clock (no real time
+    // passes: the runtime moves the clock on when every task waits).
     let mut reader = tokio::io::BufReader::with_capacity(16, from_server);
     let mut answers = 0;
     loop {

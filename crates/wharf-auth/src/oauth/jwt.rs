@@ -559,43 +559,54 @@ mod tests {
         );
     }
 
+    /// RFC 7517 A.1's P-256 key, as key "old".
+    const WITH_OLD: &str = r#"{"keys":[{"kty":"EC","crv":"P-256","kid":"old","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}"#;
+
+    /// `min_refresh` and `max_age` of [`old_key_checker`].
+    const MIN_REFRESH: Duration = Duration::from_millis(50);
+    const MAX_AGE: Duration = Duration::from_secs(60);
+
+    /// A checker whose issuer answers its fetches as `script` says, the first with key
+    /// "old": `check` checks a token signed (with a made-up signature) by "old".
+    async fn old_key_checker(script: Vec<String>) -> JwtChecker {
+        let (url, _) = jwks(Answer::Script(script)).await;
+        JwtChecker::new(
+            fetching(url),
+            "https://as.example.com".into(),
+            MIN_REFRESH,
+            MAX_AGE,
+        )
+    }
+
+    async fn check_old(checker: &JwtChecker) -> AuthError {
+        let audiences = ["https://mcp.example.com/mcp".to_owned()];
+        checker
+            .check(&token_with_kid("old"), &audiences, Duration::ZERO)
+            .await
+            .unwrap_err()
+    }
+
     /// One failed fetch of a stale set does not keep a key the issuer withdrew for another
     /// whole `max_age`: the fetch is tried again once `min_refresh` has passed.
     #[tokio::test]
     async fn a_failed_refetch_is_tried_again_after_the_short_interval() {
-        // RFC 7517 A.1's P-256 key, as key "old".
-        let with_old = r#"{"keys":[{"kty":"EC","crv":"P-256","kid":"old","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}"#;
-        let script = [
-            peer::json_ok(with_old),
+        let checker = old_key_checker(vec![
+            peer::json_ok(WITH_OLD),
             peer::empty("502 Bad Gateway"),
             peer::json_ok(r#"{"keys":[]}"#),
-        ];
-        let (url, _) = jwks(Answer::Script(script.into())).await;
-        let (min_refresh, max_age) = (Duration::from_millis(50), Duration::from_secs(60));
-        let checker = JwtChecker::new(
-            fetching(url),
-            "https://as.example.com".into(),
-            min_refresh,
-            max_age,
-        );
-        let audiences = ["https://mcp.example.com/mcp".to_owned()];
-        let check = async || {
-            checker
-                .check(&token_with_kid("old"), &audiences, Duration::ZERO)
-                .await
-                .unwrap_err()
-        };
+        ])
+        .await;
         // The key is known: the token is refused for its (made-up) signature, not its key.
-        assert_ne!(check().await, AuthError::UnknownKey);
+        assert_ne!(check_old(&checker).await, AuthError::UnknownKey);
         // The set is made stale, and the issuer fails the next fetch: what it last
         // published stands.
-        checker.0.keys.write().unwrap().attempted_at = Instant::now().checked_sub(max_age);
-        assert_ne!(check().await, AuthError::UnknownKey);
+        checker.0.keys.write().unwrap().attempted_at = Instant::now().checked_sub(MAX_AGE);
+        assert_ne!(check_old(&checker).await, AuthError::UnknownKey);
         // Once the short interval has passed, the issuer is asked again (behind a request
         // that is not held up by it), and says "old" is withdrawn: well before `max_age`.
-        tokio::time::sleep(min_refresh * 2).await;
-        let deadline = Instant::now() + max_age / 2;
-        while check().await != AuthError::UnknownKey {
+        tokio::time::sleep(MIN_REFRESH * 2).await;
+        let deadline = Instant::now() + MAX_AGE / 2;
+        while check_old(&checker).await != AuthError::UnknownKey {
             assert!(Instant::now() < deadline, "the withdrawn key still stands");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -606,33 +617,21 @@ mod tests {
     /// accepted for as long as someone keeps this server from asking. 503 meanwhile.
     #[tokio::test]
     async fn keys_the_issuer_cannot_confirm_stand_only_so_long() {
-        let with_old = r#"{"keys":[{"kty":"EC","crv":"P-256","kid":"old","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}"#;
-        let script = [peer::json_ok(with_old), peer::empty("502 Bad Gateway")];
-        let (url, _) = jwks(Answer::Script(script.into())).await;
-        let (min_refresh, max_age) = (Duration::from_millis(50), Duration::from_secs(60));
-        let checker = JwtChecker::new(
-            fetching(url),
-            "https://as.example.com".into(),
-            min_refresh,
-            max_age,
-        );
-        let audiences = ["https://mcp.example.com/mcp".to_owned()];
-        let check = async || {
-            checker
-                .check(&token_with_kid("old"), &audiences, Duration::ZERO)
-                .await
-                .unwrap_err()
-        };
-        assert_ne!(check().await, AuthError::Unavailable);
+        let checker = old_key_checker(vec![
+            peer::json_ok(WITH_OLD),
+            peer::empty("502 Bad Gateway"),
+        ])
+        .await;
+        assert_ne!(check_old(&checker).await, AuthError::Unavailable);
         // Fetched twice its age ago, and the issuer fails the fetch now.
         {
             let mut keys = checker.0.keys.write().unwrap();
-            keys.attempted_at = Instant::now().checked_sub(max_age);
-            keys.fetched_at = Instant::now().checked_sub(max_age * 2);
+            keys.attempted_at = Instant::now().checked_sub(MAX_AGE);
+            keys.fetched_at = Instant::now().checked_sub(MAX_AGE * 2);
         }
-        assert_eq!(check().await, AuthError::Unavailable);
+        assert_eq!(check_old(&checker).await, AuthError::Unavailable);
         // And while the failed attempt is the last one.
-        assert_eq!(check().await, AuthError::Unavailable);
+        assert_eq!(check_old(&checker).await, AuthError::Unavailable);
     }
 
     /// RFC 7517 §5: keys this server cannot read are ignored, the others still verify.
