@@ -23,20 +23,23 @@ use http::HeaderMap;
 use http::header::AUTHORIZATION;
 use wharf::Principal;
 
-/// Why a request was refused before it ran: HTTP 401, except [`AuthError::InsufficientScope`]
-/// (403) and [`AuthError::Unavailable`] (503).
+/// Why a request was refused before it ran: HTTP 401, except [`AuthError::Malformed`] and
+/// [`AuthError::TokenInQuery`] (400, a malformed authorization request),
+/// [`AuthError::InsufficientScope`] (403) and [`AuthError::Unavailable`] (503).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AuthError {
-    /// No `Authorization` header.
+    /// No `Authorization` header, or one of another scheme than `Bearer`: RFC 6750 §3.1
+    /// counts a method the server does not support as no credentials.
     #[error("Unauthorized: this server needs an Authorization: Bearer token")]
     Missing,
-    /// An `Authorization` header that is not `Bearer <token>`.
-    #[error("Unauthorized: the Authorization header must be \"Bearer <token>\"")]
+    /// An `Authorization: Bearer` header without exactly one token, or several
+    /// `Authorization` headers.
+    #[error("Bad Request: the Authorization header must be \"Bearer <token>\"")]
     Malformed,
     /// A token sent in the URL, where it leaks into logs.
     #[error(
-        "Unauthorized: access tokens in the query string are refused; send them in the Authorization header"
+        "Bad Request: access tokens in the query string are refused; send them in the Authorization header"
     )]
     TokenInQuery,
     /// A token this server does not know, or that is not a token at all.
@@ -211,7 +214,9 @@ pub fn token_in_query(query: Option<&str>) -> bool {
 }
 
 /// The token of an `Authorization: Bearer` header. The scheme is case-insensitive
-/// (RFC 9110); exactly one header is accepted.
+/// (RFC 9110); exactly one header is accepted. A header of another scheme is no bearer
+/// credentials ([`AuthError::Missing`]: the client is told what to send, RFC 6750 §3.1);
+/// a bearer header without exactly one token is [`AuthError::Malformed`].
 pub fn bearer_token(headers: &HeaderMap) -> Result<&str, AuthError> {
     let mut values = headers.get_all(AUTHORIZATION).iter();
     let value = values.next().ok_or(AuthError::Missing)?;
@@ -219,9 +224,12 @@ pub fn bearer_token(headers: &HeaderMap) -> Result<&str, AuthError> {
         return Err(AuthError::Malformed);
     }
     let value = value.to_str().map_err(|_| AuthError::Malformed)?;
-    let (scheme, token) = value.split_once(' ').ok_or(AuthError::Malformed)?;
+    let (scheme, token) = value.split_once(' ').unwrap_or((value, ""));
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(AuthError::Missing);
+    }
     let token = token.trim_start_matches(' ');
-    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() || token.contains(' ') {
+    if token.is_empty() || token.contains(' ') {
         return Err(AuthError::Malformed);
     }
     Ok(token)
@@ -243,11 +251,18 @@ mod tests {
         assert_eq!(bearer_token(&with_auth("Bearer abc")), Ok("abc"));
         assert_eq!(bearer_token(&with_auth("bearer abc")), Ok("abc"));
         assert_eq!(bearer_token(&HeaderMap::new()), Err(AuthError::Missing));
-        for bad in ["Basic abc", "Bearer", "Bearer ", "Bearer a b", "abc"] {
+        for bad in ["Bearer", "Bearer ", "Bearer a b", "bearer  "] {
             assert_eq!(
                 bearer_token(&with_auth(bad)),
                 Err(AuthError::Malformed),
                 "{bad}"
+            );
+        }
+        for other in ["Basic abc", "abc", "", "Bearerx abc", "DPoP abc"] {
+            assert_eq!(
+                bearer_token(&with_auth(other)),
+                Err(AuthError::Missing),
+                "{other}"
             );
         }
         let mut two = with_auth("Bearer a");

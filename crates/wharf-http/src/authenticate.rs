@@ -87,6 +87,17 @@ impl Refusal {
         }
     }
 
+    /// 400: credentials sent in a form this server does not take (RFC 6750 §3.1
+    /// `invalid_request`: an `Authorization` header that is not `Bearer <token>`, a token
+    /// in the URL); `challenge` goes to `WWW-Authenticate`.
+    pub fn bad_request(message: impl Into<String>, challenge: Option<String>) -> Self {
+        Refusal {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            challenge,
+        }
+    }
+
     /// 403: credentials that do not allow this request.
     pub fn forbidden(message: impl Into<String>, challenge: Option<String>) -> Self {
         Refusal {
@@ -112,6 +123,9 @@ impl Authenticate for Auth {
             let challenge = Some(self.challenge(&e));
             match e {
                 AuthError::InsufficientScope(_) => Refusal::forbidden(e.to_string(), challenge),
+                AuthError::Malformed | AuthError::TokenInQuery => {
+                    Refusal::bad_request(e.to_string(), challenge)
+                }
                 AuthError::Unavailable => Refusal::unavailable(e.to_string()),
                 _ => Refusal::unauthorized(e.to_string(), challenge),
             }

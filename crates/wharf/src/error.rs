@@ -49,7 +49,7 @@ pub enum ErrorKind {
 pub const RETRY_LATER: i32 = -31000;
 
 /// Wharf's own JSON-RPC code for a request without acceptable credentials (sent with
-/// HTTP 401).
+/// HTTP 401, or 400 when they came in a form the server does not take).
 pub const UNAUTHORIZED: i32 = -31001;
 
 /// Wharf's own JSON-RPC code for a call stopped at its time limit (sent with HTTP 504).

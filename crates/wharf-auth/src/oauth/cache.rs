@@ -30,6 +30,27 @@ struct Entry {
     until: u64,
 }
 
+impl Entry {
+    /// Whether this is an accepted token that has not expired at `now` (milliseconds).
+    fn accepted_at(&self, now: u64) -> bool {
+        self.outcome
+            .as_ref()
+            .is_ok_and(|a| a.expires_at.saturating_mul(1000) > now)
+    }
+}
+
+/// What the cache knows of a token.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Lookup {
+    /// An outcome that still holds.
+    Hit(Result<Accepted, AuthError>),
+    /// A token accepted before, not expired, whose outcome is no longer trusted: it must be
+    /// checked again (in the lane of tokens seen before).
+    Lapsed,
+    /// Nothing known.
+    Miss,
+}
+
 pub(crate) fn key(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
@@ -42,14 +63,17 @@ impl TokenCache {
         }
     }
 
-    /// A cached outcome that still holds at `now`.
-    pub(crate) fn get(&self, token: &str, now: u64) -> Option<Result<Accepted, AuthError>> {
+    /// What the cache knows of `token` at `now`.
+    pub(crate) fn lookup(&self, token: &str, now: u64) -> Lookup {
         if self.ttl == 0 {
-            return None;
+            return Lookup::Miss;
         }
         let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = map.get(&key(token))?;
-        (entry.until > now).then(|| entry.outcome.clone())
+        match map.get(&key(token)) {
+            Some(entry) if entry.until > now => Lookup::Hit(entry.outcome.clone()),
+            Some(entry) if entry.accepted_at(now) => Lookup::Lapsed,
+            _ => Lookup::Miss,
+        }
     }
 
     /// Keeps an outcome: a valid token until the earlier of the TTL and its expiry; a refusal
@@ -80,8 +104,9 @@ impl TokenCache {
         };
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         if map.len() >= MAX_ENTRIES {
-            // Refusals go first: a flood of bad tokens must not push out the good ones.
-            map.retain(|_, e| e.until > now && e.outcome.is_ok());
+            // Refusals go first: a flood of bad tokens must not push out the good ones, nor
+            // the memory of tokens accepted before (see `Lookup::Lapsed`).
+            map.retain(|_, e| e.accepted_at(now));
             if map.len() >= MAX_ENTRIES {
                 // Then those that would end soonest, a quarter of them: the rest stay (all
                 // of them going at once would send every caller back to the issuer), and
@@ -129,22 +154,41 @@ mod tests {
         for n in 0..MAX_ENTRIES as u64 {
             cache.put(&format!("t{n}"), &accepted(now / 1000 + 1 + n), now);
         }
-        assert!(cache.get("t0", now).is_some());
+        assert!(hit(&cache, "t0", now));
         cache.put("new", &accepted(now / 1000 + 100_000), now);
         let len = cache.map.lock().unwrap().len();
         assert_eq!(len, MAX_ENTRIES * 3 / 4 + 1);
-        assert!(cache.get("t0", now).is_none(), "the soonest to end went");
+        assert!(!hit(&cache, "t0", now), "the soonest to end went");
         let last = format!("t{}", MAX_ENTRIES - 1);
-        assert!(
-            cache.get(&last, now).is_some(),
-            "the longest to last stayed"
-        );
-        assert!(cache.get("new", now).is_some());
+        assert!(hit(&cache, &last, now), "the longest to last stayed");
+        assert!(hit(&cache, "new", now));
         // Kept no longer than the token lives.
-        assert!(
-            cache
-                .get(&last, (now / 1000 + MAX_ENTRIES as u64 + 1) * 1000)
-                .is_none()
-        );
+        let after = (now / 1000 + MAX_ENTRIES as u64 + 1) * 1000;
+        assert_eq!(cache.lookup(&last, after), Lookup::Miss);
+    }
+
+    fn hit(cache: &TokenCache, token: &str, now: u64) -> bool {
+        matches!(cache.lookup(token, now), Lookup::Hit(_))
+    }
+
+    /// A token accepted before is remembered as such once its outcome lapses, until it
+    /// expires, and a full cache drops refusals before that memory.
+    #[test]
+    fn an_accepted_token_is_remembered_after_its_outcome_lapses() {
+        let cache = TokenCache::new(Duration::from_secs(1));
+        let now = 1_000_000_000;
+        let expires = now / 1000 + 3600;
+        cache.put("good", &accepted(expires), now);
+        cache.put("bad", &Err(AuthError::Inactive), now);
+        assert!(hit(&cache, "good", now + 999));
+        assert_eq!(cache.lookup("good", now + 1000), Lookup::Lapsed);
+        assert_eq!(cache.lookup("bad", now + 1000), Lookup::Miss);
+        assert_eq!(cache.lookup("good", expires * 1000), Lookup::Miss);
+        // Refusals pushed past the cap go before the lapsed entry.
+        let later = now + 2000;
+        for n in 0..MAX_ENTRIES {
+            cache.put(&format!("junk{n}"), &Err(AuthError::Inactive), later);
+        }
+        assert_eq!(cache.lookup("good", later), Lookup::Lapsed);
     }
 }

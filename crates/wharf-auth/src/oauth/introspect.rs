@@ -12,6 +12,10 @@ use crate::AuthError;
 /// Every token the process has not seen costs a request there (tokens already checked are
 /// cached, and concurrent checks of one token share one request); a flood of made-up tokens
 /// waits its turn, then gets 503, instead of becoming a flood of requests there.
+///
+/// Re-checks of tokens this process accepted before (their cached answer ran out, the token
+/// has not expired) go through limits of their own, the same as these: made-up tokens cannot
+/// take their turn, so a flood of them does not sign out the clients already working.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub struct IntrospectionLimits {
@@ -85,14 +89,39 @@ impl Budget {
     }
 }
 
+/// Whether a token was accepted before: its re-check goes through a lane of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Seen {
+    /// A token this process has not accepted (or no longer remembers).
+    New,
+    /// A token accepted before whose cached answer ran out.
+    Accepted,
+}
+
+/// One way to the endpoint: the requests in flight on it and their rate.
+#[derive(Debug)]
+struct Lane {
+    in_flight: tokio::sync::Semaphore,
+    budget: Budget,
+}
+
+impl Lane {
+    fn new(limits: &IntrospectionLimits) -> Self {
+        Lane {
+            in_flight: tokio::sync::Semaphore::new(limits.max_in_flight),
+            budget: Budget::new(limits, Instant::now()),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct Introspector {
     http: reqwest::Client,
     endpoint: String,
     client_id: String,
     client_secret: crate::Secret,
-    in_flight: tokio::sync::Semaphore,
-    budget: Budget,
+    new_tokens: Lane,
+    accepted_tokens: Lane,
     limits: IntrospectionLimits,
 }
 
@@ -118,33 +147,44 @@ impl Introspector {
             endpoint,
             client_id,
             client_secret,
-            in_flight: tokio::sync::Semaphore::new(limits.max_in_flight),
-            budget: Budget::new(&limits, Instant::now()),
+            new_tokens: Lane::new(&limits),
+            accepted_tokens: Lane::new(&limits),
             limits,
         }
     }
 
+    /// Asks the endpoint about `token`, in the lane `seen` names, and checks the answer: an
+    /// active access token of `issuer` for one of `audiences`, within its `nbf` (give or
+    /// take `leeway`) and `exp`.
     pub(crate) async fn check(
         &self,
         token: &str,
+        seen: Seen,
         issuer: &str,
         audiences: &[String],
+        leeway: Duration,
     ) -> Result<Checked, AuthError> {
         let limits = &self.limits;
+        let lane = match seen {
+            Seen::New => &self.new_tokens,
+            Seen::Accepted => &self.accepted_tokens,
+        };
         let deadline = tokio::time::Instant::now() + limits.max_wait;
-        let Ok(Ok(_slot)) = tokio::time::timeout_at(deadline, self.in_flight.acquire()).await
+        let Ok(Ok(_slot)) = tokio::time::timeout_at(deadline, lane.in_flight.acquire()).await
         else {
             tracing::warn!(
                 limit = limits.max_in_flight,
-                "introspection requests at their limit; a new token is refused for now"
+                ?seen,
+                "introspection requests at their limit; a token is refused for now"
             );
             return Err(AuthError::Unavailable);
         };
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let Some(wait) = self.budget.reserve(Instant::now(), left) else {
+        let Some(wait) = lane.budget.reserve(Instant::now(), left) else {
             tracing::warn!(
                 per_second = limits.per_second,
-                "introspection requests at their rate; a new token is refused for now"
+                ?seen,
+                "introspection requests at their rate; a token is refused for now"
             );
             return Err(AuthError::Unavailable);
         };
@@ -193,13 +233,28 @@ impl Introspector {
         if expires_at <= now {
             return Err(AuthError::Expired);
         }
+        // A server may call a token issued for later active; it is not usable yet.
+        if let Some(nbf) = answer.get("nbf") {
+            let nbf = numeric_date(nbf).ok_or(AuthError::InvalidToken)?;
+            if nbf > now.saturating_add(leeway.as_secs()) {
+                return Err(AuthError::NotYetValid);
+            }
+        }
+        let client_id = text("client_id");
+        // A client-credentials token acts for its client and may carry no `sub`; its
+        // principal is the client, as RFC 9068 §2.2 has a JWT access token say it. An empty
+        // name names no one.
+        let subject = text("sub")
+            .or_else(|| client_id.clone())
+            .filter(|s| !s.is_empty())
+            .ok_or(AuthError::InvalidToken)?;
         Ok(Checked {
             session: text("sid"),
             expires_at,
             grant: Grant {
                 issuer: issuer.to_owned(),
-                subject: text("sub").ok_or(AuthError::InvalidToken)?,
-                client_id: text("client_id"),
+                subject,
+                client_id,
                 scopes: scopes_of(&answer),
             },
         })
@@ -212,7 +267,10 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
-    use crate::oauth::peer::{self, Answer};
+    use crate::oauth::peer::{self, Answer, until_received};
+
+    const ISSUER: &str = "https://as.example.com";
+    const LEEWAY: Duration = Duration::from_secs(30);
 
     /// An introspection endpoint answering as `answer` says: its URL and how many requests
     /// it got.
@@ -239,7 +297,7 @@ mod tests {
         );
         let audiences = ["https://mcp.example.com".to_owned()];
         checker
-            .check("t", "https://as.example.com", &audiences)
+            .check("t", Seen::New, ISSUER, &audiences, LEEWAY)
             .await
     }
 
@@ -290,38 +348,33 @@ mod tests {
         }
     }
 
-    /// Waits until `n` requests reached the endpoint (failing after a generous while).
-    async fn until_received(received: &AtomicUsize, n: usize) {
-        let arrived = async {
-            while received.load(Ordering::SeqCst) < n {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(10), arrived)
-            .await
-            .unwrap_or_else(|_| panic!("{n} requests never arrived"));
-    }
-
-    #[tokio::test]
-    async fn introspections_in_flight_are_capped_and_a_new_one_waits_its_turn() {
-        let (url, received) = endpoint(Answer::Never).await;
+    /// A checker of tokens at `url` under `limits`, as a function that starts one check on
+    /// a task of its own.
+    fn spawning_checker(
+        url: String,
+        limits: IntrospectionLimits,
+    ) -> impl Fn(&'static str, Seen) -> tokio::task::JoinHandle<Result<Checked, AuthError>> {
         let checker = Arc::new(Introspector::new(
             reqwest::Client::new(),
             url,
             "rs".into(),
             "secret".into(),
-            limits(2, 1000, Duration::from_millis(200)),
+            limits,
         ));
-        let audiences: Arc<[String]> = Arc::from(vec!["https://mcp.example.com".to_owned()]);
-        let spawn_check = |token: &str| {
-            let (checker, audiences) = (Arc::clone(&checker), Arc::clone(&audiences));
-            let token = token.to_owned();
-            tokio::spawn(async move {
-                checker
-                    .check(&token, "https://as.example.com", &audiences)
-                    .await
-            })
-        };
+        move |token, seen| {
+            let checker = Arc::clone(&checker);
+            let audiences = ["https://mcp.example.com".to_owned()];
+            tokio::spawn(
+                async move { checker.check(token, seen, ISSUER, &audiences, LEEWAY).await },
+            )
+        }
+    }
+
+    #[tokio::test]
+    async fn introspections_in_flight_are_capped_and_a_new_one_waits_its_turn() {
+        let (url, received) = endpoint(Answer::Never).await;
+        let check = spawning_checker(url, limits(2, 1000, Duration::from_millis(200)));
+        let spawn_check = |token| check(token, Seen::New);
         let held = [spawn_check("t0"), spawn_check("t1")];
         until_received(&received, 2).await;
         // A third waits for a place, and past its wait is refused without a request.
@@ -335,6 +388,64 @@ mod tests {
         until_received(&received, 3).await;
         waiting.abort();
         held[1].abort();
+    }
+
+    /// Made-up tokens that hold every place of their lane leave re-checks of tokens
+    /// accepted before their own.
+    #[tokio::test]
+    async fn new_tokens_cannot_take_the_turn_of_tokens_accepted_before() {
+        let (url, received) = endpoint(Answer::Never).await;
+        let spawn_check = spawning_checker(url, limits(1, 1000, Duration::from_millis(100)));
+        let junk = spawn_check("junk", Seen::New);
+        until_received(&received, 1).await;
+        let refused = spawn_check("more junk", Seen::New).await.unwrap();
+        assert_eq!(refused.unwrap_err(), AuthError::Unavailable);
+        let known = spawn_check("known", Seen::Accepted);
+        until_received(&received, 2).await;
+        known.abort();
+        junk.abort();
+    }
+
+    #[tokio::test]
+    async fn a_token_not_valid_yet_is_refused_and_leeway_counts() {
+        let answer = |nbf: u64| {
+            serde_json::json!({
+                "active": true, "sub": "alice", "aud": "https://mcp.example.com", "nbf": nbf
+            })
+        };
+        let soon = now_secs() + LEEWAY.as_secs() / 2;
+        assert!(introspected(answer(soon)).await.is_ok());
+        let later = now_secs() + LEEWAY.as_secs() + 60;
+        assert_eq!(
+            introspected(answer(later)).await.unwrap_err(),
+            AuthError::NotYetValid
+        );
+    }
+
+    /// A client-credentials token names its client, not a user: the client is its
+    /// principal. A token that names no one is refused.
+    #[tokio::test]
+    async fn a_token_without_sub_acts_for_its_client() {
+        let answer = serde_json::json!({
+            "active": true, "client_id": "billing-agent", "aud": "https://mcp.example.com"
+        });
+        let checked = introspected(answer).await.unwrap();
+        assert_eq!(checked.grant.subject, "billing-agent");
+        assert_eq!(checked.grant.client_id.as_deref(), Some("billing-agent"));
+        let user = serde_json::json!({
+            "active": true, "sub": "alice", "client_id": "app", "aud": "https://mcp.example.com"
+        });
+        assert_eq!(introspected(user).await.unwrap().grant.subject, "alice");
+        for nobody in [
+            serde_json::json!({ "active": true, "aud": "https://mcp.example.com" }),
+            serde_json::json!({ "active": true, "sub": "", "client_id": "app", "aud": "https://mcp.example.com" }),
+        ] {
+            assert_eq!(
+                introspected(nobody.clone()).await.unwrap_err(),
+                AuthError::InvalidToken,
+                "{nobody}"
+            );
+        }
     }
 
     /// Limits set field by field are made usable: at least one request at once and a
@@ -352,7 +463,7 @@ mod tests {
                 Introspector::new(reqwest::Client::new(), url, "rs".into(), "s".into(), given);
             for token in ["a", "b"] {
                 let checked = checker
-                    .check(token, "https://as.example.com", &audiences)
+                    .check(token, Seen::New, ISSUER, &audiences, LEEWAY)
                     .await;
                 assert_eq!(checked.map(|_| ()), Err(AuthError::Inactive), "{given:?}");
             }

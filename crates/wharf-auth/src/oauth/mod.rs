@@ -32,8 +32,9 @@ use serde_json::{Value, json};
 use wharf::{Grant, Principal};
 
 use crate::AuthError;
-use cache::TokenCache;
+use cache::{Lookup, TokenCache};
 pub use introspect::IntrospectionLimits;
+use introspect::Seen;
 
 /// How tokens are checked.
 #[derive(Debug, Clone)]
@@ -238,7 +239,7 @@ pub trait PublishedKeys: Send + Sync + std::fmt::Debug {
 #[derive(Debug)]
 enum Checker {
     Jwt(jwt::JwtChecker),
-    Introspection(introspect::Introspector),
+    Introspection(Box<introspect::Introspector>),
 }
 
 impl OAuth {
@@ -317,13 +318,13 @@ impl OAuth {
                 if !trusted_url(endpoint) {
                     return Err(OAuthSetupError::Insecure("the introspection endpoint"));
                 }
-                Checker::Introspection(introspect::Introspector::new(
+                Checker::Introspection(Box::new(introspect::Introspector::new(
                     http,
                     endpoint.clone(),
                     client_id.clone(),
                     client_secret.clone(),
                     *limits,
-                ))
+                )))
             }
         };
         let cache_ttl = match &config.validation {
@@ -443,14 +444,17 @@ impl OAuth {
 
     async fn accepted(&self, token: &str) -> Result<Accepted, AuthError> {
         let now = now_millis();
-        if let Some(hit) = self.cache.get(token, now) {
-            return hit;
-        }
+        let seen = match self.cache.lookup(token, now) {
+            Lookup::Hit(outcome) => return outcome,
+            Lookup::Lapsed => Seen::Accepted,
+            Lookup::Miss => Seen::New,
+        };
         let check = || async {
+            let (issuer, leeway) = (&self.config.issuer, self.config.leeway);
             let fresh = match &self.checker {
-                Checker::Jwt(j) => j.check(token, &self.audiences, self.config.leeway).await,
+                Checker::Jwt(j) => j.check(token, &self.audiences, leeway).await,
                 Checker::Introspection(i) => {
-                    i.check(token, &self.config.issuer, &self.audiences).await
+                    i.check(token, seen, issuer, &self.audiences, leeway).await
                 }
             };
             let outcome = fresh.and_then(|checked| self.accept(checked));
@@ -797,24 +801,10 @@ mod tests {
             format!("{}/introspect", introspection.origin),
             introspection.requests,
         );
-        let rs = Arc::new(
-            OAuth::new(OAuthConfig {
-                resource: "http://127.0.0.1:8080/mcp".into(),
-                audiences: Vec::new(),
-                issuer: "http://127.0.0.1:9".into(),
-                authorization_servers: Vec::new(),
-                scopes_supported: Vec::new(),
-                required_scopes: Vec::new(),
-                leeway: Duration::ZERO,
-                validation: Validation::Introspection {
-                    endpoint,
-                    client_id: "rs".into(),
-                    client_secret: "s".into(),
-                    cache_ttl: Duration::from_secs(30),
-                    limits: IntrospectionLimits::default(),
-                },
-            })
-            .unwrap(),
+        let rs = introspecting(
+            endpoint,
+            Duration::from_secs(30),
+            IntrospectionLimits::default(),
         );
         let burst: Vec<_> = (0..8)
             .map(|_| {
@@ -822,9 +812,7 @@ mod tests {
                 tokio::spawn(async move { rs.authenticate("new-token").await })
             })
             .collect();
-        while received.load(Ordering::SeqCst) == 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        peer::until_received(&received, 1).await;
         // Every request of the burst reaches the check before the answer comes.
         for _ in 0..200 {
             tokio::task::yield_now().await;
@@ -840,5 +828,63 @@ mod tests {
             assert!(principal.id().ends_with("#alice"), "{}", principal.id());
         }
         assert_eq!(received.load(Ordering::SeqCst), 1);
+    }
+
+    /// A resource server for `http://127.0.0.1:8080/mcp` asking `endpoint`.
+    fn introspecting(
+        endpoint: String,
+        cache_ttl: Duration,
+        limits: IntrospectionLimits,
+    ) -> Arc<OAuth> {
+        let validation = Validation::Introspection {
+            endpoint,
+            client_id: "rs".into(),
+            client_secret: "s".into(),
+            cache_ttl,
+            limits,
+        };
+        let config = OAuthConfig::new(
+            "http://127.0.0.1:8080/mcp",
+            "http://127.0.0.1:9",
+            validation,
+        );
+        Arc::new(OAuth::new(config).unwrap())
+    }
+
+    /// A token whose cached answer lapsed is checked again in the lane of tokens accepted
+    /// before: made-up tokens holding every place of the other lane do not stop it.
+    #[tokio::test]
+    async fn a_lapsed_token_is_checked_again_past_a_flood_of_new_ones() {
+        let release = Arc::new(tokio::sync::Notify::new());
+        let body = json!({ "active": true, "sub": "alice", "aud": "http://127.0.0.1:8080/mcp" });
+        let introspection = peer::start(|_| {
+            peer::Answer::Released(peer::json_ok(&body.to_string()), Arc::clone(&release))
+        })
+        .await;
+        let received = introspection.requests;
+        let mut limits = IntrospectionLimits::new(1, 1000);
+        limits.max_wait = Duration::from_millis(200);
+        let endpoint = format!("{}/introspect", introspection.origin);
+        let rs = introspecting(endpoint, Duration::from_millis(1), limits);
+        let authenticate = |token: &'static str| {
+            let rs = Arc::clone(&rs);
+            tokio::spawn(async move { rs.authenticate(token).await })
+        };
+        let first = authenticate("known");
+        release.notify_one();
+        assert!(first.await.unwrap().is_ok());
+        // Made-up tokens take the one place new tokens have (this one is never answered).
+        let junk = authenticate("junk");
+        peer::until_received(&received, 2).await;
+        // The cached answer lasts a millisecond.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let again = authenticate("known");
+        peer::until_received(&received, 3).await;
+        junk.abort();
+        // The endpoint answers in turn: the made-up token's request first.
+        release.notify_one();
+        release.notify_one();
+        let principal = again.await.unwrap().expect("checked again in its own lane");
+        assert!(principal.id().ends_with("#alice"), "{}", principal.id());
     }
 }

@@ -77,3 +77,15 @@ pub(super) fn json_ok(body: &str) -> String {
 pub(super) fn empty(status: &str) -> String {
     format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
 }
+
+/// Waits until `n` requests reached the endpoint (failing after a generous while).
+pub(super) async fn until_received(received: &AtomicUsize, n: usize) {
+    let arrived = async {
+        while received.load(Ordering::SeqCst) < n {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), arrived)
+        .await
+        .unwrap_or_else(|_| panic!("{n} requests never arrived"));
+}

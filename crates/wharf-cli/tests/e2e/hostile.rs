@@ -300,7 +300,7 @@ fn header_games() -> Vec<Case> {
     let padding = "p".repeat(17 * 1024);
     let mismatch = Expect::Rpc(400, -32020);
     // (Trailing spaces are not a mismatch: HTTP strips them from every field value.)
-    let table: [(&Value, &'static str, Vec<&str>, Expect); 9] = [
+    let table: [(&Value, &'static str, Vec<&str>, Expect); 10] = [
         (
             &list,
             "content-type",
@@ -342,17 +342,23 @@ fn header_games() -> Vec<Case> {
         (
             &list,
             "authorization",
+            // No bearer credentials (another scheme counts as none), or a token the server
+            // does not know: 401.
             vec![
                 "",
-                "Bearer",
-                "Bearer ",
                 "Bearer not-a-known-token-at-all",
                 "Basic dXNlcjpwYXNz",
                 "bearer token-of-user-42-aaaaaaa",
-                "Bearer token-of-user-42-aaaaaaaa x",
                 "Token token-of-user-42-aaaaaaaa",
             ],
             Expect::Rpc(401, -31001),
+        ),
+        (
+            &list,
+            "authorization",
+            // A bearer header without exactly one token: a malformed authorization request.
+            vec!["Bearer", "Bearer ", "Bearer token-of-user-42-aaaaaaaa x"],
+            Expect::Rpc(400, -31001),
         ),
         (
             &list,

@@ -545,8 +545,36 @@ async fn jwt_access_tokens_are_checked_on_every_request() {
         )
         .await
         .unwrap();
-    assert_eq!(r.status, 401, "{}", r.body);
+    assert_eq!(r.status, 400, "{}", r.body);
     assert!(challenge(&r).contains("error=\"invalid_request\""));
+    // A bearer header with more than a token: malformed too (400).
+    let r = call_as(&server, &format!("{good} x"), "import_begin", begin("x")).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(challenge(&r).contains("error=\"invalid_request\""));
+    // Another scheme is no bearer credentials: a 401 that tells the client where to get
+    // them, without an error (RFC 6750 §3.1).
+    let basic = reqwest::Client::builder()
+        .default_headers(reqwest::header::HeaderMap::from_iter([(
+            reqwest::header::AUTHORIZATION,
+            reqwest::header::HeaderValue::from_static("Basic dXNlcjpwYXNz"),
+        )]))
+        .build()
+        .unwrap();
+    let r = server
+        .client()
+        .with_http(basic)
+        .request(
+            "tools/call",
+            json!({ "name": "import_begin", "arguments": begin("x") }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 401, "{}", r.body);
+    let c = challenge(&r);
+    assert!(
+        c.contains("resource_metadata=") && !c.contains("error="),
+        "{c}"
+    );
 
     // A valid token without the scope a tool needs: 403 naming it.
     let reader = sign(&a, &claims(&issuer, &resource, "alice", "datasets:read"));
