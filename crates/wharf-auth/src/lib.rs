@@ -223,12 +223,18 @@ pub fn bearer_token(headers: &HeaderMap) -> Result<&str, AuthError> {
     if values.next().is_some() {
         return Err(AuthError::Malformed);
     }
-    let value = value.to_str().map_err(|_| AuthError::Malformed)?;
-    let (scheme, token) = value.split_once(' ').unwrap_or((value, ""));
-    if !scheme.eq_ignore_ascii_case("bearer") {
+    // The scheme is read from the bytes: a header of another scheme is none of this
+    // server's business, whatever it carries.
+    let raw = value.as_bytes();
+    let scheme = raw.split(|b| *b == b' ').next().unwrap_or(raw);
+    if !scheme.eq_ignore_ascii_case(b"bearer") {
         return Err(AuthError::Missing);
     }
-    let token = token.trim_start_matches(' ');
+    let value = value.to_str().map_err(|_| AuthError::Malformed)?;
+    let token = value
+        .get(scheme.len()..)
+        .unwrap_or("")
+        .trim_start_matches(' ');
     if token.is_empty() || token.contains(' ') {
         return Err(AuthError::Malformed);
     }
@@ -265,6 +271,14 @@ mod tests {
                 "{other}"
             );
         }
+        // Bytes outside visible ASCII: another scheme's business, or a malformed token.
+        let opaque = |v: &[u8]| {
+            let mut h = HeaderMap::new();
+            h.insert(AUTHORIZATION, HeaderValue::from_bytes(v).unwrap());
+            bearer_token(&h).map(str::to_owned)
+        };
+        assert_eq!(opaque(b"Basic \xe9t\xe9"), Err(AuthError::Missing));
+        assert_eq!(opaque(b"Bearer \xe9t\xe9"), Err(AuthError::Malformed));
         let mut two = with_auth("Bearer a");
         two.append(AUTHORIZATION, HeaderValue::from_static("Bearer b"));
         assert_eq!(bearer_token(&two), Err(AuthError::Malformed));

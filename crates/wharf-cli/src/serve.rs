@@ -364,7 +364,8 @@ pub(crate) struct ServeArgs {
         default_value_t = 30
     )]
     oauth_introspection_cache_secs: u64,
-    /// Introspection requests in flight at once, at most (tokens not seen yet each cost one).
+    /// Introspection requests in flight at once, at most, for tokens not seen yet (each costs
+    /// one); re-checks of tokens accepted before have as many of their own.
     #[arg(
         long,
         env = "WHARF_OAUTH_INTROSPECTION_MAX_IN_FLIGHT",
@@ -372,8 +373,9 @@ pub(crate) struct ServeArgs {
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     oauth_introspection_max_in_flight: u32,
-    /// Introspection requests started per second, at most, on average; a check waits up to
-    /// two seconds for its turn, then gets 503.
+    /// Introspection requests started per second, at most, on average, for tokens not seen
+    /// yet, and as many for re-checks of tokens accepted before; a check waits up to two
+    /// seconds for its turn, then gets 503.
     #[arg(
         long,
         env = "WHARF_OAUTH_INTROSPECTION_PER_SECOND",

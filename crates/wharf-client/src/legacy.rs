@@ -215,20 +215,21 @@ impl HttpClient {
     /// gets `initialize` (newest legacy version, `capabilities`). A modern server that
     /// refuses 2026-07-28 but lists a legacy revision among those it supports gets
     /// `initialize` at the newest of them; one that supports no version this client speaks
-    /// is an error, not a fallback; so is a 401 or 403 ([`ClientError::Status`] with the
-    /// challenge).
+    /// is an error, not a fallback; so is a 401 or 403, or a 400 with a challenge (a
+    /// malformed token) ([`ClientError::Status`] with the challenge).
     pub async fn connect(&self, capabilities: Value) -> Result<Connection, ClientError> {
         let reply = self.request("server/discover", json!({})).await?;
         if reply.status == 200 && reply.result().is_some() {
             return Ok(Connection::Modern(self.clone()));
         }
-        if matches!(reply.status, 401 | 403) {
-            // Either era refuses a missing or insufficient token the same way.
-            let challenge = reply
-                .headers
-                .get(reqwest::header::WWW_AUTHENTICATE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
+        let challenge = reply
+            .headers
+            .get(reqwest::header::WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok());
+        // Either era refuses a missing or insufficient token the same way, and a malformed
+        // one with 400 and a challenge (no legacy server challenges an unknown method).
+        if matches!(reply.status, 401 | 403) || (reply.status == 400 && challenge.is_some()) {
+            let challenge = challenge.unwrap_or("");
             return Err(ClientError::Status {
                 status: reply.status,
                 body: format!("WWW-Authenticate: {challenge}"),

@@ -87,9 +87,9 @@ impl Refusal {
         }
     }
 
-    /// 400: credentials sent in a form this server does not take (RFC 6750 §3.1
-    /// `invalid_request`: an `Authorization` header that is not `Bearer <token>`, a token
-    /// in the URL); `challenge` goes to `WWW-Authenticate`.
+    /// 400: a malformed authorization request (RFC 6750 §3.1 `invalid_request`: a bearer
+    /// header without exactly one token, a token in the URL); `challenge` goes to
+    /// `WWW-Authenticate`.
     pub fn bad_request(message: impl Into<String>, challenge: Option<String>) -> Self {
         Refusal {
             status: StatusCode::BAD_REQUEST,

@@ -46,8 +46,8 @@ pub(crate) fn error_response(id: Option<&RequestId>, error: &RpcError) -> Respon
     res
 }
 
-/// A request its authentication refused: 401 with its challenge, 403, or 503 with
-/// `Retry-After` when the credentials could not be checked.
+/// A request its authentication refused: 401 or 400 (malformed) with its challenge, 403,
+/// or 503 with `Retry-After` when the credentials could not be checked.
 pub(crate) fn unauthorized(refusal: &Refusal) -> Response {
     let kind = match refusal.status {
         StatusCode::FORBIDDEN => ErrorKind::InsufficientScope,
@@ -122,6 +122,7 @@ fn refusal_reason(refused: &Refusal, headers: &HeaderMap) -> AuthRefusal {
     match refused.status {
         StatusCode::FORBIDDEN => AuthRefusal::Forbidden,
         StatusCode::SERVICE_UNAVAILABLE => AuthRefusal::Unavailable,
+        StatusCode::BAD_REQUEST => AuthRefusal::Invalid,
         _ if headers.contains_key(header::AUTHORIZATION) => AuthRefusal::Invalid,
         _ => AuthRefusal::Missing,
     }

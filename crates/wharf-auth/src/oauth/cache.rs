@@ -65,29 +65,26 @@ impl TokenCache {
 
     /// What the cache knows of `token` at `now`.
     pub(crate) fn lookup(&self, token: &str, now: u64) -> Lookup {
-        if self.ttl == 0 {
-            return Lookup::Miss;
-        }
         let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         match map.get(&key(token)) {
-            Some(entry) if entry.until > now => Lookup::Hit(entry.outcome.clone()),
+            // With no TTL nothing is a hit, even should the clock step back.
+            Some(entry) if self.ttl > 0 && entry.until > now => Lookup::Hit(entry.outcome.clone()),
             Some(entry) if entry.accepted_at(now) => Lookup::Lapsed,
             _ => Lookup::Miss,
         }
     }
 
-    /// Keeps an outcome: a valid token until the earlier of the TTL and its expiry; a refusal
-    /// that cannot change (bad signature, other issuer or audience, inactive, too few
-    /// scopes) for the TTL.
-    /// Refusals that time or a key rotation may lift are not kept.
+    /// Keeps an outcome: a valid token until the earlier of the TTL and its expiry (and,
+    /// past that, the memory that it was accepted, until it expires: even with no TTL); a
+    /// refusal that cannot change (bad signature, other issuer or audience, inactive, too
+    /// few scopes) for the TTL. Refusals that time or a key rotation may lift are not
+    /// kept, and any refusal ends the memory of an earlier acceptance.
     pub(crate) fn put(&self, token: &str, outcome: &Result<Accepted, AuthError>, now: u64) {
-        if self.ttl == 0 {
-            return;
-        }
         let until = match outcome {
-            Ok(c) => now
-                .saturating_add(self.ttl)
-                .min(c.expires_at.saturating_mul(1000)),
+            Ok(c) => Some(
+                now.saturating_add(self.ttl)
+                    .min(c.expires_at.saturating_mul(1000)),
+            ),
             // Refusals time or a key rotation may lift, and junk that costs nothing to
             // refuse again, are not kept.
             Err(
@@ -99,34 +96,45 @@ impl TokenCache {
                 | AuthError::TokenInQuery
                 | AuthError::InvalidToken
                 | AuthError::UnsupportedAlgorithm,
-            ) => return,
-            Err(_) => now.saturating_add(self.ttl),
+            ) => None,
+            Err(_) if self.ttl == 0 => None,
+            Err(_) => Some(now.saturating_add(self.ttl)),
         };
+        let key = key(token);
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(until) = until else {
+            map.remove(&key);
+            return;
+        };
         if map.len() >= MAX_ENTRIES {
-            // Refusals go first: a flood of bad tokens must not push out the good ones, nor
-            // the memory of tokens accepted before (see `Lookup::Lapsed`).
-            map.retain(|_, e| e.accepted_at(now));
-            if map.len() >= MAX_ENTRIES {
-                // Then those that would end soonest, a quarter of them: the rest stay (all
-                // of them going at once would send every caller back to the issuer), and
-                // this walk comes once per many insertions.
-                let mut by_end: Vec<([u8; 32], u64)> =
-                    map.iter().map(|(k, e)| (*k, e.until)).collect();
-                let excess = map.len() - MAX_ENTRIES * 3 / 4;
-                by_end.select_nth_unstable_by_key(excess, |(_, until)| *until);
-                for (k, _) in &by_end[..excess] {
-                    map.remove(k);
-                }
-            }
+            make_room(&mut map, now);
         }
         map.insert(
-            key(token),
+            key,
             Entry {
                 outcome: outcome.clone(),
                 until,
             },
         );
+    }
+}
+
+/// Frees room in a full map. Refusals go first: a flood of bad tokens must not push out
+/// the good ones, nor the memory of tokens accepted before (see `Lookup::Lapsed`). Unless
+/// that freed an eighth of the map, those that would end soonest (lapsed ones first) go
+/// too, down to three quarters: all of them going at once would send every caller back to
+/// the issuer, and a walk that freed a few places would come again within a few insertions,
+/// under the lock every request takes.
+fn make_room(map: &mut HashMap<[u8; 32], Entry>, now: u64) {
+    map.retain(|_, e| e.accepted_at(now));
+    if map.len() <= MAX_ENTRIES * 7 / 8 {
+        return;
+    }
+    let mut by_end: Vec<([u8; 32], u64)> = map.iter().map(|(k, e)| (*k, e.until)).collect();
+    let excess = map.len() - MAX_ENTRIES * 3 / 4;
+    by_end.select_nth_unstable_by_key(excess, |(_, until)| *until);
+    for (k, _) in &by_end[..excess] {
+        map.remove(k);
     }
 }
 
@@ -190,5 +198,39 @@ mod tests {
             cache.put(&format!("junk{n}"), &Err(AuthError::Inactive), later);
         }
         assert_eq!(cache.lookup("good", later), Lookup::Lapsed);
+        // Any refusal ends that memory, even one not kept.
+        cache.put("good", &Err(AuthError::InvalidToken), later);
+        assert_eq!(cache.lookup("good", later), Lookup::Miss);
+    }
+
+    /// With no TTL nothing is served from the cache, but what was accepted is remembered.
+    #[test]
+    fn without_a_ttl_only_the_memory_of_acceptance_is_kept() {
+        let cache = TokenCache::new(Duration::ZERO);
+        let now = 1_000_000_000;
+        cache.put("good", &accepted(now / 1000 + 3600), now);
+        cache.put("bad", &Err(AuthError::Inactive), now);
+        assert_eq!(cache.lookup("good", now), Lookup::Lapsed);
+        assert_eq!(
+            cache.lookup("good", now - 1000),
+            Lookup::Lapsed,
+            "clock stepped back"
+        );
+        assert_eq!(cache.lookup("bad", now), Lookup::Miss);
+    }
+
+    /// A full cache of tokens accepted before makes room for many insertions at once: a
+    /// stream of refusals must not walk the whole map at each one.
+    #[test]
+    fn a_full_cache_frees_room_for_many_insertions() {
+        let cache = TokenCache::new(Duration::from_secs(1));
+        let now = 1_000_000_000;
+        for n in 0..MAX_ENTRIES - 1 {
+            cache.put(&format!("t{n}"), &accepted(now / 1000 + 3600), now);
+        }
+        cache.put("bad0", &Err(AuthError::Inactive), now);
+        cache.put("bad1", &Err(AuthError::Inactive), now + 2000);
+        let len = cache.map.lock().unwrap().len();
+        assert_eq!(len, MAX_ENTRIES * 3 / 4 + 1);
     }
 }

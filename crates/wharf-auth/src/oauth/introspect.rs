@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value};
 use wharf::Grant;
 
-use super::{Checked, audience_ok, now_secs, numeric_date, scopes_of};
+use super::{Checked, audience_ok, now_secs, numeric_date, scopes_of, subject_of};
 use crate::AuthError;
 
 /// How hard one process may press the authorization server's introspection endpoint.
@@ -15,13 +15,17 @@ use crate::AuthError;
 ///
 /// Re-checks of tokens this process accepted before (their cached answer ran out, the token
 /// has not expired) go through limits of their own, the same as these: made-up tokens cannot
-/// take their turn, so a flood of them does not sign out the clients already working.
+/// take their turn, so a flood of them does not sign out the clients already working. The
+/// endpoint may so see up to twice these limits. What was accepted is remembered in the
+/// token cache (even with no cache TTL) while there is room, not across restarts: a token
+/// forgotten is checked as a new one.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub struct IntrospectionLimits {
-    /// Requests in flight at once.
+    /// Requests in flight at once (in each lane).
     pub max_in_flight: usize,
-    /// Requests started per second, on average (in bursts of up to `max_in_flight`).
+    /// Requests started per second, on average (in bursts of up to `max_in_flight`; in each
+    /// lane).
     pub per_second: u32,
     /// How long a check waits for its turn under the two limits above before it is answered
     /// 503: a burst of new tokens (clients reconnecting after a deploy) is smoothed, not
@@ -240,21 +244,13 @@ impl Introspector {
                 return Err(AuthError::NotYetValid);
             }
         }
-        let client_id = text("client_id");
-        // A client-credentials token acts for its client and may carry no `sub`; its
-        // principal is the client, as RFC 9068 §2.2 has a JWT access token say it. An empty
-        // name names no one.
-        let subject = text("sub")
-            .or_else(|| client_id.clone())
-            .filter(|s| !s.is_empty())
-            .ok_or(AuthError::InvalidToken)?;
         Ok(Checked {
             session: text("sid"),
             expires_at,
             grant: Grant {
                 issuer: issuer.to_owned(),
-                subject,
-                client_id,
+                subject: subject_of(&answer)?,
+                client_id: text("client_id"),
                 scopes: scopes_of(&answer),
             },
         })
@@ -422,24 +418,26 @@ mod tests {
         );
     }
 
-    /// A client-credentials token names its client, not a user: the client is its
-    /// principal. A token that names no one is refused.
+    /// The principal is the token's `sub`: an answer without one (or with an empty one, or
+    /// one that is not a string) is refused, never given the principal of its client, which
+    /// every user of that client would share.
     #[tokio::test]
-    async fn a_token_without_sub_acts_for_its_client() {
-        let answer = serde_json::json!({
-            "active": true, "client_id": "billing-agent", "aud": "https://mcp.example.com"
-        });
-        let checked = introspected(answer).await.unwrap();
-        assert_eq!(checked.grant.subject, "billing-agent");
-        assert_eq!(checked.grant.client_id.as_deref(), Some("billing-agent"));
+    async fn a_token_must_name_its_subject() {
         let user = serde_json::json!({
             "active": true, "sub": "alice", "client_id": "app", "aud": "https://mcp.example.com"
         });
         assert_eq!(introspected(user).await.unwrap().grant.subject, "alice");
-        for nobody in [
-            serde_json::json!({ "active": true, "aud": "https://mcp.example.com" }),
-            serde_json::json!({ "active": true, "sub": "", "client_id": "app", "aud": "https://mcp.example.com" }),
+        for sub in [
+            None,
+            Some(serde_json::json!("")),
+            Some(serde_json::json!(42)),
         ] {
+            let mut nobody = serde_json::json!({
+                "active": true, "client_id": "app", "aud": "https://mcp.example.com"
+            });
+            if let Some(sub) = sub {
+                nobody["sub"] = sub;
+            }
             assert_eq!(
                 introspected(nobody.clone()).await.unwrap_err(),
                 AuthError::InvalidToken,

@@ -9,7 +9,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, decode_header};
 use serde_json::{Map, Value};
 use wharf::Grant;
 
-use super::{Checked, PublishedKeys, audience_ok, numeric_date, scopes_of};
+use super::{Checked, PublishedKeys, audience_ok, numeric_date, scopes_of, subject_of};
 use crate::AuthError;
 
 /// The signature algorithms accepted: asymmetric only, so `none` and HMAC (with a public key
@@ -220,7 +220,7 @@ impl JwtChecker {
             return Err(AuthError::SenderConstrained);
         }
         let text = |k: &str| claims.get(k).and_then(Value::as_str).map(str::to_owned);
-        let subject = text("sub").ok_or(AuthError::InvalidToken)?;
+        let subject = subject_of(&claims)?;
         Ok(Checked {
             session: text("sid"),
             // Verified present and numeric by the JWT library, which also reads fractions.
@@ -854,6 +854,26 @@ RnJiSR+yc7dMBkHE7zM0IaKF+9SyVVnf6UUiMDftNtFwEE+hLuppY78E
                 check(claims(Some(cnf))).await.unwrap_err(),
                 AuthError::SenderConstrained
             );
+        }
+    }
+
+    /// A token whose `sub` is empty names no principal: refused, as one without a `sub`.
+    #[tokio::test]
+    async fn a_token_must_name_its_subject() {
+        let checker = test_checker();
+        let audiences = ["https://mcp.example.com/mcp".to_owned()];
+        for sub in ["", "alice"] {
+            let claims = serde_json::json!({
+                "iss": "https://as.example.com", "sub": sub, "aud": audiences[0],
+                "exp": super::super::now_secs() + 600,
+            });
+            let checked = checker
+                .check(&signed(&claims), &audiences, Duration::ZERO)
+                .await;
+            match sub {
+                "" => assert_eq!(checked.unwrap_err(), AuthError::InvalidToken),
+                _ => assert_eq!(checked.unwrap().grant.subject, sub),
+            }
         }
     }
 

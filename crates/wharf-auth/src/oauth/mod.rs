@@ -381,7 +381,8 @@ impl OAuth {
         (!path.is_empty()).then(|| format!("/.well-known/oauth-protected-resource{path}"))
     }
 
-    /// The `WWW-Authenticate` value of a 401 (RFC 6750 §3, RFC 9728 §5.1).
+    /// The `WWW-Authenticate` value of a 401, or a 400 for a malformed request (RFC 6750 §3,
+    /// RFC 9728 §5.1).
     pub fn challenge(&self, refusal: &AuthError) -> String {
         let mut c = format!("Bearer resource_metadata=\"{}\"", self.metadata_url());
         let scopes = if self.config.required_scopes.is_empty() {
@@ -510,6 +511,16 @@ pub(crate) fn scopes_of(claims: &serde_json::Map<String, Value>) -> BTreeSet<Str
             .map(str::to_owned)
             .collect(),
         _ => BTreeSet::new(),
+    }
+}
+
+/// The principal's name in a token's claims or an introspection answer: its `sub`, a
+/// non-empty string. A token without one is refused rather than given its client's name,
+/// which every user of the client would share.
+pub(crate) fn subject_of(claims: &serde_json::Map<String, Value>) -> Result<String, AuthError> {
+    match claims.get("sub") {
+        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+        _ => Err(AuthError::InvalidToken),
     }
 }
 

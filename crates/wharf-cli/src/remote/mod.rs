@@ -95,6 +95,10 @@ impl Endpoint {
                     "{} wants a token ({e}): run `wharf login {}`, or pass --token",
                     self.url, self.url
                 ),
+                ClientError::Status { status: 400, .. } => format!(
+                    "{} refused the Authorization header as malformed ({e}): check --token",
+                    self.url
+                ),
                 _ => format!("could not connect to {}: {e}", self.url),
             };
             Unreachable {

@@ -119,6 +119,27 @@ fn check_of_a_protected_server_reads_its_challenge() {
     let (v, detail) = verdict(&report, "discover");
     assert_eq!(v, "fail", "{detail}");
     assert!(detail.contains("although a token was sent"), "{detail}");
+    // A token the header cannot carry (here, with a space) is refused as malformed (400),
+    // and said so: not taken for a legacy server that does not know `server/discover`.
+    let (code, report) = check(&server.url(), &["--token", "0123456789abcdef-key x"]);
+    assert_eq!(code, 1, "{report:#}");
+    let (v, detail) = verdict(&report, "discover");
+    assert_eq!(v, "fail", "{detail}");
+    assert!(detail.contains("malformed"), "{detail}");
+    let out = wharf(&[
+        "call",
+        &server.url(),
+        "echo",
+        "text=hi",
+        "--token",
+        "0123456789abcdef-key x",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let refused = text(&out.stderr);
+    assert!(
+        refused.contains("malformed") && !refused.contains("initialize"),
+        "{refused}"
+    );
 }
 
 #[test]

@@ -128,6 +128,14 @@ impl Probe {
                 "HTTP 401 although a token was sent: it is refused (expired, revoked, or for another server); run `wharf login` again, or check --token",
             );
         }
+        if reply.status == 400 && reply.headers.contains_key(header::WWW_AUTHENTICATE) {
+            // No legacy server challenges an unknown method: the token is what is wrong.
+            self.unauthorized = true;
+            return fail(
+                name,
+                "HTTP 400 with a challenge: the server refused the Authorization header as malformed; check --token",
+            );
+        }
         if reply.status == 401 {
             self.unauthorized = true;
             return skip(
