@@ -1234,11 +1234,13 @@ impl Transaction for SqlTx {
     ) -> Result<bool, StoreError> {
         // PostgreSQL: a transaction-scoped advisory lock on the handle, shared by the calls
         // that write under it (held in memory: no row is written for it); only a retirement
-        // takes it exclusively. Recording a use needs no more: the row's own lock orders
-        // two of them, and an exclusive lock here would deadlock two calls that both hold
-        // the shared one from their claims. The check runs after the lock is granted, in a
-        // statement of its own, so it sees a retirement that committed while it waited.
-        // SQLite's write transactions hold the whole database already.
+        // takes it exclusively. Recording a use needs no more, and skips a row another
+        // call's transaction holds (as `PG_TOUCH_SQL` says why): waiting for it would hold
+        // this call until that one commits, and fail it busy past the lock wait; an
+        // exclusive lock here would deadlock two calls that both hold the shared one from
+        // their claims. The check runs after the lock is granted, in a statement of its
+        // own, so it sees a retirement that committed while it waited. SQLite's write
+        // transactions hold the whole database already.
         #[cfg(feature = "postgres")]
         #[allow(irrefutable_let_patterns)]
         if let TypedTx::Postgres(tx) = &mut self.tx {
@@ -1247,8 +1249,12 @@ impl Transaction for SqlTx {
         let Some(now) = touch_at else {
             return self.handle_exists(id).await;
         };
-        let sql = "UPDATE wharf_handles SET last_used_at = $2 \
-             WHERE id = $1 AND last_used_at <= $2";
+        let sql = match &self.tx {
+            #[cfg(feature = "sqlite")]
+            TypedTx::Sqlite(_) => TOUCH_SQL,
+            #[cfg(feature = "postgres")]
+            TypedTx::Postgres(_) => PG_TOUCH_SQL,
+        };
         let touched = on_driver!(TypedTx, &mut self.tx, |tx| sqlx::query(sql)
             .bind(id)
             .bind(now)

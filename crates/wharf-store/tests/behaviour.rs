@@ -1168,3 +1168,32 @@ async fn postgres_a_use_is_recorded_without_waiting_for_a_write_in_flight() {
     );
     drop(claimed);
 }
+
+/// Two writes under one handle, each recording a use at its start: the second does not wait
+/// for the first's transaction, which holds the handle's row until it commits (it would
+/// fail busy past the store's lock wait, here a second). PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_write_recording_a_use_does_not_wait_for_another_in_flight() {
+    let store = postgres_with(Duration::from_secs(1)).await;
+    let owner = Principal::new(unique("hold-skip"));
+    let handle = HandleRecord::mint::<Thing>(&owner, now_millis());
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.create_handle(&handle).await.unwrap();
+    tx.commit().await.unwrap();
+    let at = |ms: i64| handle.last_used_at + ms;
+
+    let mut first = store.begin(TxMode::Write).await.unwrap();
+    assert!(
+        first
+            .hold_handle(&handle.id, Some(at(1_000)))
+            .await
+            .unwrap()
+    );
+    let mut second = store.begin(TxMode::Write).await.unwrap();
+    let held = second.hold_handle(&handle.id, Some(at(2_000))).await;
+    assert!(held.expect("the second write waited for the first"));
+    second.commit().await.unwrap();
+    first.commit().await.unwrap();
+    let stored = store.load_handle(&handle.id).await.unwrap().unwrap();
+    assert_eq!(stored.last_used_at, at(1_000));
+}

@@ -459,6 +459,54 @@ async fn a_write_in_steps_retires_its_handle_once(store: Arc<dyn Store>) {
     assert_eq!(rows(&store, &log).await, 1, "one step, once");
 }
 
+/// A call waiting for the claim of another attempt of the same write waits no longer than
+/// its own limit: it is refused as timed out, without running, rather than held for the
+/// store's whole lock wait and then told the store is busy. The attempt holding the claim
+/// runs on another replica, whose limit for the tool is longer (a deploy under way).
+async fn a_wait_for_a_claim_ends_at_the_calls_limit(store: Arc<dyn Store>) {
+    let script = Arc::new(Script::default());
+    let long = server(Arc::clone(&store), &script);
+    let quick = Arc::clone(&script);
+    let short = Server::builder(Implementation::new("t", "1"))
+        .store(Arc::clone(&store))
+        .tool(
+            tool("append")
+                .idempotent()
+                .timeout(WAIT / 10)
+                .handler(move |cx, args: Append| append(cx, args, Arc::clone(&quick))),
+        )
+        .build()
+        .unwrap();
+    let (log, key) = (unique("log"), unique("key"));
+    let args = json!({ "log": log, "n": 1, "idempotency_key": key });
+    let (tx, mut written) = tokio::sync::mpsc::unbounded_channel();
+    *script.written.lock().await = Some(tx);
+    script.hang.store(true, Ordering::SeqCst);
+    let alice = as_user(&long, "alice");
+    let mut first = Box::pin(alice.call("tools/call", call("append", args.clone())));
+    tokio::select! {
+        _ = &mut first => panic!("a hanging call answered"),
+        _ = written.recv() => {}
+    }
+    let again = as_user(&short, "alice");
+    let second = tokio::select! {
+        _ = &mut first => panic!("a hanging call answered"),
+        second = again.call("tools/call", call("append", args)) => second,
+    };
+    let refused = second.expect_err("the second attempt ran beside the first");
+    assert_eq!(
+        refused.error().kind,
+        wharf::ErrorKind::TimedOut,
+        "{refused:?}"
+    );
+    assert!(
+        refused.error().message.contains("did not run"),
+        "{refused:?}"
+    );
+    drop(first);
+    assert_eq!(rows(&store, &log).await, 0);
+}
+
 macro_rules! all_backends {
     ($($test:ident),* $(,)?) => {
         mod sqlite { $( #[tokio::test] async fn $test() { super::$test(super::sqlite().await).await; } )* }
@@ -475,6 +523,7 @@ all_backends!(
     records_kept_forever_still_replay,
     control_characters_are_refused_alike,
     a_write_in_steps_retires_its_handle_once,
+    a_wait_for_a_claim_ends_at_the_calls_limit,
 );
 
 /// On PostgreSQL, a write in steps whose mutation lock ended with its session mid-call (a

@@ -162,6 +162,8 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
         _ => None,
     };
     let fence = lock.as_ref().and_then(KeyTurn::fence);
+    // Claiming the key may wait behind another attempt of the same write: within the
+    // limit too. Dropped, the claim's transaction rolls back.
     let prepared = prepare(
         runtime,
         entry,
@@ -169,8 +171,11 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
         &caller.principal,
         keyed.as_ref(),
         fence.clone(),
-    )
-    .await?;
+    );
+    let prepared = match tokio::time::timeout_at(deadline, prepared).await {
+        Ok(prepared) => prepared?,
+        Err(_) => return Err(bound.waited_out("another attempt of the same write")),
+    };
     let (handles, slot, held_claim) = match prepared {
         Prepared::Run {
             handles,
@@ -432,6 +437,20 @@ struct Bound<'a> {
     deadline: tokio::time::Instant,
 }
 
+impl Bound<'_> {
+    /// The refusal of a call that waited its whole limit behind `behind`, without running.
+    fn waited_out(&self, behind: &str) -> RpcError {
+        RpcError::new(
+            ErrorKind::TimedOut,
+            format!(
+                "Timed out: tool {} waited its whole limit of {} for {behind} to finish; it did not run",
+                self.tool,
+                human(self.limit),
+            ),
+        )
+    }
+}
+
 /// Waits for a turn (`wait`) until the call's deadline; past it, the call is refused as
 /// timed out behind what `behind` names, without having run. A retry of the write `claim`
 /// that has to wait behind another call is answered from the write's record, if it was
@@ -481,15 +500,7 @@ async fn turn_on<T>(
     }
     match waited {
         Ok(waited) => Ok(waited?),
-        Err(_) => Err(RpcError::new(
-            ErrorKind::TimedOut,
-            format!(
-                "Timed out: tool {} waited its whole limit of {} for {} to finish; it did not run",
-                bound.tool,
-                human(bound.limit),
-                behind()
-            ),
-        )),
+        Err(_) => Err(bound.waited_out(&behind())),
     }
 }
 
