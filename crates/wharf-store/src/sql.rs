@@ -55,11 +55,12 @@ const TOUCH_SQL: &str =
     "UPDATE wharf_handles SET last_used_at = $2 WHERE id = $1 AND last_used_at < $2";
 /// As SQLite's touch, except that a handle whose row another transaction holds (a call that
 /// recorded its own use of it at its start, and commits at its end) is left as it is: that
-/// use is about as recent, and waiting for the other call to end would hold this one, a read
-/// that already has its answer, for as long. (Should that call roll back, neither use is
-/// recorded, and the handle may idle out one touch interval early.) A claim's `FOR KEY
-/// SHARE` does not conflict with this lock, so a use under a running claim is recorded
-/// (PostgreSQL).
+/// use is about as recent, and waiting for the other call to end would hold this one (a read
+/// that already has its answer, or a write under the same handle) for as long, and fail it
+/// busy past the lock wait. So a handle may idle out early by as long as that call ran, one
+/// touch interval more, or, should that call roll back, by the whole of it since the last
+/// use recorded. A claim's `FOR KEY SHARE` does not conflict with this lock, so a use under
+/// a running claim is recorded (PostgreSQL).
 #[cfg(feature = "postgres")]
 const PG_TOUCH_SQL: &str = "UPDATE wharf_handles SET last_used_at = $2 WHERE id = \
      (SELECT id FROM wharf_handles WHERE id = $1 AND last_used_at < $2 \

@@ -796,10 +796,10 @@ all_backends!(
 );
 
 /// Two writes under one handle, each claimed (so each holds the handle's lock shared), both
-/// record a use of it: neither waits for the other's claim, and both commit. (An exclusive
-/// lock to record a use deadlocked them.)
+/// hold it and record a use where none is in flight: neither waits for the other's claim,
+/// and both commit. (An exclusive lock to record a use deadlocked them.)
 #[tokio::test]
-async fn postgres_two_writes_under_one_handle_both_record_its_use() {
+async fn postgres_two_claimed_writes_under_one_handle_both_hold_it() {
     let store = postgres().await;
     let owner = Principal::new(unique("touch"));
     let handle = mint(&store, &owner).await;

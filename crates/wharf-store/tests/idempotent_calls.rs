@@ -503,8 +503,20 @@ async fn a_wait_for_a_claim_ends_at_the_calls_limit(store: Arc<dyn Store>) {
         refused.error().message.contains("did not run"),
         "{refused:?}"
     );
+    // Nothing is left behind that would hold the retry: once the first attempt is gone, it
+    // runs.
     drop(first);
     assert_eq!(rows(&store, &log).await, 0);
+    script.hang.store(false, Ordering::SeqCst);
+    let retry = run(
+        &long,
+        "alice",
+        "append",
+        json!({ "log": log, "n": 1, "idempotency_key": key }),
+    )
+    .await;
+    assert!(!replayed(&retry), "{retry}");
+    assert_eq!(rows(&store, &log).await, 1);
 }
 
 macro_rules! all_backends {

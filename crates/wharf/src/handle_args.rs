@@ -86,8 +86,29 @@ pub(crate) fn find(input: &JsonObject) -> Result<Vec<HandleParam>, String> {
              handles as properties, array items or optional values (a struct's field, not a \
              map's value or a tuple's item)"
         )),
-        None => Ok(found),
+        None => one_kind_per_place(found),
     }
+}
+
+/// The handles found, each place once. A place reached by alternatives of two kinds (an
+/// untagged `Handle<A> | Handle<B>`) is refused: a handle there would have to be both kinds
+/// at once, so every call would be refused.
+fn one_kind_per_place(found: Vec<HandleParam>) -> Result<Vec<HandleParam>, String> {
+    let mut places: Vec<HandleParam> = Vec::with_capacity(found.len());
+    for param in found {
+        match places.iter().find(|p| p.path == param.path) {
+            Some(p) if p.kind != param.kind => {
+                return Err(format!(
+                    "the argument at {:?} may be a {:?} or a {:?} handle; a handle is checked \
+                     against one kind per place: take each kind in an argument of its own",
+                    param.name, p.kind, param.kind
+                ));
+            }
+            Some(_) => {}
+            None => places.push(param),
+        }
+    }
+    Ok(places)
 }
 
 /// Why a schema's handles cannot all be checked (the first reason found).
@@ -404,6 +425,25 @@ mod tests {
             unreachable!()
         };
         assert_eq!(find(&fine).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_place_of_two_handle_kinds_is_refused_and_one_kind_twice_counts_once() {
+        let either = json!({ "type": "object", "properties": {
+            "target": { "anyOf": [marker("a"), marker("b")] }
+        } });
+        let Value::Object(either) = either else {
+            unreachable!()
+        };
+        let e = find(&either).unwrap_err();
+        assert!(e.contains("\"target\"") && e.contains("\"b\""), "{e}");
+        let twice = json!({ "type": "object", "properties": {
+            "target": { "oneOf": [marker("a"), marker("a"), { "type": "null" }] }
+        } });
+        let Value::Object(twice) = twice else {
+            unreachable!()
+        };
+        assert_eq!(find(&twice).unwrap().len(), 1);
     }
 
     #[test]

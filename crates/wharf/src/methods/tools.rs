@@ -162,8 +162,9 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
         _ => None,
     };
     let fence = lock.as_ref().and_then(KeyTurn::fence);
-    // Claiming the key may wait behind another attempt of the same write: within the
-    // limit too. Dropped, the claim's transaction rolls back.
+    // Claiming the key may wait behind another attempt of the same write, and a write for
+    // the store's lock: within the limit too. Dropped, the claim's transaction rolls back
+    // (the store's own wait ends on its own, within its lock wait, as when a client leaves).
     let prepared = prepare(
         runtime,
         entry,
@@ -174,7 +175,10 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
     );
     let prepared = match tokio::time::timeout_at(deadline, prepared).await {
         Ok(prepared) => prepared?,
-        Err(_) => return Err(bound.waited_out("another attempt of the same write")),
+        Err(_) => {
+            let behind = "its turn at the store (another attempt of the same write, or a lock on what it uses)";
+            return Err(bound.waited_out(behind));
+        }
     };
     let (handles, slot, held_claim) = match prepared {
         Prepared::Run {
