@@ -2,7 +2,8 @@
 //! else runs; [`Auth`] says how.
 //!
 //! - [`Auth::anonymous`]: no credentials; every request acts for the one anonymous principal,
-//!   so handles are bearer capabilities.
+//!   so handles are bearer capabilities, and an idempotency key one client used replays its
+//!   result to any other (clients must use unguessable keys).
 //! - [`Auth::api_keys`]: static keys sent as `Authorization: Bearer TOKEN`, each naming its
 //!   principal.
 //! - [`Auth::oauth`]: an OAuth 2.1 resource server ([`oauth`]).
