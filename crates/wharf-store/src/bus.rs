@@ -10,11 +10,11 @@
 //! a listener that hears nothing at all for [`SILENCE`], its own heartbeats included, takes
 //! its connection as lost.
 //!
-//! Delivery is not replayed after an outage, so a stream that may have missed something
-//! ends instead: when the listening connection is lost, and again whenever it is established
-//! (for the streams opened before it listened), every open receiver is closed, which ends its listen stream
-//! with the final `subscriptions/listen` result; clients listen again and re-read, as the
-//! specification expects of them.
+//! Delivery is not replayed after an outage, so a stream that may have missed something is
+//! told: when the listening connection is lost, and again whenever it is established (for
+//! the streams opened before it listened), every open receiver is closed, and its listen
+//! stream announces every change it subscribes to, so its client reads again, and listens on
+//! from a new receiver. (A legacy session's stream ends instead, and its client reconnects.)
 
 use std::future::Future;
 use std::pin::Pin;
@@ -264,9 +264,9 @@ impl NotificationBus for StoreBus {
                 return Ok(());
             };
             // The event reaches nobody, this replica's streams included (they hear it only
-            // through the channel): they end, as after a lost connection, and their
-            // clients listen again and read afresh. Other replicas are told the same with
-            // a gap, if the store takes that much.
+            // through the channel): they are told of a gap, as after a lost connection,
+            // and their clients read afresh. Other replicas are told the same with a gap,
+            // if the store takes that much.
             self.fanout.gap();
             if let Err(again) = (self.publish)("g".into()).await {
                 tracing::error!(
@@ -303,10 +303,18 @@ async fn listen(backend: &'static str, fanout: Weak<Fanout>, connect: Connect) {
         if fanout.strong_count() == 0 {
             return;
         }
-        let mut payloads = match connect().await {
-            Ok(stream) => stream,
-            Err(e) => {
+        // A server that takes the connection and never answers (a stalled one, a failover
+        // address that swallows packets) is given up on, as a silent connection is.
+        let connected = tokio::time::timeout(SILENCE, connect()).await;
+        let mut payloads = match connected {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => {
                 tracing::warn!(error = %e, "{backend} change bus: cannot listen; retrying");
+                tokio::time::sleep(backoff.next()).await;
+                continue;
+            }
+            Err(_) => {
+                tracing::warn!("{backend} change bus: no answer while connecting; retrying");
                 tokio::time::sleep(backoff.next()).await;
                 continue;
             }
@@ -323,13 +331,20 @@ async fn listen(backend: &'static str, fanout: Weak<Fanout>, connect: Connect) {
             fanout.connected.store(true, Ordering::Release);
             tracing::debug!("{backend} change bus: listening");
         }
-        backoff = Backoff::default();
+        let mut heard = false;
         let why = loop {
             let payload = match tokio::time::timeout(SILENCE, payloads.next()).await {
                 Ok(Some(payload)) => payload,
                 Ok(None) => break "connection lost",
                 Err(_) => break "nothing heard for as long as three heartbeats take",
             };
+            // Only a connection that carried something counts as working: one that is
+            // taken and dropped at once keeps backing off (each reconnect is a gap every
+            // listen stream announces).
+            if !heard {
+                heard = true;
+                backoff = Backoff::default();
+            }
             let Some(fanout) = fanout.upgrade() else {
                 return;
             };
@@ -346,7 +361,9 @@ async fn listen(backend: &'static str, fanout: Weak<Fanout>, connect: Connect) {
         fanout.connected.store(false, Ordering::Release);
         lost = true;
         fanout.gap();
-        tracing::warn!("{backend} change bus: {why}; open listen streams end, reconnecting");
+        tracing::warn!(
+            "{backend} change bus: {why}; open listen streams are told of a gap; reconnecting"
+        );
         drop(fanout);
         tokio::time::sleep(backoff.next()).await;
     }
@@ -454,6 +471,53 @@ pub(crate) fn redis(client: redis::Client, conn: redis::aio::ConnectionManager) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A connection attempt that never answers is given up on after `SILENCE`, and the
+    /// next one listens (time is paused).
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_never_answers_is_tried_again() {
+        let attempts = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&attempts);
+        let connect: Connect = Box::new(move || {
+            let first = counted.fetch_add(1, Ordering::SeqCst) == 0;
+            Box::pin(async move {
+                if first {
+                    std::future::pending::<()>().await;
+                }
+                let heard = futures_util::stream::pending::<String>();
+                Ok(Box::pin(heard) as Pin<Box<dyn Stream<Item = String> + Send>>)
+            })
+        });
+        let fanout = Arc::new(Fanout::new());
+        let listening = tokio::spawn(listen("test", Arc::downgrade(&fanout), connect));
+        tokio::time::sleep(SILENCE + Duration::from_secs(6)).await;
+        assert_eq!(attempts.load(Ordering::SeqCst), 2);
+        assert!(fanout.connected.load(Ordering::Acquire), "listening again");
+        listening.abort();
+    }
+
+    /// A connection taken and lost without a word heard on it keeps backing off: the
+    /// attempts space out instead of coming every tenth of a second.
+    #[tokio::test(start_paused = true)]
+    async fn connections_lost_at_once_back_off() {
+        let attempts = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&attempts);
+        let connect: Connect = Box::new(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async {
+                let lost = futures_util::stream::empty::<String>();
+                Ok(Box::pin(lost) as Pin<Box<dyn Stream<Item = String> + Send>>)
+            })
+        });
+        let fanout = Arc::new(Fanout::new());
+        let listening = tokio::spawn(listen("test", Arc::downgrade(&fanout), connect));
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        // Backing off to 5 s apart (2.5 s at least): about 20 in a minute, where resetting
+        // at each connection made it 600 or more.
+        let made = attempts.load(Ordering::SeqCst);
+        assert!(made < 40, "{made} attempts in a minute");
+        listening.abort();
+    }
 
     #[test]
     fn events_travel_as_short_lines_and_unknown_lines_are_gaps() {

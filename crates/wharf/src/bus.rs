@@ -73,8 +73,9 @@ pub trait NotificationBus: Send + Sync + 'static {
         event: ChangeEvent,
     ) -> Pin<Box<dyn Future<Output = Result<(), BusError>> + Send + '_>>;
     /// A receiver of the events published from now on. A bus that can no longer promise a
-    /// receiver every event (its connection was lost) closes it: the listen stream then ends
-    /// with its final result, and the client listens again.
+    /// receiver every event (its connection was lost) closes it: the listen stream then
+    /// announces every change it subscribes to (the client reads again) and goes on from a
+    /// new receiver; a new receiver that is closed already ends it with its final result.
     fn subscribe(&self) -> broadcast::Receiver<ChangeEvent>;
 
     /// Whether events published elsewhere reach this process now (a shared bus whose

@@ -17,7 +17,8 @@ use crate::runtime::Runtime;
 
 /// An open subscription. [`Listener::next`] yields serialized messages: the acknowledgment
 /// first, then the notifications the client opted into, and when the server drains or stops
-/// the final `subscriptions/listen` response, after which it yields `None`.
+/// the final `subscriptions/listen` response, after which it yields `None`. After a lag or
+/// a gap in the bus it announces every change it subscribes to, and goes on.
 pub(crate) struct Listener {
     /// Ends the stream with its final response ([`Runtime::stream_end`]).
     end: CancellationToken,
@@ -51,9 +52,11 @@ impl Listener {
         let asked = params.notifications;
         let yes =
             |asked: Option<bool>, offered: bool| (asked == Some(true) && offered).then_some(true);
+        // Each URI once: every change announced is matched against the list.
         let subscribable: Option<Vec<String>> = asked.resource_subscriptions.map(|uris| {
+            let mut seen = std::collections::HashSet::new();
             uris.into_iter()
-                .filter(|u| registry.resource(u).is_some())
+                .filter(|u| registry.resource(u).is_some() && seen.insert(u.clone()))
                 .collect()
         });
         let filter = SubscriptionFilter {
@@ -178,6 +181,16 @@ impl Listener {
         buf
     }
 
+    /// The next notification owed after a lag or a gap, if any.
+    fn owed(&mut self) -> Option<Vec<u8>> {
+        while let Some(event) = self.backlog.pop() {
+            if let Some(m) = self.render(&event) {
+                return Some(m);
+            }
+        }
+        None
+    }
+
     /// The next message to send, or `None` once the subscription has ended.
     pub(crate) async fn next(&mut self) -> Option<Vec<u8>> {
         if self.done {
@@ -199,10 +212,8 @@ impl Listener {
                 self.notification(methods::NOTIFICATION_SUBSCRIPTIONS_ACKNOWLEDGED, &params),
             );
         }
-        while let Some(event) = self.backlog.pop() {
-            if let Some(m) = self.render(&event) {
-                return Some(m);
-            }
+        if let Some(m) = self.owed() {
+            return Some(m);
         }
         let end = self.end.clone();
         loop {
@@ -225,15 +236,29 @@ impl Listener {
                             m.listen_missed(missed);
                         }
                         self.backlog = self.everything();
-                        while let Some(event) = self.backlog.pop() {
-                            if let Some(m) = self.render(&event) {
-                                return Some(m);
-                            }
+                        if let Some(m) = self.owed() {
+                            return Some(m);
                         }
                     }
                     Err(RecvError::Closed) => {
-                        self.done = true;
-                        return Some(self.final_response());
+                        // The bus could no longer promise this receiver every event (its
+                        // connection to the other replicas was lost, or came back): the
+                        // stream goes on from a new receiver, after announcing everything
+                        // it subscribes to, so the client reads again what may have
+                        // changed meanwhile. A client that took a completion for the end
+                        // would otherwise stop hearing anything. A bus whose new receivers
+                        // are closed already has nothing more to give: the stream ends.
+                        let rx = self.runtime.bus.subscribe();
+                        if rx.is_closed() {
+                            self.done = true;
+                            return Some(self.final_response());
+                        }
+                        self.rx = rx;
+                        tracing::info!("the change bus had a gap; announcing every subscribed change");
+                        self.backlog = self.everything();
+                        if let Some(m) = self.owed() {
+                            return Some(m);
+                        }
                     }
                 },
             }

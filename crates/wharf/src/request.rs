@@ -392,6 +392,10 @@ pub(crate) fn parse_in_session(
     Ok(ParsedRequest { id, info, body })
 }
 
+/// The most resources one subscription holds: a listen stream's `resourceSubscriptions`,
+/// or a legacy session's subscriptions. Each is matched against every change announced.
+pub(crate) const MAX_SUBSCRIPTIONS: usize = 1_000;
+
 /// The method table: which params each method takes, and which capability it needs.
 fn read_body<S: Source>(
     reading: &Reading<'_>,
@@ -453,6 +457,12 @@ fn read_body<S: Source>(
         }
         methods::SUBSCRIPTIONS_LISTEN => {
             let (p, m) = params.read::<ListenParams>(reading)?;
+            let uris = p.notifications.resource_subscriptions.as_ref();
+            if uris.is_some_and(|u| u.len() > MAX_SUBSCRIPTIONS) {
+                return Err(S::refused(RpcError::invalid_params(format!(
+                    "Invalid params: a listen stream subscribes to at most {MAX_SUBSCRIPTIONS} resources (resourceSubscriptions); open another stream for more"
+                ))));
+            }
             (RequestBody::Listen(p), m)
         }
         _ => return Err(S::not_found(method)),
@@ -513,6 +523,28 @@ mod tests {
             // What `_meta` says is in `info`; the params keep none of it.
             assert!(!format!("{short:?}").contains("meta: Some"), "{short:?}");
         }
+    }
+
+    /// A listen stream subscribes to at most `MAX_SUBSCRIPTIONS` resources, both ways.
+    #[test]
+    fn a_listen_stream_subscribes_to_so_many_resources_at_most() {
+        let listen = |n: usize| {
+            let uris: Vec<String> = (0..n).map(|i| format!("dataset://d{i}")).collect();
+            let uris = serde_json::to_string(&uris).unwrap();
+            body(
+                methods::SUBSCRIPTIONS_LISTEN,
+                &format!(r#","notifications":{{"resourceSubscriptions":{uris}}}"#),
+            )
+        };
+        let most = listen(MAX_SUBSCRIPTIONS);
+        assert!(read(&caps(), version::SUPPORTED, most.as_bytes(), 64).is_some());
+        assert!(long_way(&most).is_ok());
+        // One more: the one pass leaves it to the long way, which names the refusal.
+        let more = listen(MAX_SUBSCRIPTIONS + 1);
+        assert!(read(&caps(), version::SUPPORTED, more.as_bytes(), 64).is_none());
+        let e = long_way(&more).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidParams, "{e}");
+        assert!(e.message.contains("at most 1000 resources"), "{e}");
     }
 
     #[test]

@@ -39,7 +39,7 @@ use crate::dispatch::Core;
 use crate::error::{ErrorKind, RpcError};
 use crate::principal::Principal;
 use crate::reply::respond;
-use crate::request;
+use crate::request::{self, MAX_SUBSCRIPTIONS};
 pub use crate::session::Session;
 use crate::session::{Delivery, NotOpened, SessionKind, SessionState};
 use crate::store::{HandleRecord, StoreError, TxMode, after, millis, now_millis};
@@ -580,9 +580,6 @@ impl<'a> Sessions<'a> {
         })
     }
 }
-
-/// Resources one session may subscribe to: the session's record holds them all.
-const MAX_SUBSCRIPTIONS: usize = 1_000;
 
 fn too_many_subscriptions() -> RpcError {
     RpcError::invalid_params(format!(
