@@ -139,6 +139,9 @@ pub(crate) fn decode(payload: &str) -> Message {
 pub(crate) struct Fanout {
     tx: Mutex<broadcast::Sender<ChangeEvent>>,
     connected: AtomicBool,
+    /// A gap other replicas were not told of (the store refused it): the heartbeat sends it
+    /// in its place until the store takes it.
+    owed_gap: AtomicBool,
     /// Times a lost connection was listened on again.
     reconnects: AtomicU64,
 }
@@ -148,6 +151,7 @@ impl Fanout {
         Fanout {
             tx: Mutex::new(broadcast::channel(CAPACITY).0),
             connected: AtomicBool::new(false),
+            owed_gap: AtomicBool::new(false),
             reconnects: AtomicU64::new(0),
         }
     }
@@ -269,9 +273,10 @@ impl NotificationBus for StoreBus {
             // if the store takes that much.
             self.fanout.gap();
             if let Err(again) = (self.publish)("g".into()).await {
+                self.fanout.owed_gap.store(true, Ordering::Release);
                 tracing::error!(
                     error = %again,
-                    "{} change bus: a change went unannounced and other replicas' listen streams could not be ended",
+                    "{} change bus: a change went unannounced and other replicas could not be told yet; the next heartbeat tells them",
                     self.backend
                 );
             }
@@ -376,11 +381,20 @@ async fn heartbeat(backend: &'static str, fanout: Weak<Fanout>, publish: Arc<Pub
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         beat.tick().await;
-        if fanout.strong_count() == 0 {
+        let Some(owed) = fanout
+            .upgrade()
+            .map(|f| f.owed_gap.swap(false, Ordering::AcqRel))
+        else {
             return;
-        }
-        if let Err(e) = publish(HEARTBEAT_LINE.to_owned()).await {
+        };
+        // A gap the store refused goes out in the heartbeat's place: it keeps other
+        // replicas' listeners alive as well, and tells their streams what they missed.
+        let line = if owed { "g" } else { HEARTBEAT_LINE };
+        if let Err(e) = publish(line.to_owned()).await {
             tracing::debug!(error = %e, "{backend} change bus: heartbeat not published");
+            if let Some(fanout) = fanout.upgrade().filter(|_| owed) {
+                fanout.owed_gap.store(true, Ordering::Release);
+            }
         }
     }
 }
@@ -645,6 +659,39 @@ mod tests {
                 "{ended:?}"
             );
         }
+    }
+
+    /// A gap the store refused too is sent in the next heartbeat's place, until the store
+    /// takes it; the heartbeats after it are heartbeats again.
+    #[tokio::test(start_paused = true)]
+    async fn a_gap_the_store_refused_goes_out_with_the_next_heartbeat() {
+        let connect: Connect = Box::new(|| {
+            Box::pin(async {
+                let quiet = futures_util::stream::pending::<String>();
+                Ok(Box::pin(quiet) as Pin<Box<dyn Stream<Item = String> + Send>>)
+            })
+        });
+        let sent = Arc::new(Mutex::new(Vec::<String>::new()));
+        let publish: Publish = {
+            let sent = Arc::clone(&sent);
+            Box::new(move |payload| {
+                let sent = Arc::clone(&sent);
+                Box::pin(async move {
+                    let mut sent = sent.lock().unwrap();
+                    sent.push(payload);
+                    // The store refuses the event, its gap and the first heartbeat.
+                    match sent.len() {
+                        1..=3 => Err("pool timed out".to_owned()),
+                        _ => Ok(()),
+                    }
+                })
+            })
+        };
+        let bus = StoreBus::new("test", connect, publish, 100);
+        let _open = connected(&bus).await;
+        assert!(bus.publish(ChangeEvent::ToolsListChanged).await.is_err());
+        tokio::time::sleep(HEARTBEAT * 3 + Duration::from_secs(1)).await;
+        assert_eq!(*sent.lock().unwrap(), ["t", "g", "g", "g", HEARTBEAT_LINE]);
     }
 
     /// A bus over a channel of this process: its listener hears what it publishes when
