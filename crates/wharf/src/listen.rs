@@ -9,6 +9,7 @@ use wharf_protocol::{RequestId, ResultType, SubscriptionFilter, methods};
 use std::sync::Arc;
 
 use crate::bus::ChangeEvent;
+use crate::deadline::later;
 use crate::error::{ErrorKind, RpcError};
 use crate::principal::Principal;
 use crate::registry::Registry;
@@ -32,6 +33,9 @@ pub(crate) struct Listener {
     done: bool,
     /// Notifications owed after a lag, sent before anything new.
     backlog: Vec<ChangeEvent>,
+    /// When the principal's credentials expire: the stream ends then, and the client
+    /// listens again with fresh ones (a token revoked or not renewed hears no more).
+    until: Option<tokio::time::Instant>,
 }
 
 impl Listener {
@@ -75,6 +79,12 @@ impl Listener {
             acknowledged: false,
             done: false,
             backlog: Vec::new(),
+            until: principal.expires().map(|at| {
+                let left = at
+                    .duration_since(std::time::SystemTime::now())
+                    .unwrap_or_default();
+                later(tokio::time::Instant::now(), left)
+            }),
         })
     }
 
@@ -216,10 +226,22 @@ impl Listener {
             return Some(m);
         }
         let end = self.end.clone();
+        let until = self.until;
+        let expired = async move {
+            match until {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(expired);
         loop {
             tokio::select! {
                 biased;
                 () = end.cancelled() => {
+                    self.done = true;
+                    return Some(self.final_response());
+                }
+                () = &mut expired => {
                     self.done = true;
                     return Some(self.final_response());
                 }

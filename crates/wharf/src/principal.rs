@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 /// The authenticated party a request acts for. Handles and idempotency records belong to a
 /// principal; a transport resolves one for every request before anything else runs.
@@ -11,6 +12,8 @@ pub struct Principal {
     id: Arc<str>,
     anonymous: bool,
     grant: Option<Arc<Grant>>,
+    /// When the credentials behind it stop being valid (an access token's `exp`).
+    valid_until: Option<SystemTime>,
 }
 
 /// What an OAuth access token granted: who (issuer and subject), through which client, and
@@ -34,6 +37,7 @@ impl Principal {
             id: id.into(),
             anonymous: false,
             grant: None,
+            valid_until: None,
         }
     }
 
@@ -45,7 +49,22 @@ impl Principal {
             id: format!("{}#{}", grant.issuer, grant.subject).into(),
             anonymous: false,
             grant: Some(Arc::new(grant)),
+            valid_until: None,
         }
+    }
+
+    /// This principal, whose credentials stop being valid at `at` (an access token's
+    /// `exp`): what outlives one request (a listen stream) ends then, and the client comes
+    /// back with fresh credentials.
+    #[must_use]
+    pub fn valid_until(mut self, at: SystemTime) -> Self {
+        self.valid_until = Some(at);
+        self
+    }
+
+    /// When this principal's credentials stop being valid, if they do.
+    pub fn expires(&self) -> Option<SystemTime> {
+        self.valid_until
     }
 
     /// The OAuth grant behind this principal, if it came from a token.
@@ -73,6 +92,7 @@ impl Principal {
             id: Arc::from("anonymous"),
             anonymous: true,
             grant: None,
+            valid_until: None,
         }
     }
 

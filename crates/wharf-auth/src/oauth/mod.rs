@@ -476,11 +476,17 @@ impl OAuth {
         }
         Ok(Accepted {
             session: checked.session,
-            principal: Principal::oauth(checked.grant),
+            principal: Principal::oauth(checked.grant).valid_until(
+                std::time::UNIX_EPOCH + Duration::from_secs(checked.expires_at.min(MAX_EXPIRY)),
+            ),
             expires_at: checked.expires_at,
         })
     }
 }
+
+/// The latest expiry a principal is given (the year 9999): an answer without `exp` says
+/// none, and `SystemTime` cannot hold every `u64` of seconds.
+const MAX_EXPIRY: u64 = 253_402_300_799;
 
 /// A token's accepted principal, as cached.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,19 +1,20 @@
 //! A listen stream across a gap in the change bus (a shared bus that lost its connection to
 //! the other replicas, or got it back, and so closed its receivers): the stream announces
 //! everything it subscribes to, so the client reads again what may have changed meanwhile,
-//! and goes on hearing changes. Time is paused.
+//! and goes on hearing changes. And a stream whose principal's credentials expire ends
+//! then. Time is paused.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use wharf::protocol::{Implementation, ResourceContents};
 use wharf::testing::Harness;
-use wharf::{BusError, ChangeEvent, NotificationBus, Server, resource};
+use wharf::{BusError, ChangeEvent, NotificationBus, Principal, Server, resource};
 
 /// A bus whose gaps close every receiver, as a shared bus's do.
 #[derive(Debug)]
@@ -71,7 +72,11 @@ fn server(bus: Arc<GappyBus>) -> Server {
 /// Opens a listen stream for resource-list changes and `notes://a` (named twice: it counts
 /// once), collecting its messages until it ends.
 fn listen(server: &Server) -> tokio::task::JoinHandle<Vec<Value>> {
-    let harness = Harness::new(server.clone());
+    listen_as(server, Principal::anonymous())
+}
+
+fn listen_as(server: &Server, principal: Principal) -> tokio::task::JoinHandle<Vec<Value>> {
+    let harness = Harness::new(server.clone()).principal(principal);
     tokio::spawn(async move {
         let params = json!({ "notifications": {
             "resourcesListChanged": true, "resourceSubscriptions": ["notes://a", "notes://a"]
@@ -147,6 +152,32 @@ async fn a_bus_that_cannot_give_a_receiver_ends_the_stream() {
         .unwrap();
     assert_eq!(
         methods(&sent),
+        [
+            "notifications/subscriptions/acknowledged",
+            "result \"complete\""
+        ]
+    );
+}
+
+/// A stream whose principal's credentials expire (an access token's `exp`) ends then with
+/// its final result: a token revoked or not renewed hears no more changes.
+#[tokio::test(start_paused = true)]
+async fn a_stream_ends_when_its_credentials_expire() {
+    let server = server(Arc::new(GappyBus::new()));
+    let expiring = Principal::new("ann").valid_until(SystemTime::now() + Duration::from_secs(60));
+    let stream = listen_as(&server, expiring);
+    tokio::time::sleep(Duration::from_secs(50)).await;
+    assert!(
+        !stream.is_finished(),
+        "ended before its credentials expired"
+    );
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert!(
+        stream.is_finished(),
+        "still open past its credentials' expiry"
+    );
+    assert_eq!(
+        methods(&stream.await.unwrap()),
         [
             "notifications/subscriptions/acknowledged",
             "result \"complete\""
