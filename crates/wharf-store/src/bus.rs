@@ -328,12 +328,15 @@ async fn listen(backend: &'static str, fanout: Weak<Fanout>, connect: Connect) {
             let Some(fanout) = fanout.upgrade() else {
                 return;
             };
-            // Streams opened before the connection listened may have missed events.
+            // Streams opened before the connection listened may have missed events. Marked
+            // connected first: a stream told of this gap announces what it may have missed
+            // only while the bus is connected (the gap at the next connection would say it
+            // again otherwise).
+            fanout.connected.store(true, Ordering::Release);
             fanout.gap();
             if std::mem::take(&mut lost) {
                 fanout.reconnects.fetch_add(1, Ordering::Relaxed);
             }
-            fanout.connected.store(true, Ordering::Release);
             tracing::debug!("{backend} change bus: listening");
         }
         let mut heard = false;
@@ -417,7 +420,13 @@ impl Backoff {
 /// (payloads under 8000 bytes).
 #[cfg(feature = "postgres")]
 pub(crate) fn postgres(pool: sqlx::PgPool) -> Arc<StoreBus> {
-    let listen_pool = pool.clone();
+    // The listening connection has a pool of its own: one that waits for the store's
+    // connections (all taken by a load spike), or one kept stalled after a `LISTEN` that
+    // timed out, would take the bus down with the store's pool, or a place in it.
+    let options = (*pool.connect_options()).clone();
+    let listen_pool = sqlx::pool::PoolOptions::<sqlx::Postgres>::new()
+        .max_connections(1)
+        .connect_lazy_with(options);
     let connect: Connect = Box::new(move || {
         let pool = listen_pool.clone();
         Box::pin(async move {
@@ -614,7 +623,7 @@ mod tests {
     /// A change the store would not carry ends this replica's open streams at once, and
     /// the others' with a gap sent after it.
     #[tokio::test]
-    async fn a_change_that_could_not_be_published_ends_the_open_streams() {
+    async fn a_change_that_could_not_be_published_closes_the_open_receivers() {
         let (feed, fed) = tokio::sync::mpsc::unbounded_channel::<String>();
         let fed = std::sync::Mutex::new(Some(fed));
         let connect: Connect = Box::new(move || {

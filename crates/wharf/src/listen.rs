@@ -222,6 +222,13 @@ impl Listener {
                 self.notification(methods::NOTIFICATION_SUBSCRIPTIONS_ACKNOWLEDGED, &params),
             );
         }
+        // A stream told to end does not first send what it owes (a slow client with many
+        // subscriptions would hold the drain).
+        if self.end.is_cancelled() {
+            self.backlog.clear();
+            self.done = true;
+            return Some(self.final_response());
+        }
         if let Some(m) = self.owed() {
             return Some(m);
         }
@@ -276,10 +283,14 @@ impl Listener {
                             return Some(self.final_response());
                         }
                         self.rx = rx;
-                        tracing::info!("the change bus had a gap; announcing every subscribed change");
-                        self.backlog = self.everything();
-                        if let Some(m) = self.owed() {
-                            return Some(m);
+                        // While the bus is disconnected, the gap at its next connection says
+                        // it again: announced once then, not at each.
+                        if self.runtime.bus.is_connected() {
+                            tracing::debug!("the change bus had a gap; announcing every subscribed change");
+                            self.backlog = self.everything();
+                            if let Some(m) = self.owed() {
+                                return Some(m);
+                            }
                         }
                     }
                 },

@@ -141,8 +141,8 @@ impl Server {
     /// Gets the server ready before it accepts anything: loads the keys replicas share and
     /// waits, at most `within`, until the bus listens, so that no listen stream opens before
     /// the changes announced elsewhere can reach it. Without this, the keys load on the first
-    /// request, and streams opened before the bus listens end once it does (clients listen
-    /// again). `Err` when the store cannot give the keys.
+    /// request, and streams opened before the bus listens are told, once it does, that they
+    /// may have missed changes (they announce every change they subscribe to). `Err` when the store cannot give the keys.
     pub async fn prepare(&self, within: std::time::Duration) -> Result<(), StoreError> {
         self.core.runtime.keys.ready().await?;
         let bus = &self.core.runtime.bus;

@@ -6,6 +6,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -22,6 +23,7 @@ struct GappyBus {
     tx: Mutex<broadcast::Sender<ChangeEvent>>,
     /// New receivers come closed: the bus has nothing more to give.
     finished: Mutex<bool>,
+    connected: AtomicBool,
 }
 
 impl GappyBus {
@@ -29,11 +31,18 @@ impl GappyBus {
         GappyBus {
             tx: Mutex::new(broadcast::channel(16).0),
             finished: Mutex::new(false),
+            connected: AtomicBool::new(true),
         }
     }
 
     fn gap(&self) {
         *self.tx.lock().unwrap() = broadcast::channel(16).0;
+    }
+
+    /// Loses its connection (a gap), or gets it back (another).
+    fn connect(&self, connected: bool) {
+        self.connected.store(connected, Ordering::SeqCst);
+        self.gap();
     }
 
     fn finish(&self) {
@@ -56,6 +65,10 @@ impl NotificationBus for GappyBus {
             return broadcast::channel(1).1;
         }
         self.tx.lock().unwrap().subscribe()
+    }
+
+    fn is_connected(&self) -> bool {
+        self.connected.load(Ordering::SeqCst)
     }
 }
 
@@ -138,6 +151,30 @@ async fn a_gap_announces_every_subscribed_change_and_the_stream_goes_on() {
             "notifications/resources/list_changed",
             // A change after it.
             "notifications/resources/updated notes://a",
+            "result \"complete\"",
+        ]
+    );
+}
+
+/// An outage is two gaps (the connection lost, then back): what the stream may have missed
+/// is announced once, when the bus listens again.
+#[tokio::test(start_paused = true)]
+async fn an_outage_is_announced_once_when_the_bus_is_back() {
+    let bus = Arc::new(GappyBus::new());
+    let server = server(Arc::clone(&bus));
+    let stream = listen(&server);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    bus.connect(false);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    bus.connect(true);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    server.shutdown();
+    assert_eq!(
+        methods(&ended(stream, "the stream ends at shutdown").await),
+        [
+            "notifications/subscriptions/acknowledged",
+            "notifications/resources/updated notes://a",
+            "notifications/resources/list_changed",
             "result \"complete\"",
         ]
     );
