@@ -101,14 +101,19 @@ fn claim_key(claim: &Claim) -> String {
 }
 
 pub(crate) fn backend(e: redis::RedisError) -> StoreError {
+    // Answered "busy, retry": a read, or the commit of a keyed call (whose retry finds its
+    // claim or record, as after any lost answer). An unkeyed commit whose answer was lost
+    // is not mapped here (see `RedisTx::commit`).
     if e.is_timeout() {
-        // Answered "busy, retry": a read, or the commit of a keyed call (whose retry finds
-        // its claim or record, as after any lost answer). An unkeyed commit is not mapped
-        // here (see `RedisTx::commit`).
         return StoreError::Busy(format!(
             "Redis did not answer within {} s",
             IO_TIMEOUT.as_secs()
         ));
+    }
+    // Redis unreachable (restarting, failing over): a client may retry, as after a timeout.
+    if e.is_io_error() {
+        tracing::warn!(error = %e, "Redis cannot be reached");
+        return StoreError::Busy("Redis cannot be reached right now".into());
     }
     StoreError::Backend(format!("redis: {e}"))
 }
@@ -370,9 +375,17 @@ impl RedisStore {
         // Linux's own (redis-rs has it only there); elsewhere keep-alive alone.
         #[cfg(target_os = "linux")]
         let tcp = tcp.set_user_timeout(IO_TIMEOUT * 2);
+        // Commands sent while the manager reconnects wait for its attempts to end: by
+        // default six of them, a second then a minute apart (redis-rs multiplies each delay
+        // by the factor, 100), so with Redis gone every command waited about eight minutes
+        // before it failed. Two attempts half a second apart fail it within about a second
+        // (more where connecting itself hangs), and the next command tries again.
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(IO_TIMEOUT)
             .set_response_timeout(IO_TIMEOUT)
+            .set_factor(2)
+            .set_max_delay(500)
+            .set_number_of_retries(2)
             .set_tcp_settings(tcp);
         let conn = ConnectionManager::new_with_config(client.clone(), config)
             .await
@@ -964,15 +977,17 @@ impl Transaction for RedisTx {
             .arg(ops)
             .invoke_async(&mut self.conn)
             .await
-            .map_err(|e| match e.is_timeout() && !keyed {
-                // Its answer lost, the write may have been applied: without a claim that
-                // a retry would find, "retry" could apply it twice.
-                true => StoreError::Backend(format!(
-                    "redis: no answer to a commit within {} s; it may have been applied",
-                    IO_TIMEOUT.as_secs()
-                )),
-                false => backend(e),
-            })?;
+            .map_err(
+                |e| match e.is_io_error() && !e.is_connection_refusal() && !keyed {
+                    // Its answer lost (no answer in time, the connection cut), the write may
+                    // have been applied: without a claim that a retry would find, "retry" could
+                    // apply it twice. A refused connection sent nothing.
+                    true => StoreError::Backend(format!(
+                        "redis: the commit's answer was lost ({e}); it may have been applied"
+                    )),
+                    false => backend(e),
+                },
+            )?;
         match applied {
             redis::Value::Int(1) => {
                 self.claim = None;

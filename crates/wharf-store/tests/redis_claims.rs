@@ -455,3 +455,104 @@ async fn a_redis_that_stops_answering_fails_commands_within_seconds() {
     let refused = answered.expect("the command waited on a silent Redis");
     assert!(matches!(refused, Err(StoreError::Busy(_))), "{refused:?}");
 }
+
+/// A Redis server of this test's own, on a free port, killed when dropped.
+struct OwnRedis {
+    child: std::process::Child,
+    url: String,
+}
+
+impl OwnRedis {
+    async fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("redis://127.0.0.1:{port}/");
+        let child = Self::spawn(&url).await;
+        OwnRedis { child, url }
+    }
+
+    /// Starts a server at `url`'s port, answering once it returns.
+    async fn spawn(url: &str) -> std::process::Child {
+        let port = url.rsplit(':').next().unwrap().trim_end_matches('/');
+        let mut child = std::process::Command::new("redis-server")
+            .args(["--port", port, "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server is required for this test (Debian: redis-server)");
+        let client = redis::Client::open(url).unwrap();
+        for _ in 0..200 {
+            if client.get_multiplexed_async_connection().await.is_ok() {
+                return child;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("redis-server at {url} did not come up");
+    }
+
+    async fn restart(&mut self) {
+        self.child = Self::spawn(&self.url).await;
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Redis gone (restarting, failing over): what the store is asked answers "busy, retry"
+/// (HTTP 503 with `Retry-After`), not an internal error, and a keyed call's claim alike;
+/// and soon, not after the connection manager's reconnect loop (eight minutes with its
+/// defaults). Once Redis is back, the store works again.
+#[tokio::test]
+async fn an_unreachable_redis_is_busy_not_an_internal_error() {
+    let mut redis = OwnRedis::start().await;
+    let store = wharf_store::open(&redis.url, &options(Duration::from_secs(1)))
+        .await
+        .unwrap();
+    let handle = "hdl_00000000000000000000000000";
+    store.load_handle(handle).await.unwrap();
+    redis.stop();
+    // A hang guard, generous: each answer comes within a few seconds.
+    fn waited(what: &str) -> ! {
+        panic!("{what} waited for the reconnect loop")
+    }
+    for _ in 0..3 {
+        let read = tokio::time::timeout(Duration::from_secs(60), store.load_handle(handle))
+            .await
+            .unwrap_or_else(|_| waited("a read"));
+        assert!(matches!(read, Err(StoreError::Busy(_))), "{read:?}");
+    }
+    let c = claim(&unique("p:gone"), "k", json!({"n": 1}));
+    let claimed = store.begin_idempotent(&c, now_millis());
+    let claimed = tokio::time::timeout(Duration::from_secs(60), claimed)
+        .await
+        .unwrap_or_else(|_| waited("a claim"));
+    assert!(
+        matches!(claimed, Err(StoreError::Busy(_))),
+        "{:?}",
+        claimed.err()
+    );
+
+    redis.restart().await;
+    let mut answered = store.load_handle(handle).await;
+    for _ in 0..20 {
+        if answered.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        answered = store.load_handle(handle).await;
+    }
+    assert_eq!(answered.expect("Redis is back"), None);
+}
