@@ -420,15 +420,16 @@ impl Backoff {
 /// (payloads under 8000 bytes).
 #[cfg(feature = "postgres")]
 pub(crate) fn postgres(pool: sqlx::PgPool) -> Arc<StoreBus> {
-    // The listening connection has a pool of its own: one that waits for the store's
-    // connections (all taken by a load spike), or one kept stalled after a `LISTEN` that
-    // timed out, would take the bus down with the store's pool, or a place in it.
-    let options = (*pool.connect_options()).clone();
-    let listen_pool = sqlx::pool::PoolOptions::<sqlx::Postgres>::new()
-        .max_connections(1)
-        .connect_lazy_with(options);
+    // Each listening connection has a pool of its own, as sqlx's `PgListener::connect`
+    // makes: one that waited for the store's connections (all taken by a load spike) would
+    // take the bus down with the store's pool, and a connection left stalled (its `UNLISTEN`
+    // sent to a server that vanished, until the kernel gives up) would keep the next one
+    // from being made.
+    let options = pool.connect_options();
     let connect: Connect = Box::new(move || {
-        let pool = listen_pool.clone();
+        let pool = sqlx::pool::PoolOptions::<sqlx::Postgres>::new()
+            .max_connections(1)
+            .connect_lazy_with((*options).clone());
         Box::pin(async move {
             let mut listener = sqlx::postgres::PgListener::connect_with(&pool)
                 .await

@@ -376,16 +376,16 @@ impl RedisStore {
         #[cfg(target_os = "linux")]
         let tcp = tcp.set_user_timeout(IO_TIMEOUT * 2);
         // Commands sent while the manager reconnects wait for its attempts to end: by
-        // default six of them, a second then a minute apart (redis-rs multiplies each delay
-        // by the factor, 100), so with Redis gone every command waited about eight minutes
-        // before it failed. Two attempts half a second apart fail it within about a second
-        // (more where connecting itself hangs), and the next command tries again.
+        // default seven of them, a second then a minute apart (redis-rs multiplies each
+        // delay by the factor, 100), so with Redis gone every command waited about eight
+        // minutes before it failed. One attempt fails it at once (within the connection
+        // timeout where connecting hangs), and the next command tries again. So does the
+        // first connection: a server started before Redis answers fails at once, to be
+        // restarted by its supervisor.
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(IO_TIMEOUT)
             .set_response_timeout(IO_TIMEOUT)
-            .set_factor(2)
-            .set_max_delay(500)
-            .set_number_of_retries(2)
+            .set_number_of_retries(0)
             .set_tcp_settings(tcp);
         let conn = ConnectionManager::new_with_config(client.clone(), config)
             .await

@@ -464,11 +464,13 @@ struct OwnRedis {
 
 impl OwnRedis {
     async fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        // Below the range the kernel hands out for outgoing connections (32768 and up on
+        // Linux): a reconnect attempt to a port in it, while the server is stopped, may be
+        // given that very port as its own and hold it.
+        let port = (20_000 + std::process::id() % 10_000..32_000)
+            .map(|p| p as u16)
+            .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+            .expect("a free port below 32000");
         let url = format!("redis://127.0.0.1:{port}/");
         let child = Self::spawn(&url).await;
         OwnRedis { child, url }

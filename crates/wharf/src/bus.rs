@@ -79,7 +79,10 @@ pub trait NotificationBus: Send + Sync + 'static {
     fn subscribe(&self) -> broadcast::Receiver<ChangeEvent>;
 
     /// Whether events published elsewhere reach this process now (a shared bus whose
-    /// listening connection is down answers `false`; `/readyz` reports it).
+    /// listening connection is down answers `false`; `/readyz` reports it). A listen stream
+    /// whose receiver closes while this is `false` waits for the next gap to announce what
+    /// it may have missed: a bus that reconnects answers `true` before it closes the
+    /// receivers for the gap of its new connection.
     fn is_connected(&self) -> bool {
         true
     }

@@ -476,8 +476,16 @@ impl OAuth {
         }
         Ok(Accepted {
             session: checked.session,
+            // As long as the token is accepted: its `exp`, give or take the leeway (a
+            // stream opened within it would otherwise end at once, and be opened again).
             principal: Principal::oauth(checked.grant).valid_until(
-                std::time::UNIX_EPOCH + Duration::from_secs(checked.expires_at.min(MAX_EXPIRY)),
+                std::time::UNIX_EPOCH
+                    + Duration::from_secs(
+                        checked
+                            .expires_at
+                            .saturating_add(self.config.leeway.as_secs())
+                            .min(MAX_EXPIRY),
+                    ),
             ),
             expires_at: checked.expires_at,
         })
