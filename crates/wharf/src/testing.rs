@@ -87,16 +87,37 @@ impl Harness {
         params: Value,
         cancel: CancellationToken,
     ) -> Result<Vec<Value>, ErrorReply> {
+        let mut opened = self.open_stream(method, params, cancel).await?;
+        let mut messages = Vec::new();
+        while let Some(m) = opened.recv().await {
+            messages.push(m);
+        }
+        Ok(messages)
+    }
+
+    /// Sends `method` with `params` as a stream and hands over its messages as they come,
+    /// for a test that acts between them (a listen stream's acknowledgment says it is
+    /// subscribed). The channel closes when the stream ends or `cancel` fires.
+    pub async fn open_stream(
+        &self,
+        method: &str,
+        params: Value,
+        cancel: CancellationToken,
+    ) -> Result<mpsc::Receiver<Value>, ErrorReply> {
         let req = self.parse(method, params)?;
         let admitted = self.server.admit(req, self.principal.clone()).await?;
-        let (tx, mut rx) = mpsc::channel(64);
-        let run = tokio::spawn(admitted.stream(tx, cancel));
-        let mut messages = Vec::new();
-        while let Some(m) = rx.recv().await {
-            messages.push(serde_json::from_slice(&m).unwrap_or(Value::Null));
-        }
-        let _ = run.await;
-        Ok(messages)
+        let (raw_tx, mut raw) = mpsc::channel(64);
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(admitted.stream(raw_tx, cancel));
+        tokio::spawn(async move {
+            while let Some(m) = raw.recv().await {
+                let message = serde_json::from_slice(&m).unwrap_or(Value::Null);
+                if tx.send(message).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(rx)
     }
 
     fn parse(&self, method: &str, mut params: Value) -> Result<crate::ParsedRequest, ErrorReply> {

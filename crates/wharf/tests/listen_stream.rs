@@ -2,7 +2,7 @@
 //! the other replicas, or got it back, and so closed its receivers): the stream announces
 //! everything it subscribes to, so the client reads again what may have changed meanwhile,
 //! and goes on hearing changes. And a stream whose principal's credentials expire ends
-//! then. Time is paused.
+//! then. Each test acts once the stream has sent what it waits for.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use wharf::protocol::{Implementation, ResourceContents};
 use wharf::testing::Harness;
@@ -37,6 +37,14 @@ impl GappyBus {
 
     fn gap(&self) {
         *self.tx.lock().unwrap() = broadcast::channel(16).0;
+    }
+
+    /// Returns once a stream listens on the receiver the last gap left (the stream took the
+    /// gap in).
+    async fn until_subscribed(&self) {
+        while self.tx.lock().unwrap().receiver_count() == 0 {
+            tokio::task::yield_now().await;
+        }
     }
 
     /// Loses its connection (a gap), or gets it back (another).
@@ -83,144 +91,116 @@ fn server(bus: Arc<GappyBus>) -> Server {
 }
 
 /// Opens a listen stream for resource-list changes and `notes://a` (named twice: it counts
-/// once), collecting its messages until it ends.
-fn listen(server: &Server) -> tokio::task::JoinHandle<Vec<Value>> {
-    listen_as(server, Principal::anonymous())
-}
-
-fn listen_as(server: &Server, principal: Principal) -> tokio::task::JoinHandle<Vec<Value>> {
-    let harness = Harness::new(server.clone()).principal(principal);
-    tokio::spawn(async move {
-        let params = json!({ "notifications": {
-            "resourcesListChanged": true, "resourceSubscriptions": ["notes://a", "notes://a"]
-        } });
-        harness
-            .stream("subscriptions/listen", params, CancellationToken::new())
-            .await
-            .unwrap()
-    })
-}
-
-fn methods(sent: &[Value]) -> Vec<String> {
-    sent.iter()
-        .map(|m| match m["method"].as_str() {
-            Some(method) => format!("{method} {}", m["params"]["uri"].as_str().unwrap_or("")),
-            None => format!("result {}", m["result"]["resultType"]),
-        })
-        .map(|s| s.trim().to_owned())
-        .collect()
-}
-
-/// The messages of a stream expected to end: it has an hour (of paused time, skipped over
-/// at once), so a stream that does not end fails the test instead of hanging it.
-async fn ended(stream: tokio::task::JoinHandle<Vec<Value>>, what: &str) -> Vec<Value> {
-    tokio::time::timeout(Duration::from_secs(3600), stream)
+/// once), its messages handed over as they come; the acknowledgment, checked, is taken.
+async fn listen_as(server: &Server, principal: Principal) -> mpsc::Receiver<Value> {
+    let params = json!({ "notifications": {
+        "resourcesListChanged": true, "resourceSubscriptions": ["notes://a", "notes://a"]
+    } });
+    let mut messages = Harness::new(server.clone())
+        .principal(principal)
+        .open_stream("subscriptions/listen", params, CancellationToken::new())
         .await
-        .unwrap_or_else(|_| panic!("{what}"))
-        .unwrap()
+        .unwrap();
+    let ack = messages.recv().await.unwrap();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(
+        ack["params"]["notifications"]["resourceSubscriptions"],
+        json!(["notes://a"])
+    );
+    messages
 }
 
-#[tokio::test(start_paused = true)]
+async fn listen(server: &Server) -> mpsc::Receiver<Value> {
+    listen_as(server, Principal::anonymous()).await
+}
+
+/// The next message of a stream, as a line: its method and URI, or its result type; `None`
+/// once the stream has ended.
+async fn next(messages: &mut mpsc::Receiver<Value>) -> Option<String> {
+    let m = messages.recv().await?;
+    let line = match m["method"].as_str() {
+        Some(method) => format!("{method} {}", m["params"]["uri"].as_str().unwrap_or("")),
+        None => format!("result {}", m["result"]["resultType"]),
+    };
+    Some(line.trim().to_owned())
+}
+
+const UPDATED: &str = "notifications/resources/updated notes://a";
+const LIST_CHANGED: &str = "notifications/resources/list_changed";
+const COMPLETE: &str = "result \"complete\"";
+
+/// What a stream sends once the server shuts down: its final result, then nothing.
+async fn ends_at_shutdown(server: &Server, mut messages: mpsc::Receiver<Value>) {
+    server.shutdown();
+    assert_eq!(next(&mut messages).await.as_deref(), Some(COMPLETE));
+    assert_eq!(next(&mut messages).await, None);
+}
+
+#[tokio::test]
 async fn a_gap_announces_every_subscribed_change_and_the_stream_goes_on() {
     let bus = Arc::new(GappyBus::new());
     let server = server(Arc::clone(&bus));
-    let stream = listen(&server);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut messages = listen(&server).await;
 
     bus.gap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Everything subscribed, once each.
+    assert_eq!(next(&mut messages).await.as_deref(), Some(UPDATED));
+    assert_eq!(next(&mut messages).await.as_deref(), Some(LIST_CHANGED));
+    // And a change after it.
     let changed = ChangeEvent::ResourceUpdated {
         uri: "notes://a".into(),
     };
     server.bus().publish(changed).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(!stream.is_finished(), "the stream ended at the gap");
-
-    server.shutdown();
-    let sent = ended(stream, "the stream ends at shutdown").await;
-    assert_eq!(
-        sent[0]["params"]["notifications"]["resourceSubscriptions"],
-        json!(["notes://a"])
-    );
-    assert_eq!(
-        methods(&sent),
-        [
-            "notifications/subscriptions/acknowledged",
-            // The gap: everything subscribed.
-            "notifications/resources/updated notes://a",
-            "notifications/resources/list_changed",
-            // A change after it.
-            "notifications/resources/updated notes://a",
-            "result \"complete\"",
-        ]
-    );
+    assert_eq!(next(&mut messages).await.as_deref(), Some(UPDATED));
+    ends_at_shutdown(&server, messages).await;
 }
 
 /// An outage is two gaps (the connection lost, then back): what the stream may have missed
 /// is announced once, when the bus listens again.
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn an_outage_is_announced_once_when_the_bus_is_back() {
     let bus = Arc::new(GappyBus::new());
     let server = server(Arc::clone(&bus));
-    let stream = listen(&server);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut messages = listen(&server).await;
     bus.connect(false);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    bus.until_subscribed().await;
     bus.connect(true);
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    server.shutdown();
-    assert_eq!(
-        methods(&ended(stream, "the stream ends at shutdown").await),
-        [
-            "notifications/subscriptions/acknowledged",
-            "notifications/resources/updated notes://a",
-            "notifications/resources/list_changed",
-            "result \"complete\"",
-        ]
-    );
+    bus.until_subscribed().await;
+    assert_eq!(next(&mut messages).await.as_deref(), Some(UPDATED));
+    assert_eq!(next(&mut messages).await.as_deref(), Some(LIST_CHANGED));
+    // Nothing more was owed: a bus with nothing more to give ends the stream at once.
+    bus.finish();
+    assert_eq!(next(&mut messages).await.as_deref(), Some(COMPLETE));
 }
 
 /// A bus with nothing more to give (its new receivers are closed) ends the stream with its
 /// final result, rather than announcing gaps for ever.
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn a_bus_that_cannot_give_a_receiver_ends_the_stream() {
     let bus = Arc::new(GappyBus::new());
     let server = server(Arc::clone(&bus));
-    let stream = listen(&server);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut messages = listen(&server).await;
     bus.finish();
-    let sent = ended(stream, "the stream ends").await;
-    assert_eq!(
-        methods(&sent),
-        [
-            "notifications/subscriptions/acknowledged",
-            "result \"complete\""
-        ]
-    );
+    assert_eq!(next(&mut messages).await.as_deref(), Some(COMPLETE));
+    assert_eq!(next(&mut messages).await, None);
 }
 
 /// A stream whose principal's credentials expire (an access token's `exp`) ends then with
-/// its final result: a token revoked or not renewed hears no more changes.
+/// its final result: a token not renewed hears no more changes. Time is paused: the hour
+/// tokio skips over is the credentials' life, not a guess at a delay.
 #[tokio::test(start_paused = true)]
 async fn a_stream_ends_when_its_credentials_expire() {
     let server = server(Arc::new(GappyBus::new()));
-    let expiring = Principal::new("ann").valid_until(SystemTime::now() + Duration::from_secs(60));
-    let stream = listen_as(&server, expiring);
-    tokio::time::sleep(Duration::from_secs(50)).await;
+    let life = Duration::from_secs(3600);
+    let expiring = Principal::new("ann").valid_until(SystemTime::now() + life);
+    let opened = tokio::time::Instant::now();
+    let mut messages = listen_as(&server, expiring).await;
+    assert_eq!(next(&mut messages).await.as_deref(), Some(COMPLETE));
+    // Not before the credentials' end (the wall clock moved a little since they were made).
     assert!(
-        !stream.is_finished(),
-        "ended before its credentials expired"
+        opened.elapsed() >= life - Duration::from_secs(60),
+        "{:?}",
+        opened.elapsed()
     );
-    tokio::time::sleep(Duration::from_secs(20)).await;
-    assert!(
-        stream.is_finished(),
-        "still open past its credentials' expiry"
-    );
-    assert_eq!(
-        methods(&stream.await.unwrap()),
-        [
-            "notifications/subscriptions/acknowledged",
-            "result \"complete\""
-        ]
-    );
+    assert_eq!(next(&mut messages).await, None);
 }
