@@ -609,7 +609,29 @@ pub fn db_error(e: sqlx::Error) -> StoreError {
     if matches!(e, sqlx::Error::PoolTimedOut) {
         return StoreError::Busy("no database connection was free in time".into());
     }
+    // The database restarting, failing over or cutting the connection: nothing the call
+    // wrote committed (a commit whose answer was lost is told apart in `SqlTx::commit`),
+    // so a retry is safe, as after a busy answer.
+    if connection_lost(&e) {
+        tracing::warn!(error = %e, "the database connection was lost");
+        return StoreError::Busy("the database cannot be reached right now".into());
+    }
     StoreError::Backend(e.to_string())
+}
+
+/// Whether `e` says the connection went away, or the server is going down or not yet up,
+/// rather than that the statement failed.
+fn connection_lost(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) => true,
+        // PostgreSQL: connection_exception (08xxx), admin_shutdown, crash_shutdown,
+        // cannot_connect_now (57P01–57P03), too_many_connections. SQLite's codes are
+        // numbers and never match.
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03" | "53300")
+        }),
+        _ => false,
+    }
 }
 
 pub(crate) fn read_json(text: &str) -> Result<Value, StoreError> {
@@ -1002,6 +1024,9 @@ pub struct SqlTx {
     /// it locked stays locked to the commit, which need not check again.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     fence_checked: bool,
+    /// Whether a record a retry would find was written (a claim completed, a one-time step
+    /// recorded): then a commit whose answer was lost may be retried.
+    recorded: bool,
 }
 
 /// Runs a transaction's begin on a task of its own, so that it completes even when the call
@@ -1070,6 +1095,7 @@ impl SqlTx {
             claim_written,
             fence: None,
             fence_checked: false,
+            recorded: false,
         }
     }
 
@@ -1267,7 +1293,9 @@ impl Transaction for SqlTx {
     }
 
     async fn record_once(&mut self, claim: &Claim) -> Result<bool, StoreError> {
-        Ok(self.insert_done(claim, "used").await? == 1)
+        let recorded = self.insert_done(claim, "used").await? == 1;
+        self.recorded |= recorded;
+        Ok(recorded)
     }
 
     async fn complete_claim(&mut self, claim: &Claim, result: &str) -> Result<(), StoreError> {
@@ -1280,6 +1308,7 @@ impl Transaction for SqlTx {
         {
             pg_lock::complete_fenced(tx, claim, result, fence).await?;
             self.fence_checked = true;
+            self.recorded = true;
             return Ok(());
         }
         let n = if self.claim_written {
@@ -1299,6 +1328,7 @@ impl Transaction for SqlTx {
             self.insert_done(claim, result).await?
         };
         if n == 1 {
+            self.recorded = true;
             Ok(())
         } else {
             Err(StoreError::ClaimLost)
@@ -1317,7 +1347,17 @@ impl Transaction for SqlTx {
         {
             pg_lock::check_fence(tx, fence).await?;
         }
-        on_driver!(TypedTx, self.tx, |tx| tx.commit().await.map_err(db_error))
+        let recorded = self.recorded;
+        on_driver!(TypedTx, self.tx, |tx| tx.commit().await).map_err(|e| {
+            match connection_lost(&e) && !recorded {
+                // The commit may have been applied before its answer was lost: without a
+                // record that a retry would find, "retry" could apply it twice.
+                true => StoreError::Backend(format!(
+                    "the database's answer to the commit was lost ({e}); it may have been applied"
+                )),
+                false => db_error(e),
+            }
+        })
     }
 
     fn backend_tx(&mut self) -> &mut dyn std::any::Any {

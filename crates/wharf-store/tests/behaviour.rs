@@ -1067,6 +1067,64 @@ async fn postgres_a_sweep_spares_a_record_reclaimed_while_it_waited() {
     }
 }
 
+/// Ends the PostgreSQL session behind `tx`, as a restart or a failover would.
+async fn cut_off(tx: &mut Box<dyn Transaction>) {
+    let pid = pg_backend_pid(tx).await;
+    let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .fetch_one(&pg_observer().await)
+        .await
+        .expect("pg_terminate_backend");
+    assert!(ended, "session {pid} was not there to end");
+}
+
+/// A connection PostgreSQL cut (a restart, a failover) makes a statement answer "busy,
+/// retry" (it was a 500), and so does a keyed call's commit, whose retry finds its record if
+/// the commit went through after all; an unkeyed commit whose answer was lost is not called
+/// retryable, since it may have been applied.
+#[tokio::test]
+async fn postgres_a_lost_connection_is_busy_unless_a_retry_could_apply_twice() {
+    let store = postgres().await;
+    let mut reading = store.begin(TxMode::Write).await.unwrap();
+    cut_off(&mut reading).await;
+    match reading.hold_handle(&unique("thg"), None).await {
+        Err(StoreError::Busy(why)) => assert!(why.contains("cannot be reached"), "{why}"),
+        other => panic!("a statement on a cut connection: {other:?}"),
+    }
+    drop(reading);
+
+    let keyed = claim(&unique("lost:scope"), "k", json!({}));
+    let mut writing = run(&store, &keyed).await;
+    writing.complete_claim(&keyed, "\"done\"").await.unwrap();
+    cut_off(&mut writing).await;
+    match writing.commit().await {
+        Err(StoreError::Busy(_)) => {}
+        other => panic!("a keyed commit on a cut connection: {other:?}"),
+    }
+    // What the retry finds: the commit did not go through, so the write runs again, once.
+    match store.begin_idempotent(&keyed, now_millis()).await.unwrap() {
+        Begin::Run(_) => {}
+        Begin::Replay(r) => panic!("a commit on a cut connection applied: {r}"),
+        Begin::Mismatch => panic!("mismatch"),
+    }
+
+    let mut unkeyed = store.begin(TxMode::Write).await.unwrap();
+    unkeyed
+        .create_handle(&HandleRecord::mint::<Thing>(
+            &Principal::new("lost"),
+            now_millis(),
+        ))
+        .await
+        .unwrap();
+    cut_off(&mut unkeyed).await;
+    match unkeyed.commit().await {
+        Err(StoreError::Backend(why)) => assert!(why.contains("may have been applied"), "{why}"),
+        other => panic!("an unkeyed commit on a cut connection: {other:?}"),
+    }
+    // The pool serves the next call on a live connection.
+    store.ping().await.unwrap();
+}
+
 /// A collection's rows cannot move onto themselves (they would be copied, then deleted with
 /// the source): refused, and nothing changes.
 async fn rows_cannot_move_onto_their_own_collection(store: Arc<dyn Store>) {

@@ -1,7 +1,9 @@
 //! Handles are checked wherever a tool's arguments carry them: in arrays and nested structs
 //! too, not only as top-level properties; and a handler can retire only a handle the core
-//! checked for its call. In-process on SQLite.
+//! checked for its call; what a handler writes commits only under the holds of its handles.
+//! In-process, on SQLite and (where a test says so) PostgreSQL.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -252,4 +254,105 @@ async fn postgres_minting_a_capped_handle_needs_no_second_connection() {
         text(&third).contains("You hold 2 open capped handles"),
         "{third}"
     );
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+struct One {
+    thing: Handle<Thing>,
+}
+
+/// When the handler is told to stop waiting for its transaction, and when it is to try again.
+#[derive(Default)]
+struct Cues {
+    stop: tokio::sync::Notify,
+    stopped: tokio::sync::Notify,
+    go: tokio::sync::Notify,
+}
+
+/// A handler that stops waiting for its transaction while the store still waits to hold its
+/// handle (a retirement holds it), then asks again: the second `cx.tx()` holds the handle
+/// before it hands the transaction over, and finds it retired, so nothing the handler
+/// writes commits. (The hold used to leave the call's list as soon as it was tried, so the
+/// second `cx.tx()` handed the transaction over unheld, and the write committed under a
+/// retired handle.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_hold_cut_short_is_taken_again_before_anything_is_written() {
+    let store = support::postgres_with(Duration::from_secs(5)).await;
+    let table = support::unique("held_writes").replace('-', "_");
+    let observer = support::pg_observer().await;
+    sqlx::query(&format!("CREATE TABLE {table} (thing TEXT NOT NULL)"))
+        .execute(&observer)
+        .await
+        .unwrap();
+    let cues = Arc::new(Cues::default());
+    let handler_cues = Arc::clone(&cues);
+    let insert = format!("INSERT INTO {table} (thing) VALUES ($1)");
+    let server = Server::builder(Implementation::new("t", "1"))
+        .store(Arc::clone(&store))
+        .tool(
+            tool("make").handler(|cx: Context, _: wharf::NoArgs| async move {
+                let handle = cx.mint_handle::<Thing>().await?;
+                Ok::<_, HandlerError>(handle.id().to_owned())
+            }),
+        )
+        .tool(tool("write").handler(move |cx: Context, args: One| {
+            let cues = Arc::clone(&handler_cues);
+            let insert = insert.clone();
+            async move {
+                tokio::select! {
+                    _ = cx.tx() => panic!("the hold went through while the handle was locked"),
+                    () = cues.stop.notified() => {}
+                }
+                cues.stopped.notify_one();
+                cues.go.notified().await;
+                let mut tx = cx.tx().await?;
+                let sql = tx
+                    .backend_tx()
+                    .downcast_mut::<wharf_store::SqlTx>()
+                    .and_then(wharf_store::SqlTx::postgres)
+                    .expect("a PostgreSQL transaction");
+                sqlx::query(&insert)
+                    .bind(args.thing.id())
+                    .execute(&mut **sql)
+                    .await
+                    .map_err(HandlerError::internal)?;
+                Ok::<_, HandlerError>("written")
+            }
+        }))
+        .build()
+        .unwrap();
+    let caller = Harness::new(server).principal(Principal::new(support::unique("holder")));
+    let id = text(&call(&caller, "make", json!({})).await).to_owned();
+    assert!(id.starts_with("thg_"), "{id}");
+
+    // A retirement of the handle, begun and not yet committed: it holds the handle's lock.
+    let mut retiring = store.begin(wharf::store::TxMode::Write).await.unwrap();
+    retiring.retire_handle(&id).await.unwrap();
+    let retiring_pid = support::pg_backend_pid(&mut retiring).await;
+
+    let write = tokio::spawn({
+        let id = id.clone();
+        async move { call(&caller, "write", json!({ "thing": id })).await }
+    });
+    support::until_pg_blocked_by(&observer, retiring_pid, "the call's hold waits").await;
+    cues.stop.notify_one();
+    cues.stopped.notified().await;
+    retiring.commit().await.unwrap();
+    cues.go.notify_one();
+
+    let result = write.await.unwrap();
+    assert_eq!(result["isError"], true, "{result}");
+    assert!(
+        text(&result).contains("handle in \"thing\" is unknown or has expired"),
+        "{result}"
+    );
+    let written: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+        .fetch_one(&observer)
+        .await
+        .unwrap();
+    assert_eq!(written, 0, "a write committed under a retired handle");
+    sqlx::query(&format!("DROP TABLE {table}"))
+        .execute(&observer)
+        .await
+        .unwrap();
 }

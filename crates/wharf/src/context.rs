@@ -204,11 +204,16 @@ impl TxSlot {
         if let Some(refusal) = &state.refused {
             return Err(HandlerError::Execution(refusal.clone()));
         }
-        while let Some(hold) = state.holds.pop() {
+        // A hold leaves the list only once the store took it: a store error, or a handler
+        // that stopped waiting for `cx.tx()` part-way, leaves it for the next `cx.tx()` or
+        // the commit, which never go on without it.
+        while let Some(hold) = state.holds.last() {
             if !tx.hold_handle(&hold.id, hold.touch_at).await? {
-                state.refused = Some(hold.refusal.clone());
-                return Err(HandlerError::Execution(hold.refusal));
+                let refusal = hold.refusal.clone();
+                state.refused = Some(refusal.clone());
+                return Err(HandlerError::Execution(refusal));
             }
+            state.holds.pop();
         }
         Ok(())
     }
