@@ -120,7 +120,9 @@ pub(crate) async fn authorize(
     let param = |name: &str| params.get(name).map(String::as_str);
     let client = match shared.client(param("client_id")).await {
         Ok(client) => client,
-        Err(err) if err.is_transient() => {
+        // The document's host or this server's own store failing for now: nothing says the
+        // client cannot sign in here.
+        Err(err) if err.is_transient() || matches!(err, super::clients::ClientError::Record(_)) => {
             let mut page = html::error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "This application cannot sign in right now",
@@ -721,7 +723,7 @@ fn request_scope(
     Ok(values.join(" "))
 }
 
-fn too_many() -> Response {
+pub(super) fn too_many() -> Response {
     let mut page = html::error(
         StatusCode::TOO_MANY_REQUESTS,
         "Too many attempts from this address",

@@ -227,7 +227,8 @@ impl Shared {
                 if let Some(fresh_for) = fetched.fresh_for {
                     let body = String::from_utf8_lossy(&fetched.body).into_owned();
                     let expires_at = after(now_millis(), fresh_for);
-                    self.records
+                    let cached = self
+                        .records
                         .put(
                             CIMD_CACHE,
                             url.as_str(),
@@ -236,7 +237,12 @@ impl Shared {
                             Write::Upsert,
                             Some(expires_at),
                         )
-                        .await?;
+                        .await;
+                    // The document is in hand: a cache the store did not take only means
+                    // it is fetched again next time.
+                    if let Err(err) = cached {
+                        tracing::warn!(%err, client = %url.as_str(), "a client metadata document was not cached");
+                    }
                 }
                 fetched.metadata
             }

@@ -79,7 +79,8 @@ pub struct AuthzConfig {
     pub token_requests_per_minute: u32,
     /// Authorization requests per minute from one address (each may fetch a document).
     pub authorizations_per_minute: u32,
-    /// Sign-in attempts per minute from one address.
+    /// Sign-in attempts per minute from one address: passwords tried, and trips to the
+    /// upstream provider started.
     pub sign_ins_per_minute: u32,
     /// The proxies in front of the server (their networks): a request that arrives from one
     /// is counted against the address its `X-Forwarded-For` names, the nearest hop that is

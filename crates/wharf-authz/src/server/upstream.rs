@@ -21,8 +21,9 @@ use tokio::sync::OnceCell;
 use url::Url;
 use wharf::store::Write;
 
-use super::authorize::{ConsentQuery, start_session};
+use super::authorize::{ConsentQuery, start_session, too_many};
 use super::html;
+use super::token::Peer;
 use super::{Shared, constant_eq, cookies};
 use crate::records::{UPSTREAM, digest, secret};
 
@@ -145,6 +146,7 @@ impl Upstream {
 /// `GET /authorize/upstream?request=…`: off to the provider.
 pub(crate) async fn start(
     State(shared): State<Arc<Shared>>,
+    Peer(peer): Peer,
     headers: HeaderMap,
     Query(query): Query<ConsentQuery>,
 ) -> Response {
@@ -155,6 +157,11 @@ pub(crate) async fn start(
             "This server signs people in with its own accounts.",
         );
     };
+    // A sign-in attempt like a password's, and each one stores a round trip for ten
+    // minutes: one pending request must not be replayed into unbounded records.
+    if !shared.limits.sign_ins.allows(peer) {
+        return too_many();
+    }
     if let Err(response) = super::authorize::load(&shared, &headers, &query.request, None).await {
         return response;
     }

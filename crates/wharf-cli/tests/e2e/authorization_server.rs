@@ -17,7 +17,7 @@ use common::authz::{
 };
 use common::import::{sqlite_url, unique};
 use reqwest::StatusCode;
-use reqwest::header::LOCATION;
+use reqwest::header::{LOCATION, RETRY_AFTER};
 use serde_json::{Value, json};
 use url::Url;
 
@@ -920,6 +920,52 @@ async fn an_administrator_signs_out_a_person_an_upstream_provider_signed_in() {
     assert_eq!(status, StatusCode::OK, "{tokens}");
     let access = tokens["access_token"].as_str().unwrap();
     assert_eq!(tools_list(&server, access).await, None);
+}
+
+/// Each trip to the upstream provider counts as a sign-in attempt: one pending request
+/// started over and over is refused past the address's budget (20 a minute), where each
+/// start used to store a round trip for ten minutes, without limit.
+#[tokio::test]
+async fn trips_to_the_upstream_provider_count_against_the_sign_in_budget() {
+    let store = sqlite_url(&unique("authz-upstream-budget"));
+    let issuer = upstream_provider().await;
+    let upstream = [
+        "--authz-upstream-issuer",
+        &issuer,
+        "--authz-upstream-client-id",
+        UPSTREAM_CLIENT_ID,
+        "--authz-upstream-name",
+        "Idp",
+    ];
+    let server = server(&store, &upstream);
+    let base = server.origin();
+    let redirect = "http://127.0.0.1:33432/callback";
+    let client_id = register(&base, redirect).await;
+    let browser = Browser::new();
+    let (_, challenge) = pkce();
+    let params = code_request(&client_id, redirect, &challenge, &[]);
+    let url = Url::parse_with_params(&format!("{base}/authorize"), &params).unwrap();
+    let html = browser.get(url.as_str()).await.text().await.unwrap();
+    let start = format!(
+        "{base}/authorize/upstream?request={}",
+        hidden(&html, "request")
+    );
+    for n in 1..=20 {
+        let off = browser.get(&start).await;
+        assert_eq!(off.status(), StatusCode::SEE_OTHER, "trip {n}");
+    }
+    let refused = browser.get(&start).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()[RETRY_AFTER], "60");
+    let pool = sqlx::SqlitePool::connect(&format!("{store}?mode=ro"))
+        .await
+        .unwrap();
+    let trips: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM wharf_records WHERE namespace = 'authz-upstream'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(trips, 20, "a refused start stored nothing");
 }
 
 /// On a shared computer, signing out on the account page ends the browser's session: an

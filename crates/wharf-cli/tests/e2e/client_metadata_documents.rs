@@ -311,6 +311,130 @@ async fn a_document_client_may_authenticate_with_private_key_jwt_once_per_jti() 
     assert_eq!(status, StatusCode::OK);
 }
 
+/// A client whose keys are published at a `jwks_uri` that fails for now (a 503) is told to
+/// retry (503 `temporarily_unavailable` with `Retry-After`), not that it is a bad client
+/// (401 `invalid_client` makes a client drop its credentials), and the refused exchange
+/// spent nothing: once the keys are back, the same code gets tokens.
+#[tokio::test]
+async fn a_key_host_down_for_now_is_retried_not_taken_for_a_bad_client() {
+    let (docs, ca) = document_server().await;
+    let store = sqlite_url(&unique("cimd-jwks-down"));
+    let server = server(&store, &ca);
+    let base = format!("http://127.0.0.1:{}", server.port);
+    let (key, jwks) = client_key();
+    let path = "keys-elsewhere.json";
+    let keys = "keys-down.json";
+    docs.set(
+        path,
+        Answer::Json {
+            body: docs.document(
+                path,
+                json!({"token_endpoint_auth_method": "private_key_jwt", "jwks_uri": docs.url(keys)}),
+            ),
+            cache: "max-age=60",
+        },
+    );
+    docs.set(
+        keys,
+        Answer::Raw {
+            status: 503,
+            content_type: "text/plain",
+            body: "down for maintenance".into(),
+            location: None,
+        },
+    );
+    let client_id = docs.url(path);
+    let audience = format!("{base}/token");
+    let (verifier, challenge) = pkce();
+    let code = code_for(&Browser::new(), &base, &client_id, &challenge, |_| {})
+        .await
+        .unwrap();
+    let exchange = |jti: &str| {
+        let a = assertion(&key, &client_id, &audience, jti);
+        let form = [
+            ("grant_type", "authorization_code"),
+            ("code", code.as_str()),
+            ("code_verifier", verifier.as_str()),
+            ("client_id", client_id.as_str()),
+            (
+                "client_assertion_type",
+                "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+            ),
+            ("client_assertion", a.as_str()),
+        ]
+        .map(|(k, v)| (k, v.to_owned()));
+        let base = base.clone();
+        async move {
+            reqwest::Client::new()
+                .post(format!("{base}/token"))
+                .form(&form)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let refused = exchange("j1").await;
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(refused.headers().contains_key("retry-after"));
+    let err: Value = refused.json().await.unwrap();
+    assert_eq!(err["error"], "temporarily_unavailable", "{err}");
+    assert_eq!(docs.hits(keys), 1);
+
+    docs.set(
+        keys,
+        Answer::Json {
+            body: jwks,
+            cache: "max-age=60",
+        },
+    );
+    let accepted = exchange("j2").await;
+    assert_eq!(accepted.status(), StatusCode::OK);
+    let tokens: Value = accepted.json().await.unwrap();
+    assert!(tokens["access_token"].is_string(), "{tokens}");
+}
+
+/// This server's own store failing is no fault of the client's: a document fetched but not
+/// cached (the store refused the write) still signs the user in, and a store that cannot
+/// be read at all answers 503 with `Retry-After` ("cannot sign in right now"), where both
+/// answered 400 "cannot sign in here".
+#[tokio::test]
+async fn a_store_failing_for_now_is_not_blamed_on_the_client() {
+    let (docs, ca) = document_server().await;
+    let store = sqlite_url(&unique("cimd-store-down"));
+    let server = server(&store, &ca);
+    let base = format!("http://127.0.0.1:{}", server.port);
+    docs.set(
+        "app.json",
+        Answer::Json {
+            body: docs.document("app.json", json!({})),
+            cache: "public, max-age=300",
+        },
+    );
+    let client_id = docs.url("app.json");
+    let pool = sqlx::SqlitePool::connect(&format!("{store}?mode=rw"))
+        .await
+        .unwrap();
+    let run = async |sql: &str| sqlx::query(sql).execute(&pool).await.map(drop).unwrap();
+    run("CREATE TRIGGER no_cache BEFORE INSERT ON wharf_records \
+         WHEN NEW.namespace = 'authz-cimd' BEGIN SELECT RAISE(ABORT, 'disk full'); END")
+    .await;
+    let (_, challenge) = pkce();
+    code_for(&Browser::new(), &base, &client_id, &challenge, |_| {})
+        .await
+        .expect("a document the store did not cache still signs the user in");
+    run("DROP TRIGGER no_cache").await;
+
+    run("ALTER TABLE wharf_records RENAME TO wharf_records_away").await;
+    let refused = code_for(&Browser::new(), &base, &client_id, &challenge, |_| {}).await;
+    run("ALTER TABLE wharf_records_away RENAME TO wharf_records").await;
+    let (status, page) = refused.expect_err("the store cannot be read");
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{page}");
+    assert!(page.contains("cannot sign in right now"), "{page}");
+    code_for(&Browser::new(), &base, &client_id, &challenge, |_| {})
+        .await
+        .expect("signs in once the store is back");
+}
+
 #[tokio::test]
 async fn hostile_documents_are_refused_by_name_and_never_cached() {
     let (docs, ca) = document_server().await;

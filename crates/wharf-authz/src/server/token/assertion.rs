@@ -46,8 +46,17 @@ pub(crate) async fn verify(shared: &Shared, client: &Client, jwt: &str) -> Resul
             let url =
                 url::Url::parse(jwks_uri).map_err(|_| refuse("jwks_uri is not a URL".into()))?;
             let (body, _) = shared.fetcher.fetch_json(&url).await.map_err(|e| {
-                let why = ClientError::from(e).public_message();
-                refuse(format!("the client's keys could not be fetched: {why}"))
+                let err = ClientError::from(e);
+                let why = format!(
+                    "the client's keys could not be fetched: {}",
+                    err.public_message()
+                );
+                // A host down for now is no reason for the client to drop its credentials,
+                // as `invalid_client` would tell it to: retry, as with its document's host.
+                match err.is_transient() {
+                    true => OAuthError::temporarily_unavailable(format!("client_assertion: {why}")),
+                    false => refuse(why),
+                }
             })?;
             serde_json::from_slice(&body).map_err(|_| refuse("jwks_uri is not a JWK set".into()))?
         }
