@@ -154,3 +154,63 @@ async fn anonymous_sessions_are_capped_together_and_leave_room_for_everyone_else
         open(&anonymous).await.unwrap();
     }
 }
+
+/// Two replicas asked at once to end one session on PostgreSQL (a DELETE retried through
+/// another replica): one ends it, the other answers "unknown", never "busy". Both used to
+/// hold the session's handle and then wait to retire it, each for the other: PostgreSQL
+/// broke the deadlock after a second by failing one of them (503).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_two_ends_of_one_session_at_once_end_it_once() {
+    let a = server(support::postgres_with(WAIT).await);
+    let b = server(support::postgres_with(WAIT).await);
+    let alice = Principal::new("alice");
+    let init = RawValue::from_string(
+        r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}"#
+            .into(),
+    )
+    .unwrap();
+    let (on_a, _) = a
+        .sessions()
+        .initialize(RequestId::Int(0), Some(&init), &alice, Scope::Shared)
+        .await
+        .unwrap();
+    let on_b = b.sessions().resume(on_a.id(), &alice, None).await.unwrap();
+
+    // A retirement of the session's handle under way: both ends queue behind it, and start
+    // together once it is gone.
+    let holder = support::pg_observer().await;
+    let mut retiring = holder.begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+        .bind(on_a.id())
+        .execute(&mut *retiring)
+        .await
+        .unwrap();
+    let ends = [(a, on_a), (b, on_b)].map(|(server, session)| {
+        tokio::spawn(async move { server.sessions().end(&session).await })
+    });
+    let observer = support::pg_observer().await;
+    support::wait_until("both ends wait", Duration::from_secs(10), async || {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' \
+             AND datname = current_database()",
+        )
+        .fetch_one(&observer)
+        .await
+        .unwrap();
+        waiting >= 2
+    })
+    .await;
+    retiring.rollback().await.unwrap();
+
+    let mut outcomes = Vec::new();
+    for end in ends {
+        outcomes.push(match end.await.unwrap() {
+            Ok(()) => "ended",
+            Err(wharf::SessionError::Unknown) => "unknown",
+            Err(other) => panic!("an end of the session failed: {other}"),
+        });
+    }
+    outcomes.sort_unstable();
+    assert_eq!(outcomes, ["ended", "unknown"]);
+}

@@ -827,6 +827,14 @@ async fn a_running_calls_id_is_refused_to_another_request_of_its_session() {
     validate_legacy("tools/call", refused.response().unwrap());
     assert_eq!(refused.error_code(), Some(-32600), "{}", refused.body);
     assert!(refused.body.contains("already in use"), "{}", refused.body);
+    // So is a request the server answers at once (it would answer the slow call's id
+    // twice).
+    let mut ping = session.message("ping", json!({}));
+    ping["id"] = slow["id"].clone();
+    let refused = session.post(&ping).await.unwrap();
+    validate_legacy("ping", refused.response().unwrap());
+    assert_eq!(refused.error_code(), Some(-32600), "{}", refused.body);
+    assert!(refused.body.contains("already in use"), "{}", refused.body);
 
     session
         .notify(

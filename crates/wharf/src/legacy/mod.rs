@@ -248,7 +248,7 @@ impl<'a> Sessions<'a> {
     /// Ends `session` (HTTP DELETE); its stream ends too, on every replica.
     pub async fn end(&self, session: &Session) -> Result<(), SessionError> {
         let runtime = &self.core.runtime;
-        if !runtime.sessions.remove(session.id()).await? {
+        if !runtime.sessions.remove(session, &runtime.mutations).await? {
             return Err(SessionError::Unknown);
         }
         // Unheard elsewhere, the end still holds: the session is gone from the store.
@@ -269,6 +269,18 @@ impl<'a> Sessions<'a> {
         let caps = &self.core.registry.capabilities;
         let fail = |e: RpcError| ErrorReply::new(Some(id.clone()), e.in_2025());
         let empty = || respond(&id, &Empty {}).map(Answer::Message).map_err(fail);
+        // The methods answered here take the id for as long as they run, as a call does
+        // (below): under the id of a running call, the client would get two answers to one
+        // id, and its cancellation would name two requests.
+        let _id_taken = match method {
+            methods::PING
+            | methods::LOGGING_SET_LEVEL
+            | methods::RESOURCES_SUBSCRIBE
+            | methods::RESOURCES_UNSUBSCRIBE => {
+                Some(call::register(self.core, session, &id).map_err(fail)?)
+            }
+            _ => None,
+        };
         match method {
             methods::PING => empty(),
             methods::INITIALIZE => Err(fail(RpcError::new(
