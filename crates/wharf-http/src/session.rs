@@ -197,23 +197,28 @@ pub(crate) async fn batch(
         );
         return error_with_status(StatusCode::BAD_REQUEST, id.as_ref(), &e);
     }
-    if requests == 0 {
-        // Nothing to answer: each taken in turn, and the first the server did not take
-        // answered as it would be alone.
-        let sessions = state.server.sessions();
-        let mut first_refused = None;
-        for message in messages {
-            let Ok(envelope) = Envelope::parse(message.get().as_bytes(), depth) else {
-                continue;
-            };
-            if let Err(e) = take(sessions, &session, &principal, envelope).await {
-                first_refused.get_or_insert(e);
-            }
-        }
-        return match first_refused {
-            Some(e) => not_taken(&e),
-            None => StatusCode::ACCEPTED.into_response(),
+    // The notifications and answers first, each in turn, before any request runs: the first
+    // the server did not take is answered as it would be alone, and then none of the batch's
+    // requests runs, so that the client, told to send it again, gets each request's answer
+    // once (once a stream had begun nothing could say so, and the message was lost).
+    let sessions = state.server.sessions();
+    let mut first_refused = None;
+    for message in &messages {
+        let Ok(envelope) = Envelope::parse(message.get().as_bytes(), depth) else {
+            continue;
         };
+        if envelope.method.is_some() && envelope.id.is_some() {
+            continue;
+        }
+        if let Err(e) = take(sessions, &session, &principal, envelope).await {
+            first_refused.get_or_insert(e);
+        }
+    }
+    if let Some(e) = first_refused {
+        return not_taken(&e);
+    }
+    if requests == 0 {
+        return StatusCode::ACCEPTED.into_response();
     }
     let (tx, rx) = mpsc::channel::<Vec<u8>>(32);
     let server = state.server.clone();
@@ -229,9 +234,9 @@ pub(crate) async fn batch(
     )
 }
 
-/// Takes the messages of a batch (read already) in turn, answering each request on `tx`;
-/// the calls run side by side, each from the moment it is admitted. Returns once every
-/// call has ended.
+/// Answers the requests of a batch (read already, its other messages taken) in turn, on
+/// `tx`; the calls run side by side, each from the moment it is admitted. Returns once
+/// every call has ended.
 async fn run_batch(
     server: &wharf::Server,
     mut session: Session,
@@ -250,10 +255,6 @@ async fn run_batch(
             continue;
         };
         let (Some(method), Some(id)) = (envelope.method.as_deref(), envelope.id.clone()) else {
-            if let Err(e) = take(sessions, &session, &principal, envelope).await {
-                // No message of that revision could say so (it would have no id).
-                tracing::warn!(error = %e.message, "a notification or answer of a batch was not taken");
-            }
             continue;
         };
         let answer = if method == wharf_protocol::methods::INITIALIZE {

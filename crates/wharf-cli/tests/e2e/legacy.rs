@@ -958,8 +958,9 @@ async fn live_sessions_are_bounded_per_principal() {
 /// A 2025-03-26 session may send JSON-RPC batches (that revision's transport has servers
 /// take them; 2025-06-18 removed them): each message is taken as if it came alone and the
 /// answers stream back, the calls' progress among them, every message valid in that
-/// revision. A batch of notifications gets 202; a batch with a message that cannot be read
-/// is refused whole; a later revision's session is refused any batch.
+/// revision. A batch of notifications gets 202; a batch with a message that cannot be read,
+/// or with a notification or answer the server does not take, is refused whole; a later
+/// revision's session is refused any batch.
 #[tokio::test]
 async fn a_2025_03_26_session_sends_batches() {
     let server = ServerProcess::start_exact(&["--profile", "demo", "--anonymous"]);
@@ -1033,6 +1034,24 @@ async fn a_2025_03_26_session_sends_batches() {
         "{}",
         reply.body
     );
+    // An answer the server does not take (it never asked under that id), beside a request:
+    // refused as it would be alone, and the request does not run, so the client can send
+    // the batch again (the answer used to be dropped, and the request answered).
+    let answer_refused = json!([
+        { "jsonrpc": "2.0", "id": "not-asked", "result": {} },
+        request(12, "tools/call", call("echo", json!({ "text": "not run" }))),
+    ]);
+    let reply = session.post(&answer_refused).await.unwrap();
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert_eq!(reply.error_code(), Some(-32600), "{}", reply.body);
+    assert!(
+        reply
+            .body
+            .contains("not the id of a request this server sent"),
+        "{}",
+        reply.body
+    );
+    assert!(!reply.body.contains("not run"), "{}", reply.body);
     let reply = session.post(&json!([])).await.unwrap();
     assert_eq!(
         (reply.status, reply.error_code()),
