@@ -33,18 +33,75 @@ async fn subscribe(
     method: &str,
     n: usize,
 ) -> Result<(), wharf::ErrorReply> {
-    let params = RawValue::from_string(format!(r#"{{"uri":"items://{n}"}}"#)).unwrap();
+    subscribe_to(server, session, method, &format!("items://{n}")).await
+}
+
+async fn subscribe_to(
+    server: &Server,
+    session: &mut Session,
+    method: &str,
+    uri: &str,
+) -> Result<(), wharf::ErrorReply> {
+    let params = RawValue::from_string(serde_json::json!({ "uri": uri }).to_string()).unwrap();
     server
         .sessions()
         .request(
             session,
-            RequestId::Int(n as i64),
+            RequestId::Int(1),
             method,
             Some(&params),
             Principal::new("alice"),
         )
         .await
         .map(|_| ())
+}
+
+/// The URIs a session subscribes to are capped in bytes too (128 KiB together): each change
+/// of the session rewrites its record whole, and each replica reads it again. 1,000 URIs of
+/// 2 KiB made every later one-URI change write 2 MB.
+#[tokio::test]
+async fn subscriptions_are_capped_in_bytes() {
+    let store = support::sqlite_with(&support::sqlite_url("legacy-subscribed-bytes"), WAIT).await;
+    let s = server(store.clone());
+    let alice = Principal::new("alice");
+    let init = RawValue::from_string(
+        r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}"#
+            .into(),
+    )
+    .unwrap();
+    let (mut session, _) = s
+        .sessions()
+        .initialize(RequestId::Int(0), Some(&init), &alice, Scope::Shared)
+        .await
+        .unwrap();
+    // 2,000 bytes each: 65 fit in 128 KiB, a 66th does not.
+    let uri = |n: usize| format!("items://{n:01992}");
+    for n in 0..65 {
+        subscribe_to(&s, &mut session, "resources/subscribe", &uri(n))
+            .await
+            .unwrap();
+    }
+    let refused = subscribe_to(&s, &mut session, "resources/subscribe", &uri(65))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.error().code(), -32602, "{refused:?}");
+    assert!(refused.error().message.contains("128 KiB"), "{refused:?}");
+    // One already there is no new byte; room made lets the new one in.
+    subscribe_to(&s, &mut session, "resources/subscribe", &uri(0))
+        .await
+        .unwrap();
+    subscribe_to(&s, &mut session, "resources/unsubscribe", &uri(0))
+        .await
+        .unwrap();
+    subscribe_to(&s, &mut session, "resources/subscribe", &uri(65))
+        .await
+        .unwrap();
+    let stored = store.load_handle(session.id()).await.unwrap().unwrap();
+    let bytes = serde_json::to_string(&stored.data).unwrap().len();
+    assert!(
+        bytes < 140 * 1024,
+        "the session's record holds {bytes} bytes"
+    );
 }
 
 /// A subscription past the cap is refused, also where this replica's copy of the session

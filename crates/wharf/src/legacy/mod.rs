@@ -324,8 +324,13 @@ impl<'a> Sessions<'a> {
                             "Invalid params: the URI is longer than {MAX_URI_LEN} bytes"
                         ))));
                     }
+                    // Bounded by count and by bytes: every change of the session rewrites
+                    // its record whole, and every replica reads it again.
                     let fits = |subscriptions: &BTreeSet<String>, uri: &String| {
-                        subscriptions.contains(uri) || subscriptions.len() < MAX_SUBSCRIPTIONS
+                        subscriptions.contains(uri)
+                            || (subscriptions.len() < MAX_SUBSCRIPTIONS
+                                && subscriptions.iter().map(String::len).sum::<usize>() + uri.len()
+                                    <= MAX_SUBSCRIBED_BYTES)
                     };
                     if !fits(session.subscriptions(), &p.uri) {
                         return Err(fail(too_many_subscriptions()));
@@ -595,9 +600,12 @@ impl<'a> Sessions<'a> {
 
 fn too_many_subscriptions() -> RpcError {
     RpcError::invalid_params(format!(
-        "Invalid params: a session subscribes to at most {MAX_SUBSCRIPTIONS} resources; unsubscribe from some first"
+        "Invalid params: a session subscribes to at most {MAX_SUBSCRIPTIONS} resources, their URIs {} KiB together; unsubscribe from some first",
+        MAX_SUBSCRIBED_BYTES / 1024
     ))
 }
+/// The URIs one session subscribes to, together, in bytes.
+const MAX_SUBSCRIBED_BYTES: usize = 128 * 1024;
 /// Answers of one principal filed in the store and not yet taken by their calls.
 const MAX_WAITING_ANSWERS: u64 = 1_000;
 /// Longest URI a session subscribes to, in bytes.
