@@ -33,7 +33,9 @@ use super::clients::{Client, TokenAuth};
 use super::{OAuthError, Shared, params};
 use crate::families::{self, Family};
 use crate::pkce::CodeChallenge;
-use crate::records::{CODES, CONSENTS, FAMILIES, Kind, REFRESH, Versioned, digest, secret};
+use crate::records::{
+    CODES, CONSENTS, FAMILIES, Kind, REFRESH, RecordError, Versioned, digest, secret,
+};
 use retry::{Asked, Retry};
 
 mod assertion;
@@ -302,7 +304,6 @@ async fn redeem_code(
         .verify(form.code_verifier.as_deref())
         .map_err(|err| OAuthError::invalid_grant(err.to_string()))?;
     check_resource(form, &grant.resource)?;
-    still_signed_in(shared, &grant.user, &grant.epoch).await?;
     // The family exists (alive) before the code says it was redeemed into it, so a second
     // redemption racing this one always finds a family to revoke.
     let family = secret();
@@ -326,9 +327,15 @@ async fn redeem_code(
         .await
         .map_err(OAuthError::server_error)?
         .ok_or_else(|| OAuthError::server_error("a fresh family id collided"))?;
-    // The consent is looked at once the family exists: a withdrawal is either seen here,
-    // or made after this look, and then the revocation that follows it finds the family.
-    if let Err(err) = still_consented(shared, &stored_family).await {
+    // The sign-in and the consent are looked at once the family exists: a sign-out
+    // everywhere or a withdrawal is either seen here, or made after this look, and then the
+    // revocation that follows it finds the family. (Looked at before, a sign-out made in
+    // between listed the families before this one was there.)
+    let current = match still_signed_in(shared, &grant.user, &grant.epoch).await {
+        Ok(()) => still_consented(shared, &stored_family).await,
+        Err(err) => Err(err),
+    };
+    if let Err(err) = current {
         forget_family(shared, &family).await;
         return Err(err);
     }
@@ -367,23 +374,26 @@ async fn redeem_code(
         )
         .await;
     let marked = match marked {
-        Ok(marked) => marked,
-        Err(err) => {
-            tokens.discard(shared).await;
-            forget_family(shared, &family).await;
-            return Err(OAuthError::server_error(err));
-        }
+        Ok(marked) => marked.is_some(),
+        // The mark may have been written before its answer was lost: then the code says it
+        // was redeemed into this family, and a retry would be taken for a second
+        // redemption. What the code says now decides.
+        Err(err) => match redeemed_into(shared, &key).await {
+            Ok(Some(into)) if into == family => true,
+            _ => {
+                tokens.discard(shared).await;
+                forget_family(shared, &family).await;
+                return Err(OAuthError::server_error(err));
+            }
+        },
     };
-    if marked.is_none() {
+    if !marked {
         // Redeemed by another request between the read and now: that one and this one
         // cannot both be the client. Neither keeps tokens. The family that holds some is
         // revoked first; a failure to read which one it is answers 500, not "revoked".
-        let theirs = shared
-            .records
-            .get::<CodeGrant>(CODES, &key)
+        let theirs = redeemed_into(shared, &key)
             .await
-            .map_err(OAuthError::server_error)?
-            .and_then(|now| now.value.redeemed_into);
+            .map_err(OAuthError::server_error)?;
         if let Some(theirs) = theirs {
             revoke(shared, &theirs).await?;
         }
@@ -394,6 +404,15 @@ async fn redeem_code(
         ));
     }
     Ok(tokens.into_response())
+}
+
+/// The family the code filed under `key` was redeemed into, as stored now.
+async fn redeemed_into(shared: &Shared, key: &str) -> Result<Option<String>, RecordError> {
+    Ok(shared
+        .records
+        .get::<CodeGrant>(CODES, key)
+        .await?
+        .and_then(|now| now.value.redeemed_into))
 }
 
 /// Removes a family nothing was handed out for (the request failed before its tokens
@@ -856,14 +875,29 @@ mod tests {
     use super::*;
     use crate::cimd::Fetcher;
     use crate::server::{AuthorizationServer, AuthzConfig};
+    use wharf::store::{
+        Begin, Claim, HandleRecord, NewRecord, Record, SharedKey, Store, StoreError, Transaction,
+        TxMode,
+    };
 
     /// A server on a throwaway store with one grant: a family of a person an upstream
     /// provider signed in (whom no administrator signed out), and its refresh token.
     async fn granted(config: AuthzConfig) -> (AuthorizationServer, Client, String) {
-        let ttl = config.refresh_token_ttl;
-        let store = wharf_store::open("memory://", &wharf_store::StoreOptions::default())
+        granted_on(config, throwaway().await).await
+    }
+
+    async fn throwaway() -> Arc<dyn Store> {
+        wharf_store::open("memory://", &wharf_store::StoreOptions::default())
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    /// As [`granted`], on `store`.
+    async fn granted_on(
+        config: AuthzConfig,
+        store: Arc<dyn Store>,
+    ) -> (AuthorizationServer, Client, String) {
+        let ttl = config.refresh_token_ttl;
         let server = AuthorizationServer::new(config, store, Fetcher::builder().build().unwrap());
         let user = "idp:alice";
         let client = Client {
@@ -1031,5 +1065,230 @@ mod tests {
         assert!(used.expires_at >= floor, "the used marker goes first");
         let family = records.get::<Family>(FAMILIES, "f").await.unwrap().unwrap();
         assert!(family.expires_at >= floor, "the family goes first");
+    }
+
+    /// What [`Faults`] does to the next write of a record in its namespace.
+    enum Fault {
+        /// Applies it, then fails as a connection lost with the answer does.
+        LoseAnswer,
+        /// Says it got there (`reached`), then waits for `go` before applying it.
+        Pause {
+            reached: Arc<tokio::sync::Notify>,
+            go: Arc<tokio::sync::Notify>,
+        },
+    }
+
+    /// A real store, but for the one record write a test picks ([`Faults::next`]).
+    struct Faults {
+        inner: Arc<dyn Store>,
+        next: std::sync::Mutex<Option<(&'static str, Fault)>>,
+    }
+
+    impl Faults {
+        async fn new() -> Arc<Self> {
+            Arc::new(Faults {
+                inner: throwaway().await,
+                next: std::sync::Mutex::new(None),
+            })
+        }
+
+        /// Does `fault` to the next write in `kind`'s namespace.
+        fn next(&self, kind: Kind, fault: Fault) {
+            *self.next.lock().unwrap() = Some((kind.namespace, fault));
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Store for Faults {
+        fn backend(&self) -> &'static str {
+            self.inner.backend()
+        }
+        async fn ping(&self) -> Result<(), StoreError> {
+            self.inner.ping().await
+        }
+        async fn load_handle(&self, id: &str) -> Result<Option<HandleRecord>, StoreError> {
+            self.inner.load_handle(id).await
+        }
+        async fn touch_handle(&self, id: &str, now: Millis) -> Result<(), StoreError> {
+            self.inner.touch_handle(id, now).await
+        }
+        async fn begin(&self, mode: TxMode) -> Result<Box<dyn Transaction>, StoreError> {
+            self.inner.begin(mode).await
+        }
+        async fn begin_idempotent(&self, claim: &Claim, now: Millis) -> Result<Begin, StoreError> {
+            self.inner.begin_idempotent(claim, now).await
+        }
+        async fn replay_of(
+            &self,
+            claim: &Claim,
+            now: Millis,
+        ) -> Result<Option<String>, StoreError> {
+            self.inner.replay_of(claim, now).await
+        }
+        async fn shared_keys(&self) -> Result<Vec<SharedKey>, StoreError> {
+            self.inner.shared_keys().await
+        }
+        async fn add_shared_key(&self, key: &SharedKey) -> Result<(), StoreError> {
+            self.inner.add_shared_key(key).await
+        }
+        async fn read_record(
+            &self,
+            namespace: &str,
+            key: &str,
+            now: Millis,
+        ) -> Result<Option<Record>, StoreError> {
+            self.inner.read_record(namespace, key, now).await
+        }
+        async fn write_record(
+            &self,
+            record: &NewRecord<'_>,
+            write: Write,
+            now: Millis,
+        ) -> Result<Option<u64>, StoreError> {
+            let fault = {
+                let mut next = self.next.lock().unwrap();
+                match &*next {
+                    Some((namespace, _)) if *namespace == record.namespace => next.take(),
+                    _ => None,
+                }
+            };
+            match fault.map(|(_, fault)| fault) {
+                None => self.inner.write_record(record, write, now).await,
+                Some(Fault::LoseAnswer) => {
+                    self.inner.write_record(record, write, now).await?;
+                    Err(StoreError::Backend("the answer was lost".into()))
+                }
+                Some(Fault::Pause { reached, go }) => {
+                    reached.notify_one();
+                    go.notified().await;
+                    self.inner.write_record(record, write, now).await
+                }
+            }
+        }
+        async fn delete_record(
+            &self,
+            namespace: &str,
+            key: &str,
+            version: Option<u64>,
+        ) -> Result<bool, StoreError> {
+            self.inner.delete_record(namespace, key, version).await
+        }
+        async fn records_of(
+            &self,
+            namespace: &str,
+            owner: &str,
+            now: Millis,
+            limit: u32,
+        ) -> Result<Vec<(String, Record)>, StoreError> {
+            self.inner.records_of(namespace, owner, now, limit).await
+        }
+        async fn sweep(&self, now: Millis, batch: u32) -> Result<u64, StoreError> {
+            self.inner.sweep(now, batch).await
+        }
+    }
+
+    /// A code for `client`, approved by `user` (an upstream person, never signed out); and
+    /// its PKCE verifier.
+    async fn issue_code(
+        server: &AuthorizationServer,
+        client: &Client,
+        user: &str,
+    ) -> (String, String) {
+        let (code, verifier) = (secret(), secret());
+        let grant = CodeGrant {
+            client_id: client.id.clone(),
+            redirect_uri: "http://127.0.0.1:9/callback".into(),
+            challenge: crate::pkce::challenge_for(&verifier),
+            user: user.into(),
+            scope: "read".into(),
+            resource: "http://127.0.0.1:9/mcp".into(),
+            issued_at: now_millis(),
+            epoch: String::new(),
+            consent: None,
+            redeemed_into: None,
+        };
+        server
+            .shared
+            .records
+            .put(CODES, &digest(&code), &grant, None, Write::Create, None)
+            .await
+            .unwrap();
+        (code, verifier)
+    }
+
+    /// Redeems `code`: the answer's JSON, or the error's.
+    async fn redeemed(
+        server: &AuthorizationServer,
+        client: &Client,
+        code: &str,
+        verifier: &str,
+    ) -> Result<serde_json::Value, String> {
+        let form = TokenForm {
+            code: Some(code.to_owned()),
+            code_verifier: Some(verifier.to_owned()),
+            ..TokenForm::default()
+        };
+        match redeem_code(&server.shared, client, &form).await {
+            Ok(response) => {
+                let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                    .await
+                    .unwrap();
+                Ok(serde_json::from_slice(&body).unwrap())
+            }
+            Err(err) => Err(format!("{err:?}")),
+        }
+    }
+
+    /// The code was marked redeemed, but the store's answer was lost: the tokens made for
+    /// it are handed out, and work. (They were thrown away and the family with them, and
+    /// the client's retry was taken for a second redemption: the user had to sign in
+    /// again.)
+    #[tokio::test]
+    async fn a_code_whose_mark_lost_its_answer_still_gets_its_tokens() {
+        let faults = Faults::new().await;
+        let (server, client, _) = granted_on(config(), faults.clone()).await;
+        let (code, verifier) = issue_code(&server, &client, "idp:alice").await;
+        faults.next(CODES, Fault::LoseAnswer);
+        let tokens = redeemed(&server, &client, &code, &verifier)
+            .await
+            .expect("the tokens the mark was written for");
+        let refresh = tokens["refresh_token"].as_str().unwrap();
+        refreshed(&server, &client, refresh, None)
+            .await
+            .expect("the refresh token handed out is kept");
+        let again = redeemed(&server, &client, &code, &verifier).await;
+        assert!(again.unwrap_err().contains("already used"));
+    }
+
+    /// The user is signed out everywhere while their code is being redeemed, after its
+    /// checks and before its token family is stored: the redemption gets nothing. (The
+    /// sign-in was looked at before the family existed, and the sign-out's revocations,
+    /// listed before it did, missed it: its access token was good for its lifetime.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_code_redeemed_while_its_user_is_signed_out_everywhere_gets_nothing() {
+        let faults = Faults::new().await;
+        let (server, client, _) = granted_on(config(), faults.clone()).await;
+        let (code, verifier) = issue_code(&server, &client, "idp:alice").await;
+        let (reached, go) = (
+            Arc::new(tokio::sync::Notify::new()),
+            Arc::new(tokio::sync::Notify::new()),
+        );
+        faults.next(
+            FAMILIES,
+            Fault::Pause {
+                reached: Arc::clone(&reached),
+                go: Arc::clone(&go),
+            },
+        );
+        let (redeemed, signed_out) =
+            tokio::join!(redeemed(&server, &client, &code, &verifier), async {
+                reached.notified().await;
+                let removed = server.shared.users.remove("idp:alice").await;
+                go.notify_one();
+                removed
+            });
+        signed_out.unwrap();
+        let err = redeemed.expect_err("tokens for a user signed out everywhere");
+        assert!(err.contains("signed out"), "{err}");
     }
 }
