@@ -134,18 +134,47 @@ pub trait Lookup: Send + Sync + 'static {
     fn lookup(&self, host: &str) -> Pin<Box<dyn Future<Output = io::Result<Vec<IpAddr>>> + Send>>;
 }
 
-/// The operating system's resolver, through tokio.
+/// The operating system's resolver, on tokio's blocking threads, at most 16 lookups at
+/// once in the process.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemLookup;
+
+/// Lookups the operating system's resolver runs at once. Each holds a blocking thread until
+/// the resolver gives up (tens of seconds for a name whose name server never answers), long
+/// after the fetch's own timeout dropped it: without a bound, anyone who can name a
+/// `client_id` could take every blocking thread the process has (password hashing runs on
+/// them too). Past it a lookup waits for a place, within the fetch's timeout.
+const MAX_SYSTEM_LOOKUPS: usize = 16;
+
+static SYSTEM_LOOKUPS: tokio::sync::Semaphore =
+    tokio::sync::Semaphore::const_new(MAX_SYSTEM_LOOKUPS);
 
 impl Lookup for SystemLookup {
     fn lookup(&self, host: &str) -> Pin<Box<dyn Future<Output = io::Result<Vec<IpAddr>>> + Send>> {
         let host = host.to_owned();
-        Box::pin(async move {
-            let addrs = tokio::net::lookup_host((host.as_str(), 0)).await?;
-            Ok(addrs.map(|addr| addr.ip()).collect())
-        })
+        Box::pin(bounded(&SYSTEM_LOOKUPS, move || {
+            use std::net::ToSocketAddrs as _;
+            Ok((host.as_str(), 0)
+                .to_socket_addrs()?
+                .map(|addr| addr.ip())
+                .collect())
+        }))
     }
+}
+
+/// Runs `resolve` on a blocking thread once `places` has room, and keeps the place until
+/// it returns, even if the caller stopped waiting.
+async fn bounded(
+    places: &'static tokio::sync::Semaphore,
+    resolve: impl FnOnce() -> io::Result<Vec<IpAddr>> + Send + 'static,
+) -> io::Result<Vec<IpAddr>> {
+    let place = places.acquire().await.map_err(io::Error::other)?;
+    tokio::task::spawn_blocking(move || {
+        let _place = place;
+        resolve()
+    })
+    .await
+    .map_err(io::Error::other)?
 }
 
 /// Settings for a [`Fetcher`]. The defaults are the draft's: about 5 KB, a few seconds.
@@ -464,6 +493,40 @@ impl Resolve for GuardedResolver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A lookup whose caller gave up keeps its place until its resolver returns, so
+    /// resolvers that never answer hold at most as many blocking threads as there are
+    /// places; the next lookup waits for one of them to return.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lookup_given_up_keeps_its_place_until_its_resolver_returns() {
+        static PLACES: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+        let (started, mut starts) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let released = Arc::new(std::sync::Mutex::new(released));
+        for _ in 0..2 {
+            let (started, released) = (started.clone(), Arc::clone(&released));
+            let hung = bounded(&PLACES, move || {
+                let _ = started.send(());
+                let _ = released.lock().unwrap().recv();
+                Ok(Vec::new())
+            });
+            tokio::select! {
+                _ = hung => panic!("a resolver that hangs returned"),
+                _ = starts.recv() => {}
+            }
+            // Its caller gave up (the fetch timed out): the resolver still runs.
+        }
+        assert_eq!(
+            PLACES.available_permits(),
+            0,
+            "a place was given back early"
+        );
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
+        let next = tokio::spawn(bounded(&PLACES, move || Ok(vec![ip])));
+        release.send(()).unwrap();
+        assert_eq!(next.await.unwrap().unwrap(), [ip]);
+        release.send(()).unwrap();
+    }
 
     #[test]
     fn json_content_types() {
