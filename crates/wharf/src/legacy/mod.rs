@@ -251,8 +251,19 @@ impl<'a> Sessions<'a> {
         if !runtime.sessions.remove(session, &runtime.mutations).await? {
             return Err(SessionError::Unknown);
         }
-        // Unheard elsewhere, the end still holds: the session is gone from the store.
-        let _ = self.signal(session, SessionSignal::Ended).await;
+        // Unheard elsewhere, the end still holds: the session is gone from the store. Told
+        // on a task of its own: a client that goes away once the end is committed must not
+        // take the news with it (no retry can send it: the session is gone), or the
+        // session's calls on other replicas would run on, and wait for input, until their
+        // timeouts. This process's calls hear it at once (the task tells them again).
+        runtime.hub.route(session.id(), SessionSignal::Ended);
+        let core = Arc::clone(self.core);
+        let session = session.clone();
+        tokio::spawn(async move {
+            let _ = Sessions { core: &core }
+                .signal(&session, SessionSignal::Ended)
+                .await;
+        });
         Ok(())
     }
 
