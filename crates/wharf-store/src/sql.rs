@@ -585,8 +585,9 @@ fn redact(url: &str) -> String {
 }
 
 /// Maps a database error as the store does, for app code in the call's transaction: lock
-/// waits that ran out and pools without a free connection become [`StoreError::Busy`]
-/// (answered "retry"), anything else [`StoreError::Backend`].
+/// waits that ran out, pools without a free connection and connections lost (the database
+/// restarting or failing over) become [`StoreError::Busy`] (answered "retry": nothing in
+/// the transaction committed), anything else [`StoreError::Backend`].
 pub fn db_error(e: sqlx::Error) -> StoreError {
     if let sqlx::Error::Database(db) = &e {
         let code = db.code();
@@ -609,14 +610,26 @@ pub fn db_error(e: sqlx::Error) -> StoreError {
     if matches!(e, sqlx::Error::PoolTimedOut) {
         return StoreError::Busy("no database connection was free in time".into());
     }
-    // The database restarting, failing over or cutting the connection: nothing the call
-    // wrote committed (a commit whose answer was lost is told apart in `SqlTx::commit`),
-    // so a retry is safe, as after a busy answer.
+    // The database restarting, failing over or cutting the connection: nothing written in
+    // a transaction committed, so a retry is safe, as after a busy answer. A statement that
+    // commits by itself is told apart by `write_error`.
     if connection_lost(&e) {
         tracing::warn!(error = %e, "the database connection was lost");
         return StoreError::Busy("the database cannot be reached right now".into());
     }
     StoreError::Backend(e.to_string())
+}
+
+/// Maps the error of a statement that commits (a `COMMIT`, or a write outside any
+/// transaction): a connection lost may have taken the answer of a write that was applied,
+/// so it is not called retryable ([`StoreError::Backend`]); anything else as [`db_error`].
+pub(crate) fn write_error(e: sqlx::Error) -> StoreError {
+    if connection_lost(&e) {
+        return StoreError::Backend(format!(
+            "the database's answer was lost ({e}); the write may have been applied"
+        ));
+    }
+    db_error(e)
 }
 
 /// Whether `e` says the connection went away, or the server is going down or not yet up,
@@ -1348,15 +1361,12 @@ impl Transaction for SqlTx {
             pg_lock::check_fence(tx, fence).await?;
         }
         let recorded = self.recorded;
-        on_driver!(TypedTx, self.tx, |tx| tx.commit().await).map_err(|e| {
-            match connection_lost(&e) && !recorded {
-                // The commit may have been applied before its answer was lost: without a
-                // record that a retry would find, "retry" could apply it twice.
-                true => StoreError::Backend(format!(
-                    "the database's answer to the commit was lost ({e}); it may have been applied"
-                )),
-                false => db_error(e),
-            }
+        // With a record that a retry finds, a commit whose answer was lost may be retried
+        // (the retry replays it if it was applied); without one, "retry" could apply it
+        // twice.
+        on_driver!(TypedTx, self.tx, |tx| tx.commit().await).map_err(match recorded {
+            true => db_error,
+            false => write_error,
         })
     }
 

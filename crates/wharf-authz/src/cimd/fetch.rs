@@ -134,17 +134,20 @@ pub trait Lookup: Send + Sync + 'static {
     fn lookup(&self, host: &str) -> Pin<Box<dyn Future<Output = io::Result<Vec<IpAddr>>> + Send>>;
 }
 
-/// The operating system's resolver, on tokio's blocking threads, at most 16 lookups at
+/// The operating system's resolver, on tokio's blocking threads, at most 64 lookups at
 /// once in the process.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemLookup;
 
 /// Lookups the operating system's resolver runs at once. Each holds a blocking thread until
-/// the resolver gives up (tens of seconds for a name whose name server never answers), long
-/// after the fetch's own timeout dropped it: without a bound, anyone who can name a
-/// `client_id` could take every blocking thread the process has (password hashing runs on
-/// them too). Past it a lookup waits for a place, within the fetch's timeout.
-const MAX_SYSTEM_LOOKUPS: usize = 16;
+/// the resolver gives up (about ten seconds for a name whose name server never answers),
+/// long after the fetch's own timeout dropped it: without a bound, a few addresses naming
+/// such `client_id`s could take all 512 of tokio's blocking threads, password hashing's
+/// included. With it they can take these places, so that documents not cached wait for a
+/// place until their fetch times out (503): the price of a resolver that cannot be
+/// cancelled, which an asynchronous one would not pay. Past it a lookup waits for a place,
+/// within the fetch's timeout.
+const MAX_SYSTEM_LOOKUPS: usize = 64;
 
 static SYSTEM_LOOKUPS: tokio::sync::Semaphore =
     tokio::sync::Semaphore::const_new(MAX_SYSTEM_LOOKUPS);

@@ -380,6 +380,8 @@ async fn redeem_code(
         // redemption. What the code says now decides.
         Err(err) => match redeemed_into(shared, &key).await {
             Ok(Some(into)) if into == family => true,
+            // Another redemption marked it first: both are revoked, below.
+            Ok(Some(_)) => false,
             _ => {
                 tokens.discard(shared).await;
                 forget_family(shared, &family).await;

@@ -950,22 +950,28 @@ async fn trips_to_the_upstream_provider_count_against_the_sign_in_budget() {
         "{base}/authorize/upstream?request={}",
         hidden(&html, "request")
     );
-    for n in 1..=20 {
+    // The budget gives one attempt back every 3 s: a slow machine may get a 21st in.
+    let mut trips = 0;
+    let refused = loop {
         let off = browser.get(&start).await;
-        assert_eq!(off.status(), StatusCode::SEE_OTHER, "trip {n}");
-    }
-    let refused = browser.get(&start).await;
+        if off.status() != StatusCode::SEE_OTHER {
+            break off;
+        }
+        trips += 1;
+        assert!(trips <= 30, "{trips} trips and no refusal");
+    };
+    assert!(trips >= 20, "refused after {trips} trips");
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(refused.headers()[RETRY_AFTER], "60");
     let pool = sqlx::SqlitePool::connect(&format!("{store}?mode=ro"))
         .await
         .unwrap();
-    let trips: i64 =
+    let stored: i64 =
         sqlx::query_scalar("SELECT count(*) FROM wharf_records WHERE namespace = 'authz-upstream'")
             .fetch_one(&pool)
             .await
             .unwrap();
-    assert_eq!(trips, 20, "a refused start stored nothing");
+    assert_eq!(stored, trips, "a refused start stored nothing");
 }
 
 /// On a shared computer, signing out on the account page ends the browser's session: an

@@ -5,7 +5,7 @@
 use sqlx::Row;
 use wharf::store::{Millis, NewRecord, Record, StoreError, Write, fresh_version};
 
-use super::{SqlPool, db_error, on_driver};
+use super::{SqlPool, db_error, on_driver, write_error};
 
 /// What a record is read as.
 const COLUMNS: &str = "value, version, owner, expires_at";
@@ -84,7 +84,7 @@ pub(super) async fn write(
             Write::Upsert => query,
             Write::Replace(expected) => query.bind(now).bind(to_i64(expected)?),
         };
-        query.fetch_optional(pool).await.map_err(db_error)?
+        query.fetch_optional(pool).await.map_err(write_error)?
     });
     written.map(version).transpose()
 }
@@ -105,7 +105,11 @@ pub(super) async fn delete(
         if let Some(expected) = expected {
             query = query.bind(expected);
         }
-        query.execute(pool).await.map_err(db_error)?.rows_affected()
+        query
+            .execute(pool)
+            .await
+            .map_err(write_error)?
+            .rows_affected()
     });
     Ok(deleted > 0)
 }

@@ -248,7 +248,7 @@ impl<'a> Sessions<'a> {
     /// Ends `session` (HTTP DELETE); its stream ends too, on every replica.
     pub async fn end(&self, session: &Session) -> Result<(), SessionError> {
         let runtime = &self.core.runtime;
-        if !runtime.sessions.remove(session, &runtime.mutations).await? {
+        if !runtime.sessions.remove(session.id()).await? {
             return Err(SessionError::Unknown);
         }
         // Unheard elsewhere, the end still holds: the session is gone from the store. Told

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{Session, SessionKind, SessionState};
-use crate::mutation::{KeyTurn, MutationQueue};
+use crate::mutation::MutationQueue;
 use crate::store::{HandleKind, Millis, Store, StoreError, TxMode};
 
 /// Sessions a server without a store keeps at most (the expired ones go first); also the
@@ -198,11 +198,22 @@ impl Book {
         let id = session.id();
         match self {
             Book::Store { store, .. } => {
-                let turn = turn(store, turns, session).await?;
+                // Redis has no lock a transaction can take: its mutation lock orders the
+                // writers, and its fence voids a commit made after the lease ran out. (No
+                // mutation key starts like this: theirs start with a length.)
+                let wait = turns.wait_turn(format!("session:{id}"), session.owner(), Some(store));
+                // Bounded as a tool call's wait is: behind the owner's long calls, busy.
+                let turn = tokio::time::timeout(TURN_WAIT, wait).await.map_err(|_| {
+                    StoreError::Busy(format!(
+                        "the session's change waited {}s for its turn",
+                        TURN_WAIT.as_secs()
+                    ))
+                })??;
                 // Read before the transaction begins, so that the change never holds one
-                // connection while it waits for a second. Every other change of the session,
-                // its end included, waits for this turn. Held exclusively (a use is
-                // recorded), nothing else commits on it until this transaction does.
+                // connection while it waits for a second. Every other change of the session
+                // waits for this turn; its end does not, but then the hold below finds it
+                // gone. Held exclusively (a use is recorded), nothing else commits on it
+                // until this transaction does.
                 let Some(record) = store.load_handle(id).await? else {
                     self.forget(id);
                     return Ok(None);
@@ -258,30 +269,24 @@ impl Book {
         Ok(())
     }
 
-    /// Ends a session; `false` when there was none.
-    pub(crate) async fn remove(
-        &self,
-        session: &Session,
-        turns: &Arc<MutationQueue>,
-    ) -> Result<bool, StoreError> {
-        let id = session.id();
+    /// Ends a session; `false` when there was none. Two ends at once may both say it
+    /// ended.
+    pub(crate) async fn remove(&self, id: &str) -> Result<bool, StoreError> {
         match self {
             Book::Store { store, .. } => {
                 self.forget(id);
-                // In turn with the session's changes: on PostgreSQL two transactions that
-                // both hold the handle (shared) and then retire it (exclusive) deadlock, and
-                // one of two ends sent at once was answered "busy" instead of "unknown".
-                let turn = turn(store, turns, session).await?;
-                let mut tx = store.begin(TxMode::Write).await?;
-                if let Some(fence) = turn.fence() {
-                    tx.fence(&fence);
-                }
-                if !tx.hold_handle(id, None).await? {
+                if store.load_handle(id).await?.is_none() {
                     return Ok(false);
                 }
+                // Retired without holding it first: on PostgreSQL a transaction that holds
+                // the handle (shared) and then retires it (exclusive) deadlocks with another
+                // doing the same, and one of two ends sent at once was answered "busy". Nor
+                // does an end wait for the session's turn: it never waits behind the owner's
+                // calls. A change under way (which holds the handle) commits first, and the
+                // end retires what it wrote.
+                let mut tx = store.begin(TxMode::Write).await?;
                 tx.retire_handle(id).await?;
                 tx.commit().await?;
-                turn.end().await;
                 Ok(true)
             }
             Book::Local(map) => Ok(lock(map).remove(id).is_some()),
@@ -295,29 +300,6 @@ impl Book {
             Book::Local(_) => None,
         }
     }
-}
-
-/// `session`'s turn among the writes of its record, on every replica. Redis has no lock a
-/// transaction can take: its mutation lock orders the writers, and its fence voids a commit
-/// made after the lease ran out. (No mutation key starts like this: theirs start with a
-/// length.)
-async fn turn(
-    store: &Arc<dyn Store>,
-    turns: &Arc<MutationQueue>,
-    session: &Session,
-) -> Result<KeyTurn, StoreError> {
-    let wait = turns.wait_turn(
-        format!("session:{}", session.id()),
-        session.owner(),
-        Some(store),
-    );
-    // Bounded as a tool call's wait is: behind the owner's long calls, busy.
-    tokio::time::timeout(TURN_WAIT, wait).await.map_err(|_| {
-        StoreError::Busy(format!(
-            "the session's change waited {}s for its turn",
-            TURN_WAIT.as_secs()
-        ))
-    })?
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

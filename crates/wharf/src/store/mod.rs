@@ -71,10 +71,13 @@ pub fn now_millis() -> Millis {
 #[non_exhaustive]
 pub enum StoreError {
     /// Another call holds what this one needs for longer than the store waits (a duplicate
-    /// write still running, a lock). Retrying later is safe.
+    /// write still running, a lock), or the store cannot be reached for now. Retrying later
+    /// is safe: nothing was applied, or (a keyed write whose answer was lost) the retry finds
+    /// its record.
     #[error("the store is busy: {0}")]
     Busy(String),
-    /// The store could not be reached or answered with an error.
+    /// The store answered with an error, or lost the answer to a write that may have been
+    /// applied.
     #[error("store failure: {0}")]
     Backend(String),
     /// Something in the store is not what this version wrote.
