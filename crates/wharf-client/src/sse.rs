@@ -20,9 +20,13 @@ impl SseParser {
             }
             let line = String::from_utf8_lossy(&line).into_owned();
             if line.is_empty() {
-                if !self.data.is_empty() {
-                    events.push(self.data.join("\n"));
-                    self.data.clear();
+                // An event whose data is empty is not dispatched (the SSE rules), such as
+                // the one a resumable 2025-11-25 server opens each stream with: an id and
+                // `data:` with nothing after it.
+                let data = self.data.join("\n");
+                self.data.clear();
+                if !data.is_empty() {
+                    events.push(data);
                 }
             } else if let Some(rest) = line.strip_prefix("data:") {
                 self.data
@@ -47,5 +51,13 @@ mod tests {
             vec!["{\"a\":1}".to_string()]
         );
         assert_eq!(p.feed(b"\n"), vec!["x".to_string()]);
+    }
+
+    #[test]
+    fn an_event_of_empty_data_is_not_dispatched() {
+        let mut p = SseParser::default();
+        assert!(p.feed(b"id: 1\ndata: \n\n").is_empty());
+        assert!(p.feed(b"id: 2\ndata:\nretry: 100\n\n").is_empty());
+        assert_eq!(p.feed(b"id: 3\ndata: {}\n\n"), vec!["{}".to_string()]);
     }
 }

@@ -376,9 +376,18 @@ fn call_generates_an_idempotency_key_a_retry_can_reuse() {
     );
 }
 
+/// Against a legacy-only server (the Python SDK's last 1.x), `wharf tools` and `wharf call`
+/// fall back to `initialize`; also when the server lets streams be resumed, and opens each
+/// with an event of empty data (which the client took for a message that was not JSON, and
+/// failed).
 #[test]
 fn call_against_a_legacy_only_server_falls_back() {
-    let legacy = PythonServer::start(&venv_python("pyvenv-legacy"), "legacy_server.py");
+    call_against_a_legacy_server(&[]);
+    call_against_a_legacy_server(&["resumable"]);
+}
+
+fn call_against_a_legacy_server(mode: &[&str]) {
+    let legacy = PythonServer::start_with(&venv_python("pyvenv-legacy"), "legacy_server.py", mode);
     let out = wharf(&["tools", &legacy.url]);
     assert!(
         text(&out.stdout).contains("echo text:string"),

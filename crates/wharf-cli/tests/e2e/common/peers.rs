@@ -30,10 +30,17 @@ impl PythonServer {
     /// Runs tests/python/`script` with `python`, passing a free port, and waits until it
     /// answers HTTP.
     pub(crate) fn start(python: &str, script: &str) -> Self {
+        Self::start_with(python, script, &[])
+    }
+
+    /// As [`PythonServer::start`], passing `args` after the port.
+    pub(crate) fn start_with(python: &str, script: &str, args: &[&str]) -> Self {
         let port = super::free_port();
         let path = format!("{}/../../tests/python/{script}", env!("CARGO_MANIFEST_DIR"));
         let mut child = Command::new(python)
-            .args([path, port.to_string()])
+            .arg(path)
+            .arg(port.to_string())
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
