@@ -4,8 +4,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::{Value, json};
-use wharf_protocol::methods;
+use wharf_protocol::{headers, methods};
 
 use crate::call_error::CallError;
 use crate::{ClientError, Connection, HttpClient, Incoming, Reply};
@@ -98,9 +99,37 @@ impl Client {
     /// Sends `method` with `params` and reads the whole reply.
     pub async fn request(&self, method: &str, params: Value) -> Result<Reply, ClientError> {
         let (message, headers) = self.message(method, params);
-        self.http()
-            .send_raw(message.to_string().into_bytes(), headers)
-            .await
+        let body = message.to_string().into_bytes();
+        let reply = self.http().send_raw(body.clone(), headers.clone()).await?;
+        match self.renewed(&headers, reply.status).await? {
+            Some(headers) => self.http().send_raw(body, headers).await,
+            None => Ok(reply),
+        }
+    }
+
+    /// After a 404 to a request of a legacy session, which the server no longer knows (it
+    /// expired, or the server restarted): the headers to send the request again with, in a
+    /// new session (2025-11-25 transports: the client MUST then initialize one). The request
+    /// was not taken, so sending it again applies it once.
+    async fn renewed(
+        &self,
+        sent: &reqwest::header::HeaderMap,
+        status: u16,
+    ) -> Result<Option<reqwest::header::HeaderMap>, ClientError> {
+        let Connection::Legacy(session) = &self.connection else {
+            return Ok(None);
+        };
+        let stale = sent.get(headers::SESSION_ID).and_then(|v| v.to_str().ok());
+        if status != 404 || stale.is_none() {
+            return Ok(None);
+        }
+        session.renew(stale).await?;
+        let mut resent = sent.clone();
+        match session.id().and_then(|id| HeaderValue::from_str(&id).ok()) {
+            Some(id) => resent.insert(HeaderName::from_static(headers::SESSION_ID), id),
+            None => resent.remove(headers::SESSION_ID),
+        };
+        Ok(Some(resent))
     }
 
     /// Sends `method` with `params`; returns the request's id and its response as the
@@ -121,7 +150,11 @@ impl Client {
         message: &Value,
         headers: reqwest::header::HeaderMap,
     ) -> Result<Incoming, ClientError> {
-        self.http().post_incoming(message, headers).await
+        let incoming = self.http().post_incoming(message, headers.clone()).await?;
+        match self.renewed(&headers, incoming.status).await? {
+            Some(headers) => self.http().post_incoming(message, headers).await,
+            None => Ok(incoming),
+        }
     }
 
     /// Tells the server a request is abandoned. In 2026-07-28 closing the response stream

@@ -1,6 +1,8 @@
 //! Sessions of the initialization-based era (2025-11-25 basic/lifecycle and transports):
 //! `initialize`, then every message carries `Mcp-Session-Id` and `MCP-Protocol-Version`.
 
+use std::sync::Arc;
+
 use futures_util::Stream;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
@@ -10,11 +12,17 @@ use crate::http::messages_of;
 use crate::{ClientError, HttpClient, Reply};
 
 /// A legacy session with one server, spoken through an [`HttpClient`] (its URL and token).
+/// Clones (and [`LegacySession::through`]) speak for the same session, renewed or not.
 #[derive(Debug, Clone)]
 pub struct LegacySession {
     client: HttpClient,
-    id: Option<String>,
+    /// The session id, which [`LegacySession::renew`] replaces.
+    id: Arc<std::sync::Mutex<Option<String>>>,
+    /// Held while a renewal runs: requests that found the session gone at once renew it
+    /// once.
+    renewing: Arc<tokio::sync::Mutex<()>>,
     version: String,
+    capabilities: Value,
     /// The `initialize` result.
     pub initialized: Value,
 }
@@ -27,6 +35,32 @@ impl LegacySession {
         version: &str,
         capabilities: Value,
     ) -> Result<Self, ClientError> {
+        let (id, initialized) = Self::open(client, version, &capabilities).await?;
+        let version = initialized["protocolVersion"]
+            .as_str()
+            .unwrap_or(version)
+            .to_owned();
+        let session = LegacySession {
+            client: client.clone(),
+            id: Arc::new(std::sync::Mutex::new(id)),
+            renewing: Arc::default(),
+            version,
+            capabilities,
+            initialized,
+        };
+        session
+            .notify(methods::NOTIFICATION_INITIALIZED, json!({}))
+            .await?;
+        Ok(session)
+    }
+
+    /// Opens a session on the server (`initialize`, without a session id): its id, if the
+    /// server gave one, and the result.
+    async fn open(
+        client: &HttpClient,
+        version: &str,
+        capabilities: &Value,
+    ) -> Result<(Option<String>, Value), ClientError> {
         let body = json!({
             "jsonrpc": "2.0",
             "id": client.next_id(),
@@ -51,20 +85,23 @@ impl LegacySession {
             .result()
             .cloned()
             .ok_or_else(|| ClientError::Protocol(format!("initialize failed: {}", reply.body)))?;
-        let version = initialized["protocolVersion"]
-            .as_str()
-            .unwrap_or(version)
-            .to_owned();
-        let session = LegacySession {
-            client: client.clone(),
-            id,
-            version,
-            initialized,
-        };
-        session
-            .notify(methods::NOTIFICATION_INITIALIZED, json!({}))
+        Ok((id, initialized))
+    }
+
+    /// Starts a new session in place of `stale`, the one a server answered 404 for
+    /// (2025-11-25 transports: the client MUST then initialize a new one), with the version
+    /// and capabilities of the first; a session renewed since is kept. Every clone speaks
+    /// for the new one from then on.
+    pub async fn renew(&self, stale: Option<&str>) -> Result<(), ClientError> {
+        let _turn = self.renewing.lock().await;
+        if self.id().as_deref() != stale {
+            return Ok(());
+        }
+        let (fresh, _) = Self::open(&self.client, &self.version, &self.capabilities).await?;
+        *self.id.lock().unwrap_or_else(|e| e.into_inner()) = fresh;
+        self.notify(methods::NOTIFICATION_INITIALIZED, json!({}))
             .await?;
-        Ok(session)
+        Ok(())
     }
 
     /// The same session, spoken through `client` (another replica's URL, say).
@@ -81,8 +118,8 @@ impl LegacySession {
     }
 
     /// The session id (`Mcp-Session-Id`), if the server gave one.
-    pub fn id(&self) -> Option<&str> {
-        self.id.as_deref()
+    pub fn id(&self) -> Option<String> {
+        self.id.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The negotiated version.
@@ -93,7 +130,7 @@ impl LegacySession {
     pub(crate) fn headers(&self) -> HeaderMap {
         let mut h = self.client.base_headers();
         if let Some(v) = self
-            .id
+            .id()
             .as_deref()
             .and_then(|id| HeaderValue::from_str(id).ok())
         {

@@ -13,7 +13,7 @@ use common::peers::{PythonServer, venv_python};
 use common::{ServerProcess, validate_legacy, validate_legacy_in};
 use futures_util::{Stream, StreamExt};
 use serde_json::{Value, json};
-use wharf_client::{Connection, HttpClient, LegacySession};
+use wharf_client::{Client, Connection, HttpClient, LegacySession, Refuse, ToolCall};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -739,6 +739,51 @@ async fn a_dual_era_client_falls_back_only_for_a_legacy_server() {
             ),
             "Wharf {extra:?} was taken for a legacy server"
         );
+    }
+}
+
+/// A server that no longer knows the client's session (it ended, expired, or the server
+/// restarted) answers 404, and the client starts a new session and sends the request again
+/// (2025-11-25 transports, session management: it MUST). Against the Python SDK's last 1.x
+/// and against Wharf. (The request failed, a call after retrying it to the dead session.)
+#[tokio::test]
+async fn a_client_whose_session_is_gone_starts_a_new_one() {
+    let python = PythonServer::start(&venv_python("pyvenv-legacy"), "legacy_server.py");
+    let wharf = ServerProcess::start_exact(&["--profile", "demo", "--anonymous"]);
+    for url in [python.url.clone(), wharf.url()] {
+        let http = HttpClient::new(url.clone());
+        let session = LegacySession::initialize(&http, "2025-11-25", json!({}))
+            .await
+            .unwrap();
+        let client = Client::over(Connection::Legacy(session.clone()));
+        let first = session.id().expect("a session id");
+        let ended = session.delete().await.unwrap();
+        assert!(
+            (200..300).contains(&ended),
+            "{url}: DELETE answered {ended}"
+        );
+
+        let tools = client.list_tools().await.unwrap();
+        assert!(
+            tools.iter().any(|t| t["name"] == "echo"),
+            "{url}: {tools:?}"
+        );
+        let renewed = session.id().expect("a session id");
+        assert_ne!(renewed, first, "{url}: the session was not renewed");
+        // Ended again, the call is sent again in yet another session, once.
+        assert!((200..300).contains(&session.delete().await.unwrap()));
+        let call = ToolCall::new("echo", json!({ "text": "again" }));
+        let mut events = Vec::new();
+        let result = client
+            .call_tool(&call, &mut Refuse, &mut |e| events.push(format!("{e:?}")))
+            .await
+            .unwrap();
+        assert_eq!(result["content"][0]["text"], "again", "{url}");
+        assert!(
+            !events.iter().any(|e| e.starts_with("Retrying")),
+            "{url}: {events:?}"
+        );
+        assert_ne!(session.id().unwrap(), renewed, "{url}");
     }
 }
 
