@@ -281,9 +281,9 @@ fn show_event(bar: &ProgressBar, last_id: &Mutex<Value>, event: Event) {
 fn show_result(result: &Value, output: Output) -> ExitCode {
     let failed = result["isError"] == true;
     if output == Output::Json {
-        println!("{result:#}");
+        outln!("{result:#}");
     } else if let (Some(structured), false) = (result.get("structuredContent"), failed) {
-        println!("{structured:#}");
+        outln!("{structured:#}");
     } else {
         for item in result["content"].as_array().into_iter().flatten() {
             let line = match item["type"].as_str() {
@@ -306,7 +306,7 @@ fn show_result(result: &Value, output: Output) -> ExitCode {
             if failed {
                 eprintln!("{line}");
             } else {
-                println!("{line}");
+                outln!("{line}");
             }
         }
     }

@@ -193,7 +193,7 @@ async fn print_notification(
 ) {
     let method = message["method"].as_str().unwrap_or("?");
     if args.json {
-        println!("{message}");
+        outln!("{message}");
     } else {
         let params = message
             .get("params")
@@ -203,7 +203,7 @@ async fn print_notification(
             })
             .map(|p| format!(" {p}"))
             .unwrap_or_default();
-        println!("{} {method}{params}", clock());
+        outln!("{} {method}{params}", clock());
     }
     let list = match method {
         methods::NOTIFICATION_TOOLS_LIST_CHANGED => Some("tools"),
@@ -272,7 +272,7 @@ fn say(args: &ListenArgs, line: String) {
     if args.json {
         eprintln!("{} {line}", clock());
     } else {
-        println!("{} {}", clock(), console::style(line).dim());
+        outln!("{} {}", clock(), console::style(line).dim());
     }
 }
 

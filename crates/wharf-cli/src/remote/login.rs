@@ -52,7 +52,7 @@ pub(crate) fn run(args: LoginArgs) -> ExitCode {
     super::block_on(async move {
         match login(&args).await {
             Ok(message) => {
-                println!("{message}");
+                outln!("{message}");
                 ExitCode::SUCCESS
             }
             Err(e) => super::failed(e),

@@ -1,6 +1,13 @@
 //! The commands that talk to a running server (`check`, `tools`, `call`, `listen`, `login`),
 //! and what they share: the endpoint, the token, and how results are shown.
 
+/// `println!` for what the commands show on stdout: see [`print_line`].
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::remote::print_line(format_args!($($arg)*))
+    };
+}
+
 mod arguments;
 pub(crate) mod call;
 pub(crate) mod check;
@@ -15,6 +22,21 @@ use std::process::ExitCode;
 
 use clap::Args;
 use wharf_client::HttpClient;
+
+/// Prints `line` on stdout. A reader that went away (`wharf listen | head -n 1`) ends the
+/// command quietly and successfully, as a pipeline expects (`println!` panicked); any other
+/// failure to write ends it with an error.
+pub(crate) fn print_line(line: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = writeln!(stdout, "{line}").and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: could not write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
 
 /// Where the server is and how to authenticate to it.
 #[derive(Clone, Args)]

@@ -29,24 +29,24 @@ pub(crate) fn run(args: ToolsArgs) -> ExitCode {
             Err(e) => return super::failed(format!("tools/list: {e}")),
         };
         if args.json {
-            println!("{:#}", serde_json::Value::Array(tools));
+            outln!("{:#}", serde_json::Value::Array(tools));
             return ExitCode::SUCCESS;
         }
         for tool in &tools {
             let name = tool["name"].as_str().unwrap_or("?");
             let signature = arguments::signature(&tool["inputSchema"]);
             match signature.as_str() {
-                "" => println!("{}", console::style(name).bold()),
-                _ => println!("{} {signature}", console::style(name).bold()),
+                "" => outln!("{}", console::style(name).bold()),
+                _ => outln!("{} {signature}", console::style(name).bold()),
             }
             if let Some(description) = tool["description"].as_str() {
                 for line in description.lines().filter(|l| !l.trim().is_empty()) {
-                    println!("    {line}");
+                    outln!("    {line}");
                 }
             }
         }
         if tools.is_empty() {
-            println!("(no tools)");
+            outln!("(no tools)");
         }
         ExitCode::SUCCESS
     })

@@ -654,6 +654,35 @@ fn listen_prints_another_clients_change_and_comes_back_after_a_restart() {
     listener.line_with("notifications/tools/list_changed");
 }
 
+/// `wharf listen | head -n 1`: once its reader has gone, the next line it would print
+/// ends it quietly and successfully, as a pipeline expects (it panicked, exit 101).
+#[test]
+fn listen_ends_quietly_once_its_reader_goes() {
+    let server = ServerProcess::start_exact(&["--profile", "conformance", "--anonymous"]);
+    let url = server.url();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args(["listen", &url, "--tools"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("tools: ") {
+        line.clear();
+        let read = stdout.read_line(&mut line).unwrap();
+        assert!(read > 0, "wharf listen ended before it listed the tools");
+    }
+    drop(stdout);
+    let out = wharf(&["call", &url, "test_trigger_tool_change"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ended = child.wait_with_output().unwrap();
+    let said = text(&ended.stderr);
+    assert_eq!(ended.status.code(), Some(0), "{said}");
+    assert!(!said.contains("panicked"), "{said}");
+}
+
 /// `wharf ARGS` with environment `env` (and no `WHARF_TOKEN`), run to its end.
 fn wharf_in(env: &[(String, String)], args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_wharf"))

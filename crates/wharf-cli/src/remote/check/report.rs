@@ -91,9 +91,9 @@ pub(super) fn report(url: &str, outcomes: &[Outcome], as_json: bool) -> ExitCode
                 "skip": count(Verdict::Skip),
             },
         });
-        println!("{doc:#}");
+        outln!("{doc:#}");
     } else {
-        println!("wharf check {url}");
+        outln!("wharf check {url}");
         let width = outcomes.iter().map(|o| o.name.len()).max().unwrap_or(0);
         for o in outcomes {
             let label = match o.verdict {
@@ -102,9 +102,9 @@ pub(super) fn report(url: &str, outcomes: &[Outcome], as_json: bool) -> ExitCode
                 Verdict::Warn => console::style(o.verdict.label()).yellow(),
                 Verdict::Info | Verdict::Skip => console::style(o.verdict.label()).dim(),
             };
-            println!("  {label}  {:width$}  {}", o.name, o.detail);
+            outln!("  {label}  {:width$}  {}", o.name, o.detail);
         }
-        println!(
+        outln!(
             "{} checks: {} passed, {failed} failed, {} warnings, {} skipped",
             outcomes.len(),
             count(Verdict::Pass),
