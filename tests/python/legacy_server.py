@@ -19,7 +19,9 @@ from pydantic import BaseModel
 
 
 class MemoryEvents(EventStore):
-    """Every event of the process, in order; an event's id is its place in the list."""
+    """Every event of the process, in order; an event's id is its place in the list. Stream
+    ids repeat across sessions (a request's id), so a replay may carry another session's
+    events: enough for the priming events the tests meet, not for resuming."""
 
     def __init__(self):
         self.events = []

@@ -100,10 +100,16 @@ impl Client {
     pub async fn request(&self, method: &str, params: Value) -> Result<Reply, ClientError> {
         let (message, headers) = self.message(method, params);
         let body = message.to_string().into_bytes();
-        let reply = self.http().send_raw(body.clone(), headers.clone()).await?;
-        match self.renewed(&headers, reply.status).await? {
+        let first = self.http().send_raw(body.clone(), headers.clone()).await;
+        let status = match &first {
+            Ok(reply) => reply.status,
+            // A 404 whose body is not JSON-RPC (a plain "not found") says the same.
+            Err(ClientError::Status { status, .. }) => *status,
+            Err(_) => return first,
+        };
+        match self.renewed(&headers, status).await? {
             Some(headers) => self.http().send_raw(body, headers).await,
-            None => Ok(reply),
+            None => first,
         }
     }
 

@@ -91,23 +91,51 @@ impl LegacySession {
     /// Starts a new session in place of `stale`, the one a server answered 404 for
     /// (2025-11-25 transports: the client MUST then initialize a new one), with the version
     /// and capabilities of the first; a session renewed since is kept. Every clone speaks
-    /// for the new one from then on.
+    /// for the new one once it is initialized; a server that now negotiates another
+    /// version is an error, and the old id is kept.
     pub async fn renew(&self, stale: Option<&str>) -> Result<(), ClientError> {
         let _turn = self.renewing.lock().await;
         if self.id().as_deref() != stale {
             return Ok(());
         }
-        let (fresh, _) = Self::open(&self.client, &self.version, &self.capabilities).await?;
-        *self.id.lock().unwrap_or_else(|e| e.into_inner()) = fresh;
-        self.notify(methods::NOTIFICATION_INITIALIZED, json!({}))
-            .await?;
-        Ok(())
+        let (fresh, initialized) =
+            Self::open(&self.client, &self.version, &self.capabilities).await?;
+        let body =
+            json!({ "jsonrpc": "2.0", "method": methods::NOTIFICATION_INITIALIZED, "params": {} });
+        let done = match initialized["protocolVersion"].as_str() {
+            Some(v) if v != self.version => Err(ClientError::Protocol(format!(
+                "the server's new session speaks {v}, not {}",
+                self.version
+            ))),
+            _ => self
+                .client
+                .send_raw(
+                    body.to_string().into_bytes(),
+                    self.headers_for(fresh.as_deref()),
+                )
+                .await
+                .map(drop),
+        };
+        match done {
+            Ok(()) => {
+                *self.id.lock().unwrap_or_else(|e| e.into_inner()) = fresh;
+                Ok(())
+            }
+            Err(e) => {
+                // Not left open on the server for nobody.
+                let _ = self.delete_session(fresh.as_deref()).await;
+                Err(e)
+            }
+        }
     }
 
-    /// The same session, spoken through `client` (another replica's URL, say).
+    /// The same session, spoken through `client` (another replica's URL, say). A renewal of
+    /// one is not the other's: `client` may speak for another principal.
     pub fn through(&self, client: &HttpClient) -> Self {
         LegacySession {
             client: client.clone(),
+            id: Arc::new(std::sync::Mutex::new(self.id())),
+            renewing: Arc::default(),
             ..self.clone()
         }
     }
@@ -128,12 +156,13 @@ impl LegacySession {
     }
 
     pub(crate) fn headers(&self) -> HeaderMap {
+        self.headers_for(self.id().as_deref())
+    }
+
+    /// The headers of a message of session `id`.
+    fn headers_for(&self, id: Option<&str>) -> HeaderMap {
         let mut h = self.client.base_headers();
-        if let Some(v) = self
-            .id()
-            .as_deref()
-            .and_then(|id| HeaderValue::from_str(id).ok())
-        {
+        if let Some(v) = id.and_then(|id| HeaderValue::from_str(id).ok()) {
             h.insert(HeaderName::from_static(headers::SESSION_ID), v);
         }
         if let Ok(v) = HeaderValue::from_str(&self.version) {
@@ -219,11 +248,15 @@ impl LegacySession {
 
     /// Ends the session (DELETE); the HTTP status.
     pub async fn delete(&self) -> Result<u16, ClientError> {
+        self.delete_session(self.id().as_deref()).await
+    }
+
+    async fn delete_session(&self, id: Option<&str>) -> Result<u16, ClientError> {
         let res = self
             .client
             .http
             .delete(self.client.url())
-            .headers(self.headers())
+            .headers(self.headers_for(id))
             .send()
             .await?;
         Ok(res.status().as_u16())

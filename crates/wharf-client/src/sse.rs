@@ -20,9 +20,9 @@ impl SseParser {
             }
             let line = String::from_utf8_lossy(&line).into_owned();
             if line.is_empty() {
-                // An event whose data is empty is not dispatched (the SSE rules), such as
-                // the one a resumable 2025-11-25 server opens each stream with: an id and
-                // `data:` with nothing after it.
+                // An event of empty data carries no JSON-RPC message: skipped. A resumable
+                // 2025-11-25 server opens each stream with one (an id, and `data:` with
+                // nothing after it), to prime resumption.
                 let data = self.data.join("\n");
                 self.data.clear();
                 if !data.is_empty() {
@@ -54,7 +54,7 @@ mod tests {
     }
 
     #[test]
-    fn an_event_of_empty_data_is_not_dispatched() {
+    fn an_event_of_empty_data_is_skipped() {
         let mut p = SseParser::default();
         assert!(p.feed(b"id: 1\ndata: \n\n").is_empty());
         assert!(p.feed(b"id: 2\ndata:\nretry: 100\n\n").is_empty());

@@ -73,6 +73,8 @@ pub(crate) fn run(args: ListenArgs) -> ExitCode {
                     );
                 }
                 Err(Fatal(message)) => return super::failed(message),
+                // Nobody reads what it would print: listening is over.
+                Err(ReaderGone) => return ExitCode::SUCCESS,
                 Err(Transient(message)) => {
                     say(
                         &args,
@@ -92,8 +94,10 @@ enum Stop {
     Transient(String),
     /// Not worth it (the server refuses this subscription).
     Fatal(String),
+    /// Stdout's reader has gone (`wharf listen | head -n 1`).
+    ReaderGone,
 }
-use Stop::{Fatal, Transient};
+use Stop::{Fatal, ReaderGone, Transient};
 
 /// Connects, subscribes and prints until the stream ends.
 async fn listen_once(args: &ListenArgs, known: &mut Known) -> Result<(), Stop> {
@@ -134,12 +138,17 @@ async fn listen_once(args: &ListenArgs, known: &mut Known) -> Result<(), Stop> {
             say(args, format!("listening ({} session)", session.version()));
             relist_all(args, &client, known).await;
             let mut stream = Box::pin(stream);
+            let mut ended = Ok(());
             while let Some(message) = futures_util::StreamExt::next(&mut stream).await {
                 print_notification(args, &client, known, &message).await;
+                if super::stdout_gone() {
+                    ended = Err(ReaderGone);
+                    break;
+                }
             }
             // The next connection opens a session of its own: end this one, if it still is.
             let _ = session.delete().await;
-            Ok(())
+            ended
         }
     }
 }
@@ -180,6 +189,9 @@ async fn listen_modern(args: &ListenArgs, client: &Client, known: &mut Known) ->
             continue;
         }
         print_notification(args, client, known, &message).await;
+        if super::stdout_gone() {
+            return Err(ReaderGone);
+        }
     }
     Ok(())
 }

@@ -23,19 +23,35 @@ use std::process::ExitCode;
 use clap::Args;
 use wharf_client::HttpClient;
 
-/// Prints `line` on stdout. A reader that went away (`wharf listen | head -n 1`) ends the
-/// command quietly and successfully, as a pipeline expects (`println!` panicked); any other
-/// failure to write ends it with an error.
+/// Set once stdout's reader has gone.
+static STDOUT_GONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Prints `line` on stdout. Once its reader has gone (`wharf listen | head -n 1`) nothing
+/// more is printed, and the command goes on to its own end and exit code (`println!`
+/// panicked, exit 101); [`stdout_gone`] tells a command that only prints to stop. Any other
+/// failure to write ends the command with an error.
 pub(crate) fn print_line(line: std::fmt::Arguments<'_>) {
     use std::io::Write as _;
-    let mut stdout = std::io::stdout().lock();
-    if let Err(e) = writeln!(stdout, "{line}").and_then(|()| stdout.flush()) {
-        if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(0);
-        }
-        eprintln!("error: could not write to stdout: {e}");
-        std::process::exit(1);
+    use std::sync::atomic::Ordering;
+    if STDOUT_GONE.load(Ordering::Relaxed) {
+        return;
     }
+    let mut stdout = std::io::stdout().lock();
+    match writeln!(stdout, "{line}").and_then(|()| stdout.flush()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            STDOUT_GONE.store(true, Ordering::Relaxed);
+        }
+        Err(e) => {
+            eprintln!("error: could not write to stdout: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Whether stdout's reader has gone (see [`print_line`]).
+pub(crate) fn stdout_gone() -> bool {
+    STDOUT_GONE.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Where the server is and how to authenticate to it.

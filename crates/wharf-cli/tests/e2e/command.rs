@@ -197,6 +197,20 @@ fn check_fails_a_broken_server_and_says_what_is_wrong() {
         shown.contains("FAIL  get-405") && shown.contains("7 failed"),
         "{shown}"
     );
+    // Its reader gone before the report (`wharf check URL | head -n 0`), the failure is
+    // still the exit code (it panicked, 101; then it answered 0).
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args(["check", &broken.url])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let ended = child.wait_with_output().unwrap();
+    let said = text(&ended.stderr);
+    assert_eq!(ended.status.code(), Some(1), "{said}");
+    assert!(!said.contains("panicked"), "{said}");
 }
 
 #[test]
