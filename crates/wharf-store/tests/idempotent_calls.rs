@@ -742,3 +742,87 @@ async fn idempotency_records_must_outlive_the_longest_call() {
     assert!(build(3601, Some(store)).is_ok());
     assert!(build(3600, None).is_ok());
 }
+
+/// What the confirmation's form asks.
+#[derive(Deserialize)]
+struct Confirmed {
+    delete: bool,
+}
+
+/// A confirmation (a request state redeemed once) answered by a retry that got through
+/// while the state was alive but redeems it after it expired: refused. (The record of a
+/// redemption was kept a minute past the state's expiry, so two retries that got through
+/// in time, the second redeeming later than that, both redeemed it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirmation_redeemed_after_its_state_expired_is_refused() {
+    let store = support::sqlite_with(
+        &support::sqlite_url("confirm-expired"),
+        Duration::from_secs(5),
+    )
+    .await;
+    let (reached, go) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let mut config = wharf::ServerConfig::default();
+    config.request_state.max_age = Duration::from_secs(2);
+    let (handler_reached, handler_go) = (Arc::clone(&reached), Arc::clone(&go));
+    let server = Server::builder(Implementation::new("t", "1"))
+        .config(config)
+        .store(store)
+        .tool(
+            tool("delete").handler(move |cx: Context, _: wharf::NoArgs| {
+                let (reached, go) = (Arc::clone(&handler_reached), Arc::clone(&handler_go));
+                async move {
+                    let form = wharf::FormSchema::new().boolean("delete", "Delete it", true);
+                    match cx.elicited::<Confirmed>("confirm", &form) {
+                        Some(wharf::Elicited::Accepted(Confirmed { delete: true })) => {
+                            reached.notify_one();
+                            go.notified().await;
+                            cx.redeem_once().await?;
+                            Ok("deleted".to_owned())
+                        }
+                        Some(_) => Err(HandlerError::execution("not confirmed")),
+                        None => Err(cx.ask().elicit("confirm", "Delete?", form).into()),
+                    }
+                }
+            }),
+        )
+        .build()
+        .unwrap();
+    let alice = as_user(&server, "alice");
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": { "elicitation": { "form": {} } },
+    });
+    let asked = alice
+        .call(
+            "tools/call",
+            json!({ "name": "delete", "arguments": {}, "_meta": meta }),
+        )
+        .await
+        .unwrap();
+    // The state lives two seconds from when it was sealed, at the latest now.
+    let expired_by = wharf::store::now_millis() + 2_000;
+    let state = asked["requestState"].as_str().expect("a request state");
+    let answer = json!({
+        "name": "delete",
+        "arguments": {},
+        "_meta": meta,
+        "requestState": state,
+        "inputResponses": { "confirm": { "action": "accept", "content": { "delete": true } } },
+    });
+    let retry = tokio::spawn(async move { alice.call("tools/call", answer).await });
+    // The retry got through with the state alive; it redeems once the state has expired.
+    reached.notified().await;
+    while wharf::store::now_millis() <= expired_by {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    go.notify_one();
+    let refused = retry.await.unwrap().unwrap_err();
+    assert_eq!(refused.error().code(), -32602, "{refused:?}");
+    assert!(
+        refused.error().message.contains("expired before this step"),
+        "{refused:?}"
+    );
+}

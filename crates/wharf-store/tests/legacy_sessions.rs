@@ -27,6 +27,20 @@ fn server(store: Arc<dyn Store>) -> Server {
         .unwrap()
 }
 
+/// Opens a 2025-11-25 session of `who` on `server`.
+async fn open(server: &Server, who: &Principal) -> Result<Session, wharf::ErrorReply> {
+    let init = RawValue::from_string(
+        r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}"#
+            .into(),
+    )
+    .unwrap();
+    server
+        .sessions()
+        .initialize(RequestId::Int(0), Some(&init), who, Scope::Shared)
+        .await
+        .map(|(session, _)| session)
+}
+
 async fn subscribe(
     server: &Server,
     session: &mut Session,
@@ -64,16 +78,7 @@ async fn subscriptions_are_capped_in_bytes() {
     let store = support::sqlite_with(&support::sqlite_url("legacy-subscribed-bytes"), WAIT).await;
     let s = server(store.clone());
     let alice = Principal::new("alice");
-    let init = RawValue::from_string(
-        r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}"#
-            .into(),
-    )
-    .unwrap();
-    let (mut session, _) = s
-        .sessions()
-        .initialize(RequestId::Int(0), Some(&init), &alice, Scope::Shared)
-        .await
-        .unwrap();
+    let mut session = open(&s, &alice).await.unwrap();
     // 2,000 bytes each: 65 fit in 128 KiB, a 66th does not.
     let uri = |n: usize| format!("items://{n:01992}");
     for n in 0..65 {
@@ -114,16 +119,7 @@ async fn a_subscription_past_the_cap_is_refused_and_changes_nothing() {
     let a = server(store.clone());
     let b = server(support::sqlite_with(&url, WAIT).await);
     let alice = Principal::new("alice");
-    let init = RawValue::from_string(
-        r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}"#
-            .into(),
-    )
-    .unwrap();
-    let (mut on_a, _) = a
-        .sessions()
-        .initialize(RequestId::Int(0), Some(&init), &alice, Scope::Shared)
-        .await
-        .unwrap();
+    let mut on_a = open(&a, &alice).await.unwrap();
     // B's copy is read before A subscribes: it holds no subscription.
     let mut on_b = b.sessions().resume(on_a.id(), &alice, None).await.unwrap();
     for n in 0..MAX_SUBSCRIPTIONS {
@@ -176,24 +172,12 @@ async fn anonymous_sessions_are_capped_together_and_leave_room_for_everyone_else
             builder = builder.store(Arc::clone(store));
         }
         let server = builder.build().unwrap();
-        let init = RawValue::from_string(
-            r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}"#
-                .into(),
-        )
-        .unwrap();
-        let open = async |who: &Principal| {
-            server
-                .sessions()
-                .initialize(RequestId::Int(0), Some(&init), who, Scope::Shared)
-                .await
-                .map(|(session, _)| session)
-        };
         let anonymous = Principal::anonymous();
         let mut held = Vec::new();
         for _ in 0..3 {
-            held.push(open(&anonymous).await.unwrap());
+            held.push(open(&server, &anonymous).await.unwrap());
         }
-        let refused = open(&anonymous).await.unwrap_err();
+        let refused = open(&server, &anonymous).await.unwrap_err();
         assert_eq!(
             refused.error().kind,
             wharf::ErrorKind::RetryLater,
@@ -206,9 +190,9 @@ async fn anonymous_sessions_are_capped_together_and_leave_room_for_everyone_else
                 .contains("3 sessions are open for anonymous callers"),
             "{refused:?}"
         );
-        open(&Principal::new("alice")).await.unwrap();
+        open(&server, &Principal::new("alice")).await.unwrap();
         server.sessions().end(&held.pop().unwrap()).await.unwrap();
-        open(&anonymous).await.unwrap();
+        open(&server, &anonymous).await.unwrap();
     }
 }
 
@@ -222,16 +206,7 @@ async fn postgres_two_ends_of_one_session_at_once_end_it_once() {
     let a = server(store.clone());
     let b = server(support::postgres_with(WAIT).await);
     let alice = Principal::new("alice");
-    let init = RawValue::from_string(
-        r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}"#
-            .into(),
-    )
-    .unwrap();
-    let (on_a, _) = a
-        .sessions()
-        .initialize(RequestId::Int(0), Some(&init), &alice, Scope::Shared)
-        .await
-        .unwrap();
+    let on_a = open(&a, &alice).await.unwrap();
     let on_b = b.sessions().resume(on_a.id(), &alice, None).await.unwrap();
     let id = on_a.id().to_owned();
 

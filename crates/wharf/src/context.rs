@@ -21,7 +21,7 @@ use crate::progress::ProgressStream;
 use crate::request::{Caller, Outbox};
 use crate::runtime::Runtime;
 use crate::store::{
-    FOREVER, Fence, Handle, HandleKind, HandleRecord, Store, Transaction, TxMode, now_millis,
+    Fence, Handle, HandleKind, HandleRecord, Store, Transaction, TxMode, after, now_millis,
 };
 
 /// The request a handler serves: its id, its `_meta`, its cancellation, and its stream.
@@ -425,12 +425,25 @@ impl Context {
                 "Invalid requestState: this step can be answered once, and only with the requestState of the round that asked; send the request again without inputResponses",
             )));
         };
+        // Redeemed only while the state is alive: a retry that passed with it before it
+        // expired, and then waited (for its key's line, its claim, its handler), must not
+        // redeem it once its record may be gone.
+        if now_millis() >= round.expires_at {
+            return Err(HandlerError::Protocol(RpcError::invalid_params(
+                "Invalid requestState: it expired before this step was answered; send the request again from the start",
+            )));
+        }
         let claim = crate::store::Claim {
             scope: "mrtr".to_owned(),
             key: nonce.clone(),
             digest: crate::store::Digest::of("mrtr", &serde_json::Map::new()),
-            // Kept past the state's own expiry, after which it is refused anyway.
-            expires_at: round.expires_at.saturating_add(60_000).min(FOREVER),
+            // Kept past the state's own expiry (after which it is refused anyway) for as long
+            // as a call that redeemed it before may take to commit: until then another
+            // call's redemption must find it.
+            expires_at: after(
+                round.expires_at,
+                self.runtime.config.max_call_duration + std::time::Duration::from_secs(60),
+            ),
             owner: self.principal.id().to_owned(),
         };
         let used = || {

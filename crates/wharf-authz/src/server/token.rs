@@ -965,7 +965,12 @@ mod tests {
             scope: scope.map(str::to_owned),
             ..TokenForm::default()
         };
-        match refresh(&server.shared, client, &form).await {
+        answered(refresh(&server.shared, client, &form).await).await
+    }
+
+    /// A token endpoint's answer: its JSON, or the error's.
+    async fn answered(answer: Result<Response, OAuthError>) -> Result<serde_json::Value, String> {
+        match answer {
             Ok(response) => {
                 let body = axum::body::to_bytes(response.into_body(), usize::MAX)
                     .await
@@ -1230,15 +1235,7 @@ mod tests {
             code_verifier: Some(verifier.to_owned()),
             ..TokenForm::default()
         };
-        match redeem_code(&server.shared, client, &form).await {
-            Ok(response) => {
-                let body = axum::body::to_bytes(response.into_body(), usize::MAX)
-                    .await
-                    .unwrap();
-                Ok(serde_json::from_slice(&body).unwrap())
-            }
-            Err(err) => Err(format!("{err:?}")),
-        }
+        answered(redeem_code(&server.shared, client, &form).await).await
     }
 
     /// The code was marked redeemed, but the store's answer was lost: the tokens made for

@@ -822,6 +822,21 @@ async fn an_administrator_resets_a_password_and_removes_an_account() {
     assert_eq!(sign_in(new).await, StatusCode::UNAUTHORIZED);
 }
 
+/// A server on `store` that signs people in through the test's upstream OpenID provider,
+/// named "Idp".
+async fn upstream_server(store: &str) -> ServerProcess {
+    let issuer = upstream_provider().await;
+    let upstream = [
+        "--authz-upstream-issuer",
+        &issuer,
+        "--authz-upstream-client-id",
+        UPSTREAM_CLIENT_ID,
+        "--authz-upstream-name",
+        "Idp",
+    ];
+    server(store, &upstream)
+}
+
 /// Runs an authorization request for `client_id` in `browser` up to its code: the sign-in
 /// page (which `sign_in` says must be shown) through the test provider as `subject`, then
 /// the consent. The code and its verifier.
@@ -873,16 +888,7 @@ async fn upstream_code(
 #[tokio::test]
 async fn an_administrator_signs_out_a_person_an_upstream_provider_signed_in() {
     let store = sqlite_url(&unique("authz-upstream-admin"));
-    let issuer = upstream_provider().await;
-    let upstream = [
-        "--authz-upstream-issuer",
-        &issuer,
-        "--authz-upstream-client-id",
-        UPSTREAM_CLIENT_ID,
-        "--authz-upstream-name",
-        "Idp",
-    ];
-    let server = server(&store, &upstream);
+    let server = upstream_server(&store).await;
     let base = server.origin();
     let redirect = "http://127.0.0.1:33431/callback";
     let client_id = register(&base, redirect).await;
@@ -928,16 +934,7 @@ async fn an_administrator_signs_out_a_person_an_upstream_provider_signed_in() {
 #[tokio::test]
 async fn trips_to_the_upstream_provider_count_against_the_sign_in_budget() {
     let store = sqlite_url(&unique("authz-upstream-budget"));
-    let issuer = upstream_provider().await;
-    let upstream = [
-        "--authz-upstream-issuer",
-        &issuer,
-        "--authz-upstream-client-id",
-        UPSTREAM_CLIENT_ID,
-        "--authz-upstream-name",
-        "Idp",
-    ];
-    let server = server(&store, &upstream);
+    let server = upstream_server(&store).await;
     let base = server.origin();
     let redirect = "http://127.0.0.1:33432/callback";
     let client_id = register(&base, redirect).await;

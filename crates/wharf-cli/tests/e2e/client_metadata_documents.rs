@@ -13,7 +13,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use common::ServerProcess;
 use common::authz::{Browser, PASSWORD, add_user, hidden, pkce, query};
-use common::documents::{Answer, REDIRECT, document_server};
+use common::documents::{Answer, Documents, REDIRECT, document_server};
 use common::import::{sqlite_url, unique};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use reqwest::header::LOCATION;
@@ -33,6 +33,17 @@ fn server(store: &str, ca: &std::path::Path) -> ServerProcess {
         "--authz-document-root-cert",
         ca.to_str().unwrap(),
     ])
+}
+
+/// A document server, and an authorization server on a store of its own (`tag` names it)
+/// that trusts the documents' certificate: the documents, the server, its store and its
+/// origin.
+async fn documents_and_server(tag: &str) -> (Documents, ServerProcess, String, String) {
+    let (docs, ca) = document_server().await;
+    let store = sqlite_url(&unique(tag));
+    let server = server(&store, &ca);
+    let base = format!("http://127.0.0.1:{}", server.port);
+    (docs, server, store, base)
 }
 
 /// Opens the authorization URL for `client_id`; on a consent flow signs in, checks the
@@ -128,10 +139,7 @@ fn assertion_until(
 
 #[tokio::test]
 async fn a_document_client_signs_in_and_its_document_is_reused_while_fresh() {
-    let (docs, ca) = document_server().await;
-    let store = sqlite_url(&unique("cimd-good"));
-    let server = server(&store, &ca);
-    let base = format!("http://127.0.0.1:{}", server.port);
+    let (docs, server, _store, base) = documents_and_server("cimd-good").await;
     docs.set(
         "app.json",
         Answer::Json {
@@ -205,10 +213,7 @@ async fn a_document_client_signs_in_and_its_document_is_reused_while_fresh() {
 
 #[tokio::test]
 async fn a_document_client_may_authenticate_with_private_key_jwt_once_per_jti() {
-    let (docs, ca) = document_server().await;
-    let store = sqlite_url(&unique("cimd-pkjwt"));
-    let server = server(&store, &ca);
-    let base = format!("http://127.0.0.1:{}", server.port);
+    let (docs, _server, _store, base) = documents_and_server("cimd-pkjwt").await;
     let (key, jwks) = client_key();
     let path = "keyed.json";
     docs.set(
@@ -317,10 +322,7 @@ async fn a_document_client_may_authenticate_with_private_key_jwt_once_per_jti() 
 /// spent nothing: once the keys are back, the same code gets tokens.
 #[tokio::test]
 async fn a_key_host_down_for_now_is_retried_not_taken_for_a_bad_client() {
-    let (docs, ca) = document_server().await;
-    let store = sqlite_url(&unique("cimd-jwks-down"));
-    let server = server(&store, &ca);
-    let base = format!("http://127.0.0.1:{}", server.port);
+    let (docs, _server, _store, base) = documents_and_server("cimd-jwks-down").await;
     let (key, jwks) = client_key();
     let path = "keys-elsewhere.json";
     let keys = "keys-down.json";
@@ -399,10 +401,7 @@ async fn a_key_host_down_for_now_is_retried_not_taken_for_a_bad_client() {
 /// answered 400 "cannot sign in here".
 #[tokio::test]
 async fn a_store_failing_for_now_is_not_blamed_on_the_client() {
-    let (docs, ca) = document_server().await;
-    let store = sqlite_url(&unique("cimd-store-down"));
-    let server = server(&store, &ca);
-    let base = format!("http://127.0.0.1:{}", server.port);
+    let (docs, _server, store, base) = documents_and_server("cimd-store-down").await;
     docs.set(
         "app.json",
         Answer::Json {
@@ -437,10 +436,7 @@ async fn a_store_failing_for_now_is_not_blamed_on_the_client() {
 
 #[tokio::test]
 async fn hostile_documents_are_refused_by_name_and_never_cached() {
-    let (docs, ca) = document_server().await;
-    let store = sqlite_url(&unique("cimd-hostile"));
-    let server = server(&store, &ca);
-    let base = format!("http://127.0.0.1:{}", server.port);
+    let (docs, _server, _store, base) = documents_and_server("cimd-hostile").await;
     let big = "x".repeat(6000);
     let cases: Vec<(&str, Answer, &str)> = vec![
         (

@@ -186,8 +186,14 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
             slot,
             held_claim,
         } => (handles, slot, held_claim),
-        Prepared::Answer(result) => return respond_tool(runtime, &id, result),
-        Prepared::Replay(stored) => return replay(runtime, &id, &stored),
+        Prepared::Answer(result) => {
+            end_turns([lock, key_turn]).await;
+            return respond_tool(runtime, &id, result);
+        }
+        Prepared::Replay(stored) => {
+            end_turns([lock, key_turn]).await;
+            return replay(runtime, &id, &stored);
+        }
     };
     let mut cx = Context::new(runtime, id.clone(), info, caller);
     cx.set_tx(slot.clone());
@@ -218,7 +224,10 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
     let result = match drive(cx, turn, run).await? {
         Ended::Value(r) => r,
         Ended::Failed(message) => CallToolResult::error(message),
-        Ended::Asked(response) => return Ok((response, Outcome::InputRequired)),
+        Ended::Asked(response) => {
+            end_turns([lock, key_turn]).await;
+            return Ok((response, Outcome::InputRequired));
+        }
     };
     let failed = result.is_error == Some(true);
     if let (Some(validator), Some(structured), false) =
@@ -284,6 +293,14 @@ struct HeldClaim {
 /// after the handler's own commits for a write in steps), or rolls them back when it
 /// failed; then hands its keys to the next caller: `turns` are the turn on what the tool
 /// mutates and a write in steps' turn on its idempotency key. Returns the result to send.
+/// Lets the next call on the keys run. Ended, a store's lock goes back to its session;
+/// dropped instead (a call cut short), the session holding it is closed.
+async fn end_turns(turns: [Option<KeyTurn>; 2]) {
+    for turn in turns.into_iter().flatten() {
+        turn.end().await;
+    }
+}
+
 async fn settle(
     runtime: Arc<Runtime>,
     slot: Option<Arc<TxSlot>>,
@@ -347,9 +364,7 @@ async fn settle(
         runtime.store_op(StoreOp::Commit, record).await?;
     }
     // Only now, with the writes committed, may the next call on the keys run.
-    for turn in turns.into_iter().flatten() {
-        turn.end().await;
-    }
+    end_turns(turns).await;
     if committed {
         for event in announcements {
             runtime.announce(event).await;
