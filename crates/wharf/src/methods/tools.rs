@@ -156,7 +156,10 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
             let on = TurnOn::ClaimPlace;
             match turn_on(runtime, on, wait, &bound, Some(&k.claim), behind).await? {
                 Waited::Turn(place) => Some(place),
-                Waited::Replay(stored) => return replay(runtime, &id, &stored),
+                Waited::Replay(stored) => {
+                    end_turns([lock, key_turn]).await;
+                    return replay(runtime, &id, &stored);
+                }
             }
         }
         _ => None,
@@ -221,12 +224,18 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
                 .into()),
             }
     };
-    let result = match drive(cx, turn, run).await? {
-        Ended::Value(r) => r,
-        Ended::Failed(message) => CallToolResult::error(message),
-        Ended::Asked(response) => {
+    let result = match drive(cx, turn, run).await {
+        Ok(Ended::Value(r)) => r,
+        Ok(Ended::Failed(message)) => CallToolResult::error(message),
+        // Nothing to commit: the keys go to the next caller (the call's transaction, not
+        // committed, is dropped after).
+        Ok(Ended::Asked(response)) => {
             end_turns([lock, key_turn]).await;
             return Ok((response, Outcome::InputRequired));
+        }
+        Err(e) => {
+            end_turns([lock, key_turn]).await;
+            return Err(e);
         }
     };
     let failed = result.is_error == Some(true);
@@ -234,6 +243,7 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
         (&entry.output, &result.structured_content, failed)
     {
         if let Some((message, path)) = first_violation(validator, structured) {
+            end_turns([lock, key_turn]).await;
             return Err(RpcError::internal(format!(
                 "tool {name} returned structuredContent that violates its outputSchema: {message} at {path}"
             )));
@@ -289,10 +299,6 @@ struct HeldClaim {
     place: Option<Share>,
 }
 
-/// Commits a call's writes and records its first result (in the same transaction, or
-/// after the handler's own commits for a write in steps), or rolls them back when it
-/// failed; then hands its keys to the next caller: `turns` are the turn on what the tool
-/// mutates and a write in steps' turn on its idempotency key. Returns the result to send.
 /// Lets the next call on the keys run. Ended, a store's lock goes back to its session;
 /// dropped instead (a call cut short), the session holding it is closed.
 async fn end_turns(turns: [Option<KeyTurn>; 2]) {
@@ -301,6 +307,10 @@ async fn end_turns(turns: [Option<KeyTurn>; 2]) {
     }
 }
 
+/// Commits a call's writes and records its first result (in the same transaction, or
+/// after the handler's own commits for a write in steps), or rolls them back when it
+/// failed; then hands its keys to the next caller: `turns` are the turn on what the tool
+/// mutates and a write in steps' turn on its idempotency key. Returns the result to send.
 async fn settle(
     runtime: Arc<Runtime>,
     slot: Option<Arc<TxSlot>>,
