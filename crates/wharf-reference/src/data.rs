@@ -278,28 +278,59 @@ impl<'t> Data<'t> {
         owner: &str,
         name: &str,
     ) -> Result<Option<Dataset>, HandlerError> {
+        self.read_dataset(owner, name, false).await
+    }
+
+    /// As [`Data::dataset`], for a write that depends on what it reads (a delete or a
+    /// replacement the user confirmed for this many rows): on PostgreSQL the row stays
+    /// locked to the commit, so a commit into the dataset under way is waited for and seen,
+    /// and none gets in before this write lands. (SQLite's one writer holds it already;
+    /// Redis checks the stored text at commit.)
+    pub async fn dataset_to_change(
+        &mut self,
+        owner: &str,
+        name: &str,
+    ) -> Result<Option<Dataset>, HandlerError> {
+        self.read_dataset(owner, name, true).await
+    }
+
+    async fn read_dataset(
+        &mut self,
+        owner: &str,
+        name: &str,
+        lock: bool,
+    ) -> Result<Option<Dataset>, HandlerError> {
         match self {
-            Data::Sql(tx) => on_sql!(&mut **tx, |c| {
-                let row = sqlx::query(
-                    "SELECT columns, row_count, generation FROM ref_datasets \
-                     WHERE owner = $1 AND name = $2",
-                )
-                .bind(owner)
-                .bind(name)
-                .fetch_optional(&mut **c)
-                .await
-                .map_err(sql)?;
-                row.map(|row| {
-                    let columns: String = row.try_get(0).map_err(sql)?;
-                    Ok(Dataset {
-                        columns: json_text(&columns)?,
-                        rows: count(row.try_get(1).map_err(sql)?),
-                        generation: row.try_get(2).map_err(sql)?,
-                        redis: None,
+            Data::Sql(tx) => {
+                let read = match (&**tx, lock) {
+                    (TypedTx::Postgres(_), true) => {
+                        "SELECT columns, row_count, generation FROM ref_datasets \
+                         WHERE owner = $1 AND name = $2 FOR UPDATE"
+                    }
+                    _ => {
+                        "SELECT columns, row_count, generation FROM ref_datasets \
+                         WHERE owner = $1 AND name = $2"
+                    }
+                };
+                on_sql!(&mut **tx, |c| {
+                    let row = sqlx::query(read)
+                        .bind(owner)
+                        .bind(name)
+                        .fetch_optional(&mut **c)
+                        .await
+                        .map_err(sql)?;
+                    row.map(|row| {
+                        let columns: String = row.try_get(0).map_err(sql)?;
+                        Ok(Dataset {
+                            columns: json_text(&columns)?,
+                            rows: count(row.try_get(1).map_err(sql)?),
+                            generation: row.try_get(2).map_err(sql)?,
+                            redis: None,
+                        })
                     })
+                    .transpose()
                 })
-                .transpose()
-            }),
+            }
             Data::Redis(tx) => {
                 let text: Option<String> = tx
                     .reader()

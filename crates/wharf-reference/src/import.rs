@@ -657,7 +657,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     let owner = cx.principal().id();
                     let import = args.import.id();
                     let mut data = Data::of(tx.as_mut())?;
-                    let existing = data.dataset(owner, &dataset).await?;
+                    let existing = data.dataset_to_change(owner, &dataset).await?;
                     if let Some(there) = &existing {
                         // Created meanwhile by another import, with other columns: these
                         // rows do not fit it.
@@ -818,7 +818,7 @@ async fn delete(cx: &Context, args: DeleteArgs) -> Result<Structured<Deleted>, H
     let owner = cx.principal().id();
     let mut tx = cx.tx().await?;
     let mut data = Data::of(tx.as_mut())?;
-    let Some(dataset) = data.dataset(owner, &args.dataset).await? else {
+    let Some(dataset) = data.dataset_to_change(owner, &args.dataset).await? else {
         return Err(HandlerError::execution(format!(
             "Dataset {:?} does not exist.",
             args.dataset

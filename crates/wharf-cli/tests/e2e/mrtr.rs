@@ -505,3 +505,81 @@ async fn a_confirmation_holds_only_for_what_was_shown() {
         deleted.body
     );
 }
+
+/// PostgreSQL: a delete the user confirmed for the rows they were shown, while a commit into
+/// the dataset holds it, waits for that commit and sees it: the user is asked again about
+/// the rows there are now. (The check read the dataset as it was before the commit, and the
+/// delete, run once the commit landed, took the new rows with it.)
+#[tokio::test]
+async fn a_confirmed_delete_sees_a_commit_that_held_the_dataset() {
+    let server = common::import::server(&pg_url());
+    let client = server.client().with_bearer(TOKEN_42);
+    let name = unique("ds");
+    committed_dataset(&client, &name, 2).await;
+    let delete = json!({ "dataset": name, "idempotency_key": unique("del") });
+    let state = asked(
+        &call(&client, "dataset_delete", delete.clone(), None).await,
+        "confirm_delete",
+    );
+
+    // A commit into the dataset under way: it holds the dataset's row, and adds 3 rows.
+    let pg = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&pg_url())
+        .await
+        .unwrap();
+    let mut committing = pg.begin().await.unwrap();
+    let holder: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *committing)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE ref_datasets SET row_count = row_count + 3 WHERE name = $1")
+        .bind(&name)
+        .execute(&mut *committing)
+        .await
+        .unwrap();
+    let confirmed = tokio::spawn({
+        let (client, delete, state) = (client.clone(), delete.clone(), state.clone());
+        async move {
+            let yes = json!({ "confirm_delete": accept("delete") });
+            call(&client, "dataset_delete", delete, Some((&state, yes))).await
+        }
+    });
+    // The confirmed delete waits for the commit's row.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let blocked: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
+        )
+        .bind(holder)
+        .fetch_one(&pg)
+        .await
+        .unwrap();
+        if blocked > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the delete never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    committing.commit().await.unwrap();
+
+    let again = confirmed.await.unwrap();
+    let result = again.result().unwrap_or_else(|| panic!("{}", again.body));
+    assert_eq!(result["resultType"], "input_required", "{}", again.body);
+    let message = result["inputRequests"]["confirm_delete"]["params"]["message"]
+        .as_str()
+        .unwrap();
+    assert!(
+        message.contains("changed since") && message.contains("5 rows"),
+        "{message}"
+    );
+    let there: i64 = sqlx::query_scalar("SELECT count(*) FROM ref_datasets WHERE name = $1")
+        .bind(&name)
+        .fetch_one(&pg)
+        .await
+        .unwrap();
+    assert_eq!(there, 1, "the dataset was deleted");
+}
