@@ -233,19 +233,15 @@ pub(crate) struct ServeArgs {
     api_keys_file: Option<std::path::PathBuf>,
     /// Serve without authentication: every request acts for one anonymous principal, and
     /// handles are bearer capabilities.
-    #[arg(long, env = "WHARF_ANONYMOUS", conflicts_with_all = ["api_keys", "api_keys_file", "oauth_issuer"])]
+    #[arg(long, env = "WHARF_ANONYMOUS")]
     anonymous: bool,
     /// Act as an OAuth 2.1 resource server for tokens of this issuer (instead of API keys).
-    #[arg(long, env = "WHARF_OAUTH_ISSUER", conflicts_with_all = ["api_keys", "api_keys_file"])]
+    #[arg(long, env = "WHARF_OAUTH_ISSUER")]
     oauth_issuer: Option<String>,
     /// Run an OAuth 2.1 authorization server on this origin and accept its tokens: users
     /// sign in with accounts added by `wharf user add`, clients identify with Client ID
     /// Metadata Documents or register (RFC 7591). Every record lives in the store.
-    #[arg(
-        long,
-        env = "WHARF_AUTHORIZATION_SERVER",
-        conflicts_with_all = ["api_keys", "api_keys_file", "oauth_issuer", "anonymous"]
-    )]
+    #[arg(long, env = "WHARF_AUTHORIZATION_SERVER")]
     authorization_server: bool,
     /// The origin clients reach this server at (`https://mcp.example.com`): the issuer of
     /// the authorization server. Default: `http://` and the listen address.
@@ -516,6 +512,10 @@ impl From<ProfileArg> for Profile {
 
 /// Runs `wharf serve`; exits 0 after a graceful shutdown.
 pub(crate) fn run(args: ServeArgs) -> ExitCode {
+    if let Err(e) = one_way_to_authenticate(&args) {
+        eprintln!("wharf: {e}");
+        return ExitCode::from(2);
+    }
     let telemetry = match telemetry::init(args.log_format) {
         Ok(t) => t,
         Err(e) => {
@@ -554,6 +554,28 @@ pub(crate) fn run(args: ServeArgs) -> ExitCode {
             eprintln!("wharf: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The ways to authenticate exclude each other. Checked on their values, not by clap: clap
+/// counts a switch set to `false` in the environment (`WHARF_ANONYMOUS=false`) as given.
+fn one_way_to_authenticate(args: &ServeArgs) -> Result<(), String> {
+    let keys = !args.api_keys.is_empty() || args.api_keys_file.is_some();
+    let chosen: Vec<&str> = [
+        ("--anonymous", args.anonymous),
+        ("--api-key/--api-keys-file", keys),
+        ("--oauth-issuer", args.oauth_issuer.is_some()),
+        ("--authorization-server", args.authorization_server),
+    ]
+    .into_iter()
+    .filter_map(|(name, on)| on.then_some(name))
+    .collect();
+    match chosen.as_slice() {
+        [_, _, ..] => Err(format!(
+            "{} cannot be used together: choose one way to authenticate",
+            chosen.join(" and ")
+        )),
+        _ => Ok(()),
     }
 }
 

@@ -36,6 +36,9 @@ async fn keys_from_a_file_and_settings_from_the_environment() {
             ("WHARF_API_KEYS_FILE", file),
             ("WHARF_API_KEYS", &format!("bob={BOB}")),
             ("WHARF_MAX_PER_PRINCIPAL", "1"),
+            // A switch turned off in the environment is off: it conflicts with nothing.
+            ("WHARF_ANONYMOUS", "false"),
+            ("WHARF_AUTHORIZATION_SERVER", "false"),
         ],
     );
     let at = |path: &str| wharf_client::HttpClient::new(format!("http://127.0.0.1:{port}{path}"));
@@ -77,11 +80,24 @@ async fn keys_from_a_file_and_settings_from_the_environment() {
 
     // A key file with a broken line: the server refuses to start and says which.
     std::fs::write(dir.join("broken"), format!("alice = {ALICE}\nbob {BOB}\n")).unwrap();
+    let broken = dir.join("broken");
+    let said = refused_to_start(&["--api-keys-file", broken.to_str().unwrap()]).await;
+    assert!(said.contains("PRINCIPAL=TOKEN"), "{said}");
+    // Two ways to authenticate at once: refused, naming both.
+    let said = refused_to_start(&["--anonymous", "--api-key", &format!("bob={BOB}")]).await;
+    assert!(
+        said.contains("--anonymous and --api-key/--api-keys-file cannot be used together"),
+        "{said}"
+    );
+}
+
+/// Runs `wharf serve --profile demo` with `args` on a free port, which must refuse to
+/// start: what it wrote to stderr.
+async fn refused_to_start(args: &[&str]) -> String {
     let mut refused = Command::new(env!("CARGO_BIN_EXE_wharf"))
         .args(["serve", "--profile", "demo", "--listen"])
         .arg(format!("127.0.0.1:{}", free_port()))
-        .arg("--api-keys-file")
-        .arg(dir.join("broken"))
+        .args(args)
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -93,14 +109,14 @@ async fn keys_from_a_file_and_settings_from_the_environment() {
         }
         if std::time::Instant::now() > deadline {
             refused.kill().unwrap();
-            panic!("wharf serve started with a broken key file");
+            panic!("wharf serve started with {args:?}");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(!status.success());
     let mut said = String::new();
     std::io::Read::read_to_string(&mut refused.stderr.take().unwrap(), &mut said).unwrap();
-    assert!(said.contains("PRINCIPAL=TOKEN"), "{said}");
+    said
 }
 
 /// A database of its own, dropped by the test while the server runs.
