@@ -42,7 +42,7 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "WHARF_PROFILE", value_enum, default_value_t = ProfileArg::Default)]
     profile: ProfileArg,
     /// Path of the MCP endpoint.
-    #[arg(long, env = "WHARF_ENDPOINT", default_value = "/mcp")]
+    #[arg(long, env = "WHARF_ENDPOINT", default_value = "/mcp", value_parser = endpoint_path)]
     endpoint: String,
     /// An allowed browser Origin (`scheme://host[:port]`, as a browser sends it; a path,
     /// `null`, `file:` or an empty item is refused); repeatable. Localhost is always allowed;
@@ -55,11 +55,13 @@ pub(crate) struct ServeArgs {
         value_parser = browser_origin
     )]
     allowed_origins: Vec<String>,
-    /// An allowed Host name besides localhost; repeatable. `*` accepts any host.
+    /// An allowed Host name besides localhost (a name or an address, no port: any port of
+    /// it is allowed); repeatable. `*` accepts any host.
     #[arg(
         long = "allowed-host",
         env = "WHARF_ALLOWED_HOSTS",
-        value_delimiter = ','
+        value_delimiter = ',',
+        value_parser = host_name
     )]
     allowed_hosts: Vec<String>,
     /// Base64 key that signs list cursors, instead of the keys replicas share (and rotate)
@@ -678,6 +680,71 @@ fn auth(
 /// host, and a port other than the scheme's own; an extension's `chrome-extension://<id>`):
 /// a spelling that no browser sends (a trailing slash, `:443`) would never match, and
 /// `null`, which sandboxed frames and `file:` pages of any site send, would admit them all.
+/// The paths the server serves besides its MCP endpoint (health, the authorization
+/// server's pages and API): the endpoint may be none of them.
+const OTHER_PATHS: [&str; 13] = [
+    "/healthz",
+    "/readyz",
+    "/authorize",
+    "/authorize/login",
+    "/authorize/upstream",
+    "/authorize/upstream/callback",
+    "/token",
+    "/register",
+    "/revoke",
+    "/jwks",
+    "/account",
+    "/account/signout",
+    "/account/consents/revoke",
+];
+
+/// `--endpoint`: a path (`/` first), of plain segments, that the server does not serve
+/// for something else; refused when the command line is read (axum would panic at start,
+/// the store opened already).
+fn endpoint_path(value: &str) -> anyhow::Result<String> {
+    let plain = value.starts_with('/')
+        && !value.contains(|c: char| "?#{}*".contains(c) || c.is_whitespace() || c.is_control())
+        && value.split('/').all(|segment| !segment.starts_with(':'));
+    if !plain {
+        anyhow::bail!(
+            "{value:?} is not a path for the endpoint: give one that starts with / (such as /mcp), without ?, #, {{, }}, * or a segment starting with :"
+        );
+    }
+    if OTHER_PATHS.contains(&value) || value.starts_with("/.well-known/") {
+        anyhow::bail!("{value:?} is a path the server serves something else at: choose another");
+    }
+    Ok(value.to_owned())
+}
+
+/// `--allowed-host`: a host name or address as the `Host` header names it, without its
+/// port (requests are matched on the name: a port given here would never match), or `*`.
+fn host_name(value: &str) -> anyhow::Result<String> {
+    if value == "*" {
+        return Ok(value.to_owned());
+    }
+    // An IPv6 address is written in brackets in a Host header, and compared so.
+    let bare = value
+        .strip_prefix('[')
+        .and_then(|v| v.strip_suffix(']'))
+        .unwrap_or(value);
+    match bare.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V6(v6)) => return Ok(format!("[{v6}]")),
+        Ok(v4) if bare == value => return Ok(v4.to_string()),
+        _ => {}
+    }
+    let name = bare == value
+        && !value.is_empty()
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+    if name {
+        return Ok(value.to_ascii_lowercase());
+    }
+    anyhow::bail!(
+        "{value:?} is not a host name: give the name or address alone (mcp.example.com), without a scheme, a port or a path"
+    )
+}
+
 fn browser_origin(value: &str) -> anyhow::Result<String> {
     let refuse = || {
         anyhow::anyhow!(
@@ -1154,6 +1221,49 @@ mod tests {
         ] {
             let e = super::browser_origin(refused).unwrap_err().to_string();
             assert!(e.contains("is not an origin"), "{refused}: {e}");
+        }
+    }
+
+    /// The endpoint is a plain path the server serves nothing else at, and an allowed host
+    /// a name or address as requests are matched (no port, an IPv6 address bracketed):
+    /// anything else is refused when the command line is read. (`--endpoint mcp` made axum
+    /// panic at start; `--allowed-host h:443` started a server that refused every request.)
+    #[test]
+    fn endpoints_and_allowed_hosts_are_checked_when_read() {
+        assert_eq!(super::endpoint_path("/mcp").unwrap(), "/mcp");
+        assert_eq!(super::endpoint_path("/api/v1/mcp").unwrap(), "/api/v1/mcp");
+        for refused in ["mcp", "", "/x/{id}", "/x/:id", "/a b", "/mcp?x", "/files/*"] {
+            let e = super::endpoint_path(refused).unwrap_err().to_string();
+            assert!(e.contains("is not a path"), "{refused}: {e}");
+        }
+        for taken in [
+            "/healthz",
+            "/readyz",
+            "/token",
+            "/.well-known/oauth-protected-resource",
+        ] {
+            let e = super::endpoint_path(taken).unwrap_err().to_string();
+            assert!(e.contains("serves something else"), "{taken}: {e}");
+        }
+        for (given, kept) in [
+            ("MCP.Example.com", "mcp.example.com"),
+            ("10.0.0.7", "10.0.0.7"),
+            ("::1", "[::1]"),
+            ("[2001:db8::1]", "[2001:db8::1]"),
+            ("*", "*"),
+        ] {
+            assert_eq!(super::host_name(given).unwrap(), kept, "{given}");
+        }
+        for refused in [
+            "mcp.example.com:443",
+            "https://mcp.example.com",
+            "mcp.example.com/mcp",
+            "10.0.0.7:80",
+            "[::1]:8080",
+            "",
+        ] {
+            let e = super::host_name(refused).unwrap_err().to_string();
+            assert!(e.contains("is not a host name"), "{refused}: {e}");
         }
     }
 
