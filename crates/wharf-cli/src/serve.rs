@@ -1041,6 +1041,23 @@ async fn serve_with(
         );
     }
     if args.stdio {
+        // Said, not refused: a shared environment may well set them for HTTP replicas.
+        let keys = !args.api_keys.is_empty() || args.api_keys_file.is_some();
+        let unused: Vec<&str> = [
+            ("--api-key/--api-keys-file", keys),
+            ("--oauth-issuer", args.oauth_issuer.is_some()),
+            ("--authorization-server", args.authorization_server),
+            ("--metrics-listen", args.metrics_listen.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, given)| given.then_some(name))
+        .collect();
+        if !unused.is_empty() {
+            tracing::warn!(
+                unused = %unused.join(", "),
+                "over stdio every request acts for one anonymous principal and nothing listens on the network: these options are not used"
+            );
+        }
         let mut config = StdioConfig::default();
         config.drain = Duration::from_secs(args.drain_secs);
         wharf_stdio::serve_with(server, tokio::io::stdin(), tokio::io::stdout(), config).await?;

@@ -396,3 +396,29 @@ async fn a_client_that_stops_reading_does_not_keep_the_server_alive() {
         .unwrap();
     assert!(!status.success(), "it says answers were left unwritten");
 }
+
+/// Over stdio every request acts for one anonymous principal and nothing listens on the
+/// network: options that say otherwise are named on stderr as unused (they were ignored in
+/// silence, and a user given `--api-key` got the anonymous principal's data).
+#[test]
+fn options_stdio_does_not_use_are_named() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args(["serve", "--stdio", "--profile", "demo"])
+        .args(["--api-key", "alice=0123456789abcdef"])
+        .args(["--metrics-listen", "127.0.0.1:0"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("these options are not used")
+            && said.contains("--api-key/--api-keys-file, --metrics-listen"),
+        "{said}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
