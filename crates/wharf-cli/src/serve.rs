@@ -676,16 +676,13 @@ fn auth(
     Ok(Auth::api_keys(keys))
 }
 
-/// `value` as the `Origin` header a browser sends for it (`https://app.example.com`: scheme,
-/// host, and a port other than the scheme's own; an extension's `chrome-extension://<id>`):
-/// a spelling that no browser sends (a trailing slash, `:443`) would never match, and
-/// `null`, which sandboxed frames and `file:` pages of any site send, would admit them all.
 /// The paths the server serves besides its MCP endpoint (health, the authorization
 /// server's pages and API): the endpoint may be none of them.
-const OTHER_PATHS: [&str; 13] = [
+const OTHER_PATHS: [&str; 14] = [
     "/healthz",
     "/readyz",
     "/authorize",
+    "/authorize/consent",
     "/authorize/login",
     "/authorize/upstream",
     "/authorize/upstream/callback",
@@ -716,35 +713,42 @@ fn endpoint_path(value: &str) -> anyhow::Result<String> {
     Ok(value.to_owned())
 }
 
-/// `--allowed-host`: a host name or address as the `Host` header names it, without its
-/// port (requests are matched on the name: a port given here would never match), or `*`.
+/// `--allowed-host`: a host as a client's `Host` header names it, without its port
+/// (requests are matched on the host alone: a port given here would never match), or `*`.
+/// Read as a URL's host is, so it is kept as clients send it: lower-cased, an IDN in its
+/// `xn--` form, an IPv6 address bracketed and in its canonical text.
 fn host_name(value: &str) -> anyhow::Result<String> {
     if value == "*" {
         return Ok(value.to_owned());
     }
-    // An IPv6 address is written in brackets in a Host header, and compared so.
-    let bare = value
-        .strip_prefix('[')
-        .and_then(|v| v.strip_suffix(']'))
-        .unwrap_or(value);
-    match bare.parse::<std::net::IpAddr>() {
-        Ok(std::net::IpAddr::V6(v6)) => return Ok(format!("[{v6}]")),
-        Ok(v4) if bare == value => return Ok(v4.to_string()),
-        _ => {}
+    let refuse = || {
+        anyhow::anyhow!(
+            "{value:?} is not a host name: give the name or address alone (mcp.example.com), without a scheme, a port or a path"
+        )
+    };
+    // An IPv6 address may be given with or without its brackets.
+    let host = match value.parse::<std::net::Ipv6Addr>() {
+        Ok(v6) => format!("[{v6}]"),
+        Err(_) => value.to_owned(),
+    };
+    // Nothing may follow the host: a port, a path or user info would never match.
+    let alone = match host.strip_prefix('[') {
+        Some(inner) => inner
+            .split_once(']')
+            .is_some_and(|(_, tail)| tail.is_empty()),
+        None => !host.contains([':', '/', '?', '#', '@', '\\']),
+    };
+    if !alone {
+        return Err(refuse());
     }
-    let name = bare == value
-        && !value.is_empty()
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
-    if name {
-        return Ok(value.to_ascii_lowercase());
-    }
-    anyhow::bail!(
-        "{value:?} is not a host name: give the name or address alone (mcp.example.com), without a scheme, a port or a path"
-    )
+    let url = url::Url::parse(&format!("http://{host}/")).map_err(|_| refuse())?;
+    url.host_str().map(str::to_owned).ok_or_else(refuse)
 }
 
+/// `value` as the `Origin` header a browser sends for it (`https://app.example.com`: scheme,
+/// host, and a port other than the scheme's own; an extension's `chrome-extension://<id>`):
+/// a spelling that no browser sends (a trailing slash, `:443`) would never match, and
+/// `null`, which sandboxed frames and `file:` pages of any site send, would admit them all.
 fn browser_origin(value: &str) -> anyhow::Result<String> {
     let refuse = || {
         anyhow::anyhow!(
@@ -875,7 +879,9 @@ fn authorization_server(
 /// The URL of the store this server opens, if it opens one: the one given, or the default
 /// when the profile keeps state (or the authorization server runs).
 fn store_url(args: &ServeArgs) -> Option<&str> {
-    let needs_store = Profile::from(args.profile).needs_store() || args.authorization_server;
+    // Over stdio there is no authorization server (its options are named unused).
+    let needs_store =
+        Profile::from(args.profile).needs_store() || (args.authorization_server && !args.stdio);
     match (&args.store, needs_store) {
         (Some(url), _) => Some(url.expose()),
         (None, true) => Some(wharf_store::DEFAULT_URL),
@@ -1257,6 +1263,7 @@ mod tests {
             "/healthz",
             "/readyz",
             "/token",
+            "/authorize/consent",
             "/.well-known/oauth-protected-resource",
         ] {
             let e = super::endpoint_path(taken).unwrap_err().to_string();
@@ -1264,9 +1271,13 @@ mod tests {
         }
         for (given, kept) in [
             ("MCP.Example.com", "mcp.example.com"),
+            ("mcp_server", "mcp_server"),
+            ("bücher.example", "xn--bcher-kva.example"),
             ("10.0.0.7", "10.0.0.7"),
             ("::1", "[::1]"),
-            ("[2001:db8::1]", "[2001:db8::1]"),
+            ("[2001:DB8::1]", "[2001:db8::1]"),
+            ("[::ffff:a00:7]", "[::ffff:a00:7]"),
+            ("::ffff:10.0.0.7", "[::ffff:a00:7]"),
             ("*", "*"),
         ] {
             assert_eq!(super::host_name(given).unwrap(), kept, "{given}");
