@@ -1351,7 +1351,7 @@ async fn signing_keys_are_sealed_with_the_key_encryption_key() {
 
     // A replica given another key does not start, and says which keys it lacks.
     let new = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8";
-    let stderr = refused_start(
+    let stderr = common::refused_start(
         "127.0.0.1:0",
         &args,
         &[("WHARF_AUTHZ_KEY_ENCRYPTION_KEY", new)],
@@ -1382,24 +1382,11 @@ async fn signing_keys_are_sealed_with_the_key_encryption_key() {
     }
 
     let env = [("WHARF_AUTHZ_KEY_ENCRYPTION_KEY", "c2hvcnQ=")];
-    let stderr = refused_start("127.0.0.1:0", &args, &env);
+    let stderr = common::refused_start("127.0.0.1:0", &args, &env);
     assert!(
         stderr.contains("--authz-key-encryption-key") && stderr.contains("32 bytes"),
         "{stderr}"
     );
-}
-
-/// Runs `wharf serve` on `listen` with `args` and `env`, which must refuse to start; what it
-/// wrote to stderr.
-fn refused_start(listen: &str, args: &[&str], env: &[(&str, &str)]) -> String {
-    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_wharf"))
-        .args(["serve", "--listen", listen])
-        .args(args)
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    assert!(!refused.status.success(), "it started");
-    String::from_utf8_lossy(&refused.stderr).into_owned()
 }
 
 /// An address of this machine other than loopback: the one it sends from.
@@ -1426,7 +1413,7 @@ async fn tokens_verify_whatever_address_the_server_listens_on() {
     // Without a public URL its issuer would be plain http off loopback: refused, and the
     // error names the option that fixes it.
     let listen = std::net::SocketAddr::new(ip, common::free_port()).to_string();
-    let stderr = refused_start(&listen, &own_authorization_server(&store), &[]);
+    let stderr = common::refused_start(&listen, &own_authorization_server(&store), &[]);
     assert!(
         stderr.contains("--public-url") && stderr.contains("https"),
         "{stderr}"

@@ -46,6 +46,19 @@ async fn documents_and_server(tag: &str) -> (Documents, ServerProcess, String, S
     (docs, server, store, base)
 }
 
+/// Serves a plain document (no extra member), fresh for five minutes, at `app.json`: its
+/// URL, the client's id.
+fn plain_document(docs: &Documents) -> String {
+    docs.set(
+        "app.json",
+        Answer::Json {
+            body: docs.document("app.json", json!({})),
+            cache: "public, max-age=300",
+        },
+    );
+    docs.url("app.json")
+}
+
 /// Opens the authorization URL for `client_id`; on a consent flow signs in, checks the
 /// consent page with `check`, approves, and returns the code.
 async fn code_for(
@@ -140,14 +153,7 @@ fn assertion_until(
 #[tokio::test]
 async fn a_document_client_signs_in_and_its_document_is_reused_while_fresh() {
     let (docs, server, _store, base) = documents_and_server("cimd-good").await;
-    docs.set(
-        "app.json",
-        Answer::Json {
-            body: docs.document("app.json", json!({})),
-            cache: "public, max-age=300",
-        },
-    );
-    let client_id = docs.url("app.json");
+    let client_id = plain_document(&docs);
     let browser = Browser::new();
     let (verifier, challenge) = pkce();
     let code = code_for(&browser, &base, &client_id, &challenge, |page| {
@@ -402,14 +408,7 @@ async fn a_key_host_down_for_now_is_retried_not_taken_for_a_bad_client() {
 #[tokio::test]
 async fn a_store_failing_for_now_is_not_blamed_on_the_client() {
     let (docs, _server, store, base) = documents_and_server("cimd-store-down").await;
-    docs.set(
-        "app.json",
-        Answer::Json {
-            body: docs.document("app.json", json!({})),
-            cache: "public, max-age=300",
-        },
-    );
-    let client_id = docs.url("app.json");
+    let client_id = plain_document(&docs);
     let pool = sqlx::SqlitePool::connect(&format!("{store}?mode=rw"))
         .await
         .unwrap();

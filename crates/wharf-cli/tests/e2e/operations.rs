@@ -4,7 +4,6 @@
 
 use crate::common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::import::{pg_url, unique};
@@ -78,45 +77,21 @@ async fn keys_from_a_file_and_settings_from_the_environment() {
     drop(held);
     drop(server);
 
+    let refused = |args: &[&str]| {
+        let listen = format!("127.0.0.1:{}", free_port());
+        common::refused_start(&listen, &[&["--profile", "demo"], args].concat(), &[])
+    };
     // A key file with a broken line: the server refuses to start and says which.
     std::fs::write(dir.join("broken"), format!("alice = {ALICE}\nbob {BOB}\n")).unwrap();
     let broken = dir.join("broken");
-    let said = refused_to_start(&["--api-keys-file", broken.to_str().unwrap()]).await;
+    let said = refused(&["--api-keys-file", broken.to_str().unwrap()]);
     assert!(said.contains("PRINCIPAL=TOKEN"), "{said}");
     // Two ways to authenticate at once: refused, naming both.
-    let said = refused_to_start(&["--anonymous", "--api-key", &format!("bob={BOB}")]).await;
+    let said = refused(&["--anonymous", "--api-key", &format!("bob={BOB}")]);
     assert!(
         said.contains("--anonymous and --api-key/--api-keys-file cannot be used together"),
         "{said}"
     );
-}
-
-/// Runs `wharf serve --profile demo` with `args` on a free port, which must refuse to
-/// start: what it wrote to stderr.
-async fn refused_to_start(args: &[&str]) -> String {
-    let mut refused = Command::new(env!("CARGO_BIN_EXE_wharf"))
-        .args(["serve", "--profile", "demo", "--listen"])
-        .arg(format!("127.0.0.1:{}", free_port()))
-        .args(args)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Had it started anyway, it would serve until killed: a deadline turns that into a failure.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = refused.try_wait().unwrap() {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            refused.kill().unwrap();
-            panic!("wharf serve started with {args:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    assert!(!status.success());
-    let mut said = String::new();
-    std::io::Read::read_to_string(&mut refused.stderr.take().unwrap(), &mut said).unwrap();
-    said
 }
 
 /// A database of its own, dropped by the test while the server runs.

@@ -200,6 +200,33 @@ static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
 /// A port nobody listens on right now, and never handed out before in this process: tests
 /// run in parallel, and the system may give a port just released to the next caller, so two
 /// servers could be started on one port.
+/// Runs `wharf serve --listen LISTEN ARGS` with `env`, which must refuse to start: what it
+/// wrote to stderr. Waits for its exit; one that started anyway (and would serve until
+/// killed) is killed after a minute, failing the test.
+pub(crate) fn refused_start(listen: &str, args: &[&str], env: &[(&str, &str)]) -> String {
+    let child = Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args(["serve", "--listen", listen])
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    let (tx, exited) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let Ok(out) = exited.recv_timeout(Duration::from_secs(60)) else {
+        let _ = Command::new("kill").args(["-9", &pid]).status();
+        panic!("wharf serve {args:?} started");
+    };
+    let out = out.unwrap();
+    assert!(!out.status.success(), "wharf serve {args:?} started");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 pub(crate) fn free_port() -> u16 {
     loopback_listener().local_addr().unwrap().port()
 }
