@@ -9,7 +9,7 @@ use wharf_protocol::{InputRequest, InputRequests, codes, headers, meta, methods}
 
 use crate::answer::Answerer;
 use crate::call_error::CallError;
-use crate::{Client, ClientError};
+use crate::{Client, ClientError, retry};
 
 /// The argument a write tool takes its idempotency key in.
 pub const IDEMPOTENCY_KEY: &str = "idempotency_key";
@@ -47,6 +47,9 @@ pub enum Event {
         attempt: u32,
         /// What went wrong.
         error: String,
+        /// How long the client waits before sending it: what the server's `Retry-After`
+        /// asked for, or a backoff of its own.
+        after: Duration,
     },
 }
 
@@ -254,17 +257,18 @@ impl Client {
         };
         let mut attempt = 1;
         loop {
-            match self.exchange(call, round, token, answerer, on_event).await {
-                Err(e) if e.is_transient() && attempt < attempts => {
-                    attempt += 1;
-                    on_event(Event::Retrying {
-                        attempt,
-                        error: e.to_string(),
-                    });
-                    tokio::time::sleep(Duration::from_millis(100 << attempt.min(6))).await;
-                }
-                outcome => return outcome,
-            }
+            let outcome = self.exchange(call, round, token, answerer, on_event).await;
+            let Err(e) = &outcome else { return outcome };
+            let Some(wait) = retry::next_wait(attempt, attempts, e) else {
+                return outcome;
+            };
+            attempt += 1;
+            on_event(Event::Retrying {
+                attempt,
+                error: e.to_string(),
+                after: wait,
+            });
+            tokio::time::sleep(wait).await;
         }
     }
 
@@ -295,7 +299,7 @@ impl Client {
             let method = message["method"].as_str();
             match (method, message.get("id")) {
                 (None, Some(mid)) if *mid == id => {
-                    return CallError::from_response(incoming.status, &message);
+                    return CallError::from_response(incoming.status, &incoming.headers, &message);
                 }
                 (Some(method), Some(server_id)) => {
                     self.server_request(method, server_id, &message, answerer, on_event)

@@ -1,10 +1,13 @@
 //! Why a call did not produce a result: the error every call of the client returns.
 
+use std::time::Duration;
+
+use reqwest::header::HeaderMap;
 use serde_json::Value;
 use wharf_protocol::codes;
 
 use crate::answer::Unanswered;
-use crate::{ClientError, Reply};
+use crate::{ClientError, Reply, retry};
 
 /// Why a call did not produce a result.
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +27,9 @@ pub enum CallError {
         message: String,
         /// The error's `data`, if any.
         data: Option<Value>,
+        /// How long the response's `Retry-After` asked the client to wait (a busy server's
+        /// 503 says when to send again).
+        retry_after: Option<Duration>,
     },
     /// An input request was not answered.
     #[error(transparent)]
@@ -47,7 +53,7 @@ impl CallError {
     pub(crate) fn result_of(reply: Reply) -> Result<Value, CallError> {
         let status = reply.status;
         match reply.response() {
-            Some(response) => Self::from_response(status, response),
+            Some(response) => Self::from_response(status, &reply.headers, response),
             None => Err(CallError::Transport(ClientError::Protocol(format!(
                 "HTTP {status} without a JSON-RPC response: {}",
                 reply.body.chars().take(200).collect::<String>()
@@ -55,7 +61,12 @@ impl CallError {
         }
     }
 
-    pub(crate) fn from_response(status: u16, response: &Value) -> Result<Value, CallError> {
+    /// The result of `response`, which came with `status` and `headers`, or its error.
+    pub(crate) fn from_response(
+        status: u16,
+        headers: &HeaderMap,
+        response: &Value,
+    ) -> Result<Value, CallError> {
         match (response.get("result"), response.get("error")) {
             (Some(result), _) => Ok(result.clone()),
             (None, Some(error)) => Err(CallError::Rpc {
@@ -66,6 +77,7 @@ impl CallError {
                     .unwrap_or(i64::from(codes::INVALID_REQUEST)),
                 message: error["message"].as_str().unwrap_or("").to_owned(),
                 data: error.get("data").cloned(),
+                retry_after: retry::retry_after(headers),
             }),
             (None, None) => Err(CallError::Transport(ClientError::Protocol(format!(
                 "a response with neither result nor error: {response}"
@@ -73,16 +85,28 @@ impl CallError {
         }
     }
 
-    /// Whether trying again may help: the exchange broke, or a gateway answered for the
-    /// server. A JSON-RPC error is the server's verdict and is not retried.
-    pub(crate) fn is_transient(&self) -> bool {
+    /// How long the server's `Retry-After` asked the client to wait before sending again.
+    pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            CallError::Transport(
-                ClientError::Http(_) | ClientError::Io(_) | ClientError::Incomplete(_),
-            ) => true,
-            CallError::Transport(ClientError::Status { status, .. })
-            | CallError::Rpc { status, .. } => matches!(status, 502..=504),
+            CallError::Transport(e) => e.retry_after(),
+            CallError::Rpc { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+impl retry::Transient for CallError {
+    /// A JSON-RPC error is the server's verdict, unless it came with a gateway's or a busy
+    /// server's status.
+    fn is_transient(&self) -> bool {
+        match self {
+            CallError::Transport(e) => e.is_transient(),
+            CallError::Rpc { status, .. } => retry::passing_status(*status),
             _ => false,
         }
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        CallError::retry_after(self)
     }
 }

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use wharf_protocol::{headers, methods};
 
 use crate::call_error::CallError;
-use crate::{ClientError, Connection, HttpClient, Incoming, Reply};
+use crate::{ClientError, Connection, HttpClient, Incoming, Reply, retry};
 
 /// A client of one MCP server, whichever era it speaks.
 ///
@@ -221,7 +221,10 @@ impl Client {
     }
 
     /// Every item of list method `method` (its array is `field`), page after page. A list
-    /// whose pages all carry `ttlMs` is reused until the shortest of them passed.
+    /// whose pages all carry `ttlMs` is reused until the shortest of them passed. A page
+    /// answered by a rate limit (429), a gateway or a busy server (502–504), or whose
+    /// exchange broke, is asked
+    /// for again, twice at most, after the `Retry-After` the server gave.
     pub async fn list(&self, method: &'static str, field: &str) -> Result<Vec<Value>, CallError> {
         if let Some(cached) = self.cached(method) {
             return Ok(cached);
@@ -236,7 +239,10 @@ impl Client {
                 Some(c) => json!({ "cursor": c }),
                 None => json!({}),
             };
-            let result = CallError::result_of(self.request(method, params).await?)?;
+            let result = retry::read(|| async {
+                CallError::result_of(self.request(method, params.clone()).await?)
+            })
+            .await?;
             ttl = ttl.zip(result["ttlMs"].as_u64()).map(|(a, b)| a.min(b));
             if let Some(page) = result[field].as_array() {
                 items.extend(page.iter().cloned());

@@ -7,7 +7,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 use wharf_protocol::headers;
 
-use crate::{ClientError, RequestMetaBuilder, SseParser};
+use crate::{ClientError, RequestMetaBuilder, SseParser, retry};
 
 /// A client of one MCP endpoint.
 #[derive(Clone)]
@@ -209,7 +209,7 @@ impl HttpClient {
         } else {
             serde_json::from_str::<Value>(&body)
                 .map(|v| vec![v])
-                .map_err(|e| not_json_rpc(status, &body, &e))?
+                .map_err(|e| not_json_rpc(status, retry::retry_after(&headers), &body, &e))?
         };
         Ok(Reply {
             status,
@@ -329,9 +329,11 @@ impl Incoming {
                 futures_util::stream::iter(events)
             }))
         } else {
+            let retry_after = retry::retry_after(&headers);
             Box::pin(futures_util::stream::once(async move {
                 let body = res.text().await?;
-                serde_json::from_str::<Value>(&body).map_err(|e| not_json_rpc(status, &body, &e))
+                serde_json::from_str::<Value>(&body)
+                    .map_err(|e| not_json_rpc(status, retry_after, &body, &e))
             }))
         };
         Incoming {
@@ -365,12 +367,18 @@ pub(crate) fn messages_of(res: reqwest::Response) -> impl Stream<Item = Value> +
 
 /// A reply whose body is no JSON-RPC: an error status (a proxy's page) is that status, which
 /// the caller may retry; anything else is the server's fault.
-fn not_json_rpc(status: u16, body: &str, e: &serde_json::Error) -> ClientError {
+fn not_json_rpc(
+    status: u16,
+    retry_after: Option<std::time::Duration>,
+    body: &str,
+    e: &serde_json::Error,
+) -> ClientError {
     let shown: String = body.chars().take(200).collect();
     if status >= 400 {
         ClientError::Status {
             status,
             body: shown,
+            retry_after,
         }
     } else {
         ClientError::Protocol(format!("HTTP {status}, not JSON-RPC ({e}): {shown}"))

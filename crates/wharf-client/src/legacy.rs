@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use wharf_protocol::{codes, headers, methods};
 
 use crate::http::messages_of;
-use crate::{ClientError, HttpClient, Reply};
+use crate::{ClientError, HttpClient, Reply, retry};
 
 /// A legacy session with one server, spoken through an [`HttpClient`] (its URL and token).
 /// Clones (and [`LegacySession::through`]) speak for the same session, renewed or not.
@@ -286,9 +286,23 @@ impl HttpClient {
     /// refuses 2026-07-28 but lists a legacy revision among those it supports gets
     /// `initialize` at the newest of them; one that supports no version this client speaks
     /// is an error, not a fallback; so is a 401 or 403, or a 400 with a challenge (a
-    /// malformed token) ([`ClientError::Status`] with the challenge).
+    /// malformed token) ([`ClientError::Status`] with the challenge). A `server/discover`
+    /// answered 429 or 502–504, or whose exchange broke, is sent again, twice at most, after the
+    /// `Retry-After` the server gave.
     pub async fn connect(&self, capabilities: Value) -> Result<Connection, ClientError> {
-        let reply = self.request("server/discover", json!({})).await?;
+        let reply = retry::read(|| async {
+            let reply = self.request("server/discover", json!({})).await?;
+            if retry::passing_status(reply.status) {
+                // A rate limit, a gateway or a busy server: asked again (see `retry::read`).
+                return Err(ClientError::Status {
+                    status: reply.status,
+                    retry_after: retry::retry_after(&reply.headers),
+                    body: reply.body,
+                });
+            }
+            Ok(reply)
+        })
+        .await?;
         if reply.status == 200 && reply.result().is_some() {
             return Ok(Connection::Modern(self.clone()));
         }
@@ -303,6 +317,7 @@ impl HttpClient {
             return Err(ClientError::Status {
                 status: reply.status,
                 body: format!("WWW-Authenticate: {challenge}"),
+                retry_after: None,
             });
         }
         if let Some(code) = reply.error_code().filter(|c| MODERN_ERRORS.contains(c)) {
@@ -349,6 +364,7 @@ impl HttpClient {
             // A server (or the proxy before it) in trouble: a status, which may pass.
             return Err(ClientError::Status {
                 status: reply.status,
+                retry_after: retry::retry_after(&reply.headers),
                 body: reply.body,
             });
         }

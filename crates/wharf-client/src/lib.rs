@@ -10,6 +10,7 @@ mod call_error;
 mod client;
 mod http;
 mod legacy;
+mod retry;
 mod sse;
 mod stdio;
 
@@ -22,8 +23,11 @@ pub use call_error::CallError;
 pub use client::Client;
 pub use http::{HttpClient, Incoming, Reply};
 pub use legacy::{Connection, LegacySession};
+pub use retry::LONGEST_WAIT;
 pub use sse::SseParser;
 pub use stdio::StdioClient;
+
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use wharf_protocol::{meta, version};
@@ -45,6 +49,8 @@ pub enum ClientError {
         status: u16,
         /// The start of the body.
         body: String,
+        /// How long the response's `Retry-After` asked the client to wait.
+        retry_after: Option<Duration>,
     },
     /// The response ended (the connection closed cleanly, say, when a replica drains)
     /// before its result arrived.
@@ -65,6 +71,30 @@ impl ClientError {
             ClientError::Status { status, .. } => *status >= 500,
             ClientError::Protocol(_) => false,
         }
+    }
+
+    /// How long the response's `Retry-After` asked the client to wait before sending again.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ClientError::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+impl retry::Transient for ClientError {
+    /// Narrower than [`ClientError::is_retryable`]: a 500 is a server's own failure, which
+    /// an automatic retry would only repeat.
+    fn is_transient(&self) -> bool {
+        match self {
+            ClientError::Http(_) | ClientError::Io(_) | ClientError::Incomplete(_) => true,
+            ClientError::Status { status, .. } => retry::passing_status(*status),
+            ClientError::Protocol(_) => false,
+        }
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        ClientError::retry_after(self)
     }
 }
 

@@ -20,12 +20,40 @@ struct Script {
     seen: Arc<Mutex<Vec<Value>>>,
     /// How many `tools/call`s to answer as a gateway whose upstream is gone.
     drops: Arc<Mutex<u32>>,
+    /// Requests of any method to refuse first, as a busy server does (a JSON-RPC error
+    /// with an HTTP status and, maybe, `Retry-After`), one per request.
+    refusals: Arc<Mutex<std::collections::VecDeque<Refusal>>>,
     ttl_ms: u64,
+}
+
+/// An HTTP status to refuse a request with, and the `Retry-After` to send with it.
+type Refusal = (StatusCode, Option<&'static str>);
+
+impl Script {
+    /// Refuses the next request with `status` and `Retry-After: retry_after`.
+    fn refuse_next(&self, status: StatusCode, retry_after: Option<&'static str>) {
+        self.refusals
+            .lock()
+            .unwrap()
+            .push_back((status, retry_after));
+    }
 }
 
 async fn mcp(State(script): State<Script>, Json(request): Json<Value>) -> Response {
     script.seen.lock().unwrap().push(request.clone());
     let id = request["id"].clone();
+    let refusal = script.refusals.lock().unwrap().pop_front();
+    if let Some((status, retry_after)) = refusal {
+        let error = json!({ "code": -32603, "message": "Server busy; try again" });
+        let body = Json(json!({ "jsonrpc": "2.0", "id": id, "error": error }));
+        let mut response = (status, body).into_response();
+        if let Some(after) = retry_after {
+            response
+                .headers_mut()
+                .insert("retry-after", after.parse().unwrap());
+        }
+        return response;
+    }
     let params = &request["params"];
     let result = match request["method"].as_str() {
         Some("server/discover") => json!({
@@ -318,15 +346,27 @@ async fn a_discover_refused_for_another_reason_is_an_error_not_a_fallback() {
     assert!(refused.to_string().contains("-32603"), "{refused}");
 }
 
-/// A `server/discover` answered 503 (a proxy whose upstream restarts) is a status the
-/// caller may retry (`wharf listen` does), not a protocol error.
+/// A `server/discover` answered 503 (a proxy whose upstream restarts) is sent again, and
+/// when it stays 503 it is a status the caller may retry later (`wharf listen` does), not a
+/// protocol error.
 #[tokio::test]
-async fn a_discover_answered_503_is_a_status_to_retry() {
-    async fn restarting() -> Response {
-        (StatusCode::SERVICE_UNAVAILABLE, "upstream restarting").into_response()
+async fn a_discover_answered_503_is_asked_again_then_a_status_to_retry() {
+    async fn restarting(State(count): State<Arc<Mutex<u32>>>) -> Response {
+        *count.lock().unwrap() += 1;
+        let mut response = (StatusCode::SERVICE_UNAVAILABLE, "upstream restarting").into_response();
+        response
+            .headers_mut()
+            .insert("retry-after", "0".parse().unwrap());
+        response
     }
-    let url = serve(axum::Router::new().route("/mcp", axum::routing::post(restarting))).await;
-    let refused = HttpClient::new(url).connect(json!({})).await.unwrap_err();
+    let count = Arc::new(Mutex::new(0));
+    let app = axum::Router::new()
+        .route("/mcp", axum::routing::post(restarting))
+        .with_state(count.clone());
+    let refused = HttpClient::new(serve(app).await)
+        .connect(json!({}))
+        .await
+        .unwrap_err();
     assert!(
         matches!(
             refused,
@@ -334,4 +374,71 @@ async fn a_discover_answered_503_is_a_status_to_retry() {
         ),
         "{refused:?}"
     );
+    assert_eq!(refused.retry_after(), Some(std::time::Duration::ZERO));
+    assert_eq!(*count.lock().unwrap(), 3, "discover is asked three times");
+}
+
+/// A busy server's 503 says when to come back: a keyed call is sent again after that long,
+/// not after the client's own shorter backoff.
+#[tokio::test]
+async fn a_retry_waits_for_what_retry_after_asks() {
+    let script = Script::default();
+    let client = connect(&script).await;
+    script.refuse_next(StatusCode::SERVICE_UNAVAILABLE, Some("1"));
+    let call = ToolCall::new("confirm", json!({})).idempotency_key(new_idempotency_key());
+    let mut waits = Vec::new();
+    let mut on_event = |e: Event| {
+        if let Event::Retrying { after, .. } = e {
+            waits.push(after);
+        }
+    };
+    let asked = client.call_tool(&call, &mut Refuse, &mut on_event).await;
+    // Sent again, it got through to the question (which `Refuse` does not answer).
+    assert!(matches!(asked, Err(CallError::Unanswered(_))), "{asked:?}");
+    assert_eq!(waits, vec![std::time::Duration::from_secs(1)]);
+    assert_eq!(sent(&script, "tools/call").len(), 2);
+}
+
+/// A server asking for a longer wait than the client keeps a command waiting gets the
+/// error back, with the delay it asked for, and the call is not sent again.
+#[tokio::test]
+async fn a_retry_after_beyond_the_longest_wait_returns_the_error() {
+    let script = Script::default();
+    let client = connect(&script).await;
+    script.refuse_next(StatusCode::SERVICE_UNAVAILABLE, Some("120"));
+    let call = ToolCall::new("confirm", json!({})).idempotency_key(new_idempotency_key());
+    let refused = client
+        .call_tool(&call, &mut Refuse, &mut |_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, CallError::Rpc { status: 503, .. }),
+        "{refused:?}"
+    );
+    assert_eq!(
+        refused.retry_after(),
+        Some(std::time::Duration::from_secs(120))
+    );
+    assert_eq!(sent(&script, "tools/call").len(), 1);
+}
+
+/// A page of a list refused by a gateway is asked for again (a read changes nothing); an
+/// error the server means (a 500) is not.
+#[tokio::test]
+async fn a_list_page_refused_by_a_gateway_is_asked_again() {
+    let script = Script::default();
+    let client = connect(&script).await;
+    script.refuse_next(StatusCode::BAD_GATEWAY, Some("0"));
+    assert_eq!(client.list_tools().await.unwrap()[0]["name"], "confirm");
+    assert_eq!(sent(&script, "tools/list").len(), 2);
+
+    let script = Script::default();
+    let client = connect(&script).await;
+    script.refuse_next(StatusCode::INTERNAL_SERVER_ERROR, None);
+    let refused = client.list_tools().await.unwrap_err();
+    assert!(
+        matches!(refused, CallError::Rpc { status: 500, .. }),
+        "{refused:?}"
+    );
+    assert_eq!(sent(&script, "tools/list").len(), 1);
 }

@@ -270,8 +270,15 @@ fn show_event(bar: &ProgressBar, last_id: &Mutex<Value>, event: Event) {
                     .unwrap_or_default()
             ));
         }
-        Event::Retrying { attempt, error } => {
-            bar.println(format!("retrying (attempt {attempt}) after: {error}"));
+        Event::Retrying {
+            attempt,
+            error,
+            after,
+        } => {
+            bar.println(format!(
+                "retrying (attempt {attempt}) in {:.1} s after: {error}",
+                after.as_secs_f64()
+            ));
         }
         _ => {}
     }
