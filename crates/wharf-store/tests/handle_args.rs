@@ -38,6 +38,14 @@ struct Outer {
     inner: Inner,
 }
 
+/// A field renamed with its old name kept as an alias: schemars leaves the alias out of the
+/// schema, so a handle sent under it lies where no marker is.
+#[derive(Deserialize, schemars::JsonSchema)]
+struct Renamed {
+    #[serde(alias = "old_thing")]
+    thing: Option<Handle<Thing>>,
+}
+
 /// Merges its sources into `into`, retiring them: what a retry must replay.
 #[derive(Deserialize, schemars::JsonSchema)]
 struct Merge {
@@ -66,6 +74,14 @@ async fn server() -> Server {
                 // The core checked it: its record is there.
                 let checked = cx.handle_record(&args.inner.thing).is_some();
                 format!("checked: {checked}")
+            }),
+        )
+        .tool(
+            tool("renamed").handler(|cx: Context, args: Renamed| async move {
+                match &args.thing {
+                    Some(thing) => format!("checked: {}", cx.handle_record(thing).is_some()),
+                    None => "none".to_owned(),
+                }
             }),
         )
         .tool(
@@ -141,6 +157,31 @@ async fn handles_in_arrays_and_nested_structs_are_checked() {
         text(&refused).contains("handle in \"inner.thing\" is unknown"),
         "{refused}"
     );
+}
+
+/// A handle under a name the input schema does not give (a serde alias) was never checked:
+/// it does not reach the handler, whoever owns it.
+#[tokio::test]
+async fn a_handle_under_an_alias_the_schema_does_not_name_never_reaches_the_handler() {
+    let s = server().await;
+    let alice = Harness::new(s.clone()).principal(Principal::new("alice"));
+    let bob = Harness::new(s).principal(Principal::new("bob"));
+    let mine = text(&call(&alice, "make", json!({})).await).to_owned();
+    let theirs = text(&call(&bob, "make", json!({})).await).to_owned();
+
+    let ok = call(&alice, "renamed", json!({ "thing": mine })).await;
+    assert_eq!(text(&ok), "checked: true", "{ok}");
+    for id in [&theirs, &mine] {
+        let refused = call(&alice, "renamed", json!({ "old_thing": id })).await;
+        assert_eq!(refused["isError"], true, "{refused}");
+        assert!(
+            text(&refused).contains("a thing handle sits where the tool's input schema marks none"),
+            "{refused}"
+        );
+        assert!(!text(&refused).contains(id.as_str()), "{refused}");
+    }
+    let none = call(&alice, "renamed", json!({})).await;
+    assert_eq!(text(&none), "none", "{none}");
 }
 
 #[tokio::test]

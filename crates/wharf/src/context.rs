@@ -476,6 +476,11 @@ impl Context {
         }
     }
 
+    /// The handle arguments of this call, as the core checked them.
+    pub(crate) fn checked_handles(&self) -> &[HandleRecord] {
+        &self.handles
+    }
+
     /// The stored record of a handle argument of this call (checked: the caller owns it and
     /// it is alive); `None` for a handle that is not one of the call's arguments.
     pub fn handle_record<K: HandleKind>(&self, handle: &Handle<K>) -> Option<&HandleRecord> {

@@ -158,7 +158,7 @@ where
         cx: Context,
         args: serde_json::Value,
     ) -> BoxFuture<Result<CallToolResult, HandlerError>> {
-        let args = match typed_args::<A>(args) {
+        let args = match typed_args::<A>(&cx, args) {
             Ok(a) => a,
             Err(e) => return Box::pin(async move { Err(e) }),
         };
@@ -173,8 +173,12 @@ where
 
 /// The arguments already passed the input schema; what is left is a shape serde rejects,
 /// which the model reads as it reads a schema violation.
-fn typed_args<A: DeserializeOwned>(args: serde_json::Value) -> Result<A, HandlerError> {
-    serde_json::from_value::<A>(args)
+/// Only the handles the core checked for the call are read as handles.
+fn typed_args<A: DeserializeOwned>(
+    cx: &Context,
+    args: serde_json::Value,
+) -> Result<A, HandlerError> {
+    crate::store::reading_arguments(cx.checked_handles(), || serde_json::from_value::<A>(args))
         .map_err(|e| HandlerError::Execution(format!("Invalid arguments: {e}")))
 }
 
@@ -195,7 +199,7 @@ where
         cx: Context,
         args: serde_json::Value,
     ) -> BoxFuture<Result<CallToolResult, HandlerError>> {
-        let args = match typed_args::<A>(args) {
+        let args = match typed_args::<A>(&cx, args) {
             Ok(a) => a,
             Err(e) => return Box::pin(async move { Err(e) }),
         };

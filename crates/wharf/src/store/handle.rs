@@ -228,15 +228,59 @@ impl<K> Serialize for Handle<K> {
     }
 }
 
-impl<'de, K> Deserialize<'de> for Handle<K> {
+impl<'de, K: HandleKind> Deserialize<'de> for Handle<K> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         // Any string: a malformed handle must get the same answer as an unknown one, which
         // the core gives before the handler runs.
+        let id = String::deserialize(deserializer)?;
+        if CHECKED.with(|checked| {
+            checked.borrow().as_ref().is_some_and(|checked| {
+                !checked
+                    .iter()
+                    .any(|(checked, kind)| *checked == id && *kind == K::KIND)
+            })
+        }) {
+            // Never the id: it is a credential in anonymous mode.
+            return Err(serde::de::Error::custom(format_args!(
+                "a {} handle sits where the tool's input schema marks none (a serde alias, \
+                 or a field read by a deserializer of its own), so it was not checked; send \
+                 it under the name the input schema gives",
+                K::KIND
+            )));
+        }
         Ok(Handle {
-            id: String::deserialize(deserializer)?,
+            id,
             _kind: PhantomData,
         })
     }
+}
+
+thread_local! {
+    /// While a tool's arguments are read into the handler's types: the handles (id and
+    /// kind) the core checked for the call. A handle read then that is not among them came
+    /// from a place the input schema does not mark (a `#[serde(alias)]`, which schemars
+    /// leaves out of the schema; a field with a deserializer of its own), and would reach
+    /// the handler unchecked.
+    static CHECKED: std::cell::RefCell<Option<Vec<(String, String)>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `read`, which reads a tool's arguments into its handler's types, accepting as
+/// handles only `checked` (the records the core checked for the call).
+pub(crate) fn reading_arguments<T>(checked: &[HandleRecord], read: impl FnOnce() -> T) -> T {
+    /// Puts back what was there before, however `read` ends.
+    struct Restore(Option<Vec<(String, String)>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CHECKED.with(|checked| *checked.borrow_mut() = self.0.take());
+        }
+    }
+    let ids = checked
+        .iter()
+        .map(|record| (record.id.clone(), record.kind.clone()))
+        .collect();
+    let _restore = Restore(CHECKED.with(|checked| checked.borrow_mut().replace(ids)));
+    read()
 }
 
 impl<K: HandleKind> JsonSchema for Handle<K> {

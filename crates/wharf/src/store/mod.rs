@@ -27,8 +27,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::bus::NotificationBus;
-pub(crate) use handle::SCHEMA_KEYWORD;
 pub use handle::{Expiry, Handle, HandleKind, HandleRecord, human, is_handle_id};
+pub(crate) use handle::{SCHEMA_KEYWORD, reading_arguments};
 pub use idempotency::{Claim, Digest, MAX_KEY_LEN};
 pub(crate) use idempotency::{KEY_ARGUMENT, REPLAY_META, key_schema};
 pub use lock::{Fence, KeyLock};
