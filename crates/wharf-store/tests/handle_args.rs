@@ -397,3 +397,106 @@ async fn postgres_a_hold_cut_short_is_taken_again_before_anything_is_written() {
         .await
         .unwrap();
 }
+
+/// A write the handler makes in a transaction of its own (a step) holds the call's handles as
+/// the call's transaction does: a handle another call retired since the core checked it
+/// refuses the step, and nothing is written under it (its data would outlive it: no sweep
+/// removes data of a handle already gone).
+#[tokio::test]
+async fn a_step_written_after_its_handle_was_retired_is_refused() {
+    let store =
+        support::sqlite_with(&support::sqlite_url("handle-steps"), Duration::from_secs(5)).await;
+    let started = Arc::new(tokio::sync::Notify::new());
+    let go = Arc::new(tokio::sync::Notify::new());
+    let (handler_started, handler_go) = (Arc::clone(&started), Arc::clone(&go));
+    let server = Server::builder(Implementation::new("t", "1"))
+        .store(store)
+        .tool(
+            tool("make").handler(|cx: Context, _: wharf::NoArgs| async move {
+                let handle = cx.mint_handle::<Thing>().await?;
+                Ok::<_, HandlerError>(handle.id().to_owned())
+            }),
+        )
+        .tool(tool("finish").handler(|cx: Context, args: One| async move {
+            cx.retire_handle(&args.thing).await?;
+            Ok::<_, HandlerError>("finished")
+        }))
+        .tool(tool("step").handler(move |cx: Context, args: One| {
+            let (started, go) = (Arc::clone(&handler_started), Arc::clone(&handler_go));
+            async move {
+                started.notify_one();
+                go.notified().await;
+                let mut tx = cx.transaction(wharf::store::TxMode::Write).await?;
+                wharf_store::Documents::append_rows(
+                    tx.as_mut(),
+                    &args.thing.collection("rows"),
+                    &[json!({ "n": 1 })],
+                )
+                .await?;
+                tx.commit().await?;
+                Ok::<_, HandlerError>("stepped")
+            }
+        }))
+        .build()
+        .unwrap();
+    let alice = Harness::new(server).principal(Principal::new("alice"));
+    let id = text(&call(&alice, "make", json!({})).await).to_owned();
+
+    let step = tokio::spawn({
+        let (alice, id) = (alice.clone(), id.clone());
+        async move { call(&alice, "step", json!({ "thing": id })).await }
+    });
+    started.notified().await;
+    let finished = call(&alice, "finish", json!({ "thing": id })).await;
+    assert_eq!(text(&finished), "finished", "{finished}");
+    go.notify_one();
+    let stepped = step.await.unwrap();
+    assert_eq!(stepped["isError"], true, "{stepped}");
+    assert!(
+        text(&stepped).contains("handle in \"thing\" is unknown or has expired"),
+        "{stepped}"
+    );
+}
+
+/// A handle the call retires through `cx.retire_handle` is not held by its steps after: on
+/// PostgreSQL the retirement keeps the handle's lock until the call's transaction commits,
+/// when the handler returns, so a step holding it would wait for its own call until the
+/// lock wait gave up.
+#[tokio::test]
+async fn postgres_a_step_after_the_call_retired_its_handle_does_not_wait_for_it() {
+    let store = support::postgres_with(Duration::from_secs(5)).await;
+    let server = Server::builder(Implementation::new("t", "1"))
+        .store(store)
+        .tool(
+            tool("make").handler(|cx: Context, _: wharf::NoArgs| async move {
+                let handle = cx.mint_handle::<Thing>().await?;
+                Ok::<_, HandlerError>(handle.id().to_owned())
+            }),
+        )
+        .tool(tool("close").handler(|cx: Context, args: One| async move {
+            cx.retire_handle(&args.thing).await?;
+            let mut step = cx.transaction(wharf::store::TxMode::Write).await?;
+            wharf_store::Documents::put_doc(
+                step.as_mut(),
+                "closings",
+                args.thing.id(),
+                &json!({ "closed": true }),
+            )
+            .await?;
+            step.commit().await?;
+            Ok::<_, HandlerError>("closed")
+        }))
+        .build()
+        .unwrap();
+    let caller = Harness::new(server).principal(Principal::new(support::unique("closer")));
+    let id = text(&call(&caller, "make", json!({})).await).to_owned();
+    let closed = tokio::time::timeout(
+        Duration::from_secs(20),
+        call(&caller, "close", json!({ "thing": id })),
+    )
+    .await
+    .expect("the step waited for its own call's retirement");
+    assert_eq!(text(&closed), "closed", "{closed}");
+    let again = call(&caller, "close", json!({ "thing": id })).await;
+    assert!(text(&again).contains("unknown or has expired"), "{again}");
+}

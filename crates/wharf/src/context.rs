@@ -38,7 +38,7 @@ pub struct Context {
     /// or a request other than a tool call).
     tx: Option<Arc<TxSlot>>,
     /// The handle arguments the core checked before the handler runs.
-    handles: Vec<HandleRecord>,
+    handles: Vec<CheckedHandle>,
     /// The fence of the call's mutation lock, for transactions the handler opens.
     fence: Option<Fence>,
     /// The key of an idempotent call's write, for effects outside the store.
@@ -143,6 +143,18 @@ struct SlotState {
     fence: Option<Fence>,
     /// Changes to announce once the transaction has committed.
     announcements: Vec<ChangeEvent>,
+    /// Handles the call's transaction retires: the handler's own transactions do not hold
+    /// them (on PostgreSQL they would wait for the retirement's lock, which the call's
+    /// transaction keeps until the handler returns).
+    retiring: Vec<String>,
+}
+
+/// A handle argument the core checked for the call (the caller owns it and it is alive).
+pub(crate) struct CheckedHandle {
+    pub(crate) record: HandleRecord,
+    /// What the caller is told if the handle is gone when a transaction of the handler's
+    /// own would write.
+    pub(crate) refusal: String,
 }
 
 /// A handle a call's transaction must hold before anything is written under it.
@@ -188,6 +200,7 @@ impl TxSlot {
             refused: None,
             fence,
             announcements: Vec::new(),
+            retiring: Vec::new(),
         }))
     }
 
@@ -317,7 +330,7 @@ impl Context {
         self.tx = tx;
     }
 
-    pub(crate) fn set_handles(&mut self, handles: Vec<HandleRecord>) {
+    pub(crate) fn set_handles(&mut self, handles: Vec<CheckedHandle>) {
         self.handles = handles;
     }
 
@@ -477,14 +490,14 @@ impl Context {
     }
 
     /// The handle arguments of this call, as the core checked them.
-    pub(crate) fn checked_handles(&self) -> &[HandleRecord] {
-        &self.handles
+    pub(crate) fn checked_handles(&self) -> impl Iterator<Item = &HandleRecord> {
+        self.handles.iter().map(|checked| &checked.record)
     }
 
     /// The stored record of a handle argument of this call (checked: the caller owns it and
     /// it is alive); `None` for a handle that is not one of the call's arguments.
     pub fn handle_record<K: HandleKind>(&self, handle: &Handle<K>) -> Option<&HandleRecord> {
-        self.handles.iter().find(|r| r.id == handle.id())
+        self.checked_handles().find(|r| r.id == handle.id())
     }
 
     /// The data a handle argument was minted with (see [`Context::mint_handle_with`]).
@@ -554,12 +567,28 @@ impl Context {
     /// steps (how far a long call got) or reads outside the call's transaction. Under a
     /// mutation lock ([`ToolBuilder::mutates`](crate::tool::ToolBuilder::mutates)) it carries
     /// the lock's fence, so on a shared store its commit applies nothing once the call lost
-    /// its key.
+    /// its key. A write transaction holds the call's handle arguments, as the call's own
+    /// does: if another call retired one since the core checked it, it is refused (a tool
+    /// execution error saying the handle is gone), and nothing is written under a handle
+    /// that is gone. A handle the call retires ([`Context::retire_handle`]) is not held;
+    /// one a step's own transaction retired is gone for the steps after it.
     pub async fn transaction(&self, mode: TxMode) -> Result<Box<dyn Transaction>, HandlerError> {
         let begin = self.store()?.begin(mode);
         let mut tx = self.runtime.store_op(StoreOp::Begin, begin).await?;
         if let Some(fence) = &self.fence {
             tx.fence(fence);
+        }
+        if let (TxMode::Write, Some(slot)) = (mode, &self.tx) {
+            let retiring = slot.0.lock().await.retiring.clone();
+            let held = self
+                .handles
+                .iter()
+                .filter(|checked| !retiring.contains(&checked.record.id));
+            for checked in held {
+                if !tx.hold_handle(&checked.record.id, None).await? {
+                    return Err(HandlerError::Execution(checked.refusal.clone()));
+                }
+            }
         }
         Ok(tx)
     }
@@ -642,11 +671,11 @@ impl Context {
                 K::KIND
             )));
         }
-        self.tx()
-            .await?
-            .retire_handle(handle.id())
-            .await
-            .map_err(HandlerError::from)
+        self.tx().await?.retire_handle(handle.id()).await?;
+        if let Some(slot) = &self.tx {
+            slot.0.lock().await.retiring.push(handle.id().to_owned());
+        }
+        Ok(())
     }
 
     /// The JSON-RPC id of the request.

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use tracing::{Instrument as _, Span};
 use wharf_protocol::{CallToolParams, CallToolResult, RequestId, ResultType, methods};
 
-use crate::context::{Context, Finished, Hold, TxSlot};
+use crate::context::{CheckedHandle, Context, Finished, Hold, TxSlot};
 use crate::deadline::later;
 use crate::driver::{Ended, drive, open_turn};
 use crate::error::{ErrorKind, RpcError};
@@ -34,7 +34,7 @@ enum Prepared {
     /// Run the handler with these checked handles, in this transaction slot; a write in
     /// steps holds its claim in `held_claim` meanwhile, where it can.
     Run {
-        handles: Vec<HandleRecord>,
+        handles: Vec<CheckedHandle>,
         slot: Option<Arc<TxSlot>>,
         held_claim: Option<Box<dyn Transaction>>,
     },
@@ -592,7 +592,7 @@ async fn prepare(
         match judge_handle(param, record, principal, now) {
             Ok((record, touch)) => {
                 holds.push(hold(param, &record, touch, now));
-                handles.push(record);
+                handles.push(checked(param, record));
             }
             Err(refusal) => {
                 // A write already made is replayed, though it may have retired this handle
@@ -636,7 +636,7 @@ async fn prepare(
             match judge_handle(param, record, principal, now) {
                 Ok((record, touch)) => {
                     scope_hold = Some(hold(param, &record, touch, now));
-                    handles.push(record);
+                    handles.push(checked(param, record));
                 }
                 // Gone or expired since the write that retired it: that write is replayed.
                 Err(refusal) => {
@@ -672,7 +672,7 @@ async fn prepare(
             match judge_handle(param, record, principal, now) {
                 Ok((record, touch)) => {
                     scope_hold = Some(hold(param, &record, touch, now));
-                    handles.push(record);
+                    handles.push(checked(param, record));
                 }
                 // Dropping the claim rolls it back: a refused call leaves no trace.
                 Err(refusal) => return Ok(Prepared::Answer(CallToolResult::error(refusal))),
@@ -814,6 +814,13 @@ fn hold(param: &HandleParam, record: &HandleRecord, touch: bool, now: Millis) ->
     Hold {
         id: record.id.clone(),
         touch_at: touch.then_some(now),
+        refusal: unknown_handle(param),
+    }
+}
+
+fn checked(param: &HandleParam, record: HandleRecord) -> CheckedHandle {
+    CheckedHandle {
+        record,
         refusal: unknown_handle(param),
     }
 }

@@ -267,7 +267,10 @@ thread_local! {
 
 /// Runs `read`, which reads a tool's arguments into its handler's types, accepting as
 /// handles only `checked` (the records the core checked for the call).
-pub(crate) fn reading_arguments<T>(checked: &[HandleRecord], read: impl FnOnce() -> T) -> T {
+pub(crate) fn reading_arguments<'a, T>(
+    checked: impl Iterator<Item = &'a HandleRecord>,
+    read: impl FnOnce() -> T,
+) -> T {
     /// Puts back what was there before, however `read` ends.
     struct Restore(Option<Vec<(String, String)>>);
     impl Drop for Restore {
@@ -276,7 +279,6 @@ pub(crate) fn reading_arguments<T>(checked: &[HandleRecord], read: impl FnOnce()
         }
     }
     let ids = checked
-        .iter()
         .map(|record| (record.id.clone(), record.kind.clone()))
         .collect();
     let _restore = Restore(CHECKED.with(|checked| checked.borrow_mut().replace(ids)));
