@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
 use wharf_protocol::{ProgressParams, ProgressToken, methods};
 
@@ -78,10 +78,16 @@ impl ProgressStream {
         };
         let due = state.last_sent.is_none_or(|t| t.elapsed() >= self.interval);
         if due {
-            state.pending = None;
-            state.last_sent = Some(Instant::now());
-            self.send(&params).await;
-            return;
+            match self.deliver(&params) {
+                Delivery::Sent => {
+                    state.pending = None;
+                    state.last_sent = Some(Instant::now());
+                    return;
+                }
+                Delivery::Gone => return,
+                // Kept, and tried again after the interval.
+                Delivery::Full => state.last_sent = Some(Instant::now()),
+            }
         }
         state.pending = Some(params);
         if !state.flusher {
@@ -91,55 +97,82 @@ impl ProgressStream {
                 .map_or_else(Instant::now, |t| later(t, self.interval));
             // Weak: a request cancelled meanwhile drops its stream, and what it kept is not
             // sent after the cancellation (on stdio, the channel outlives the request).
-            let this = Arc::downgrade(self);
-            tokio::spawn(async move {
-                tokio::time::sleep_until(at).await;
-                let Some(this) = this.upgrade() else {
-                    return;
-                };
-                let mut state = this.state.lock().await;
+            tokio::spawn(Self::flush(Arc::downgrade(self), at));
+        }
+    }
+
+    /// Sends the kept value at `at`, and again an interval later while the stream is full.
+    async fn flush(this: std::sync::Weak<Self>, mut at: Instant) {
+        loop {
+            tokio::time::sleep_until(at).await;
+            let Some(this) = this.upgrade() else {
+                return;
+            };
+            let mut state = this.state.lock().await;
+            let kept = state.pending.take().filter(|_| !state.closed);
+            let Some(params) = kept else {
                 state.flusher = false;
-                if state.closed {
-                    return;
-                }
-                if let Some(params) = state.pending.take() {
-                    state.last_sent = Some(Instant::now());
-                    this.send(&params).await;
-                }
-            });
+                return;
+            };
+            if let Delivery::Full = this.deliver(&params) {
+                state.pending = Some(params);
+                at = later(Instant::now(), this.interval);
+                continue;
+            }
+            state.last_sent = Some(Instant::now());
+            state.flusher = false;
+            return;
         }
     }
 
     /// Sends what is kept and stops: called by the core before it sends the response, so
-    /// nothing follows the response. (The lock is held while sending, so a flush in progress
-    /// finishes first.)
+    /// nothing follows the response. It never waits for the client to read: the call's
+    /// transaction, locks and turns are let go only after it, and a client that keeps the
+    /// stream open without reading would hold them. So a value kept while the stream is
+    /// full is dropped (the response that follows says the work ended).
     pub(crate) async fn finish(&self) {
         let mut state = self.state.lock().await;
         if let Some(params) = state.pending.take() {
-            self.send(&params).await;
+            self.deliver(&params);
         }
         state.closed = true;
     }
 
-    async fn send(&self, params: &ProgressParams) {
+    /// Puts one message on the request's stream if it has room. Progress is coalesced (one
+    /// message per interval), so a full stream is a client not reading: the value is kept
+    /// for later rather than waited on, and the handler never waits for the client.
+    fn deliver(&self, params: &ProgressParams) -> Delivery {
         let mut buf = Vec::with_capacity(128);
         if wharf_protocol::jsonrpc::write_notification(
             &mut buf,
             methods::NOTIFICATION_PROGRESS,
             params,
         )
-        .is_ok()
+        .is_err()
         {
+            return Delivery::Gone;
+        }
+        match self.outbox.try_send(buf) {
+            Ok(()) => Delivery::Sent,
+            Err(mpsc::error::TrySendError::Full(_)) => Delivery::Full,
             // The receiver is gone only when the response stream closed: nothing to do.
-            let _ = self.outbox.send(buf).await;
+            Err(mpsc::error::TrySendError::Closed(_)) => Delivery::Gone,
         }
     }
+}
+
+/// What became of a progress message.
+enum Delivery {
+    Sent,
+    /// The stream has no room now.
+    Full,
+    /// The stream closed (or the message could not be written): nothing more to send.
+    Gone,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::sync::mpsc;
 
     fn progress_values(rx: &mut mpsc::Receiver<Vec<u8>>) -> Vec<f64> {
         let mut out = Vec::new();
@@ -237,5 +270,55 @@ mod tests {
         second.report(0.7, None, None).await;
         second.finish().await;
         assert_eq!(progress_values(&mut rx), vec![0.5, 0.7]);
+    }
+
+    /// A client that keeps the stream open without reading fills it: the handler's reports
+    /// and the core's `finish` never wait for it (the call's locks are let go after
+    /// `finish`). Time is paused: a wait on the stream would let the timeout fire.
+    #[tokio::test(start_paused = true)]
+    async fn a_full_stream_never_holds_the_call() {
+        let (tx, mut rx) = mpsc::channel(1);
+        tx.send(b"unread".to_vec()).await.unwrap();
+        let p = ProgressStream::new(
+            ProgressToken::Number(1),
+            tx,
+            Duration::from_millis(100),
+            None,
+        );
+        let limit = Duration::from_secs(3600);
+        tokio::time::timeout(limit, p.report(1.0, None, None))
+            .await
+            .expect("a report waited for the client");
+        // The flusher tries again while the stream is full, and holds nothing meanwhile.
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        tokio::time::timeout(limit, p.report(2.0, None, None))
+            .await
+            .expect("a report waited for the client");
+        tokio::time::timeout(limit, p.finish())
+            .await
+            .expect("finish waited for the client");
+        assert_eq!(rx.recv().await.unwrap(), b"unread");
+        assert!(rx.try_recv().is_err(), "nothing follows the finish");
+    }
+
+    /// A value kept because the stream was full goes out once the client reads.
+    #[tokio::test(start_paused = true)]
+    async fn a_value_kept_while_the_stream_was_full_goes_out_when_it_has_room() {
+        let (tx, mut rx) = mpsc::channel(1);
+        tx.send(b"unread".to_vec()).await.unwrap();
+        let p = ProgressStream::new(
+            ProgressToken::Number(1),
+            tx,
+            Duration::from_millis(100),
+            None,
+        );
+        p.report(1.0, None, None).await;
+        p.report(2.0, None, None).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert_eq!(rx.recv().await.unwrap(), b"unread");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert_eq!(progress_values(&mut rx), vec![2.0], "the newest value");
+        p.finish().await;
+        assert!(progress_values(&mut rx).is_empty());
     }
 }
