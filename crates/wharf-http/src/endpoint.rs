@@ -178,12 +178,7 @@ async fn serve(
     };
     // W3C trace context travels in `_meta`; a client (or a proxy) that sets only the HTTP
     // headers still has its trace joined.
-    if req.info.traceparent.is_none() {
-        req.info.traceparent = headers.traceparent.text().map(str::to_owned);
-        if req.info.traceparent.is_some() {
-            req.info.tracestate = headers.tracestate.text().map(str::to_owned);
-        }
-    }
+    req.info.adopt_trace(headers.trace());
     if let Err(e) = headers::validate(headers, &req, server) {
         return error_response(Some(&req.id), &e);
     }

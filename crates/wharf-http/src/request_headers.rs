@@ -34,6 +34,11 @@ impl<'a> Field<'a> {
         self.first.and_then(|v| v.to_str().ok())
     }
 
+    /// The value as text, when it is visible ASCII and the header appears once.
+    pub(crate) fn single_text(&self) -> Option<&'a str> {
+        self.text().filter(|_| !self.repeated)
+    }
+
     /// The value of a header that may appear once, without the optional whitespace around
     /// it (RFC 9110 §5.5); `name` names it in the refusal of a repeated one.
     pub(crate) fn single(&self, name: &str) -> Result<Option<&'a [u8]>, RpcError> {
@@ -66,6 +71,15 @@ pub(crate) struct RequestHeaders<'a> {
 }
 
 impl<'a> RequestHeaders<'a> {
+    /// The W3C trace context of the request's headers. A `tracestate` sent in several
+    /// headers is left out (W3C lets them be joined; one is what clients send).
+    pub(crate) fn trace(&self) -> wharf::TraceContext<'a> {
+        wharf::TraceContext {
+            traceparent: self.traceparent.single_text(),
+            tracestate: self.tracestate.single_text(),
+        }
+    }
+
     /// Walks `map` once.
     pub(crate) fn read(map: &'a HeaderMap) -> Self {
         let mut seen = RequestHeaders {

@@ -99,7 +99,14 @@ pub(crate) async fn post(
         };
     };
     match sessions
-        .request(&mut session, id, method, envelope.params, principal)
+        .request(
+            &mut session,
+            id,
+            method,
+            envelope.params,
+            principal,
+            headers.trace(),
+        )
         .await
     {
         Ok(Answer::Message(body)) => json_response(StatusCode::OK, body),
@@ -224,8 +231,18 @@ pub(crate) async fn batch(
     let server = state.server.clone();
     // The stream ends with this task: after every message's answer, each call's response
     // last of its own.
+    // Every request of the batch joins the trace its headers carry.
+    let trace = headers.trace();
+    let trace = (
+        trace.traceparent.map(str::to_owned),
+        trace.tracestate.map(str::to_owned),
+    );
     let task = tokio::spawn(async move {
-        run_batch(&server, session, principal, &body, depth, tx).await;
+        let trace = wharf::TraceContext {
+            traceparent: trace.0.as_deref(),
+            tracestate: trace.1.as_deref(),
+        };
+        run_batch(&server, session, principal, &body, depth, trace, tx).await;
         None
     });
     sse(
@@ -243,6 +260,7 @@ async fn run_batch(
     principal: Principal,
     body: &[u8],
     depth: usize,
+    trace: wharf::TraceContext<'_>,
     tx: mpsc::Sender<Vec<u8>>,
 ) {
     let sessions = server.sessions();
@@ -272,7 +290,7 @@ async fn run_batch(
             }
             let asked = tokio::select! {
                 () = tx.closed() => continue,
-                asked = sessions.request(&mut session, id, method, envelope.params, principal.clone()) => asked,
+                asked = sessions.request(&mut session, id, method, envelope.params, principal.clone(), trace) => asked,
             };
             match asked {
                 Ok(Answer::Message(body)) => body,

@@ -718,7 +718,15 @@ async fn in_session(
         }
         let subscribed = session.subscriptions().len();
         let answer = sessions
-            .request(session, id, method, envelope.params, link.principal.clone())
+            .request(
+                session,
+                id,
+                method,
+                envelope.params,
+                link.principal.clone(),
+                // Over stdio a request's trace context is in its `_meta` or nowhere.
+                wharf::TraceContext::default(),
+            )
             .await;
         let message = match answer {
             Ok(Answer::Message(m)) => m,
@@ -753,6 +761,7 @@ async fn in_session(
                     &method,
                     params.as_deref(),
                     principal,
+                    wharf::TraceContext::default(),
                 )
                 .await;
             match answer {

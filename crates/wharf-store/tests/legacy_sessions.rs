@@ -65,6 +65,7 @@ async fn subscribe_to(
             method,
             Some(&params),
             Principal::new("alice"),
+            wharf::TraceContext::default(),
         )
         .await
         .map(|_| ())

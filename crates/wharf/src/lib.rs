@@ -82,7 +82,7 @@ pub use legacy::{
     Answer, LegacyCall, Outcome, Rounds, Scope, Session, SessionError, SessionStream, Sessions,
 };
 pub use limits::Limits;
-pub use meta::{Era, RequestInfo};
+pub use meta::{Era, RequestInfo, TraceContext};
 pub use middleware::{Middleware, MiddlewareFuture, Next};
 pub use mrtr::{Ask, Elicited, FormSchema, KeyError, StateConfig, StateKeys, StringFormat};
 pub use principal::{Grant, Principal};

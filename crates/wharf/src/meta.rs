@@ -30,6 +30,36 @@ pub struct RequestInfo {
     era: Era,
 }
 
+/// W3C trace context a transport carries beside the body (HTTP's `traceparent` and
+/// `tracestate` headers), for requests whose `_meta` carries none.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TraceContext<'a> {
+    /// The `traceparent` header.
+    pub traceparent: Option<&'a str>,
+    /// The `tracestate` header.
+    pub tracestate: Option<&'a str>,
+}
+
+/// The trace id of a W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`, lowercase), when
+/// it is one.
+pub(crate) fn trace_id_of(traceparent: &str) -> Option<&str> {
+    let mut parts = traceparent.split('-');
+    let (version, trace, parent, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, n: usize| {
+        s.len() == n && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    let valid = hex(version, 2)
+        && version != "ff"
+        && hex(trace, 32)
+        && trace.bytes().any(|b| b != b'0')
+        && hex(parent, 16)
+        && parent.bytes().any(|b| b != b'0')
+        && hex(flags, 2)
+        && (version != "00" || parts.next().is_none());
+    valid.then_some(trace)
+}
+
 /// The era a request belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -100,6 +130,19 @@ impl RequestInfo {
             traceparent,
             tracestate,
             era: Era::Legacy,
+        }
+    }
+
+    /// Joins the trace the transport carried (`carried`), unless `_meta` carries a valid
+    /// `traceparent` of its own: a client (or a proxy) that sets only the HTTP headers still
+    /// has its trace joined, and one whose `_meta` value is malformed does not lose it.
+    pub fn adopt_trace(&mut self, carried: TraceContext<'_>) {
+        if self.traceparent.as_deref().and_then(trace_id_of).is_some() {
+            return;
+        }
+        if let Some(traceparent) = carried.traceparent.filter(|t| trace_id_of(t).is_some()) {
+            self.traceparent = Some(traceparent.to_owned());
+            self.tracestate = carried.tracestate.map(str::to_owned);
         }
     }
 
@@ -216,4 +259,81 @@ pub(crate) fn capabilities_cover(
                     .is_some_and(|d| d.contains_key(k))
             })
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(traceparent: Option<&str>) -> RequestInfo {
+        RequestInfo {
+            protocol_version: version::LATEST.to_owned(),
+            client_capabilities: ClientCapabilities::default(),
+            client_info: None,
+            log_level: None,
+            progress_token: None,
+            traceparent: traceparent.map(str::to_owned),
+            tracestate: traceparent.map(|_| "meta=1".to_owned()),
+            era: Era::Stateless,
+        }
+    }
+
+    const META: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const HEADER: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    #[test]
+    fn the_transports_trace_is_joined_unless_meta_carries_a_valid_one() {
+        let carried = TraceContext {
+            traceparent: Some(HEADER),
+            tracestate: Some("header=1"),
+        };
+        let mut kept = info(Some(META));
+        kept.adopt_trace(carried);
+        assert_eq!(kept.traceparent.as_deref(), Some(META));
+        assert_eq!(kept.tracestate.as_deref(), Some("meta=1"));
+
+        for meta in [None, Some("00-junk"), Some(&*META.to_uppercase())] {
+            let mut joined = info(meta);
+            joined.adopt_trace(carried);
+            assert_eq!(joined.traceparent.as_deref(), Some(HEADER), "{meta:?}");
+            assert_eq!(joined.tracestate.as_deref(), Some("header=1"), "{meta:?}");
+        }
+
+        let mut untouched = info(None);
+        untouched.adopt_trace(TraceContext {
+            traceparent: Some("00-not-a-trace-01"),
+            tracestate: Some("header=1"),
+        });
+        assert_eq!(untouched.traceparent, None);
+        assert_eq!(untouched.tracestate, None);
+    }
+
+    #[test]
+    fn a_trace_id_is_read_only_from_a_valid_traceparent() {
+        let id = "4bf92f3577b34da6a3ce929d0e0e4736";
+        assert_eq!(
+            trace_id_of(&format!("00-{id}-00f067aa0ba902b7-01")),
+            Some(id)
+        );
+        // A later version may add fields; version 00 may not.
+        assert_eq!(
+            trace_id_of(&format!("01-{id}-00f067aa0ba902b7-01-x")),
+            Some(id)
+        );
+        for bad in [
+            format!("00-{id}-00f067aa0ba902b7-01-x"),
+            format!("ff-{id}-00f067aa0ba902b7-01"),
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01".to_owned(),
+            format!("00-{id}-0000000000000000-01"),
+            format!("00-{id}-00f067aa0ba902b7"),
+            format!("00-{}-00f067aa0ba902b7-01", &id[1..]),
+            "00-4bf92f3577b34da6a3ce929d0e0e473z-00f067aa0ba902b7-01".to_owned(),
+            // W3C: lowercase hex only; `FF` is the invalid version too.
+            format!("00-{}-00f067aa0ba902b7-01", id.to_uppercase()),
+            format!("FF-{id}-00f067aa0ba902b7-01"),
+            format!("00-{id}-00F067AA0BA902B7-01"),
+        ] {
+            assert_eq!(trace_id_of(&bad), None, "{bad}");
+        }
+    }
 }

@@ -15,7 +15,7 @@ use wharf_protocol::{
 };
 
 use crate::error::{ErrorKind, RpcError};
-use crate::meta::{RequestInfo, refusal_before_params};
+use crate::meta::{RequestInfo, TraceContext, refusal_before_params};
 use crate::metrics::OutcomeCell;
 use crate::principal::Principal;
 use crate::session::Session;
@@ -374,6 +374,7 @@ pub(crate) fn parse_in_session(
     id: RequestId,
     method: &str,
     params: Option<&RawValue>,
+    trace: TraceContext<'_>,
 ) -> Result<ParsedRequest, RpcError> {
     if method == methods::DISCOVER || method == methods::SUBSCRIPTIONS_LISTEN {
         return Err(RpcError::method_not_found(method));
@@ -388,7 +389,8 @@ pub(crate) fn parse_in_session(
         params,
         stateless: None,
     };
-    let (body, info) = read_body(&reading, method, params)?;
+    let (body, mut info) = read_body(&reading, method, params)?;
+    info.adopt_trace(trace);
     Ok(ParsedRequest { id, info, body })
 }
 

@@ -448,6 +448,28 @@ async fn spans_exported_over_otlp_join_the_callers_trace() {
     })
     .await;
     assert_eq!(hex(&listed.parent_span_id), parent);
+    // So is a legacy session's request: that era has no trace context in `_meta`.
+    let (tp, trace, parent) = traceparent();
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("traceparent", tp.parse().unwrap());
+    let http = reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap();
+    let legacy_client = server.client().with_bearer(TOKEN_42).with_http(http);
+    let session = wharf_client::LegacySession::initialize(&legacy_client, "2025-11-25", json!({}))
+        .await
+        .unwrap();
+    let r = session.request("tools/list", json!({})).await.unwrap();
+    assert!(r.result().is_some(), "{}", r.body);
+    let listed = eventually("the legacy list's span reaches the receiver", async || {
+        receiver
+            .of_trace(&trace)
+            .into_iter()
+            .find(|s| s.name == "tools/list")
+    })
+    .await;
+    assert_eq!(hex(&listed.parent_span_id), parent);
 
     // The store spans name their operation; the call's transaction began and committed.
     let operations: Vec<String> = named("mcp.store")

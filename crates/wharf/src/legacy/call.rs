@@ -412,6 +412,8 @@ impl Run {
             self.id.clone(),
             self.method,
             self.raw.as_deref(),
+            // The round's span is under the call's, which joined the caller's trace.
+            crate::meta::TraceContext::default(),
         )
         .map_err(|e| self.fail(e))?;
         match &mut req.body {
@@ -806,6 +808,7 @@ mod tests {
                 "tools/call",
                 Some(&params),
                 alice,
+                crate::meta::TraceContext::default(),
             )
             .await
         else {

@@ -37,6 +37,7 @@ use crate::admission::{self, ErrorReply};
 use crate::bus::{BusError, ChangeEvent, SessionSignal};
 use crate::dispatch::Core;
 use crate::error::{ErrorKind, RpcError};
+use crate::meta::TraceContext;
 use crate::principal::Principal;
 use crate::reply::respond;
 use crate::request::{self, MAX_SUBSCRIPTIONS};
@@ -268,7 +269,8 @@ impl<'a> Sessions<'a> {
     }
 
     /// Handles a request of `session`: answers the session's own methods at once and admits
-    /// everything else as a [`LegacyCall`].
+    /// everything else as a [`LegacyCall`]. `trace` is the W3C trace context the transport
+    /// carried beside the message (HTTP headers), joined when `_meta` carries none.
     pub async fn request(
         &self,
         session: &mut Session,
@@ -276,6 +278,7 @@ impl<'a> Sessions<'a> {
         method: &str,
         params: Option<&RawValue>,
         principal: Principal,
+        trace: TraceContext<'_>,
     ) -> Result<Answer, ErrorReply> {
         let caps = &self.core.registry.capabilities;
         let fail = |e: RpcError| ErrorReply::new(Some(id.clone()), e.in_2025());
@@ -371,8 +374,9 @@ impl<'a> Sessions<'a> {
                 empty()
             }
             _ => {
-                let req = request::parse_in_session(caps, session, id.clone(), method, params)
-                    .map_err(fail)?;
+                let req =
+                    request::parse_in_session(caps, session, id.clone(), method, params, trace)
+                        .map_err(fail)?;
                 // Registered before admission: a cancellation that arrives while the request
                 // waits in the queue takes it out of the queue.
                 let (cancel, running) = call::register(self.core, session, &id).map_err(fail)?;
