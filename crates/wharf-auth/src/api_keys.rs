@@ -55,6 +55,14 @@ pub enum ApiKeyError {
     /// One token given to two principals.
     #[error("API key for {0:?}: the same token is given twice")]
     Duplicate(String),
+    /// A principal name another way of signing in gives its principals: `anonymous` (every
+    /// request of a server without authentication, and over stdio) or a name with `#` (an
+    /// OAuth issuer and subject). Handles and idempotency records belong to a principal's
+    /// name, so on a store shared with such a server the key would act for its users.
+    #[error(
+        "API key for {0:?}: the principal may not be \"anonymous\" or contain '#', which name the principals of servers without authentication and of OAuth tokens"
+    )]
+    Reserved(String),
 }
 
 impl ApiKeys {
@@ -78,6 +86,9 @@ impl ApiKeys {
                 || principal.chars().any(char::is_control)
             {
                 return Err(ApiKeyError::Principal { position });
+            }
+            if principal == "anonymous" || principal.contains('#') {
+                return Err(ApiKeyError::Reserved(principal.to_owned()));
             }
             if token.len() < MIN_TOKEN_LEN
                 || token.chars().any(|c| c.is_whitespace() || c.is_control())
@@ -191,6 +202,19 @@ mod tests {
             ApiKeys::parse(["a=tok-aaaaaaaaaaaaaaaa", "b=tok-aaaaaaaaaaaaaaaa"]),
             Err(ApiKeyError::Duplicate(_))
         ));
+        // The names of other ways in: the key would own their principals' handles.
+        for name in ["anonymous", "https://issuer.example#alice", "a#b"] {
+            assert_eq!(
+                ApiKeys::parse([format!("{name}=tok-aaaaaaaaaaaaaaaa").as_str()]).unwrap_err(),
+                ApiKeyError::Reserved(name.to_owned())
+            );
+        }
+        assert_eq!(
+            ApiKeys::parse(["anonymous-bot=tok-aaaaaaaaaaaaaaaa"])
+                .unwrap()
+                .len(),
+            1
+        );
     }
 
     #[test]

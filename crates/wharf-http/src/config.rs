@@ -155,7 +155,8 @@ pub struct HttpConfig {
     /// Largest total size of the request headers, in bytes (431 beyond).
     pub max_header_bytes: usize,
     /// Interval of SSE keep-alive comments on streamed answers (listen streams, and calls whose
-    /// client asked for progress or logs: a long call stays visibly alive to proxies).
+    /// client asked for progress or logs: a long call stays visibly alive to proxies); at
+    /// most a day is used.
     pub keep_alive: Duration,
     /// Dependencies `GET /readyz` checks.
     pub readiness: Vec<Arc<dyn ReadinessCheck>>,

@@ -123,7 +123,37 @@ fn refusal_reason(refused: &Refusal, headers: &HeaderMap) -> AuthRefusal {
         StatusCode::FORBIDDEN => AuthRefusal::Forbidden,
         StatusCode::SERVICE_UNAVAILABLE => AuthRefusal::Unavailable,
         StatusCode::BAD_REQUEST => AuthRefusal::Invalid,
-        _ if headers.contains_key(header::AUTHORIZATION) => AuthRefusal::Invalid,
+        // A credential of another scheme (a browser's Basic) is no token: none was sent.
+        _ if headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.as_bytes().get(..7))
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case(b"bearer ")) =>
+        {
+            AuthRefusal::Invalid
+        }
         _ => AuthRefusal::Missing,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_bearer_credential_refused_counts_as_invalid() {
+        let refused = Refusal::unauthorized("no", None);
+        let with = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::AUTHORIZATION, HeaderValue::from_str(value).unwrap());
+            refusal_reason(&refused, &headers)
+        };
+        assert_eq!(with("Bearer junk"), AuthRefusal::Invalid);
+        assert_eq!(with("bearer junk"), AuthRefusal::Invalid);
+        // A browser's (or a proxy's) credential of another scheme is no token at all.
+        assert_eq!(with("Basic YWxpY2U6cHc="), AuthRefusal::Missing);
+        assert_eq!(
+            refusal_reason(&refused, &HeaderMap::new()),
+            AuthRefusal::Missing
+        );
     }
 }

@@ -205,14 +205,21 @@ pub(crate) fn method_mirrored(
     method: &str,
     strict: bool,
 ) -> Result<(), RpcError> {
-    let sent = read_ahead(&headers.method, headers::METHOD, "Mcp-Method", strict)?;
-    match sent {
-        Some(sent) if sent != method.as_bytes() => Err(RpcError::header_mismatch(format!(
-            "Mcp-Method header value '{}' does not match body value '{method}'",
-            String::from_utf8_lossy(sent),
-        ))),
-        _ => Ok(()),
+    let Some(sent) = read_ahead(&headers.method, headers::METHOD, "Mcp-Method", strict)? else {
+        return Ok(());
+    };
+    // Compared as sent first: a Base64-encoded value (which the client may send for any
+    // mirrored header) is decoded only when the plain one differs.
+    if sent == method.as_bytes() {
+        return Ok(());
     }
+    let sent = decoded(sent, "Mcp-Method")?;
+    if sent == method {
+        return Ok(());
+    }
+    Err(RpcError::header_mismatch(format!(
+        "Mcp-Method header value '{sent}' does not match body value '{method}'",
+    )))
 }
 
 /// `Mcp-Method`, `Mcp-Name` and `Mcp-Param-*` against the body; `strict`: each one the

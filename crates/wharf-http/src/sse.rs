@@ -14,6 +14,9 @@ pub(crate) fn event(message: Vec<u8>) -> Result<Event, Infallible> {
     Ok(Event::default().data(String::from_utf8(message).unwrap_or_default()))
 }
 
+/// The longest interval between keep-alive comments.
+const LONGEST_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(86_400);
+
 /// The response that streams `events`, with a keep-alive comment whenever the stream is
 /// quiet for the configured interval, and unbuffered by proxies that honour
 /// `X-Accel-Buffering`.
@@ -21,8 +24,11 @@ pub(crate) fn sse(
     state: &AppState,
     events: impl futures_util::Stream<Item = Result<Event, Infallible>> + Send + 'static,
 ) -> Response {
+    // Bounded: the keep-alive's timer adds the interval to the clock after every event, and
+    // an interval near `Duration::MAX` would overflow it (a day is as good as never here).
+    let interval = state.config.keep_alive.min(LONGEST_KEEP_ALIVE);
     let mut res = Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(state.config.keep_alive).text(""))
+        .keep_alive(KeepAlive::new().interval(interval).text(""))
         .into_response();
     res.headers_mut()
         .insert("x-accel-buffering", HeaderValue::from_static("no"));

@@ -62,7 +62,11 @@ struct Tagged {
 /// The endpoint behind the app's own authentication: here a layer that turns an
 /// `X-User` header into a principal (a real app would read a session cookie).
 fn app() -> Router {
-    let mut config = HttpConfig::default();
+    app_with(HttpConfig::default())
+}
+
+/// [`app`] with `config` (its authentication replaced).
+fn app_with(mut config: HttpConfig) -> Router {
     config.auth = std::sync::Arc::new(
         FromExtensions::new().challenge(HeaderValue::from_static(r#"Cookie realm="app""#)),
     );
@@ -381,6 +385,27 @@ async fn a_legacy_calls_stream_ends_with_its_response() {
     assert_eq!(last["result"]["content"][0]["text"], "done", "{body}");
 }
 
+/// A keep-alive interval of any length is taken (one near `Duration::MAX` overflowed the
+/// timer the stream resets after each event, which panicked the connection).
+#[tokio::test]
+async fn a_streamed_answer_survives_an_endless_keep_alive() {
+    let mut config = HttpConfig::default();
+    config.keep_alive = std::time::Duration::MAX;
+    let mut meta = meta();
+    meta["progressToken"] = json!("p");
+    let req = with(
+        call("hello"),
+        json!({ "name": "hello", "arguments": {}, "_meta": meta }),
+        &[],
+    );
+    let res = app_with(config).oneshot(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(res.headers()[header::CONTENT_TYPE], "text/event-stream");
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    let body = String::from_utf8(body.to_vec()).unwrap();
+    assert!(body.contains("hello https://app.example#alice"), "{body}");
+}
+
 /// A HEAD is refused and opens nothing: run as a GET (axum's default), it would open the
 /// session's stream and so end the one its client holds.
 #[tokio::test]
@@ -632,20 +657,40 @@ async fn initialize_on_a_modern_only_server_names_the_supported_versions() {
 }
 
 /// Every mirrored header value may come Base64-encoded (`=?base64?…?=`) and is compared
-/// decoded: `MCP-Protocol-Version` too.
+/// decoded: `MCP-Protocol-Version` and `Mcp-Method` too.
 #[tokio::test]
-async fn an_encoded_version_header_is_compared_decoded() {
-    // "2026-07-28", encoded.
-    let encoded = "=?base64?MjAyNi0wNy0yOA==?=";
+async fn encoded_version_and_method_headers_are_compared_decoded() {
+    // "2026-07-28" and "tools/call", encoded.
+    for (name, encoded) in [
+        ("mcp-protocol-version", "=?base64?MjAyNi0wNy0yOA==?="),
+        ("mcp-method", "=?base64?dG9vbHMvY2FsbA==?="),
+    ] {
+        let req = with(
+            call("hello"),
+            json!({ "name": "hello", "arguments": {}, "_meta": meta() }),
+            &[(name, encoded)],
+        );
+        let (status, body) = send(req).await;
+        assert_eq!(status, StatusCode::OK, "{name}: {body}");
+        assert_eq!(
+            body["result"]["content"][0]["text"], "hello https://app.example#alice",
+            "{body}"
+        );
+    }
+    // "tools/list", encoded: decoded, it still names another method.
     let req = with(
         call("hello"),
         json!({ "name": "hello", "arguments": {}, "_meta": meta() }),
-        &[("mcp-protocol-version", encoded)],
+        &[("mcp-method", "=?base64?dG9vbHMvbGlzdA==?=")],
     );
     let (status, body) = send(req).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    assert_eq!(
-        body["result"]["content"][0]["text"], "hello https://app.example#alice",
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["code"], -32020, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("'tools/list' does not match body value 'tools/call'"),
         "{body}"
     );
 }

@@ -455,7 +455,10 @@ impl Context {
             // call's redemption must find it.
             expires_at: after(
                 round.expires_at,
-                self.runtime.config.max_call_duration + std::time::Duration::from_secs(60),
+                self.runtime
+                    .config
+                    .max_call_duration
+                    .saturating_add(std::time::Duration::from_secs(60)),
             ),
             owner: self.principal.id().to_owned(),
         };

@@ -111,8 +111,16 @@ pub(crate) fn store(operation: &'static str, backend: &'static str) -> Span {
         "mcp.store",
         otel.name = Empty,
         db.operation.name = operation,
-        db.system.name = backend,
+        db.system.name = system_name(backend),
     )
+}
+
+/// OpenTelemetry's well-known `db.system.name` for a store backend's name.
+fn system_name(backend: &'static str) -> &'static str {
+    match backend {
+        "postgres" => "postgresql",
+        other => other,
+    }
 }
 
 /// A span for round `round` of a multi-round request (legacy calls that asked their
