@@ -38,6 +38,13 @@ use wharf::Server;
 /// another replica, instead of reusing a kept-alive connection that closes under it. (Set
 /// by each handler rather than by a layer: a layer costs every request about 1,800
 /// instructions, 3.5 % of an echo call, measured with callgrind.)
+/// Counts a response of the MCP endpoint by its status, when the server counts.
+pub(crate) fn count_response(state: &AppState, response: &axum::response::Response) {
+    if let Some(m) = state.server.metrics() {
+        m.http_response(response.status().as_u16());
+    }
+}
+
 pub(crate) fn close_while_draining(state: &AppState, response: &mut axum::response::Response) {
     if state.server.is_draining() {
         response.headers_mut().insert(

@@ -395,7 +395,13 @@ impl Drop for Detached {
 
 /// GET with a session: its stream of list changes and resource updates.
 pub(crate) async fn get(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    let (session, principal) = match checked(&state, request).await {
+    let response = open_stream(&state, request).await;
+    crate::count_response(&state, &response);
+    response
+}
+
+async fn open_stream(state: &Arc<AppState>, request: Request) -> Response {
+    let (session, principal) = match checked(state, request).await {
         Ok(s) => s,
         Err(refused) => return *refused,
     };
@@ -403,8 +409,8 @@ pub(crate) async fn get(State(state): State<Arc<AppState>>, request: Request) ->
         Ok(stream) => stream,
         Err(e) => return error_response(None, &e),
     };
-    let mut res = sse(&state, stream.map(event));
-    crate::close_while_draining(&state, &mut res);
+    let mut res = sse(state, stream.map(event));
+    crate::close_while_draining(state, &mut res);
     res
 }
 
@@ -428,14 +434,15 @@ pub(crate) async fn head(State(state): State<Arc<AppState>>, headers: HeaderMap)
 
 /// DELETE with a session: ends it.
 pub(crate) async fn delete(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    let (session, _) = match checked(&state, request).await {
-        Ok(s) => s,
-        Err(refused) => return *refused,
+    let response = match checked(&state, request).await {
+        Ok((session, _)) => match state.server.sessions().end(&session).await {
+            Ok(()) => StatusCode::OK.into_response(),
+            Err(e) => session_error(None, e),
+        },
+        Err(refused) => *refused,
     };
-    match state.server.sessions().end(&session).await {
-        Ok(()) => StatusCode::OK.into_response(),
-        Err(e) => session_error(None, e),
-    }
+    crate::count_response(&state, &response);
+    response
 }
 
 /// The session a GET or DELETE names, after the Host/Origin and credential checks; without

@@ -155,8 +155,20 @@ async fn a_real_prometheus_scrapes_the_request_counter_of_a_tool() {
         assert_eq!(r.status, 401, "{}", r.body);
     }
 
+    // Refused before it reaches a method: counted by its HTTP status only.
+    let headers = client.headers_for("tools/list", &json!({}));
+    let r = client
+        .send_raw(b"{\"jsonrpc\": \"2.0\", ".to_vec(), headers)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 400, "{}", r.body);
+
     let text = scrape(&metrics).await;
     assert!(text.contains(ECHO_OK_THREE), "{text}");
+    for (status, n) in [(200, 4), (400, 1), (401, 2)] {
+        let series = format!("wharf_http_responses_total{{status=\"{status}\"}} {n}\n");
+        assert!(text.contains(&series), "{series}: {text}");
+    }
     assert!(
         text.contains(
             "wharf_requests_total{method=\"tools/call\",tool=\"\",outcome=\"error\"} 1\n"

@@ -140,6 +140,12 @@ impl AuthRefusal {
     }
 }
 
+/// The HTTP statuses counted one by one in `wharf_http_responses_total`: those the MCP
+/// endpoint answers with. Any other is counted as `other`.
+const HTTP_STATUSES: [u16; 16] = [
+    200, 202, 400, 401, 403, 404, 405, 406, 408, 413, 415, 429, 431, 500, 503, 504,
+];
+
 /// What a call asks of the store, as the `operation` label says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum StoreOp {
@@ -245,6 +251,8 @@ pub struct Metrics {
     in_flight: AtomicI64,
     shed: [AtomicU64; Shed::ALL.len()],
     auth_refusals: [AtomicU64; AuthRefusal::ALL.len()],
+    /// By the index of [`HTTP_STATUSES`]; the last slot is `other`.
+    http_statuses: [AtomicU64; HTTP_STATUSES.len() + 1],
     store: [Histogram; StoreOp::ALL.len()],
     lock_waits: Histogram,
     replays: AtomicU64,
@@ -272,6 +280,7 @@ impl Metrics {
             in_flight: AtomicI64::new(0),
             shed: Default::default(),
             auth_refusals: Default::default(),
+            http_statuses: Default::default(),
             store: Default::default(),
             lock_waits: Histogram::default(),
             replays: AtomicU64::new(0),
@@ -285,6 +294,17 @@ impl Metrics {
     /// Counts a request a transport refused to authenticate.
     pub fn auth_refused(&self, why: AuthRefusal) {
         self.auth_refusals[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an HTTP response of the MCP endpoint, by its status: refusals before a request
+    /// runs (a malformed body, a header that disagrees with it, a forbidden Host) are counted
+    /// nowhere else.
+    pub fn http_response(&self, status: u16) {
+        let slot = HTTP_STATUSES
+            .iter()
+            .position(|s| *s == status)
+            .unwrap_or(HTTP_STATUSES.len());
+        self.http_statuses[slot].fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn shed(&self, why: Shed) {
@@ -402,6 +422,22 @@ impl Metrics {
                         .map(|w| (w.as_str(), &self.auth_refusals[w as usize]))
                         .into(),
                 ),
+            ),
+            Family::counter(
+                "wharf_http_responses",
+                "Responses of the MCP endpoint, by HTTP status (refusals before a request ran \
+                 included).",
+                self.http_statuses
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, n)| load(n) > 0)
+                    .map(|(i, n)| {
+                        let status = HTTP_STATUSES
+                            .get(i)
+                            .map_or_else(|| "other".to_owned(), u16::to_string);
+                        Point::new(vec![("status", status)], load(n))
+                    })
+                    .collect(),
             ),
             Family::seconds(
                 "wharf_store_operation_duration_seconds",
