@@ -44,6 +44,12 @@ pub enum ErrorKind {
     Application(i32),
 }
 
+/// The target of the log events that carry an internal error's detail (a handler's panic
+/// message, a store's error, an output-schema breach): it may hold anything a request
+/// carried, so it belongs in the server's log and not in what is exported further (a
+/// tracing backend's span events).
+pub const DETAIL_TARGET: &str = "wharf::detail";
+
 /// Wharf's own JSON-RPC code for "busy, retry later": outside the range JSON-RPC reserves
 /// (-32768 to -32000), which MCP uses for its own codes.
 pub const RETRY_LATER: i32 = -31000;
@@ -210,9 +216,9 @@ impl RpcError {
         .with_data(json!({ "requiredScopes": required }))
     }
 
-    /// `-32603`. The detail is logged, never sent.
+    /// `-32603`. The detail is logged (under [`DETAIL_TARGET`]), never sent.
     pub fn internal(detail: impl std::fmt::Display) -> Self {
-        tracing::error!(%detail, "internal error");
+        tracing::error!(target: DETAIL_TARGET, %detail, "internal error");
         Self::new(ErrorKind::Internal, "Internal error")
     }
 

@@ -76,7 +76,9 @@ pub use bus::{BusError, ChangeEvent, InProcessBus, NotificationBus, SessionSigna
 pub use config::{CachePolicy, LegacyConfig, ServerConfig};
 pub use context::{Context, TxGuard};
 pub use cursor::CursorKey;
-pub use error::{ErrorKind, FORBIDDEN, RETRY_LATER, RpcError, TIMED_OUT, UNAUTHORIZED};
+pub use error::{
+    DETAIL_TARGET, ErrorKind, FORBIDDEN, RETRY_LATER, RpcError, TIMED_OUT, UNAUTHORIZED,
+};
 pub use handler::HandlerError;
 pub use legacy::{
     Answer, LegacyCall, Outcome, Rounds, Scope, Session, SessionError, SessionStream, Sessions,

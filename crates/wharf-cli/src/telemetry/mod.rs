@@ -31,6 +31,16 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 /// and a text log does not.
 const SPANS: &str = "wharf::trace";
 
+/// What the tracing backend gets: the request spans, and warnings and errors as events of
+/// the span they happen in; not an internal error's detail, which stays in the log (it may
+/// hold what a request carried: a handler's panic message, say).
+fn exported() -> Targets {
+    Targets::new()
+        .with_default(Level::WARN)
+        .with_target(SPANS, Level::INFO)
+        .with_target(wharf::DETAIL_TARGET, LevelFilter::OFF)
+}
+
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum LogFormat {
@@ -104,13 +114,10 @@ where
 {
     let mut layers: Vec<Boxed> = Vec::new();
     if let Some(provider) = tracer {
-        let spans = Targets::new()
-            .with_default(Level::WARN)
-            .with_target(SPANS, Level::INFO);
         layers.push(
             tracing_opentelemetry::layer()
                 .with_tracer(provider.tracer("wharf"))
-                .with_filter(spans)
+                .with_filter(exported())
                 .boxed(),
         );
     }
@@ -321,6 +328,15 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
+
+    #[test]
+    fn an_internal_errors_detail_is_not_exported_to_traces() {
+        let exported = exported();
+        assert!(!exported.would_enable(wharf::DETAIL_TARGET, &Level::ERROR));
+        assert!(exported.would_enable(SPANS, &Level::INFO));
+        assert!(exported.would_enable("wharf_store::sql", &Level::WARN));
+        assert!(!exported.would_enable("wharf_store::sql", &Level::INFO));
+    }
 
     /// Collects what a layer writes.
     #[derive(Clone, Default)]
