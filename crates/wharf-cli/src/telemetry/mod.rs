@@ -11,8 +11,11 @@ use std::io::Write as _;
 use clap::ValueEnum;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
+use std::time::Duration;
+
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
 use serde_json::{Map, Value};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -86,7 +89,7 @@ pub(crate) fn init(format: LogFormat) -> Result<Telemetry, String> {
     let env = |name: &str| std::env::var(name).ok();
     // One resource for spans and metrics: both name the same process (one instance id).
     let resource = resource();
-    let tracer = tracer(&resource)?;
+    let tracer = tracer(env, &resource)?;
     let attributes = ResourceAttributesWithSchema::from(&resource).attributes.0;
     let metrics = MetricsPush::from_env(env, attributes)?;
     // Logs go to stderr: on stdio, stdout carries only MCP messages.
@@ -145,35 +148,136 @@ where
 }
 
 /// The span exporter, when `OTEL_EXPORTER_OTLP_ENDPOINT` (or its traces-only form) names a
-/// collector and neither `OTEL_SDK_DISABLED` nor `OTEL_TRACES_EXPORTER=none` turns it off.
-/// Everything else (headers, timeout, sampler, batch delay, service name, resource) comes
-/// from the other standard variables, read by the OpenTelemetry SDK itself.
-fn tracer(resource: &Resource) -> Result<Option<SdkTracerProvider>, String> {
-    let var = |name| std::env::var(name).ok().filter(|v: &String| !v.is_empty());
-    let configured = var("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .or_else(|| var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
-        .is_some();
-    let disabled = var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"))
-        || var("OTEL_TRACES_EXPORTER").is_some_and(|v| v == "none");
-    if !configured || disabled {
-        return Ok(None);
+/// collector, `OTEL_TRACES_EXPORTER` (when set) lists `otlp` and `OTEL_SDK_DISABLED` is not
+/// true. The protocol (http/protobuf only), timeout and TLS files come from the traces-only
+/// variables or the generic ones, as for metrics; the rest (headers, sampler, batch delay,
+/// service name, resource) from the standard variables, read by the OpenTelemetry SDK
+/// itself. An error names the variable it cannot use.
+fn tracer(
+    env: impl Fn(&str) -> Option<String>,
+    resource: &Resource,
+) -> Result<Option<SdkTracerProvider>, String> {
+    let var = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+    let setting = |what: &str| otlp_metrics::signal_setting(&var, "TRACES", what);
+    let disabled = var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    let otlp = var("OTEL_TRACES_EXPORTER").is_none_or(|list| {
+        list.split(',')
+            .any(|e| e.trim().eq_ignore_ascii_case("otlp"))
+    });
+    let endpoint = match setting("ENDPOINT") {
+        _ if disabled || !otlp => return Ok(None),
+        None => return Ok(None),
+        Some((name, endpoint)) if name.contains("_TRACES_") => (name, endpoint),
+        Some((name, base)) => {
+            let endpoint = format!("{}/v1/traces", base.trim_end_matches('/'));
+            (name, endpoint)
+        }
+    };
+    let (name, endpoint) = endpoint;
+    if reqwest::Url::parse(&endpoint).map_or(true, |u| !matches!(u.scheme(), "http" | "https")) {
+        return Err(format!("{name}: not an http:// or https:// URL"));
     }
-    if let Some(protocol) = var("OTEL_EXPORTER_OTLP_PROTOCOL")
-        && protocol != "http/protobuf"
+    if let Some((name, protocol)) = setting("PROTOCOL")
+        && !protocol.trim().eq_ignore_ascii_case("http/protobuf")
     {
         return Err(format!(
-            "OTEL_EXPORTER_OTLP_PROTOCOL={protocol}: wharf exports over http/protobuf only"
+            "{name}={protocol}: wharf exports over http/protobuf only"
         ));
     }
+    let timeout = match setting("TIMEOUT") {
+        Some((name, ms)) => match ms.trim().parse::<u64>() {
+            Ok(ms) if ms > 0 => Duration::from_millis(ms),
+            _ => {
+                return Err(format!(
+                    "{name}={ms}: not a positive number of milliseconds"
+                ));
+            }
+        },
+        None => Duration::from_secs(10),
+    };
+    let tls = otlp_metrics::Tls::from_env(&setting)?;
+    // The exporter sends from a thread of its own, with a blocking client; built on a
+    // thread of its own too, as a blocking client may not be built inside a runtime.
+    let client = std::thread::spawn(move || {
+        let mut client = reqwest::blocking::Client::builder().timeout(timeout);
+        if let Some(ca) = tls.root {
+            client = client.add_root_certificate(ca);
+        }
+        if let Some(identity) = tls.identity {
+            client = client.identity(identity);
+        }
+        client.build()
+    })
+    .join()
+    .map_err(|_| "cannot set up the OTLP span client".to_owned())?
+    .map_err(|e| format!("cannot set up the OTLP span client: {e}"))?;
+    use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
+        .with_endpoint(endpoint)
+        .with_http_client(client)
         .build()
         .map_err(|e| format!("cannot set up the OTLP span exporter: {e}"))?;
     let provider = SdkTracerProvider::builder()
-        .with_batch_exporter(exporter)
+        .with_batch_exporter(Reporting::new(exporter))
         .with_resource(resource.clone())
         .build();
     Ok(Some(provider))
+}
+
+/// A span exporter that says in the log when exports start failing and when they work
+/// again, one line per change (the SDK's own reports are compiled out).
+#[derive(Debug)]
+struct Reporting<E> {
+    inner: E,
+    failing: std::sync::atomic::AtomicBool,
+}
+
+impl<E> Reporting<E> {
+    fn new(inner: E) -> Self {
+        Reporting {
+            inner,
+            failing: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Logs `result` if it changes whether exports fail.
+    fn report(&self, result: &OTelSdkResult) {
+        let was_failing = self
+            .failing
+            .swap(result.is_err(), std::sync::atomic::Ordering::Relaxed);
+        match result {
+            // Outside any span: the OpenTelemetry layer exports none of it.
+            Err(e) if !was_failing => tracing::warn!(
+                error = %e,
+                "could not export spans to the collector; they are dropped until it answers"
+            ),
+            Ok(()) if was_failing => tracing::info!("spans reach the collector again"),
+            _ => {}
+        }
+    }
+}
+
+impl<E: SpanExporter> SpanExporter for Reporting<E> {
+    fn export(&self, batch: Vec<SpanData>) -> impl Future<Output = OTelSdkResult> + Send {
+        async move {
+            let result = self.inner.export(batch).await;
+            self.report(&result);
+            result
+        }
+    }
+
+    fn shutdown_with_timeout(&mut self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&mut self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
+    }
 }
 
 /// What spans and metrics say about this process: `OTEL_RESOURCE_ATTRIBUTES` and
@@ -336,6 +440,124 @@ mod tests {
         assert!(exported.would_enable(SPANS, &Level::INFO));
         assert!(exported.would_enable("wharf_store::sql", &Level::WARN));
         assert!(!exported.would_enable("wharf_store::sql", &Level::INFO));
+    }
+
+    /// Whether the span exporter `vars` configure is on; or the error naming a variable.
+    fn traces(vars: &[(&str, &str)]) -> Result<bool, String> {
+        let env = |name: &str| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| (*v).to_owned())
+        };
+        let provider = tracer(env, &Resource::builder_empty().build())?;
+        let on = provider.is_some();
+        if let Some(provider) = provider {
+            // Nothing was exported: its last batch is empty.
+            let _ = provider.shutdown();
+        }
+        Ok(on)
+    }
+
+    #[test]
+    fn the_span_exporter_reads_the_traces_variables_as_the_metrics_push_does() {
+        let endpoint = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1");
+        assert_eq!(traces(&[]), Ok(false));
+        assert_eq!(traces(&[endpoint]), Ok(true));
+        assert_eq!(
+            traces(&[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:1/t")]),
+            Ok(true)
+        );
+        // An exporter list without otlp turns it off; one with it, in any case, keeps it.
+        assert_eq!(
+            traces(&[endpoint, ("OTEL_TRACES_EXPORTER", "console")]),
+            Ok(false)
+        );
+        assert_eq!(
+            traces(&[endpoint, ("OTEL_TRACES_EXPORTER", "console, OTLP")]),
+            Ok(true)
+        );
+        assert_eq!(
+            traces(&[endpoint, ("OTEL_SDK_DISABLED", "TRUE")]),
+            Ok(false)
+        );
+        // The traces-only protocol is the one that counts, in any case.
+        assert_eq!(
+            traces(&[
+                endpoint,
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+                ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "HTTP/PROTOBUF"),
+            ]),
+            Ok(true)
+        );
+        for (bad, named) in [
+            (
+                ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc"),
+                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+            ),
+            (
+                ("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "/no/such.pem"),
+                "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+            ),
+            (
+                ("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/no/such.pem"),
+                "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+            ),
+            (
+                ("OTEL_EXPORTER_OTLP_TIMEOUT", "0"),
+                "OTEL_EXPORTER_OTLP_TIMEOUT",
+            ),
+            (
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "c:4318"),
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+            ),
+        ] {
+            // The bad one first: it is the one read.
+            let e = traces(&[bad, endpoint]).unwrap_err();
+            assert!(e.contains(named), "{bad:?}: {e}");
+        }
+    }
+
+    /// Exports that fail one after another are logged once, and so is the recovery.
+    #[test]
+    fn failing_span_exports_are_logged_once_and_the_recovery_too() {
+        use opentelemetry_sdk::error::OTelSdkError;
+
+        #[derive(Debug)]
+        struct Flaky(Mutex<Vec<bool>>);
+        impl SpanExporter for Flaky {
+            fn export(&self, _: Vec<SpanData>) -> impl Future<Output = OTelSdkResult> + Send {
+                let ok = self.0.lock().unwrap().remove(0);
+                async move {
+                    if ok {
+                        Ok(())
+                    } else {
+                        Err(OTelSdkError::InternalFailure(
+                            "the collector answered 404".into(),
+                        ))
+                    }
+                }
+            }
+        }
+
+        let _one = one_subscriber();
+        let out = Buffer::default();
+        let exporter = Reporting::new(Flaky(Mutex::new(vec![true, false, false, true, true])));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        tracing::subscriber::with_default(subscriber(LogFormat::Text, &out), || {
+            for _ in 0..5 {
+                let _ = runtime.block_on(exporter.export(Vec::new()));
+            }
+        });
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.matches("could not export spans").count(), 1, "{text}");
+        assert!(text.contains("the collector answered 404"), "{text}");
+        assert_eq!(
+            text.matches("spans reach the collector again").count(),
+            1,
+            "{text}"
+        );
     }
 
     /// Collects what a layer writes.

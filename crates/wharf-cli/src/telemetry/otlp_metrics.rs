@@ -56,14 +56,7 @@ impl MetricsPush {
         resource: Vec<KeyValue>,
     ) -> Result<Option<MetricsPush>, String> {
         let var = |name: &str| env(name).filter(|v| !v.trim().is_empty());
-        // The metrics-only variable when set, else the generic one: (its name, its value).
-        let setting = |what: &str| {
-            let specific = format!("OTEL_EXPORTER_OTLP_METRICS_{what}");
-            let generic = format!("OTEL_EXPORTER_OTLP_{what}");
-            var(&specific)
-                .map(|v| (specific, v))
-                .or_else(|| var(&generic).map(|v| (generic, v)))
-        };
+        let setting = |what: &str| signal_setting(&var, "METRICS", what);
         let disabled = var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"));
         let otlp = var("OTEL_METRICS_EXPORTER").is_none_or(|list| {
             list.split(',')
@@ -120,7 +113,17 @@ impl MetricsPush {
             Some(ms) => millis("OTEL_METRIC_EXPORT_INTERVAL", &ms)?,
             None => Duration::from_secs(60),
         };
-        let client = client(&setting, timeout)?;
+        let tls = Tls::from_env(&setting)?;
+        let mut client = reqwest::Client::builder().timeout(timeout);
+        if let Some(ca) = tls.root {
+            client = client.add_root_certificate(ca);
+        }
+        if let Some(identity) = tls.identity {
+            client = client.identity(identity);
+        }
+        let client = client
+            .build()
+            .map_err(|e| format!("cannot set up the OTLP metrics client: {e}"))?;
         Ok(Some(MetricsPush {
             endpoint,
             headers,
@@ -226,44 +229,65 @@ fn describe(e: &reqwest::Error) -> String {
     text
 }
 
-/// The HTTP client, with the collector's CA (`…_CERTIFICATE`) and this process's client
-/// certificate (`…_CLIENT_CERTIFICATE` with `…_CLIENT_KEY`) when given, as PEM files.
-fn client(
-    setting: &impl Fn(&str) -> Option<(String, String)>,
-    timeout: Duration,
-) -> Result<reqwest::Client, String> {
-    let read = |(name, path): (String, String)| {
-        std::fs::read(&path)
-            .map_err(|e| format!("{name}: cannot read {path}: {e}"))
-            .map(|pem| (name, pem))
-    };
-    let mut builder = reqwest::Client::builder().timeout(timeout);
-    if let Some((name, pem)) = setting("CERTIFICATE").map(read).transpose()? {
-        let ca = reqwest::Certificate::from_pem(&pem)
-            .map_err(|e| format!("{name}: not a PEM certificate: {e}"))?;
-        builder = builder.add_root_certificate(ca);
+/// The variable of `signal` (`TRACES`, `METRICS`) for `what` when set, else the generic one:
+/// (its name, its value).
+pub(super) fn signal_setting(
+    var: &impl Fn(&str) -> Option<String>,
+    signal: &str,
+    what: &str,
+) -> Option<(String, String)> {
+    let specific = format!("OTEL_EXPORTER_OTLP_{signal}_{what}");
+    let generic = format!("OTEL_EXPORTER_OTLP_{what}");
+    var(&specific)
+        .map(|v| (specific, v))
+        .or_else(|| var(&generic).map(|v| (generic, v)))
+}
+
+/// What an OTLP client trusts and shows: the collector's CA (`…_CERTIFICATE`) and this
+/// process's client certificate (`…_CLIENT_CERTIFICATE` with `…_CLIENT_KEY`), as PEM files.
+pub(super) struct Tls {
+    pub(super) root: Option<reqwest::Certificate>,
+    pub(super) identity: Option<reqwest::Identity>,
+}
+
+impl Tls {
+    /// Reads the files `setting` names; an error names the variable.
+    pub(super) fn from_env(
+        setting: &impl Fn(&str) -> Option<(String, String)>,
+    ) -> Result<Self, String> {
+        let read = |(name, path): (String, String)| {
+            std::fs::read(&path)
+                .map_err(|e| format!("{name}: cannot read {path}: {e}"))
+                .map(|pem| (name, pem))
+        };
+        let root = match setting("CERTIFICATE").map(read).transpose()? {
+            Some((name, pem)) => Some(
+                reqwest::Certificate::from_pem(&pem)
+                    .map_err(|e| format!("{name}: not a PEM certificate: {e}"))?,
+            ),
+            None => None,
+        };
+        let identity = match (
+            setting("CLIENT_CERTIFICATE").map(read).transpose()?,
+            setting("CLIENT_KEY").map(read).transpose()?,
+        ) {
+            (Some((name, mut pem)), Some((_, key))) => {
+                pem.push(b'\n');
+                pem.extend_from_slice(&key);
+                Some(
+                    reqwest::Identity::from_pem(&pem)
+                        .map_err(|e| format!("{name}: not a PEM certificate and key: {e}"))?,
+                )
+            }
+            (None, None) => None,
+            (Some((name, _)), None) | (None, Some((name, _))) => {
+                return Err(format!(
+                    "{name}: a client certificate needs both its certificate and its key"
+                ));
+            }
+        };
+        Ok(Tls { root, identity })
     }
-    match (
-        setting("CLIENT_CERTIFICATE").map(read).transpose()?,
-        setting("CLIENT_KEY").map(read).transpose()?,
-    ) {
-        (Some((name, mut pem)), Some((_, key))) => {
-            pem.push(b'\n');
-            pem.extend_from_slice(&key);
-            let identity = reqwest::Identity::from_pem(&pem)
-                .map_err(|e| format!("{name}: not a PEM certificate and key: {e}"))?;
-            builder = builder.identity(identity);
-        }
-        (None, None) => {}
-        (Some((name, _)), None) | (None, Some((name, _))) => {
-            return Err(format!(
-                "{name}: a client certificate needs both its certificate and its key"
-            ));
-        }
-    }
-    builder
-        .build()
-        .map_err(|e| format!("cannot set up the OTLP metrics client: {e}"))
 }
 
 /// `key=value` pairs separated by commas, values percent-encoded (the W3C baggage form the
