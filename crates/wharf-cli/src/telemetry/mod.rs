@@ -259,12 +259,10 @@ impl<E> Reporting<E> {
 }
 
 impl<E: SpanExporter> SpanExporter for Reporting<E> {
-    fn export(&self, batch: Vec<SpanData>) -> impl Future<Output = OTelSdkResult> + Send {
-        async move {
-            let result = self.inner.export(batch).await;
-            self.report(&result);
-            result
-        }
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        let result = self.inner.export(batch).await;
+        self.report(&result);
+        result
     }
 
     fn shutdown_with_timeout(&mut self, timeout: Duration) -> OTelSdkResult {
