@@ -238,7 +238,10 @@ async fn read_long_way(
         None => true,
     };
     if let Some(method) = envelope.method.as_deref().filter(|m| answered_here(m)) {
-        if let Err(e) = headers::method_mirrored(headers, method, false) {
+        // A notification of this revision (its version header names it) must carry
+        // `Mcp-Method` as a request does; one without may be a legacy client's.
+        let strict = envelope.id.is_none() && headers::is_modern(headers);
+        if let Err(e) = headers::method_mirrored(headers, method, strict) {
             return Err(error_response(envelope.id.as_ref(), &e));
         }
         if let Some(id) = &envelope.id {
@@ -264,7 +267,10 @@ async fn read_long_way(
             // with the body is what the transport answers first (400), not the method's
             // own refusal (200). A method it lacks: a version it does not speak first.
             let refused = if reply.error().kind == ErrorKind::MethodNotFound {
-                headers::version_before_method(headers, envelope.params, &state.server)
+                // Then the method header a request of this revision must carry.
+                headers::version_before_method(headers, envelope.params, &state.server).and_then(
+                    |()| headers::method_mirrored(headers, method, headers::is_modern(headers)),
+                )
             } else {
                 headers::validate_unread(headers, method, envelope.params, &state.server)
             };

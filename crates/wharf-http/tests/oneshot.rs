@@ -334,6 +334,36 @@ async fn initialize_and_notifications_are_refused_under_another_methods_header()
     assert_eq!(status, StatusCode::ACCEPTED);
 }
 
+/// A request or notification whose version header names this revision must carry
+/// `Mcp-Method` (streamable HTTP: every request and notification), an unknown method's
+/// too; without one it is refused as a header mismatch. A notification without a version
+/// header may be a legacy client's, which sends none: it is taken.
+#[tokio::test]
+async fn a_message_of_this_revision_without_mcp_method_is_refused() {
+    let modern = [("x-user", "alice"), ("mcp-protocol-version", "2026-07-28")];
+    let note = json!({ "jsonrpc": "2.0", "method": "notifications/progress", "params": {
+        "progressToken": 1, "progress": 1 } });
+    let (status, _, body) = send_whole(post(&note, &modern)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["code"], -32020, "{body}");
+    let mut named = modern.to_vec();
+    named.push(("mcp-method", "notifications/progress"));
+    let (status, _, _) = send_whole(post(&note, &named)).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+
+    let unknown =
+        json!({ "jsonrpc": "2.0", "id": 3, "method": "no/such", "params": { "_meta": meta() } });
+    let (status, _, body) = send_whole(post(&unknown, &modern)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["code"], -32020, "{body}");
+    assert_eq!(body["id"], 3, "{body}");
+    let mut named = modern.to_vec();
+    named.push(("mcp-method", "no/such"));
+    let (status, _, body) = send_whole(post(&unknown, &named)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(body["error"]["code"], -32601, "{body}");
+}
+
 /// Opens a 2025-11-25 session of `app` for alice: its id.
 async fn open_session(app: &Router) -> String {
     let initialize =

@@ -210,7 +210,8 @@ struct RawEnvelope<'a> {
     id: Option<&'a RawValue>,
     #[serde(borrow, default)]
     method: Option<&'a RawValue>,
-    #[serde(borrow, default)]
+    // As the id: `"params": null` is present, and refused as not an object.
+    #[serde(borrow, default, deserialize_with = "present")]
     params: Option<&'a RawValue>,
     #[serde(borrow, default)]
     result: Option<&'a RawValue>,
@@ -519,6 +520,14 @@ mod tests {
             ),
             (
                 br#"{"jsonrpc":"2.0","id":1,"method":"a","params":3}"#,
+                codes::INVALID_REQUEST,
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":1,"method":"a","params":null}"#,
+                codes::INVALID_REQUEST,
+            ),
+            (
+                br#"{"jsonrpc":"2.0","method":"notifications/a","params":null}"#,
                 codes::INVALID_REQUEST,
             ),
             (b"42", codes::INVALID_REQUEST),
