@@ -436,6 +436,40 @@ async fn a_streamed_answer_survives_an_endless_keep_alive() {
     assert!(body.contains("hello https://app.example#alice"), "{body}");
 }
 
+/// A streamed call whose middleware panics (outside the handler, whose panics the core
+/// catches) is still answered, with its id.
+#[tokio::test]
+async fn a_streamed_call_that_panics_outside_its_handler_is_answered_with_its_id() {
+    let server = Server::builder(Implementation::new("t", "1"))
+        .tool(tool("hello").handler(|_cx: Context, _: NoArgs| async { "hello" }))
+        .middleware(
+            |req: wharf::ParsedRequest, caller: wharf::Caller, next: wharf::Next| async move {
+                if req.info.progress_token.is_some() {
+                    panic!("a middleware's bug");
+                }
+                next.run(req, caller).await
+            },
+        )
+        .build()
+        .unwrap();
+    let mut meta = meta();
+    meta["progressToken"] = json!("p");
+    let req = with(
+        call("hello"),
+        json!({ "name": "hello", "arguments": {}, "_meta": meta }),
+        &[],
+    );
+    let res = wharf_http::router(server, HttpConfig::default())
+        .oneshot(req)
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["id"], 1, "{body}");
+    assert_eq!(body["error"]["code"], -32603, "{body}");
+}
+
 /// A HEAD is refused and opens nothing: run as a GET (axum's default), it would open the
 /// session's stream and so end the one its client holds.
 #[tokio::test]
