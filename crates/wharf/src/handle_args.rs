@@ -92,11 +92,27 @@ pub(crate) fn find(input: &JsonObject) -> Result<Vec<HandleParam>, String> {
 
 /// The handles found, each place once. A place reached by alternatives of two kinds (an
 /// untagged `Handle<A> | Handle<B>`) is refused: a handle there would have to be both kinds
-/// at once, so every call would be refused.
+/// at once, so every call would be refused. So is a place where one alternative takes a
+/// handle and another a plain string (`enum Source { Import { id: Handle<Import> }, Url {
+/// id: String } }`): whatever string sits there is checked as a handle, so the plain one
+/// would always be refused as an unknown handle.
 fn one_kind_per_place(found: Vec<HandleParam>) -> Result<Vec<HandleParam>, String> {
     let mut places: Vec<HandleParam> = Vec::with_capacity(found.len());
     for param in found {
         match places.iter().find(|p| p.path == param.path) {
+            Some(p) if p.kind != param.kind && (p.kind.is_empty() || param.kind.is_empty()) => {
+                let kind = if p.kind.is_empty() {
+                    &param.kind
+                } else {
+                    &p.kind
+                };
+                return Err(format!(
+                    "the argument at {:?} may be a {kind:?} handle or a plain string; whatever \
+                     string is there is checked as a handle, so a plain one would always be \
+                     refused: give the handle a field name of its own",
+                    param.name
+                ));
+            }
             Some(p) if p.kind != param.kind => {
                 return Err(format!(
                     "the argument at {:?} may be a {:?} or a {:?} handle; a handle is checked \
@@ -108,6 +124,8 @@ fn one_kind_per_place(found: Vec<HandleParam>) -> Result<Vec<HandleParam>, Strin
             None => places.push(param),
         }
     }
+    // Plain strings were noted only to be told apart from handles.
+    places.retain(|p| !p.kind.is_empty());
     Ok(places)
 }
 
@@ -150,6 +168,21 @@ fn walk(
             });
         }
         return;
+    }
+    // A plain string (no marker) goes where a handle may go too, in another alternative:
+    // noted, under no kind, for `one_kind_per_place` to refuse.
+    let string_type = match schema.get("type") {
+        Some(Value::String(t)) => t == "string",
+        Some(Value::Array(types)) => types.iter().any(|t| t == "string"),
+        _ => false,
+    };
+    if string_type && !path.is_empty() {
+        found.push(HandleParam {
+            name: display(path),
+            path: path.clone(),
+            kind: String::new(),
+            created_by: String::new(),
+        });
     }
     if let Some(target) = schema.get("$ref").and_then(Value::as_str) {
         if let Some(resolved) = resolve(root, target) {
@@ -413,6 +446,22 @@ mod tests {
         let e = find(&schema).unwrap_err();
         assert!(
             e.contains("under \"patternProperties\" at \"outer\""),
+            "{e}"
+        );
+
+        // A handle in one alternative and a plain string in another, at one place.
+        let either = json!({ "type": "object", "properties": { "source": { "oneOf": [
+            { "type": "object", "properties": {
+                "type": { "type": "string", "const": "Import" }, "id": marker("import") } },
+            { "type": "object", "properties": {
+                "type": { "type": "string", "const": "Url" }, "id": { "type": "string" } } }
+        ] } } });
+        let Value::Object(either) = either else {
+            unreachable!()
+        };
+        let e = find(&either).unwrap_err();
+        assert!(
+            e.contains(r#"at "source.id" may be a "import" handle or a plain string"#),
             "{e}"
         );
 
