@@ -115,6 +115,17 @@ pub(crate) fn backend(e: redis::RedisError) -> StoreError {
         tracing::warn!(error = %e, "Redis cannot be reached");
         return StoreError::Busy("Redis cannot be reached right now".into());
     }
+    // Refusals of a Redis that will take the command later, which it did not run: loading
+    // its data after a restart, a primary without its replicas (MASTERDOWN), TRYAGAIN, a
+    // script still running (BUSY), or a primary demoted by a failover (READONLY: the
+    // connection still points at the old one).
+    if matches!(e.retry_method(), redis::RetryMethod::WaitAndRetry)
+        || e.kind() == redis::ErrorKind::ReadOnly
+        || e.code() == Some("BUSY")
+    {
+        tracing::warn!(error = %e, "Redis refused a command for now");
+        return StoreError::Busy(format!("Redis refused the command for now: {e}"));
+    }
     StoreError::Backend(format!("redis: {e}"))
 }
 
@@ -157,6 +168,8 @@ end
 -- left nothing that counts, and this call takes the key over with its own arguments.
 if tonumber(rec[4]) <= now then
   redis.call('HSET', k, 'digest', digest, 'token', token, 'lease_until', now + lease)
+  -- Kept for the taker's retention, from now: its result must outlive its retries.
+  redis.call('PEXPIREAT', k, expires)
   return {'run'}
 end
 return {'wait'}

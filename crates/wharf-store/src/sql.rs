@@ -1304,6 +1304,14 @@ impl Transaction for SqlTx {
         Ok(touched > 0 || self.handle_exists(id).await?)
     }
 
+    async fn check_handle(&mut self, id: &str) -> Result<bool, StoreError> {
+        // No lock on PostgreSQL: a step's transaction may be open while the same call
+        // retires the handle in its own (whose exclusive lock would then wait for the
+        // step's shared one, and the step for the handler), or the other way round. SQLite's
+        // write transactions hold the whole database already.
+        self.handle_exists(id).await
+    }
+
     async fn record_once(&mut self, claim: &Claim) -> Result<bool, StoreError> {
         let recorded = self.insert_done(claim, "used").await? == 1;
         self.recorded |= recorded;

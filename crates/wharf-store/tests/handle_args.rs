@@ -458,10 +458,10 @@ async fn a_step_written_after_its_handle_was_retired_is_refused() {
     );
 }
 
-/// A handle the call retires through `cx.retire_handle` is not held by its steps after: on
-/// PostgreSQL the retirement keeps the handle's lock until the call's transaction commits,
-/// when the handler returns, so a step holding it would wait for its own call until the
-/// lock wait gave up.
+/// A call's steps never wait on its own retirement of a handle: on PostgreSQL the
+/// retirement keeps the handle's lock until the call's transaction commits, when the handler
+/// returns, so a step that held the handle, opened before the retirement or after it, would
+/// wait for its own call (or it for the step) until the lock wait gave up.
 #[tokio::test]
 async fn postgres_a_step_after_the_call_retired_its_handle_does_not_wait_for_it() {
     let store = support::postgres_with(Duration::from_secs(5)).await;
@@ -474,7 +474,17 @@ async fn postgres_a_step_after_the_call_retired_its_handle_does_not_wait_for_it(
             }),
         )
         .tool(tool("close").handler(|cx: Context, args: One| async move {
+            // A step opened before the retirement, and one after.
+            let mut before = cx.transaction(wharf::store::TxMode::Write).await?;
+            wharf_store::Documents::put_doc(
+                before.as_mut(),
+                "closings",
+                &format!("{}-before", args.thing.id()),
+                &json!({ "closing": true }),
+            )
+            .await?;
             cx.retire_handle(&args.thing).await?;
+            before.commit().await?;
             let mut step = cx.transaction(wharf::store::TxMode::Write).await?;
             wharf_store::Documents::put_doc(
                 step.as_mut(),

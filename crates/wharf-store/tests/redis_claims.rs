@@ -60,9 +60,21 @@ async fn a_stalled_claim_is_taken_over_and_its_late_commit_applies_nothing(late:
     )
     .await;
 
-    let Begin::Run(mut taker) = b.begin_idempotent(&c, now_millis()).await.unwrap() else {
+    // The taker keeps the record for its own retention, counted from its own start (the
+    // first attempt's expiry would drop the taker's result early).
+    let taken = wharf::store::Claim {
+        expires_at: c.expires_at + 3_600_000,
+        ..c.clone()
+    };
+    let Begin::Run(mut taker) = b.begin_idempotent(&taken, now_millis()).await.unwrap() else {
         panic!("a claim past its lease is taken over")
     };
+    let expires: i64 = redis::cmd("PEXPIRETIME")
+        .arg(redis_claim_key(&c))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(expires, taken.expires_at, "the taker's retention");
     taker.append_rows(&rows, &[json!("b1")]).await.unwrap();
     taker.put_doc(&docs, "by", &json!("b")).await.unwrap();
     taker.complete_claim(&c, "\"b\"").await.unwrap();

@@ -143,10 +143,6 @@ struct SlotState {
     fence: Option<Fence>,
     /// Changes to announce once the transaction has committed.
     announcements: Vec<ChangeEvent>,
-    /// Handles the call's transaction retires: the handler's own transactions do not hold
-    /// them (on PostgreSQL they would wait for the retirement's lock, which the call's
-    /// transaction keeps until the handler returns).
-    retiring: Vec<String>,
 }
 
 /// A handle argument the core checked for the call (the caller owns it and it is alive).
@@ -200,7 +196,6 @@ impl TxSlot {
             refused: None,
             fence,
             announcements: Vec::new(),
-            retiring: Vec::new(),
         }))
     }
 
@@ -570,25 +565,21 @@ impl Context {
     /// steps (how far a long call got) or reads outside the call's transaction. Under a
     /// mutation lock ([`ToolBuilder::mutates`](crate::tool::ToolBuilder::mutates)) it carries
     /// the lock's fence, so on a shared store its commit applies nothing once the call lost
-    /// its key. A write transaction holds the call's handle arguments, as the call's own
-    /// does: if another call retired one since the core checked it, it is refused (a tool
-    /// execution error saying the handle is gone), and nothing is written under a handle
-    /// that is gone. A handle the call retires ([`Context::retire_handle`]) is not held;
-    /// one a step's own transaction retired is gone for the steps after it.
+    /// its key. A write transaction checks the call's handle arguments, without waiting
+    /// ([`Transaction::check_handle`]): if another call retired one since the core checked
+    /// it, it is refused (a tool execution error saying the handle is gone), and nothing is
+    /// written under a handle that is gone. A retirement under way (the call's own, through
+    /// [`Context::retire_handle`], included) is not waited for: on PostgreSQL what a step
+    /// writes under a handle another call is retiring at that moment may outlive it.
     pub async fn transaction(&self, mode: TxMode) -> Result<Box<dyn Transaction>, HandlerError> {
         let begin = self.store()?.begin(mode);
         let mut tx = self.runtime.store_op(StoreOp::Begin, begin).await?;
         if let Some(fence) = &self.fence {
             tx.fence(fence);
         }
-        if let (TxMode::Write, Some(slot)) = (mode, &self.tx) {
-            let retiring = slot.0.lock().await.retiring.clone();
-            let held = self
-                .handles
-                .iter()
-                .filter(|checked| !retiring.contains(&checked.record.id));
-            for checked in held {
-                if !tx.hold_handle(&checked.record.id, None).await? {
+        if mode == TxMode::Write {
+            for checked in &self.handles {
+                if !tx.check_handle(&checked.record.id).await? {
                     return Err(HandlerError::Execution(checked.refusal.clone()));
                 }
             }
@@ -674,11 +665,11 @@ impl Context {
                 K::KIND
             )));
         }
-        self.tx().await?.retire_handle(handle.id()).await?;
-        if let Some(slot) = &self.tx {
-            slot.0.lock().await.retiring.push(handle.id().to_owned());
-        }
-        Ok(())
+        self.tx()
+            .await?
+            .retire_handle(handle.id())
+            .await
+            .map_err(HandlerError::from)
     }
 
     /// The JSON-RPC id of the request.

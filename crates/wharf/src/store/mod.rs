@@ -308,6 +308,16 @@ pub trait Transaction: Send {
     async fn hold_handle(&mut self, id: &str, touch_at: Option<Millis>)
     -> Result<bool, StoreError>;
 
+    /// For a transaction a handler opened itself (a step of a write in steps): whether
+    /// handle `id` still exists, found without waiting for any lock on it: the call's own
+    /// transaction may be retiring it, and commits only when the handler returns. A store
+    /// whose hold waits (PostgreSQL's lock) only checks; one whose hold never waits (Redis's
+    /// check at commit) holds. `false` when the handle is gone. By default
+    /// [`Transaction::hold_handle`] without a use.
+    async fn check_handle(&mut self, id: &str) -> Result<bool, StoreError> {
+        self.hold_handle(id, None).await
+    }
+
     /// Makes the commit apply nothing unless `fence` still holds its key (see [`Fence`]);
     /// stores whose locks cannot run out ignore it.
     fn fence(&mut self, fence: &Fence) {
