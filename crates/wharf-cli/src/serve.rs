@@ -487,7 +487,7 @@ pub(crate) struct ServeArgs {
     )]
     max_call_secs: u64,
     /// Milliseconds between two progress messages of one request (bursts are coalesced;
-    /// the last value is always sent).
+    /// the last value is sent unless the client stopped reading).
     #[arg(long, env = "WHARF_PROGRESS_INTERVAL_MS", default_value_t = 20)]
     progress_interval_ms: u64,
     /// Seconds between sweeps of expired handles and records.

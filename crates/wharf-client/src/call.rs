@@ -42,6 +42,7 @@ pub enum Event {
         request: Box<InputRequest>,
     },
     /// The exchange broke; the call is sent again with the same idempotency key.
+    #[non_exhaustive]
     Retrying {
         /// Which attempt comes next (2 for the first retry).
         attempt: u32,

@@ -18,6 +18,7 @@ pub enum CallError {
     Transport(#[from] ClientError),
     /// The server answered with a JSON-RPC error.
     #[error("{message} (JSON-RPC error {code}{})", http_note(*.status))]
+    #[non_exhaustive]
     Rpc {
         /// The HTTP status it came with.
         status: u16,

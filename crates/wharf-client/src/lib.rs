@@ -44,6 +44,7 @@ pub enum ClientError {
     Io(#[from] std::io::Error),
     /// The server (or a proxy in front of it) answered an error status without JSON-RPC.
     #[error("HTTP {status}: {body}")]
+    #[non_exhaustive]
     Status {
         /// The HTTP status.
         status: u16,
@@ -62,13 +63,13 @@ pub enum ClientError {
 }
 
 impl ClientError {
-    /// Whether sending again may work: a connection that failed or ended early, or a server
-    /// (or proxy) in trouble, may recover; a refusal, or an answer that is no JSON-RPC,
-    /// stays as it is.
+    /// Whether sending again may work: a connection that failed or ended early, a server
+    /// (or proxy) in trouble, or a rate limit, may recover; a refusal, or an answer that is
+    /// no JSON-RPC, stays as it is.
     pub fn is_retryable(&self) -> bool {
         match self {
             ClientError::Http(_) | ClientError::Io(_) | ClientError::Incomplete(_) => true,
-            ClientError::Status { status, .. } => *status >= 500,
+            ClientError::Status { status, .. } => *status >= 500 || *status == 429,
             ClientError::Protocol(_) => false,
         }
     }

@@ -304,8 +304,16 @@ async fn stream(state: &Arc<AppState>, admitted: Admitted) -> Response {
     let id = admitted.request().id.clone();
     let run = std::panic::AssertUnwindSafe(admitted.stream_then(tx, cancel)).catch_unwind();
     let mut task = tokio::spawn(async move {
-        run.await.unwrap_or_else(|_| {
-            let e = RpcError::internal("a streamed call panicked outside its handler");
+        run.await.unwrap_or_else(|panic| {
+            let said = panic
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("(not a string)");
+            // The detail goes to the log only (`RpcError::internal`).
+            let e = RpcError::internal(format!(
+                "a streamed call panicked outside its handler: {said}"
+            ));
             Some(Err(ErrorReply::new(Some(id), e)))
         })
     });

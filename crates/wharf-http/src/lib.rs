@@ -33,11 +33,6 @@ use axum::response::IntoResponse as _;
 use axum::routing::{get, post};
 use wharf::Server;
 
-/// While the server drains, its responses close their connections: a proxy then opens a new
-/// one for its next request, which finds the listener closed once draining ends and goes to
-/// another replica, instead of reusing a kept-alive connection that closes under it. (Set
-/// by each handler rather than by a layer: a layer costs every request about 1,800
-/// instructions, 3.5 % of an echo call, measured with callgrind.)
 /// Counts a response of the MCP endpoint by its status, when the server counts.
 pub(crate) fn count_response(state: &AppState, response: &axum::response::Response) {
     if let Some(m) = state.server.metrics() {
@@ -45,6 +40,11 @@ pub(crate) fn count_response(state: &AppState, response: &axum::response::Respon
     }
 }
 
+/// While the server drains, its responses close their connections: a proxy then opens a new
+/// one for its next request, which finds the listener closed once draining ends and goes to
+/// another replica, instead of reusing a kept-alive connection that closes under it. (Set
+/// by each handler rather than by a layer: a layer costs every request about 1,800
+/// instructions, 3.5 % of an echo call, measured with callgrind.)
 pub(crate) fn close_while_draining(state: &AppState, response: &mut axum::response::Response) {
     if state.server.is_draining() {
         response.headers_mut().insert(

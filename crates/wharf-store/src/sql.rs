@@ -1382,14 +1382,20 @@ impl Transaction for SqlTx {
     }
 }
 
-/// The handles due to be swept by `$1`: their lifetime ended, or their idle time. Written as
-/// the expression `wharf_handles_sweep_at` indexes (migration 0009), so only the handles due
-/// are read.
+/// The handles due to be swept by `$1`, the longest due first: their lifetime ended, or
+/// their idle time. Written as the expression `wharf_handles_sweep_at` indexes (migration
+/// 0009), so only the handles due are read; ordered by it too, so that a generic plan
+/// (PostgreSQL's, for a prepared statement, which cannot tell how many are due) still
+/// reads the index rather than the table.
 const SWEEP_HANDLES_SQL: &str = "SELECT id FROM wharf_handles WHERE \
      CASE WHEN idle_ms IS NULL OR idle_ms >= expires_at - last_used_at \
          THEN expires_at \
          ELSE last_used_at + idle_ms \
      END < $1 \
+     ORDER BY CASE WHEN idle_ms IS NULL OR idle_ms >= expires_at - last_used_at \
+         THEN expires_at \
+         ELSE last_used_at + idle_ms \
+     END \
      LIMIT $2";
 
 #[cfg(test)]

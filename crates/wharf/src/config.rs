@@ -72,7 +72,7 @@ pub struct ServerConfig {
     /// The longest a tool call may run; a tool's own limit can only be shorter.
     pub max_call_duration: Duration,
     /// Progress messages of one request go out at most once per this interval (bursts are
-    /// coalesced; the last value is always sent).
+    /// coalesced; the last value is sent unless the client stopped reading).
     pub progress_interval: Duration,
     /// Sealing of multi-round request states (MRTR): keys, lifetime, round cap.
     pub request_state: StateConfig,

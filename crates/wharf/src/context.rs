@@ -713,7 +713,8 @@ impl Context {
     /// Reports progress, if the client asked for it with a `progressToken` (otherwise this
     /// costs nothing). Values that do not increase are dropped, so the client always sees
     /// progress strictly increasing; bursts are coalesced to one message per
-    /// `ServerConfig::progress_interval`, the last value is never lost, and nothing is sent
+    /// `ServerConfig::progress_interval`, the last value is sent before the response (unless
+    /// the client stopped reading: progress never waits long for it), and nothing is sent
     /// after the response.
     pub async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
         if let Some(stream) = &self.progress {

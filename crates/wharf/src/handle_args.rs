@@ -71,8 +71,11 @@ pub(crate) fn find(input: &JsonObject) -> Result<Vec<HandleParam>, String> {
     walk(
         &root,
         &root,
-        &mut Vec::new(),
-        &mut Vec::new(),
+        &mut Walk {
+            path: Vec::new(),
+            refs: Vec::new(),
+            alternative: false,
+        },
         &mut found,
         &mut refused,
     );
@@ -149,77 +152,93 @@ const FOLLOWED: [&str; 8] = [
     "definitions",
 ];
 
+/// Where the walk stands: the place it is at, the references it followed to get there, and
+/// whether it came through an alternative (`anyOf`, `oneOf`).
+struct Walk {
+    path: Vec<Step>,
+    refs: Vec<String>,
+    alternative: bool,
+}
+
 fn walk(
     root: &Value,
     schema: &Value,
-    path: &mut Vec<Step>,
-    refs: &mut Vec<String>,
+    at: &mut Walk,
     found: &mut Vec<HandleParam>,
     refused: &mut Option<Refused>,
 ) {
     if let Some(marker) = schema.get(SCHEMA_KEYWORD) {
-        if !path.is_empty() {
+        if !at.path.is_empty() {
             let text = |k: &str| marker.get(k).and_then(Value::as_str).unwrap_or_default();
             found.push(HandleParam {
-                name: display(path),
-                path: path.clone(),
+                name: display(&at.path),
+                path: at.path.clone(),
                 kind: text("kind").to_owned(),
                 created_by: text("createdBy").to_owned(),
             });
         }
         return;
     }
-    // A plain string (no marker) goes where a handle may go too, in another alternative:
-    // noted, under no kind, for `one_kind_per_place` to refuse.
+    // A plain string (no marker) reached through an alternative may go where another
+    // alternative puts a handle: noted, under no kind, for `one_kind_per_place` to refuse.
+    // (Beside a marker in `allOf`, or at a place no alternative leads to, it is the
+    // handle's own schema, or no rival.)
     let string_type = match schema.get("type") {
         Some(Value::String(t)) => t == "string",
         Some(Value::Array(types)) => types.iter().any(|t| t == "string"),
         _ => false,
     };
-    if string_type && !path.is_empty() {
+    if string_type
+        && at.alternative
+        && !at.path.is_empty()
+        && !reaches_marker(root, schema, &mut Vec::new())
+    {
         found.push(HandleParam {
-            name: display(path),
-            path: path.clone(),
+            name: display(&at.path),
+            path: at.path.clone(),
             kind: String::new(),
             created_by: String::new(),
         });
     }
     if let Some(target) = schema.get("$ref").and_then(Value::as_str) {
         if let Some(resolved) = resolve(root, target) {
-            if refs.iter().any(|r| r == target) {
+            if at.refs.iter().any(|r| r == target) {
                 // A type that contains itself: fine unless a handle lies along the loop.
                 if refused.is_none() && reaches_marker(root, resolved, &mut Vec::new()) {
-                    *refused = Some(Refused::Recursive(display(path)));
+                    *refused = Some(Refused::Recursive(display(&at.path)));
                 }
             } else {
-                refs.push(target.to_owned());
-                walk(root, resolved, path, refs, found, refused);
-                refs.pop();
+                at.refs.push(target.to_owned());
+                walk(root, resolved, at, found, refused);
+                at.refs.pop();
             }
         }
     }
     if let Some(props) = schema.get("properties").and_then(Value::as_object) {
         for (name, sub) in props {
-            path.push(Step::Property(name.clone()));
-            walk(root, sub, path, refs, found, refused);
-            path.pop();
+            at.path.push(Step::Property(name.clone()));
+            walk(root, sub, at, found, refused);
+            at.path.pop();
         }
     }
     if let Some(items) = schema.get("items").filter(|i| i.is_object()) {
-        path.push(Step::Items);
-        walk(root, items, path, refs, found, refused);
-        path.pop();
+        at.path.push(Step::Items);
+        walk(root, items, at, found, refused);
+        at.path.pop();
     }
     // Alternatives (`Option<T>`, enums) and combinations put the value at the same place.
     for key in ["anyOf", "oneOf", "allOf"] {
+        let alternative = at.alternative;
+        at.alternative |= key != "allOf";
         for sub in schema
             .get(key)
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
         {
-            walk(root, sub, path, refs, found, refused);
+            walk(root, sub, at, found, refused);
         }
+        at.alternative = alternative;
     }
     // Anything else that leads to a handle (`additionalProperties`, `prefixItems`, `if`,
     // an `items` array, ...) puts it where no path names it.
@@ -231,7 +250,7 @@ fn walk(
             FOLLOWED.contains(&keyword.as_str()) && (keyword != "items" || sub.is_object());
         if refused.is_none() && !followed && reaches_marker(root, sub, &mut Vec::new()) {
             *refused = Some(Refused::Unfollowed {
-                at: display(path),
+                at: display(&at.path),
                 keyword: keyword.clone(),
             });
         }
@@ -464,6 +483,18 @@ mod tests {
             e.contains(r#"at "source.id" may be a "import" handle or a plain string"#),
             "{e}"
         );
+        // A string schema that also applies to the handle (`allOf`, or beside its `$ref`,
+        // in an alternative or not) is the handle's own.
+        let both = json!({ "type": "object", "properties": {
+            "a": { "allOf": [marker("import"), { "type": "string", "maxLength": 64 }] },
+            "b": { "$ref": "#/$defs/Import", "type": "string" },
+            "c": { "anyOf": [{ "$ref": "#/$defs/Import", "type": "string" }, { "type": "null" }] }
+        }, "$defs": { "Import": marker("import") } });
+        let Value::Object(both) = both else {
+            unreachable!()
+        };
+        let names: Vec<_> = find(&both).unwrap().into_iter().map(|p| p.name).collect();
+        assert_eq!(names, ["a", "b", "c"]);
 
         // A map of plain values beside a handle is fine.
         let fine = json!({ "type": "object", "properties": {

@@ -1,5 +1,6 @@
 //! Progress of one request: strictly increasing, bursts coalesced to one message per
-//! interval, the last value never lost, nothing sent after the response.
+//! interval, the last value sent before the response (unless the client stopped reading),
+//! nothing sent after it, and the handler never held up by a client that does not read.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -116,7 +117,8 @@ impl ProgressStream {
             };
             if let Delivery::Full = this.deliver(&params) {
                 state.pending = Some(params);
-                at = later(Instant::now(), this.interval);
+                // At least a moment: with no interval, a full stream would spin this loop.
+                at = later(Instant::now(), this.interval.max(RETRY_FLOOR));
                 continue;
             }
             state.last_sent = Some(Instant::now());
@@ -126,33 +128,41 @@ impl ProgressStream {
     }
 
     /// Sends what is kept and stops: called by the core before it sends the response, so
-    /// nothing follows the response. It never waits for the client to read: the call's
-    /// transaction, locks and turns are let go only after it, and a client that keeps the
-    /// stream open without reading would hold them. So a value kept while the stream is
-    /// full is dropped (the response that follows says the work ended).
+    /// nothing follows the response. It waits for room on the stream at most
+    /// [`FINISH_WAIT`]: the call's transaction, locks and turns are let go only after it,
+    /// and a client that keeps the stream open without reading would hold them. A value
+    /// still kept then is dropped (the response that follows says the work ended).
     pub(crate) async fn finish(&self) {
         let mut state = self.state.lock().await;
         if let Some(params) = state.pending.take() {
-            self.deliver(&params);
+            if let Some(message) = self.message(&params) {
+                // Timed out or closed: dropped, as above.
+                let _ = self.outbox.send_timeout(message, FINISH_WAIT).await;
+            }
         }
         state.closed = true;
+    }
+
+    /// The notification carrying `params`.
+    fn message(&self, params: &ProgressParams) -> Option<Vec<u8>> {
+        let mut buf = Vec::with_capacity(128);
+        wharf_protocol::jsonrpc::write_notification(
+            &mut buf,
+            methods::NOTIFICATION_PROGRESS,
+            params,
+        )
+        .ok()
+        .map(|()| buf)
     }
 
     /// Puts one message on the request's stream if it has room. Progress is coalesced (one
     /// message per interval), so a full stream is a client not reading: the value is kept
     /// for later rather than waited on, and the handler never waits for the client.
     fn deliver(&self, params: &ProgressParams) -> Delivery {
-        let mut buf = Vec::with_capacity(128);
-        if wharf_protocol::jsonrpc::write_notification(
-            &mut buf,
-            methods::NOTIFICATION_PROGRESS,
-            params,
-        )
-        .is_err()
-        {
+        let Some(message) = self.message(params) else {
             return Delivery::Gone;
-        }
-        match self.outbox.try_send(buf) {
+        };
+        match self.outbox.try_send(message) {
             Ok(()) => Delivery::Sent,
             Err(mpsc::error::TrySendError::Full(_)) => Delivery::Full,
             // The receiver is gone only when the response stream closed: nothing to do.
@@ -160,6 +170,15 @@ impl ProgressStream {
         }
     }
 }
+
+/// How long the flush before the response waits for room on the request's stream: a
+/// client that reads takes the last value in that time (the stream is shared by the
+/// request's logs, and over stdio by every request's answers), and one that stopped reading
+/// holds the finished call no longer than that.
+const FINISH_WAIT: Duration = Duration::from_millis(100);
+
+/// The least time before a value kept on a full stream is tried again.
+const RETRY_FLOOR: Duration = Duration::from_millis(10);
 
 /// What became of a progress message.
 enum Delivery {
@@ -294,11 +313,49 @@ mod tests {
         tokio::time::timeout(limit, p.report(2.0, None, None))
             .await
             .expect("a report waited for the client");
-        tokio::time::timeout(limit, p.finish())
+        tokio::time::timeout(FINISH_WAIT * 2, p.finish())
             .await
-            .expect("finish waited for the client");
+            .expect("finish waited for the client past its bound");
         assert_eq!(rx.recv().await.unwrap(), b"unread");
         assert!(rx.try_recv().is_err(), "nothing follows the finish");
+    }
+
+    /// With no interval, a value kept on a full stream is tried again after a moment, not
+    /// in a loop that takes a processor; the last value waits a moment for room at the end.
+    #[tokio::test(start_paused = true)]
+    async fn no_interval_neither_spins_nor_loses_the_last_value_of_a_reader() {
+        let (tx, mut rx) = mpsc::channel(1);
+        tx.send(b"unread".to_vec()).await.unwrap();
+        let p = ProgressStream::new(ProgressToken::Number(1), tx, Duration::ZERO, None);
+        p.report(1.0, None, None).await;
+        // Paused time moves only when every task waits: a spinning flusher never lets it.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        p.report(2.0, None, None).await;
+        let reader = tokio::spawn(async move {
+            tokio::time::sleep(FINISH_WAIT / 2).await;
+            let mut got = vec![rx.recv().await.unwrap()];
+            while let Some(m) = rx.recv().await {
+                got.push(m);
+            }
+            got
+        });
+        p.finish().await;
+        drop(p);
+        let got = reader.await.unwrap();
+        assert_eq!(got[0], b"unread");
+        let values: Vec<f64> = got[1..]
+            .iter()
+            .map(|m| {
+                serde_json::from_slice::<serde_json::Value>(m).unwrap()["params"]["progress"]
+                    .as_f64()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(
+            values,
+            vec![2.0],
+            "the last value, read within the finish's wait"
+        );
     }
 
     /// A value kept because the stream was full goes out once the client reads.

@@ -274,6 +274,7 @@ fn show_event(bar: &ProgressBar, last_id: &Mutex<Value>, event: Event) {
             attempt,
             error,
             after,
+            ..
         } => {
             bar.println(format!(
                 "retrying (attempt {attempt}) in {:.1} s after: {error}",
@@ -336,6 +337,12 @@ fn show_error(error: &CallError, key: Option<&str>) -> ExitCode {
     if let CallError::Rpc { code: -32021, .. } = error {
         eprintln!(
             "the tool asks for input, which nobody can give here (no terminal, or --no-input): give it with --answer KEY=JSON (an elicitation; KEY is the input request's name), --root URI (roots) or --sampling-reply TEXT (sampling)"
+        );
+    }
+    if let Some(after) = error.retry_after() {
+        eprintln!(
+            "the server asks to be sent this again in {} s",
+            after.as_secs()
         );
     }
     if let (CallError::Transport(_), Some(key)) = (error, key) {
