@@ -462,15 +462,32 @@ pub(crate) fn postgres(pool: sqlx::PgPool) -> Arc<StoreBus> {
     StoreBus::new("postgres", connect, publish, 7900)
 }
 
-/// Redis: `SUBSCRIBE wharf_changes` on a connection of its own, `PUBLISH` through the
-/// store's connection.
+/// The channel of the deployment on Redis database `db`: Redis's publish/subscribe ignores
+/// the database number, so two deployments kept apart by it would hear each other's changes
+/// (and their gaps) on one channel. Database 0 keeps the plain name.
+#[cfg(feature = "redis")]
+fn redis_channel(db: i64) -> String {
+    match db {
+        0 => CHANNEL.to_owned(),
+        db => format!("{CHANNEL}:{db}"),
+    }
+}
+
+/// Redis: `SUBSCRIBE wharf_changes` (`wharf_changes:N` on database N) on a connection of its
+/// own, `PUBLISH` through the store's connection.
 #[cfg(feature = "redis")]
 pub(crate) fn redis(client: redis::Client, conn: redis::aio::ConnectionManager) -> Arc<StoreBus> {
+    let channel = redis_channel(client.get_connection_info().redis.db);
+    let subscribed = channel.clone();
     let connect: Connect = Box::new(move || {
         let client = client.clone();
+        let channel = subscribed.clone();
         Box::pin(async move {
             let mut pubsub = client.get_async_pubsub().await.map_err(|e| e.to_string())?;
-            pubsub.subscribe(CHANNEL).await.map_err(|e| e.to_string())?;
+            pubsub
+                .subscribe(&channel)
+                .await
+                .map_err(|e| e.to_string())?;
             let stream = pubsub
                 .into_on_message()
                 .filter_map(|m| async move { m.get_payload::<String>().ok() });
@@ -479,9 +496,10 @@ pub(crate) fn redis(client: redis::Client, conn: redis::aio::ConnectionManager) 
     });
     let publish: Publish = Box::new(move |payload| {
         let mut conn = conn.clone();
+        let channel = channel.clone();
         Box::pin(async move {
             redis::cmd("PUBLISH")
-                .arg(CHANNEL)
+                .arg(&channel)
                 .arg(payload)
                 .query_async::<i64>(&mut conn)
                 .await

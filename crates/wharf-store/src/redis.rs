@@ -1,4 +1,6 @@
-//! Redis (standalone, or every key in one hash slot).
+//! Redis, standalone (or behind Sentinel): its scripts name keys they build themselves, so
+//! Redis Cluster is not supported. It must not evict keys (`maxmemory-policy noeviction`:
+//! checked when the store opens), or the records that keep writes exactly once may go.
 //!
 //! **What it guarantees.** A transaction on Redis buffers its writes; reads go to the server
 //! as they are made (they see the transaction's own writes to documents and row counts, and
@@ -420,7 +422,48 @@ impl RedisStore {
             lines: lock::Lines::new(lock_wait),
         };
         store.ping().await?;
+        store.check_eviction().await?;
         Ok(store)
+    }
+
+    /// Refuses a Redis that evicts keys when it runs out of memory: an idempotency record
+    /// or a single-use mark it evicted would let a retry apply its write a second time.
+    /// Where `CONFIG` is not allowed (some managed services), a warning says what to check.
+    async fn check_eviction(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let settings: Result<HashMap<String, String>, _> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("maxmemory*")
+            .query_async(&mut conn)
+            .await;
+        let settings = match settings {
+            Ok(settings) => settings,
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "cannot read Redis's maxmemory-policy: make sure it is noeviction, or Redis may evict the records that keep writes exactly once"
+                );
+                return Ok(());
+            }
+        };
+        let policy = settings.get("maxmemory-policy").map_or("", String::as_str);
+        let limit = settings
+            .get("maxmemory")
+            .and_then(|m| m.parse::<u64>().ok())
+            .unwrap_or(0);
+        match eviction(policy, limit) {
+            Eviction::None => Ok(()),
+            Eviction::OnceLimited => {
+                tracing::warn!(
+                    policy,
+                    "Redis has no maxmemory but its maxmemory-policy is not noeviction: should a limit be set, it would evict the records that keep writes exactly once"
+                );
+                Ok(())
+            }
+            Eviction::Now => Err(StoreError::Backend(format!(
+                "Redis evicts keys when full (maxmemory {limit}, maxmemory-policy {policy}), and the records that keep writes exactly once would go with them: set maxmemory-policy noeviction (a full Redis then refuses writes, answered busy-retry)"
+            ))),
+        }
     }
 
     fn tx(&self) -> RedisTx {
@@ -435,6 +478,26 @@ impl RedisStore {
             claim: None,
             renew: None,
         }
+    }
+}
+
+/// Whether a Redis evicts keys.
+#[derive(Debug, PartialEq, Eq)]
+enum Eviction {
+    /// It never does (`noeviction`).
+    None,
+    /// It would, once given a memory limit (it has none now).
+    OnceLimited,
+    /// It does when it reaches its limit.
+    Now,
+}
+
+/// How a Redis with `maxmemory-policy` `policy` and `maxmemory` `limit` (0: none) evicts.
+fn eviction(policy: &str, limit: u64) -> Eviction {
+    match (policy, limit) {
+        ("noeviction", _) => Eviction::None,
+        (_, 0) => Eviction::OnceLimited,
+        _ => Eviction::Now,
     }
 }
 
@@ -1025,5 +1088,20 @@ impl Transaction for RedisTx {
 
     fn backend_tx(&mut self) -> &mut dyn std::any::Any {
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Eviction, eviction};
+
+    #[test]
+    fn only_a_redis_that_never_evicts_keeps_writes_exactly_once() {
+        assert_eq!(eviction("noeviction", 1 << 30), Eviction::None);
+        assert_eq!(eviction("noeviction", 0), Eviction::None);
+        // ElastiCache's and Azure's default: keys with a TTL, as every record has, go first.
+        assert_eq!(eviction("volatile-lru", 1 << 30), Eviction::Now);
+        assert_eq!(eviction("allkeys-lfu", 1), Eviction::Now);
+        assert_eq!(eviction("volatile-ttl", 0), Eviction::OnceLimited);
     }
 }

@@ -204,6 +204,19 @@ async fn documents_round_trip_and_roll_back(store: Arc<dyn Store>) {
     tx.commit().await.unwrap();
     let mut tx = store.begin(TxMode::Read).await.unwrap();
     assert_eq!(tx.get_doc(&c, "a").await.unwrap(), None);
+    drop(tx);
+
+    // A document deleted and inserted again in one transaction is replaced (on Redis the
+    // insert's check at commit saw the old one, and the commit failed as a conflict).
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.put_doc(&c, "b", &json!({"n": 1})).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    assert!(tx.delete_doc(&c, "b").await.unwrap());
+    assert_eq!(tx.insert_doc(&c, "b", &json!({"n": 2})).await.unwrap(), None);
+    tx.commit().await.unwrap();
+    let mut tx = store.begin(TxMode::Read).await.unwrap();
+    assert_eq!(tx.get_doc(&c, "b").await.unwrap(), Some(json!({"n": 2})));
 }
 
 async fn rows_append_scan_move_and_clear_in_order(store: Arc<dyn Store>) {

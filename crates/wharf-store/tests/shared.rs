@@ -273,3 +273,32 @@ async fn cursors_open_on_every_replica_across_a_key_rotation() {
     let refused = second(&a, cursor).await.unwrap_err();
     assert_eq!(refused.error().code(), -32602, "{refused:?}");
 }
+
+/// Redis's publish/subscribe ignores the database number: two deployments kept apart by it
+/// (`redis://host/14`, `redis://host/15`) each hear their own changes only.
+#[tokio::test]
+async fn deployments_on_two_redis_databases_hear_their_own_changes_only() {
+    let on = async |db: u32| {
+        let url = format!("{}{db}", support::redis_url());
+        let store = wharf_store::open(&url, &support::options(Duration::from_secs(5)))
+            .await
+            .unwrap_or_else(|e| panic!("Redis at {url}: {e}"));
+        listening(&store).await;
+        store
+    };
+    let (a, other, b) = (on(14).await, on(15).await, on(14).await);
+    let mut on_a = a.bus().unwrap().subscribe();
+    let uri = |tag| format!("dataset://{}", support::unique(tag));
+    let theirs = ChangeEvent::ResourceUpdated { uri: uri("theirs") };
+    let ours = ChangeEvent::ResourceUpdated { uri: uri("ours") };
+    // Theirs is published first: heard at all, it would come first.
+    other.bus().unwrap().publish(theirs.clone()).await.unwrap();
+    b.bus().unwrap().publish(ours.clone()).await.unwrap();
+    loop {
+        let event = next(&mut on_a).await.expect("open");
+        assert_ne!(event, theirs, "a change of the deployment on database 15");
+        if event == ours {
+            break;
+        }
+    }
+}

@@ -102,16 +102,20 @@ impl Documents for RedisTx {
         key: &str,
         doc: &Value,
     ) -> Result<Option<Value>, StoreError> {
+        let slot = (collection.to_owned(), key.to_owned());
+        // Deleted earlier in this transaction: its delete runs first at commit, so the
+        // document is written whatever is there now.
+        let deleted_here = matches!(self.docs.get(&slot), Some(None));
         if let Some(there) = self.get_doc(collection, key).await? {
             return Ok(Some(there));
         }
-        // Written only if still absent at commit; a different one written meanwhile makes
-        // the whole commit fail (`StoreError::Conflict`).
+        // Otherwise written only if still absent at commit; a different one written
+        // meanwhile makes the whole commit fail (`StoreError::Conflict`).
         let k = doc_key(collection);
-        self.ops.push(json!(["hsetnx", k, key, doc.to_string()]));
+        let op = if deleted_here { "hset" } else { "hsetnx" };
+        self.ops.push(json!([op, k, key, doc.to_string()]));
         self.file_under_owner(&k, collection);
-        self.docs
-            .insert((collection.to_owned(), key.to_owned()), Some(doc.clone()));
+        self.docs.insert(slot, Some(doc.clone()));
         Ok(None)
     }
 
