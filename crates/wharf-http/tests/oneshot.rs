@@ -415,19 +415,24 @@ async fn a_legacy_calls_stream_ends_with_its_response() {
     assert_eq!(last["result"]["content"][0]["text"], "done", "{body}");
 }
 
+/// A call of `hello` whose client asks for progress: its answer is a stream.
+fn hello_with_progress() -> Request<Body> {
+    let mut meta = meta();
+    meta["progressToken"] = json!("p");
+    with(
+        call("hello"),
+        json!({ "name": "hello", "arguments": {}, "_meta": meta }),
+        &[],
+    )
+}
+
 /// A keep-alive interval of any length is taken (one near `Duration::MAX` overflowed the
 /// timer the stream resets after each event, which panicked the connection).
 #[tokio::test]
 async fn a_streamed_answer_survives_an_endless_keep_alive() {
     let mut config = HttpConfig::default();
     config.keep_alive = std::time::Duration::MAX;
-    let mut meta = meta();
-    meta["progressToken"] = json!("p");
-    let req = with(
-        call("hello"),
-        json!({ "name": "hello", "arguments": {}, "_meta": meta }),
-        &[],
-    );
+    let req = hello_with_progress();
     let res = app_with(config).oneshot(req).await.unwrap();
     assert_eq!(res.status(), StatusCode::OK);
     assert_eq!(res.headers()[header::CONTENT_TYPE], "text/event-stream");
@@ -452,13 +457,7 @@ async fn a_streamed_call_that_panics_outside_its_handler_is_answered_with_its_id
         )
         .build()
         .unwrap();
-    let mut meta = meta();
-    meta["progressToken"] = json!("p");
-    let req = with(
-        call("hello"),
-        json!({ "name": "hello", "arguments": {}, "_meta": meta }),
-        &[],
-    );
+    let req = hello_with_progress();
     let res = wharf_http::router(server, HttpConfig::default())
         .oneshot(req)
         .await

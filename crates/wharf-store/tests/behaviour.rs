@@ -213,7 +213,10 @@ async fn documents_round_trip_and_roll_back(store: Arc<dyn Store>) {
     tx.commit().await.unwrap();
     let mut tx = store.begin(TxMode::Write).await.unwrap();
     assert!(tx.delete_doc(&c, "b").await.unwrap());
-    assert_eq!(tx.insert_doc(&c, "b", &json!({"n": 2})).await.unwrap(), None);
+    assert_eq!(
+        tx.insert_doc(&c, "b", &json!({"n": 2})).await.unwrap(),
+        None
+    );
     tx.commit().await.unwrap();
     let mut tx = store.begin(TxMode::Read).await.unwrap();
     assert_eq!(tx.get_doc(&c, "b").await.unwrap(), Some(json!({"n": 2})));

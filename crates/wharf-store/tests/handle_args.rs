@@ -53,17 +53,20 @@ struct Merge {
     sources: Vec<Handle<Thing>>,
 }
 
+/// `make`: mints a thing handle, its id the result.
+fn make() -> wharf::ToolDef {
+    tool("make").handler(|cx: Context, _: wharf::NoArgs| async move {
+        let handle = cx.mint_handle::<Thing>().await?;
+        Ok::<_, HandlerError>(handle.id().to_owned())
+    })
+}
+
 async fn server() -> Server {
     let store =
         support::sqlite_with(&support::sqlite_url("handle-args"), Duration::from_secs(5)).await;
     Server::builder(Implementation::new("t", "1"))
         .store(store)
-        .tool(
-            tool("make").handler(|cx: Context, _: wharf::NoArgs| async move {
-                let handle = cx.mint_handle::<Thing>().await?;
-                Ok::<_, HandlerError>(handle.id().to_owned())
-            }),
-        )
+        .tool(make())
         .tool(
             tool("count").handler(|_cx: Context, args: Many| async move {
                 format!("{} things", args.things.len())
@@ -330,12 +333,7 @@ async fn postgres_a_hold_cut_short_is_taken_again_before_anything_is_written() {
     let insert = format!("INSERT INTO {table} (thing) VALUES ($1)");
     let server = Server::builder(Implementation::new("t", "1"))
         .store(Arc::clone(&store))
-        .tool(
-            tool("make").handler(|cx: Context, _: wharf::NoArgs| async move {
-                let handle = cx.mint_handle::<Thing>().await?;
-                Ok::<_, HandlerError>(handle.id().to_owned())
-            }),
-        )
+        .tool(make())
         .tool(tool("write").handler(move |cx: Context, args: One| {
             let cues = Arc::clone(&handler_cues);
             let insert = insert.clone();
@@ -411,12 +409,7 @@ async fn a_step_written_after_its_handle_was_retired_is_refused() {
     let (handler_started, handler_go) = (Arc::clone(&started), Arc::clone(&go));
     let server = Server::builder(Implementation::new("t", "1"))
         .store(store)
-        .tool(
-            tool("make").handler(|cx: Context, _: wharf::NoArgs| async move {
-                let handle = cx.mint_handle::<Thing>().await?;
-                Ok::<_, HandlerError>(handle.id().to_owned())
-            }),
-        )
+        .tool(make())
         .tool(tool("finish").handler(|cx: Context, args: One| async move {
             cx.retire_handle(&args.thing).await?;
             Ok::<_, HandlerError>("finished")
@@ -467,12 +460,7 @@ async fn postgres_a_step_after_the_call_retired_its_handle_does_not_wait_for_it(
     let store = support::postgres_with(Duration::from_secs(5)).await;
     let server = Server::builder(Implementation::new("t", "1"))
         .store(store)
-        .tool(
-            tool("make").handler(|cx: Context, _: wharf::NoArgs| async move {
-                let handle = cx.mint_handle::<Thing>().await?;
-                Ok::<_, HandlerError>(handle.id().to_owned())
-            }),
-        )
+        .tool(make())
         .tool(tool("close").handler(|cx: Context, args: One| async move {
             // A step opened before the retirement, and one after.
             let mut before = cx.transaction(wharf::store::TxMode::Write).await?;

@@ -291,19 +291,22 @@ mod tests {
         assert_eq!(progress_values(&mut rx), vec![0.5, 0.7]);
     }
 
+    /// A progress stream whose one place a message the client has not read holds.
+    async fn on_a_full_stream(
+        interval: Duration,
+    ) -> (Arc<ProgressStream>, mpsc::Receiver<Vec<u8>>) {
+        let (tx, rx) = mpsc::channel(1);
+        tx.send(b"unread".to_vec()).await.unwrap();
+        let p = ProgressStream::new(ProgressToken::Number(1), tx, interval, None);
+        (p, rx)
+    }
+
     /// A client that keeps the stream open without reading fills it: the handler's reports
     /// and the core's `finish` never wait for it (the call's locks are let go after
     /// `finish`). Time is paused: a wait on the stream would let the timeout fire.
     #[tokio::test(start_paused = true)]
     async fn a_full_stream_never_holds_the_call() {
-        let (tx, mut rx) = mpsc::channel(1);
-        tx.send(b"unread".to_vec()).await.unwrap();
-        let p = ProgressStream::new(
-            ProgressToken::Number(1),
-            tx,
-            Duration::from_millis(100),
-            None,
-        );
+        let (p, mut rx) = on_a_full_stream(Duration::from_millis(100)).await;
         let limit = Duration::from_secs(3600);
         tokio::time::timeout(limit, p.report(1.0, None, None))
             .await
@@ -324,9 +327,7 @@ mod tests {
     /// in a loop that takes a processor; the last value waits a moment for room at the end.
     #[tokio::test(start_paused = true)]
     async fn no_interval_neither_spins_nor_loses_the_last_value_of_a_reader() {
-        let (tx, mut rx) = mpsc::channel(1);
-        tx.send(b"unread".to_vec()).await.unwrap();
-        let p = ProgressStream::new(ProgressToken::Number(1), tx, Duration::ZERO, None);
+        let (p, mut rx) = on_a_full_stream(Duration::ZERO).await;
         p.report(1.0, None, None).await;
         // Paused time moves only when every task waits: a spinning flusher never lets it.
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -361,14 +362,7 @@ mod tests {
     /// A value kept because the stream was full goes out once the client reads.
     #[tokio::test(start_paused = true)]
     async fn a_value_kept_while_the_stream_was_full_goes_out_when_it_has_room() {
-        let (tx, mut rx) = mpsc::channel(1);
-        tx.send(b"unread".to_vec()).await.unwrap();
-        let p = ProgressStream::new(
-            ProgressToken::Number(1),
-            tx,
-            Duration::from_millis(100),
-            None,
-        );
+        let (p, mut rx) = on_a_full_stream(Duration::from_millis(100)).await;
         p.report(1.0, None, None).await;
         p.report(2.0, None, None).await;
         tokio::time::sleep(Duration::from_millis(250)).await;

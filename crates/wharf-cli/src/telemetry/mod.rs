@@ -159,31 +159,9 @@ fn tracer(
 ) -> Result<Option<SdkTracerProvider>, String> {
     let var = |name: &str| env(name).filter(|v| !v.trim().is_empty());
     let setting = |what: &str| otlp_metrics::signal_setting(&var, "TRACES", what);
-    let disabled = var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"));
-    let otlp = var("OTEL_TRACES_EXPORTER").is_none_or(|list| {
-        list.split(',')
-            .any(|e| e.trim().eq_ignore_ascii_case("otlp"))
-    });
-    let endpoint = match setting("ENDPOINT") {
-        _ if disabled || !otlp => return Ok(None),
-        None => return Ok(None),
-        Some((name, endpoint)) if name.contains("_TRACES_") => (name, endpoint),
-        Some((name, base)) => {
-            let endpoint = format!("{}/v1/traces", base.trim_end_matches('/'));
-            (name, endpoint)
-        }
+    let Some(endpoint) = otlp_metrics::signal_endpoint(&var, "TRACES", "traces")? else {
+        return Ok(None);
     };
-    let (name, endpoint) = endpoint;
-    if reqwest::Url::parse(&endpoint).map_or(true, |u| !matches!(u.scheme(), "http" | "https")) {
-        return Err(format!("{name}: not an http:// or https:// URL"));
-    }
-    if let Some((name, protocol)) = setting("PROTOCOL")
-        && !protocol.trim().eq_ignore_ascii_case("http/protobuf")
-    {
-        return Err(format!(
-            "{name}={protocol}: wharf exports over http/protobuf only"
-        ));
-    }
     let timeout = match setting("TIMEOUT") {
         Some((name, ms)) => match ms.trim().parse::<u64>() {
             Ok(ms) if ms > 0 => Duration::from_millis(ms),

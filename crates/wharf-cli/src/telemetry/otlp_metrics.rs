@@ -57,32 +57,9 @@ impl MetricsPush {
     ) -> Result<Option<MetricsPush>, String> {
         let var = |name: &str| env(name).filter(|v| !v.trim().is_empty());
         let setting = |what: &str| signal_setting(&var, "METRICS", what);
-        let disabled = var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"));
-        let otlp = var("OTEL_METRICS_EXPORTER").is_none_or(|list| {
-            list.split(',')
-                .any(|e| e.trim().eq_ignore_ascii_case("otlp"))
-        });
-        let endpoint = match setting("ENDPOINT") {
-            _ if disabled || !otlp => return Ok(None),
-            None => return Ok(None),
-            Some((name, endpoint)) if name.contains("_METRICS_") => (name, endpoint),
-            Some((name, base)) => {
-                let endpoint = format!("{}/v1/metrics", base.trim_end_matches('/'));
-                (name, endpoint)
-            }
+        let Some(endpoint) = signal_endpoint(&var, "METRICS", "metrics")? else {
+            return Ok(None);
         };
-        let (name, endpoint) = endpoint;
-        if reqwest::Url::parse(&endpoint).map_or(true, |u| !matches!(u.scheme(), "http" | "https"))
-        {
-            return Err(format!("{name}: not an http:// or https:// URL"));
-        }
-        if let Some((name, protocol)) = setting("PROTOCOL")
-            && !protocol.eq_ignore_ascii_case("http/protobuf")
-        {
-            return Err(format!(
-                "{name}={protocol}: wharf exports over http/protobuf only"
-            ));
-        }
         let name = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE";
         if let Some(preference) = var(name).filter(|p| !p.eq_ignore_ascii_case("cumulative")) {
             return Err(format!(
@@ -227,6 +204,44 @@ fn describe(e: &reqwest::Error) -> String {
         cause = c.source();
     }
     text
+}
+
+/// Where `signal` (`TRACES`, `METRICS`; `path` its part of a URL, `traces`) is exported, if
+/// anywhere: its own `OTEL_EXPORTER_OTLP_{signal}_ENDPOINT` as it is, or the generic one with
+/// `/v1/{path}`; nowhere with `OTEL_SDK_DISABLED=true` or an `OTEL_{signal}_EXPORTER` list
+/// without `otlp`. An endpoint that is no http(s) URL, or a protocol other than
+/// http/protobuf, is an error naming its variable.
+pub(super) fn signal_endpoint(
+    var: &impl Fn(&str) -> Option<String>,
+    signal: &str,
+    path: &str,
+) -> Result<Option<String>, String> {
+    let setting = |what: &str| signal_setting(var, signal, what);
+    let disabled = var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    let otlp = var(&format!("OTEL_{signal}_EXPORTER")).is_none_or(|list| {
+        list.split(',')
+            .any(|e| e.trim().eq_ignore_ascii_case("otlp"))
+    });
+    let (name, endpoint) = match setting("ENDPOINT") {
+        _ if disabled || !otlp => return Ok(None),
+        None => return Ok(None),
+        Some((name, endpoint)) if name.contains(&format!("_{signal}_")) => (name, endpoint),
+        Some((name, base)) => {
+            let endpoint = format!("{}/v1/{path}", base.trim_end_matches('/'));
+            (name, endpoint)
+        }
+    };
+    if reqwest::Url::parse(&endpoint).map_or(true, |u| !matches!(u.scheme(), "http" | "https")) {
+        return Err(format!("{name}: not an http:// or https:// URL"));
+    }
+    if let Some((name, protocol)) = setting("PROTOCOL")
+        && !protocol.trim().eq_ignore_ascii_case("http/protobuf")
+    {
+        return Err(format!(
+            "{name}={protocol}: wharf exports over http/protobuf only"
+        ));
+    }
+    Ok(Some(endpoint))
 }
 
 /// The variable of `signal` (`TRACES`, `METRICS`) for `what` when set, else the generic one:

@@ -31,6 +31,18 @@ fn traceparent() -> (String, String, String) {
     (format!("00-{trace}-{parent}-01"), trace, parent)
 }
 
+/// A client of `server` (user 42's token) whose every request carries `traceparent` as an
+/// HTTP header, as a client instrumented for HTTP sends it.
+fn sending_traceparent(server: &ServerProcess, traceparent: &str) -> wharf_client::HttpClient {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("traceparent", traceparent.parse().unwrap());
+    let http = reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap();
+    server.client().with_bearer(TOKEN_42).with_http(http)
+}
+
 fn rand_u32() -> u32 {
     use std::hash::{BuildHasher, RandomState};
     (RandomState::new().hash_one(Instant::now()) as u32) | 1
@@ -443,13 +455,7 @@ async fn spans_exported_over_otlp_join_the_callers_trace() {
     }
     // A client that sends its trace context only in the HTTP headers is joined too.
     let (tp, trace, parent) = traceparent();
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert("traceparent", tp.parse().unwrap());
-    let http = reqwest::Client::builder()
-        .default_headers(headers)
-        .build()
-        .unwrap();
-    let by_header = server.client().with_bearer(TOKEN_42).with_http(http);
+    let by_header = sending_traceparent(&server, &tp);
     let r = request(&by_header, "tools/list", json!({})).await;
     assert!(r.result().is_some(), "{}", r.body);
     let listed = eventually("the list's span reaches the receiver", async || {
@@ -462,13 +468,7 @@ async fn spans_exported_over_otlp_join_the_callers_trace() {
     assert_eq!(hex(&listed.parent_span_id), parent);
     // So is a legacy session's request: that era has no trace context in `_meta`.
     let (tp, trace, parent) = traceparent();
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert("traceparent", tp.parse().unwrap());
-    let http = reqwest::Client::builder()
-        .default_headers(headers)
-        .build()
-        .unwrap();
-    let legacy_client = server.client().with_bearer(TOKEN_42).with_http(http);
+    let legacy_client = sending_traceparent(&server, &tp);
     let session = wharf_client::LegacySession::initialize(&legacy_client, "2025-11-25", json!({}))
         .await
         .unwrap();
