@@ -19,8 +19,8 @@ use sha2::{Digest as _, Sha256};
 use tokio::sync::mpsc;
 
 use super::oauth::{
-    authorization_server_metadata, challenge_param, fetch_json, post_form, protects,
-    resource_metadata_url,
+    authorization_server_metadata, challenge_param, post_form, protects, resource_metadata,
+    secure_url,
 };
 use super::tokens::{Grant, Tokens};
 
@@ -92,6 +92,7 @@ async fn login(args: &LoginArgs) -> Result<String, String> {
     let authorization_endpoint = found.metadata["authorization_endpoint"]
         .as_str()
         .ok_or("the authorization server's metadata has no authorization_endpoint")?;
+    secure_url("authorization_endpoint", authorization_endpoint)?;
     let mut params = vec![
         ("response_type", "code"),
         ("client_id", client_id.as_str()),
@@ -146,6 +147,7 @@ async fn login(args: &LoginArgs) -> Result<String, String> {
     let token_endpoint = found.metadata["token_endpoint"]
         .as_str()
         .ok_or("the authorization server's metadata has no token_endpoint")?;
+    secure_url("token_endpoint", token_endpoint)?;
     let body = post_form(
         &http,
         token_endpoint,
@@ -204,11 +206,12 @@ async fn discover(http: &reqwest::Client, args: &LoginArgs) -> Result<Option<Dis
         .get(header::WWW_AUTHENTICATE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let metadata_url = challenge_param(challenge, "resource_metadata")
-        .unwrap_or_else(|| resource_metadata_url(&args.url));
-    let resource_metadata = fetch_json(http, &metadata_url).await.map_err(|e| {
-        format!("the server wants a token but publishes no protected-resource metadata ({e}); it may take API keys instead: pass --token")
-    })?;
+    let named = challenge_param(challenge, "resource_metadata");
+    let (metadata_url, resource_metadata) = resource_metadata(http, &args.url, named)
+        .await
+        .map_err(|e| {
+            format!("the server wants a token but publishes no protected-resource metadata ({e}); it may take API keys instead: pass --token")
+        })?;
     let resource = resource_metadata["resource"]
         .as_str()
         .ok_or_else(|| format!("{metadata_url} names no resource"))?
@@ -225,6 +228,7 @@ async fn discover(http: &reqwest::Client, args: &LoginArgs) -> Result<Option<Dis
         .as_str()
         .ok_or_else(|| format!("{metadata_url} names no authorization server"))?
         .to_owned();
+    secure_url("the authorization server", &issuer)?;
     let metadata = authorization_server_metadata(http, &issuer).await?;
     // RFC 8414 §3.3: the metadata must be the issuer's own.
     let issuer = match metadata["issuer"].as_str() {
@@ -294,6 +298,7 @@ async fn identify(
             }
         ));
     };
+    secure_url("registration_endpoint", endpoint)?;
     let res = http
         .post(endpoint)
         .json(&json!({

@@ -77,18 +77,18 @@ impl std::fmt::Debug for Endpoint {
 impl Endpoint {
     /// A client of the endpoint with its token: `--token`/`WHARF_TOKEN`, else the one
     /// `wharf login` kept (refreshed when about to expire), else none.
-    pub(crate) async fn client(&self) -> Result<HttpClient, String> {
+    pub(crate) async fn client(&self) -> Result<HttpClient, Unreachable> {
         self.client_with(false).await
     }
 
     /// [`Endpoint::client`]; with `refused`, a stored token is refreshed first.
-    async fn client_with(&self, refused: bool) -> Result<HttpClient, String> {
+    async fn client_with(&self, refused: bool) -> Result<HttpClient, Unreachable> {
         // A server that never accepts is given up on: requests themselves are not timed, since
         // a listen stream or a long call may rightly stay quiet for long.
         let http = reqwest::Client::builder()
             .connect_timeout(std::time::Duration::from_secs(10))
             .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+            .map_err(|e| Unreachable::fatal(format!("cannot build the HTTP client: {e}")))?;
         let mut client = HttpClient::new(self.url.clone()).with_http(http);
         client.meta.client_info = serde_json::json!({
             "name": "wharf",
@@ -111,17 +111,13 @@ impl Endpoint {
         capabilities: serde_json::Value,
     ) -> Result<wharf_client::Client, Unreachable> {
         use wharf_client::ClientError;
-        let unusable = |message| Unreachable {
-            message,
-            retry: false,
-        };
-        let mut http = self.client().await.map_err(unusable)?;
+        let mut http = self.client().await?;
         http.meta.capabilities = capabilities.clone();
         let mut connected = wharf_client::Client::connect(http).await;
         if let (Err(ClientError::Status { status: 401, .. }), None) = (&connected, &self.token) {
             // A stored token refused before its time (revoked, say): refresh it and try once
             // more.
-            let mut http = self.client_with(true).await.map_err(unusable)?;
+            let mut http = self.client_with(true).await?;
             if http.authorization().is_some() {
                 http.meta.capabilities = capabilities;
                 connected = wharf_client::Client::connect(http).await;
@@ -152,6 +148,24 @@ impl Endpoint {
 pub(crate) struct Unreachable {
     message: String,
     retry: bool,
+}
+
+impl Unreachable {
+    /// Trying again will not help.
+    pub(crate) fn fatal(message: String) -> Self {
+        Unreachable {
+            message,
+            retry: false,
+        }
+    }
+
+    /// Trying again later may help.
+    pub(crate) fn transient(message: String) -> Self {
+        Unreachable {
+            message,
+            retry: true,
+        }
+    }
 }
 
 impl std::fmt::Display for Unreachable {

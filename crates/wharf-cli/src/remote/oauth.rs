@@ -47,11 +47,59 @@ pub(crate) fn challenge_param(challenge: &str, param: &str) -> Option<String> {
     }
 }
 
-/// Where RFC 9728 puts the protected-resource metadata of `resource` (the well-known
-/// prefix inserted before the path), for a server whose challenge names none.
-pub(crate) fn resource_metadata_url(resource: &str) -> String {
+/// Where the protected-resource metadata of `resource` may be, for a server whose challenge
+/// names none, in the order a client asks (MCP 2025-11-25 authorization): RFC 9728's address
+/// (the well-known prefix inserted before the path), then the origin's own.
+pub(crate) fn resource_metadata_urls(resource: &str) -> Vec<String> {
     let (origin, path) = split_origin(resource);
-    format!("{origin}/.well-known/oauth-protected-resource{path}")
+    let mut urls = vec![format!(
+        "{origin}/.well-known/oauth-protected-resource{path}"
+    )];
+    if !path.is_empty() {
+        urls.push(format!("{origin}/.well-known/oauth-protected-resource"));
+    }
+    urls
+}
+
+/// The protected-resource metadata of `resource` and where it was found: at `named` (the
+/// challenge's `resource_metadata`), else at the first of [`resource_metadata_urls`] that
+/// has it.
+pub(crate) async fn resource_metadata(
+    http: &reqwest::Client,
+    resource: &str,
+    named: Option<String>,
+) -> Result<(String, Value), String> {
+    let urls = named.map_or_else(|| resource_metadata_urls(resource), |url| vec![url]);
+    let mut errors = Vec::new();
+    for url in urls {
+        match fetch_json(http, &url).await {
+            Ok(metadata) => return Ok((url, metadata)),
+            Err(e) => errors.push(e),
+        }
+    }
+    Err(errors.join("; "))
+}
+
+/// Refuses `url` (`what` names it) unless it is `https`, or `http` to this machine: the
+/// authorization server's endpoints carry codes, verifiers and refresh tokens, and its
+/// metadata says where they go (MCP authorization: its endpoints MUST be served over HTTPS).
+/// The authorization endpoint is handed to the browser too, where any other scheme would
+/// open whatever handles it.
+pub(crate) fn secure_url(what: &str, url: &str) -> Result<(), String> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("{what} {url:?}: {e}"))?;
+    let loopback = match parsed.host() {
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    };
+    match parsed.scheme() {
+        "https" => Ok(()),
+        "http" if loopback => Ok(()),
+        _ => Err(format!(
+            "{what} {url} is not https: refusing to send a sign-in's codes and tokens over it"
+        )),
+    }
 }
 
 /// The metadata addresses of `issuer`: RFC 8414 (path inserted after the well-known
@@ -94,19 +142,44 @@ pub(crate) async fn fetch_json(http: &reqwest::Client, url: &str) -> Result<Valu
         .map_err(|e| format!("{url}: not JSON: {e}"))
 }
 
+/// Why an authorization server's endpoint gave no answer to use.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    /// The HTTP status, when it answered at all.
+    status: Option<u16>,
+    message: String,
+}
+
+impl Refused {
+    /// Whether asking again later may work: it could not be reached, or answered that it is
+    /// in trouble (5xx) or busy (429). Anything else (`invalid_grant`, say) is its verdict.
+    pub(crate) fn may_pass(&self) -> bool {
+        self.status.is_none_or(|s| s >= 500 || s == 429)
+    }
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// POSTs `form` to an authorization server's `endpoint` (token, RFC 6749 §3.2) and reads
 /// its JSON; a refusal comes back as the status and the server's description of it.
 pub(crate) async fn post_form(
     http: &reqwest::Client,
     endpoint: &str,
     form: &[(&str, &str)],
-) -> Result<Value, String> {
+) -> Result<Value, Refused> {
     let res = http
         .post(endpoint)
         .form(form)
         .send()
         .await
-        .map_err(|e| format!("{endpoint}: {}", wharf_client::ClientError::Http(e)))?;
+        .map_err(|e| Refused {
+            status: None,
+            message: format!("{endpoint}: {}", wharf_client::ClientError::Http(e)),
+        })?;
     let status = res.status();
     let body: Value = res.json().await.unwrap_or(Value::Null);
     if status.is_success() {
@@ -116,7 +189,10 @@ pub(crate) async fn post_form(
         .as_str()
         .or(body["error"].as_str())
         .unwrap_or("no reason given");
-    Err(format!("{status}: {said}"))
+    Err(Refused {
+        status: Some(status.as_u16()),
+        message: format!("{status}: {said}"),
+    })
 }
 
 /// The metadata of authorization server `issuer`, from the first address that has it.
@@ -191,8 +267,66 @@ mod tests {
             "http://127.0.0.1:9/.well-known/oauth-authorization-server"
         );
         assert_eq!(
-            resource_metadata_url("https://api.example/mcp"),
-            "https://api.example/.well-known/oauth-protected-resource/mcp"
+            resource_metadata_urls("https://api.example/mcp"),
+            [
+                "https://api.example/.well-known/oauth-protected-resource/mcp",
+                "https://api.example/.well-known/oauth-protected-resource",
+            ]
         );
+        assert_eq!(
+            resource_metadata_urls("https://api.example/"),
+            ["https://api.example/.well-known/oauth-protected-resource"]
+        );
+    }
+
+    /// A server whose challenge names no metadata, and which serves it only at its origin's
+    /// well-known address, is still found there (MCP 2025-11-25: path first, then root).
+    #[tokio::test]
+    async fn protected_resource_metadata_is_looked_for_at_the_root_too() {
+        let app = axum::Router::new().route(
+            "/.well-known/oauth-protected-resource",
+            axum::routing::get(|| async {
+                axum::Json(serde_json::json!({ "resource": "http://x/mcp" }))
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let origin = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let http = reqwest::Client::new();
+        let (found, metadata) = resource_metadata(&http, &format!("{origin}/mcp"), None)
+            .await
+            .unwrap();
+        assert_eq!(
+            found,
+            format!("{origin}/.well-known/oauth-protected-resource")
+        );
+        assert_eq!(metadata["resource"], "http://x/mcp");
+        // One the challenge names is the only one asked.
+        let named = format!("{origin}/elsewhere");
+        let e = resource_metadata(&http, &format!("{origin}/mcp"), Some(named.clone()))
+            .await
+            .unwrap_err();
+        assert!(e.contains(&named), "{e}");
+    }
+
+    #[test]
+    fn credentials_go_only_over_https_or_to_this_machine() {
+        for fine in [
+            "https://as.example/token",
+            "http://127.0.0.1:9/token",
+            "http://localhost:9/authorize",
+            "http://[::1]:9/token",
+        ] {
+            assert_eq!(secure_url("token_endpoint", fine), Ok(()), "{fine}");
+        }
+        for refused in [
+            "http://as.example/token",
+            "http://10.0.0.1/token",
+            "file:///etc/passwd",
+            "javascript:alert(1)",
+        ] {
+            let e = secure_url("authorization_endpoint", refused).unwrap_err();
+            assert!(e.contains("authorization_endpoint"), "{e}");
+        }
     }
 }

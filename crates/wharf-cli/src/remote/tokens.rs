@@ -11,6 +11,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::Unreachable;
+
 /// What a login left: the tokens and what it takes to refresh them.
 #[derive(Clone, Serialize, Deserialize)]
 pub(crate) struct Grant {
@@ -186,11 +188,25 @@ impl TokenFile {
         Ok(self.read()?.remove(key(url)))
     }
 
-    /// Keeps `grant` for endpoint `url`, replacing the file whole (a crash leaves the old
-    /// file or the new one, never half of one), under the lock: it rewrites what it read.
-    fn put(&self, _held: &TokensLock, url: &str, grant: Grant) -> Result<(), String> {
+    /// Keeps `grant` for endpoint `url`, under the lock: it rewrites what it read.
+    fn put(&self, held: &TokensLock, url: &str, grant: Grant) -> Result<(), String> {
         let mut all = self.read()?;
         all.insert(key(url).to_owned(), grant);
+        self.write(held, &all)
+    }
+
+    /// Forgets the grant for endpoint `url`, if there is one, under the lock.
+    fn remove(&self, held: &TokensLock, url: &str) -> Result<(), String> {
+        let mut all = self.read()?;
+        if all.remove(key(url)).is_none() {
+            return Ok(());
+        }
+        self.write(held, &all)
+    }
+
+    /// Replaces the file whole with `all` (a crash leaves the old file or the new one, never
+    /// half of one).
+    fn write(&self, _held: &TokensLock, all: &BTreeMap<String, Grant>) -> Result<(), String> {
         let dir = self.path.parent().unwrap_or(std::path::Path::new("."));
         let failed = |e: std::io::Error| format!("{}: {e}", self.path.display());
         std::fs::DirBuilder::new()
@@ -213,7 +229,7 @@ impl TokenFile {
             .mode(0o600)
             .open(&temporary)
             .map_err(failed)?;
-        let json = serde_json::to_vec_pretty(&all).map_err(|e| e.to_string())?;
+        let json = serde_json::to_vec_pretty(all).map_err(|e| e.to_string())?;
         file.write_all(&json)
             .and_then(|()| file.sync_all())
             .map_err(failed)?;
@@ -255,7 +271,7 @@ impl Tokens {
     /// The grant for endpoint `url`, if logged in.
     pub(crate) async fn get(&self, url: &str) -> Result<Option<Grant>, String> {
         if self.keyring
-            && let Ok(Some(secret)) = keyring_op(url, None).await
+            && let Ok(Some(secret)) = keyring_op(url, Keyring::Get).await
             && let Ok(grant) = serde_json::from_str(&secret)
         {
             return Ok(Some(grant));
@@ -268,7 +284,10 @@ impl Tokens {
         self.file.lock().await
     }
 
-    /// Keeps `grant` for endpoint `url`, under the lock; says where.
+    /// Keeps `grant` for endpoint `url`, under the lock; says where. Only one copy is
+    /// left: a refresh token is good once, and a second copy, read where the other store
+    /// does not answer (a session without the keyring), would send a used one, which the
+    /// authorization server takes for a stolen one and revokes the whole login for.
     pub(crate) async fn put(
         &self,
         held: &TokensLock,
@@ -277,28 +296,46 @@ impl Tokens {
     ) -> Result<String, String> {
         if self.keyring {
             let secret = serde_json::to_string(&grant).map_err(|e| e.to_string())?;
-            if keyring_op(url, Some(secret)).await.is_ok() {
+            if keyring_op(url, Keyring::Set(secret)).await.is_ok() {
+                self.file.remove(held, url)?;
                 return Ok("the OS keyring".to_owned());
             }
         }
         self.file.put(held, url, grant)?;
+        if self.keyring {
+            // A keyring that refused the write may still hold an older grant, which `get`
+            // would read first. Best effort: one that does not answer holds nothing it
+            // would give.
+            let _ = keyring_op(url, Keyring::Delete).await;
+        }
         Ok(self.file.path().display().to_string())
     }
 }
 
-/// Reads (`secret` none) or writes the keyring entry of `url`, off the async threads (the
+/// What to do with a keyring entry.
+enum Keyring {
+    Get,
+    Set(String),
+    Delete,
+}
+
+/// Reads, writes or deletes the keyring entry of `url`, off the async threads (the
 /// keyring's calls block). Any failure means "no keyring here".
-async fn keyring_op(url: &str, secret: Option<String>) -> Result<Option<String>, String> {
+async fn keyring_op(url: &str, op: Keyring) -> Result<Option<String>, String> {
     #[cfg(any(target_os = "linux", target_os = "macos"))]
     {
         let user = key(url).to_owned();
         let op = move || -> Result<Option<String>, keyring::Error> {
             let entry = keyring::Entry::new(KEYRING_SERVICE, &user)?;
-            match secret {
-                Some(secret) => entry.set_password(&secret).map(|()| None),
-                None => match entry.get_password() {
+            match op {
+                Keyring::Set(secret) => entry.set_password(&secret).map(|()| None),
+                Keyring::Get => match entry.get_password() {
                     Ok(s) => Ok(Some(s)),
                     Err(keyring::Error::NoEntry) => Ok(None),
+                    Err(e) => Err(e),
+                },
+                Keyring::Delete => match entry.delete_credential() {
+                    Ok(()) | Err(keyring::Error::NoEntry) => Ok(None),
                     Err(e) => Err(e),
                 },
             }
@@ -310,7 +347,7 @@ async fn keyring_op(url: &str, secret: Option<String>) -> Result<Option<String>,
     }
     #[cfg(not(any(target_os = "linux", target_os = "macos")))]
     {
-        let _ = (url, secret, KEYRING_SERVICE);
+        let _ = (url, op, KEYRING_SERVICE);
         Err("no keyring on this platform".to_owned())
     }
 }
@@ -320,9 +357,20 @@ async fn keyring_op(url: &str, secret: Option<String>) -> Result<Option<String>,
 ///
 /// `refused` says the server just refused the stored token (revoked, or expired early): it
 /// is refreshed whatever its stated expiry, and `None` comes back when it cannot be.
-pub(crate) async fn token_for(url: &str, refused: bool) -> Result<Option<String>, String> {
-    let tokens = Tokens::open()?;
-    let Some(grant) = tokens.get(url).await? else {
+pub(crate) async fn token_for(url: &str, refused: bool) -> Result<Option<String>, Unreachable> {
+    let tokens = Tokens::open().map_err(Unreachable::fatal)?;
+    refreshed(&tokens, url, refused).await
+}
+
+/// [`token_for`] with `tokens`: a refresh that failed for a reason that may pass (the
+/// authorization server unreachable, 5xx, 429) says so, and to try again, not to log in.
+async fn refreshed(
+    tokens: &Tokens,
+    url: &str,
+    refused: bool,
+) -> Result<Option<String>, Unreachable> {
+    let fatal = Unreachable::fatal;
+    let Some(grant) = tokens.get(url).await.map_err(fatal)? else {
         return Ok(None);
     };
     if !grant.is_stale() && !refused {
@@ -332,8 +380,8 @@ pub(crate) async fn token_for(url: &str, refused: bool) -> Result<Option<String>
         return Ok(None);
     }
     // One refresh at a time: whoever waited finds the login refreshed by the one before it.
-    let held = tokens.lock().await?;
-    let Some(current) = tokens.get(url).await? else {
+    let held = tokens.lock().await.map_err(fatal)?;
+    let Some(current) = tokens.get(url).await.map_err(fatal)? else {
         return Ok(None);
     };
     if current.access_token != grant.access_token && !current.is_stale() {
@@ -342,8 +390,12 @@ pub(crate) async fn token_for(url: &str, refused: bool) -> Result<Option<String>
     let grant = current;
     let again = format!("run `wharf login {url}` again");
     let Some(refresh) = grant.refresh_token.clone() else {
-        return Err(format!("the login to {url} expired; {again}"));
+        return Err(fatal(format!("the login to {url} expired; {again}")));
     };
+    // Kept by an earlier version, or written by hand: the refresh token goes nowhere
+    // unencrypted.
+    super::oauth::secure_url("the stored token_endpoint", &grant.token_endpoint)
+        .map_err(|e| fatal(format!("{e}; {again}")))?;
     let form = [
         ("grant_type", "refresh_token"),
         ("refresh_token", refresh.as_str()),
@@ -353,19 +405,27 @@ pub(crate) async fn token_for(url: &str, refused: bool) -> Result<Option<String>
     let http = reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(30))
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| fatal(e.to_string()))?;
     let body = super::oauth::post_form(&http, &grant.token_endpoint, &form)
         .await
-        .map_err(|e| format!("the login to {url} expired and its refresh failed ({e}); {again}"))?;
+        .map_err(|e| match e.may_pass() {
+            true => Unreachable::transient(format!(
+                "the login to {url} needs a refresh, which its authorization server did not give for now ({e}); try again"
+            )),
+            false => fatal(format!(
+                "the login to {url} expired and its refresh failed ({e}); {again}"
+            )),
+        })?;
     let fresh = Grant::from_response(
         &body,
         &grant.token_endpoint,
         &grant.client_id,
         &grant.resource,
         Some(refresh),
-    )?;
+    )
+    .map_err(fatal)?;
     let token = fresh.access_token.clone();
-    tokens.put(&held, url, fresh).await?;
+    tokens.put(&held, url, fresh).await.map_err(fatal)?;
     Ok(Some(token))
 }
 
@@ -435,5 +495,64 @@ mod tests {
             );
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A refresh its authorization server cannot give for now (unreachable, 5xx, 429) is
+    /// worth trying again, and does not tell the user to log in again (`wharf listen` gave
+    /// up for good when it met one); a refusal (`invalid_grant`) is final.
+    #[tokio::test]
+    async fn a_refresh_the_server_cannot_give_for_now_is_tried_again_not_final() {
+        use axum::http::StatusCode;
+        for (status, error, retry) in [
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "temporarily_unavailable",
+                true,
+            ),
+            (StatusCode::TOO_MANY_REQUESTS, "slow_down", true),
+            (StatusCode::BAD_REQUEST, "invalid_grant", false),
+        ] {
+            let app = axum::Router::new().route(
+                "/token",
+                axum::routing::post(move || async move {
+                    (status, axum::Json(serde_json::json!({ "error": error })))
+                }),
+            );
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let endpoint = format!("http://{}/token", listener.local_addr().unwrap());
+            tokio::spawn(async move { axum::serve(listener, app).await });
+
+            let dir = std::env::temp_dir().join(format!(
+                "wharf-refresh-{}-{}",
+                std::process::id(),
+                status.as_u16()
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            let tokens = Tokens {
+                file: TokenFile {
+                    path: dir.join("tokens.json"),
+                },
+                keyring: false,
+            };
+            let url = "https://s.example/mcp";
+            let stale = Grant {
+                refresh_token: Some("r".to_owned()),
+                expires_at: Some(1),
+                token_endpoint: endpoint,
+                ..grant(0)
+            };
+            let held = tokens.lock().await.unwrap();
+            tokens.put(&held, url, stale).await.unwrap();
+            drop(held);
+            let failed = super::refreshed(&tokens, url, false).await.unwrap_err();
+            assert_eq!(failed.retry, retry, "{status}: {}", failed.message);
+            assert_eq!(
+                failed.message.contains("wharf login"),
+                !retry,
+                "{status}: {}",
+                failed.message
+            );
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
     }
 }

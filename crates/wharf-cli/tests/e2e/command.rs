@@ -1000,6 +1000,47 @@ async fn login_keeps_tokens_in_the_keyring_when_there_is_one() {
     assert_eq!(out.status.code(), Some(1));
 }
 
+/// A login kept in the keyring leaves no copy in the token file (one written where the
+/// keyring did not answer, an SSH session say): a copy read there would send a refresh token
+/// already used, and the authorization server would revoke the whole login.
+#[tokio::test]
+async fn a_login_kept_in_the_keyring_leaves_no_copy_in_the_file() {
+    let server = common::authz::own_server("login-one-copy", "demo", &[]);
+    let url = server.url();
+    let desktop = Desktop::start();
+    let mut without_keyring: Vec<(String, String)> = desktop
+        .env
+        .iter()
+        .filter(|(k, _)| k != "DBUS_SESSION_BUS_ADDRESS")
+        .cloned()
+        .collect();
+    without_keyring.push((
+        "DBUS_SESSION_BUS_ADDRESS".to_owned(),
+        "unix:path=/nonexistent/bus".to_owned(),
+    ));
+    let said = log_in(&url, &without_keyring).await;
+    assert!(!said.contains("OS keyring"), "{said}");
+    let file = [&desktop.env[2].1, &format!("{}/.config", desktop.env[0].1)]
+        .iter()
+        .map(|dir| std::path::Path::new(dir.as_str()).join("wharf/tokens.json"))
+        .find(|f| f.exists())
+        .expect("the login without a keyring wrote the token file");
+    let kept = |file: &std::path::Path| std::fs::read_to_string(file).unwrap_or_default();
+    assert!(
+        kept(&file).contains(url.trim_end_matches('/')),
+        "{}",
+        kept(&file)
+    );
+
+    let said = log_in(&url, &desktop.env).await;
+    assert!(said.ends_with("Kept in the OS keyring.\n"), "{said}");
+    assert!(
+        !kept(&file).contains(url.trim_end_matches('/')),
+        "the file kept a second copy: {}",
+        kept(&file)
+    );
+}
+
 /// `wharf serve` refuses, naming both flags, to keep a write's record for less time than a
 /// call may run: a retry could find the first attempt's claim expired while it still ran.
 #[test]

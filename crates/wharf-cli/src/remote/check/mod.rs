@@ -16,7 +16,7 @@ mod report;
 use report::{Outcome, Verdict, fail, info, pass, report, skip};
 
 use super::Endpoint;
-use super::oauth::{authorization_server_metadata, challenge_param, fetch_json, protects};
+use super::oauth::{authorization_server_metadata, challenge_param, protects, resource_metadata};
 
 /// `wharf check`.
 #[derive(Debug, Args)]
@@ -490,21 +490,22 @@ impl Probe {
                 format!("HTTP 401 without a Bearer challenge (WWW-Authenticate: {challenge:?})"),
             );
         }
-        let Some(metadata_url) = challenge_param(challenge, "resource_metadata") else {
-            // Fine for API keys; an OAuth client, though, finds no authorization server.
-            return Outcome {
-                name,
-                verdict: Verdict::Warn,
-                detail: "HTTP 401 with a Bearer challenge but no resource_metadata (RFC 9728): OAuth clients cannot find an authorization server; fine if the server takes only API keys".to_owned(),
-            };
-        };
-        let prm = match fetch_json(&self.http, &metadata_url).await {
-            Ok(v) => v,
-            Err(e) => {
-                return fail(
+        let named = challenge_param(challenge, "resource_metadata");
+        let (metadata_url, prm) = match resource_metadata(&self.http, &self.url, named.clone())
+            .await
+        {
+            Ok(found) => found,
+            // Nowhere a client looks: fine for API keys; an OAuth client, though, finds no
+            // authorization server.
+            Err(_) if named.is_none() => {
+                return Outcome {
                     name,
-                    format!("protected-resource metadata {metadata_url}: {e}"),
-                );
+                    verdict: Verdict::Warn,
+                    detail: "HTTP 401 with a Bearer challenge but no resource_metadata (RFC 9728), and no protected-resource metadata at the well-known addresses: OAuth clients cannot find an authorization server; fine if the server takes only API keys".to_owned(),
+                };
+            }
+            Err(e) => {
+                return fail(name, format!("protected-resource metadata: {e}"));
             }
         };
         // RFC 9728 §3.3: metadata for another resource must not be used (`wharf login`
