@@ -453,19 +453,23 @@ async fn spans_exported_over_otlp_join_the_callers_trace() {
             span.name
         );
     }
+    // The `tools/list` span of trace `trace` arrives, a child of span `parent`.
+    let listed_under = async |trace: &str, parent: &str| {
+        let listed = eventually("the list's span reaches the receiver", async || {
+            receiver
+                .of_trace(trace)
+                .into_iter()
+                .find(|s| s.name == "tools/list")
+        })
+        .await;
+        assert_eq!(hex(&listed.parent_span_id), parent);
+    };
     // A client that sends its trace context only in the HTTP headers is joined too.
     let (tp, trace, parent) = traceparent();
     let by_header = sending_traceparent(&server, &tp);
     let r = request(&by_header, "tools/list", json!({})).await;
     assert!(r.result().is_some(), "{}", r.body);
-    let listed = eventually("the list's span reaches the receiver", async || {
-        receiver
-            .of_trace(&trace)
-            .into_iter()
-            .find(|s| s.name == "tools/list")
-    })
-    .await;
-    assert_eq!(hex(&listed.parent_span_id), parent);
+    listed_under(&trace, &parent).await;
     // So is a legacy session's request: that era has no trace context in `_meta`.
     let (tp, trace, parent) = traceparent();
     let legacy_client = sending_traceparent(&server, &tp);
@@ -474,14 +478,7 @@ async fn spans_exported_over_otlp_join_the_callers_trace() {
         .unwrap();
     let r = session.request("tools/list", json!({})).await.unwrap();
     assert!(r.result().is_some(), "{}", r.body);
-    let listed = eventually("the legacy list's span reaches the receiver", async || {
-        receiver
-            .of_trace(&trace)
-            .into_iter()
-            .find(|s| s.name == "tools/list")
-    })
-    .await;
-    assert_eq!(hex(&listed.parent_span_id), parent);
+    listed_under(&trace, &parent).await;
 
     // The store spans name their operation; the call's transaction began and committed.
     let operations: Vec<String> = named("mcp.store")
