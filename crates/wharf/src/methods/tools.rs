@@ -625,7 +625,8 @@ async fn prepare(
         // A write in steps takes its claim without the handle: held across the steps, a
         // claim holding the handle would keep the handler's own steps from retiring it
         // (PostgreSQL's lock on it; Redis's check that it still exists when the record is
-        // taken). The steps hold it themselves, each in its own transaction. The handle is
+        // taken). Each step checks it in its own transaction (`Context::transaction`,
+        // `Transaction::check_handle`), and the call's transaction holds it. The handle is
         // judged first, so that only its owner claims (or replays) under it.
         Some((param, id)) if keyed.how == Idempotence::InSteps => {
             let record = if is_handle_id(id) {
