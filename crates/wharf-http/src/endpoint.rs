@@ -8,11 +8,11 @@ use axum::extract::Request;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use futures_util::{FutureExt as _, StreamExt};
+use futures_util::StreamExt;
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use wharf::{Admitted, ErrorKind, ErrorReply, ParsedRequest, Principal, RpcError};
+use wharf::{Admitted, ErrorKind, ParsedRequest, Principal, RpcError};
 use wharf_protocol::Envelope;
 
 use crate::call_stream::{self, Ended, Phase, last_message};
@@ -299,24 +299,9 @@ async fn stream(state: &Arc<AppState>, admitted: Admitted) -> Response {
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(32);
     let cancel = CancellationToken::new();
     let guard = cancel.clone().drop_guard();
-    // A panic outside the handler (which the core catches itself: a middleware's, say)
-    // still answers the request, with its id, rather than end the stream without one.
-    let id = admitted.request().id.clone();
-    let run = std::panic::AssertUnwindSafe(admitted.stream_then(tx, cancel)).catch_unwind();
-    let mut task = tokio::spawn(async move {
-        run.await.unwrap_or_else(|panic| {
-            let said = panic
-                .downcast_ref::<&str>()
-                .copied()
-                .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-                .unwrap_or("(not a string)");
-            // The detail goes to the log only (`RpcError::internal`).
-            let e = RpcError::internal(format!(
-                "a streamed call panicked outside its handler: {said}"
-            ));
-            Some(Err(ErrorReply::new(Some(id), e)))
-        })
-    });
+    // A panic in the call, inside its handler or out, is answered by the core, with the
+    // request's id.
+    let mut task = tokio::spawn(admitted.stream_then(tx, cancel));
     let wait = HEAD_WAIT.min(state.config.keep_alive);
     let start = tokio::select! {
         biased;

@@ -21,9 +21,9 @@ use wharf::{Answer, ErrorKind, ParsedRequest, Principal, RpcError, Scope, Server
 use wharf_protocol::jsonrpc::write_error;
 use wharf_protocol::{CancelledParams, Envelope, RequestId, methods};
 
-/// Longest line accepted, in bytes.
+/// Longest line accepted, in bytes, by default ([`StdioConfig::max_line_bytes`]).
 pub const MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
-/// Deepest JSON nesting accepted.
+/// Deepest JSON nesting accepted, by default ([`StdioConfig::max_json_depth`]).
 pub const MAX_JSON_DEPTH: usize = 64;
 
 /// The requests running on this connection, by id: what a cancellation names. Each
@@ -90,6 +90,23 @@ impl InFlight {
     }
 }
 
+/// A request's place in [`InFlight`]: its id and its slot, freed when this is dropped,
+/// however the request's task ends (a panic included: the id would stay taken and the
+/// slot full for the rest of the process).
+struct Registered {
+    in_flight: Arc<InFlight>,
+    id: RequestId,
+    n: u64,
+    /// Fired by the client's `notifications/cancelled`.
+    cancel: CancellationToken,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.in_flight.finish(&self.id, self.n);
+    }
+}
+
 /// How long in-flight requests may run after input ends, by default.
 pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
 
@@ -111,6 +128,10 @@ pub struct StdioConfig {
     /// process without end. Refusals wait for stdout like any answer, so such a client
     /// stops being read. 0 is taken as 1.
     pub max_in_flight: usize,
+    /// The longest line taken, in bytes; a longer one is refused (-32600) and skipped.
+    pub max_line_bytes: usize,
+    /// The deepest JSON nesting taken; a deeper message is refused unread.
+    pub max_json_depth: usize,
 }
 
 /// Requests running at once, by default.
@@ -122,12 +143,22 @@ impl Default for StdioConfig {
             principal: Principal::anonymous(),
             drain: DEFAULT_DRAIN,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            max_line_bytes: MAX_LINE_BYTES,
+            max_json_depth: MAX_JSON_DEPTH,
         }
     }
 }
 
 /// Serves `server` until `input` ends, then lets in-flight requests finish (at most
 /// [`DEFAULT_DRAIN`]), ends open subscriptions gracefully, and returns.
+///
+/// The end of input shuts `server` down ([`Server::shutdown`]): a stdio server is its
+/// process's one connection, and its listen streams end as a server's do when it stops.
+/// Serve each connection of a socket with a server of its own.
+///
+/// When `output` fails (the client closed its end), reading stops, the requests still
+/// running are cancelled, and the write's error is returned: nothing they did could reach
+/// the client.
 pub async fn serve<R, W>(server: Server, input: R, output: W) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin,
@@ -153,9 +184,13 @@ where
     // Cancelled once the session is over: what is queued is still written, and a sender a
     // handler's task kept adds nothing after it.
     let closing = CancellationToken::new();
+    // Cancelled when the writer ends: before the input, only because `output` failed.
+    let output_ended = CancellationToken::new();
     let writer = tokio::spawn({
         let (written, closing) = (Arc::clone(&written), closing.clone());
+        let ended = output_ended.clone();
         async move {
+            let _ended = ended.drop_guard();
             let mut output = output;
             loop {
                 let line = tokio::select! {
@@ -187,11 +222,17 @@ where
     let in_flight = Arc::new(InFlight::new(config.max_in_flight.max(1)));
     let mut tasks = JoinSet::new();
     let mut legacy = Legacy::default();
-    let mut lines = FramedRead::new(
-        input,
-        Lines(LinesCodec::new_with_max_length(MAX_LINE_BYTES)),
-    );
-    while let Some(line) = lines.next().await {
+    let max_line = config.max_line_bytes;
+    let mut lines = FramedRead::new(input, Lines(LinesCodec::new_with_max_length(max_line)));
+    loop {
+        let line = tokio::select! {
+            biased;
+            () = output_ended.cancelled() => break,
+            line = lines.next() => match line {
+                Some(line) => line,
+                None => break,
+            },
+        };
         match line {
             Ok(Line::Text(line)) if line.trim().is_empty() => {}
             Ok(Line::Text(line)) => {
@@ -200,13 +241,14 @@ where
                     principal: &config.principal,
                     tx: &tx,
                     in_flight: &in_flight,
+                    max_depth: config.max_json_depth,
                 };
                 handle_line(&link, &line, &mut tasks, &mut legacy).await
             }
             Ok(Line::TooLong) => {
                 let e = RpcError::new(
                     ErrorKind::InvalidRequest,
-                    format!("Message longer than {MAX_LINE_BYTES} bytes"),
+                    format!("Message longer than {max_line} bytes"),
                 );
                 refuse_unread(&tx, &legacy, &e).await;
             }
@@ -220,6 +262,19 @@ where
             }
         }
         while tasks.try_join_next().is_some() {}
+    }
+    if output_ended.is_cancelled() {
+        // Nothing more can reach the client: what runs is cut short (its handlers' cleanup
+        // runs), and the write's error says why.
+        tracing::warn!("stdout failed; cancelling the requests still running");
+        legacy.stop_stream();
+        server.shutdown();
+        tasks.shutdown().await;
+        return match writer.await {
+            Ok(Err(e)) => Err(e),
+            Ok(Ok(())) => Err(std::io::ErrorKind::BrokenPipe.into()),
+            Err(e) => Err(std::io::Error::other(e)),
+        };
     }
     // Input closed: finish what was asked, end subscriptions, flush.
     legacy.stop_stream();
@@ -330,6 +385,8 @@ struct Link<'a> {
     principal: &'a Principal,
     tx: &'a mpsc::Sender<Vec<u8>>,
     in_flight: &'a Arc<InFlight>,
+    /// [`StdioConfig::max_json_depth`].
+    max_depth: usize,
 }
 
 /// The process's legacy session, once a client opened one, and the task that writes its
@@ -480,7 +537,7 @@ async fn read_long_way(
         batch(link, line, legacy, tasks).await;
         return None;
     }
-    let envelope = match Envelope::parse(line.as_bytes(), MAX_JSON_DEPTH) {
+    let envelope = match Envelope::parse(line.as_bytes(), link.max_depth) {
         Ok(env) => env,
         Err(failure) if is_response(line) => {
             // A response is never answered, even one this server cannot take (the client's
@@ -508,6 +565,12 @@ async fn read_long_way(
     };
     if let Some(id) = &envelope.id {
         if sessions.opens_session(method, envelope.params) {
+            // Answered at once, so never registered; still refused under the id of a running
+            // request, whose client would get two responses with one id.
+            if link.in_flight.running().contains_key(id) {
+                send_error(tx, Some(id), &id_in_use(id)).await;
+                return None;
+            }
             let opened = sessions
                 .initialize(id.clone(), envelope.params, link.principal, Scope::Process)
                 .await;
@@ -546,10 +609,10 @@ async fn handle_line(link: &Link<'_>, line: &str, tasks: &mut JoinSet<()>, legac
         server,
         principal,
         tx,
-        in_flight,
+        ..
     } = *link;
     let read = match &legacy.session {
-        None => server.read_request(line.as_bytes(), MAX_JSON_DEPTH),
+        None => server.read_request(line.as_bytes(), link.max_depth),
         Some(_) => None,
     };
     let req = match read {
@@ -559,28 +622,49 @@ async fn handle_line(link: &Link<'_>, line: &str, tasks: &mut JoinSet<()>, legac
             None => return,
         },
     };
-    let Some((n, cancel)) = register(link, &req.id).await else {
+    let Some(registered) = register(link, &req.id).await else {
         return;
     };
-    let id = req.id.clone();
-    let (server, tx, in_flight) = (server.clone(), tx.clone(), in_flight.clone());
+    let (server, tx) = (server.clone(), tx.clone());
     let principal = principal.clone();
-    tasks.spawn(async move {
-        // Admitted first (a slot under the caps); cancelled while queued, it never runs, and
-        // a cancelled request gets no response.
-        let admitted = tokio::select! {
-            () = cancel.cancelled() => None,
-            admitted = server.admit(req, principal) => Some(admitted),
-        };
-        match admitted {
-            None => {}
-            Some(Err(reply)) => {
-                let _ = tx.send(reply.to_message()).await;
+    tasks.spawn(answering_panics(
+        registered,
+        tx.clone(),
+        |cancel| async move {
+            // Admitted first (a slot under the caps); cancelled while queued, it never runs, and
+            // a cancelled request gets no response.
+            let admitted = tokio::select! {
+                () = cancel.cancelled() => None,
+                admitted = server.admit(req, principal) => Some(admitted),
+            };
+            match admitted {
+                None => {}
+                Some(Err(reply)) => {
+                    let _ = tx.send(reply.to_message()).await;
+                }
+                Some(Ok(admitted)) => admitted.stream(tx, cancel).await,
             }
-            Some(Ok(admitted)) => admitted.stream(tx, cancel).await,
+        },
+    ));
+}
+
+/// Runs a registered request's `work` (given the token its cancellation fires), answering
+/// it -32603 if the work panics before it answered (a middleware's bug, say: the core
+/// catches only its handler's panics), unless it was cancelled; its id and slot are freed
+/// however it ends.
+async fn answering_panics<F: Future<Output = ()>>(
+    registered: Registered,
+    tx: mpsc::Sender<Vec<u8>>,
+    work: impl FnOnce(CancellationToken) -> F,
+) {
+    use futures_util::FutureExt as _;
+    let run = std::panic::AssertUnwindSafe(work(registered.cancel.clone())).catch_unwind();
+    if let Err(panic) = run.await {
+        if !registered.cancel.is_cancelled() {
+            let e = RpcError::panicked("a stdio request", &*panic);
+            send_error(&tx, Some(&registered.id), &e).await;
         }
-        in_flight.finish(&id, n);
-    });
+    }
 }
 
 /// A `notifications/cancelled`'s params; `None` for invalid ones, which are ignored, as the
@@ -591,9 +675,16 @@ fn cancelled(params: Option<&serde_json::value::RawValue>) -> Option<CancelledPa
 
 /// Registers a request by id, or answers that the id is taken: cancellation and responses
 /// are matched by id, so a second live request with the same id would make both ambiguous.
-async fn register(link: &Link<'_>, id: &RequestId) -> Option<(u64, CancellationToken)> {
+async fn register(link: &Link<'_>, id: &RequestId) -> Option<Registered> {
     let e = match link.in_flight.register(id) {
-        Ok(registered) => return Some(registered),
+        Ok((n, cancel)) => {
+            return Some(Registered {
+                in_flight: Arc::clone(link.in_flight),
+                id: id.clone(),
+                n,
+                cancel,
+            });
+        }
         Err(Refused::InUse) => id_in_use(id),
         Err(Refused::Full) => RpcError::new(
             ErrorKind::RetryLater,
@@ -617,7 +708,7 @@ fn id_in_use(id: &RequestId) -> RpcError {
 /// A batch of a 2025-03-26 session (a JSON array of messages on one line): each message
 /// taken in order as if it came on a line of its own, each answer on a line of its own.
 async fn batch(link: &Link<'_>, line: &str, legacy: &mut Legacy, tasks: &mut JoinSet<()>) {
-    let messages = match wharf_protocol::jsonrpc::parse_batch(line.as_bytes(), MAX_JSON_DEPTH) {
+    let messages = match wharf_protocol::jsonrpc::parse_batch(line.as_bytes(), link.max_depth) {
         Ok(messages) => messages,
         Err(failure) => {
             refuse_unread(link.tx, legacy, &RpcError::from(&failure.error)).await;
@@ -639,7 +730,7 @@ async fn batch(link: &Link<'_>, line: &str, legacy: &mut Legacy, tasks: &mut Joi
                 id: Some(id),
                 method: Some(_),
                 ..
-            }) = Envelope::parse(message.get().as_bytes(), MAX_JSON_DEPTH)
+            }) = Envelope::parse(message.get().as_bytes(), link.max_depth)
             {
                 send_error(link.tx, Some(&id), &e).await;
             }
@@ -648,7 +739,7 @@ async fn batch(link: &Link<'_>, line: &str, legacy: &mut Legacy, tasks: &mut Joi
         return;
     }
     for message in messages {
-        match Envelope::parse(message.get().as_bytes(), MAX_JSON_DEPTH) {
+        match Envelope::parse(message.get().as_bytes(), link.max_depth) {
             Ok(envelope) => in_session(link, envelope, legacy, tasks).await,
             Err(failure) if is_response(message.get()) => {
                 tracing::warn!(error = %failure.error, "a response from the client was not understood");
@@ -734,56 +825,61 @@ async fn in_session(
             // These methods are answered at once.
             Ok(_) => return,
         };
-        let _ = link.tx.send(message).await;
         // A subscription made or dropped (each adds or removes one) changes what the
-        // session's stream writes; a refused or repeated one changes nothing.
+        // session's stream writes; a refused or repeated one changes nothing. The stream
+        // that writes the new set opens before the answer goes: a client that hears its
+        // subscription taken hears every update from then on.
         if session.subscriptions().len() != subscribed {
             legacy
                 .restart_stream(link.server, link.tx, link.principal)
                 .await;
         }
+        let _ = link.tx.send(message).await;
         return;
     }
-    let Some((n, cancel)) = register(link, &id).await else {
+    let Some(registered) = register(link, &id).await else {
         return;
     };
-    let (server, tx, in_flight) = (link.server.clone(), link.tx.clone(), link.in_flight.clone());
+    let (server, tx) = (link.server.clone(), link.tx.clone());
     let (mut session, principal) = (session.clone(), link.principal.clone());
     let params = envelope.params.map(ToOwned::to_owned);
     let method = method.to_owned();
-    tasks.spawn(async move {
-        let call = async {
-            let answer = server
-                .sessions()
-                .request(
-                    &mut session,
-                    id.clone(),
-                    &method,
-                    params.as_deref(),
-                    principal,
-                    wharf::TraceContext::default(),
-                )
-                .await;
-            match answer {
-                Ok(Answer::Call(call)) => call.stream(tx).await,
-                Ok(Answer::Message(m)) => {
-                    let _ = tx.send(m).await;
+    tasks.spawn(answering_panics(
+        registered,
+        tx.clone(),
+        |cancel| async move {
+            let call = async {
+                let answer = server
+                    .sessions()
+                    .request(
+                        &mut session,
+                        id.clone(),
+                        &method,
+                        params.as_deref(),
+                        principal,
+                        wharf::TraceContext::default(),
+                    )
+                    .await;
+                match answer {
+                    Ok(Answer::Call(call)) => call.stream(tx).await,
+                    Ok(Answer::Message(m)) => {
+                        let _ = tx.send(m).await;
+                    }
+                    Err(reply) => {
+                        let _ = tx.send(reply.to_message()).await;
+                    }
+                    Ok(_) => {}
                 }
-                Err(reply) => {
-                    let _ = tx.send(reply.to_message()).await;
-                }
-                Ok(_) => {}
+            };
+            // Cancelled, even before the session registered the call: it stops at its next
+            // await, and sends nothing more.
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => {}
+                () = call => {}
             }
-        };
-        // Cancelled, even before the session registered the call: it stops at its next
-        // await, and sends nothing more.
-        tokio::select! {
-            biased;
-            () = cancel.cancelled() => {}
-            () = call => {}
-        }
-        in_flight.finish(&id, n);
-    });
+        },
+    ));
 }
 
 #[cfg(test)]

@@ -322,7 +322,14 @@ impl Admitted {
             progress_floor: None,
         };
         let counted = Counted::new(self.span, self.timer);
-        let outcome = counted.run(&self.core, self.req, caller).await;
+        // A panic outside the handler (whose own the core catches: a middleware's, say)
+        // still answers the request, with its id, and leaves the transport's task (and what
+        // it holds for the id) to end as usual. Streamed calls only: on the plain JSON path
+        // a catch around the whole call costs every call (see `context::guarded`).
+        let run = std::panic::AssertUnwindSafe(counted.run(&self.core, self.req, caller));
+        let outcome = futures_util::FutureExt::catch_unwind(run)
+            .await
+            .unwrap_or_else(|panic| Err(RpcError::panicked("a streamed call", &*panic)));
         if cancel.is_cancelled() {
             return None;
         }

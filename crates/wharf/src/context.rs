@@ -114,14 +114,10 @@ pub(crate) fn guarded<T>(
             }
             Err(panic) => {
                 drop(cleanup);
-                let said = panic
-                    .downcast_ref::<&str>()
-                    .copied()
-                    .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-                    .unwrap_or("(not a string)");
-                Err(HandlerError::Protocol(RpcError::internal(format!(
-                    "a handler panicked: {said}"
-                ))))
+                Err(HandlerError::Protocol(RpcError::panicked(
+                    "a handler",
+                    &*panic,
+                )))
             }
         })
 }

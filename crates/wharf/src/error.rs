@@ -222,6 +222,17 @@ impl RpcError {
         Self::new(ErrorKind::Internal, "Internal error")
     }
 
+    /// `-32603` for work that panicked (a transport's catch of a request's task): what the
+    /// panic said goes to the log only (it may hold anything), after `what` (who panicked).
+    pub fn panicked(what: &str, payload: &(dyn std::any::Any + Send)) -> Self {
+        let said = payload
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("(not a string)");
+        Self::internal(format_args!("{what} panicked: {said}"))
+    }
+
     /// The JSON-RPC code.
     pub fn code(&self) -> i32 {
         self.kind.code()

@@ -125,7 +125,12 @@ async fn serves_concurrently_cancels_and_exits_on_eof() {
 /// server goes on serving the requests that follow.
 #[tokio::test]
 async fn bad_lines_get_precise_errors_and_the_server_carries_on() {
-    let mut c = spawn("demo", &[]);
+    // The HTTP body's limits hold for a line.
+    let mut c = spawn(
+        "demo",
+        &["--max-body-bytes", "65536", "--max-json-depth", "16"],
+    );
+    let deep = format!("{}{}", "[".repeat(20), "]".repeat(20));
     let meta = json!({ "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {} });
     let cases: Vec<(String, i64, Value, &str)> = vec![
@@ -152,10 +157,18 @@ async fn bad_lines_get_precise_errors_and_the_server_carries_on() {
             "name",
         ),
         (
-            format!("\"{}\"", "x".repeat(wharf_stdio::MAX_LINE_BYTES)),
+            format!("\"{}\"", "x".repeat(65536)),
             -32600,
             Value::Null,
-            "longer than",
+            "longer than 65536 bytes",
+        ),
+        (
+            format!(
+                r#"{{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{{"_meta":{meta},"name":"echo","arguments":{{"text":{deep}}}}}}}"#
+            ),
+            -32600,
+            json!(6),
+            "deeper than 16",
         ),
     ];
     let mut cases: Vec<(Vec<u8>, i64, Value, &str)> = cases

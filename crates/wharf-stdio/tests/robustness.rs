@@ -1,0 +1,181 @@
+//! What a stdio server does when something breaks: a request whose work panics outside
+//! its handler, a client that stops taking output, an `initialize` under a running
+//! request's id.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines};
+use tokio::sync::{Notify, oneshot};
+use wharf::protocol::Implementation;
+use wharf::{Caller, Context, Next, NoArgs, ParsedRequest, Server, tool};
+use wharf_stdio::{StdioConfig, serve_with};
+
+/// `_meta` of a 2026-07-28 request.
+fn meta() -> Value {
+    json!({ "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {} })
+}
+
+fn call(id: Value, name: &str) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": { "_meta": meta(), "name": name, "arguments": {} } })
+}
+
+async fn send(to_server: &mut DuplexStream, m: &Value) {
+    to_server
+        .write_all(format!("{m}\n").as_bytes())
+        .await
+        .unwrap();
+}
+
+async fn next(lines: &mut Lines<BufReader<DuplexStream>>) -> Value {
+    let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .expect("an answer in time")
+        .unwrap()
+        .expect("a line");
+    serde_json::from_str(&line).unwrap()
+}
+
+/// A tool, `hold`, that says when it started (`started`), then waits until it is cut
+/// short, which it reports on `cancelled`.
+fn holding(started: Arc<Notify>, cancelled: oneshot::Sender<()>) -> wharf::ToolDef {
+    let cancelled = std::sync::Mutex::new(Some(cancelled));
+    tool("hold").handler(move |cx: Context, _: NoArgs| {
+        let report = cancelled.lock().unwrap().take();
+        let started = Arc::clone(&started);
+        async move {
+            if let Some(report) = report {
+                cx.on_cancel(async move {
+                    let _ = report.send(());
+                });
+            }
+            started.notify_one();
+            std::future::pending::<String>().await
+        }
+    })
+}
+
+/// A middleware's panic (outside the handler, whose own the core catches) answers its
+/// request -32603 under its id, and leaves the id and the request's slot free: with room
+/// for one request at a time, the same id is served next.
+#[tokio::test]
+async fn a_request_that_panics_outside_its_handler_is_answered_and_frees_its_id() {
+    let armed = Arc::new(AtomicBool::new(true));
+    let server = Server::builder(Implementation::new("t", "1"))
+        .tool(tool("hello").handler(|_cx: Context, _: NoArgs| async { "hello" }))
+        .middleware({
+            let armed = Arc::clone(&armed);
+            move |req: ParsedRequest, caller: Caller, next: Next| {
+                let armed = Arc::clone(&armed);
+                async move {
+                    if armed.swap(false, Ordering::SeqCst) {
+                        panic!("a middleware's bug");
+                    }
+                    next.run(req, caller).await
+                }
+            }
+        })
+        .build()
+        .unwrap();
+    let (mut to_server, server_in) = tokio::io::duplex(64 * 1024);
+    let (server_out, from_server) = tokio::io::duplex(64 * 1024);
+    let mut config = StdioConfig::default();
+    config.max_in_flight = 1;
+    let served = tokio::spawn(serve_with(server, server_in, server_out, config));
+    let mut lines = BufReader::new(from_server).lines();
+
+    send(&mut to_server, &call(json!(1), "hello")).await;
+    let m = next(&mut lines).await;
+    assert_eq!(m["id"], 1, "{m}");
+    assert_eq!(m["error"]["code"], -32603, "{m}");
+    assert!(!armed.load(Ordering::SeqCst));
+
+    send(&mut to_server, &call(json!(1), "hello")).await;
+    let m = next(&mut lines).await;
+    assert_eq!(m["id"], 1, "{m}");
+    assert_eq!(m["result"]["content"][0]["text"], "hello", "{m}");
+    drop(to_server);
+    served.await.unwrap().unwrap();
+}
+
+/// A client that closed its end of the output (while still writing input) ends the
+/// session at the first answer that cannot go: the server stops reading, cuts short what
+/// still runs, and says why.
+#[tokio::test]
+async fn output_that_fails_ends_the_session_and_cancels_what_runs() {
+    let (started, (report, cancelled)) = (Arc::new(Notify::new()), oneshot::channel());
+    let server = Server::builder(Implementation::new("t", "1"))
+        .tool(holding(Arc::clone(&started), report))
+        .build()
+        .unwrap();
+    let (mut to_server, server_in) = tokio::io::duplex(64 * 1024);
+    let (server_out, from_server) = tokio::io::duplex(64 * 1024);
+    let served = tokio::spawn(serve_with(
+        server,
+        server_in,
+        server_out,
+        StdioConfig::default(),
+    ));
+    send(&mut to_server, &call(json!(1), "hold")).await;
+    started.notified().await;
+    drop(from_server);
+    // Its answer is the first write to fail.
+    send(&mut to_server, &call(json!(2), "no-such-tool")).await;
+    let ended = tokio::time::timeout(Duration::from_secs(10), served)
+        .await
+        .expect("the session ended while its input stayed open")
+        .unwrap();
+    assert_eq!(
+        ended.unwrap_err().kind(),
+        std::io::ErrorKind::BrokenPipe,
+        "the write's error"
+    );
+    tokio::time::timeout(Duration::from_secs(10), cancelled)
+        .await
+        .expect("the running call was cut short")
+        .unwrap();
+    drop(to_server);
+}
+
+/// `initialize` under the id of a running request is refused (-32600): its client would
+/// get two responses with one id.
+#[tokio::test]
+async fn initialize_under_a_running_id_is_refused() {
+    let (started, (report, _cancelled)) = (Arc::new(Notify::new()), oneshot::channel());
+    let server = Server::builder(Implementation::new("t", "1"))
+        .tool(holding(Arc::clone(&started), report))
+        .build()
+        .unwrap();
+    let (mut to_server, server_in) = tokio::io::duplex(64 * 1024);
+    let (server_out, from_server) = tokio::io::duplex(64 * 1024);
+    let mut config = StdioConfig::default();
+    config.drain = Duration::from_millis(100);
+    let served = tokio::spawn(serve_with(server, server_in, server_out, config));
+    let mut lines = BufReader::new(from_server).lines();
+    send(&mut to_server, &call(json!(7), "hold")).await;
+    started.notified().await;
+    let initialize = |id: i64| {
+        json!({ "jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": { "name": "t", "version": "1" } } })
+    };
+    send(&mut to_server, &initialize(7)).await;
+    let m = next(&mut lines).await;
+    assert_eq!(m["id"], 7, "{m}");
+    assert_eq!(m["error"]["code"], -32600, "{m}");
+    assert!(
+        m["error"]["message"].as_str().unwrap().contains("in use"),
+        "{m}"
+    );
+    send(&mut to_server, &initialize(8)).await;
+    let m = next(&mut lines).await;
+    assert_eq!(m["id"], 8, "{m}");
+    assert_eq!(m["result"]["protocolVersion"], "2025-11-25", "{m}");
+    // The held call is cut short when input ends and the drain runs out.
+    drop(to_server);
+    served.await.unwrap().unwrap();
+}
