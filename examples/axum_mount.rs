@@ -18,10 +18,12 @@ use axum::response::Response;
 use axum::routing::get;
 use wharf::protocol::Implementation;
 use wharf::{Context, NoArgs, Principal, Server, tool};
-use wharf_http::{FromExtensions, HttpConfig};
+use wharf_http::{ConnectionLimits, FromExtensions, HttpConfig};
 
-/// The app's own authentication. A real app checks a signed session; this one trusts the
-/// cookie's value, which is enough to show where the principal comes from.
+/// The app's own authentication. A real app checks a signed session (or looks it up);
+/// this one trusts the cookie's value, which is enough to show where the principal comes
+/// from. An id Wharf refuses as a principal (empty, or reserved for its own sign-ins)
+/// leaves the request unauthenticated: it is answered 401.
 async fn session(mut req: Request, next: Next) -> Response {
     let user = req
         .headers()
@@ -29,9 +31,10 @@ async fn session(mut req: Request, next: Next) -> Response {
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
-        .find_map(|c| c.trim().strip_prefix("session=").map(str::to_owned));
+        .find_map(|c| c.trim().strip_prefix("session="))
+        .and_then(|user| Principal::new(user).ok());
     if let Some(user) = user {
-        req.extensions_mut().insert(Principal::new(user));
+        req.extensions_mut().insert(user);
     }
     next.run(req).await
 }
@@ -57,6 +60,10 @@ async fn main() -> anyhow::Result<()> {
     let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:8080".into());
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("listening on http://{}/mcp", listener.local_addr()?);
-    axum::serve(listener, app).await?;
+    // As in hello_tools: head read timeout, connection and header caps, drain on Ctrl-C.
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    wharf_http::serve(listener, app, ConnectionLimits::default(), shutdown).await?;
     Ok(())
 }

@@ -151,6 +151,16 @@ async fn axum_mount_serves_the_app_and_trusts_its_session() {
     let ex = start("axum_mount", &[]);
     let (status, body) = call(&ex.url, "whoami", json!({ "arguments": {} }), None).await;
     assert_eq!(status, 401, "no session, no principal: {body}");
+    // Ids Wharf keeps for its own principals (and an empty one) are nobody.
+    for cookie in [
+        "session=",
+        "session=anonymous",
+        "session=https://issuer#alice",
+    ] {
+        let (status, body) =
+            call(&ex.url, "whoami", json!({ "arguments": {} }), Some(cookie)).await;
+        assert_eq!(status, 401, "{cookie}: {body}");
+    }
     let (status, body) = call(
         &ex.url,
         "whoami",

@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
-use wharf::Principal;
+use wharf::{Principal, PrincipalError};
 
 use crate::AuthError;
 
@@ -81,25 +81,21 @@ impl ApiKeys {
             let (principal, token) = spec.split_once('=').ok_or(ApiKeyError::Shape)?;
             let principal = principal.trim();
             let token = token.trim();
-            if principal.is_empty()
-                || principal.len() > 200
-                || principal.chars().any(char::is_control)
-            {
+            if principal.len() > 200 {
                 return Err(ApiKeyError::Principal { position });
             }
-            if principal == "anonymous" || principal.contains('#') {
-                return Err(ApiKeyError::Reserved(principal.to_owned()));
-            }
+            let principal = match Principal::new(principal) {
+                Ok(principal) => principal,
+                Err(PrincipalError::Reserved(name)) => return Err(ApiKeyError::Reserved(name)),
+                Err(_) => return Err(ApiKeyError::Principal { position }),
+            };
             if token.len() < MIN_TOKEN_LEN
                 || token.chars().any(|c| c.is_whitespace() || c.is_control())
             {
                 return Err(ApiKeyError::Token { position });
             }
-            if by_digest
-                .insert(digest(token), Principal::new(principal))
-                .is_some()
-            {
-                return Err(ApiKeyError::Duplicate(principal.to_owned()));
+            if by_digest.insert(digest(token), principal.clone()).is_some() {
+                return Err(ApiKeyError::Duplicate(principal.id().to_owned()));
             }
         }
         Ok(ApiKeys {

@@ -84,7 +84,7 @@ impl Watch {
 }
 
 async fn handles_are_stored_with_their_owner_and_only_when_committed(store: Arc<dyn Store>) {
-    let owner = Principal::new("user-42");
+    let owner = Principal::new("user-42").unwrap();
     let mut kept = HandleRecord::mint::<Thing>(&owner, now_millis());
     kept.data = Some(json!({ "dataset": "d", "columns": [1, 2] }));
     let dropped = HandleRecord::mint::<Thing>(&owner, now_millis());
@@ -113,7 +113,7 @@ async fn handles_are_stored_with_their_owner_and_only_when_committed(store: Arc<
 /// ends) after a later one was does not take it back, directly or with a commit, and so
 /// does not bring the handle's idle expiry forward.
 async fn a_handles_last_use_never_moves_back(store: Arc<dyn Store>) {
-    let owner = Principal::new(unique("last-use"));
+    let owner = Principal::new(unique("last-use")).unwrap();
     let handle = mint(&store, &owner).await;
     let at = |ms: i64| handle.last_used_at + ms;
     let last_use = async || {
@@ -150,7 +150,7 @@ impl HandleKind for Lasting {
 /// (Redis's scripts hold numbers as doubles).
 async fn a_handle_that_never_expires_round_trips(store: Arc<dyn Store>) {
     let now = now_millis();
-    let h = HandleRecord::mint::<Lasting>(&Principal::new("u"), now);
+    let h = HandleRecord::mint::<Lasting>(&Principal::new("u").unwrap(), now);
     let mut tx = store.begin(TxMode::Write).await.unwrap();
     tx.create_handle(&h).await.unwrap();
     tx.commit().await.unwrap();
@@ -162,7 +162,7 @@ async fn a_handle_that_never_expires_round_trips(store: Arc<dyn Store>) {
 }
 
 async fn retiring_a_handle_removes_the_data_filed_under_it(store: Arc<dyn Store>) {
-    let h = HandleRecord::mint::<Thing>(&Principal::new("u"), now_millis());
+    let h = HandleRecord::mint::<Thing>(&Principal::new("u").unwrap(), now_millis());
     let rows = format!("{}/rows", h.id);
     let other = unique("unrelated");
     let mut tx = store.begin(TxMode::Write).await.unwrap();
@@ -411,7 +411,7 @@ async fn expired_records_count_as_absent(store: Arc<dyn Store>) {
 
 async fn the_sweeper_removes_long_expired_handles_in_batches(store: Arc<dyn Store>) {
     const HOUR: i64 = 3_600_000;
-    let owner = Principal::new("u");
+    let owner = Principal::new("u").unwrap();
     let idle = i64::try_from(Thing::IDLE_TTL.unwrap().as_millis()).unwrap();
     let now = now_millis();
     // Handles whose idle lifetime ended `ago` milliseconds before now.
@@ -466,7 +466,7 @@ async fn the_sweeper_removes_long_expired_handles_in_batches(store: Arc<dyn Stor
 }
 
 async fn claims_on_a_handle_are_for_its_owner_only(store: Arc<dyn Store>) {
-    let owner = Principal::new("user-42");
+    let owner = Principal::new("user-42").unwrap();
     let h = HandleRecord::mint::<Thing>(&owner, now_millis());
     let mut tx = store.begin(TxMode::Write).await.unwrap();
     tx.create_handle(&h).await.unwrap();
@@ -541,7 +541,7 @@ async fn keys_and_results_are_stored_exactly_whatever_they_hold(store: Arc<dyn S
 }
 
 async fn nothing_is_left_under_a_handle_retired_while_a_write_ran(store: Arc<dyn Store>) {
-    let h = HandleRecord::mint::<Thing>(&Principal::new("u"), now_millis());
+    let h = HandleRecord::mint::<Thing>(&Principal::new("u").unwrap(), now_millis());
     let rows = format!("{}/rows", h.id);
     let mut tx = store.begin(TxMode::Write).await.unwrap();
     tx.create_handle(&h).await.unwrap();
@@ -688,7 +688,7 @@ impl HandleKind for Other {
 /// not another owner's, not another kind's, not one retired, idle too long, past its
 /// lifetime, or swept, and not one of a transaction rolled back.
 async fn live_handles_count_one_owners_live_handles_of_one_kind(store: Arc<dyn Store>) {
-    let owner = Principal::new(unique("owner/with:separators"));
+    let owner = Principal::new(unique("owner/with:separators")).unwrap();
     let now = now_millis();
     let idle = i64::try_from(Thing::IDLE_TTL.unwrap().as_millis()).unwrap();
     let ttl = i64::try_from(Thing::TTL.as_millis()).unwrap();
@@ -701,7 +701,7 @@ async fn live_handles_count_one_owners_live_handles_of_one_kind(store: Arc<dyn S
     let mut lifetime_out = HandleRecord::mint::<Thing>(&owner, now - ttl - LONG_AGO);
     // Used a moment ago, so only its lifetime is over.
     lifetime_out.last_used_at = now - 1;
-    let theirs = HandleRecord::mint::<Thing>(&Principal::new(unique("someone else")), now);
+    let theirs = HandleRecord::mint::<Thing>(&Principal::new(unique("someone else")).unwrap(), now);
     let other_kind = HandleRecord::mint::<Other>(&owner, now);
     let mut tx = store.begin(TxMode::Write).await.unwrap();
     for r in live
@@ -817,7 +817,7 @@ all_backends!(
 #[tokio::test]
 async fn postgres_two_claimed_writes_under_one_handle_both_hold_it() {
     let store = postgres().await;
-    let owner = Principal::new(unique("touch"));
+    let owner = Principal::new(unique("touch")).unwrap();
     let handle = mint(&store, &owner).await;
     let scope = format!("h:{}", handle.id);
     let (c1, c2) = (
@@ -860,7 +860,7 @@ async fn postgres_two_claimed_writes_under_one_handle_both_hold_it() {
 async fn postgres_a_claim_on_a_handle_holds_it_and_a_retirement_waits_its_turn() {
     let store = postgres().await;
     let observer = pg_observer().await;
-    let owner = Principal::new(unique("held"));
+    let owner = Principal::new(unique("held")).unwrap();
     let handle = mint(&store, &owner).await;
     let scope = format!("h:{}", handle.id);
     let rows = format!("{}/rows", handle.id);
@@ -916,7 +916,7 @@ async fn postgres_a_claim_on_a_handle_holds_it_and_a_retirement_waits_its_turn()
 async fn postgres_a_claim_finds_a_handle_replaced_while_it_waited() {
     let store = postgres().await;
     let observer = pg_observer().await;
-    let owner = Principal::new(unique("replaced"));
+    let owner = Principal::new(unique("replaced")).unwrap();
     let handle = mint(&store, &owner).await;
     let mut replacing = store.begin(TxMode::Write).await.unwrap();
     let replacing_pid = pg_backend_pid(&mut replacing).await;
@@ -977,7 +977,7 @@ async fn postgres_a_claim_that_timed_out_on_its_handle_leaves_the_pool_usable() 
     one.max_connections = 1;
     let url = support::pg_url();
     let waiter = wharf_store::open(&url, &one).await.expect("PostgreSQL");
-    let owner = Principal::new(unique("timeout"));
+    let owner = Principal::new(unique("timeout")).unwrap();
     let handle = mint(&holder, &owner).await;
 
     // Held exclusively, as a retirement holds it (rolled back below).
@@ -1127,7 +1127,7 @@ async fn postgres_a_lost_connection_is_busy_unless_a_retry_could_apply_twice() {
     let mut unkeyed = store.begin(TxMode::Write).await.unwrap();
     unkeyed
         .create_handle(&HandleRecord::mint::<Thing>(
-            &Principal::new("lost"),
+            &Principal::new("lost").unwrap(),
             now_millis(),
         ))
         .await
@@ -1199,7 +1199,7 @@ async fn postgres_a_clear_beside_an_append_leaves_no_row_uncounted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_use_is_recorded_without_waiting_for_a_write_in_flight() {
     let store = postgres_with(Duration::from_secs(1)).await;
-    let owner = Principal::new(unique("touch-skip"));
+    let owner = Principal::new(unique("touch-skip")).unwrap();
     let handle = mint(&store, &owner).await;
     let at = |ms: i64| handle.last_used_at + ms;
 
@@ -1249,7 +1249,7 @@ async fn postgres_a_use_is_recorded_without_waiting_for_a_write_in_flight() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_write_recording_a_use_does_not_wait_for_another_in_flight() {
     let store = postgres_with(Duration::from_secs(1)).await;
-    let owner = Principal::new(unique("hold-skip"));
+    let owner = Principal::new(unique("hold-skip")).unwrap();
     let handle = HandleRecord::mint::<Thing>(&owner, now_millis());
     let mut tx = store.begin(TxMode::Write).await.unwrap();
     tx.create_handle(&handle).await.unwrap();

@@ -134,8 +134,8 @@ fn text(result: &Value) -> &str {
 #[tokio::test]
 async fn handles_in_arrays_and_nested_structs_are_checked() {
     let s = server().await;
-    let alice = Harness::new(s.clone()).principal(Principal::new("alice"));
-    let bob = Harness::new(s).principal(Principal::new("bob"));
+    let alice = Harness::new(s.clone()).principal(Principal::new("alice").unwrap());
+    let bob = Harness::new(s).principal(Principal::new("bob").unwrap());
     let mine = text(&call(&alice, "make", json!({})).await).to_owned();
     let also_mine = text(&call(&alice, "make", json!({})).await).to_owned();
     let theirs = text(&call(&bob, "make", json!({})).await).to_owned();
@@ -167,8 +167,8 @@ async fn handles_in_arrays_and_nested_structs_are_checked() {
 #[tokio::test]
 async fn a_handle_under_an_alias_the_schema_does_not_name_never_reaches_the_handler() {
     let s = server().await;
-    let alice = Harness::new(s.clone()).principal(Principal::new("alice"));
-    let bob = Harness::new(s).principal(Principal::new("bob"));
+    let alice = Harness::new(s.clone()).principal(Principal::new("alice").unwrap());
+    let bob = Harness::new(s).principal(Principal::new("bob").unwrap());
     let mine = text(&call(&alice, "make", json!({})).await).to_owned();
     let theirs = text(&call(&bob, "make", json!({})).await).to_owned();
 
@@ -190,8 +190,8 @@ async fn a_handle_under_an_alias_the_schema_does_not_name_never_reaches_the_hand
 #[tokio::test]
 async fn a_handler_cannot_retire_a_handle_the_core_did_not_check() {
     let s = server().await;
-    let bob = Harness::new(s.clone()).principal(Principal::new("bob"));
-    let alice = Harness::new(s).principal(Principal::new("alice"));
+    let bob = Harness::new(s.clone()).principal(Principal::new("bob").unwrap());
+    let alice = Harness::new(s).principal(Principal::new("alice").unwrap());
     let theirs = text(&call(&bob, "make", json!({})).await).to_owned();
     let refused = call(&alice, "retire_unchecked", json!({ "id": theirs })).await;
     assert_eq!(refused["rpcError"], "Internal error", "{refused}");
@@ -222,8 +222,8 @@ fn a_handle_inside_a_recursive_type_fails_the_build() {
 #[tokio::test]
 async fn a_retry_replays_a_write_that_retired_its_handles() {
     let s = server().await;
-    let alice = Harness::new(s.clone()).principal(Principal::new("alice"));
-    let bob = Harness::new(s).principal(Principal::new("bob"));
+    let alice = Harness::new(s.clone()).principal(Principal::new("alice").unwrap());
+    let bob = Harness::new(s).principal(Principal::new("bob").unwrap());
     let into = text(&call(&alice, "make", json!({})).await).to_owned();
     let a = text(&call(&alice, "make", json!({})).await).to_owned();
     let b = text(&call(&alice, "make", json!({})).await).to_owned();
@@ -281,7 +281,7 @@ async fn postgres_minting_a_capped_handle_needs_no_second_connection() {
         )
         .build()
         .unwrap();
-    let caller = Harness::new(server).principal(Principal::new(support::unique("capped")));
+    let caller = Harness::new(server).principal(Principal::new(support::unique("capped")).unwrap());
     for n in 0..2 {
         let key = format!("k{n}");
         let opened = tokio::time::timeout(
@@ -360,7 +360,7 @@ async fn postgres_a_hold_cut_short_is_taken_again_before_anything_is_written() {
         }))
         .build()
         .unwrap();
-    let caller = Harness::new(server).principal(Principal::new(support::unique("holder")));
+    let caller = Harness::new(server).principal(Principal::new(support::unique("holder")).unwrap());
     let id = text(&call(&caller, "make", json!({})).await).to_owned();
     assert!(id.starts_with("thg_"), "{id}");
 
@@ -432,7 +432,7 @@ async fn a_step_written_after_its_handle_was_retired_is_refused() {
         }))
         .build()
         .unwrap();
-    let alice = Harness::new(server).principal(Principal::new("alice"));
+    let alice = Harness::new(server).principal(Principal::new("alice").unwrap());
     let id = text(&call(&alice, "make", json!({})).await).to_owned();
 
     let step = tokio::spawn({
@@ -486,7 +486,7 @@ async fn postgres_a_step_after_the_call_retired_its_handle_does_not_wait_for_it(
         }))
         .build()
         .unwrap();
-    let caller = Harness::new(server).principal(Principal::new(support::unique("closer")));
+    let caller = Harness::new(server).principal(Principal::new(support::unique("closer")).unwrap());
     let id = text(&call(&caller, "make", json!({})).await).to_owned();
     let closed = tokio::time::timeout(
         Duration::from_secs(20),

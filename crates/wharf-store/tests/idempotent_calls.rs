@@ -143,7 +143,7 @@ fn server(store: Arc<dyn Store>, script: &Arc<Script>) -> Server {
 
 /// Calls in-process as `who`, through parse and admission as a transport does.
 fn as_user(server: &Server, who: &str) -> Harness {
-    Harness::new(server.clone()).principal(Principal::new(who))
+    Harness::new(server.clone()).principal(Principal::new(who).unwrap())
 }
 
 fn call(name: &str, args: Value) -> Value {
@@ -443,8 +443,10 @@ async fn a_write_in_steps_retires_its_handle_once(store: Arc<dyn Store>) {
     let script = Arc::new(Script::default());
     let server = server(Arc::clone(&store), &script);
     let who = unique("closer");
-    let thing =
-        HandleRecord::mint::<Thing>(&Principal::new(who.clone()), wharf::store::now_millis());
+    let thing = HandleRecord::mint::<Thing>(
+        &Principal::new(who.clone()).unwrap(),
+        wharf::store::now_millis(),
+    );
     let mut tx = store.begin(TxMode::Write).await.unwrap();
     tx.create_handle(&thing).await.unwrap();
     tx.commit().await.unwrap();

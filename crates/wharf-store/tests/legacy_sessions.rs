@@ -64,7 +64,7 @@ async fn subscribe_to(
             RequestId::Int(1),
             method,
             Some(&params),
-            Principal::new("alice"),
+            Principal::new("alice").unwrap(),
             wharf::TraceContext::default(),
         )
         .await
@@ -78,7 +78,7 @@ async fn subscribe_to(
 async fn subscriptions_are_capped_in_bytes() {
     let store = support::sqlite_with(&support::sqlite_url("legacy-subscribed-bytes"), WAIT).await;
     let s = server(store.clone());
-    let alice = Principal::new("alice");
+    let alice = Principal::new("alice").unwrap();
     let mut session = open(&s, &alice).await.unwrap();
     // 2,000 bytes each: 65 fit in 128 KiB, a 66th does not.
     let uri = |n: usize| format!("items://{n:01992}");
@@ -119,7 +119,7 @@ async fn a_subscription_past_the_cap_is_refused_and_changes_nothing() {
     let store = support::sqlite_with(&url, WAIT).await;
     let a = server(store.clone());
     let b = server(support::sqlite_with(&url, WAIT).await);
-    let alice = Principal::new("alice");
+    let alice = Principal::new("alice").unwrap();
     let mut on_a = open(&a, &alice).await.unwrap();
     // B's copy is read before A subscribes: it holds no subscription.
     let mut on_b = b.sessions().resume(on_a.id(), &alice, None).await.unwrap();
@@ -191,7 +191,9 @@ async fn anonymous_sessions_are_capped_together_and_leave_room_for_everyone_else
                 .contains("3 sessions are open for anonymous callers"),
             "{refused:?}"
         );
-        open(&server, &Principal::new("alice")).await.unwrap();
+        open(&server, &Principal::new("alice").unwrap())
+            .await
+            .unwrap();
         server.sessions().end(&held.pop().unwrap()).await.unwrap();
         open(&server, &anonymous).await.unwrap();
     }
@@ -206,7 +208,7 @@ async fn postgres_two_ends_of_one_session_at_once_end_it_once() {
     let store = support::postgres_with(WAIT).await;
     let a = server(store.clone());
     let b = server(support::postgres_with(WAIT).await);
-    let alice = Principal::new("alice");
+    let alice = Principal::new("alice").unwrap();
     let on_a = open(&a, &alice).await.unwrap();
     let on_b = b.sessions().resume(on_a.id(), &alice, None).await.unwrap();
     let id = on_a.id().to_owned();

@@ -87,7 +87,7 @@ pub use limits::Limits;
 pub use meta::{Era, RequestInfo, TraceContext};
 pub use middleware::{Middleware, MiddlewareFuture, Next};
 pub use mrtr::{Ask, Elicited, FormSchema, KeyError, StateConfig, StateKeys, StringFormat};
-pub use principal::{Grant, Principal};
+pub use principal::{Grant, Principal, PrincipalError};
 pub use prompt::{PromptArgs, PromptBuilder, PromptDef, prompt};
 pub use registry::BuildError;
 pub use request::{Caller, Outbox, ParsedRequest, RequestBody};

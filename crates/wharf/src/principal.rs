@@ -5,6 +5,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+/// The id of [`Principal::anonymous`].
+const ANONYMOUS: &str = "anonymous";
+
 /// The authenticated party a request acts for. Handles and idempotency records belong to a
 /// principal; a transport resolves one for every request before anything else runs.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -30,15 +33,48 @@ pub struct Grant {
     pub scopes: BTreeSet<String>,
 }
 
+/// Why an id cannot name a principal ([`Principal::new`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PrincipalError {
+    /// An empty id, or one with control characters (ids go into logs and store keys).
+    #[error("a principal's id must be printable characters, at least one")]
+    Unprintable,
+    /// An id other ways of signing in give their principals: `anonymous` (every request of
+    /// a server without authentication, and over stdio) or one with `#` (an OAuth issuer
+    /// and subject, [`Principal::oauth`]). Handles and idempotency records belong to an
+    /// id, so on a shared store such a principal would act for those users.
+    #[error(
+        "the principal id {0:?} is reserved: \"anonymous\" and ids with '#' name the principals of servers without authentication and of OAuth tokens"
+    )]
+    Reserved(String),
+}
+
 impl Principal {
-    /// A principal identified by `id` (an API key's owner, an OAuth issuer and subject, …).
-    pub fn new(id: impl Into<Arc<str>>) -> Self {
-        Principal {
-            id: id.into(),
+    /// A principal identified by `id` (an API key's owner, an app's own user id, …).
+    ///
+    /// ```
+    /// use wharf::{Principal, PrincipalError};
+    ///
+    /// assert_eq!(Principal::new("alice")?.id(), "alice");
+    /// assert!(matches!(Principal::new("anonymous"), Err(PrincipalError::Reserved(_))));
+    /// assert_eq!(Principal::new("").unwrap_err(), PrincipalError::Unprintable);
+    /// # Ok::<(), PrincipalError>(())
+    /// ```
+    pub fn new(id: impl Into<Arc<str>>) -> Result<Self, PrincipalError> {
+        let id: Arc<str> = id.into();
+        if id.is_empty() || id.chars().any(char::is_control) {
+            return Err(PrincipalError::Unprintable);
+        }
+        if &*id == ANONYMOUS || id.contains('#') {
+            return Err(PrincipalError::Reserved(id.to_string()));
+        }
+        Ok(Principal {
+            id,
             anonymous: false,
             grant: None,
             valid_until: None,
-        }
+        })
     }
 
     /// The principal of an OAuth access token: identified by its issuer and subject (so
@@ -89,7 +125,7 @@ impl Principal {
     /// for it, so a handle is a bearer capability.
     pub fn anonymous() -> Self {
         Principal {
-            id: Arc::from("anonymous"),
+            id: Arc::from(ANONYMOUS),
             anonymous: true,
             grant: None,
             valid_until: None,

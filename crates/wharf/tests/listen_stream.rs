@@ -192,7 +192,9 @@ async fn a_bus_that_cannot_give_a_receiver_ends_the_stream() {
 async fn a_stream_ends_when_its_credentials_expire() {
     let server = server(Arc::new(GappyBus::new()));
     let life = Duration::from_secs(3600);
-    let expiring = Principal::new("ann").valid_until(SystemTime::now() + life);
+    let expiring = Principal::new("ann")
+        .unwrap()
+        .valid_until(SystemTime::now() + life);
     let opened = tokio::time::Instant::now();
     let mut messages = listen_as(&server, expiring).await;
     assert_eq!(next(&mut messages).await.as_deref(), Some(COMPLETE));

@@ -373,9 +373,12 @@ async fn the_cap_per_principal_leaves_anonymous_requests_to_the_others() {
         2,
         "both anonymous calls run"
     );
-    let alice = call(Principal::new("alice"));
+    let alice = call(Principal::new("alice").unwrap());
     until(&started, 3).await;
-    let refused = call(Principal::new("alice")).await.unwrap().unwrap_err();
+    let refused = call(Principal::new("alice").unwrap())
+        .await
+        .unwrap()
+        .unwrap_err();
     assert_eq!(refused.kind, ErrorKind::RetryLater);
     assert!(
         refused.message.contains("1 requests running"),

@@ -145,7 +145,7 @@ mod tests {
 
     fn accepted(expires_at: u64) -> Result<Accepted, AuthError> {
         Ok(Accepted {
-            principal: Principal::new("p"),
+            principal: Principal::new("p").unwrap(),
             session: None,
             expires_at,
         })

@@ -790,7 +790,7 @@ mod tests {
         use crate::legacy::{Answer, Scope};
 
         let sessions = server.sessions();
-        let alice = Principal::new("alice");
+        let alice = Principal::new("alice").unwrap();
         let init = format!(
             r#"{{"protocolVersion":"{version}","capabilities":{{"elicitation":{{}}}},"clientInfo":{{"name":"c","version":"1"}}}}"#
         );
@@ -865,7 +865,7 @@ mod tests {
     ) -> Result<(), RpcError> {
         let ok =
             RawValue::from_string(r#"{"action":"accept","content":{"ok":true}}"#.into()).unwrap();
-        let alice = Principal::new("alice");
+        let alice = Principal::new("alice").unwrap();
         server
             .sessions()
             .answer(session, &alice, asked, Some(&ok), None)

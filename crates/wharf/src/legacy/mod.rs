@@ -705,7 +705,7 @@ mod tests {
             .build()
             .unwrap();
         let sessions = server.sessions();
-        let principal = Principal::new("alice");
+        let principal = Principal::new("alice").unwrap();
         let params = RawValue::from_string(
             r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}"#.into(),
         )

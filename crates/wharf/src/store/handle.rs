@@ -34,7 +34,7 @@ pub trait HandleKind: Send + Sync + 'static {
     ///     const CREATED_BY: &'static str = "make";
     ///     const TTL: Duration = Duration::from_secs(60);
     /// }
-    /// let minted = HandleRecord::mint::<Good>(&Principal::new("u"), 0);
+    /// let minted = HandleRecord::mint::<Good>(&Principal::new("u").unwrap(), 0);
     /// assert!(minted.id.starts_with("gd2_") && wharf::store::is_handle_id(&minted.id));
     /// ```
     ///
@@ -48,7 +48,7 @@ pub trait HandleKind: Send + Sync + 'static {
     ///     const CREATED_BY: &'static str = "make";
     ///     const TTL: Duration = Duration::from_secs(60);
     /// }
-    /// HandleRecord::mint::<Bad>(&Principal::new("u"), 0);
+    /// HandleRecord::mint::<Bad>(&Principal::new("u").unwrap(), 0);
     /// ```
     const PREFIX: &'static str;
     /// The tool that creates handles of this kind, named in errors so the model can recover.
@@ -338,7 +338,7 @@ mod tests {
 
     #[test]
     fn minted_ids_are_prefixed_128_bit_and_distinct() {
-        let owner = Principal::new("u");
+        let owner = Principal::new("u").unwrap();
         let a = HandleRecord::mint::<Thing>(&owner, 0);
         let b = HandleRecord::mint::<Thing>(&owner, 0);
         assert!(a.id.starts_with("thg_"));
@@ -350,7 +350,7 @@ mod tests {
 
     #[test]
     fn expiry_distinguishes_lifetime_and_idleness() {
-        let mut h = HandleRecord::mint::<Thing>(&Principal::new("u"), 0);
+        let mut h = HandleRecord::mint::<Thing>(&Principal::new("u").unwrap(), 0);
         assert_eq!(h.expired(59_999), None);
         assert_eq!(h.expired(60_000), Some(Expiry::Idle));
         h.last_used_at = 3_590_000;
