@@ -112,6 +112,9 @@ pub enum Commit {
     },
     /// The dataset exists with these other columns; nothing was written.
     OtherColumns(Value),
+    /// A replacement found the dataset made by another commit since it was read (as
+    /// absent): its rows were not the ones the caller decided on; nothing was written.
+    Changed,
 }
 
 /// The app's data, in the transaction of whichever store the server runs on.
@@ -594,7 +597,9 @@ impl<'t> Data<'t> {
     }
 
     /// Moves an import's staged rows to the end of dataset `name` (created with `columns`
-    /// if it does not exist), or in place of its rows with `replace`.
+    /// if it does not exist), or in place of its rows with `replace`. `seen` is the dataset
+    /// as [`dataset_to_change`](Self::dataset_to_change) read it in this transaction: what
+    /// the caller decided on (a replacement confirmed, say) is what gets changed, or nothing.
     pub async fn commit_staged(
         &mut self,
         owner: &str,
@@ -602,6 +607,7 @@ impl<'t> Data<'t> {
         columns: &Value,
         import: &str,
         replace: bool,
+        seen: Option<&Dataset>,
     ) -> Result<Commit, HandlerError> {
         let staged = self.staged(import).await?;
         let n = i64::try_from(staged).unwrap_or(i64::MAX);
@@ -615,7 +621,7 @@ impl<'t> Data<'t> {
                 };
                 on_sql!(&mut **tx, |c| {
                     let columns_text = columns.to_string();
-                    sqlx::query(
+                    let made = sqlx::query(
                         "INSERT INTO ref_datasets (owner, name, columns, generation) \
                          VALUES ($1, $2, $3, $4) ON CONFLICT (owner, name) DO NOTHING",
                     )
@@ -625,7 +631,15 @@ impl<'t> Data<'t> {
                     .bind(rand::random::<i64>())
                     .execute(&mut **c)
                     .await
-                    .map_err(sql)?;
+                    .map_err(sql)?
+                    .rows_affected()
+                        == 1;
+                    // Read absent, there now: another commit made it in between (on
+                    // PostgreSQL; a dataset read present stays locked since). Its rows are
+                    // not for a replacement nobody was asked about.
+                    if replace && seen.is_none() && !made {
+                        return Ok(Commit::Changed);
+                    }
                     // The dataset's row is locked first (PostgreSQL; SQLite has one writer):
                     // concurrent commits to one dataset number their rows in turn, and nothing
                     // is written when the columns differ.
@@ -697,12 +711,15 @@ impl<'t> Data<'t> {
             }
             Data::Redis(tx) => {
                 let datasets = owner_key(owner, "datasets");
-                let text: Option<String> =
-                    tx.reader().hget(&datasets, name).await.map_err(backend)?;
-                let mut stored = match &text {
-                    Some(text) => {
-                        serde_json::from_str(text).map_err(|e| corrupt("stored dataset", e))?
-                    }
+                // The dataset as read before, expected unchanged when the commit applies:
+                // a concurrent commit makes this call retry rather than act on rows the
+                // caller never saw.
+                let (text, stored) = match seen.and_then(|d| d.redis.as_ref()) {
+                    Some((text, stored)) => (Some(text.as_str()), Some(stored.clone())),
+                    None => (None, None),
+                };
+                let mut stored = match stored {
+                    Some(stored) => stored,
                     None => Stored {
                         columns: columns.clone(),
                         rows: 0,
@@ -715,7 +732,7 @@ impl<'t> Data<'t> {
                 if stored.columns != *columns {
                     return Ok(Commit::OtherColumns(stored.columns));
                 }
-                tx.expect_field(&datasets, name, text.as_deref());
+                tx.expect_field(&datasets, name, text);
                 let bytes = take_staging(tx, owner, import).await?;
                 let mut grown = i64::try_from(bytes).unwrap_or(i64::MAX);
                 if replace {

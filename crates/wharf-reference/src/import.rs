@@ -613,8 +613,10 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 })
                 .handler(|cx: Context, args: ImportArgs| async move {
                     let (dataset, columns) = import_meta(&cx, &args.import)?;
+                    // A read: on SQLite a write transaction would queue every status poll
+                    // behind the one writer.
                     let staged = {
-                        let mut tx = cx.tx().await?;
+                        let mut tx = cx.transaction(TxMode::Read).await?;
                         Data::of(tx.as_mut())?.staged(args.import.id()).await?
                     };
                     let expires_at = cx.handle_record(&args.import).map_or(0, |r| r.expires_at);
@@ -675,7 +677,8 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     }
                     let replace = args.mode == CommitMode::Replace;
                     let shown = existing.as_ref().map(|d| Shown { generation: d.generation, rows: d.rows });
-                    let existing = existing.map_or(0, |d| d.rows);
+                    let seen = existing;
+                    let existing = seen.as_ref().map_or(0, |d| d.rows);
                     let still = shown.is_some() && cx.round_state::<Shown>() == shown;
                     if replace && existing > 0 && !(confirmed && still) {
                         let staged = data.staged(import).await?;
@@ -693,12 +696,17 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     }
                     let columns_json = serde_json::to_value(&columns).map_err(HandlerError::internal)?;
                     let (moved, total) = match data
-                        .commit_staged(owner, &dataset, &columns_json, import, replace)
+                        .commit_staged(owner, &dataset, &columns_json, import, replace, seen.as_ref())
                         .await?
                     {
                         Commit::Done { moved, total } => (moved, total),
                         Commit::OtherColumns(have) => {
                             return Err(other_columns(&dataset, &columns_of(&have)?));
+                        }
+                        Commit::Changed => {
+                            return Err(HandlerError::execution(format!(
+                                "Not committed: another import made dataset {dataset:?} while this one committed. Commit again to be asked about replacing its rows; the import is still open."
+                            )));
                         }
                     };
                     tx.retire_handle(import).await?;

@@ -73,7 +73,8 @@ pub struct ColumnStats {
 enum State {
     Running,
     Done,
-    /// The request that generated it was cancelled (the client went away or cancelled).
+    /// The run stopped before it finished: the request that generated it was cancelled
+    /// (the client went away or cancelled) or failed (the store, say).
     Cancelled,
 }
 
@@ -219,7 +220,9 @@ impl Run {
             columns: None,
         };
         put_report(&mut data, cx, &report).await?;
-        tx.commit().await?;
+        // The cleanup is registered before the run is recorded, whose commit goes through
+        // `committing`: cancelled while that commit lands, the run is marked after it
+        // rather than left running.
         let committing = Committing::default();
         cx.on_cancel(committing.clone().mark_cancelled(
             cx.store()?.clone(),
@@ -227,6 +230,7 @@ impl Run {
             args.dataset.clone(),
             run,
         ));
+        committing.commit(tx).await?;
         Ok(Run {
             committing,
             totals: columns.into_iter().map(Totals::new).collect(),
@@ -272,8 +276,21 @@ impl Run {
         Ok(read_rows == self.chunk)
     }
 
+    /// Marks the run stopped (as a cancellation does) after `e` ended it, so that it does
+    /// not read as running for good; returns `e`.
+    async fn failed(&self, cx: &Context, e: HandlerError) -> HandlerError {
+        if let Ok(store) = cx.store() {
+            let owner = cx.principal().id().to_owned();
+            let (dataset, run) = (self.report.dataset.clone(), self.report.run);
+            let stop = self.committing.clone();
+            stop.mark_cancelled(std::sync::Arc::clone(store), owner, dataset, run)
+                .await;
+        }
+        e
+    }
+
     /// Records the finished report and returns it.
-    async fn finish(mut self, cx: &Context) -> Result<Structured<Report>, HandlerError> {
+    async fn finish(&mut self, cx: &Context) -> Result<Structured<Report>, HandlerError> {
         self.report.state = State::Done;
         self.report.total_rows = self.report.scanned_rows;
         self.report.finished_at = Some(now_millis());
@@ -281,7 +298,7 @@ impl Run {
         let mut tx = cx.transaction(TxMode::Write).await?;
         put_report(&mut Data::of(tx.as_mut())?, cx, &self.report).await?;
         tx.commit().await?;
-        Ok(Structured(self.report))
+        Ok(Structured(self.report.clone()))
     }
 
     fn progress(&self) -> Step<Result<Structured<Report>, HandlerError>> {
@@ -339,7 +356,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                                     }
                                 }
                                 Err(e) => {
-                                    yield Step::Done(Err(e));
+                                    yield Step::Done(Err(run.failed(&cx, e).await));
                                     return;
                                 }
                             }
@@ -347,14 +364,17 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                                 tokio::time::sleep(pause).await;
                             }
                         }
-                        yield Step::Done(run.finish(&cx).await);
+                        match run.finish(&cx).await {
+                            Ok(report) => yield Step::Done(Ok(report)),
+                            Err(e) => yield Step::Done(Err(run.failed(&cx, e).await)),
+                        }
                     }
                 }),
         )
         .tool(
             tool("report_status")
                 .scopes(&[DATASETS_READ])
-                .description("The latest report of a dataset: running (with how far it got), done (with its statistics) or cancelled.")
+                .description("The latest report of a dataset: running (with how far it got), done (with its statistics) or cancelled (stopped before it finished: cancelled, or failed).")
                 .annotations(ToolAnnotations {
                     read_only_hint: Some(true),
                     ..Default::default()
