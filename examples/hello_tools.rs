@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use wharf::protocol::Implementation;
 use wharf::{Context, HandlerError, Server, Structured, tool};
-use wharf_http::HttpConfig;
+use wharf_http::{ConnectionLimits, HttpConfig};
 
 #[derive(Deserialize, JsonSchema)]
 struct Greet {
@@ -50,6 +50,12 @@ async fn main() -> anyhow::Result<()> {
     let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:8080".into());
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("listening on http://{}/mcp", listener.local_addr()?);
-    axum::serve(listener, app).await?;
+    // Wharf's accept loop rather than `axum::serve`, which sets no timer: a time limit on
+    // each request's head, caps on connections and header fields, and a drain on Ctrl-C
+    // (requests in flight finish).
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    wharf_http::serve(listener, app, ConnectionLimits::default(), shutdown).await?;
     Ok(())
 }

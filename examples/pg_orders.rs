@@ -13,7 +13,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use wharf::protocol::Implementation;
 use wharf::{Context, HandlerError, Server, Structured, tool};
-use wharf_http::HttpConfig;
+use wharf_http::{ConnectionLimits, HttpConfig};
 use wharf_store::sql::db_error;
 use wharf_store::{AppMigrations, SqlTx, StoreOptions};
 
@@ -80,6 +80,10 @@ async fn main() -> anyhow::Result<()> {
     let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:8080".into());
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("listening on http://{}/mcp", listener.local_addr()?);
-    axum::serve(listener, app).await?;
+    // As in hello_tools: head read timeout, connection and header caps, drain on Ctrl-C.
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    wharf_http::serve(listener, app, ConnectionLimits::default(), shutdown).await?;
     Ok(())
 }

@@ -1066,6 +1066,9 @@ async fn serve_with(
         }
         let mut config = StdioConfig::default();
         config.drain = Duration::from_secs(args.drain_secs);
+        // A line is stdio's request body.
+        config.max_line_bytes = args.max_body_bytes;
+        config.max_json_depth = args.max_json_depth;
         wharf_stdio::serve_with(server, tokio::io::stdin(), tokio::io::stdout(), config).await?;
         return Ok(());
     }
@@ -1170,7 +1173,11 @@ async fn serve_metrics(address: SocketAddr, server: Server) -> anyhow::Result<()
     tracing::info!(address = %listener.local_addr()?, "metrics at /metrics");
     let app = wharf_http::metrics_router(server);
     tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
+        // With the endpoint's head read timeout and caps: a slow client must not hold the
+        // scraper's port either.
+        let limits = wharf_http::ConnectionLimits::default();
+        let forever = std::future::pending();
+        if let Err(e) = wharf_http::serve(listener, app, limits, forever).await {
             tracing::error!(error = %e, "the metrics listener stopped");
         }
     });
