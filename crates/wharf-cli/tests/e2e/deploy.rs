@@ -22,34 +22,47 @@ fn deploy_file(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// The environment `deploy/wharf.env` gives every replica, with the test's store and
-/// credentials in place of the example's.
-fn replica_env(store: &str, keys_file: &Path) -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(deploy_file("wharf.env")).unwrap();
-    let mut env: Vec<(String, String)> = text
-        .lines()
+/// `KEY=VALUE` lines, as systemd reads an environment file or `Environment=` settings.
+fn assignments<'a>(lines: impl Iterator<Item = &'a str>) -> Vec<(String, String)> {
+    lines
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(|l| {
             let (k, v) = l.split_once('=').expect("KEY=VALUE");
             (k.to_owned(), v.to_owned())
         })
-        .collect();
-    for (key, value) in [
-        ("WHARF_STORE", store.to_owned()),
-        ("WHARF_API_KEYS_FILE", keys_file.display().to_string()),
-    ] {
-        let slot = env
-            .iter_mut()
-            .find(|(k, _)| k == key)
-            .unwrap_or_else(|| panic!("deploy/wharf.env sets {key}"));
-        slot.1 = value;
+        .collect()
+}
+
+/// The environment the unit and `deploy/wharf.env` give every replica, as systemd puts
+/// them together (the file's settings over the unit's), with the test's store in place of
+/// the example's and `credentials` as the unit's credentials directory (`%d`).
+fn replica_env(store: &str, credentials: &Path) -> Vec<(String, String)> {
+    let unit = std::fs::read_to_string(deploy_file("systemd/wharf@.service")).unwrap();
+    let file = std::fs::read_to_string(deploy_file("wharf.env")).unwrap();
+    let from_unit = assignments(unit.lines().filter_map(|l| l.strip_prefix("Environment=")));
+    let from_file = assignments(file.lines());
+    for (key, _) in &from_file {
+        assert!(
+            from_unit.iter().all(|(k, _)| k != key),
+            "deploy/wharf.env would override the unit's {key}"
+        );
     }
+    let mut env: Vec<(String, String)> = from_unit
+        .into_iter()
+        .map(|(k, v)| (k, v.replace("%d", &credentials.display().to_string())))
+        .chain(from_file)
+        .collect();
+    env.iter_mut()
+        .find(|(k, _)| k == "WHARF_STORE")
+        .expect("deploy/wharf.env sets WHARF_STORE")
+        .1 = store.to_owned();
     env
 }
 
-/// The unit starts `wharf serve` on 127.0.0.1:INSTANCE with the environment file, and
-/// gives the drain the time it needs before systemd kills the process.
+/// The unit starts `wharf serve` on 127.0.0.1:INSTANCE with the environment file and the
+/// API keys as a credential (the name `replica_env` finds them under), and gives the drain
+/// the time it needs before systemd kills the process.
 fn check_unit(env: &[(String, String)]) {
     let unit = std::fs::read_to_string(deploy_file("systemd/wharf@.service")).unwrap();
     let value = |key: &str| {
@@ -58,8 +71,11 @@ fn check_unit(env: &[(String, String)]) {
             .unwrap_or_else(|| panic!("the unit sets {key}"))
             .to_owned()
     };
-    assert_eq!(value("ExecStart"), "/usr/local/bin/wharf serve");
-    assert_eq!(value("Environment"), "WHARF_LISTEN=127.0.0.1:%i");
+    assert_eq!(
+        value("ExecStart"),
+        "/usr/local/bin/wharf serve --listen 127.0.0.1:%i"
+    );
+    assert_eq!(value("LoadCredential"), "api-keys:/etc/wharf/api-keys");
     assert_eq!(value("EnvironmentFile"), "/etc/wharf/wharf.env");
     assert_eq!(value("KillSignal"), "SIGTERM");
     let secs = |key: &str| -> u64 {
@@ -89,9 +105,12 @@ impl Fleet {
     /// of the shipped nginx configuration.
     fn start(store: &str, overrides: &[(&str, &str)], nginx_edits: &[(&str, &str)]) -> Fleet {
         let dir = TempDir::new("fleet");
-        let keys = dir.0.join("api-keys");
-        std::fs::write(&keys, format!("user-42={TOKEN_42}\nuser-7={TOKEN_7}\n")).unwrap();
-        let mut env = replica_env(store, &keys);
+        // The credentials directory systemd would make, with the keys under the unit's name.
+        let credentials = dir.0.join("credentials");
+        std::fs::create_dir_all(&credentials).unwrap();
+        let keys = format!("user-42={TOKEN_42}\nuser-7={TOKEN_7}\n");
+        std::fs::write(credentials.join("api-keys"), keys).unwrap();
+        let mut env = replica_env(store, &credentials);
         check_unit(&env);
         for (key, value) in overrides {
             env.retain(|(k, _)| k != key);
@@ -109,9 +128,25 @@ impl Fleet {
         }
     }
 
+    /// The MCP endpoint's URL, through nginx over TLS.
+    fn url(&self) -> String {
+        format!("https://localhost:{}/mcp", self.nginx.port)
+    }
+
+    /// An HTTP client that trusts nginx's certificate.
+    fn http(&self) -> reqwest::Client {
+        let ca = std::fs::read(&self.nginx.ca).unwrap();
+        reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+            .build()
+            .unwrap()
+    }
+
     /// A client of the MCP endpoint, through nginx.
     fn client(&self, token: &str) -> HttpClient {
-        HttpClient::new(format!("http://127.0.0.1:{}/mcp", self.nginx.port)).with_bearer(token)
+        HttpClient::new(self.url())
+            .with_http(self.http())
+            .with_bearer(token)
     }
 
     /// Stops replica `i` as systemd would (SIGTERM, then waiting for it to exit).
@@ -152,10 +187,16 @@ fn replica(port: u16, env: &[(String, String)]) -> ServerProcess {
 }
 
 /// nginx running `deploy/nginx/wharf.conf` in the foreground, its upstream replaced by the
-/// test's replicas.
+/// test's replicas, its addresses by free ports on 127.0.0.1 and its certificate by one made
+/// for `localhost`.
 struct Nginx {
     child: Child,
+    /// The TLS port.
     port: u16,
+    /// The plain HTTP port.
+    plain_port: u16,
+    /// The certificate (PEM) a client trusts.
+    ca: PathBuf,
 }
 
 impl Nginx {
@@ -176,7 +217,26 @@ impl Nginx {
             &format!("upstream wharf {{\n{servers}"),
             1,
         );
-        conf = conf.replacen("listen 80;", &format!("listen 127.0.0.1:{port};"), 1);
+        let plain_port = free_port();
+        let certified = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let (ca, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+        std::fs::write(&ca, certified.cert.pem()).unwrap();
+        std::fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
+        for (from, to) in [
+            ("listen 80;", format!("listen 127.0.0.1:{plain_port};")),
+            ("listen 443 ssl;", format!("listen 127.0.0.1:{port} ssl;")),
+            (
+                "ssl_certificate /etc/ssl/certs/mcp.example.com.pem;",
+                format!("ssl_certificate {};", ca.display()),
+            ),
+            (
+                "ssl_certificate_key /etc/ssl/private/mcp.example.com.key;",
+                format!("ssl_certificate_key {};", key.display()),
+            ),
+        ] {
+            assert!(conf.contains(from), "the shipped config has {from:?}");
+            conf = conf.replacen(from, &to, 1);
+        }
         for (from, to) in edits {
             assert!(conf.contains(from), "the shipped config has {from:?}");
             conf = conf.replacen(from, to, 1);
@@ -223,7 +283,12 @@ impl Nginx {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        Nginx { child, port }
+        Nginx {
+            child,
+            port,
+            plain_port,
+            ca,
+        }
     }
 }
 
@@ -281,6 +346,24 @@ async fn nginx_round_robin_serves_pages_rounds_and_changes(store: &str) {
     assert_eq!(done["structuredContent"]["deletedRows"], 25, "{done}");
     let n = next_notification(&mut updates).await;
     assert_eq!(n["params"]["uri"], uri.as_str(), "{n}");
+
+    // Plain HTTP only points at HTTPS, and the probes stay behind the proxy.
+    let plain = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .post(format!("http://127.0.0.1:{}/mcp", fleet.nginx.plain_port))
+        .header("authorization", format!("Bearer {TOKEN_42}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain.status(), 308);
+    assert_eq!(plain.headers()["location"], "https://127.0.0.1/mcp");
+    let https = fleet.url().replace("/mcp", "");
+    for probe in ["/readyz", "/healthz"] {
+        let res = fleet.http().get(format!("{https}{probe}")).send().await;
+        assert_eq!(res.unwrap().status(), 404, "{probe} through nginx");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -303,12 +386,13 @@ async fn a_legacy_python_client_works_through_round_robin(store: &str) {
         "{}/../../tests/python/test_sdk_legacy.py",
         env!("CARGO_MANIFEST_DIR")
     );
-    let url = format!("http://127.0.0.1:{}/mcp", fleet.nginx.port);
+    let (url, ca) = (fleet.url(), fleet.nginx.ca.clone());
     let run = python.clone();
     let out = tokio::task::spawn_blocking(move || {
         Command::new(run)
             .arg(script)
             .env("WHARF_URL", url)
+            .env("SSL_CERT_FILE", ca)
             .env("WHARF_TOKEN", TOKEN_42)
             .output()
     })
