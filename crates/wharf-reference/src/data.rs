@@ -147,6 +147,53 @@ fn backend(e: impl std::fmt::Display) -> HandlerError {
     HandlerError::from(StoreError::Backend(e.to_string()))
 }
 
+/// How many times a Redis scan starts again when the dataset changed under it.
+const SCAN_TRIES: usize = 3;
+
+/// Reads up to `limit` rows after `after` from a Redis dataset's `segments` (as its record
+/// lists them); `None` when a list held fewer rows than the record says: it changed since.
+async fn scan_segments(
+    tx: &mut RedisTx,
+    segments: &[Segment],
+    after: Option<i64>,
+    limit: u32,
+) -> Result<Option<Vec<(i64, Value)>>, HandlerError> {
+    let mut out = Vec::new();
+    let mut next = after.map_or(0, |a| a.saturating_add(1));
+    for Segment(key, first, len) in segments {
+        let first = *first;
+        let end = first.saturating_add(i64::try_from(*len).unwrap_or(i64::MAX));
+        let wanted = i64::from(limit) - out.len() as i64;
+        if wanted <= 0 {
+            break;
+        }
+        if end <= next {
+            continue;
+        }
+        let from = (next - first).max(0);
+        // Within what the record says the list holds: a list may hold more (rows copied
+        // onto it since this record was read), numbered after it.
+        let to = (from + wanted).min(end - first) - 1;
+        let items: Vec<String> = tx
+            .reader()
+            .lrange(
+                key,
+                isize::try_from(from).unwrap_or(isize::MAX),
+                isize::try_from(to).unwrap_or(isize::MAX),
+            )
+            .await
+            .map_err(backend)?;
+        if items.len() as i64 != to - from + 1 {
+            return Ok(None);
+        }
+        for (item, seq) in items.iter().zip(first + from..) {
+            out.push((seq, json_text(item)?));
+            next = seq + 1;
+        }
+    }
+    Ok(Some(out))
+}
+
 /// As the store maps its own errors: a lock wait that ran out (a commit holding the dataset
 /// row, say) is "busy, retry".
 fn sql(e: sqlx::Error) -> HandlerError {
@@ -866,46 +913,28 @@ impl<'t> Data<'t> {
                     .collect()
             }),
             Data::Redis(_) => {
-                let Some(Dataset {
-                    redis: Some((_, stored)),
-                    ..
-                }) = self.dataset(owner, name).await?
-                else {
-                    return Ok(Vec::new());
-                };
-                let Data::Redis(tx) = self else {
-                    return Ok(Vec::new());
-                };
-                let mut out = Vec::new();
-                let mut next = after.map_or(0, |a| a.saturating_add(1));
-                for Segment(key, first, len) in stored.segments {
-                    let end = first.saturating_add(i64::try_from(len).unwrap_or(i64::MAX));
-                    let wanted = i64::from(limit) - out.len() as i64;
-                    if wanted <= 0 {
-                        break;
-                    }
-                    if end <= next {
-                        continue;
-                    }
-                    let from = (next - first).max(0);
-                    // Within what the record says the list holds: a list may hold more (rows
-                    // copied onto it since this record was read), numbered after it.
-                    let to = (from + wanted).min(end - first) - 1;
-                    let items: Vec<String> = tx
-                        .reader()
-                        .lrange(
-                            &key,
-                            isize::try_from(from).unwrap_or(isize::MAX),
-                            isize::try_from(to).unwrap_or(isize::MAX),
-                        )
-                        .await
-                        .map_err(backend)?;
-                    for (item, seq) in items.iter().zip(first + from..) {
-                        out.push((seq, json_text(item)?));
-                        next = seq + 1;
+                // Redis reads do not wait for writers: a replacement or a deletion committed
+                // between reading the record and reading its lists unlinks lists the record
+                // names, which then read short. A short page would read as the end of the
+                // data, so the scan starts again from the record as it is now.
+                for _ in 0..SCAN_TRIES {
+                    let Some(Dataset {
+                        redis: Some((_, stored)),
+                        ..
+                    }) = self.dataset(owner, name).await?
+                    else {
+                        return Ok(Vec::new());
+                    };
+                    let Data::Redis(tx) = self else {
+                        return Ok(Vec::new());
+                    };
+                    if let Some(rows) = scan_segments(tx, &stored.segments, after, limit).await? {
+                        return Ok(rows);
                     }
                 }
-                Ok(out)
+                Err(HandlerError::from(StoreError::Busy(format!(
+                    "dataset {name:?} kept changing while it was read"
+                ))))
             }
         }
     }

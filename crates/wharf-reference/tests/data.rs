@@ -564,6 +564,50 @@ async fn a_replacement_never_lands_on_rows_it_did_not_see(store: Arc<dyn Store>)
     );
 }
 
+/// On Redis a scan's reads do not wait for a replacement, which unlinks the lists the
+/// dataset's record named: a scan that read the record just before reads them short, and a
+/// short page reads as the end of the data. Replaced over and over with as many rows, the
+/// dataset reads whole every time, from one making or the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_scan_racing_replacements_reads_the_whole_dataset() {
+    const ROWS: u64 = 20;
+    let store = store(&redis_url()).await;
+    let who = owner("scan-race");
+    let owner = who.id().to_owned();
+    let first = import(&*store, &who).await;
+    stage(&*store, &first, 0, ROWS).await;
+    commit(&*store, &owner, &first, &columns(), true)
+        .await
+        .unwrap();
+    let replacing = {
+        let (store, who, owner) = (Arc::clone(&store), who.clone(), owner.clone());
+        tokio::spawn(async move {
+            for round in 1..=150 {
+                let next = import(&*store, &who).await;
+                stage(&*store, &next, round * 100, ROWS).await;
+                commit(&*store, &owner, &next, &columns(), true)
+                    .await
+                    .unwrap();
+            }
+        })
+    };
+    let mut scans = 0;
+    while !replacing.is_finished() {
+        let rows = read(&*store, async |d| d.scan(&owner, "sales", None, 100).await).await;
+        let rows = rows.expect("a scan that keeps meeting replacements says busy, at worst");
+        assert_eq!(rows.len() as u64, ROWS, "scan {scans} read a short page");
+        let making = rows[0].1["id"].as_u64().unwrap() / 100;
+        assert!(
+            rows.iter()
+                .all(|(_, r)| r["id"].as_u64().unwrap() / 100 == making),
+            "one making's rows"
+        );
+        scans += 1;
+    }
+    replacing.await.unwrap();
+    assert!(scans > 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_replacement_never_lands_on_rows_it_did_not_see() {
     a_replacement_never_lands_on_rows_it_did_not_see(store(&pg_url()).await).await;
