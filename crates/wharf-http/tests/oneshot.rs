@@ -469,6 +469,81 @@ async fn a_streamed_call_that_panics_outside_its_handler_is_answered_with_its_id
     assert_eq!(body["error"]["code"], -32603, "{body}");
 }
 
+/// A legacy session's call whose middleware panics is answered -32603 under its id, as a
+/// plain JSON answer and as a stream, and the session goes on.
+#[tokio::test]
+async fn a_legacy_call_that_panics_outside_its_handler_is_answered_with_its_id() {
+    let armed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(2));
+    let server = Server::builder(Implementation::new("t", "1"))
+        .tool(tool("hello").handler(|_cx: Context, _: NoArgs| async { "hello" }))
+        .middleware({
+            let armed = std::sync::Arc::clone(&armed);
+            move |req: wharf::ParsedRequest, caller: wharf::Caller, next: wharf::Next| {
+                let armed = std::sync::Arc::clone(&armed);
+                async move {
+                    let calls = req.body.method() == "tools/call";
+                    if calls && armed.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) > 0 {
+                        panic!("a middleware's bug");
+                    }
+                    next.run(req, caller).await
+                }
+            }
+        })
+        .build()
+        .unwrap();
+    let mut config = HttpConfig::default();
+    config.auth = std::sync::Arc::new(FromExtensions::new());
+    let app = wharf_http::router(server, config).layer(axum::middleware::from_fn(
+        |mut req: Request<Body>, next: axum::middleware::Next| async move {
+            req.extensions_mut()
+                .insert(Principal::new("alice").unwrap());
+            next.run(req).await
+        },
+    ));
+    let session = open_session(&app).await;
+    let in_session = [
+        ("mcp-session-id", session.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let call = |id: i64, meta: Value| {
+        json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "hello", "arguments": {}, "_meta": meta } })
+    };
+    let answer = |body: &[u8]| -> Value {
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        let last = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .last()
+            .map_or(text.clone(), str::to_owned);
+        serde_json::from_str(&last).unwrap()
+    };
+    for (id, meta) in [(2, json!({})), (3, json!({ "progressToken": "p" }))] {
+        let res = app
+            .clone()
+            .oneshot(post(&call(id, meta), &in_session))
+            .await
+            .unwrap();
+        let body = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            res.into_body().collect(),
+        )
+        .await
+        .expect("answered")
+        .unwrap()
+        .to_bytes();
+        let m = answer(&body);
+        assert_eq!(m["id"], id, "{m}");
+        assert_eq!(m["error"]["code"], -32603, "{m}");
+    }
+    let res = app
+        .oneshot(post(&call(4, json!({})), &in_session))
+        .await
+        .unwrap();
+    let m = answer(&res.into_body().collect().await.unwrap().to_bytes());
+    assert_eq!(m["result"]["content"][0]["text"], "hello", "{m}");
+}
+
 /// A HEAD is refused and opens nothing: run as a GET (axum's default), it would open the
 /// session's stream and so end the one its client holds.
 #[tokio::test]
