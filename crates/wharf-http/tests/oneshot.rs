@@ -514,7 +514,7 @@ async fn a_legacy_call_that_panics_outside_its_handler_is_answered_with_its_id()
         let last = text
             .lines()
             .filter_map(|l| l.strip_prefix("data: "))
-            .last()
+            .next_back()
             .map_or(text.clone(), str::to_owned);
         serde_json::from_str(&last).unwrap()
     };
