@@ -559,6 +559,77 @@ pub(crate) fn run(args: ServeArgs) -> ExitCode {
     }
 }
 
+/// Options given that the way this server serves does not use. Said on stderr, not
+/// refused (a shared environment may set them for other replicas), but said: an option
+/// that looks in force and does nothing (`--oauth-required-scope` beside API keys) misleads
+/// more than a missing one.
+fn unused_options(args: &ServeArgs) -> Vec<&'static str> {
+    let keys = !args.api_keys.is_empty() || args.api_keys_file.is_some();
+    let (stdio, authz) = (args.stdio, args.authorization_server && !args.stdio);
+    let oauth = authz || (args.oauth_issuer.is_some() && !stdio);
+    let upstream = authz && args.authz_upstream_issuer.is_some();
+    [
+        ("--api-key/--api-keys-file", keys && stdio),
+        ("--oauth-issuer", args.oauth_issuer.is_some() && stdio),
+        ("--authorization-server", args.authorization_server && stdio),
+        ("--metrics-listen", args.metrics_listen.is_some() && stdio),
+        ("--oauth-resource", args.oauth_resource.is_some() && !oauth),
+        (
+            "--oauth-audience",
+            !args.oauth_audiences.is_empty() && !oauth,
+        ),
+        (
+            "--oauth-introspection-url",
+            args.oauth_introspection_url.is_some() && !oauth,
+        ),
+        (
+            "--oauth-client-id",
+            !args.oauth_client_id.is_empty() && !oauth,
+        ),
+        ("--oauth-jwks-uri", args.oauth_jwks_uri.is_some() && !oauth),
+        (
+            "--oauth-scope-supported",
+            !args.oauth_scopes_supported.is_empty() && !oauth,
+        ),
+        (
+            "--oauth-required-scope",
+            !args.oauth_required_scopes.is_empty() && !oauth,
+        ),
+        ("--public-url", args.public_url.is_some() && !authz),
+        (
+            "--trusted-proxy",
+            !args.trusted_proxies.is_empty() && !authz,
+        ),
+        (
+            "--authz-resource",
+            !args.authz_resources.is_empty() && !authz,
+        ),
+        (
+            "--authz-closed-registration",
+            args.authz_closed_registration && !authz,
+        ),
+        (
+            "--authz-document-root-cert",
+            args.authz_document_root_cert.is_some() && !authz,
+        ),
+        (
+            "--authz-upstream-issuer",
+            args.authz_upstream_issuer.is_some() && !authz,
+        ),
+        (
+            "--authz-upstream-client-id",
+            args.authz_upstream_client_id.is_some() && !upstream,
+        ),
+        (
+            "--authz-key-encryption-key",
+            args.authz_key_encryption_key.is_some() && !authz,
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(name, unused)| unused.then_some(name))
+    .collect()
+}
+
 /// The ways to authenticate exclude each other. Checked on their values, not by clap: clap
 /// counts a switch set to `false` in the environment (`WHARF_ANONYMOUS=false`) as given.
 fn one_way_to_authenticate(args: &ServeArgs) -> Result<(), String> {
@@ -1046,18 +1117,8 @@ async fn serve_with(
             stop_sweeping,
         );
     }
+    let unused = unused_options(&args);
     if args.stdio {
-        // Said, not refused: a shared environment may well set them for HTTP replicas.
-        let keys = !args.api_keys.is_empty() || args.api_keys_file.is_some();
-        let unused: Vec<&str> = [
-            ("--api-key/--api-keys-file", keys),
-            ("--oauth-issuer", args.oauth_issuer.is_some()),
-            ("--authorization-server", args.authorization_server),
-            ("--metrics-listen", args.metrics_listen.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(name, given)| given.then_some(name))
-        .collect();
         if !unused.is_empty() {
             tracing::warn!(
                 unused = %unused.join(", "),
@@ -1071,6 +1132,12 @@ async fn serve_with(
         config.max_json_depth = args.max_json_depth;
         wharf_stdio::serve_with(server, tokio::io::stdin(), tokio::io::stdout(), config).await?;
         return Ok(());
+    }
+    if !unused.is_empty() {
+        tracing::warn!(
+            unused = %unused.join(", "),
+            "these options are not used by the way this server authenticates (the --oauth-* options need --oauth-issuer or --authorization-server; --public-url, --trusted-proxy and the --authz-* options need --authorization-server)"
+        );
     }
     // Read as browsers send them when the command line was parsed (`browser_origin`).
     let origins = args.allowed_origins.iter().cloned();

@@ -261,14 +261,19 @@ fn show_event(bar: &ProgressBar, last_id: &Mutex<Value>, event: Event) {
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
-            bar.println(format!(
-                "{} {}{data}",
-                console::style(format!("[{}]", p["level"].as_str().unwrap_or("log"))).dim(),
-                p["logger"]
-                    .as_str()
-                    .map(|l| format!("{l}: "))
-                    .unwrap_or_default()
-            ));
+            above(
+                bar,
+                format!(
+                    "{} {}{data}",
+                    console::style(format!("[{}]", p["level"].as_str().unwrap_or("log")))
+                        .for_stderr()
+                        .dim(),
+                    p["logger"]
+                        .as_str()
+                        .map(|l| format!("{l}: "))
+                        .unwrap_or_default()
+                ),
+            );
         }
         Event::Retrying {
             attempt,
@@ -276,12 +281,25 @@ fn show_event(bar: &ProgressBar, last_id: &Mutex<Value>, event: Event) {
             after,
             ..
         } => {
-            bar.println(format!(
-                "retrying (attempt {attempt}) in {:.1} s after: {error}",
-                after.as_secs_f64()
-            ));
+            above(
+                bar,
+                format!(
+                    "retrying (attempt {attempt}) in {:.1} s after: {error}",
+                    after.as_secs_f64()
+                ),
+            );
         }
         _ => {}
+    }
+}
+
+/// Prints `line` on stderr above the progress bar; straight to stderr when the bar is
+/// hidden (stderr not a terminal), where indicatif would drop it.
+fn above(bar: &ProgressBar, line: String) {
+    if bar.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        bar.println(line);
     }
 }
 

@@ -161,9 +161,16 @@ async fn listen_modern(args: &ListenArgs, client: &Client, known: &mut Known) ->
         )
         .await
         .map_err(|e| Transient(e.to_string()))?;
+    let mut acknowledged = false;
     while let Some(message) = incoming.next().await {
         let message = message.map_err(|e| Transient(format!("the stream broke: {e}")))?;
-        if message.get("id") == Some(&id) {
+        // The listen's own answer carries its id; a refusal made before the request was
+        // read (a 401 or 503 at the door) carries none, or null, and no method.
+        let ours = match message.get("id") {
+            None | Some(Value::Null) => message.get("method").is_none(),
+            Some(got) => *got == id,
+        };
+        if ours {
             if let Some(error) = message.get("error") {
                 let text = format!(
                     "subscriptions/listen refused: {} (error {}, HTTP {})",
@@ -181,6 +188,7 @@ async fn listen_modern(args: &ListenArgs, client: &Client, known: &mut Known) ->
             return Ok(());
         }
         if message["method"] == "notifications/subscriptions/acknowledged" {
+            acknowledged = true;
             say(
                 args,
                 format!("listening for {}", message["params"]["notifications"]),
@@ -193,7 +201,14 @@ async fn listen_modern(args: &ListenArgs, client: &Client, known: &mut Known) ->
             return Err(ReaderGone);
         }
     }
-    Ok(())
+    if acknowledged {
+        Ok(())
+    } else {
+        // Not a stream that served and ended: the wait before the next try grows.
+        Err(Transient(
+            "the stream ended before the server acknowledged the subscription".into(),
+        ))
+    }
 }
 
 /// Prints one notification; a list change is followed by the list as it is now.

@@ -188,7 +188,10 @@ pub(crate) fn block_on(future: impl std::future::Future<Output = ExitCode>) -> E
 
 /// Prints `message` as the command's error; exit code 1.
 pub(crate) fn failed(message: impl std::fmt::Display) -> ExitCode {
-    eprintln!("{} {message}", console::style("error:").red().bold());
+    eprintln!(
+        "{} {message}",
+        console::style("error:").for_stderr().red().bold()
+    );
     ExitCode::FAILURE
 }
 

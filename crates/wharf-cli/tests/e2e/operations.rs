@@ -161,3 +161,32 @@ async fn the_drain_deadline_cuts_off_a_request_that_outlasts_it() {
         "a drain that ends at its deadline is still an orderly exit"
     );
 }
+
+/// Options the chosen way of authenticating does not use are named at startup (they were
+/// ignored in silence: `--oauth-required-scope` beside API keys required nothing), and
+/// those it uses are not.
+#[tokio::test]
+async fn options_the_server_does_not_use_are_named() {
+    let server = ServerProcess::start(&[
+        "--api-key",
+        &format!("alice={ALICE}"),
+        "--oauth-required-scope",
+        "admin",
+        "--public-url",
+        "https://mcp.example.com",
+        "--trusted-proxy",
+        "10.0.0.0/8",
+    ]);
+    let warned: Vec<String> = server
+        .log
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains("these options are not used"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(
+        warned[0].contains("--oauth-required-scope, --public-url, --trusted-proxy"),
+        "{warned:?}"
+    );
+    assert!(!warned[0].contains("--api-key"), "{warned:?}");
+}
