@@ -209,7 +209,11 @@ impl Registry {
     pub(crate) fn build(defs: Definitions) -> Result<Registry, BuildError> {
         let mut tools = Vec::with_capacity(defs.tools.len());
         let mut tool_index = Index::default();
-        for def in defs.tools {
+        for mut def in defs.tools {
+            schema::objects_for_booleans(&mut def.tool.input_schema);
+            if let Some(output) = &mut def.tool.output_schema {
+                schema::objects_for_booleans(output);
+            }
             let name = def.tool.name.clone();
             let valid_name = (1..=128).contains(&name.len())
                 && name

@@ -25,6 +25,25 @@ pub(crate) fn schema_for<T: JsonSchema>() -> JsonObject {
     }
 }
 
+/// `schema`'s properties with boolean subschemas written as the object schemas they mean
+/// (`true` as `{}`, `false` as `{"not": {}}`): schemars writes `true` for a
+/// `serde_json::Value` field, and before 2026-07-28 each property of a tool's input and
+/// output schema must be an object.
+pub(crate) fn objects_for_booleans(schema: &mut JsonObject) {
+    let Some(Value::Object(properties)) = schema.get_mut("properties") else {
+        return;
+    };
+    for property in properties.values_mut() {
+        match property {
+            Value::Bool(true) => *property = Value::Object(JsonObject::new()),
+            Value::Bool(false) => {
+                *property = serde_json::json!({ "not": {} });
+            }
+            _ => {}
+        }
+    }
+}
+
 /// A compiled validator, or `None` when the schema accepts any object and validation can be
 /// skipped on the hot path.
 pub(crate) fn compile(schema: &JsonObject) -> Result<Option<jsonschema::Validator>, String> {

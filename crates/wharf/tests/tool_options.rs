@@ -390,3 +390,29 @@ async fn the_cap_per_principal_leaves_anonymous_requests_to_the_others() {
         call.await.unwrap().unwrap();
     }
 }
+
+/// An argument of any JSON value (`serde_json::Value`, which schemars describes as the
+/// schema `true`) is listed as the empty object schema, which every revision reads (before
+/// 2026-07-28 each property of an input schema must be an object), and still takes any
+/// value.
+#[tokio::test]
+async fn an_argument_of_any_value_is_listed_as_an_object_schema() {
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Anything {
+        data: Value,
+    }
+    let server = Server::builder(Implementation::new("t", "1"))
+        .tool(tool("keep").handler(|_cx: Context, a: Anything| async move { a.data.to_string() }))
+        .build()
+        .unwrap();
+    let listed = Harness::new(server.clone())
+        .call("tools/list", json!({}))
+        .await
+        .unwrap();
+    let data = &listed["tools"][0]["inputSchema"]["properties"]["data"];
+    assert_eq!(*data, json!({}), "{listed}");
+    let kept = run_with(&server, "keep", json!({ "data": [1, "two"] }))
+        .await
+        .unwrap();
+    assert!(kept.contains(r#"[1,\"two\"]"#), "{kept}");
+}

@@ -635,6 +635,7 @@ fn classify(message: Vec<u8>, returned: Instant, version: &str) -> Step {
     for field in ["resultType", "ttlMs", "cacheScope"] {
         members.remove(field);
     }
+    members.retain(|key, value| !older::drops_member(key, value.get()));
     let mut out = Vec::with_capacity(message.len());
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     out.extend_from_slice(response.id.get().as_bytes());

@@ -170,7 +170,7 @@ impl<'a> Sessions<'a> {
             record: Arc::new(record),
             state: Arc::new(SessionState {
                 version: negotiated.to_owned(),
-                capabilities: params.capabilities,
+                capabilities: older::capabilities(negotiated, params.capabilities),
                 client_info: params.client_info,
                 log_level: None,
                 subscriptions: Default::default(),

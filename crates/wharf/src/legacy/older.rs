@@ -9,21 +9,50 @@
 //!   choice, which an older client cannot show, refuses the round. A sampling message holds
 //!   one text, image or audio block: a list of one is unwrapped, more (or tool use) refuses
 //!   the round; and including context needs only the `sampling` capability.
+//! - Before 2026-07-28 a tool's `outputSchema` and `structuredContent` are objects (2026-07-28
+//!   took any JSON value): a tool whose output is not one keeps its text content only.
+//! - 2025-03-26 has no elicitation, 2025-06-18 no URL elicitation: a capability a client
+//!   declares for them anyway is not taken, so no handler asks for what the session cannot
+//!   carry.
 
 use std::borrow::Cow;
 
 use serde_json::{Map, Value, json};
 use wharf_protocol::{ClientCapabilities, methods};
 
-/// The first revision whose content blocks include resource links.
+/// The first revision whose content blocks include resource links, and which has
+/// elicitation.
 const LINKS_SINCE: &str = "2025-06-18";
 /// The first revision whose forms have titled and multiple choices, and whose sampling
 /// messages may hold several blocks and tool use.
 const SHAPES_SINCE: &str = "2025-11-25";
 
+/// Whether a result's member `key` (its JSON text) is left out for a session: a tool's
+/// `structuredContent` that is not an object, which no revision before 2026-07-28 reads (its
+/// text content carries the same JSON).
+pub(super) fn drops_member(key: &str, raw: &str) -> bool {
+    key == "structuredContent" && !raw.trim_start().starts_with('{')
+}
+
+/// The capabilities a client of `version` declared, less what its revision cannot carry.
+pub(super) fn capabilities(version: &str, mut declared: ClientCapabilities) -> ClientCapabilities {
+    if version < LINKS_SINCE {
+        declared.elicitation = None;
+    } else if version < SHAPES_SINCE {
+        if let Some(elicitation) = &mut declared.elicitation {
+            elicitation.url = None;
+        }
+    }
+    declared
+}
+
 /// Member `key` of a result (its JSON text) as a session of `version` can read it. Only a
-/// result that holds a resource link, for a 2025-03-26 session, is parsed and rewritten.
+/// result that holds a resource link, for a 2025-03-26 session, and a tool list with an
+/// output schema that is not an object, are parsed and rewritten.
 pub(super) fn result_member<'a>(version: &str, key: &str, raw: &'a str) -> Cow<'a, str> {
+    if key == "tools" && raw.contains("\"outputSchema\"") {
+        return object_outputs_only(raw);
+    }
     // Revisions are dates: their text orders as they do.
     if version >= LINKS_SINCE
         || !matches!(key, "content" | "messages")
@@ -48,6 +77,28 @@ pub(super) fn result_member<'a>(version: &str, key: &str, raw: &'a str) -> Cow<'
         link_as_text(block);
     }
     serde_json::to_string(&value).map_or(Cow::Borrowed(raw), Cow::Owned)
+}
+
+/// A tool list whose tools' output schemas are all objects: one that is not is left out
+/// (the tool's results then carry text content only, [`drops_member`]).
+fn object_outputs_only(raw: &str) -> Cow<'_, str> {
+    let Ok(mut tools) = serde_json::from_str::<Vec<Map<String, Value>>>(raw) else {
+        return Cow::Borrowed(raw);
+    };
+    let mut dropped = false;
+    for tool in &mut tools {
+        if tool
+            .get("outputSchema")
+            .is_some_and(|s| s.get("type").and_then(Value::as_str) != Some("object"))
+        {
+            tool.remove("outputSchema");
+            dropped = true;
+        }
+    }
+    match dropped {
+        true => serde_json::to_string(&tools).map_or(Cow::Borrowed(raw), Cow::Owned),
+        false => Cow::Borrowed(raw),
+    }
 }
 
 /// A resource-link block as a text block naming the link (its annotations and `_meta`
@@ -197,7 +248,13 @@ mod tests {
         );
         let mut schema: Value =
             serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-        schema["$ref"] = json!(format!("#/definitions/{def}"));
+        // Revisions from 2025-11-25 keep their definitions under `$defs`.
+        let defs = if schema.get("$defs").is_some() {
+            "$defs"
+        } else {
+            "definitions"
+        };
+        schema["$ref"] = json!(format!("#/{defs}/{def}"));
         let validator = jsonschema::validator_for(&schema).unwrap();
         validator
             .iter_errors(message)
@@ -208,6 +265,51 @@ mod tests {
     fn assert_valid(rev: &str, def: &str, message: &Value) {
         let errors = violations(rev, def, message);
         assert!(errors.is_empty(), "{def} ({rev}): {errors:?}\n{message}");
+    }
+
+    /// A tool whose output is a list: 2026-07-28 takes its schema and its result, the
+    /// 2025 revisions (which want objects) get neither, and keep the tool and its text.
+    #[test]
+    fn output_that_is_no_object_is_left_to_the_text_before_2026() {
+        let tools = json!([
+            { "name": "ids", "inputSchema": { "type": "object" },
+              "outputSchema": { "type": "array", "items": { "type": "integer" } } },
+            { "name": "sum", "inputSchema": { "type": "object" },
+              "outputSchema": { "type": "object", "properties": { "sum": { "type": "number" } } } },
+        ]);
+        assert!(
+            !violations("2025-11-25", "ListToolsResult", &json!({ "tools": tools })).is_empty()
+        );
+        let raw = tools.to_string();
+        let listed: Value =
+            serde_json::from_str(&result_member("2025-11-25", "tools", &raw)).unwrap();
+        assert_valid("2025-11-25", "ListToolsResult", &json!({ "tools": listed }));
+        assert!(listed[0].get("outputSchema").is_none());
+        assert_eq!(listed[1]["outputSchema"], tools[1]["outputSchema"]);
+
+        let result = json!({ "content": [{ "type": "text", "text": "[1,2]" }],
+            "structuredContent": [1, 2] });
+        assert!(!violations("2025-11-25", "CallToolResult", &result).is_empty());
+        assert!(drops_member("structuredContent", "[1,2]"));
+        assert!(drops_member("structuredContent", "null"));
+        assert!(!drops_member("structuredContent", r#"{"sum":3}"#));
+        assert!(!drops_member("content", "[]"));
+    }
+
+    /// A capability a client declares that its revision does not have is not taken.
+    #[test]
+    fn capabilities_a_revision_lacks_are_not_taken() {
+        let declared: ClientCapabilities =
+            serde_json::from_value(json!({ "elicitation": { "form": {}, "url": {} },
+                "sampling": {} }))
+            .unwrap();
+        let old = capabilities("2025-03-26", declared.clone());
+        assert!(old.elicitation.is_none());
+        assert!(old.sampling.is_some());
+        let middle = capabilities("2025-06-18", declared.clone());
+        let elicitation = middle.elicitation.expect("form elicitation kept");
+        assert!(elicitation.form.is_some() && elicitation.url.is_none());
+        assert_eq!(capabilities("2025-11-25", declared.clone()), declared);
     }
 
     fn link() -> Value {
