@@ -437,6 +437,21 @@ pub(crate) fn validate_message(method: &str, m: &Value) {
     } else {
         assert_valid(response_def(method), m);
         assert_valid("JSONRPCResultResponse", m);
+        // These responses take either of two results, and an input-required one needs only
+        // its `resultType`, so any object with one passes the response's definition: the
+        // result is checked against the one its `resultType` names.
+        let complete = match method {
+            "tools/call" => Some("CallToolResult"),
+            "prompts/get" => Some("GetPromptResult"),
+            "resources/read" => Some("ReadResourceResult"),
+            _ => None,
+        };
+        if let Some(complete) = complete {
+            match m["result"]["resultType"].as_str() {
+                Some("input_required") => assert_valid("InputRequiredResult", &m["result"]),
+                _ => assert_valid(complete, &m["result"]),
+            }
+        }
     }
 }
 
