@@ -1172,3 +1172,76 @@ async fn a_batchs_calls_take_their_turns() {
     texts.sort();
     assert_eq!(texts, ["call 1", "call 2", "call 3"], "{}", reply.body);
 }
+
+/// A session of each 2025 revision reads every kind of answer in its own revision's schema:
+/// lists, prompts (with arguments, with an embedded resource), resources (text, binary,
+/// from a template), completions and tools of every content type, on the conformance
+/// profile.
+#[tokio::test]
+async fn every_kind_of_answer_validates_in_each_revision() {
+    let server = ServerProcess::start(&["--profile", "conformance"]);
+    let client = server.client();
+    let asks = [
+        ("tools/list", json!({})),
+        ("prompts/list", json!({})),
+        ("resources/list", json!({})),
+        ("resources/templates/list", json!({})),
+        (
+            "prompts/get",
+            json!({ "name": "test_prompt_with_arguments",
+                "arguments": { "arg1": "a", "arg2": "b" } }),
+        ),
+        (
+            "prompts/get",
+            json!({ "name": "test_prompt_with_embedded_resource",
+                "arguments": { "resourceUri": "test://embedded" } }),
+        ),
+        ("resources/read", json!({ "uri": "test://static-text" })),
+        ("resources/read", json!({ "uri": "test://static-binary" })),
+        ("resources/read", json!({ "uri": "test://template/7/data" })),
+        (
+            "completion/complete",
+            json!({ "ref": { "type": "ref/prompt", "name": "test_prompt_with_arguments" },
+                "argument": { "name": "arg1", "value": "pa" } }),
+        ),
+        (
+            "tools/call",
+            json!({ "name": "test_image_content", "arguments": {} }),
+        ),
+        (
+            "tools/call",
+            json!({ "name": "test_audio_content", "arguments": {} }),
+        ),
+        (
+            "tools/call",
+            json!({ "name": "test_embedded_resource", "arguments": {} }),
+        ),
+        (
+            "tools/call",
+            json!({ "name": "test_multiple_content_types", "arguments": {} }),
+        ),
+        (
+            "tools/call",
+            json!({ "name": "test_error_handling", "arguments": {} }),
+        ),
+    ];
+    for rev in ["2025-03-26", "2025-06-18", "2025-11-25"] {
+        let session = LegacySession::initialize(&client, rev, json!({ "elicitation": {} }))
+            .await
+            .expect("initialize");
+        validate_legacy_in(
+            rev,
+            "initialize",
+            &json!({ "jsonrpc": "2.0", "id": 1, "result": session.initialized }),
+        );
+        for (method, params) in &asks {
+            let reply = session.request(method, params.clone()).await.unwrap();
+            assert_eq!(reply.status, 200, "{rev} {method}: {}", reply.body);
+            assert!(reply.result().is_some(), "{rev} {method}: {}", reply.body);
+            for m in &reply.messages {
+                validate_legacy_in(rev, method, m);
+            }
+        }
+        session.delete().await.unwrap();
+    }
+}
