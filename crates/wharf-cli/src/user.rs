@@ -43,11 +43,43 @@ struct Account {
 }
 
 impl Account {
-    async fn users(&self) -> anyhow::Result<wharf_authz::Users> {
-        let url = self
-            .store
+    /// The store's URL as given (or the default).
+    fn url(&self) -> &str {
+        self.store
             .as_ref()
-            .map_or(wharf_store::DEFAULT_URL, |s| s.expose());
+            .map_or(wharf_store::DEFAULT_URL, |s| s.expose())
+    }
+
+    /// Where the accounts are kept, to name in what the command says: the store's URL
+    /// without its password. A relative SQLite path is named as the file it opens here,
+    /// so an account added from the wrong directory shows where it went.
+    fn kept_in(&self) -> String {
+        let url = self.url();
+        if let Some(path) = url.strip_prefix("sqlite://") {
+            let file = path.split('?').next().unwrap_or(path);
+            return match std::path::absolute(file) {
+                Ok(file) => format!("sqlite://{}", file.display()),
+                Err(_) => url.to_owned(),
+            };
+        }
+        match url::Url::parse(url) {
+            Ok(mut parsed) => {
+                if parsed.password().is_some() {
+                    let _ = parsed.set_password(Some("…"));
+                }
+                parsed.to_string()
+            }
+            Err(_) => url.to_owned(),
+        }
+    }
+
+    async fn users(&self) -> anyhow::Result<wharf_authz::Users> {
+        let url = self.url();
+        // A throwaway file: an account added there is gone when the command ends.
+        anyhow::ensure!(
+            !url.starts_with("memory://"),
+            "memory:// keeps nothing after this command ends: give --store (or WHARF_STORE) the store the server uses"
+        );
         let store = wharf_store::open(url, &StoreOptions::default())
             .await
             .context("cannot open the store")?;
@@ -102,15 +134,20 @@ async fn user(args: UserArgs) -> anyhow::Result<String> {
         UserCommand::Add(account) => {
             let password = password()?;
             account.users().await?.add(&account.name, &password).await?;
-            Ok(format!("user {} added", account.name))
+            Ok(format!(
+                "user {} added to {}",
+                account.name,
+                account.kept_in()
+            ))
         }
         UserCommand::Passwd(account) => {
             let password = password()?;
             let users = account.users().await?;
             users.set_password(&account.name, &password).await?;
             Ok(format!(
-                "password of {} changed; its sessions ended and its tokens revoked",
-                account.name
+                "password of {} changed in {}; its sessions ended and its tokens revoked",
+                account.name,
+                account.kept_in()
             ))
         }
         UserCommand::Remove(account) => match account.users().await?.remove(&account.name).await? {

@@ -1078,3 +1078,39 @@ fn serve_refuses_a_retention_shorter_than_a_call() {
         "86400",
     ]);
 }
+
+/// `wharf user` says which store it changed, a relative SQLite path as the file it opened
+/// from where it ran (an account added from the wrong directory went to a database the
+/// server never reads), and refuses `memory://`, which keeps nothing after the command.
+#[test]
+fn user_names_the_store_it_changed_and_refuses_a_throwaway_one() {
+    let dir = common::scratch(common::import::unique("user-cwd"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let add = |store: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
+            .args(["user", "add", "dora", "--store", store])
+            .current_dir(&dir)
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"a-long-enough-password\n").unwrap();
+        drop(stdin);
+        child.wait_with_output().unwrap()
+    };
+    let added = add("sqlite://./users.db");
+    let said = text(&added.stderr);
+    assert!(added.status.success(), "{said}");
+    let file = std::fs::canonicalize(dir.join("users.db")).unwrap();
+    assert!(
+        said.contains(&format!("user dora added to sqlite://{}", file.display())),
+        "{said}"
+    );
+    let refused = add("memory://");
+    let said = text(&refused.stderr);
+    assert!(!refused.status.success(), "{said}");
+    assert!(said.contains("memory:// keeps nothing"), "{said}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
