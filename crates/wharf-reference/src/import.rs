@@ -587,7 +587,7 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                         Staged::Rows(staged) => staged,
                         Staged::OverQuota { stored } => {
                             return Err(HandlerError::execution(format!(
-                                "Nothing was appended: you store {stored} bytes of rows (committed and staged), and these rows add {adding}; one user may store at most {MAX_STORED_BYTES} bytes ({} GiB). Delete a dataset (dataset_delete) or abort an import (import_abort) first.",
+                                "Nothing was appended: you store {stored} bytes of rows (committed and staged), and these rows add {adding}; one user may store at most {MAX_STORED_BYTES} bytes ({} GiB). Delete a dataset (dataset_delete) or abort an import (import_abort) first; an import that expired uncommitted counts until it is swept, up to an hour after it expired.",
                                 MAX_STORED_BYTES >> 30
                             )));
                         }
