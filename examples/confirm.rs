@@ -57,13 +57,15 @@ async fn main() -> anyhow::Result<()> {
                 .handler(delete),
         )
         .build()?;
-    let app = wharf_http::router(server, HttpConfig::default());
+    let app = wharf_http::router(server.clone(), HttpConfig::default());
     let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:8080".into());
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("listening on http://{}/mcp", listener.local_addr()?);
     // As in hello_tools: head read timeout, connection and header caps, drain on Ctrl-C.
-    let shutdown = async {
+    let shutdown = async move {
         let _ = tokio::signal::ctrl_c().await;
+        // Listen and session streams end, so that their connections close too.
+        server.shutdown();
     };
     wharf_http::serve(listener, app, ConnectionLimits::default(), shutdown).await?;
     Ok(())

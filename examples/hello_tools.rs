@@ -46,15 +46,17 @@ async fn main() -> anyhow::Result<()> {
                 },
             ))
             .build()?;
-    let app = wharf_http::router(server, HttpConfig::default());
+    let app = wharf_http::router(server.clone(), HttpConfig::default());
     let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:8080".into());
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("listening on http://{}/mcp", listener.local_addr()?);
     // Wharf's accept loop rather than `axum::serve`, which sets no timer: a time limit on
     // each request's head, caps on connections and header fields, and a drain on Ctrl-C
-    // (requests in flight finish).
-    let shutdown = async {
+    // (requests in flight finish, streams end).
+    let shutdown = async move {
         let _ = tokio::signal::ctrl_c().await;
+        // Listen and session streams end, so that their connections close too.
+        server.shutdown();
     };
     wharf_http::serve(listener, app, ConnectionLimits::default(), shutdown).await?;
     Ok(())

@@ -247,3 +247,44 @@ async fn the_client_example_approves_the_confirm_example() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Ctrl-C (SIGINT) stops an example that holds a listen stream open: the stream ends (the
+/// shutdown ends the server's streams) and the process exits, where it would wait for the
+/// stream's connection for ever.
+#[tokio::test]
+async fn ctrl_c_stops_an_example_with_a_stream_open() {
+    let mut ex = start("hello_tools", &[]);
+    let listen = json!({ "jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
+        "params": { "notifications": { "toolsListChanged": true },
+            "_meta": { META: "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {} } } });
+    let mut stream = reqwest::Client::new()
+        .post(&ex.url)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "subscriptions/listen")
+        .json(&listen)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    // The acknowledgment: the stream is open.
+    let first = stream.chunk().await.unwrap().expect("acknowledged");
+    assert!(
+        String::from_utf8_lossy(&first).contains("acknowledged"),
+        "{first:?}"
+    );
+    let killed = Command::new("kill")
+        .args(["-INT", &ex.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let exited = tokio::task::spawn_blocking(move || ex.child.wait().unwrap());
+    // The deadline only turns a hang into a failure.
+    let status = tokio::time::timeout(std::time::Duration::from_secs(20), exited)
+        .await
+        .expect("the example exited after Ctrl-C")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    while stream.chunk().await.ok().flatten().is_some() {}
+}

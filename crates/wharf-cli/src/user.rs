@@ -65,7 +65,7 @@ impl Account {
         match url::Url::parse(url) {
             Ok(mut parsed) => {
                 if parsed.password().is_some() {
-                    let _ = parsed.set_password(Some("…"));
+                    let _ = parsed.set_password(Some("xxxxx"));
                 }
                 parsed.to_string()
             }
@@ -77,8 +77,8 @@ impl Account {
         let url = self.url();
         // A throwaway file: an account added there is gone when the command ends.
         anyhow::ensure!(
-            !url.starts_with("memory://"),
-            "memory:// keeps nothing after this command ends: give --store (or WHARF_STORE) the store the server uses"
+            !url.starts_with("memory://") && !url.contains(":memory:"),
+            "memory:// and in-memory SQLite keep nothing after this command ends: give --store (or WHARF_STORE) the store the server uses"
         );
         let store = wharf_store::open(url, &StoreOptions::default())
             .await

@@ -146,17 +146,19 @@ impl Totals {
 /// Orders a run's progress commits before its cancellation mark: the cleanup registered
 /// with `cx.on_cancel` marks the run cancelled only after a progress commit in flight at the
 /// cancellation has landed (see [`Committing::commit`]), so a run seen cancelled is not
-/// written to any more.
+/// written to any more. It holds whether the run's start landed (the run is recorded).
 #[derive(Default, Clone)]
-struct Committing(std::sync::Arc<tokio::sync::Mutex<()>>);
+struct Committing(std::sync::Arc<tokio::sync::Mutex<bool>>);
 
 impl Committing {
     /// Commits `tx` on its own task: a commit the cancellation would cut short may still
     /// land in the store, and the cancellation mark must come after it.
     async fn commit(&self, tx: Box<dyn wharf::store::Transaction>) -> Result<(), HandlerError> {
-        let turn = std::sync::Arc::clone(&self.0).lock_owned().await;
+        let mut turn = std::sync::Arc::clone(&self.0).lock_owned().await;
         tokio::spawn(async move {
             let landed = tx.commit().await;
+            // The run is recorded once one of its commits (the first records it) landed.
+            *turn |= landed.is_ok();
             drop(turn);
             landed
         })
@@ -173,7 +175,12 @@ impl Committing {
         dataset: String,
         run: u64,
     ) {
-        let _landed = self.0.lock().await;
+        let recorded = self.0.lock().await;
+        // Cut short before its start landed, the run was never recorded: a mark would
+        // name the number the next run takes.
+        if !*recorded {
+            return;
+        }
         let marked = async {
             let mut tx = store.begin(TxMode::Write).await?;
             Data::of(tx.as_mut())?

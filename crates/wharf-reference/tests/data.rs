@@ -594,7 +594,7 @@ async fn redis_a_scan_racing_replacements_reads_the_whole_dataset() {
     let mut scans = 0;
     while !replacing.is_finished() {
         let rows = read(&*store, async |d| d.scan(&owner, "sales", None, 100).await).await;
-        let rows = rows.expect("a scan that keeps meeting replacements says busy, at worst");
+        let rows = rows.expect("a scan reads the dataset as one making or the other");
         assert_eq!(rows.len() as u64, ROWS, "scan {scans} read a short page");
         let making = rows[0].1["id"].as_u64().unwrap() / 100;
         assert!(

@@ -324,7 +324,7 @@ const MIN_WRITE_STALL: Duration = Duration::from_secs(1);
 /// One line of input.
 enum Line {
     Text(String),
-    /// A line over [`MAX_LINE_BYTES`], skipped up to its end.
+    /// A line over [`StdioConfig::max_line_bytes`], skipped up to its end.
     TooLong,
     /// A line that is not UTF-8 (so not JSON), already taken off the input.
     NotUtf8,

@@ -322,14 +322,7 @@ impl Admitted {
             progress_floor: None,
         };
         let counted = Counted::new(self.span, self.timer);
-        // A panic outside the handler (whose own the core catches: a middleware's, say)
-        // still answers the request, with its id, and leaves the transport's task (and what
-        // it holds for the id) to end as usual. Streamed calls only: on the plain JSON path
-        // a catch around the whole call costs every call (see `context::guarded`).
-        let run = std::panic::AssertUnwindSafe(counted.run(&self.core, self.req, caller));
-        let outcome = futures_util::FutureExt::catch_unwind(run)
-            .await
-            .unwrap_or_else(|panic| Err(RpcError::panicked("a streamed call", &*panic)));
+        let outcome = counted.run_catching(&self.core, self.req, caller).await;
         if cancel.is_cancelled() {
             return None;
         }
@@ -394,12 +387,41 @@ impl Counted {
     ) -> Result<Vec<u8>, RpcError> {
         let (out, outcome) =
             dispatch::execute(core, req, caller, &self.span, self.timer.is_some()).await;
-        // `execute` said so on the span already.
+        self.executed(outcome);
+        out
+    }
+
+    /// [`run`](Self::run) for a streamed call, where a panic outside the handler (whose own
+    /// the core catches: a middleware's, say) still answers the request -32603, and counts
+    /// as the error it is, and the transport's task (and what it holds for the id) ends as
+    /// usual. Streamed calls only: on the plain JSON path a catch around the whole call
+    /// costs every call (see `context::guarded`).
+    async fn run_catching(
+        mut self,
+        core: &Arc<Core>,
+        req: ParsedRequest,
+        caller: Caller,
+    ) -> Result<Vec<u8>, RpcError> {
+        let execute = dispatch::execute(core, req, caller, &self.span, self.timer.is_some());
+        match futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(execute)).await {
+            Ok((out, outcome)) => {
+                self.executed(outcome);
+                out
+            }
+            Err(panic) => {
+                let e = RpcError::panicked("a streamed call", &*panic);
+                self.ended(Outcome::Error, Some(&e));
+                Err(e)
+            }
+        }
+    }
+
+    /// Counts a request `dispatch::execute` ran, which said how on the span already.
+    fn executed(&mut self, outcome: Outcome) {
         self.ended = true;
         if let Some(timer) = self.timer.take() {
             timer.finish(outcome);
         }
-        out
     }
 }
 

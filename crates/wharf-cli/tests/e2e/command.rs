@@ -1111,6 +1111,9 @@ fn user_names_the_store_it_changed_and_refuses_a_throwaway_one() {
     let refused = add("memory://");
     let said = text(&refused.stderr);
     assert!(!refused.status.success(), "{said}");
-    assert!(said.contains("memory:// keeps nothing"), "{said}");
+    assert!(
+        said.contains("keep nothing after this command ends"),
+        "{said}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

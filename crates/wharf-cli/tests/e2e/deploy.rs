@@ -358,7 +358,7 @@ async fn nginx_round_robin_serves_pages_rounds_and_changes(store: &str) {
         .await
         .unwrap();
     assert_eq!(plain.status(), 308);
-    assert_eq!(plain.headers()["location"], "https://127.0.0.1/mcp");
+    assert_eq!(plain.headers()["location"], "https://mcp.example.com/mcp");
     let https = fleet.url().replace("/mcp", "");
     for probe in ["/readyz", "/healthz"] {
         let res = fleet.http().get(format!("{https}{probe}")).send().await;
