@@ -20,8 +20,18 @@ pub(crate) fn parse(
     };
     for word in words {
         let Some((key, raw)) = word.split_once('=') else {
-            return Err(format!("{word:?} is not key=value"));
+            return Err(if word.trim_start().starts_with('{') {
+                format!("{word:?} is not key=value: give a JSON object of arguments with --json")
+            } else {
+                format!("{word:?} is not key=value")
+            });
         };
+        if word.trim_start().starts_with('{') {
+            // `'{"q":"a=b"}'` splits at its '=' into a name no tool has.
+            return Err(format!(
+                "{word:?} is not key=value: give a JSON object of arguments with --json"
+            ));
+        }
         if key.is_empty() {
             return Err(format!("{word:?} has no name before '='"));
         }
@@ -210,6 +220,11 @@ mod tests {
                 .unwrap_err()
                 .contains("object")
         );
+        // JSON where a word goes points at --json, with or without an '=' inside.
+        for word in [r#"{"text":"a"}"#, r#"{"text":"a=b"}"#] {
+            let e = parse(&schema(), None, &words(&[word])).unwrap_err();
+            assert!(e.contains("--json"), "{e}");
+        }
         let closed = json!({ "properties": { "a": {} }, "additionalProperties": false });
         assert!(
             parse(&closed, None, &words(&["b=1"]))

@@ -28,8 +28,10 @@ pub(crate) struct CallArgs {
     /// objects).
     #[arg(value_name = "KEY=VALUE")]
     words: Vec<String>,
-    /// The arguments as a JSON object (key=value words override its keys).
-    #[arg(long)]
+    /// The arguments as a JSON object (key=value words override its keys), or @FILE
+    /// holding it, or - to read it from standard input: arguments on the command line are
+    /// visible to other users (`ps`) and kept in shell history.
+    #[arg(long, value_name = "JSON")]
     json: Option<String>,
     /// An answer to the server's input request KEY, as the JSON result of its method (e.g.
     /// '{"action":"accept","content":{"name":"Ada"}}'), or @FILE holding it; repeatable.
@@ -163,7 +165,17 @@ async fn prepare(client: &Client, args: &CallArgs) -> Result<ToolCall, String> {
         ));
     };
     let schema = &tool["inputSchema"];
-    let arguments = arguments::parse(schema, args.json.as_deref(), &args.words)?;
+    let json = match args.json.as_deref() {
+        Some("-") => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .map_err(|e| format!("--json -: cannot read standard input: {e}"))?;
+            Some(text)
+        }
+        Some(json) => Some(text_or_file(json).map_err(|e| format!("--json: {e}"))?),
+        None => None,
+    };
+    let arguments = arguments::parse(schema, json.as_deref(), &args.words)?;
     let mut call = ToolCall::for_tool(tool, Value::Object(arguments)).with_progress();
     let needs_key = schema["required"]
         .as_array()

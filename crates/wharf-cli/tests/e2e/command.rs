@@ -258,6 +258,31 @@ fn tools_and_call_type_their_arguments_from_the_schema() {
     let result: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(result["structuredContent"]["sum"], 2);
     common::assert_valid("CallToolResult", &result);
+    // The JSON from a file, or from standard input: out of `ps` and shell history.
+    let file = common::scratch(common::import::unique("args.json"));
+    std::fs::write(&file, r#"{"a":3,"b":4}"#).unwrap();
+    let at_file = format!("@{}", file.display());
+    let out = wharf(&["call", &url, "add", "--json", &at_file]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["sum"],
+        7
+    );
+    let _ = std::fs::remove_file(&file);
+    let mut piped = Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args(["call", &url, "add", "--json", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut piped.stdin.take().unwrap(), br#"{"a":5,"b":6}"#).unwrap();
+    let out = piped.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["sum"],
+        11
+    );
 
     // Wrong input is refused before anything is sent, and says why.
     let out = wharf(&["call", &url, "add", "a=2", "b=forty"]);
