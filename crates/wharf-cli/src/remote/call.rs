@@ -112,17 +112,18 @@ async fn call(client: &Client, args: &CallArgs, interactive: bool) -> ExitCode {
     };
     let outcome = tokio::select! {
         outcome = client.call_tool(&call, &mut answerer, &mut on_event) => outcome,
-        _ = tokio::signal::ctrl_c() => {
+        (signal, code) = super::interrupted() => {
             bar.finish_and_clear();
             let id = last_id.lock().map(|id| id.clone()).unwrap_or(Value::Null);
             // The call's future is dropped here, which closes its stream: that is the
             // cancellation a 2026-07-28 server acts on. A legacy one is told.
             // Bounded: a server that does not answer the cancellation does not hold the
             // terminal (a second Ctrl-C would not reach this process).
-            let cancel = client.cancel(&id, "cancelled by the user (Ctrl-C)");
+            let reason = format!("cancelled by the user ({signal})");
+            let cancel = client.cancel(&id, &reason);
             let _ = tokio::time::timeout(std::time::Duration::from_secs(3), cancel).await;
-            eprintln!("cancelled: the call's stream is closed and the server stops the call");
-            return ExitCode::from(130);
+            eprintln!("cancelled ({signal}): the call's stream is closed and the server stops the call");
+            return code;
         }
     };
     bar.finish_and_clear();

@@ -61,10 +61,16 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 pub(crate) fn run(args: ListenArgs) -> ExitCode {
     super::block_on(async move {
+        // Ctrl-C or SIGTERM: heard once, by whatever runs then (a legacy session is ended
+        // on the way out).
+        let (stop, stopped) = tokio::sync::watch::channel(None);
+        tokio::spawn(async move {
+            let _ = stop.send(Some(super::interrupted().await));
+        });
         let mut backoff = Duration::from_millis(500);
         let mut known = Known::default();
         loop {
-            match listen_once(&args, &mut known).await {
+            match listen_once(&args, &mut known, stopped.clone()).await {
                 Ok(()) => {
                     backoff = Duration::from_millis(500);
                     say(
@@ -75,6 +81,7 @@ pub(crate) fn run(args: ListenArgs) -> ExitCode {
                 Err(Fatal(message)) => return super::failed(message),
                 // Nobody reads what it would print: listening is over.
                 Err(ReaderGone) => return ExitCode::SUCCESS,
+                Err(Interrupted) => return interrupted(&args, &stopped),
                 Err(Transient(message)) => {
                     say(
                         &args,
@@ -82,10 +89,31 @@ pub(crate) fn run(args: ListenArgs) -> ExitCode {
                     );
                 }
             }
-            tokio::time::sleep(backoff).await;
+            let wait = stopped.clone();
+            tokio::select! {
+                () = tokio::time::sleep(backoff) => {}
+                () = until_stopped(wait) => return interrupted(&args, &stopped),
+            }
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
     })
+}
+
+/// Resolves once the command was asked to stop (never, if nothing can say so any more).
+async fn until_stopped(mut stopped: Stopped) {
+    if stopped.wait_for(Option::is_some).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Says the command was stopped, and how; its exit code.
+fn interrupted(args: &ListenArgs, stopped: &Stopped) -> ExitCode {
+    let (signal, code) = stopped
+        .borrow()
+        .clone()
+        .unwrap_or(("Ctrl-C", ExitCode::from(130)));
+    say(args, format!("stopped ({signal})"));
+    code
 }
 
 /// Why a stream stopped, when not by its end.
@@ -96,12 +124,21 @@ enum Stop {
     Fatal(String),
     /// Stdout's reader has gone (`wharf listen | head -n 1`).
     ReaderGone,
+    /// Ctrl-C or SIGTERM.
+    Interrupted,
 }
-use Stop::{Fatal, ReaderGone, Transient};
+use Stop::{Fatal, Interrupted, ReaderGone, Transient};
+
+/// What says the process was asked to stop: `Some` once it was (see `run`).
+type Stopped = tokio::sync::watch::Receiver<Option<(&'static str, ExitCode)>>;
 
 /// Connects, subscribes and prints until the stream ends.
-async fn listen_once(args: &ListenArgs, known: &mut Known) -> Result<(), Stop> {
-    let client = args.endpoint.connect(json!({})).await.map_err(|e| {
+async fn listen_once(args: &ListenArgs, known: &mut Known, stopped: Stopped) -> Result<(), Stop> {
+    let connected = tokio::select! {
+        connected = args.endpoint.connect(json!({})) => connected,
+        () = until_stopped(stopped.clone()) => return Err(Interrupted),
+    };
+    let client = connected.map_err(|e| {
         if e.retry {
             Transient(e.to_string())
         } else {
@@ -109,7 +146,11 @@ async fn listen_once(args: &ListenArgs, known: &mut Known) -> Result<(), Stop> {
         }
     })?;
     match client.connection() {
-        Connection::Modern(_) => listen_modern(args, &client, known).await,
+        // Interrupted, the stream is dropped (which closes it): its end is the server's.
+        Connection::Modern(_) => tokio::select! {
+            ended = listen_modern(args, &client, known) => ended,
+            () = until_stopped(stopped.clone()) => Err(Interrupted),
+        },
         Connection::Legacy(session) => {
             // The initialization-based era: the session's GET stream, and one
             // `resources/subscribe` per resource.
@@ -139,7 +180,15 @@ async fn listen_once(args: &ListenArgs, known: &mut Known) -> Result<(), Stop> {
             relist_all(args, &client, known).await;
             let mut stream = Box::pin(stream);
             let mut ended = Ok(());
-            while let Some(message) = futures_util::StreamExt::next(&mut stream).await {
+            loop {
+                let message = tokio::select! {
+                    message = futures_util::StreamExt::next(&mut stream) => message,
+                    () = until_stopped(stopped.clone()) => {
+                        ended = Err(Interrupted);
+                        break;
+                    }
+                };
+                let Some(message) = message else { break };
                 print_notification(args, &client, known, &message).await;
                 if super::stdout_gone() {
                     ended = Err(ReaderGone);

@@ -186,6 +186,25 @@ pub(crate) fn block_on(future: impl std::future::Future<Output = ExitCode>) -> E
     }
 }
 
+/// Resolves when the process is asked to stop: Ctrl-C (SIGINT), or SIGTERM (`timeout`,
+/// a service manager, `kill`); says which, as a reason and the conventional exit code
+/// (128 + the signal's number).
+pub(crate) async fn interrupted() -> (&'static str, ExitCode) {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            // Without a handler SIGTERM ends the process as it always did.
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => ("Ctrl-C", ExitCode::from(130)),
+        () = term => ("SIGTERM", ExitCode::from(143)),
+    }
+}
+
 /// Prints `message` as the command's error; exit code 1.
 pub(crate) fn failed(message: impl std::fmt::Display) -> ExitCode {
     eprintln!(

@@ -567,7 +567,7 @@ fn call_shows_progress_and_ctrl_c_cancels_it() {
     term.keys(&["C-c"]);
     let screen = term.wait_for("EXIT=130");
     assert!(
-        screen.contains("cancelled: the call's stream is closed"),
+        screen.contains("cancelled (Ctrl-C): the call's stream is closed"),
         "{screen}"
     );
     // The server saw the stream close and ran the call's cancellation cleanup.
@@ -720,6 +720,39 @@ fn listen_ends_quietly_once_its_reader_goes() {
     let said = text(&ended.stderr);
     assert_eq!(ended.status.code(), Some(0), "{said}");
     assert!(!said.contains("panicked"), "{said}");
+}
+
+/// `wharf listen` stopped by SIGTERM (`timeout`, a service manager) says so and exits
+/// 143, as Ctrl-C makes it exit 130: it was killed outright before, ending no session.
+#[test]
+fn listen_stops_on_sigterm_and_says_so() {
+    let server = ServerProcess::start_exact(&["--profile", "conformance", "--anonymous"]);
+    let url = server.url();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args(["listen", &url, "--tools"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("tools: ") {
+        line.clear();
+        let read = stdout.read_line(&mut line).unwrap();
+        assert!(read > 0, "wharf listen ended before it listed the tools");
+    }
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // Its status lines go to stdout, with the notifications (to stderr with --json).
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut said).unwrap();
+    let ended = child.wait_with_output().unwrap();
+    assert_eq!(ended.status.code(), Some(143), "{said}");
+    assert!(said.contains("stopped (SIGTERM)"), "{said}");
 }
 
 /// `wharf ARGS` with environment `env` (and no `WHARF_TOKEN`), run to its end.
