@@ -108,10 +108,7 @@ async fn until_stopped(mut stopped: Stopped) {
 
 /// Says the command was stopped, and how; its exit code.
 fn interrupted(args: &ListenArgs, stopped: &Stopped) -> ExitCode {
-    let (signal, code) = stopped
-        .borrow()
-        .clone()
-        .unwrap_or(("Ctrl-C", ExitCode::from(130)));
+    let (signal, code) = (*stopped.borrow()).unwrap_or(("Ctrl-C", ExitCode::from(130)));
     say(args, format!("stopped ({signal})"));
     code
 }
