@@ -54,6 +54,18 @@ impl ListenArgs {
         }
         filter
     }
+
+    /// Whether `message` is one this listener asked for: a legacy session's stream carries
+    /// every list change the server announces, whatever the filter said.
+    fn wants(&self, message: &Value) -> bool {
+        let key = match message["method"].as_str() {
+            Some(methods::NOTIFICATION_TOOLS_LIST_CHANGED) => "toolsListChanged",
+            Some("notifications/prompts/list_changed") => "promptsListChanged",
+            Some("notifications/resources/list_changed") => "resourcesListChanged",
+            _ => return true,
+        };
+        self.filter()[key] == true
+    }
 }
 
 /// Longest wait between reconnections.
@@ -186,6 +198,9 @@ async fn listen_once(args: &ListenArgs, known: &mut Known, stopped: Stopped) -> 
                     }
                 };
                 let Some(message) = message else { break };
+                if !args.wants(&message) {
+                    continue;
+                }
                 print_notification(args, &client, known, &message).await;
                 if super::stdout_gone() {
                     ended = Err(ReaderGone);
@@ -360,4 +375,40 @@ fn clock() -> String {
 
 fn secs(d: Duration) -> String {
     format!("{:.1} s", d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Command {
+        #[command(flatten)]
+        listen: ListenArgs,
+    }
+
+    fn listen(args: &[&str]) -> ListenArgs {
+        let argv = ["wharf-listen", "http://127.0.0.1:1/mcp"]
+            .iter()
+            .chain(args);
+        Command::try_parse_from(argv).unwrap().listen
+    }
+
+    /// A legacy session's stream carries every list change; only those asked for are
+    /// printed (and read again), and other notifications always.
+    #[test]
+    fn only_the_list_changes_asked_for_are_taken() {
+        let changed =
+            |list: &str| json!({ "method": format!("notifications/{list}/list_changed") });
+        let tools = listen(&["--tools"]);
+        assert!(tools.wants(&changed("tools")));
+        assert!(!tools.wants(&changed("prompts")));
+        assert!(!tools.wants(&changed("resources")));
+        assert!(tools.wants(&json!({ "method": "notifications/message" })));
+        let every = listen(&[]);
+        for list in ["tools", "prompts", "resources"] {
+            assert!(every.wants(&changed(list)), "{list}");
+        }
+    }
 }
