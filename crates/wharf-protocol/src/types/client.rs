@@ -72,7 +72,8 @@ pub struct CreateMessageParams {
     pub system_prompt: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub include_context: Option<IncludeContext>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Left out when written if it is not a finite number.
+    #[serde(default, skip_serializing_if = "super::no_number")]
     pub temperature: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_sequences: Option<Vec<String>>,
@@ -117,11 +118,14 @@ pub enum IncludeContext {
 pub struct ModelPreferences {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hints: Option<Vec<ModelHint>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// From 0 to 1; left out when written if it is not.
+    #[serde(default, skip_serializing_if = "super::no_priority")]
     pub cost_priority: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// From 0 to 1; left out when written if it is not.
+    #[serde(default, skip_serializing_if = "super::no_priority")]
     pub speed_priority: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// From 0 to 1; left out when written if it is not.
+    #[serde(default, skip_serializing_if = "super::no_priority")]
     pub intelligence_priority: Option<f64>,
 }
 

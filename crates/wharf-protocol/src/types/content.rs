@@ -16,7 +16,8 @@ pub enum Role {
 pub struct Annotations {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audience: Option<Vec<Role>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// From 0 to 1; left out when written if it is not.
+    #[serde(default, skip_serializing_if = "super::no_priority")]
     pub priority: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_modified: Option<String>,

@@ -38,3 +38,15 @@ pub use tools::*;
 
 /// A JSON object (`_meta`, `experimental`, schemas…).
 pub type JsonObject = serde_json::Map<String, serde_json::Value>;
+
+/// Whether an optional number is left out when written: absent, or not finite (serde_json
+/// writes NaN and infinities as `null`, which no schema takes where a number goes).
+pub(crate) fn no_number(value: &Option<f64>) -> bool {
+    !value.is_some_and(f64::is_finite)
+}
+
+/// Whether a priority (a hint from 0 to 1) is left out when written: absent, or outside
+/// its range (NaN included).
+pub(crate) fn no_priority(value: &Option<f64>) -> bool {
+    !value.is_some_and(|p| (0.0..=1.0).contains(&p))
+}

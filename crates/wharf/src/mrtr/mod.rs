@@ -147,10 +147,12 @@ impl FormSchema {
         required: bool,
     ) -> Self {
         let mut schema = json!({ "type": kind, "description": description });
-        if let Some(min) = min {
+        // An infinite bound bounds nothing, and NaN none: JSON has neither (serde_json
+        // writes them as null, which a client's schema check refuses).
+        if let Some(min) = min.filter(|m| m.is_finite()) {
             schema["minimum"] = json!(min);
         }
-        if let Some(max) = max {
+        if let Some(max) = max.filter(|m| m.is_finite()) {
             schema["maximum"] = json!(max);
         }
         self.field(name, schema, required)
@@ -264,10 +266,24 @@ impl FormSchema {
     }
 
     /// Gives field `name` a default the client pre-fills (SEP-1034); a form without that
-    /// field is returned unchanged.
+    /// field, or a default of another type than the field's (the request would break the
+    /// schema clients check it against), is returned unchanged.
     pub fn with_default(mut self, name: &str, value: impl Into<Value>) -> Self {
+        let value = value.into();
         if let Some(Value::Object(field)) = self.properties.get_mut(name) {
-            field.insert("default".into(), value.into());
+            let fits = match field.get("type").and_then(Value::as_str) {
+                Some("string") => value.is_string(),
+                Some("number") => value.as_f64().is_some_and(f64::is_finite),
+                Some("integer") => value.is_i64() || value.is_u64(),
+                Some("boolean") => value.is_boolean(),
+                Some("array") => value.is_array(),
+                _ => true,
+            };
+            if fits {
+                field.insert("default".into(), value);
+            } else {
+                tracing::warn!(field = name, %value, "a form default of another type than its field was left out");
+            }
         }
         self
     }
@@ -654,6 +670,45 @@ mod tests {
 
     fn binding() -> Binding {
         Binding::new("tools/call", "t", &Map::new())
+    }
+
+    /// What JSON cannot hold or the field's type does not take stays out of a form: an
+    /// infinite or NaN bound, a default of another type. Finite ones stay.
+    #[test]
+    fn a_form_holds_only_what_its_schema_takes() {
+        let form = FormSchema::new()
+            .number("ratio", "Ratio", (Some(f64::NEG_INFINITY), Some(1.5)), true)
+            .integer("n", "N", (Some(f64::NAN), None), false)
+            .string("name", "Name", false)
+            .with_default("name", 5)
+            .with_default("n", 3)
+            .schema();
+        assert_eq!(form["properties"]["ratio"]["maximum"], 1.5);
+        assert!(form["properties"]["ratio"].get("minimum").is_none());
+        assert!(form["properties"]["n"].get("minimum").is_none());
+        assert!(form["properties"]["name"].get("default").is_none());
+        assert_eq!(form["properties"]["n"]["default"], 3);
+    }
+
+    /// A sampling request's temperature and priorities are written only when they are
+    /// numbers the schema takes.
+    #[test]
+    fn a_sampling_request_leaves_out_numbers_its_schema_refuses() {
+        let mut params: wharf_protocol::CreateMessageParams =
+            serde_json::from_value(json!({ "messages": [], "maxTokens": 5 })).unwrap();
+        params.temperature = Some(f64::NAN);
+        params.model_preferences = Some(wharf_protocol::ModelPreferences {
+            cost_priority: Some(2.0),
+            speed_priority: Some(0.5),
+            ..Default::default()
+        });
+        let written = serde_json::to_value(&params).unwrap();
+        assert!(written.get("temperature").is_none(), "{written}");
+        assert_eq!(
+            written["modelPreferences"],
+            json!({ "speedPriority": 0.5 }),
+            "{written}"
+        );
     }
 
     #[test]
