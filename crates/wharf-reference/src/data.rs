@@ -851,7 +851,8 @@ impl<'t> Data<'t> {
     ) -> Result<u64, HandlerError> {
         match self {
             Data::Sql(tx) => on_sql!(&mut **tx, |c| {
-                // Its rows go with it (ON DELETE CASCADE).
+                // Its rows go with it (ON DELETE CASCADE); its report too: a dataset made
+                // again under the name has none yet, and numbers its runs from 1.
                 let row: Option<i64> = sqlx::query_scalar(
                     "DELETE FROM ref_datasets WHERE owner = $1 AND name = $2 RETURNING row_count",
                 )
@@ -860,6 +861,12 @@ impl<'t> Data<'t> {
                 .fetch_optional(&mut **c)
                 .await
                 .map_err(sql)?;
+                sqlx::query("DELETE FROM ref_reports WHERE owner = $1 AND dataset = $2")
+                    .bind(owner)
+                    .bind(name)
+                    .execute(&mut **c)
+                    .await
+                    .map_err(sql)?;
                 Ok(row.map_or(0, count))
             }),
             Data::Redis(tx) => {
@@ -878,6 +885,24 @@ impl<'t> Data<'t> {
                 ])?;
                 for Segment(key, ..) in stored.segments {
                     tx.queue(["UNLINK".to_owned(), key])?;
+                }
+                // Its report too, and the mark of its last run if that was cut short (only
+                // the last run's can be left: each run clears the one before): a dataset
+                // made again under the name numbers its runs from 1, and run 1 must not
+                // read as cancelled.
+                let reports = owner_key(owner, "reports");
+                let report: Option<String> =
+                    tx.reader().hget(&reports, name).await.map_err(backend)?;
+                let run = report
+                    .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+                    .and_then(|doc| doc["run"].as_u64());
+                tx.queue(["HDEL".to_owned(), reports, name.to_owned()])?;
+                if let Some(run) = run {
+                    tx.queue([
+                        "SREM".to_owned(),
+                        owner_key(owner, "cancelled"),
+                        format!("{run}:{name}"),
+                    ])?;
                 }
                 Ok(stored.rows)
             }

@@ -262,6 +262,46 @@ async fn a_cancellation_marks_its_own_run_only(store: Arc<dyn Store>) {
     assert_eq!(seen, Some((report(2), false)));
 }
 
+/// A deleted dataset's report goes with it, its last run's cancellation mark too: the
+/// dataset made again under the name has no report, and its run 1 does not read as
+/// cancelled.
+async fn a_deleted_datasets_report_goes_with_it(store: Arc<dyn Store>) {
+    let who = owner("report-delete");
+    let owner = who.id();
+    let report = |run: u64| json!({ "dataset": "sales", "run": run, "state": "running" });
+    let first = import(&*store, &who).await;
+    stage(&*store, &first, 0, 2).await;
+    commit(&*store, owner, &first, &columns(), false)
+        .await
+        .unwrap();
+    write(&*store, async |d| {
+        d.put_report(owner, "sales", 1, &report(1)).await.unwrap();
+        d.mark_cancelled(owner, "sales", 1).await.unwrap()
+    })
+    .await
+    .unwrap();
+    write(&*store, async |d| {
+        let dataset = d.dataset(owner, "sales").await.unwrap().unwrap();
+        d.delete_dataset(owner, dataset, "sales").await.unwrap()
+    })
+    .await
+    .unwrap();
+    let seen = read(&*store, async |d| d.report(owner, "sales").await.unwrap()).await;
+    assert_eq!(seen, None);
+    let again = import(&*store, &who).await;
+    stage(&*store, &again, 0, 1).await;
+    commit(&*store, owner, &again, &columns(), false)
+        .await
+        .unwrap();
+    write(&*store, async |d| {
+        d.put_report(owner, "sales", 1, &report(1)).await.unwrap()
+    })
+    .await
+    .unwrap();
+    let seen = read(&*store, async |d| d.report(owner, "sales").await.unwrap()).await;
+    assert_eq!(seen, Some((report(1), false)));
+}
+
 /// What an owner stores follows its appends (staged), commits (moved, not doubled),
 /// replaces (the replaced rows' bytes go), aborts and deletions; another owner's bytes are
 /// apart.
@@ -459,6 +499,7 @@ on_every_store!(
     staged_rows_go_with_their_import,
     stored_bytes_follow_appends_commits_aborts_and_deletes,
     a_cancellation_marks_its_own_run_only,
+    a_deleted_datasets_report_goes_with_it,
     small_and_large_imports_read_back_in_order
 );
 
