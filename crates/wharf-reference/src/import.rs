@@ -129,7 +129,8 @@ struct ImportInfo {
     columns: Vec<Column>,
     /// Rows appended so far, not yet committed.
     staged_rows: u64,
-    /// When the import expires unless committed (milliseconds since the Unix epoch).
+    /// When the import expires unless it is used again or committed (milliseconds since
+    /// the Unix epoch): each use moves this on, up to the end of its lifetime.
     expires_at: i64,
 }
 
@@ -459,6 +460,16 @@ fn import_meta(
     Ok((def.dataset, def.columns))
 }
 
+/// When an import whose lifetime ends at `lifetime_end` expires if it is not used again:
+/// its idle limit from now (the call that asks is a use), or its lifetime's end, whichever
+/// comes first.
+fn expires_unless_used(lifetime_end: i64) -> i64 {
+    let idle = Import::IDLE_TTL.map_or(i64::MAX, |idle| {
+        wharf::store::now_millis().saturating_add(millis(idle))
+    });
+    lifetime_end.min(idle)
+}
+
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
@@ -540,8 +551,8 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     let data = serde_json::to_value(&def).map_err(HandlerError::internal)?;
                     let import = cx.mint_handle_with::<Import>(data).await?;
                     let ImportDef { dataset, columns } = def;
-                    let expires_at = wharf::store::now_millis()
-                        + millis(Import::TTL);
+                    let expires_at =
+                        expires_unless_used(wharf::store::now_millis() + millis(Import::TTL));
                     Ok::<_, HandlerError>(Structured(ImportInfo {
                         import: import.id().to_owned(),
                         dataset,
@@ -619,7 +630,9 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                         let mut tx = cx.transaction(TxMode::Read).await?;
                         Data::of(tx.as_mut())?.staged(args.import.id()).await?
                     };
-                    let expires_at = cx.handle_record(&args.import).map_or(0, |r| r.expires_at);
+                    let expires_at = cx
+                        .handle_record(&args.import)
+                        .map_or(0, |r| expires_unless_used(r.expires_at));
                     Ok::<_, HandlerError>(Structured(ImportInfo {
                         import: args.import.id().to_owned(),
                         dataset,

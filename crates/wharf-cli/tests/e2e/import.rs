@@ -297,7 +297,15 @@ async fn begin_is_applied_once_per_key(store: &str) {
         s.client().with_bearer(TOKEN_7),
     );
     let args = json!({ "dataset": unique("once"), "columns": columns(), "idempotency_key": unique("begin") });
+    let before = now_ms();
     let first = ok(&u42, "import_begin", args.clone()).await;
+    // An import unused for an hour expires (its 24 h lifetime is the later limit): the
+    // time it gives is the hour's end.
+    let expires = first["structuredContent"]["expiresAt"].as_i64().unwrap();
+    assert!(
+        (before + 3_600_000..=now_ms() + 3_600_000).contains(&expires),
+        "{first}"
+    );
     let again = ok(&u42, "import_begin", args.clone()).await;
     assert_eq!(again["structuredContent"], first["structuredContent"]);
     assert_eq!(
@@ -657,4 +665,15 @@ async fn requests_without_a_known_token_get_401_with_a_challenge() {
     }
     let r = request(&s.client().with_bearer(TOKEN_7), "tools/list", json!({})).await;
     assert_eq!(r.status, 200);
+}
+
+/// Milliseconds since the Unix epoch, as the server counts them.
+fn now_ms() -> i64 {
+    i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
 }
