@@ -40,6 +40,30 @@ async fn next(lines: &mut Lines<BufReader<DuplexStream>>) -> Value {
     serde_json::from_str(&line).unwrap()
 }
 
+/// `server` served over in-memory pipes with `config`: what the client writes to, what it
+/// reads, and the serving task.
+fn serving(
+    server: Server,
+    config: StdioConfig,
+) -> (
+    DuplexStream,
+    DuplexStream,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let (to_server, server_in) = tokio::io::duplex(64 * 1024);
+    let (server_out, from_server) = tokio::io::duplex(64 * 1024);
+    let served = tokio::spawn(serve_with(server, server_in, server_out, config));
+    (to_server, from_server, served)
+}
+
+/// A server with one tool, `hold` (see [`holding`]).
+fn holding_server(started: &Arc<Notify>, cancelled: oneshot::Sender<()>) -> Server {
+    Server::builder(Implementation::new("t", "1"))
+        .tool(holding(Arc::clone(started), cancelled))
+        .build()
+        .unwrap()
+}
+
 /// A tool, `hold`, that says when it started (`started`), then waits until it is cut
 /// short, which it reports on `cancelled`.
 fn holding(started: Arc<Notify>, cancelled: oneshot::Sender<()>) -> wharf::ToolDef {
@@ -81,11 +105,9 @@ async fn a_request_that_panics_outside_its_handler_is_answered_and_frees_its_id(
         })
         .build()
         .unwrap();
-    let (mut to_server, server_in) = tokio::io::duplex(64 * 1024);
-    let (server_out, from_server) = tokio::io::duplex(64 * 1024);
     let mut config = StdioConfig::default();
     config.max_in_flight = 1;
-    let served = tokio::spawn(serve_with(server, server_in, server_out, config));
+    let (mut to_server, from_server, served) = serving(server, config);
     let mut lines = BufReader::new(from_server).lines();
 
     send(&mut to_server, &call(json!(1), "hello")).await;
@@ -108,18 +130,8 @@ async fn a_request_that_panics_outside_its_handler_is_answered_and_frees_its_id(
 #[tokio::test]
 async fn output_that_fails_ends_the_session_and_cancels_what_runs() {
     let (started, (report, cancelled)) = (Arc::new(Notify::new()), oneshot::channel());
-    let server = Server::builder(Implementation::new("t", "1"))
-        .tool(holding(Arc::clone(&started), report))
-        .build()
-        .unwrap();
-    let (mut to_server, server_in) = tokio::io::duplex(64 * 1024);
-    let (server_out, from_server) = tokio::io::duplex(64 * 1024);
-    let served = tokio::spawn(serve_with(
-        server,
-        server_in,
-        server_out,
-        StdioConfig::default(),
-    ));
+    let server = holding_server(&started, report);
+    let (mut to_server, from_server, served) = serving(server, StdioConfig::default());
     send(&mut to_server, &call(json!(1), "hold")).await;
     started.notified().await;
     drop(from_server);
@@ -146,15 +158,10 @@ async fn output_that_fails_ends_the_session_and_cancels_what_runs() {
 #[tokio::test]
 async fn initialize_under_a_running_id_is_refused() {
     let (started, (report, _cancelled)) = (Arc::new(Notify::new()), oneshot::channel());
-    let server = Server::builder(Implementation::new("t", "1"))
-        .tool(holding(Arc::clone(&started), report))
-        .build()
-        .unwrap();
-    let (mut to_server, server_in) = tokio::io::duplex(64 * 1024);
-    let (server_out, from_server) = tokio::io::duplex(64 * 1024);
+    let server = holding_server(&started, report);
     let mut config = StdioConfig::default();
     config.drain = Duration::from_millis(100);
-    let served = tokio::spawn(serve_with(server, server_in, server_out, config));
+    let (mut to_server, from_server, served) = serving(server, config);
     let mut lines = BufReader::new(from_server).lines();
     send(&mut to_server, &call(json!(7), "hold")).await;
     started.notified().await;

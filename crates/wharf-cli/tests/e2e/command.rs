@@ -693,14 +693,11 @@ fn listen_prints_another_clients_change_and_comes_back_after_a_restart() {
     listener.line_with("notifications/tools/list_changed");
 }
 
-/// `wharf listen | head -n 1`: once its reader has gone, the next line it would print
-/// ends it quietly and successfully, as a pipeline expects (it panicked, exit 101).
-#[test]
-fn listen_ends_quietly_once_its_reader_goes() {
-    let server = ServerProcess::start_exact(&["--profile", "conformance", "--anonymous"]);
-    let url = server.url();
+/// `wharf listen URL --tools`, once it has listed the tools (so it listens): the process
+/// and its stdout, read up to there.
+fn listening_to_tools(url: &str) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
-        .args(["listen", &url, "--tools"])
+        .args(["listen", url, "--tools"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -713,6 +710,16 @@ fn listen_ends_quietly_once_its_reader_goes() {
         let read = stdout.read_line(&mut line).unwrap();
         assert!(read > 0, "wharf listen ended before it listed the tools");
     }
+    (child, stdout)
+}
+
+/// `wharf listen | head -n 1`: once its reader has gone, the next line it would print
+/// ends it quietly and successfully, as a pipeline expects (it panicked, exit 101).
+#[test]
+fn listen_ends_quietly_once_its_reader_goes() {
+    let server = ServerProcess::start_exact(&["--profile", "conformance", "--anonymous"]);
+    let url = server.url();
+    let (mut child, mut stdout) = listening_to_tools(&url);
     drop(stdout);
     let out = wharf(&["call", &url, "test_trigger_tool_change"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -728,20 +735,7 @@ fn listen_ends_quietly_once_its_reader_goes() {
 fn listen_stops_on_sigterm_and_says_so() {
     let server = ServerProcess::start_exact(&["--profile", "conformance", "--anonymous"]);
     let url = server.url();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wharf"))
-        .args(["listen", &url, "--tools"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("tools: ") {
-        line.clear();
-        let read = stdout.read_line(&mut line).unwrap();
-        assert!(read > 0, "wharf listen ended before it listed the tools");
-    }
+    let (mut child, mut stdout) = listening_to_tools(&url);
     let killed = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
