@@ -15,7 +15,7 @@ use crate::prompt::PromptDef;
 use crate::resource::{CompiledTemplate, ResourceDef, TemplateDef};
 use crate::schema::{self, HeaderParam};
 use crate::tool::{Idempotence, ToolDef};
-use crate::uri_template::Vars;
+use crate::uri_template::{self, Vars};
 
 /// What a server is built from.
 pub(crate) struct Definitions {
@@ -292,7 +292,8 @@ impl Registry {
         }
         let mut resource_index = Index::default();
         for (i, r) in defs.resources.iter().enumerate() {
-            if resource_index.insert(r.resource.uri.clone(), i).is_some() {
+            let uri = uri_template::normalized(&r.resource.uri).into_owned();
+            if resource_index.insert(uri, i).is_some() {
                 return Err(BuildError::Duplicate {
                     kind: "resource",
                     name: r.resource.uri.clone(),
@@ -453,16 +454,28 @@ impl Registry {
         self.prompt_index.get(name).map(|&i| &self.prompts[i])
     }
 
-    /// What serves `uri`: a static resource first, then the first template that matches.
+    /// What serves `uri`: a static resource first, then the most specific template that
+    /// matches (the most literal characters; the first registered among equals). `uri` is
+    /// compared normalized: `config://app/secr%65ts` is `config://app/secrets`, whose
+    /// resource (and scopes) it must reach, not a template's.
     pub(crate) fn resource(&self, uri: &str) -> Option<ResourceTarget<'_>> {
-        if let Some(&i) = self.resource_index.get(uri) {
+        let uri = uri_template::normalized(uri);
+        if let Some(&i) = self.resource_index.get(uri.as_ref()) {
             return Some(ResourceTarget::Static(&self.resources[i]));
         }
-        self.templates.iter().find_map(|t| {
-            t.parsed
-                .match_uri(uri)
-                .map(|vars| ResourceTarget::Template(t, vars))
-        })
+        let mut best: Option<(&CompiledTemplate, Vars)> = None;
+        for t in &self.templates {
+            if best
+                .as_ref()
+                .is_some_and(|(b, _)| b.parsed.literal_len() >= t.parsed.literal_len())
+            {
+                continue;
+            }
+            if let Some(vars) = t.parsed.match_uri(&uri) {
+                best = Some((t, vars));
+            }
+        }
+        best.map(|(t, vars)| ResourceTarget::Template(t, vars))
     }
 
     /// The template whose URI template is `uri_template` (what a completion refers to).
@@ -474,7 +487,8 @@ impl Registry {
 
     /// Whether `uri` names a static resource (not a template's).
     pub(crate) fn is_static_resource(&self, uri: &str) -> bool {
-        self.resource_index.contains_key(uri)
+        self.resource_index
+            .contains_key(uri_template::normalized(uri).as_ref())
     }
 }
 

@@ -245,6 +245,12 @@ impl CompiledTemplate {
         let mut scope_templates = Vec::with_capacity(def.scopes.len());
         for scope in &def.scopes {
             let t = UriTemplate::parse(scope).map_err(|e| format!("scope {scope:?}: {e}"))?;
+            // One scope names one item: a token granted it must not reach another.
+            if let Some(between) = t.ambiguous_separator() {
+                return Err(format!(
+                    "scope {scope:?}: {between:?} between two variables can also be part of a value, so two items could share the scope; separate them with ':' or '/'"
+                ));
+            }
             if let Some(v) = t.variables().find(|v| !parsed.variables().any(|p| p == *v)) {
                 return Err(format!(
                     "scope {scope:?} names {{{v}}}, which is not a variable of the template"

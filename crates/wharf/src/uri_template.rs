@@ -76,6 +76,31 @@ impl UriTemplate {
         })
     }
 
+    /// How many characters of the template are literal: among templates that match one
+    /// URI, the one with more is the more specific (`docs://public/{doc}` over
+    /// `docs://{team}/{doc}`).
+    pub(crate) fn literal_len(&self) -> usize {
+        self.parts
+            .iter()
+            .map(|p| match p {
+                Part::Literal(l) => l.len(),
+                Part::Var(_) => 0,
+            })
+            .sum()
+    }
+
+    /// The first literal between two variables made only of characters a value expands to
+    /// unencoded (letters, digits, `-._~`): with it, two pairs of values can expand to one
+    /// text (`{a}-{b}`: `x-y`,`z` and `x`,`y-z`).
+    pub(crate) fn ambiguous_separator(&self) -> Option<&str> {
+        self.parts.windows(3).find_map(|w| match w {
+            [Part::Var(_), Part::Literal(l), Part::Var(_)] if l.bytes().all(unreserved) => {
+                Some(l.as_str())
+            }
+            _ => None,
+        })
+    }
+
     /// Expands the template; missing variables expand to nothing, values are percent-encoded
     /// except for unreserved characters.
     pub(crate) fn expand(&self, vars: &Vars) -> String {
@@ -86,7 +111,7 @@ impl UriTemplate {
                 Part::Var(v) => {
                     if let Some(value) = vars.get(v) {
                         for b in value.bytes() {
-                            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                            if unreserved(b) {
                                 out.push(b as char);
                             } else {
                                 out.push_str(&format!("%{b:02X}"));
@@ -127,6 +152,48 @@ impl UriTemplate {
     }
 }
 
+/// Whether `b` is an unreserved character of RFC 3986 (§2.3): one a URI means the same by
+/// whether written plain or percent-encoded.
+fn unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-._~".contains(&b)
+}
+
+/// `uri` in the form RFC 3986 §6.2.2 makes equal URIs compare equal: unreserved characters
+/// decoded, other percent-encodings with uppercase hex digits. A URI that is already so (as
+/// nearly all are) is returned as it is.
+pub(crate) fn normalized(uri: &str) -> std::borrow::Cow<'_, str> {
+    if !uri.contains('%') {
+        return std::borrow::Cow::Borrowed(uri);
+    }
+    let bytes = uri.as_bytes();
+    let mut out = String::with_capacity(uri.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = uri
+            .get(i + 1..i + 3)
+            .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()));
+        match (bytes[i], hex) {
+            (b'%', Some(hex)) => {
+                let byte = u8::from_str_radix(hex, 16).unwrap_or(b'%');
+                if unreserved(byte) {
+                    out.push(byte as char);
+                } else {
+                    out.push('%');
+                    out.push_str(&hex.to_ascii_uppercase());
+                }
+                i += 3;
+            }
+            _ => {
+                // Copied whole: a character of several bytes is never a '%'.
+                let len = uri[i..].chars().next().map_or(1, char::len_utf8);
+                out.push_str(&uri[i..i + len]);
+                i += len;
+            }
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 pub(crate) fn percent_decode(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -164,6 +231,36 @@ mod tests {
         let v = d.match_uri("dataset://my%20set").unwrap();
         assert_eq!(v["name"], "my set");
         assert_eq!(d.expand(&v), "dataset://my%20set");
+    }
+
+    #[test]
+    fn equal_uris_normalize_alike() {
+        assert_eq!(normalized("config://app/secr%65ts"), "config://app/secrets");
+        assert_eq!(normalized("x://a%2fb%7E"), "x://a%2Fb~");
+        assert_eq!(normalized("x://%é%4"), "x://%é%4");
+        assert!(matches!(
+            normalized("x://plain"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        let t = UriTemplate::parse("docs://public/{doc}").unwrap();
+        assert!(
+            t.literal_len()
+                > UriTemplate::parse("docs://{team}/{doc}")
+                    .unwrap()
+                    .literal_len()
+        );
+        assert_eq!(
+            UriTemplate::parse("s:{a}-{b}")
+                .unwrap()
+                .ambiguous_separator(),
+            Some("-")
+        );
+        assert_eq!(
+            UriTemplate::parse("s:{a}:{b}")
+                .unwrap()
+                .ambiguous_separator(),
+            None
+        );
     }
 
     #[test]

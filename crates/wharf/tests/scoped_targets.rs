@@ -43,6 +43,14 @@ fn server(completions: &Arc<AtomicUsize>) -> Server {
                     Ok(vec![ResourceContents::text(req.uri, "text/plain", "x")])
                 }),
         )
+        .template(
+            template("notes://{id}/{part}", "part of a note")
+                .scopes(&[READ, "notes:item:{id}"])
+                .completer(completer(completions))
+                .handler(|_cx, req| async move {
+                    Ok(vec![ResourceContents::text(req.uri, "text/plain", "x")])
+                }),
+        )
         .resource(resource("notes://index", "index").scopes(&[READ]).handler(
             |_cx, req| async move { Ok(vec![ResourceContents::text(req.uri, "text/plain", "x")]) },
         ))
@@ -50,8 +58,14 @@ fn server(completions: &Arc<AtomicUsize>) -> Server {
         .unwrap()
 }
 
+/// A completion of the prompt's argument, or the template's variable.
 fn completion(reference: Value) -> Value {
-    json!({ "ref": reference, "argument": { "name": "note", "value": "" } })
+    let name = if reference["type"] == "ref/prompt" {
+        "note"
+    } else {
+        "id"
+    };
+    json!({ "ref": reference, "argument": { "name": name, "value": "" } })
 }
 
 async fn complete(server: &Server, who: &Principal, reference: Value) -> Result<Value, ErrorReply> {
@@ -102,7 +116,7 @@ async fn a_completion_under_a_bound_variable_needs_that_items_scope() {
     let completions = Arc::new(AtomicUsize::new(0));
     let s = server(&completions);
     let under_seven = json!({
-        "ref": { "type": "ref/resource", "uri": "notes://{id}" },
+        "ref": { "type": "ref/resource", "uri": "notes://{id}/{part}" },
         "argument": { "name": "part", "value": "" },
         "context": { "arguments": { "id": "7" } }
     });
@@ -117,6 +131,40 @@ async fn a_completion_under_a_bound_variable_needs_that_items_scope() {
     assert_eq!(completions.load(Ordering::SeqCst), 0, "no completer ran");
     let done = call(oauth_user(&[READ, "notes:item:7"])).await.unwrap();
     assert_eq!(done["completion"]["values"], json!(["secret-name"]));
+}
+
+/// Completion inputs are checked as any other: an argument (or a context argument) its
+/// prompt or template does not have is refused (-32602) before any completer runs; a
+/// static resource has none.
+#[tokio::test]
+async fn a_completion_of_an_argument_its_target_lacks_is_refused() {
+    let completions = Arc::new(AtomicUsize::new(0));
+    let s = server(&completions);
+    let who = oauth_user(&[READ, "notes:item:7"]);
+    for params in [
+        json!({ "ref": { "type": "ref/prompt", "name": "summary" },
+            "argument": { "name": "bogus", "value": "" } }),
+        json!({ "ref": { "type": "ref/resource", "uri": "notes://{id}" },
+            "argument": { "name": "part", "value": "" } }),
+        json!({ "ref": { "type": "ref/resource", "uri": "notes://{id}/{part}" },
+            "argument": { "name": "part", "value": "" },
+            "context": { "arguments": { "id": "7", "owner": "x" } } }),
+        json!({ "ref": { "type": "ref/resource", "uri": "notes://index" },
+            "argument": { "name": "id", "value": "" } }),
+    ] {
+        let refused = Harness::new(s.clone())
+            .principal(who.clone())
+            .call("completion/complete", params.clone())
+            .await
+            .unwrap_err();
+        assert_eq!(refused.error().kind, ErrorKind::InvalidParams, "{params}");
+        assert!(
+            refused.error().message.contains("is not an argument of"),
+            "{params}: {}",
+            refused.error().message
+        );
+    }
+    assert_eq!(completions.load(Ordering::SeqCst), 0, "no completer ran");
 }
 
 #[tokio::test]
@@ -227,4 +275,95 @@ fn a_scope_outside_the_scope_grammar_is_refused_at_build() {
         refused.starts_with("resource template \"notes://{id}\": scope \"notes:item {id}\" is not"),
         "{refused}"
     );
+}
+
+/// A completion carries at most 100 values; its total counts at least what the completer
+/// gave (a smaller total it said is raised), and more than are sent says `hasMore`.
+#[tokio::test]
+async fn a_completion_is_capped_and_its_total_counts_what_was_given() {
+    let s = Server::builder(Implementation::new("t", "1"))
+        .prompt(
+            prompt("many")
+                .argument("n", "A number", true)
+                .completer(|_cx, _arg, _ctx| async {
+                    Ok::<_, HandlerError>(Completion {
+                        values: (0..150).map(|i| i.to_string()).collect(),
+                        total: Some(50),
+                        ..Default::default()
+                    })
+                })
+                .handler(|_cx, _args| async { Ok(GetPromptResult::default()) }),
+        )
+        .build()
+        .unwrap();
+    let done = Harness::new(s)
+        .call(
+            "completion/complete",
+            json!({ "ref": { "type": "ref/prompt", "name": "many" },
+                "argument": { "name": "n", "value": "" } }),
+        )
+        .await
+        .unwrap();
+    let completion = &done["completion"];
+    assert_eq!(completion["values"].as_array().unwrap().len(), 100);
+    assert_eq!(completion["total"], 150, "{completion}");
+    assert_eq!(completion["hasMore"], true, "{completion}");
+}
+
+/// A URI reaches what serves it, and what that needs, however it is written: the static
+/// resource it names percent-encoded (not a template that also matches, with its looser
+/// scopes), and the most specific of two templates that match it (not the first
+/// registered). A scope template whose variables could run into each other is refused.
+#[tokio::test]
+async fn a_uri_reaches_the_most_specific_target_however_it_is_written() {
+    let served = |by: &'static str| {
+        move |_cx, req: wharf::ReadRequest| async move {
+            Ok(vec![ResourceContents::text(req.uri, "text/plain", by)])
+        }
+    };
+    let s = Server::builder(Implementation::new("t", "1"))
+        .template(
+            template("config://{ns}/{key}", "config")
+                .scopes(&["config:read"])
+                .handler(served("template")),
+        )
+        .template(template("config://public/{key}", "public config").handler(served("public")))
+        .resource(
+            resource("config://app/secrets", "secrets")
+                .scopes(&["admin"])
+                .handler(served("static")),
+        )
+        .build()
+        .unwrap();
+    let read = |who: Principal, uri: &str| {
+        let harness = Harness::new(s.clone()).principal(who);
+        let params = json!({ "uri": uri });
+        async move { harness.call("resources/read", params).await }
+    };
+    let reader = oauth_user(&["config:read"]);
+    let refused = read(reader.clone(), "config://app/secr%65ts")
+        .await
+        .unwrap_err();
+    assert_eq!(refused.error().kind, ErrorKind::InsufficientScope);
+    assert_eq!(refused.required_scopes(), ["admin"]);
+    let admin = read(oauth_user(&["admin"]), "config://app/secr%65ts")
+        .await
+        .unwrap();
+    assert_eq!(admin["contents"][0]["text"], "static");
+    let public = read(oauth_user(&[]), "config://public/x").await.unwrap();
+    assert_eq!(public["contents"][0]["text"], "public");
+    let other = read(reader, "config://team/x").await.unwrap();
+    assert_eq!(other["contents"][0]["text"], "template");
+
+    let ambiguous = Server::builder(Implementation::new("t", "1"))
+        .template(
+            template("files://{owner}/{name}", "files")
+                .scopes(&["files:{owner}-{name}"])
+                .handler(served("files")),
+        )
+        .build()
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(ambiguous.contains("between two variables"), "{ambiguous}");
 }

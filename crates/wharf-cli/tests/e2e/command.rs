@@ -719,7 +719,7 @@ fn listening_to_tools(url: &str) -> (std::process::Child, BufReader<std::process
 fn listen_ends_quietly_once_its_reader_goes() {
     let server = ServerProcess::start_exact(&["--profile", "conformance", "--anonymous"]);
     let url = server.url();
-    let (mut child, mut stdout) = listening_to_tools(&url);
+    let (child, stdout) = listening_to_tools(&url);
     drop(stdout);
     let out = wharf(&["call", &url, "test_trigger_tool_change"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -735,7 +735,7 @@ fn listen_ends_quietly_once_its_reader_goes() {
 fn listen_stops_on_sigterm_and_says_so() {
     let server = ServerProcess::start_exact(&["--profile", "conformance", "--anonymous"]);
     let url = server.url();
-    let (mut child, mut stdout) = listening_to_tools(&url);
+    let (child, mut stdout) = listening_to_tools(&url);
     let killed = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
