@@ -99,7 +99,8 @@ impl ResourceBuilder {
         self
     }
 
-    /// Caching hints for reads of this resource (the server default otherwise).
+    /// Caching hints for reads of this resource (the server default otherwise). A resource
+    /// that needs scopes is read with `cacheScope: private` whatever these say.
     pub fn cache(mut self, hints: CacheHints) -> Self {
         self.cache = Some(hints);
         self
@@ -189,7 +190,8 @@ impl TemplateBuilder {
         self
     }
 
-    /// Caching hints for reads through this template.
+    /// Caching hints for reads through this template. One with scopes is read with
+    /// `cacheScope: private` whatever these say.
     pub fn cache(mut self, hints: CacheHints) -> Self {
         self.cache = Some(hints);
         self

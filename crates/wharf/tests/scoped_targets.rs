@@ -367,3 +367,35 @@ async fn a_uri_reaches_the_most_specific_target_however_it_is_written() {
         .to_string();
     assert!(ambiguous.contains("between two variables"), "{ambiguous}");
 }
+
+/// A resource that needs scopes is read `private` whatever its own hints say: a shared
+/// cache must not hand one holder's read to anyone else. One that needs none keeps them.
+#[tokio::test]
+async fn a_scoped_read_is_never_cached_publicly() {
+    let public = wharf::protocol::CacheHints {
+        ttl_ms: 60_000,
+        cache_scope: wharf::protocol::CacheScope::Public,
+    };
+    let text = |_cx, req: wharf::ReadRequest| async move {
+        Ok(vec![ResourceContents::text(req.uri, "text/plain", "x")])
+    };
+    let s = Server::builder(Implementation::new("t", "1"))
+        .resource(
+            resource("notes://scoped", "scoped")
+                .scopes(&[READ])
+                .cache(public)
+                .handler(text),
+        )
+        .resource(resource("notes://open", "open").cache(public).handler(text))
+        .build()
+        .unwrap();
+    for (uri, scope) in [("notes://scoped", "private"), ("notes://open", "public")] {
+        let read = Harness::new(s.clone())
+            .principal(oauth_user(&[READ]))
+            .call("resources/read", json!({ "uri": uri }))
+            .await
+            .unwrap();
+        assert_eq!(read["cacheScope"], scope, "{uri}: {read}");
+        assert_eq!(read["ttlMs"], 60_000, "{uri}: {read}");
+    }
+}

@@ -27,10 +27,15 @@ pub(crate) async fn read(call: Call<'_, Box<ReadResourceParams>>) -> Result<Vec<
     } = call;
     let uri = params.uri;
     // Its scopes were checked in admission.
-    let (handler, hints, vars) = match registry.resource(&uri) {
-        Some(ResourceTarget::Static(r)) => (Arc::clone(&r.read), r.cache, Default::default()),
-        Some(ResourceTarget::Template(t, vars)) => (Arc::clone(&t.def.read), t.def.cache, vars),
-        None => return Err(RpcError::resource_not_found(&uri)),
+    let Some(target) = registry.resource(&uri) else {
+        return Err(RpcError::resource_not_found(&uri));
+    };
+    // What needs scopes is for those who hold them: a shared cache (a gateway) must not
+    // hand it to anyone else, whatever the resource's own hints say.
+    let scoped = !target.scopes().is_empty();
+    let (handler, hints, vars) = match target {
+        ResourceTarget::Static(r) => (Arc::clone(&r.read), r.cache, Default::default()),
+        ResourceTarget::Template(t, vars) => (Arc::clone(&t.def.read), t.def.cache, vars),
     };
     // The answer to a request that carries answers depends on them: never cached.
     let answered = params
@@ -73,7 +78,11 @@ pub(crate) async fn read(call: Call<'_, Box<ReadResourceParams>>) -> Result<Vec<
                     cache_scope: CacheScope::Private,
                 }
             } else {
-                hints.unwrap_or(runtime.config.cache.resource_read)
+                let mut hints = hints.unwrap_or(runtime.config.cache.resource_read);
+                if scoped {
+                    hints.cache_scope = CacheScope::Private;
+                }
+                hints
             }),
             meta: runtime.result_meta(),
         },
