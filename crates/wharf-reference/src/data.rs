@@ -893,6 +893,8 @@ impl<'t> Data<'t> {
                 let reports = owner_key(owner, "reports");
                 let report: Option<String> =
                     tx.reader().hget(&reports, name).await.map_err(backend)?;
+                // Unchanged when the deletion applies: a run that wrote since makes it retry.
+                tx.expect_field(&reports, name, report.as_deref());
                 let run = report
                     .and_then(|text| serde_json::from_str::<Value>(&text).ok())
                     .and_then(|doc| doc["run"].as_u64());
@@ -1042,14 +1044,14 @@ impl<'t> Data<'t> {
                     dataset.to_owned(),
                     doc.to_string(),
                 ])?;
+                // The marks of the run before and of this run's number (left by a run of a
+                // dataset deleted since, under the same name) do not reach this run.
+                let cancelled = owner_key(owner, "cancelled");
+                let mut stale = vec!["SREM".to_owned(), cancelled, format!("{run}:{dataset}")];
                 if let Some(previous) = run.checked_sub(1) {
-                    let cancelled = owner_key(owner, "cancelled");
-                    tx.queue([
-                        "SREM".to_owned(),
-                        cancelled,
-                        format!("{previous}:{dataset}"),
-                    ])?;
+                    stale.push(format!("{previous}:{dataset}"));
                 }
+                tx.queue(stale)?;
             }
         }
         Ok(())

@@ -460,13 +460,11 @@ fn import_meta(
     Ok((def.dataset, def.columns))
 }
 
-/// When an import whose lifetime ends at `lifetime_end` expires if it is not used again:
-/// its idle limit from now (the call that asks is a use), or its lifetime's end, whichever
-/// comes first.
-fn expires_unless_used(lifetime_end: i64) -> i64 {
-    let idle = Import::IDLE_TTL.map_or(i64::MAX, |idle| {
-        wharf::store::now_millis().saturating_add(millis(idle))
-    });
+/// When an import expires if it is not used again: its idle limit from `used` (its last
+/// recorded use), or its lifetime's end, whichever comes first. (A use is recorded at most
+/// once in 1 % of the idle limit, so the import may in fact last up to that much longer.)
+fn expires_unless_used(lifetime_end: i64, used: i64, idle_ms: Option<i64>) -> i64 {
+    let idle = idle_ms.map_or(i64::MAX, |idle| used.saturating_add(idle));
     lifetime_end.min(idle)
 }
 
@@ -551,8 +549,9 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     let data = serde_json::to_value(&def).map_err(HandlerError::internal)?;
                     let import = cx.mint_handle_with::<Import>(data).await?;
                     let ImportDef { dataset, columns } = def;
-                    let expires_at =
-                        expires_unless_used(wharf::store::now_millis() + millis(Import::TTL));
+                    let now = wharf::store::now_millis();
+                    let idle = Import::IDLE_TTL.map(millis);
+                    let expires_at = expires_unless_used(now + millis(Import::TTL), now, idle);
                     Ok::<_, HandlerError>(Structured(ImportInfo {
                         import: import.id().to_owned(),
                         dataset,
@@ -632,7 +631,9 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                     };
                     let expires_at = cx
                         .handle_record(&args.import)
-                        .map_or(0, |r| expires_unless_used(r.expires_at));
+                        .map_or(0, |r| {
+                            expires_unless_used(r.expires_at, r.last_used_at, r.idle_ms)
+                        });
                     Ok::<_, HandlerError>(Structured(ImportInfo {
                         import: args.import.id().to_owned(),
                         dataset,

@@ -60,7 +60,10 @@ impl Listener {
         let subscribable: Option<Vec<String>> = asked.resource_subscriptions.map(|uris| {
             let mut seen = std::collections::HashSet::new();
             uris.into_iter()
-                .filter(|u| registry.resource(u).is_some() && seen.insert(u.clone()))
+                .filter(|u| {
+                    registry.resource(u).is_some()
+                        && seen.insert(crate::uri_template::normalized(u).into_owned())
+                })
                 .collect()
         });
         let filter = SubscriptionFilter {
@@ -101,11 +104,15 @@ impl Listener {
         }
     }
 
+    /// Whether `uri` is one of the subscribed resources, however either is written
+    /// (`secr%65ts` is `secrets`).
     fn subscribed(&self, uri: &str) -> bool {
+        use crate::uri_template::normalized;
+        let uri = normalized(uri);
         self.filter
             .resource_subscriptions
             .as_ref()
-            .is_some_and(|s| s.iter().any(|u| u == uri))
+            .is_some_and(|s| s.iter().any(|u| normalized(u) == uri))
     }
 
     /// Everything this subscription could have missed, for after a lag: clients refetch.

@@ -76,7 +76,7 @@ impl UriTemplate {
         })
     }
 
-    /// How many characters of the template are literal: among templates that match one
+    /// How many bytes of the template are literal: among templates that match one
     /// URI, the one with more is the more specific (`docs://public/{doc}` over
     /// `docs://{team}/{doc}`).
     pub(crate) fn literal_len(&self) -> usize {

@@ -206,3 +206,39 @@ async fn a_stream_ends_when_its_credentials_expire() {
     );
     assert_eq!(next(&mut messages).await, None);
 }
+
+/// A subscription written percent-encoded (`notes://%61`) is the resource it names: the
+/// server announces `notes://a`, and the stream hears it; written twice, it counts once.
+#[tokio::test]
+async fn a_subscription_hears_its_resource_however_it_is_written() {
+    let server = Server::builder(Implementation::new("t", "1"))
+        .resource(resource("notes://a", "a").handler(|_cx, req| async move {
+            Ok(vec![ResourceContents::text(req.uri, "text/plain", "x")])
+        }))
+        .build()
+        .unwrap();
+    let params = json!({ "notifications": {
+        "resourceSubscriptions": ["notes://%61", "notes://a"]
+    } });
+    let mut messages = Harness::new(server.clone())
+        .open_stream("subscriptions/listen", params, CancellationToken::new())
+        .await
+        .unwrap();
+    let ack = messages.recv().await.unwrap();
+    assert_eq!(
+        ack["params"]["notifications"]["resourceSubscriptions"],
+        json!(["notes://%61"]),
+        "{ack}"
+    );
+    server
+        .announce(ChangeEvent::ResourceUpdated {
+            uri: "notes://a".into(),
+        })
+        .await;
+    // The deadline only turns a hang into a failure.
+    let heard = tokio::time::timeout(Duration::from_secs(10), next(&mut messages))
+        .await
+        .expect("the update was heard");
+    assert_eq!(heard.as_deref(), Some(UPDATED));
+    ends_at_shutdown(&server, messages).await;
+}

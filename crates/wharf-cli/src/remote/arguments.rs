@@ -19,19 +19,15 @@ pub(crate) fn parse(
         None => Map::new(),
     };
     for word in words {
-        let Some((key, raw)) = word.split_once('=') else {
-            return Err(if word.trim_start().starts_with('{') {
-                format!("{word:?} is not key=value: give a JSON object of arguments with --json")
-            } else {
-                format!("{word:?} is not key=value")
-            });
-        };
+        // JSON here is a slip for --json (`'{"q":"a=b"}'` would split at its '=').
         if word.trim_start().starts_with('{') {
-            // `'{"q":"a=b"}'` splits at its '=' into a name no tool has.
             return Err(format!(
                 "{word:?} is not key=value: give a JSON object of arguments with --json"
             ));
         }
+        let Some((key, raw)) = word.split_once('=') else {
+            return Err(format!("{word:?} is not key=value"));
+        };
         if key.is_empty() {
             return Err(format!("{word:?} has no name before '='"));
         }

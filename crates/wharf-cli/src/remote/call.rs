@@ -65,24 +65,68 @@ enum Output {
 
 pub(crate) fn run(args: CallArgs) -> ExitCode {
     super::block_on(async move {
-        let interactive = !args.no_input && prompt::is_interactive();
-        let client = match args
-            .endpoint
-            .connect(capabilities(&args, interactive))
-            .await
-        {
-            Ok(c) => c,
+        // Read before anything is opened on the server (a missing file ends the command
+        // first), and before Ctrl-C and SIGTERM are taken over: stopped while it reads,
+        // the command ends as it always did.
+        let json = match read_json(args.json.as_deref()) {
+            Ok(json) => json,
             Err(e) => return super::failed(e),
         };
-        let code = call(&client, &args, interactive).await;
+        // From here: a stop while connecting ends the command as one during the call.
+        let stopped = super::watch_stops();
+        let interactive = !args.no_input && prompt::is_interactive();
+        let connect = args.endpoint.connect(capabilities(&args, interactive));
+        let client = tokio::select! {
+            connected = connect => match connected {
+                Ok(c) => c,
+                Err(e) => return super::failed(e),
+            },
+            () = super::until_stopped(stopped.clone()) => {
+                let (signal, code) = super::stop_reason(&stopped);
+                eprintln!("stopped ({signal}) before the call was sent");
+                return code;
+            }
+        };
+        let code = call(&client, &args, json.as_deref(), interactive, stopped).await;
         super::close(&client).await;
         code
     })
 }
 
+/// The `--json` arguments: as given, from file PATH for `@PATH`, from standard input for
+/// `-`.
+fn read_json(json: Option<&str>) -> Result<Option<String>, String> {
+    match json {
+        Some("-") => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .map_err(|e| format!("--json -: cannot read standard input: {e}"))?;
+            Ok(Some(text))
+        }
+        Some(json) => text_or_file(json)
+            .map(Some)
+            .map_err(|e| format!("--json: {e}")),
+        None => Ok(None),
+    }
+}
+
 /// Calls the tool over `client`, connected: what `run` does once the server answered.
-async fn call(client: &Client, args: &CallArgs, interactive: bool) -> ExitCode {
-    let call = match prepare(client, args).await {
+async fn call(
+    client: &Client,
+    args: &CallArgs,
+    json: Option<&str>,
+    interactive: bool,
+    stopped: super::Stopped,
+) -> ExitCode {
+    let prepared = tokio::select! {
+        prepared = prepare(client, args, json) => prepared,
+        () = super::until_stopped(stopped.clone()) => {
+            let (signal, code) = super::stop_reason(&stopped);
+            eprintln!("stopped ({signal}) before the call was sent");
+            return code;
+        }
+    };
+    let call = match prepared {
         Ok(call) => call,
         Err(e) => return super::failed(e),
     };
@@ -112,7 +156,8 @@ async fn call(client: &Client, args: &CallArgs, interactive: bool) -> ExitCode {
     };
     let outcome = tokio::select! {
         outcome = client.call_tool(&call, &mut answerer, &mut on_event) => outcome,
-        (signal, code) = super::interrupted() => {
+        () = super::until_stopped(stopped.clone()) => {
+            let (signal, code) = super::stop_reason(&stopped);
             bar.finish_and_clear();
             let id = last_id.lock().map(|id| id.clone()).unwrap_or(Value::Null);
             // The call's future is dropped here, which closes its stream: that is the
@@ -152,7 +197,7 @@ fn capabilities(args: &CallArgs, interactive: bool) -> Value {
 }
 
 /// The call to make: the tool's schema types the arguments; a write gets its key.
-async fn prepare(client: &Client, args: &CallArgs) -> Result<ToolCall, String> {
+async fn prepare(client: &Client, args: &CallArgs, json: Option<&str>) -> Result<ToolCall, String> {
     let tools = client
         .list_tools()
         .await
@@ -166,17 +211,7 @@ async fn prepare(client: &Client, args: &CallArgs) -> Result<ToolCall, String> {
         ));
     };
     let schema = &tool["inputSchema"];
-    let json = match args.json.as_deref() {
-        Some("-") => {
-            let mut text = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
-                .map_err(|e| format!("--json -: cannot read standard input: {e}"))?;
-            Some(text)
-        }
-        Some(json) => Some(text_or_file(json).map_err(|e| format!("--json: {e}"))?),
-        None => None,
-    };
-    let arguments = arguments::parse(schema, json.as_deref(), &args.words)?;
+    let arguments = arguments::parse(schema, json, &args.words)?;
     let mut call = ToolCall::for_tool(tool, Value::Object(arguments)).with_progress();
     let needs_key = schema["required"]
         .as_array()

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use wharf_client::{Client, Connection};
 use wharf_protocol::methods;
 
-use super::Endpoint;
+use super::{Endpoint, Stopped, until_stopped};
 
 /// `wharf listen`.
 #[derive(Debug, Args)]
@@ -73,12 +73,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 pub(crate) fn run(args: ListenArgs) -> ExitCode {
     super::block_on(async move {
-        // Ctrl-C or SIGTERM: heard once, by whatever runs then (a legacy session is ended
-        // on the way out).
-        let (stop, stopped) = tokio::sync::watch::channel(None);
-        tokio::spawn(async move {
-            let _ = stop.send(Some(super::interrupted().await));
-        });
+        // Ctrl-C or SIGTERM: heard by whatever runs then (a legacy session is ended on the
+        // way out).
+        let stopped = super::watch_stops();
         let mut backoff = Duration::from_millis(500);
         let mut known = Known::default();
         loop {
@@ -93,7 +90,7 @@ pub(crate) fn run(args: ListenArgs) -> ExitCode {
                 Err(Fatal(message)) => return super::failed(message),
                 // Nobody reads what it would print: listening is over.
                 Err(ReaderGone) => return ExitCode::SUCCESS,
-                Err(Interrupted) => return interrupted(&args, &stopped),
+                Err(Interrupted) => return say_stopped(&args, &stopped),
                 Err(Transient(message)) => {
                     say(
                         &args,
@@ -104,23 +101,16 @@ pub(crate) fn run(args: ListenArgs) -> ExitCode {
             let wait = stopped.clone();
             tokio::select! {
                 () = tokio::time::sleep(backoff) => {}
-                () = until_stopped(wait) => return interrupted(&args, &stopped),
+                () = until_stopped(wait) => return say_stopped(&args, &stopped),
             }
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
     })
 }
 
-/// Resolves once the command was asked to stop (never, if nothing can say so any more).
-async fn until_stopped(mut stopped: Stopped) {
-    if stopped.wait_for(Option::is_some).await.is_err() {
-        std::future::pending::<()>().await;
-    }
-}
-
 /// Says the command was stopped, and how; its exit code.
-fn interrupted(args: &ListenArgs, stopped: &Stopped) -> ExitCode {
-    let (signal, code) = (*stopped.borrow()).unwrap_or(("Ctrl-C", ExitCode::from(130)));
+fn say_stopped(args: &ListenArgs, stopped: &Stopped) -> ExitCode {
+    let (signal, code) = super::stop_reason(stopped);
     say(args, format!("stopped ({signal})"));
     code
 }
@@ -137,9 +127,6 @@ enum Stop {
     Interrupted,
 }
 use Stop::{Fatal, Interrupted, ReaderGone, Transient};
-
-/// What says the process was asked to stop: `Some` once it was (see `run`).
-type Stopped = tokio::sync::watch::Receiver<Option<(&'static str, ExitCode)>>;
 
 /// Connects, subscribes and prints until the stream ends.
 async fn listen_once(args: &ListenArgs, known: &mut Known, stopped: Stopped) -> Result<(), Stop> {
@@ -161,57 +148,60 @@ async fn listen_once(args: &ListenArgs, known: &mut Known, stopped: Stopped) -> 
             () = until_stopped(stopped.clone()) => Err(Interrupted),
         },
         Connection::Legacy(session) => {
-            // The initialization-based era: the session's GET stream, and one
-            // `resources/subscribe` per resource.
-            let (status, stream) = session
-                .listen()
-                .await
-                .map_err(|e| Transient(e.to_string()))?;
-            if status != 200 {
-                return Err(Fatal(format!(
-                    "the server ({}) offers no notification stream: GET answered HTTP {status}",
-                    session.version()
-                )));
-            }
-            for uri in &args.resource_uris {
-                let reply = session
-                    .request("resources/subscribe", json!({ "uri": uri }))
-                    .await
-                    .map_err(|e| Transient(e.to_string()))?;
-                if let Some(e) = reply.error() {
-                    return Err(Fatal(format!(
-                        "resources/subscribe {uri}: {}",
-                        e["message"]
-                    )));
-                }
-            }
-            say(args, format!("listening ({} session)", session.version()));
-            relist_all(args, &client, known).await;
-            let mut stream = Box::pin(stream);
-            let mut ended = Ok(());
-            loop {
-                let message = tokio::select! {
-                    message = futures_util::StreamExt::next(&mut stream) => message,
-                    () = until_stopped(stopped.clone()) => {
-                        ended = Err(Interrupted);
-                        break;
-                    }
-                };
-                let Some(message) = message else { break };
-                if !args.wants(&message) {
-                    continue;
-                }
-                print_notification(args, &client, known, &message).await;
-                if super::stdout_gone() {
-                    ended = Err(ReaderGone);
-                    break;
-                }
-            }
-            // The next connection opens a session of its own: end this one, if it still is.
-            let _ = session.delete().await;
-            ended
+            let listened = tokio::select! {
+                ended = listen_legacy(args, &client, session, known) => ended,
+                () = until_stopped(stopped) => Err(Interrupted),
+            };
+            // The next connection opens a session of its own: end this one, however the
+            // listening ended (a server that does not answer holds it 3 s at most).
+            super::close(&client).await;
+            listened
         }
     }
+}
+
+/// Listens on a legacy session: its GET stream, and one `resources/subscribe` per resource.
+async fn listen_legacy(
+    args: &ListenArgs,
+    client: &Client,
+    session: &wharf_client::LegacySession,
+    known: &mut Known,
+) -> Result<(), Stop> {
+    let (status, stream) = session
+        .listen()
+        .await
+        .map_err(|e| Transient(e.to_string()))?;
+    if status != 200 {
+        return Err(Fatal(format!(
+            "the server ({}) offers no notification stream: GET answered HTTP {status}",
+            session.version()
+        )));
+    }
+    for uri in &args.resource_uris {
+        let reply = session
+            .request("resources/subscribe", json!({ "uri": uri }))
+            .await
+            .map_err(|e| Transient(e.to_string()))?;
+        if let Some(e) = reply.error() {
+            return Err(Fatal(format!(
+                "resources/subscribe {uri}: {}",
+                e["message"]
+            )));
+        }
+    }
+    say(args, format!("listening ({} session)", session.version()));
+    relist_all(args, client, known).await;
+    let mut stream = Box::pin(stream);
+    while let Some(message) = futures_util::StreamExt::next(&mut stream).await {
+        if !args.wants(&message) {
+            continue;
+        }
+        print_notification(args, client, known, &message).await;
+        if super::stdout_gone() {
+            return Err(ReaderGone);
+        }
+    }
+    Ok(())
 }
 
 async fn listen_modern(args: &ListenArgs, client: &Client, known: &mut Known) -> Result<(), Stop> {

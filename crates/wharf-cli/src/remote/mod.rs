@@ -181,15 +181,33 @@ pub(crate) fn block_on(future: impl std::future::Future<Output = ExitCode>) -> E
         .enable_all()
         .build()
     {
-        Ok(runtime) => runtime.block_on(future),
+        Ok(runtime) => {
+            let code = runtime.block_on(future);
+            // A prompt still waiting on the terminal (a blocking task) when the command was
+            // stopped must not keep the process: the runtime is not waited for.
+            runtime.shutdown_background();
+            code
+        }
         Err(e) => failed(format!("could not start the runtime: {e}")),
     }
 }
 
-/// Resolves when the process is asked to stop: Ctrl-C (SIGINT), or SIGTERM (`timeout`,
-/// a service manager, `kill`); says which, as a reason and the conventional exit code
-/// (128 + the signal's number).
-pub(crate) async fn interrupted() -> (&'static str, ExitCode) {
+/// How the process was asked to stop (`Some` once it was): Ctrl-C or SIGTERM, with the
+/// conventional exit code (128 + the signal's number). See [`watch_stops`].
+pub(crate) type Stopped = tokio::sync::watch::Receiver<Option<(&'static str, ExitCode)>>;
+
+/// Starts listening for Ctrl-C (SIGINT) and SIGTERM (`timeout`, a service manager,
+/// `kill`), from now on: once either comes, the receiver says which, and a command ends
+/// what it holds on the server before it exits. (Listening takes the signals' default,
+/// killing the process, away; so every wait a command makes afterwards must end on it.)
+pub(crate) fn watch_stops() -> Stopped {
+    let (stop, stopped) = tokio::sync::watch::channel(None);
+    let ctrl_c = async {
+        // Without a handler, nothing would say Ctrl-C came: never resolved.
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut term) => {
@@ -199,10 +217,26 @@ pub(crate) async fn interrupted() -> (&'static str, ExitCode) {
             Err(_) => std::future::pending::<()>().await,
         }
     };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => ("Ctrl-C", ExitCode::from(130)),
-        () = term => ("SIGTERM", ExitCode::from(143)),
+    tokio::spawn(async move {
+        let reason = tokio::select! {
+            () = ctrl_c => ("Ctrl-C", ExitCode::from(130)),
+            () = term => ("SIGTERM", ExitCode::from(143)),
+        };
+        let _ = stop.send(Some(reason));
+    });
+    stopped
+}
+
+/// Resolves once the process was asked to stop (never, if nothing can say so any more).
+pub(crate) async fn until_stopped(mut stopped: Stopped) {
+    if stopped.wait_for(Option::is_some).await.is_err() {
+        std::future::pending::<()>().await;
     }
+}
+
+/// How the process was asked to stop, once it was.
+pub(crate) fn stop_reason(stopped: &Stopped) -> (&'static str, ExitCode) {
+    (*stopped.borrow()).unwrap_or(("Ctrl-C", ExitCode::from(130)))
 }
 
 /// Prints `message` as the command's error; exit code 1.

@@ -742,9 +742,14 @@ fn listen_stops_on_sigterm_and_says_so() {
         .unwrap();
     assert!(killed.success());
     // Its status lines go to stdout, with the notifications (to stderr with --json).
-    let mut said = String::new();
-    std::io::Read::read_to_string(&mut stdout, &mut said).unwrap();
-    let ended = child.wait_with_output().unwrap();
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut said = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut said).unwrap();
+        let _ = done.send((said, child.wait_with_output().unwrap()));
+    });
+    // The deadline only turns a hang (SIGTERM taken and ignored) into a failure.
+    let (said, ended) = ended.recv_timeout(WAIT).expect("wharf listen ended");
     assert_eq!(ended.status.code(), Some(143), "{said}");
     assert!(said.contains("stopped (SIGTERM)"), "{said}");
 }

@@ -323,7 +323,9 @@ impl<'a> Sessions<'a> {
                 {
                     return Err(fail(RpcError::method_not_found(method)));
                 }
-                let p: SubscribeParams = read(params).map_err(fail)?;
+                let mut p: SubscribeParams = read(params).map_err(fail)?;
+                // Kept as changes are announced, whichever way the client wrote it.
+                p.uri = crate::uri_template::normalized(&p.uri).into_owned();
                 if method == methods::RESOURCES_SUBSCRIBE {
                     let registry = &self.core.registry;
                     if registry.resource(&p.uri).is_none() {

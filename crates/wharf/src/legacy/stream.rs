@@ -124,6 +124,12 @@ impl Stream for SessionStream {
 }
 
 impl State {
+    /// Whether `uri` is a subscribed resource (subscriptions are kept normalized).
+    fn subscribed(&self, uri: &str) -> bool {
+        self.subscriptions
+            .contains(crate::uri_template::normalized(uri).as_ref())
+    }
+
     async fn next(&mut self) -> Option<Vec<u8>> {
         loop {
             if let Some(m) = self.backlog.pop() {
@@ -205,11 +211,11 @@ impl State {
             {
                 (methods::NOTIFICATION_RESOURCES_LIST_CHANGED, None)
             }
-            ChangeEvent::ResourceUpdated { uri } if self.subscriptions.contains(uri) => {
+            ChangeEvent::ResourceUpdated { uri } if self.subscribed(uri) => {
                 (methods::NOTIFICATION_RESOURCE_UPDATED, Some(uri))
             }
             ChangeEvent::PrivateResourceUpdated { uri, principal }
-                if *principal == self.owner && self.subscriptions.contains(uri) =>
+                if *principal == self.owner && self.subscribed(uri) =>
             {
                 (methods::NOTIFICATION_RESOURCE_UPDATED, Some(uri))
             }

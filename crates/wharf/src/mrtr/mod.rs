@@ -274,7 +274,8 @@ impl FormSchema {
             let fits = match field.get("type").and_then(Value::as_str) {
                 Some("string") => value.is_string(),
                 Some("number") => value.as_f64().is_some_and(f64::is_finite),
-                Some("integer") => value.is_i64() || value.is_u64(),
+                // JSON Schema's integer is any number without a fraction (`3.0` too).
+                Some("integer") => value.as_f64().is_some_and(|n| n.fract() == 0.0),
                 Some("boolean") => value.is_boolean(),
                 Some("array") => value.is_array(),
                 _ => true,
