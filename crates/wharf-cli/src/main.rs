@@ -3,6 +3,7 @@
 
 mod remote;
 mod serve;
+mod signals;
 mod telemetry;
 mod user;
 

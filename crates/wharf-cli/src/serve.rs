@@ -19,6 +19,7 @@ use wharf_reference::Profile;
 use wharf_stdio::StdioConfig;
 use wharf_store::StoreOptions;
 
+use crate::signals;
 use crate::telemetry::{self, LogFormat, MetricsPush};
 
 /// Options of `wharf serve`; each can also come from the environment.
@@ -1202,7 +1203,7 @@ async fn serve_with(
     let drain_server = server.clone();
     let grace = Duration::from_secs(args.drain_grace_secs);
     let shutdown = async move {
-        wait_for_signal().await;
+        signals::stop_requested().await;
         drain_server.drain();
         if !grace.is_zero() {
             tracing::info!(
@@ -1211,7 +1212,7 @@ async fn serve_with(
             );
             tokio::select! {
                 () = tokio::time::sleep(grace) => {}
-                () = wait_for_signal() => {}
+                _ = signals::stop_requested() => {}
             }
         }
         tracing::info!("shutting down: draining in-flight requests; no longer accepting");
@@ -1249,27 +1250,6 @@ async fn serve_metrics(address: SocketAddr, server: Server) -> anyhow::Result<()
         }
     });
     Ok(())
-}
-
-async fn wait_for_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
-    }
 }
 
 /// A count or a duration for which 0 would make a server that refuses everything (or

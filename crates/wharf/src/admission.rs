@@ -391,29 +391,21 @@ impl Counted {
         out
     }
 
-    /// [`run`](Self::run) for a streamed call, where a panic outside the handler (whose own
-    /// the core catches: a middleware's, say) still answers the request -32603, and counts
-    /// as the error it is, and the transport's task (and what it holds for the id) ends as
-    /// usual. Streamed calls only: on the plain JSON path a catch around the whole call
-    /// costs every call (see `context::guarded`).
+    /// [`run`](Self::run) for a streamed call: a panic outside the handler answers it
+    /// -32603 (`dispatch::execute_catching`), and the transport's task (and what it holds
+    /// for the id) ends as usual.
     async fn run_catching(
         mut self,
         core: &Arc<Core>,
         req: ParsedRequest,
         caller: Caller,
     ) -> Result<Vec<u8>, RpcError> {
-        let execute = dispatch::execute(core, req, caller, &self.span, self.timer.is_some());
-        match futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(execute)).await {
-            Ok((out, outcome)) => {
-                self.executed(outcome);
-                out
-            }
-            Err(panic) => {
-                let e = RpcError::panicked("a streamed call", &*panic);
-                self.ended(Outcome::Error, Some(&e));
-                Err(e)
-            }
-        }
+        let counted = self.timer.is_some();
+        let (out, outcome) =
+            dispatch::execute_catching(core, req, caller, &self.span, counted, "a streamed call")
+                .await;
+        self.executed(outcome);
+        out
     }
 
     /// Counts a request `dispatch::execute` ran, which said how on the span already.

@@ -66,6 +66,32 @@ pub(crate) async fn execute(
     (out, outcome)
 }
 
+/// [`execute`] where a panic outside the handler (whose own the core catches: a
+/// middleware's, say) still answers the request: -32603, counted and traced as the error
+/// it is, naming `what` panicked in the log. For streamed calls and legacy rounds, whose
+/// clients would otherwise wait for a response that never comes; on the plain JSON path a
+/// catch around the whole call costs every call (see `context::guarded`).
+pub(crate) async fn execute_catching(
+    core: &Arc<Core>,
+    req: ParsedRequest,
+    caller: Caller,
+    span: &Span,
+    counted: bool,
+    what: &str,
+) -> (Result<Vec<u8>, RpcError>, Outcome) {
+    let execute = execute(core, req, caller, span, counted);
+    match futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(execute)).await {
+        Ok(done) => done,
+        Err(panic) => {
+            let e = RpcError::panicked(what, &*panic);
+            if !span.is_disabled() {
+                trace::finish(span, Outcome::Error, Some(&e));
+            }
+            (Err(e), Outcome::Error)
+        }
+    }
+}
+
 /// The middleware chain, then the method; straight to the method when there is no chain.
 async fn chain(core: &Arc<Core>, req: ParsedRequest, caller: Caller) -> Result<Vec<u8>, RpcError> {
     if core.middleware.is_empty() {

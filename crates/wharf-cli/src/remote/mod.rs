@@ -202,27 +202,8 @@ pub(crate) type Stopped = tokio::sync::watch::Receiver<Option<(&'static str, Exi
 /// killing the process, away; so every wait a command makes afterwards must end on it.)
 pub(crate) fn watch_stops() -> Stopped {
     let (stop, stopped) = tokio::sync::watch::channel(None);
-    let ctrl_c = async {
-        // Without a handler, nothing would say Ctrl-C came: never resolved.
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                term.recv().await;
-            }
-            // Without a handler SIGTERM ends the process as it always did.
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
     tokio::spawn(async move {
-        let reason = tokio::select! {
-            () = ctrl_c => ("Ctrl-C", ExitCode::from(130)),
-            () = term => ("SIGTERM", ExitCode::from(143)),
-        };
-        let _ = stop.send(Some(reason));
+        let _ = stop.send(Some(crate::signals::stop_requested().await));
     });
     stopped
 }

@@ -275,21 +275,9 @@ impl Run {
         };
         let span = trace::round(self.counted.span(), self.rounds);
         let counted = self.counted.is_counted();
-        // A panic outside the handler (whose own the core catches: a middleware's, say)
-        // answers the call -32603 rather than leave its client waiting for a response that
-        // never comes (or, on a plain JSON answer, end the connection).
-        let execute = dispatch::execute(&self.core, req, caller, &span, counted);
-        let (out, outcome) = match futures_util::FutureExt::catch_unwind(
-            std::panic::AssertUnwindSafe(execute),
-        )
-        .await
-        {
-            Ok(done) => done,
-            Err(panic) => (
-                Err(RpcError::panicked("a legacy call", &*panic)),
-                RequestOutcome::Error,
-            ),
-        };
+        let (out, outcome) =
+            dispatch::execute_catching(&self.core, req, caller, &span, counted, "a legacy call")
+                .await;
         let returned = Instant::now();
         match out {
             Err(_) if self.cancel.is_cancelled() => {
