@@ -18,3 +18,14 @@ local token = os.getenv("WHARF_TOKEN")
 if token ~= nil and token ~= "" then
   wrk.headers["Authorization"] = "Bearer " .. token
 end
+
+-- An answer that is not the echo's result (an error, `isError`, a lost session) stops the run
+-- loudly rather than count as a call.
+response = function(status, headers, body)
+  if status ~= 200 or not string.find(body, '"result":{', 1, true)
+      or not string.find(body, "hello from wrk", 1, true)
+      or string.find(body, '"isError":true', 1, true) then
+    io.stderr:write("unexpected answer: " .. status .. " " .. body .. "\n")
+    os.exit(1)
+  end
+end

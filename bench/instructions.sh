@@ -43,11 +43,16 @@ BASELINE_BIN=${BASELINE_BIN:-$TARGET/release/wharf-bench-baseline}
 [[ -x $WHARF_BIN && -x $BASELINE_BIN ]] || die "$WHARF_BIN or $BASELINE_BIN is missing"
 
 TMP=$(mktemp -d)
-server_pid=""
-trap '[[ -n $server_pid ]] && kill "$server_pid" 2>/dev/null; rm -rf "$TMP"' EXIT
+trap 'rm -rf "$TMP"' EXIT
 
-count() { # side seconds -> prints "CALLS INSTRUCTIONS"
+count() { # side seconds -> prints "CALLS INSTRUCTIONS"; run in a subshell of its own
     local side=$1 secs=$2 out="$TMP/$1.$2.cg" calls
+    server_pid=""
+    # Whatever stops this count stops its server too.
+    trap '[[ -n $server_pid ]] && kill "$server_pid" 2>/dev/null' EXIT
+    if curl -s -o /dev/null "http://127.0.0.1:$PORT/"; then
+        die "something already answers on 127.0.0.1:$PORT (set PORT)"
+    fi
     # One worker on each side: the baseline takes one when pinned to one CPU.
     local cmd=("$BASELINE_BIN" --listen "127.0.0.1:$PORT")
     [[ $side == protected ]] && cmd+=(--protected)
@@ -61,8 +66,14 @@ count() { # side seconds -> prints "CALLS INSTRUCTIONS"
         sleep 0.1
     done
     ((up)) || { cat "$TMP/$side.log" >&2; die "$side did not come up on 127.0.0.1:$PORT"; }
-    calls=$(taskset -c "$CLIENT_CPU" wrk -t1 -c4 -d"${secs}s" -s "$ROOT/bench/echo.lua" \
-        "http://127.0.0.1:$PORT/mcp" | awk '/requests in/ { print $1 }')
+    taskset -c "$CLIENT_CPU" wrk -t1 -c4 -d"${secs}s" -s "$ROOT/bench/echo.lua" \
+        "http://127.0.0.1:$PORT/mcp" >"$TMP/$side.wrk" \
+        || { cat "$TMP/$side.wrk" >&2; die "$side: wrk failed"; }
+    if grep -q "Non-2xx" "$TMP/$side.wrk"; then
+        cat "$TMP/$side.wrk" >&2
+        die "$side: wrk saw non-2xx answers"
+    fi
+    calls=$(awk '/requests in/ { print $1 }' "$TMP/$side.wrk")
     kill -TERM "$server_pid"
     wait "$server_pid" 2>/dev/null || true
     server_pid=""
@@ -72,8 +83,10 @@ count() { # side seconds -> prints "CALLS INSTRUCTIONS"
 
 declare -A PER
 for side in wharf axum protected; do
-    read -r n1 i1 < <(count "$side" "$SHORT")
-    read -r n2 i2 < <(count "$side" "$LONG")
+    short=$(count "$side" "$SHORT")
+    long=$(count "$side" "$LONG")
+    read -r n1 i1 <<<"$short"
+    read -r n2 i2 <<<"$long"
     ((n2 > n1)) || die "$side: the long run served no more calls than the short one"
     PER[$side]=$(((i2 - i1) / (n2 - n1)))
     log "$side: $n1 then $n2 calls: ${PER[$side]} instructions per call"

@@ -8,3 +8,14 @@ wrk.headers["MCP-Protocol-Version"] = "2025-11-25"
 wrk.headers["Mcp-Session-Id"] = os.getenv("WHARF_SESSION")
 wrk.body = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{'
   .. '"name":"echo","arguments":{"text":"hello from wrk"}}}'
+
+-- An answer that is not the echo's result (an error, `isError`, a lost session) stops the run
+-- loudly rather than count as a call.
+response = function(status, headers, body)
+  if status ~= 200 or not string.find(body, '"result":{', 1, true)
+      or not string.find(body, "hello from wrk", 1, true)
+      or string.find(body, '"isError":true', 1, true) then
+    io.stderr:write("unexpected answer: " .. status .. " " .. body .. "\n")
+    os.exit(1)
+  end
+end

@@ -75,7 +75,8 @@ run() { # side -> "rps p50 p99"
     local side=$1 lua out
     [[ $side == modern ]] && lua="$ROOT/bench/echo.lua" || lua="$ROOT/bench/legacy.lua"
     out="$RAW/legacy-$side-$(date +%s%N).txt"
-    taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$lua" "http://127.0.0.1:$PORT" >"$out"
+    taskset -c 1 wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$lua" "http://127.0.0.1:$PORT" >"$out" \
+        || die "$side: wrk failed ($out)"
     grep -q "Non-2xx" "$out" && die "$side: wrk saw non-2xx answers ($out)"
     awk '/Requests\/sec/ { rps = $2 } $1 == "50%" { p50 = $2 } $1 == "99%" { p99 = $2 } END { print rps, p50, p99 }' "$out"
 }
@@ -86,7 +87,7 @@ DURATION=2 run legacy >/dev/null
 best_modern="0 - -" best_legacy="0 - -"
 for round in $(seq 1 "$ROUNDS"); do
     for side in modern legacy; do
-        result=$(run "$side")
+        result=$(run "$side") || exit 1
         log "round $round $side: $result"
         if [[ $side == modern ]]; then
             awk -v a="$result" -v b="$best_modern" 'BEGIN { split(a, x, " "); split(b, y, " "); exit !(x[1] > y[1]) }' && best_modern=$result

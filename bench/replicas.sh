@@ -13,6 +13,9 @@
 #   WHARF_BIN, BASELINE_BIN
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SCRIPT=replicas.sh
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
 cd "$ROOT"
 what=${1:-all}
 build=1
@@ -26,7 +29,10 @@ ulimit -n "$(ulimit -Hn)"
 out="$ROOT/target/bench/replicas.txt"
 mkdir -p "$(dirname "$out")"
 : > "$out"
-run() { "$ROOT/target/release/wharf-bench-replicas" "$1" | tee -a "$out"; }
+# The binaries of this build, wherever CARGO_TARGET_DIR put them.
+export WHARF_BIN=${WHARF_BIN:-$TARGET/release/wharf}
+export BASELINE_BIN=${BASELINE_BIN:-$TARGET/release/wharf-bench-baseline}
+run() { "$TARGET/release/wharf-bench-replicas" "$1" | tee -a "$out"; }
 case "$what" in
     fanout) run fanout ;;
     streams) run streams ;;

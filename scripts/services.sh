@@ -15,13 +15,8 @@ die() { printf 'FATAL: %s\n' "$*" >&2; exit 1; }
 sudo=()
 [ "$(id -u)" -eq 0 ] || sudo=(sudo -n)
 
-apt_install() {
-  command -v apt-get >/dev/null || die "$* missing and apt-get is not available to install it"
-  say "installing $* from Debian's packages"
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q "$@" >&2 \
-    || { "${sudo[@]}" apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q "$@" >&2; } \
-    || die "could not install $*"
-}
+# shellcheck source=scripts/apt.sh
+source "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
 
 pg_up() { pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; }
 redis_up() { [ "$(redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null)" = PONG ]; }

@@ -53,10 +53,9 @@ missing=()
 # A real Prometheus scrapes `wharf serve --metrics-listen` (crates/wharf-cli/tests/e2e/observability.rs).
 [ -x /usr/bin/prometheus ] || missing+=(prometheus)
 if [ ${#missing[@]} -gt 0 ]; then
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  echo "installing ${missing[*]} (Debian packages the browser and terminal tests need)"
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null \
-    || { echo "FATAL: could not install ${missing[*]}; the browser and terminal tests need them" >&2; exit 1; }
+  echo "the browser and terminal tests need ${missing[*]}" >&2
+  # shellcheck source=scripts/apt.sh
+  source scripts/apt.sh
+  apt_install "${missing[@]}"
 fi
 cargo test --workspace "$@"

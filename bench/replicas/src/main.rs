@@ -89,8 +89,16 @@ fn replica(store: &str, port: u16, cpu: Option<&str>, extra: &[&str]) -> Process
         .stdin(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
+    // Owned before the wait, so that a replica that never answers is killed too.
+    let mut process = Process(child);
     wait_http(port);
-    Process(child)
+    // A replica that could not bind its port (taken meanwhile) has exited: what answered
+    // was someone else.
+    assert!(
+        matches!(process.0.try_wait(), Ok(None)),
+        "the replica on port {port} exited; another process answers there"
+    );
+    process
 }
 
 fn client(port: u16) -> HttpClient {
