@@ -17,6 +17,7 @@
 
 mod attempts;
 pub mod cimd;
+mod client_name;
 mod families;
 mod keys;
 pub mod pkce;

@@ -7,10 +7,7 @@
 use serde_json::{Map, Value};
 
 use super::ClientIdUrl;
-use crate::redirect;
-
-/// The longest `client_name` shown on the consent page.
-const MAX_NAME: usize = 200;
+use crate::{client_name, redirect};
 
 /// A client described by its metadata document.
 #[derive(Debug, Clone, PartialEq)]
@@ -141,15 +138,11 @@ impl ClientMetadata {
             }
         }
         let client_name = match doc.get("client_name") {
-            Some(Value::String(name))
-                if !name.trim().is_empty() && name.chars().count() <= MAX_NAME =>
-            {
-                name.clone()
-            }
+            Some(Value::String(name)) if client_name::is_displayable(name) => name.clone(),
             _ => {
                 return Err(DocumentError::Required {
                     field: "client_name",
-                    expected: "a non-empty string of at most 200 characters",
+                    expected: client_name::EXPECTED,
                 });
             }
         };
@@ -357,6 +350,7 @@ mod tests {
         for (field, value) in [
             ("client_name", json!("")),
             ("client_name", json!("x".repeat(201))),
+            ("client_name", json!("Example from \u{202E}moc.elpmaxe")),
             ("redirect_uris", json!([])),
         ] {
             let err = parse(with(field, value)).unwrap_err();

@@ -40,7 +40,7 @@ pub(crate) async fn account(State(shared): State<Arc<Shared>>, headers: HeaderMa
     for (_, consent) in &consents {
         let client_id = consent.client_id.as_str();
         rows.push_str(&format!(
-            "<tr><td><strong>{}</strong><br><small>{}</small><br><small>{}</small></td><td>\
+            "<tr><td><strong><bdi>{}</bdi></strong><br><small>{}</small><br><small>{}</small></td><td>\
              <form method=\"post\" action=\"/account/consents/revoke\">{}<button type=\"submit\">Revoke</button></form></td></tr>",
             escape(&consent.client_name),
             escape(client_id),

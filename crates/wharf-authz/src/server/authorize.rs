@@ -206,20 +206,17 @@ pub(crate) async fn authorize(
     };
 
     let mut response_headers = HeaderMap::new();
-    let browser = match cookies::get(&headers, shared.cookie(cookies::BROWSER)) {
-        Some(browser) => browser.to_owned(),
-        None => {
-            let fresh = secret();
-            cookies::set(
-                &mut response_headers,
-                shared.cookie(cookies::BROWSER),
-                &fresh,
-                24 * 3600,
-                shared.secure_cookies,
-            );
-            fresh
-        }
-    };
+    let browser =
+        cookies::get(&headers, shared.cookie(cookies::BROWSER)).map_or_else(secret, str::to_owned);
+    // Set again on every request, the known value too: a cookie that expired between this
+    // page and its form's answer would refuse the sign-in as coming from another browser.
+    cookies::set(
+        &mut response_headers,
+        shared.cookie(cookies::BROWSER),
+        &browser,
+        24 * 3600,
+        shared.secure_cookies,
+    );
     let pending = Pending {
         client_id: client.id.clone(),
         client_name: client.name.clone(),
@@ -297,13 +294,15 @@ pub(crate) async fn login(
     headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Response {
-    if !shared.limits.sign_ins.allows(peer) {
-        return too_many();
-    }
+    // The sign-in's own browser and form first: a page elsewhere that posts here cannot
+    // spend this address's budget and lock its people out.
     let pending = match load(&shared, &headers, &form.request, Some(&form.csrf)).await {
         Ok(found) => found,
         Err(response) => return response,
     };
+    if !shared.limits.sign_ins.allows(peer) {
+        return too_many();
+    }
     let device = cookies::get(&headers, shared.cookie(cookies::DEVICE));
     let signed_in = shared
         .users
@@ -756,7 +755,10 @@ fn who_is_asking(pending: &Pending) -> String {
         .ok()
         .and_then(|u| u.host_str().map(str::to_owned))
         .unwrap_or_else(|| redirect_uri.to_owned());
-    let mut out = format!("<p><strong>{}</strong>", escape(&pending.client_name));
+    let mut out = format!(
+        "<p><strong><bdi>{}</bdi></strong>",
+        escape(&pending.client_name)
+    );
     match &pending.document_host {
         Some(host) => out.push_str(&format!(
             " from <span class=\"host\" id=\"client-host\">{}</span></p>",

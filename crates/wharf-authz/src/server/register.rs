@@ -15,6 +15,7 @@ use wharf::store::{Write, now_millis};
 use super::clients::{Registered, TokenAuth};
 use super::token::Peer;
 use super::{OAuthError, Shared};
+use crate::client_name;
 use crate::records::{CLIENTS, digest, secret};
 use crate::redirect::{self, ApplicationType};
 
@@ -157,10 +158,10 @@ async fn registered(shared: &Shared, body: &[u8]) -> Result<Response, OAuthError
         }
     }
     if let Some(name) = &request.client_name {
-        if name.trim().is_empty() || name.chars().count() > 200 {
+        if !client_name::is_displayable(name) {
             return Err(invalid(
                 "invalid_client_metadata",
-                "client_name must have 1 to 200 characters",
+                format!("client_name must be {}", client_name::EXPECTED),
             ));
         }
     }

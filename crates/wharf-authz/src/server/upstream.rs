@@ -157,13 +157,15 @@ pub(crate) async fn start(
             "This server signs people in with its own accounts.",
         );
     };
-    // A sign-in attempt like a password's, and each one stores a round trip for ten
-    // minutes: one pending request must not be replayed into unbounded records.
-    if !shared.limits.sign_ins.allows(peer) {
-        return too_many();
-    }
+    // Only a request from the sign-in's own browser counts (a page elsewhere cannot spend
+    // this address's budget). Then it is a sign-in attempt like a password's, and each one
+    // stores a round trip for ten minutes: one pending request must not be replayed into
+    // unbounded records.
     if let Err(response) = super::authorize::load(&shared, &headers, &query.request, None).await {
         return response;
+    }
+    if !shared.limits.sign_ins.allows(peer) {
+        return too_many();
     }
     let metadata = match upstream.metadata().await {
         Ok(m) => m,

@@ -673,6 +673,66 @@ impl Login {
     }
 }
 
+/// A form posted from elsewhere (another site's page in a victim's browser: no sign-in of
+/// its own, no CSRF token) is refused before it counts against the address's sign-in
+/// budget, so it cannot lock out the people behind that address; and each page of a
+/// sign-in sets its browser cookie again, so a cookie that would expire meanwhile is
+/// renewed with the same value.
+#[tokio::test]
+async fn forms_from_elsewhere_do_not_spend_the_sign_in_budget() {
+    let server = server(&sqlite_url(&unique("authz-forged")), &[]);
+    let base = server.origin();
+    let redirect = "http://127.0.0.1:33437/callback";
+    let client_id = register(&base, redirect).await;
+    let owner = Browser::new();
+    let login = login_form(&owner, &base, &client_id, redirect).await;
+    let cookie = owner
+        .cookie("wharf_authz_browser")
+        .expect("a browser cookie");
+
+    let elsewhere = Browser::new();
+    for _ in 0..25 {
+        let forged = [
+            ("request", login.request.as_str()),
+            ("csrf", "guessed"),
+            ("username", "alice"),
+            ("password", "guess"),
+        ];
+        let refused = elsewhere
+            .post(&format!("{base}/authorize/login"), &forged)
+            .await;
+        assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    }
+
+    let (_, challenge) = pkce();
+    let params = code_request(&client_id, redirect, &challenge, &[]);
+    let url = Url::parse_with_params(&format!("{base}/authorize"), &params).unwrap();
+    let page = owner.get(url.as_str()).await;
+    let renewed: Vec<_> = page
+        .headers()
+        .get_all(reqwest::header::SET_COOKIE)
+        .iter()
+        .filter_map(|h| h.to_str().ok())
+        .filter(|h| h.starts_with("wharf_authz_browser="))
+        .collect();
+    assert_eq!(renewed.len(), 1, "{renewed:?}");
+    assert!(
+        renewed[0].starts_with(&format!("wharf_authz_browser={cookie};")),
+        "renewed with the same value: {renewed:?}"
+    );
+    let html = page.text().await.unwrap();
+    let again = Login {
+        request: hidden(&html, "request"),
+        csrf: hidden(&html, "csrf"),
+    };
+    let signed_in = again.submit(&owner, &base, PASSWORD).await;
+    assert_eq!(
+        signed_in.status(),
+        StatusCode::SEE_OTHER,
+        "the budget is whole"
+    );
+}
+
 /// Guesses at one account's password are spaced out once five have failed, whatever the
 /// per-address budget has left: an attempt that must wait is refused with `Retry-After`
 /// before its password is checked (the right one too). The browser the account's owner
