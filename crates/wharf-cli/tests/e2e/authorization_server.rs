@@ -647,18 +647,33 @@ struct Login {
 
 /// Starts an authorization request in `browser`, which must be shown the sign-in form.
 async fn login_form(browser: &Browser, base: &str, client_id: &str, redirect: &str) -> Login {
+    let page = login_page(browser, base, client_id, redirect).await;
+    Login::read(&page.text().await.unwrap())
+}
+
+/// The answer to a new authorization request from `browser`, not signed in.
+async fn login_page(
+    browser: &Browser,
+    base: &str,
+    client_id: &str,
+    redirect: &str,
+) -> reqwest::Response {
     let (_, challenge) = pkce();
     let params = code_request(client_id, redirect, &challenge, &[]);
     let url = Url::parse_with_params(&format!("{base}/authorize"), &params).unwrap();
-    let html = browser.get(url.as_str()).await.text().await.unwrap();
-    assert!(html.contains("Sign in</h1>"), "{html}");
-    Login {
-        request: hidden(&html, "request"),
-        csrf: hidden(&html, "csrf"),
-    }
+    browser.get(url.as_str()).await
 }
 
 impl Login {
+    /// The sign-in form of page `html`.
+    fn read(html: &str) -> Self {
+        assert!(html.contains("Sign in</h1>"), "{html}");
+        Login {
+            request: hidden(html, "request"),
+            csrf: hidden(html, "csrf"),
+        }
+    }
+
     /// Submits the form from `browser` as `alice` with `password`.
     async fn submit(&self, browser: &Browser, base: &str, password: &str) -> reqwest::Response {
         let form = [
@@ -704,10 +719,7 @@ async fn forms_from_elsewhere_do_not_spend_the_sign_in_budget() {
         assert_eq!(refused.status(), StatusCode::FORBIDDEN);
     }
 
-    let (_, challenge) = pkce();
-    let params = code_request(&client_id, redirect, &challenge, &[]);
-    let url = Url::parse_with_params(&format!("{base}/authorize"), &params).unwrap();
-    let page = owner.get(url.as_str()).await;
+    let page = login_page(&owner, &base, &client_id, redirect).await;
     let renewed: Vec<_> = page
         .headers()
         .get_all(reqwest::header::SET_COOKIE)
@@ -720,11 +732,7 @@ async fn forms_from_elsewhere_do_not_spend_the_sign_in_budget() {
         renewed[0].starts_with(&format!("wharf_authz_browser={cookie};")),
         "renewed with the same value: {renewed:?}"
     );
-    let html = page.text().await.unwrap();
-    let again = Login {
-        request: hidden(&html, "request"),
-        csrf: hidden(&html, "csrf"),
-    };
+    let again = Login::read(&page.text().await.unwrap());
     let signed_in = again.submit(&owner, &base, PASSWORD).await;
     assert_eq!(
         signed_in.status(),
