@@ -536,18 +536,41 @@ impl SqlPool {
     }
 }
 
-/// Applies pending migrations. PostgreSQL's migrator locks the database while it works;
-/// SQLite's does not, so two processes opening a new file at once both apply the first
-/// migration and the later one fails on the other's tables. Each migration commits with its
-/// record, so reading the applied ones again and going on is safe: a SQLite store retries,
-/// at most once per migration.
+/// How long a PostgreSQL migration waits for a lock: another replica's migrations (the
+/// migrator's own lock), or the calls in flight on a table it changes. The pool's lock wait
+/// (seconds, for a quick "busy" answer) would fail a replica started beside one that
+/// migrates, and a failed start restarted would queue its table lock again.
+#[cfg(feature = "postgres")]
+const MIGRATION_LOCK_WAIT: &str = "SET lock_timeout = '10min'";
+
+/// Applies pending migrations. PostgreSQL's migrator locks the database while it works, on
+/// a connection of its own that waits `MIGRATION_LOCK_WAIT`; SQLite's does not lock, so
+/// two processes opening a new file at once both apply the first migration and the later
+/// one fails on the other's tables. Each migration commits with its record, so reading the
+/// applied ones again and going on is safe: a SQLite store retries, at most once per
+/// migration.
 async fn migrate(migrator: &Migrator, pool: &SqlPool) -> Result<(), StoreError> {
     let mut retries = match pool.dialect() {
         Dialect::Sqlite => migrator.iter().count(),
         Dialect::Postgres => 0,
     };
     loop {
-        let ran = on_driver!(SqlPool, pool, |pool| migrator.run(pool).await);
+        let ran = match pool {
+            #[cfg(feature = "sqlite")]
+            SqlPool::Sqlite(pool) => migrator.run(pool).await,
+            #[cfg(feature = "postgres")]
+            SqlPool::Postgres(pool) => {
+                async {
+                    let mut conn = pool.acquire().await?;
+                    conn.execute(MIGRATION_LOCK_WAIT).await?;
+                    let ran = migrator.run(&mut *conn).await;
+                    // Closed rather than handed back with a lock wait the pool's others lack.
+                    let _ = sqlx::Connection::close(conn.detach()).await;
+                    ran
+                }
+                .await
+            }
+        };
         match ran {
             Ok(()) => return Ok(()),
             Err(e) if retries > 0 => {
