@@ -124,11 +124,27 @@ pub(crate) fn backend(e: redis::RedisError) -> StoreError {
     if matches!(e.retry_method(), redis::RetryMethod::WaitAndRetry)
         || e.kind() == redis::ErrorKind::ReadOnly
         || e.code() == Some("BUSY")
+        // Full (`maxmemory` with `noeviction`, which the store requires): the command was
+        // refused before it wrote anything, and may pass once memory is freed.
+        || e.code() == Some("OOM")
     {
         tracing::warn!(error = %e, "Redis refused a command for now");
         return StoreError::Busy(format!("Redis refused the command for now: {e}"));
     }
     StoreError::Backend(format!("redis: {e}"))
+}
+
+/// [`backend`] for a command that writes and whose retry would not find it done (an
+/// unkeyed commit, a record's write): when its answer was lost (none in time, the
+/// connection cut) it may have been applied, and "retry" could apply it twice. A refused
+/// connection sent nothing.
+pub(crate) fn write_backend(e: redis::RedisError) -> StoreError {
+    if e.is_io_error() && !e.is_connection_refusal() {
+        return StoreError::Backend(format!(
+            "redis: the answer was lost ({e}); the write may have been applied"
+        ));
+    }
+    backend(e)
 }
 
 fn corrupt(what: &str) -> StoreError {
@@ -1053,17 +1069,8 @@ impl Transaction for RedisTx {
             .arg(ops)
             .invoke_async(&mut self.conn)
             .await
-            .map_err(
-                |e| match e.is_io_error() && !e.is_connection_refusal() && !keyed {
-                    // Its answer lost (no answer in time, the connection cut), the write may
-                    // have been applied: without a claim that a retry would find, "retry" could
-                    // apply it twice. A refused connection sent nothing.
-                    true => StoreError::Backend(format!(
-                        "redis: the commit's answer was lost ({e}); it may have been applied"
-                    )),
-                    false => backend(e),
-                },
-            )?;
+            // A keyed commit's retry finds its claim or record, as after any lost answer.
+            .map_err(|e| if keyed { backend(e) } else { write_backend(e) })?;
         match applied {
             redis::Value::Int(1) => {
                 self.claim = None;
@@ -1093,7 +1100,8 @@ impl Transaction for RedisTx {
 
 #[cfg(test)]
 mod tests {
-    use super::{Eviction, eviction};
+    use super::{Eviction, backend, eviction, write_backend};
+    use wharf::store::StoreError;
 
     #[test]
     fn only_a_redis_that_never_evicts_keeps_writes_exactly_once() {
@@ -1103,5 +1111,30 @@ mod tests {
         assert_eq!(eviction("volatile-lru", 1 << 30), Eviction::Now);
         assert_eq!(eviction("allkeys-lfu", 1), Eviction::Now);
         assert_eq!(eviction("volatile-ttl", 0), Eviction::OnceLimited);
+    }
+
+    #[test]
+    fn a_full_redis_is_busy_and_a_lost_write_answer_is_not() {
+        let full = || {
+            redis::make_extension_error(
+                "OOM".into(),
+                Some("command not allowed when used memory > 'maxmemory'.".into()),
+            )
+        };
+        assert!(matches!(backend(full()), StoreError::Busy(_)));
+        assert!(matches!(write_backend(full()), StoreError::Busy(_)));
+
+        let lost = || redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        assert!(matches!(backend(lost()), StoreError::Busy(_)));
+        match write_backend(lost()) {
+            StoreError::Backend(why) => assert!(why.contains("may have been applied"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        let refused =
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert!(
+            matches!(write_backend(refused), StoreError::Busy(_)),
+            "nothing was sent"
+        );
     }
 }

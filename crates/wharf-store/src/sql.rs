@@ -559,17 +559,7 @@ async fn migrate(migrator: &Migrator, pool: &SqlPool) -> Result<(), StoreError> 
             #[cfg(feature = "sqlite")]
             SqlPool::Sqlite(pool) => migrator.run(pool).await,
             #[cfg(feature = "postgres")]
-            SqlPool::Postgres(pool) => {
-                async {
-                    let mut conn = pool.acquire().await?;
-                    conn.execute(MIGRATION_LOCK_WAIT).await?;
-                    let ran = migrator.run(&mut *conn).await;
-                    // Closed rather than handed back with a lock wait the pool's others lack.
-                    let _ = sqlx::Connection::close(conn.detach()).await;
-                    ran
-                }
-                .await
-            }
+            SqlPool::Postgres(pool) => migrate_postgres(migrator, pool).await,
         };
         match ran {
             Ok(()) => return Ok(()),
@@ -580,6 +570,25 @@ async fn migrate(migrator: &Migrator, pool: &SqlPool) -> Result<(), StoreError> 
             Err(e) => return Err(StoreError::Backend(format!("migrations failed: {e}"))),
         }
     }
+}
+
+/// Runs `migrator` on a pool of one connection of its own, which waits for locks as long as
+/// `MIGRATION_LOCK_WAIT` says.
+#[cfg(feature = "postgres")]
+async fn migrate_postgres(
+    migrator: &Migrator,
+    pool: &sqlx::PgPool,
+) -> Result<(), sqlx::migrate::MigrateError> {
+    let own = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .after_connect(|conn, _| {
+            Box::pin(async move { conn.execute(MIGRATION_LOCK_WAIT).await.map(drop) })
+        })
+        .connect_with((*pool.connect_options()).clone())
+        .await?;
+    let ran = migrator.run(&own).await;
+    own.close().await;
+    ran
 }
 
 /// The URL without its password (in the authority or as a `password=` parameter), for

@@ -7,7 +7,7 @@ use redis::Script;
 use redis::aio::ConnectionManager;
 use wharf::store::{Millis, NewRecord, Record, StoreError, Write, fresh_version};
 
-use super::{backend, corrupt};
+use super::{backend, corrupt, write_backend};
 
 /// The record's key; the namespace's length goes first so no (namespace, key) pair spells
 /// another's.
@@ -163,7 +163,7 @@ impl Records {
             .arg(record.key)
             .invoke_async(&mut conn)
             .await
-            .map_err(backend)?;
+            .map_err(write_backend)?;
         Ok(written)
     }
 
@@ -183,7 +183,7 @@ impl Records {
             .arg(key)
             .invoke_async(&mut conn)
             .await
-            .map_err(backend)?;
+            .map_err(write_backend)?;
         Ok(deleted == 1)
     }
 
