@@ -1094,6 +1094,36 @@ async fn cut_off(tx: &mut Box<dyn Transaction>) {
     assert!(ended, "session {pid} was not there to end");
 }
 
+/// Each session of a PostgreSQL store reads committed whatever the database's default, and
+/// has the server probe its connection: a replica whose host vanished has its transactions
+/// and locks ended in about a minute, not the system's two hours.
+#[tokio::test]
+async fn postgres_sessions_read_committed_and_are_probed_for_a_vanished_peer() {
+    let store = postgres().await;
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    let sql = tx
+        .backend_tx()
+        .downcast_mut::<wharf_store::SqlTx>()
+        .and_then(wharf_store::SqlTx::postgres)
+        .expect("a PostgreSQL store's transaction");
+    let settings: (String, String, String, String) = sqlx::query_as(
+        "SELECT current_setting('transaction_isolation'), current_setting('tcp_keepalives_idle'), \
+                current_setting('tcp_keepalives_interval'), current_setting('tcp_keepalives_count')",
+    )
+    .fetch_one(&mut **sql)
+    .await
+    .unwrap();
+    assert_eq!(
+        settings,
+        (
+            "read committed".into(),
+            "30".into(),
+            "10".into(),
+            "3".into()
+        )
+    );
+}
+
 /// A connection PostgreSQL cut (a restart, a failover) makes a statement answer "busy,
 /// retry" (it was a 500), and so does a keyed call's commit, whose retry finds its record if
 /// the commit went through after all; an unkeyed commit whose answer was lost is not called

@@ -21,8 +21,9 @@
 //! commit without a claim a statement, and ties the lock to a row lock a transaction of
 //! the main pool holds until it commits: a commit whose connection is cut before its
 //! `COMMIT` keeps the key's next holder waiting (within its call's limit) until PostgreSQL
-//! ends the orphaned transaction (TCP keepalives, or `idle_in_transaction_session_timeout`,
-//! which deployments should set, and longer than the longest call: a call's transaction,
+//! ends the orphaned transaction (the TCP keepalives every store session sets, about a
+//! minute, when the peer is gone; or `idle_in_transaction_session_timeout`, which
+//! deployments may set, longer than the longest call: a call's transaction,
 //! which holds its idempotency claim, sits idle while its handler works, and ended early it
 //! frees the claim for a retry while the first attempt still runs).
 //!
@@ -104,7 +105,7 @@ impl PgLocks {
                     // sequence never hands out a number twice). So taking a lock costs no
                     // flush of the log.
                     conn.execute("SET synchronous_commit = off").await?;
-                    super::read_committed(conn).await
+                    super::session_settings(conn).await
                 })
             })
             .connect_lazy(url)
