@@ -447,24 +447,31 @@ pub(crate) async fn consent(
             // A consent that stands keeps its id, so that approving a wider scope leaves
             // the tokens granted before it working; one withdrawn meanwhile does not.
             let standing = match shared.records.get::<Consent>(CONSENTS, &key).await {
-                Ok(standing) => standing.map(|c| c.value.id).filter(|id| !id.is_empty()),
+                Ok(standing) => standing.map(|c| c.value).filter(|c| !c.id.is_empty()),
                 Err(_) => return unavailable(),
             };
             let standing = match standing {
-                Some(id) => match super::account::is_withdrawn(&shared, &id).await {
-                    Ok(false) => Some(id),
+                Some(c) => match super::account::is_withdrawn(&shared, &c.id).await {
+                    Ok(false) => Some(c),
                     Ok(true) => None,
                     Err(_) => return unavailable(),
                 },
                 None => None,
             };
+            // The tokens granted under a standing consent keep their scopes, so it records
+            // every scope approved under it (for the same resource), and the account page
+            // shows what the application may hold, not only what it asked for last.
+            let scope = match &standing {
+                Some(c) if c.resource == pending.resource => widened(&c.scope, &pending.scope),
+                _ => pending.scope.clone(),
+            };
             let consent = Consent {
                 client_id: pending.client_id.clone(),
                 client_name: pending.client_name.clone(),
-                scope: pending.scope.clone(),
+                scope,
                 resource: pending.resource.clone(),
                 granted_at: now_millis(),
-                id: standing.unwrap_or_else(secret),
+                id: standing.map_or_else(secret, |c| c.id),
             };
             let remembered = shared
                 .records
@@ -609,6 +616,17 @@ fn covers(consent: &Consent, pending: &Pending) -> bool {
             .split(' ')
             .filter(|s| !s.is_empty())
             .all(|s| consent.scope.split(' ').any(|granted| granted == s))
+}
+
+/// The scopes of `standing`, then those of `added` it lacks, space-separated.
+fn widened(standing: &str, added: &str) -> String {
+    let mut scopes: Vec<&str> = standing.split(' ').filter(|s| !s.is_empty()).collect();
+    for scope in added.split(' ').filter(|s| !s.is_empty()) {
+        if !scopes.contains(&scope) {
+            scopes.push(scope);
+        }
+    }
+    scopes.join(" ")
 }
 
 /// A redirect some other program on the person's machine could receive.

@@ -1651,6 +1651,23 @@ async fn a_client_that_asks_for_no_scope_gets_what_it_registered() {
     let (status, tokens) = redeem(&base, &answer["code"], client_id, &verifier, &[]).await;
     assert_eq!(status, StatusCode::OK, "{tokens}");
     assert_eq!(tokens["scope"], "datasets:read datasets:write");
+
+    // Asking for less again, approved, leaves the wider tokens working: the account page
+    // still says what the application may hold.
+    let (_, challenge) = pkce();
+    let narrower = [("scope", "datasets:read")];
+    authorize(
+        &browser,
+        &base,
+        &code_request(client_id, redirect, &challenge, &narrower),
+    )
+    .await;
+    let account = browser.get(&format!("{base}/account")).await;
+    let page = account.text().await.unwrap();
+    assert!(
+        page.contains("datasets:read datasets:write"),
+        "what the application holds: {page}"
+    );
 }
 
 /// A client gets the grants it registered: one that names only `authorization_code` is
