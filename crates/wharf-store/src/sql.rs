@@ -379,9 +379,9 @@ impl SqlStore {
             None => None,
         };
         let pool = SqlPool::connect(url, dialect, options).await?;
-        migrate(&own_migrations(dialect), &pool).await?;
+        migrate(&own_migrations(dialect), &pool, options).await?;
         if let Some(app) = app {
-            migrate(app, &pool).await?;
+            migrate(app, &pool, options).await?;
         }
         Ok(SqlStore {
             #[cfg(feature = "postgres")]
@@ -460,6 +460,13 @@ impl SqlStore {
     }
 }
 
+/// [`StoreOptions::lock_wait`] in milliseconds, as SQLite's `busy_timeout` and PostgreSQL's
+/// `lock_timeout` take it: PostgreSQL reads 0 as "wait forever", and refuses more than an
+/// int of milliseconds.
+fn lock_wait_ms(options: &StoreOptions) -> u128 {
+    options.lock_wait.as_millis().clamp(1, i32::MAX as u128)
+}
+
 /// The settings every PostgreSQL session of a store takes, in one round trip.
 ///
 /// Every statement of the store is written for READ COMMITTED, PostgreSQL's default: a
@@ -491,8 +498,7 @@ impl SqlPool {
         dialect: Dialect,
         options: &StoreOptions,
     ) -> Result<Self, StoreError> {
-        // PostgreSQL reads 0 as "wait forever", and refuses more than an int of milliseconds.
-        let wait_ms = options.lock_wait.as_millis().clamp(1, i32::MAX as u128);
+        let wait_ms = lock_wait_ms(options);
         let opened = match dialect {
             #[cfg(feature = "sqlite")]
             Dialect::Sqlite => sqlx::pool::PoolOptions::<Sqlite>::new()
@@ -549,20 +555,25 @@ impl SqlPool {
     }
 }
 
-/// How long a PostgreSQL migration waits for a lock: another replica's migrations (the
-/// migrator's own lock), or the calls in flight on a table it changes. The pool's lock wait
-/// (seconds, for a quick "busy" answer) would fail a replica started beside one that
-/// migrates, and a failed start restarted would queue its table lock again.
+/// The advisory lock a store takes before it migrates a PostgreSQL database, its own (the
+/// migrator's is taken under the lock wait its statements run with): "wharf_mg".
 #[cfg(feature = "postgres")]
-const MIGRATION_LOCK_WAIT: &str = "SET lock_timeout = '10min'";
+pub const PG_MIGRATIONS_LOCK: i64 = 0x7768_6172_665f_6d67;
 
-/// Applies pending migrations. PostgreSQL's migrator locks the database while it works, on
-/// a connection of its own that waits `MIGRATION_LOCK_WAIT`; SQLite's does not lock, so
-/// two processes opening a new file at once both apply the first migration and the later
-/// one fails on the other's tables. Each migration commits with its record, so reading the
+/// Applies pending migrations. On PostgreSQL one replica migrates at a time, the others
+/// waiting for it (see `migrate_postgres`); SQLite's migrator does not lock, so two
+/// processes opening a new file at once both apply the first migration and the later one
+/// fails on the other's tables. Each migration commits with its record, so reading the
 /// applied ones again and going on is safe: a SQLite store retries, at most once per
 /// migration.
-async fn migrate(migrator: &Migrator, pool: &SqlPool) -> Result<(), StoreError> {
+async fn migrate(
+    migrator: &Migrator,
+    pool: &SqlPool,
+    options: &StoreOptions,
+) -> Result<(), StoreError> {
+    // Read by PostgreSQL's migrations only.
+    #[cfg(not(feature = "postgres"))]
+    let _ = options;
     let mut retries = match pool.dialect() {
         Dialect::Sqlite => migrator.iter().count(),
         Dialect::Postgres => 0,
@@ -572,7 +583,7 @@ async fn migrate(migrator: &Migrator, pool: &SqlPool) -> Result<(), StoreError> 
             #[cfg(feature = "sqlite")]
             SqlPool::Sqlite(pool) => migrator.run(pool).await,
             #[cfg(feature = "postgres")]
-            SqlPool::Postgres(pool) => migrate_postgres(migrator, pool).await,
+            SqlPool::Postgres(pool) => migrate_postgres(migrator, pool, options).await,
         };
         match ran {
             Ok(()) => return Ok(()),
@@ -585,21 +596,34 @@ async fn migrate(migrator: &Migrator, pool: &SqlPool) -> Result<(), StoreError> 
     }
 }
 
-/// Runs `migrator` on a pool of one connection of its own, which waits for locks as long as
-/// `MIGRATION_LOCK_WAIT` says.
+/// Runs `migrator` in a session of its own, once no other replica migrates: it waits for
+/// [`PG_MIGRATIONS_LOCK`] up to ten minutes (a replica started beside one that migrates
+/// would otherwise fail its start at the store's lock wait). The migrations' own
+/// statements wait no longer than a call's (`lock_wait`): a table lock queued behind a
+/// long call would hold every call's statements on that table behind it, so such a start
+/// fails, to be retried, instead.
 #[cfg(feature = "postgres")]
 async fn migrate_postgres(
     migrator: &Migrator,
     pool: &sqlx::PgPool,
+    options: &StoreOptions,
 ) -> Result<(), sqlx::migrate::MigrateError> {
     let own = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
-        .after_connect(|conn, _| {
-            Box::pin(async move { conn.execute(MIGRATION_LOCK_WAIT).await.map(drop) })
-        })
+        .after_connect(|conn, _| Box::pin(async move { session_settings(conn).await }))
         .connect_with((*pool.connect_options()).clone())
         .await?;
+    let statements_wait = format!("SET lock_timeout = {}", lock_wait_ms(options));
+    sqlx::query("SET lock_timeout = '10min'")
+        .execute(&own)
+        .await?;
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(PG_MIGRATIONS_LOCK)
+        .execute(&own)
+        .await?;
+    sqlx::query(&statements_wait).execute(&own).await?;
     let ran = migrator.run(&own).await;
+    // The session ends, and the lock with it.
     own.close().await;
     ran
 }
