@@ -4,7 +4,7 @@
 
 /// What a valid name is, for the refusals that name the rule.
 pub(crate) const EXPECTED: &str = "a string of 1 to 200 characters, not all blank, without control characters or \
-     bidirectional and zero-width formatting marks";
+     invisible or bidirectional formatting marks";
 
 /// The longest name shown.
 const MAX_CHARS: usize = 200;
@@ -19,18 +19,30 @@ pub(crate) fn is_displayable(name: &str) -> bool {
         && !name.chars().any(|c| c.is_control() || is_formatting(c))
 }
 
-/// The bidirectional controls (Unicode's Bidi_Control), the zero-width marks and
-/// invisible operators, and the byte-order mark.
+/// The bidirectional controls (Unicode's Bidi_Control); the invisible marks, separators and
+/// operators, and the byte-order mark; tag characters; and the Hangul fillers, which show
+/// as nothing and are not white space. The zero-width joiner and non-joiner stay: Persian
+/// and Indic spelling and emoji sequences need them, and they reorder nothing.
 fn is_formatting(c: char) -> bool {
     matches!(
         c,
-        '\u{061C}'
+        '\u{00AD}'
+            | '\u{034F}'
+            | '\u{061C}'
+            | '\u{115F}'
+            | '\u{1160}'
             | '\u{180E}'
-            | '\u{200B}'..='\u{200F}'
-            | '\u{202A}'..='\u{202E}'
+            | '\u{200B}'
+            | '\u{200E}'
+            | '\u{200F}'
+            | '\u{2028}'..='\u{202E}'
             | '\u{2060}'..='\u{2064}'
             | '\u{2066}'..='\u{2069}'
+            | '\u{3164}'
             | '\u{FEFF}'
+            | '\u{FFA0}'
+            | '\u{FFF9}'..='\u{FFFB}'
+            | '\u{E0000}'..='\u{E007F}'
     )
 }
 
@@ -42,6 +54,9 @@ mod tests {
     fn names_that_would_change_the_page_around_them_are_refused() {
         assert!(is_displayable("Example MCP Client"));
         assert!(is_displayable("Клиент (日本語) — v2"));
+        // Joiners: Persian spelling, an emoji sequence.
+        assert!(is_displayable("نرم\u{200C}افزار"));
+        assert!(is_displayable("Dev \u{1F469}\u{200D}\u{1F4BB}"));
         assert!(is_displayable(&"x".repeat(200)));
         for name in [
             String::new(),
@@ -52,6 +67,9 @@ mod tests {
             "Zero\u{200B}Width".to_owned(),
             "line\nbreak".to_owned(),
             "\u{FEFF}BOM".to_owned(),
+            "\u{3164}".to_owned(),
+            "tag\u{E0041}".to_owned(),
+            "line\u{2028}separator".to_owned(),
         ] {
             assert!(!is_displayable(&name), "{name:?}");
         }
