@@ -852,6 +852,24 @@ fn browser_origin(value: &str) -> anyhow::Result<String> {
     }
 }
 
+/// The hosts of the URLs this server is told it is reached at (`--public-url` for the
+/// authorization server, `--oauth-resource` for the resource server): served without being
+/// named again with `--allowed-host` (clients behind a proxy that passes `Host` on were
+/// refused 403).
+fn own_hosts(args: &ServeArgs) -> Vec<String> {
+    let oauth = args.oauth_issuer.is_some() || args.authorization_server;
+    let public = args
+        .public_url
+        .as_ref()
+        .filter(|_| args.authorization_server);
+    let resource = args.oauth_resource.as_ref().filter(|_| oauth);
+    public
+        .into_iter()
+        .chain(resource)
+        .filter_map(|u| url::Url::parse(u).ok()?.host_str().map(str::to_owned))
+        .collect()
+}
+
 /// The origin clients reach this server at, without a trailing slash.
 fn public_url(args: &ServeArgs) -> String {
     args.public_url
@@ -1146,8 +1164,8 @@ async fn serve_with(
         HostPolicy::any_host(origins)
     } else {
         let mut p = HostPolicy::localhost();
-        for h in &args.allowed_hosts {
-            p = p.allow_host(h.clone());
+        for h in args.allowed_hosts.iter().cloned().chain(own_hosts(&args)) {
+            p = p.allow_host(h);
         }
         for o in origins {
             p = p.allow_origin(o);

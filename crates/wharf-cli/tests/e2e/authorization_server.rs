@@ -688,6 +688,40 @@ impl Login {
     }
 }
 
+/// The host of `--public-url` is served without `--allowed-host`: behind a proxy that passes
+/// `Host` on (as the nginx of `deploy/` does), the README's command was refused 403 on the
+/// MCP endpoint and its metadata. Other hosts still are.
+#[tokio::test]
+async fn the_public_urls_host_is_served_without_naming_it_again() {
+    let server = server(
+        &sqlite_url(&unique("authz-public-host")),
+        &["--public-url", "https://mcp.example.com"],
+    );
+    let base = server.origin();
+    let http = reqwest::Client::new();
+    let metadata = |host: &'static str| {
+        http.get(format!("{base}/.well-known/oauth-protected-resource/mcp"))
+            .header(reqwest::header::HOST, host)
+            .send()
+    };
+    let served = metadata("mcp.example.com").await.unwrap();
+    assert_eq!(served.status(), StatusCode::OK);
+    let body: Value = served.json().await.unwrap();
+    assert_eq!(body["resource"], "https://mcp.example.com/mcp", "{body}");
+    let call = http
+        .post(format!("{base}/mcp"))
+        .header(reqwest::header::HOST, "mcp.example.com")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(call.status(), StatusCode::UNAUTHORIZED, "asks for a token");
+    assert_eq!(
+        metadata("elsewhere.example").await.unwrap().status(),
+        StatusCode::FORBIDDEN
+    );
+}
+
 /// A form posted from elsewhere (another site's page in a victim's browser: no sign-in of
 /// its own, no CSRF token) is refused before it counts against the address's sign-in
 /// budget, so it cannot lock out the people behind that address; and each page of a
