@@ -15,6 +15,8 @@
 # environment: SHORT (s, default 2), LONG (s, default 6), PORT (default 18291),
 #   WHARF_BIN (default target/release/wharf), BASELINE_BIN, SERVER_CPU (0), CLIENT_CPU (1)
 set -euo pipefail
+# `count` runs in a command substitution: errors in it must stop it too.
+shopt -s inherit_errexit
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SCRIPT=instructions.sh
 # shellcheck source=bench/lib.sh
@@ -50,7 +52,7 @@ count() { # side seconds -> prints "CALLS INSTRUCTIONS"; run in a subshell of it
     server_pid=""
     # Whatever stops this count stops its server too.
     trap '[[ -n $server_pid ]] && kill "$server_pid" 2>/dev/null' EXIT
-    if curl -s -o /dev/null "http://127.0.0.1:$PORT/"; then
+    if curl -s --max-time 2 -o /dev/null "http://127.0.0.1:$PORT/"; then
         die "something already answers on 127.0.0.1:$PORT (set PORT)"
     fi
     # One worker on each side: the baseline takes one when pinned to one CPU.
@@ -62,16 +64,16 @@ count() { # side seconds -> prints "CALLS INSTRUCTIONS"; run in a subshell of it
     server_pid=$!
     local up=0
     for _ in $(seq 1 300); do
-        curl -s -o /dev/null -X POST "http://127.0.0.1:$PORT/mcp" && { up=1; break; }
+        curl -s --max-time 2 -o /dev/null -X POST "http://127.0.0.1:$PORT/mcp" && { up=1; break; }
         sleep 0.1
     done
     ((up)) || { cat "$TMP/$side.log" >&2; die "$side did not come up on 127.0.0.1:$PORT"; }
-    taskset -c "$CLIENT_CPU" wrk -t1 -c4 -d"${secs}s" -s "$ROOT/bench/echo.lua" \
+    WRK_CHECK_ANSWERS=1 taskset -c "$CLIENT_CPU" wrk -t1 -c4 -d"${secs}s" -s "$ROOT/bench/echo.lua" \
         "http://127.0.0.1:$PORT/mcp" >"$TMP/$side.wrk" \
         || { cat "$TMP/$side.wrk" >&2; die "$side: wrk failed"; }
-    if grep -q "Non-2xx" "$TMP/$side.wrk"; then
+    if grep -qE "Non-2xx|Socket errors" "$TMP/$side.wrk"; then
         cat "$TMP/$side.wrk" >&2
-        die "$side: wrk saw non-2xx answers"
+        die "$side: wrk saw failed requests"
     fi
     calls=$(awk '/requests in/ { print $1 }' "$TMP/$side.wrk")
     kill -TERM "$server_pid"
