@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use wharf::Grant;
 
 use super::{Checked, audience_ok, now_secs, numeric_date, scopes_of, subject_of};
@@ -206,7 +206,13 @@ impl Introspector {
             tracing::warn!(status = %res.status(), "the introspection endpoint refused");
             return Err(AuthError::Unavailable);
         }
-        let answer: Map<String, Value> = res.json().await.map_err(|_| AuthError::Unavailable)?;
+        let answer = super::json_at_most(res, super::MAX_VERDICT_BODY)
+            .await
+            .and_then(|v| match v {
+                Value::Object(answer) => Some(answer),
+                _ => None,
+            })
+            .ok_or(AuthError::Unavailable)?;
         if answer.get("active") != Some(&Value::Bool(true)) {
             return Err(AuthError::Inactive);
         }

@@ -131,12 +131,13 @@ impl JwtChecker {
         if !ACCEPTED.contains(&header.alg) {
             return Err(AuthError::UnsupportedAlgorithm);
         }
-        // An access token (RFC 9068 `at+jwt`) or an untyped JWT; never an ID token or
-        // anything else that happens to be signed by the same issuer.
-        let typ_ok = header.typ.as_deref().is_none_or(|t| {
-            ["jwt", "at+jwt", "application/at+jwt"].contains(&t.to_ascii_lowercase().as_str())
-        });
-        if !typ_ok {
+        // An access token (RFC 9068 `at+jwt`) or an untyped JWT; nothing else that happens
+        // to be signed by the same issuer (a DPoP proof, a logout token). An ID token is
+        // typed `JWT` or not at all, like many access tokens: what only it carries tells it
+        // apart below.
+        let typ = header.typ.as_deref().map(str::to_ascii_lowercase);
+        let typed_access = matches!(typ.as_deref(), Some("at+jwt" | "application/at+jwt"));
+        if !typed_access && typ.as_deref().is_some_and(|t| t != "jwt") {
             return Err(AuthError::NotAnAccessToken);
         }
         let (kid, alg) = (header.kid.as_deref(), header.alg);
@@ -149,7 +150,7 @@ impl JwtChecker {
             // for a while (see `outlived`).
             Some(k) if self.0.last_attempt_failed() => {
                 let source = Arc::clone(&self.0);
-                tokio::spawn(async move { source.refresh().await });
+                tokio::spawn(async move { source.refresh_unless_running().await });
                 if self.0.outlived() {
                     return Err(AuthError::Unavailable);
                 }
@@ -213,6 +214,16 @@ impl JwtChecker {
         let claims = data.claims;
         if !audience_ok(claims.get("aud"), audiences) {
             return Err(AuthError::WrongAudience);
+        }
+        // An OpenID Connect ID token (its `nonce`, or the hashes binding it to a code or an
+        // access token): it says who signed in to a client, and is no access token, even
+        // where its audience (a client id) is accepted as this server's.
+        if !typed_access
+            && ["nonce", "at_hash", "c_hash"]
+                .iter()
+                .any(|k| claims.contains_key(*k))
+        {
+            return Err(AuthError::NotAnAccessToken);
         }
         // Accepting a bound token as a bearer token would let whoever holds it use it
         // without the key it is bound to.
@@ -296,6 +307,20 @@ impl KeySource {
     /// Fetches the key set again, unless it was fetched less than `min_refresh` ago.
     async fn refresh(&self) -> Result<(), AuthError> {
         let _one = self.fetching.lock().await;
+        self.fetch_held().await
+    }
+
+    /// [`refresh`](Self::refresh) for no one waiting on it, unless a fetch runs already
+    /// (whose answer will do): while the issuer cannot be reached, one of these per request
+    /// would queue without bound behind fetches that each take their whole timeout.
+    async fn refresh_unless_running(&self) {
+        if let Ok(_one) = self.fetching.try_lock() {
+            let _ = self.fetch_held().await;
+        }
+    }
+
+    /// The fetch of [`refresh`](Self::refresh), `fetching` held.
+    async fn fetch_held(&self) -> Result<(), AuthError> {
         {
             // Every attempt counts, failed or not: tokens with made-up key ids cannot make
             // this server fetch more than once per interval, however the issuer answers.
@@ -426,7 +451,9 @@ impl Fetch {
             tracing::warn!(url, status = %res.status(), "authorization server refused a fetch");
             return Err(AuthError::Unavailable);
         }
-        res.json().await.map_err(|_| AuthError::Unavailable)
+        super::json_at_most(res, super::MAX_KEYS_BODY)
+            .await
+            .ok_or(AuthError::Unavailable)
     }
 }
 

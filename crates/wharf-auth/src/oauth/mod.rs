@@ -191,6 +191,33 @@ pub(crate) fn trusted_url(url: &str) -> bool {
     }
 }
 
+/// The largest metadata document or key set read from an issuer.
+pub(crate) const MAX_KEYS_BODY: usize = 1 << 20;
+/// The largest introspection answer read.
+pub(crate) const MAX_VERDICT_BODY: usize = 64 << 10;
+
+/// The JSON body of `res`, if it is no longer than `cap` bytes: whatever an issuer sends is
+/// read into memory, and a misbehaving one must not fill it within the client's timeout.
+pub(crate) async fn json_at_most(mut res: reqwest::Response, cap: usize) -> Option<Value> {
+    let url = res.url().clone();
+    let too_long = || {
+        tracing::warn!(%url, limit = cap, "the authorization server's answer is too long");
+    };
+    if res.content_length().is_some_and(|n| n > cap as u64) {
+        too_long();
+        return None;
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = res.chunk().await.ok()? {
+        if body.len() + chunk.len() > cap {
+            too_long();
+            return None;
+        }
+        body.extend_from_slice(&chunk);
+    }
+    serde_json::from_slice(&body).ok()
+}
+
 /// A checked token, as cached.
 #[derive(Debug, Clone)]
 pub(crate) struct Checked {

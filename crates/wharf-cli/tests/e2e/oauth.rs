@@ -508,6 +508,17 @@ async fn jwt_access_tokens_are_checked_on_every_request() {
     .unwrap();
     let r = call_as(&server, &other, "import_begin", begin("x")).await;
     assert_401(&r, &server, "the token is not an access token");
+    // An OpenID Connect ID token, typed `JWT` like many access tokens, with this server's
+    // audience: what only ID tokens carry gives it away.
+    let mut id_token = claims(&issuer, &resource, "alice", all);
+    id_token["nonce"] = json!("n-0S6_WzA2Mj");
+    id_token["at_hash"] = json!("77QmUPtjPfzWtF2AnpK9RQ");
+    let mut typed = Header::new(Algorithm::ES256);
+    typed.kid = Some("key-a".into());
+    typed.typ = Some("JWT".into());
+    let id_token = encode(&typed, &id_token, &a.encoding).unwrap();
+    let r = call_as(&server, &id_token, "import_begin", begin("x")).await;
+    assert_401(&r, &server, "the token is not an access token");
 
     // An unknown key id: refused, then accepted once the issuer publishes the key and the
     // set may be fetched again (at most once per second here).
@@ -818,6 +829,25 @@ async fn tools_list_can_show_only_permitted_tools() {
         .unwrap();
     assert!(names(&r).contains(&"import_begin".to_owned()));
     assert_eq!(r.result().unwrap()["cacheScope"], "public");
+}
+
+/// A key set longer than the server reads (1 MiB) is not read: the issuer is answered as
+/// unavailable (503) rather than let fill the server's memory.
+#[tokio::test]
+async fn a_key_set_too_long_to_read_is_an_unavailable_issuer() {
+    let (issuer, key) = issuer_publishing("key-a").await;
+    let padding = "x".repeat(1024);
+    issuer.jwks.write().unwrap().extend(
+        (0..1100).map(|i| json!({ "kty": "oct", "kid": format!("pad-{i}"), "k": padding })),
+    );
+    let server = jwt_server(&issuer, &sqlite_url("oauth-long-keys"));
+    let resource = resource_of(&server);
+    let token = sign(&key, &claims(&issuer, &resource, "alice", "datasets:read"));
+    assert_issuer_unavailable(&send(&server, &token, "tools/list", json!({})).await);
+    server
+        .log
+        .wait_for("the authorization server's answer is too long", 1)
+        .await;
 }
 
 /// 503 with Retry-After, never a 401, when the issuer cannot be reached: first its metadata
