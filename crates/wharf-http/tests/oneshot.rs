@@ -84,12 +84,23 @@ fn app_with(mut config: HttpConfig) -> Router {
                     .and_then(|v| v.to_str().ok())
                     .map(|s| s.split(' ').map(str::to_owned).collect())
                     .unwrap_or_default();
-                req.extensions_mut().insert(Principal::oauth(Grant {
+                let mut principal = Principal::oauth(Grant {
                     issuer: "https://app.example".into(),
                     subject: user,
                     client_id: None,
                     scopes,
-                }));
+                });
+                // Credentials that expire (an access token's `exp`), in seconds from now.
+                let life = req
+                    .headers()
+                    .get("x-valid-for-secs")
+                    .and_then(|v| v.to_str().ok()?.parse().ok());
+                if let Some(secs) = life {
+                    principal = principal.valid_until(
+                        std::time::SystemTime::now() + std::time::Duration::from_secs(secs),
+                    );
+                }
+                req.extensions_mut().insert(principal);
             }
             next.run(req).await
         },
@@ -298,6 +309,38 @@ fn post(body: &Value, headers: &[(&str, &str)]) -> Request<Body> {
 fn initialize_params() -> Value {
     json!({ "protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": { "name": "t", "version": "1" } })
+}
+
+/// An `initialize` whose params are larger than a session may keep (64 KiB: capabilities
+/// made up to fill the store and every replica's copies) is refused -32602, and opens
+/// nothing; one just under it opens its session.
+#[tokio::test]
+async fn an_initialize_too_large_to_keep_is_refused() {
+    let app = app();
+    let with_padding = |bytes: usize| {
+        let mut params = initialize_params();
+        params["capabilities"]["experimental"] = json!({ "padding": { "x": "a".repeat(bytes) } });
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params })
+    };
+    let res = app
+        .clone()
+        .oneshot(post(&with_padding(64 * 1024), &[("x-user", "alice")]))
+        .await
+        .unwrap();
+    assert!(res.headers().get("mcp-session-id").is_none(), "opened");
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    let m: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(m["error"]["code"], -32602, "{m}");
+    assert!(
+        m["error"]["message"].as_str().unwrap().contains("64 KiB"),
+        "{m}"
+    );
+    let res = app
+        .oneshot(post(&with_padding(60 * 1024), &[("x-user", "alice")]))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(res.headers().get("mcp-session-id").is_some());
 }
 
 /// What the endpoint answers without running a method of this revision (`initialize`, a
@@ -580,6 +623,44 @@ async fn a_head_request_leaves_the_sessions_stream_open() {
     while let Ok(frame) = tokio::time::timeout(quiet, stream.frame()).await {
         assert!(frame.is_some(), "the session's stream was ended by a HEAD");
     }
+}
+
+/// A session's stream opened with credentials that expire ends then, as a listen stream
+/// does: a token not renewed hears no more of the session's changes. Time is paused: the
+/// hour tokio skips over is the credentials' life.
+#[tokio::test(start_paused = true)]
+async fn a_sessions_stream_ends_when_its_credentials_expire() {
+    let app = app();
+    let session = open_session(&app).await;
+    let life = std::time::Duration::from_secs(3600);
+    let get = Request::builder()
+        .method("GET")
+        .uri("/mcp")
+        .header(header::HOST, "localhost")
+        .header("x-user", "alice")
+        .header("x-valid-for-secs", life.as_secs().to_string())
+        .header("mcp-session-id", session.as_str())
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(Body::empty())
+        .unwrap();
+    let opened = tokio::time::Instant::now();
+    let stream = app.oneshot(get).await.unwrap();
+    assert_eq!(stream.status(), StatusCode::OK);
+    let mut stream = stream.into_body();
+    // Keep-alives come and go; the end must come within the day tokio may skip.
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(24 * 3600), async {
+        while let Some(frame) = stream.frame().await {
+            frame.unwrap();
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream outlived its credentials");
+    // Not before the credentials' end (the wall clock moved a little since they were made).
+    assert!(
+        opened.elapsed() >= life - std::time::Duration::from_secs(60),
+        "{:?}",
+        opened.elapsed()
+    );
 }
 
 /// A request as [`call_with`] builds it, with its `params` replaced and some headers set

@@ -9,7 +9,7 @@ use wharf_protocol::{RequestId, ResultType, SubscriptionFilter, methods};
 use std::sync::Arc;
 
 use crate::bus::ChangeEvent;
-use crate::deadline::later;
+use crate::deadline;
 use crate::error::{ErrorKind, RpcError};
 use crate::principal::Principal;
 use crate::registry::Registry;
@@ -82,12 +82,7 @@ impl Listener {
             acknowledged: false,
             done: false,
             backlog: Vec::new(),
-            until: principal.expires().map(|at| {
-                let left = at
-                    .duration_since(std::time::SystemTime::now())
-                    .unwrap_or_default();
-                later(tokio::time::Instant::now(), left)
-            }),
+            until: deadline::credentials_end(principal),
         })
     }
 
@@ -240,13 +235,7 @@ impl Listener {
             return Some(m);
         }
         let end = self.end.clone();
-        let until = self.until;
-        let expired = async move {
-            match until {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
+        let expired = deadline::reached(self.until);
         tokio::pin!(expired);
         loop {
             tokio::select! {

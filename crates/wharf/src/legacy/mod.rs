@@ -158,6 +158,15 @@ impl<'a> Sessions<'a> {
                 version::SUPPORTED,
             )));
         }
+        // What a session keeps of them (its client's capabilities and description) is
+        // stored, copied by every replica that serves it, and read on every request: a
+        // megabyte of made-up capabilities per session must not be.
+        if params.is_some_and(|p| p.get().len() > MAX_INITIALIZE_BYTES) {
+            return Err(fail(RpcError::invalid_params(format!(
+                "Invalid params: initialize's params are at most {} KiB (the capabilities and clientInfo a session keeps)",
+                MAX_INITIALIZE_BYTES / 1024
+            ))));
+        }
         let params: InitializeParams = read(params).map_err(fail)?;
         let runtime = &self.core.runtime;
         let config = &runtime.config.legacy;
@@ -527,16 +536,19 @@ impl<'a> Sessions<'a> {
         let runtime = &self.core.runtime;
         let capped = (!principal.is_anonymous()).then(|| principal.id());
         match runtime.gate.enter_listen(capped) {
-            Ok(permit) => SessionStream::open(self.core, session, permit)
-                .await
-                .map_err(|e| {
-                    // The caller says so (HTTP answers 503; stdio warns once while it retries).
-                    tracing::debug!(error = %e, "a session's stream could not announce itself");
-                    RpcError::new(
-                        ErrorKind::RetryLater,
-                        "Busy: the session's stream could not be announced to the other replicas; open it again",
-                    )
-                }),
+            Ok(permit) => {
+                let until = crate::deadline::credentials_end(principal);
+                SessionStream::open(self.core, session, until, permit)
+                    .await
+                    .map_err(|e| {
+                        // The caller says so (HTTP answers 503; stdio warns once while it retries).
+                        tracing::debug!(error = %e, "a session's stream could not announce itself");
+                        RpcError::new(
+                            ErrorKind::RetryLater,
+                            "Busy: the session's stream could not be announced to the other replicas; open it again",
+                        )
+                    })
+            }
             Err(busy) => {
                 if let Some(m) = &runtime.metrics {
                     m.shed(busy.why);
@@ -623,6 +635,9 @@ fn too_many_subscriptions() -> RpcError {
 }
 /// The URIs one session subscribes to, together, in bytes.
 const MAX_SUBSCRIBED_BYTES: usize = 128 * 1024;
+/// The longest params of `initialize`, in bytes: a client's capabilities and description
+/// (icons as `data:` URIs included) fit many times over.
+const MAX_INITIALIZE_BYTES: usize = 64 * 1024;
 /// Answers of one principal filed in the store and not yet taken by their calls.
 const MAX_WAITING_ANSWERS: u64 = 1_000;
 /// Longest URI a session subscribes to, in bytes.

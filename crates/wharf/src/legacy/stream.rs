@@ -57,6 +57,9 @@ struct State {
     heard_own: bool,
     /// Ends once the backlog is sent (after a lag).
     ending: bool,
+    /// When the credentials it was opened with expire: it ends then, as a listen stream
+    /// does (a token not renewed hears no more).
+    until: Option<tokio::time::Instant>,
     /// Its slots under the listen caps, held while it is open: a session's stream lives as
     /// long as a listen stream does.
     _permit: Permit,
@@ -83,6 +86,7 @@ impl SessionStream {
     pub(crate) async fn open(
         core: &Arc<Core>,
         session: &Session,
+        until: Option<tokio::time::Instant>,
         permit: Permit,
     ) -> Result<Self, BusError> {
         let state = State {
@@ -98,6 +102,7 @@ impl SessionStream {
             key: format!("{:032x}", rand::random::<u128>()),
             heard_own: false,
             ending: false,
+            until,
             _permit: permit,
         };
         let opened = ChangeEvent::Session {
@@ -140,6 +145,7 @@ impl State {
             }
             let received = tokio::select! {
                 () = self.end.cancelled() => return None,
+                () = crate::deadline::reached(self.until) => return None,
                 () = tokio::time::sleep_until(self.recheck_at) => {
                     if !self.reload().await {
                         return None;
@@ -155,14 +161,16 @@ impl State {
                         return Some(m);
                     }
                 }
-                // Missed events: everything may have changed, and a newer stream of the
-                // session may have opened unheard. It says the first, then ends; the client
-                // opens it again.
-                Err(broadcast::error::RecvError::Lagged(_)) => {
+                // Missed events (lagged behind, or the bus lost its channel: a failed
+                // publish, a reconnection): everything may have changed, and a newer stream
+                // of the session may have opened unheard. It says the first, then ends; the
+                // client opens it again.
+                Err(
+                    broadcast::error::RecvError::Lagged(_) | broadcast::error::RecvError::Closed,
+                ) => {
                     self.backlog = self.everything();
                     self.ending = true;
                 }
-                Err(broadcast::error::RecvError::Closed) => return None,
             }
         }
     }

@@ -55,6 +55,13 @@ impl Hub {
         tokio::spawn(async move {
             loop {
                 let mut rx = bus.subscribe();
+                if rx.is_closed() {
+                    // The bus has no channel to give yet: listen again in a moment.
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        () = tokio::time::sleep(Duration::from_millis(100)) => continue,
+                    }
+                }
                 loop {
                     let event = tokio::select! {
                         () = stop.cancelled() => return,
@@ -84,8 +91,8 @@ impl Hub {
                         }
                     }
                 }
-                // The bus lost its connection: listen again once it has a new one.
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                // A gap: the bus put a new channel in place of the closed one, listened to
+                // at once (a cancellation announced meanwhile would be missed).
             }
         });
     }
