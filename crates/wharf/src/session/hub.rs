@@ -35,8 +35,18 @@ pub(crate) struct Hub {
     running: Mutex<HashMap<RunKey, (u64, CancellationToken)>>,
     registrations: std::sync::atomic::AtomicU64,
     waiting: Mutex<HashMap<Box<str>, mpsc::Sender<Delivery>>>,
+    /// Sessions whose end was heard lately, and when: a call that registers just after
+    /// (it read its session from a copy, or from the store, before the end) is cancelled
+    /// as it starts rather than run for a session nobody holds.
+    ended: Mutex<HashMap<Box<str>, std::time::Instant>>,
     listening: OnceLock<()>,
 }
+
+/// How long a session's end is remembered: longer than a copy of a session is trusted
+/// (`Book`'s `CACHE_TTL`) plus a store read.
+const ENDED_REMEMBERED: Duration = Duration::from_secs(10);
+/// Most session ends remembered at once (a flood of DELETEs aside, a handful).
+const MAX_ENDED: usize = 10_000;
 
 impl Hub {
     /// Starts hearing the bus, once per process (the first legacy request does it), and
@@ -110,6 +120,13 @@ impl Hub {
             // Nobody is left to answer the session's calls or to read what they send: a
             // call waiting for input would otherwise hold its slot until its input timeout.
             SessionSignal::Ended => {
+                {
+                    let mut ended = lock(&self.ended);
+                    ended.retain(|_, at| at.elapsed() < ENDED_REMEMBERED);
+                    if ended.len() < MAX_ENDED {
+                        ended.insert(session.into(), std::time::Instant::now());
+                    }
+                }
                 for ((of, _), (_, token)) in lock(&self.running).iter() {
                     if **of == *session {
                         token.cancel();
@@ -135,7 +152,7 @@ impl Hub {
 
     /// Registers a call of `session` under `key` (see `legacy::call_key`): a cancellation
     /// naming that key, or the session's end, cancels `token` until the registration is
-    /// dropped. `None` while another call of this process, not cancelled, runs under the
+    /// dropped; a session whose end was heard lately cancels it at once. `None` while another call of this process, not cancelled, runs under the
     /// same key.
     pub(crate) fn run(
         self: &Arc<Self>,
@@ -153,6 +170,12 @@ impl Hub {
             .is_some_and(|(_, live)| !live.is_cancelled())
         {
             return None;
+        }
+        let ended = lock(&self.ended)
+            .get(session)
+            .is_some_and(|at| at.elapsed() < ENDED_REMEMBERED);
+        if ended {
+            token.cancel();
         }
         running.insert(key.clone(), (n, token));
         Some(Running {
@@ -262,5 +285,19 @@ mod tests {
         hub.route("s", SessionSignal::Ended);
         let cancelled: Vec<bool> = tokens.iter().map(CancellationToken::is_cancelled).collect();
         assert_eq!(cancelled, [true, true, false]);
+    }
+
+    /// A call that registers just after its session's end was heard (it read the session
+    /// before the end) is cancelled as it starts; another session's call is not.
+    #[test]
+    fn a_call_of_a_session_that_just_ended_is_cancelled_as_it_starts() {
+        let hub = Arc::new(Hub::default());
+        hub.route("s", SessionSignal::Ended);
+        let late = CancellationToken::new();
+        let _late = hub.run("s", "1", late.clone()).unwrap();
+        assert!(late.is_cancelled());
+        let other = CancellationToken::new();
+        let _other = hub.run("t", "1", other.clone()).unwrap();
+        assert!(!other.is_cancelled());
     }
 }
