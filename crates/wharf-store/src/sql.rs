@@ -608,12 +608,22 @@ async fn migrate_postgres(
     pool: &sqlx::PgPool,
     options: &StoreOptions,
 ) -> Result<(), sqlx::migrate::MigrateError> {
+    let statements_wait = format!("SET lock_timeout = {}", lock_wait_ms(options));
+    let connected_wait = statements_wait.clone();
     let own = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
-        .after_connect(|conn, _| Box::pin(async move { session_settings(conn).await }))
+        // Should the pool replace its connection between the statements below, the new one
+        // waits as the migrations' statements must (the migrator's own lock still keeps
+        // replicas from migrating at once).
+        .after_connect(move |conn, _| {
+            let wait = connected_wait.clone();
+            Box::pin(async move {
+                session_settings(conn).await?;
+                conn.execute(&*wait).await.map(drop)
+            })
+        })
         .connect_with((*pool.connect_options()).clone())
         .await?;
-    let statements_wait = format!("SET lock_timeout = {}", lock_wait_ms(options));
     sqlx::query("SET lock_timeout = '10min'")
         .execute(&own)
         .await?;

@@ -215,14 +215,12 @@ impl JwtChecker {
         if !audience_ok(claims.get("aud"), audiences) {
             return Err(AuthError::WrongAudience);
         }
-        // An OpenID Connect ID token (its `nonce`, or the hashes binding it to a code or an
-        // access token): it says who signed in to a client, and is no access token, even
-        // where its audience (a client id) is accepted as this server's.
-        if !typed_access
-            && ["nonce", "at_hash", "c_hash"]
-                .iter()
-                .any(|k| claims.contains_key(*k))
-        {
+        // An OpenID Connect ID token says who signed in to a client and is no access token,
+        // even where its audience (a client id) is accepted as this server's. What gives it
+        // away: the hashes binding it to a code or an access token, Keycloak's `typ: "ID"`,
+        // or a `nonce` without any scope (Keycloak before 26 copies the nonce into access
+        // tokens too, which carry their scopes).
+        if !typed_access && is_id_token(&claims) {
             return Err(AuthError::NotAnAccessToken);
         }
         // Accepting a bound token as a bearer token would let whoever holds it use it
@@ -244,6 +242,15 @@ impl JwtChecker {
             },
         })
     }
+}
+
+/// Whether `claims` are an OpenID Connect ID token's (see `check`).
+fn is_id_token(claims: &Map<String, Value>) -> bool {
+    let has = |k: &str| claims.contains_key(k);
+    has("at_hash")
+        || has("c_hash")
+        || claims.get("typ").and_then(Value::as_str) == Some("ID")
+        || (has("nonce") && !has("scope") && !has("scp"))
 }
 
 impl KeySource {
@@ -528,6 +535,28 @@ fn refused_header(token: &str) -> AuthError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What only ID tokens carry refuses them; a Keycloak access token (before 26) with the
+    /// sign-in's `nonce` and its scopes passes.
+    #[test]
+    fn id_tokens_are_told_from_access_tokens() {
+        let claims = |v: serde_json::Value| v.as_object().unwrap().clone();
+        for id_token in [
+            serde_json::json!({ "sub": "a", "nonce": "n" }),
+            serde_json::json!({ "sub": "a", "at_hash": "h", "scope": "openid" }),
+            serde_json::json!({ "sub": "a", "c_hash": "h" }),
+            serde_json::json!({ "sub": "a", "typ": "ID", "scope": "openid" }),
+        ] {
+            assert!(is_id_token(&claims(id_token.clone())), "{id_token}");
+        }
+        for access in [
+            serde_json::json!({ "sub": "a", "nonce": "n", "typ": "Bearer", "scope": "openid profile" }),
+            serde_json::json!({ "sub": "a", "nonce": "n", "scp": ["read"] }),
+            serde_json::json!({ "sub": "a", "scope": "read" }),
+        ] {
+            assert!(!is_id_token(&claims(access.clone())), "{access}");
+        }
+    }
     use base64::Engine as _;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};

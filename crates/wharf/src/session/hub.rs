@@ -123,9 +123,17 @@ impl Hub {
                 {
                     let mut ended = lock(&self.ended);
                     ended.retain(|_, at| at.elapsed() < ENDED_REMEMBERED);
-                    if ended.len() < MAX_ENDED {
-                        ended.insert(session.into(), std::time::Instant::now());
+                    // Full (a flood of ends): the oldest goes, not this one.
+                    if ended.len() >= MAX_ENDED {
+                        let oldest = ended
+                            .iter()
+                            .min_by_key(|(_, at)| **at)
+                            .map(|(s, _)| s.clone());
+                        if let Some(oldest) = oldest {
+                            ended.remove(&oldest);
+                        }
                     }
+                    ended.insert(session.into(), std::time::Instant::now());
                 }
                 for ((of, _), (_, token)) in lock(&self.running).iter() {
                     if **of == *session {
@@ -171,10 +179,7 @@ impl Hub {
         {
             return None;
         }
-        let ended = lock(&self.ended)
-            .get(session)
-            .is_some_and(|at| at.elapsed() < ENDED_REMEMBERED);
-        if ended {
+        if self.ended_lately(session) {
             token.cancel();
         }
         running.insert(key.clone(), (n, token));
@@ -183,6 +188,13 @@ impl Hub {
             key,
             n,
         })
+    }
+
+    /// Whether the end of `session` was heard in the last [`ENDED_REMEMBERED`].
+    fn ended_lately(&self, session: &str) -> bool {
+        lock(&self.ended)
+            .get(session)
+            .is_some_and(|at| at.elapsed() < ENDED_REMEMBERED)
     }
 
     /// Waits for the answer filed under `key` from now on, until the waiter is dropped.
