@@ -491,6 +491,15 @@ pub(crate) async fn session_settings(conn: &mut sqlx::PgConnection) -> Result<()
     .map(drop)
 }
 
+/// A session of the calls' pool: [`session_settings`], and lock waits bounded by
+/// `wait_ms` ([`StoreOptions::lock_wait`]).
+#[cfg(feature = "postgres")]
+async fn call_session(conn: &mut sqlx::PgConnection, wait_ms: u128) -> Result<(), sqlx::Error> {
+    conn.execute(&*format!("SET lock_timeout = {wait_ms}"))
+        .await?;
+    session_settings(conn).await
+}
+
 impl SqlPool {
     /// Opens a pool with the settings every store connection needs.
     async fn connect(
@@ -524,13 +533,7 @@ impl SqlPool {
             #[cfg(feature = "postgres")]
             Dialect::Postgres => sqlx::pool::PoolOptions::<Postgres>::new()
                 .max_connections(options.max_connections)
-                .after_connect(move |conn, _| {
-                    Box::pin(async move {
-                        conn.execute(&*format!("SET lock_timeout = {wait_ms}"))
-                            .await?;
-                        session_settings(conn).await
-                    })
-                })
+                .after_connect(move |conn, _| Box::pin(call_session(conn, wait_ms)))
                 .connect(url)
                 .await
                 .map(SqlPool::Postgres),
@@ -608,20 +611,14 @@ async fn migrate_postgres(
     pool: &sqlx::PgPool,
     options: &StoreOptions,
 ) -> Result<(), sqlx::migrate::MigrateError> {
-    let statements_wait = format!("SET lock_timeout = {}", lock_wait_ms(options));
-    let connected_wait = statements_wait.clone();
+    let wait_ms = lock_wait_ms(options);
+    let statements_wait = format!("SET lock_timeout = {wait_ms}");
     let own = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
-        // Should the pool replace its connection between the statements below, the new one
-        // waits as the migrations' statements must (the migrator's own lock still keeps
-        // replicas from migrating at once).
-        .after_connect(move |conn, _| {
-            let wait = connected_wait.clone();
-            Box::pin(async move {
-                session_settings(conn).await?;
-                conn.execute(&*wait).await.map(drop)
-            })
-        })
+        // Set up as the calls' sessions are: should the pool replace its connection between
+        // the statements below, the new one waits as the migrations' statements must (the
+        // migrator's own lock still keeps replicas from migrating at once).
+        .after_connect(move |conn, _| Box::pin(call_session(conn, wait_ms)))
         .connect_with((*pool.connect_options()).clone())
         .await?;
     sqlx::query("SET lock_timeout = '10min'")
