@@ -206,7 +206,8 @@ pub(crate) struct ServeArgs {
     keep_alive_secs: u64,
     /// Seconds the server keeps accepting after SIGTERM/SIGINT while `/readyz` answers 503
     /// (and responses close their connections), so load balancers move traffic away before
-    /// it stops accepting. A second signal skips the rest of it.
+    /// it stops accepting. Connections still idle when it ends are closed: keep a proxy's
+    /// upstream keep-alive below it. A second signal skips the rest of it.
     #[arg(long, env = "WHARF_DRAIN_GRACE_SECS", default_value_t = 5)]
     drain_grace_secs: u64,
     /// Seconds in-flight requests get to finish once the server stops accepting.

@@ -89,6 +89,18 @@ fn check_unit(env: &[(String, String)]) {
         stop > secs("WHARF_DRAIN_GRACE_SECS") + secs("WHARF_DRAIN_SECS"),
         "systemd must not kill a replica that is still draining"
     );
+    let nginx = std::fs::read_to_string(deploy_file("nginx/wharf.conf")).unwrap();
+    let keepalive: u64 = nginx
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("keepalive_timeout "))
+        .and_then(|v| v.strip_suffix("s;"))
+        .expect("the upstream sets keepalive_timeout in seconds")
+        .parse()
+        .unwrap();
+    assert!(
+        keepalive < secs("WHARF_DRAIN_GRACE_SECS"),
+        "nginx must drop idle connections before a draining replica closes them"
+    );
 }
 
 /// Three replicas and nginx in front of them.
@@ -590,6 +602,58 @@ async fn postgres_a_sigkill_loop_under_write_load_loses_and_doubles_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_a_sigkill_loop_under_write_load_loses_and_doubles_nothing() {
     a_sigkill_loop_under_write_load_loses_and_doubles_nothing(&redis_url()).await;
+}
+
+/// TCP connections on 127.0.0.1 as `/proc/net/tcp` lists them: (local port, remote port,
+/// state), the state as the kernel numbers it (1 established, 6 time-wait).
+fn tcp_sockets() -> Vec<(u16, u16, u8)> {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let port = |address: &str| u16::from_str_radix(address.split_once(':').unwrap().1, 16);
+    table
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            let state = u8::from_str_radix(fields[3], 16).unwrap();
+            (port(fields[1]).unwrap(), port(fields[2]).unwrap(), state)
+        })
+        .collect()
+}
+
+/// A replica drained while nginx keeps an idle connection to it, which nothing uses during
+/// the grace: nginx drops it (its upstream keep-alive is shorter than the shipped grace)
+/// before the replica would close it. Were it the other way round, a request nginx wrote on
+/// that connection as the replica closed it would fail with 502 (what the rolling restart
+/// under load could hit). Who closed first is who holds the connection's time-wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nginx_drops_its_idle_connections_to_a_draining_replica_first() {
+    let mut fleet = Fleet::start(&redis_url(), &[], &[]);
+    let client = fleet.client(TOKEN_42);
+    let replica = fleet.ports[0];
+    // Requests through nginx until it keeps a connection to the first replica.
+    let mut kept = None;
+    for _ in 0..30 {
+        let listed = client.request("tools/list", json!({})).await.unwrap();
+        assert!(listed.result().is_some(), "{}", listed.body);
+        kept = tcp_sockets()
+            .into_iter()
+            .find(|&(local, _, state)| local == replica && state == 1)
+            .map(|(_, nginx_port, _)| nginx_port);
+        if kept.is_some() {
+            break;
+        }
+    }
+    let nginx_port = kept.expect("nginx keeps a connection to the replica");
+    fleet.stop(0);
+    let sockets = tcp_sockets();
+    assert!(
+        sockets.contains(&(nginx_port, replica, 6)),
+        "nginx closed its idle connection to the draining replica first: {:?}",
+        sockets
+            .iter()
+            .filter(|s| [s.0, s.1] == [nginx_port, replica] || [s.0, s.1] == [replica, nginx_port])
+            .collect::<Vec<_>>()
+    );
 }
 
 /// A call streaming progress with 20 s between events, through nginx whose idle timeout is
