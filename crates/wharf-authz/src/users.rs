@@ -131,14 +131,18 @@ impl Users {
         &self,
         work: impl FnOnce() -> Result<T, UserError> + Send + 'static,
     ) -> Result<T, UserError> {
-        let _turn = self
-            .hashing
-            .acquire()
+        let turn = std::sync::Arc::clone(&self.hashing)
+            .acquire_owned()
             .await
             .map_err(|_| UserError::Hash("the hashing pool is closed".into()))?;
-        tokio::task::spawn_blocking(work)
-            .await
-            .map_err(|err| UserError::Hash(err.to_string()))?
+        // The turn goes with the work: a sign-in whose client went away leaves its hash
+        // running, and that hash must still count against the pool.
+        tokio::task::spawn_blocking(move || {
+            let _turn = turn;
+            work()
+        })
+        .await
+        .map_err(|err| UserError::Hash(err.to_string()))?
     }
 
     /// Adds an account; refuses a name that exists.
@@ -452,6 +456,33 @@ mod tests {
             } => cookie,
             other => panic!("{name}: {other:?}"),
         }
+    }
+
+    /// A hash whose caller went away (a sign-in's client disconnected) still holds its turn
+    /// until it ends: the pool bounds the hashes running, not the callers waiting.
+    #[tokio::test]
+    async fn a_hash_keeps_its_turn_after_its_caller_goes() {
+        let users = users().await;
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let (finish, finish_rx) = std::sync::mpsc::channel::<()>();
+        let caller = users.hashing(move || {
+            started_tx.send(()).unwrap();
+            finish_rx.recv().unwrap();
+            Ok(())
+        });
+        let mut caller = Box::pin(caller);
+        // Poll the caller until its work runs on the blocking pool, then drop it.
+        tokio::select! {
+            _ = &mut caller => panic!("the work cannot end before it is told to"),
+            () = async {
+                tokio::task::spawn_blocking(move || started.recv().unwrap()).await.unwrap()
+            } => {}
+        }
+        drop(caller);
+        assert_eq!(users.hashing.available_permits(), PARALLEL_HASHES - 1);
+        finish.send(()).unwrap();
+        let all = users.hashing.acquire_many(PARALLEL_HASHES as u32).await;
+        assert!(all.is_ok(), "the turn came back when the hash ended");
     }
 
     #[tokio::test]

@@ -1209,12 +1209,15 @@ async fn serve_with(
         // calls too (metadata, registration, token, revocation, keys); the pages a person's
         // browser navigates get no CORS.
         let api = authz.api_router();
-        app = app
-            .merge(match cors {
+        let closing = wharf_http::close_while_draining(server.clone());
+        app = app.merge(
+            match cors {
                 Some(cors) => api.layer(cors),
                 None => api,
-            })
-            .merge(authz.page_router());
+            }
+            .merge(authz.page_router())
+            .layer(closing),
+        );
     }
 
     let stopping = tokio_util::sync::CancellationToken::new();

@@ -25,8 +25,7 @@ use crate::{AppState, HttpConfig};
 use crate::{guard, headers, session};
 
 pub(crate) async fn handle_post(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    let mut response = answer(&state, request).await;
-    crate::close_while_draining(&state, &mut response);
+    let response = answer(&state, request).await;
     crate::count_response(&state, &response);
     response
 }

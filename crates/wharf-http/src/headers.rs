@@ -5,7 +5,9 @@ use std::borrow::Cow;
 
 use axum::http::HeaderMap;
 use wharf::{ParsedRequest, RequestBody, RpcError, Server};
-use wharf_protocol::headers::{self, decode_value, is_of_type, param_matches, render_param};
+use wharf_protocol::headers::{
+    self, decode_value, is_of_type, param_matches, plain_value, render_param,
+};
 use wharf_protocol::methods;
 
 use crate::request_headers::{Field, RequestHeaders};
@@ -91,8 +93,8 @@ pub(crate) fn validate_unread(
     let params = params.as_ref();
     // When the header is all that names a version, one this server does not speak is what
     // the client must hear of first (the core judges a version the body names).
-    if version_named(&sent, params)?.is_none() {
-        spoken(&sent, server)?;
+    if version_named(sent, params)?.is_none() {
+        spoken(sent, server)?;
     }
     let target = match method {
         methods::TOOLS_CALL | methods::PROMPTS_GET => "name",
@@ -177,14 +179,20 @@ pub(crate) fn validate(
     mirrored(headers, req, server, true)
 }
 
-/// The `MCP-Protocol-Version` header, required, decoded as every mirrored value is.
-fn protocol_version<'a>(headers: &RequestHeaders<'a>) -> Result<Cow<'a, str>, RpcError> {
+/// The `MCP-Protocol-Version` header, required, as sent (never Base64-encoded).
+fn protocol_version<'a>(headers: &RequestHeaders<'a>) -> Result<&'a str, RpcError> {
     let sent = required(
         &headers.protocol_version,
         headers::PROTOCOL_VERSION,
         "MCP-Protocol-Version",
     )?;
-    decoded(sent, "MCP-Protocol-Version")
+    plain(sent, "MCP-Protocol-Version")
+}
+
+/// A header value that must be sent as it is (see [`plain_value`]).
+fn plain<'a>(value: &'a [u8], display: &str) -> Result<&'a str, RpcError> {
+    plain_value(value)
+        .map_err(|e| RpcError::header_mismatch(format!("the {display} header value {e}")))
 }
 
 /// Checks the mirrored headers a request of a legacy session carries: that era requires
@@ -208,15 +216,10 @@ pub(crate) fn method_mirrored(
     let Some(sent) = read_ahead(&headers.method, headers::METHOD, "Mcp-Method", strict)? else {
         return Ok(());
     };
-    // Compared as sent first: a Base64-encoded value (which the client may send for any
-    // mirrored header) is decoded only when the plain one differs.
     if sent == method.as_bytes() {
         return Ok(());
     }
-    let sent = decoded(sent, "Mcp-Method")?;
-    if sent == method {
-        return Ok(());
-    }
+    let sent = plain(sent, "Mcp-Method")?;
     Err(RpcError::header_mismatch(format!(
         "Mcp-Method header value '{sent}' does not match body value '{method}'",
     )))

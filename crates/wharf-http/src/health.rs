@@ -26,12 +26,10 @@ pub(crate) async fn readyz(State(state): State<Arc<AppState>>, headers: HeaderMa
         return *refused;
     }
     if state.server.is_draining() {
-        let mut draining = json(
+        return json(
             StatusCode::SERVICE_UNAVAILABLE,
             serde_json::json!({ "status": "draining" }),
         );
-        crate::close_while_draining(&state, &mut draining);
-        return draining;
     }
     let mut failures = serde_json::Map::new();
     if !state.server.bus().is_connected() {

@@ -409,9 +409,7 @@ async fn open_stream(state: &Arc<AppState>, request: Request) -> Response {
         Ok(stream) => stream,
         Err(e) => return error_response(None, &e),
     };
-    let mut res = sse(state, stream.map(event));
-    crate::close_while_draining(state, &mut res);
-    res
+    sse(state, stream.map(event))
 }
 
 /// HEAD: refused, never a stream opened. axum would run GET's handler for it, which opens

@@ -875,14 +875,19 @@ async fn initialize_on_a_modern_only_server_names_the_supported_versions() {
     }
 }
 
-/// Every mirrored header value may come Base64-encoded (`=?base64?…?=`) and is compared
-/// decoded: `MCP-Protocol-Version` and `Mcp-Method` too.
+/// Only `Mcp-Name` and `Mcp-Param-*` may come Base64-encoded (`=?base64?…?=`): an encoded
+/// `MCP-Protocol-Version` or `Mcp-Method` is refused as a mismatch (an intermediary routes
+/// on them as sent), even when it decodes to the body's value.
 #[tokio::test]
-async fn encoded_version_and_method_headers_are_compared_decoded() {
+async fn encoded_version_and_method_headers_are_refused() {
     // "2026-07-28" and "tools/call", encoded.
-    for (name, encoded) in [
-        ("mcp-protocol-version", "=?base64?MjAyNi0wNy0yOA==?="),
-        ("mcp-method", "=?base64?dG9vbHMvY2FsbA==?="),
+    for (name, encoded, display) in [
+        (
+            "mcp-protocol-version",
+            "=?base64?MjAyNi0wNy0yOA==?=",
+            "MCP-Protocol-Version",
+        ),
+        ("mcp-method", "=?base64?dG9vbHMvY2FsbA==?=", "Mcp-Method"),
     ] {
         let req = with(
             call("hello"),
@@ -890,26 +895,82 @@ async fn encoded_version_and_method_headers_are_compared_decoded() {
             &[(name, encoded)],
         );
         let (status, body) = send(req).await;
-        assert_eq!(status, StatusCode::OK, "{name}: {body}");
-        assert_eq!(
-            body["result"]["content"][0]["text"], "hello https://app.example#alice",
-            "{body}"
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{name}: {body}");
+        assert_eq!(body["error"]["code"], -32020, "{name}: {body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(display) && message.contains("only Mcp-Name and Mcp-Param-*"),
+            "{message}"
         );
     }
-    // "tools/list", encoded: decoded, it still names another method.
-    let req = with(
-        call("hello"),
-        json!({ "name": "hello", "arguments": {}, "_meta": meta() }),
-        &[("mcp-method", "=?base64?dG9vbHMvbGlzdA==?=")],
+}
+
+/// While the server drains, every response closes its connection, whoever answers it: the
+/// endpoint, a refusal, the probes, the metadata, a CORS preflight, axum's 404 and 405. A
+/// proxy then keeps no connection the replica will close when its grace ends.
+#[tokio::test]
+async fn every_response_closes_its_connection_while_draining() {
+    let server = server();
+    let mut config = HttpConfig::default();
+    config.hosts = wharf_http::HostPolicy::localhost().allow_origin("https://app.example");
+    config.auth = std::sync::Arc::new(
+        FromExtensions::new().challenge(HeaderValue::from_static(r#"Cookie realm="app""#)),
     );
-    let (status, body) = send(req).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
-    assert_eq!(body["error"]["code"], -32020, "{body}");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("'tools/list' does not match body value 'tools/call'"),
-        "{body}"
-    );
+    let app = wharf_http::router(server.clone(), config);
+    let requests = || {
+        let get = |path: &str| {
+            Request::get(path)
+                .header(header::HOST, "localhost")
+                .body(Body::empty())
+                .unwrap()
+        };
+        let preflight = Request::options("/mcp")
+            .header(header::HOST, "localhost")
+            .header(header::ORIGIN, "https://app.example")
+            .header(header::ACCESS_CONTROL_REQUEST_METHOD, "POST")
+            .body(Body::empty())
+            .unwrap();
+        let put = Request::put("/mcp")
+            .header(header::HOST, "localhost")
+            .body(Body::empty())
+            .unwrap();
+        let mut hello = call("hello");
+        hello.extensions_mut().insert(Principal::oauth(Grant {
+            issuer: "https://app.example".into(),
+            subject: "alice".into(),
+            client_id: None,
+            scopes: BTreeSet::new(),
+        }));
+        [
+            ("a call", hello),
+            ("readyz", get("/readyz")),
+            ("healthz", get("/healthz")),
+            ("a path nothing serves", get("/nothing")),
+            ("a preflight", preflight),
+            ("PUT", put),
+        ]
+    };
+    let closes = |res: &axum::response::Response| {
+        res.headers()
+            .get(header::CONNECTION)
+            .is_some_and(|v| v == "close")
+    };
+    for (what, req) in requests() {
+        let res = app.clone().oneshot(req).await.unwrap();
+        assert!(
+            !closes(&res),
+            "{what} before the drain: {:?}",
+            res.headers()
+        );
+    }
+    server.drain();
+    for (what, req) in requests() {
+        let res = app.clone().oneshot(req).await.unwrap();
+        assert!(
+            closes(&res),
+            "{what} while draining: {} {:?}",
+            res.status(),
+            res.headers()
+        );
+    }
 }

@@ -29,20 +29,15 @@ pub enum HeaderValueError {
     InvalidBase64,
     #[error("decodes to bytes that are not UTF-8")]
     InvalidUtf8,
+    #[error("is Base64-encoded, which only Mcp-Name and Mcp-Param-* headers may be")]
+    EncodedNotPermitted,
 }
 
 /// Decodes a header value, unwrapping the `=?base64?…?=` sentinel when present.
 ///
 /// `raw` is the header's bytes; plain values must be visible ASCII, space or tab.
 pub fn decode_value(raw: &[u8]) -> Result<std::borrow::Cow<'_, str>, HeaderValueError> {
-    if !raw
-        .iter()
-        .all(|&b| b == b'\t' || (0x20..=0x7e).contains(&b))
-    {
-        return Err(HeaderValueError::InvalidCharacters);
-    }
-    // Checked above: all bytes are ASCII.
-    let text = std::str::from_utf8(raw).map_err(|_| HeaderValueError::InvalidCharacters)?;
+    let text = visible(raw)?;
     match text
         .strip_prefix(SENTINEL_PREFIX)
         .and_then(|rest| rest.strip_suffix(SENTINEL_SUFFIX))
@@ -57,6 +52,27 @@ pub fn decode_value(raw: &[u8]) -> Result<std::borrow::Cow<'_, str>, HeaderValue
         }
         None => Ok(text.into()),
     }
+}
+
+/// Reads a header value that must be sent as it is (`MCP-Protocol-Version`, `Mcp-Method`):
+/// the specification permits the `=?base64?…?=` sentinel only for `Mcp-Name` and
+/// `Mcp-Param-*`, and an intermediary routes on these two as sent.
+pub fn plain_value(raw: &[u8]) -> Result<&str, HeaderValueError> {
+    if raw.starts_with(SENTINEL_PREFIX.as_bytes()) {
+        return Err(HeaderValueError::EncodedNotPermitted);
+    }
+    visible(raw)
+}
+
+/// `raw` as text, if it is all visible ASCII, space or tab.
+fn visible(raw: &[u8]) -> Result<&str, HeaderValueError> {
+    if !raw
+        .iter()
+        .all(|&b| b == b'\t' || (0x20..=0x7e).contains(&b))
+    {
+        return Err(HeaderValueError::InvalidCharacters);
+    }
+    std::str::from_utf8(raw).map_err(|_| HeaderValueError::InvalidCharacters)
 }
 
 /// Encodes `value` for a header, using the Base64 sentinel when the plain form is not safe.

@@ -10,7 +10,7 @@ use wharf_protocol::{
 };
 
 use crate::bus::ChangeEvent;
-use crate::cursor::ListKind;
+use crate::cursor::{CursorError, ListKind};
 use crate::error::RpcError;
 use crate::handler::HandlerError;
 use crate::meta::RequestInfo;
@@ -608,6 +608,12 @@ impl Context {
                 ListKind::App,
                 scope_fingerprint(scope, &self.principal),
             )
+            // An app's fingerprint is its scope, not its content: a mismatch is another
+            // listing's (or caller's) cursor, not a stale one.
+            .map_err(|e| match e {
+                CursorError::Stale => CursorError::OtherListing,
+                e => e,
+            })
             .map_err(|e| HandlerError::Execution(format!("Invalid cursor: {e}")))
     }
 

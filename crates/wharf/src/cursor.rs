@@ -70,6 +70,9 @@ pub enum CursorError {
     Stale,
     #[error("the cursor has expired; list again from the start")]
     Expired,
+    /// An app's cursor ([`Context::cursor`](crate::Context::cursor)) bound to another scope.
+    #[error("the cursor was issued for another listing or caller; list again from the start")]
+    OtherListing,
 }
 
 impl From<CursorError> for RpcError {

@@ -27,6 +27,8 @@ pub(crate) struct Listener {
     /// Whose stream it is: private resource changes reach only their principal.
     principal: String,
     filter: SubscriptionFilter,
+    /// The subscribed URIs normalized, for matching each change announced at once.
+    subscribed: std::collections::HashSet<String>,
     rx: broadcast::Receiver<ChangeEvent>,
     runtime: Arc<Runtime>,
     acknowledged: bool,
@@ -56,13 +58,13 @@ impl Listener {
         let asked = params.notifications;
         let yes =
             |asked: Option<bool>, offered: bool| (asked == Some(true) && offered).then_some(true);
-        // Each URI once: every change announced is matched against the list.
+        // Each URI once, kept normalized too: every change announced is matched against them.
+        let mut subscribed = std::collections::HashSet::new();
         let subscribable: Option<Vec<String>> = asked.resource_subscriptions.map(|uris| {
-            let mut seen = std::collections::HashSet::new();
             uris.into_iter()
                 .filter(|u| {
                     registry.resource(u).is_some()
-                        && seen.insert(crate::uri_template::normalized(u).into_owned())
+                        && subscribed.insert(crate::uri_template::normalized(u).into_owned())
                 })
                 .collect()
         });
@@ -72,11 +74,15 @@ impl Listener {
             resources_list_changed: yes(asked.resources_list_changed, caps.resources.is_some()),
             resource_subscriptions: subscribable.filter(|_| caps.resources.is_some()),
         };
+        if filter.resource_subscriptions.is_none() {
+            subscribed.clear();
+        }
         Ok(Listener {
             end: runtime.stream_end(),
             id: req.id,
             principal: principal.id().to_owned(),
             filter,
+            subscribed,
             rx: runtime.bus.subscribe(),
             runtime: Arc::clone(runtime),
             acknowledged: false,
@@ -102,12 +108,10 @@ impl Listener {
     /// Whether `uri` is one of the subscribed resources, however either is written
     /// (`secr%65ts` is `secrets`).
     fn subscribed(&self, uri: &str) -> bool {
-        use crate::uri_template::normalized;
-        let uri = normalized(uri);
-        self.filter
-            .resource_subscriptions
-            .as_ref()
-            .is_some_and(|s| s.iter().any(|u| normalized(u) == uri))
+        !self.subscribed.is_empty()
+            && self
+                .subscribed
+                .contains(crate::uri_template::normalized(uri).as_ref())
     }
 
     /// Everything this subscription could have missed, for after a lag: clients refetch.

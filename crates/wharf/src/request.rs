@@ -397,6 +397,11 @@ pub(crate) fn parse_in_session(
 /// The most resources one subscription holds: a listen stream's `resourceSubscriptions`,
 /// or a legacy session's subscriptions. Each is matched against every change announced.
 pub(crate) const MAX_SUBSCRIPTIONS: usize = 1_000;
+/// The URIs one subscription holds, together, in bytes: a stream keeps them for its life,
+/// and a legacy session's record (rewritten whole on each change) carries them.
+pub(crate) const MAX_SUBSCRIBED_BYTES: usize = 128 * 1024;
+/// The longest URI a subscription holds, in bytes.
+pub(crate) const MAX_URI_LEN: usize = 2_048;
 
 /// The method table: which params each method takes, and which capability it needs.
 fn read_body<S: Source>(
@@ -465,6 +470,18 @@ fn read_body<S: Source>(
                     "Invalid params: a listen stream subscribes to at most {MAX_SUBSCRIPTIONS} resources (resourceSubscriptions); open another stream for more"
                 ))));
             }
+            if uris.is_some_and(|u| u.iter().any(|u| u.len() > MAX_URI_LEN)) {
+                return Err(S::refused(RpcError::invalid_params(format!(
+                    "Invalid params: a URI in resourceSubscriptions is longer than {MAX_URI_LEN} bytes"
+                ))));
+            }
+            if uris.is_some_and(|u| u.iter().map(String::len).sum::<usize>() > MAX_SUBSCRIBED_BYTES)
+            {
+                return Err(S::refused(RpcError::invalid_params(format!(
+                    "Invalid params: the URIs in resourceSubscriptions are over {} KiB together; open another stream for more",
+                    MAX_SUBSCRIBED_BYTES / 1024
+                ))));
+            }
             (RequestBody::Listen(p), m)
         }
         _ => return Err(S::not_found(method)),
@@ -527,7 +544,8 @@ mod tests {
         }
     }
 
-    /// A listen stream subscribes to at most `MAX_SUBSCRIPTIONS` resources, both ways.
+    /// A listen stream subscribes to at most `MAX_SUBSCRIPTIONS` resources and
+    /// `MAX_SUBSCRIBED_BYTES` of URIs, none longer than `MAX_URI_LEN`, both ways.
     #[test]
     fn a_listen_stream_subscribes_to_so_many_resources_at_most() {
         let listen = |n: usize| {
@@ -547,6 +565,37 @@ mod tests {
         let e = long_way(&more).unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidParams, "{e}");
         assert!(e.message.contains("at most 1000 resources"), "{e}");
+        // And by bytes: one URI too long, or too many long ones together.
+        let with = |uris: Vec<String>| {
+            let uris = serde_json::to_string(&uris).unwrap();
+            body(
+                methods::SUBSCRIPTIONS_LISTEN,
+                &format!(r#","notifications":{{"resourceSubscriptions":{uris}}}"#),
+            )
+        };
+        let path = |n: usize| "p".repeat(n - "dataset://".len());
+        let longest = with(vec![format!("dataset://{}", path(MAX_URI_LEN))]);
+        assert!(read(&caps(), version::SUPPORTED, longest.as_bytes(), 64).is_some());
+        let too_long = with(vec![format!("dataset://{}", path(MAX_URI_LEN + 1))]);
+        assert!(read(&caps(), version::SUPPORTED, too_long.as_bytes(), 64).is_none());
+        let e = long_way(&too_long).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidParams, "{e}");
+        assert!(e.message.contains("longer than 2048 bytes"), "{e}");
+        let many = MAX_SUBSCRIBED_BYTES / MAX_URI_LEN;
+        let most = with(
+            (0..many)
+                .map(|i| format!("dataset://{i:04}{}", path(MAX_URI_LEN - 4)))
+                .collect(),
+        );
+        assert!(long_way(&most).is_ok());
+        let over = with(
+            (0..=many)
+                .map(|i| format!("dataset://{i:04}{}", path(MAX_URI_LEN - 4)))
+                .collect(),
+        );
+        let e = long_way(&over).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidParams, "{e}");
+        assert!(e.message.contains("over 128 KiB together"), "{e}");
     }
 
     #[test]

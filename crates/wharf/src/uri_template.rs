@@ -126,7 +126,8 @@ impl UriTemplate {
 
     /// Matches `uri`, returning the percent-decoded variables. A variable matches one or more
     /// characters other than `/`, `?` and `#` *before* decoding, so a decoded value may hold
-    /// any character (`%2F` gives `/`): handlers must treat variables as untrusted input.
+    /// any character but NUL (`%2F` gives `/`): handlers must treat variables as untrusted
+    /// input.
     pub(crate) fn match_uri(&self, uri: &str) -> Option<Vars> {
         let mut vars = Vars::new();
         let mut rest = uri;
@@ -143,7 +144,10 @@ impl UriTemplate {
                     if raw.is_empty() || raw.contains(['/', '?', '#']) {
                         return None;
                     }
-                    vars.insert(name.clone(), percent_decode(raw)?);
+                    // A NUL (`%00`) names nothing: PostgreSQL's text cannot hold one, so a
+                    // handler looking it up would fail there and answer "not found" elsewhere.
+                    let value = percent_decode(raw).filter(|v| !v.contains('\0'))?;
+                    vars.insert(name.clone(), value);
                     rest = &rest[end..];
                 }
             }
@@ -231,6 +235,9 @@ mod tests {
         let v = d.match_uri("dataset://my%20set").unwrap();
         assert_eq!(v["name"], "my set");
         assert_eq!(d.expand(&v), "dataset://my%20set");
+        // A decoded NUL matches nothing (every backend then answers "not found").
+        assert!(d.match_uri("dataset://a%00b").is_none());
+        assert!(d.match_uri("dataset://a%01b").is_some());
     }
 
     #[test]

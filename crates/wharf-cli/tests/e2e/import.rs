@@ -220,6 +220,7 @@ async fn commit_query_and_read(store: &str) {
     let c = first["structuredContent"]["nextCursor"].as_str().unwrap();
     let moved = call(&u42, "dataset_query", json!({ "dataset": dataset, "limit": 1, "cursor": c, "filters": [{ "column": "id", "op": "eq", "value": 1 }] })).await;
     cursor_refused(&moved);
+    assert!(moved.body.contains("another listing"), "{}", moved.body);
     // Another principal does not see the dataset.
     let u7 = s.client().with_bearer(TOKEN_7);
     let hidden = refused(&u7, "dataset_query", json!({ "dataset": dataset })).await;

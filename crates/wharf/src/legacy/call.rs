@@ -139,9 +139,7 @@ pub(crate) fn register(
     // every call would contend for. Shutdown drains calls as it drains stateless ones.
     let cancel = CancellationToken::new();
     if session.booked && runtime.sessions.is_shared() {
-        runtime
-            .hub
-            .listen(&runtime.bus, &runtime.shutdown, &runtime.sessions);
+        runtime.hub.listen(&runtime.bus, &runtime.sessions);
     }
     let key = super::call_key(session.id(), id);
     // Cancellations name a call by its id: a second call under the id of one still running

@@ -40,7 +40,7 @@ use crate::error::{ErrorKind, RpcError};
 use crate::meta::TraceContext;
 use crate::principal::Principal;
 use crate::reply::respond;
-use crate::request::{self, MAX_SUBSCRIPTIONS};
+use crate::request::{self, MAX_SUBSCRIBED_BYTES, MAX_SUBSCRIPTIONS, MAX_URI_LEN};
 pub use crate::session::Session;
 use crate::session::{Delivery, NotOpened, SessionKind, SessionState};
 use crate::store::{HandleRecord, StoreError, TxMode, after, millis, now_millis};
@@ -230,7 +230,7 @@ impl<'a> Sessions<'a> {
         let book = &runtime.sessions;
         if book.is_shared() {
             // Copies of stored sessions are only as good as the signals that drop them.
-            runtime.hub.listen(&runtime.bus, &runtime.shutdown, book);
+            runtime.hub.listen(&runtime.bus, book);
         }
         let Some(mut session) = book.session(id, false).await? else {
             return Err(SessionError::Unknown);
@@ -633,15 +633,11 @@ fn too_many_subscriptions() -> RpcError {
         MAX_SUBSCRIBED_BYTES / 1024
     ))
 }
-/// The URIs one session subscribes to, together, in bytes.
-const MAX_SUBSCRIBED_BYTES: usize = 128 * 1024;
 /// The longest params of `initialize`, in bytes: a client's capabilities and description
 /// (icons as `data:` URIs included) fit many times over.
 const MAX_INITIALIZE_BYTES: usize = 64 * 1024;
 /// Answers of one principal filed in the store and not yet taken by their calls.
 const MAX_WAITING_ANSWERS: u64 = 1_000;
-/// Longest URI a session subscribes to, in bytes.
-const MAX_URI_LEN: usize = 2_048;
 /// What every server request's id starts with (see `call.rs`): an answer to anything
 /// else answers nothing this server asked, and is not kept.
 pub(crate) const SERVER_REQUEST_PREFIX: &str = "wharf-";

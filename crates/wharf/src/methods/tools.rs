@@ -716,7 +716,7 @@ async fn prepare(
         }
         Begin::Replay(stored) => Prepared::Replay(stored),
         Begin::Mismatch => Prepared::Answer(CallToolResult::error(format!(
-            "The idempotency key {:?} was already used for a different call of {name} (other arguments). Retry a call with the same arguments as the first, or use a new key for a new write.",
+            "The idempotency key {:?} was already used for a different call (another tool, or {name} with other arguments). Retry a call with the same tool and arguments as the first, or use a new key for a new write.",
             claim.key
         ))),
     })

@@ -40,6 +40,16 @@ pub(crate) struct Hub {
     /// as it starts rather than run for a session nobody holds.
     ended: Mutex<HashMap<Box<str>, std::time::Instant>>,
     listening: OnceLock<()>,
+    /// Cancelled when the hub goes (with its server): its task stops hearing the bus then,
+    /// and not before. A draining server's calls still run, and still hear their
+    /// cancellations and session ends, until the drain's deadline.
+    dropped: CancellationToken,
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        self.dropped.cancel();
+    }
 }
 
 /// How long a session's end is remembered: longer than a copy of a session is trusted
@@ -51,16 +61,11 @@ const MAX_ENDED: usize = 10_000;
 impl Hub {
     /// Starts hearing the bus, once per process (the first legacy request does it), and
     /// drops `book`'s copies of the sessions other replicas change or end.
-    pub(crate) fn listen(
-        self: &Arc<Self>,
-        bus: &Arc<dyn NotificationBus>,
-        stop: &CancellationToken,
-        book: &Arc<Book>,
-    ) {
+    pub(crate) fn listen(self: &Arc<Self>, bus: &Arc<dyn NotificationBus>, book: &Arc<Book>) {
         if self.listening.set(()).is_err() {
             return;
         }
-        let (hub, bus, stop) = (Arc::downgrade(self), Arc::clone(bus), stop.clone());
+        let (hub, bus, stop) = (Arc::downgrade(self), Arc::clone(bus), self.dropped.clone());
         let book = Arc::downgrade(book);
         tokio::spawn(async move {
             loop {
@@ -284,6 +289,41 @@ mod tests {
         );
         drop(again);
         assert!(lock(&hub.running).get(&("s".into(), "k".into())).is_none());
+    }
+
+    /// The hub hears the bus for as long as it exists, whatever the server's state (a
+    /// draining server's calls still hear their cancellations), and its task ends with it.
+    #[tokio::test]
+    async fn the_hub_hears_the_bus_until_it_goes() {
+        let bus: Arc<dyn NotificationBus> = Arc::new(crate::bus::InProcessBus::default());
+        let hub = Arc::new(Hub::default());
+        let book = Arc::new(Book::new(None));
+        hub.listen(&bus, &book);
+        let token = CancellationToken::new();
+        let call = hub.run("s", "k", token.clone()).unwrap();
+        let cancel = ChangeEvent::Session {
+            session: "s".into(),
+            signal: SessionSignal::Cancel("k".into()),
+        };
+        // Announced until heard: the hub's task subscribes once it first runs.
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while !token.is_cancelled() {
+                bus.publish(cancel.clone()).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the hub heard the cancellation");
+        assert_eq!(Arc::strong_count(&bus), 2, "the hub's task holds the bus");
+        drop(call);
+        drop(hub);
+        tokio::time::timeout(Duration::from_secs(30), async {
+            while Arc::strong_count(&bus) > 1 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the hub's task ended with the hub");
     }
 
     /// A session's end cancels every call of it running here, and no other.
