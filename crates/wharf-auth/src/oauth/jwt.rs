@@ -115,6 +115,10 @@ impl JwtChecker {
     /// that hangs up must not leave an attempt counted but never made, which would refuse
     /// every new key for the rest of the interval.
     async fn refresh(&self) -> Result<(), AuthError> {
+        // A fetch under way is waited for here, not on a task: a client that hangs up
+        // meanwhile leaves nothing queued (while an issuer times out, a task per request
+        // would pile up). The refresh after it answers from what that fetch learned.
+        drop(self.0.fetching.lock().await);
         let source = Arc::clone(&self.0);
         tokio::spawn(async move { source.refresh().await })
             .await
@@ -613,6 +617,66 @@ mod tests {
             1,
             "one attempt per interval"
         );
+    }
+
+    /// Keys the test hands over when it says so: a fetch that hangs, as from an issuer that
+    /// does not answer.
+    #[derive(Debug, Default)]
+    struct Stalled {
+        release: tokio::sync::Notify,
+        fetches: AtomicUsize,
+    }
+
+    impl PublishedKeys for Stalled {
+        fn jwk_set(
+            &self,
+        ) -> std::pin::Pin<Box<dyn Future<Output = Result<Value, AuthError>> + Send + '_>> {
+            self.fetches.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                self.release.notified().await;
+                Ok(serde_json::json!({ "keys": [] }))
+            })
+        }
+    }
+
+    /// Requests for unknown keys whose clients hang up while the key set is being fetched
+    /// leave nothing behind: they waited for that fetch themselves, not on tasks of their
+    /// own, which would pile up for as long as an issuer takes to time out.
+    #[tokio::test]
+    async fn callers_that_hang_up_during_a_fetch_leave_no_task_behind() {
+        let keys = Arc::new(Stalled::default());
+        let checker = Arc::new(checker(KeyOrigin::Published(keys.clone())));
+        let check = |kid: String| {
+            let checker = Arc::clone(&checker);
+            tokio::spawn(async move {
+                let audiences = ["https://mcp.example.com/mcp".to_owned()];
+                checker
+                    .check(&token_with_kid(&kid), &audiences, Duration::ZERO)
+                    .await
+            })
+        };
+        let first = check("a".into());
+        while keys.fetches.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        let metrics = tokio::runtime::Handle::current().metrics();
+        let before = metrics.num_alive_tasks();
+        let callers: Vec<_> = (0..50).map(|i| check(format!("b{i}"))).collect();
+        // On this single-threaded runtime, each yield runs every task ready: the callers
+        // reach their wait (and any task one spawns reaches its own).
+        for _ in 0..5 {
+            tokio::task::yield_now().await;
+        }
+        for caller in &callers {
+            caller.abort();
+        }
+        for caller in callers {
+            assert!(caller.await.unwrap_err().is_cancelled());
+        }
+        assert_eq!(metrics.num_alive_tasks(), before, "nothing left queued");
+        keys.release.notify_waiters();
+        assert_eq!(first.await.unwrap().unwrap_err(), AuthError::UnknownKey);
+        assert_eq!(keys.fetches.load(Ordering::SeqCst), 1);
     }
 
     /// RFC 7517 A.1's P-256 key, as key "old".
