@@ -85,7 +85,7 @@ pub(crate) async fn post(
             );
         };
         return match sessions
-            .answer(&session, &principal, id, envelope.result, envelope.error)
+            .answer(&session, id, envelope.result, envelope.error)
             .await
         {
             Ok(()) => StatusCode::ACCEPTED.into_response(),
@@ -217,7 +217,7 @@ pub(crate) async fn batch(
         if envelope.method.is_some() && envelope.id.is_some() {
             continue;
         }
-        if let Err(e) = take(sessions, &session, &principal, envelope).await {
+        if let Err(e) = take(sessions, &session, envelope).await {
             first_refused.get_or_insert(e);
         }
     }
@@ -312,13 +312,12 @@ async fn run_batch(
 async fn take(
     sessions: wharf::Sessions<'_>,
     session: &Session,
-    principal: &Principal,
     envelope: Envelope<'_>,
 ) -> Result<(), RpcError> {
     match (envelope.method.as_deref(), envelope.id.as_ref()) {
         (None, Some(id)) => {
             sessions
-                .answer(session, principal, id, envelope.result, envelope.error)
+                .answer(session, id, envelope.result, envelope.error)
                 .await
         }
         (Some(method), None) => sessions.notify(session, method, envelope.params).await,

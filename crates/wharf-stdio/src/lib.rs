@@ -770,7 +770,7 @@ async fn in_session(
     let Some(method) = envelope.method.as_deref() else {
         if let Some(id) = &envelope.id {
             if let Err(e) = sessions
-                .answer(session, link.principal, id, envelope.result, envelope.error)
+                .answer(session, id, envelope.result, envelope.error)
                 .await
             {
                 tracing::warn!(error = %e.message, "a response from the client was refused");

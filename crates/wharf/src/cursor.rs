@@ -97,6 +97,18 @@ impl std::fmt::Debug for CursorCodec {
     }
 }
 
+/// The MAC of a [`CursorCodec::tag`]: the key's id, the purpose and the data, each framed.
+fn tag_mac(key: &HmacSha256, kid: &str, purpose: &[u8], data: &[u8]) -> HmacSha256 {
+    let mut mac = key.clone();
+    mac.update(b"tag\0");
+    mac.update(kid.as_bytes());
+    mac.update(&[0]);
+    mac.update(purpose);
+    mac.update(&[0]);
+    mac.update(data);
+    mac
+}
+
 fn keyed(secret: &[u8]) -> HmacSha256 {
     // HMAC accepts keys of any length.
     HmacSha256::new_from_slice(secret).unwrap_or_else(|_| unreachable!("HMAC takes any key length"))
@@ -141,6 +153,36 @@ impl CursorCodec {
         let tag = mac.finalize().into_bytes();
         buf.extend_from_slice(&tag[..TAG_LEN]);
         format!("{}.{}", signer.id, URL_SAFE_NO_PAD.encode(buf))
+    }
+
+    /// A tag that binds `data` to this server's keys, for a value a client must hand back as
+    /// it got it (a legacy session's server request ids): `{key id}.{tag}`. `purpose` keeps
+    /// the tags of one use from passing for another's, or for a cursor's.
+    pub(crate) fn tag(&self, purpose: &[u8], data: &[u8]) -> String {
+        let signer = self.keys.current(now_millis());
+        let tag = tag_mac(&signer.key, &signer.id, purpose, data).finalize();
+        format!(
+            "{}.{}",
+            signer.id,
+            URL_SAFE_NO_PAD.encode(&tag.into_bytes()[..TAG_LEN])
+        )
+    }
+
+    /// Whether `tag` is what [`tag`](Self::tag) gave for `purpose` and `data`, under a key
+    /// still open.
+    pub(crate) fn is_tag(&self, purpose: &[u8], data: &[u8], tag: &str) -> bool {
+        let Some((kid, encoded)) = tag.split_once('.') else {
+            return false;
+        };
+        let Some(key) = self.keys.opener(kid, now_millis()) else {
+            return false;
+        };
+        URL_SAFE_NO_PAD.decode(encoded).is_ok_and(|t| {
+            t.len() == TAG_LEN
+                && tag_mac(key, kid, purpose, data)
+                    .verify_truncated_left(&t)
+                    .is_ok()
+        })
     }
 
     /// The offset a cursor points at, after checking its signature, list, freshness and age.
@@ -245,6 +287,26 @@ mod tests {
         let c = codec().encode(ListKind::Tools, 7, 42);
         assert!(c.starts_with("c."), "{c}");
         assert_eq!(codec().decode(&c, ListKind::Tools, 42), Ok(7));
+    }
+
+    /// A tag holds for its purpose and data under the same key, and for nothing else: not
+    /// shortened, not under another key or purpose, not as a cursor.
+    #[test]
+    fn a_tag_holds_for_its_purpose_and_data_only() {
+        let t = codec().tag(b"p", b"data");
+        assert!(codec().is_tag(b"p", b"data", &t), "{t}");
+        assert!(!codec().is_tag(b"p", b"datb", &t));
+        assert!(!codec().is_tag(b"q", b"data", &t));
+        let other = CursorCodec::new(&CursorKey::new(b"x".repeat(32)), Duration::from_secs(60));
+        assert!(!other.is_tag(b"p", b"data", &t));
+        let short = &t[..t.len() - 2];
+        for forged in ["", "c", "c.", "c.!!", "x.AAAA", short] {
+            assert!(!codec().is_tag(b"p", b"data", forged), "{forged}");
+        }
+        assert_eq!(
+            codec().decode(&t, ListKind::App, 0),
+            Err(CursorError::Invalid)
+        );
     }
 
     #[test]

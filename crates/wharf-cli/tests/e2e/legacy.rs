@@ -920,47 +920,53 @@ async fn session_streams_count_under_the_listen_caps() {
     assert_eq!(status, 503, "a second stream past the cap of one");
 }
 
-/// An answer waits in the store until its call takes it or it expires, so answers to ids no
-/// call waits for are bounded per principal: past the bound they are refused (400), and
-/// another principal's answers are not.
+/// An answer is taken only for a request the server sent that session: a made-up id, a
+/// real one whose tag was changed, or a real one posted to another session is refused (400,
+/// naming it) before anything is filed (an answer to a made-up id would have waited in the
+/// store until it expired, for anonymous clients without any bound). The real answer to the
+/// real request is taken, and the call goes on with it.
 #[tokio::test]
-async fn answers_left_waiting_are_bounded_per_principal() {
-    let server = start(&sqlite_url("legacy-answers"), &[]);
-    let session = open(&server.client().with_bearer(TOKEN_42)).await;
-    let answer =
-        |n: usize| json!({ "jsonrpc": "2.0", "id": format!("wharf-{n:016x}-0"), "result": {} });
-    for n in 0..1_000 {
-        let status = session.post(&answer(n)).await.unwrap().status;
-        assert_eq!(status, 202, "answer {n}");
-    }
-    let refused = session.post(&answer(1_000)).await.unwrap();
-    assert_eq!(refused.status, 400, "{}", refused.body);
-    assert!(
-        refused.body.contains("1000 of your answers"),
-        "{}",
-        refused.body
-    );
-    // The same answer again changes nothing, as before.
-    assert_eq!(session.post(&answer(0)).await.unwrap().status, 202);
-
-    let other = open(&server.client().with_bearer(TOKEN_7)).await;
-    assert_eq!(other.post(&answer(0)).await.unwrap().status, 202);
-}
-
-/// Anonymous callers all act as one principal, so the bound on waiting answers does not
-/// apply to them: one anonymous client leaving answers must not block another's.
-#[tokio::test]
-async fn anonymous_answers_are_not_bounded() {
-    let store = sqlite_url("legacy-answers-anonymous");
+async fn only_answers_to_requests_the_server_sent_are_taken() {
+    let store = sqlite_url("legacy-answers");
     let server =
-        ServerProcess::start_exact(&["--profile", "default", "--store", &store, "--anonymous"]);
-    let session = open(&server.client()).await;
+        ServerProcess::start_exact(&["--profile", "conformance", "--store", &store, "--anonymous"]);
+    let client = server.client();
+    let (session, other) = (open(&client).await, open(&client).await);
+    let args = json!({ "name": "test_elicitation", "arguments": { "message": "Who?" } });
+    let call = session.message("tools/call", args);
+    let mut stream = Box::pin(session.stream(&call).await.unwrap());
+    let ask = next(&mut stream, "the question").await;
+    assert_eq!(ask["method"], "elicitation/create", "{ask}");
+    let id = ask["id"].as_str().unwrap();
+    let (base, _) = id.split_once('.').expect("a tagged id");
+    let (signed, mac) = id.rsplit_once('.').unwrap();
+    let flipped = if mac.starts_with('A') { "B" } else { "A" };
+    let changed = format!("{signed}.{flipped}{}", &mac[1..]);
     let answer =
-        |n: usize| json!({ "jsonrpc": "2.0", "id": format!("wharf-{n:016x}-0"), "result": {} });
-    for n in 0..=1_000 {
-        let reply = session.post(&answer(n)).await.unwrap();
-        assert_eq!(reply.status, 202, "answer {n}: {}", reply.body);
+        json!({ "action": "accept", "content": { "username": "u", "email": "u@example.com" } });
+    for (what, id, on) in [
+        ("a made-up id", json!("wharf-00000000000000ff-0"), &session),
+        ("a changed tag", json!(changed), &session),
+        ("the id without its tag", json!(base), &session),
+        ("another session's request", json!(id), &other),
+        ("a number", json!(7), &session),
+    ] {
+        let message = json!({ "jsonrpc": "2.0", "id": id, "result": answer });
+        let refused = on.post(&message).await.unwrap();
+        assert_eq!(refused.status, 400, "{what}: {}", refused.body);
+        assert!(
+            refused
+                .body
+                .contains("is not the id of a request this server sent"),
+            "{what}: {}",
+            refused.body
+        );
     }
+    assert_eq!(session.respond(&ask["id"], answer).await.unwrap(), 202);
+    let done = next(&mut stream, "the call's result").await;
+    validate_legacy("tools/call", &done);
+    assert_eq!(done["id"], call["id"]);
+    assert!(done.get("result").is_some(), "{done}");
 }
 
 /// One principal cannot take every session a deployment keeps: past 1,000 live sessions its

@@ -21,7 +21,7 @@ use wharf_protocol::{
 };
 
 use super::older;
-use super::{REPLY_KIND, SERVER_REQUEST_PREFIX, reply_key};
+use super::{REPLY_KIND, reply_key, server_request_id};
 use crate::admission::Admitted;
 use crate::admission::Counted;
 use crate::deadline::later;
@@ -362,7 +362,7 @@ impl Run {
             ids: Vec::with_capacity(round.len()),
         };
         for (n, (key, method, params)) in round.into_iter().enumerate() {
-            let id = RequestId::String(format!("{SERVER_REQUEST_PREFIX}{nonce:016x}-{n}"));
+            let id = server_request_id(runtime, self.session.id(), nonce, n);
             // Waiting before sending: the answer cannot arrive before anyone listens.
             let waiter = runtime.hub.wait(&reply_key(self.session.id(), &id));
             let message = server_request(&id, method, params.as_deref());
@@ -866,10 +866,9 @@ mod tests {
     ) -> Result<(), RpcError> {
         let ok =
             RawValue::from_string(r#"{"action":"accept","content":{"ok":true}}"#.into()).unwrap();
-        let alice = Principal::new("alice").unwrap();
         server
             .sessions()
-            .answer(session, &alice, asked, Some(&ok), None)
+            .answer(session, asked, Some(&ok), None)
             .await
     }
 

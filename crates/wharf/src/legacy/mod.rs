@@ -41,6 +41,7 @@ use crate::meta::TraceContext;
 use crate::principal::Principal;
 use crate::reply::respond;
 use crate::request::{self, MAX_SUBSCRIBED_BYTES, MAX_SUBSCRIPTIONS, MAX_URI_LEN};
+use crate::runtime::Runtime;
 pub use crate::session::Session;
 use crate::session::{Delivery, NotOpened, SessionKind, SessionState};
 use crate::store::{HandleRecord, StoreError, TxMode, after, millis, now_millis};
@@ -439,7 +440,6 @@ impl<'a> Sessions<'a> {
     pub async fn answer(
         &self,
         session: &Session,
-        principal: &Principal,
         id: &RequestId,
         result: Option<&RawValue>,
         error: Option<&RawValue>,
@@ -455,8 +455,8 @@ impl<'a> Sessions<'a> {
                 ));
             }
         };
-        let asked_here = matches!(id, RequestId::String(s) if s.starts_with(SERVER_REQUEST_PREFIX));
-        if !asked_here {
+        let runtime = &self.core.runtime;
+        if !is_server_request_id(runtime, session.id(), id) {
             return Err(RpcError::new(
                 ErrorKind::InvalidRequest,
                 format!("Invalid request: {id} is not the id of a request this server sent"),
@@ -464,7 +464,6 @@ impl<'a> Sessions<'a> {
         }
         let answer = Value::Object(answer);
         let key = reply_key(session.id(), id);
-        let runtime = &self.core.runtime;
         match (runtime.sessions.store(), session.booked) {
             (Some(store), true) => {
                 // A second answer to the same request changes nothing.
@@ -487,23 +486,10 @@ impl<'a> Sessions<'a> {
                     last_used_at: now,
                     data: Some(answer),
                 };
+                // An answer waits until its call takes it, or until it expires. Only ids
+                // this server sent the session get here, each filed once: what waits is
+                // bounded by the requests the server sent.
                 let mut tx = store.begin(TxMode::Write).await?;
-                // An answer waits until its call takes it, or until it expires: one to an
-                // id no call waits for stays that long, so what one principal may leave
-                // waiting is bounded (an authenticated one: anonymous callers share one id,
-                // and one of them must not block the others' answers).
-                let waiting = match principal.is_anonymous() {
-                    true => 0,
-                    false => tx.live_handles(session.owner(), REPLY_KIND, now).await?,
-                };
-                if waiting >= MAX_WAITING_ANSWERS {
-                    return Err(RpcError::new(
-                        ErrorKind::InvalidRequest,
-                        format!(
-                            "Invalid request: {waiting} of your answers wait for calls to take them, the most kept at once; answer only requests the server sent"
-                        ),
-                    ));
-                }
                 let filed = async {
                     tx.create_handle(&record).await?;
                     tx.commit().await
@@ -636,11 +622,47 @@ fn too_many_subscriptions() -> RpcError {
 /// The longest params of `initialize`, in bytes: a client's capabilities and description
 /// (icons as `data:` URIs included) fit many times over.
 const MAX_INITIALIZE_BYTES: usize = 64 * 1024;
-/// Answers of one principal filed in the store and not yet taken by their calls.
-const MAX_WAITING_ANSWERS: u64 = 1_000;
-/// What every server request's id starts with (see `call.rs`): an answer to anything
-/// else answers nothing this server asked, and is not kept.
-pub(crate) const SERVER_REQUEST_PREFIX: &str = "wharf-";
+/// What every server request's id starts with.
+const SERVER_REQUEST_PREFIX: &str = "wharf-";
+/// The purpose of the tag a server request's id carries.
+const SERVER_REQUEST_TAG: &[u8] = b"legacy server request";
+
+/// The id of server request `n` of a call's round `nonce` in `session`: tagged with the
+/// server's keys, so that an answer is filed only for a request a replica sent that
+/// session (an answer to a made-up id would wait in the store until it expired).
+pub(crate) fn server_request_id(
+    runtime: &Runtime,
+    session: &str,
+    nonce: u64,
+    n: usize,
+) -> RequestId {
+    let base = format!("{SERVER_REQUEST_PREFIX}{nonce:016x}-{n}");
+    let tag = runtime
+        .keys
+        .get()
+        .cursors
+        .tag(SERVER_REQUEST_TAG, &tagged_data(session, &base));
+    RequestId::String(format!("{base}.{tag}"))
+}
+
+/// Whether `id` is one [`server_request_id`] made for `session`.
+fn is_server_request_id(runtime: &Runtime, session: &str, id: &RequestId) -> bool {
+    let RequestId::String(id) = id else {
+        return false;
+    };
+    id.split_once('.').is_some_and(|(base, tag)| {
+        base.starts_with(SERVER_REQUEST_PREFIX)
+            && runtime.keys.get().cursors.is_tag(
+                SERVER_REQUEST_TAG,
+                &tagged_data(session, base),
+                tag,
+            )
+    })
+}
+
+fn tagged_data(session: &str, base: &str) -> Vec<u8> {
+    [session.as_bytes(), &[0], base.as_bytes()].concat()
+}
 
 /// The handle kind of a client's answer waiting for its call.
 const REPLY_KIND: &str = "mcp-reply";
