@@ -1,12 +1,13 @@
-//! The keys that sign cursors and seal request states, agreed on by every replica of a
+//! The keys that sign cursors (and tag legacy server requests' ids) and seal request states, agreed on by every replica of a
 //! store without configuration.
 //!
 //! Time is cut into rotation periods ("epochs"); each has one secret in the store, id
 //! `e{epoch}`, added by whichever replica looks first (the store keeps the first write, so
 //! all agree). A replica adds the next epoch's secret as well as the current one, so every
 //! replica, refreshing several times per epoch, holds a key well before anyone signs with
-//! it. A key signs during its epoch and opens what it signed until the longest a cursor or a
-//! request state lives after that (the overlap); then the store sweeps it.
+//! it. A key signs during its epoch and opens what it signed until the longest a cursor, a
+//! request state or a legacy server request's id lives after that (the overlap); then the
+//! store sweeps it.
 //!
 //! Fixed keys (`ServerConfig::cursor_key`, `StateConfig::keys`) take precedence; without a
 //! store each process makes random keys of its own.
@@ -65,7 +66,14 @@ impl KeyRing {
         let shared = store.filter(|_| !all_fixed).map(|store| Shared {
             store: Arc::clone(store),
             rotation: millis(config.key_rotation.max(Duration::from_secs(1))),
-            overlap: millis(config.cursor_max_age.max(config.request_state.max_age)),
+            // What a key signed lives at most this long: a cursor, a request state, or
+            // a legacy session's server request id (answered within the input timeout).
+            overlap: millis(
+                config
+                    .cursor_max_age
+                    .max(config.request_state.max_age)
+                    .max(config.legacy.input_timeout),
+            ),
             cursor_max_age: config.cursor_max_age,
             fixed_cursors,
             fixed_states,
