@@ -1,5 +1,5 @@
-//! The keys that sign cursors (and tag legacy server requests' ids) and seal request states, agreed on by every replica of a
-//! store without configuration.
+//! The keys that sign cursors (and tag legacy server requests' ids) and seal request
+//! states, agreed on by every replica of a store without configuration.
 //!
 //! Time is cut into rotation periods ("epochs"); each has one secret in the store, id
 //! `e{epoch}`, added by whichever replica looks first (the store keeps the first write, so
