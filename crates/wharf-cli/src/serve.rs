@@ -184,8 +184,9 @@ pub(crate) struct ServeArgs {
         value_parser = positive::<u64>(),
     )]
     body_read_secs: u64,
-    /// Open connections at most; beyond, a new connection is closed at once (a proxy tries
-    /// another replica).
+    /// Open connections at most; beyond, a new connection is closed at once (a proxy that
+    /// has not sent its request yet tries another replica; one that has answers 502: keep
+    /// a proxy's connections to a replica below this).
     #[arg(
         long,
         env = "WHARF_MAX_CONNECTIONS",
@@ -1249,6 +1250,10 @@ async fn serve_with(
         result = serve => result.context("server error")?,
         () = async { stopping.cancelled().await; tokio::time::sleep(deadline).await } => {
             tracing::warn!(seconds = args.drain_secs, "drain deadline passed; closing the remaining connections");
+        }
+        // An operator who signals again does not want to wait for the deadline.
+        () = async { stopping.cancelled().await; signals::stop_requested().await } => {
+            tracing::warn!("signalled again while draining; closing the remaining connections");
         }
     }
     tracing::info!("stopped");

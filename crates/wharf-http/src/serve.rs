@@ -32,8 +32,11 @@ pub struct ConnectionLimits {
     /// kept-alive connection idle this long (put a proxy's upstream keep-alive below it).
     pub header_read_timeout: Duration,
     /// Open connections at most; beyond, a new connection is closed as soon as it is
-    /// accepted (a proxy then tries another replica). Not left waiting in the kernel's
-    /// backlog: the accept loop must keep running for a shutdown to hand that backlog over.
+    /// accepted. A proxy that has not written its request yet tries another replica; one
+    /// that has (nginx writes at once) answers 502 and does not resend a POST, so keep a
+    /// proxy's own connections to a replica (its keep-alive pool and the requests it sends
+    /// at once) below this. Not left waiting in the kernel's backlog: the accept loop must
+    /// keep running for a shutdown to hand that backlog over.
     pub max_connections: usize,
     /// Header fields per request at most (431 beyond).
     pub max_headers: usize,

@@ -432,6 +432,26 @@ async fn sigterm_lets_in_flight_requests_finish_and_exits_zero() {
     );
 }
 
+/// A signal while in-flight requests drain ends the drain at once, as the drain deadline
+/// would (an operator who signals again does not want to wait for it).
+#[tokio::test]
+async fn a_second_signal_while_draining_stops_at_once() {
+    let mut server = ServerProcess::start(&["--drain-secs", "600", "--drain-grace-secs", "0"]);
+    // A call that runs for minutes holds the drain.
+    let _call = common::running_count(&server.client(), 1_000, 600).await;
+    server.terminate();
+    server.log.wait_for("shutting down: draining", 1).await;
+    server.terminate();
+    server
+        .log
+        .wait_for("signalled again while draining", 1)
+        .await;
+    assert!(
+        server.wait_exit(Duration::from_secs(60)).success(),
+        "exit code 0, long before the drain's ten minutes"
+    );
+}
+
 #[tokio::test]
 async fn health_endpoints() {
     let server = ServerProcess::start(&[]);
