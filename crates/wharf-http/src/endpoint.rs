@@ -253,7 +253,9 @@ async fn read_long_way(
             ErrorKind::InvalidRequest,
             "Invalid request: clients must not send responses to the server",
         );
-        return Err(error_response(envelope.id.as_ref(), &e));
+        // Without the response's id: the error answers no request of the client's, and a
+        // client must not take it for the answer to one it sent under that id.
+        return Err(error_response(None, &e));
     };
     let Some(id) = envelope.id else {
         // A notification: nothing to answer. This revision defines none over HTTP.

@@ -974,3 +974,18 @@ async fn every_response_closes_its_connection_while_draining() {
         );
     }
 }
+
+/// A client must not POST a response in this revision: refused (400, -32600) with an error
+/// that has no id, which the client cannot take for the answer to a request of its own.
+#[tokio::test]
+async fn a_response_posted_by_a_client_is_refused_without_its_id() {
+    let mut req = post(
+        &json!({ "jsonrpc": "2.0", "id": 5, "result": {} }),
+        &[("mcp-protocol-version", "2026-07-28")],
+    );
+    req.headers_mut().insert("x-user", "alice".parse().unwrap());
+    let (status, body) = send(req).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["code"], -32600, "{body}");
+    assert!(body.get("id").is_none_or(Value::is_null), "{body}");
+}

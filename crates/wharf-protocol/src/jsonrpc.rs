@@ -300,6 +300,13 @@ impl<'a> Envelope<'a> {
         if method.is_none() && raw.result.is_none() && raw.error.is_none() {
             return Err(fail_with_id("the message has no \"method\""));
         }
+        // A request or notification, or a response: never both (which would be served as
+        // one while an intermediary might read it as the other).
+        if method.is_some() && (raw.result.is_some() || raw.error.is_some()) {
+            return Err(fail_with_id(
+                "a message with \"method\" carries no \"result\" or \"error\"",
+            ));
+        }
         if let Some(p) = raw.params {
             if p.get().as_bytes().first() != Some(&b'{') {
                 return Err(fail_with_id("\"params\" must be an object"));
@@ -522,6 +529,14 @@ mod tests {
             ),
             (
                 br#"{"jsonrpc":"2.0","id":1,"method":"a","params":3}"#,
+                codes::INVALID_REQUEST,
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":1,"method":"a","result":{}}"#,
+                codes::INVALID_REQUEST,
+            ),
+            (
+                br#"{"jsonrpc":"2.0","method":"a","error":{"code":1,"message":"m"}}"#,
                 codes::INVALID_REQUEST,
             ),
             (b"42", codes::INVALID_REQUEST),
