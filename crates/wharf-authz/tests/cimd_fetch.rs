@@ -61,6 +61,8 @@ struct Server {
     port: u16,
     ca_pem: String,
     hits: Arc<AtomicUsize>,
+    /// TCP connections accepted.
+    connections: Arc<AtomicUsize>,
 }
 
 #[derive(Clone)]
@@ -197,11 +199,14 @@ async fn serve() -> Server {
         .fallback(|| async { StatusCode::NOT_FOUND })
         .layer(axum::middleware::from_fn_with_state(site.clone(), count))
         .with_state(site);
+    let connections = Arc::new(AtomicUsize::new(0));
+    let accepted = Arc::clone(&connections);
     tokio::spawn(async move {
         loop {
             let Ok((tcp, _)) = listener.accept().await else {
                 return;
             };
+            accepted.fetch_add(1, Ordering::SeqCst);
             let acceptor = acceptor.clone();
             let app = app.clone();
             tokio::spawn(async move {
@@ -220,6 +225,7 @@ async fn serve() -> Server {
         port,
         ca_pem,
         hits,
+        connections,
     }
 }
 
@@ -295,6 +301,22 @@ async fn a_good_document_is_fetched_with_its_freshness() {
         exact.is_ok(),
         "a document of exactly 5 KiB is accepted: {exact:?}"
     );
+}
+
+/// No connection is kept between fetches: documents are fetched rarely, from hosts that
+/// clients name, and one idle connection per name would hold a file descriptor each.
+#[tokio::test]
+async fn no_connection_is_kept_between_fetches() {
+    let server = serve().await;
+    let fetcher = fetcher(&server, names(&[]), true);
+    for _ in 0..2 {
+        fetcher
+            .fetch(&url(&format!("{}/nocache.json", server.origin)))
+            .await
+            .unwrap();
+    }
+    assert_eq!(server.hits.load(Ordering::SeqCst), 2);
+    assert_eq!(server.connections.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test]

@@ -254,6 +254,10 @@ impl FetcherBuilder {
             .connect_timeout(self.connect_timeout)
             .timeout(self.timeout)
             .user_agent(concat!("wharf-authz/", env!("CARGO_PKG_VERSION")))
+            // No idle connection kept: documents are fetched rarely (they are cached), from
+            // hosts clients name, and one kept per host would let a client with many names
+            // hold as many file descriptors.
+            .pool_max_idle_per_host(0)
             .dns_resolver(resolver);
         for root in self.roots {
             client = client.add_root_certificate(root);
