@@ -158,7 +158,8 @@ pub struct HttpConfig {
     /// client asked for progress or logs: a long call stays visibly alive to proxies); at
     /// most a day is used.
     pub keep_alive: Duration,
-    /// Dependencies `GET /readyz` checks.
+    /// Dependencies `GET /readyz` checks: at most once a second, however many probes
+    /// arrive (their verdict stands that long).
     pub readiness: Vec<Arc<dyn ReadinessCheck>>,
     /// How a request's principal is resolved (anonymous unless configured): `wharf-auth`'s
     /// [`Auth`], [`FromExtensions`](crate::FromExtensions) behind the app's own

@@ -39,12 +39,7 @@ pub(crate) async fn readyz(State(state): State<Arc<AppState>>, headers: HeaderMa
             "not listening for change notifications".into(),
         );
     }
-    for check in &state.config.readiness {
-        if let Err(reason) = check.check().await {
-            tracing::warn!(check = check.name(), %reason, "readiness check failed");
-            failures.insert(check.name().to_owned(), NOT_ANSWERING.into());
-        }
-    }
+    failures.extend(checked(&state).await);
     if failures.is_empty() {
         json(StatusCode::OK, serde_json::json!({ "status": "ready" }))
     } else {
@@ -53,6 +48,41 @@ pub(crate) async fn readyz(State(state): State<Arc<AppState>>, headers: HeaderMa
             serde_json::json!({ "status": "unavailable", "failures": failures }),
         )
     }
+}
+
+/// The readiness checks' last verdict (the dependencies that failed) and when it was reached.
+pub(crate) type Verdict = tokio::sync::Mutex<
+    Option<(
+        tokio::time::Instant,
+        serde_json::Map<String, serde_json::Value>,
+    )>,
+>;
+
+/// How long the readiness checks' verdict stands: the probe needs no unauthenticated store
+/// round trip per request (a flood of probes would take the store's connections from calls).
+const CHECKS_STAND: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The dependencies that failed their check: asked at most once per [`CHECKS_STAND`]
+/// (probes that arrive while they are asked wait for that verdict).
+async fn checked(state: &AppState) -> serde_json::Map<String, serde_json::Value> {
+    if state.config.readiness.is_empty() {
+        return serde_json::Map::new();
+    }
+    let mut verdict = state.readiness.lock().await;
+    if let Some((at, failures)) = &*verdict {
+        if at.elapsed() < CHECKS_STAND {
+            return failures.clone();
+        }
+    }
+    let mut failures = serde_json::Map::new();
+    for check in &state.config.readiness {
+        if let Err(reason) = check.check().await {
+            tracing::warn!(check = check.name(), %reason, "readiness check failed");
+            failures.insert(check.name().to_owned(), NOT_ANSWERING.into());
+        }
+    }
+    *verdict = Some((tokio::time::Instant::now(), failures.clone()));
+    failures
 }
 
 /// A JSON document, never sniffed as anything else by a browser.

@@ -64,6 +64,8 @@ pub fn close_while_draining(
 pub(crate) struct AppState {
     pub(crate) server: Server,
     pub(crate) config: HttpConfig,
+    /// The readiness checks' last verdict and when it was reached (see `health`).
+    pub(crate) readiness: health::Verdict,
 }
 
 /// `GET /metrics`: the server's counters in the Prometheus text format, for a scraper on
@@ -102,7 +104,11 @@ pub fn router(server: Server, config: HttpConfig) -> Router {
     let cors = cors::cors(&config.hosts);
     let documents = config.auth.documents();
     let closing = close_while_draining(server.clone());
-    let state = Arc::new(AppState { server, config });
+    let state = Arc::new(AppState {
+        server,
+        config,
+        readiness: health::Verdict::default(),
+    });
     let mut router = Router::new();
     for (path, doc) in documents {
         let doc = Arc::new(doc);

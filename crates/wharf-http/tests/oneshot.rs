@@ -989,3 +989,59 @@ async fn a_response_posted_by_a_client_is_refused_without_its_id() {
     assert_eq!(body["error"]["code"], -32600, "{body}");
     assert!(body.get("id").is_none_or(Value::is_null), "{body}");
 }
+
+/// A dependency check that counts how often it is asked, and fails when told to.
+struct Counted {
+    asked: std::sync::atomic::AtomicUsize,
+    failing: std::sync::atomic::AtomicBool,
+}
+
+impl wharf_http::ReadinessCheck for Counted {
+    fn name(&self) -> &str {
+        "store"
+    }
+
+    fn check(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + '_>> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.asked.fetch_add(1, SeqCst);
+        let failing = self.failing.load(SeqCst);
+        Box::pin(async move { if failing { Err("down".into()) } else { Ok(()) } })
+    }
+}
+
+/// `/readyz` asks the dependencies at most once a second, however many probes arrive (an
+/// unauthenticated flood would otherwise take the store's connections from calls); a
+/// failure shows within that second.
+#[tokio::test(start_paused = true)]
+async fn readiness_asks_the_dependencies_at_most_once_a_second() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let check = std::sync::Arc::new(Counted {
+        asked: 0.into(),
+        failing: false.into(),
+    });
+    let mut config = HttpConfig::default();
+    config.readiness = vec![check.clone()];
+    let app = wharf_http::router(server(), config);
+    let probe = || async {
+        let req = Request::get("/readyz")
+            .header(header::HOST, "localhost")
+            .body(Body::empty())
+            .unwrap();
+        app.clone().oneshot(req).await.unwrap().status()
+    };
+    let probes = futures_util::future::join_all((0..20).map(|_| probe())).await;
+    assert!(probes.iter().all(|s| *s == StatusCode::OK), "{probes:?}");
+    assert_eq!(check.asked.load(SeqCst), 1);
+    check.failing.store(true, SeqCst);
+    tokio::time::advance(std::time::Duration::from_millis(900)).await;
+    assert_eq!(
+        probe().await,
+        StatusCode::OK,
+        "the verdict stands for a second"
+    );
+    tokio::time::advance(std::time::Duration::from_millis(200)).await;
+    assert_eq!(probe().await, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(check.asked.load(SeqCst), 2);
+}
