@@ -1252,7 +1252,7 @@ async fn serve_with(
             tracing::warn!(seconds = args.drain_secs, "drain deadline passed; closing the remaining connections");
         }
         // An operator who signals again does not want to wait for the deadline.
-        () = async { stopping.cancelled().await; signals::stop_requested().await } => {
+        _ = async { stopping.cancelled().await; signals::stop_requested().await } => {
             tracing::warn!("signalled again while draining; closing the remaining connections");
         }
     }
