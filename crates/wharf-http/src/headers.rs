@@ -128,12 +128,20 @@ pub(crate) fn version_before_method(
     let Ok(Some(sent)) = headers.protocol_version.single(headers::PROTOCOL_VERSION) else {
         return Ok(());
     };
-    let Ok(sent) = decoded(sent, "MCP-Protocol-Version") else {
-        return Ok(());
+    // An encoded version is refused as on every other method; one that cannot be read
+    // leaves the answer to the method.
+    let sent = match plain_value(sent) {
+        Ok(sent) => sent,
+        Err(e @ headers::HeaderValueError::EncodedNotPermitted) => {
+            return Err(RpcError::header_mismatch(format!(
+                "the MCP-Protocol-Version header value {e}"
+            )));
+        }
+        Err(_) => return Ok(()),
     };
     let params = params.and_then(|p| serde_json::from_str::<serde_json::Value>(p.get()).ok());
-    version_named(&sent, params.as_ref())?;
-    spoken(&sent, server)
+    version_named(sent, params.as_ref())?;
+    spoken(sent, server)
 }
 
 /// The version the raw params' `_meta` names as a string, if any; refused as a mismatch

@@ -903,6 +903,18 @@ async fn encoded_version_and_method_headers_are_refused() {
             "{message}"
         );
     }
+    // On a method the server lacks too, where the version is judged before the method.
+    let unknown = post(
+        &json!({ "jsonrpc": "2.0", "id": 1, "method": "nothing/here", "params": { "_meta": meta() } }),
+        &[
+            ("mcp-protocol-version", "=?base64?MjAyNi0wNy0yOA==?="),
+            ("mcp-method", "nothing/here"),
+            ("x-user", "alice"),
+        ],
+    );
+    let (status, body) = send(unknown).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["code"], -32020, "{body}");
 }
 
 /// While the server drains, every response closes its connection, whoever answers it: the

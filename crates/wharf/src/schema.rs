@@ -9,6 +9,56 @@ use serde_json::Value;
 use wharf_protocol::JsonObject;
 use wharf_protocol::headers::{HeaderParamType, X_MCP_HEADER, is_token};
 
+/// Reads `value`, which passed a JSON Schema, into `T` as the schema read it: JSON Schema
+/// counts a whole number written with a fraction (`2.0`) as an integer, serde does not. A
+/// value read as it is keeps it as it is (a float field, a `Value`); only one that fails is
+/// read again with its whole floats made integers.
+pub(crate) fn read_validated<T: serde::de::DeserializeOwned>(
+    mut value: Value,
+) -> serde_json::Result<T> {
+    if !has_whole_float(&value) {
+        return serde_json::from_value(value);
+    }
+    if let Ok(read) = T::deserialize(&value) {
+        return Ok(read);
+    }
+    whole_floats_as_integers(&mut value);
+    serde_json::from_value(value)
+}
+
+/// Up to 2^53, every float is exactly the integer it shows.
+const EXACT: f64 = 9_007_199_254_740_992.0;
+
+/// A float that is exactly an integer (`-0.0` aside: as `0` it would lose its sign).
+fn is_whole_float(n: &serde_json::Number) -> bool {
+    n.is_f64()
+        && n.as_f64().is_some_and(|f| {
+            f.fract() == 0.0 && f.abs() <= EXACT && !(f == 0.0 && f.is_sign_negative())
+        })
+}
+
+fn has_whole_float(value: &Value) -> bool {
+    match value {
+        Value::Number(n) => is_whole_float(n),
+        Value::Array(items) => items.iter().any(has_whole_float),
+        Value::Object(members) => members.values().any(has_whole_float),
+        Value::Null | Value::Bool(_) | Value::String(_) => false,
+    }
+}
+
+fn whole_floats_as_integers(value: &mut Value) {
+    match value {
+        Value::Number(n) if is_whole_float(n) => {
+            // Whole and within 2^53: the cast is exact.
+            let whole = n.as_f64().map_or(0, |f| f as i64);
+            *n = serde_json::Number::from(whole);
+        }
+        Value::Array(items) => items.iter_mut().for_each(whole_floats_as_integers),
+        Value::Object(members) => members.values_mut().for_each(whole_floats_as_integers),
+        _ => {}
+    }
+}
+
 /// The JSON Schema 2020-12 of `T`, as an object.
 pub(crate) fn schema_for<T: JsonSchema>() -> JsonObject {
     let schema = SchemaSettings::draft2020_12()
@@ -238,6 +288,51 @@ fn walk(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn only_exact_whole_floats_become_integers() {
+        let mut v = json!([
+            1.0,
+            -0.0,
+            2.5,
+            9_007_199_254_740_992.0,
+            1e300,
+            7,
+            "8.0",
+            -3.0
+        ]);
+        whole_floats_as_integers(&mut v);
+        assert_eq!(
+            v,
+            json!([1, -0.0, 2.5, 9_007_199_254_740_992_i64, 1e300, 7, "8.0", -3])
+        );
+        assert!(v[0].is_i64() && v[1].is_f64() && v[3].is_i64() && v[4].is_f64());
+    }
+
+    /// What reads as it is stays as it is (a float field, a `Value`, a float's sign); only
+    /// what an integer field refuses is read with its whole floats made integers.
+    #[test]
+    fn a_value_is_rewritten_only_when_it_does_not_read_as_it_is() {
+        #[derive(serde::Deserialize)]
+        struct Mixed {
+            count: i64,
+            scale: f64,
+            raw: Value,
+        }
+        let read: Mixed =
+            read_validated(json!({ "count": 2.0, "scale": -0.0, "raw": [1.0] })).unwrap();
+        assert_eq!(read.count, 2);
+        assert!(read.scale == 0.0 && read.scale.is_sign_negative());
+        assert!(
+            read.raw[0].is_i64(),
+            "rewritten with the rest: {}",
+            read.raw
+        );
+        let kept: Value = read_validated(json!({ "raw": [1.0] })).unwrap();
+        assert!(kept["raw"][0].is_f64(), "{kept}");
+        let (scale, raw): (f64, Value) = read_validated(json!([2.0, 3.0])).unwrap();
+        assert!(scale == 2.0 && raw.is_f64());
+    }
 
     fn obj(v: Value) -> JsonObject {
         v.as_object().unwrap().clone()

@@ -176,34 +176,10 @@ where
 /// Only the handles the core checked for the call are read as handles.
 fn typed_args<A: DeserializeOwned>(
     cx: &Context,
-    mut args: serde_json::Value,
+    args: serde_json::Value,
 ) -> Result<A, HandlerError> {
-    whole_floats_as_integers(&mut args);
-    crate::store::reading_arguments(cx.checked_handles(), || serde_json::from_value::<A>(args))
+    crate::store::reading_arguments(cx.checked_handles(), || schema::read_validated::<A>(args))
         .map_err(|e| HandlerError::Execution(format!("Invalid arguments: {e}")))
-}
-
-/// Rewrites whole numbers written with a fraction (`2.0`) as integers: JSON Schema counts
-/// them as integers, so a tool's input schema lets them through, and serde would then refuse
-/// them for an integer field. Only up to 2^53, where every float is exactly the integer it
-/// shows; a float field reads an integer as well.
-fn whole_floats_as_integers(value: &mut serde_json::Value) {
-    use serde_json::Value;
-    match value {
-        Value::Number(n) => {
-            const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
-            if let Some(f) = n
-                .as_f64()
-                .filter(|f| n.is_f64() && f.fract() == 0.0 && f.abs() <= EXACT)
-            {
-                // In range and whole: the cast is exact.
-                *n = serde_json::Number::from(f as i64);
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(whole_floats_as_integers),
-        Value::Object(members) => members.values_mut().for_each(whole_floats_as_integers),
-        Value::Null | Value::Bool(_) | Value::String(_) => {}
-    }
 }
 
 struct Streaming<F, A> {
@@ -573,16 +549,5 @@ mod tests {
         assert_eq!(r["isError"], true, "{r}");
         let text = r["content"][0]["text"].as_str().unwrap();
         assert!(text.contains("integer") && text.contains("/a"), "{text}");
-    }
-
-    #[test]
-    fn only_exact_whole_floats_become_integers() {
-        let mut v = json!([1.0, -0.0, 2.5, 9_007_199_254_740_992.0, 1e300, 7, "8.0"]);
-        whole_floats_as_integers(&mut v);
-        assert_eq!(
-            v,
-            json!([1, 0, 2.5, 9_007_199_254_740_992_i64, 1e300, 7, "8.0"])
-        );
-        assert!(v[0].is_i64() && v[3].is_i64() && v[4].is_f64());
     }
 }

@@ -503,7 +503,7 @@ impl Round {
                 if !validator.is_valid(content) {
                     return None;
                 }
-                serde_json::from_value(content.clone())
+                crate::schema::read_validated(content.clone())
                     .ok()
                     .map(Elicited::Accepted)
             }
@@ -864,6 +864,12 @@ mod tests {
         let ok = answers(json!({ "age": { "action": "accept", "content": { "age": 42 } } }));
         assert_eq!(
             ok.elicited::<Age>("age", &form()),
+            Some(Elicited::Accepted(Age { age: 42 }))
+        );
+        // `42.0` is an integer to the form's schema, and so to the handler.
+        let whole = answers(json!({ "age": { "action": "accept", "content": { "age": 42.0 } } }));
+        assert_eq!(
+            whole.elicited::<Age>("age", &form()),
             Some(Elicited::Accepted(Age { age: 42 }))
         );
         // Out of the asked bounds, of the wrong kind, or under a key not asked: asked again.
