@@ -34,7 +34,7 @@ use crate::principal::Principal;
 use crate::reply::error_message;
 use crate::request::{self, Caller, Outbox, ParsedRequest, ProgressFloor, RequestBody};
 use crate::session::{Delivery, Running, Session, Waiter};
-use crate::store::TxMode;
+use crate::store::{TxMode, now_millis};
 use crate::trace;
 
 /// How often a call waiting for an answer looks in the store even without a signal (one
@@ -355,14 +355,14 @@ impl Run {
             })?;
             round.push((key, method, params));
         }
-        let nonce: u64 = rand::random();
+        let (nonce, sent_at): (u64, _) = (rand::random(), now_millis());
         let mut waiting = Vec::with_capacity(round.len());
         let mut open = Open {
             outbox: outbox.clone(),
             ids: Vec::with_capacity(round.len()),
         };
         for (n, (key, method, params)) in round.into_iter().enumerate() {
-            let id = server_request_id(runtime, self.session.id(), nonce, n);
+            let id = server_request_id(runtime, self.session.id(), nonce, n, sent_at);
             // Waiting before sending: the answer cannot arrive before anyone listens.
             let waiter = runtime.hub.wait(&reply_key(self.session.id(), &id));
             let message = server_request(&id, method, params.as_deref());

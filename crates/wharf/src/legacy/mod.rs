@@ -44,7 +44,7 @@ use crate::request::{self, MAX_SUBSCRIBED_BYTES, MAX_SUBSCRIPTIONS, MAX_URI_LEN}
 use crate::runtime::Runtime;
 pub use crate::session::Session;
 use crate::session::{Delivery, NotOpened, SessionKind, SessionState};
-use crate::store::{HandleRecord, StoreError, TxMode, after, millis, now_millis};
+use crate::store::{HandleRecord, Millis, StoreError, TxMode, after, millis, now_millis};
 
 /// Where a session is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -456,7 +456,9 @@ impl<'a> Sessions<'a> {
             }
         };
         let runtime = &self.core.runtime;
-        if !is_server_request_id(runtime, session.id(), id) {
+        // The keys that tagged the id: loaded by the first request, which this may be.
+        runtime.keys.ready().await.map_err(RpcError::from)?;
+        if !is_server_request_id(runtime, session.id(), id, now_millis()) {
             return Err(RpcError::new(
                 ErrorKind::InvalidRequest,
                 format!("Invalid request: {id} is not the id of a request this server sent"),
@@ -487,8 +489,8 @@ impl<'a> Sessions<'a> {
                     data: Some(answer),
                 };
                 // An answer waits until its call takes it, or until it expires. Only ids
-                // this server sent the session get here, each filed once: what waits is
-                // bounded by the requests the server sent.
+                // this server sent the session lately get here, one answer each at a time:
+                // what waits is bounded by the requests the server sent lately.
                 let mut tx = store.begin(TxMode::Write).await?;
                 let filed = async {
                     tx.create_handle(&record).await?;
@@ -627,16 +629,21 @@ const SERVER_REQUEST_PREFIX: &str = "wharf-";
 /// The purpose of the tag a server request's id carries.
 const SERVER_REQUEST_TAG: &[u8] = b"legacy server request";
 
-/// The id of server request `n` of a call's round `nonce` in `session`: tagged with the
-/// server's keys, so that an answer is filed only for a request a replica sent that
-/// session (an answer to a made-up id would wait in the store until it expired).
+/// Replicas' clocks may disagree this much about when a server request was sent.
+const CLOCK_SKEW_MS: Millis = 60_000;
+
+/// The id of server request `n` of a call's round `nonce` in `session`, sent at `now`:
+/// tagged with the server's keys, so that an answer is filed only for a request a replica
+/// sent that session and no longer than its call waits for it (an answer to a made-up or
+/// an old id would wait in the store until it expired, as often as it is sent).
 pub(crate) fn server_request_id(
     runtime: &Runtime,
     session: &str,
     nonce: u64,
     n: usize,
+    now: Millis,
 ) -> RequestId {
-    let base = format!("{SERVER_REQUEST_PREFIX}{nonce:016x}-{n}");
+    let base = format!("{SERVER_REQUEST_PREFIX}{nonce:016x}-{n}-{now:x}");
     let tag = runtime
         .keys
         .get()
@@ -645,19 +652,26 @@ pub(crate) fn server_request_id(
     RequestId::String(format!("{base}.{tag}"))
 }
 
-/// Whether `id` is one [`server_request_id`] made for `session`.
-fn is_server_request_id(runtime: &Runtime, session: &str, id: &RequestId) -> bool {
+/// Whether `id` is one [`server_request_id`] made for `session`, whose call may still
+/// wait for its answer at `now`.
+fn is_server_request_id(runtime: &Runtime, session: &str, id: &RequestId, now: Millis) -> bool {
     let RequestId::String(id) = id else {
         return false;
     };
-    id.split_once('.').is_some_and(|(base, tag)| {
-        base.starts_with(SERVER_REQUEST_PREFIX)
-            && runtime.keys.get().cursors.is_tag(
-                SERVER_REQUEST_TAG,
-                &tagged_data(session, base),
-                tag,
-            )
-    })
+    let Some((base, tag)) = id.split_once('.') else {
+        return false;
+    };
+    let sent = base
+        .rsplit_once('-')
+        .and_then(|(_, at)| Millis::from_str_radix(at, 16).ok());
+    let waited = millis(runtime.config.legacy.input_timeout).saturating_add(CLOCK_SKEW_MS);
+    base.starts_with(SERVER_REQUEST_PREFIX)
+        && sent.is_some_and(|sent| now.saturating_sub(sent) <= waited)
+        && runtime
+            .keys
+            .get()
+            .cursors
+            .is_tag(SERVER_REQUEST_TAG, &tagged_data(session, base), tag)
 }
 
 fn tagged_data(session: &str, base: &str) -> Vec<u8> {
@@ -727,6 +741,48 @@ mod tests {
     use crate::config::ServerConfig;
     use crate::principal::Principal;
     use crate::server::Server;
+
+    /// A server request's id holds for its session, while its call may wait for the
+    /// answer (the input timeout, and a minute for replicas' clocks), and under the keys
+    /// that tagged it; nothing else passes for one.
+    #[test]
+    fn a_server_request_id_holds_for_its_session_while_its_call_waits() {
+        use super::{is_server_request_id, server_request_id};
+        let mut config = ServerConfig::default();
+        config.legacy.input_timeout = Duration::from_secs(600);
+        let server = Server::builder(Implementation::new("t", "1"))
+            .config(config)
+            .build()
+            .unwrap();
+        let runtime = &server.core.runtime;
+        let sent = 1_000_000_000;
+        let id = server_request_id(runtime, "s1", 7, 0, sent);
+        let holds =
+            |session: &str, id: &RequestId, now| is_server_request_id(runtime, session, id, now);
+        assert!(holds("s1", &id, sent));
+        assert!(
+            holds("s1", &id, sent + 660_000),
+            "within the wait and the skew"
+        );
+        assert!(!holds("s1", &id, sent + 660_001), "too old");
+        assert!(!holds("s2", &id, sent), "another session's");
+        let RequestId::String(text) = &id else {
+            panic!("{id:?}")
+        };
+        // The time moved: the tag no longer holds.
+        let (base, tag) = text.split_once('.').unwrap();
+        let (head, _) = base.rsplit_once('-').unwrap();
+        let moved = RequestId::String(format!("{head}-{:x}.{tag}", sent + 1_000));
+        assert!(!holds("s1", &moved, sent + 1_000));
+        let other = Server::builder(Implementation::new("t", "1"))
+            .build()
+            .unwrap();
+        assert!(!is_server_request_id(&other.core.runtime, "s1", &id, sent));
+        for made_up in ["wharf-0000000000000007-0-3b9aca00", "x.y", ""] {
+            assert!(!holds("s1", &RequestId::String(made_up.into()), sent));
+        }
+        assert!(!holds("s1", &RequestId::Int(7), sent));
+    }
 
     /// A session is kept alive by the requests that may go on, not by those refused for
     /// speaking another version.
