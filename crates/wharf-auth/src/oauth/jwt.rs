@@ -27,7 +27,7 @@ struct KeySource {
     issuer: String,
     keys: RwLock<Keys>,
     /// Serializes fetches, so a burst of tokens with a new key id fetches once.
-    fetching: tokio::sync::Mutex<()>,
+    fetching: Arc<tokio::sync::Mutex<()>>,
     min_refresh: Duration,
     max_age: Duration,
 }
@@ -105,7 +105,7 @@ impl JwtChecker {
             origin,
             issuer,
             keys: RwLock::new(Keys::default()),
-            fetching: tokio::sync::Mutex::new(()),
+            fetching: Arc::default(),
             min_refresh,
             max_age: max_age.max(min_refresh),
         }))
@@ -115,14 +115,17 @@ impl JwtChecker {
     /// that hangs up must not leave an attempt counted but never made, which would refuse
     /// every new key for the rest of the interval.
     async fn refresh(&self) -> Result<(), AuthError> {
-        // A fetch under way is waited for here, not on a task: a client that hangs up
-        // meanwhile leaves nothing queued (while an issuer times out, a task per request
-        // would pile up). The refresh after it answers from what that fetch learned.
-        drop(self.0.fetching.lock().await);
+        // The turn is waited for here, not on a task: a client that hangs up meanwhile
+        // leaves nothing queued (while an issuer times out, a task per request would pile
+        // up). Once taken, it goes with the fetch, which then runs to its end.
+        let turn = Arc::clone(&self.0.fetching).lock_owned().await;
         let source = Arc::clone(&self.0);
-        tokio::spawn(async move { source.refresh().await })
-            .await
-            .map_err(|_| AuthError::Unavailable)?
+        tokio::spawn(async move {
+            let _turn = turn;
+            source.fetch_held().await
+        })
+        .await
+        .map_err(|_| AuthError::Unavailable)?
     }
 
     pub(crate) async fn check(
@@ -315,13 +318,7 @@ impl KeySource {
         keys.attempted_at.is_some_and(|t| t.elapsed() >= due)
     }
 
-    /// Fetches the key set again, unless it was fetched less than `min_refresh` ago.
-    async fn refresh(&self) -> Result<(), AuthError> {
-        let _one = self.fetching.lock().await;
-        self.fetch_held().await
-    }
-
-    /// [`refresh`](Self::refresh) for no one waiting on it, unless a fetch runs already
+    /// A fetch (see `JwtChecker::refresh`) for no one waiting on it, unless one runs already
     /// (whose answer will do): while the issuer cannot be reached, one of these per request
     /// would queue without bound behind fetches that each take their whole timeout.
     async fn refresh_unless_running(&self) {
@@ -330,7 +327,8 @@ impl KeySource {
         }
     }
 
-    /// The fetch of [`refresh`](Self::refresh), `fetching` held.
+    /// Fetches the key set again, unless it was fetched less than `min_refresh` ago;
+    /// `fetching` held.
     async fn fetch_held(&self) -> Result<(), AuthError> {
         {
             // Every attempt counts, failed or not: tokens with made-up key ids cannot make
