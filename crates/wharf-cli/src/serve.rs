@@ -1221,12 +1221,17 @@ async fn serve_with(
         );
     }
 
-    let stopping = tokio_util::sync::CancellationToken::new();
-    let signal_seen = stopping.clone();
+    // Every stop signal from now on, counted: the first starts the drain, the next skips
+    // the grace, and one after the grace ends the drain at once (an operator who signals
+    // again does not want to wait for the deadline).
+    let signals = signals::StopSignals::listen().counted();
+    // Once the server stops accepting: how many signals had come by then.
+    let (drain_began, draining) = tokio::sync::watch::channel(None::<u32>);
     let drain_server = server.clone();
     let grace = Duration::from_secs(args.drain_grace_secs);
+    let mut heard = signals.clone();
     let shutdown = async move {
-        signals::stop_requested().await;
+        let _ = heard.wait_for(|n| *n >= 1).await;
         drain_server.drain();
         if !grace.is_zero() {
             tracing::info!(
@@ -1235,24 +1240,35 @@ async fn serve_with(
             );
             tokio::select! {
                 () = tokio::time::sleep(grace) => {}
-                _ = signals::stop_requested() => {}
+                _ = heard.wait_for(|n| *n >= 2) => {}
             }
         }
         tracing::info!("shutting down: draining in-flight requests; no longer accepting");
         drain_server.shutdown();
         // The drain deadline runs from here, whatever the listener's close takes.
-        signal_seen.cancel();
+        let _ = drain_began.send(Some(*heard.borrow()));
         closer.close(Duration::from_millis(500)).await;
     };
     let serve = wharf_http::serve(listener, app, limits, shutdown);
     let deadline = Duration::from_secs(args.drain_secs);
+    let began = |mut draining: tokio::sync::watch::Receiver<Option<u32>>| async move {
+        match draining.wait_for(Option::is_some).await {
+            Ok(seen) => seen.unwrap_or_default(),
+            Err(_) => std::future::pending().await,
+        }
+    };
     tokio::select! {
         result = serve => result.context("server error")?,
-        () = async { stopping.cancelled().await; tokio::time::sleep(deadline).await } => {
+        () = async { began(draining.clone()).await; tokio::time::sleep(deadline).await } => {
             tracing::warn!(seconds = args.drain_secs, "drain deadline passed; closing the remaining connections");
         }
-        // An operator who signals again does not want to wait for the deadline.
-        _ = async { stopping.cancelled().await; signals::stop_requested().await } => {
+        _ = async {
+            let seen = began(draining.clone()).await;
+            let mut again = signals;
+            if again.wait_for(|n| *n > seen).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        } => {
             tracing::warn!("signalled again while draining; closing the remaining connections");
         }
     }

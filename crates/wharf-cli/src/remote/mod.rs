@@ -202,8 +202,9 @@ pub(crate) type Stopped = tokio::sync::watch::Receiver<Option<(&'static str, Exi
 /// killing the process, away; so every wait a command makes afterwards must end on it.)
 pub(crate) fn watch_stops() -> Stopped {
     let (stop, stopped) = tokio::sync::watch::channel(None);
+    let mut signals = crate::signals::StopSignals::listen();
     tokio::spawn(async move {
-        let _ = stop.send(Some(crate::signals::stop_requested().await));
+        let _ = stop.send(Some(signals.next().await));
     });
     stopped
 }
