@@ -1202,6 +1202,7 @@ async fn serve_with(
     limits.max_headers = args.max_headers;
     // The authorization server's rate limits key on the peer's address.
     limits.peer_address = args.authorization_server;
+    limits.close_while_draining = Some(server.clone());
     let cors = wharf_http::cors(&config.hosts);
     let mut app = wharf_http::router(server.clone(), config);
     if let Some(authz) = &authz {
@@ -1210,15 +1211,12 @@ async fn serve_with(
         // calls too (metadata, registration, token, revocation, keys); the pages a person's
         // browser navigates get no CORS.
         let api = authz.api_router();
-        let closing = wharf_http::close_while_draining(server.clone());
-        app = app.merge(
-            match cors {
+        app = app
+            .merge(match cors {
                 Some(cors) => api.layer(cors),
                 None => api,
-            }
-            .merge(authz.page_router())
-            .layer(closing),
-        );
+            })
+            .merge(authz.page_router());
     }
 
     // Every stop signal from now on, counted: the first starts the drain, the next skips

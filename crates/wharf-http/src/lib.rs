@@ -43,22 +43,31 @@ pub(crate) fn count_response(state: &AppState, response: &axum::response::Respon
 /// A layer under which, while `server` drains, every response closes its connection: a
 /// proxy then opens a new one for its next request, which finds the listener closed once
 /// draining ends and goes to another replica, instead of reusing a kept-alive connection
-/// that the replica closes when its grace ends. [`router`] has it on every route (CORS
-/// preflights included); put it on routes of your own served beside them.
+/// that the replica closes when its grace ends. [`serve`] does this for every response when
+/// [`ConnectionLimits::close_while_draining`] names the server (at no cost per request worth
+/// counting); this layer is for an app served otherwise (`axum::serve`), on the whole of
+/// it, so that CORS preflights and fallbacks close too. As a router layer it costs an
+/// allocation per request.
 pub fn close_while_draining(
     server: Server,
 ) -> tower::util::MapResponseLayer<
     impl Fn(axum::response::Response) -> axum::response::Response + Clone + Send + Sync + 'static,
 > {
-    tower::util::MapResponseLayer::new(move |mut response: axum::response::Response| {
-        if server.is_draining() {
-            response.headers_mut().insert(
-                axum::http::header::CONNECTION,
-                axum::http::HeaderValue::from_static("close"),
-            );
-        }
-        response
-    })
+    tower::util::MapResponseLayer::new(move |response| close_if_draining(&server, response))
+}
+
+/// `response`, made to close its connection if `server` drains.
+pub(crate) fn close_if_draining(
+    server: &Server,
+    mut response: axum::response::Response,
+) -> axum::response::Response {
+    if server.is_draining() {
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    response
 }
 
 pub(crate) struct AppState {
@@ -98,12 +107,13 @@ pub fn metrics_router(server: Server) -> Router {
 }
 
 /// The MCP endpoint at `config.endpoint`, with `GET /healthz` and `GET /readyz`; with CORS
-/// for the origins `config.hosts` names ([`cors()`]).
+/// for the origins `config.hosts` names ([`cors()`]). Served by [`serve`], whose
+/// [`ConnectionLimits::close_while_draining`] closes connections while the server drains;
+/// served otherwise, add [`close_while_draining()`] to the app.
 pub fn router(server: Server, config: HttpConfig) -> Router {
     let endpoint = config.endpoint.clone();
     let cors = cors::cors(&config.hosts);
     let documents = config.auth.documents();
-    let closing = close_while_draining(server.clone());
     let state = Arc::new(AppState {
         server,
         config,
@@ -143,5 +153,4 @@ pub fn router(server: Server, config: HttpConfig) -> Router {
         Some(cors) => router.layer(cors),
         None => router,
     }
-    .layer(closing)
 }

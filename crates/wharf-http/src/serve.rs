@@ -47,6 +47,10 @@ pub struct ConnectionLimits {
     /// handlers that key on it (the authorization server's rate limits). Off by default: it
     /// costs an allocation per request that the MCP endpoint does not need.
     pub peer_address: bool,
+    /// While this server drains, every response (whatever route answers it, CORS
+    /// preflights and fallbacks included) closes its connection; see
+    /// [`close_while_draining`](crate::close_while_draining()).
+    pub close_while_draining: Option<wharf::Server>,
 }
 
 impl Default for ConnectionLimits {
@@ -57,6 +61,7 @@ impl Default for ConnectionLimits {
             max_headers: 100,
             max_header_bytes: 16 * 1024 + REQUEST_LINE_BYTES,
             peer_address: false,
+            close_while_draining: None,
         }
     }
 }
@@ -93,6 +98,7 @@ where
     let http = Arc::new(http);
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let peer_address = limits.peer_address;
+    let closing = limits.close_while_draining.clone();
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -109,16 +115,23 @@ where
             continue;
         };
         // When asked, the peer's address travels with each request as axum's `ConnectInfo`.
-        let service = TowerToHyperService::new(router.clone().map_request(
-            move |req: http::Request<Incoming>| {
-                let mut req = req.map(Body::new);
-                if peer_address {
-                    req.extensions_mut()
-                        .insert(axum::extract::ConnectInfo(peer.clone()));
-                }
-                req
-            },
-        ));
+        let closing = closing.clone();
+        let service = TowerToHyperService::new(
+            router
+                .clone()
+                .map_request(move |req: http::Request<Incoming>| {
+                    let mut req = req.map(Body::new);
+                    if peer_address {
+                        req.extensions_mut()
+                            .insert(axum::extract::ConnectInfo(peer.clone()));
+                    }
+                    req
+                })
+                .map_response(move |response| match &closing {
+                    Some(server) => crate::close_if_draining(server, response),
+                    None => response,
+                }),
+        );
         let conn = graceful.watch(http.serve_connection(TokioIo::new(io), service));
         tokio::spawn(async move {
             if let Err(e) = conn.await {

@@ -917,9 +917,9 @@ async fn encoded_version_and_method_headers_are_refused() {
     assert_eq!(body["error"]["code"], -32020, "{body}");
 }
 
-/// While the server drains, every response closes its connection, whoever answers it: the
-/// endpoint, a refusal, the probes, the metadata, a CORS preflight, axum's 404 and 405. A
-/// proxy then keeps no connection the replica will close when its grace ends.
+/// Under `close_while_draining`, while the server drains, every response closes its
+/// connection, whoever answers it: the endpoint, the probes, a CORS preflight, axum's 404
+/// and 405. A proxy then keeps no connection the replica will close when its grace ends.
 #[tokio::test]
 async fn every_response_closes_its_connection_while_draining() {
     let server = server();
@@ -928,7 +928,9 @@ async fn every_response_closes_its_connection_while_draining() {
     config.auth = std::sync::Arc::new(
         FromExtensions::new().challenge(HeaderValue::from_static(r#"Cookie realm="app""#)),
     );
-    let app = wharf_http::router(server.clone(), config);
+    // As an app served by `axum::serve` adds it (`wharf_http::serve` does the same itself).
+    let app = wharf_http::router(server.clone(), config)
+        .layer(wharf_http::close_while_draining(server.clone()));
     let requests = || {
         let get = |path: &str| {
             Request::get(path)

@@ -421,6 +421,15 @@ async fn sigterm_lets_in_flight_requests_finish_and_exits_zero() {
         .unwrap();
     assert_eq!(served.status(), 200);
     assert_eq!(served.headers()["connection"], "close");
+    // Every response, whatever answers it: a probe, a path nothing serves.
+    for path in ["/healthz", "/nothing"] {
+        let other = http
+            .get(format!("http://127.0.0.1:{}{path}", server.port))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(other.headers()["connection"], "close", "{path}");
+    }
     // Then it stops accepting, and the call in flight still finishes.
     server.log.wait_for("shutting down: draining", 1).await;
     let rest: Vec<Value> = call.collect().await;
