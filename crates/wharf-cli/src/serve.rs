@@ -1195,6 +1195,11 @@ async fn serve_with(
     }
     let local = listener.local_addr()?;
     let (listener, closer) = wharf_http::DrainingListener::new(listener)?;
+    // Every stop signal from now on (before the line that says the server serves, which a
+    // supervisor may act on), counted: the first starts the drain, the next skips the
+    // grace, and one after the grace ends the drain at once (an operator who signals again
+    // does not want to wait for the deadline).
+    let signals = signals::StopSignals::listen().counted();
     tracing::info!(address = %local, endpoint = %args.endpoint, "wharf serving MCP 2026-07-28");
     let mut limits = wharf_http::ConnectionLimits::for_headers(args.max_header_bytes);
     limits.header_read_timeout = Duration::from_secs(args.header_read_secs);
@@ -1219,17 +1224,16 @@ async fn serve_with(
             .merge(authz.page_router());
     }
 
-    // Every stop signal from now on, counted: the first starts the drain, the next skips
-    // the grace, and one after the grace ends the drain at once (an operator who signals
-    // again does not want to wait for the deadline).
-    let signals = signals::StopSignals::listen().counted();
     // Once the server stops accepting: how many signals had come by then.
     let (drain_began, draining) = tokio::sync::watch::channel(None::<u32>);
     let drain_server = server.clone();
     let grace = Duration::from_secs(args.drain_grace_secs);
     let mut heard = signals.clone();
     let shutdown = async move {
-        let _ = heard.wait_for(|n| *n >= 1).await;
+        if heard.wait_for(|n| *n >= 1).await.is_err() {
+            // Nothing counts signals any more: nothing will ask for a stop.
+            std::future::pending::<()>().await;
+        }
         drain_server.drain();
         if !grace.is_zero() {
             tracing::info!(
@@ -1238,7 +1242,7 @@ async fn serve_with(
             );
             tokio::select! {
                 () = tokio::time::sleep(grace) => {}
-                _ = heard.wait_for(|n| *n >= 2) => {}
+                Ok(_) = heard.wait_for(|n| *n >= 2) => {}
             }
         }
         tracing::info!("shutting down: draining in-flight requests; no longer accepting");

@@ -40,6 +40,13 @@ pub(crate) async fn readyz(State(state): State<Arc<AppState>>, headers: HeaderMa
         );
     }
     failures.extend(checked(&state).await);
+    // The checks may have taken a while: a drain begun meanwhile is what to say.
+    if state.server.is_draining() {
+        return json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({ "status": "draining" }),
+        );
+    }
     if failures.is_empty() {
         json(StatusCode::OK, serde_json::json!({ "status": "ready" }))
     } else {
@@ -57,6 +64,9 @@ pub(crate) type Verdict = tokio::sync::Mutex<
         serde_json::Map<String, serde_json::Value>,
     )>,
 >;
+
+/// How long one readiness check may take before it counts as failed.
+const CHECK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How long the readiness checks' verdict stands: the probe needs no unauthenticated store
 /// round trip per request (a flood of probes would take the store's connections from calls).
@@ -76,10 +86,15 @@ async fn checked(state: &AppState) -> serde_json::Map<String, serde_json::Value>
     }
     let mut failures = serde_json::Map::new();
     for check in &state.config.readiness {
-        if let Err(reason) = check.check().await {
-            tracing::warn!(check = check.name(), %reason, "readiness check failed");
-            failures.insert(check.name().to_owned(), NOT_ANSWERING.into());
-        }
+        // A dependency that hangs fails its check (and every probe waits for this one).
+        let answer = tokio::time::timeout(CHECK_WAIT, check.check()).await;
+        let reason = match answer {
+            Ok(Ok(())) => continue,
+            Ok(Err(reason)) => reason,
+            Err(_) => format!("no answer in {} s", CHECK_WAIT.as_secs()),
+        };
+        tracing::warn!(check = check.name(), %reason, "readiness check failed");
+        failures.insert(check.name().to_owned(), NOT_ANSWERING.into());
     }
     *verdict = Some((tokio::time::Instant::now(), failures.clone()));
     failures

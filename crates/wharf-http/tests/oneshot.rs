@@ -1008,6 +1008,7 @@ async fn a_response_posted_by_a_client_is_refused_without_its_id() {
 struct Counted {
     asked: std::sync::atomic::AtomicUsize,
     failing: std::sync::atomic::AtomicBool,
+    hanging: std::sync::atomic::AtomicBool,
 }
 
 impl wharf_http::ReadinessCheck for Counted {
@@ -1020,20 +1021,26 @@ impl wharf_http::ReadinessCheck for Counted {
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + '_>> {
         use std::sync::atomic::Ordering::SeqCst;
         self.asked.fetch_add(1, SeqCst);
-        let failing = self.failing.load(SeqCst);
-        Box::pin(async move { if failing { Err("down".into()) } else { Ok(()) } })
+        let (failing, hanging) = (self.failing.load(SeqCst), self.hanging.load(SeqCst));
+        Box::pin(async move {
+            if hanging {
+                std::future::pending::<()>().await;
+            }
+            if failing { Err("down".into()) } else { Ok(()) }
+        })
     }
 }
 
 /// `/readyz` asks the dependencies at most once a second, however many probes arrive (an
 /// unauthenticated flood would otherwise take the store's connections from calls); a
-/// failure shows within that second.
+/// failure shows within that second, a dependency that hangs within a few.
 #[tokio::test(start_paused = true)]
 async fn readiness_asks_the_dependencies_at_most_once_a_second() {
     use std::sync::atomic::Ordering::SeqCst;
     let check = std::sync::Arc::new(Counted {
         asked: 0.into(),
         failing: false.into(),
+        hanging: false.into(),
     });
     let mut config = HttpConfig::default();
     config.readiness = vec![check.clone()];
@@ -1058,4 +1065,11 @@ async fn readiness_asks_the_dependencies_at_most_once_a_second() {
     tokio::time::advance(std::time::Duration::from_millis(200)).await;
     assert_eq!(probe().await, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(check.asked.load(SeqCst), 2);
+    // A dependency that does not answer fails its check in time (the clock runs on by
+    // itself while everything waits).
+    check.failing.store(false, SeqCst);
+    check.hanging.store(true, SeqCst);
+    tokio::time::advance(std::time::Duration::from_millis(1_100)).await;
+    assert_eq!(probe().await, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(check.asked.load(SeqCst), 3);
 }

@@ -355,14 +355,15 @@ impl Run {
             })?;
             round.push((key, method, params));
         }
-        let (nonce, sent_at): (u64, _) = (rand::random(), now_millis());
+        let nonce: u64 = rand::random();
         let mut waiting = Vec::with_capacity(round.len());
         let mut open = Open {
             outbox: outbox.clone(),
             ids: Vec::with_capacity(round.len()),
         };
         for (n, (key, method, params)) in round.into_iter().enumerate() {
-            let id = server_request_id(runtime, self.session.id(), nonce, n, sent_at);
+            // Stamped as it goes out: the call's wait for its answer starts after the sends.
+            let id = server_request_id(runtime, self.session.id(), nonce, n, now_millis());
             // Waiting before sending: the answer cannot arrive before anyone listens.
             let waiter = runtime.hub.wait(&reply_key(self.session.id(), &id));
             let message = server_request(&id, method, params.as_deref());
