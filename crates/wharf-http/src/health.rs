@@ -26,10 +26,7 @@ pub(crate) async fn readyz(State(state): State<Arc<AppState>>, headers: HeaderMa
         return *refused;
     }
     if state.server.is_draining() {
-        return json(
-            StatusCode::SERVICE_UNAVAILABLE,
-            serde_json::json!({ "status": "draining" }),
-        );
+        return draining();
     }
     let mut failures = serde_json::Map::new();
     if !state.server.bus().is_connected() {
@@ -42,10 +39,7 @@ pub(crate) async fn readyz(State(state): State<Arc<AppState>>, headers: HeaderMa
     failures.extend(checked(&state).await);
     // The checks may have taken a while: a drain begun meanwhile is what to say.
     if state.server.is_draining() {
-        return json(
-            StatusCode::SERVICE_UNAVAILABLE,
-            serde_json::json!({ "status": "draining" }),
-        );
+        return draining();
     }
     if failures.is_empty() {
         json(StatusCode::OK, serde_json::json!({ "status": "ready" }))
@@ -55,6 +49,14 @@ pub(crate) async fn readyz(State(state): State<Arc<AppState>>, headers: HeaderMa
             serde_json::json!({ "status": "unavailable", "failures": failures }),
         )
     }
+}
+
+/// What `/readyz` answers once the server drains.
+fn draining() -> Response {
+    json(
+        StatusCode::SERVICE_UNAVAILABLE,
+        serde_json::json!({ "status": "draining" }),
+    )
 }
 
 /// The readiness checks' last verdict (the dependencies that failed) and when it was reached.
