@@ -128,6 +128,14 @@ impl UriTemplate {
     /// characters other than `/`, `?` and `#` *before* decoding, so a decoded value may hold
     /// any character but NUL (`%2F` gives `/`): handlers must treat variables as untrusted
     /// input.
+    ///
+    /// Where a URI splits more than one way (`{a}-{b}` and `x-y-z`), earlier variables take
+    /// the shortest values. Taking the first place the next literal appears is never wrong
+    /// for a variable followed by more variables: if the rest matches from a later place, it
+    /// matches from the earlier one too, the next variable taking the text between (which
+    /// holds no `/`, `?` or `#`, or the later place could not have been reached). Before the
+    /// template's last literal, the place is fixed: the end of the URI (`docs://{name}.md`
+    /// matches `docs://notes.md.md`). So one pass decides, whatever the URI.
     pub(crate) fn match_uri(&self, uri: &str) -> Option<Vars> {
         let mut vars = Vars::new();
         let mut rest = uri;
@@ -136,12 +144,26 @@ impl UriTemplate {
             match part {
                 Part::Literal(l) => rest = rest.strip_prefix(l.as_str())?,
                 Part::Var(name) => {
+                    // A value is never empty, so the literal is looked for after its first
+                    // character.
+                    let first = rest.chars().next()?.len_utf8();
+                    let before_last = parts.len() == 1;
                     let end = match parts.peek() {
-                        Some(Part::Literal(next)) => rest.find(next.as_str())?,
-                        _ => rest.len(),
+                        None => rest.len(),
+                        Some(Part::Literal(last)) if before_last => {
+                            rest.len().checked_sub(last.len()).filter(|&e| e >= first)?
+                        }
+                        Some(Part::Literal(next)) => {
+                            rest.get(first..)?.find(next.as_str())? + first
+                        }
+                        // Parsing refuses two variables side by side.
+                        Some(Part::Var(_)) => return None,
                     };
-                    let raw = &rest[..end];
-                    if raw.is_empty() || raw.contains(['/', '?', '#']) {
+                    let raw = rest.get(..end)?;
+                    // What a URI may hold (a URI that is none was refused before it got
+                    // here), bar the delimiters of its path, query and fragment.
+                    let plain = |b: u8| b == b'%' || (uri_char(b) && !b"/?#".contains(&b));
+                    if raw.is_empty() || !raw.bytes().all(plain) {
                         return None;
                     }
                     // A NUL (`%00`) names nothing: PostgreSQL's text cannot hold one, so a
@@ -160,6 +182,46 @@ impl UriTemplate {
 /// whether written plain or percent-encoded.
 fn unreserved(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"-._~".contains(&b)
+}
+
+/// Whether `b` may stand in a URI as it is (RFC 3986 §2): unreserved, or a delimiter.
+fn uri_char(b: u8) -> bool {
+    unreserved(b) || b":/?#[]@!$&'()*+,;=".contains(&b)
+}
+
+/// Whether `text` is written as RFC 3986 writes a URI: a scheme (a letter, then letters,
+/// digits, `+`, `-` or `.`) and `:`, then only characters a URI may hold, anything else
+/// percent-encoded. What the resources page asks servers to check of every URI they are
+/// sent (a space, a quote or a control character is no part of one), and what the schemas
+/// call `format: uri`, so that an answer quoting the URI is valid too.
+pub(crate) fn is_uri(text: &str) -> bool {
+    let Some((scheme, rest)) = text.split_once(':') else {
+        return false;
+    };
+    let mut scheme = scheme.bytes();
+    if !scheme.next().is_some_and(|b| b.is_ascii_alphabetic())
+        || !scheme.all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+    {
+        return false;
+    }
+    let bytes = rest.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            if !rest
+                .get(i + 1..i + 3)
+                .is_some_and(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+            {
+                return false;
+            }
+            i += 3;
+        } else if uri_char(bytes[i]) {
+            i += 1;
+        } else {
+            return false;
+        }
+    }
+    true
 }
 
 /// `uri` in the form RFC 3986 §6.2.2 makes equal URIs compare equal: unreserved characters
@@ -238,6 +300,69 @@ mod tests {
         // A decoded NUL matches nothing (every backend then answers "not found").
         assert!(d.match_uri("dataset://a%00b").is_none());
         assert!(d.match_uri("dataset://a%01b").is_some());
+    }
+
+    #[test]
+    fn a_uri_is_a_scheme_and_what_a_uri_may_hold() {
+        for uri in [
+            "dataset://my%20set",
+            "file:///home/a/b.txt?x=1#top",
+            "urn:isbn:0451450523",
+            "x+y.z-1://h/[::1]/@!$&'()*+,;=~",
+        ] {
+            assert!(is_uri(uri), "{uri}");
+        }
+        for not in [
+            "notes://a b",
+            "dataset://\"quoted\"",
+            "dataset://line\nbreak",
+            "dataset://%zz",
+            "dataset://50%",
+            "dataset://é",
+            "no-scheme",
+            "://x",
+            "1x://y",
+            "",
+        ] {
+            assert!(!is_uri(not), "{not:?}");
+        }
+        // Nor does a template give a variable what no URI holds.
+        let t = UriTemplate::parse("notes://{id}").unwrap();
+        assert_eq!(t.match_uri("notes://a b"), None);
+        assert_eq!(t.match_uri("notes://a<b>"), None);
+        assert!(t.match_uri("notes://a%20b").is_some());
+    }
+
+    #[test]
+    fn a_value_may_hold_the_literal_after_it() {
+        let vars = |pairs: &[(&str, &str)]| -> Vars {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let cases: &[(&str, &[(&str, &str)])] = &[
+            ("docs://{name}.md", &[("name", "notes.md")]),
+            ("docs://{name}.md", &[("name", ".md")]),
+            ("s:{a}-{b}", &[("a", "-"), ("b", "x")]),
+            ("s:{a}-{b}-end", &[("a", "x"), ("b", "y-z")]),
+            ("s:{a}.{b}.{c}", &[("a", "x"), ("b", "y"), ("c", "z.w")]),
+            ("s:{a}:{b}.json", &[("a", "é"), ("b", "a.json.json")]),
+            ("s://{a}/{b}.md", &[("a", "x.md"), ("b", "y.md")]),
+        ];
+        for (template, values) in cases {
+            let t = UriTemplate::parse(template).unwrap();
+            let values = vars(values);
+            let uri = t.expand(&values);
+            assert_eq!(t.match_uri(&uri), Some(values), "{template} against {uri}");
+        }
+        let t = UriTemplate::parse("docs://{name}.md").unwrap();
+        assert_eq!(t.match_uri("docs://.md"), None);
+        assert_eq!(t.match_uri("docs://a/b.md"), None);
+        assert_eq!(t.match_uri("docs://notes.mdx"), None);
+        let t = UriTemplate::parse("s:{a}-{b}").unwrap();
+        assert_eq!(t.match_uri("s:x-"), None);
+        assert_eq!(t.match_uri("s:-"), None);
     }
 
     #[test]
