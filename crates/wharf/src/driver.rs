@@ -96,7 +96,7 @@ where
     match got {
         Ok(value) => Ok(Ended::Value(value)),
         Err(HandlerError::Execution(message)) => Ok(Ended::Failed(message)),
-        Err(HandlerError::Protocol(e)) => Err(e),
+        Err(HandlerError::Protocol(e)) => Err(e.sendable_from_handler()),
         Err(HandlerError::InputRequired(ask)) => {
             let asked = input_required(&runtime, &id, resume.as_ref(), *ask)?;
             if let Some(outcome) = outcome {

@@ -216,6 +216,31 @@ impl RpcError {
         .with_data(json!({ "requiredScopes": required }))
     }
 
+    /// The error as a handler may send it. The codes MCP defines mean what the core sends
+    /// them for, with the data their schemas require, and the rest of the range JSON-RPC
+    /// and MCP reserve must not be sent at all: a handler's header or version refusal, a
+    /// capability refusal without `requiredCapabilities`, or an application code inside
+    /// `-32768..=-32000` goes out as `-32603`, what it said logged.
+    pub(crate) fn sendable_from_handler(self) -> Self {
+        let sendable = match self.kind {
+            ErrorKind::HeaderMismatch | ErrorKind::UnsupportedVersion => false,
+            ErrorKind::MissingCapability => self
+                .data
+                .as_ref()
+                .is_some_and(|d| d.get("requiredCapabilities").is_some_and(Value::is_object)),
+            ErrorKind::Application(code) => !codes::is_reserved(code),
+            _ => true,
+        };
+        if sendable {
+            return self;
+        }
+        Self::internal(format_args!(
+            "a handler answered with code {}, which only the protocol may send as it was: {}",
+            self.code(),
+            self.message
+        ))
+    }
+
     /// `-32603`. The detail is logged (under [`DETAIL_TARGET`]), never sent.
     pub fn internal(detail: impl std::fmt::Display) -> Self {
         tracing::error!(target: DETAIL_TARGET, %detail, "internal error");

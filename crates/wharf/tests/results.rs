@@ -63,6 +63,54 @@ async fn arguments_that_break_the_schema_are_an_error_the_model_reads() {
 }
 
 #[tokio::test]
+async fn a_handler_sends_only_the_codes_it_may() {
+    use wharf::protocol::ClientCapabilities;
+    use wharf::{HandlerError, RpcError};
+    let answers = || -> Vec<RpcError> {
+        vec![
+            RpcError::new(ErrorKind::Application(-32042), "a code MCP reserves"),
+            RpcError::new(ErrorKind::Application(-32050), "undefined in MCP's range"),
+            RpcError::new(ErrorKind::Application(-32000), "JSON-RPC's server range"),
+            RpcError::header_mismatch("not the handler's to say"),
+            RpcError::unsupported_version("2099-01-01", &["2026-07-28"]),
+            RpcError::new(ErrorKind::MissingCapability, "without the data it needs"),
+            RpcError::new(ErrorKind::Application(-31999), "the application's own"),
+            RpcError::new(ErrorKind::Application(7), "the application's own"),
+            RpcError::missing_capability(&ClientCapabilities::default(), "this tool"),
+            RpcError::invalid_params("bad input"),
+        ]
+    };
+    let count = answers().len();
+    let mut builder = Server::builder(Implementation::new("t", "1"));
+    for i in 0..count {
+        builder = builder.tool(tool(format!("t{i}")).handler(
+            move |_cx: Context, _args: serde_json::Map<String, Value>| async move {
+                Err::<String, _>(HandlerError::from(answers().swap_remove(i)))
+            },
+        ));
+    }
+    let harness = Harness::new(builder.build().unwrap());
+    for (i, sent) in answers().into_iter().enumerate() {
+        let got = harness
+            .call(
+                "tools/call",
+                json!({ "name": format!("t{i}"), "arguments": {} }),
+            )
+            .await
+            .unwrap_err();
+        let got = got.error();
+        let reserved = i < 6;
+        if reserved {
+            assert_eq!(got.kind, ErrorKind::Internal, "{sent:?} became {got:?}");
+            assert_eq!(got.message, "Internal error");
+            assert_eq!(got.data, None);
+        } else {
+            assert_eq!(got, &sent, "sent as it was");
+        }
+    }
+}
+
+#[tokio::test]
 async fn a_prompts_result_is_complete_whatever_its_handler_set() {
     let server = Server::builder(Implementation::new("t", "1"))
         .prompt(prompt("odd").handler(|_cx, _args| async {
