@@ -184,6 +184,10 @@ pub(crate) fn validate(
             req.info.protocol_version
         )));
     }
+    // A version this server does not speak is refused as that, listing the ones it does,
+    // before any header it defines is asked for: a client of a later revision renegotiates
+    // on -32022, and the headers it sends may be that revision's.
+    spoken(version, server)?;
     mirrored(headers, req, server, true)
 }
 
