@@ -86,6 +86,12 @@ pub enum BuildError {
         /// The scope.
         scope: String,
     },
+    /// A resource URI that is not written as a URI (RFC 3986): no scheme, or a character a
+    /// URI cannot hold (a space, say) that is not percent-encoded.
+    #[error(
+        "resource {0:?}: not a URI: it needs a scheme and ':', and anything but letters, digits and -._~:/?#[]@!$&'()*+,;= percent-encoded"
+    )]
+    ResourceUri(String),
     /// An invalid URI template, or scopes of a template that cannot stand.
     #[error("resource template {uri:?}: {reason}")]
     Template {
@@ -292,6 +298,9 @@ impl Registry {
         }
         let mut resource_index = Index::default();
         for (i, r) in defs.resources.iter().enumerate() {
+            if !uri_template::is_uri(&r.resource.uri) {
+                return Err(BuildError::ResourceUri(r.resource.uri.clone()));
+            }
             let uri = uri_template::normalized(&r.resource.uri).into_owned();
             if resource_index.insert(uri, i).is_some() {
                 return Err(BuildError::Duplicate {

@@ -19,6 +19,7 @@ use crate::meta::{RequestInfo, TraceContext, refusal_before_params};
 use crate::metrics::OutcomeCell;
 use crate::principal::Principal;
 use crate::session::Session;
+use crate::uri_template;
 
 /// Serialized JSON-RPC messages for the response stream of one request, in order.
 pub type Outbox = mpsc::Sender<Vec<u8>>;
@@ -455,6 +456,9 @@ fn read_body<S: Source>(
         methods::RESOURCES_READ => {
             offered(caps.resources.is_some())?;
             let (p, m) = params.read::<ReadResourceParams>(reading)?;
+            if !uri_template::is_uri(&p.uri) {
+                return Err(S::refused(not_a_uri("uri", &p.uri)));
+            }
             (RequestBody::ReadResource(p), m)
         }
         methods::COMPLETION_COMPLETE => {
@@ -475,6 +479,9 @@ fn read_body<S: Source>(
                     "Invalid params: a URI in resourceSubscriptions is longer than {MAX_URI_LEN} bytes"
                 ))));
             }
+            if let Some(uri) = uris.and_then(|u| u.iter().find(|u| !uri_template::is_uri(u))) {
+                return Err(S::refused(not_a_uri("a URI in resourceSubscriptions", uri)));
+            }
             if uris.is_some_and(|u| u.iter().map(String::len).sum::<usize>() > MAX_SUBSCRIBED_BYTES)
             {
                 return Err(S::refused(RpcError::invalid_params(format!(
@@ -486,6 +493,13 @@ fn read_body<S: Source>(
         }
         _ => return Err(S::not_found(method)),
     })
+}
+
+/// The refusal of `what`, `uri`, which is not written as a URI.
+pub(crate) fn not_a_uri(what: &str, uri: &str) -> RpcError {
+    RpcError::invalid_params(format!(
+        "Invalid params: {what} {uri:?} is not a URI (RFC 3986: a scheme and ':', then letters, digits and -._~:/?#[]@!$&'()*+,;=, anything else percent-encoded)"
+    ))
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use wharf_protocol::{
 
 use crate::context::{Context, guarded};
 use crate::handler::{BoxFuture, HandlerError};
-use crate::uri_template::{UriTemplate, Vars};
+use crate::uri_template::{self, UriTemplate, Vars};
 
 /// What a resource handler is asked for.
 #[derive(Debug, Clone)]
@@ -244,6 +244,17 @@ impl CompiledTemplate {
     /// Compiles `def`; the error says what is wrong with its URI template or its scopes.
     pub(crate) fn new(def: TemplateDef) -> Result<Self, String> {
         let parsed = UriTemplate::parse(&def.template.uri_template).map_err(|e| e.to_string())?;
+        // What it expands to must be a URI, whatever the values (each is percent-encoded).
+        let sample = parsed
+            .variables()
+            .map(|v| (v.to_owned(), "x".to_owned()))
+            .collect();
+        if !uri_template::is_uri(&parsed.expand(&sample)) {
+            return Err(
+                "it does not expand to a URI: it needs a scheme and ':', and anything but letters, digits and -._~:/?#[]@!$&'()*+,;= percent-encoded"
+                    .to_owned(),
+            );
+        }
         let mut scope_templates = Vec::with_capacity(def.scopes.len());
         for scope in &def.scopes {
             let t = UriTemplate::parse(scope).map_err(|e| format!("scope {scope:?}: {e}"))?;

@@ -338,6 +338,9 @@ impl<'a> Sessions<'a> {
                 p.uri = crate::uri_template::normalized(&p.uri).into_owned();
                 if method == methods::RESOURCES_SUBSCRIBE {
                     let registry = &self.core.registry;
+                    if !crate::uri_template::is_uri(&p.uri) {
+                        return Err(fail(request::not_a_uri("uri", &p.uri)));
+                    }
                     if registry.resource(&p.uri).is_none() {
                         return Err(fail(RpcError::resource_not_found(&p.uri)));
                     }
