@@ -19,6 +19,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::Semaphore;
 use tower::ServiceExt as _;
+use wharf::metrics::Throttled;
 
 /// Room for the request line and hyper's own framing beyond the header fields.
 const REQUEST_LINE_BYTES: usize = 8 * 1024;
@@ -107,10 +108,15 @@ where
             () = shutdown.as_mut() => break,
         };
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            tracing::warn!(
-                limit = limits.max_connections,
-                "connection limit reached; a new connection was closed"
-            );
+            // A line at most every ten seconds: a flood of connections is no flood of lines.
+            static AT_LIMIT: Throttled = Throttled::new(Duration::from_secs(10));
+            if let Some(held_back) = AT_LIMIT.ready() {
+                tracing::warn!(
+                    limit = limits.max_connections,
+                    held_back,
+                    "connection limit reached; a new connection was closed"
+                );
+            }
             drop(io);
             continue;
         };

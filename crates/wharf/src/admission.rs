@@ -365,6 +365,15 @@ impl Counted {
         self.timer.is_some()
     }
 
+    /// Leaves `waited` out of the request's duration: time the server spent waiting for
+    /// the client (a legacy call's answers to its input requests) is not the server's, as
+    /// it is not in a stateless call, whose rounds are requests of their own.
+    pub(crate) fn exclude(&mut self, waited: std::time::Duration) {
+        if let Some(timer) = &mut self.timer {
+            timer.exclude(waited);
+        }
+    }
+
     /// Counts the request as ended with `outcome`, and says so on its span.
     pub(crate) fn ended(&mut self, outcome: Outcome, error: Option<&RpcError>) {
         if std::mem::replace(&mut self.ended, true) {

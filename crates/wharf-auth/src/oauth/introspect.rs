@@ -4,9 +4,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use wharf::Grant;
+use wharf::metrics::Throttled;
 
 use super::{Checked, audience_ok, now_secs, numeric_date, scopes_of, subject_of};
 use crate::AuthError;
+
+/// How often a warning any client can set off is logged at most.
+const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// How hard one process may press the authorization server's introspection endpoint.
 /// Every token the process has not seen costs a request there (tokens already checked are
@@ -174,22 +178,34 @@ impl Introspector {
             Seen::Accepted => &self.accepted_tokens,
         };
         let deadline = tokio::time::Instant::now() + limits.max_wait;
+        // Any client can set these off with made-up tokens, one per request: a line at most
+        // every ten seconds each, saying how many it stands for.
+        static AT_LIMIT: Throttled = Throttled::new(WARN_EVERY);
+        static AT_RATE: Throttled = Throttled::new(WARN_EVERY);
+        static UNREACHABLE: Throttled = Throttled::new(WARN_EVERY);
+        static REFUSED: Throttled = Throttled::new(WARN_EVERY);
         let Ok(Ok(_slot)) = tokio::time::timeout_at(deadline, lane.in_flight.acquire()).await
         else {
-            tracing::warn!(
-                limit = limits.max_in_flight,
-                ?seen,
-                "introspection requests at their limit; a token is refused for now"
-            );
+            if let Some(held_back) = AT_LIMIT.ready() {
+                tracing::warn!(
+                    limit = limits.max_in_flight,
+                    ?seen,
+                    held_back,
+                    "introspection requests at their limit; a token is refused for now"
+                );
+            }
             return Err(AuthError::Unavailable);
         };
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let Some(wait) = lane.budget.reserve(Instant::now(), left) else {
-            tracing::warn!(
-                per_second = limits.per_second,
-                ?seen,
-                "introspection requests at their rate; a token is refused for now"
-            );
+            if let Some(held_back) = AT_RATE.ready() {
+                tracing::warn!(
+                    per_second = limits.per_second,
+                    ?seen,
+                    held_back,
+                    "introspection requests at their rate; a token is refused for now"
+                );
+            }
             return Err(AuthError::Unavailable);
         };
         tokio::time::sleep(wait).await;
@@ -199,11 +215,15 @@ impl Introspector {
             .send()
             .await
             .map_err(|e| {
-                tracing::warn!(error = %e, "cannot reach the introspection endpoint");
+                if let Some(held_back) = UNREACHABLE.ready() {
+                    tracing::warn!(error = %e, held_back, "cannot reach the introspection endpoint");
+                }
                 AuthError::Unavailable
             })?;
         if !res.status().is_success() {
-            tracing::warn!(status = %res.status(), "the introspection endpoint refused");
+            if let Some(held_back) = REFUSED.ready() {
+                tracing::warn!(status = %res.status(), held_back, "the introspection endpoint refused");
+            }
             return Err(AuthError::Unavailable);
         }
         let answer = super::json_at_most(res, super::MAX_VERDICT_BODY)

@@ -29,7 +29,7 @@ use crate::dispatch::{self, Core};
 use crate::error::{ErrorKind, RpcError};
 use crate::limits::Permit;
 use crate::meta::capabilities_cover;
-use crate::metrics::Outcome as RequestOutcome;
+use crate::metrics::{Outcome as RequestOutcome, Throttled};
 use crate::principal::Principal;
 use crate::reply::error_message;
 use crate::request::{self, Caller, Outbox, ParsedRequest, ProgressFloor, RequestBody};
@@ -250,11 +250,15 @@ impl Run {
                 },
                 Next::Ask(asked) => asked,
             };
-            match self.ask(asked, outbox).await {
+            let asking = Instant::now();
+            let answered = self.ask(asked, outbox).await;
+            self.counted.exclude(asking.elapsed());
+            match answered {
                 Ok(req) => next = Next::Request(req),
-                Err(Some(m)) => {
-                    self.counted.ended(RequestOutcome::Error, None);
-                    let _ = outbox.send(m).await;
+                Err(Some(e)) => {
+                    let e = e.in_2025();
+                    self.counted.ended(RequestOutcome::Error, Some(&e));
+                    let _ = outbox.send(error_message(Some(&self.id), &e)).await;
                     return;
                 }
                 Err(None) => return,
@@ -303,21 +307,17 @@ impl Run {
         error_message(Some(&self.id), &cancelled_error())
     }
 
-    fn fail(&self, e: RpcError) -> Option<Vec<u8>> {
-        Some(error_message(Some(&self.id), &e.in_2025()))
-    }
-
     /// Sends the round's input requests, waits for every answer, and builds the next
     /// round's request. `Err(None)`: cancelled, or the client is gone; nothing to send.
     async fn ask(
         &mut self,
         asked: Asked,
         outbox: &Outbox,
-    ) -> Result<ParsedRequest, Option<Vec<u8>>> {
+    ) -> Result<ParsedRequest, Option<RpcError>> {
         let runtime = &self.core.runtime;
         let max = runtime.config.request_state.max_rounds;
         if self.rounds > max {
-            return Err(self.fail(RpcError::new(
+            return Err(Some(RpcError::new(
                 ErrorKind::InvalidRequest,
                 format!("The call asked for input more than {max} times; it was stopped"),
             )));
@@ -335,17 +335,17 @@ impl Run {
             let required =
                 required_capability(method, params).map(|caps| older::required(version, caps));
             let required = required.ok_or_else(|| {
-                self.fail(RpcError::internal(format!(
+                Some(RpcError::internal(format!(
                     "input request {key:?} has an unknown method {method:?}"
                 )))
             })?;
             if !capabilities_cover(self.session.client_capabilities(), &required) {
                 let what = format!("input request {key:?} ({method})");
-                return Err(self.fail(RpcError::missing_capability(&required, &what)));
+                return Err(Some(RpcError::missing_capability(&required, &what)));
             }
             let params = older::input_params(version, method, params).map_err(|what| {
                 // The server's own doing, named (nothing secret in what a handler asks).
-                self.fail(RpcError::new(
+                Some(RpcError::new(
                     ErrorKind::Internal,
                     format!(
                         "Input request {key:?} asks for {what}, which a {version} client \
@@ -367,8 +367,7 @@ impl Run {
             // Waiting before sending: the answer cannot arrive before anyone listens.
             let waiter = runtime.hub.wait(&reply_key(self.session.id(), &id));
             let message = server_request(&id, method, params.as_deref());
-            let bytes =
-                serde_json::to_vec(&message).map_err(|e| self.fail(RpcError::internal(e)))?;
+            let bytes = serde_json::to_vec(&message).map_err(|e| Some(RpcError::internal(e)))?;
             if outbox.send(bytes).await.is_err() {
                 // The stream is gone: nobody is there to answer.
                 return Err(None);
@@ -399,9 +398,11 @@ impl Run {
                         .get("message")
                         .and_then(Value::as_str)
                         .unwrap_or("no message");
-                    return Err(self.fail(RpcError::new(
+                    return Err(Some(RpcError::new(
                         ErrorKind::InvalidRequest,
-                        format!("The client answered input request {key:?} ({method}) with an error: {message}"),
+                        format!(
+                            "The client answered input request {key:?} ({method}) with an error: {message}"
+                        ),
                     )));
                 }
             }
@@ -416,7 +417,7 @@ impl Run {
             // The round's span is under the call's, which joined the caller's trace.
             crate::meta::TraceContext::default(),
         )
-        .map_err(|e| self.fail(e))?;
+        .map_err(Some)?;
         match &mut req.body {
             RequestBody::CallTool(p) => {
                 p.input_responses = Some(responses);
@@ -431,7 +432,7 @@ impl Run {
                 p.request_state = asked.state;
             }
             _ => {
-                return Err(self.fail(RpcError::internal(
+                return Err(Some(RpcError::internal(
                     "only tools, prompts and resources ask for input",
                 )));
             }
@@ -447,7 +448,7 @@ impl Run {
         deadline: Instant,
         allowed: Duration,
         key: &str,
-    ) -> Result<Answer, Option<Vec<u8>>> {
+    ) -> Result<Answer, Option<RpcError>> {
         let runtime = &self.core.runtime;
         loop {
             let delivery = tokio::select! {
@@ -458,7 +459,7 @@ impl Run {
                 // and retried it goes to a replica that stays. On stdio, whose input ended,
                 // the answer finds nobody and is dropped.
                 () = runtime.shutdown.cancelled() => {
-                    return Err(self.fail(RpcError::new(
+                    return Err(Some(RpcError::new(
                         ErrorKind::RetryLater,
                         format!("Busy: the server is shutting down while input request {key:?} waited for its answer; send the request again"),
                     )));
@@ -466,7 +467,7 @@ impl Run {
                 () = tokio::time::sleep_until(deadline) => {
                     // Rounded: the wait ends a moment before the state does.
                     let secs = (allowed + Duration::from_millis(500)).as_secs();
-                    return Err(self.fail(RpcError::new(
+                    return Err(Some(RpcError::new(
                         ErrorKind::TimedOut,
                         format!("The client did not answer input request {key:?} within {secs} s"),
                     )));
@@ -495,7 +496,15 @@ impl Run {
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::warn!(error = %e, "could not look for a client's answer in the store")
+                    // Every waiting call asks each second: one line for all of them.
+                    static FAILING: Throttled = Throttled::new(Duration::from_secs(10));
+                    if let Some(held_back) = FAILING.ready() {
+                        tracing::warn!(
+                            error = %e,
+                            held_back,
+                            "could not look for a client's answer in the store"
+                        );
+                    }
                 }
             }
         }
@@ -773,6 +782,7 @@ mod tests {
                     }
                 }),
             )
+            .metrics(true)
             .build()
             .unwrap()
     }
@@ -931,6 +941,27 @@ mod tests {
         let answer = response(sent).await;
         running.await.unwrap();
         assert_eq!(answer["result"]["content"][0]["text"], "done", "{answer}");
+    }
+
+    /// A call's duration is the server's time: the wait for its client's answers is left
+    /// out, as it is from a stateless call, whose rounds are requests of their own. Here
+    /// the handler works 2 s and the client answers after 30 s.
+    #[tokio::test(start_paused = true)]
+    async fn a_calls_duration_leaves_out_the_wait_for_its_client() {
+        let server = confirming(lasting(Duration::from_secs(120)), Duration::from_secs(2));
+        let (session, sent, asked_id, running) = confirm_call(&server).await;
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        accept(&server, &session, &asked_id).await.unwrap();
+        let answer = response(sent).await;
+        running.await.unwrap();
+        assert_eq!(answer["result"]["content"][0]["text"], "done", "{answer}");
+        let text = server.encode_metrics().unwrap();
+        let series = r#"wharf_request_duration_seconds_sum{method="tools/call",tool="confirm"} "#;
+        let took: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.parse().ok())
+            .unwrap_or_else(|| panic!("no {series}in {text}"));
+        assert!((2.0..3.0).contains(&took), "{took} s counted");
     }
 
     #[test]

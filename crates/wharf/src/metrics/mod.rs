@@ -12,14 +12,16 @@
 
 mod family;
 mod prometheus;
+mod throttle;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use wharf_protocol::methods;
 
 pub use family::{Buckets, Family, Point, Points, Snapshot};
+pub use throttle::Throttled;
 
 /// Upper bounds of the latency buckets, in seconds: 0.5 ms to 10 s, as an operator's
 /// dashboards and alerts slice an MCP call's time.
@@ -520,7 +522,9 @@ enum Slot {
 pub(crate) struct RequestTimer {
     metrics: Arc<Metrics>,
     slot: Slot,
-    started: Instant,
+    /// Tokio's clock (the system's outside tests), so that a test on a paused clock can
+    /// see how long a request took.
+    started: tokio::time::Instant,
 }
 
 impl RequestTimer {
@@ -538,8 +542,13 @@ impl RequestTimer {
         RequestTimer {
             metrics: Arc::clone(metrics),
             slot,
-            started: Instant::now(),
+            started: tokio::time::Instant::now(),
         }
+    }
+
+    /// Leaves `waited` out of the request's duration.
+    pub(crate) fn exclude(&mut self, waited: Duration) {
+        self.started = self.started.checked_add(waited).unwrap_or(self.started);
     }
 
     /// Counts the request with its outcome.
