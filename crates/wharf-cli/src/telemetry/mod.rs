@@ -135,6 +135,7 @@ where
                 LevelFilter::OFF
             };
             tracing_subscriber::fmt::layer()
+                .fmt_fields(text_fields())
                 .with_writer(writer)
                 .with_filter(filter.with_target(SPANS, spans))
                 .boxed()
@@ -145,6 +146,40 @@ where
             .boxed(),
     });
     layers
+}
+
+/// How a text line writes an event's and a span's fields: as the default format does
+/// (`key=value`, the message bare), with every control character escaped. A value written
+/// with `%` (an error, a handler's message, what a client named) is otherwise written as it
+/// is, and a newline in it would start a line of the client's making.
+fn text_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 'static {
+    use tracing_subscriber::field::MakeExt as _;
+    tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
+        let text = format!("{value:?}");
+        let text = controls_escaped(&text);
+        if field.name() == "message" {
+            write!(w, "{text}")
+        } else {
+            write!(w, "{field}={text}")
+        }
+    })
+    .delimited(" ")
+}
+
+/// `text` with its control characters (line breaks, terminal escapes) written as escapes.
+fn controls_escaped(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// The span exporter, when `OTEL_EXPORTER_OTLP_ENDPOINT` (or its traces-only form) names a
@@ -192,12 +227,12 @@ fn tracer(
     use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
-        .with_endpoint(endpoint)
+        .with_endpoint(endpoint.as_str())
         .with_http_client(client)
         .build()
         .map_err(|e| format!("cannot set up the OTLP span exporter: {e}"))?;
     let provider = SdkTracerProvider::builder()
-        .with_batch_exporter(Reporting::new(exporter))
+        .with_batch_exporter(Reporting::new(exporter, &endpoint))
         .with_resource(resource.clone())
         .build();
     Ok(Some(provider))
@@ -209,14 +244,26 @@ fn tracer(
 struct Reporting<E> {
     inner: E,
     failing: std::sync::atomic::AtomicBool,
+    /// What of the collector's URL may be a credential (user, password, query), longest
+    /// first: the exporter's errors quote the URL, and the log gets them without it.
+    secrets: Vec<String>,
 }
 
 impl<E> Reporting<E> {
-    fn new(inner: E) -> Self {
+    /// Reports on `inner`, which exports to `endpoint`.
+    fn new(inner: E, endpoint: &str) -> Self {
         Reporting {
             inner,
             failing: std::sync::atomic::AtomicBool::new(false),
+            secrets: secrets_of(endpoint),
         }
+    }
+
+    /// `text` with every credential the endpoint's URL holds replaced.
+    fn redacted(&self, text: &str) -> String {
+        self.secrets.iter().fold(text.to_owned(), |text, secret| {
+            text.replace(secret, "[redacted]")
+        })
     }
 
     /// Logs `result` if it changes whether exports fail.
@@ -227,13 +274,41 @@ impl<E> Reporting<E> {
         match result {
             // Outside any span: the OpenTelemetry layer exports none of it.
             Err(e) if !was_failing => tracing::warn!(
-                error = %e,
+                error = %self.redacted(&e.to_string()),
                 "could not export spans to the collector; they are dropped until it answers"
             ),
             Ok(()) if was_failing => tracing::info!("spans reach the collector again"),
             _ => {}
         }
     }
+}
+
+/// The parts of `endpoint` that may be credentials, as written and as a URL writes them
+/// (percent-encoded), longest first so that none is left half replaced.
+fn secrets_of(endpoint: &str) -> Vec<String> {
+    let mut secrets = Vec::new();
+    if let Ok(url) = reqwest::Url::parse(endpoint) {
+        secrets.extend([url.username(), url.password().unwrap_or_default()].map(str::to_owned));
+        secrets.extend(url.query().map(str::to_owned));
+    }
+    let after_scheme = endpoint
+        .split_once("://")
+        .map_or(endpoint, |(_, rest)| rest);
+    let authority = after_scheme
+        .split(['/', '?', '#'])
+        .next()
+        .unwrap_or_default();
+    if let Some((userinfo, _)) = authority.rsplit_once('@') {
+        secrets.extend(userinfo.split(':').map(str::to_owned));
+        secrets.push(userinfo.to_owned());
+    }
+    if let Some((_, query)) = endpoint.split_once('?') {
+        secrets.push(query.split('#').next().unwrap_or_default().to_owned());
+    }
+    secrets.retain(|s| !s.is_empty());
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    secrets.dedup();
+    secrets
 }
 
 impl<E: SpanExporter> SpanExporter for Reporting<E> {
@@ -517,7 +592,10 @@ mod tests {
 
         let _one = one_subscriber();
         let out = Buffer::default();
-        let exporter = Reporting::new(Flaky(Mutex::new(vec![true, false, false, true, true])));
+        let exporter = Reporting::new(
+            Flaky(Mutex::new(vec![true, false, false, true, true])),
+            "http://127.0.0.1:4318/v1/traces",
+        );
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
@@ -534,6 +612,65 @@ mod tests {
             1,
             "{text}"
         );
+    }
+
+    /// The exporter's errors quote the collector's URL; what of it may be a credential
+    /// never reaches the log. Exported for real, to a port nothing listens on.
+    #[test]
+    fn a_failed_exports_log_line_holds_no_credential_of_the_collectors_url() {
+        let endpoint = "http://trace-user:pa%24%24word@127.0.0.1:1/v1/traces?api-key=t0ken-1";
+        let client = std::thread::spawn(|| reqwest::blocking::Client::builder().build())
+            .join()
+            .unwrap()
+            .unwrap();
+        use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_endpoint(endpoint)
+            .with_http_client(client)
+            .build()
+            .unwrap();
+        let exporter = Reporting::new(exporter, endpoint);
+        let _one = one_subscriber();
+        let out = Buffer::default();
+        // The blocking client may not run inside a runtime: polled on a thread of its own.
+        let result = std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    tracing::subscriber::with_default(subscriber(LogFormat::Text, &out), || {
+                        futures_executor::block_on(exporter.export(Vec::new()))
+                    })
+                })
+                .join()
+                .unwrap()
+        });
+        let raw = result.unwrap_err().to_string();
+        assert!(
+            raw.contains("t0ken-1"),
+            "the exporter quotes the URL: {raw}"
+        );
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        assert!(text.contains("could not export spans"), "{text}");
+        assert!(text.contains("127.0.0.1:1"), "where it failed to: {text}");
+        for secret in [
+            "trace-user",
+            "pa%24%24word",
+            "pa$$word",
+            "api-key",
+            "t0ken-1",
+        ] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+    }
+
+    #[test]
+    fn the_credentials_of_a_url_are_what_it_holds_before_the_host_and_after_the_path() {
+        assert_eq!(secrets_of("http://127.0.0.1:4318"), Vec::<String>::new());
+        assert_eq!(
+            secrets_of("https://u:p%40ss@c.example/v1/traces?k=v&x=y#f"),
+            ["u:p%40ss", "k=v&x=y", "p%40ss", "u"]
+        );
+        assert_eq!(secrets_of("https://token@c.example/"), ["token"]);
     }
 
     /// Collects what a layer writes.
@@ -615,6 +752,25 @@ mod tests {
         );
         assert!(!text.contains('\u{1b}'), "no raw escape: {text:?}");
         assert_eq!(text.lines().count(), 1, "no forged line: {text:?}");
+    }
+
+    #[test]
+    fn text_lines_escape_what_a_value_written_as_it_is_holds() {
+        let _one = one_subscriber();
+        let out = Buffer::default();
+        let hostile = "bad input\n2026-12-07T00:00:00Z ERROR forged=1 \u{1b}[31m";
+        tracing::subscriber::with_default(subscriber(LogFormat::Text, &out), || {
+            tracing::error!(detail = %hostile, name = hostile, "internal error: {hostile}");
+        });
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.lines().count(), 1, "no forged line: {text:?}");
+        assert!(!text.contains('\u{1b}'), "no raw escape: {text:?}");
+        assert!(
+            text.contains(r"detail=bad input\n2026-12-07T00:00:00Z ERROR forged=1 \u{1b}[31m"),
+            "{text}"
+        );
+        assert!(text.contains(r"internal error: bad input\n"), "{text}");
+        assert!(text.contains(r#"name="bad input\n"#), "{text}");
     }
 
     #[test]
