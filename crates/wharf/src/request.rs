@@ -558,6 +558,45 @@ mod tests {
         }
     }
 
+    /// A URI that is not written as one is refused, naming it, both ways: to read, and to
+    /// subscribe to.
+    #[test]
+    fn a_resource_uri_must_be_a_uri() {
+        let read_of = |uri: &str| {
+            body(
+                methods::RESOURCES_READ,
+                &format!(r#","uri":{}"#, serde_json::to_string(uri).unwrap()),
+            )
+        };
+        let listen_to = |uri: &str| {
+            body(
+                methods::SUBSCRIPTIONS_LISTEN,
+                &format!(
+                    r#","notifications":{{"resourceSubscriptions":["dataset://fine",{}]}}"#,
+                    serde_json::to_string(uri).unwrap()
+                ),
+            )
+        };
+        for bad in [
+            "notes://a b",
+            "no scheme",
+            "dataset://line\nbreak",
+            "dataset://50%",
+        ] {
+            for request in [read_of(bad), listen_to(bad)] {
+                assert!(read(&caps(), version::SUPPORTED, request.as_bytes(), 64).is_none());
+                let e = long_way(&request).unwrap_err();
+                assert_eq!(e.kind, ErrorKind::InvalidParams, "{e}");
+                let named = format!("{bad:?} is not a URI");
+                assert!(e.message.contains(&named), "{e}");
+            }
+        }
+        for good in ["notes://a%20b", "urn:isbn:0451450523"] {
+            assert!(long_way(&read_of(good)).is_ok(), "{good}");
+            assert!(long_way(&listen_to(good)).is_ok(), "{good}");
+        }
+    }
+
     /// A listen stream subscribes to at most `MAX_SUBSCRIPTIONS` resources and
     /// `MAX_SUBSCRIBED_BYTES` of URIs, none longer than `MAX_URI_LEN`, both ways.
     #[test]

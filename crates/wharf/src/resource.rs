@@ -370,6 +370,30 @@ mod tests {
         Some(data)
     }
 
+    #[test]
+    fn a_resource_or_template_that_is_no_uri_fails_the_build() {
+        let with_resource = |uri: &str| {
+            Server::builder(Implementation::new("t", "1"))
+                .resource(resource(uri, "r").handler(|_cx, _req| async { Ok(Vec::new()) }))
+                .build()
+        };
+        let with_template = |uri: &str| {
+            Server::builder(Implementation::new("t", "1"))
+                .template(template(uri, "t").handler(|_cx, _req| async { Ok(Vec::new()) }))
+                .build()
+        };
+        for bad in ["my notes", "notes://a b", "notes://é"] {
+            let e = with_resource(bad).unwrap_err().to_string();
+            assert!(e.contains("not a URI"), "{bad}: {e}");
+            let e = with_template(&format!("{bad}/{{id}}"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("does not expand to a URI"), "{bad}: {e}");
+        }
+        assert!(with_resource("notes://a%20b").is_ok());
+        assert!(with_template("notes://{id}/x%20y").is_ok());
+    }
+
     #[tokio::test]
     async fn a_template_scope_names_the_matched_resource() {
         let s = files(&["files:read", "files:owner:{owner}"]).unwrap();
