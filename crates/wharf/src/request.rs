@@ -558,6 +558,41 @@ mod tests {
         }
     }
 
+    /// A member named twice in what the application reads (a gateway reading the first and
+    /// the server the last would see two calls) is refused, naming it, both ways.
+    #[test]
+    fn what_the_application_reads_names_each_member_once() {
+        for (request, twice) in [
+            (
+                body(
+                    methods::TOOLS_CALL,
+                    r#","name":"echo","arguments":{"path":"/public","path":"/etc"}"#,
+                ),
+                "path",
+            ),
+            (
+                body(
+                    methods::TOOLS_CALL,
+                    r#","name":"echo","arguments":{},"inputResponses":{"k":{"action":"accept","action":"decline"}}"#,
+                ),
+                "action",
+            ),
+            (
+                body(
+                    methods::RESOURCES_READ,
+                    r#","uri":"dataset://d","inputResponses":{"k":1,"k":2}"#,
+                ),
+                "k",
+            ),
+        ] {
+            assert!(read(&caps(), version::SUPPORTED, request.as_bytes(), 64).is_none());
+            let e = long_way(&request).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::InvalidParams, "{e}");
+            let named = format!("the member {twice:?} is there twice");
+            assert!(e.message.contains(&named), "{e}");
+        }
+    }
+
     /// A URI that is not written as one is refused, naming it, both ways: to read, and to
     /// subscribe to.
     #[test]

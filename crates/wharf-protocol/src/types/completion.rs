@@ -30,7 +30,11 @@ pub struct CompletionArgument {
 /// Arguments already resolved, which completion may take into account.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CompletionContext {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "super::unique::strings",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub arguments: Option<BTreeMap<String, String>>,
 }
 

@@ -19,6 +19,7 @@ mod resources;
 mod result;
 mod subscriptions;
 mod tools;
+mod unique;
 
 pub use capabilities::*;
 pub use client::*;

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     CompletionArgument, CompletionContext, CompletionReference, InputResponses, JsonObject,
-    SubscriptionFilter,
+    SubscriptionFilter, unique,
 };
 use crate::meta::{RequestMeta, object, object_only};
 
@@ -48,9 +48,17 @@ pub struct CallToolParams {
     )]
     pub meta: Option<RequestMeta>,
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "unique::object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub arguments: Option<JsonObject>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "unique::values",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub input_responses: Option<InputResponses>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_state: Option<String>,
@@ -68,7 +76,11 @@ pub struct ReadResourceParams {
     )]
     pub meta: Option<RequestMeta>,
     pub uri: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "unique::values",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub input_responses: Option<InputResponses>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_state: Option<String>,
@@ -86,9 +98,17 @@ pub struct GetPromptParams {
     )]
     pub meta: Option<RequestMeta>,
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "unique::strings",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub arguments: Option<BTreeMap<String, String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "unique::values",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub input_responses: Option<InputResponses>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_state: Option<String>,
