@@ -17,7 +17,7 @@ use crate::dispatch::{self, Core};
 use crate::error::{ErrorKind, RpcError};
 use crate::limits::{Busy, Permit};
 use crate::listen::Listener;
-use crate::metrics::{AuthRefusal, ListenOpen, Outcome, RequestTimer};
+use crate::metrics::{AuthRefusal, ListenOpen, Metrics, Outcome, RequestTimer};
 use crate::principal::Principal;
 use crate::reply::error_message;
 use crate::request::{Caller, Outbox, ParsedRequest, RequestBody};
@@ -52,7 +52,12 @@ impl ErrorReply {
         }))
     }
 
-    pub(crate) fn denied(id: RequestId, denial: Denial) -> Self {
+    /// The refusal `denial` says, counted among the credentials' refusals when a scope is
+    /// missing.
+    pub(crate) fn denied(metrics: Option<&Metrics>, id: RequestId, denial: Denial) -> Self {
+        if let (Some(m), ErrorKind::InsufficientScope) = (metrics, denial.error.kind) {
+            m.auth_refused(AuthRefusal::Forbidden);
+        }
         ErrorReply(Box::new(Reply {
             id: Some(id),
             error: denial.error,
@@ -130,12 +135,12 @@ pub(crate) async fn admit(
         RequestTimer::start(m, req.body.method(), tool)
     });
     if let Err(denial) = access::check(registry, &req, &principal) {
-        if let (Some(m), ErrorKind::InsufficientScope) = (&core.runtime.metrics, denial.error.kind)
-        {
-            m.auth_refused(AuthRefusal::Forbidden);
-        }
         Counted::new(span, timer).ended(Outcome::Error, Some(&denial.error));
-        return Err(ErrorReply::denied(req.id, denial));
+        return Err(ErrorReply::denied(
+            core.runtime.metrics.as_deref(),
+            req.id,
+            denial,
+        ));
     }
     // Shared keys load on the first request (a no-op afterwards): every request that runs
     // has the keys to open and seal cursors and request states.

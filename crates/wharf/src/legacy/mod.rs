@@ -346,8 +346,9 @@ impl<'a> Sessions<'a> {
                     }
                     // A subscription tells when a resource changes: it needs what a read
                     // needs.
-                    access::resource(registry, &principal, &p.uri)
-                        .map_err(|d| ErrorReply::denied(id.clone(), d))?;
+                    access::resource(registry, &principal, &p.uri).map_err(|d| {
+                        ErrorReply::denied(self.core.runtime.metrics.as_deref(), id.clone(), d)
+                    })?;
                     if p.uri.len() > MAX_URI_LEN {
                         return Err(fail(RpcError::invalid_params(format!(
                             "Invalid params: the URI is longer than {MAX_URI_LEN} bytes"
@@ -785,6 +786,52 @@ mod tests {
             assert!(!holds("s1", &RequestId::String(made_up.into()), sent));
         }
         assert!(!holds("s1", &RequestId::Int(7), sent));
+    }
+
+    /// A subscription needs what a read needs: refused without the resource's scopes, and
+    /// counted as such a refusal, as a read is.
+    #[tokio::test]
+    async fn a_subscribe_without_the_resources_scopes_is_a_counted_refusal() {
+        use crate::resource::resource;
+        let server = Server::builder(Implementation::new("t", "1"))
+            .resource(
+                resource("notes://secret", "secret")
+                    .scopes(&["notes:read"])
+                    .handler(|_cx, _req| async { Ok(Vec::new()) }),
+            )
+            .metrics(true)
+            .build()
+            .unwrap();
+        let sessions = server.sessions();
+        let bob = crate::testing::oauth_user(&["other"]);
+        let init = RawValue::from_string(
+            r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}"#.into(),
+        )
+        .unwrap();
+        let (mut session, _) = sessions
+            .initialize(RequestId::Int(1), Some(&init), &bob, Scope::Shared)
+            .await
+            .unwrap();
+        let uri = RawValue::from_string(r#"{"uri":"notes://secret"}"#.into()).unwrap();
+        let Err(refused) = sessions
+            .request(
+                &mut session,
+                RequestId::Int(2),
+                "resources/subscribe",
+                Some(&uri),
+                bob,
+                crate::meta::TraceContext::default(),
+            )
+            .await
+        else {
+            panic!("subscribed without the scope");
+        };
+        assert_eq!(refused.error().kind, crate::ErrorKind::InsufficientScope);
+        let text = server.encode_metrics().unwrap();
+        assert!(
+            text.contains("wharf_auth_refusals_total{reason=\"forbidden\"} 1\n"),
+            "{text}"
+        );
     }
 
     /// A session is kept alive by the requests that may go on, not by those refused for
