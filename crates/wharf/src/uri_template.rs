@@ -130,12 +130,13 @@ impl UriTemplate {
     /// input.
     ///
     /// Where a URI splits more than one way (`{a}-{b}` and `x-y-z`), earlier variables take
-    /// the shortest values. Taking the first place the next literal appears is never wrong
-    /// for a variable followed by more variables: if the rest matches from a later place, it
-    /// matches from the earlier one too, the next variable taking the text between (which
-    /// holds no `/`, `?` or `#`, or the later place could not have been reached). Before the
-    /// template's last literal, the place is fixed: the end of the URI (`docs://{name}.md`
-    /// matches `docs://notes.md.md`). So one pass decides, whatever the URI.
+    /// the shortest values. Taking the first place the next literal appears (outside a
+    /// `%XX`: in `s:{a}F{b}`, `%2FFx` is `/` and `x`) is never wrong for a variable followed
+    /// by more variables: if the rest matches from a later place, it matches from the
+    /// earlier one too, the next variable taking the text between (which holds no `/`, `?`
+    /// or `#`, or the later place could not have been reached). Before the template's last
+    /// literal, the place is fixed: the end of the URI (`docs://{name}.md` matches
+    /// `docs://notes.md.md`). So one pass decides, whatever the URI.
     pub(crate) fn match_uri(&self, uri: &str) -> Option<Vars> {
         let mut vars = Vars::new();
         let mut rest = uri;
@@ -153,15 +154,13 @@ impl UriTemplate {
                         Some(Part::Literal(last)) if before_last => {
                             rest.len().checked_sub(last.len()).filter(|&e| e >= first)?
                         }
-                        Some(Part::Literal(next)) => {
-                            rest.get(first..)?.find(next.as_str())? + first
-                        }
+                        Some(Part::Literal(next)) => outside_escapes(rest, next, first)?,
                         // Parsing refuses two variables side by side.
                         Some(Part::Var(_)) => return None,
                     };
                     let raw = rest.get(..end)?;
-                    // What a URI may hold (a URI that is none was refused before it got
-                    // here), bar the delimiters of its path, query and fragment.
+                    // What a URI may hold, bar the delimiters of its path, query and
+                    // fragment.
                     let plain = |b: u8| b == b'%' || (uri_char(b) && !b"/?#".contains(&b));
                     if raw.is_empty() || !raw.bytes().all(plain) {
                         return None;
@@ -175,6 +174,24 @@ impl UriTemplate {
             }
         }
         rest.is_empty().then_some(vars)
+    }
+}
+
+/// Where `literal` first starts in `text` at `from` or after, but not inside a `%XX`.
+fn outside_escapes(text: &str, literal: &str, from: usize) -> Option<usize> {
+    let bytes = text.as_bytes();
+    // The first place at or after each one looked at that starts a character or an escape.
+    let mut boundary = 0;
+    let mut at = from;
+    loop {
+        let found = text.get(at..)?.find(literal)? + at;
+        while boundary < found {
+            boundary += if bytes[boundary] == b'%' { 3 } else { 1 };
+        }
+        if boundary == found {
+            return Some(found);
+        }
+        at = found + text[found..].chars().next().map_or(1, char::len_utf8);
     }
 }
 
@@ -349,6 +366,11 @@ mod tests {
             ("s:{a}.{b}.{c}", &[("a", "x"), ("b", "y"), ("c", "z.w")]),
             ("s:{a}:{b}.json", &[("a", "é"), ("b", "a.json.json")]),
             ("s://{a}/{b}.md", &[("a", "x.md"), ("b", "y.md")]),
+            // The next literal inside a value's escape (`/` is `%2F`; `é` is `%C3%A9`).
+            ("s:{a}F{b}", &[("a", "/"), ("b", "x")]),
+            ("s:{a}2F{b}", &[("a", "//"), ("b", "x")]),
+            ("s:{a}A9{b}", &[("a", "é"), ("b", "A9")]),
+            ("s:{a}F{b}F", &[("a", "a/"), ("b", "/")]),
         ];
         for (template, values) in cases {
             let t = UriTemplate::parse(template).unwrap();
