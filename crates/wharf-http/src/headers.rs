@@ -74,9 +74,9 @@ fn is_later_revision(v: &str) -> bool {
 }
 
 /// The headers a request whose params did not read must still mirror, as far as its raw
-/// params let them be compared: `Mcp-Method`; `MCP-Protocol-Version` against the version its
-/// raw `_meta` names as a string (or, when it names none, refused with the versions this
-/// server supports if it is not one of them); `Mcp-Name` against a `name` or `uri` that is a
+/// params let them be compared: `MCP-Protocol-Version` against the version its raw `_meta`
+/// names as a string, and refused with the versions this server supports if it is not one
+/// of them; `Mcp-Method`; `Mcp-Name` against a `name` or `uri` that is a
 /// string; `Mcp-Param-*` against the tool's arguments when they are an object. Checked
 /// before the method's own refusal, so that a request whose headers disagree with its body
 /// is refused as that (HTTP 400) whatever is wrong in its params.
@@ -86,16 +86,15 @@ pub(crate) fn validate_unread(
     params: Option<&serde_json::value::RawValue>,
     server: &Server,
 ) -> Result<(), RpcError> {
-    method_mirrored(headers, method, true)?;
     let sent = protocol_version(headers)?;
     // The refused path only: reading the params as a tree costs nothing that matters here.
     let params = params.and_then(|p| serde_json::from_str::<serde_json::Value>(p.get()).ok());
     let params = params.as_ref();
-    // When the header is all that names a version, one this server does not speak is what
-    // the client must hear of first (the core judges a version the body names).
-    if version_named(sent, params)?.is_none() {
-        spoken(sent, server)?;
-    }
+    // A version this server does not speak is what the client must hear of first, before
+    // the headers this revision asks for (a later one may ask for others).
+    version_named(sent, params)?;
+    spoken(sent, server)?;
+    method_mirrored(headers, method, true)?;
     let target = match method {
         methods::TOOLS_CALL | methods::PROMPTS_GET => "name",
         methods::RESOURCES_READ => "uri",

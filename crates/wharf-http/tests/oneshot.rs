@@ -730,18 +730,23 @@ async fn a_version_named_only_by_the_header_is_refused_with_the_supported_ones()
     later_meta["io.modelcontextprotocol/protocolVersion"] = json!("2027-01-01");
     let later_call = json!({ "jsonrpc": "2.0", "id": 4, "method": "tools/call",
         "params": { "name": "hello", "arguments": {}, "_meta": later_meta } });
-    for headers in [
-        &[("x-user", "alice"), ("mcp-protocol-version", "2027-01-01")][..],
-        &[
-            ("x-user", "alice"),
-            ("mcp-protocol-version", "2027-01-01"),
-            ("mcp-method", "tools/call"),
-        ][..],
-    ] {
-        let (status, body) = send(post(&later_call, headers)).await;
-        assert_eq!(status, StatusCode::BAD_REQUEST, "{headers:?}: {body}");
-        assert_eq!(body["error"]["code"], -32022, "{headers:?}: {body}");
-        assert_eq!(body["error"]["data"]["supported"], dual_era);
+    // Its params unreadable to this revision, too (arguments no object).
+    let mut unreadable_call = later_call.clone();
+    unreadable_call["params"]["arguments"] = json!([1]);
+    for call in [&later_call, &unreadable_call] {
+        for headers in [
+            &[("x-user", "alice"), ("mcp-protocol-version", "2027-01-01")][..],
+            &[
+                ("x-user", "alice"),
+                ("mcp-protocol-version", "2027-01-01"),
+                ("mcp-method", "tools/call"),
+            ][..],
+        ] {
+            let (status, body) = send(post(call, headers)).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{headers:?}: {body}");
+            assert_eq!(body["error"]["code"], -32022, "{headers:?}: {body}");
+            assert_eq!(body["error"]["data"]["supported"], dual_era);
+        }
     }
     let (status, body) = send(unknown("2026-07-28")).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");

@@ -418,6 +418,12 @@ fn read_body<S: Source>(
             Err(S::not_found(method))
         }
     };
+    // A refusal of params that did read: a version the server does not speak is refused as
+    // that first, as admission would, since another revision may allow what this one does
+    // not.
+    let refused = |info: &RequestInfo, e: RpcError| {
+        S::refused(info.check_version(reading.versions).err().unwrap_or(e))
+    };
     Ok(match method {
         methods::DISCOVER => (
             RequestBody::Discover,
@@ -457,7 +463,7 @@ fn read_body<S: Source>(
             offered(caps.resources.is_some())?;
             let (p, m) = params.read::<ReadResourceParams>(reading)?;
             if !uri_template::is_uri(&p.uri) {
-                return Err(S::refused(not_a_uri("uri", &p.uri)));
+                return Err(refused(&m, not_a_uri("uri", &p.uri)));
             }
             (RequestBody::ReadResource(p), m)
         }
@@ -470,24 +476,36 @@ fn read_body<S: Source>(
             let (p, m) = params.read::<ListenParams>(reading)?;
             let uris = p.notifications.resource_subscriptions.as_ref();
             if uris.is_some_and(|u| u.len() > MAX_SUBSCRIPTIONS) {
-                return Err(S::refused(RpcError::invalid_params(format!(
-                    "Invalid params: a listen stream subscribes to at most {MAX_SUBSCRIPTIONS} resources (resourceSubscriptions); open another stream for more"
-                ))));
+                return Err(refused(
+                    &m,
+                    RpcError::invalid_params(format!(
+                        "Invalid params: a listen stream subscribes to at most {MAX_SUBSCRIPTIONS} resources (resourceSubscriptions); open another stream for more"
+                    )),
+                ));
             }
             if uris.is_some_and(|u| u.iter().any(|u| u.len() > MAX_URI_LEN)) {
-                return Err(S::refused(RpcError::invalid_params(format!(
-                    "Invalid params: a URI in resourceSubscriptions is longer than {MAX_URI_LEN} bytes"
-                ))));
+                return Err(refused(
+                    &m,
+                    RpcError::invalid_params(format!(
+                        "Invalid params: a URI in resourceSubscriptions is longer than {MAX_URI_LEN} bytes"
+                    )),
+                ));
             }
             if let Some(uri) = uris.and_then(|u| u.iter().find(|u| !uri_template::is_uri(u))) {
-                return Err(S::refused(not_a_uri("a URI in resourceSubscriptions", uri)));
+                return Err(refused(
+                    &m,
+                    not_a_uri("a URI in resourceSubscriptions", uri),
+                ));
             }
             if uris.is_some_and(|u| u.iter().map(String::len).sum::<usize>() > MAX_SUBSCRIBED_BYTES)
             {
-                return Err(S::refused(RpcError::invalid_params(format!(
-                    "Invalid params: the URIs in resourceSubscriptions are over {} KiB together; open another stream for more",
-                    MAX_SUBSCRIBED_BYTES / 1024
-                ))));
+                return Err(refused(
+                    &m,
+                    RpcError::invalid_params(format!(
+                        "Invalid params: the URIs in resourceSubscriptions are over {} KiB together; open another stream for more",
+                        MAX_SUBSCRIBED_BYTES / 1024
+                    )),
+                ));
             }
             (RequestBody::Listen(p), m)
         }
@@ -629,6 +647,13 @@ mod tests {
         for good in ["notes://a%20b", "urn:isbn:0451450523"] {
             assert!(long_way(&read_of(good)).is_ok(), "{good}");
             assert!(long_way(&listen_to(good)).is_ok(), "{good}");
+        }
+        // At a version the server does not speak, the version is what is refused: another
+        // revision may take what this one does not.
+        for request in [read_of("notes://a b"), listen_to("notes://a b")] {
+            let later = request.replace("\"2026-07-28\"", "\"2027-01-01\"");
+            let e = long_way(&later).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::UnsupportedVersion, "{e}");
         }
     }
 
