@@ -218,12 +218,18 @@ impl RpcError {
 
     /// The error as a handler may send it. The codes MCP defines mean what the core sends
     /// them for, with the data their schemas require, and the rest of the range JSON-RPC
-    /// and MCP reserve must not be sent at all: a handler's header or version refusal, a
-    /// capability refusal without `requiredCapabilities`, or an application code inside
-    /// `-32768..=-32000` goes out as `-32603`, what it said logged.
+    /// and MCP reserve must not be sent at all: a handler's refusal of the message itself
+    /// (its JSON, envelope, method, `_meta`, headers or version, which reached the handler
+    /// whole), a capability refusal without `requiredCapabilities`, or an application code
+    /// inside `-32768..=-32000` goes out as `-32603`, what it said logged.
     pub(crate) fn sendable_from_handler(self) -> Self {
         let sendable = match self.kind {
-            ErrorKind::HeaderMismatch | ErrorKind::UnsupportedVersion => false,
+            ErrorKind::Parse
+            | ErrorKind::InvalidRequest
+            | ErrorKind::MethodNotFound
+            | ErrorKind::MalformedMeta
+            | ErrorKind::HeaderMismatch
+            | ErrorKind::UnsupportedVersion => false,
             ErrorKind::MissingCapability => self
                 .data
                 .as_ref()

@@ -74,6 +74,16 @@ async fn a_handler_sends_only_the_codes_it_may() {
             RpcError::header_mismatch("not the handler's to say"),
             RpcError::unsupported_version("2099-01-01", &["2026-07-28"]),
             RpcError::new(ErrorKind::MissingCapability, "without the data it needs"),
+            RpcError::new(ErrorKind::Parse, "the request reached the handler whole"),
+            RpcError::new(
+                ErrorKind::InvalidRequest,
+                "the request reached the handler whole",
+            ),
+            RpcError::method_not_found("tools/call"),
+            RpcError::new(
+                ErrorKind::MalformedMeta,
+                "_meta was read before the handler ran",
+            ),
             RpcError::new(ErrorKind::Application(-31999), "the application's own"),
             RpcError::new(ErrorKind::Application(7), "the application's own"),
             RpcError::missing_capability(&ClientCapabilities::default(), "this tool"),
@@ -99,7 +109,7 @@ async fn a_handler_sends_only_the_codes_it_may() {
             .await
             .unwrap_err();
         let got = got.error();
-        let reserved = i < 6;
+        let reserved = i < 10;
         if reserved {
             assert_eq!(got.kind, ErrorKind::Internal, "{sent:?} became {got:?}");
             assert_eq!(got.message, "Internal error");

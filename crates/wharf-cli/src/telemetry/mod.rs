@@ -166,14 +166,18 @@ fn text_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 'st
     .delimited(" ")
 }
 
-/// `text` with its control characters (line breaks, terminal escapes) written as escapes.
+/// `text` with what could pass for a line's end or reorder what a reader sees written as
+/// escapes: control characters (line breaks, terminal escapes), Unicode's line and paragraph
+/// separators, and its bidirectional embeddings, overrides and isolates.
 fn controls_escaped(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
+    let hidden =
+        |c: char| c.is_control() || matches!(c, '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if !text.chars().any(hidden) {
         return std::borrow::Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        if c.is_control() {
+        if hidden(c) {
             out.extend(c.escape_default());
         } else {
             out.push(c);
@@ -247,6 +251,9 @@ struct Reporting<E> {
     /// What of the collector's URL may be a credential (user, password, query), longest
     /// first: the exporter's errors quote the URL, and the log gets them without it.
     secrets: Vec<String>,
+    /// The collector's URL, as written and as a URL writes it, with what stands for it in
+    /// the log (no user, password or query).
+    urls: Vec<(String, String)>,
 }
 
 impl<E> Reporting<E> {
@@ -256,14 +263,22 @@ impl<E> Reporting<E> {
             inner,
             failing: std::sync::atomic::AtomicBool::new(false),
             secrets: secrets_of(endpoint),
+            urls: shown_for(endpoint),
         }
     }
 
     /// `text` with every credential the endpoint's URL holds replaced.
     fn redacted(&self, text: &str) -> String {
-        self.secrets.iter().fold(text.to_owned(), |text, secret| {
-            text.replace(secret, "[redacted]")
-        })
+        // The URL whole first, so that a line reads as it would without credentials.
+        let text = self
+            .urls
+            .iter()
+            .fold(text.to_owned(), |text, (url, shown)| {
+                text.replace(url, shown)
+            });
+        self.secrets
+            .iter()
+            .fold(text, |text, secret| text.replace(secret, "[redacted]"))
     }
 
     /// Logs `result` if it changes whether exports fail.
@@ -281,6 +296,28 @@ impl<E> Reporting<E> {
             _ => {}
         }
     }
+}
+
+/// `endpoint` as written and as a URL writes it, each with the URL without its user,
+/// password, query and fragment (none when it has none of them).
+fn shown_for(endpoint: &str) -> Vec<(String, String)> {
+    let Ok(url) = reqwest::Url::parse(endpoint) else {
+        return Vec::new();
+    };
+    let mut shown = url.clone();
+    // Only a URL that cannot have a user refuses these, and it has none to hide.
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.set_query(None);
+    shown.set_fragment(None);
+    if shown == url {
+        return Vec::new();
+    }
+    let mut forms = vec![(endpoint.to_owned(), shown.to_string())];
+    if url.as_str() != endpoint {
+        forms.push((url.to_string(), shown.to_string()));
+    }
+    forms
 }
 
 /// The parts of `endpoint` that may be credentials, as written and as a URL writes them
@@ -651,7 +688,10 @@ mod tests {
         );
         let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
         assert!(text.contains("could not export spans"), "{text}");
-        assert!(text.contains("127.0.0.1:1"), "where it failed to: {text}");
+        assert!(
+            text.contains("http://127.0.0.1:1/v1/traces"),
+            "where it failed to: {text}"
+        );
         for secret in [
             "trace-user",
             "pa%24%24word",
@@ -758,15 +798,19 @@ mod tests {
     fn text_lines_escape_what_a_value_written_as_it_is_holds() {
         let _one = one_subscriber();
         let out = Buffer::default();
-        let hostile = "bad input\n2026-12-07T00:00:00Z ERROR forged=1 \u{1b}[31m";
+        let hostile = "bad input\n2026-12-07T00:00:00Z ERROR forged=1 \u{1b}[31m\u{2028}\u{202e}";
         tracing::subscriber::with_default(subscriber(LogFormat::Text, &out), || {
             tracing::error!(detail = %hostile, name = hostile, "internal error: {hostile}");
         });
         let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
         assert_eq!(text.lines().count(), 1, "no forged line: {text:?}");
-        assert!(!text.contains('\u{1b}'), "no raw escape: {text:?}");
+        for raw in ['\u{1b}', '\u{2028}', '\u{202e}'] {
+            assert!(!text.contains(raw), "no raw {raw:?}: {text:?}");
+        }
         assert!(
-            text.contains(r"detail=bad input\n2026-12-07T00:00:00Z ERROR forged=1 \u{1b}[31m"),
+            text.contains(
+                r"detail=bad input\n2026-12-07T00:00:00Z ERROR forged=1 \u{1b}[31m\u{2028}\u{202e}"
+            ),
             "{text}"
         );
         assert!(text.contains(r"internal error: bad input\n"), "{text}");
