@@ -89,7 +89,7 @@ pub enum BuildError {
     /// A resource URI that is not written as a URI (RFC 3986): no scheme, or a character a
     /// URI cannot hold (a space, say) that is not percent-encoded.
     #[error(
-        "resource {0:?}: not a URI: it needs a scheme and ':', and anything but letters, digits and -._~:/?#[]@!$&'()*+,;= percent-encoded"
+        "resource {0:?}: not a URI: it needs a scheme and ':', then an authority, path, query and fragment as RFC 3986 writes them, anything else percent-encoded"
     )]
     ResourceUri(String),
     /// An invalid URI template, or scopes of a template that cannot stand.

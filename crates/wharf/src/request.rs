@@ -516,7 +516,7 @@ fn read_body<S: Source>(
 /// The refusal of `what`, `uri`, which is not written as a URI.
 pub(crate) fn not_a_uri(what: &str, uri: &str) -> RpcError {
     RpcError::invalid_params(format!(
-        "Invalid params: {what} {uri:?} is not a URI (RFC 3986: a scheme and ':', then letters, digits and -._~:/?#[]@!$&'()*+,;=, anything else percent-encoded)"
+        "Invalid params: {what} {uri:?} is not a URI (RFC 3986: a scheme and ':', then an authority, path, query and fragment as a URI writes them, anything else percent-encoded)"
     ))
 }
 

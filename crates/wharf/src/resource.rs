@@ -251,7 +251,7 @@ impl CompiledTemplate {
             .collect();
         if !uri_template::is_uri(&parsed.expand(&sample)) {
             return Err(
-                "it does not expand to a URI: it needs a scheme and ':', and anything but letters, digits and -._~:/?#[]@!$&'()*+,;= percent-encoded"
+                "it does not expand to a URI: it needs a scheme and ':', then an authority, path, query and fragment as RFC 3986 writes them, anything else percent-encoded"
                     .to_owned(),
             );
         }
@@ -405,9 +405,10 @@ mod tests {
             refused(&s, &alice, "files://bob/notes").await,
             Some(serde_json::json!(["files:read", "files:owner:bob"]))
         );
-        // A value cannot add a scope nor pass for another one: it stays encoded.
+        // A value cannot add a scope nor pass for another one: it stays encoded. (Written
+        // plain, `files://x files:owner:alice/notes` is no URI: no port is `owner:alice`.)
         assert_eq!(
-            refused(&s, &alice, "files://x%20files:owner:alice/notes").await,
+            refused(&s, &alice, "files://x%20files%3aowner%3Aalice/notes").await,
             Some(serde_json::json!([
                 "files:read",
                 "files:owner:x%20files%3Aowner%3Aalice"

@@ -206,39 +206,13 @@ fn uri_char(b: u8) -> bool {
     unreserved(b) || b":/?#[]@!$&'()*+,;=".contains(&b)
 }
 
-/// Whether `text` is written as RFC 3986 writes a URI: a scheme (a letter, then letters,
-/// digits, `+`, `-` or `.`) and `:`, then only characters a URI may hold, anything else
-/// percent-encoded. What the resources page asks servers to check of every URI they are
-/// sent (a space, a quote or a control character is no part of one), and what the schemas
-/// call `format: uri`, so that an answer quoting the URI is valid too.
+/// Whether `text` is a URI as RFC 3986 has it (an absolute URI, not a relative
+/// reference): what the resources page asks servers to check of every URI they are sent,
+/// and what the schemas' `format: uri` asks of every URI the server sends back, so that an
+/// answer quoting a client's URI is valid too. A space, a quote, a port that is not a
+/// number or a second `#` is none.
 pub(crate) fn is_uri(text: &str) -> bool {
-    let Some((scheme, rest)) = text.split_once(':') else {
-        return false;
-    };
-    let mut scheme = scheme.bytes();
-    if !scheme.next().is_some_and(|b| b.is_ascii_alphabetic())
-        || !scheme.all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
-    {
-        return false;
-    }
-    let bytes = rest.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            if !rest
-                .get(i + 1..i + 3)
-                .is_some_and(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
-            {
-                return false;
-            }
-            i += 3;
-        } else if uri_char(bytes[i]) {
-            i += 1;
-        } else {
-            return false;
-        }
-    }
-    true
+    fluent_uri::Uri::parse(text).is_ok()
 }
 
 /// `uri` in the form RFC 3986 §6.2.2 makes equal URIs compare equal: unreserved characters
@@ -324,12 +298,17 @@ mod tests {
         for uri in [
             "dataset://my%20set",
             "file:///home/a/b.txt?x=1#top",
+            "file:///C:/Users/a",
             "urn:isbn:0451450523",
-            "x+y.z-1://h/[::1]/@!$&'()*+,;=~",
+            "x+y.z-1://u@[::1]:8/p/@!$&'()*+,;=~:?/q#f",
         ] {
             assert!(is_uri(uri), "{uri}");
         }
         for not in [
+            "echo://a:b",
+            "x://h/[1]",
+            "x://a#b#c",
+            "x://a@b@c",
             "notes://a b",
             "dataset://\"quoted\"",
             "dataset://line\nbreak",
