@@ -92,6 +92,15 @@ pub enum BuildError {
         "resource {0:?}: not a URI: it needs a scheme and ':', then an authority, path, query and fragment as RFC 3986 writes them, anything else percent-encoded"
     )]
     ResourceUri(String),
+    /// A link the server's identity or a tool gives (`websiteUrl`, an icon's `src`) that is
+    /// not a URI (RFC 3986).
+    #[error("{what}: {uri:?} is not a URI (RFC 3986)")]
+    NotAUri {
+        /// Whose link it is.
+        what: String,
+        /// The link.
+        uri: String,
+    },
     /// An invalid URI template, or scopes of a template that cannot stand.
     #[error("resource template {uri:?}: {reason}")]
     Template {
@@ -227,6 +236,18 @@ impl Registry {
                     .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
             if !valid_name {
                 return Err(BuildError::ToolName(name));
+            }
+            if let Some(icon) = def
+                .tool
+                .icons
+                .iter()
+                .flatten()
+                .find(|i| !uri_template::is_uri(&i.src))
+            {
+                return Err(BuildError::NotAUri {
+                    what: format!("tool {name:?}: an icon's src"),
+                    uri: icon.src.clone(),
+                });
             }
             if def.tool.input_schema.get("type").and_then(|t| t.as_str()) != Some("object") {
                 return Err(BuildError::InputNotObject { tool: name });

@@ -333,6 +333,26 @@ impl ServerBuilder {
         if self.config.page_size == 0 {
             return Err(BuildError::PageSize);
         }
+        // Every result carries who the server is, links and all.
+        let info = &self.info;
+        let links = (info
+            .website_url
+            .iter()
+            .map(|u| ("the server's websiteUrl", u)))
+        .chain(
+            info.icons
+                .iter()
+                .flatten()
+                .map(|i| ("the server's icon src", &i.src)),
+        );
+        for (what, uri) in links {
+            if !crate::uri_template::is_uri(uri) {
+                return Err(BuildError::NotAUri {
+                    what: what.to_owned(),
+                    uri: uri.clone(),
+                });
+            }
+        }
         // Only a store keeps records (and only with one can a tool be idempotent).
         if self.store.is_some()
             && self.config.idempotency_retention <= self.config.max_call_duration

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use wharf_protocol::{Content, ResourceContents};
+
 /// A parsed URI template.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct UriTemplate {
@@ -213,6 +215,31 @@ fn uri_char(b: u8) -> bool {
 /// number or a second `#` is none.
 pub(crate) fn is_uri(text: &str) -> bool {
     fluent_uri::Uri::parse(text).is_ok()
+}
+
+/// The first URI that content a handler made carries (a resource link's, an embedded
+/// resource's) and that is not one: the schemas hold each to `format: uri`.
+pub(crate) fn bad_content_uri<'a>(
+    content: impl IntoIterator<Item = &'a Content>,
+) -> Option<&'a str> {
+    content.into_iter().find_map(|c| match c {
+        Content::ResourceLink(link) => (!is_uri(&link.uri)).then_some(link.uri.as_str()),
+        Content::Resource(embedded) => bad_contents_uri([&embedded.resource]),
+        _ => None,
+    })
+}
+
+/// The first URI of resource contents a handler made that is not one.
+pub(crate) fn bad_contents_uri<'a>(
+    contents: impl IntoIterator<Item = &'a ResourceContents>,
+) -> Option<&'a str> {
+    contents.into_iter().find_map(|c| {
+        let uri = match c {
+            ResourceContents::Text(t) => &t.uri,
+            ResourceContents::Blob(b) => &b.uri,
+        };
+        (!is_uri(uri)).then_some(uri.as_str())
+    })
 }
 
 /// `uri` in the form RFC 3986 §6.2.2 makes equal URIs compare equal: unreserved characters

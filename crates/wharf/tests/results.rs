@@ -120,6 +120,83 @@ async fn a_handler_sends_only_the_codes_it_may() {
     }
 }
 
+/// What a handler or the server's author makes is sent only if every URI in it is one
+/// (the schemas hold each to `format: uri`): a handler's is a -32603, an author's fails the
+/// build.
+#[tokio::test]
+async fn every_uri_the_server_sends_is_a_uri() {
+    use wharf::protocol::{Content, Icon, ResourceContents};
+    use wharf::{BuildError, resource};
+    fn link(uri: &str) -> Content {
+        serde_json::from_value(json!({ "type": "resource_link", "uri": uri, "name": "n" })).unwrap()
+    }
+    let server = Server::builder(Implementation::new("t", "1"))
+        .tool(
+            tool("links").handler(|_cx: Context, args: serde_json::Map<String, Value>| {
+                let uri = args["uri"].as_str().unwrap_or_default().to_owned();
+                async move { vec![link(&uri)] }
+            }),
+        )
+        .tool(
+            tool("embeds").handler(|_cx: Context, _: wharf::NoArgs| async {
+                Content::resource(ResourceContents::text("no uri at all", "text/plain", "x"))
+            }),
+        )
+        .resource(resource("notes://a", "a").handler(|_cx, _req| async {
+            Ok(vec![ResourceContents::text(
+                "notes://a b",
+                "text/plain",
+                "x",
+            )])
+        }))
+        .build()
+        .unwrap();
+    let harness = Harness::new(server);
+    let fine = harness
+        .call(
+            "tools/call",
+            json!({ "name": "links", "arguments": { "uri": "notes://a%20b" } }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(fine["content"][0]["uri"], "notes://a%20b");
+    for (method, params) in [
+        (
+            "tools/call",
+            json!({ "name": "links", "arguments": { "uri": "echo://a:b" } }),
+        ),
+        ("tools/call", json!({ "name": "embeds", "arguments": {} })),
+        ("resources/read", json!({ "uri": "notes://a" })),
+    ] {
+        let e = harness.call(method, params.clone()).await.unwrap_err();
+        assert_eq!(e.error().kind, ErrorKind::Internal, "{params}");
+    }
+
+    let icon: Icon = serde_json::from_value(json!({ "src": "a picture.png" })).unwrap();
+    let mut info = Implementation::new("t", "1");
+    info.website_url = Some("example.com".into());
+    let e = Server::builder(info).build().unwrap_err();
+    assert!(
+        matches!(&e, BuildError::NotAUri { uri, .. } if uri == "example.com"),
+        "{e}"
+    );
+    let mut info = Implementation::new("t", "1");
+    info.icons = Some(vec![icon.clone()]);
+    assert!(Server::builder(info).build().is_err());
+    let e = Server::builder(Implementation::new("t", "1"))
+        .tool(
+            tool("t")
+                .icons(vec![icon])
+                .handler(|_cx: Context, _: wharf::NoArgs| async { "x" }),
+        )
+        .build()
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("\"a picture.png\" is not a URI"),
+        "{e}"
+    );
+}
+
 #[tokio::test]
 async fn a_prompts_result_is_complete_whatever_its_handler_set() {
     let server = Server::builder(Implementation::new("t", "1"))

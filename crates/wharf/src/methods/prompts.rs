@@ -10,6 +10,7 @@ use crate::error::RpcError;
 use crate::methods::Call;
 use crate::mrtr::Binding;
 use crate::reply::respond;
+use crate::uri_template;
 
 /// Gets prompt `params.name` with its arguments.
 pub(crate) async fn get(call: Call<'_, Box<GetPromptParams>>) -> Result<Vec<u8>, RpcError> {
@@ -44,6 +45,14 @@ pub(crate) async fn get(call: Call<'_, Box<GetPromptParams>>) -> Result<Vec<u8>,
     let get = Arc::clone(&prompt.get);
     match drive(cx, turn, |cx| get(cx, args)).await?.or_error()? {
         Ok(mut result) => {
+            if let Some(uri) =
+                uri_template::bad_content_uri(result.messages.iter().map(|m| &m.content))
+            {
+                return Err(RpcError::internal(format!(
+                    "prompt {} returned content whose URI {uri:?} is not a URI (RFC 3986)",
+                    params.name
+                )));
+            }
             // A handler asks for input through its error, never through this field.
             result.result_type = ResultType::Complete;
             result.meta.server_info = Some(runtime.info.clone());

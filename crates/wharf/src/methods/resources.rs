@@ -14,6 +14,7 @@ use crate::mrtr::Binding;
 use crate::registry::ResourceTarget;
 use crate::reply::respond;
 use crate::resource::ReadRequest;
+use crate::uri_template;
 
 /// Reads the resource `params.uri`, static or through a template.
 pub(crate) async fn read(call: Call<'_, Box<ReadResourceParams>>) -> Result<Vec<u8>, RpcError> {
@@ -66,6 +67,11 @@ pub(crate) async fn read(call: Call<'_, Box<ReadResourceParams>>) -> Result<Vec<
     if contents.is_empty() {
         // A resource with no contents does not exist (SEP-2164): never answer empty.
         return Err(RpcError::resource_not_found(&uri));
+    }
+    if let Some(bad) = uri_template::bad_contents_uri(&contents) {
+        return Err(RpcError::internal(format!(
+            "the resource {uri} was read as contents whose URI {bad:?} is not a URI (RFC 3986)"
+        )));
     }
     respond(
         &id,

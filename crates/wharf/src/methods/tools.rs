@@ -28,6 +28,7 @@ use crate::store::{Expiry, HandleRecord, human, is_handle_id};
 use crate::store::{KEY_ARGUMENT, REPLAY_META, StoreError, Transaction};
 use crate::tool::Idempotence;
 use crate::trace;
+use crate::uri_template;
 
 /// Where a call stands before its handler runs.
 enum Prepared {
@@ -248,6 +249,12 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
                 "tool {name} returned structuredContent that violates its outputSchema: {message} at {path}"
             )));
         }
+    }
+    if let Some(uri) = uri_template::bad_content_uri(&result.content) {
+        end_turns([lock, key_turn]).await;
+        return Err(RpcError::internal(format!(
+            "tool {name} returned content whose URI {uri:?} is not a URI (RFC 3986)"
+        )));
     }
     if slot.is_none() && lock.is_none() {
         return respond_tool(runtime, &id, result);
