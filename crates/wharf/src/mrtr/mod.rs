@@ -277,7 +277,10 @@ impl FormSchema {
                 // JSON Schema's integer is any number without a fraction (`3.0` too).
                 Some("integer") => value.as_f64().is_some_and(|n| n.fract() == 0.0),
                 Some("boolean") => value.is_boolean(),
-                Some("array") => value.is_array(),
+                // A multiple choice's default: the choices it names, strings all.
+                Some("array") => value
+                    .as_array()
+                    .is_some_and(|a| a.iter().all(Value::is_string)),
                 _ => true,
             };
             if fits {
@@ -602,6 +605,21 @@ pub(crate) fn open_round(
     })
 }
 
+/// Whether `message` holds a resource link or an embedded resource.
+fn links_a_resource(message: &wharf_protocol::SamplingMessage) -> bool {
+    use wharf_protocol::{Content, SamplingBlock, SamplingContent};
+    let blocks = match &message.content {
+        SamplingContent::One(block) => std::slice::from_ref(block.as_ref()),
+        SamplingContent::Many(blocks) => blocks.as_slice(),
+    };
+    blocks.iter().any(|b| {
+        matches!(
+            b,
+            SamplingBlock::Content(Content::ResourceLink(_) | Content::Resource(_))
+        )
+    })
+}
+
 /// Turns a handler's [`Ask`] into the parts of an `input_required` result: the requests and
 /// the sealed state of the next round.
 pub(crate) fn seal_round(
@@ -611,6 +629,25 @@ pub(crate) fn seal_round(
     previous: u32,
     ask: Ask,
 ) -> Result<(Option<InputRequests>, String), RpcError> {
+    // What the schema holds an input request to that its types do not: a URL elicitation's
+    // `url` is a URI, and a sampling message holds text, images, audio, tool uses and tool
+    // results only.
+    for (key, request) in &ask.requests {
+        match request {
+            InputRequest::Elicit(ElicitParams::Url(p)) if !crate::uri_template::is_uri(&p.url) => {
+                return Err(RpcError::internal(format!(
+                    "input request {key:?} sends the user to {:?}, which is not a URI (RFC 3986)",
+                    p.url
+                )));
+            }
+            InputRequest::CreateMessage(p) if p.messages.iter().any(links_a_resource) => {
+                return Err(RpcError::internal(format!(
+                    "input request {key:?} puts a resource link or embedded resource in a sampling message, which holds text, images, audio, tool uses and tool results only"
+                )));
+            }
+            _ => {}
+        }
+    }
     if ask.requests.is_empty() && ask.missing != ClientCapabilities::default() {
         return Err(RpcError::missing_capability(
             &ask.missing,
@@ -683,7 +720,13 @@ mod tests {
             .string("name", "Name", false)
             .with_default("name", 5)
             .with_default("n", 3)
+            .multi_choice("tags", "Tags", &["a", "b"], (None, None), false)
+            .with_default("tags", json!([1]))
+            .multi_choice("more", "More", &["a", "b"], (None, None), false)
+            .with_default("more", json!(["b"]))
             .schema();
+        assert!(form["properties"]["tags"].get("default").is_none());
+        assert_eq!(form["properties"]["more"]["default"], json!(["b"]));
         assert_eq!(form["properties"]["ratio"]["maximum"], 1.5);
         assert!(form["properties"]["ratio"].get("minimum").is_none());
         assert!(form["properties"]["n"].get("minimum").is_none());
@@ -958,6 +1001,26 @@ mod url_tests {
         assert_eq!(round.elicited_url("pay"), Some(Elicited::Accepted(())));
         // A URL answer is not a form answer.
         assert_eq!(round.elicited::<Value>("pay", &FormSchema::new()), None);
+
+        // What is not a URL is not sent.
+        let ask = Ask::new(caps(json!({ "elicitation": { "url": {} } }))).elicit_url(
+            "pay",
+            "Pay here",
+            "pay.example/123 now",
+        );
+        let e = seal_round(&config, &keys, Some((&binding, &who)), 0, ask).unwrap_err();
+        assert_eq!(e.kind, crate::ErrorKind::Internal);
+        // Nor a sampling message holding what sampling does not take.
+        let linking: CreateMessageParams = serde_json::from_value(json!({
+            "messages": [{ "role": "user",
+                "content": [{ "type": "text", "text": "t" },
+                    { "type": "resource_link", "uri": "x://a", "name": "n" }] }],
+            "maxTokens": 5
+        }))
+        .unwrap();
+        let ask = Ask::new(caps(json!({ "sampling": {} }))).sample("s", linking);
+        let e = seal_round(&config, &keys, Some((&binding, &who)), 0, ask).unwrap_err();
+        assert_eq!(e.kind, crate::ErrorKind::Internal);
     }
 
     #[test]
