@@ -233,13 +233,10 @@ pub(crate) fn bad_content_uri<'a>(
 pub(crate) fn bad_contents_uri<'a>(
     contents: impl IntoIterator<Item = &'a ResourceContents>,
 ) -> Option<&'a str> {
-    contents.into_iter().find_map(|c| {
-        let uri = match c {
-            ResourceContents::Text(t) => &t.uri,
-            ResourceContents::Blob(b) => &b.uri,
-        };
-        (!is_uri(uri)).then_some(uri.as_str())
-    })
+    contents
+        .into_iter()
+        .map(ResourceContents::uri)
+        .find(|uri| !is_uri(uri))
 }
 
 /// `uri` in the form RFC 3986 §6.2.2 makes equal URIs compare equal: unreserved characters
