@@ -10,8 +10,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use wharf::{
-    ChangeEvent, Context, Elicited, FormSchema, HandlerError, NoArgs, ServerBuilder, StringFormat,
-    prompt, resource, template, tool,
+    ChangeEvent, Context, Elicited, FormSchema, HandlerError, NoArgs, RpcError, ServerBuilder,
+    StringFormat, prompt, resource, template, tool,
 };
 use wharf_protocol::{
     CallToolResult, ClientCapabilities, Completion, Content, CreateMessageParams, GetPromptResult,
@@ -531,6 +531,13 @@ pub fn register(builder: ServerBuilder) -> ServerBuilder {
                 .argument("resourceUri", "URI of the resource to embed", true)
                 .handler(|_cx, args| async move {
                     let uri = args.get("resourceUri").cloned().unwrap_or_default();
+                    // The client's URI goes into the answer: one that is no URI is its mistake.
+                    if !wharf::is_uri(&uri) {
+                        return Err(RpcError::invalid_params(format!(
+                            "Invalid params: resourceUri {uri:?} is not a URI"
+                        ))
+                        .into());
+                    }
                     Ok(GetPromptResult {
                         messages: vec![
                             PromptMessage::user(Content::resource(ResourceContents::text(

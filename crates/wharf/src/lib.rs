@@ -99,5 +99,5 @@ pub use schemars;
 pub use server::{Server, ServerBuilder};
 pub use store::{Handle, HandleKind};
 pub use tool::{IntoToolResult, NoArgs, Step, Structured, ToolBuilder, ToolDef, tool};
-pub use uri_template::Vars;
+pub use uri_template::{Vars, is_uri};
 pub use wharf_protocol as protocol;

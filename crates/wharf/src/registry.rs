@@ -86,12 +86,14 @@ pub enum BuildError {
         /// The scope.
         scope: String,
     },
-    /// A resource URI that is not written as a URI (RFC 3986): no scheme, or a character a
-    /// URI cannot hold (a space, say) that is not percent-encoded.
-    #[error(
-        "resource {0:?}: not a URI: it needs a scheme and ':', then an authority, path, query and fragment as RFC 3986 writes them, anything else percent-encoded"
-    )]
-    ResourceUri(String),
+    /// A resource URI that is not a URI (see [`is_uri`](crate::is_uri)).
+    #[error("resource {uri:?}: not a URI (RFC 3986): {problem}")]
+    ResourceUri {
+        /// The URI.
+        uri: String,
+        /// Where the parser stopped.
+        problem: String,
+    },
     /// A link the server's identity or a tool gives (`websiteUrl`, an icon's `src`) that is
     /// not a URI (RFC 3986).
     #[error("{what}: {uri:?} is not a URI (RFC 3986)")]
@@ -319,8 +321,11 @@ impl Registry {
         }
         let mut resource_index = Index::default();
         for (i, r) in defs.resources.iter().enumerate() {
-            if !uri_template::is_uri(&r.resource.uri) {
-                return Err(BuildError::ResourceUri(r.resource.uri.clone()));
+            if let Some(problem) = uri_template::uri_problem(&r.resource.uri) {
+                return Err(BuildError::ResourceUri {
+                    uri: r.resource.uri.clone(),
+                    problem,
+                });
             }
             let uri = uri_template::normalized(&r.resource.uri).into_owned();
             if resource_index.insert(uri, i).is_some() {

@@ -462,8 +462,8 @@ fn read_body<S: Source>(
         methods::RESOURCES_READ => {
             offered(caps.resources.is_some())?;
             let (p, m) = params.read::<ReadResourceParams>(reading)?;
-            if !uri_template::is_uri(&p.uri) {
-                return Err(refused(&m, not_a_uri("uri", &p.uri)));
+            if let Some(problem) = uri_template::uri_problem(&p.uri) {
+                return Err(refused(&m, not_a_uri("uri", &p.uri, &problem)));
             }
             (RequestBody::ReadResource(p), m)
         }
@@ -491,10 +491,14 @@ fn read_body<S: Source>(
                     )),
                 ));
             }
-            if let Some(uri) = uris.and_then(|u| u.iter().find(|u| !uri_template::is_uri(u))) {
+            let bad = uris
+                .into_iter()
+                .flatten()
+                .find_map(|u| Some((u, uri_template::uri_problem(u)?)));
+            if let Some((uri, problem)) = bad {
                 return Err(refused(
                     &m,
-                    not_a_uri("a URI in resourceSubscriptions", uri),
+                    not_a_uri("a URI in resourceSubscriptions", uri, &problem),
                 ));
             }
             if uris.is_some_and(|u| u.iter().map(String::len).sum::<usize>() > MAX_SUBSCRIBED_BYTES)
@@ -513,10 +517,10 @@ fn read_body<S: Source>(
     })
 }
 
-/// The refusal of `what`, `uri`, which is not written as a URI.
-pub(crate) fn not_a_uri(what: &str, uri: &str) -> RpcError {
+/// The refusal of `what`, `uri`, which is not a URI for `problem`.
+pub(crate) fn not_a_uri(what: &str, uri: &str, problem: &str) -> RpcError {
     RpcError::invalid_params(format!(
-        "Invalid params: {what} {uri:?} is not a URI (RFC 3986: a scheme and ':', then an authority, path, query and fragment as a URI writes them, anything else percent-encoded)"
+        "Invalid params: {what} {uri:?} is not a URI (RFC 3986): {problem}; anything but a URI's own characters in their places must be percent-encoded"
     ))
 }
 

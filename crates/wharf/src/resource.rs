@@ -244,16 +244,17 @@ impl CompiledTemplate {
     /// Compiles `def`; the error says what is wrong with its URI template or its scopes.
     pub(crate) fn new(def: TemplateDef) -> Result<Self, String> {
         let parsed = UriTemplate::parse(&def.template.uri_template).map_err(|e| e.to_string())?;
-        // What it expands to must be a URI, whatever the values (each is percent-encoded).
+        // Published as it is, it must at least expand to a URI with a plain value for each
+        // variable (a read is checked as a URI before it is matched, whatever the values).
         let sample = parsed
             .variables()
             .map(|v| (v.to_owned(), "x".to_owned()))
             .collect();
-        if !uri_template::is_uri(&parsed.expand(&sample)) {
-            return Err(
-                "it does not expand to a URI: it needs a scheme and ':', then an authority, path, query and fragment as RFC 3986 writes them, anything else percent-encoded"
-                    .to_owned(),
-            );
+        let expanded = parsed.expand(&sample);
+        if let Some(problem) = uri_template::uri_problem(&expanded) {
+            return Err(format!(
+                "it does not expand to a URI with x for each variable ({expanded:?}: {problem})"
+            ));
         }
         let mut scope_templates = Vec::with_capacity(def.scopes.len());
         for scope in &def.scopes {

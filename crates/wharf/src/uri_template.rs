@@ -208,22 +208,37 @@ fn uri_char(b: u8) -> bool {
     unreserved(b) || b":/?#[]@!$&'()*+,;=".contains(&b)
 }
 
-/// Whether `text` is a URI as RFC 3986 has it (an absolute URI, not a relative
-/// reference): what the resources page asks servers to check of every URI they are sent,
-/// and what the schemas' `format: uri` asks of every URI the server sends back, so that an
-/// answer quoting a client's URI is valid too. A space, a quote, a port that is not a
-/// number or a second `#` is none.
-pub(crate) fn is_uri(text: &str) -> bool {
+/// Whether `text` is a URI as RFC 3986 has it (an absolute URI, not a relative reference):
+/// what the resources page asks servers to check of every URI they are sent, and what the
+/// schemas' `format: uri` asks of every URI a server sends. A space, a quote, a port that is
+/// not a number, `[` outside a host or a second `#` is none. A handler that puts a URI it
+/// was sent into what it returns checks it with this first: Wharf answers one that is not a
+/// URI with `-32603`, as a handler's mistake.
+///
+/// ```
+/// assert!(wharf::is_uri("notes://a%20b"));
+/// assert!(!wharf::is_uri("notes://a b"));
+/// ```
+pub fn is_uri(text: &str) -> bool {
     fluent_uri::Uri::parse(text).is_ok()
 }
 
-/// The first URI that content a handler made carries (a resource link's, an embedded
-/// resource's) and that is not one: the schemas hold each to `format: uri`.
+/// What keeps `text` from being a URI (see [`is_uri`]), if anything: where the parser
+/// stopped (`unexpected character at index 9`).
+pub(crate) fn uri_problem(text: &str) -> Option<String> {
+    fluent_uri::Uri::parse(text).err().map(|e| e.to_string())
+}
+
+/// The first URI that content a handler made carries (a resource link's or its icons', an
+/// embedded resource's) and that is not one: the schemas hold each to `format: uri`.
 pub(crate) fn bad_content_uri<'a>(
     content: impl IntoIterator<Item = &'a Content>,
 ) -> Option<&'a str> {
     content.into_iter().find_map(|c| match c {
-        Content::ResourceLink(link) => (!is_uri(&link.uri)).then_some(link.uri.as_str()),
+        Content::ResourceLink(link) => std::iter::once(&link.uri)
+            .chain(link.icons.iter().flatten().map(|icon| &icon.src))
+            .find(|uri| !is_uri(uri))
+            .map(String::as_str),
         Content::Resource(embedded) => bad_contents_uri([&embedded.resource]),
         _ => None,
     })

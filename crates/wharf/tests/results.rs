@@ -128,7 +128,12 @@ async fn every_uri_the_server_sends_is_a_uri() {
     use wharf::protocol::{Content, Icon, ResourceContents};
     use wharf::{BuildError, resource};
     fn link(uri: &str) -> Content {
-        serde_json::from_value(json!({ "type": "resource_link", "uri": uri, "name": "n" })).unwrap()
+        let (uri, icon) = uri
+            .split_once(' ')
+            .unwrap_or((uri, "https://x.example/i.png"));
+        serde_json::from_value(json!({ "type": "resource_link", "uri": uri, "name": "n",
+            "icons": [{ "src": icon }] }))
+        .unwrap()
     }
     let server = Server::builder(Implementation::new("t", "1"))
         .tool(
@@ -164,6 +169,11 @@ async fn every_uri_the_server_sends_is_a_uri() {
         (
             "tools/call",
             json!({ "name": "links", "arguments": { "uri": "echo://a:b" } }),
+        ),
+        // A link whose icon is no URI.
+        (
+            "tools/call",
+            json!({ "name": "links", "arguments": { "uri": "notes://a icon.png" } }),
         ),
         ("tools/call", json!({ "name": "embeds", "arguments": {} })),
         ("resources/read", json!({ "uri": "notes://a" })),

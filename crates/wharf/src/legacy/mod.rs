@@ -334,13 +334,16 @@ impl<'a> Sessions<'a> {
                     return Err(fail(RpcError::method_not_found(method)));
                 }
                 let mut p: SubscribeParams = read(params).map_err(fail)?;
+                // As the client wrote it, as a read and a listen stream check it.
+                if method == methods::RESOURCES_SUBSCRIBE
+                    && let Some(problem) = crate::uri_template::uri_problem(&p.uri)
+                {
+                    return Err(fail(request::not_a_uri("uri", &p.uri, &problem)));
+                }
                 // Kept as changes are announced, whichever way the client wrote it.
                 p.uri = crate::uri_template::normalized(&p.uri).into_owned();
                 if method == methods::RESOURCES_SUBSCRIBE {
                     let registry = &self.core.registry;
-                    if !crate::uri_template::is_uri(&p.uri) {
-                        return Err(fail(request::not_a_uri("uri", &p.uri)));
-                    }
                     if registry.resource(&p.uri).is_none() {
                         return Err(fail(RpcError::resource_not_found(&p.uri)));
                     }
@@ -812,18 +815,31 @@ mod tests {
             .initialize(RequestId::Int(1), Some(&init), &bob, Scope::Shared)
             .await
             .unwrap();
-        let uri = RawValue::from_string(r#"{"uri":"notes://secret"}"#.into()).unwrap();
-        let Err(refused) = sessions
-            .request(
-                &mut session,
-                RequestId::Int(2),
-                "resources/subscribe",
-                Some(&uri),
-                bob,
-                crate::meta::TraceContext::default(),
-            )
-            .await
-        else {
+        let subscribe = async |session: &mut crate::session::Session, uri: &str| {
+            let uri = RawValue::from_string(format!(r#"{{"uri":"{uri}"}}"#)).unwrap();
+            sessions
+                .request(
+                    session,
+                    RequestId::Int(2),
+                    "resources/subscribe",
+                    Some(&uri),
+                    bob.clone(),
+                    crate::meta::TraceContext::default(),
+                )
+                .await
+        };
+        // A URI is judged as the client wrote it: this one is no URI (its scheme would be
+        // `notes` once its `%6E` were decoded).
+        let Err(refused) = subscribe(&mut session, "%6Eotes://secret").await else {
+            panic!("subscribed to no URI");
+        };
+        assert_eq!(refused.error().kind, crate::ErrorKind::InvalidParams);
+        assert!(
+            refused.error().message.contains("is not a URI"),
+            "{:?}",
+            refused.error()
+        );
+        let Err(refused) = subscribe(&mut session, "notes://secret").await else {
             panic!("subscribed without the scope");
         };
         assert_eq!(refused.error().kind, crate::ErrorKind::InsufficientScope);

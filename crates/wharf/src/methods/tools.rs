@@ -239,22 +239,25 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
             return Err(e);
         }
     };
+    // What the schemas would refuse of a result its type lets through is a handler's
+    // mistake: nothing of it is sent, nor committed.
     let failed = result.is_error == Some(true);
-    if let (Some(validator), Some(structured), false) =
-        (&entry.output, &result.structured_content, failed)
-    {
-        if let Some((message, path)) = first_violation(validator, structured) {
-            end_turns([lock, key_turn]).await;
-            return Err(RpcError::internal(format!(
-                "tool {name} returned structuredContent that violates its outputSchema: {message} at {path}"
-            )));
-        }
+    let structured = (&entry.output, &result.structured_content, failed);
+    let refused = match structured {
+        (Some(validator), Some(structured), false) => first_violation(validator, structured)
+            .map(|(message, path)| {
+                format!("tool {name} returned structuredContent that violates its outputSchema: {message} at {path}")
+            }),
+        _ => None,
     }
-    if let Some(uri) = uri_template::bad_content_uri(&result.content) {
+    .or_else(|| {
+        uri_template::bad_content_uri(&result.content).map(|uri| {
+            format!("tool {name} returned content whose URI {uri:?} is not a URI (RFC 3986)")
+        })
+    });
+    if let Some(refused) = refused {
         end_turns([lock, key_turn]).await;
-        return Err(RpcError::internal(format!(
-            "tool {name} returned content whose URI {uri:?} is not a URI (RFC 3986)"
-        )));
+        return Err(RpcError::internal(refused));
     }
     if slot.is_none() && lock.is_none() {
         return respond_tool(runtime, &id, result);

@@ -605,19 +605,47 @@ pub(crate) fn open_round(
     })
 }
 
-/// Whether `message` holds a resource link or an embedded resource.
-fn links_a_resource(message: &wharf_protocol::SamplingMessage) -> bool {
+/// What of sampling request `p` its schema refuses and its type does not, if anything: a
+/// resource link or embedded resource in a message (sampling takes text, images, audio, tool
+/// uses and tool results), a URI in a tool result that is not one, a tool's icon likewise.
+fn sampling_problem(p: &wharf_protocol::CreateMessageParams) -> Option<String> {
     use wharf_protocol::{Content, SamplingBlock, SamplingContent};
-    let blocks = match &message.content {
-        SamplingContent::One(block) => std::slice::from_ref(block.as_ref()),
-        SamplingContent::Many(blocks) => blocks.as_slice(),
-    };
-    blocks.iter().any(|b| {
-        matches!(
-            b,
-            SamplingBlock::Content(Content::ResourceLink(_) | Content::Resource(_))
-        )
-    })
+    for message in &p.messages {
+        let blocks = match &message.content {
+            SamplingContent::One(block) => std::slice::from_ref(block.as_ref()),
+            SamplingContent::Many(blocks) => blocks.as_slice(),
+        };
+        for block in blocks {
+            match block {
+                SamplingBlock::Content(Content::ResourceLink(_) | Content::Resource(_)) => {
+                    return Some(
+                        "a sampling message holds a resource link or embedded resource; sampling takes text, images, audio, tool uses and tool results".into(),
+                    );
+                }
+                SamplingBlock::ToolResult(result) => {
+                    if let Some(uri) = crate::uri_template::bad_content_uri(&result.content) {
+                        return Some(format!(
+                            "a tool result in a sampling message carries {uri:?}, which is not a URI (RFC 3986)"
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let icons = p
+        .tools
+        .iter()
+        .flatten()
+        .flat_map(|t| t.icons.iter().flatten());
+    icons
+        .map(|icon| &icon.src)
+        .find(|src| !crate::uri_template::is_uri(src))
+        .map(|src| {
+            format!(
+                "a tool offered to the model has the icon {src:?}, which is not a URI (RFC 3986)"
+            )
+        })
 }
 
 /// Turns a handler's [`Ask`] into the parts of an `input_required` result: the requests and
@@ -640,10 +668,12 @@ pub(crate) fn seal_round(
                     p.url
                 )));
             }
-            InputRequest::CreateMessage(p) if p.messages.iter().any(links_a_resource) => {
-                return Err(RpcError::internal(format!(
-                    "input request {key:?} puts a resource link or embedded resource in a sampling message, which holds text, images, audio, tool uses and tool results only"
-                )));
+            InputRequest::CreateMessage(p) => {
+                if let Some(problem) = sampling_problem(p) {
+                    return Err(RpcError::internal(format!(
+                        "input request {key:?}: {problem}"
+                    )));
+                }
             }
             _ => {}
         }
@@ -1019,6 +1049,17 @@ mod url_tests {
         }))
         .unwrap();
         let ask = Ask::new(caps(json!({ "sampling": {} }))).sample("s", linking);
+        let e = seal_round(&config, &keys, Some((&binding, &who)), 0, ask).unwrap_err();
+        assert_eq!(e.kind, crate::ErrorKind::Internal);
+        // Nor a tool result in one whose link is no URI (a tool result may hold links).
+        let results: CreateMessageParams = serde_json::from_value(json!({
+            "messages": [{ "role": "user", "content": { "type": "tool_result",
+                "toolUseId": "u", "content": [
+                    { "type": "resource_link", "uri": "x://a b", "name": "n" }] } }],
+            "maxTokens": 5
+        }))
+        .unwrap();
+        let ask = Ask::new(caps(json!({ "sampling": {} }))).sample("s", results);
         let e = seal_round(&config, &keys, Some((&binding, &who)), 0, ask).unwrap_err();
         assert_eq!(e.kind, crate::ErrorKind::Internal);
     }
