@@ -883,6 +883,16 @@ mod tests {
             .await
     }
 
+    /// [`confirm_call`], its elicitation accepted after `wait`: the call's response.
+    async fn confirmed_after(server: &crate::Server, wait: Duration) -> Value {
+        let (session, sent, asked_id, running) = confirm_call(server).await;
+        tokio::time::sleep(wait).await;
+        accept(server, &session, &asked_id).await.unwrap();
+        let answer = response(sent).await;
+        running.await.unwrap();
+        answer
+    }
+
     /// Asserts that `answer` is an error with `code` whose message contains `says`.
     fn assert_error(answer: &Value, code: i32, says: &str) {
         assert_eq!(answer["error"]["code"], code, "{answer}");
@@ -935,11 +945,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_handler_that_works_before_it_asks_leaves_the_client_its_time() {
         let server = confirming(lasting(Duration::from_secs(12)), Duration::from_secs(9));
-        let (session, sent, asked_id, running) = confirm_call(&server).await;
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        accept(&server, &session, &asked_id).await.unwrap();
-        let answer = response(sent).await;
-        running.await.unwrap();
+        let answer = confirmed_after(&server, Duration::from_secs(5)).await;
         assert_eq!(answer["result"]["content"][0]["text"], "done", "{answer}");
     }
 
@@ -949,11 +955,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_calls_duration_leaves_out_the_wait_for_its_client() {
         let server = confirming(lasting(Duration::from_secs(120)), Duration::from_secs(2));
-        let (session, sent, asked_id, running) = confirm_call(&server).await;
-        tokio::time::sleep(Duration::from_secs(30)).await;
-        accept(&server, &session, &asked_id).await.unwrap();
-        let answer = response(sent).await;
-        running.await.unwrap();
+        let answer = confirmed_after(&server, Duration::from_secs(30)).await;
         assert_eq!(answer["result"]["content"][0]["text"], "done", "{answer}");
         let text = server.encode_metrics().unwrap();
         let series = r#"wharf_request_duration_seconds_sum{method="tools/call",tool="confirm"} "#;
