@@ -5,7 +5,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use wharf_protocol::{
-    Completion, CompletionArgument, CompletionContext, GetPromptResult, Prompt, PromptArgument,
+    Completion, CompletionArgument, CompletionContext, GetPromptResult, Icon, Prompt,
+    PromptArgument,
 };
 
 use crate::context::{Context, guarded};
@@ -48,6 +49,18 @@ impl PromptBuilder {
     /// What the prompt is for.
     pub fn description(mut self, text: impl Into<String>) -> Self {
         self.prompt.description = Some(text.into());
+        self
+    }
+
+    /// A human-readable name, for a client to show where `name` is an identifier.
+    pub fn title(mut self, text: impl Into<String>) -> Self {
+        self.prompt.title = Some(text.into());
+        self
+    }
+
+    /// Icons. A `src` that is not a URI fails [`ServerBuilder::build`](crate::ServerBuilder::build).
+    pub fn icons(mut self, icons: Vec<Icon>) -> Self {
+        self.prompt.icons = Some(icons);
         self
     }
 

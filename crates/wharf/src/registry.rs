@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use wharf_protocol::{
-    JsonObject, ListCapability, ResourcesCapability, ServerCapabilities, version,
+    Icon, JsonObject, ListCapability, ResourcesCapability, ServerCapabilities, version,
 };
 
 use crate::handle_args;
@@ -94,8 +94,8 @@ pub enum BuildError {
         /// Where the parser stopped.
         problem: String,
     },
-    /// A link the server's identity or a tool gives (`websiteUrl`, an icon's `src`) that is
-    /// not a URI (RFC 3986).
+    /// A link the server's identity, a tool, prompt, resource or template gives
+    /// (`websiteUrl`, an icon's `src`) that is not a URI (RFC 3986).
     #[error("{what}: {uri:?} is not a URI (RFC 3986)")]
     NotAUri {
         /// Whose link it is.
@@ -213,6 +213,25 @@ impl ResourceTarget<'_> {
     }
 }
 
+/// Refuses icons whose `src` is not a URI: a client would get a list no schema accepts.
+/// `whose` names what they belong to.
+pub(crate) fn icons_are_uris(
+    icons: &Option<Vec<Icon>>,
+    whose: impl FnOnce() -> String,
+) -> Result<(), BuildError> {
+    match icons
+        .iter()
+        .flatten()
+        .find(|i| !uri_template::is_uri(&i.src))
+    {
+        Some(icon) => Err(BuildError::NotAUri {
+            what: format!("{}: an icon's src", whose()),
+            uri: icon.src.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Whether `scope` is one RFC 6749 §3.3 scope token: `1*( %x21 / %x23-5B / %x5D-7E )`.
 fn is_scope_token(scope: &str) -> bool {
     !scope.is_empty()
@@ -239,18 +258,7 @@ impl Registry {
             if !valid_name {
                 return Err(BuildError::ToolName(name));
             }
-            if let Some(icon) = def
-                .tool
-                .icons
-                .iter()
-                .flatten()
-                .find(|i| !uri_template::is_uri(&i.src))
-            {
-                return Err(BuildError::NotAUri {
-                    what: format!("tool {name:?}: an icon's src"),
-                    uri: icon.src.clone(),
-                });
-            }
+            icons_are_uris(&def.tool.icons, || format!("tool {name:?}"))?;
             if def.tool.input_schema.get("type").and_then(|t| t.as_str()) != Some("object") {
                 return Err(BuildError::InputNotObject { tool: name });
             }
@@ -312,6 +320,7 @@ impl Registry {
         }
         let mut prompt_index = Index::default();
         for (i, p) in defs.prompts.iter().enumerate() {
+            icons_are_uris(&p.prompt.icons, || format!("prompt {:?}", p.prompt.name))?;
             if prompt_index.insert(p.prompt.name.clone(), i).is_some() {
                 return Err(BuildError::Duplicate {
                     kind: "prompt",
@@ -327,6 +336,9 @@ impl Registry {
                     problem,
                 });
             }
+            icons_are_uris(&r.resource.icons, || {
+                format!("resource {:?}", r.resource.uri)
+            })?;
             let uri = uri_template::normalized(&r.resource.uri).into_owned();
             if resource_index.insert(uri, i).is_some() {
                 return Err(BuildError::Duplicate {
@@ -338,6 +350,7 @@ impl Registry {
         let mut templates = Vec::with_capacity(defs.templates.len());
         for def in defs.templates {
             let uri = def.template.uri_template.clone();
+            icons_are_uris(&def.template.icons, || format!("resource template {uri:?}"))?;
             let compiled = CompiledTemplate::new(def).map_err(|reason| BuildError::Template {
                 uri: uri.clone(),
                 reason,

@@ -5,8 +5,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use wharf_protocol::{
-    CacheHints, Completion, CompletionArgument, CompletionContext, Resource, ResourceContents,
-    ResourceTemplate,
+    Annotations, CacheHints, Completion, CompletionArgument, CompletionContext, Icon, Resource,
+    ResourceContents, ResourceTemplate,
 };
 
 use crate::context::{Context, guarded};
@@ -93,6 +93,31 @@ impl ResourceBuilder {
         self
     }
 
+    /// A human-readable name, for a client to show where `name` is an identifier.
+    pub fn title(mut self, text: impl Into<String>) -> Self {
+        self.resource.title = Some(text.into());
+        self
+    }
+
+    /// Its size in bytes, as a client may show it or budget its context by it.
+    pub fn size(mut self, bytes: u64) -> Self {
+        self.resource.size = Some(bytes);
+        self
+    }
+
+    /// Who it is for, how much it matters (a `priority` outside 0 to 1 is left out when
+    /// listed) and when it last changed.
+    pub fn annotations(mut self, annotations: Annotations) -> Self {
+        self.resource.annotations = Some(annotations);
+        self
+    }
+
+    /// Icons. A `src` that is not a URI fails [`ServerBuilder::build`](crate::ServerBuilder::build).
+    pub fn icons(mut self, icons: Vec<Icon>) -> Self {
+        self.resource.icons = Some(icons);
+        self
+    }
+
     /// OAuth scopes a token needs to read it (HTTP 403 with `insufficient_scope` otherwise).
     pub fn scopes(mut self, scopes: &[&str]) -> Self {
         self.scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
@@ -167,6 +192,25 @@ impl TemplateBuilder {
     /// Their MIME type.
     pub fn mime_type(mut self, mime: impl Into<String>) -> Self {
         self.template.mime_type = Some(mime.into());
+        self
+    }
+
+    /// A human-readable name, for a client to show where `name` is an identifier.
+    pub fn title(mut self, text: impl Into<String>) -> Self {
+        self.template.title = Some(text.into());
+        self
+    }
+
+    /// Who its resources are for, how much they matter (a `priority` outside 0 to 1 is left
+    /// out when listed) and when they last changed.
+    pub fn annotations(mut self, annotations: Annotations) -> Self {
+        self.template.annotations = Some(annotations);
+        self
+    }
+
+    /// Icons. A `src` that is not a URI fails [`ServerBuilder::build`](crate::ServerBuilder::build).
+    pub fn icons(mut self, icons: Vec<Icon>) -> Self {
+        self.template.icons = Some(icons);
         self
     }
 

@@ -19,7 +19,7 @@ use crate::middleware::Middleware;
 use crate::mutation::MutationQueue;
 use crate::principal::Principal;
 use crate::prompt::PromptDef;
-use crate::registry::{BuildError, Definitions, Registry};
+use crate::registry::{BuildError, Definitions, Registry, icons_are_uris};
 use crate::request::{self, ParsedRequest};
 use crate::resource::{ResourceDef, TemplateDef};
 use crate::runtime::Runtime;
@@ -335,24 +335,13 @@ impl ServerBuilder {
         }
         // Every result carries who the server is, links and all.
         let info = &self.info;
-        let links = (info
-            .website_url
-            .iter()
-            .map(|u| ("the server's websiteUrl", u)))
-        .chain(
-            info.icons
-                .iter()
-                .flatten()
-                .map(|i| ("the server's icon src", &i.src)),
-        );
-        for (what, uri) in links {
-            if !crate::uri_template::is_uri(uri) {
-                return Err(BuildError::NotAUri {
-                    what: what.to_owned(),
-                    uri: uri.clone(),
-                });
-            }
+        if let Some(url) = info.website_url.as_ref().filter(|u| !crate::is_uri(u)) {
+            return Err(BuildError::NotAUri {
+                what: "the server's websiteUrl".to_owned(),
+                uri: url.clone(),
+            });
         }
+        icons_are_uris(&info.icons, || "the server".to_owned())?;
         // Only a store keeps records (and only with one can a tool be idempotent).
         if self.store.is_some()
             && self.config.idempotency_retention <= self.config.max_call_duration

@@ -319,7 +319,7 @@ impl ToolBuilder {
         self
     }
 
-    /// Icons.
+    /// Icons. A `src` that is not a URI fails [`ServerBuilder::build`](crate::ServerBuilder::build).
     pub fn icons(mut self, icons: Vec<Icon>) -> Self {
         self.tool.icons = Some(icons);
         self
