@@ -98,20 +98,38 @@ async fn run(app: &App, body: &[u8]) -> Result<String, String> {
     let result = format!(r#"{{"appended":{n}}}"#);
     match app {
         App::Sqlite(pool) => {
-            let tx = pool.begin_with("BEGIN IMMEDIATE").await;
+            let pool = pool.clone();
+            let tx = detached(async move { pool.begin_with("BEGIN IMMEDIATE").await }).await;
             insert!(tx, args, result, |_| "(?, ?)".to_owned())
         }
-        App::Postgres(pool) => insert!(pool.begin().await, args, result, |i| format!(
-            "(${}, ${})",
-            i * 2 + 1,
-            i * 2 + 2
-        )),
+        App::Postgres(pool) => {
+            let pool = pool.clone();
+            let tx = detached(async move { pool.begin().await }).await;
+            insert!(tx, args, result, |i| format!(
+                "(${}, ${})",
+                i * 2 + 1,
+                i * 2 + 2
+            ))
+        }
     }
     Ok(format!(
         r#"{{"jsonrpc":"2.0","id":{},"result":{{"content":[{{"type":"text","text":{}}}],"structuredContent":{result}}}}}"#,
         req.id.get(),
         Value::String(result.clone())
     ))
+}
+
+/// Runs a begin to its end on a task of its own, as Wharf does: sqlx's begins are not
+/// cancel-safe, and one dropped in flight (a client gone at the end of a wrk run) can put
+/// its connection back in the pool inside the transaction, failing a later request with
+/// "begin_with at non-zero transaction depth".
+async fn detached<T: Send + 'static>(
+    begin: impl Future<Output = Result<T, sqlx::Error>> + Send + 'static,
+) -> Result<T, String> {
+    tokio::spawn(begin)
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
 }
 
 #[tokio::main(flavor = "current_thread")]
