@@ -97,7 +97,9 @@ where
         .max_headers(limits.max_headers)
         .max_header_size(limits.max_header_bytes);
     let http = Arc::new(http);
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    // 0 would accept nothing; past `MAX_PERMITS` tokio's semaphore panics.
+    let cap = limits.max_connections.clamp(1, Semaphore::MAX_PERMITS);
+    let slots = Arc::new(Semaphore::new(cap));
     let peer_address = limits.peer_address;
     let closing = limits.close_while_draining.clone();
     let graceful = GracefulShutdown::new();
@@ -112,7 +114,7 @@ where
             static AT_LIMIT: Throttled = Throttled::new(Duration::from_secs(10));
             if let Some(held_back) = AT_LIMIT.ready() {
                 tracing::warn!(
-                    limit = limits.max_connections,
+                    limit = cap,
                     held_back,
                     "connection limit reached; a new connection was closed"
                 );

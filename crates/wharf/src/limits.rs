@@ -13,7 +13,9 @@ use crate::error::{ErrorKind, RpcError};
 use crate::metrics::Shed;
 
 /// How much a server takes on at once. By default requests are not capped, and
-/// `subscriptions/listen` streams are: they live long and cost a subscription each.
+/// `subscriptions/listen` streams are: they live long and cost a subscription each. A cap
+/// (`Some(n)`) of 0 fails [`ServerBuilder::build`](crate::ServerBuilder::build): nothing
+/// under it would ever run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Limits {

@@ -35,7 +35,8 @@ impl MutationQueue {
     pub(crate) fn new(per_principal: usize) -> Self {
         MutationQueue {
             map: Mutex::new(HashMap::new()),
-            per_principal: per_principal.max(1),
+            // At least 1 by `ServerBuilder::build`.
+            per_principal,
             principals: Mutex::new(HashMap::new()),
             sessions: OnceLock::new(),
         }

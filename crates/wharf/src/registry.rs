@@ -140,6 +140,16 @@ pub enum BuildError {
     /// A page size of 0.
     #[error("page size must be at least 1")]
     PageSize,
+    /// A cap of 0 (nothing under it would ever run) or beyond what a cap can count.
+    #[error("{what} is {value}: a cap must be from 1 to {max}")]
+    Cap {
+        /// Which cap.
+        what: String,
+        /// Its value.
+        value: usize,
+        /// The largest a cap can be.
+        max: usize,
+    },
     /// Idempotency records kept no longer than a call may run (checked when the server has a
     /// store): a retry could find the first attempt's claim expired while that attempt still
     /// ran, and run the write again.
@@ -232,6 +242,20 @@ pub(crate) fn icons_are_uris(
     }
 }
 
+/// Refuses a cap of 0 and one beyond what a semaphore counts (tokio's `Semaphore::new`
+/// panics past it). `what` names the cap.
+pub(crate) fn check_cap(value: usize, what: impl FnOnce() -> String) -> Result<(), BuildError> {
+    let max = tokio::sync::Semaphore::MAX_PERMITS;
+    if (1..=max).contains(&value) {
+        return Ok(());
+    }
+    Err(BuildError::Cap {
+        what: what(),
+        value,
+        max,
+    })
+}
+
 /// Whether `scope` is one RFC 6749 §3.3 scope token: `1*( %x21 / %x23-5B / %x5D-7E )`.
 fn is_scope_token(scope: &str) -> bool {
     !scope.is_empty()
@@ -305,6 +329,9 @@ impl Registry {
             }
             if tool_index.insert(name.clone(), tools.len()).is_some() {
                 return Err(BuildError::Duplicate { kind: "tool", name });
+            }
+            if let Some(n) = def.max_concurrency {
+                check_cap(n, || format!("tool {name:?}: max_concurrency"))?;
             }
             let limit = def
                 .max_concurrency

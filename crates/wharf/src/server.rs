@@ -19,7 +19,7 @@ use crate::middleware::Middleware;
 use crate::mutation::MutationQueue;
 use crate::principal::Principal;
 use crate::prompt::PromptDef;
-use crate::registry::{BuildError, Definitions, Registry, icons_are_uris};
+use crate::registry::{BuildError, Definitions, Registry, check_cap, icons_are_uris};
 use crate::request::{self, ParsedRequest};
 use crate::resource::{ResourceDef, TemplateDef};
 use crate::runtime::Runtime;
@@ -332,6 +332,22 @@ impl ServerBuilder {
     pub fn build(self) -> Result<Server, BuildError> {
         if self.config.page_size == 0 {
             return Err(BuildError::PageSize);
+        }
+        let limits = &self.config.limits;
+        let caps = [
+            ("limits.max_in_flight", limits.max_in_flight),
+            ("limits.per_principal", limits.per_principal),
+            ("limits.max_listen_streams", limits.max_listen_streams),
+            ("limits.listen_per_principal", limits.listen_per_principal),
+            (
+                "max_store_locks_per_principal",
+                Some(self.config.max_store_locks_per_principal),
+            ),
+        ];
+        for (what, cap) in caps {
+            if let Some(n) = cap {
+                check_cap(n, || what.to_owned())?;
+            }
         }
         // Every result carries who the server is, links and all.
         let info = &self.info;

@@ -366,9 +366,12 @@ impl ToolBuilder {
         self
     }
 
-    /// Runs at most `n` calls of this tool at once; more wait in the server's queue.
+    /// Runs at most `n` calls of this tool at once. A call beyond them waits in the
+    /// server's queue while it has room ([`Limits::max_queue`](crate::Limits::max_queue),
+    /// 0 by default) and is refused otherwise, at once, with -31000 (HTTP 503 and
+    /// `Retry-After`). A cap of 0 fails [`ServerBuilder::build`](crate::ServerBuilder::build).
     pub fn max_concurrency(mut self, n: usize) -> Self {
-        self.max_concurrency = Some(n.max(1));
+        self.max_concurrency = Some(n);
         self
     }
 

@@ -1,5 +1,6 @@
 //! A tool's own execution limits, in-process: `tool(..).max_concurrency(n)` runs at most `n`
-//! calls at once and queues the rest in the server's queue (refusing beyond it), and
+//! calls at once and queues the rest in the server's queue (refusing beyond it; a cap of 0,
+//! or of more than a cap can count, fails the build, as the server's caps do), and
 //! `tool(..).timeout(limit)` stops a call past its limit, dropping the handler's future.
 //! Time is paused: tokio advances it only when every task waits, so nothing here depends on
 //! how fast the machine is.
@@ -106,6 +107,90 @@ async fn a_tool_runs_at_most_its_concurrency_and_queues_the_rest() {
     gate.add_permits(1);
     assert!(second.await.unwrap().unwrap().contains("\"done\""));
     assert_eq!(started.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn by_default_a_call_beyond_a_tools_cap_is_refused_at_once() {
+    let started = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(Semaphore::new(0));
+    let server = Arc::new(
+        Server::builder(Implementation::new("t", "1"))
+            .tool(
+                tool("narrow")
+                    .max_concurrency(1)
+                    .handler(gated(&started, &gate)),
+            )
+            .build()
+            .unwrap(),
+    );
+    let first = {
+        let server = Arc::clone(&server);
+        tokio::spawn(async move { run(&server, "narrow").await })
+    };
+    until(&started, 1).await;
+    // The server's queue holds nothing by default: no waiting.
+    let second = run(&server, "narrow").await.unwrap_err();
+    assert_eq!(second.kind, ErrorKind::RetryLater, "{}", second.message);
+    gate.add_permits(1);
+    assert!(first.await.unwrap().unwrap().contains("\"done\""));
+}
+
+#[test]
+fn a_cap_of_zero_or_beyond_counting_fails_the_build() {
+    let build = |cap: usize, config: ServerConfig| {
+        Server::builder(Implementation::new("t", "1"))
+            .tool(
+                tool("t")
+                    .max_concurrency(cap)
+                    .handler(|_cx: Context, _: NoArgs| async { "x" }),
+            )
+            .config(config)
+            .build()
+    };
+    let huge = usize::MAX;
+    for cap in [0, huge] {
+        let e = build(cap, ServerConfig::default()).err().unwrap();
+        assert!(
+            e.to_string().starts_with(&format!(
+                "tool \"t\": max_concurrency is {cap}: a cap must be from 1 to "
+            )),
+            "{e}"
+        );
+    }
+    type Set = fn(&mut ServerConfig, usize);
+    let caps: [(&str, Set); 5] = [
+        ("limits.max_in_flight", |c, n| {
+            c.limits.max_in_flight = Some(n)
+        }),
+        ("limits.per_principal", |c, n| {
+            c.limits.per_principal = Some(n)
+        }),
+        ("limits.max_listen_streams", |c, n| {
+            c.limits.max_listen_streams = Some(n)
+        }),
+        ("limits.listen_per_principal", |c, n| {
+            c.limits.listen_per_principal = Some(n)
+        }),
+        ("max_store_locks_per_principal", |c, n| {
+            c.max_store_locks_per_principal = n
+        }),
+    ];
+    for (what, set) in caps {
+        for value in [0, huge] {
+            let mut config = ServerConfig::default();
+            set(&mut config, value);
+            // Refused at build, where a semaphore of that size would have panicked or
+            // never let anything run.
+            let e = build(1, config).err().unwrap();
+            assert!(
+                e.to_string().starts_with(&format!("{what} is {value}: ")),
+                "{e}"
+            );
+        }
+        let mut config = ServerConfig::default();
+        set(&mut config, 1);
+        build(1, config).unwrap();
+    }
 }
 
 /// Set when dropped: the handler's future was dropped, not left running.
