@@ -1,7 +1,9 @@
 //! Wharf inside an existing axum application that authenticates with its own middleware:
 //! the app's layer turns a session cookie into a [`Principal`] in the request's extensions,
-//! and the MCP endpoint trusts it ([`FromExtensions`]). Scopes, handles and idempotency then
-//! work for that principal as for any other.
+//! and the MCP endpoint trusts it ([`FromExtensions`]). Handles and idempotency then work
+//! for that principal as for any other; scopes limit it once the app gives it some
+//! ([`Principal::with_scopes`]): here the `admin` user may use the `admin` tool, which
+//! everyone else is refused (-31003, HTTP 403).
 //!
 //! ```text
 //! cargo run -p wharf-examples --example axum_mount  # ADDR=127.0.0.1:8080
@@ -32,7 +34,16 @@ async fn session(mut req: Request, next: Next) -> Response {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .find_map(|c| c.trim().strip_prefix("session="))
-        .and_then(|user| Principal::new(user).ok());
+        .and_then(|user| Principal::new(user).ok())
+        .map(|user| {
+            // What each user may do, as the app decides it.
+            let scopes: &[&str] = if user.id() == "admin" {
+                &["admin"]
+            } else {
+                &[]
+            };
+            user.with_scopes(scopes.iter().copied())
+        });
     if let Some(user) = user {
         req.extensions_mut().insert(user);
     }
@@ -46,6 +57,12 @@ async fn main() -> anyhow::Result<()> {
             tool("whoami")
                 .description("Who the app says you are.")
                 .handler(|cx: Context, _: NoArgs| async move { cx.principal().id().to_owned() }),
+        )
+        .tool(
+            tool("admin")
+                .description("What only an admin may see.")
+                .scopes(&["admin"])
+                .handler(|_cx: Context, _: NoArgs| async { "the admin's view" }),
         )
         .build()?;
     let mut config = HttpConfig::default();

@@ -170,6 +170,14 @@ async fn axum_mount_serves_the_app_and_trusts_its_session() {
     .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["result"]["content"][0]["text"], "alice");
+    // The scopes the app gave each user limit it as a token's would.
+    let admin = |cookie| call(&ex.url, "admin", json!({ "arguments": {} }), Some(cookie));
+    let (status, body) = admin("session=alice").await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["code"], -31003, "{body}");
+    let (status, body) = admin("session=admin").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["content"][0]["text"], "the admin's view");
     let home = ex.url.trim_end_matches("mcp");
     let page = reqwest::get(home).await.unwrap().text().await.unwrap();
     assert_eq!(page, "the app's own pages");

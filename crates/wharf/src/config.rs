@@ -76,7 +76,8 @@ pub struct ServerConfig {
     pub progress_interval: Duration,
     /// Sealing of multi-round request states (MRTR): keys, lifetime, round cap.
     pub request_state: StateConfig,
-    /// Whether `tools/list` shows an OAuth principal only the tools its token's scopes
+    /// Whether `tools/list` shows a principal limited by scopes (an OAuth token's, or one
+    /// given [`Principal::with_scopes`](crate::Principal::with_scopes)) only the tools they
     /// permit (the list is then `cacheScope: "private"`); otherwise it shows every tool.
     pub list_permitted_tools_only: bool,
     /// Store-level mutation locks (PostgreSQL sessions, Redis leases) one principal may hold

@@ -15,6 +15,8 @@ pub struct Principal {
     id: Arc<str>,
     anonymous: bool,
     grant: Option<Arc<Grant>>,
+    /// The scopes it is limited to, for a principal with no grant ([`Principal::with_scopes`]).
+    scopes: Option<Arc<BTreeSet<String>>>,
     /// When the credentials behind it stop being valid (an access token's `exp`).
     valid_until: Option<SystemTime>,
 }
@@ -73,6 +75,7 @@ impl Principal {
             id,
             anonymous: false,
             grant: None,
+            scopes: None,
             valid_until: None,
         })
     }
@@ -85,6 +88,7 @@ impl Principal {
             id: format!("{}#{}", grant.issuer, grant.subject).into(),
             anonymous: false,
             grant: Some(Arc::new(grant)),
+            scopes: None,
             valid_until: None,
         }
     }
@@ -108,13 +112,50 @@ impl Principal {
         self.grant.as_deref()
     }
 
-    /// The scopes among `required` this principal lacks. Principals not limited by scopes
-    /// (API keys, anonymous) lack none.
-    pub fn missing_scopes<'a>(&self, required: &'a [String]) -> Vec<&'a str> {
+    /// This principal, limited to `scopes` as an OAuth token's principal is to the token's:
+    /// a tool, prompt, resource or template that needs another is refused (-31003, HTTP
+    /// 403), and `tools/list` may leave it out
+    /// ([`ServerConfig::list_permitted_tools_only`](crate::ServerConfig::list_permitted_tools_only)).
+    /// For an app that authenticates on its own (a session cookie, mTLS) and knows what each
+    /// user may do. An OAuth principal's scopes become these.
+    ///
+    /// ```
+    /// use wharf::Principal;
+    ///
+    /// let needed = ["orders:read".to_owned(), "orders:write".to_owned()];
+    /// let alice = Principal::new("alice")?.with_scopes(["orders:read"]);
+    /// assert_eq!(alice.missing_scopes(&needed), ["orders:write"]);
+    /// // Without scopes of its own, an app's principal is limited by none.
+    /// assert!(Principal::new("bob")?.missing_scopes(&needed).is_empty());
+    /// # Ok::<(), wharf::PrincipalError>(())
+    /// ```
+    #[must_use]
+    pub fn with_scopes<S: Into<String>>(mut self, scopes: impl IntoIterator<Item = S>) -> Self {
+        let scopes: BTreeSet<String> = scopes.into_iter().map(Into::into).collect();
+        match &mut self.grant {
+            Some(grant) => Arc::make_mut(grant).scopes = scopes,
+            None => self.scopes = Some(Arc::new(scopes)),
+        }
+        self
+    }
+
+    /// The scopes this principal is limited to: its token's, or those given with
+    /// [`Principal::with_scopes`]; `None` for one no scope limits (an API key's or an app's
+    /// principal without scopes, anonymous).
+    pub fn scopes(&self) -> Option<&BTreeSet<String>> {
         match &self.grant {
-            Some(g) => required
+            Some(grant) => Some(&grant.scopes),
+            None => self.scopes.as_deref(),
+        }
+    }
+
+    /// The scopes among `required` this principal lacks. Principals not limited by scopes
+    /// (see [`Principal::scopes`]) lack none.
+    pub fn missing_scopes<'a>(&self, required: &'a [String]) -> Vec<&'a str> {
+        match self.scopes() {
+            Some(granted) => required
                 .iter()
-                .filter(|s| !g.scopes.contains(s.as_str()))
+                .filter(|s| !granted.contains(s.as_str()))
                 .map(String::as_str)
                 .collect(),
             None => Vec::new(),
@@ -128,6 +169,7 @@ impl Principal {
             id: Arc::from(ANONYMOUS),
             anonymous: true,
             grant: None,
+            scopes: None,
             valid_until: None,
         }
     }

@@ -54,7 +54,7 @@ pub(crate) fn page(
     match list {
         List::Tools => {
             // Filtered per principal, the list is private to it.
-            let filter = runtime.config.list_permitted_tools_only && principal.grant().is_some();
+            let filter = runtime.config.list_permitted_tools_only && principal.scopes().is_some();
             let items: Vec<_> = registry
                 .tools
                 .iter()
