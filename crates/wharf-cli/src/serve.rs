@@ -1016,12 +1016,14 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
             let key = base64::engine::general_purpose::STANDARD
                 .decode(k.expose().trim())
                 .context("--cursor-key must be base64")?;
-            anyhow::ensure!(
-                key.len() >= 32,
-                "--cursor-key must decode to at least 32 bytes (it decodes to {}); generate one with `openssl rand -base64 32`",
-                key.len()
-            );
-            Some(CursorKey::new(key))
+            let key = CursorKey::new(key).map_err(|short| {
+                anyhow::anyhow!(
+                    "--cursor-key must decode to at least {} bytes (it decodes to {}); generate one with `openssl rand -base64 32`",
+                    CursorKey::MIN_LEN,
+                    short.0
+                )
+            })?;
+            Some(key)
         }
         None => None,
     };

@@ -39,10 +39,31 @@ pub struct CursorKey(Vec<u8>);
 /// The key id of a fixed [`CursorKey`].
 const FIXED_KID: &str = "c";
 
+/// A cursor key shorter than [`CursorKey::MIN_LEN`] bytes: cursors signed with it could be
+/// forged by whoever guesses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a cursor key must be at least 32 bytes; this one is {0}")]
+pub struct ShortCursorKey(pub usize);
+
 impl CursorKey {
-    /// A key from secret bytes (at least 32 are recommended).
-    pub fn new(secret: impl Into<Vec<u8>>) -> Self {
-        CursorKey(secret.into())
+    /// The fewest secret bytes a key may have.
+    pub const MIN_LEN: usize = 32;
+
+    /// A key from secret bytes, at least [`CursorKey::MIN_LEN`] of them (an empty or
+    /// mistyped secret would sign cursors anyone can make).
+    ///
+    /// ```
+    /// use wharf::{CursorKey, ShortCursorKey};
+    ///
+    /// assert!(CursorKey::new([7u8; 32]).is_ok());
+    /// assert_eq!(CursorKey::new(*b"secret").unwrap_err(), ShortCursorKey(6));
+    /// ```
+    pub fn new(secret: impl Into<Vec<u8>>) -> Result<Self, ShortCursorKey> {
+        let secret = secret.into();
+        if secret.len() < Self::MIN_LEN {
+            return Err(ShortCursorKey(secret.len()));
+        }
+        Ok(CursorKey(secret))
     }
 
     /// A random key, private to this process: cursors will not survive a restart nor move
@@ -238,7 +259,10 @@ mod tests {
     use super::*;
 
     fn codec() -> CursorCodec {
-        CursorCodec::new(&CursorKey::new(b"k".repeat(32)), Duration::from_secs(60))
+        CursorCodec::new(
+            &CursorKey::new(b"k".repeat(32)).unwrap(),
+            Duration::from_secs(60),
+        )
     }
 
     /// The payload of a cursor, re-signed with `codec`'s current key after `edit`.
@@ -297,7 +321,10 @@ mod tests {
         assert!(codec().is_tag(b"p", b"data", &t), "{t}");
         assert!(!codec().is_tag(b"p", b"datb", &t));
         assert!(!codec().is_tag(b"q", b"data", &t));
-        let other = CursorCodec::new(&CursorKey::new(b"x".repeat(32)), Duration::from_secs(60));
+        let other = CursorCodec::new(
+            &CursorKey::new(b"x".repeat(32)).unwrap(),
+            Duration::from_secs(60),
+        );
         assert!(!other.is_tag(b"p", b"data", &t));
         let short = &t[..t.len() - 2];
         for forged in ["", "c", "c.", "c.!!", "x.AAAA", short] {
@@ -319,7 +346,10 @@ mod tests {
                 "{garbage}"
             );
         }
-        let other = CursorCodec::new(&CursorKey::new(b"x".repeat(32)), Duration::from_secs(60));
+        let other = CursorCodec::new(
+            &CursorKey::new(b"x".repeat(32)).unwrap(),
+            Duration::from_secs(60),
+        );
         assert_eq!(
             other.decode(&c, ListKind::Tools, 42),
             Err(CursorError::Invalid)
@@ -340,7 +370,7 @@ mod tests {
             codec().decode(&c, ListKind::Tools, 43),
             Err(CursorError::Stale)
         );
-        let strict = CursorCodec::new(&CursorKey::new(b"k".repeat(32)), Duration::ZERO);
+        let strict = CursorCodec::new(&CursorKey::new(b"k".repeat(32)).unwrap(), Duration::ZERO);
         let old = resigned(&strict, &c, |b| {
             b[18..26].copy_from_slice(&0u64.to_be_bytes())
         });

@@ -75,7 +75,7 @@ pub use admission::{Admitted, ErrorReply, ListenStream};
 pub use bus::{BusError, ChangeEvent, InProcessBus, NotificationBus, SessionSignal};
 pub use config::{CachePolicy, LegacyConfig, ServerConfig};
 pub use context::{Context, TxGuard};
-pub use cursor::CursorKey;
+pub use cursor::{CursorKey, ShortCursorKey};
 pub use error::{
     DETAIL_TARGET, ErrorKind, FORBIDDEN, RETRY_LATER, RpcError, TIMED_OUT, UNAUTHORIZED,
 };
