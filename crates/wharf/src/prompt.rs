@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use wharf_protocol::{
-    Completion, CompletionArgument, CompletionContext, GetPromptResult, Icon, Prompt,
+    Completion, CompletionArgument, CompletionContext, GetPromptResult, Icon, JsonObject, Prompt,
     PromptArgument,
 };
 
@@ -61,6 +61,14 @@ impl PromptBuilder {
     /// Icons. A `src` that is not a URI fails [`ServerBuilder::build`](crate::ServerBuilder::build).
     pub fn icons(mut self, icons: Vec<Icon>) -> Self {
         self.prompt.icons = Some(icons);
+        self
+    }
+
+    /// Data for clients and extensions, listed as `_meta`. Keys are an optional prefix
+    /// (dot-separated labels and a `/`: `com.example/`) and a name, as the specification
+    /// writes them; one that is not fails [`ServerBuilder::build`](crate::ServerBuilder::build).
+    pub fn meta(mut self, meta: JsonObject) -> Self {
+        self.prompt.meta = Some(meta);
         self
     }
 

@@ -2,11 +2,11 @@
 //! lookups requests make in them (template matching lives here and nowhere else).
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use wharf_protocol::{
-    Icon, JsonObject, ListCapability, ResourcesCapability, ServerCapabilities, version,
+    Icon, JsonObject, ListCapability, ResourcesCapability, ServerCapabilities, meta, version,
 };
 
 use crate::handle_args;
@@ -32,6 +32,8 @@ pub(crate) struct Definitions {
     pub(crate) logging: bool,
     /// Whether the server opens sessions for clients of the `initialize` era.
     pub(crate) legacy: bool,
+    /// The extensions the server declares, by name, with their settings.
+    pub(crate) extensions: BTreeMap<String, JsonObject>,
 }
 
 /// Why a server could not be built.
@@ -140,6 +142,17 @@ pub enum BuildError {
     /// A page size of 0.
     #[error("page size must be at least 1")]
     PageSize,
+    /// A `_meta` key of a definition that is not written as the specification says, or an
+    /// extension's name that is not such a key.
+    #[error(
+        "{whose}: {key:?} is not a _meta key (an optional prefix like \"com.example/\", then a name of letters, digits, '-', '_' and '.', beginning and ending with a letter or digit)"
+    )]
+    MetaKey {
+        /// Whose key it is.
+        whose: String,
+        /// The key.
+        key: String,
+    },
     /// A cap of 0 (nothing under it would ever run) or beyond what a cap can count.
     #[error("{what} is {value}: a cap must be from 1 to {max}")]
     Cap {
@@ -242,6 +255,22 @@ pub(crate) fn icons_are_uris(
     }
 }
 
+/// Refuses `_meta` keys not written as the specification writes them (see
+/// [`is_meta_key`](wharf_protocol::meta::is_meta_key)). `whose` names what they belong to.
+fn meta_keys(meta: &Option<JsonObject>, whose: impl FnOnce() -> String) -> Result<(), BuildError> {
+    match meta
+        .iter()
+        .flat_map(|m| m.keys())
+        .find(|k| !meta::is_meta_key(k))
+    {
+        Some(key) => Err(BuildError::MetaKey {
+            whose: whose(),
+            key: key.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Refuses a cap of 0 and one beyond what a semaphore counts (tokio's `Semaphore::new`
 /// panics past it). `what` names the cap.
 pub(crate) fn check_cap(value: usize, what: impl FnOnce() -> String) -> Result<(), BuildError> {
@@ -283,6 +312,7 @@ impl Registry {
                 return Err(BuildError::ToolName(name));
             }
             icons_are_uris(&def.tool.icons, || format!("tool {name:?}"))?;
+            meta_keys(&def.tool.meta, || format!("tool {name:?}"))?;
             if def.tool.input_schema.get("type").and_then(|t| t.as_str()) != Some("object") {
                 return Err(BuildError::InputNotObject { tool: name });
             }
@@ -347,7 +377,9 @@ impl Registry {
         }
         let mut prompt_index = Index::default();
         for (i, p) in defs.prompts.iter().enumerate() {
-            icons_are_uris(&p.prompt.icons, || format!("prompt {:?}", p.prompt.name))?;
+            let whose = || format!("prompt {:?}", p.prompt.name);
+            icons_are_uris(&p.prompt.icons, whose)?;
+            meta_keys(&p.prompt.meta, whose)?;
             if prompt_index.insert(p.prompt.name.clone(), i).is_some() {
                 return Err(BuildError::Duplicate {
                     kind: "prompt",
@@ -363,9 +395,9 @@ impl Registry {
                     problem,
                 });
             }
-            icons_are_uris(&r.resource.icons, || {
-                format!("resource {:?}", r.resource.uri)
-            })?;
+            let whose = || format!("resource {:?}", r.resource.uri);
+            icons_are_uris(&r.resource.icons, whose)?;
+            meta_keys(&r.resource.meta, whose)?;
             let uri = uri_template::normalized(&r.resource.uri).into_owned();
             if resource_index.insert(uri, i).is_some() {
                 return Err(BuildError::Duplicate {
@@ -377,7 +409,9 @@ impl Registry {
         let mut templates = Vec::with_capacity(defs.templates.len());
         for def in defs.templates {
             let uri = def.template.uri_template.clone();
-            icons_are_uris(&def.template.icons, || format!("resource template {uri:?}"))?;
+            let whose = || format!("resource template {uri:?}");
+            icons_are_uris(&def.template.icons, whose)?;
+            meta_keys(&def.template.meta, whose)?;
             let compiled = CompiledTemplate::new(def).map_err(|reason| BuildError::Template {
                 uri: uri.clone(),
                 reason,
@@ -450,6 +484,16 @@ impl Registry {
             }
         }
 
+        if let Some(name) = defs
+            .extensions
+            .keys()
+            .find(|name| !name.contains('/') || !meta::is_meta_key(name))
+        {
+            return Err(BuildError::MetaKey {
+                whose: "an extension's name (a prefix is required)".to_owned(),
+                key: name.clone(),
+            });
+        }
         let listed = Some(true);
         let capabilities = ServerCapabilities {
             tools: (!tools.is_empty()).then_some(ListCapability {
@@ -470,7 +514,7 @@ impl Registry {
             .then(JsonObject::new),
             logging: defs.logging.then(JsonObject::new),
             experimental: None,
-            extensions: None,
+            extensions: (!defs.extensions.is_empty()).then_some(defs.extensions),
         };
         let fingerprints = Fingerprints {
             tools: fingerprint(

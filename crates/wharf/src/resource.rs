@@ -5,8 +5,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use wharf_protocol::{
-    Annotations, CacheHints, Completion, CompletionArgument, CompletionContext, Icon, Resource,
-    ResourceContents, ResourceTemplate,
+    Annotations, CacheHints, Completion, CompletionArgument, CompletionContext, Icon, JsonObject,
+    Resource, ResourceContents, ResourceTemplate,
 };
 
 use crate::context::{Context, guarded};
@@ -118,6 +118,14 @@ impl ResourceBuilder {
         self
     }
 
+    /// Data for clients and extensions, listed as `_meta`. Keys are an optional prefix
+    /// (dot-separated labels and a `/`: `com.example/`) and a name, as the specification
+    /// writes them; one that is not fails [`ServerBuilder::build`](crate::ServerBuilder::build).
+    pub fn meta(mut self, meta: JsonObject) -> Self {
+        self.resource.meta = Some(meta);
+        self
+    }
+
     /// OAuth scopes a token needs to read it (HTTP 403 with `insufficient_scope` otherwise).
     pub fn scopes(mut self, scopes: &[&str]) -> Self {
         self.scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
@@ -211,6 +219,14 @@ impl TemplateBuilder {
     /// Icons. A `src` that is not a URI fails [`ServerBuilder::build`](crate::ServerBuilder::build).
     pub fn icons(mut self, icons: Vec<Icon>) -> Self {
         self.template.icons = Some(icons);
+        self
+    }
+
+    /// Data for clients and extensions, listed as `_meta`. Keys are an optional prefix
+    /// (dot-separated labels and a `/`: `com.example/`) and a name, as the specification
+    /// writes them; one that is not fails [`ServerBuilder::build`](crate::ServerBuilder::build).
+    pub fn meta(mut self, meta: JsonObject) -> Self {
+        self.template.meta = Some(meta);
         self
     }
 

@@ -1,10 +1,11 @@
 //! The server: everything registered, built once and shared behind an `Arc`.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::value::RawValue;
 use tokio_util::sync::CancellationToken;
-use wharf_protocol::{Implementation, RequestId, ServerCapabilities, ServerInfo};
+use wharf_protocol::{Implementation, JsonObject, RequestId, ServerCapabilities, ServerInfo};
 
 use crate::admission::{self, Admitted, ErrorReply};
 use crate::bus::{ChangeEvent, InProcessBus, NotificationBus};
@@ -58,6 +59,7 @@ impl Server {
             logging: true,
             metrics: false,
             middleware: Vec::new(),
+            extensions: BTreeMap::new(),
         }
     }
 
@@ -249,6 +251,7 @@ pub struct ServerBuilder {
     logging: bool,
     metrics: bool,
     middleware: Vec<Arc<dyn Middleware>>,
+    extensions: BTreeMap<String, JsonObject>,
 }
 
 impl ServerBuilder {
@@ -320,6 +323,16 @@ impl ServerBuilder {
         self
     }
 
+    /// Declares extension `name` (`com.example/feature`, a prefix required) with its
+    /// `settings` (an empty object for none) in the server's capabilities, as the
+    /// 2026-07-28 revision has servers declare the extensions they support. Clients of the
+    /// `initialize` era, which know no extensions, are not told. A name not written as the
+    /// specification says fails [`ServerBuilder::build`].
+    pub fn extension(mut self, name: impl Into<String>, settings: JsonObject) -> Self {
+        self.extensions.insert(name.into(), settings);
+        self
+    }
+
     /// Whether to declare the `logging` capability (on by default). Without it the server
     /// sends no `notifications/message`, and a request's `logLevel` asks nothing of it (its
     /// response is not made a stream for it).
@@ -377,6 +390,7 @@ impl ServerBuilder {
             step_claims: self.store.as_ref().and_then(|s| s.step_claims()),
             logging: self.logging,
             legacy: self.config.legacy.enabled,
+            extensions: self.extensions,
         })?;
         let config = self.config;
         let runtime = Runtime {

@@ -265,6 +265,8 @@ pub struct ToolBuilder {
     timeout: Option<std::time::Duration>,
     mutates: Option<String>,
     scopes: Vec<String>,
+    /// An `outputSchema` given with [`ToolBuilder::output_schema`], over the result type's.
+    output_schema: Option<JsonObject>,
 }
 
 /// How an idempotent tool's writes and its idempotency record reach the store.
@@ -297,6 +299,7 @@ pub fn tool(name: impl Into<String>) -> ToolBuilder {
         timeout: None,
         mutates: None,
         scopes: Vec::new(),
+        output_schema: None,
     }
 }
 
@@ -322,6 +325,25 @@ impl ToolBuilder {
     /// Icons. A `src` that is not a URI fails [`ServerBuilder::build`](crate::ServerBuilder::build).
     pub fn icons(mut self, icons: Vec<Icon>) -> Self {
         self.tool.icons = Some(icons);
+        self
+    }
+
+    /// Data for clients and extensions, listed as `_meta`. Keys are an optional prefix
+    /// (dot-separated labels and a `/`: `com.example/`) and a name, as the specification
+    /// writes them; one that is not fails [`ServerBuilder::build`](crate::ServerBuilder::build).
+    pub fn meta(mut self, meta: JsonObject) -> Self {
+        self.tool.meta = Some(meta);
+        self
+    }
+
+    /// The tool's `outputSchema`, for a handler that makes its own results (a
+    /// [`raw_handler`](ToolBuilder::raw_handler), or one returning
+    /// [`CallToolResult`]); it replaces the one a [`Structured`] result type gives. A result
+    /// that is not an error must then carry `structuredContent` the schema accepts, or the
+    /// call fails with -32603 and nothing of it is sent or committed. A schema that does not
+    /// compile fails [`ServerBuilder::build`](crate::ServerBuilder::build).
+    pub fn output_schema(mut self, schema: JsonObject) -> Self {
+        self.output_schema = Some(schema);
         self
     }
 
@@ -404,6 +426,9 @@ impl ToolBuilder {
     fn finish(mut self, handler: Arc<dyn ErasedToolHandler>) -> ToolDef {
         if self.idempotent.is_some() {
             add_key_argument(&mut self.tool.input_schema);
+        }
+        if let Some(schema) = self.output_schema {
+            self.tool.output_schema = Some(schema);
         }
         ToolDef {
             tool: self.tool,

@@ -23,6 +23,28 @@ fn violations(def: &str, message: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The lists: each method, the schema's definition of its result, and the member holding
+/// its items.
+const LISTS: [(&str, &str, &str); 4] = [
+    ("tools/list", "ListToolsResult", "tools"),
+    ("prompts/list", "ListPromptsResult", "prompts"),
+    ("resources/list", "ListResourcesResult", "resources"),
+    (
+        "resources/templates/list",
+        "ListResourceTemplatesResult",
+        "resourceTemplates",
+    ),
+];
+
+/// The first item `method` lists, its whole result checked against the schema.
+async fn first_listed(harness: &Harness, method: &str) -> Value {
+    let (_, def, member) = LISTS.iter().find(|l| l.0 == method).unwrap();
+    let listed = harness.call(method, json!({})).await.unwrap();
+    let errors = violations(def, &listed);
+    assert!(errors.is_empty(), "{method}: {errors:?}\n{listed}");
+    listed[member][0].clone()
+}
+
 fn icon(src: &str) -> Icon {
     serde_json::from_value(json!({ "src": src, "mimeType": "image/png", "sizes": ["48x48"] }))
         .unwrap()
@@ -64,19 +86,9 @@ async fn a_definition_is_listed_as_its_author_described_it() {
         .build()
         .unwrap();
     let harness = Harness::new(server);
-    for (method, def, member) in [
-        ("prompts/list", "ListPromptsResult", "prompts"),
-        ("resources/list", "ListResourcesResult", "resources"),
-        (
-            "resources/templates/list",
-            "ListResourceTemplatesResult",
-            "resourceTemplates",
-        ),
-    ] {
-        let listed = harness.call(method, json!({})).await.unwrap();
-        let errors = violations(def, &listed);
-        assert!(errors.is_empty(), "{method}: {errors:?}\n{listed}");
-        let item = &listed[member][0];
+    // Tools have had these setters all along; the other three are checked here.
+    for (method, _, _) in &LISTS[1..] {
+        let item = first_listed(&harness, method).await;
         assert!(item["title"].is_string(), "{method}: {item}");
         assert_eq!(
             item["icons"],
@@ -155,5 +167,122 @@ fn an_icon_that_is_no_uri_fails_the_build() {
             Err(e) => panic!("{whose}: {e}"),
             Ok(_) => panic!("{whose}: built with an icon that is no URI"),
         }
+    }
+}
+
+fn object(value: Value) -> wharf::protocol::JsonObject {
+    match value {
+        Value::Object(map) => map,
+        other => panic!("not an object: {other}"),
+    }
+}
+
+#[tokio::test]
+async fn meta_and_extensions_are_declared_as_given() {
+    let meta = || object(json!({ "com.example/ui": { "resourceUri": "ui://orders" } }));
+    let server = Server::builder(Implementation::new("t", "1"))
+        .extension("com.example/orders-ui", object(json!({ "version": 2 })))
+        .tool(
+            tool("t")
+                .meta(meta())
+                .handler(|_cx: Context, _: NoArgs| async { "x" }),
+        )
+        .prompt(
+            prompt("p")
+                .meta(meta())
+                .handler(|_cx, _args| async { Ok(GetPromptResult::default()) }),
+        )
+        .resource(
+            resource("docs://r", "r")
+                .meta(meta())
+                .handler(|_cx, _req| async { Ok(Vec::new()) }),
+        )
+        .template(
+            template("docs://{n}", "n")
+                .meta(meta())
+                .handler(|_cx, _req| async { Ok(Vec::new()) }),
+        )
+        .build()
+        .unwrap();
+    let harness = Harness::new(server);
+    for (method, _, _) in LISTS {
+        let item = first_listed(&harness, method).await;
+        assert_eq!(item["_meta"], Value::Object(meta()), "{method}");
+    }
+    let discovered = harness.call("server/discover", json!({})).await.unwrap();
+    let errors = violations("DiscoverResult", &discovered);
+    assert!(errors.is_empty(), "{errors:?}\n{discovered}");
+    assert_eq!(
+        discovered["capabilities"]["extensions"],
+        json!({ "com.example/orders-ui": { "version": 2 } })
+    );
+}
+
+#[test]
+fn a_meta_key_or_extension_name_the_specification_does_not_allow_fails_the_build() {
+    let builder = || Server::builder(Implementation::new("t", "1"));
+    let with_meta = |key: &str| {
+        builder()
+            .tool(
+                tool("t")
+                    .meta(object(json!({ key: 1 })))
+                    .handler(|_cx: Context, _: NoArgs| async { "x" }),
+            )
+            .build()
+    };
+    for bad in ["example.com/-x", "9lives/x", "a b", "com..example/x", "x-"] {
+        match with_meta(bad) {
+            Err(BuildError::MetaKey { whose, key }) => {
+                assert_eq!((whose.as_str(), key.as_str()), ("tool \"t\"", bad));
+            }
+            other => panic!("{bad}: {:?}", other.err()),
+        }
+    }
+    for good in ["com.example/ui", "progressToken", "com.example/", "x.y-z_1"] {
+        assert!(with_meta(good).is_ok(), "{good}");
+    }
+    // An extension's name needs a prefix.
+    for (name, ok) in [("com.example/x", true), ("orders", false), ("a b/x", false)] {
+        let built = builder().extension(name, object(json!({}))).build();
+        assert_eq!(built.is_ok(), ok, "{name}: {:?}", built.err());
+    }
+}
+
+#[tokio::test]
+async fn a_declared_output_schema_holds_a_handler_that_makes_its_own_results() {
+    use wharf::protocol::{CallToolResult, Content};
+
+    let schema = object(json!({
+        "type": "object",
+        "properties": { "total": { "type": "integer" } },
+        "required": ["total"]
+    }));
+    let server = Server::builder(Implementation::new("t", "1"))
+        .tool(tool("sum").output_schema(schema.clone()).raw_handler(
+            object(json!({ "type": "object" })),
+            |_cx, args| async move {
+                let mut result = CallToolResult::success(vec![Content::text("done")]);
+                result.structured_content = args.get("give").cloned();
+                result
+            },
+        ))
+        .build()
+        .unwrap();
+    let harness = Harness::new(server);
+    let listed = harness.call("tools/list", json!({})).await.unwrap();
+    assert_eq!(listed["tools"][0]["outputSchema"], Value::Object(schema));
+    let call = |arguments: Value| {
+        harness.call(
+            "tools/call",
+            json!({ "name": "sum", "arguments": arguments }),
+        )
+    };
+    let fine = call(json!({ "give": { "total": 3 } })).await.unwrap();
+    assert_eq!(fine["structuredContent"], json!({ "total": 3 }));
+    // The detail goes to the log; the client learns only that the call failed.
+    for arguments in [json!({ "give": { "total": "three" } }), json!({})] {
+        let e = call(arguments.clone()).await.unwrap_err();
+        assert_eq!(e.error().kind, wharf::ErrorKind::Internal, "{arguments}");
+        assert_eq!(e.error().message, "Internal error", "{arguments}");
     }
 }

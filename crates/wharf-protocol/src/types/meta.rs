@@ -19,6 +19,37 @@ pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 /// `_meta` key: progress token.
 pub const PROGRESS_TOKEN: &str = "progressToken";
 
+/// Whether `key` is written as the specification says `_meta` keys are: an optional prefix
+/// of dot-separated labels and a `/` (each label a letter first, a letter or digit last,
+/// letters, digits and hyphens between), then a name that, unless empty, begins and ends
+/// with a letter or digit and holds only those, hyphens, underscores and dots.
+///
+/// ```
+/// use wharf_protocol::meta::is_meta_key;
+///
+/// assert!(is_meta_key("com.example/ui-hint") && is_meta_key("progressToken"));
+/// assert!(!is_meta_key("example.com/-x") && !is_meta_key("9lives/x") && !is_meta_key("a b"));
+/// ```
+pub fn is_meta_key(key: &str) -> bool {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    let label = |l: &str| {
+        let b = l.as_bytes();
+        b.first().is_some_and(u8::is_ascii_alphabetic)
+            && b.last().is_some_and(u8::is_ascii_alphanumeric)
+            && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'-')
+    };
+    let name_ok = name.is_empty()
+        || (name.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+            && name
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(&c)));
+    name_ok && prefix.is_none_or(|p| p.split('.').all(label))
+}
+
 /// The `_meta` of a request, as sent by the client.
 ///
 /// Required fields are `Option` here so that their absence is reported by the server with a

@@ -248,6 +248,10 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
             .map(|(message, path)| {
                 format!("tool {name} returned structuredContent that violates its outputSchema: {message} at {path}")
             }),
+        // A tool with an outputSchema must give structured results (tools.mdx).
+        (Some(_), None, false) => Some(format!(
+            "tool {name} has an outputSchema but returned no structuredContent"
+        )),
         _ => None,
     }
     .or_else(|| {
