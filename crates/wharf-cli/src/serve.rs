@@ -773,15 +773,8 @@ const OTHER_PATHS: [&str; 14] = [
 /// for something else; refused when the command line is read (axum would panic at start,
 /// the store opened already).
 fn endpoint_path(value: &str) -> anyhow::Result<String> {
-    let plain = value.starts_with('/')
-        && !value.contains(|c: char| "?#{}*".contains(c) || c.is_whitespace() || c.is_control())
-        && value.split('/').all(|segment| !segment.starts_with(':'));
-    if !plain {
-        anyhow::bail!(
-            "{value:?} is not a path for the endpoint: give one that starts with / (such as /mcp), without ?, #, {{, }}, * or a segment starting with :"
-        );
-    }
-    if OTHER_PATHS.contains(&value) || value.starts_with("/.well-known/") {
+    wharf_http::check_endpoint(value)?;
+    if OTHER_PATHS.contains(&value) {
         anyhow::bail!("{value:?} is a path the server serves something else at: choose another");
     }
     Ok(value.to_owned())

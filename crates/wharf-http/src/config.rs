@@ -138,11 +138,51 @@ fn strip_port(authority: &str) -> &str {
     })
 }
 
+/// Why a path cannot be the MCP endpoint (see [`check_endpoint`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EndpointError {
+    /// Not a plain path: axum would read `{x}`, `*` or `:x` as captures (or refuse it).
+    #[error(
+        "{0:?} is not a path for the endpoint: give one that starts with / (such as /mcp), without ?, #, {{, }}, * or a segment starting with :"
+    )]
+    NotAPath(String),
+    /// A path [`router`](crate::router) serves something else at.
+    #[error("{0:?} is a path the server serves something else at: choose another")]
+    Taken(String),
+}
+
+/// Checks that `path` can be the MCP endpoint ([`HttpConfig::endpoint`]): a plain path
+/// starting with `/`, other than `/healthz`, `/readyz` and `/.well-known/…`, which
+/// [`router`](crate::router) serves. For an endpoint read from settings, before the router
+/// is made.
+///
+/// ```
+/// use wharf_http::{EndpointError, check_endpoint};
+///
+/// assert!(check_endpoint("/api/mcp").is_ok());
+/// assert!(matches!(check_endpoint("mcp"), Err(EndpointError::NotAPath(_))));
+/// assert!(matches!(check_endpoint("/healthz"), Err(EndpointError::Taken(_))));
+/// ```
+pub fn check_endpoint(path: &str) -> Result<(), EndpointError> {
+    let plain = path.starts_with('/')
+        && !path.contains(|c: char| "?#{}*".contains(c) || c.is_whitespace() || c.is_control())
+        && path.split('/').all(|segment| !segment.starts_with(':'));
+    if !plain {
+        return Err(EndpointError::NotAPath(path.to_owned()));
+    }
+    if ["/healthz", "/readyz"].contains(&path) || path.starts_with("/.well-known/") {
+        return Err(EndpointError::Taken(path.to_owned()));
+    }
+    Ok(())
+}
+
 /// Settings of the HTTP transport: start from [`HttpConfig::default`] and set what differs.
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct HttpConfig {
-    /// Path of the MCP endpoint.
+    /// Path of the MCP endpoint (`/mcp` by default): a plain path that [`check_endpoint`]
+    /// accepts, or [`router`](crate::router) panics.
     pub endpoint: String,
     /// Accepted `Host`/`Origin`.
     pub hosts: HostPolicy,

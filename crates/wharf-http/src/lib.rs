@@ -21,7 +21,7 @@ mod session;
 mod sse;
 
 pub use authenticate::{AuthFuture, Authenticate, FromExtensions, Refusal};
-pub use config::{HostPolicy, HttpConfig, ReadinessCheck};
+pub use config::{EndpointError, HostPolicy, HttpConfig, ReadinessCheck, check_endpoint};
 pub use cors::cors;
 pub use listener::{Closer, DrainingListener};
 pub use serve::{ConnectionLimits, serve};
@@ -110,7 +110,15 @@ pub fn metrics_router(server: Server) -> Router {
 /// for the origins `config.hosts` names ([`cors()`]). Served by [`serve`], whose
 /// [`ConnectionLimits::close_while_draining`] closes connections while the server drains;
 /// served otherwise, add [`close_while_draining()`] to the app.
+///
+/// # Panics
+///
+/// If `config.endpoint` is not a path [`check_endpoint`] accepts (as axum's own
+/// `Router::route` panics on a path it cannot route): check one read from settings first.
 pub fn router(server: Server, config: HttpConfig) -> Router {
+    if let Err(e) = check_endpoint(&config.endpoint) {
+        panic!("HttpConfig::endpoint: {e}");
+    }
     let endpoint = config.endpoint.clone();
     let cors = cors::cors(&config.hosts);
     let documents = config.auth.documents();

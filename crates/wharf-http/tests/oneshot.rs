@@ -1097,3 +1097,36 @@ async fn readiness_asks_the_dependencies_at_most_once_a_second() {
     assert_eq!(probe().await, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(check.asked.load(SeqCst), 3);
 }
+
+#[tokio::test]
+async fn an_endpoint_that_is_no_plain_path_is_refused_by_name() {
+    for endpoint in ["mcp", "/healthz", "/api/{tenant}", "/.well-known/mcp"] {
+        let mut config = HttpConfig::default();
+        config.endpoint = endpoint.into();
+        let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            wharf_http::router(server(), config)
+        }));
+        let said = made
+            .err()
+            .and_then(|p| p.downcast::<String>().ok())
+            .map(|s| *s);
+        assert!(
+            said.as_deref()
+                .is_some_and(|s| s.starts_with("HttpConfig::endpoint: ") && s.contains(endpoint)),
+            "{endpoint}: {said:?}"
+        );
+    }
+    // A path of the app's own choosing serves.
+    let mut config = HttpConfig::default();
+    config.endpoint = "/api/mcp".into();
+    let res = wharf_http::router(server(), config)
+        .oneshot(
+            Request::post("/api/mcp")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from("{}"))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_ne!(res.status(), StatusCode::NOT_FOUND);
+}
