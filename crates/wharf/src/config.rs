@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use wharf_protocol::{CacheHints, CacheScope};
+use wharf_protocol::CacheHints;
 
 use crate::cursor::CursorKey;
 use crate::limits::Limits;
@@ -28,20 +28,14 @@ pub struct CachePolicy {
 
 impl Default for CachePolicy {
     fn default() -> Self {
-        let public = |ttl_ms| CacheHints {
-            ttl_ms,
-            cache_scope: CacheScope::Public,
-        };
+        let minute = CacheHints::public(Duration::from_secs(60));
         CachePolicy {
-            discover: public(60_000),
-            tools_list: public(60_000),
-            prompts_list: public(60_000),
-            resources_list: public(60_000),
-            templates_list: public(60_000),
-            resource_read: CacheHints {
-                ttl_ms: 0,
-                cache_scope: CacheScope::Private,
-            },
+            discover: minute,
+            tools_list: minute,
+            prompts_list: minute,
+            resources_list: minute,
+            templates_list: minute,
+            resource_read: CacheHints::private(Duration::ZERO),
         }
     }
 }

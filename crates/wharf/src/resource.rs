@@ -132,8 +132,10 @@ impl ResourceBuilder {
         self
     }
 
-    /// Caching hints for reads of this resource (the server default otherwise). A resource
-    /// that needs scopes is read with `cacheScope: private` whatever these say.
+    /// Caching hints for reads of this resource (the server default otherwise):
+    /// [`CacheHints::private`] for what depends on who reads it, [`CacheHints::public`] only
+    /// for what holds nothing of any user's. A resource that needs scopes is read with
+    /// `cacheScope: private` whatever these say.
     pub fn cache(mut self, hints: CacheHints) -> Self {
         self.cache = Some(hints);
         self
@@ -250,8 +252,9 @@ impl TemplateBuilder {
         self
     }
 
-    /// Caching hints for reads through this template. One with scopes is read with
-    /// `cacheScope: private` whatever these say.
+    /// Caching hints for reads through this template, chosen as for
+    /// [`ResourceBuilder::cache`]. One with scopes is read with `cacheScope: private`
+    /// whatever these say.
     pub fn cache(mut self, hints: CacheHints) -> Self {
         self.cache = Some(hints);
         self

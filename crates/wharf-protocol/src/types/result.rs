@@ -1,4 +1,5 @@
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeMap;
@@ -19,18 +20,28 @@ pub enum ResultType {
     InputRequired,
 }
 
-/// Who may cache a result.
+/// Who may cache a result. `Private` by default: a result is shared between users only
+/// where its server says it may be.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CacheScope {
-    /// Any client or intermediary may reuse the result.
-    #[default]
+    /// Any client or intermediary may reuse the result, for any user.
     Public,
-    /// Only the requesting principal may reuse it.
+    /// Only the same authorization context (the same token, the same user) may reuse it.
+    #[default]
     Private,
 }
 
-/// Caching hints carried by cacheable results.
+/// Caching hints carried by cacheable results. The default is private and stale at once.
+///
+/// ```
+/// use std::time::Duration;
+/// use wharf_protocol::{CacheHints, CacheScope};
+///
+/// let shared = CacheHints::public(Duration::from_secs(60));
+/// assert_eq!((shared.ttl_ms, shared.cache_scope), (60_000, CacheScope::Public));
+/// assert_eq!(CacheHints::default(), CacheHints::private(Duration::ZERO));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CacheHints {
@@ -38,12 +49,28 @@ pub struct CacheHints {
     pub cache_scope: CacheScope,
 }
 
+impl CacheHints {
+    /// Fresh for `ttl`, for anyone: a result that holds nothing of the user's.
+    pub fn public(ttl: Duration) -> Self {
+        Self::for_scope(ttl, CacheScope::Public)
+    }
+
+    /// Fresh for `ttl`, for the same authorization context only.
+    pub fn private(ttl: Duration) -> Self {
+        Self::for_scope(ttl, CacheScope::Private)
+    }
+
+    fn for_scope(ttl: Duration, cache_scope: CacheScope) -> Self {
+        CacheHints {
+            ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+            cache_scope,
+        }
+    }
+}
+
 impl Default for CacheHints {
     fn default() -> Self {
-        CacheHints {
-            ttl_ms: 0,
-            cache_scope: CacheScope::Public,
-        }
+        Self::private(Duration::ZERO)
     }
 }
 
