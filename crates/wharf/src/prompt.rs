@@ -72,7 +72,8 @@ impl PromptBuilder {
         self
     }
 
-    /// OAuth scopes a token needs to get it (HTTP 403 with `insufficient_scope` otherwise).
+    /// Scopes a principal limited by scopes ([`Principal::scopes`](crate::Principal::scopes): an OAuth token's, or an app's given them) needs to get it
+    /// (-31003, HTTP 403 with `insufficient_scope`, otherwise).
     pub fn scopes(mut self, scopes: &[&str]) -> Self {
         self.scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
         self

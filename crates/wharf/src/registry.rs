@@ -316,18 +316,21 @@ impl Registry {
             if def.tool.input_schema.get("type").and_then(|t| t.as_str()) != Some("object") {
                 return Err(BuildError::InputNotObject { tool: name });
             }
-            let input =
-                schema::compile(&def.tool.input_schema).map_err(|reason| BuildError::Schema {
+            let input = schema::compile_input(&def.tool.input_schema).map_err(|reason| {
+                BuildError::Schema {
                     tool: name.clone(),
                     which: "inputSchema",
                     reason,
-                })?;
+                }
+            })?;
+            // Always compiled, even when it accepts any object: a result must still be one
+            // (and be there at all).
             let output = match &def.tool.output_schema {
-                Some(s) => schema::compile(s).map_err(|reason| BuildError::Schema {
+                Some(s) => Some(schema::compile(s).map_err(|reason| BuildError::Schema {
                     tool: name.clone(),
                     which: "outputSchema",
                     reason,
-                })?,
+                })?),
                 None => None,
             };
             let header_params =

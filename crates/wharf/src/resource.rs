@@ -126,7 +126,8 @@ impl ResourceBuilder {
         self
     }
 
-    /// OAuth scopes a token needs to read it (HTTP 403 with `insufficient_scope` otherwise).
+    /// Scopes a principal limited by scopes ([`Principal::scopes`](crate::Principal::scopes): an OAuth token's, or an app's given them) needs to read it
+    /// (-31003, HTTP 403 with `insufficient_scope`, otherwise).
     pub fn scopes(mut self, scopes: &[&str]) -> Self {
         self.scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
         self
@@ -232,8 +233,8 @@ impl TemplateBuilder {
         self
     }
 
-    /// OAuth scopes a token needs to read a resource of this template (HTTP 403 with
-    /// `insufficient_scope` otherwise).
+    /// Scopes a principal limited by scopes ([`Principal::scopes`](crate::Principal::scopes): an OAuth token's, or an app's given them) needs to read a
+    /// resource of this template (-31003, HTTP 403 with `insufficient_scope`, otherwise).
     ///
     /// A scope may name a variable of the template in braces, so that each resource needs
     /// its own scope: with `template("files://{owner}/{name}", ..)`, the scope

@@ -94,22 +94,27 @@ pub(crate) fn objects_for_booleans(schema: &mut JsonObject) {
     }
 }
 
-/// A compiled validator, or `None` when the schema accepts any object and validation can be
-/// skipped on the hot path.
-pub(crate) fn compile(schema: &JsonObject) -> Result<Option<jsonschema::Validator>, String> {
-    let draft = dialect(schema)?;
+/// A compiled validator of a tool's arguments, or `None` when the schema accepts any object
+/// and validation can be skipped on the hot path (arguments are always an object).
+pub(crate) fn compile_input(schema: &JsonObject) -> Result<Option<jsonschema::Validator>, String> {
     let trivial = schema.iter().all(|(k, v)| match k.as_str() {
         "$schema" | "description" => true,
         "type" => v == "object",
         _ => false,
     });
     if trivial {
-        return Ok(None);
+        // Still refused if its dialect is one the validator does not know.
+        return dialect(schema).map(|_| None);
     }
+    compile(schema).map(Some)
+}
+
+/// A compiled validator of `schema`, in the dialect it declares.
+pub(crate) fn compile(schema: &JsonObject) -> Result<jsonschema::Validator, String> {
+    let draft = dialect(schema)?;
     jsonschema::options()
         .with_draft(draft)
         .build(&Value::Object(schema.clone()))
-        .map(Some)
         .map_err(|e| e.to_string())
 }
 
@@ -388,7 +393,7 @@ mod tests {
                 "pair": { "type": "array", "items": [{ "type": "integer" }], "additionalItems": false }
             }
         }));
-        let v = compile(&declared).unwrap().unwrap();
+        let v = compile(&declared).unwrap();
         assert!(first_violation(&v, &json!({ "pair": [1] })).is_none());
         assert!(first_violation(&v, &json!({ "pair": [1, 2] })).is_some());
         assert!(first_violation(&v, &json!({ "pair": ["x"] })).is_some());
@@ -400,7 +405,7 @@ mod tests {
         // accepts any object.
         for unknown in ["https://example.com/my-dialect", "draft-07"] {
             let s = obj(json!({ "$schema": unknown, "type": "object" }));
-            let e = compile(&s).unwrap_err();
+            let e = compile_input(&s).unwrap_err();
             assert!(e.contains("does not support"), "{e}");
         }
         // Up to draft-07, a root `$ref` would hide what sits beside it.

@@ -340,8 +340,9 @@ impl ToolBuilder {
     /// [`raw_handler`](ToolBuilder::raw_handler), or one returning
     /// [`CallToolResult`]); it replaces the one a [`Structured`] result type gives. A result
     /// that is not an error must then carry `structuredContent` the schema accepts, or the
-    /// call fails with -32603 and nothing of it is sent or committed. A schema that does not
-    /// compile fails [`ServerBuilder::build`](crate::ServerBuilder::build).
+    /// call fails with -32603: nothing of it is sent, nor committed with the call (a write
+    /// in steps keeps what its steps committed). A schema that does not compile fails
+    /// [`ServerBuilder::build`](crate::ServerBuilder::build).
     pub fn output_schema(mut self, schema: JsonObject) -> Self {
         self.output_schema = Some(schema);
         self
@@ -404,8 +405,9 @@ impl ToolBuilder {
         self
     }
 
-    /// OAuth scopes a token needs to call the tool (HTTP 403 with `insufficient_scope`
-    /// otherwise; see also `ServerConfig::list_permitted_tools_only`).
+    /// Scopes a principal limited by scopes ([`Principal::scopes`](crate::Principal::scopes): an OAuth token's, or an app's given them) needs to call the
+    /// tool (-31003, HTTP 403 with `insufficient_scope`, otherwise; see also
+    /// `ServerConfig::list_permitted_tools_only`).
     pub fn scopes(mut self, scopes: &[&str]) -> Self {
         self.scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
         self

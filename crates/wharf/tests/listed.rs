@@ -230,7 +230,14 @@ fn a_meta_key_or_extension_name_the_specification_does_not_allow_fails_the_build
             )
             .build()
     };
-    for bad in ["example.com/-x", "9lives/x", "a b", "com..example/x", "x-"] {
+    for bad in [
+        "example.com/-x",
+        "9lives/x",
+        "a b",
+        "com..example/x",
+        "x-",
+        "",
+    ] {
         match with_meta(bad) {
             Err(BuildError::MetaKey { whose, key }) => {
                 assert_eq!((whose.as_str(), key.as_str()), ("tool \"t\"", bad));
@@ -257,15 +264,24 @@ async fn a_declared_output_schema_holds_a_handler_that_makes_its_own_results() {
         "properties": { "total": { "type": "integer" } },
         "required": ["total"]
     }));
+    // Gives back as structuredContent what its arguments hold under "give", if anything.
+    let handler = |_cx, args: wharf::protocol::JsonObject| async move {
+        let mut result = CallToolResult::success(vec![Content::text("done")]);
+        result.structured_content = args.get("give").cloned();
+        result
+    };
+    let anything = object(json!({ "type": "object" }));
     let server = Server::builder(Implementation::new("t", "1"))
-        .tool(tool("sum").output_schema(schema.clone()).raw_handler(
-            object(json!({ "type": "object" })),
-            |_cx, args| async move {
-                let mut result = CallToolResult::success(vec![Content::text("done")]);
-                result.structured_content = args.get("give").cloned();
-                result
-            },
-        ))
+        .tool(
+            tool("sum")
+                .output_schema(schema.clone())
+                .raw_handler(anything.clone(), handler),
+        )
+        .tool(
+            tool("any")
+                .output_schema(anything.clone())
+                .raw_handler(anything, handler),
+        )
         .build()
         .unwrap();
     let harness = Harness::new(server);
@@ -279,10 +295,34 @@ async fn a_declared_output_schema_holds_a_handler_that_makes_its_own_results() {
     };
     let fine = call(json!({ "give": { "total": 3 } })).await.unwrap();
     assert_eq!(fine["structuredContent"], json!({ "total": 3 }));
-    // The detail goes to the log; the client learns only that the call failed.
-    for arguments in [json!({ "give": { "total": "three" } }), json!({})] {
-        let e = call(arguments.clone()).await.unwrap_err();
-        assert_eq!(e.error().kind, wharf::ErrorKind::Internal, "{arguments}");
-        assert_eq!(e.error().message, "Internal error", "{arguments}");
+    // The detail goes to the log; the client learns only that the call failed. A schema
+    // that accepts any object still wants one.
+    for (tool, arguments) in [
+        ("sum", json!({ "give": { "total": "three" } })),
+        ("sum", json!({})),
+        ("any", json!({ "give": "x" })),
+        ("any", json!({})),
+    ] {
+        let e = harness
+            .call(
+                "tools/call",
+                json!({ "name": tool, "arguments": arguments }),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.error().kind,
+            wharf::ErrorKind::Internal,
+            "{tool} {arguments}"
+        );
+        assert_eq!(e.error().message, "Internal error", "{tool} {arguments}");
     }
+    let any = harness
+        .call(
+            "tools/call",
+            json!({ "name": "any", "arguments": { "give": {} } }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(any["structuredContent"], json!({}));
 }

@@ -19,7 +19,8 @@ pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 /// `_meta` key: progress token.
 pub const PROGRESS_TOKEN: &str = "progressToken";
 
-/// Whether `key` is written as the specification says `_meta` keys are: an optional prefix
+/// Whether `key` is written as the specification says `_meta` keys are (and not empty): an
+/// optional prefix
 /// of dot-separated labels and a `/` (each label a letter first, a letter or digit last,
 /// letters, digits and hyphens between), then a name that, unless empty, begins and ends
 /// with a letter or digit and holds only those, hyphens, underscores and dots.
@@ -47,7 +48,7 @@ pub fn is_meta_key(key: &str) -> bool {
             && name
                 .bytes()
                 .all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(&c)));
-    name_ok && prefix.is_none_or(|p| p.split('.').all(label))
+    !key.is_empty() && name_ok && prefix.is_none_or(|p| p.split('.').all(label))
 }
 
 /// The `_meta` of a request, as sent by the client.
