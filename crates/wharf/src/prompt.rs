@@ -98,6 +98,16 @@ impl PromptBuilder {
         self
     }
 
+    /// Declares an argument given in full: with a `title` to show, or without a
+    /// description.
+    pub fn argument_with(mut self, argument: PromptArgument) -> Self {
+        self.prompt
+            .arguments
+            .get_or_insert_with(Vec::new)
+            .push(argument);
+        self
+    }
+
     /// Completion of the prompt's arguments.
     pub fn completer<F, Fut>(mut self, f: F) -> Self
     where

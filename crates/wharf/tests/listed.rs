@@ -3,7 +3,7 @@
 //! and an icon that is no URI fails the build instead of the list.
 
 use serde_json::{Value, json};
-use wharf::protocol::{Annotations, GetPromptResult, Icon, Implementation, Role};
+use wharf::protocol::{Annotations, GetPromptResult, Icon, Implementation, PromptArgument, Role};
 use wharf::testing::Harness;
 use wharf::{BuildError, Context, NoArgs, ServerBuilder};
 use wharf::{Server, prompt, resource, template, tool};
@@ -60,6 +60,12 @@ fn described(icons: Vec<Icon>) -> ServerBuilder {
         .prompt(
             prompt("review")
                 .title("Review a change")
+                .argument_with(PromptArgument {
+                    name: "pr".into(),
+                    title: Some("Pull request".into()),
+                    description: None,
+                    required: Some(true),
+                })
                 .icons(icons.clone())
                 .handler(|_cx, _args| async { Ok(GetPromptResult::default()) }),
         )
@@ -114,6 +120,10 @@ async fn a_definition_is_listed_as_its_author_described_it() {
     );
     let prompts = harness.call("prompts/list", json!({})).await.unwrap();
     assert_eq!(prompts["prompts"][0]["title"], "Review a change");
+    assert_eq!(
+        prompts["prompts"][0]["arguments"],
+        json!([{ "name": "pr", "title": "Pull request", "required": true }])
+    );
 }
 
 #[test]
