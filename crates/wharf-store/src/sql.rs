@@ -374,6 +374,12 @@ impl SqlStore {
         dialect: Dialect,
         options: &StoreOptions,
     ) -> Result<Self, StoreError> {
+        if options.max_connections == 0 {
+            // sqlx's pool panics on a capacity of 0.
+            return Err(StoreError::Backend(
+                "StoreOptions::max_connections must be at least 1".into(),
+            ));
+        }
         let app = match &options.app_migrations {
             Some(app) => app.for_dialect(dialect)?,
             None => None,

@@ -1,7 +1,8 @@
 //! Migrations of a store shared between replicas (PostgreSQL): a replica started while
 //! another one migrates waits for it instead of failing at its store's lock wait (which is
 //! seconds, for a quick "busy" answer); a migration's own statements wait no longer than
-//! that, so a table lock queued behind a long call does not hold every call behind it.
+//! that, so a table lock queued behind a long call does not hold every call behind it. A
+//! store of no connections is refused when opened (SQLite too).
 
 mod support;
 
@@ -132,4 +133,19 @@ async fn a_migration_does_not_queue_behind_calls_for_longer_than_they_wait() {
     tx.rollback().await.unwrap();
     drop(calls);
     db.drop().await;
+}
+
+#[tokio::test]
+async fn a_store_of_no_connections_is_refused_by_name() {
+    let mut none = options(LOCK_WAIT);
+    none.max_connections = 0;
+    // sqlx's pool would panic on a capacity of 0.
+    for url in [sqlite_url("no-connections"), pg_url()] {
+        let e = open(&url, &none).await.err().map(|e| e.to_string());
+        assert!(
+            e.as_deref()
+                .is_some_and(|e| e.contains("max_connections must be at least 1")),
+            "{url}: {e:?}"
+        );
+    }
 }
