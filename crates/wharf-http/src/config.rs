@@ -195,8 +195,8 @@ pub struct HttpConfig {
     /// Largest total size of the request headers, in bytes (431 beyond).
     pub max_header_bytes: usize,
     /// Interval of SSE keep-alive comments on streamed answers (listen streams, and calls whose
-    /// client asked for progress or logs: a long call stays visibly alive to proxies); at
-    /// most a day is used.
+    /// client asked for progress or logs: a long call stays visibly alive to proxies); from
+    /// a second to a day is used (0 would send comments without pause).
     pub keep_alive: Duration,
     /// Dependencies `GET /readyz` checks: at most once a second, however many probes
     /// arrive (their verdict stands that long).

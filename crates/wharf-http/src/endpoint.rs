@@ -303,7 +303,6 @@ async fn stream(state: &Arc<AppState>, admitted: Admitted) -> Response {
     // A panic in the call, inside its handler or out, is answered by the core, with the
     // request's id.
     let mut task = tokio::spawn(admitted.stream_then(tx, cancel));
-    let wait = HEAD_WAIT.min(state.config.keep_alive);
     let start = tokio::select! {
         biased;
         Some(first) = rx.recv() => Phase::Running(task, Some(first)),
@@ -311,7 +310,7 @@ async fn stream(state: &Arc<AppState>, admitted: Admitted) -> Response {
             Ok(first) => Phase::Ending(last_message(ended), Some(first)),
             Err(_) => return alone(state, ended),
         },
-        () = tokio::time::sleep(wait) => Phase::Running(task, None),
+        () = tokio::time::sleep(HEAD_WAIT) => Phase::Running(task, None),
     };
     let messages = call_stream::messages(start, rx);
     sse(

@@ -31,6 +31,8 @@ pub struct ConnectionLimits {
     /// Time a connection has to send a complete request head, counted from the moment it is
     /// ready for one: from accept, and again after each response. It therefore also closes a
     /// kept-alive connection idle this long (put a proxy's upstream keep-alive below it).
+    /// From a millisecond to a day is used (hyper adds it to the clock, where
+    /// `Duration::MAX` would overflow).
     pub header_read_timeout: Duration,
     /// Open connections at most; beyond, a new connection is closed as soon as it is
     /// accepted. A proxy that has not written its request yet tries another replica; one
@@ -93,7 +95,11 @@ where
 {
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
+        .header_read_timeout(
+            limits
+                .header_read_timeout
+                .clamp(Duration::from_millis(1), Duration::from_secs(86_400)),
+        )
         .max_headers(limits.max_headers)
         .max_header_size(limits.max_header_bytes);
     let http = Arc::new(http);

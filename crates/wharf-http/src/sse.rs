@@ -14,8 +14,16 @@ pub(crate) fn event(message: Vec<u8>) -> Result<Event, Infallible> {
     Ok(Event::default().data(String::from_utf8(message).unwrap_or_default()))
 }
 
-/// The longest interval between keep-alive comments.
-const LONGEST_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(86_400);
+/// The interval between keep-alive comments: the configured one, from a second (a shorter
+/// one would send comments without pause) to a day (the keep-alive's timer adds the interval
+/// to the clock after every event, and one near `Duration::MAX` would overflow it; a day is
+/// as good as never here).
+pub(crate) fn keep_alive(config: &crate::HttpConfig) -> std::time::Duration {
+    use std::time::Duration;
+    config
+        .keep_alive
+        .clamp(Duration::from_secs(1), Duration::from_secs(86_400))
+}
 
 /// The response that streams `events`, with a keep-alive comment whenever the stream is
 /// quiet for the configured interval, and unbuffered by proxies that honour
@@ -24,9 +32,7 @@ pub(crate) fn sse(
     state: &AppState,
     events: impl futures_util::Stream<Item = Result<Event, Infallible>> + Send + 'static,
 ) -> Response {
-    // Bounded: the keep-alive's timer adds the interval to the clock after every event, and
-    // an interval near `Duration::MAX` would overflow it (a day is as good as never here).
-    let interval = state.config.keep_alive.min(LONGEST_KEEP_ALIVE);
+    let interval = keep_alive(&state.config);
     let mut res = Sse::new(events)
         .keep_alive(KeepAlive::new().interval(interval).text(""))
         .into_response();

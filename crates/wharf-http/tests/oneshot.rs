@@ -1130,3 +1130,29 @@ async fn an_endpoint_that_is_no_plain_path_is_refused_by_name() {
         .unwrap();
     assert_ne!(res.status(), StatusCode::NOT_FOUND);
 }
+
+/// What a connection limit of "never" is written as still serves: hyper adds the head's read
+/// timeout to the clock, where `Duration::MAX` would overflow in every connection's task.
+#[tokio::test]
+async fn a_head_read_timeout_of_never_still_serves() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut limits = wharf_http::ConnectionLimits::default();
+    limits.header_read_timeout = std::time::Duration::MAX;
+    let app = wharf_http::router(server(), HttpConfig::default());
+    tokio::spawn(wharf_http::serve(
+        listener,
+        app,
+        limits,
+        std::future::pending(),
+    ));
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
