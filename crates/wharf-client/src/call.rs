@@ -127,6 +127,7 @@ impl ToolCall {
     /// [`ToolCall::attempts`]), and the server applies the write once. Not for a call made
     /// [`for_tool`](ToolCall::for_tool) whose definition has no such argument: that one is
     /// sent once, key or not.
+    /// Arguments that are not an object (which no tool takes) get no key.
     pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
         if let Value::Object(arguments) = &mut self.arguments {
             arguments.insert(IDEMPOTENCY_KEY.to_owned(), Value::String(key.into()));
@@ -141,7 +142,9 @@ impl ToolCall {
         self
     }
 
-    /// How many input rounds to answer before giving up (8 unless set).
+    /// How many input rounds to answer before giving up (8 unless set): the call fails
+    /// with [`CallError::TooManyRounds`] when the server asks for one more, without the
+    /// answerer being asked.
     pub fn max_rounds(mut self, rounds: usize) -> Self {
         self.max_rounds = rounds;
         self
@@ -204,12 +207,17 @@ impl Client {
         // Unique among this client's requests, so progress is never taken for another's.
         let token = format!("wharf-{}", new_idempotency_key());
         let mut round = None;
-        for _ in 0..=call.max_rounds {
+        for answered in 0..=call.max_rounds {
             let result = self
                 .attempts(&call, round.as_ref(), &token, answerer, on_event)
                 .await?;
             if result["resultType"] != "input_required" {
                 return Ok(result);
+            }
+            // Answering a round that will not be sent would waste the answerer's work (a
+            // person filling in a form, a paid sampling call).
+            if answered == call.max_rounds {
+                break;
             }
             if result.get("inputRequests").is_none() && result.get("requestState").is_none() {
                 return Err(ClientError::Protocol(

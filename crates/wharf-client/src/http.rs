@@ -106,9 +106,11 @@ impl HttpClient {
         self.bearer.is_some()
     }
 
-    /// Sends `Authorization: Bearer token` on every request.
+    /// Sends `Authorization: Bearer token` on every request. Whitespace around the token (a
+    /// token file's newline) is left out: no token holds any.
     pub fn with_bearer(mut self, token: impl Into<String>) -> Self {
-        self.bearer = Some(token.into());
+        let token: String = token.into();
+        self.bearer = Some(token.trim().to_owned());
         self
     }
 
@@ -395,5 +397,11 @@ mod tests {
             !shown.contains("s3cret") && shown.contains("<set>"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn a_token_read_from_a_file_is_sent_without_its_newline() {
+        let client = super::HttpClient::new("http://127.0.0.1:1/mcp").with_bearer(" tok-1\n");
+        assert_eq!(client.authorization().unwrap(), "Bearer tok-1");
     }
 }

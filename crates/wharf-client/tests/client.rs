@@ -442,3 +442,42 @@ async fn a_list_page_refused_by_a_gateway_is_asked_again() {
     );
     assert_eq!(sent(&script, "tools/list").len(), 1);
 }
+
+/// Says yes, counting the questions it answered.
+struct Counting(u32);
+
+impl Answerer for Counting {
+    async fn answer(&mut self, key: &str, request: &InputRequest) -> Result<Value, Unanswered> {
+        self.0 += 1;
+        yes().answer(key, request).await
+    }
+}
+
+#[tokio::test]
+async fn a_round_beyond_max_rounds_is_not_answered() {
+    let script = Script::default();
+    let client = connect(&script).await;
+    let mut answerer = Counting(0);
+    let call = ToolCall::new("confirm", json!({})).max_rounds(0);
+    let error = client
+        .call_tool(&call, &mut answerer, &mut |_| {})
+        .await
+        .unwrap_err();
+    assert!(matches!(error, CallError::TooManyRounds(0)), "{error:?}");
+    assert_eq!(answerer.0, 0, "nobody was asked for a round never sent");
+    assert_eq!(sent(&script, "tools/call").len(), 1);
+    // One round allowed: answered once, sent, and the call completes.
+    let call = ToolCall::new("confirm", json!({})).max_rounds(1);
+    let result = client
+        .call_tool(&call, &mut answerer, &mut |_| {})
+        .await
+        .unwrap();
+    assert_eq!(answerer.0, 1);
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("sure=true"),
+        "{result}"
+    );
+}
