@@ -395,7 +395,7 @@ pub(crate) struct ServeArgs {
     oauth_jwks_min_refresh_secs: u64,
     /// Seconds a fetched JWKS is trusted before it is fetched again: a key the issuer
     /// withdrew is refused within this long (while the issuer cannot be reached, its last
-    /// keys stand).
+    /// keys stand). At least --oauth-jwks-min-refresh-secs.
     #[arg(
         long,
         env = "WHARF_OAUTH_JWKS_MAX_AGE_SECS",

@@ -54,9 +54,10 @@ pub enum Validation {
         jwks_uri: Option<String>,
         /// The least time between two fetches of the key set.
         min_refresh: Duration,
-        /// How long a fetched key set is trusted without asking the issuer again. While the
-        /// issuer cannot be reached, the keys it last published are kept, and it is asked
-        /// again every `min_refresh`, behind the requests rather than in their way.
+        /// How long a fetched key set is trusted without asking the issuer again (above 0,
+        /// and at least `min_refresh`, or [`OAuth::new`] refuses it). While the issuer
+        /// cannot be reached, the keys it last published are kept, and it is asked again
+        /// every `min_refresh`, behind the requests rather than in their way.
         max_age: Duration,
     },
     /// JWTs signed by an authorization server in this process (`wharf-authz`'s, say),
@@ -68,7 +69,8 @@ pub enum Validation {
         keys: Arc<dyn PublishedKeys>,
         /// The least time between two reads of the key set.
         min_refresh: Duration,
-        /// How long a key set read is trusted without reading it again.
+        /// How long a key set read is trusted without reading it again (above 0, and at
+        /// least `min_refresh`).
         max_age: Duration,
     },
     /// Token introspection (RFC 7662) at `endpoint`, authenticated with the client's
@@ -154,6 +156,17 @@ pub enum OAuthSetupError {
     /// every challenge).
     #[error("the resource URI {0:?} must have no fragment and no '\"' (RFC 8707 §2)")]
     Resource(String),
+    /// A key set's `max_age` of 0, or below its `min_refresh`: a withdrawn key would be
+    /// accepted for `min_refresh`, not `max_age` as promised.
+    #[error(
+        "the key set's max_age ({max_age:?}) must be above 0 and at least its min_refresh ({min_refresh:?}): the set cannot be fetched more often than min_refresh"
+    )]
+    KeyAge {
+        /// The configured `max_age`.
+        max_age: Duration,
+        /// The configured `min_refresh`.
+        min_refresh: Duration,
+    },
     /// A clock leeway past [`MAX_LEEWAY`]: a token that expired that long ago would pass.
     #[error("a clock leeway of {0} s is more than {max} s", max = MAX_LEEWAY.as_secs())]
     Leeway(u64),
@@ -293,6 +306,24 @@ impl OAuth {
         }
         if config.leeway > MAX_LEEWAY {
             return Err(OAuthSetupError::Leeway(config.leeway.as_secs()));
+        }
+        if let Validation::Jwt {
+            min_refresh,
+            max_age,
+            ..
+        }
+        | Validation::Published {
+            min_refresh,
+            max_age,
+            ..
+        } = &config.validation
+        {
+            if max_age.is_zero() || max_age < min_refresh {
+                return Err(OAuthSetupError::KeyAge {
+                    max_age: *max_age,
+                    min_refresh: *min_refresh,
+                });
+            }
         }
         // Challenges quote these scopes: one that breaks the header would lose the whole
         // challenge.
@@ -744,6 +775,27 @@ mod tests {
         assert!(refused("https://mcp.example.com/\"", 0).is_some());
         let leeway = refused("https://mcp.example.com/mcp", 301).unwrap();
         assert!(leeway.contains("301 s"), "{leeway}");
+        // A key set trusted for less than it may be fetched again.
+        for (min_refresh, max_age) in [(600, 60), (0, 0)] {
+            let validation = Validation::Jwt {
+                jwks_uri: None,
+                min_refresh: Duration::from_secs(min_refresh),
+                max_age: Duration::from_secs(max_age),
+            };
+            let config = OAuthConfig::new(
+                "https://mcp.example.com/mcp",
+                "https://as.example.com",
+                validation,
+            );
+            let e = OAuth::new(config)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(
+                e.starts_with("the key set's max_age"),
+                "{min_refresh} {max_age}: {e}"
+            );
+        }
     }
 
     #[test]
