@@ -191,11 +191,7 @@ impl HttpClient {
         let status = res.status().as_u16();
         let headers = res.headers().clone();
         let body = res.text().await?;
-        let sse = headers
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|c| c.starts_with("text/event-stream"));
-        let messages = if sse {
+        let messages = if is_sse(&headers) {
             // Every event must be one JSON-RPC message: anything else is the server's fault.
             SseParser::default()
                 .feed(body.as_bytes())
@@ -222,7 +218,9 @@ impl HttpClient {
     }
 
     /// Opens a stream (`subscriptions/listen`, or any request answered with SSE) and yields
-    /// its messages as they arrive.
+    /// its messages as they arrive. A reply that is no stream (a refusal, such as a 503 for
+    /// too many listen streams, or an answer sent as JSON) yields its one message; a reply
+    /// that is no JSON-RPC at all (a proxy's error page) is an error.
     pub async fn open_stream(
         &self,
         method: &str,
@@ -232,7 +230,7 @@ impl HttpClient {
         let body =
             json!({ "jsonrpc": "2.0", "id": self.next_id(), "method": method, "params": params });
         let headers = self.headers_for(method, &params);
-        Ok(messages_of(self.post(&body, headers).await?))
+        stream_of(self.post(&body, headers).await?).await
     }
 
     /// Posts `message` with `headers` and returns the response as its messages arrive.
@@ -309,35 +307,34 @@ impl Incoming {
     pub(crate) fn read(res: reqwest::Response) -> Self {
         let status = res.status().as_u16();
         let headers = res.headers().clone();
-        let sse = headers
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|c| c.starts_with("text/event-stream"));
-        let messages: Pin<Box<dyn Stream<Item = Result<Value, ClientError>> + Send>> = if sse {
-            let mut parser = SseParser::default();
-            Box::pin(res.bytes_stream().flat_map(move |chunk| {
-                let events: Vec<Result<Value, ClientError>> = match chunk {
-                    Ok(bytes) => parser
-                        .feed(&bytes)
-                        .into_iter()
-                        .map(|d| {
-                            serde_json::from_str(&d).map_err(|e| {
-                                ClientError::Protocol(format!("SSE event is not JSON ({e}): {d}"))
+        let messages: Pin<Box<dyn Stream<Item = Result<Value, ClientError>> + Send>> =
+            if is_sse(&headers) {
+                let mut parser = SseParser::default();
+                Box::pin(res.bytes_stream().flat_map(move |chunk| {
+                    let events: Vec<Result<Value, ClientError>> = match chunk {
+                        Ok(bytes) => parser
+                            .feed(&bytes)
+                            .into_iter()
+                            .map(|d| {
+                                serde_json::from_str(&d).map_err(|e| {
+                                    ClientError::Protocol(format!(
+                                        "SSE event is not JSON ({e}): {d}"
+                                    ))
+                                })
                             })
-                        })
-                        .collect(),
-                    Err(e) => vec![Err(ClientError::Http(e))],
-                };
-                futures_util::stream::iter(events)
-            }))
-        } else {
-            let retry_after = retry::retry_after(&headers);
-            Box::pin(futures_util::stream::once(async move {
-                let body = res.text().await?;
-                serde_json::from_str::<Value>(&body)
-                    .map_err(|e| not_json_rpc(status, retry_after, &body, &e))
-            }))
-        };
+                            .collect(),
+                        Err(e) => vec![Err(ClientError::Http(e))],
+                    };
+                    futures_util::stream::iter(events)
+                }))
+            } else {
+                let retry_after = retry::retry_after(&headers);
+                Box::pin(futures_util::stream::once(async move {
+                    let body = res.text().await?;
+                    serde_json::from_str::<Value>(&body)
+                        .map_err(|e| not_json_rpc(status, retry_after, &body, &e))
+                }))
+            };
         Incoming {
             status,
             headers,
@@ -349,6 +346,32 @@ impl Incoming {
     pub async fn next(&mut self) -> Option<Result<Value, ClientError>> {
         self.messages.next().await
     }
+}
+
+/// Whether a reply's body is an SSE stream.
+fn is_sse(headers: &HeaderMap) -> bool {
+    headers
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|c| c.starts_with("text/event-stream"))
+}
+
+/// The messages of a reply as they arrive: an SSE body's events; any other body's one
+/// JSON-RPC message. A body that is neither is an error naming the reply's status.
+pub(crate) async fn stream_of(
+    res: reqwest::Response,
+) -> Result<impl Stream<Item = Value> + use<>, ClientError> {
+    if is_sse(res.headers()) {
+        return Ok(futures_util::future::Either::Left(messages_of(res)));
+    }
+    let status = res.status().as_u16();
+    let retry_after = retry::retry_after(res.headers());
+    let body = res.text().await?;
+    let message = serde_json::from_str::<Value>(&body)
+        .map_err(|e| not_json_rpc(status, retry_after, &body, &e))?;
+    Ok(futures_util::future::Either::Right(
+        futures_util::stream::once(async move { message }),
+    ))
 }
 
 /// The JSON-RPC messages of an SSE response, as they arrive.

@@ -8,7 +8,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 use wharf_protocol::{codes, headers, methods};
 
-use crate::http::messages_of;
+use crate::http::{messages_of, stream_of};
 use crate::{ClientError, HttpClient, Reply, retry};
 
 /// A legacy session with one server, spoken through an [`HttpClient`] (its URL and token).
@@ -189,7 +189,9 @@ impl LegacySession {
     }
 
     /// Posts a request and yields the messages of its SSE answer as they arrive (server
-    /// requests among them, which the caller answers with [`LegacySession::respond`]).
+    /// requests among them, which the caller answers with [`LegacySession::respond`]). A
+    /// reply that is no stream (a refusal, an answer sent as JSON) yields its one message;
+    /// one that is no JSON-RPC at all is an error.
     pub async fn stream(
         &self,
         message: &Value,
@@ -202,7 +204,7 @@ impl LegacySession {
             .body(message.to_string())
             .send()
             .await?;
-        Ok(messages_of(res))
+        stream_of(res).await
     }
 
     /// Sends a notification; the HTTP status (202 when accepted).

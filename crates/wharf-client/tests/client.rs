@@ -481,3 +481,46 @@ async fn a_round_beyond_max_rounds_is_not_answered() {
         "{result}"
     );
 }
+
+#[tokio::test]
+async fn a_stream_answered_without_one_yields_its_message_or_an_error() {
+    use futures_util::StreamExt;
+
+    let script = Script::default();
+    let app = axum::Router::new()
+        .route("/mcp", axum::routing::post(mcp))
+        .with_state(script.clone());
+    let http = HttpClient::new(serve(app).await);
+    let listen = json!({ "notifications": { "toolsListChanged": true } });
+    // A refusal (a busy server's 503) is the stream's one message, not an empty stream.
+    script.refuse_next(StatusCode::SERVICE_UNAVAILABLE, Some("1"));
+    let refused: Vec<Value> = http
+        .open_stream("subscriptions/listen", listen.clone())
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["error"]["code"], -32603, "{refused:?}");
+    // So is an answer sent as JSON.
+    let answered: Vec<Value> = http
+        .open_stream("subscriptions/listen", listen)
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    assert_eq!(answered[0]["error"]["code"], -32601, "{answered:?}");
+    // A reply that is no JSON-RPC at all (a gateway's page) is an error with its status.
+    *script.drops.lock().unwrap() = 1;
+    let gone = http
+        .open_stream("tools/call", json!({ "name": "confirm", "arguments": {} }))
+        .await
+        .err();
+    assert!(
+        matches!(
+            gone,
+            Some(wharf_client::ClientError::Status { status: 502, .. })
+        ),
+        "{gone:?}"
+    );
+}

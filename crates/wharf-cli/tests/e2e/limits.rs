@@ -215,7 +215,7 @@ async fn listen_streams_are_capped_per_principal() {
                 .await
                 .unwrap(),
         );
-        // A refusal is a JSON reply, which yields no stream message.
+        // A refusal is a JSON reply: its one message is the error.
         let first = futures_util::StreamExt::next(&mut stream).await;
         if first
             .as_ref()
