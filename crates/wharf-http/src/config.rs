@@ -49,27 +49,28 @@ impl HostPolicy {
         }
     }
 
-    /// Any `Host`; browser origins limited to localhost and `origins`.
+    /// Any `Host`; browser origins limited to localhost and `origins` (written as for
+    /// [`HostPolicy::allow_origin`]).
     pub fn any_host(origins: impl IntoIterator<Item = String>) -> Self {
         HostPolicy::AnyHost {
-            origins: origins
-                .into_iter()
-                .map(|o| o.to_ascii_lowercase())
-                .collect(),
+            origins: origins.into_iter().map(|o| browser_origin(&o)).collect(),
         }
     }
 
-    /// Adds an allowed host name.
+    /// Adds an allowed host name. A port given with it is left out: requests are matched on
+    /// the host alone.
     pub fn allow_host(mut self, host: impl Into<String>) -> Self {
         if let HostPolicy::Only { hosts, .. } = &mut self {
-            hosts.push(host.into().to_ascii_lowercase());
+            hosts.push(strip_port(&host.into()).to_ascii_lowercase());
         }
         self
     }
 
     /// Adds an allowed origin (`scheme://host[:port]`). Its host is allowed as `Host` too.
+    /// Written as a browser sends it: lower-cased, without a trailing `/` or the scheme's
+    /// default port (`https://app.example.com:443/` is `https://app.example.com`).
     pub fn allow_origin(mut self, origin: impl Into<String>) -> Self {
-        let origin = origin.into().to_ascii_lowercase();
+        let origin = browser_origin(&origin.into());
         match &mut self {
             HostPolicy::Only { hosts, origins } => {
                 if let Some(host) = origin_host(&origin) {
@@ -116,6 +117,23 @@ impl HostPolicy {
 }
 
 /// The host of `scheme://host[:port]`, without the port.
+/// `origin` as a browser's `Origin` header writes it: lower-cased, no trailing `/`, no
+/// default port of its scheme.
+fn browser_origin(origin: &str) -> String {
+    let origin = origin.trim().trim_end_matches('/').to_ascii_lowercase();
+    let default_port = if origin.starts_with("https://") {
+        ":443"
+    } else if origin.starts_with("http://") {
+        ":80"
+    } else {
+        return origin;
+    };
+    match origin.strip_suffix(default_port) {
+        Some(bare) => bare.to_owned(),
+        None => origin,
+    }
+}
+
 fn origin_host(origin: &str) -> Option<&str> {
     let rest = origin.split_once("://")?.1;
     let authority = rest.split('/').next()?;
@@ -256,6 +274,19 @@ mod tests {
         let p = p.allow_origin("https://app.example.com");
         assert!(p.origin_allowed("https://app.example.com"));
         assert!(p.host_allowed("app.example.com"));
+        // Written with a port, a trailing slash or a default port, they still match what
+        // clients send.
+        let p = HostPolicy::localhost()
+            .allow_host("api.example.com:8443")
+            .allow_origin("HTTPS://Web.example.com:443/")
+            .allow_origin("http://dev.example.com:8080/");
+        assert!(p.host_allowed("api.example.com:8443"));
+        assert!(p.origin_allowed("https://web.example.com"));
+        assert!(p.origin_allowed("http://dev.example.com:8080"));
+        assert_eq!(
+            p.named_origins(),
+            ["https://web.example.com", "http://dev.example.com:8080"]
+        );
         let any = HostPolicy::any_host(["https://app.example.com".to_owned()]);
         assert!(any.host_allowed("anything.example.net"));
         assert!(any.origin_allowed("https://app.example.com"));
