@@ -41,7 +41,8 @@ pub struct ConnectionLimits {
     /// at once) below this. Not left waiting in the kernel's backlog: the accept loop must
     /// keep running for a shutdown to hand that backlog over.
     pub max_connections: usize,
-    /// Header fields per request at most (431 beyond).
+    /// Header fields per request at most (431 beyond); no more than `max_header_bytes / 4`
+    /// is used (hyper makes room for this many on every request head it parses).
     pub max_headers: usize,
     /// Bytes of request line and header fields at most (431 beyond): hyper checks this as it
     /// parses, so a connection never buffers much more than this of a request head.
@@ -100,7 +101,9 @@ where
                 .header_read_timeout
                 .clamp(Duration::from_millis(1), Duration::from_secs(86_400)),
         )
-        .max_headers(limits.max_headers)
+        // hyper makes room for this many fields on each parse; a field takes at least four
+        // bytes of the head, so more than that many can never arrive.
+        .max_headers(limits.max_headers.min(limits.max_header_bytes / 4))
         .max_header_size(limits.max_header_bytes);
     let http = Arc::new(http);
     // 0 would accept nothing; past `MAX_PERMITS` tokio's semaphore panics.
