@@ -126,8 +126,8 @@ impl ToolCall {
     /// Sets the idempotency key: a broken exchange is then retried with it (up to
     /// [`ToolCall::attempts`]), and the server applies the write once. Not for a call made
     /// [`for_tool`](ToolCall::for_tool) whose definition has no such argument: that one is
-    /// sent once, key or not.
-    /// Arguments that are not an object (which no tool takes) get no key.
+    /// sent once, key or not. Arguments that are not an object (which no tool takes) get no
+    /// key.
     pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
         if let Value::Object(arguments) = &mut self.arguments {
             arguments.insert(IDEMPOTENCY_KEY.to_owned(), Value::String(key.into()));

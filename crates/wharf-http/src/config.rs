@@ -116,7 +116,6 @@ impl HostPolicy {
     }
 }
 
-/// The host of `scheme://host[:port]`, without the port.
 /// `origin` as a browser's `Origin` header writes it: lower-cased, no trailing `/`, no
 /// default port of its scheme.
 fn browser_origin(origin: &str) -> String {
@@ -134,6 +133,7 @@ fn browser_origin(origin: &str) -> String {
     }
 }
 
+/// The host of `scheme://host[:port]`, without the port.
 fn origin_host(origin: &str) -> Option<&str> {
     let rest = origin.split_once("://")?.1;
     let authority = rest.split('/').next()?;
