@@ -687,6 +687,12 @@ fn auth(
                 ),
             },
             None => {
+                anyhow::ensure!(
+                    args.oauth_jwks_max_age_secs >= args.oauth_jwks_min_refresh_secs,
+                    "--oauth-jwks-max-age-secs ({}) must be at least --oauth-jwks-min-refresh-secs ({}): the key set cannot be fetched more often than that",
+                    args.oauth_jwks_max_age_secs,
+                    args.oauth_jwks_min_refresh_secs
+                );
                 let min_refresh = Duration::from_secs(args.oauth_jwks_min_refresh_secs);
                 let max_age = Duration::from_secs(args.oauth_jwks_max_age_secs);
                 match (authz, &args.oauth_jwks_uri) {

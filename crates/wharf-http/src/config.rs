@@ -53,7 +53,11 @@ impl HostPolicy {
     /// [`HostPolicy::allow_origin`]).
     pub fn any_host(origins: impl IntoIterator<Item = String>) -> Self {
         HostPolicy::AnyHost {
-            origins: origins.into_iter().map(|o| browser_origin(&o)).collect(),
+            origins: origins
+                .into_iter()
+                .map(|o| browser_origin(&o))
+                .filter(|o| !o.is_empty())
+                .collect(),
         }
     }
 
@@ -61,7 +65,13 @@ impl HostPolicy {
     /// the host alone.
     pub fn allow_host(mut self, host: impl Into<String>) -> Self {
         if let HostPolicy::Only { hosts, .. } = &mut self {
-            hosts.push(strip_port(&host.into()).to_ascii_lowercase());
+            let host: String = host.into();
+            // An IPv6 address is matched as a `Host` header writes it: bracketed.
+            let host = match host.parse::<std::net::Ipv6Addr>() {
+                Ok(v6) => format!("[{v6}]"),
+                Err(_) => strip_port(&host).to_ascii_lowercase(),
+            };
+            hosts.push(host);
         }
         self
     }
@@ -71,6 +81,10 @@ impl HostPolicy {
     /// default port (`https://app.example.com:443/` is `https://app.example.com`).
     pub fn allow_origin(mut self, origin: impl Into<String>) -> Self {
         let origin = browser_origin(&origin.into());
+        if origin.is_empty() {
+            // Nothing a browser sends; kept, it would let an empty `Origin` header through.
+            return self;
+        }
         match &mut self {
             HostPolicy::Only { hosts, origins } => {
                 if let Some(host) = origin_host(&origin) {
@@ -281,6 +295,9 @@ mod tests {
             .allow_origin("HTTPS://Web.example.com:443/")
             .allow_origin("http://dev.example.com:8080/");
         assert!(p.host_allowed("api.example.com:8443"));
+        let p = p.allow_host("2001:DB8::1").allow_origin("/");
+        assert!(p.host_allowed("[2001:db8::1]:8080"));
+        assert!(!p.origin_allowed(""), "an empty origin was never named");
         assert!(p.origin_allowed("https://web.example.com"));
         assert!(p.origin_allowed("http://dev.example.com:8080"));
         assert_eq!(

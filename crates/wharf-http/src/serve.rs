@@ -41,7 +41,7 @@ pub struct ConnectionLimits {
     /// at once) below this. Not left waiting in the kernel's backlog: the accept loop must
     /// keep running for a shutdown to hand that backlog over.
     pub max_connections: usize,
-    /// Header fields per request at most (431 beyond); no more than `max_header_bytes / 4`
+    /// Header fields per request at most (431 beyond); no more than `max_header_bytes / 3`
     /// is used (hyper makes room for this many on every request head it parses).
     pub max_headers: usize,
     /// Bytes of request line and header fields at most (431 beyond): hyper checks this as it
@@ -101,9 +101,9 @@ where
                 .header_read_timeout
                 .clamp(Duration::from_millis(1), Duration::from_secs(86_400)),
         )
-        // hyper makes room for this many fields on each parse; a field takes at least four
-        // bytes of the head, so more than that many can never arrive.
-        .max_headers(limits.max_headers.min(limits.max_header_bytes / 4))
+        // hyper makes room for this many fields on each parse; a field takes at least three
+        // bytes of the head (`a:` and a bare line feed), so more than that many never arrive.
+        .max_headers(limits.max_headers.min(limits.max_header_bytes / 3))
         .max_header_size(limits.max_header_bytes);
     let http = Arc::new(http);
     // 0 would accept nothing; past `MAX_PERMITS` tokio's semaphore panics.

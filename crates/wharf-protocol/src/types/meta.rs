@@ -20,10 +20,10 @@ pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 pub const PROGRESS_TOKEN: &str = "progressToken";
 
 /// Whether `key` is written as the specification says `_meta` keys are (and not empty): an
-/// optional prefix
-/// of dot-separated labels and a `/` (each label a letter first, a letter or digit last,
-/// letters, digits and hyphens between), then a name that, unless empty, begins and ends
-/// with a letter or digit and holds only those, hyphens, underscores and dots.
+/// optional prefix of dot-separated labels and a `/` (each label a letter first, a letter
+/// or digit last, letters, digits and hyphens between), then a name that, unless empty,
+/// begins and ends with a letter or digit and holds only those, hyphens, underscores and
+/// dots.
 ///
 /// ```
 /// use wharf_protocol::meta::is_meta_key;
