@@ -364,11 +364,11 @@ pub(crate) async fn stream_of(
     if is_sse(res.headers()) {
         return Ok(futures_util::future::Either::Left(messages_of(res)));
     }
-    let status = res.status().as_u16();
-    let retry_after = retry::retry_after(res.headers());
-    let body = res.text().await?;
-    let message = serde_json::from_str::<Value>(&body)
-        .map_err(|e| not_json_rpc(status, retry_after, &body, &e))?;
+    // Any other body is one message, read as `Incoming` reads it.
+    let message = Incoming::read(res)
+        .next()
+        .await
+        .ok_or_else(|| ClientError::Protocol("a reply without a body".into()))??;
     Ok(futures_util::future::Either::Right(
         futures_util::stream::once(async move { message }),
     ))
