@@ -32,7 +32,7 @@ pub(crate) struct ServeArgs {
     #[arg(long)]
     stdio: bool,
     /// Serve Prometheus metrics at `GET /metrics` on this address (keep it off the public
-    /// listener). Without it nothing is counted.
+    /// listener). Without it, or an OTLP metrics endpoint to push to, nothing is counted.
     #[arg(long, env = "WHARF_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
     /// How log lines on stderr are written: `text`, or `json` (one object per line, with
@@ -142,12 +142,12 @@ pub(crate) struct ServeArgs {
         value_parser = positive::<usize>(),
     )]
     max_body_bytes: usize,
-    /// Deepest JSON nesting accepted.
+    /// Deepest JSON nesting accepted, up to 127 (the JSON parser's own limit).
     #[arg(
         long,
         env = "WHARF_MAX_JSON_DEPTH",
         default_value_t = 64,
-        value_parser = positive::<usize>(),
+        value_parser = positive::<usize>().range(1..=wharf_protocol::jsonrpc::MAX_DEPTH_LIMIT as u64),
     )]
     max_json_depth: usize,
     /// Largest total size of request headers in bytes.
@@ -241,16 +241,16 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "WHARF_ANONYMOUS")]
     anonymous: bool,
     /// Act as an OAuth 2.1 resource server for tokens of this issuer (instead of API keys).
-    #[arg(long, env = "WHARF_OAUTH_ISSUER")]
+    #[arg(long, env = "WHARF_OAUTH_ISSUER", value_parser = secure_url)]
     oauth_issuer: Option<String>,
     /// Run an OAuth 2.1 authorization server on this origin and accept its tokens: users
     /// sign in with accounts added by `wharf user add`, clients identify with Client ID
     /// Metadata Documents or register (RFC 7591). Every record lives in the store.
     #[arg(long, env = "WHARF_AUTHORIZATION_SERVER")]
     authorization_server: bool,
-    /// The origin clients reach this server at (`https://mcp.example.com`): the issuer of
-    /// the authorization server. Default: `http://` and the listen address.
-    #[arg(long, env = "WHARF_PUBLIC_URL")]
+    /// The origin clients reach this server at (`https://mcp.example.com`, no path): the
+    /// issuer of the authorization server. Default: `http://` and the listen address.
+    #[arg(long, env = "WHARF_PUBLIC_URL", value_parser = public_origin)]
     public_url: Option<String>,
     /// Another resource server (its canonical URI) the authorization server issues tokens
     /// for, besides this one; repeatable.
@@ -283,7 +283,8 @@ pub(crate) struct ServeArgs {
     #[arg(
         long,
         env = "WHARF_AUTHZ_UPSTREAM_ISSUER",
-        requires = "authz_upstream_client_id"
+        requires = "authz_upstream_client_id",
+        value_parser = secure_url
     )]
     authz_upstream_issuer: Option<String>,
     /// This server's client id at the upstream provider.
@@ -345,7 +346,7 @@ pub(crate) struct ServeArgs {
     )]
     oauth_audiences: Vec<String>,
     /// Check tokens by introspection (RFC 7662) at this URL instead of as JWTs.
-    #[arg(long, env = "WHARF_OAUTH_INTROSPECTION_URL")]
+    #[arg(long, env = "WHARF_OAUTH_INTROSPECTION_URL", value_parser = secure_url)]
     oauth_introspection_url: Option<String>,
     /// Client id for introspection.
     #[arg(long, env = "WHARF_OAUTH_CLIENT_ID", default_value = "")]
@@ -385,7 +386,7 @@ pub(crate) struct ServeArgs {
     )]
     oauth_introspection_per_second: u32,
     /// The issuer's JWKS URL, when its metadata does not give one.
-    #[arg(long, env = "WHARF_OAUTH_JWKS_URI")]
+    #[arg(long, env = "WHARF_OAUTH_JWKS_URI", value_parser = secure_url)]
     oauth_jwks_uri: Option<String>,
     /// A token with an unknown key id (or without one, that no known key verifies) fetches
     /// the JWKS again at most once per this many seconds
@@ -585,9 +586,16 @@ fn unused_options(args: &ServeArgs) -> Vec<&'static str> {
             "--oauth-introspection-url",
             args.oauth_introspection_url.is_some() && !oauth,
         ),
+        // Only introspection authenticates this server at the issuer.
+        ("--oauth-client-id/--oauth-client-secret", {
+            let given = !args.oauth_client_id.is_empty() || !args.oauth_client_secret.is_empty();
+            let introspecting = oauth && args.oauth_introspection_url.is_some();
+            given && !introspecting
+        }),
+        // Only tokens carry scopes to filter by.
         (
-            "--oauth-client-id",
-            !args.oauth_client_id.is_empty() && !oauth,
+            "--list-permitted-tools-only",
+            args.list_permitted_tools_only && !oauth,
         ),
         ("--oauth-jwks-uri", args.oauth_jwks_uri.is_some() && !oauth),
         (
@@ -622,6 +630,10 @@ fn unused_options(args: &ServeArgs) -> Vec<&'static str> {
         (
             "--authz-upstream-client-id",
             args.authz_upstream_client_id.is_some() && !upstream,
+        ),
+        (
+            "--authz-upstream-client-secret",
+            args.authz_upstream_client_secret.is_some() && !upstream,
         ),
         (
             "--authz-key-encryption-key",
@@ -662,6 +674,7 @@ fn auth(
     args: &ServeArgs,
     scopes: &[String],
     authz: Option<&wharf_authz::AuthorizationServer>,
+    keys: Option<ApiKeys>,
 ) -> anyhow::Result<Auth> {
     if args.anonymous {
         return Ok(Auth::anonymous());
@@ -714,20 +727,7 @@ fn auth(
         };
         let mut rs = wharf_auth::OAuthConfig::new(resource, issuer.clone(), validation);
         rs.audiences = args.oauth_audiences.clone();
-        rs.scopes_supported = if args.oauth_scopes_supported.is_empty() {
-            // Every scope a token may need here, the server-wide ones first.
-            let mut all = args.oauth_required_scopes.clone();
-            all.extend(
-                scopes
-                    .iter()
-                    .filter(|s| !all.contains(s))
-                    .cloned()
-                    .collect::<Vec<_>>(),
-            );
-            all
-        } else {
-            args.oauth_scopes_supported.clone()
-        };
+        rs.scopes_supported = offered_scopes(args, scopes);
         rs.required_scopes = args.oauth_required_scopes.clone();
         rs.leeway = Duration::from_secs(args.oauth_leeway_secs);
         let rs = wharf_auth::OAuth::new(rs).with_context(|| match &args.oauth_issuer {
@@ -743,6 +743,31 @@ fn auth(
         };
         return Ok(Auth::oauth(rs));
     }
+    keys.map(Auth::api_keys)
+        .context("no API keys were read for a server that authenticates with them")
+}
+
+/// The scopes tokens may carry here: `--oauth-scope-supported` when given, else every scope
+/// a token may need, the server-wide required ones first, then those the definitions use.
+fn offered_scopes(args: &ServeArgs, scopes: &[String]) -> Vec<String> {
+    if !args.oauth_scopes_supported.is_empty() {
+        return args.oauth_scopes_supported.clone();
+    }
+    let mut all = args.oauth_required_scopes.clone();
+    for scope in scopes {
+        if !all.contains(scope) {
+            all.push(scope.clone());
+        }
+    }
+    all
+}
+
+/// The API keys, when requests authenticate with them: read before the store is opened,
+/// so a missing file or no credentials at all is said before anything is touched.
+fn api_keys(args: &ServeArgs) -> anyhow::Result<Option<ApiKeys>> {
+    if args.stdio || args.anonymous || args.oauth_issuer.is_some() || args.authorization_server {
+        return Ok(None);
+    }
     let mut keys = ApiKeys::parse(args.api_keys.iter().map(Secret::expose))?;
     if let Some(path) = &args.api_keys_file {
         let text = std::fs::read_to_string(path)
@@ -753,7 +778,7 @@ fn auth(
         !keys.is_empty(),
         "no credentials configured: give --api-key PRINCIPAL=TOKEN (or --api-keys-file PATH), --oauth-issuer URL, or --anonymous to serve without authentication"
     );
-    Ok(Auth::api_keys(keys))
+    Ok(Some(keys))
 }
 
 /// The paths the server serves besides its MCP endpoint (health, the authorization
@@ -783,6 +808,17 @@ fn endpoint_path(value: &str) -> anyhow::Result<String> {
     if OTHER_PATHS.contains(&value) {
         anyhow::bail!("{value:?} is a path the server serves something else at: choose another");
     }
+    Ok(value.to_owned())
+}
+
+/// A URL this server sends credentials to or takes keys from: https, or http on a loopback
+/// host. Refused when the command line is read, not at the first sign-in.
+fn secure_url(value: &str) -> anyhow::Result<String> {
+    url::Url::parse(value).with_context(|| format!("{value:?} is not a URL"))?;
+    anyhow::ensure!(
+        wharf_auth::is_secure_url(value),
+        "{value} is not https (plain http only on a loopback host): the tokens, keys and secrets it carries could be read or forged on the way"
+    );
     Ok(value.to_owned())
 }
 
@@ -816,6 +852,20 @@ fn host_name(value: &str) -> anyhow::Result<String> {
     }
     let url = url::Url::parse(&format!("http://{host}/")).map_err(|_| refuse())?;
     url.host_str().map(str::to_owned).ok_or_else(refuse)
+}
+
+/// `--public-url`: an http(s) origin. The authorization server's metadata, pages and
+/// redirects are served at the root, so an issuer with a path would be looked for where
+/// nothing answers (RFC 8414 §3 puts its metadata after the path).
+fn public_origin(value: &str) -> anyhow::Result<String> {
+    browser_origin(value)
+        .ok()
+        .filter(|o| o.starts_with("https://") || o.starts_with("http://"))
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "{value:?} is not an origin: give https://host[:port] with no path, query or fragment (the authorization server is served at the root)"
+            )
+        })
 }
 
 /// `value` as the `Origin` header a browser sends for it (`https://app.example.com`: scheme,
@@ -912,11 +962,9 @@ fn authorization_server(
     config
         .resources
         .extend(args.authz_resources.iter().cloned());
-    config.scopes = if args.oauth_scopes_supported.is_empty() {
-        scopes.to_vec()
-    } else {
-        args.oauth_scopes_supported.clone()
-    };
+    // What the resource server asks tokens for, the required scopes included: the
+    // authorization server refuses to grant a scope it does not offer.
+    config.scopes = offered_scopes(args, scopes);
     config.open_registration = !args.authz_closed_registration;
     config.refresh_retry_window = Duration::from_secs(args.authz_refresh_retry_secs);
     config.trusted_proxies = args.trusted_proxies.clone();
@@ -1083,6 +1131,7 @@ async fn serve(args: ServeArgs, push: Option<MetricsPush>) -> anyhow::Result<()>
     // The core's settings first: a mistake in them is reported before any file or server is
     // touched. Authentication follows the server, whose definitions name its scopes.
     let config = server_config(&args)?;
+    let keys = api_keys(&args)?;
     let store = open_store(&args).await?;
     let count = args.metrics_listen.is_some() || push.is_some();
     let server =
@@ -1090,7 +1139,7 @@ async fn serve(args: ServeArgs, push: Option<MetricsPush>) -> anyhow::Result<()>
     // Metrics are pushed until the server has stopped, then once more with the last counts.
     let stop_pushing = tokio_util::sync::CancellationToken::new();
     let pushing = push.map(|push| tokio::spawn(push.run(server.clone(), stop_pushing.clone())));
-    let served = serve_with(args, server, store).await;
+    let served = serve_with(args, server, store, keys).await;
     if let Some(pushing) = pushing {
         if served.is_ok() {
             stop_pushing.cancel();
@@ -1108,11 +1157,18 @@ async fn serve_with(
     args: ServeArgs,
     server: Server,
     store: Option<Arc<dyn Store>>,
+    keys: Option<ApiKeys>,
 ) -> anyhow::Result<()> {
     let authz = if args.stdio {
         None
     } else {
         authorization_server(&args, store.as_ref(), server.scopes())?
+    };
+    // The resource server's settings are checked before the signing keys are written.
+    let auth = if args.stdio {
+        Auth::anonymous()
+    } else {
+        auth(&args, server.scopes(), authz.as_ref(), keys)?
     };
     if let Some(authz) = &authz {
         authz
@@ -1120,11 +1176,6 @@ async fn serve_with(
             .await
             .context("the authorization server's signing keys")?;
     }
-    let auth = if args.stdio {
-        Auth::anonymous()
-    } else {
-        auth(&args, server.scopes(), authz.as_ref())?
-    };
     server
         .prepare(Duration::from_secs(10))
         .await
@@ -1158,7 +1209,7 @@ async fn serve_with(
     if !unused.is_empty() {
         tracing::warn!(
             unused = %unused.join(", "),
-            "these options are not used by the way this server authenticates (the --oauth-* options need --oauth-issuer or --authorization-server; --public-url, --trusted-proxy and the --authz-* options need --authorization-server)"
+            "these options are not used by the way this server authenticates (the --oauth-* options need --oauth-issuer or --authorization-server, its client id and secret --oauth-introspection-url too; --list-permitted-tools-only needs tokens; --public-url, --trusted-proxy and the --authz-* options need --authorization-server)"
         );
     }
     // Read as browsers send them when the command line was parsed (`browser_origin`).
@@ -1351,6 +1402,41 @@ mod tests {
     /// a name or address as requests are matched (no port, an IPv6 address bracketed):
     /// anything else is refused when the command line is read. (`--endpoint mcp` made axum
     /// panic at start; `--allowed-host h:443` started a server that refused every request.)
+    #[test]
+    fn public_and_provider_urls_are_checked_when_read() {
+        for (given, kept) in [
+            ("https://MCP.example.com/", "https://mcp.example.com"),
+            ("https://mcp.example.com:443", "https://mcp.example.com"),
+            ("http://127.0.0.1:8080", "http://127.0.0.1:8080"),
+        ] {
+            assert_eq!(super::public_origin(given).unwrap(), kept, "{given}");
+        }
+        for refused in [
+            "https://mcp.example.com/wharf",
+            "https://mcp.example.com/?a",
+            "mcp.example.com",
+            "ftp://mcp.example.com",
+            "https://user@mcp.example.com",
+        ] {
+            let e = super::public_origin(refused).unwrap_err().to_string();
+            assert!(e.contains("is not an origin"), "{refused}: {e}");
+        }
+        for fine in ["https://id.example.com", "http://localhost:9000/realms/x"] {
+            assert!(super::secure_url(fine).is_ok(), "{fine}");
+        }
+        let e = super::secure_url("http://id.example.com")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is not https"), "{e}");
+        assert!(super::secure_url("id.example.com").is_err());
+        // Past the JSON parser's own nesting limit, a depth would fail as a parse error.
+        let depth = |n: &str| {
+            crate::Cli::try_parse_from(["wharf", "serve", "--max-json-depth", n]).map(|_| ())
+        };
+        assert!(depth("127").is_ok());
+        assert!(depth("128").is_err());
+    }
+
     #[test]
     fn endpoints_and_allowed_hosts_are_checked_when_read() {
         assert_eq!(super::endpoint_path("/mcp").unwrap(), "/mcp");

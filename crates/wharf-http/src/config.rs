@@ -222,7 +222,8 @@ pub struct HttpConfig {
     pub max_body_bytes: usize,
     /// Time a request has to send its whole body once its headers are in (408 after).
     pub body_read_timeout: Duration,
-    /// Deepest JSON nesting accepted (400 beyond).
+    /// Deepest JSON nesting accepted (400 beyond); at most
+    /// [`MAX_DEPTH_LIMIT`](wharf_protocol::jsonrpc::MAX_DEPTH_LIMIT) applies.
     pub max_json_depth: usize,
     /// Largest total size of the request headers, in bytes (431 beyond).
     pub max_header_bytes: usize,

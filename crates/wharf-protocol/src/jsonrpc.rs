@@ -342,10 +342,16 @@ pub fn parse_batch(body: &[u8], max_depth: usize) -> Result<Vec<&RawValue>, Enve
     Ok(messages)
 }
 
-/// Returns `Err(limit)` when `json` nests arrays/objects deeper than `limit`.
+/// The deepest nesting a depth limit can allow: serde_json refuses the 128th level on its
+/// own (its recursion limit), with a parse error instead of the depth refusal.
+pub const MAX_DEPTH_LIMIT: usize = 127;
+
+/// Returns `Err(limit)` when `json` nests arrays/objects deeper than `limit` (at most
+/// [`MAX_DEPTH_LIMIT`]).
 ///
 /// Runs before parsing so a hostile body cannot make the parser recurse.
 pub(crate) fn check_depth(json: &[u8], limit: usize) -> Result<(), usize> {
+    let limit = limit.min(MAX_DEPTH_LIMIT);
     // Nesting cannot exceed the number of openers; memchr finds them a vector at a time, so
     // ordinary bodies skip the byte-by-byte walk below.
     let openers = memchr::memchr2_iter(b'{', b'[', json)
@@ -551,6 +557,27 @@ mod tests {
     fn keeps_the_id_when_the_rest_is_invalid() {
         let err = Envelope::parse(br#"{"jsonrpc":"1.0","id":"abc","method":"a"}"#, 64).unwrap_err();
         assert_eq!(err.id, Some(RequestId::String("abc".into())));
+    }
+
+    #[test]
+    fn a_depth_limit_past_the_parsers_own_is_read_as_its_own() {
+        let nested = |levels: usize| {
+            let inner = format!("{}{}", "[".repeat(levels - 1), "]".repeat(levels - 1));
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"a","params":{{"a":{inner}}}}}"#)
+        };
+        // The envelope and params are two levels: 127 in all parses.
+        let deepest = nested(MAX_DEPTH_LIMIT - 1);
+        let parsed = Envelope::parse(deepest.as_bytes(), 500).unwrap();
+        let params: serde_json::Value = serde_json::from_str(parsed.params.unwrap().get()).unwrap();
+        assert!(params["a"].is_array());
+        assert!(serde_json::from_str::<serde_json::Value>(&deepest).is_ok());
+        // One more is the depth refusal, naming the limit that applies, not serde's error.
+        let deeper = nested(MAX_DEPTH_LIMIT);
+        assert_eq!(
+            Envelope::parse(deeper.as_bytes(), 500).unwrap_err().error,
+            EnvelopeError::TooDeep(MAX_DEPTH_LIMIT)
+        );
+        assert!(serde_json::from_str::<serde_json::Value>(&deeper).is_err());
     }
 
     #[test]

@@ -130,7 +130,8 @@ pub struct StdioConfig {
     pub max_in_flight: usize,
     /// The longest line taken, in bytes; a longer one is refused (-32600) and skipped.
     pub max_line_bytes: usize,
-    /// The deepest JSON nesting taken; a deeper message is refused unread.
+    /// The deepest JSON nesting taken; a deeper message is refused unread. At most
+    /// [`MAX_DEPTH_LIMIT`](wharf_protocol::jsonrpc::MAX_DEPTH_LIMIT) applies.
     pub max_json_depth: usize,
 }
 

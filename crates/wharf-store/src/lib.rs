@@ -90,8 +90,10 @@ impl Default for StoreOptions {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OpenError {
-    /// A URL of no known scheme.
-    #[error("unsupported store URL {0:?}: use sqlite://PATH, postgres://…, redis://… or memory://")]
+    /// A URL of no known scheme, which it holds (not the URL: that may carry a password).
+    #[error(
+        "unsupported store URL scheme {0:?}: use sqlite://PATH, postgres://…, postgresql://…, redis://…, rediss://… or memory://"
+    )]
     Scheme(String),
     /// A backend this build leaves out.
     #[error("this build has no {0} store: enable wharf-store's {0:?} feature")]
@@ -126,7 +128,7 @@ pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn Store>, O
         "postgres" | "postgresql" => Err(OpenError::NotBuilt("postgres")),
         #[cfg(not(feature = "redis"))]
         "redis" | "rediss" => Err(OpenError::NotBuilt("redis")),
-        _ => Err(OpenError::Scheme(url.to_owned())),
+        _ => Err(OpenError::Scheme(scheme.to_owned())),
     }
 }
 
@@ -201,7 +203,15 @@ mod tests {
 
     #[tokio::test]
     async fn unknown_schemes_are_refused_by_name() {
-        let err = open("mysql://x", &StoreOptions::default()).await.err();
-        assert!(matches!(err, Some(OpenError::Scheme(u)) if u == "mysql://x"));
+        let err = open("postgress://app:s3cret@db/x", &StoreOptions::default())
+            .await
+            .err();
+        assert!(matches!(&err, Some(OpenError::Scheme(s)) if s == "postgress"));
+        // A typo in the scheme does not print the password the URL carries.
+        let said = err.map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            said.contains("\"postgress\"") && !said.contains("s3cret"),
+            "{said}"
+        );
     }
 }

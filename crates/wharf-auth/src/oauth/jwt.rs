@@ -435,7 +435,7 @@ impl Fetch {
                 // An issuer on https names keys on https: not a plain request to a service
                 // on this host.
                 let downgraded = configured.starts_with("https://") && !uri.starts_with("https://");
-                if downgraded || !super::trusted_url(uri) {
+                if downgraded || !super::is_secure_url(uri) {
                     // Keys over plain HTTP from another host could come from anyone.
                     tracing::warn!(
                         jwks_uri = uri,

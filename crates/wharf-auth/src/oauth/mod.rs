@@ -156,6 +156,12 @@ pub enum OAuthSetupError {
     /// every challenge).
     #[error("the resource URI {0:?} must have no fragment and no '\"' (RFC 8707 §2)")]
     Resource(String),
+    /// A resource URI whose metadata document cannot be served at its path: one with a
+    /// query, braces, or a path segment beginning with `:` or `*`.
+    #[error(
+        "the resource URI {0:?} cannot have its metadata served at its path: give one without a query, braces, or a segment beginning with ':' or '*'"
+    )]
+    ResourcePath(String),
     /// A key set's `max_age` of 0, or below its `min_refresh`: a withdrawn key would be
     /// accepted for `min_refresh`, not `max_age` as promised.
     #[error(
@@ -167,6 +173,12 @@ pub enum OAuthSetupError {
         /// The configured `min_refresh`.
         min_refresh: Duration,
     },
+    /// Introspection without the client id or secret this resource server authenticates
+    /// with: RFC 7662 §2.1 has the endpoint refuse unauthenticated callers.
+    #[error(
+        "token introspection needs this server's client id and client secret at the authorization server (RFC 7662 §2.1)"
+    )]
+    IntrospectionClient,
     /// A clock leeway past [`MAX_LEEWAY`]: a token that expired that long ago would pass.
     #[error("a clock leeway of {0} s is more than {max} s", max = MAX_LEEWAY.as_secs())]
     Leeway(u64),
@@ -186,9 +198,10 @@ pub(crate) fn is_scope_token(scope: &str) -> bool {
             .all(|b| matches!(b, 0x21 | 0x23..=0x5B | 0x5D..=0x7E))
 }
 
-/// Whether keys or verdicts may be fetched from `url`: https, or http on a loopback host
-/// (an issuer on the same machine, in development and tests).
-pub(crate) fn trusted_url(url: &str) -> bool {
+/// Whether credentials, keys or token verdicts may travel to or from `url`: https, or http
+/// on a loopback host (an issuer on the same machine, in development and tests). Anything
+/// else, anyone on the path could read or answer.
+pub fn is_secure_url(url: &str) -> bool {
     let Ok(parsed) = reqwest::Url::parse(url) else {
         return false;
     };
@@ -286,7 +299,7 @@ impl OAuth {
     /// Sets the resource server up; nothing is fetched until the first token arrives.
     pub fn new(config: OAuthConfig) -> Result<Self, OAuthSetupError> {
         let http_url = |u: &str| u.starts_with("https://") || u.starts_with("http://");
-        if !trusted_url(&config.issuer) {
+        if !is_secure_url(&config.issuer) {
             return Err(OAuthSetupError::Insecure("the issuer"));
         }
         if let Validation::Jwt {
@@ -294,7 +307,7 @@ impl OAuth {
             ..
         } = &config.validation
         {
-            if !trusted_url(uri) {
+            if !is_secure_url(uri) {
                 return Err(OAuthSetupError::Insecure("the JWKS URI"));
             }
         }
@@ -303,6 +316,14 @@ impl OAuth {
         }
         if config.resource.contains(['#', '"']) {
             return Err(OAuthSetupError::Resource(config.resource.clone()));
+        }
+        // Its metadata is served at a route made of its path (RFC 9728 §3.1), which a router
+        // would read as captures, or never match with a query in it.
+        let path = &config.resource[origin_of(&config.resource).len()..];
+        let routable =
+            !path.contains(['?', '{', '}']) && path.split('/').all(|s| !s.starts_with([':', '*']));
+        if !routable || origin_of(&config.resource).contains('?') {
+            return Err(OAuthSetupError::ResourcePath(config.resource.clone()));
         }
         if config.leeway > MAX_LEEWAY {
             return Err(OAuthSetupError::Leeway(config.leeway.as_secs()));
@@ -373,8 +394,13 @@ impl OAuth {
                 limits,
                 ..
             } => {
-                if !trusted_url(endpoint) {
+                if !is_secure_url(endpoint) {
                     return Err(OAuthSetupError::Insecure("the introspection endpoint"));
+                }
+                // Every answer would be a 401 from the endpoint, which the resource server
+                // must take as "unavailable": every token refused with 503, none checked.
+                if client_id.trim().is_empty() || client_secret.expose().trim().is_empty() {
+                    return Err(OAuthSetupError::IntrospectionClient);
                 }
                 Checker::Introspection(Box::new(introspect::Introspector::new(
                     http,
@@ -663,7 +689,7 @@ mod tests {
             "http://localhost:8080",
             "http://[::1]:80/",
         ] {
-            assert!(trusted_url(ok), "{ok}");
+            assert!(is_secure_url(ok), "{ok}");
         }
         for refused in [
             "http://as.example.com",
@@ -672,7 +698,7 @@ mod tests {
             "ftp://as.example.com",
             "as.example.com",
         ] {
-            assert!(!trusted_url(refused), "{refused}");
+            assert!(!is_secure_url(refused), "{refused}");
         }
         let config = |issuer: &str, validation: Validation| OAuthConfig {
             resource: "http://127.0.0.1:8080/mcp".into(),
@@ -712,6 +738,21 @@ mod tests {
             refused(config("https://as.example.com", introspection))
                 .is_some_and(|e| e.starts_with("the introspection endpoint"))
         );
+        // Without its credentials every token would be refused with 503, none checked.
+        for (id, secret) in [("", "s"), ("rs", ""), (" ", "s")] {
+            let introspection = Validation::Introspection {
+                endpoint: "https://as.example.com/introspect".into(),
+                client_id: id.into(),
+                client_secret: secret.into(),
+                cache_ttl: Duration::from_secs(30),
+                limits: IntrospectionLimits::default(),
+            };
+            assert!(
+                refused(config("https://as.example.com", introspection))
+                    .is_some_and(|e| e.starts_with("token introspection needs")),
+                "{id:?} {secret:?}"
+            );
+        }
         assert!(OAuth::new(config("http://127.0.0.1:9", jwt(None))).is_ok());
     }
 
@@ -773,6 +814,21 @@ mod tests {
         let fragment = refused("https://mcp.example.com/mcp#x", 0).unwrap();
         assert!(fragment.contains("no fragment"), "{fragment}");
         assert!(refused("https://mcp.example.com/\"", 0).is_some());
+        // Paths a router would take as captures (axum panics on `:` and `*`), or never match.
+        for unroutable in [
+            "https://mcp.example.com/:tenant/mcp",
+            "https://mcp.example.com/mcp/*",
+            "https://mcp.example.com/{id}",
+            "https://mcp.example.com/mcp?tenant=a",
+            "https://mcp.example.com?tenant=a",
+        ] {
+            let e = refused(unroutable, 0).unwrap_or_default();
+            assert!(
+                e.contains("cannot have its metadata served"),
+                "{unroutable}: {e}"
+            );
+        }
+        assert_eq!(refused("https://mcp.example.com/a:b/mcp*", 0), None);
         let leeway = refused("https://mcp.example.com/mcp", 301).unwrap();
         assert!(leeway.contains("301 s"), "{leeway}");
         // A key set trusted for less than it may be fetched again.

@@ -32,7 +32,9 @@ use crate::records::{UPSTREAM, digest, secret};
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct UpstreamConfig {
-    /// Its issuer identifier (its metadata is at `/.well-known/openid-configuration`).
+    /// Its issuer identifier (its metadata is at `/.well-known/openid-configuration`):
+    /// https, or http on a loopback host, as are the endpoints its metadata names. Sign-ins
+    /// through a provider that is not are refused (503, the reason logged).
     pub issuer: String,
     /// This server's client id there.
     pub client_id: String,
@@ -117,6 +119,14 @@ impl Upstream {
     async fn metadata(&self) -> Result<&ProviderMetadata, String> {
         self.metadata
             .get_or_try_init(|| async {
+                // The person's browser, the code and this server's secret go where the
+                // metadata says: OpenID Connect Discovery 1.0 §3 has every one over TLS.
+                let insecure = |what: &str, url: &str| {
+                    format!("the upstream provider's {what} {url:?} is not https (plain http only on a loopback host)")
+                };
+                if !wharf_auth::is_secure_url(&self.config.issuer) {
+                    return Err(insecure("issuer", &self.config.issuer));
+                }
                 let url = format!(
                     "{}/.well-known/openid-configuration",
                     self.config.issuer.trim_end_matches('/')
@@ -136,6 +146,15 @@ impl Upstream {
                         "{url} names issuer {:?}, not {:?}",
                         metadata.issuer, self.config.issuer
                     ));
+                }
+                for (what, url) in [
+                    ("authorization_endpoint", &metadata.authorization_endpoint),
+                    ("token_endpoint", &metadata.token_endpoint),
+                    ("jwks_uri", &metadata.jwks_uri),
+                ] {
+                    if !wharf_auth::is_secure_url(url) {
+                        return Err(insecure(what, url));
+                    }
                 }
                 Ok(metadata)
             })

@@ -86,19 +86,13 @@ pub(crate) async fn resource_metadata(
 /// The authorization endpoint is handed to the browser too, where any other scheme would
 /// open whatever handles it.
 pub(crate) fn secure_url(what: &str, url: &str) -> Result<(), String> {
-    let parsed = reqwest::Url::parse(url).map_err(|e| format!("{what} {url:?}: {e}"))?;
-    let loopback = match parsed.host() {
-        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        None => false,
-    };
-    match parsed.scheme() {
-        "https" => Ok(()),
-        "http" if loopback => Ok(()),
-        _ => Err(format!(
+    reqwest::Url::parse(url).map_err(|e| format!("{what} {url:?}: {e}"))?;
+    if wharf_auth::is_secure_url(url) {
+        Ok(())
+    } else {
+        Err(format!(
             "{what} {url} is not https: refusing to send a sign-in's codes and tokens over it"
-        )),
+        ))
     }
 }
 

@@ -82,10 +82,7 @@ impl Drop for Telemetry {
 pub(crate) fn init(format: LogFormat) -> Result<Telemetry, String> {
     // `Targets` reads `info,wharf=debug`-style filters without compiling regular expressions
     // at startup (EnvFilter does, and every page of that code stays resident).
-    let filter = std::env::var("WHARF_LOG")
-        .ok()
-        .and_then(|f| f.parse::<Targets>().ok())
-        .unwrap_or_else(|| Targets::new().with_default(Level::INFO));
+    let filter = log_filter(std::env::var("WHARF_LOG").ok().as_deref())?;
     let env = |name: &str| std::env::var(name).ok();
     // One resource for spans and metrics: both name the same process (one instance id).
     let resource = resource();
@@ -99,6 +96,31 @@ pub(crate) fn init(format: LogFormat) -> Result<Telemetry, String> {
         .try_init()
         .map_err(|e| format!("cannot install logging: {e}"))?;
     Ok(Telemetry { tracer, metrics })
+}
+
+/// `WHARF_LOG` read: `info` when unset or empty (an env file's `WHARF_LOG=`), else its
+/// directives, refused when one does not read. A mistyped level would otherwise be taken as
+/// a target's name (`debg` logs only a target `debg`: nothing at all), so a bare word must be
+/// a level.
+fn log_filter(value: Option<&str>) -> Result<Targets, String> {
+    let value = value.map(str::trim).unwrap_or_default();
+    if value.is_empty() {
+        return Ok(Targets::new().with_default(Level::INFO));
+    }
+    let refuse = |why: String| format!("WHARF_LOG={value:?}: {why}");
+    for directive in value.split(',').map(str::trim) {
+        if directive.is_empty() {
+            return Err(refuse("an empty directive (two commas)".into()));
+        }
+        if !directive.contains('=') && directive.parse::<LevelFilter>().is_err() {
+            return Err(refuse(format!(
+                "{directive:?} is no level: give trace, debug, info, warn, error or off, or TARGET=LEVEL"
+            )));
+        }
+    }
+    value
+        .parse::<Targets>()
+        .map_err(|e| refuse(format!("{e}: give LEVEL or TARGET=LEVEL, comma-separated")))
 }
 
 type Boxed = Box<dyn Layer<Registry> + Send + Sync>;
@@ -520,6 +542,27 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
+
+    #[test]
+    fn the_log_filter_is_read_or_refused_by_name() {
+        for unset in [None, Some(""), Some("  ")] {
+            let filter = log_filter(unset).unwrap();
+            assert!(filter.would_enable("wharf", &Level::INFO));
+            assert!(!filter.would_enable("wharf", &Level::DEBUG));
+        }
+        let filter = log_filter(Some("warn,wharf_http=debug")).unwrap();
+        assert!(filter.would_enable("wharf_http::endpoint", &Level::DEBUG));
+        assert!(!filter.would_enable("wharf_store", &Level::INFO));
+        assert!(log_filter(Some("DEBUG")).is_ok());
+        for (bad, why) in [
+            ("debg", "\"debg\" is no level"),
+            ("info,,wharf=debug", "an empty directive"),
+            ("wharf=loud", "WHARF_LOG=\"wharf=loud\""),
+        ] {
+            let e = log_filter(Some(bad)).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn an_internal_errors_detail_is_not_exported_to_traces() {

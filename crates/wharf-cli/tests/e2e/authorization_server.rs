@@ -137,6 +137,16 @@ async fn authorize(
     query(approved.headers()[LOCATION].to_str().unwrap())
 }
 
+/// The authorization server's metadata (RFC 8414) at `base`.
+async fn as_metadata(base: &str) -> Value {
+    reqwest::get(format!("{base}/.well-known/oauth-authorization-server"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// Posts `form` to the token or revocation endpoint at `path`, whose every answer must be
 /// kept out of caches.
 async fn post_form(base: &str, path: &str, form: &[(&str, &str)]) -> reqwest::Response {
@@ -311,12 +321,7 @@ async fn a_registered_client_signs_a_user_in_and_calls_a_tool() {
     let server = server(&store, &[]);
     let base = server.origin();
 
-    let metadata: Value = reqwest::get(format!("{base}/.well-known/oauth-authorization-server"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let metadata = as_metadata(&base).await;
     assert_eq!(metadata["issuer"], base);
     assert_eq!(
         metadata["code_challenge_methods_supported"],
@@ -1704,6 +1709,35 @@ async fn a_client_that_asks_for_no_scope_gets_what_it_registered() {
     );
 }
 
+/// A scope every request needs is one the built-in authorization server offers and grants:
+/// a client that asks for what the resource server's challenge names gets it, and is let in.
+#[tokio::test]
+async fn a_required_scope_is_one_the_authorization_server_grants() {
+    let server = server(
+        &sqlite_url(&unique("authz-required")),
+        &["--oauth-required-scope", "mcp:access"],
+    );
+    let base = server.origin();
+    let metadata = as_metadata(&base).await;
+    let offered = metadata["scopes_supported"].as_array().unwrap();
+    assert!(offered.contains(&json!("mcp:access")), "{metadata}");
+    let redirect = "http://127.0.0.1:33425/callback";
+    let client_id = register(&base, redirect).await;
+    let (verifier, challenge) = pkce();
+    let asked = [("scope", "mcp:access datasets:read")];
+    let answer = authorize(
+        &Browser::new(),
+        &base,
+        &code_request(&client_id, redirect, &challenge, &asked),
+    )
+    .await;
+    let (status, tokens) = redeem(&base, &answer["code"], &client_id, &verifier, &[]).await;
+    assert_eq!(status, StatusCode::OK, "{tokens}");
+    assert_eq!(tokens["scope"], "mcp:access datasets:read");
+    let access = tokens["access_token"].as_str().unwrap();
+    assert_eq!(tools_list(&server, access).await, None);
+}
+
 /// A client gets the grants it registered: one that names only `authorization_code` is
 /// given no refresh token and may not refresh; one that could never get a first token is
 /// not registered.
@@ -1968,12 +2002,7 @@ async fn registration_is_rate_limited_per_address_and_can_be_closed() {
         .concat(),
     );
     let base = closed.origin();
-    let metadata: Value = reqwest::get(format!("{base}/.well-known/oauth-authorization-server"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let metadata = as_metadata(&base).await;
     assert!(
         metadata.get("registration_endpoint").is_none(),
         "{metadata}"
