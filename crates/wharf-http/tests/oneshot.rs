@@ -458,6 +458,36 @@ async fn a_legacy_calls_stream_ends_with_its_response() {
     assert_eq!(last["result"]["content"][0]["text"], "done", "{body}");
 }
 
+/// A legacy session's results hold nothing only 2026-07-28 defines: no `resultType`, and no
+/// server info in `_meta` (a key of MCP's reserved prefix that no earlier revision has).
+#[tokio::test]
+async fn legacy_results_hold_nothing_of_2026_07_28() {
+    let app = app();
+    let session = open_session(&app).await;
+    let in_session = [
+        ("x-user", "alice"),
+        ("mcp-session-id", session.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    for (id, method, params) in [
+        (2, "tools/list", json!({})),
+        (3, "tools/call", json!({ "name": "hello", "arguments": {} })),
+    ] {
+        let request = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+        let res = app
+            .clone()
+            .oneshot(post(&request, &in_session))
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK, "{method}");
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        let answer: Value = serde_json::from_slice(&body).unwrap();
+        let result = answer["result"].as_object().expect("a result");
+        assert!(!result.contains_key("resultType"), "{answer}");
+        assert!(!result.contains_key("_meta"), "{answer}");
+    }
+}
+
 /// A call of `hello` whose client asks for progress: its answer is a stream.
 fn hello_with_progress() -> Request<Body> {
     let mut meta = meta();

@@ -782,6 +782,39 @@ async fn a_client_whose_session_is_gone_starts_a_new_one() {
     }
 }
 
+/// A stored session this build cannot read (another version wrote it) is answered as ended,
+/// 404, so its client opens another, rather than 503 "retry" until it expires. Before that,
+/// a malformed cancellation is ignored.
+#[tokio::test]
+async fn a_session_stored_unreadable_is_answered_as_ended() {
+    let store = sqlite_url(&unique("legacy-unreadable"));
+    let server = start(&store, &[]);
+    let session = open(&server.client().with_bearer(TOKEN_42)).await;
+    let id = session.id().expect("a session id");
+    // A malformed cancellation is ignored (2025-11-25: it SHOULD be), not refused.
+    let ignored = session
+        .notify(
+            "notifications/cancelled",
+            json!({ "reason": "names no request" }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ignored, 202);
+    let pool = sqlx::SqlitePool::connect(&format!("{store}?mode=rw"))
+        .await
+        .unwrap();
+    let changed = sqlx::query("UPDATE wharf_handles SET data = '{\"version\":3}' WHERE id = ?")
+        .bind(&id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(changed.rows_affected(), 1);
+    // Past the replica's copy of it.
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    let reply = session.request("tools/list", json!({})).await.unwrap();
+    assert_eq!(reply.status, 404, "{}", reply.body);
+}
+
 /// A legacy client that goes away does not cancel its call (2025-11-25: only
 /// `notifications/cancelled` does): a plain JSON call keeps running to its end.
 #[tokio::test]

@@ -632,18 +632,27 @@ fn classify(message: Vec<u8>, returned: Instant, version: &str) -> Step {
         members.remove(field);
     }
     members.retain(|key, value| !older::drops_member(key, value.get()));
+    let meta = members
+        .remove("_meta")
+        .and_then(|m| older::result_meta(m.get()));
     let mut out = Vec::with_capacity(message.len());
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     out.extend_from_slice(response.id.get().as_bytes());
     out.extend_from_slice(b",\"result\":{");
-    for (i, (key, value)) in members.iter().enumerate() {
+    let written = members.iter().map(|(key, value)| {
+        (
+            key.as_ref(),
+            older::result_member(version, key, value.get()),
+        )
+    });
+    for (i, (key, value)) in written.chain(meta.map(|m| ("_meta", m))).enumerate() {
         if i > 0 {
             out.push(b',');
         }
         // A key read from JSON writes back as JSON.
         let _ = serde_json::to_writer(&mut out, key);
         out.push(b':');
-        out.extend_from_slice(older::result_member(version, key, value.get()).as_bytes());
+        out.extend_from_slice(value.as_bytes());
     }
     out.extend_from_slice(b"}}");
     Step::Done(out)
@@ -662,7 +671,7 @@ mod tests {
 
     #[test]
     fn results_lose_only_what_2026_alone_has() {
-        let modern = r#"{"jsonrpc":"2.0","id":"a\"b","result":{"resultType":"complete","ttlMs":0,"cacheScope":"private","content":[{"type":"text","text":"\"resultType\":\"complete\""}],"_meta":{"k":1}}}"#;
+        let modern = r#"{"jsonrpc":"2.0","id":"a\"b","result":{"resultType":"complete","ttlMs":0,"cacheScope":"private","content":[{"type":"text","text":"\"resultType\":\"complete\""}],"_meta":{"k":1,"io.modelcontextprotocol/serverInfo":{"name":"s","version":"1"}}}}"#;
         let legacy: Value = serde_json::from_str(&done(modern)).unwrap();
         assert_eq!(
             legacy,
@@ -672,6 +681,12 @@ mod tests {
         );
         let error = r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32602,"message":"no"}}"#;
         assert_eq!(done(error), error);
+        // A `_meta` that held only the server's info goes with it.
+        let only = r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","tools":[],"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"s","version":"1"}}}}"#;
+        assert_eq!(
+            serde_json::from_str::<Value>(&done(only)).unwrap(),
+            json!({ "jsonrpc": "2.0", "id": 1, "result": { "tools": [] } })
+        );
     }
 
     #[test]

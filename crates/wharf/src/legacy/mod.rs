@@ -423,7 +423,12 @@ impl<'a> Sessions<'a> {
         params: Option<&RawValue>,
     ) -> Result<(), RpcError> {
         if method == methods::NOTIFICATION_CANCELLED {
-            let p: CancelledParams = read(params)?;
+            // 2025-11-25 cancellation: malformed ones SHOULD be ignored. Refused, one would
+            // sink the whole 2025-03-26 batch it came in.
+            let Ok(p) = read::<CancelledParams>(params) else {
+                tracing::debug!("a malformed cancellation ignored");
+                return Ok(());
+            };
             let key = call_key(session.id(), &p.request_id);
             // The call may run on another replica, which hears of it only through the bus:
             // a cancellation the bus did not take is not acknowledged, so that the client

@@ -18,7 +18,7 @@
 use std::borrow::Cow;
 
 use serde_json::{Map, Value, json};
-use wharf_protocol::{ClientCapabilities, methods};
+use wharf_protocol::{ClientCapabilities, meta, methods};
 
 /// The first revision whose content blocks include resource links, and which has
 /// elicitation.
@@ -32,6 +32,18 @@ const SHAPES_SINCE: &str = "2025-11-25";
 /// text content carries the same JSON).
 pub(super) fn drops_member(key: &str, raw: &str) -> bool {
     key == "structuredContent" && !raw.trim_start().starts_with('{')
+}
+
+/// A result's `_meta` (its JSON text) less the server's info, which 2026-07-28 puts in
+/// every result and no earlier revision defines (its key is in MCP's reserved prefix);
+/// `None` when nothing else was in it.
+pub(super) fn result_meta(raw: &str) -> Option<Cow<'_, str>> {
+    if !raw.contains(meta::SERVER_INFO) {
+        return Some(Cow::Borrowed(raw));
+    }
+    let mut members: Map<String, Value> = serde_json::from_str(raw).ok()?;
+    members.remove(meta::SERVER_INFO);
+    (!members.is_empty()).then(|| Cow::Owned(Value::Object(members).to_string()))
 }
 
 /// The capabilities a client of `version` declared, less what its revision cannot carry.

@@ -90,7 +90,17 @@ impl Book {
                 if record.kind != <super::SessionKind as HandleKind>::KIND {
                     return Ok(None);
                 }
-                let session = Session::from_record(record)?;
+                // A record this build cannot read (written by another version) is a session
+                // that is gone for this replica: its client hears 404 and opens another
+                // (2025-11-25 transports: a server MAY end a session at any time), where a
+                // 503 would have it retry the same one until it expires.
+                let session = match Session::from_record(record) {
+                    Ok(session) => session,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "a stored legacy session cannot be read: answered as ended");
+                        return Ok(None);
+                    }
+                };
                 self.keep(&session);
                 Ok(Some(session))
             }

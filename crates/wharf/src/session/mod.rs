@@ -61,10 +61,12 @@ pub(crate) struct SessionState {
 
 impl Session {
     /// Reads a stored session; `Corrupt` when its record is not one this version wrote.
-    pub(crate) fn from_record(record: HandleRecord) -> Result<Self, StoreError> {
+    /// The record keeps no copy of the state it was read into: every cached session would
+    /// hold the client's capabilities twice.
+    pub(crate) fn from_record(mut record: HandleRecord) -> Result<Self, StoreError> {
         let state: SessionState = record
             .data
-            .clone()
+            .take()
             .ok_or_else(|| StoreError::Corrupt(format!("session {} has no state", record.id)))
             .and_then(|d| {
                 serde_json::from_value(d)
