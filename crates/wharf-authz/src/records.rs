@@ -36,6 +36,11 @@ pub(crate) const CIMD_CACHE: Kind = Kind {
     // Each entry carries its own freshness, at most a day.
     ttl: None,
 };
+pub(crate) const KEY_SET_CACHE: Kind = Kind {
+    namespace: "authz-jwks",
+    // Each entry carries its own freshness, at most a day.
+    ttl: None,
+};
 pub(crate) const REQUESTS: Kind = Kind {
     namespace: "authz-request",
     ttl: Some(Duration::from_secs(15 * 60)),
@@ -161,6 +166,21 @@ impl Records {
             version: record.version,
             expires_at: record.expires_at,
         }))
+    }
+
+    /// Keeps `value` under `key` for `fresh_for`: a fetched document or key set, for as
+    /// long as its host said it stays fresh.
+    pub(crate) async fn keep_for<T: Serialize>(
+        &self,
+        kind: Kind,
+        key: &str,
+        value: &T,
+        fresh_for: Duration,
+    ) -> Result<(), RecordError> {
+        let expires_at = after(now_millis(), fresh_for);
+        self.put(kind, key, value, None, Write::Upsert, Some(expires_at))
+            .await
+            .map(drop)
     }
 
     /// Writes `value` under `write`'s condition, expiring after the kind's lifetime (or at

@@ -447,12 +447,37 @@ async fn special_use_addresses_are_never_connected_to() {
             "{target}: {err}"
         );
     }
-    let err = fetcher
-        .fetch(&url("https://nowhere.test/c.json"))
-        .await
-        .unwrap_err();
-    assert!(matches!(err, FetchError::Resolve { .. }), "{err}");
+    // A name that does not exist, and a resolver that fails for now: only the second asks
+    // the client to retry rather than telling it it is unknown.
+    let unresolved = [
+        (&fetcher, "https://nowhere.test/c.json", false),
+        (
+            &crate::fetcher(&server, Arc::new(Unanswered), true),
+            "https://client.test/c.json",
+            true,
+        ),
+    ];
+    for (fetcher, target, temporary) in unresolved {
+        let err = fetcher.fetch(&url(target)).await.unwrap_err();
+        assert!(
+            matches!(err, FetchError::Resolve { temporary: t, .. } if t == temporary),
+            "{target}: {err}"
+        );
+    }
     assert_eq!(server.hits.load(Ordering::SeqCst), 0);
+}
+
+/// A resolver that fails for now, as glibc's says for `EAI_AGAIN`.
+struct Unanswered;
+
+impl Lookup for Unanswered {
+    fn lookup(&self, _: &str) -> Pin<Box<dyn Future<Output = io::Result<Vec<IpAddr>>> + Send>> {
+        Box::pin(async {
+            Err(io::Error::other(
+                "failed to lookup address information: Temporary failure in name resolution",
+            ))
+        })
+    }
 }
 
 #[tokio::test]

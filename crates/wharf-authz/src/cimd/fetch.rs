@@ -28,6 +28,9 @@ use super::{ClientIdUrl, ClientMetadata, DocumentError, freshness};
 
 /// The size cap the draft suggests: about 5 KB.
 const MAX_BYTES: usize = 5 * 1024;
+/// Largest key set fetched (a client's `jwks_uri`): the document cap is the metadata
+/// document's, and a few RSA keys with their certificate chains pass it.
+const KEY_SET_MAX_BYTES: usize = 64 * 1024;
 /// Time to establish a connection, TLS included.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Time for the whole fetch, from resolution to the last byte.
@@ -68,6 +71,9 @@ pub enum FetchError {
         host: String,
         /// What the resolver said.
         reason: String,
+        /// Whether the resolver failed for now (no answer, a server failure) rather than
+        /// said the name has no addresses: the same fetch may succeed later.
+        temporary: bool,
     },
     /// No connection, or TLS failed.
     #[error("the client metadata document at {url} could not be fetched: {reason}")]
@@ -130,7 +136,9 @@ pub enum FetchError {
 /// implementation serves a private resolver, or a test that needs a name to answer
 /// differently each time.
 pub trait Lookup: Send + Sync + 'static {
-    /// The addresses of `host`.
+    /// The addresses of `host`. An error of kind [`io::ErrorKind::NotFound`] says the name
+    /// has none; any other is a failure for now, after which the client is asked to retry
+    /// rather than told it is unknown.
     fn lookup(&self, host: &str) -> Pin<Box<dyn Future<Output = io::Result<Vec<IpAddr>>> + Send>>;
 }
 
@@ -157,11 +165,27 @@ impl Lookup for SystemLookup {
         let host = host.to_owned();
         Box::pin(bounded(&SYSTEM_LOOKUPS, move || {
             use std::net::ToSocketAddrs as _;
-            Ok((host.as_str(), 0)
-                .to_socket_addrs()?
-                .map(|addr| addr.ip())
-                .collect())
+            let addrs = (host.as_str(), 0).to_socket_addrs().map_err(name_missing)?;
+            Ok(addrs.map(|addr| addr.ip()).collect())
         }))
+    }
+}
+
+/// The operating system's "no such name" as [`io::ErrorKind::NotFound`]. The standard
+/// library gives every `getaddrinfo` failure one kind and the C library's text
+/// (`EAI_NONAME`, `EAI_NODATA`; glibc's and musl's words): anything else (`EAI_AGAIN`, a
+/// server failure, no answer) stays a failure for now.
+fn name_missing(err: io::Error) -> io::Error {
+    const MISSING: [&str; 3] = [
+        "Name or service not known",
+        "No address associated with hostname",
+        "Name does not resolve",
+    ];
+    let text = err.to_string();
+    if MISSING.iter().any(|m| text.contains(m)) {
+        io::Error::new(io::ErrorKind::NotFound, text)
+    } else {
+        err
     }
 }
 
@@ -300,7 +324,7 @@ impl Fetcher {
 
     /// Fetches and checks the document `client_id` names.
     pub async fn fetch(&self, client_id: &ClientIdUrl) -> Result<Fetched, FetchError> {
-        let (body, fresh_for) = self.fetch_json(client_id.url()).await?;
+        let (body, fresh_for) = self.fetch_json(client_id.url(), self.max_bytes).await?;
         let metadata = ClientMetadata::from_document(client_id, &body)?;
         Ok(Fetched {
             metadata,
@@ -309,9 +333,19 @@ impl Fetcher {
         })
     }
 
-    /// Fetches JSON from an `https` URL under the same rules (a client's `jwks_uri`): the
+    /// Fetches a client's key set (its `jwks_uri`) under the same rules, up to 64 KiB: the
     /// body and how long it may be reused.
-    pub async fn fetch_json(&self, url: &Url) -> Result<(Bytes, Option<Duration>), FetchError> {
+    pub async fn fetch_key_set(&self, url: &Url) -> Result<(Bytes, Option<Duration>), FetchError> {
+        self.fetch_json(url, self.max_bytes.max(KEY_SET_MAX_BYTES))
+            .await
+    }
+
+    /// Fetches JSON of at most `max_bytes` from an `https` URL.
+    async fn fetch_json(
+        &self,
+        url: &Url,
+        max_bytes: usize,
+    ) -> Result<(Bytes, Option<Duration>), FetchError> {
         let host = url.host_str().unwrap_or_default().to_owned();
         if url.scheme() != "https" {
             return Err(FetchError::Connect {
@@ -331,7 +365,7 @@ impl Fetcher {
                 range,
             })?;
         }
-        match tokio::time::timeout(self.timeout, self.fetch_body(url)).await {
+        match tokio::time::timeout(self.timeout, self.fetch_body(url, max_bytes)).await {
             Ok(result) => result,
             Err(_) => Err(FetchError::Timeout {
                 url: url.to_string(),
@@ -340,7 +374,11 @@ impl Fetcher {
         }
     }
 
-    async fn fetch_body(&self, target: &Url) -> Result<(Bytes, Option<Duration>), FetchError> {
+    async fn fetch_body(
+        &self,
+        target: &Url,
+        max_bytes: usize,
+    ) -> Result<(Bytes, Option<Duration>), FetchError> {
         let url = || target.to_string();
         let mut response = self
             .client
@@ -372,10 +410,10 @@ impl Fetcher {
         }
         let too_large = || FetchError::TooLarge {
             url: url(),
-            limit: self.max_bytes,
+            limit: max_bytes,
         };
         let declared = header(&response, CONTENT_LENGTH).and_then(|len| len.parse::<u64>().ok());
-        if declared.is_some_and(|len| len > self.max_bytes as u64) {
+        if declared.is_some_and(|len| len > max_bytes as u64) {
             return Err(too_large());
         }
         let fresh_for = freshness(response.headers(), SystemTime::now());
@@ -385,7 +423,7 @@ impl Fetcher {
             .await
             .map_err(|err| self.request_error(target, &err))?
         {
-            if body.len() + chunk.len() > self.max_bytes {
+            if body.len() + chunk.len() > max_bytes {
                 return Err(too_large());
             }
             body.extend_from_slice(&chunk);
@@ -407,9 +445,10 @@ impl Fetcher {
                         ip: *ip,
                         range: *range,
                     },
-                    Refusal::Unresolved(reason) => FetchError::Resolve {
+                    Refusal::Unresolved { reason, temporary } => FetchError::Resolve {
                         host,
                         reason: reason.clone(),
+                        temporary: *temporary,
                     },
                 };
             }
@@ -473,8 +512,8 @@ struct GuardedResolver {
 enum Refusal {
     #[error("{ip} is in {range}")]
     SpecialUse { ip: IpAddr, range: SpecialUse },
-    #[error("{0}")]
-    Unresolved(String),
+    #[error("{reason}")]
+    Unresolved { reason: String, temporary: bool },
 }
 
 impl Resolve for GuardedResolver {
@@ -482,11 +521,14 @@ impl Resolve for GuardedResolver {
         let lookup = self.lookup.lookup(name.as_str());
         let allow_loopback = self.allow_loopback;
         Box::pin(async move {
-            let ips = lookup
-                .await
-                .map_err(|err| Refusal::Unresolved(err.to_string()))?;
+            let ips = lookup.await.map_err(|err| Refusal::Unresolved {
+                temporary: err.kind() != io::ErrorKind::NotFound,
+                reason: err.to_string(),
+            })?;
             if ips.is_empty() {
-                return Err(Refusal::Unresolved("no addresses".to_owned()).into());
+                let reason = "no addresses".to_owned();
+                let temporary = false;
+                return Err(Refusal::Unresolved { reason, temporary }.into());
             }
             for &ip in &ips {
                 vet(ip, allow_loopback).map_err(|range| Refusal::SpecialUse { ip, range })?;
@@ -500,6 +542,26 @@ impl Resolve for GuardedResolver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The standard library gives every resolver failure one kind; the C library's words
+    /// tell a name that does not exist from a failure for now.
+    #[test]
+    fn the_systems_no_such_name_is_told_from_a_failure_for_now() {
+        let said = |text: &str| name_missing(io::Error::other(text.to_owned())).kind();
+        for missing in [
+            "failed to lookup address information: Name or service not known",
+            "failed to lookup address information: No address associated with hostname",
+            "failed to lookup address information: Name does not resolve",
+        ] {
+            assert_eq!(said(missing), io::ErrorKind::NotFound, "{missing}");
+        }
+        for failing in [
+            "failed to lookup address information: Temporary failure in name resolution",
+            "failed to lookup address information: Non-recoverable failure in name resolution",
+        ] {
+            assert_ne!(said(failing), io::ErrorKind::NotFound, "{failing}");
+        }
+    }
 
     /// A lookup whose caller gave up keeps its place until its resolver returns, so
     /// resolvers that never answer hold at most as many blocking threads as there are

@@ -113,7 +113,7 @@ pub(crate) async fn authorize(
             return html::error(
                 StatusCode::BAD_REQUEST,
                 "Invalid authorization request",
-                &err,
+                &err.to_string(),
             );
         }
     };

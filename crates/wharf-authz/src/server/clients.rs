@@ -108,12 +108,13 @@ pub(crate) const RETRY_AFTER_SECS: &str = "5";
 
 impl ClientError {
     /// Whether the client's metadata document could not be fetched for now (a timeout, no
-    /// connection, a 5xx, 429 or 408 from its host): nothing says the client is unknown or
-    /// its document wrong, and failures are not cached, so the same request may succeed on
-    /// retry.
+    /// connection, a resolver that failed for now, a 5xx, 429 or 408 from its host):
+    /// nothing says the client is unknown or its document wrong, and failures are not
+    /// cached, so the same request may succeed on retry.
     pub(crate) fn is_transient(&self) -> bool {
         match self {
             Self::Fetch(FetchError::Timeout { .. } | FetchError::Connect { .. }) => true,
+            Self::Fetch(FetchError::Resolve { temporary, .. }) => *temporary,
             Self::Fetch(FetchError::Status { status, .. }) => {
                 *status >= 500 || matches!(*status, 408 | 429)
             }
@@ -226,16 +227,13 @@ impl Shared {
                 let fetched = self.fetcher.fetch(url).await?;
                 if let Some(fresh_for) = fetched.fresh_for {
                     let body = String::from_utf8_lossy(&fetched.body).into_owned();
-                    let expires_at = after(now_millis(), fresh_for);
                     let cached = self
                         .records
-                        .put(
+                        .keep_for(
                             CIMD_CACHE,
                             url.as_str(),
                             &CachedDocument { body },
-                            None,
-                            Write::Upsert,
-                            Some(expires_at),
+                            fresh_for,
                         )
                         .await;
                     // The document is in hand: a cache the store did not take only means
@@ -287,5 +285,14 @@ mod tests {
         for lasting in [301, 401, 403, 404, 410] {
             assert!(!status(lasting).is_transient(), "{lasting}");
         }
+        let unresolved = |temporary| {
+            ClientError::Fetch(FetchError::Resolve {
+                host: "client.example".into(),
+                reason: "the resolver's words".into(),
+                temporary,
+            })
+        };
+        assert!(unresolved(true).is_transient());
+        assert!(!unresolved(false).is_transient());
     }
 }

@@ -7,10 +7,22 @@ use std::collections::HashSet;
 
 use serde::de::DeserializeOwned;
 
+/// Why parameters were not read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ParamError {
+    #[error("the parameters are malformed: {0}")]
+    Malformed(String),
+    /// A parameter named twice (RFC 8707 lets `resource` be, for several resources: the
+    /// token endpoint answers that `invalid_target`).
+    #[error("the parameter {0} appears more than once")]
+    Repeated(String),
+}
+
 /// Reads `text` into `T`, or says what is wrong with it.
-pub(crate) fn parse<T: DeserializeOwned>(text: &str) -> Result<T, String> {
-    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(text)
-        .map_err(|err| format!("the parameters are malformed: {err}"))?;
+pub(crate) fn parse<T: DeserializeOwned>(text: &str) -> Result<T, ParamError> {
+    let malformed = |err: &dyn std::fmt::Display| ParamError::Malformed(err.to_string());
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(text).map_err(|e| malformed(&e))?;
     let mut seen = HashSet::new();
     let mut kept = Vec::with_capacity(pairs.len());
     for (name, value) in pairs {
@@ -18,15 +30,14 @@ pub(crate) fn parse<T: DeserializeOwned>(text: &str) -> Result<T, String> {
             continue;
         }
         if !seen.insert(name.clone()) {
-            return Err(format!("the parameter {name} appears more than once"));
+            return Err(ParamError::Repeated(name));
         }
         kept.push((name, value));
     }
     // Encoded again so that `T` is read by serde_urlencoded's own rules (options, unknown
     // fields ignored); the text is a request's parameters, small and read once.
-    let kept = serde_urlencoded::to_string(&kept)
-        .map_err(|err| format!("the parameters are malformed: {err}"))?;
-    serde_urlencoded::from_str(&kept).map_err(|err| format!("the parameters are malformed: {err}"))
+    let kept = serde_urlencoded::to_string(&kept).map_err(|e| malformed(&e))?;
+    serde_urlencoded::from_str(&kept).map_err(|e| malformed(&e))
 }
 
 #[cfg(test)]
@@ -47,7 +58,9 @@ mod tests {
     #[test]
     fn a_repeated_parameter_is_refused_by_name() {
         let twice = parse::<HashMap<String, String>>("state=a&x=1&state=b").unwrap_err();
-        assert!(twice.contains("state appears more than once"), "{twice}");
+        assert!(matches!(&twice, super::ParamError::Repeated(name) if name == "state"));
+        let said = twice.to_string();
+        assert!(said.contains("state appears more than once"), "{said}");
     }
 
     #[test]

@@ -142,7 +142,16 @@ fn admit(
         return Err(refused(&format!("its Content-Type is {content_type:?}")));
     }
     let text = std::str::from_utf8(body).map_err(|_| refused("the body is not UTF-8"))?;
-    params::parse(text).map_err(|why| refused(&why))
+    params::parse(text).map_err(|err| match err {
+        // RFC 8707 §2: several resources may be asked for; this server issues a token for
+        // one, and says so as the RFC has it.
+        params::ParamError::Repeated(name) if name == "resource" => OAuthError::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            "invalid_target",
+            "a token is issued for one resource: give resource once",
+        ),
+        err => refused(&err.to_string()),
+    })
 }
 
 async fn exchange(

@@ -1955,6 +1955,21 @@ async fn malformed_token_requests_get_oauth_errors() {
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     let err: Value = response.json().await.unwrap();
     assert_eq!(err["error"], "invalid_client", "{err}");
+    // Several resources are RFC 8707's to ask for, and its error to refuse.
+    let response = http
+        .post(format!("{base}/token"))
+        .form(&[
+            ("grant_type", "authorization_code"),
+            ("code", "a"),
+            ("resource", "https://a.example/mcp"),
+            ("resource", "https://b.example/mcp"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let err: Value = response.json().await.unwrap();
+    assert_eq!(err["error"], "invalid_target", "{err}");
 }
 
 #[tokio::test]

@@ -325,7 +325,8 @@ async fn a_document_client_may_authenticate_with_private_key_jwt_once_per_jti() 
 /// A client whose keys are published at a `jwks_uri` that fails for now (a 503) is told to
 /// retry (503 `temporarily_unavailable` with `Retry-After`), not that it is a bad client
 /// (401 `invalid_client` makes a client drop its credentials), and the refused exchange
-/// spent nothing: once the keys are back, the same code gets tokens.
+/// spent nothing: once the keys are back, the same code gets tokens. A key set larger than
+/// a metadata document is taken, and kept while its host says it is fresh.
 #[tokio::test]
 async fn a_key_host_down_for_now_is_retried_not_taken_for_a_bad_client() {
     let (docs, _server, _store, base) = documents_and_server("cimd-jwks-down").await;
@@ -388,6 +389,16 @@ async fn a_key_host_down_for_now_is_retried_not_taken_for_a_bad_client() {
     assert_eq!(err["error"], "temporarily_unavailable", "{err}");
     assert_eq!(docs.hits(keys), 1);
 
+    // Back, and larger than a metadata document may be: a key set of many keys (a
+    // rotation's, or certificate chains) is taken up to 64 KiB.
+    let mut jwks = jwks;
+    let key = jwks["keys"][0].clone();
+    for n in 0..60 {
+        let mut other = key.clone();
+        other["kid"] = json!(format!("retired-{n}"));
+        jwks["keys"].as_array_mut().unwrap().push(other);
+    }
+    assert!(jwks.to_string().len() > 5 * 1024);
     docs.set(
         keys,
         Answer::Json {
@@ -399,6 +410,14 @@ async fn a_key_host_down_for_now_is_retried_not_taken_for_a_bad_client() {
     assert_eq!(accepted.status(), StatusCode::OK);
     let tokens: Value = accepted.json().await.unwrap();
     assert!(tokens["access_token"].is_string(), "{tokens}");
+    assert_eq!(docs.hits(keys), 2);
+    // Kept while fresh: the next assertion is checked without a fetch (its code was spent,
+    // so the exchange is refused, after the client was authenticated).
+    let spent = exchange("j3").await;
+    assert_eq!(spent.status(), StatusCode::BAD_REQUEST);
+    let err: Value = spent.json().await.unwrap();
+    assert_eq!(err["error"], "invalid_grant", "{err}");
+    assert_eq!(docs.hits(keys), 2, "the kept key set was used");
 }
 
 /// This server's own store failing is no fault of the client's: a document fetched but not

@@ -6,10 +6,11 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use wharf::store::{Write, now_millis};
 
-use crate::records::ASSERTIONS;
+use crate::records::{ASSERTIONS, KEY_SET_CACHE};
 use crate::server::clients::{Client, ClientError, TokenAuth};
 use crate::server::{OAuthError, Shared};
 
@@ -25,6 +26,71 @@ pub(crate) fn issuer(jwt: &str) -> Option<String> {
     let payload = jwt.split('.').nth(1)?;
     let claims: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()?;
     claims.get("iss")?.as_str().map(str::to_owned)
+}
+
+/// A key set kept while its host says it is fresh (as documents are), so that a token
+/// request does not wait on the client's key host each time.
+#[derive(Serialize, Deserialize)]
+struct CachedKeySet {
+    body: String,
+}
+
+/// The key set at `url`: the copy kept, unless it lacks the assertion's key (the client
+/// rotated its keys), else fetched and kept for as long as its host allows.
+async fn key_set(shared: &Shared, url: &url::Url, kid: Option<&str>) -> Result<Value, OAuthError> {
+    let refuse = |why: String| OAuthError::invalid_client(format!("client_assertion: {why}"));
+    let holds = |set: &Value| {
+        let keys = set.get("keys").and_then(Value::as_array);
+        match kid {
+            Some(kid) => keys.is_some_and(|k| k.iter().any(|key| key["kid"] == kid)),
+            None => keys.is_some_and(|k| k.len() == 1),
+        }
+    };
+    // A cache the store cannot read only means the set is fetched.
+    let kept = shared
+        .records
+        .get::<CachedKeySet>(KEY_SET_CACHE, url.as_str())
+        .await;
+    if let Some(set) = kept
+        .ok()
+        .flatten()
+        .and_then(|c| serde_json::from_str::<Value>(&c.value.body).ok())
+        .filter(|set| holds(set))
+    {
+        return Ok(set);
+    }
+    let (body, fresh_for) = shared.fetcher.fetch_key_set(url).await.map_err(|e| {
+        let err = ClientError::from(e);
+        let why = format!(
+            "the client's keys could not be fetched: {}",
+            err.public_message()
+        );
+        // A host down for now is no reason for the client to drop its credentials, as
+        // `invalid_client` would tell it to: retry, as with its document's host.
+        match err.is_transient() {
+            true => OAuthError::temporarily_unavailable(format!("client_assertion: {why}")),
+            false => refuse(why),
+        }
+    })?;
+    let set: Value =
+        serde_json::from_slice(&body).map_err(|_| refuse("jwks_uri is not a JWK set".into()))?;
+    if let Some(fresh_for) = fresh_for {
+        let body = String::from_utf8_lossy(&body).into_owned();
+        let kept = shared
+            .records
+            .keep_for(
+                KEY_SET_CACHE,
+                url.as_str(),
+                &CachedKeySet { body },
+                fresh_for,
+            )
+            .await;
+        // The set is in hand: one not kept is only fetched again next time.
+        if let Err(err) = kept {
+            tracing::warn!(%err, jwks_uri = %url, "a client's key set was not kept");
+        }
+    }
+    Ok(set)
 }
 
 /// Checks the assertion against the client's keys, and that its `jti` is new.
@@ -45,20 +111,7 @@ pub(crate) async fn verify(shared: &Shared, client: &Client, jwt: &str) -> Resul
         TokenAuth::PrivateKeyJwtUri { jwks_uri } => {
             let url =
                 url::Url::parse(jwks_uri).map_err(|_| refuse("jwks_uri is not a URL".into()))?;
-            let (body, _) = shared.fetcher.fetch_json(&url).await.map_err(|e| {
-                let err = ClientError::from(e);
-                let why = format!(
-                    "the client's keys could not be fetched: {}",
-                    err.public_message()
-                );
-                // A host down for now is no reason for the client to drop its credentials,
-                // as `invalid_client` would tell it to: retry, as with its document's host.
-                match err.is_transient() {
-                    true => OAuthError::temporarily_unavailable(format!("client_assertion: {why}")),
-                    false => refuse(why),
-                }
-            })?;
-            serde_json::from_slice(&body).map_err(|_| refuse("jwks_uri is not a JWK set".into()))?
+            key_set(shared, &url, header.kid.as_deref()).await?
         }
         _ => return Err(refuse("this client does not use private_key_jwt".into())),
     };
