@@ -1044,6 +1044,40 @@ async fn open_store(args: &ServeArgs) -> anyhow::Result<Option<Arc<dyn Store>>> 
     Ok(Some(store))
 }
 
+/// Holds a lock beside a SQLite store's file while this process serves it: a second
+/// `wharf serve` on the file would break what only one process can keep (calls in steps
+/// taking turns, change notifications), so it is refused at start. Short commands (`wharf
+/// user`) do not take it. `None` for another store, or SQLite in memory.
+fn hold_sqlite_file(url: &str) -> anyhow::Result<Option<std::fs::File>> {
+    let Some(rest) = url.strip_prefix("sqlite:") else {
+        return Ok(None);
+    };
+    let path = rest
+        .trim_start_matches("//")
+        .split('?')
+        .next()
+        .unwrap_or_default();
+    if path.is_empty() || path == ":memory:" {
+        return Ok(None);
+    }
+    let lock = format!("{path}.serve-lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock)
+        .with_context(|| format!("cannot open {lock}, the lock of the SQLite store"))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "another wharf serve is serving the SQLite store {path}: one process per SQLite file (replicas share PostgreSQL or Redis)"
+        ),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("cannot lock {lock}, the lock of the SQLite store"))
+        }
+    }
+}
+
 /// `/readyz` reports whether the store answers.
 struct StoreReady(Arc<dyn Store>);
 
@@ -1132,6 +1166,7 @@ async fn serve(args: ServeArgs, push: Option<MetricsPush>) -> anyhow::Result<()>
     // touched. Authentication follows the server, whose definitions name its scopes.
     let config = server_config(&args)?;
     let keys = api_keys(&args)?;
+    let _serving = store_url(&args).map(hold_sqlite_file).transpose()?;
     let store = open_store(&args).await?;
     let count = args.metrics_listen.is_some() || push.is_some();
     let server =

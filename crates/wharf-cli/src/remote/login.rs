@@ -44,7 +44,7 @@ pub(crate) struct LoginArgs {
     #[arg(long, default_value_t = 0)]
     callback_port: u16,
     /// How long to wait for the sign-in, in seconds.
-    #[arg(long, default_value_t = 600)]
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
     timeout_secs: u64,
 }
 

@@ -2009,6 +2009,8 @@ async fn registration_is_rate_limited_per_address_and_can_be_closed() {
         "the 21st within a minute"
     );
 
+    // The same store, served by one process at a time.
+    drop(server);
     let closed = ServerProcess::start_exact(
         &[
             &own_authorization_server(&store)[..],

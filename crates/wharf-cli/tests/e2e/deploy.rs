@@ -661,7 +661,7 @@ async fn nginx_drops_its_idle_connections_to_a_draining_replica_first() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_stream_outlives_the_proxy_idle_timeout() {
     let fleet = Fleet::start(
-        &sqlite_url("keepalive"),
+        &pg_url(),
         &[("WHARF_PROFILE", "demo"), ("WHARF_KEEP_ALIVE_SECS", "4")],
         &[("proxy_read_timeout 1h;", "proxy_read_timeout 10s;")],
     );

@@ -240,7 +240,9 @@ async fn bad_states_are_refused_with_the_reason() {
     );
     assert_eq!(count(&user42, &one).await, 2);
 
-    // Expired: a replica whose states live one second, on the same store and keys.
+    // Expired: a server whose states live one second, on the same store and keys (this one
+    // stopped first: one process serves a SQLite file).
+    drop(server);
     args.extend(["--state-max-age-secs", "1"].map(str::to_owned));
     let short = ServerProcess::start_exact(&args.iter().map(String::as_str).collect::<Vec<_>>());
     let user42 = short.client().with_bearer(TOKEN_42);

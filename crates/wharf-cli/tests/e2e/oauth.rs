@@ -725,7 +725,8 @@ async fn opaque_tokens_are_introspected_and_cached_briefly() {
 
     // Kept one second: asked again once that second has passed (waiting for it is the
     // event itself; no upper bound is involved).
-    let brief = introspecting_server(&issuer, &store, "1");
+    // On a store of its own: one process serves a SQLite file.
+    let brief = introspecting_server(&issuer, &sqlite_url("oauth-introspect-brief"), "1");
     let before = introspections();
     call_as(
         &brief,

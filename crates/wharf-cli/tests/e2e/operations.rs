@@ -198,3 +198,28 @@ async fn options_the_server_does_not_use_are_named() {
     );
     assert!(!warned[0].contains("--api-key"), "{warned:?}");
 }
+
+/// One `wharf serve` per SQLite file: a second one is refused at start, naming the file,
+/// while the first serves (calls in steps take turns and changes are heard only within one
+/// process); `wharf user` still runs beside it, and once the first stopped the file is free.
+#[tokio::test]
+async fn a_sqlite_file_is_served_by_one_process() {
+    let store = common::import::sqlite_url(&unique("one-process"));
+    let args = ["--profile", "default", "--store", &store, "--anonymous"];
+    let first = ServerProcess::start_exact(&args);
+    let listen = format!("127.0.0.1:{}", free_port());
+    let said = common::refused_start(&listen, &args, &[]);
+    assert!(
+        said.contains("another wharf serve is serving the SQLite store"),
+        "{said}"
+    );
+    common::authz::add_user(&store, "alice");
+    drop(first);
+    let again = ServerProcess::start_exact(&args);
+    assert_eq!(
+        request(&again.client(), "tools/list", json!({}))
+            .await
+            .status,
+        200
+    );
+}

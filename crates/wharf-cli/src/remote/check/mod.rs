@@ -27,7 +27,7 @@ pub(crate) struct CheckArgs {
     #[arg(long)]
     json: bool,
     /// How long to wait for each answer, in seconds.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     timeout_secs: u64,
 }
 
@@ -48,7 +48,7 @@ const VERSION: &str = version::LATEST;
 
 pub(crate) fn run(args: CheckArgs) -> ExitCode {
     super::block_on(async move {
-        let timeout = Duration::from_secs(args.timeout_secs.max(1));
+        let timeout = Duration::from_secs(args.timeout_secs);
         let http = match reqwest::Client::builder().timeout(timeout).build() {
             Ok(h) => h,
             Err(e) => {
