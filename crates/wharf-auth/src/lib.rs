@@ -15,7 +15,7 @@ mod secret;
 pub use api_keys::{ApiKeyError, ApiKeys};
 pub use oauth::{
     IntrospectionLimits, MAX_LEEWAY, OAuth, OAuthConfig, PublishedKeys, Revocations, Validation,
-    is_secure_url,
+    check_resource, is_secure_url,
 };
 pub use secret::Secret;
 

@@ -336,7 +336,7 @@ pub(crate) struct ServeArgs {
     /// This server's canonical resource URI (the public URL of its MCP endpoint): the
     /// audience tokens must carry and the `resource` of its metadata. Default: the listen
     /// address and endpoint over http.
-    #[arg(long, env = "WHARF_OAUTH_RESOURCE")]
+    #[arg(long, env = "WHARF_OAUTH_RESOURCE", value_parser = resource_uri)]
     oauth_resource: Option<String>,
     /// An accepted audience (repeatable): the list replaces the default, the resource URI.
     #[arg(
@@ -762,6 +762,22 @@ fn offered_scopes(args: &ServeArgs, scopes: &[String]) -> Vec<String> {
     all
 }
 
+/// Introspection authenticates this server at the issuer (RFC 7662 §2.1): without its
+/// client id and secret every token would be answered 503. Said before the store opens, as
+/// the resource server's setup would say it after.
+fn introspection_client(args: &ServeArgs) -> anyhow::Result<()> {
+    let oauth = args.oauth_issuer.is_some() || args.authorization_server;
+    if args.stdio || args.anonymous || !oauth || args.oauth_introspection_url.is_none() {
+        return Ok(());
+    }
+    anyhow::ensure!(
+        !args.oauth_client_id.trim().is_empty()
+            && !args.oauth_client_secret.expose().trim().is_empty(),
+        "--oauth-introspection-url needs --oauth-client-id and --oauth-client-secret: the issuer's introspection endpoint authenticates this server (RFC 7662 §2.1)"
+    );
+    Ok(())
+}
+
 /// The API keys, when requests authenticate with them: read before the store is opened,
 /// so a missing file or no credentials at all is said before anything is touched.
 fn api_keys(args: &ServeArgs) -> anyhow::Result<Option<ApiKeys>> {
@@ -811,14 +827,16 @@ fn endpoint_path(value: &str) -> anyhow::Result<String> {
     Ok(value.to_owned())
 }
 
+/// `--oauth-resource`: a resource URI the resource server can serve its metadata for.
+fn resource_uri(value: &str) -> anyhow::Result<String> {
+    wharf_auth::check_resource(value)?;
+    Ok(value.to_owned())
+}
+
 /// A URL this server sends credentials to or takes keys from: https, or http on a loopback
 /// host. Refused when the command line is read, not at the first sign-in.
 fn secure_url(value: &str) -> anyhow::Result<String> {
-    url::Url::parse(value).with_context(|| format!("{value:?} is not a URL"))?;
-    anyhow::ensure!(
-        wharf_auth::is_secure_url(value),
-        "{value} is not https (plain http only on a loopback host): the tokens, keys and secrets it carries could be read or forged on the way"
-    );
+    crate::remote::secure_url("the URL", value).map_err(anyhow::Error::msg)?;
     Ok(value.to_owned())
 }
 
@@ -1049,32 +1067,35 @@ async fn open_store(args: &ServeArgs) -> anyhow::Result<Option<Arc<dyn Store>>> 
 /// taking turns, change notifications), so it is refused at start. Short commands (`wharf
 /// user`) do not take it. `None` for another store, or SQLite in memory.
 fn hold_sqlite_file(url: &str) -> anyhow::Result<Option<std::fs::File>> {
-    let Some(rest) = url.strip_prefix("sqlite:") else {
+    let Some(file) = wharf_store::sqlite_file(url) else {
         return Ok(None);
     };
-    let path = rest
-        .trim_start_matches("//")
-        .split('?')
-        .next()
-        .unwrap_or_default();
-    if path.is_empty() || path == ":memory:" {
-        return Ok(None);
-    }
-    let lock = format!("{path}.serve-lock");
-    let file = std::fs::OpenOptions::new()
+    let mut lock = file.clone().into_os_string();
+    lock.push(".serve-lock");
+    let lock = std::path::PathBuf::from(lock);
+    let opened = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&lock)
-        .with_context(|| format!("cannot open {lock}, the lock of the SQLite store"))?;
-    match file.try_lock() {
-        Ok(()) => Ok(Some(file)),
+        .with_context(|| {
+            format!(
+                "cannot open {}, the lock of the SQLite store",
+                lock.display()
+            )
+        })?;
+    match opened.try_lock() {
+        Ok(()) => Ok(Some(opened)),
         Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
-            "another wharf serve is serving the SQLite store {path}: one process per SQLite file (replicas share PostgreSQL or Redis)"
+            "another wharf serve is serving the SQLite store {}: one process per SQLite file (give each process its own --store; replicas share PostgreSQL or Redis)",
+            file.display()
         ),
-        Err(std::fs::TryLockError::Error(e)) => {
-            Err(e).with_context(|| format!("cannot lock {lock}, the lock of the SQLite store"))
-        }
+        Err(std::fs::TryLockError::Error(e)) => Err(e).with_context(|| {
+            format!(
+                "cannot lock {}, the lock of the SQLite store",
+                lock.display()
+            )
+        }),
     }
 }
 
@@ -1166,6 +1187,7 @@ async fn serve(args: ServeArgs, push: Option<MetricsPush>) -> anyhow::Result<()>
     // touched. Authentication follows the server, whose definitions name its scopes.
     let config = server_config(&args)?;
     let keys = api_keys(&args)?;
+    introspection_client(&args)?;
     let _serving = store_url(&args).map(hold_sqlite_file).transpose()?;
     let store = open_store(&args).await?;
     let count = args.metrics_listen.is_some() || push.is_some();
@@ -1433,10 +1455,9 @@ mod tests {
         }
     }
 
-    /// The endpoint is a plain path the server serves nothing else at, and an allowed host
-    /// a name or address as requests are matched (no port, an IPv6 address bracketed):
-    /// anything else is refused when the command line is read. (`--endpoint mcp` made axum
-    /// panic at start; `--allowed-host h:443` started a server that refused every request.)
+    /// The public URL is an origin, the URLs credentials and keys travel to are https (but
+    /// on loopback), a resource URI one whose metadata can be served, and introspection has
+    /// this server's credentials: each refused before anything is opened.
     #[test]
     fn public_and_provider_urls_are_checked_when_read() {
         for (given, kept) in [
@@ -1470,8 +1491,44 @@ mod tests {
         };
         assert!(depth("127").is_ok());
         assert!(depth("128").is_err());
+        // A resource whose metadata could not be served at its path, refused as it is read.
+        let resource = |r: &str| {
+            crate::Cli::try_parse_from(["wharf", "serve", "--oauth-resource", r]).map(|_| ())
+        };
+        assert!(resource("https://mcp.example.com/mcp").is_ok());
+        let e = resource("https://mcp.example.com/:tenant/mcp").unwrap_err();
+        assert!(
+            e.to_string().contains("cannot have its metadata served"),
+            "{e}"
+        );
+        // Introspection without this server's credentials, before anything is opened.
+        let introspecting = |more: &[&str]| {
+            let base = [
+                "wharf",
+                "serve",
+                "--oauth-issuer",
+                "https://id.example.com",
+                "--oauth-introspection-url",
+                "https://id.example.com/introspect",
+            ];
+            let cli = crate::Cli::try_parse_from([&base[..], more].concat()).unwrap();
+            let crate::Command::Serve(args) = cli.command else {
+                unreachable!("a serve command")
+            };
+            super::introspection_client(&args).map_err(|e| e.to_string())
+        };
+        let e = introspecting(&["--oauth-client-id", "rs"]).unwrap_err();
+        assert!(
+            e.contains("needs --oauth-client-id and --oauth-client-secret"),
+            "{e}"
+        );
+        assert!(introspecting(&["--oauth-client-id", "rs", "--oauth-client-secret", "s"]).is_ok());
     }
 
+    /// The endpoint is a plain path the server serves nothing else at, and an allowed host
+    /// a name or address as requests are matched (no port, an IPv6 address bracketed):
+    /// anything else is refused when the command line is read. (`--endpoint mcp` made axum
+    /// panic at start; `--allowed-host h:443` started a server that refused every request.)
     #[test]
     fn endpoints_and_allowed_hosts_are_checked_when_read() {
         assert_eq!(super::endpoint_path("/mcp").unwrap(), "/mcp");

@@ -132,6 +132,26 @@ pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn Store>, O
     }
 }
 
+/// The file a `sqlite:` store URL names, as the driver reads the URL (`sqlite:////abs`,
+/// percent-escapes, a query); `None` for another store, or a SQLite store in memory.
+#[cfg(feature = "sqlite")]
+pub fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
+    use std::str::FromStr as _;
+    if !url.starts_with("sqlite:") {
+        return None;
+    }
+    let options = sqlx::sqlite::SqliteConnectOptions::from_str(&sqlite_url(url)).ok()?;
+    let query = url.split_once('?').map(|(_, q)| q).unwrap_or_default();
+    // sqlx keeps whether it is in memory to itself: `:memory:` becomes a private name of
+    // its own, `mode=memory` keeps the path and opens none.
+    let in_memory = query.split('&').any(|p| p == "mode=memory")
+        || options
+            .get_filename()
+            .to_string_lossy()
+            .starts_with("file:sqlx-in-memory-");
+    (!in_memory).then(|| options.get_filename().to_owned())
+}
+
 /// SQLite URLs create their file unless told otherwise.
 #[cfg(feature = "sqlite")]
 fn sqlite_url(url: &str) -> String {
@@ -147,6 +167,29 @@ fn sqlite_url(url: &str) -> String {
 #[cfg(all(test, feature = "sqlite"))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sqlite_urls_file_is_the_one_the_driver_opens() {
+        let file = |url| sqlite_file(url).map(|p| p.display().to_string());
+        for (url, path) in [
+            ("sqlite://./w.db", "./w.db"),
+            ("sqlite:w.db?mode=rwc", "w.db"),
+            ("sqlite:///srv/w.db", "/srv/w.db"),
+            ("sqlite:////srv/w.db", "//srv/w.db"),
+            ("sqlite:///srv/my%20data/w.db", "/srv/my data/w.db"),
+        ] {
+            assert_eq!(file(url).as_deref(), Some(path), "{url}");
+        }
+        for none in [
+            "sqlite::memory:",
+            "sqlite://:memory:",
+            "sqlite://w.db?mode=memory",
+            "postgres://db/w",
+            "memory://",
+        ] {
+            assert_eq!(file(none), None, "{none}");
+        }
+    }
 
     #[test]
     fn sqlite_files_are_created_on_first_use() {

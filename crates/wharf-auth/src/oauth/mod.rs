@@ -198,6 +198,27 @@ pub(crate) fn is_scope_token(scope: &str) -> bool {
             .all(|b| matches!(b, 0x21 | 0x23..=0x5B | 0x5D..=0x7E))
 }
 
+/// Checks a resource URI as [`OAuth::new`] does (so a command line can refuse it before
+/// anything is opened): http(s), no fragment or `"` (it is quoted in every challenge), and
+/// a path its metadata can be served at (RFC 9728 §3.1): no query, braces, or segment
+/// beginning with `:` or `*`, which a router would read as captures or never match.
+pub fn check_resource(resource: &str) -> Result<(), OAuthSetupError> {
+    if !(resource.starts_with("https://") || resource.starts_with("http://")) {
+        return Err(OAuthSetupError::Url("the resource URI"));
+    }
+    if resource.contains(['#', '"']) {
+        return Err(OAuthSetupError::Resource(resource.to_owned()));
+    }
+    let origin = origin_of(resource);
+    let path = &resource[origin.len()..];
+    let routable =
+        !path.contains(['?', '{', '}']) && path.split('/').all(|s| !s.starts_with([':', '*']));
+    if !routable || origin.contains('?') {
+        return Err(OAuthSetupError::ResourcePath(resource.to_owned()));
+    }
+    Ok(())
+}
+
 /// Whether credentials, keys or token verdicts may travel to or from `url`: https, or http
 /// on a loopback host (an issuer on the same machine, in development and tests). Anything
 /// else, anyone on the path could read or answer.
@@ -298,7 +319,6 @@ enum Checker {
 impl OAuth {
     /// Sets the resource server up; nothing is fetched until the first token arrives.
     pub fn new(config: OAuthConfig) -> Result<Self, OAuthSetupError> {
-        let http_url = |u: &str| u.starts_with("https://") || u.starts_with("http://");
         if !is_secure_url(&config.issuer) {
             return Err(OAuthSetupError::Insecure("the issuer"));
         }
@@ -311,20 +331,7 @@ impl OAuth {
                 return Err(OAuthSetupError::Insecure("the JWKS URI"));
             }
         }
-        if !http_url(&config.resource) {
-            return Err(OAuthSetupError::Url("the resource URI"));
-        }
-        if config.resource.contains(['#', '"']) {
-            return Err(OAuthSetupError::Resource(config.resource.clone()));
-        }
-        // Its metadata is served at a route made of its path (RFC 9728 §3.1), which a router
-        // would read as captures, or never match with a query in it.
-        let path = &config.resource[origin_of(&config.resource).len()..];
-        let routable =
-            !path.contains(['?', '{', '}']) && path.split('/').all(|s| !s.starts_with([':', '*']));
-        if !routable || origin_of(&config.resource).contains('?') {
-            return Err(OAuthSetupError::ResourcePath(config.resource.clone()));
-        }
+        check_resource(&config.resource)?;
         if config.leeway > MAX_LEEWAY {
             return Err(OAuthSetupError::Leeway(config.leeway.as_secs()));
         }

@@ -173,13 +173,15 @@ impl Lookup for SystemLookup {
 
 /// The operating system's "no such name" as [`io::ErrorKind::NotFound`]. The standard
 /// library gives every `getaddrinfo` failure one kind and the C library's text
-/// (`EAI_NONAME`, `EAI_NODATA`; glibc's and musl's words): anything else (`EAI_AGAIN`, a
-/// server failure, no answer) stays a failure for now.
+/// (`EAI_NONAME`, `EAI_NODATA`; the words of glibc, musl, macOS and Windows): anything else
+/// (`EAI_AGAIN`, a server failure, no answer) stays a failure for now.
 fn name_missing(err: io::Error) -> io::Error {
-    const MISSING: [&str; 3] = [
+    const MISSING: [&str; 5] = [
         "Name or service not known",
         "No address associated with hostname",
         "Name does not resolve",
+        "nodename nor servname provided, or not known",
+        "No such host is known",
     ];
     let text = err.to_string();
     if MISSING.iter().any(|m| text.contains(m)) {

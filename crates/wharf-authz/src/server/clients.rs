@@ -126,6 +126,15 @@ impl ClientError {
     /// names exist inside the network (those details go to the log).
     pub(crate) fn public_message(&self) -> String {
         match self {
+            // Said as a failure for now (the answer asks for a retry), never naming the host.
+            Self::Fetch(
+                err @ FetchError::Resolve {
+                    temporary: true, ..
+                },
+            ) => {
+                tracing::info!(%err, "a client metadata document was not fetched");
+                "the client's host name could not be resolved for now; try again".to_owned()
+            }
             Self::Fetch(
                 err @ (FetchError::SpecialUseAddress { .. } | FetchError::Resolve { .. }),
             ) => {

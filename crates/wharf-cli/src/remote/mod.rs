@@ -20,6 +20,9 @@ pub(crate) mod tools;
 
 use std::process::ExitCode;
 
+/// The rule every URL credentials travel to is held to, `wharf serve`'s flags included.
+pub(crate) use oauth::secure_url;
+
 use clap::Args;
 use wharf_client::HttpClient;
 

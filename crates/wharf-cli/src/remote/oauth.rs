@@ -91,7 +91,7 @@ pub(crate) fn secure_url(what: &str, url: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "{what} {url} is not https: refusing to send a sign-in's codes and tokens over it"
+            "{what} {url} is not https (plain http only on a loopback host): the codes, tokens, keys and secrets it carries could be read or forged on the way"
         ))
     }
 }

@@ -108,9 +108,10 @@ fn log_filter(value: Option<&str>) -> Result<Targets, String> {
         return Ok(Targets::new().with_default(Level::INFO));
     }
     let refuse = |why: String| format!("WHARF_LOG={value:?}: {why}");
-    for directive in value.split(',').map(str::trim) {
+    let directives: Vec<&str> = value.split(',').map(str::trim).collect();
+    for directive in &directives {
         if directive.is_empty() {
-            return Err(refuse("an empty directive (two commas)".into()));
+            return Err(refuse("an empty directive (a comma too many)".into()));
         }
         if !directive.contains('=') && directive.parse::<LevelFilter>().is_err() {
             return Err(refuse(format!(
@@ -118,7 +119,9 @@ fn log_filter(value: Option<&str>) -> Result<Targets, String> {
             )));
         }
     }
-    value
+    // Read as trimmed: `info, wharf=debug` would make ` wharf` a target that never matches.
+    directives
+        .join(",")
         .parse::<Targets>()
         .map_err(|e| refuse(format!("{e}: give LEVEL or TARGET=LEVEL, comma-separated")))
 }
@@ -550,13 +553,15 @@ mod tests {
             assert!(filter.would_enable("wharf", &Level::INFO));
             assert!(!filter.would_enable("wharf", &Level::DEBUG));
         }
-        let filter = log_filter(Some("warn,wharf_http=debug")).unwrap();
+        let filter = log_filter(Some("warn, wharf_http=debug")).unwrap();
         assert!(filter.would_enable("wharf_http::endpoint", &Level::DEBUG));
+        assert!(filter.would_enable("wharf_store", &Level::WARN));
         assert!(!filter.would_enable("wharf_store", &Level::INFO));
         assert!(log_filter(Some("DEBUG")).is_ok());
         for (bad, why) in [
             ("debg", "\"debg\" is no level"),
             ("info,,wharf=debug", "an empty directive"),
+            ("info,", "a comma too many"),
             ("wharf=loud", "WHARF_LOG=\"wharf=loud\""),
         ] {
             let e = log_filter(Some(bad)).unwrap_err();

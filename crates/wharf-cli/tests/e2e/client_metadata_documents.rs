@@ -358,8 +358,8 @@ async fn a_key_host_down_for_now_is_retried_not_taken_for_a_bad_client() {
     let code = code_for(&Browser::new(), &base, &client_id, &challenge, |_| {})
         .await
         .unwrap();
-    let exchange = |jti: &str| {
-        let a = assertion(&key, &client_id, &audience, jti);
+    let exchange = |key: &EncodingKey, jti: &str| {
+        let a = assertion(key, &client_id, &audience, jti);
         let form = [
             ("grant_type", "authorization_code"),
             ("code", code.as_str()),
@@ -382,7 +382,7 @@ async fn a_key_host_down_for_now_is_retried_not_taken_for_a_bad_client() {
                 .unwrap()
         }
     };
-    let refused = exchange("j1").await;
+    let refused = exchange(&key, "j1").await;
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(refused.headers().contains_key("retry-after"));
     let err: Value = refused.json().await.unwrap();
@@ -392,9 +392,9 @@ async fn a_key_host_down_for_now_is_retried_not_taken_for_a_bad_client() {
     // Back, and larger than a metadata document may be: a key set of many keys (a
     // rotation's, or certificate chains) is taken up to 64 KiB.
     let mut jwks = jwks;
-    let key = jwks["keys"][0].clone();
+    let published = jwks["keys"][0].clone();
     for n in 0..60 {
-        let mut other = key.clone();
+        let mut other = published.clone();
         other["kid"] = json!(format!("retired-{n}"));
         jwks["keys"].as_array_mut().unwrap().push(other);
     }
@@ -406,18 +406,33 @@ async fn a_key_host_down_for_now_is_retried_not_taken_for_a_bad_client() {
             cache: "max-age=60",
         },
     );
-    let accepted = exchange("j2").await;
+    let accepted = exchange(&key, "j2").await;
     assert_eq!(accepted.status(), StatusCode::OK);
     let tokens: Value = accepted.json().await.unwrap();
     assert!(tokens["access_token"].is_string(), "{tokens}");
     assert_eq!(docs.hits(keys), 2);
     // Kept while fresh: the next assertion is checked without a fetch (its code was spent,
     // so the exchange is refused, after the client was authenticated).
-    let spent = exchange("j3").await;
+    let spent = exchange(&key, "j3").await;
     assert_eq!(spent.status(), StatusCode::BAD_REQUEST);
     let err: Value = spent.json().await.unwrap();
     assert_eq!(err["error"], "invalid_grant", "{err}");
     assert_eq!(docs.hits(keys), 2, "the kept key set was used");
+    // Re-keyed under the same kid: the kept set does not verify the assertion, so it is
+    // fetched again once, and the client is authenticated (its spent code refused as
+    // before), not told it is invalid.
+    let (rekeyed, rekeyed_jwks) = client_key();
+    docs.set(
+        keys,
+        Answer::Json {
+            body: rekeyed_jwks,
+            cache: "max-age=60",
+        },
+    );
+    let spent = exchange(&rekeyed, "j4").await;
+    let err: Value = spent.json().await.unwrap();
+    assert_eq!(err["error"], "invalid_grant", "{err}");
+    assert_eq!(docs.hits(keys), 3);
 }
 
 /// This server's own store failing is no fault of the client's: a document fetched but not

@@ -809,7 +809,21 @@ async fn a_session_stored_unreadable_is_answered_as_ended() {
         .await
         .unwrap();
     assert_eq!(changed.rows_affected(), 1);
-    // Past the replica's copy of it.
+    // A change of the session reads it from the store even while this replica's copy is
+    // fresh: the session ended, not "busy, retry".
+    let subscribe = session
+        .request(
+            "resources/subscribe",
+            json!({ "uri": "dataset://anything" }),
+        )
+        .await
+        .unwrap();
+    assert!(
+        subscribe.body.contains("the session ended"),
+        "{}",
+        subscribe.body
+    );
+    // Past the replica's copy of it (which the change dropped in any case).
     tokio::time::sleep(Duration::from_millis(2_200)).await;
     let reply = session.request("tools/list", json!({})).await.unwrap();
     assert_eq!(reply.status, 404, "{}", reply.body);

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::{Session, SessionKind, SessionState};
 use crate::mutation::MutationQueue;
-use crate::store::{HandleKind, Millis, Store, StoreError, TxMode};
+use crate::store::{HandleKind, HandleRecord, Millis, Store, StoreError, TxMode};
 
 /// Sessions a server without a store keeps at most (the expired ones go first); also the
 /// most sessions one process keeps copies of.
@@ -90,19 +90,27 @@ impl Book {
                 if record.kind != <super::SessionKind as HandleKind>::KIND {
                     return Ok(None);
                 }
-                // A record this build cannot read (written by another version) is a session
-                // that is gone for this replica: its client hears 404 and opens another
-                // (2025-11-25 transports: a server MAY end a session at any time), where a
-                // 503 would have it retry the same one until it expires.
-                let session = match Session::from_record(record) {
-                    Ok(session) => session,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "a stored legacy session cannot be read: answered as ended");
-                        return Ok(None);
-                    }
+                let Some(session) = self.readable(record) else {
+                    return Ok(None);
                 };
                 self.keep(&session);
                 Ok(Some(session))
+            }
+        }
+    }
+
+    /// A stored session, or `None` when this build cannot read its record (another version
+    /// wrote it): such a session is gone for this replica, its copy dropped, and its client
+    /// hears 404 and opens another (2025-11-25 transports: a server MAY end a session at any
+    /// time), where a 503 would have it retry the same one until it expires.
+    fn readable(&self, record: HandleRecord) -> Option<Session> {
+        let id = record.id.clone();
+        match Session::from_record(record) {
+            Ok(session) => Some(session),
+            Err(e) => {
+                tracing::warn!(error = %e, "a stored legacy session cannot be read: answered as ended");
+                self.forget(&id);
+                None
             }
         }
     }
@@ -228,7 +236,10 @@ impl Book {
                     self.forget(id);
                     return Ok(None);
                 };
-                let mut changed = Session::from_record(record)?;
+                let Some(mut changed) = self.readable(record) else {
+                    turn.end().await;
+                    return Ok(None);
+                };
                 if !change(changed.state_mut()) {
                     turn.end().await;
                     self.keep(&changed);

@@ -35,9 +35,15 @@ struct CachedKeySet {
     body: String,
 }
 
-/// The key set at `url`: the copy kept, unless it lacks the assertion's key (the client
-/// rotated its keys), else fetched and kept for as long as its host allows.
-async fn key_set(shared: &Shared, url: &url::Url, kid: Option<&str>) -> Result<Value, OAuthError> {
+/// The key set at `url`, and whether it is the copy kept: that one unless it lacks the
+/// assertion's key or `fetch` (the client rotated its keys), else fetched and kept for as
+/// long as its host allows.
+async fn key_set(
+    shared: &Shared,
+    url: &url::Url,
+    kid: Option<&str>,
+    fetch: bool,
+) -> Result<(Value, bool), OAuthError> {
     let refuse = |why: String| OAuthError::invalid_client(format!("client_assertion: {why}"));
     let holds = |set: &Value| {
         let keys = set.get("keys").and_then(Value::as_array);
@@ -47,17 +53,22 @@ async fn key_set(shared: &Shared, url: &url::Url, kid: Option<&str>) -> Result<V
         }
     };
     // A cache the store cannot read only means the set is fetched.
-    let kept = shared
-        .records
-        .get::<CachedKeySet>(KEY_SET_CACHE, url.as_str())
-        .await;
+    let kept = match fetch {
+        true => Ok(None),
+        false => {
+            shared
+                .records
+                .get::<CachedKeySet>(KEY_SET_CACHE, url.as_str())
+                .await
+        }
+    };
     if let Some(set) = kept
         .ok()
         .flatten()
         .and_then(|c| serde_json::from_str::<Value>(&c.value.body).ok())
         .filter(|set| holds(set))
     {
-        return Ok(set);
+        return Ok((set, true));
     }
     let (body, fresh_for) = shared.fetcher.fetch_key_set(url).await.map_err(|e| {
         let err = ClientError::from(e);
@@ -90,7 +101,7 @@ async fn key_set(shared: &Shared, url: &url::Url, kid: Option<&str>) -> Result<V
             tracing::warn!(%err, jwks_uri = %url, "a client's key set was not kept");
         }
     }
-    Ok(set)
+    Ok((set, false))
 }
 
 /// Checks the assertion against the client's keys, and that its `jti` is new.
@@ -106,24 +117,6 @@ pub(crate) async fn verify(shared: &Shared, client: &Client, jwt: &str) -> Resul
             header.alg
         )));
     }
-    let set: Value = match &client.auth {
-        TokenAuth::PrivateKeyJwt { jwks } => jwks.clone(),
-        TokenAuth::PrivateKeyJwtUri { jwks_uri } => {
-            let url =
-                url::Url::parse(jwks_uri).map_err(|_| refuse("jwks_uri is not a URL".into()))?;
-            key_set(shared, &url, header.kid.as_deref()).await?
-        }
-        _ => return Err(refuse("this client does not use private_key_jwt".into())),
-    };
-    let set: JwkSet = serde_json::from_value(set)
-        .map_err(|_| refuse("the client's keys are not a JWK set".into()))?;
-    let jwk = match &header.kid {
-        Some(kid) => set.find(kid),
-        None if set.keys.len() == 1 => set.keys.first(),
-        None => None,
-    }
-    .ok_or_else(|| refuse("no key of the client's matches the assertion's kid".into()))?;
-    let key = DecodingKey::from_jwk(jwk).map_err(|e| refuse(e.to_string()))?;
     let mut validation = Validation::new(header.alg);
     validation.set_audience(&[
         shared.endpoint("/token"),
@@ -134,9 +127,39 @@ pub(crate) async fn verify(shared: &Shared, client: &Client, jwt: &str) -> Resul
     validation.sub = Some(client.id.clone());
     validation.set_required_spec_claims(&["exp", "iss", "sub", "aud"]);
     validation.leeway = 30;
-    let claims = jsonwebtoken::decode::<Value>(jwt, &key, &validation)
-        .map_err(|e| refuse(e.to_string()))?
-        .claims;
+    let kid = header.kid.as_deref();
+    let signed = |set: Value| {
+        let set: JwkSet = serde_json::from_value(set)
+            .map_err(|_| refuse("the client's keys are not a JWK set".into()))?;
+        let jwk = match kid {
+            Some(kid) => set.find(kid),
+            None if set.keys.len() == 1 => set.keys.first(),
+            None => None,
+        }
+        .ok_or_else(|| refuse("no key of the client's matches the assertion's kid".into()))?;
+        let key = DecodingKey::from_jwk(jwk).map_err(|e| refuse(e.to_string()))?;
+        jsonwebtoken::decode::<Value>(jwt, &key, &validation)
+            .map(|data| data.claims)
+            .map_err(|e| refuse(e.to_string()))
+    };
+    let claims = match &client.auth {
+        TokenAuth::PrivateKeyJwt { jwks } => signed(jwks.clone())?,
+        TokenAuth::PrivateKeyJwtUri { jwks_uri } => {
+            let url =
+                url::Url::parse(jwks_uri).map_err(|_| refuse("jwks_uri is not a URL".into()))?;
+            match key_set(shared, &url, kid, false).await? {
+                // A kept set the assertion does not verify against may be one the client
+                // replaced since (a key re-made under its kid): the set is fetched again,
+                // once, before the client is refused.
+                (set, true) => match signed(set) {
+                    Ok(claims) => claims,
+                    Err(_) => signed(key_set(shared, &url, kid, true).await?.0)?,
+                },
+                (set, false) => signed(set)?,
+            }
+        }
+        _ => return Err(refuse("this client does not use private_key_jwt".into())),
+    };
     // Read whole: an `exp` past i64 must not pass for 0 (a replay record already expired).
     let exp = claims
         .get("exp")
