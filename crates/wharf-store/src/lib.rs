@@ -133,7 +133,8 @@ pub async fn open(url: &str, options: &StoreOptions) -> Result<Arc<dyn Store>, O
 }
 
 /// The file a `sqlite:` store URL names, as the driver reads the URL (`sqlite:////abs`,
-/// percent-escapes, a query); `None` for another store, or a SQLite store in memory.
+/// percent-escapes, a query); `None` for another store, a SQLite store in memory or
+/// without a name, or one named by a SQLite `file:` URI.
 #[cfg(feature = "sqlite")]
 pub fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
     use std::str::FromStr as _;
@@ -149,7 +150,11 @@ pub fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
             .get_filename()
             .to_string_lossy()
             .starts_with("file:sqlx-in-memory-");
-    (!in_memory).then(|| options.get_filename().to_owned())
+    // No name is a private temporary database; a `file:` URI name is read by SQLite itself,
+    // not as a path (neither is one file another process could open by this URL).
+    let name = options.get_filename();
+    let named = !name.as_os_str().is_empty() && !name.to_string_lossy().starts_with("file:");
+    (!in_memory && named).then(|| name.to_owned())
 }
 
 /// SQLite URLs create their file unless told otherwise.
@@ -184,6 +189,8 @@ mod tests {
             "sqlite::memory:",
             "sqlite://:memory:",
             "sqlite://w.db?mode=memory",
+            "sqlite://",
+            "sqlite:file:w.db",
             "postgres://db/w",
             "memory://",
         ] {

@@ -126,7 +126,7 @@ pub(crate) async fn authorize(
             let mut page = html::error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "This application cannot sign in right now",
-                &format!("{} Try again in a moment.", err.public_message()),
+                &format!("{}. Try again in a moment.", err.public_message()),
             );
             page.headers_mut().insert(
                 header::RETRY_AFTER,

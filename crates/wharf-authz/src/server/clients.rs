@@ -133,7 +133,7 @@ impl ClientError {
                 },
             ) => {
                 tracing::info!(%err, "a client metadata document was not fetched");
-                "the client's host name could not be resolved for now; try again".to_owned()
+                "the client's host name could not be resolved for now".to_owned()
             }
             Self::Fetch(
                 err @ (FetchError::SpecialUseAddress { .. } | FetchError::Resolve { .. }),
@@ -143,7 +143,7 @@ impl ClientError {
             }
             Self::Record(err) => {
                 tracing::warn!(%err, "the authorization server could not read a client");
-                "the authorization server could not read its records; try again".to_owned()
+                "the authorization server could not read its records".to_owned()
             }
             other => other.to_string(),
         }
@@ -303,5 +303,18 @@ mod tests {
         };
         assert!(unresolved(true).is_transient());
         assert!(!unresolved(false).is_transient());
+        // Neither names the host to an unauthenticated visitor; only one says "for now".
+        let (now, never) = (
+            unresolved(true).public_message(),
+            unresolved(false).public_message(),
+        );
+        assert!(
+            now.contains("for now") && !now.contains("client.example"),
+            "{now}"
+        );
+        assert!(
+            !never.contains("for now") && !never.contains("client.example"),
+            "{never}"
+        );
     }
 }

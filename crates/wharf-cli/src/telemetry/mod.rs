@@ -108,18 +108,33 @@ fn log_filter(value: Option<&str>) -> Result<Targets, String> {
         return Ok(Targets::new().with_default(Level::INFO));
     }
     let refuse = |why: String| format!("WHARF_LOG={value:?}: {why}");
-    let directives: Vec<&str> = value.split(',').map(str::trim).collect();
-    for directive in &directives {
-        if directive.is_empty() {
-            return Err(refuse("an empty directive (a comma too many)".into()));
-        }
-        if !directive.contains('=') && directive.parse::<LevelFilter>().is_err() {
-            return Err(refuse(format!(
-                "{directive:?} is no level: give trace, debug, info, warn, error or off, or TARGET=LEVEL"
-            )));
+    // An empty level reads as `error` to tracing: refused with the rest.
+    let level = |text: &str| {
+        text.parse::<LevelFilter>()
+            .ok()
+            .filter(|_| !text.is_empty())
+            .ok_or_else(|| {
+                refuse(format!(
+                    "{text:?} is no level: give trace, debug, info, warn, error or off"
+                ))
+            })
+    };
+    // Each directive read trimmed, its target and level too: `info, wharf = debug` would
+    // otherwise name targets ` wharf ` that never match.
+    let mut directives = Vec::new();
+    for directive in value.split(',').map(str::trim) {
+        match directive.split_once('=') {
+            _ if directive.is_empty() => {
+                return Err(refuse("an empty directive (a comma too many)".into()));
+            }
+            Some((target, filter)) if !target.trim().is_empty() => {
+                let filter = level(filter.trim())?;
+                directives.push(format!("{}={filter}", target.trim()));
+            }
+            Some(_) => return Err(refuse(format!("{directive:?} names no target"))),
+            None => directives.push(level(directive)?.to_string()),
         }
     }
-    // Read as trimmed: `info, wharf=debug` would make ` wharf` a target that never matches.
     directives
         .join(",")
         .parse::<Targets>()
@@ -553,13 +568,15 @@ mod tests {
             assert!(filter.would_enable("wharf", &Level::INFO));
             assert!(!filter.would_enable("wharf", &Level::DEBUG));
         }
-        let filter = log_filter(Some("warn, wharf_http=debug")).unwrap();
+        let filter = log_filter(Some("warn, wharf_http = debug")).unwrap();
         assert!(filter.would_enable("wharf_http::endpoint", &Level::DEBUG));
         assert!(filter.would_enable("wharf_store", &Level::WARN));
         assert!(!filter.would_enable("wharf_store", &Level::INFO));
         assert!(log_filter(Some("DEBUG")).is_ok());
         for (bad, why) in [
             ("debg", "\"debg\" is no level"),
+            ("wharf=", "\"\" is no level"),
+            ("=debug", "names no target"),
             ("info,,wharf=debug", "an empty directive"),
             ("info,", "a comma too many"),
             ("wharf=loud", "WHARF_LOG=\"wharf=loud\""),

@@ -234,6 +234,7 @@ impl Book {
                 // until this transaction does.
                 let Some(record) = store.load_handle(id).await? else {
                     self.forget(id);
+                    turn.end().await;
                     return Ok(None);
                 };
                 let Some(mut changed) = self.readable(record) else {
@@ -251,6 +252,8 @@ impl Book {
                 }
                 if !tx.hold_handle(id, Some(now)).await? {
                     self.forget(id);
+                    drop(tx);
+                    turn.end().await;
                     return Ok(None);
                 }
                 changed.touched(now);

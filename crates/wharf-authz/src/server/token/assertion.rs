@@ -128,34 +128,44 @@ pub(crate) async fn verify(shared: &Shared, client: &Client, jwt: &str) -> Resul
     validation.set_required_spec_claims(&["exp", "iss", "sub", "aud"]);
     validation.leeway = 30;
     let kid = header.kid.as_deref();
+    // The claims, or the refusal and whether the keys were what failed (none matches, one
+    // unusable, a bad signature), which newer keys could change.
     let signed = |set: Value| {
+        let by_keys = |why: String| (refuse(why), true);
         let set: JwkSet = serde_json::from_value(set)
-            .map_err(|_| refuse("the client's keys are not a JWK set".into()))?;
+            .map_err(|_| by_keys("the client's keys are not a JWK set".into()))?;
         let jwk = match kid {
             Some(kid) => set.find(kid),
             None if set.keys.len() == 1 => set.keys.first(),
             None => None,
         }
-        .ok_or_else(|| refuse("no key of the client's matches the assertion's kid".into()))?;
-        let key = DecodingKey::from_jwk(jwk).map_err(|e| refuse(e.to_string()))?;
+        .ok_or_else(|| by_keys("no key of the client's matches the assertion's kid".into()))?;
+        let key = DecodingKey::from_jwk(jwk).map_err(|e| by_keys(e.to_string()))?;
         jsonwebtoken::decode::<Value>(jwt, &key, &validation)
             .map(|data| data.claims)
-            .map_err(|e| refuse(e.to_string()))
+            .map_err(|e| {
+                let keys = matches!(e.kind(), jsonwebtoken::errors::ErrorKind::InvalidSignature);
+                (refuse(e.to_string()), keys)
+            })
     };
     let claims = match &client.auth {
-        TokenAuth::PrivateKeyJwt { jwks } => signed(jwks.clone())?,
+        TokenAuth::PrivateKeyJwt { jwks } => signed(jwks.clone()).map_err(|(e, _)| e)?,
         TokenAuth::PrivateKeyJwtUri { jwks_uri } => {
             let url =
                 url::Url::parse(jwks_uri).map_err(|_| refuse("jwks_uri is not a URL".into()))?;
             match key_set(shared, &url, kid, false).await? {
-                // A kept set the assertion does not verify against may be one the client
-                // replaced since (a key re-made under its kid): the set is fetched again,
-                // once, before the client is refused.
+                // A kept set whose keys fail the assertion may be one the client replaced
+                // since (a key re-made under its kid): fetched again, once, before the
+                // client is refused; a fetch that fails leaves the first refusal.
                 (set, true) => match signed(set) {
                     Ok(claims) => claims,
-                    Err(_) => signed(key_set(shared, &url, kid, true).await?.0)?,
+                    Err((refused, true)) => match key_set(shared, &url, kid, true).await {
+                        Ok((fresh, _)) => signed(fresh).map_err(|(e, _)| e)?,
+                        Err(_) => return Err(refused),
+                    },
+                    Err((refused, false)) => return Err(refused),
                 },
-                (set, false) => signed(set)?,
+                (set, false) => signed(set).map_err(|(e, _)| e)?,
             }
         }
         _ => return Err(refuse("this client does not use private_key_jwt".into())),
