@@ -18,6 +18,7 @@ mod stream;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -38,6 +39,7 @@ use crate::bus::{BusError, ChangeEvent, SessionSignal};
 use crate::dispatch::Core;
 use crate::error::{ErrorKind, RpcError};
 use crate::meta::TraceContext;
+use crate::metrics::Throttled;
 use crate::principal::Principal;
 use crate::reply::respond;
 use crate::request::{self, MAX_SUBSCRIBED_BYTES, MAX_SUBSCRIPTIONS, MAX_URI_LEN};
@@ -430,6 +432,24 @@ impl<'a> Sessions<'a> {
                 return Ok(());
             };
             let key = call_key(session.id(), &p.request_id);
+            let runtime = &self.core.runtime;
+            // Running here: cancelled here, and no other replica need wake for it.
+            if runtime.hub.cancel_here(session.id(), &key) {
+                return Ok(());
+            }
+            // Sent on only within the session's budget; past it, ignored as cancellations
+            // of unknown requests may be (2025-11-25), and said at most every 10 s.
+            let shared = session.booked && runtime.sessions.is_shared();
+            if shared && !runtime.hub.may_send_cancel(session.id()) {
+                static PAST_BUDGET: Throttled = Throttled::new(Duration::from_secs(10));
+                if let Some(held_back) = PAST_BUDGET.ready() {
+                    tracing::warn!(
+                        held_back,
+                        "a legacy session sent more cancellations than the other replicas are woken for: ignored"
+                    );
+                }
+                return Ok(());
+            }
             // The call may run on another replica, which hears of it only through the bus:
             // a cancellation the bus did not take is not acknowledged, so that the client
             // sends it again rather than wait for a call that goes on.

@@ -39,6 +39,9 @@ pub(crate) struct Hub {
     /// (it read its session from a copy, or from the store, before the end) is cancelled
     /// as it starts rather than run for a session nobody holds.
     ended: Mutex<HashMap<Box<str>, std::time::Instant>>,
+    /// Cancellations each session sent on to the other replicas in the current window, and
+    /// when the window began ([`Hub::may_send_cancel`]).
+    cancels_sent: Mutex<HashMap<Box<str>, (std::time::Instant, u32)>>,
     listening: OnceLock<()>,
     /// Cancelled when the hub goes (with its server): its task stops hearing the bus then,
     /// and not before. A draining server's calls still run, and still hear their
@@ -57,6 +60,13 @@ impl Drop for Hub {
 const ENDED_REMEMBERED: Duration = Duration::from_secs(10);
 /// Most session ends remembered at once (a flood of DELETEs aside, a handful).
 const MAX_ENDED: usize = 10_000;
+/// Cancellations of calls not running here one session may send on to the other replicas
+/// per [`CANCEL_WINDOW`]: far more than a client cancels (one per call it started), and few
+/// enough that a client naming made-up ids cannot keep every replica busy.
+const CANCELS_PER_WINDOW: u32 = 256;
+const CANCEL_WINDOW: Duration = Duration::from_secs(10);
+/// Sessions whose windows are kept at once; past it, the expired ones go, then all.
+const MAX_CANCELLING: usize = 10_000;
 
 impl Hub {
     /// Starts hearing the bus, once per process (the first legacy request does it), and
@@ -112,14 +122,43 @@ impl Hub {
         });
     }
 
+    /// Cancels `call` of `session` if it runs here; whether it did.
+    pub(crate) fn cancel_here(&self, session: &str, call: &str) -> bool {
+        let key: RunKey = (session.into(), call.into());
+        lock(&self.running)
+            .get(&key)
+            .map(|(_, token)| token.cancel())
+            .is_some()
+    }
+
+    /// Whether `session` may send one more cancellation on to the other replicas: each
+    /// wakes every replica (and a burst past the bus's channel makes every listen stream
+    /// start over), so each session has [`CANCELS_PER_WINDOW`] per [`CANCEL_WINDOW`].
+    pub(crate) fn may_send_cancel(&self, session: &str) -> bool {
+        self.may_send_cancel_at(session, std::time::Instant::now())
+    }
+
+    fn may_send_cancel_at(&self, session: &str, now: std::time::Instant) -> bool {
+        let mut sent = lock(&self.cancels_sent);
+        if sent.len() >= MAX_CANCELLING && !sent.contains_key(session) {
+            sent.retain(|_, (since, _)| now.duration_since(*since) < CANCEL_WINDOW);
+            if sent.len() >= MAX_CANCELLING {
+                sent.clear();
+            }
+        }
+        let (since, count) = sent.entry(session.into()).or_insert((now, 0));
+        if now.duration_since(*since) >= CANCEL_WINDOW {
+            (*since, *count) = (now, 0);
+        }
+        *count += 1;
+        *count <= CANCELS_PER_WINDOW
+    }
+
     /// Hands `signal` to the call of `session` it concerns, if that runs here.
     pub(crate) fn route(&self, session: &str, signal: SessionSignal) {
         match signal {
             SessionSignal::Cancel(call) => {
-                let key: RunKey = (session.into(), call.into());
-                if let Some((_, token)) = lock(&self.running).get(&key) {
-                    token.cancel();
-                }
+                self.cancel_here(session, &call);
             }
             SessionSignal::Reply(key) => self.deliver(&key, Delivery::Stored),
             // Nobody is left to answer the session's calls or to read what they send: a
@@ -266,6 +305,30 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each session sends on its budget of cancellations per window, whatever another one
+    /// does; a new window starts a new budget; the windows kept stay bounded.
+    #[test]
+    fn each_session_sends_on_a_bounded_number_of_cancellations() {
+        let hub = Hub::default();
+        let start = std::time::Instant::now();
+        for _ in 0..CANCELS_PER_WINDOW {
+            assert!(hub.may_send_cancel_at("s", start));
+        }
+        assert!(!hub.may_send_cancel_at("s", start + Duration::from_secs(1)));
+        assert!(
+            hub.may_send_cancel_at("t", start),
+            "another session's budget"
+        );
+        assert!(
+            hub.may_send_cancel_at("s", start + CANCEL_WINDOW),
+            "a new window"
+        );
+        for n in 0..MAX_CANCELLING * 2 {
+            hub.may_send_cancel_at(&format!("session-{n}"), start + CANCEL_WINDOW);
+        }
+        assert!(lock(&hub.cancels_sent).len() <= MAX_CANCELLING);
+    }
 
     /// One live call per key: a second is refused while the first runs, and takes the key
     /// once the first is cancelled; the first one's end then leaves the second registered.
