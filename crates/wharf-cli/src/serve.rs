@@ -1067,6 +1067,11 @@ async fn open_store(args: &ServeArgs) -> anyhow::Result<Option<Arc<dyn Store>>> 
 /// taking turns, change notifications), so it is refused at start. Short commands (`wharf
 /// user`) do not take it. `None` for another store, or SQLite in memory.
 fn hold_sqlite_file(url: &str) -> anyhow::Result<Option<std::fs::File>> {
+    // SQLite reads a `file:` URI itself: its file is not known here to be locked.
+    anyhow::ensure!(
+        !url.starts_with("sqlite:file:"),
+        "--store {url}: give a SQLite store as sqlite://PATH (a file: URI names a file this server cannot lock to one process)"
+    );
     let Some(file) = wharf_store::sqlite_file(url) else {
         return Ok(None);
     };

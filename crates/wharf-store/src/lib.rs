@@ -151,7 +151,7 @@ pub fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
             .to_string_lossy()
             .starts_with("file:sqlx-in-memory-");
     // No name is a private temporary database; a `file:` URI name is read by SQLite itself,
-    // not as a path (neither is one file another process could open by this URL).
+    // not as a path, so it names no path here.
     let name = options.get_filename();
     let named = !name.as_os_str().is_empty() && !name.to_string_lossy().starts_with("file:");
     (!in_memory && named).then(|| name.to_owned())

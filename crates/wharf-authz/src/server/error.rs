@@ -29,6 +29,11 @@ impl OAuthError {
         }
     }
 
+    /// Whether it asks the client to retry (the failure was for now).
+    pub(crate) fn is_temporary(&self) -> bool {
+        self.code == "temporarily_unavailable"
+    }
+
     pub(crate) fn invalid_request(description: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request", description)
     }

@@ -433,6 +433,14 @@ async fn a_key_host_down_for_now_is_retried_not_taken_for_a_bad_client() {
     let err: Value = spent.json().await.unwrap();
     assert_eq!(err["error"], "invalid_grant", "{err}");
     assert_eq!(docs.hits(keys), 3);
+    // An assertion its keys fail again right after (anyone may send one) is refused without
+    // another fetch from the client's host.
+    let (stranger, _) = client_key();
+    let forged = exchange(&stranger, "j5").await;
+    assert_eq!(forged.status(), StatusCode::UNAUTHORIZED);
+    let err: Value = forged.json().await.unwrap();
+    assert_eq!(err["error"], "invalid_client", "{err}");
+    assert_eq!(docs.hits(keys), 3, "not fetched again within a minute");
 }
 
 /// This server's own store failing is no fault of the client's: a document fetched but not

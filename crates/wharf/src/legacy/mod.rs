@@ -433,22 +433,24 @@ impl<'a> Sessions<'a> {
             };
             let key = call_key(session.id(), &p.request_id);
             let runtime = &self.core.runtime;
-            // Running here: cancelled here, and no other replica need wake for it.
-            if runtime.hub.cancel_here(session.id(), &key) {
-                return Ok(());
-            }
-            // Sent on only within the session's budget; past it, ignored as cancellations
-            // of unknown requests may be (2025-11-25), and said at most every 10 s.
+            // A call running here is cancelled here at once, and the cancellation still goes
+            // to the others (a retry under the same id may run on one). Any other goes out
+            // within the session's budget: each wakes every replica. Past it, the client is
+            // asked to send it again later, as when the bus does not take it.
+            let here = runtime.hub.cancel_here(session.id(), &key);
             let shared = session.booked && runtime.sessions.is_shared();
-            if shared && !runtime.hub.may_send_cancel(session.id()) {
+            if shared && !here && !runtime.hub.may_send_cancel(session.id()) {
                 static PAST_BUDGET: Throttled = Throttled::new(Duration::from_secs(10));
                 if let Some(held_back) = PAST_BUDGET.ready() {
                     tracing::warn!(
                         held_back,
-                        "a legacy session sent more cancellations than the other replicas are woken for: ignored"
+                        "a legacy session sent more cancellations than the other replicas are woken for: refused busy"
                     );
                 }
-                return Ok(());
+                return Err(RpcError::new(
+                    ErrorKind::RetryLater,
+                    "Busy: this session sent more cancellations than are passed to the other replicas at once; send it again later",
+                ));
             }
             // The call may run on another replica, which hears of it only through the bus:
             // a cancellation the bus did not take is not acknowledged, so that the client

@@ -61,8 +61,8 @@ const ENDED_REMEMBERED: Duration = Duration::from_secs(10);
 /// Most session ends remembered at once (a flood of DELETEs aside, a handful).
 const MAX_ENDED: usize = 10_000;
 /// Cancellations of calls not running here one session may send on to the other replicas
-/// per [`CANCEL_WINDOW`]: far more than a client cancels (one per call it started), and few
-/// enough that a client naming made-up ids cannot keep every replica busy.
+/// per [`CANCEL_WINDOW`]: one per call it started is all a client sends, and few enough
+/// that a client naming made-up ids cannot keep every replica busy.
 const CANCELS_PER_WINDOW: u32 = 256;
 const CANCEL_WINDOW: Duration = Duration::from_secs(10);
 /// Sessions whose windows are kept at once; past it, the expired ones go, then all.
@@ -122,11 +122,13 @@ impl Hub {
         });
     }
 
-    /// Cancels `call` of `session` if it runs here; whether it did.
+    /// Cancels `call` of `session` if it runs here; whether a live call was cancelled now
+    /// (not one cancelled before, whose key is free for another call, maybe elsewhere).
     pub(crate) fn cancel_here(&self, session: &str, call: &str) -> bool {
         let key: RunKey = (session.into(), call.into());
         lock(&self.running)
             .get(&key)
+            .filter(|(_, token)| !token.is_cancelled())
             .map(|(_, token)| token.cancel())
             .is_some()
     }
@@ -150,7 +152,7 @@ impl Hub {
         if now.duration_since(*since) >= CANCEL_WINDOW {
             (*since, *count) = (now, 0);
         }
-        *count += 1;
+        *count = count.saturating_add(1);
         *count <= CANCELS_PER_WINDOW
     }
 
@@ -328,6 +330,19 @@ mod tests {
             hub.may_send_cancel_at(&format!("session-{n}"), start + CANCEL_WINDOW);
         }
         assert!(lock(&hub.cancels_sent).len() <= MAX_CANCELLING);
+    }
+
+    /// A cancellation reaches a live call here once; a call cancelled before frees its key
+    /// (its id may run elsewhere now), so it does not count as running here.
+    #[test]
+    fn only_a_live_call_is_cancelled_here() {
+        let hub = Arc::new(Hub::default());
+        let token = CancellationToken::new();
+        let _running = hub.run("s", "k", token.clone()).expect("free");
+        assert!(!hub.cancel_here("s", "other"));
+        assert!(hub.cancel_here("s", "k"));
+        assert!(token.is_cancelled());
+        assert!(!hub.cancel_here("s", "k"), "already cancelled");
     }
 
     /// One live call per key: a second is refused while the first runs, and takes the key

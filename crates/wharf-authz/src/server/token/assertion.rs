@@ -33,7 +33,18 @@ pub(crate) fn issuer(jwt: &str) -> Option<String> {
 #[derive(Serialize, Deserialize)]
 struct CachedKeySet {
     body: String,
+    /// When it was fetched, and whether for an assertion its kept keys failed: such a set
+    /// is not fetched again for the same reason within [`MIN_REFETCH_MS`] (anyone may send
+    /// an assertion its keys fail, and each would be a fetch from the client's host).
+    #[serde(default)]
+    fetched_at: wharf::store::Millis,
+    #[serde(default)]
+    refetched: bool,
 }
+
+/// How long a key set fetched again for a failed assertion stands before another such
+/// fetch: a client that rotates its keys twice within it waits that long.
+const MIN_REFETCH_MS: wharf::store::Millis = 60_000;
 
 /// The key set at `url`, and whether it is the copy kept: that one unless it lacks the
 /// assertion's key or `fetch` (the client rotated its keys), else fetched and kept for as
@@ -52,19 +63,19 @@ async fn key_set(
             None => keys.is_some_and(|k| k.len() == 1),
         }
     };
-    // A cache the store cannot read only means the set is fetched.
-    let kept = match fetch {
-        true => Ok(None),
-        false => {
-            shared
-                .records
-                .get::<CachedKeySet>(KEY_SET_CACHE, url.as_str())
-                .await
-        }
+    // A cache the store cannot read only means the set is fetched. A set asked for again
+    // (`fetch`) is fetched unless it is younger than `MIN_REFETCH_MS`.
+    let kept = shared
+        .records
+        .get::<CachedKeySet>(KEY_SET_CACHE, url.as_str())
+        .await;
+    let young = |c: &CachedKeySet| {
+        c.refetched && now_millis().saturating_sub(c.fetched_at) < MIN_REFETCH_MS
     };
     if let Some(set) = kept
         .ok()
         .flatten()
+        .filter(|c| !fetch || young(&c.value))
         .and_then(|c| serde_json::from_str::<Value>(&c.value.body).ok())
         .filter(|set| holds(set))
     {
@@ -92,7 +103,11 @@ async fn key_set(
             .keep_for(
                 KEY_SET_CACHE,
                 url.as_str(),
-                &CachedKeySet { body },
+                &CachedKeySet {
+                    body,
+                    fetched_at: now_millis(),
+                    refetched: fetch,
+                },
                 fresh_for,
             )
             .await;
@@ -144,7 +159,15 @@ pub(crate) async fn verify(shared: &Shared, client: &Client, jwt: &str) -> Resul
         jsonwebtoken::decode::<Value>(jwt, &key, &validation)
             .map(|data| data.claims)
             .map_err(|e| {
-                let keys = matches!(e.kind(), jsonwebtoken::errors::ErrorKind::InvalidSignature);
+                use jsonwebtoken::errors::ErrorKind as Kind;
+                let keys = matches!(
+                    e.kind(),
+                    Kind::InvalidSignature
+                        | Kind::InvalidAlgorithm
+                        | Kind::InvalidRsaKey(_)
+                        | Kind::InvalidEcdsaKey
+                        | Kind::InvalidKeyFormat
+                );
                 (refuse(e.to_string()), keys)
             })
     };
@@ -156,11 +179,13 @@ pub(crate) async fn verify(shared: &Shared, client: &Client, jwt: &str) -> Resul
             match key_set(shared, &url, kid, false).await? {
                 // A kept set whose keys fail the assertion may be one the client replaced
                 // since (a key re-made under its kid): fetched again, once, before the
-                // client is refused; a fetch that fails leaves the first refusal.
+                // client is refused; a fetch that fails leaves the first refusal, unless
+                // it failed for now (then the client retries, credentials kept).
                 (set, true) => match signed(set) {
                     Ok(claims) => claims,
                     Err((refused, true)) => match key_set(shared, &url, kid, true).await {
                         Ok((fresh, _)) => signed(fresh).map_err(|(e, _)| e)?,
+                        Err(e) if e.is_temporary() => return Err(e),
                         Err(_) => return Err(refused),
                     },
                     Err((refused, false)) => return Err(refused),
