@@ -33,17 +33,17 @@ pub(crate) fn issuer(jwt: &str) -> Option<String> {
 #[derive(Serialize, Deserialize)]
 struct CachedKeySet {
     body: String,
-    /// When it was fetched, and whether for an assertion its kept keys failed: such a set
-    /// is not fetched again for the same reason within [`MIN_REFETCH_MS`] (anyone may send
-    /// an assertion its keys fail, and each would be a fetch from the client's host).
+    /// When it was fetched, and whether to replace a kept set (for an assertion whose key
+    /// it lacked or failed): such a set is not replaced again within [`MIN_REFETCH_MS`]
+    /// (anyone may send such an assertion, and each would be a fetch from the client's host).
     #[serde(default)]
     fetched_at: wharf::store::Millis,
     #[serde(default)]
     refetched: bool,
 }
 
-/// How long a key set fetched again for a failed assertion stands before another such
-/// fetch: a client that rotates its keys twice within it waits that long.
+/// How long a key set fetched to replace a kept one stands before it is replaced again: a
+/// client that rotates its keys twice within it waits that long.
 const MIN_REFETCH_MS: wharf::store::Millis = 60_000;
 
 /// The key set at `url`, and whether it is the copy kept: that one unless it lacks the
@@ -63,23 +63,22 @@ async fn key_set(
             None => keys.is_some_and(|k| k.len() == 1),
         }
     };
-    // A cache the store cannot read only means the set is fetched. A set asked for again
-    // (`fetch`) is fetched unless it is younger than `MIN_REFETCH_MS`.
+    // A cache the store cannot read only means the set is fetched. A kept set is used when
+    // it holds the assertion's key and is not asked for again (`fetch`); else it is fetched,
+    // unless the one kept was itself fetched to replace another less than
+    // `MIN_REFETCH_MS` ago (unknown kids and failing assertions cost one fetch a minute).
     let kept = shared
         .records
         .get::<CachedKeySet>(KEY_SET_CACHE, url.as_str())
-        .await;
-    let young = |c: &CachedKeySet| {
-        c.refetched && now_millis().saturating_sub(c.fetched_at) < MIN_REFETCH_MS
-    };
-    if let Some(set) = kept
+        .await
         .ok()
         .flatten()
-        .filter(|c| !fetch || young(&c.value))
-        .and_then(|c| serde_json::from_str::<Value>(&c.value.body).ok())
-        .filter(|set| holds(set))
-    {
-        return Ok((set, true));
+        .and_then(|c| Some((serde_json::from_str::<Value>(&c.value.body).ok()?, c.value)));
+    if let Some((set, kept)) = &kept {
+        let young = kept.refetched && now_millis().saturating_sub(kept.fetched_at) < MIN_REFETCH_MS;
+        if (!fetch && holds(set)) || young {
+            return Ok((set.clone(), true));
+        }
     }
     let (body, fresh_for) = shared.fetcher.fetch_key_set(url).await.map_err(|e| {
         let err = ClientError::from(e);
@@ -106,7 +105,7 @@ async fn key_set(
                 &CachedKeySet {
                     body,
                     fetched_at: now_millis(),
-                    refetched: fetch,
+                    refetched: kept.is_some(),
                 },
                 fresh_for,
             )
