@@ -115,9 +115,18 @@ pub(crate) struct ServeArgs {
         value_parser = positive::<u64>(),
     )]
     session_idle_mins: u64,
+    /// Legacy sessions one authenticated principal may hold open at once; its `initialize`
+    /// past that ends its least recently used sessions (their clients get 404 and open new
+    /// ones).
+    #[arg(
+        long,
+        env = "WHARF_MAX_SESSIONS_PER_PRINCIPAL",
+        default_value_t = 1_000,
+        value_parser = positive::<u64>(),
+    )]
+    max_sessions_per_principal: u64,
     /// Legacy sessions open at once for anonymous callers, all together (they share one
     /// principal); past it their `initialize` answers 503 until sessions end or expire.
-    /// Each authenticated principal has its own cap of 1,000.
     #[arg(
         long,
         env = "WHARF_MAX_ANONYMOUS_SESSIONS",
@@ -1168,6 +1177,7 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
     config.legacy.enabled = !args.modern_only;
     config.legacy.session_idle = Duration::from_secs(args.session_idle_mins.saturating_mul(60));
     config.legacy.input_timeout = Duration::from_secs(args.input_timeout_secs);
+    config.legacy.max_sessions_per_principal = args.max_sessions_per_principal;
     config.legacy.max_anonymous_sessions = args.max_anonymous_sessions;
     Ok(config)
 }

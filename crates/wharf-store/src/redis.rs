@@ -257,6 +257,25 @@ end
 return n
 "#;
 
+/// The `ARGV[3]` live handles of a principal's set (`KEYS[1]`) with the earliest
+/// `last_used_at`, then the smallest ids: of the handles `LIVE_LUA` counts. (Each handle's
+/// hash is named as `handle_key` names it.)
+const LEAST_RECENTLY_USED_LUA: &str = r#"
+local set, expiry, now, grace, n = KEYS[1], KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local live = {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', set, '(' .. now, '+inf')) do
+  local at = redis.call('ZSCORE', expiry, id)
+  local used = tonumber(redis.call('HGET', 'wharf:h:' .. id, 'last_used_at') or '')
+  if at and used and tonumber(at) - grace > now then
+    live[#live + 1] = { used, id }
+  end
+end
+table.sort(live, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
+local ids = {}
+for i = 1, math.min(n, #live) do ids[i] = live[i][2] end
+return ids
+"#;
+
 /// Applies a transaction's buffered writes; with a claim, only while the claim is held, only
 /// while every handle it holds still exists, and only while its fence (if it was written
 /// under a mutation lock) is the live holder (returns 0, -2 or -4 otherwise, applying
@@ -937,6 +956,28 @@ impl Transaction for RedisTx {
             .key(HANDLE_EXPIRY)
             .arg(now)
             .arg(EXPIRED_HANDLE_GRACE_MS)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(backend)
+    }
+
+    async fn least_recently_used_handles(
+        &mut self,
+        owner: &str,
+        kind: &str,
+        now: Millis,
+        n: u64,
+    ) -> Result<Vec<String>, StoreError> {
+        // Read at once, as `live_handles` counts: the same handles are candidates.
+        static OLDEST: std::sync::LazyLock<Script> =
+            std::sync::LazyLock::new(|| Script::new(LEAST_RECENTLY_USED_LUA));
+        let mut conn = self.conn.clone();
+        OLDEST
+            .key(owner_kind_key(owner, kind))
+            .key(HANDLE_EXPIRY)
+            .arg(now)
+            .arg(EXPIRED_HANDLE_GRACE_MS)
+            .arg(n)
             .invoke_async(&mut conn)
             .await
             .map_err(backend)

@@ -1348,6 +1348,29 @@ impl Transaction for SqlTx {
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
+    async fn least_recently_used_handles(
+        &mut self,
+        owner: &str,
+        kind: &str,
+        now: Millis,
+        n: u64,
+    ) -> Result<Vec<String>, StoreError> {
+        // The rows `live_handles` counts, through the same (owner, kind) index.
+        let sql = "SELECT id FROM wharf_handles \
+             WHERE owner = $1 AND kind = $2 AND expires_at > $3 \
+             AND (idle_ms IS NULL OR last_used_at > $3 - idle_ms) \
+             ORDER BY last_used_at, id LIMIT $4";
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        on_driver!(TypedTx, &mut self.tx, |tx| sqlx::query_scalar(sql)
+            .bind(owner)
+            .bind(kind)
+            .bind(now)
+            .bind(n)
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(db_error))
+    }
+
     async fn hold_handle(
         &mut self,
         id: &str,

@@ -755,6 +755,75 @@ async fn live_handles_count_one_owners_live_handles_of_one_kind(store: Arc<dyn S
     );
 }
 
+/// The least recently used of a principal's live handles of one kind come first, the
+/// earliest last use first (ties by id), as many as asked: not another owner's or kind's,
+/// not one idle too long, past its lifetime or retired.
+async fn least_recently_used_handles_are_one_owners_live_ones_oldest_first(store: Arc<dyn Store>) {
+    let owner = Principal::new(unique("lru owner")).unwrap();
+    let now = now_millis();
+    let idle = i64::try_from(Thing::IDLE_TTL.unwrap().as_millis()).unwrap();
+    let used_at = |ago: i64| {
+        let mut r = HandleRecord::mint::<Thing>(&owner, now - 1000);
+        r.last_used_at = now - ago;
+        r
+    };
+    // Used 30, 10, 20 and (twice) 40 seconds ago: the order asked of them.
+    let (a, b, c) = (used_at(30_000), used_at(10_000), used_at(20_000));
+    let (mut d, mut e) = (used_at(40_000), used_at(40_000));
+    if e.id < d.id {
+        std::mem::swap(&mut d, &mut e);
+    }
+    let idle_out = used_at(idle + 1);
+    let retired = used_at(50_000);
+    let theirs =
+        HandleRecord::mint::<Thing>(&Principal::new(unique("another")).unwrap(), now - 60_000);
+    let other_kind = HandleRecord::mint::<Other>(&owner, now - 60_000);
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    for r in [
+        &a,
+        &b,
+        &c,
+        &d,
+        &e,
+        &idle_out,
+        &retired,
+        &theirs,
+        &other_kind,
+    ] {
+        tx.create_handle(r).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.retire_handle(&retired.id).await.unwrap();
+    tx.commit().await.unwrap();
+
+    let oldest = async |n: u64| {
+        let mut tx = store.begin(TxMode::Write).await.unwrap();
+        tx.least_recently_used_handles(owner.id(), Thing::KIND, now, n)
+            .await
+            .unwrap()
+    };
+    assert_eq!(oldest(2).await, vec![d.id.clone(), e.id.clone()]);
+    assert_eq!(
+        oldest(10).await,
+        vec![
+            d.id.clone(),
+            e.id.clone(),
+            a.id.clone(),
+            c.id.clone(),
+            b.id.clone()
+        ],
+        "every live one, oldest first"
+    );
+    assert!(oldest(0).await.is_empty());
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    let none = tx
+        .least_recently_used_handles(owner.id(), Other::KIND, now + 2 * 3_600_000, 5)
+        .await
+        .unwrap();
+    assert!(none.is_empty(), "past their lifetime: {none:?}");
+}
+
 /// Row numbers only ever rise in a collection: rows appended after a clear or a move are
 /// numbered after the ones that went, so a reader paging by `after` neither skips nor
 /// repeats. An `after` below the first row reads from the start.
@@ -807,6 +876,7 @@ all_backends!(
     keys_and_results_are_stored_exactly_whatever_they_hold,
     nothing_is_left_under_a_handle_retired_while_a_write_ran,
     live_handles_count_one_owners_live_handles_of_one_kind,
+    least_recently_used_handles_are_one_owners_live_ones_oldest_first,
     a_handles_last_use_never_moves_back,
     rows_cannot_move_onto_their_own_collection,
 );

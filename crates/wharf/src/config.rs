@@ -98,6 +98,11 @@ pub struct LegacyConfig {
     /// expiry of the round's state ([`StateConfig::max_age`]), less a moment for the next
     /// round to begin.
     pub input_timeout: Duration,
+    /// Sessions one authenticated principal may hold open at once. Opening one more ends
+    /// its least recently used sessions (their clients hear 404 and open new ones, as the
+    /// 2025-11-25 transport has them do), so that sessions clients abandoned without a
+    /// DELETE never lock the principal out until they idle out.
+    pub max_sessions_per_principal: u64,
     /// Sessions open at once for anonymous callers, all of them together: they share one
     /// principal, so the cap each authenticated principal has would hold them all to it,
     /// and no cap would let them fill the store (or the process) and shut everyone else
@@ -116,6 +121,7 @@ impl Default for LegacyConfig {
             session_idle: Duration::from_secs(3600),
             session_lifetime: Duration::from_secs(24 * 3600),
             input_timeout: Duration::from_secs(600),
+            max_sessions_per_principal: 1_000,
             max_anonymous_sessions: 5_000,
             max_batch: 64,
         }

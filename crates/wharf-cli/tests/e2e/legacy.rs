@@ -1015,36 +1015,99 @@ async fn only_answers_to_requests_the_server_sent_are_taken() {
     assert!(done.get("result").is_some(), "{done}");
 }
 
-/// One principal cannot take every session a deployment keeps: past 1,000 live sessions its
-/// `initialize` is refused (400, naming the bound), until it ends one; another principal's
-/// is not.
-#[tokio::test]
-async fn live_sessions_are_bounded_per_principal() {
-    let server = start(&sqlite_url("legacy-sessions-cap"), &[]);
+/// One principal cannot take every session a deployment keeps, nor lock itself out with
+/// sessions its clients abandoned: past its cap (here 3) a new `initialize` ends its least
+/// recently used session, whose stream ends and whose requests get 404 (its client opens
+/// another), and leaves its other sessions and other principals' alone. Anonymous callers,
+/// who share one principal, are answered busy past theirs instead.
+async fn live_sessions_are_bounded_per_principal(store: Option<&str>) {
+    let keys = [format!("user-42={TOKEN_42}"), format!("user-7={TOKEN_7}")];
+    let mut args = vec!["--profile", "demo", "--max-sessions-per-principal", "3"];
+    args.extend(keys.iter().flat_map(|k| ["--api-key", k.as_str()]));
+    args.extend(store.iter().flat_map(|s| ["--store", s]));
+    let server = ServerProcess::start_exact(&args);
     let client = server.client().with_bearer(TOKEN_42);
-    let mut first = None;
-    for n in 0..1_000 {
-        let s = LegacySession::initialize(&client, "2025-11-25", json!({}))
-            .await
-            .unwrap_or_else(|e| panic!("session {n}: {e}"));
-        first.get_or_insert(s);
+    let theirs = open(&server.client().with_bearer(TOKEN_7)).await;
+    let mut mine = Vec::new();
+    for _ in 0..3 {
+        mine.push(open(&client).await);
     }
+    let (status, stream) = mine[0].listen().await.unwrap();
+    assert_eq!(status, 200);
+    let newest = open(&client).await;
+    let rest: Vec<Value> = tokio::time::timeout(WAIT, Box::pin(stream).collect())
+        .await
+        .expect("the ended session's stream ends");
+    assert!(rest.is_empty(), "{rest:?}");
+    let reply = mine[0].request("ping", json!({})).await.unwrap();
+    assert_eq!(reply.status, 404, "the least recently used: {}", reply.body);
+    for (n, session) in mine[1..].iter().chain([&newest, &theirs]).enumerate() {
+        let reply = session.request("ping", json!({})).await.unwrap();
+        assert_eq!(reply.status, 200, "session {n}: {}", reply.body);
+    }
+    // An ended session is not counted: the next one ends the oldest still open.
+    assert_eq!(mine[1].delete().await.unwrap(), 200);
+    open(&client).await;
+    let reply = mine[2].request("ping", json!({})).await.unwrap();
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    open(&client).await;
+    let reply = mine[2].request("ping", json!({})).await.unwrap();
+    assert_eq!(
+        reply.status, 404,
+        "now the least recently used: {}",
+        reply.body
+    );
+}
+
+#[tokio::test]
+async fn sqlite_live_sessions_are_bounded_per_principal() {
+    live_sessions_are_bounded_per_principal(Some(&sqlite_url("legacy-sessions-cap"))).await;
+}
+
+#[tokio::test]
+async fn postgres_live_sessions_are_bounded_per_principal() {
+    live_sessions_are_bounded_per_principal(Some(&pg_url())).await;
+}
+
+#[tokio::test]
+async fn redis_live_sessions_are_bounded_per_principal() {
+    live_sessions_are_bounded_per_principal(Some(&redis_url())).await;
+}
+
+#[tokio::test]
+async fn live_sessions_kept_in_the_process_are_bounded_per_principal() {
+    live_sessions_are_bounded_per_principal(None).await;
+}
+
+/// Anonymous callers share one principal: past their cap (here 2) `initialize` is answered
+/// busy (503) until one of their sessions ends, rather than ending a stranger's session.
+#[tokio::test]
+async fn anonymous_sessions_are_bounded_together() {
+    let store = sqlite_url("legacy-anonymous-cap");
+    let server = ServerProcess::start_exact(&[
+        "--profile",
+        "demo",
+        "--store",
+        &store,
+        "--anonymous",
+        "--max-anonymous-sessions",
+        "2",
+    ]);
+    let client = server.client();
+    let first = open(&client).await;
+    let second = open(&client).await;
     let refused = LegacySession::initialize(&client, "2025-11-25", json!({}))
         .await
-        .expect_err("the 1,001st session");
+        .expect_err("a third anonymous session");
     let said = refused.to_string();
-    assert!(said.contains("1000 open sessions"), "{said}");
-    assert_eq!(first.unwrap().delete().await.unwrap(), 200);
-    LegacySession::initialize(&client, "2025-11-25", json!({}))
-        .await
-        .expect("a session once one ended");
-    LegacySession::initialize(
-        &server.client().with_bearer(TOKEN_7),
-        "2025-11-25",
-        json!({}),
-    )
-    .await
-    .expect("another principal's session");
+    assert!(
+        said.contains("2 sessions are open for anonymous callers"),
+        "{said}"
+    );
+    let reply = first.request("ping", json!({})).await.unwrap();
+    assert_eq!(reply.status, 200, "left alone: {}", reply.body);
+    assert_eq!(second.delete().await.unwrap(), 200);
+    open(&client).await;
 }
 
 /// A 2025-03-26 session may send JSON-RPC batches (that revision's transport has servers

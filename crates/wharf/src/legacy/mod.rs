@@ -45,7 +45,7 @@ use crate::reply::respond;
 use crate::request::{self, MAX_SUBSCRIBED_BYTES, MAX_SUBSCRIPTIONS, MAX_URI_LEN};
 use crate::runtime::Runtime;
 pub use crate::session::Session;
-use crate::session::{Delivery, NotOpened, SessionKind, SessionState};
+use crate::session::{Delivery, SessionCap, SessionKind, SessionState};
 use crate::store::{HandleRecord, Millis, StoreError, TxMode, after, millis, now_millis};
 
 /// Where a session is kept.
@@ -190,25 +190,23 @@ impl<'a> Sessions<'a> {
             booked: scope == Scope::Shared,
         };
         if session.booked {
-            runtime
+            let cap = if principal.is_anonymous() {
+                SessionCap::Refusing(config.max_anonymous_sessions)
+            } else {
+                SessionCap::Evicting(config.max_sessions_per_principal)
+            };
+            let ended = runtime
                 .sessions
-                .insert(
-                    &session,
-                    now,
-                    principal
-                        .is_anonymous()
-                        .then_some(config.max_anonymous_sessions),
-                )
+                .insert(&session, now, cap)
                 .await
-                .map_err(|e| {
-                    fail(match e {
-                        NotOpened::PerOwner(_) => RpcError::new(
-                            ErrorKind::InvalidRequest,
-                            format!("Invalid request: {e}"),
-                        ),
-                        NotOpened::Store(e) => e.into(),
-                    })
-                })?;
+                .map_err(|e| fail(e.into()))?;
+            for id in &ended {
+                tracing::info!(
+                    session = %id,
+                    "a legacy session ended to make room for its principal's newest"
+                );
+                self.announce_end(id);
+            }
         }
         let result = InitializeResult {
             protocol_version: negotiated.to_owned(),
@@ -264,20 +262,29 @@ impl<'a> Sessions<'a> {
         if !runtime.sessions.remove(session.id()).await? {
             return Err(SessionError::Unknown);
         }
-        // Unheard elsewhere, the end still holds: the session is gone from the store. Told
-        // on a task of its own: a client that goes away once the end is committed must not
-        // take the news with it (no retry can send it: the session is gone), or the
-        // session's calls on other replicas would run on, and wait for input, until their
-        // timeouts. This process's calls hear it at once (the task tells them again).
-        runtime.hub.route(session.id(), SessionSignal::Ended);
-        let core = Arc::clone(self.core);
-        let session = session.clone();
-        tokio::spawn(async move {
-            let _ = Sessions { core: &core }
-                .signal(&session, SessionSignal::Ended)
-                .await;
-        });
+        self.announce_end(session.id());
         Ok(())
+    }
+
+    /// Tells the calls of session `id`, ended in the store, that it ended: this process's
+    /// at once, the other replicas' through the bus. Unheard elsewhere, the end still
+    /// holds: the session is gone from the store. Told on a task of its own: a client that
+    /// goes away once the end is committed must not take the news with it (no retry can
+    /// send it: the session is gone), or the session's calls on other replicas would run
+    /// on, and wait for input, until their timeouts.
+    fn announce_end(&self, id: &str) {
+        let runtime = &self.core.runtime;
+        runtime.hub.route(id, SessionSignal::Ended);
+        let bus = Arc::clone(&runtime.bus);
+        let event = ChangeEvent::Session {
+            session: id.to_owned(),
+            signal: SessionSignal::Ended,
+        };
+        tokio::spawn(async move {
+            if let Err(e) = bus.publish(event).await {
+                tracing::warn!(error = %e, "could not publish a legacy session's end");
+            }
+        });
     }
 
     /// Handles a request of `session`: answers the session's own methods at once and admits

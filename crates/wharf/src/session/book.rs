@@ -21,15 +21,36 @@ use crate::store::{HandleKind, HandleRecord, Millis, Store, StoreError, TxMode};
 /// most sessions one process keeps copies of.
 const CAP: usize = 10_000;
 
-/// Why a session was not opened.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum NotOpened {
-    /// Its principal holds this many live sessions already.
-    #[error("you hold {0} open sessions, the most one principal may; end one (DELETE) first")]
-    PerOwner(u64),
-    /// The store failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
+/// How many live sessions one owner may hold, and what opening one more does.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum SessionCap {
+    /// An authenticated principal's cap: its least recently used sessions end to make room
+    /// (a client whose session ended hears 404 and opens another, 2025-11-25 transports),
+    /// so that sessions its clients abandoned without a DELETE never lock it out.
+    Evicting(u64),
+    /// Anonymous callers' cap, all of them together: past it the book is busy for them
+    /// (ending one stranger's session for another's would let one caller end them all).
+    Refusing(u64),
+}
+
+/// Sessions one opening ends at most: a cap lowered under sessions opened before shrinks
+/// the owner's share over several openings, each a bounded write.
+const MAX_ENDED_PER_OPENING: u64 = 16;
+
+impl SessionCap {
+    /// How many of the `held` live sessions must end before one more opens; `Busy` when
+    /// none may.
+    fn excess(self, held: u64) -> Result<u64, StoreError> {
+        match self {
+            SessionCap::Evicting(max) => Ok((held + 1)
+                .saturating_sub(max.max(1))
+                .min(MAX_ENDED_PER_OPENING)),
+            SessionCap::Refusing(max) if held >= max => Err(StoreError::Busy(format!(
+                "{max} sessions are open for anonymous callers already"
+            ))),
+            SessionCap::Refusing(_) => Ok(0),
+        }
+    }
 }
 
 /// How long a copy of a stored session is used without reading it again.
@@ -140,36 +161,35 @@ impl Book {
         }
     }
 
-    /// Stores a new session. An authenticated owner may hold at most
-    /// [`SessionKind::MAX_PER_OWNER`] live sessions, so that one principal cannot take every
-    /// session this book keeps; anonymous callers, who share one id, `anonymous_max` among
-    /// them (past it the book is busy for them, not they at fault).
+    /// Stores a new session within `cap`, and returns the ids of the sessions it ended to
+    /// make room (an authenticated owner's least recently used ones).
     pub(crate) async fn insert(
         &self,
         session: &Session,
         now: Millis,
-        anonymous_max: Option<u64>,
-    ) -> Result<(), NotOpened> {
-        let max = anonymous_max.or(SessionKind::MAX_PER_OWNER);
-        let refused = |max: u64| match anonymous_max {
-            Some(_) => NotOpened::Store(StoreError::Busy(format!(
-                "{max} sessions are open for anonymous callers already"
-            ))),
-            None => NotOpened::PerOwner(max),
-        };
+        cap: SessionCap,
+    ) -> Result<Vec<String>, StoreError> {
         let owner = session.owner();
+        let kind = <SessionKind as HandleKind>::KIND;
         match self {
             Book::Store { store, .. } => {
                 let mut tx = store.begin(TxMode::Write).await?;
-                if let Some(max) = max {
-                    if tx.live_handles(owner, SessionKind::KIND, now).await? >= max {
-                        return Err(refused(max));
-                    }
+                let held = tx.live_handles(owner, kind, now).await?;
+                let excess = cap.excess(held)?;
+                let ended = match excess {
+                    0 => Vec::new(),
+                    n => tx.least_recently_used_handles(owner, kind, now, n).await?,
+                };
+                for id in &ended {
+                    tx.retire_handle(id).await?;
                 }
                 tx.create_handle(&session.to_record()).await?;
                 tx.commit().await?;
+                for id in &ended {
+                    self.forget(id);
+                }
                 self.keep(session);
-                Ok(())
+                Ok(ended)
             }
             Book::Local(map) => {
                 let mut map = lock(map);
@@ -179,20 +199,25 @@ impl Book {
                 if map.len() >= CAP {
                     return Err(StoreError::Busy(format!(
                         "this process holds {CAP} live sessions already"
-                    ))
-                    .into());
+                    )));
                 }
-                if let Some(max) = max {
-                    let held = map
-                        .values()
-                        .filter(|s| s.owner() == owner && s.record.expired(now).is_none())
-                        .count();
-                    if held as u64 >= max {
-                        return Err(refused(max));
-                    }
+                let mut held: Vec<(Millis, &str)> = map
+                    .values()
+                    .filter(|s| s.owner() == owner && s.record.expired(now).is_none())
+                    .map(|s| (s.record.last_used_at, s.id()))
+                    .collect();
+                let excess = cap.excess(held.len() as u64)?;
+                held.sort_unstable();
+                let ended: Vec<String> = held
+                    .iter()
+                    .take(usize::try_from(excess).unwrap_or(usize::MAX))
+                    .map(|(_, id)| (*id).to_owned())
+                    .collect();
+                for id in &ended {
+                    map.remove(id);
                 }
                 map.insert(session.id().to_owned(), session.clone());
-                Ok(())
+                Ok(ended)
             }
         }
     }

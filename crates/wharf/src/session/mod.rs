@@ -5,7 +5,7 @@
 mod book;
 mod hub;
 
-pub(crate) use book::{Book, NotOpened};
+pub(crate) use book::{Book, SessionCap};
 pub(crate) use hub::{Delivery, Hub, Running, Waiter};
 
 use std::collections::BTreeSet;
@@ -28,9 +28,7 @@ impl HandleKind for SessionKind {
     // Both replaced from the configuration when a session is minted.
     const TTL: Duration = Duration::from_secs(24 * 3600);
     const IDLE_TTL: Option<Duration> = Some(Duration::from_secs(3600));
-    // Counted by the book when it opens one (see `Book::insert`), for principals someone
-    // authenticated: anonymous callers all share one id.
-    const MAX_PER_OWNER: Option<u64> = Some(1_000);
+    // No `MAX_PER_OWNER`: the book caps sessions as the configuration says (`SessionCap`).
 }
 
 /// One client's session of the initialization-based era, as any replica reads it from the

@@ -302,6 +302,18 @@ pub trait Transaction: Send {
         now: Millis,
     ) -> Result<u64, StoreError>;
 
+    /// The ids of the `n` live handles of `kind` that `owner` used least recently (earliest
+    /// `last_used_at` first, then by id), fewer when it holds fewer: the ones to end when
+    /// new ones would take the owner past a cap. Alive, and read, as for
+    /// [`Transaction::live_handles`].
+    async fn least_recently_used_handles(
+        &mut self,
+        owner: &str,
+        kind: &str,
+        now: Millis,
+        n: u64,
+    ) -> Result<Vec<String>, StoreError>;
+
     /// Keeps handle `id` from being retired by another call until this transaction ends, and
     /// records a use at `touch_at` when given. `false` when the handle is gone (retired since
     /// it was checked): the call must not write under it.
