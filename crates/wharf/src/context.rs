@@ -1,8 +1,10 @@
 //! What a handler knows about the request it serves, and how it talks back while it runs.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
-use serde::Serialize;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use wharf_protocol::jsonrpc::write_notification;
 use wharf_protocol::{
@@ -52,6 +54,8 @@ pub struct Context {
     cleanups: Arc<Cleanups>,
     /// Where the driver says the handler asked for input, when the request is counted.
     pub(crate) outcome: Option<Arc<OutcomeCell>>,
+    /// Whether a log message found the client not reading (see [`Context::log`]).
+    log_stalled: AtomicBool,
     runtime: Arc<Runtime>,
 }
 
@@ -287,6 +291,7 @@ impl Context {
             in_steps: false,
             round: None,
             cleanups: Arc::default(),
+            log_stalled: AtomicBool::new(false),
             runtime: Arc::clone(runtime),
         }
     }
@@ -731,6 +736,11 @@ impl Context {
 
     /// Sends a `notifications/message` if the client asked for logs at `level` or below (and
     /// the server offers logging: see [`ServerBuilder::logging`](crate::ServerBuilder::logging)).
+    ///
+    /// A client that reads slowly holds the handler back here; one that stopped reading
+    /// does not: a message that finds no room on the request's stream for 100 ms is
+    /// dropped, and so are the next ones that find it full, until one finds room again
+    /// (the handler may hold its call's transaction, locks and turns meanwhile).
     pub async fn log(&self, level: LoggingLevel, logger: Option<&str>, data: serde_json::Value) {
         let (Some(min), Some(outbox)) = (self.info.log_level, &self.outbox) else {
             return;
@@ -744,7 +754,36 @@ impl Context {
             data,
             meta: None,
         };
-        send(outbox, methods::NOTIFICATION_MESSAGE, &params).await;
+        let mut message = Vec::with_capacity(128);
+        if write_notification(&mut message, methods::NOTIFICATION_MESSAGE, &params).is_err() {
+            return;
+        }
+        let sent = if self.log_stalled.load(Ordering::Relaxed) {
+            outbox.try_send(message).map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => Unsent::Stalled,
+                mpsc::error::TrySendError::Closed(_) => Unsent::Gone,
+            })
+        } else {
+            outbox
+                .send_timeout(message, LOG_WAIT)
+                .await
+                .map_err(|e| match e {
+                    mpsc::error::SendTimeoutError::Timeout(_) => Unsent::Stalled,
+                    mpsc::error::SendTimeoutError::Closed(_) => Unsent::Gone,
+                })
+        };
+        match sent {
+            Ok(()) => self.log_stalled.store(false, Ordering::Relaxed),
+            Err(Unsent::Stalled) => {
+                if !self.log_stalled.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "a client is not reading its request's stream: log messages are dropped until it does"
+                    );
+                }
+            }
+            // The receiver is gone only when the response stream closed: nothing to do.
+            Err(Unsent::Gone) => {}
+        }
     }
 
     /// Announces a change to every listen stream that opted into it, on every replica the
@@ -775,10 +814,14 @@ fn scope_fingerprint(scope: &[u8], principal: &Principal) -> u64 {
     u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
 }
 
-async fn send<P: Serialize>(outbox: &Outbox, method: &str, params: &P) {
-    let mut buf = Vec::with_capacity(128);
-    if write_notification(&mut buf, method, params).is_ok() {
-        // The receiver is gone only when the response stream closed: nothing to do.
-        let _ = outbox.send(buf).await;
-    }
+/// How long a log message waits for room on its request's stream before the client counts
+/// as not reading (see [`Context::log`]).
+const LOG_WAIT: Duration = Duration::from_millis(100);
+
+/// Why a log message was not sent.
+enum Unsent {
+    /// The stream had no room: the client is not reading.
+    Stalled,
+    /// The stream is closed: the request is over.
+    Gone,
 }
