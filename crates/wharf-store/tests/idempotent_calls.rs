@@ -131,6 +131,25 @@ fn server(store: Arc<dyn Store>, script: &Arc<Script>) -> Server {
             Ok::<_, HandlerError>(Structured(Appended { appended: 1 }))
         },
     ));
+    let closing = Arc::clone(script);
+    builder = builder.tool(tool("close_then_wait").idempotent_in_steps().handler(
+        move |cx: Context, args: Close| {
+            let script = Arc::clone(&closing);
+            async move {
+                // In a step of its own, committed before the call ends.
+                let mut tx = cx.transaction(TxMode::Write).await?;
+                tx.retire_handle(args.thing.id()).await?;
+                tx.commit().await?;
+                if let Some(tx) = script.written.lock().await.as_ref() {
+                    let _ = tx.send(());
+                }
+                if script.hold.load(Ordering::SeqCst) {
+                    script.release.notified().await;
+                }
+                Ok::<_, HandlerError>(Structured(Appended { appended: 0 }))
+            }
+        },
+    ));
     let script = Arc::clone(script);
     builder = builder.tool(
         tool("append_locked")
@@ -461,6 +480,55 @@ async fn a_write_in_steps_retires_its_handle_once(store: Arc<dyn Store>) {
     assert_eq!(rows(&store, &log).await, 1, "one step, once");
 }
 
+/// A retry sent while the first attempt of a write in steps still runs, after a step of it
+/// retired the handle the key is scoped by, waits for that attempt and replays its result:
+/// it is not told the handle is gone (a model told so would start the whole write again),
+/// on another replica too (a second server on the same store, where the store shares
+/// locks: with one writer, the store serves one process).
+async fn a_retry_of_a_write_that_retired_its_handle_waits_and_replays(store: Arc<dyn Store>) {
+    let script = Arc::new(Script::default());
+    let first_server = server(Arc::clone(&store), &script);
+    let other_server = match store.shares_locks() {
+        true => server(Arc::clone(&store), &script),
+        false => first_server.clone(),
+    };
+    let who = unique("closer");
+    let thing = HandleRecord::mint::<Thing>(
+        &Principal::new(who.clone()).unwrap(),
+        wharf::store::now_millis(),
+    );
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.create_handle(&thing).await.unwrap();
+    tx.commit().await.unwrap();
+    let args =
+        json!({ "thing": thing.id, "log": unique("closed"), "idempotency_key": unique("k") });
+    let (tx, mut written) = tokio::sync::mpsc::unbounded_channel();
+    *script.written.lock().await = Some(tx);
+    script.hold.store(true, Ordering::SeqCst);
+    let first = {
+        let (server, who, args) = (first_server.clone(), who.clone(), args.clone());
+        tokio::spawn(async move { run(&server, &who, "close_then_wait", args).await })
+    };
+    written.recv().await.unwrap();
+    assert_eq!(store.load_handle(&thing.id).await.unwrap(), None, "retired");
+    let mut retry = {
+        let (server, who, args) = (other_server, who.clone(), args.clone());
+        tokio::spawn(async move { run(&server, &who, "close_then_wait", args).await })
+    };
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut retry).await;
+    assert!(
+        early.is_err(),
+        "the retry was answered while the first attempt ran: {early:?}"
+    );
+    script.hold.store(false, Ordering::SeqCst);
+    script.release.notify_one();
+    let first = first.await.unwrap();
+    assert!(!replayed(&first), "{first}");
+    let retry = retry.await.unwrap();
+    assert!(replayed(&retry), "{retry}");
+    assert_eq!(retry["structuredContent"], first["structuredContent"]);
+}
+
 /// A call waiting for the claim of another attempt of the same write waits no longer than
 /// its own limit: it is refused as timed out, without running, rather than held for the
 /// store's whole lock wait and then told the store is busy. The attempt holding the claim
@@ -537,6 +605,7 @@ all_backends!(
     records_kept_forever_still_replay,
     control_characters_are_refused_alike,
     a_write_in_steps_retires_its_handle_once,
+    a_retry_of_a_write_that_retired_its_handle_waits_and_replays,
     a_wait_for_a_claim_ends_at_the_calls_limit,
 );
 

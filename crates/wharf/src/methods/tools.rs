@@ -155,11 +155,17 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
             let wait = async { Ok(places.enter(caller.principal.id()).await) };
             let behind = || "other writes in steps holding the store's connections".into();
             let on = TurnOn::ClaimPlace;
-            match turn_on(runtime, on, wait, &bound, Some(&k.claim), behind).await? {
-                Waited::Turn(place) => Some(place),
-                Waited::Replay(stored) => {
+            let waited = turn_on(runtime, on, wait, &bound, Some(&k.claim), behind).await;
+            match waited {
+                Ok(Waited::Turn(place)) => Some(place),
+                // Ended rather than dropped: a store's lock goes back to its session.
+                Ok(Waited::Replay(stored)) => {
                     end_turns([lock, key_turn]).await;
                     return replay(runtime, &id, &stored);
+                }
+                Err(e) => {
+                    end_turns([lock, key_turn]).await;
+                    return Err(e);
                 }
             }
         }
@@ -178,10 +184,15 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
         fence.clone(),
     );
     let prepared = match tokio::time::timeout_at(deadline, prepared).await {
-        Ok(prepared) => prepared?,
-        Err(_) => {
-            let behind = "its turn at the store (another attempt of the same write, or a lock on what it uses)";
-            return Err(bound.waited_out(behind));
+        Ok(Ok(prepared)) => prepared,
+        failed => {
+            end_turns([lock, key_turn]).await;
+            return Err(match failed {
+                Ok(Err(e)) => e,
+                _ => bound.waited_out(
+                    "its turn at the store (another attempt of the same write, or a lock on what it uses)",
+                ),
+            });
         }
     };
     let (handles, slot, held_claim) = match prepared {
@@ -608,14 +619,9 @@ async fn prepare(
                 holds.push(hold(param, &record, touch, now));
                 handles.push(checked(param, record));
             }
-            Err(refusal) => {
-                // A write already made is replayed, though it may have retired this handle
-                // (or the handle expired since): its retry must get the first result.
-                if let Some(stored) = replayed(runtime, keyed, now).await? {
-                    return Ok(Prepared::Replay(stored));
-                }
-                return Ok(Prepared::Answer(CallToolResult::error(refusal)));
-            }
+            // A write already made is replayed, though it may have retired this handle (or
+            // the handle expired since): its retry must get the first result.
+            Err(refusal) => return refused_unless_replayed(runtime, keyed, refusal, now).await,
         }
     }
     let Some(keyed) = keyed else {
@@ -655,10 +661,7 @@ async fn prepare(
                 }
                 // Gone or expired since the write that retired it: that write is replayed.
                 Err(refusal) => {
-                    if let Some(stored) = replayed(runtime, Some(keyed), now).await? {
-                        return Ok(Prepared::Replay(stored));
-                    }
-                    return Ok(Prepared::Answer(CallToolResult::error(refusal)));
+                    return refused_unless_replayed(runtime, Some(keyed), refusal, now).await;
                 }
             }
             let begun = store.begin_idempotent(claim, now);
@@ -738,6 +741,32 @@ async fn prepare(
 
 /// The first result of the write `keyed` names, if it was made: what a retry gets when one
 /// of its handles is gone or refused (the write may have retired it).
+/// A call whose handle `refusal` refused: the first result of the write its key names, when
+/// that write was made, or is still being made (a write in steps may have retired the
+/// handle in a step, and a handle may idle out while its write runs): its claim is waited
+/// for, as a duplicate's is, and the result it records is the retry's. Otherwise the
+/// refusal (the claim taken to look, dropped, rolls back).
+async fn refused_unless_replayed(
+    runtime: &Runtime,
+    keyed: Option<&Keyed<'_>>,
+    refusal: String,
+    now: Millis,
+) -> Result<Prepared, RpcError> {
+    if let Some(stored) = replayed(runtime, keyed, now).await? {
+        return Ok(Prepared::Replay(stored));
+    }
+    if let Some(keyed) = keyed {
+        let begun = runtime.require_store()?.begin_idempotent(&keyed.claim, now);
+        if let Begin::Replay(_) = runtime.store_op(StoreOp::Begin, begun).await? {
+            // Read again as the caller's own: the key's scope may be another's handle.
+            if let Some(stored) = replayed(runtime, Some(keyed), now).await? {
+                return Ok(Prepared::Replay(stored));
+            }
+        }
+    }
+    Ok(Prepared::Answer(CallToolResult::error(refusal)))
+}
+
 async fn replayed(
     runtime: &Runtime,
     keyed: Option<&Keyed<'_>>,
