@@ -456,11 +456,8 @@ async fn control_characters_are_refused_alike(store: Arc<dyn Store>) {
     assert_eq!(done["structuredContent"]["appended"], 2, "{done}");
 }
 
-/// A write in steps may retire the handle its key is scoped by, in its last step: it
-/// commits once, and its retry replays the result though the handle is gone.
-async fn a_write_in_steps_retires_its_handle_once(store: Arc<dyn Store>) {
-    let script = Arc::new(Script::default());
-    let server = server(Arc::clone(&store), &script);
+/// A new principal, and a thing it holds.
+async fn a_thing(store: &Arc<dyn Store>) -> (String, HandleRecord) {
     let who = unique("closer");
     let thing = HandleRecord::mint::<Thing>(
         &Principal::new(who.clone()).unwrap(),
@@ -469,6 +466,15 @@ async fn a_write_in_steps_retires_its_handle_once(store: Arc<dyn Store>) {
     let mut tx = store.begin(TxMode::Write).await.unwrap();
     tx.create_handle(&thing).await.unwrap();
     tx.commit().await.unwrap();
+    (who, thing)
+}
+
+/// A write in steps may retire the handle its key is scoped by, in its last step: it
+/// commits once, and its retry replays the result though the handle is gone.
+async fn a_write_in_steps_retires_its_handle_once(store: Arc<dyn Store>) {
+    let script = Arc::new(Script::default());
+    let server = server(Arc::clone(&store), &script);
+    let (who, thing) = a_thing(&store).await;
     let log = unique("closed");
     let args = json!({ "thing": thing.id, "log": log, "idempotency_key": unique("k") });
     let first = run(&server, &who, "close_in_steps", args.clone()).await;
@@ -492,14 +498,7 @@ async fn a_retry_of_a_write_that_retired_its_handle_waits_and_replays(store: Arc
         true => server(Arc::clone(&store), &script),
         false => first_server.clone(),
     };
-    let who = unique("closer");
-    let thing = HandleRecord::mint::<Thing>(
-        &Principal::new(who.clone()).unwrap(),
-        wharf::store::now_millis(),
-    );
-    let mut tx = store.begin(TxMode::Write).await.unwrap();
-    tx.create_handle(&thing).await.unwrap();
-    tx.commit().await.unwrap();
+    let (who, thing) = a_thing(&store).await;
     let args =
         json!({ "thing": thing.id, "log": unique("closed"), "idempotency_key": unique("k") });
     let (tx, mut written) = tokio::sync::mpsc::unbounded_channel();
