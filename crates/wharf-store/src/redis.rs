@@ -207,22 +207,48 @@ return 0
 
 /// Keeps a claim's lease while the call holding it runs, however long: renewed every third
 /// of the lease, so only a holder whose process is gone (or cut off) loses it to a retry.
-async fn renew_claim(mut conn: ConnectionManager, key: String, token: String, lease: Duration) {
+async fn renew_claim(conn: ConnectionManager, key: String, token: String, lease: Duration) {
     let script = Script::new(RENEW_CLAIM_LUA);
     let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
-    loop {
-        tokio::time::sleep(lease / 3).await;
-        let renewed: Result<i64, _> = script
-            .key(&key)
-            .arg(&token)
-            .arg(lease_ms)
-            .invoke_async(&mut conn)
-            .await;
-        match renewed {
-            Ok(1) => {}
-            Ok(_) => return,
-            Err(e) => tracing::warn!(error = %e, "could not renew an idempotency claim"),
+    keep_renewing(lease, || {
+        let (mut conn, script, key, token) = (conn.clone(), &script, &key, &token);
+        async move {
+            script
+                .key(key)
+                .arg(token)
+                .arg(lease_ms)
+                .invoke_async::<i64>(&mut conn)
+                .await
         }
+    })
+    .await;
+}
+
+/// Calls `renew` every third of `lease` until it says the claim is no longer held (0). A
+/// renewal that fails, or gets no answer within a third of the lease (a connection gone
+/// half-open), is tried again after a tenth: waiting the whole third again could let the
+/// lease run out, and a retry on another replica take the claim, after one lost answer.
+async fn keep_renewing<F, E>(lease: Duration, mut renew: impl FnMut() -> F)
+where
+    F: Future<Output = Result<i64, E>>,
+    E: std::fmt::Display,
+{
+    let (every, again) = (lease / 3, (lease / 10).max(Duration::from_millis(10)));
+    let mut pause = every;
+    loop {
+        tokio::time::sleep(pause).await;
+        pause = match tokio::time::timeout(every, renew()).await {
+            Ok(Ok(1)) => every,
+            Ok(Ok(_)) => return,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "could not renew an idempotency claim; trying again");
+                again
+            }
+            Err(_) => {
+                tracing::warn!("an idempotency claim's renewal got no answer; trying again");
+                again
+            }
+        };
     }
 }
 
@@ -1141,8 +1167,50 @@ impl Transaction for RedisTx {
 
 #[cfg(test)]
 mod tests {
-    use super::{Eviction, backend, eviction, write_backend};
+    use super::{Eviction, backend, eviction, keep_renewing, write_backend};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+    use tokio::time::Instant;
     use wharf::store::StoreError;
+
+    /// A renewal that gets no answer (a half-open connection) or fails is tried again soon
+    /// enough for the lease to hold: the renewals that succeed are never a lease apart.
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_renewal_is_tried_again_before_the_lease_runs_out() {
+        let lease = Duration::from_secs(10);
+        let start = Instant::now();
+        // Renewal 2 hangs; 3 fails at once; the rest succeed; 8 finds the claim gone.
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&calls);
+        keep_renewing(lease, move || {
+            let n = {
+                let mut calls = seen.lock().unwrap();
+                calls.push(start.elapsed());
+                calls.len()
+            };
+            async move {
+                match n {
+                    2 => std::future::pending().await,
+                    3 => Err("connection reset"),
+                    8 => Ok(0),
+                    _ => Ok(1),
+                }
+            }
+        })
+        .await;
+        let calls = calls.lock().unwrap().clone();
+        assert_eq!(calls.len(), 8, "{calls:?}");
+        // The claim was taken at 0; calls 1 and 4 to 7 renewed it.
+        let held: Vec<Duration> = [0, 3, 4, 5, 6].iter().map(|&i| calls[i]).collect();
+        let mut last_renewed = Duration::ZERO;
+        for at in held {
+            assert!(
+                at - last_renewed < lease,
+                "renewed {at:?} after {last_renewed:?}: {calls:?}"
+            );
+            last_renewed = at;
+        }
+    }
 
     #[test]
     fn only_a_redis_that_never_evicts_keeps_writes_exactly_once() {
