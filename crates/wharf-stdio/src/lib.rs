@@ -122,10 +122,10 @@ pub struct StdioConfig {
     /// long as the client reads some of it at least this often (and at least once a
     /// second): a client that no longer reads stdout does not keep the process alive.
     pub drain: Duration,
-    /// The most requests running at once; beyond it a request is refused at once (-31000,
-    /// retry later). Each running request holds its task and, while stdout is not read,
-    /// its answer: without a bound, a client that writes and does not read would grow the
-    /// process without end. Refusals wait for stdout like any answer, so such a client
+    /// The most requests running at once, open listen streams included; beyond it a
+    /// request is refused at once (-31000, retry later). Each running request holds its
+    /// task and, while stdout is not read, its answer: without a bound, a client that
+    /// writes and does not read would grow the process without end. Refusals wait for stdout like any answer, so such a client
     /// stops being read. 0 is taken as 1.
     pub max_in_flight: usize,
     /// The longest line taken, in bytes; a longer one is refused (-32600) and skipped.
@@ -626,12 +626,16 @@ async fn handle_line(link: &Link<'_>, line: &str, tasks: &mut JoinSet<()>, legac
     let Some(registered) = register(link, &req.id).await else {
         return;
     };
-    let (server, tx) = (server.clone(), tx.clone());
-    let principal = principal.clone();
+    let (server, principal) = (server.clone(), principal.clone());
+    let kind = match req.is_listen() {
+        true => Relayed::Listen(req.id.clone()),
+        false => Relayed::Request,
+    };
     tasks.spawn(answering_panics(
         registered,
         tx.clone(),
-        |cancel| async move {
+        kind,
+        |cancel, tx| async move {
             // Admitted first (a slot under the caps); cancelled while queued, it never runs, and
             // a cancelled request gets no response.
             let admitted = tokio::select! {
@@ -649,22 +653,136 @@ async fn handle_line(link: &Link<'_>, line: &str, tasks: &mut JoinSet<()>, legac
     ));
 }
 
-/// Runs a registered request's `work` (given the token its cancellation fires), answering
-/// it -32603 if the work panics before it answered (a middleware's bug, say: the core
-/// catches only its handler's panics), unless it was cancelled; its id and slot are freed
-/// however it ends.
+/// Runs a registered request's `work` (given the token its cancellation fires, and the
+/// request's own channel), answering it -32603 if the work panics before it answered (a
+/// middleware's bug, say: the core catches only its handler's panics), unless it was
+/// cancelled; its id and slot are freed however it ends, and its token fired, so that what
+/// a handler left running (a task waiting on `Context::cancelled`) stops, as it does over
+/// HTTP.
+///
+/// What the work sends goes to `out` (stdout) through [`relay`], as `kind` says: nothing of
+/// the request's reaches stdout after its response, even from a `Context` a handler kept.
 async fn answering_panics<F: Future<Output = ()>>(
     registered: Registered,
-    tx: mpsc::Sender<Vec<u8>>,
-    work: impl FnOnce(CancellationToken) -> F,
+    out: mpsc::Sender<Vec<u8>>,
+    kind: Relayed,
+    work: impl FnOnce(CancellationToken, mpsc::Sender<Vec<u8>>) -> F,
 ) {
     use futures_util::FutureExt as _;
-    let run = std::panic::AssertUnwindSafe(work(registered.cancel.clone())).catch_unwind();
-    if let Err(panic) = run.await {
+    let (own, requests) = mpsc::channel(REQUEST_BUFFER);
+    let run = std::panic::AssertUnwindSafe(work(registered.cancel.clone(), own)).catch_unwind();
+    let ended = relay(requests, &out, &registered.cancel, &kind, run).await;
+    if let Some(Err(panic)) = ended {
         if !registered.cancel.is_cancelled() {
             let e = RpcError::panicked("a stdio request", &*panic);
-            send_error(&tx, Some(&registered.id), &e).await;
+            send_error(&out, Some(&registered.id), &e).await;
         }
+    }
+    registered.cancel.cancel();
+}
+
+/// What a request's messages are, for [`relay`].
+enum Relayed {
+    /// A 2026-07-28 request: once cancelled, nothing more of it goes out (stdio: "MUST NOT
+    /// send any further messages for it").
+    Request,
+    /// A `subscriptions/listen` request: as a request, and one the server ends is
+    /// announced with `notifications/cancelled` before its result (2026-07-28
+    /// basic/patterns/cancellation: a server MUST send it when it tears a subscription
+    /// stream down).
+    Listen(RequestId),
+    /// A legacy session's call: cancelled, it still tells the client which of its own
+    /// requests it withdraws, as its work is dropped (2025-11-25 has no such rule against
+    /// it, and the client would otherwise keep asking its user).
+    LegacyCall,
+}
+
+/// Messages one request may have waiting for stdout before its handler waits (as an HTTP
+/// call's stream holds).
+const REQUEST_BUFFER: usize = 32;
+
+/// Runs `work`, copying what it puts on `requests` to `out` in order, until it ended and
+/// everything it sent before is out; then the channel is closed, so later sends fail.
+/// `None` once `cancel` fires, after which only a legacy call's last words are copied
+/// (see [`Relayed`]).
+async fn relay<T>(
+    mut requests: mpsc::Receiver<Vec<u8>>,
+    out: &mpsc::Sender<Vec<u8>>,
+    cancel: &CancellationToken,
+    kind: &Relayed,
+    work: impl Future<Output = T>,
+) -> Option<T> {
+    let mut work = Box::pin(work);
+    let mut ended = None;
+    loop {
+        let message = tokio::select! {
+            biased;
+            () = cancel.cancelled() => {
+                drop(work);
+                if let Relayed::LegacyCall = kind {
+                    requests.close();
+                    while let Some(message) = requests.recv().await {
+                        if out.send(message).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+                return None;
+            }
+            done = &mut work, if ended.is_none() => {
+                ended = Some(done);
+                requests.close();
+                continue;
+            }
+            message = requests.recv() => message,
+        };
+        let Some(message) = message else {
+            // Every sender is gone: the work ended, or ends without sending more.
+            return match ended {
+                Some(done) => Some(done),
+                None => tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => None,
+                    done = work => Some(done),
+                },
+            };
+        };
+        if let Relayed::Listen(id) = kind {
+            if ends_a_stream(&message) {
+                let cancelled = serde_json::json!({
+                    "jsonrpc": "2.0",
+                    "method": methods::NOTIFICATION_CANCELLED,
+                    "params": { "requestId": id, "reason": "the server ended the subscription" },
+                });
+                if !forward(out, cancel, cancelled.to_string().into_bytes()).await {
+                    return None;
+                }
+            }
+        }
+        if !forward(out, cancel, message).await {
+            return None;
+        }
+    }
+}
+
+/// Whether `message` is a listen stream's result (no refusal: a stream refused never
+/// opened).
+fn ends_a_stream(message: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(message)
+        .is_ok_and(|m| !m.contains_key("method") && m.contains_key("result"))
+}
+
+/// Puts `message` on stdout's channel unless `cancel` fires first; `false` when it did, or
+/// the channel is closed.
+async fn forward(
+    out: &mpsc::Sender<Vec<u8>>,
+    cancel: &CancellationToken,
+    message: Vec<u8>,
+) -> bool {
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => false,
+        sent = out.send(message) => sent.is_ok(),
     }
 }
 
@@ -841,14 +959,15 @@ async fn in_session(
     let Some(registered) = register(link, &id).await else {
         return;
     };
-    let (server, tx) = (link.server.clone(), link.tx.clone());
+    let server = link.server.clone();
     let (mut session, principal) = (session.clone(), link.principal.clone());
     let params = envelope.params.map(ToOwned::to_owned);
     let method = method.to_owned();
     tasks.spawn(answering_panics(
         registered,
-        tx.clone(),
-        |cancel| async move {
+        link.tx.clone(),
+        Relayed::LegacyCall,
+        |cancel, tx| async move {
             let call = async {
                 let answer = server
                     .sessions()

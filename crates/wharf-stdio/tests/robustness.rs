@@ -186,3 +186,45 @@ async fn initialize_under_a_running_id_is_refused() {
     drop(to_server);
     served.await.unwrap().unwrap();
 }
+
+/// A handler that leaves work behind with its `Context` (a task it spawned) sends nothing
+/// for its request once the response went out, as over HTTP: the task hears the request
+/// ended (`Context::cancelled`), and what it then logs or reports goes nowhere (2026-07-28
+/// stdio: no further messages for a request that ended).
+#[tokio::test]
+async fn a_context_kept_after_the_response_sends_nothing_more() {
+    let (left, mut done) = tokio::sync::mpsc::unbounded_channel();
+    let server = Server::builder(Implementation::new("t", "1"))
+        .tool(tool("leaves_work").handler(move |cx: Context, _: NoArgs| {
+            let left = left.clone();
+            async move {
+                tokio::spawn(async move {
+                    cx.cancelled().await;
+                    cx.log(wharf::protocol::LoggingLevel::Error, None, json!("late"))
+                        .await;
+                    cx.progress(1.0, None, Some("late")).await;
+                    let _ = left.send(());
+                });
+                "returned"
+            }
+        }))
+        .logging(true)
+        .build()
+        .unwrap();
+    let (mut to_server, from_server, served) = serving(server, StdioConfig::default());
+    let mut lines = BufReader::new(from_server).lines();
+    let mut asked = call(json!(1), "leaves_work");
+    asked["params"]["_meta"]["progressToken"] = json!("p");
+    asked["params"]["_meta"]["io.modelcontextprotocol/logLevel"] = json!("debug");
+    send(&mut to_server, &asked).await;
+    let m = next(&mut lines).await;
+    assert_eq!(m["result"]["content"][0]["text"], "returned", "{m}");
+    tokio::time::timeout(Duration::from_secs(10), done.recv())
+        .await
+        .expect("the task left behind heard its request end");
+    send(&mut to_server, &call(json!(2), "no-such-tool")).await;
+    let m = next(&mut lines).await;
+    assert_eq!(m["id"], 2, "the next line is the next request's: {m}");
+    drop(to_server);
+    served.await.unwrap().unwrap();
+}

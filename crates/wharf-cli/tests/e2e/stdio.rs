@@ -435,3 +435,44 @@ fn options_stdio_does_not_use_are_named() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// A `subscriptions/listen` stream the server ends (here at the end of input) is announced
+/// with `notifications/cancelled` naming it, then answered with its graceful result: on
+/// stdio there is no stream to close (2026-07-28 basic/patterns/cancellation: a server MUST
+/// send it when it tears a subscription down). A listen the client cancels gets neither.
+#[tokio::test]
+async fn a_listen_stream_the_server_ends_is_announced_cancelled() {
+    let mut c = spawn("demo", &["--drain-secs", "60"]);
+    let listen = json!({ "notifications": { "toolsListChanged": true } });
+    for id in ["kept", "dropped"] {
+        c.request(json!(id), "subscriptions/listen", listen.clone())
+            .await
+            .unwrap();
+        let ack = recv(&mut c).await;
+        validate_message("subscriptions/listen", &ack);
+        assert_eq!(
+            ack["method"], "notifications/subscriptions/acknowledged",
+            "{ack}"
+        );
+    }
+    c.send(&json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": "dropped" } }))
+        .await
+        .unwrap();
+    c.close_stdin();
+    let cancelled = recv(&mut c).await;
+    validate_message("subscriptions/listen", &cancelled);
+    assert_eq!(
+        cancelled["method"], "notifications/cancelled",
+        "{cancelled}"
+    );
+    assert_eq!(cancelled["params"]["requestId"], "kept", "{cancelled}");
+    let ended = recv(&mut c).await;
+    validate_message("subscriptions/listen", &ended);
+    assert_eq!(ended["id"], "kept", "{ended}");
+    assert_eq!(ended["result"]["resultType"], "complete", "{ended}");
+    assert!(
+        c.recv().await.unwrap().is_none(),
+        "nothing for the cancelled one"
+    );
+    assert!(c.wait().await.unwrap().success());
+}
