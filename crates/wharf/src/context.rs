@@ -372,7 +372,11 @@ impl Context {
     /// (`Err(ask.into())`). Only requests for capabilities the client declared on this
     /// request are sent.
     pub fn ask(&self) -> Ask {
-        Ask::new(self.info.client_capabilities.clone())
+        let left_out = self.round.as_ref().map(|r| r.left_out.clone());
+        Ask::new(
+            self.info.client_capabilities.clone(),
+            left_out.unwrap_or_default(),
+        )
     }
 
     /// How many rounds of input this request went through: 0 on a fresh request.

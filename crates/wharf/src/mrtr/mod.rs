@@ -7,7 +7,7 @@
 
 pub(crate) mod seal;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -320,16 +320,22 @@ pub struct Ask {
     missing: ClientCapabilities,
     state: Option<Value>,
     capabilities: ClientCapabilities,
+    /// The keys left out of the previous round (the client could not be asked them).
+    left_out_before: BTreeSet<String>,
+    /// The keys left out of this one.
+    left_out: BTreeSet<String>,
 }
 
 impl Ask {
-    pub(crate) fn new(capabilities: ClientCapabilities) -> Self {
+    pub(crate) fn new(capabilities: ClientCapabilities, left_out_before: BTreeSet<String>) -> Self {
         Ask {
             requests: InputRequests::new(),
             asked: BTreeMap::new(),
             missing: ClientCapabilities::default(),
             state: None,
             capabilities,
+            left_out_before,
+            left_out: BTreeSet::new(),
         }
     }
 
@@ -337,8 +343,16 @@ impl Ask {
         if offered {
             self.requests.insert(key.to_owned(), request);
             self.asked.insert(key.to_owned(), asked);
+        } else {
+            self.left_out.insert(key.to_owned());
         }
         self
+    }
+
+    /// Whether this round asks again for what the last one had to leave out: the handler
+    /// cannot finish without it, and another round would only ask the user the rest again.
+    fn needs_what_was_left_out(&self) -> bool {
+        !self.left_out.is_disjoint(&self.left_out_before)
     }
 
     /// Asks the user to fill in a form.
@@ -453,6 +467,8 @@ pub(crate) struct Round {
     pub(crate) state: Option<Value>,
     pub(crate) nonce: Option<String>,
     pub(crate) expires_at: Millis,
+    /// What the previous round could not ask the client for.
+    pub(crate) left_out: BTreeSet<String>,
 }
 
 /// The answer to a form elicitation.
@@ -602,6 +618,7 @@ pub(crate) fn open_round(
         state: state.state,
         nonce: Some(state.nonce),
         expires_at: state.expires_at,
+        left_out: state.left_out,
     })
 }
 
@@ -678,7 +695,9 @@ pub(crate) fn seal_round(
             _ => {}
         }
     }
-    if ask.requests.is_empty() && ask.missing != ClientCapabilities::default() {
+    if (ask.requests.is_empty() || ask.needs_what_was_left_out())
+        && ask.missing != ClientCapabilities::default()
+    {
         return Err(RpcError::missing_capability(
             &ask.missing,
             "this request asks the client for input and",
@@ -706,6 +725,7 @@ pub(crate) fn seal_round(
         nonce: nonce.iter().map(|b| format!("{b:02x}")).collect(),
         asked: ask.asked,
         state: ask.state,
+        left_out: ask.left_out,
     };
     let token = keys.seal(&sealed)?;
     let requests = (!ask.requests.is_empty()).then_some(ask.requests);
@@ -787,7 +807,7 @@ mod tests {
 
     #[test]
     fn only_declared_capabilities_are_asked_and_none_left_is_32021() {
-        let ask = Ask::new(caps(json!({ "sampling": {} })))
+        let ask = Ask::new(caps(json!({ "sampling": {} })), BTreeSet::new())
             .elicit(
                 "name",
                 "Name?",
@@ -805,7 +825,7 @@ mod tests {
         let (requests, _) = seal_round(&config, &keys, Some((&binding(), &who)), 0, ask).unwrap();
         assert_eq!(requests.unwrap().len(), 1);
 
-        let ask = Ask::new(caps(json!({}))).elicit(
+        let ask = Ask::new(caps(json!({})), BTreeSet::new()).elicit(
             "name",
             "Name?",
             FormSchema::new().string("name", "Name", true),
@@ -813,6 +833,59 @@ mod tests {
         let e = seal_round(&config, &keys, Some((&binding(), &who)), 0, ask).unwrap_err();
         assert_eq!(e.kind, ErrorKind::MissingCapability);
         assert!(e.data.unwrap()["requiredCapabilities"]["elicitation"].is_object());
+    }
+
+    /// What the client could not be asked is left out of a round; a handler that asks for it
+    /// again (it cannot finish without it) gets -32021 naming it, instead of asking the user
+    /// the rest again round after round until the cap.
+    #[test]
+    fn asking_again_for_what_was_left_out_is_32021() {
+        let config = StateConfig::default();
+        let keys = StateKeys::random();
+        let who = Principal::anonymous();
+        let declared = || caps(json!({ "elicitation": {} }));
+        let form = || FormSchema::new().boolean("ok", "OK", true);
+        let ask = |left_out: BTreeSet<String>| {
+            Ask::new(declared(), left_out)
+                .elicit("ok", "OK?", form())
+                .list_roots("roots")
+        };
+        let (requests, token) = seal_round(
+            &config,
+            &keys,
+            Some((&binding(), &who)),
+            0,
+            ask(BTreeSet::new()),
+        )
+        .unwrap();
+        assert_eq!(requests.unwrap().keys().collect::<Vec<_>>(), ["ok"]);
+        let answered = json!({ "ok": { "action": "accept", "content": { "ok": true } } });
+        let round = open_round(
+            &keys,
+            &binding(),
+            &who,
+            Some(&token),
+            Some(serde_json::from_value(answered).unwrap()),
+        )
+        .unwrap();
+        assert_eq!(round.left_out, BTreeSet::from(["roots".to_owned()]));
+
+        let e = seal_round(
+            &config,
+            &keys,
+            Some((&binding(), &who)),
+            1,
+            ask(round.left_out.clone()),
+        )
+        .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::MissingCapability);
+        let data = e.data.unwrap();
+        assert!(data["requiredCapabilities"]["roots"].is_object(), "{data}");
+
+        // A round that goes on without it is asked as usual.
+        let other = Ask::new(declared(), round.left_out).elicit("more", "More?", form());
+        let (requests, _) = seal_round(&config, &keys, Some((&binding(), &who)), 1, other).unwrap();
+        assert_eq!(requests.unwrap().keys().collect::<Vec<_>>(), ["more"]);
     }
 
     #[test]
@@ -830,18 +903,19 @@ mod tests {
             }))
             .unwrap()
         };
-        let plain = Ask::new(caps(json!({ "sampling": {} })));
+        let plain = Ask::new(caps(json!({ "sampling": {} })), BTreeSet::new());
         let asked = plain.sample("q", with_tools());
         assert!(asked.requests.is_empty());
         let missing = serde_json::to_value(&asked.missing).unwrap();
         assert_eq!(missing["sampling"], json!({ "tools": {} }));
-        let asked = Ask::new(caps(json!({ "sampling": {} }))).sample("q", with_context());
+        let asked =
+            Ask::new(caps(json!({ "sampling": {} })), BTreeSet::new()).sample("q", with_context());
         assert!(asked.requests.is_empty());
         let missing = serde_json::to_value(&asked.missing).unwrap();
         assert_eq!(missing["sampling"], json!({ "context": {} }));
 
         // Everything a round lacks is named, whatever asked for it first.
-        let both = Ask::new(caps(json!({ "sampling": {} })))
+        let both = Ask::new(caps(json!({ "sampling": {} })), BTreeSet::new())
             .sample("a", with_tools())
             .sample("b", with_context())
             .sample(
@@ -859,9 +933,12 @@ mod tests {
         assert_eq!(missing["sampling"], json!({ "tools": {}, "context": {} }));
         assert_eq!(missing["elicitation"], json!({ "form": {}, "url": {} }));
 
-        let full = Ask::new(caps(json!({ "sampling": { "tools": {}, "context": {} } })))
-            .sample("a", with_tools())
-            .sample("b", with_context());
+        let full = Ask::new(
+            caps(json!({ "sampling": { "tools": {}, "context": {} } })),
+            BTreeSet::new(),
+        )
+        .sample("a", with_tools())
+        .sample("b", with_context());
         assert_eq!(full.requests.len(), 2);
         // The same rule where a requirement is checked against a declaration.
         let declared = caps(json!({ "sampling": {} }));
@@ -898,7 +975,7 @@ mod tests {
         let keys = StateKeys::random();
         let who = Principal::anonymous();
         let ask = || {
-            Ask::new(caps(json!({ "elicitation": {} })))
+            Ask::new(caps(json!({ "elicitation": {} })), BTreeSet::new())
                 .elicit("x", "X?", FormSchema::new().boolean("x", "X", true))
                 .state(&json!({ "step": 7 }))
         };
@@ -916,9 +993,12 @@ mod tests {
         let keys = StateKeys::random();
         let who = Principal::anonymous();
         let form = || FormSchema::new().integer("age", "Age", (Some(0.0), Some(150.0)), true);
-        let ask = Ask::new(caps(json!({ "elicitation": {}, "roots": {} })))
-            .elicit("age", "Age?", form())
-            .list_roots("roots");
+        let ask = Ask::new(
+            caps(json!({ "elicitation": {}, "roots": {} })),
+            BTreeSet::new(),
+        )
+        .elicit("age", "Age?", form())
+        .list_roots("roots");
         let (_, token) = seal_round(&config, &keys, Some((&binding(), &who)), 0, ask).unwrap();
         let answers = |v: Value| {
             open_round(
@@ -991,7 +1071,7 @@ mod url_tests {
     #[test]
     fn url_elicitation_needs_the_url_capability_and_reads_the_action() {
         let caps = |v: Value| -> ClientCapabilities { serde_json::from_value(v).unwrap() };
-        let form_only = Ask::new(caps(json!({ "elicitation": {} }))).elicit_url(
+        let form_only = Ask::new(caps(json!({ "elicitation": {} })), BTreeSet::new()).elicit_url(
             "pay",
             "Pay here",
             "https://pay.example/123",
@@ -1011,11 +1091,11 @@ mod url_tests {
         let keys = StateKeys::random();
         let who = Principal::anonymous();
         let binding = Binding::new("tools/call", "t", &Map::new());
-        let ask = Ask::new(caps(json!({ "elicitation": { "url": {} } }))).elicit_url(
-            "pay",
-            "Pay here",
-            "https://pay.example/123",
-        );
+        let ask = Ask::new(
+            caps(json!({ "elicitation": { "url": {} } })),
+            BTreeSet::new(),
+        )
+        .elicit_url("pay", "Pay here", "https://pay.example/123");
         let (requests, token) = seal_round(&config, &keys, Some((&binding, &who)), 0, ask).unwrap();
         let wire = serde_json::to_value(requests.unwrap()).unwrap();
         assert_eq!(wire["pay"]["method"], "elicitation/create");
@@ -1033,11 +1113,11 @@ mod url_tests {
         assert_eq!(round.elicited::<Value>("pay", &FormSchema::new()), None);
 
         // What is not a URL is not sent.
-        let ask = Ask::new(caps(json!({ "elicitation": { "url": {} } }))).elicit_url(
-            "pay",
-            "Pay here",
-            "pay.example/123 now",
-        );
+        let ask = Ask::new(
+            caps(json!({ "elicitation": { "url": {} } })),
+            BTreeSet::new(),
+        )
+        .elicit_url("pay", "Pay here", "pay.example/123 now");
         let e = seal_round(&config, &keys, Some((&binding, &who)), 0, ask).unwrap_err();
         assert_eq!(e.kind, crate::ErrorKind::Internal);
         // Nor a sampling message holding what sampling does not take.
@@ -1048,7 +1128,7 @@ mod url_tests {
             "maxTokens": 5
         }))
         .unwrap();
-        let ask = Ask::new(caps(json!({ "sampling": {} }))).sample("s", linking);
+        let ask = Ask::new(caps(json!({ "sampling": {} })), BTreeSet::new()).sample("s", linking);
         let e = seal_round(&config, &keys, Some((&binding, &who)), 0, ask).unwrap_err();
         assert_eq!(e.kind, crate::ErrorKind::Internal);
         // Nor a tool result in one whose link is no URI (a tool result may hold links).
@@ -1059,7 +1139,7 @@ mod url_tests {
             "maxTokens": 5
         }))
         .unwrap();
-        let ask = Ask::new(caps(json!({ "sampling": {} }))).sample("s", results);
+        let ask = Ask::new(caps(json!({ "sampling": {} })), BTreeSet::new()).sample("s", results);
         let e = seal_round(&config, &keys, Some((&binding, &who)), 0, ask).unwrap_err();
         assert_eq!(e.kind, crate::ErrorKind::Internal);
     }

@@ -2,7 +2,7 @@
 //! authenticated (XChaCha20-Poly1305) under a key id, so the client can carry it but neither
 //! read nor alter it, and any replica holding the key can open it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use base64::Engine;
@@ -179,6 +179,10 @@ pub(crate) struct SealedState {
     /// The handler's own state.
     #[serde(rename = "s", default, skip_serializing_if = "Option::is_none")]
     pub(crate) state: Option<Value>,
+    /// What the handler asked for and the client could not be asked (it lacks the
+    /// capability): asked again, it is refused as missing.
+    #[serde(rename = "l", default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub(crate) left_out: BTreeSet<String>,
 }
 
 /// One input request as the server remembers it.
@@ -210,6 +214,7 @@ mod tests {
             nonce: "n".into(),
             asked: BTreeMap::new(),
             state: Some(serde_json::json!({"step": 2})),
+            left_out: BTreeSet::from(["roots".to_owned()]),
         }
     }
 
