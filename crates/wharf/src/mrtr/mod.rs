@@ -80,6 +80,9 @@ impl FormSchema {
 
     fn field(mut self, name: &str, schema: Value, required: bool) -> Self {
         self.properties.insert(name.to_owned(), schema);
+        // A field defined again replaces the first, in `required` too: a name listed twice
+        // makes the schema invalid (2020-12: its items are unique).
+        self.required.retain(|r| r != name);
         if required {
             self.required.push(name.to_owned());
         }
@@ -685,6 +688,19 @@ pub(crate) fn seal_round(
                     p.url
                 )));
             }
+            // Checked before the client sees it: answers are read against it, and one that
+            // does not compile would refuse every answer, round after round.
+            InputRequest::Elicit(ElicitParams::Form(p)) => {
+                let schema = Value::Object(p.requested_schema.clone());
+                if let Err(e) = jsonschema::options()
+                    .should_validate_formats(true)
+                    .build(&schema)
+                {
+                    return Err(RpcError::internal(format!(
+                        "input request {key:?} asks for a form whose schema is not valid JSON Schema: {e}"
+                    )));
+                }
+            }
             InputRequest::CreateMessage(p) => {
                 if let Some(problem) = sampling_problem(p) {
                     return Err(RpcError::internal(format!(
@@ -833,6 +849,34 @@ mod tests {
         let e = seal_round(&config, &keys, Some((&binding(), &who)), 0, ask).unwrap_err();
         assert_eq!(e.kind, ErrorKind::MissingCapability);
         assert!(e.data.unwrap()["requiredCapabilities"]["elicitation"].is_object());
+    }
+
+    /// A form is checked before it is sent: one whose schema does not compile (a choice of
+    /// nothing) is the server's error, not a round the user answers in vain; a field
+    /// defined twice is listed once as required.
+    #[test]
+    fn forms_are_valid_json_schema_before_they_are_sent() {
+        let config = StateConfig::default();
+        let keys = StateKeys::random();
+        let who = Principal::anonymous();
+        let asked = |form: FormSchema| {
+            let ask = Ask::new(caps(json!({ "elicitation": {} })), BTreeSet::new())
+                .elicit("f", "F?", form);
+            seal_round(&config, &keys, Some((&binding(), &who)), 0, ask)
+        };
+        let twice = FormSchema::new()
+            .string("a", "A", true)
+            .string("a", "A again", true);
+        assert_eq!(twice.schema()["required"], json!(["a"]));
+        asked(twice).unwrap();
+        let optional_now = FormSchema::new()
+            .string("a", "A", true)
+            .string("a", "A", false);
+        assert!(optional_now.schema().get("required").is_none());
+        let nothing_to_choose = FormSchema::new().titled_choice("c", "C", &[], true);
+        // -32603 to the client; what is wrong goes to the log.
+        let e = asked(nothing_to_choose).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Internal);
     }
 
     /// What the client could not be asked is left out of a round; a handler that asks for it
