@@ -896,3 +896,85 @@ async fn a_confirmation_redeemed_after_its_state_expired_is_refused() {
         "{refused:?}"
     );
 }
+
+/// A confirmed write whose answer was lost, retried once the round's state has expired (the
+/// user took their time; the client resends the same round): the retry gets the write's
+/// first result, not an error about the state, which would have the client report a write
+/// that was made as failed. A round never completed is still refused as expired.
+#[tokio::test]
+async fn a_confirmed_write_retried_after_its_state_expired_replays() {
+    let store = support::sqlite_with(
+        &support::sqlite_url("confirm-replay"),
+        Duration::from_secs(5),
+    )
+    .await;
+    let mut config = wharf::ServerConfig::default();
+    config.request_state.max_age = Duration::from_secs(1);
+    let server = Server::builder(Implementation::new("t", "1"))
+        .config(config)
+        .store(Arc::clone(&store))
+        .tool(
+            tool("delete")
+                .idempotent()
+                .handler(|cx: Context, args: Append| async move {
+                    let form = wharf::FormSchema::new().boolean("delete", "Delete it", true);
+                    match cx.elicited::<Confirmed>("confirm", &form) {
+                        Some(wharf::Elicited::Accepted(Confirmed { delete: true })) => {
+                            cx.tx()
+                                .await?
+                                .append_rows(&args.log, &[json!(args.n)])
+                                .await
+                                .map_err(|e| HandlerError::internal(e.to_string()))?;
+                            Ok(Structured(Appended { appended: args.n }))
+                        }
+                        Some(_) => Err(HandlerError::execution("not confirmed")),
+                        None => Err(cx.ask().elicit("confirm", "Delete?", form).into()),
+                    }
+                }),
+        )
+        .build()
+        .unwrap();
+    let alice = as_user(&server, "alice");
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": { "elicitation": { "form": {} } },
+    });
+    let log = unique("confirmed");
+    let asked_with = |key: &str| {
+        let arguments = json!({ "log": log, "n": 1, "idempotency_key": key });
+        json!({ "name": "delete", "arguments": arguments, "_meta": meta })
+    };
+    let answered = |asked: &Value, key: &str| {
+        let mut round = asked_with(key);
+        round["requestState"] = asked["requestState"].clone();
+        round["inputResponses"] =
+            json!({ "confirm": { "action": "accept", "content": { "delete": true } } });
+        round
+    };
+    let (done, left) = (unique("k"), unique("k"));
+    let first = alice.call("tools/call", asked_with(&done)).await.unwrap();
+    let never = alice.call("tools/call", asked_with(&left)).await.unwrap();
+    let expired_by = wharf::store::now_millis() + 1_000;
+    let made = alice
+        .call("tools/call", answered(&first, &done))
+        .await
+        .unwrap();
+    assert_eq!(made["structuredContent"]["appended"], 1, "{made}");
+    while wharf::store::now_millis() <= expired_by {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let again = alice
+        .call("tools/call", answered(&first, &done))
+        .await
+        .unwrap();
+    assert!(replayed(&again), "{again}");
+    assert_eq!(again["structuredContent"], made["structuredContent"]);
+    assert_eq!(rows(&store, &log).await, 1, "written once");
+    let refused = alice
+        .call("tools/call", answered(&never, &left))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.error().code(), -32602, "{refused:?}");
+    assert!(refused.error().message.contains("expired"), "{refused:?}");
+    assert_eq!(rows(&store, &log).await, 1);
+}

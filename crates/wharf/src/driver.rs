@@ -14,7 +14,7 @@ use crate::error::{ErrorKind, RpcError};
 use crate::handler::HandlerError;
 use crate::meta::RequestInfo;
 use crate::metrics::Outcome;
-use crate::mrtr::{Ask, Binding, Resume, Turn, open_round, seal_round};
+use crate::mrtr::{Ask, Binding, Resume, StateRefused, Turn, open_round, seal_round};
 use crate::principal::Principal;
 use crate::reply::respond;
 use crate::runtime::Runtime;
@@ -52,7 +52,7 @@ pub(crate) fn open_turn(
     request_state: Option<&str>,
     responses: Option<InputResponses>,
     binding: impl FnOnce() -> Binding,
-) -> Result<Option<Turn>, RpcError> {
+) -> Result<Option<Turn>, StateRefused> {
     let caps = &info.client_capabilities;
     let may_answer = caps.elicitation.is_some() || caps.sampling.is_some() || caps.roots.is_some();
     if request_state.is_none() && !may_answer {

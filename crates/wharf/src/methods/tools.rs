@@ -16,7 +16,7 @@ use crate::error::{ErrorKind, RpcError};
 use crate::fair_share::Share;
 use crate::methods::Call;
 use crate::metrics::{Outcome, StoreOp};
-use crate::mrtr::Binding;
+use crate::mrtr::{Binding, StateRefused};
 use crate::mutation::KeyTurn;
 use crate::principal::Principal;
 use crate::registry::{HandleParam, ToolEntry};
@@ -79,14 +79,27 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
     let Value::Object(mut args) = args else {
         return Err(RpcError::internal("tool arguments are not an object"));
     };
-    let turn = open_turn(
+    let turn = match open_turn(
         runtime,
         &info,
         &caller.principal,
         params.request_state.as_deref(),
         params.input_responses,
         || Binding::new(methods::TOOLS_CALL, &params.name, &args),
-    )?;
+    ) {
+        Ok(turn) => turn,
+        // The caller's state ran out, maybe while the write it confirmed was made (the user
+        // took their time, the answer was lost): the retry gets that write's first result.
+        Err(StateRefused::Expired(e)) => {
+            let mut args = args;
+            let keyed = keyed(runtime, entry, &mut args, &caller.principal)?;
+            if let Some(stored) = replayed(runtime, keyed.as_ref(), now_millis()).await? {
+                return replay(runtime, &id, &stored);
+            }
+            return Err(e);
+        }
+        Err(refused) => return Err(refused.into()),
+    };
     let name = &entry.def.tool.name;
     // The call's own limit, never beyond the server's, covers its wait for its turn and
     // its run: past it the handler's future is dropped (it stops at its next await) and

@@ -578,6 +578,24 @@ impl Binding {
     }
 }
 
+/// Why a retry's state was refused (each is -32602 to the client).
+#[derive(Debug)]
+pub(crate) enum StateRefused {
+    /// It was the caller's, and its time ran out: the request it answered may have been
+    /// completed since (an idempotent write's retry looks for its result first).
+    Expired(RpcError),
+    /// Forged, altered, another caller's, or issued for another request.
+    Invalid(RpcError),
+}
+
+impl From<StateRefused> for RpcError {
+    fn from(refused: StateRefused) -> Self {
+        match refused {
+            StateRefused::Expired(e) | StateRefused::Invalid(e) => e,
+        }
+    }
+}
+
 /// Opens the round a retry carries: its state checked against the caller and the request.
 pub(crate) fn open_round(
     keys: &StateKeys,
@@ -585,7 +603,7 @@ pub(crate) fn open_round(
     principal: &Principal,
     request_state: Option<&str>,
     responses: Option<InputResponses>,
-) -> Result<Round, RpcError> {
+) -> Result<Round, StateRefused> {
     let Some(token) = request_state else {
         // Answers without a state: read for their shape only.
         return Ok(Round {
@@ -600,19 +618,19 @@ pub(crate) fn open_round(
         .open(token)
         .filter(|state| state.principal == principal.id())
         .ok_or_else(|| {
-            refuse("it was not issued by this server to this caller, or was altered; send the request again without requestState and inputResponses")
+            StateRefused::Invalid(refuse("it was not issued by this server to this caller, or was altered; send the request again without requestState and inputResponses"))
         })?;
     let now = now_millis();
     if state.expires_at <= now {
-        return Err(refuse(&format!(
+        return Err(StateRefused::Expired(refuse(&format!(
             "it expired {} s ago; send the request again without requestState and inputResponses",
             (now - state.expires_at) / 1000
-        )));
+        ))));
     }
     if state.method != binding.method || state.digest != binding.digest {
-        return Err(refuse(
+        return Err(StateRefused::Invalid(refuse(
             "it was issued for another request (the method or its params differ); retry with the same params as the request that returned it",
-        ));
+        )));
     }
     Ok(Round {
         number: state.round,
