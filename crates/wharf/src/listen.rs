@@ -16,6 +16,10 @@ use crate::registry::Registry;
 use crate::request::{ParsedRequest, RequestBody};
 use crate::runtime::Runtime;
 
+/// How many new receivers a listen stream takes from the bus after a gap before it counts
+/// the bus as closed for good.
+const RESUBSCRIBE_TRIES: usize = 4;
+
 /// An open subscription. [`Listener::next`] yields serialized messages: the acknowledgment
 /// first, then the notifications the client opted into, and when the server drains or stops
 /// the final `subscriptions/listen` response, after which it yields `None`. After a lag or
@@ -275,13 +279,18 @@ impl Listener {
                         // stream goes on from a new receiver, after announcing everything
                         // it subscribes to, so the client reads again what may have
                         // changed meanwhile. A client that took a completion for the end
-                        // would otherwise stop hearing anything. A bus whose new receivers
-                        // are closed already has nothing more to give: the stream ends.
-                        let rx = self.runtime.bus.subscribe();
-                        if rx.is_closed() {
+                        // would otherwise stop hearing anything. A new receiver closed
+                        // already is most often a second gap right after the first (a
+                        // failed publish, then its own gap heard back; a reconnect): the
+                        // next one is live. A bus whose new receivers stay closed has
+                        // nothing more to give: the stream ends.
+                        let Some(rx) = (0..RESUBSCRIBE_TRIES)
+                            .map(|_| self.runtime.bus.subscribe())
+                            .find(|rx| !rx.is_closed())
+                        else {
                             self.done = true;
                             return Some(self.final_response());
-                        }
+                        };
                         self.rx = rx;
                         // While the bus is disconnected, the gap at its next connection says
                         // it again: announced once then, not at each.

@@ -23,6 +23,8 @@ struct GappyBus {
     tx: Mutex<broadcast::Sender<ChangeEvent>>,
     /// New receivers come closed: the bus has nothing more to give.
     finished: Mutex<bool>,
+    /// The next this many new receivers come closed (another gap came at once).
+    closed_next: Mutex<usize>,
     connected: AtomicBool,
 }
 
@@ -31,6 +33,7 @@ impl GappyBus {
         GappyBus {
             tx: Mutex::new(broadcast::channel(16).0),
             finished: Mutex::new(false),
+            closed_next: Mutex::new(0),
             connected: AtomicBool::new(true),
         }
     }
@@ -69,7 +72,9 @@ impl NotificationBus for GappyBus {
     }
 
     fn subscribe(&self) -> broadcast::Receiver<ChangeEvent> {
-        if *self.finished.lock().unwrap() {
+        let mut closed_next = self.closed_next.lock().unwrap();
+        if *self.finished.lock().unwrap() || *closed_next > 0 {
+            *closed_next = closed_next.saturating_sub(1);
             return broadcast::channel(1).1;
         }
         self.tx.lock().unwrap().subscribe()
@@ -147,6 +152,26 @@ async fn a_gap_announces_every_subscribed_change_and_the_stream_goes_on() {
     assert_eq!(next(&mut messages).await.as_deref(), Some(UPDATED));
     assert_eq!(next(&mut messages).await.as_deref(), Some(LIST_CHANGED));
     // And a change after it.
+    let changed = ChangeEvent::ResourceUpdated {
+        uri: "notes://a".into(),
+    };
+    server.bus().publish(changed).await.unwrap();
+    assert_eq!(next(&mut messages).await.as_deref(), Some(UPDATED));
+    ends_at_shutdown(&server, messages).await;
+}
+
+/// A second gap right behind the first (a failed publish, then its own gap heard back)
+/// leaves the stream a receiver closed already: it takes the next one and goes on, rather
+/// than ending as if the bus had nothing more to give.
+#[tokio::test]
+async fn a_gap_right_after_a_gap_does_not_end_the_stream() {
+    let bus = Arc::new(GappyBus::new());
+    let server = server(Arc::clone(&bus));
+    let mut messages = listen(&server).await;
+    *bus.closed_next.lock().unwrap() = 1;
+    bus.gap();
+    assert_eq!(next(&mut messages).await.as_deref(), Some(UPDATED));
+    assert_eq!(next(&mut messages).await.as_deref(), Some(LIST_CHANGED));
     let changed = ChangeEvent::ResourceUpdated {
         uri: "notes://a".into(),
     };
