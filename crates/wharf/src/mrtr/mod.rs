@@ -578,6 +578,11 @@ impl Binding {
     }
 }
 
+/// The OAuth client `principal` acts through, when its token names one.
+fn client_of(principal: &Principal) -> Option<&String> {
+    principal.grant()?.client_id.as_ref()
+}
+
 /// Why a retry's state was refused (each is -32602 to the client).
 #[derive(Debug)]
 pub(crate) enum StateRefused {
@@ -614,9 +619,17 @@ pub(crate) fn open_round(
     let refuse = |why: &str| RpcError::invalid_params(format!("Invalid requestState: {why}"));
     // Another principal's state is refused as if it were forged, before its expiry is
     // looked at: nothing tells the caller that it is genuine.
+    // A state sealed without a client (by a replica before this rule, or for a principal
+    // without one) binds the principal alone.
     let state = keys
         .open(token)
         .filter(|state| state.principal == principal.id())
+        .filter(|state| {
+            state
+                .client
+                .as_ref()
+                .is_none_or(|c| Some(c) == client_of(principal))
+        })
         .ok_or_else(|| {
             StateRefused::Invalid(refuse("it was not issued by this server to this caller, or was altered; send the request again without requestState and inputResponses"))
         })?;
@@ -752,6 +765,7 @@ pub(crate) fn seal_round(
     let nonce: [u8; 16] = rand::random();
     let sealed = SealedState {
         principal: principal.id().to_owned(),
+        client: client_of(principal).cloned(),
         expires_at: after(now_millis(), config.max_age),
         method: binding.method.to_owned(),
         digest: binding.digest.clone(),
@@ -1026,6 +1040,46 @@ mod tests {
         assert_ne!(one.digest, other_tool.digest);
         let other_method = Binding::new("prompts/get", "t", &args("k1"));
         assert_ne!(one.digest, other_method.digest);
+    }
+
+    /// A state is bound to the user and to the OAuth client it was issued through: the same
+    /// user through another client (or none) is refused as if the state were forged. A
+    /// state sealed without a client binds the user alone.
+    #[test]
+    fn states_are_bound_to_the_user_and_the_client() {
+        let config = StateConfig::default();
+        let keys = StateKeys::random();
+        let through = |client: Option<&str>| {
+            Principal::oauth(crate::principal::Grant {
+                issuer: "https://as.example".into(),
+                subject: "ann".into(),
+                client_id: client.map(str::to_owned),
+                scopes: Default::default(),
+            })
+        };
+        let sealed_for = |who: &Principal| {
+            let ask = Ask::new(caps(json!({ "elicitation": {} })), BTreeSet::new()).elicit(
+                "ok",
+                "OK?",
+                FormSchema::new().boolean("ok", "OK", true),
+            );
+            seal_round(&config, &keys, Some((&binding(), who)), 0, ask)
+                .unwrap()
+                .1
+        };
+        let opens = |token: &str, who: &Principal| {
+            open_round(&keys, &binding(), who, Some(token), None).is_ok()
+        };
+        let app = sealed_for(&through(Some("app")));
+        assert!(opens(&app, &through(Some("app"))));
+        assert!(!opens(&app, &through(Some("other-app"))), "another client");
+        assert!(!opens(&app, &through(None)), "no client");
+        let none = sealed_for(&through(None));
+        assert!(opens(&none, &through(None)));
+        assert!(
+            opens(&none, &through(Some("app"))),
+            "bound to the user alone"
+        );
     }
 
     #[test]

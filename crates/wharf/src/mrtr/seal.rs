@@ -159,6 +159,10 @@ pub(crate) struct SealedState {
     /// The principal it was issued to.
     #[serde(rename = "p")]
     pub(crate) principal: String,
+    /// The OAuth client it was issued through, when the principal's token names one: an
+    /// elicitation is bound to the client and the user (2026-07-28 client/elicitation).
+    #[serde(rename = "c", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) client: Option<String>,
     /// When it stops being accepted.
     #[serde(rename = "e")]
     pub(crate) expires_at: Millis,
@@ -207,6 +211,7 @@ mod tests {
     fn state() -> SealedState {
         SealedState {
             principal: "user-1".into(),
+            client: Some("app".into()),
             expires_at: 10,
             method: "tools/call".into(),
             digest: "abc".into(),
