@@ -193,6 +193,16 @@ end
 return {'wait'}
 "#;
 
+/// Reserves a one-time record (`record_once`) unless one holds its key: running under
+/// `ARGV[2]`, its lease as long as the record lives (the transaction that reserved it gives
+/// it back when it ends without a commit). 1 when reserved.
+const RESERVE_LUA: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'digest', ARGV[1], 'state', 'running', 'token', ARGV[2], 'owner', ARGV[3], 'lease_until', ARGV[4])
+redis.call('PEXPIREAT', KEYS[1], ARGV[4])
+return 1
+"#;
+
 /// Pushes back the lease of a claim its holder still runs, by `ARGV[2]` ms from Redis's
 /// clock (returns 0, doing nothing, once the claim is no longer the holder's).
 const RENEW_CLAIM_LUA: &str = r#"
@@ -537,6 +547,7 @@ impl RedisStore {
             #[cfg(feature = "documents")]
             appended: HashMap::new(),
             claim: None,
+            reserved: Vec::new(),
             renew: None,
         }
     }
@@ -828,6 +839,9 @@ pub struct RedisTx {
     pub(crate) appended: HashMap<String, i64>,
     /// The idempotency record this transaction holds, and its token.
     claim: Option<(String, String)>,
+    /// Records reserved by [`Transaction::record_once`], and their tokens: done by the
+    /// commit, given back when the transaction ends without one.
+    reserved: Vec<(String, String)>,
     /// What keeps the claim's lease while the call runs; stopped when the transaction ends.
     renew: Option<tokio::task::JoinHandle<()>>,
 }
@@ -857,8 +871,9 @@ impl Drop for RedisTx {
         if let Some(renew) = self.renew.take() {
             renew.abort();
         }
-        // Dropped without a commit (the call failed or was cancelled): release the claim.
-        if let Some((key, token)) = self.claim.take() {
+        // Dropped without a commit (the call failed or was cancelled): release the claim,
+        // and what `record_once` reserved.
+        for (key, token) in self.claim.take().into_iter().chain(self.reserved.drain(..)) {
             release_later(self.conn.clone(), key, token);
         }
     }
@@ -1063,32 +1078,37 @@ impl Transaction for RedisTx {
     }
 
     async fn record_once(&mut self, claim: &Claim) -> Result<bool, StoreError> {
+        // Reserved at once, not at the commit: what a redemption unlocks may be an effect
+        // outside the store, which a conflict found at the commit would come too late to
+        // stop, and a second call must find the record before it acts. Until the commit
+        // marks it done the record is running under this transaction's token (a claim's
+        // waiters wait for it); ended without a commit, it is given back; after a crash it
+        // stays until its expiry: the step is asked again, never acted on twice.
+        static RESERVE: std::sync::LazyLock<Script> =
+            std::sync::LazyLock::new(|| Script::new(RESERVE_LUA));
         let key = claim_key(claim);
-        let exists: bool = self.conn.exists(&key).await.map_err(backend)?;
-        if exists {
+        let token = format!("{:032x}", rand::random::<u128>());
+        let mut conn = self.conn.clone();
+        let reserved: i64 = RESERVE
+            .key(&key)
+            .arg(claim.digest.as_str())
+            .arg(&token)
+            .arg(&claim.owner)
+            .arg(claim.expires_at)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(backend)?;
+        if reserved != 1 {
             return Ok(false);
         }
-        // Checked again by the commit script: a record written meanwhile voids the commit.
-        self.expect_field(&key, "state", None);
+        self.reserved.push((key.clone(), token.clone()));
+        // Checked again by the commit script: a reservation lost (expired) voids the commit.
+        self.expect_field(&key, "token", Some(&token));
         self.ops.push(json!([
-            "call",
-            "HSET",
-            key,
-            "digest",
-            claim.digest.as_str(),
-            "state",
-            "done",
-            "result",
-            "used",
-            "owner",
-            claim.owner
+            "call", "HSET", key, "state", "done", "result", "used"
         ]));
-        self.ops.push(json!([
-            "call",
-            "PEXPIREAT",
-            key,
-            claim.expires_at.to_string()
-        ]));
+        self.ops
+            .push(json!(["call", "HDEL", key, "token", "lease_until"]));
         Ok(true)
     }
 
@@ -1141,6 +1161,7 @@ impl Transaction for RedisTx {
         match applied {
             redis::Value::Int(1) => {
                 self.claim = None;
+                self.reserved.clear();
                 Ok(())
             }
             redis::Value::Int(-2) => Err(StoreError::HandleGone),

@@ -588,6 +588,108 @@ async fn a_wait_for_a_claim_ends_at_the_calls_limit(store: Arc<dyn Store>) {
     assert_eq!(rows(&store, &log).await, 1);
 }
 
+/// Calls `tool` (no arguments) as a client that takes forms, and returns the params of the
+/// retry that confirms what it asked (`confirm`'s `delete`).
+async fn confirming_retry(caller: &Harness, tool: &str) -> Value {
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": { "elicitation": { "form": {} } },
+    });
+    let asked = caller
+        .call(
+            "tools/call",
+            json!({ "name": tool, "arguments": {}, "_meta": meta }),
+        )
+        .await
+        .unwrap();
+    assert!(asked["requestState"].is_string(), "{asked}");
+    json!({
+        "name": tool,
+        "arguments": {},
+        "_meta": meta,
+        "requestState": asked["requestState"],
+        "inputResponses": { "confirm": { "action": "accept", "content": { "delete": true } } },
+    })
+}
+
+/// A confirmation (a request state redeemed once) answered by two retries at once unlocks
+/// its effect once: the second finds the redemption taken before it acts, even while the
+/// first has not committed (on Redis too, where writes wait for the commit), and is refused
+/// (-32602).
+async fn a_confirmation_answered_twice_at_once_acts_once(store: Arc<dyn Store>) {
+    let (reached, go) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let acted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let hold = Arc::new(AtomicBool::new(true));
+    let (r, g, a, h) = (
+        Arc::clone(&reached),
+        Arc::clone(&go),
+        Arc::clone(&acted),
+        Arc::clone(&hold),
+    );
+    let server = Server::builder(Implementation::new("t", "1"))
+        .store(store)
+        .tool(tool("send").handler(move |cx: Context, _: wharf::NoArgs| {
+            let (reached, go, acted, hold) = (
+                Arc::clone(&r),
+                Arc::clone(&g),
+                Arc::clone(&a),
+                Arc::clone(&h),
+            );
+            async move {
+                let form = wharf::FormSchema::new().boolean("delete", "Send it", true);
+                match cx.elicited::<Confirmed>("confirm", &form) {
+                    Some(wharf::Elicited::Accepted(Confirmed { delete: true })) => {
+                        cx.redeem_once().await?;
+                        // The effect outside the store.
+                        acted.fetch_add(1, Ordering::SeqCst);
+                        if hold.load(Ordering::SeqCst) {
+                            reached.notify_one();
+                            go.notified().await;
+                        }
+                        Ok("sent".to_owned())
+                    }
+                    Some(_) => Err(HandlerError::execution("not confirmed")),
+                    None => Err(cx.ask().elicit("confirm", "Send?", form).into()),
+                }
+            }
+        }))
+        .build()
+        .unwrap();
+    let who = unique("sender");
+    let alice = as_user(&server, &who);
+    let answer = confirming_retry(&alice, "send").await;
+    let retry = || {
+        let (alice, answer) = (alice.clone(), answer.clone());
+        tokio::spawn(async move { alice.call("tools/call", answer).await })
+    };
+    let first = retry();
+    reached.notified().await;
+    let mut second = retry();
+    // The second runs up to its redemption: refused at once where it is reserved at once,
+    // or waiting for the first's commit where the store makes it wait.
+    let early = tokio::select! {
+        done = &mut second => Some(done.unwrap()),
+        () = tokio::time::sleep(Duration::from_millis(500)) => None,
+    };
+    go.notify_one();
+    let first = first.await.unwrap().unwrap();
+    assert_eq!(first["content"][0]["text"], "sent", "{first}");
+    let second = match early {
+        Some(second) => second,
+        None => second.await.unwrap(),
+    };
+    let refused = second.expect_err("the second retry acted too");
+    assert_eq!(refused.error().code(), -32602, "{refused:?}");
+    assert!(
+        refused.error().message.contains("already used"),
+        "{refused:?}"
+    );
+    assert_eq!(acted.load(Ordering::SeqCst), 1, "acted once");
+}
+
 macro_rules! all_backends {
     ($($test:ident),* $(,)?) => {
         mod sqlite { $( #[tokio::test] async fn $test() { super::$test(super::sqlite().await).await; } )* }
@@ -605,6 +707,7 @@ all_backends!(
     control_characters_are_refused_alike,
     a_write_in_steps_retires_its_handle_once,
     a_retry_of_a_write_that_retired_its_handle_waits_and_replays,
+    a_confirmation_answered_twice_at_once_acts_once,
     a_wait_for_a_claim_ends_at_the_calls_limit,
 );
 
@@ -861,27 +964,9 @@ async fn a_confirmation_redeemed_after_its_state_expired_is_refused() {
         .build()
         .unwrap();
     let alice = as_user(&server, "alice");
-    let meta = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": { "elicitation": { "form": {} } },
-    });
-    let asked = alice
-        .call(
-            "tools/call",
-            json!({ "name": "delete", "arguments": {}, "_meta": meta }),
-        )
-        .await
-        .unwrap();
+    let answer = confirming_retry(&alice, "delete").await;
     // The state lives two seconds from when it was sealed, at the latest now.
     let expired_by = wharf::store::now_millis() + 2_000;
-    let state = asked["requestState"].as_str().expect("a request state");
-    let answer = json!({
-        "name": "delete",
-        "arguments": {},
-        "_meta": meta,
-        "requestState": state,
-        "inputResponses": { "confirm": { "action": "accept", "content": { "delete": true } } },
-    });
     let retry = tokio::spawn(async move { alice.call("tools/call", answer).await });
     // The retry got through with the state alive; it redeems once the state has expired.
     reached.notified().await;

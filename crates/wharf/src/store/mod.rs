@@ -337,10 +337,12 @@ pub trait Transaction: Send {
     }
 
     /// Records `claim` as used, in this transaction, unless a live record holds its key
-    /// already: `false` then (on Redis, where writes wait for the commit, a record written
-    /// meanwhile by another call makes the commit fail with [`StoreError::Conflict`]
-    /// instead). What a one-time step (a confirmation redeemed once) records with the
-    /// call's own writes, so the two commit together or not at all.
+    /// already: `false` then. What a one-time step (a confirmation redeemed once) records
+    /// with the call's own writes, so the two commit together or not at all. Another
+    /// transaction's `record_once` of the same key, before this one ends, must not answer
+    /// `true`: what it unlocks may be an effect outside the store (SQL stores make it wait
+    /// for this transaction's end; Redis, whose writes wait for the commit, reserves the
+    /// record at once and gives it back if this transaction ends without a commit).
     async fn record_once(&mut self, claim: &Claim) -> Result<bool, StoreError>;
 
     /// Marks the claimed idempotency record done with the write's first result. Called by
