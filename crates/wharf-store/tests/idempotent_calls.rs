@@ -690,6 +690,85 @@ async fn a_confirmation_answered_twice_at_once_acts_once(store: Arc<dyn Store>) 
     assert_eq!(acted.load(Ordering::SeqCst), 1, "acted once");
 }
 
+/// What a tool announces on commit reaches listeners whenever its writes may stand: a
+/// write in steps that committed a step and then failed announces (the step stays), a
+/// call whose one transaction rolled back does not.
+async fn announcements_follow_what_was_written(store: Arc<dyn Store>) {
+    let updated = |uri: &str| wharf::ChangeEvent::ResourceUpdated { uri: uri.into() };
+    let step_then_fail = tool("step_then_fail").idempotent_in_steps().handler(
+        move |cx: Context, args: Append| async move {
+            let mut tx = cx.transaction(TxMode::Write).await?;
+            tx.append_rows(&args.log, &[json!(args.n)])
+                .await
+                .map_err(|e| HandlerError::internal(e.to_string()))?;
+            tx.commit().await?;
+            cx.announce_on_commit(updated("notes://steps")).await;
+            Err::<Structured<Appended>, _>(HandlerError::execution("the second step failed"))
+        },
+    );
+    let one_tx = |name: &str, uri: &'static str, fails: bool| {
+        tool(name).handler(move |cx: Context, args: Append| async move {
+            cx.tx()
+                .await?
+                .append_rows(&args.log, &[json!(args.n)])
+                .await
+                .map_err(|e| HandlerError::internal(e.to_string()))?;
+            cx.announce_on_commit(updated(uri)).await;
+            match fails {
+                true => Err(HandlerError::execution("refused after writing")),
+                false => Ok(Structured(Appended { appended: args.n })),
+            }
+        })
+    };
+    // This process's own bus: a shared one's first connection is a gap, which would have
+    // the stream announce everything.
+    let mut builder = Server::builder(Implementation::new("t", "1"))
+        .store(Arc::clone(&store))
+        .bus(Arc::new(wharf::InProcessBus::default()))
+        .tool(step_then_fail)
+        .tool(one_tx("rolled_back", "notes://rolled-back", true))
+        .tool(one_tx("committed", "notes://committed", false));
+    for uri in ["notes://steps", "notes://rolled-back", "notes://committed"] {
+        builder = builder.resource(wharf::resource(uri, "n").handler(|_cx, req| async move {
+            Ok(vec![wharf::protocol::ResourceContents::text(
+                req.uri,
+                "text/plain",
+                "x",
+            )])
+        }));
+    }
+    let server = builder.build().unwrap();
+    let alice = as_user(&server, "alice");
+    let subscriptions = json!({ "notifications": { "resourceSubscriptions":
+        ["notes://steps", "notes://rolled-back", "notes://committed"] } });
+    let mut heard = alice
+        .open_stream(
+            "subscriptions/listen",
+            subscriptions,
+            tokio_util::sync::CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let ack = heard.recv().await.unwrap();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    let log = unique("announced");
+    let args = |n: i64| json!({ "log": log, "n": n, "idempotency_key": unique("k") });
+    let rolled_back = run(&server, "alice", "rolled_back", args(1)).await;
+    assert_eq!(rolled_back["isError"], true, "{rolled_back}");
+    let steps = run(&server, "alice", "step_then_fail", args(2)).await;
+    assert_eq!(steps["isError"], true, "{steps}");
+    run(&server, "alice", "committed", args(3)).await;
+    assert_eq!(
+        rows(&store, &log).await,
+        2,
+        "the step and the committed call"
+    );
+    for uri in ["notes://steps", "notes://committed"] {
+        let m = heard.recv().await.unwrap();
+        assert_eq!(m["params"]["uri"], uri, "{m}");
+    }
+}
+
 macro_rules! all_backends {
     ($($test:ident),* $(,)?) => {
         mod sqlite { $( #[tokio::test] async fn $test() { super::$test(super::sqlite().await).await; } )* }
@@ -708,6 +787,7 @@ all_backends!(
     a_write_in_steps_retires_its_handle_once,
     a_retry_of_a_write_that_retired_its_handle_waits_and_replays,
     a_confirmation_answered_twice_at_once_acts_once,
+    announcements_follow_what_was_written,
     a_wait_for_a_claim_ends_at_the_calls_limit,
 );
 

@@ -363,62 +363,76 @@ async fn settle(
         Some(slot) => (slot.finish().await?, slot.take_announcements().await),
         None => (Finished::Commit(None), Vec::new()),
     };
-    let mut committed = false;
-    let result = match finished {
-        Finished::Refused(refusal) => CallToolResult::error(refusal),
-        Finished::TouchOnly(due) => {
-            for hold in due {
-                if let Some(at) = hold.touch_at {
-                    // A use not recorded only lets the handle idle out a touch interval
-                    // early: no reason to fail a call that has its result.
-                    let touch = runtime.require_store()?.touch_handle(&hold.id, at);
-                    if let Err(e) = runtime.store_op(StoreOp::TouchHandle, touch).await {
-                        tracing::warn!(error = %e, "could not record a use of a handle");
+    // Whether the writes may have landed: a write in steps committed its steps itself,
+    // whatever came of the call after; otherwise once the commit is sent.
+    let mut written = matches!(record, Some(Record::AfterSteps(..)));
+    let settled = async {
+        let result = match finished {
+            Finished::Refused(refusal) => return Ok(CallToolResult::error(refusal)),
+            Finished::TouchOnly(due) => {
+                for hold in due {
+                    if let Some(at) = hold.touch_at {
+                        // A use not recorded only lets the handle idle out a touch interval
+                        // early: no reason to fail a call that has its result.
+                        let touch = runtime.require_store()?.touch_handle(&hold.id, at);
+                        if let Err(e) = runtime.store_op(StoreOp::TouchHandle, touch).await {
+                            tracing::warn!(error = %e, "could not record a use of a handle");
+                        }
                     }
                 }
-            }
-            committed = !failed;
-            result
-        }
-        Finished::Commit(Some(mut tx)) if !failed => {
-            let claim = match &record {
-                Some(Record::InCallTransaction(claim)) => Some(claim),
-                _ => None,
-            };
-            let commit = async {
-                if let Some(claim) = claim {
-                    let stored = serde_json::to_string(&result).map_err(RpcError::internal)?;
-                    tx.complete_claim(claim, &stored).await?;
+                if failed {
+                    return Ok(result);
                 }
-                Ok::<_, RpcError>(tx.commit().await)
-            };
-            committed = true;
-            match runtime.store_op(StoreOp::Commit, commit).await? {
-                Ok(()) => result,
-                // What was applied stays, and the claim was recorded with this failure: the
-                // call answers what its retries will.
-                Err(StoreError::PartlyApplied(what)) => CallToolResult::error(what),
-                Err(e) => return Err(e.into()),
+                written = true;
+                result
             }
+            Finished::Commit(Some(mut tx)) if !failed => {
+                let claim = match &record {
+                    Some(Record::InCallTransaction(claim)) => Some(claim),
+                    _ => None,
+                };
+                let commit = async {
+                    if let Some(claim) = claim {
+                        let stored = serde_json::to_string(&result).map_err(RpcError::internal)?;
+                        tx.complete_claim(claim, &stored).await?;
+                    }
+                    Ok::<_, RpcError>(tx.commit().await)
+                };
+                // From here the writes may land, whatever the store answers (an answer
+                // lost with the connection says nothing of the commit).
+                written = true;
+                match runtime.store_op(StoreOp::Commit, commit).await? {
+                    Ok(()) => result,
+                    // What was applied stays, and the claim was recorded with this failure:
+                    // the call answers what its retries will.
+                    Err(StoreError::PartlyApplied(what)) => CallToolResult::error(what),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Finished::Commit(None) if !failed => {
+                written = true;
+                result
+            }
+            Finished::Commit(_) => return Ok(result),
+        };
+        if let Some(Record::AfterSteps(claim, held)) = record {
+            let record = record_steps(runtime.require_store()?, &claim, held, &result);
+            runtime.store_op(StoreOp::Commit, record).await?;
         }
-        Finished::Commit(None) if !failed => {
-            committed = true;
-            result
-        }
-        Finished::Commit(_) => result,
-    };
-    if let (true, Some(Record::AfterSteps(claim, held))) = (committed, record) {
-        let record = record_steps(runtime.require_store()?, &claim, held, &result);
-        runtime.store_op(StoreOp::Commit, record).await?;
+        Ok(result)
     }
-    // Only now, with the writes committed, may the next call on the keys run.
+    .await;
+    // Only now, with the writes committed (or failed), may the next call on the keys run.
     end_turns(turns).await;
-    if committed {
+    // Announced whenever the writes may have landed, the call's answer aside: a listener
+    // told of a change that did not happen reads again and finds nothing new; one never
+    // told of one that did stays wrong until the next change.
+    if written {
         for event in announcements {
             runtime.announce(event).await;
         }
     }
-    Ok(result)
+    settled
 }
 
 /// The idempotency key of a call of an idempotent tool, taken out of its arguments (the
@@ -752,8 +766,6 @@ async fn prepare(
     })
 }
 
-/// The first result of the write `keyed` names, if it was made: what a retry gets when one
-/// of its handles is gone or refused (the write may have retired it).
 /// A call whose handle `refusal` refused: the first result of the write its key names, when
 /// that write was made, or is still being made (a write in steps may have retired the
 /// handle in a step, and a handle may idle out while its write runs): its claim is waited
@@ -780,6 +792,8 @@ async fn refused_unless_replayed(
     Ok(Prepared::Answer(CallToolResult::error(refusal)))
 }
 
+/// The first result of the write `keyed` names, if it was made: what a retry gets when one
+/// of its handles is gone or refused (the write may have retired it).
 async fn replayed(
     runtime: &Runtime,
     keyed: Option<&Keyed<'_>>,
