@@ -1021,13 +1021,18 @@ async fn only_answers_to_requests_the_server_sent_are_taken() {
 /// another), and leaves its other sessions and other principals' alone. Anonymous callers,
 /// who share one principal, are answered busy past theirs instead.
 async fn live_sessions_are_bounded_per_principal(store: Option<&str>) {
-    let keys = [format!("user-42={TOKEN_42}"), format!("user-7={TOKEN_7}")];
+    // Principals of this test alone: the shared stores hold other tests' sessions too.
+    let (mine_key, theirs_key) = (unique("key-mine"), unique("key-theirs"));
+    let keys = [
+        format!("{}={mine_key}", unique("capped")),
+        format!("{}={theirs_key}", unique("other")),
+    ];
     let mut args = vec!["--profile", "demo", "--max-sessions-per-principal", "3"];
     args.extend(keys.iter().flat_map(|k| ["--api-key", k.as_str()]));
     args.extend(store.iter().flat_map(|s| ["--store", s]));
     let server = ServerProcess::start_exact(&args);
-    let client = server.client().with_bearer(TOKEN_42);
-    let theirs = open(&server.client().with_bearer(TOKEN_7)).await;
+    let client = server.client().with_bearer(&mine_key);
+    let theirs = open(&server.client().with_bearer(&theirs_key)).await;
     let mut mine = Vec::new();
     for _ in 0..3 {
         mine.push(open(&client).await);
