@@ -588,28 +588,20 @@ async fn a_wait_for_a_claim_ends_at_the_calls_limit(store: Arc<dyn Store>) {
     assert_eq!(rows(&store, &log).await, 1);
 }
 
-/// Calls `tool` (no arguments) as a client that takes forms, and returns the params of the
+/// Calls `tool` with `arguments` as a client that takes forms, and returns the params of the
 /// retry that confirms what it asked (`confirm`'s `delete`).
-async fn confirming_retry(caller: &Harness, tool: &str) -> Value {
+async fn confirming_retry(caller: &Harness, tool: &str, arguments: Value) -> Value {
     let meta = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": { "elicitation": { "form": {} } },
     });
-    let asked = caller
-        .call(
-            "tools/call",
-            json!({ "name": tool, "arguments": {}, "_meta": meta }),
-        )
-        .await
-        .unwrap();
+    let mut call = json!({ "name": tool, "arguments": arguments, "_meta": meta });
+    let asked = caller.call("tools/call", call.clone()).await.unwrap();
     assert!(asked["requestState"].is_string(), "{asked}");
-    json!({
-        "name": tool,
-        "arguments": {},
-        "_meta": meta,
-        "requestState": asked["requestState"],
-        "inputResponses": { "confirm": { "action": "accept", "content": { "delete": true } } },
-    })
+    call["requestState"] = asked["requestState"].clone();
+    call["inputResponses"] =
+        json!({ "confirm": { "action": "accept", "content": { "delete": true } } });
+    call
 }
 
 /// A confirmation (a request state redeemed once) answered by two retries at once unlocks
@@ -660,7 +652,7 @@ async fn a_confirmation_answered_twice_at_once_acts_once(store: Arc<dyn Store>) 
         .unwrap();
     let who = unique("sender");
     let alice = as_user(&server, &who);
-    let answer = confirming_retry(&alice, "send").await;
+    let answer = confirming_retry(&alice, "send", json!({})).await;
     let retry = || {
         let (alice, answer) = (alice.clone(), answer.clone());
         tokio::spawn(async move { alice.call("tools/call", answer).await })
@@ -769,6 +761,66 @@ async fn announcements_follow_what_was_written(store: Arc<dyn Store>) {
     }
 }
 
+/// A write in steps that redeemed its confirmation and was cut short (its client left) is
+/// the same write when retried with the same round (so the same key): the retry redeems it
+/// again and finishes, rather than being refused as a second use. A retry after it was
+/// made replays it.
+async fn a_write_in_steps_cut_short_after_its_confirmation_goes_on(store: Arc<dyn Store>) {
+    let script = Arc::new(Script::default());
+    let in_handler = Arc::clone(&script);
+    let server = Server::builder(Implementation::new("t", "1"))
+        .store(Arc::clone(&store))
+        .tool(tool("confirmed_steps").idempotent_in_steps().handler(
+            move |cx: Context, args: Append| {
+                let script = Arc::clone(&in_handler);
+                async move {
+                    let form = wharf::FormSchema::new().boolean("delete", "Go on", true);
+                    match cx.elicited::<Confirmed>("confirm", &form) {
+                        Some(wharf::Elicited::Accepted(Confirmed { delete: true })) => {}
+                        Some(_) => return Err(HandlerError::execution("not confirmed")),
+                        None => return Err(cx.ask().elicit("confirm", "Go on?", form).into()),
+                    }
+                    cx.redeem_once().await?;
+                    if let Some(tx) = script.written.lock().await.as_ref() {
+                        let _ = tx.send(());
+                    }
+                    if script.hold.load(Ordering::SeqCst) {
+                        script.release.notified().await;
+                    }
+                    let mut tx = cx.transaction(TxMode::Write).await?;
+                    tx.append_rows(&args.log, &[json!(args.n)])
+                        .await
+                        .map_err(|e| HandlerError::internal(e.to_string()))?;
+                    tx.commit().await?;
+                    Ok(Structured(Appended { appended: args.n }))
+                }
+            },
+        ))
+        .build()
+        .unwrap();
+    let alice = as_user(&server, "alice");
+    let log = unique("confirmed-steps");
+    let arguments = json!({ "log": log, "n": 5, "idempotency_key": unique("k") });
+    let round = confirming_retry(&alice, "confirmed_steps", arguments).await;
+    let (tx, mut written) = tokio::sync::mpsc::unbounded_channel();
+    *script.written.lock().await = Some(tx);
+    script.hold.store(true, Ordering::SeqCst);
+    {
+        let mut cut = Box::pin(alice.call("tools/call", round.clone()));
+        tokio::select! {
+            _ = &mut cut => panic!("a held call answered"),
+            _ = written.recv() => {}
+        }
+    }
+    script.hold.store(false, Ordering::SeqCst);
+    let retried = alice.call("tools/call", round.clone()).await.unwrap();
+    assert_eq!(retried["structuredContent"]["appended"], 5, "{retried}");
+    assert!(!replayed(&retried), "{retried}");
+    let again = alice.call("tools/call", round).await.unwrap();
+    assert!(replayed(&again), "{again}");
+    assert_eq!(rows(&store, &log).await, 1);
+}
+
 macro_rules! all_backends {
     ($($test:ident),* $(,)?) => {
         mod sqlite { $( #[tokio::test] async fn $test() { super::$test(super::sqlite().await).await; } )* }
@@ -788,6 +840,7 @@ all_backends!(
     a_retry_of_a_write_that_retired_its_handle_waits_and_replays,
     a_confirmation_answered_twice_at_once_acts_once,
     announcements_follow_what_was_written,
+    a_write_in_steps_cut_short_after_its_confirmation_goes_on,
     a_wait_for_a_claim_ends_at_the_calls_limit,
 );
 
@@ -1044,7 +1097,7 @@ async fn a_confirmation_redeemed_after_its_state_expired_is_refused() {
         .build()
         .unwrap();
     let alice = as_user(&server, "alice");
-    let answer = confirming_retry(&alice, "delete").await;
+    let answer = confirming_retry(&alice, "delete", json!({})).await;
     // The state lives two seconds from when it was sealed, at the latest now.
     let expired_by = wharf::store::now_millis() + 2_000;
     let retry = tokio::spawn(async move { alice.call("tools/call", answer).await });
@@ -1100,45 +1153,22 @@ async fn a_confirmed_write_retried_after_its_state_expired_replays() {
         .build()
         .unwrap();
     let alice = as_user(&server, "alice");
-    let meta = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": { "elicitation": { "form": {} } },
-    });
     let log = unique("confirmed");
-    let asked_with = |key: &str| {
-        let arguments = json!({ "log": log, "n": 1, "idempotency_key": key });
-        json!({ "name": "delete", "arguments": arguments, "_meta": meta })
-    };
-    let answered = |asked: &Value, key: &str| {
-        let mut round = asked_with(key);
-        round["requestState"] = asked["requestState"].clone();
-        round["inputResponses"] =
-            json!({ "confirm": { "action": "accept", "content": { "delete": true } } });
-        round
-    };
+    let arguments = |key: &str| json!({ "log": log, "n": 1, "idempotency_key": key });
     let (done, left) = (unique("k"), unique("k"));
-    let first = alice.call("tools/call", asked_with(&done)).await.unwrap();
-    let never = alice.call("tools/call", asked_with(&left)).await.unwrap();
+    let first = confirming_retry(&alice, "delete", arguments(&done)).await;
+    let never = confirming_retry(&alice, "delete", arguments(&left)).await;
     let expired_by = wharf::store::now_millis() + 1_000;
-    let made = alice
-        .call("tools/call", answered(&first, &done))
-        .await
-        .unwrap();
+    let made = alice.call("tools/call", first.clone()).await.unwrap();
     assert_eq!(made["structuredContent"]["appended"], 1, "{made}");
     while wharf::store::now_millis() <= expired_by {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let again = alice
-        .call("tools/call", answered(&first, &done))
-        .await
-        .unwrap();
+    let again = alice.call("tools/call", first).await.unwrap();
     assert!(replayed(&again), "{again}");
     assert_eq!(again["structuredContent"], made["structuredContent"]);
     assert_eq!(rows(&store, &log).await, 1, "written once");
-    let refused = alice
-        .call("tools/call", answered(&never, &left))
-        .await
-        .unwrap_err();
+    let refused = alice.call("tools/call", never).await.unwrap_err();
     assert_eq!(refused.error().code(), -32602, "{refused:?}");
     assert!(refused.error().message.contains("expired"), "{refused:?}");
     assert_eq!(rows(&store, &log).await, 1);

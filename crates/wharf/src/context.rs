@@ -423,7 +423,9 @@ impl Context {
     /// the answers unlock. In a tool call the redemption commits with the call's writes (a
     /// call that fails leaves the state unused); in a tool whose writes are in steps
     /// ([`ToolBuilder::idempotent_in_steps`](crate::tool::ToolBuilder::idempotent_in_steps)),
-    /// at once. A fresh request has nothing to redeem.
+    /// at once, in the name of the write: a retry of the same write (the same state, so the
+    /// same idempotency key) that was cut short after it redeemed redeems it again, and
+    /// goes on. A fresh request has nothing to redeem.
     pub async fn redeem_once(&self) -> Result<(), HandlerError> {
         let Some(round) = &self.round else {
             return Ok(());
@@ -480,13 +482,23 @@ impl Context {
                 Err(used())
             };
         }
+        // Redeemed in the name of the write (its idempotency key): an attempt cut short
+        // after it redeemed, retried with the same state (so the same key: the state binds
+        // it), is the same write going on, and may redeem it again; any other is refused.
+        let redeemed_by = match &self.effect_key {
+            Some(key) => format!("redeemed:{key}"),
+            None => "redeemed".to_owned(),
+        };
         match self.store()?.begin_idempotent(&claim, now_millis()).await? {
             crate::store::Begin::Run(mut tx) => {
                 if let Some(fence) = &self.fence {
                     tx.fence(fence);
                 }
-                tx.complete_claim(&claim, "redeemed").await?;
+                tx.complete_claim(&claim, &redeemed_by).await?;
                 tx.commit().await.map_err(HandlerError::from)
+            }
+            crate::store::Begin::Replay(by) if self.effect_key.is_some() && by == redeemed_by => {
+                Ok(())
             }
             _ => Err(used()),
         }
