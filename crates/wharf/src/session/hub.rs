@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Book;
 use crate::bus::{ChangeEvent, NotificationBus, SessionSignal};
+use crate::store::now_millis;
 
 /// How an answer reached this process.
 #[derive(Debug)]
@@ -108,10 +109,12 @@ impl Hub {
                         Err(broadcast::error::RecvError::Lagged(_)) => {
                             book.forget_all();
                             hub.wake_all();
+                            tokio::spawn(async move { hub.recheck_ended(&book).await });
                         }
                         Err(broadcast::error::RecvError::Closed) => {
                             book.forget_all();
                             hub.wake_all();
+                            tokio::spawn(async move { hub.recheck_ended(&book).await });
                             break;
                         }
                     }
@@ -188,6 +191,26 @@ impl Hub {
                 }
             }
             SessionSignal::Changed | SessionSignal::Listening(_) => {}
+        }
+    }
+
+    /// After a gap (the bus may have lost events), ends the calls of the sessions running
+    /// here that ended meanwhile, as their end would have: one lost with the gap would leave
+    /// a call waiting for input until its timeout, holding its slot and turns. Each session
+    /// is read afresh.
+    async fn recheck_ended(&self, book: &Book) {
+        let sessions: std::collections::BTreeSet<Box<str>> =
+            lock(&self.running).keys().map(|(s, _)| s.clone()).collect();
+        for id in sessions {
+            let gone = match book.session(&id, true).await {
+                Ok(None) => true,
+                Ok(Some(s)) => s.record.expired(now_millis()).is_some(),
+                // Unknown for now: the call's own waits end it at the latest.
+                Err(_) => false,
+            };
+            if gone {
+                self.route(&id, SessionSignal::Ended);
+            }
         }
     }
 
@@ -402,6 +425,39 @@ mod tests {
         })
         .await
         .expect("the hub's task ended with the hub");
+    }
+
+    /// After a gap, the calls of a session that ended meanwhile (its end lost with the gap)
+    /// are cancelled as its end would have; those of a session still open run on.
+    #[tokio::test]
+    async fn a_gap_ends_the_calls_of_sessions_that_ended_in_it() {
+        use crate::session::{Session, SessionCap, SessionKind, SessionState};
+        use crate::store::HandleRecord;
+        let book = Arc::new(Book::new(None));
+        let kept = Session {
+            record: Arc::new(HandleRecord::mint::<SessionKind>(
+                &crate::Principal::anonymous(),
+                now_millis(),
+            )),
+            state: Arc::new(SessionState {
+                version: "2025-11-25".into(),
+                capabilities: Default::default(),
+                client_info: wharf_protocol::Implementation::new("c", "1"),
+                log_level: None,
+                subscriptions: Default::default(),
+            }),
+            booked: false,
+        };
+        book.insert(&kept, now_millis(), SessionCap::Refusing(10))
+            .await
+            .unwrap();
+        let hub = Arc::new(Hub::default());
+        let (gone, open) = (CancellationToken::new(), CancellationToken::new());
+        let _gone = hub.run("gone", "1", gone.clone()).unwrap();
+        let _open = hub.run(kept.id(), "1", open.clone()).unwrap();
+        hub.recheck_ended(&book).await;
+        assert!(gone.is_cancelled(), "the ended session's call");
+        assert!(!open.is_cancelled(), "the open session's call");
     }
 
     /// A session's end cancels every call of it running here, and no other.
