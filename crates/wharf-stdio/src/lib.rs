@@ -704,7 +704,9 @@ const REQUEST_BUFFER: usize = 32;
 /// Runs `work`, copying what it puts on `requests` to `out` in order, until it ended and
 /// everything it sent before is out; then the channel is closed, so later sends fail.
 /// `None` once `cancel` fires, after which only a legacy call's last words are copied
-/// (see [`Relayed`]).
+/// (see [`Relayed`]). The work is polled while a message waits for room on stdout: a
+/// client that stops reading holds the handler back no more than its own channel's room
+/// does (its time limit still runs, and a log message still gives up, as over HTTP).
 async fn relay<T>(
     mut requests: mpsc::Receiver<Vec<u8>>,
     out: &mpsc::Sender<Vec<u8>>,
@@ -714,13 +716,27 @@ async fn relay<T>(
 ) -> Option<T> {
     let mut work = Box::pin(work);
     let mut ended = None;
+    // Taken from the request's channel, waiting for room on stdout (a listen's result is
+    // preceded by its `notifications/cancelled`).
+    let mut waiting: std::collections::VecDeque<Vec<u8>> = std::collections::VecDeque::new();
+    let mut drained = false;
     loop {
-        let message = tokio::select! {
+        if drained && waiting.is_empty() {
+            if let Some(done) = ended.take() {
+                return Some(done);
+            }
+        }
+        tokio::select! {
             biased;
             () = cancel.cancelled() => {
                 drop(work);
                 if let Relayed::LegacyCall = kind {
                     requests.close();
+                    while let Some(message) = waiting.pop_front() {
+                        if out.send(message).await.is_err() {
+                            return None;
+                        }
+                    }
                     while let Some(message) = requests.recv().await {
                         if out.send(message).await.is_err() {
                             break;
@@ -732,35 +748,37 @@ async fn relay<T>(
             done = &mut work, if ended.is_none() => {
                 ended = Some(done);
                 requests.close();
-                continue;
             }
-            message = requests.recv() => message,
-        };
-        let Some(message) = message else {
-            // Every sender is gone: the work ended, or ends without sending more.
-            return match ended {
-                Some(done) => Some(done),
-                None => tokio::select! {
-                    biased;
-                    () = cancel.cancelled() => None,
-                    done = work => Some(done),
-                },
-            };
-        };
-        if let Relayed::Listen(id) = kind {
-            if ends_a_stream(&message) {
-                let cancelled = serde_json::json!({
-                    "jsonrpc": "2.0",
-                    "method": methods::NOTIFICATION_CANCELLED,
-                    "params": { "requestId": id, "reason": "the server ended the subscription" },
-                });
-                if !forward(out, cancel, cancelled.to_string().into_bytes()).await {
-                    return None;
+            permit = out.reserve(), if !waiting.is_empty() => match permit {
+                Ok(permit) => permit.send(waiting.pop_front().unwrap_or_default()),
+                // stdout is gone: nobody reads what is left.
+                Err(_) => return None,
+            },
+            message = requests.recv(), if waiting.is_empty() && !drained => match message {
+                Some(message) => {
+                    if let Relayed::Listen(id) = kind {
+                        if ends_a_stream(&message) {
+                            let cancelled = serde_json::json!({
+                                "jsonrpc": "2.0",
+                                "method": methods::NOTIFICATION_CANCELLED,
+                                "params": { "requestId": id, "reason": "the server ended the subscription" },
+                            });
+                            waiting.push_back(cancelled.to_string().into_bytes());
+                        }
+                    }
+                    waiting.push_back(message);
                 }
-            }
+                // Every sender is gone: the work ended, or ends without sending more.
+                None => drained = true,
+            },
         }
-        if !forward(out, cancel, message).await {
-            return None;
+        if drained && waiting.is_empty() && ended.is_none() {
+            // Nothing more can come: only the work's end is left to wait for.
+            return tokio::select! {
+                biased;
+                () = cancel.cancelled() => None,
+                done = &mut work => Some(done),
+            };
         }
     }
 }
@@ -770,20 +788,6 @@ async fn relay<T>(
 fn ends_a_stream(message: &[u8]) -> bool {
     serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(message)
         .is_ok_and(|m| !m.contains_key("method") && m.contains_key("result"))
-}
-
-/// Puts `message` on stdout's channel unless `cancel` fires first; `false` when it did, or
-/// the channel is closed.
-async fn forward(
-    out: &mpsc::Sender<Vec<u8>>,
-    cancel: &CancellationToken,
-    message: Vec<u8>,
-) -> bool {
-    tokio::select! {
-        biased;
-        () = cancel.cancelled() => false,
-        sent = out.send(message) => sent.is_ok(),
-    }
 }
 
 /// A `notifications/cancelled`'s params; `None` for invalid ones, which are ignored, as the

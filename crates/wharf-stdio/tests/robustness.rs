@@ -228,3 +228,37 @@ async fn a_context_kept_after_the_response_sends_nothing_more() {
     drop(to_server);
     served.await.unwrap().unwrap();
 }
+
+/// A client that stops reading stdout does not hold a handler back: what the handler logs
+/// beyond the room there is dropped after a moment, as over HTTP, and it finishes (its
+/// transaction, locks and turns let go), though its answer waits for the client.
+#[tokio::test]
+async fn a_client_that_stops_reading_does_not_hold_a_handler_back() {
+    let (finished, mut done) = tokio::sync::mpsc::unbounded_channel();
+    let server = Server::builder(Implementation::new("t", "1"))
+        .tool(tool("chatty").handler(move |cx: Context, _: NoArgs| {
+            let finished = finished.clone();
+            async move {
+                let line = "x".repeat(1024);
+                for _ in 0..2_000 {
+                    cx.log(wharf::protocol::LoggingLevel::Info, None, json!(line))
+                        .await;
+                }
+                let _ = finished.send(());
+                "done"
+            }
+        }))
+        .logging(true)
+        .build()
+        .unwrap();
+    let (mut to_server, from_server, served) = serving(server, StdioConfig::default());
+    let mut asked = call(json!(1), "chatty");
+    asked["params"]["_meta"]["io.modelcontextprotocol/logLevel"] = json!("info");
+    send(&mut to_server, &asked).await;
+    // Two megabytes of logs, none of them read.
+    tokio::time::timeout(Duration::from_secs(60), done.recv())
+        .await
+        .expect("the handler finished while nobody read its output");
+    drop(from_server);
+    served.abort();
+}
