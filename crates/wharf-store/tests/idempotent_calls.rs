@@ -698,6 +698,22 @@ async fn announcements_follow_what_was_written(store: Arc<dyn Store>) {
             Err::<Structured<Appended>, _>(HandlerError::execution("the second step failed"))
         },
     );
+    // Its second step needs what the client cannot give: a protocol error, which ends the
+    // call before its settling.
+    let step_then_refuse = tool("step_then_refuse").idempotent_in_steps().handler(
+        move |cx: Context, args: Append| async move {
+            let mut tx = cx.transaction(TxMode::Write).await?;
+            tx.append_rows(&args.log, &[json!(args.n)])
+                .await
+                .map_err(|e| HandlerError::internal(e.to_string()))?;
+            tx.commit().await?;
+            cx.announce_on_commit(updated("notes://steps-refused"))
+                .await;
+            Err::<Structured<Appended>, _>(HandlerError::Protocol(wharf::RpcError::invalid_params(
+                "the second step needs what the client did not send",
+            )))
+        },
+    );
     let one_tx = |name: &str, uri: &'static str, fails: bool| {
         tool(name).handler(move |cx: Context, args: Append| async move {
             cx.tx()
@@ -718,9 +734,16 @@ async fn announcements_follow_what_was_written(store: Arc<dyn Store>) {
         .store(Arc::clone(&store))
         .bus(Arc::new(wharf::InProcessBus::default()))
         .tool(step_then_fail)
+        .tool(step_then_refuse)
         .tool(one_tx("rolled_back", "notes://rolled-back", true))
         .tool(one_tx("committed", "notes://committed", false));
-    for uri in ["notes://steps", "notes://rolled-back", "notes://committed"] {
+    let uris = [
+        "notes://steps",
+        "notes://steps-refused",
+        "notes://rolled-back",
+        "notes://committed",
+    ];
+    for uri in uris {
         builder = builder.resource(wharf::resource(uri, "n").handler(|_cx, req| async move {
             Ok(vec![wharf::protocol::ResourceContents::text(
                 req.uri,
@@ -731,8 +754,7 @@ async fn announcements_follow_what_was_written(store: Arc<dyn Store>) {
     }
     let server = builder.build().unwrap();
     let alice = as_user(&server, "alice");
-    let subscriptions = json!({ "notifications": { "resourceSubscriptions":
-        ["notes://steps", "notes://rolled-back", "notes://committed"] } });
+    let subscriptions = json!({ "notifications": { "resourceSubscriptions": uris } });
     let mut heard = alice
         .open_stream(
             "subscriptions/listen",
@@ -749,13 +771,22 @@ async fn announcements_follow_what_was_written(store: Arc<dyn Store>) {
     assert_eq!(rolled_back["isError"], true, "{rolled_back}");
     let steps = run(&server, "alice", "step_then_fail", args(2)).await;
     assert_eq!(steps["isError"], true, "{steps}");
+    let refused = alice
+        .call("tools/call", call("step_then_refuse", args(4)))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.error().code(), -32602, "{refused:?}");
     run(&server, "alice", "committed", args(3)).await;
     assert_eq!(
         rows(&store, &log).await,
-        2,
-        "the step and the committed call"
+        3,
+        "the steps and the committed call"
     );
-    for uri in ["notes://steps", "notes://committed"] {
+    for uri in [
+        "notes://steps",
+        "notes://steps-refused",
+        "notes://committed",
+    ] {
         let m = heard.recv().await.unwrap();
         assert_eq!(m["params"]["uri"], uri, "{m}");
     }
@@ -1127,7 +1158,8 @@ async fn a_confirmed_write_retried_after_its_state_expired_replays() {
     )
     .await;
     let mut config = wharf::ServerConfig::default();
-    config.request_state.max_age = Duration::from_secs(1);
+    // Long enough for the two rounds below on a slow machine.
+    config.request_state.max_age = Duration::from_secs(3);
     let server = Server::builder(Implementation::new("t", "1"))
         .config(config)
         .store(Arc::clone(&store))
@@ -1158,7 +1190,7 @@ async fn a_confirmed_write_retried_after_its_state_expired_replays() {
     let (done, left) = (unique("k"), unique("k"));
     let first = confirming_retry(&alice, "delete", arguments(&done)).await;
     let never = confirming_retry(&alice, "delete", arguments(&left)).await;
-    let expired_by = wharf::store::now_millis() + 1_000;
+    let expired_by = wharf::store::now_millis() + 3_000;
     let made = alice.call("tools/call", first.clone()).await.unwrap();
     assert_eq!(made["structuredContent"]["appended"], 1, "{made}");
     while wharf::store::now_millis() <= expired_by {

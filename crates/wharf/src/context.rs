@@ -370,7 +370,8 @@ impl Context {
 
     /// Starts asking the client for input (MRTR); return the [`Ask`] as the handler's error
     /// (`Err(ask.into())`). Only requests for capabilities the client declared on this
-    /// request are sent.
+    /// request are sent; asking again for one the last round left out is `-32021` (see
+    /// [`Ask`]).
     pub fn ask(&self) -> Ask {
         let left_out = self.round.as_ref().map(|r| r.left_out.clone());
         Ask::new(

@@ -89,11 +89,12 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
     ) {
         Ok(turn) => turn,
         // The caller's state ran out, maybe while the write it confirmed was made (the user
-        // took their time, the answer was lost): the retry gets that write's first result.
+        // took their time, the answer was lost): the retry gets that write's first result,
+        // waiting for it if it is still being made.
         Err(StateRefused::Expired(e)) => {
             let mut args = args;
             let keyed = keyed(runtime, entry, &mut args, &caller.principal)?;
-            if let Some(stored) = replayed(runtime, keyed.as_ref(), now_millis()).await? {
+            if let Some(stored) = made_or_making(runtime, keyed.as_ref(), now_millis()).await? {
                 return replay(runtime, &id, &stored);
             }
             return Err(e);
@@ -249,17 +250,20 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
                 .into()),
             }
     };
+    let in_steps = keyed
+        .as_ref()
+        .is_some_and(|k| k.how == Idempotence::InSteps);
     let result = match drive(cx, turn, run).await {
         Ok(Ended::Value(r)) => r,
         Ok(Ended::Failed(message)) => CallToolResult::error(message),
         // Nothing to commit: the keys go to the next caller (the call's transaction, not
         // committed, is dropped after).
         Ok(Ended::Asked(response)) => {
-            end_turns([lock, key_turn]).await;
+            leave(runtime, [lock, key_turn], slot.as_ref(), in_steps).await;
             return Ok((response, Outcome::InputRequired));
         }
         Err(e) => {
-            end_turns([lock, key_turn]).await;
+            leave(runtime, [lock, key_turn], slot.as_ref(), in_steps).await;
             return Err(e);
         }
     };
@@ -284,7 +288,7 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
         })
     });
     if let Some(refused) = refused {
-        end_turns([lock, key_turn]).await;
+        leave(runtime, [lock, key_turn], slot.as_ref(), in_steps).await;
         return Err(RpcError::internal(refused));
     }
     if slot.is_none() && lock.is_none() {
@@ -345,6 +349,23 @@ async fn end_turns(turns: [Option<KeyTurn>; 2]) {
     }
 }
 
+/// Ends a call that stops before its commit: its turns go to the next caller, and what a
+/// write in steps announced goes out (its steps stand; a call in one transaction leaves
+/// nothing written).
+async fn leave(
+    runtime: &Runtime,
+    turns: [Option<KeyTurn>; 2],
+    slot: Option<&Arc<TxSlot>>,
+    in_steps: bool,
+) {
+    end_turns(turns).await;
+    if let (true, Some(slot)) = (in_steps, slot) {
+        for event in slot.take_announcements().await {
+            runtime.announce(event).await;
+        }
+    }
+}
+
 /// Commits a call's writes and records its first result (in the same transaction, or
 /// after the handler's own commits for a write in steps), or rolls them back when it
 /// failed; then hands its keys to the next caller: `turns` are the turn on what the tool
@@ -360,14 +381,14 @@ async fn settle(
     // A failed call changes nothing: its transaction is dropped, which rolls it back, and
     // no idempotency record is kept, so a retry runs again.
     let (finished, announcements) = match &slot {
-        Some(slot) => (slot.finish().await?, slot.take_announcements().await),
-        None => (Finished::Commit(None), Vec::new()),
+        Some(slot) => (slot.finish().await, slot.take_announcements().await),
+        None => (Ok(Finished::Commit(None)), Vec::new()),
     };
     // Whether the writes may have landed: a write in steps committed its steps itself,
     // whatever came of the call after; otherwise once the commit is sent.
     let mut written = matches!(record, Some(Record::AfterSteps(..)));
     let settled = async {
-        let result = match finished {
+        let result = match finished? {
             Finished::Refused(refusal) => return Ok(CallToolResult::error(refusal)),
             Finished::TouchOnly(due) => {
                 for hold in due {
@@ -767,29 +788,41 @@ async fn prepare(
 }
 
 /// A call whose handle `refusal` refused: the first result of the write its key names, when
-/// that write was made, or is still being made (a write in steps may have retired the
-/// handle in a step, and a handle may idle out while its write runs): its claim is waited
-/// for, as a duplicate's is, and the result it records is the retry's. Otherwise the
-/// refusal (the claim taken to look, dropped, rolls back).
+/// that write was made or is still being made (see [`made_or_making`]: a write in steps may
+/// have retired the handle in a step, and a handle may idle out while its write runs);
+/// otherwise the refusal.
 async fn refused_unless_replayed(
     runtime: &Runtime,
     keyed: Option<&Keyed<'_>>,
     refusal: String,
     now: Millis,
 ) -> Result<Prepared, RpcError> {
+    Ok(match made_or_making(runtime, keyed, now).await? {
+        Some(stored) => Prepared::Replay(stored),
+        None => Prepared::Answer(CallToolResult::error(refusal)),
+    })
+}
+
+/// The first result of the write `keyed` names, once made: recorded already, or recorded
+/// by an attempt still running, whose claim is waited for as a duplicate's is. `None` when
+/// no attempt holds the key (the claim taken to look, dropped, rolls back).
+async fn made_or_making(
+    runtime: &Runtime,
+    keyed: Option<&Keyed<'_>>,
+    now: Millis,
+) -> Result<Option<String>, RpcError> {
     if let Some(stored) = replayed(runtime, keyed, now).await? {
-        return Ok(Prepared::Replay(stored));
+        return Ok(Some(stored));
     }
-    if let Some(keyed) = keyed {
-        let begun = runtime.require_store()?.begin_idempotent(&keyed.claim, now);
-        if let Begin::Replay(_) = runtime.store_op(StoreOp::Begin, begun).await? {
-            // Read again as the caller's own: the key's scope may be another's handle.
-            if let Some(stored) = replayed(runtime, Some(keyed), now).await? {
-                return Ok(Prepared::Replay(stored));
-            }
-        }
+    let Some(keyed) = keyed else {
+        return Ok(None);
+    };
+    let begun = runtime.require_store()?.begin_idempotent(&keyed.claim, now);
+    match runtime.store_op(StoreOp::Begin, begun).await? {
+        // Read again as the caller's own: the key's scope may be another's handle.
+        Begin::Replay(_) => replayed(runtime, Some(keyed), now).await,
+        Begin::Run(_) | Begin::Mismatch => Ok(None),
     }
-    Ok(Prepared::Answer(CallToolResult::error(refusal)))
 }
 
 /// The first result of the write `keyed` names, if it was made: what a retry gets when one

@@ -315,7 +315,10 @@ impl FormSchema {
 /// [`Context::ask`](crate::Context::ask) and return it as the handler's error (`?` or
 /// `.into()`): the client gets an `input_required` result. Requests for a capability the
 /// client did not declare on this request are left out; if nothing would be left to ask,
-/// the answer is `-32021` naming what is missing.
+/// or the round asks again for what the last one had to leave out (the handler cannot
+/// finish without it), the answer is `-32021` naming what is missing. A handler that can
+/// do without an answer asks for it once: after a round that left it out, its answer
+/// reads `None`, and asking for it again ends the request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ask {
     requests: InputRequests,
