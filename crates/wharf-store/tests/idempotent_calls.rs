@@ -687,33 +687,30 @@ async fn a_confirmation_answered_twice_at_once_acts_once(store: Arc<dyn Store>) 
 /// call whose one transaction rolled back does not.
 async fn announcements_follow_what_was_written(store: Arc<dyn Store>) {
     let updated = |uri: &str| wharf::ChangeEvent::ResourceUpdated { uri: uri.into() };
-    let step_then_fail = tool("step_then_fail").idempotent_in_steps().handler(
-        move |cx: Context, args: Append| async move {
-            let mut tx = cx.transaction(TxMode::Write).await?;
-            tx.append_rows(&args.log, &[json!(args.n)])
-                .await
-                .map_err(|e| HandlerError::internal(e.to_string()))?;
-            tx.commit().await?;
-            cx.announce_on_commit(updated("notes://steps")).await;
-            Err::<Structured<Appended>, _>(HandlerError::execution("the second step failed"))
-        },
-    );
-    // Its second step needs what the client cannot give: a protocol error, which ends the
-    // call before its settling.
-    let step_then_refuse = tool("step_then_refuse").idempotent_in_steps().handler(
-        move |cx: Context, args: Append| async move {
-            let mut tx = cx.transaction(TxMode::Write).await?;
-            tx.append_rows(&args.log, &[json!(args.n)])
-                .await
-                .map_err(|e| HandlerError::internal(e.to_string()))?;
-            tx.commit().await?;
-            cx.announce_on_commit(updated("notes://steps-refused"))
-                .await;
-            Err::<Structured<Appended>, _>(HandlerError::Protocol(wharf::RpcError::invalid_params(
-                "the second step needs what the client did not send",
-            )))
-        },
-    );
+    // A write in steps whose first step commits and announces `uri`, and whose second
+    // ends the call with `error`.
+    let step_then = |name: &str, uri: &'static str, error: fn() -> HandlerError| {
+        tool(name)
+            .idempotent_in_steps()
+            .handler(move |cx: Context, args: Append| async move {
+                let mut tx = cx.transaction(TxMode::Write).await?;
+                tx.append_rows(&args.log, &[json!(args.n)])
+                    .await
+                    .map_err(|e| HandlerError::internal(e.to_string()))?;
+                tx.commit().await?;
+                cx.announce_on_commit(updated(uri)).await;
+                Err::<Structured<Appended>, _>(error())
+            })
+    };
+    let step_then_fail = step_then("step_then_fail", "notes://steps", || {
+        HandlerError::execution("the second step failed")
+    });
+    // A protocol error ends the call before its settling.
+    let step_then_refuse = step_then("step_then_refuse", "notes://steps-refused", || {
+        HandlerError::Protocol(wharf::RpcError::invalid_params(
+            "the second step needs what the client did not send",
+        ))
+    });
     let one_tx = |name: &str, uri: &'static str, fails: bool| {
         tool(name).handler(move |cx: Context, args: Append| async move {
             cx.tx()
