@@ -704,6 +704,31 @@ async fn input_requests_need_the_capability_and_an_answer_in_time() {
     assert_eq!(ok(&session, "ping", json!({})).await, json!({}));
 }
 
+/// A client that refuses a tool's input request with a JSON-RPC error (its user declined)
+/// ends the call with a tool error that says so, which the model reads, as when a tool's own
+/// request fails; not with a protocol error blaming the client's call.
+#[tokio::test]
+async fn an_input_request_refused_with_an_error_ends_the_call_with_a_tool_error() {
+    let server = ServerProcess::start_exact(&["--profile", "conformance", "--anonymous"]);
+    let session = open(&server.client()).await;
+    let args = json!({ "name": "test_elicitation", "arguments": { "message": "Who?" } });
+    let call = session.message("tools/call", args);
+    let mut stream = Box::pin(session.stream(&call).await.unwrap());
+    let ask = next(&mut stream, "the question").await;
+    assert_eq!(ask["method"], "elicitation/create");
+    let status = session
+        .respond_error(&ask["id"], -1, "User rejected the request")
+        .await
+        .unwrap();
+    assert_eq!(status, 202);
+    let ended = next(&mut stream, "the call's result").await;
+    validate_legacy("tools/call", &ended);
+    assert_eq!(ended["id"], call["id"], "{ended}");
+    assert_eq!(ended["result"]["isError"], true, "{ended}");
+    let text = ended["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("User rejected the request"), "{text}");
+}
+
 /// A dual-era client's fallback (2026-07-28 basic/versioning): a legacy-only server, the
 /// Python SDK's last 1.x FastMCP, answers the modern probe with a 400 of its own and gets
 /// `initialize`; Wharf, dual-era or modern-only, keeps the client modern.

@@ -253,16 +253,36 @@ impl Run {
             let asking = Instant::now();
             let answered = self.ask(asked, outbox).await;
             self.counted.exclude(asking.elapsed());
-            match answered {
-                Ok(req) => next = Next::Request(req),
-                Err(Some(e)) => {
-                    let e = e.in_2025();
-                    self.counted.ended(RequestOutcome::Error, Some(&e));
-                    let _ = outbox.send(error_message(Some(&self.id), &e)).await;
-                    return;
+            let e = match answered {
+                Ok(req) => {
+                    next = Next::Request(req);
+                    continue;
                 }
-                Err(None) => return,
-            }
+                Err(Stop::Cancelled) => return,
+                Err(Stop::Refused(why)) if self.method == methods::TOOLS_CALL => {
+                    // As the session's version has a tool's result (no 2026-07-28 fields).
+                    let result = wharf_protocol::CallToolResult::error(why);
+                    match crate::reply::respond(&self.id, &result) {
+                        Ok(m) => {
+                            if let Step::Done(m) =
+                                classify(m, Instant::now(), self.session.version())
+                            {
+                                self.counted.ended(RequestOutcome::ToolError, None);
+                                let _ = outbox.send(m).await;
+                                return;
+                            }
+                            RpcError::internal("a tool error read as a round of input")
+                        }
+                        Err(e) => e,
+                    }
+                }
+                Err(Stop::Refused(why)) => RpcError::new(ErrorKind::Internal, why),
+                Err(Stop::Failed(e)) => e,
+            };
+            let e = e.in_2025();
+            self.counted.ended(RequestOutcome::Error, Some(&e));
+            let _ = outbox.send(error_message(Some(&self.id), &e)).await;
+            return;
         }
     }
 
@@ -309,15 +329,11 @@ impl Run {
 
     /// Sends the round's input requests, waits for every answer, and builds the next
     /// round's request. `Err(None)`: cancelled, or the client is gone; nothing to send.
-    async fn ask(
-        &mut self,
-        asked: Asked,
-        outbox: &Outbox,
-    ) -> Result<ParsedRequest, Option<RpcError>> {
+    async fn ask(&mut self, asked: Asked, outbox: &Outbox) -> Result<ParsedRequest, Stop> {
         let runtime = &self.core.runtime;
         let max = runtime.config.request_state.max_rounds;
         if self.rounds > max {
-            return Err(Some(RpcError::new(
+            return Err(Stop::Failed(RpcError::new(
                 ErrorKind::InvalidRequest,
                 format!("The call asked for input more than {max} times; it was stopped"),
             )));
@@ -335,17 +351,17 @@ impl Run {
             let required =
                 required_capability(method, params).map(|caps| older::required(version, caps));
             let required = required.ok_or_else(|| {
-                Some(RpcError::internal(format!(
+                Stop::Failed(RpcError::internal(format!(
                     "input request {key:?} has an unknown method {method:?}"
                 )))
             })?;
             if !capabilities_cover(self.session.client_capabilities(), &required) {
                 let what = format!("input request {key:?} ({method})");
-                return Err(Some(RpcError::missing_capability(&required, &what)));
+                return Err(Stop::Failed(RpcError::missing_capability(&required, &what)));
             }
             let params = older::input_params(version, method, params).map_err(|what| {
                 // The server's own doing, named (nothing secret in what a handler asks).
-                Some(RpcError::new(
+                Stop::Failed(RpcError::new(
                     ErrorKind::Internal,
                     format!(
                         "Input request {key:?} asks for {what}, which a {version} client \
@@ -367,10 +383,11 @@ impl Run {
             // Waiting before sending: the answer cannot arrive before anyone listens.
             let waiter = runtime.hub.wait(&reply_key(self.session.id(), &id));
             let message = server_request(&id, method, params.as_deref());
-            let bytes = serde_json::to_vec(&message).map_err(|e| Some(RpcError::internal(e)))?;
+            let bytes =
+                serde_json::to_vec(&message).map_err(|e| Stop::Failed(RpcError::internal(e)))?;
             if outbox.send(bytes).await.is_err() {
                 // The stream is gone: nobody is there to answer.
-                return Err(None);
+                return Err(Stop::Cancelled);
             }
             open.ids.push(id);
             waiting.push((key.clone(), method, waiter));
@@ -398,11 +415,8 @@ impl Run {
                         .get("message")
                         .and_then(Value::as_str)
                         .unwrap_or("no message");
-                    return Err(Some(RpcError::new(
-                        ErrorKind::InvalidRequest,
-                        format!(
-                            "The client answered input request {key:?} ({method}) with an error: {message}"
-                        ),
+                    return Err(Stop::Refused(format!(
+                        "The client answered input request {key:?} ({method}) with an error: {message}"
                     )));
                 }
             }
@@ -417,7 +431,7 @@ impl Run {
             // The round's span is under the call's, which joined the caller's trace.
             crate::meta::TraceContext::default(),
         )
-        .map_err(Some)?;
+        .map_err(Stop::Failed)?;
         match &mut req.body {
             RequestBody::CallTool(p) => {
                 p.input_responses = Some(responses);
@@ -432,7 +446,7 @@ impl Run {
                 p.request_state = asked.state;
             }
             _ => {
-                return Err(Some(RpcError::internal(
+                return Err(Stop::Failed(RpcError::internal(
                     "only tools, prompts and resources ask for input",
                 )));
             }
@@ -448,18 +462,18 @@ impl Run {
         deadline: Instant,
         allowed: Duration,
         key: &str,
-    ) -> Result<Answer, Option<RpcError>> {
+    ) -> Result<Answer, Stop> {
         let runtime = &self.core.runtime;
         loop {
             let delivery = tokio::select! {
                 biased;
-                () = self.cancel.cancelled() => return Err(None),
+                () = self.cancel.cancelled() => return Err(Stop::Cancelled),
                 // At shutdown the wait ends before the process does: the call is answered
                 // (a stream that just ended would leave the client without a response),
                 // and retried it goes to a replica that stays. On stdio, whose input ended,
                 // the answer finds nobody and is dropped.
                 () = runtime.shutdown.cancelled() => {
-                    return Err(Some(RpcError::new(
+                    return Err(Stop::Failed(RpcError::new(
                         ErrorKind::RetryLater,
                         format!("Busy: the server is shutting down while input request {key:?} waited for its answer; send the request again"),
                     )));
@@ -467,7 +481,7 @@ impl Run {
                 () = tokio::time::sleep_until(deadline) => {
                     // Rounded: the wait ends a moment before the state does.
                     let secs = (allowed + Duration::from_millis(500)).as_secs();
-                    return Err(Some(RpcError::new(
+                    return Err(Stop::Failed(RpcError::new(
                         ErrorKind::TimedOut,
                         format!("The client did not answer input request {key:?} within {secs} s"),
                     )));
@@ -509,6 +523,18 @@ impl Run {
             }
         }
     }
+}
+
+/// Why a call's round of input requests did not lead to its next round.
+enum Stop {
+    /// The call was cancelled: nothing more is sent.
+    Cancelled,
+    /// The call fails with this error.
+    Failed(RpcError),
+    /// The client refused one of the requests with a JSON-RPC error (its user declined a
+    /// sampling request, say): a tool call ends with a tool error saying so, which its model
+    /// reads (as when a tool's own request fails); any other call with an error.
+    Refused(String),
 }
 
 enum Answer {
