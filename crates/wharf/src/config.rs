@@ -101,7 +101,9 @@ pub struct LegacyConfig {
     /// Sessions one authenticated principal may hold open at once. Opening one more ends
     /// its least recently used sessions (their clients hear 404 and open new ones, as the
     /// 2025-11-25 transport has them do), so that sessions clients abandoned without a
-    /// DELETE never lock the principal out until they idle out.
+    /// DELETE never lock the principal out until they idle out. One opening ends at most
+    /// 16, so a cap lowered under what a principal holds is reached over several openings;
+    /// 0 is taken as 1.
     pub max_sessions_per_principal: u64,
     /// Sessions open at once for anonymous callers, all of them together: they share one
     /// principal, so the cap each authenticated principal has would hold them all to it,
