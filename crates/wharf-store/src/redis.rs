@@ -193,6 +193,22 @@ end
 return {'wait'}
 "#;
 
+/// Adds shared key `ARGV[1]` (its value `ARGV[2]`, `ACTIVE_FROM:EXPIRES_AT:SECRET_HEX`)
+/// unless the hash holds it; one held that expires before `ARGV[3]` keeps its start and
+/// secret and expires then.
+const ADD_SHARED_KEY_LUA: &str = r#"
+local held = redis.call('HGET', KEYS[1], ARGV[1])
+if not held then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  return 1
+end
+local from, expires, secret = string.match(held, '^([^:]*):([^:]*):(.*)$')
+if expires and tonumber(expires) and tonumber(expires) < tonumber(ARGV[3]) then
+  redis.call('HSET', KEYS[1], ARGV[1], from .. ':' .. ARGV[3] .. ':' .. secret)
+end
+return 0
+"#;
+
 /// Reserves a one-time record (`record_once`) unless one holds its key: running under
 /// `ARGV[2]`, its lease as long as the record lives (the transaction that reserved it gives
 /// it back when it ends without a commit). 1 when reserved.
@@ -817,12 +833,17 @@ impl Store for RedisStore {
     }
 
     async fn add_shared_key(&self, key: &SharedKey) -> Result<(), StoreError> {
+        static ADD: std::sync::LazyLock<Script> =
+            std::sync::LazyLock::new(|| Script::new(ADD_SHARED_KEY_LUA));
         let mut conn = self.conn.clone();
-        let _: bool = conn
-            .hset_nx(SHARED_KEYS, &key.id, shared_key_value(key))
+        ADD.key(SHARED_KEYS)
+            .arg(&key.id)
+            .arg(shared_key_value(key))
+            .arg(key.expires_at)
+            .invoke_async::<i64>(&mut conn)
             .await
-            .map_err(backend)?;
-        Ok(())
+            .map(drop)
+            .map_err(backend)
     }
 }
 

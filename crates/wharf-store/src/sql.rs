@@ -938,8 +938,12 @@ impl Store for SqlStore {
     }
 
     async fn add_shared_key(&self, key: &SharedKey) -> Result<(), StoreError> {
+        // The later of the two expiries, in either dialect (SQLite's two-argument MAX is
+        // PostgreSQL's GREATEST).
         let sql = "INSERT INTO wharf_keys (id, secret, active_from, expires_at) \
-             VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING";
+             VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO UPDATE SET expires_at = \
+             CASE WHEN excluded.expires_at > wharf_keys.expires_at \
+             THEN excluded.expires_at ELSE wharf_keys.expires_at END";
         on_driver!(SqlPool, &self.pool, |pool| sqlx::query(sql)
             .bind(&key.id)
             .bind(key.secret.as_slice())

@@ -43,6 +43,20 @@ async fn shared_keys_keep_the_first_write_and_go_when_expired(store: Arc<dyn Sto
     assert_eq!(found.secret, [1; 32], "the first write wins");
     assert_eq!(found.expires_at, far);
     assert!(keys.iter().any(|k| k.id == gone));
+    // A replica whose states live longer extends the key, its secret kept; a shorter
+    // expiry never shortens it.
+    store
+        .add_shared_key(&key(&live, 4, far + 1_000))
+        .await
+        .unwrap();
+    store
+        .add_shared_key(&key(&live, 5, far - 1_000))
+        .await
+        .unwrap();
+    let keys = store.shared_keys().await.unwrap();
+    let found = keys.iter().find(|k| k.id == live).unwrap();
+    assert_eq!(found.secret, [1; 32], "the secret stays the first write's");
+    assert_eq!(found.expires_at, far + 1_000, "the later expiry");
     store.sweep(now_millis(), 500).await.unwrap();
     let keys = store.shared_keys().await.unwrap();
     assert!(keys.iter().any(|k| k.id == live), "an unexpired key stays");

@@ -117,16 +117,23 @@ impl KeyRing {
         let mut added = false;
         for e in [epoch, epoch + 1] {
             let id = format!("e{e}");
-            if !keys.iter().any(|k| k.id == id) {
+            let expires_at = (e + 1)
+                .saturating_mul(shared.rotation)
+                .saturating_add(shared.overlap);
+            // Missing, or written by a replica whose states and cursors live shorter (a
+            // rolling change of their lifetimes): what this one seals must outlive its own
+            // expiry.
+            if !keys
+                .iter()
+                .any(|k| k.id == id && k.expires_at >= expires_at)
+            {
                 shared
                     .store
                     .add_shared_key(&SharedKey {
                         id,
                         secret: rand::random(),
                         active_from: e.saturating_mul(shared.rotation),
-                        expires_at: (e + 1)
-                            .saturating_mul(shared.rotation)
-                            .saturating_add(shared.overlap),
+                        expires_at,
                     })
                     .await?;
                 added = true;

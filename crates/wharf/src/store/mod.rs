@@ -237,7 +237,11 @@ pub trait Store: Send + Sync + 'static {
     async fn shared_keys(&self) -> Result<Vec<SharedKey>, StoreError>;
 
     /// Adds `key` unless a key with its id exists: of two replicas adding the same id at
-    /// once, the first write wins and both then read the same key.
+    /// once, the first write wins and both then read the same key. A key with its id that
+    /// expires earlier than `key` is kept (its secret and start unchanged) and lives until
+    /// `key.expires_at`: a replica configured for longer-lived states or cursors (a rolling
+    /// change of `max_age`) extends the keys the others wrote, rather than seeing what it
+    /// seals become unopenable before its own expiry.
     async fn add_shared_key(&self, key: &SharedKey) -> Result<(), StoreError>;
 
     /// The live record under `namespace` and `key` at `now`.
