@@ -661,7 +661,9 @@ async fn a_confirmation_answered_twice_at_once_acts_once(store: Arc<dyn Store>) 
     reached.notified().await;
     let mut second = retry();
     // The second runs up to its redemption: refused at once where it is reserved at once,
-    // or waiting for the first's commit where the store makes it wait.
+    // or waiting for the first's commit where the store makes it wait. The half second is
+    // a bound, not an order: it gives a second retry that wrongly passes its redemption the
+    // time to act; the assertions below hold however long either takes.
     let early = tokio::select! {
         done = &mut second => Some(done.unwrap()),
         () = tokio::time::sleep(Duration::from_millis(500)) => None,
