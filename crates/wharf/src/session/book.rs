@@ -42,7 +42,8 @@ impl SessionCap {
     /// none may.
     fn excess(self, held: u64) -> Result<u64, StoreError> {
         match self {
-            SessionCap::Evicting(max) => Ok((held + 1)
+            SessionCap::Evicting(max) => Ok(held
+                .saturating_add(1)
                 .saturating_sub(max.max(1))
                 .min(MAX_ENDED_PER_OPENING)),
             SessionCap::Refusing(max) if held >= max => Err(StoreError::Busy(format!(
