@@ -125,8 +125,8 @@ pub struct StdioConfig {
     /// The most requests running at once, open listen streams included; beyond it a
     /// request is refused at once (-31000, retry later). Each running request holds its
     /// task and, while stdout is not read, its answer: without a bound, a client that
-    /// writes and does not read would grow the process without end. Refusals wait for stdout like any answer, so such a client
-    /// stops being read. 0 is taken as 1.
+    /// writes and does not read would grow the process without end. Refusals wait for
+    /// stdout like any answer, so such a client stops being read. 0 is taken as 1.
     pub max_in_flight: usize,
     /// The longest line taken, in bytes; a longer one is refused (-32600) and skipped.
     pub max_line_bytes: usize,
