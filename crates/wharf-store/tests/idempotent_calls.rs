@@ -508,7 +508,10 @@ async fn a_retry_of_a_write_that_retired_its_handle_waits_and_replays(store: Arc
         let (server, who, args) = (first_server.clone(), who.clone(), args.clone());
         tokio::spawn(async move { run(&server, &who, "close_then_wait", args).await })
     };
-    written.recv().await.unwrap();
+    tokio::time::timeout(WAIT, written.recv())
+        .await
+        .expect("the first attempt retired its handle")
+        .unwrap();
     assert_eq!(store.load_handle(&thing.id).await.unwrap(), None, "retired");
     let mut retry = {
         let (server, who, args) = (other_server, who.clone(), args.clone());
@@ -609,27 +612,24 @@ async fn confirming_retry(caller: &Harness, tool: &str, arguments: Value) -> Val
 /// first has not committed (on Redis too, where writes wait for the commit), and is refused
 /// (-32602).
 async fn a_confirmation_answered_twice_at_once_acts_once(store: Arc<dyn Store>) {
+    // `go` lets every held call go, a late one too (a second that wrongly acted).
     let (reached, go) = (
         Arc::new(tokio::sync::Notify::new()),
-        Arc::new(tokio::sync::Notify::new()),
+        tokio_util::sync::CancellationToken::new(),
     );
     let acted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let hold = Arc::new(AtomicBool::new(true));
     let (r, g, a, h) = (
         Arc::clone(&reached),
-        Arc::clone(&go),
+        go.clone(),
         Arc::clone(&acted),
         Arc::clone(&hold),
     );
     let server = Server::builder(Implementation::new("t", "1"))
         .store(store)
         .tool(tool("send").handler(move |cx: Context, _: wharf::NoArgs| {
-            let (reached, go, acted, hold) = (
-                Arc::clone(&r),
-                Arc::clone(&g),
-                Arc::clone(&a),
-                Arc::clone(&h),
-            );
+            let (reached, go, acted, hold) =
+                (Arc::clone(&r), g.clone(), Arc::clone(&a), Arc::clone(&h));
             async move {
                 let form = wharf::FormSchema::new().boolean("delete", "Send it", true);
                 match cx.elicited::<Confirmed>("confirm", &form) {
@@ -639,7 +639,7 @@ async fn a_confirmation_answered_twice_at_once_acts_once(store: Arc<dyn Store>) 
                         acted.fetch_add(1, Ordering::SeqCst);
                         if hold.load(Ordering::SeqCst) {
                             reached.notify_one();
-                            go.notified().await;
+                            go.cancelled().await;
                         }
                         Ok("sent".to_owned())
                     }
@@ -658,7 +658,9 @@ async fn a_confirmation_answered_twice_at_once_acts_once(store: Arc<dyn Store>) 
         tokio::spawn(async move { alice.call("tools/call", answer).await })
     };
     let first = retry();
-    reached.notified().await;
+    tokio::time::timeout(WAIT, reached.notified())
+        .await
+        .expect("the first retry redeemed");
     let mut second = retry();
     // The second runs up to its redemption: refused at once where it is reserved at once,
     // or waiting for the first's commit where the store makes it wait. The half second is
@@ -668,12 +670,15 @@ async fn a_confirmation_answered_twice_at_once_acts_once(store: Arc<dyn Store>) 
         done = &mut second => Some(done.unwrap()),
         () = tokio::time::sleep(Duration::from_millis(500)) => None,
     };
-    go.notify_one();
+    go.cancel();
     let first = first.await.unwrap().unwrap();
     assert_eq!(first["content"][0]["text"], "sent", "{first}");
     let second = match early {
         Some(second) => second,
-        None => second.await.unwrap(),
+        None => tokio::time::timeout(WAIT, second)
+            .await
+            .expect("the second retry ended")
+            .unwrap(),
     };
     let refused = second.expect_err("the second retry acted too");
     assert_eq!(refused.error().code(), -32602, "{refused:?}");
@@ -786,7 +791,10 @@ async fn announcements_follow_what_was_written(store: Arc<dyn Store>) {
         "notes://steps-refused",
         "notes://committed",
     ] {
-        let m = heard.recv().await.unwrap();
+        let m = tokio::time::timeout(WAIT, heard.recv())
+            .await
+            .expect("announced in time")
+            .unwrap();
         assert_eq!(m["params"]["uri"], uri, "{m}");
     }
 }
@@ -1188,10 +1196,11 @@ async fn a_confirmed_write_retried_after_its_state_expired_replays() {
     let arguments = |key: &str| json!({ "log": log, "n": 1, "idempotency_key": key });
     let (done, left) = (unique("k"), unique("k"));
     let first = confirming_retry(&alice, "delete", arguments(&done)).await;
-    let never = confirming_retry(&alice, "delete", arguments(&left)).await;
-    let expired_by = wharf::store::now_millis() + 3_000;
     let made = alice.call("tools/call", first.clone()).await.unwrap();
     assert_eq!(made["structuredContent"]["appended"], 1, "{made}");
+    let never = confirming_retry(&alice, "delete", arguments(&left)).await;
+    // Both states were sealed before this.
+    let expired_by = wharf::store::now_millis() + 3_000;
     while wharf::store::now_millis() <= expired_by {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
