@@ -824,6 +824,36 @@ async fn least_recently_used_handles_are_one_owners_live_ones_oldest_first(store
     assert!(none.is_empty(), "past their lifetime: {none:?}");
 }
 
+/// A one-time record (a confirmation redeemed once) taken by one transaction is not taken
+/// by another before the first ends: what it unlocks may be an effect outside the store.
+/// The second is told it is used: at once where the record is reserved at once (Redis,
+/// whose writes otherwise wait for the commit), or once the first committed, where the
+/// store makes it wait (SQL).
+async fn a_one_time_record_is_taken_by_one_transaction(store: Arc<dyn Store>) {
+    let once = claim("mrtr", &unique("nonce"), json!({}));
+    let mut first = store.begin(TxMode::Write).await.unwrap();
+    assert!(first.record_once(&once).await.unwrap(), "free");
+    let second = {
+        let (store, once) = (Arc::clone(&store), once.clone());
+        tokio::spawn(async move {
+            let mut tx = store.begin(TxMode::Write).await?;
+            tx.record_once(&once).await
+        })
+    };
+    let taken = if store.backend() == "redis" {
+        let taken = second.await.unwrap().unwrap();
+        first.commit().await.unwrap();
+        taken
+    } else {
+        first.commit().await.unwrap();
+        second.await.unwrap().unwrap()
+    };
+    assert!(
+        !taken,
+        "a second transaction took the record the first held"
+    );
+}
+
 /// Row numbers only ever rise in a collection: rows appended after a clear or a move are
 /// numbered after the ones that went, so a reader paging by `after` neither skips nor
 /// repeats. An `after` below the first row reads from the start.
@@ -877,6 +907,7 @@ all_backends!(
     nothing_is_left_under_a_handle_retired_while_a_write_ran,
     live_handles_count_one_owners_live_handles_of_one_kind,
     least_recently_used_handles_are_one_owners_live_ones_oldest_first,
+    a_one_time_record_is_taken_by_one_transaction,
     a_handles_last_use_never_moves_back,
     rows_cannot_move_onto_their_own_collection,
 );

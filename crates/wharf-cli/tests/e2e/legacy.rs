@@ -1040,11 +1040,15 @@ async fn only_answers_to_requests_the_server_sent_are_taken() {
     assert!(done.get("result").is_some(), "{done}");
 }
 
-/// Opens a session whose first use is later than every session opened before it returned:
-/// sessions used within one millisecond tie, and ties are broken by their random ids.
+/// Opens a session, and returns once the clock has moved past the millisecond its first
+/// use was stamped in: sessions used within one millisecond tie, and ties are broken by
+/// their random ids, so the next one opened is then the later.
 async fn open_in_order(client: &HttpClient) -> LegacySession {
     let session = open(client).await;
-    tokio::time::sleep(Duration::from_millis(2)).await;
+    let stamped = std::time::SystemTime::now();
+    while stamped.elapsed().unwrap_or_default() < Duration::from_millis(1) {
+        tokio::task::yield_now().await;
+    }
     session
 }
 
