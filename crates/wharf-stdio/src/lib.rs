@@ -721,11 +721,6 @@ async fn relay<T>(
     let mut waiting: std::collections::VecDeque<Vec<u8>> = std::collections::VecDeque::new();
     let mut drained = false;
     loop {
-        if drained && waiting.is_empty() {
-            if let Some(done) = ended.take() {
-                return Some(done);
-            }
-        }
         tokio::select! {
             biased;
             () = cancel.cancelled() => {
@@ -772,12 +767,15 @@ async fn relay<T>(
                 None => drained = true,
             },
         }
-        if drained && waiting.is_empty() && ended.is_none() {
-            // Nothing more can come: only the work's end is left to wait for.
-            return tokio::select! {
-                biased;
-                () = cancel.cancelled() => None,
-                done = &mut work => Some(done),
+        if drained && waiting.is_empty() {
+            // Nothing more can come: the work's end is all that is left.
+            return match ended.take() {
+                Some(done) => Some(done),
+                None => tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => None,
+                    done = &mut work => Some(done),
+                },
             };
         }
     }
