@@ -85,6 +85,20 @@ pub(crate) fn encode(event: &ChangeEvent) -> String {
     }
 }
 
+/// The line that announces `event` on a channel that carries at most `max` bytes: the
+/// event's own, or a gap when it is longer (every stream then reads afresh).
+pub(crate) fn payload(backend: &str, event: &ChangeEvent, max: usize) -> String {
+    let payload = encode(event);
+    if payload.len() <= max {
+        return payload;
+    }
+    tracing::warn!(
+        bytes = payload.len(),
+        "change notification too large for the {backend} channel; announcing a gap"
+    );
+    "g".into()
+}
+
 /// A session's line: `None` when it is malformed (a gap).
 fn decode_session(rest: &str) -> Option<Message> {
     let (len, rest) = rest.split_once(' ')?;
@@ -253,15 +267,7 @@ impl NotificationBus for StoreBus {
         &self,
         event: ChangeEvent,
     ) -> Pin<Box<dyn Future<Output = Result<(), BusError>> + Send + '_>> {
-        let mut payload = encode(&event);
-        if payload.len() > self.max_payload {
-            tracing::warn!(
-                bytes = payload.len(),
-                "change notification too large for the {} channel; announcing a gap",
-                self.backend
-            );
-            payload = "g".into();
-        }
+        let payload = payload(self.backend, &event, self.max_payload);
         self.start();
         Box::pin(async move {
             let Err(e) = (self.publish)(payload).await else {
@@ -416,6 +422,16 @@ impl Backoff {
     }
 }
 
+/// The longest payload published on PostgreSQL, whose limit is 8000 bytes with the
+/// channel name's share.
+#[cfg(feature = "postgres")]
+pub(crate) const PG_MAX_PAYLOAD: usize = 7900;
+
+/// The longest payload published on Redis: a longer change goes out as a gap rather than
+/// to every replica's listener whole.
+#[cfg(feature = "redis")]
+pub(crate) const REDIS_MAX_PAYLOAD: usize = 64 * 1024;
+
 /// PostgreSQL: `LISTEN wharf_changes` on a connection of its own, `pg_notify` to publish
 /// (payloads under 8000 bytes).
 #[cfg(feature = "postgres")]
@@ -458,15 +474,14 @@ pub(crate) fn postgres(pool: sqlx::PgPool) -> Arc<StoreBus> {
                 .map_err(|e| e.to_string())
         })
     });
-    // PostgreSQL's limit is 8000 bytes, the channel name's share included.
-    StoreBus::new("postgres", connect, publish, 7900)
+    StoreBus::new("postgres", connect, publish, PG_MAX_PAYLOAD)
 }
 
 /// The channel of the deployment on Redis database `db`: Redis's publish/subscribe ignores
 /// the database number, so two deployments kept apart by it would hear each other's changes
 /// (and their gaps) on one channel. Database 0 keeps the plain name.
 #[cfg(feature = "redis")]
-fn redis_channel(db: i64) -> String {
+pub(crate) fn redis_channel(db: i64) -> String {
     match db {
         0 => CHANNEL.to_owned(),
         db => format!("{CHANNEL}:{db}"),
@@ -507,7 +522,7 @@ pub(crate) fn redis(client: redis::Client, conn: redis::aio::ConnectionManager) 
                 .map_err(|e| e.to_string())
         })
     });
-    StoreBus::new("redis", connect, publish, 64 * 1024)
+    StoreBus::new("redis", connect, publish, REDIS_MAX_PAYLOAD)
 }
 
 #[cfg(test)]

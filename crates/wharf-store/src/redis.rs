@@ -155,6 +155,8 @@ fn corrupt(what: &str) -> StoreError {
 pub struct RedisStore {
     conn: ConnectionManager,
     bus: std::sync::Arc<crate::bus::StoreBus>,
+    /// The channel the bus listens on, which commits publish what calls announce to.
+    channel: std::sync::Arc<str>,
     lock_wait: Duration,
     claim: Script,
     commit: Script,
@@ -498,8 +500,10 @@ impl RedisStore {
             Duration::from_millis(1),
             Duration::from_millis(i32::MAX as u64),
         );
+        let channel = crate::bus::redis_channel(client.get_connection_info().redis.db).into();
         let store = RedisStore {
             bus: crate::bus::redis(client, conn.clone()),
+            channel,
             conn,
             lock_wait,
             claim: Script::new(CLAIM_LUA),
@@ -565,6 +569,8 @@ impl RedisStore {
             claim: None,
             reserved: Vec::new(),
             renew: None,
+            channel: std::sync::Arc::clone(&self.channel),
+            announced: Vec::new(),
         }
     }
 }
@@ -865,6 +871,9 @@ pub struct RedisTx {
     reserved: Vec<(String, String)>,
     /// What keeps the claim's lease while the call runs; stopped when the transaction ends.
     renew: Option<tokio::task::JoinHandle<()>>,
+    /// The bus's channel, and what the commit publishes on it once every write applied.
+    channel: std::sync::Arc<str>,
+    announced: Vec<String>,
 }
 
 /// Gives a claim back when its call failed, so a retry runs at once instead of waiting out
@@ -1146,6 +1155,15 @@ impl Transaction for RedisTx {
         }
     }
 
+    fn announce_with_commit(&mut self, events: &[wharf::ChangeEvent]) -> bool {
+        self.announced.extend(
+            events
+                .iter()
+                .map(|event| crate::bus::payload("redis", event, crate::bus::REDIS_MAX_PAYLOAD)),
+        );
+        true
+    }
+
     async fn commit(mut self: Box<Self>) -> Result<(), StoreError> {
         let result = match self.ops.last() {
             Some(Value::Array(op)) if op.first() == Some(&json!("result")) => {
@@ -1159,12 +1177,18 @@ impl Transaction for RedisTx {
             }
             _ => None,
         };
-        if self.ops.is_empty() && self.claim.is_none() {
+        if self.ops.is_empty() && self.claim.is_none() && self.announced.is_empty() {
             return Ok(());
         }
         let (claim, token) = self.claim.clone().unwrap_or_default();
         if !claim.is_empty() && result.is_none() {
             return Err(StoreError::ClaimLost);
+        }
+        // Published last, by the script that applies the writes: only once every one of them
+        // applied (a write refused part-way publishes nothing, and the core announces then).
+        for payload in std::mem::take(&mut self.announced) {
+            self.ops
+                .push(json!(["call", "PUBLISH", &*self.channel, payload]));
         }
         let ops = Value::Array(std::mem::take(&mut self.ops)).to_string();
         let keyed = !claim.is_empty();

@@ -788,6 +788,61 @@ async fn announcements_follow_what_was_written(store: Arc<dyn Store>) {
     }
 }
 
+/// On the store's own bus, a call's commit announces what the call announced once: the
+/// commit carries it where the store can (PostgreSQL, Redis), and the replica does not
+/// announce it again. Two calls, one after the other, are heard in their order, each once.
+async fn a_commit_is_announced_once_on_the_stores_own_bus(store: Arc<dyn Store>) {
+    let announcing = tool("announcing").handler(|cx: Context, args: Append| async move {
+        cx.tx()
+            .await?
+            .append_rows(&args.log, &[json!(args.n)])
+            .await
+            .map_err(|e| HandlerError::internal(e.to_string()))?;
+        let uri = format!("notes://{}", args.log);
+        cx.announce_on_commit(wharf::ChangeEvent::ResourceUpdated { uri })
+            .await;
+        Ok::<_, HandlerError>(Structured(Appended { appended: args.n }))
+    });
+    let server = Server::builder(Implementation::new("t", "1"))
+        .store(Arc::clone(&store))
+        .tool(announcing)
+        .build()
+        .unwrap();
+    server.prepare(Duration::from_secs(10)).await.unwrap();
+    // Other tests share the channel, and may cut its connections (a gap closes the
+    // receiver): the two calls are made again until a run without a gap.
+    for _ in 0..5 {
+        let mut heard = server.bus().subscribe();
+        let (first, second) = (unique("announced"), unique("announced"));
+        for log in [&first, &second] {
+            let args = json!({ "log": log, "n": 1, "idempotency_key": unique("k") });
+            run(&server, "alice", "announcing", args).await;
+        }
+        let ours = [&first, &second].map(|log| wharf::ChangeEvent::ResourceUpdated {
+            uri: format!("notes://{log}"),
+        });
+        let mut got = Vec::new();
+        let gap = loop {
+            match tokio::time::timeout(WAIT, heard.recv()).await {
+                Ok(Ok(event)) if ours.contains(&event) => {
+                    got.push(event.clone());
+                    if event == ours[1] {
+                        break false;
+                    }
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(_)) => break true,
+                Err(_) => panic!("the second call was not announced in time; heard {got:?}"),
+            }
+        };
+        if !gap {
+            assert_eq!(got, ours, "each commit announced once, in order");
+            return;
+        }
+    }
+    panic!("every run met a gap in the bus");
+}
+
 /// A write in steps that redeemed its confirmation and was cut short (its client left) is
 /// the same write when retried with the same round (so the same key): the retry redeems it
 /// again and finishes, rather than being refused as a second use. A retry after it was
@@ -867,6 +922,7 @@ all_backends!(
     a_retry_of_a_write_that_retired_its_handle_waits_and_replays,
     a_confirmation_answered_twice_at_once_acts_once,
     announcements_follow_what_was_written,
+    a_commit_is_announced_once_on_the_stores_own_bus,
     a_write_in_steps_cut_short_after_its_confirmation_goes_on,
     a_wait_for_a_claim_ends_at_the_calls_limit,
 );

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::sync::broadcast::error::RecvError;
 use wharf::ChangeEvent;
-use wharf::store::{SharedKey, Store, now_millis};
+use wharf::store::{SharedKey, Store, Transaction, TxMode, now_millis};
 
 const WAIT: Duration = Duration::from_secs(3);
 
@@ -198,6 +198,96 @@ async fn redis_events_reach_every_replica_and_an_outage_ends_open_streams() {
         );
     })
     .await;
+}
+
+/// What a call announces travels with its commit on a shared store: every replica hears it
+/// once the commit applies, and nothing of a transaction rolled back or of a commit that
+/// failed (`spoil` makes one fail: an aborted PostgreSQL transaction, a Redis write refused
+/// part-way).
+async fn a_commit_carries_its_announcements_and_only_a_commit_does(
+    a: Arc<dyn Store>,
+    b: Arc<dyn Store>,
+    spoil: impl AsyncFn(&mut Box<dyn Transaction>),
+) {
+    listening(&b).await;
+    let mut on_b = b.bus().unwrap().subscribe();
+    let uri = |what: &str| ChangeEvent::ResourceUpdated {
+        uri: format!("dataset://{}", support::unique(what)),
+    };
+    let (rolled_back, failed, committed) = (uri("rolled-back"), uri("failed"), uri("committed"));
+
+    let mut tx = a.begin(TxMode::Write).await.unwrap();
+    assert!(tx.announce_with_commit(std::slice::from_ref(&rolled_back)));
+    drop(tx);
+    let mut tx = a.begin(TxMode::Write).await.unwrap();
+    assert!(tx.announce_with_commit(std::slice::from_ref(&failed)));
+    spoil(&mut tx).await;
+    tx.commit().await.expect_err("a spoiled commit fails");
+    let mut tx = a.begin(TxMode::Write).await.unwrap();
+    assert!(tx.announce_with_commit(std::slice::from_ref(&committed)));
+    tx.commit().await.unwrap();
+
+    // The channel keeps one order: what the first two sent would come before the third.
+    loop {
+        let event = next(&mut on_b).await.expect("open");
+        assert!(
+            event != rolled_back && event != failed,
+            "{event:?} was announced without a commit"
+        );
+        if event == committed {
+            break;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_commit_carries_its_announcements_and_only_a_commit_does() {
+    let _one_at_a_time = BUS.lock().await;
+    let (a, b) = (
+        support::postgres_with(WAIT).await,
+        support::postgres_with(WAIT).await,
+    );
+    a_commit_carries_its_announcements_and_only_a_commit_does(a, b, async |tx| {
+        let pg = tx
+            .backend_tx()
+            .downcast_mut::<wharf_store::SqlTx>()
+            .and_then(wharf_store::SqlTx::postgres)
+            .unwrap();
+        sqlx::query("SELECT 1/0")
+            .execute(&mut **pg)
+            .await
+            .expect_err("the transaction is aborted");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_commit_carries_its_announcements_and_only_a_commit_does() {
+    let _one_at_a_time = BUS.lock().await;
+    let (a, b) = (
+        support::redis_with(WAIT).await,
+        support::redis_with(WAIT).await,
+    );
+    a_commit_carries_its_announcements_and_only_a_commit_does(a, b, async |tx| {
+        let key = support::unique("announce:string");
+        let redis = tx
+            .backend_tx()
+            .downcast_mut::<wharf_store::redis::RedisTx>()
+            .unwrap();
+        redis.queue(["SET", key.as_str(), "a string"]).unwrap();
+        // A list command on a string: refused after the SET applied.
+        redis.queue(["RPUSH", key.as_str(), "row"]).unwrap();
+    })
+    .await;
+}
+
+/// A store one process uses at a time has no bus to carry announcements: the core
+/// announces them itself.
+#[tokio::test]
+async fn sqlite_commits_carry_no_announcements() {
+    let store = support::sqlite_with(&support::sqlite_url("announce"), WAIT).await;
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    assert!(!tx.announce_with_commit(&[ChangeEvent::ToolsListChanged]));
 }
 
 /// An event too large for PostgreSQL's channel is not dropped in silence: it goes out as a

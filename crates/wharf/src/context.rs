@@ -812,8 +812,11 @@ impl Context {
     /// Announces `event` once the call's writes have committed (see [`Context::tx`]), or may
     /// have (a commit whose answer was lost; a write in steps, whose steps stand whatever
     /// comes after), and not when they are rolled back: listeners who re-read on the
-    /// notification see the change. Where there is no call transaction (no store, or not a
-    /// tool call) it is announced at once.
+    /// notification see the change. On a store whose bus the server uses (PostgreSQL,
+    /// Redis), the commit itself sends it (see
+    /// [`Transaction::announce_with_commit`](crate::store::Transaction::announce_with_commit)):
+    /// it goes out even if the process dies right after. Where there is no call transaction
+    /// (no store, or not a tool call) it is announced at once.
     pub async fn announce_on_commit(&self, event: ChangeEvent) {
         match &self.tx {
             Some(slot) => slot.0.lock().await.announcements.push(event),

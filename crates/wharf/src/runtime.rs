@@ -29,6 +29,9 @@ pub(crate) struct Runtime {
     /// The cursor and request-state keys.
     pub(crate) keys: Arc<KeyRing>,
     pub(crate) bus: Arc<dyn NotificationBus>,
+    /// Whether `bus` is the store's own, so that a commit may carry what the call
+    /// announces ([`crate::store::Transaction::announce_with_commit`]).
+    pub(crate) bus_in_store: bool,
     pub(crate) store: Option<Arc<dyn Store>>,
     /// The caps on requests in flight.
     pub(crate) gate: Gate,

@@ -393,6 +393,7 @@ impl ServerBuilder {
             extensions: self.extensions,
         })?;
         let config = self.config;
+        let store_bus = self.store.as_ref().and_then(|s| s.bus());
         let runtime = Runtime {
             info: ServerInfo::new(self.info),
             keys: Arc::new(KeyRing::new(&config, self.store.as_ref())),
@@ -406,9 +407,10 @@ impl ServerBuilder {
                 .as_ref()
                 .and_then(|s| s.step_claims())
                 .map(|n| Arc::new(FairShare::new(n))),
+            bus_in_store: self.bus.is_none() && store_bus.is_some(),
             bus: self
                 .bus
-                .or_else(|| self.store.as_ref().and_then(|s| s.bus()))
+                .or(store_bus)
                 .unwrap_or_else(|| Arc::new(InProcessBus::default())),
             sessions: Arc::new(Book::new(self.store.as_ref())),
             hub: Arc::default(),

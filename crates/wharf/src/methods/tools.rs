@@ -387,6 +387,8 @@ async fn settle(
     // Whether the writes may have landed: a write in steps committed its steps itself,
     // whatever came of the call after; otherwise once the commit is sent.
     let mut written = matches!(record, Some(Record::AfterSteps(..)));
+    // Whether the commit carried the announcements itself (on the store's own bus).
+    let mut carried = false;
     let settled = async {
         let result = match finished? {
             Finished::Refused(refusal) => return Ok(CallToolResult::error(refusal)),
@@ -412,6 +414,11 @@ async fn settle(
                     Some(Record::InCallTransaction(claim)) => Some(claim),
                     _ => None,
                 };
+                // Sent with the commit where the store can: they go out exactly when it
+                // applies. Otherwise, or when the commit fails, they are announced below.
+                let with_commit = runtime.bus_in_store
+                    && !announcements.is_empty()
+                    && tx.announce_with_commit(&announcements);
                 let commit = async {
                     if let Some(claim) = claim {
                         let stored = serde_json::to_string(&result).map_err(RpcError::internal)?;
@@ -423,7 +430,10 @@ async fn settle(
                 // lost with the connection says nothing of the commit).
                 written = true;
                 match runtime.store_op(StoreOp::Commit, commit).await? {
-                    Ok(()) => result,
+                    Ok(()) => {
+                        carried = with_commit;
+                        result
+                    }
                     // What was applied stays, and the claim was recorded with this failure:
                     // the call answers what its retries will.
                     Err(StoreError::PartlyApplied(what)) => CallToolResult::error(what),
@@ -448,7 +458,7 @@ async fn settle(
     // Announced whenever the writes may have landed, the call's answer aside: a listener
     // told of a change that did not happen reads again and finds nothing new; one never
     // told of one that did stays wrong until the next change.
-    if written {
+    if written && !carried {
         for event in announcements {
             runtime.announce(event).await;
         }

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::bus::NotificationBus;
+use crate::bus::{ChangeEvent, NotificationBus};
 pub use handle::{Expiry, Handle, HandleKind, HandleRecord, human, is_handle_id};
 pub(crate) use handle::{SCHEMA_KEYWORD, reading_arguments};
 pub use idempotency::{Claim, Digest, MAX_KEY_LEN};
@@ -338,6 +338,21 @@ pub trait Transaction: Send {
     /// stores whose locks cannot run out ignore it.
     fn fence(&mut self, fence: &Fence) {
         let _ = fence;
+    }
+
+    /// Takes `events` to announce on the store's own bus ([`Store::bus`]) with the commit
+    /// itself: they go out if the commit applies, and only then. So a process that dies
+    /// just after its commit loses none, and the call's answer waits for no other
+    /// connection to announce them. `false`, the default, when the store cannot: the core
+    /// announces them itself once the commit answered.
+    ///
+    /// The core calls this only when the server's bus is the store's own, just before
+    /// [`Transaction::commit`]. When that commit fails, the core announces them itself too:
+    /// a commit whose answer was lost may have applied, and a listener told of a change
+    /// that did not happen only reads again.
+    fn announce_with_commit(&mut self, events: &[ChangeEvent]) -> bool {
+        let _ = events;
+        false
     }
 
     /// Records `claim` as used, in this transaction, unless a live record holds its key
