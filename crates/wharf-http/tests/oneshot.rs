@@ -36,6 +36,12 @@ fn server() -> Server {
             }),
         )
         .tool(
+            // Answers the members of `_meta` the protocol does not define.
+            tool("own_meta").handler(|cx: Context, _: NoArgs| async move {
+                Value::Object(cx.info().other_meta.clone()).to_string()
+            }),
+        )
+        .tool(
             tool("admin")
                 .scopes(&["admin"])
                 .handler(|_cx: Context, _: NoArgs| async { "done" }),
@@ -485,6 +491,64 @@ async fn legacy_results_hold_nothing_of_2026_07_28() {
         let result = answer["result"].as_object().expect("a result");
         assert!(!result.contains_key("resultType"), "{answer}");
         assert!(!result.contains_key("_meta"), "{answer}");
+    }
+}
+
+/// A handler reads what the client sent in `_meta` under its own prefix, in both eras; the
+/// members the protocol defines are not among them.
+#[tokio::test]
+async fn a_handler_reads_the_clients_own_meta() {
+    let app = app();
+    let mut stateless = meta();
+    stateless["com.example/tenant"] = json!({ "id": "acme" });
+    stateless["tracestate"] = json!("vendor=1");
+    let params = json!({ "name": "own_meta", "arguments": {}, "_meta": stateless });
+    let (status, _, body) = send_whole(with(call("own_meta"), params, &[])).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let text = body["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(text, r#"{"com.example/tenant":{"id":"acme"}}"#, "{body}");
+    // One member twice is refused: two readers could take two different values.
+    let mut twice = with(call("own_meta"), json!({}), &[]);
+    *twice.body_mut() = Body::from(
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"own_meta","arguments":{},
+            "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",
+                     "io.modelcontextprotocol/clientCapabilities":{},
+                     "com.example/tenant":{"id":"acme","id":"beta"}}}}"#,
+    );
+    let (status, _, body) = send_whole(twice).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(r#"the member "id" is there twice"#),
+        "{body}"
+    );
+
+    let session = open_session(&app).await;
+    let in_session = [
+        ("x-user", "alice"),
+        ("mcp-session-id", session.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    for (meta, own) in [
+        (
+            json!({ "com.example/tenant": "beta", "traceparent": null }),
+            r#"{"com.example/tenant":"beta"}"#,
+        ),
+        (json!({}), "{}"),
+    ] {
+        let request = json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": { "name": "own_meta", "arguments": {}, "_meta": meta } });
+        let res = app
+            .clone()
+            .oneshot(post(&request, &in_session))
+            .await
+            .unwrap();
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        let answer: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(answer["result"]["content"][0]["text"], own, "{answer}");
     }
 }
 

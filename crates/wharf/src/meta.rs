@@ -26,6 +26,11 @@ pub struct RequestInfo {
     pub traceparent: Option<String>,
     /// W3C trace context: the caller's `tracestate`.
     pub tracestate: Option<String>,
+    /// The members of the request's `_meta` the protocol does not define: what the client
+    /// or an extension sends under its own prefix (`com.example/tenant`). Each object in it
+    /// names every member once. Data the client chose, as the arguments are: check it as
+    /// input.
+    pub other_meta: serde_json::Map<String, serde_json::Value>,
     /// Which era the request belongs to.
     era: Era,
 }
@@ -105,21 +110,23 @@ impl RequestInfo {
             progress_token: meta.progress_token.take(),
             traceparent: meta.traceparent.take(),
             tracestate: meta.tracestate.take(),
+            other_meta: std::mem::take(&mut meta.other),
             era: Era::Stateless,
         })
     }
 
     /// What a request of a legacy session says about itself: the session's version,
-    /// capabilities and log level, and from its own `_meta` only the progress token and
-    /// trace context.
+    /// capabilities and log level, and from its own `_meta` only the progress token, the
+    /// trace context and the members the protocol does not define.
     pub(crate) fn in_session(session: &Session, meta: &mut Option<RequestMeta>) -> Self {
-        let (progress_token, traceparent, tracestate) = match meta {
+        let (progress_token, traceparent, tracestate, other_meta) = match meta {
             Some(m) => (
                 m.progress_token.take(),
                 m.traceparent.take(),
                 m.tracestate.take(),
+                std::mem::take(&mut m.other),
             ),
-            None => (None, None, None),
+            None => (None, None, None, serde_json::Map::new()),
         };
         RequestInfo {
             protocol_version: session.version().to_owned(),
@@ -129,6 +136,7 @@ impl RequestInfo {
             progress_token,
             traceparent,
             tracestate,
+            other_meta,
             era: Era::Legacy,
         }
     }
@@ -274,6 +282,7 @@ mod tests {
             progress_token: None,
             traceparent: traceparent.map(str::to_owned),
             tracestate: traceparent.map(|_| "meta=1".to_owned()),
+            other_meta: serde_json::Map::new(),
             era: Era::Stateless,
         }
     }

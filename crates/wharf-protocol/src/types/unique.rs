@@ -81,17 +81,20 @@ where
         while let Some(name) = map.next_key::<String>()? {
             let value = map.next_value_seed(self.0)?;
             if let Err(name) = members.insert_new(name, value) {
-                return Err(A::Error::custom(format_args!(
-                    "the member {name:?} is there twice (an object names each member once)"
-                )));
+                return Err(A::Error::custom(twice(&name)));
             }
         }
         Ok(members)
     }
 }
 
+/// The refusal of an object that names member `name` twice.
+pub(crate) fn twice(name: &str) -> String {
+    format!("the member {name:?} is there twice (an object names each member once)")
+}
+
 /// Where an object's members go; `Err(name)` for a name already there.
-trait Members<V>: Default {
+pub(crate) trait Members<V>: Default {
     fn insert_new(&mut self, name: String, value: V) -> Result<(), String>;
 }
 
@@ -121,7 +124,7 @@ impl<V> Members<V> for BTreeMap<String, V> {
 
 /// Any JSON value, its objects at every depth naming each member once.
 #[derive(Clone, Copy)]
-struct UniqueValue;
+pub(crate) struct UniqueValue;
 
 impl<'de> DeserializeSeed<'de> for UniqueValue {
     type Value = Value;
