@@ -36,9 +36,9 @@ fn server() -> Server {
             }),
         )
         .tool(
-            // Answers the members of `_meta` the protocol does not define.
+            // Answers the members of `_meta` the protocol does not define, and the baggage.
             tool("own_meta").handler(|cx: Context, _: NoArgs| async move {
-                Value::Object(cx.info().other_meta.clone()).to_string()
+                json!({ "other": cx.info().other_meta, "baggage": cx.info().baggage }).to_string()
             }),
         )
         .tool(
@@ -502,13 +502,17 @@ async fn a_handler_reads_the_clients_own_meta() {
     let mut stateless = meta();
     stateless["com.example/tenant"] = json!({ "id": "acme" });
     stateless["tracestate"] = json!("vendor=1");
+    stateless["baggage"] = json!("user=ada");
     let params = json!({ "name": "own_meta", "arguments": {}, "_meta": stateless });
     let (status, _, body) = send_whole(with(call("own_meta"), params, &[])).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let text = body["result"]["content"][0]["text"]
         .as_str()
         .unwrap_or_default();
-    assert_eq!(text, r#"{"com.example/tenant":{"id":"acme"}}"#, "{body}");
+    assert_eq!(
+        text, r#"{"baggage":"user=ada","other":{"com.example/tenant":{"id":"acme"}}}"#,
+        "{body}"
+    );
     // One member twice is refused: two readers could take two different values.
     let mut twice = with(call("own_meta"), json!({}), &[]);
     *twice.body_mut() = Body::from(
@@ -534,10 +538,10 @@ async fn a_handler_reads_the_clients_own_meta() {
     ];
     for (meta, own) in [
         (
-            json!({ "com.example/tenant": "beta", "traceparent": null }),
-            r#"{"com.example/tenant":"beta"}"#,
+            json!({ "com.example/tenant": "beta", "traceparent": null, "baggage": "b=1" }),
+            r#"{"baggage":"b=1","other":{"com.example/tenant":"beta"}}"#,
         ),
-        (json!({}), "{}"),
+        (json!({}), r#"{"baggage":null,"other":{}}"#),
     ] {
         let request = json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call",
             "params": { "name": "own_meta", "arguments": {}, "_meta": meta } });

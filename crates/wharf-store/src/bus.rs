@@ -236,6 +236,22 @@ impl StoreBus {
         })
     }
 
+    /// A change that reached nobody, this replica's streams included (they hear changes
+    /// only through the channel): they are told of a gap, as after a lost connection, and
+    /// their clients read afresh. Other replicas are told the same with a gap, if the store
+    /// takes that much; otherwise by the next heartbeat.
+    pub(crate) async fn missed(&self) {
+        self.fanout.gap();
+        if let Err(again) = (self.publish)("g".into()).await {
+            self.fanout.owed_gap.store(true, Ordering::Release);
+            tracing::error!(
+                error = %again,
+                "{} change bus: a change went unannounced and other replicas could not be told yet; the next heartbeat tells them",
+                self.backend
+            );
+        }
+    }
+
     /// Starts listening, once, when called inside a Tokio runtime.
     fn start(&self) {
         if self.started.get().is_some() {
@@ -273,19 +289,7 @@ impl NotificationBus for StoreBus {
             let Err(e) = (self.publish)(payload).await else {
                 return Ok(());
             };
-            // The event reaches nobody, this replica's streams included (they hear it only
-            // through the channel): they are told of a gap, as after a lost connection,
-            // and their clients read afresh. Other replicas are told the same with a gap,
-            // if the store takes that much.
-            self.fanout.gap();
-            if let Err(again) = (self.publish)("g".into()).await {
-                self.fanout.owed_gap.store(true, Ordering::Release);
-                tracing::error!(
-                    error = %again,
-                    "{} change bus: a change went unannounced and other replicas could not be told yet; the next heartbeat tells them",
-                    self.backend
-                );
-            }
+            self.missed().await;
             Err(BusError(format!("{}: {e}", self.backend)))
         })
     }

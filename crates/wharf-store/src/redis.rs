@@ -333,7 +333,8 @@ return ids
 /// Applies a transaction's buffered writes; with a claim, only while the claim is held, only
 /// while every handle it holds still exists, and only while its fence (if it was written
 /// under a mutation lock) is the live holder (returns 0, -2 or -4 otherwise, applying
-/// nothing).
+/// nothing). Once every write applied, publishes what the call announces on the bus's
+/// channel (`ARGV[5]`, the payloads a JSON list in `ARGV[6]`).
 ///
 /// A write Redis refuses (an app's command on a key of another type, say) stops the script,
 /// and Redis keeps what the writes before it did: nothing undoes them. So the writes run
@@ -452,6 +453,14 @@ if claim ~= '' then
   redis.call('HSET', claim, 'state', 'done', 'result', result)
   redis.call('HDEL', claim, 'token', 'lease_until')
 end
+-- What the call announces, once every write applied. A refused publish (an ACL without the
+-- channel) leaves the writes as they are: 2 tells the replica to announce a gap instead.
+if ARGV[6] ~= '' then
+  local published = pcall(function()
+    for _, payload in ipairs(cjson.decode(ARGV[6])) do redis.call('PUBLISH', ARGV[5], payload) end
+  end)
+  if not published then return 2 end
+end
 return 1
 "#;
 
@@ -569,8 +578,9 @@ impl RedisStore {
             claim: None,
             reserved: Vec::new(),
             renew: None,
-            channel: std::sync::Arc::clone(&self.channel),
+            bus: std::sync::Arc::clone(&self.bus),
             announced: Vec::new(),
+            channel: std::sync::Arc::clone(&self.channel),
         }
     }
 }
@@ -871,9 +881,11 @@ pub struct RedisTx {
     reserved: Vec<(String, String)>,
     /// What keeps the claim's lease while the call runs; stopped when the transaction ends.
     renew: Option<tokio::task::JoinHandle<()>>,
-    /// The bus's channel, and what the commit publishes on it once every write applied.
-    channel: std::sync::Arc<str>,
+    /// The bus, what the commit publishes on its channel once every write applied, and the
+    /// channel.
+    bus: std::sync::Arc<crate::bus::StoreBus>,
     announced: Vec<String>,
+    channel: std::sync::Arc<str>,
 }
 
 /// Gives a claim back when its call failed, so a retry runs at once instead of waiting out
@@ -1184,12 +1196,12 @@ impl Transaction for RedisTx {
         if !claim.is_empty() && result.is_none() {
             return Err(StoreError::ClaimLost);
         }
-        // Published last, by the script that applies the writes: only once every one of them
-        // applied (a write refused part-way publishes nothing, and the core announces then).
-        for payload in std::mem::take(&mut self.announced) {
-            self.ops
-                .push(json!(["call", "PUBLISH", &*self.channel, payload]));
-        }
+        // Published by the script that applies the writes, once every one of them applied (a
+        // write refused part-way publishes nothing, and the core announces then).
+        let announced = match self.announced.is_empty() {
+            true => String::new(),
+            false => Value::from(std::mem::take(&mut self.announced)).to_string(),
+        };
         let ops = Value::Array(std::mem::take(&mut self.ops)).to_string();
         let keyed = !claim.is_empty();
         let applied: redis::Value = self
@@ -1199,14 +1211,22 @@ impl Transaction for RedisTx {
             .arg(token)
             .arg(result.unwrap_or_default())
             .arg(ops)
+            .arg(&*self.channel)
+            .arg(announced)
             .invoke_async(&mut self.conn)
             .await
             // A keyed commit's retry finds its claim or record, as after any lost answer.
             .map_err(|e| if keyed { backend(e) } else { write_backend(e) })?;
         match applied {
-            redis::Value::Int(1) => {
+            redis::Value::Int(n @ (1 | 2)) => {
                 self.claim = None;
                 self.reserved.clear();
+                if n == 2 {
+                    // Applied, but Redis refused to publish its announcements: every stream
+                    // is told it may have missed a change, as when the bus cannot publish.
+                    tracing::warn!("Redis refused to publish what a commit announced");
+                    self.bus.missed().await;
+                }
                 Ok(())
             }
             redis::Value::Int(-2) => Err(StoreError::HandleGone),

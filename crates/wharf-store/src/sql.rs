@@ -1125,10 +1125,6 @@ pub struct SqlTx {
     /// Whether a record a retry would find was written (a claim completed, a one-time step
     /// recorded): then a commit whose answer was lost may be retried.
     recorded: bool,
-    /// What the commit announces on the bus's channel (PostgreSQL): `pg_notify` in the
-    /// transaction, which PostgreSQL delivers when, and only if, it commits.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-    announced: Vec<String>,
 }
 
 /// Runs a transaction's begin on a task of its own, so that it completes even when the call
@@ -1198,7 +1194,6 @@ impl SqlTx {
             fence: None,
             fence_checked: false,
             recorded: false,
-            announced: Vec::new(),
         }
     }
 
@@ -1474,37 +1469,12 @@ impl Transaction for SqlTx {
         self.fence_checked = false;
     }
 
-    #[cfg(feature = "postgres")]
-    fn announce_with_commit(&mut self, events: &[wharf::ChangeEvent]) -> bool {
-        #[allow(irrefutable_let_patterns)]
-        let TypedTx::Postgres(_) = self.tx else {
-            return false;
-        };
-        self.announced.extend(
-            events
-                .iter()
-                .map(|event| crate::bus::payload("postgres", event, crate::bus::PG_MAX_PAYLOAD)),
-        );
-        true
-    }
-
     async fn commit(mut self: Box<Self>) -> Result<(), StoreError> {
         #[cfg(feature = "postgres")]
-        #[allow(irrefutable_let_patterns)]
-        if let TypedTx::Postgres(tx) = &mut self.tx {
-            if let (Some(fence), false) = (&self.fence, self.fence_checked) {
-                pg_lock::check_fence(tx, fence).await?;
-            }
-            if !self.announced.is_empty() {
-                // One statement for them all, in the order given; held back by PostgreSQL
-                // until the commit.
-                sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p")
-                    .bind(crate::bus::CHANNEL)
-                    .bind(&self.announced)
-                    .execute(&mut **tx)
-                    .await
-                    .map_err(db_error)?;
-            }
+        if let (Some(fence), TypedTx::Postgres(tx), false) =
+            (&self.fence, &mut self.tx, self.fence_checked)
+        {
+            pg_lock::check_fence(tx, fence).await?;
         }
         let recorded = self.recorded;
         // With a record that a retry finds, a commit whose answer was lost may be retried

@@ -26,6 +26,9 @@ pub struct RequestInfo {
     pub traceparent: Option<String>,
     /// W3C trace context: the caller's `tracestate`.
     pub tracestate: Option<String>,
+    /// W3C baggage: the caller's `baggage` (what it propagates beside the trace), for the
+    /// application to read.
+    pub baggage: Option<String>,
     /// The members of the request's `_meta` the protocol does not define: what the client
     /// or an extension sends under its own prefix (`com.example/tenant`). Each object in it
     /// names every member once. Data the client chose, as the arguments are: check it as
@@ -110,6 +113,7 @@ impl RequestInfo {
             progress_token: meta.progress_token.take(),
             traceparent: meta.traceparent.take(),
             tracestate: meta.tracestate.take(),
+            baggage: meta.baggage.take(),
             other_meta: std::mem::take(&mut meta.other),
             era: Era::Stateless,
         })
@@ -117,16 +121,17 @@ impl RequestInfo {
 
     /// What a request of a legacy session says about itself: the session's version,
     /// capabilities and log level, and from its own `_meta` only the progress token, the
-    /// trace context and the members the protocol does not define.
+    /// trace context, the baggage and the members the protocol does not define.
     pub(crate) fn in_session(session: &Session, meta: &mut Option<RequestMeta>) -> Self {
-        let (progress_token, traceparent, tracestate, other_meta) = match meta {
+        let (progress_token, traceparent, tracestate, baggage, other_meta) = match meta {
             Some(m) => (
                 m.progress_token.take(),
                 m.traceparent.take(),
                 m.tracestate.take(),
+                m.baggage.take(),
                 std::mem::take(&mut m.other),
             ),
-            None => (None, None, None, serde_json::Map::new()),
+            None => (None, None, None, None, serde_json::Map::new()),
         };
         RequestInfo {
             protocol_version: session.version().to_owned(),
@@ -136,6 +141,7 @@ impl RequestInfo {
             progress_token,
             traceparent,
             tracestate,
+            baggage,
             other_meta,
             era: Era::Legacy,
         }
@@ -282,6 +288,7 @@ mod tests {
             progress_token: None,
             traceparent: traceparent.map(str::to_owned),
             tracestate: traceparent.map(|_| "meta=1".to_owned()),
+            baggage: None,
             other_meta: serde_json::Map::new(),
             era: Era::Stateless,
         }

@@ -123,16 +123,23 @@ impl<'a> Sessions<'a> {
     /// the `_meta` of 2026-07-28 (which is served statelessly, and there `initialize` does
     /// not exist).
     pub fn opens_session(&self, method: &str, params: Option<&RawValue>) -> bool {
+        // Only whether `_meta` names a version: whatever else it holds is the stateless
+        // method's to judge.
+        #[derive(serde::Deserialize)]
+        struct Meta {
+            #[serde(rename = "io.modelcontextprotocol/protocolVersion")]
+            version: Option<serde::de::IgnoredAny>,
+        }
         #[derive(serde::Deserialize)]
         struct Probe {
             #[serde(rename = "_meta", default)]
-            meta: Option<wharf_protocol::RequestMeta>,
+            meta: Option<Meta>,
         }
         method == methods::INITIALIZE
             && params
                 .and_then(|p| serde_json::from_str::<Probe>(p.get()).ok())
                 .and_then(|p| p.meta)
-                .is_none_or(|m| m.protocol_version.is_none())
+                .is_none_or(|m| m.version.is_none())
     }
 
     /// Answers `initialize`: negotiates the version, opens a session for `principal` and

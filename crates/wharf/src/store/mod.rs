@@ -341,15 +341,17 @@ pub trait Transaction: Send {
     }
 
     /// Takes `events` to announce on the store's own bus ([`Store::bus`]) with the commit
-    /// itself: they go out if the commit applies, and only then. So a process that dies
-    /// just after its commit loses none, and the call's answer waits for no other
-    /// connection to announce them. `false`, the default, when the store cannot: the core
-    /// announces them itself once the commit answered.
+    /// itself, once every write applied (Redis: in the script that applies them). So a
+    /// process that dies just after its commit loses none, and the call's answer waits for
+    /// no other connection to announce them. A store that could not publish them after
+    /// applying the writes must tell every stream of a gap, as its bus does when a publish
+    /// fails, and still commit: the writes never depend on the announcement. `false`, the
+    /// default, when the store does not: the core announces them once the commit answered.
     ///
-    /// The core calls this only when the server's bus is the store's own, just before
-    /// [`Transaction::commit`]. When that commit fails, the core announces them itself too:
-    /// a commit whose answer was lost may have applied, and a listener told of a change
-    /// that did not happen only reads again.
+    /// The core calls this only when the server's bus is the one the store gave, just
+    /// before [`Transaction::commit`]. When that commit fails, the core announces them
+    /// itself: a commit whose answer was lost may have applied, and a listener told of a
+    /// change that did not happen only reads again.
     fn announce_with_commit(&mut self, events: &[ChangeEvent]) -> bool {
         let _ = events;
         false
