@@ -894,8 +894,10 @@ impl Store for SqlStore {
 
     fn step_claims(&self) -> Option<usize> {
         match &self.pool {
-            // The change bus's listener keeps one connection of the pool for good; of the
-            // rest, half may hold claims and half stays for the steps (and every other call).
+            // One connection is left out for the short uses outside any call's transaction
+            // (announcements, handle lookups, touches); of the rest, half may hold claims
+            // and half stays for the steps (and every other call). The change bus listens
+            // on a connection of its own, outside the pool.
             #[cfg(feature = "postgres")]
             SqlPool::Postgres(pool) => {
                 let max = pool.options().get_max_connections();
