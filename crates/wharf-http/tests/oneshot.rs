@@ -556,6 +556,28 @@ async fn a_handler_reads_the_clients_own_meta() {
     }
 }
 
+/// An `initialize` carrying this revision's `_meta` is a stateless request whatever else
+/// its `_meta` holds (a member named twice included): it opens no session.
+#[tokio::test]
+async fn an_initialize_with_this_revisions_meta_opens_no_session() {
+    let mut req = with(
+        call("hello"),
+        json!({}),
+        &[("mcp-method", "initialize"), ("mcp-name", "")],
+    );
+    *req.body_mut() = Body::from(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+            "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"},
+            "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",
+                     "io.modelcontextprotocol/clientCapabilities":{},
+                     "com.example/x":{"a":1,"a":2}}}}"#,
+    );
+    let (status, headers, body) = send_whole(req).await;
+    assert!(!headers.contains_key("mcp-session-id"), "{status} {body}");
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(body["error"]["code"], -32601, "{body}");
+}
+
 /// A call of `hello` whose client asks for progress: its answer is a stream.
 fn hello_with_progress() -> Request<Body> {
     let mut meta = meta();

@@ -333,8 +333,9 @@ return ids
 /// Applies a transaction's buffered writes; with a claim, only while the claim is held, only
 /// while every handle it holds still exists, and only while its fence (if it was written
 /// under a mutation lock) is the live holder (returns 0, -2 or -4 otherwise, applying
-/// nothing). Once every write applied, publishes what the call announces on the bus's
-/// channel (`ARGV[5]`, the payloads a JSON list in `ARGV[6]`).
+/// nothing; -3 when an expected value changed). Once every write applied, publishes what the
+/// call announces on the bus's channel (`ARGV[5]`, the payloads a JSON list in `ARGV[6]`),
+/// and returns 1, or 2 when Redis refused to publish (the writes stand).
 ///
 /// A write Redis refuses (an app's command on a key of another type, say) stops the script,
 /// and Redis keeps what the writes before it did: nothing undoes them. So the writes run
@@ -1223,9 +1224,11 @@ impl Transaction for RedisTx {
                 self.reserved.clear();
                 if n == 2 {
                     // Applied, but Redis refused to publish its announcements: every stream
-                    // is told it may have missed a change, as when the bus cannot publish.
+                    // is told it may have missed a change, as when the bus cannot publish,
+                    // without holding the call (and its keys) on the telling.
                     tracing::warn!("Redis refused to publish what a commit announced");
-                    self.bus.missed().await;
+                    let bus = std::sync::Arc::clone(&self.bus);
+                    tokio::spawn(async move { bus.missed().await });
                 }
                 Ok(())
             }

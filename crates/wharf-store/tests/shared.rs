@@ -254,13 +254,13 @@ async fn redis_a_commit_carries_its_announcements_and_only_a_commit_does() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_a_refused_publish_leaves_the_commit_and_is_a_gap() {
     let _one_at_a_time = BUS.lock().await;
-    let user = support::unique("nopub");
+    let user = AclUser(support::unique("nopub"));
     let mut admin = support::raw_redis().await;
     redis::cmd("ACL")
         .arg(
             &[
                 "SETUSER",
-                user.as_str(),
+                user.0.as_str(),
                 "reset",
                 "on",
                 "nopass",
@@ -280,13 +280,37 @@ async fn redis_a_refused_publish_leaves_the_commit_and_is_a_gap() {
         .expect("a redis:// URL without credentials");
     // A password, any (the user has none), or the client does not authenticate at all.
     let store = wharf_store::open(
-        &format!("redis://{user}:any@{rest}"),
+        &format!("redis://{}:any@{rest}", user.0),
         &support::options(WAIT),
     )
     .await
     .unwrap();
     listening(&store).await;
-    let mut heard = store.bus().unwrap().subscribe();
+    // A receiver past the gap of the bus's first connection: the one that hears a marker
+    // published after it.
+    let publisher = support::redis_with(WAIT).await;
+    let mut heard = loop {
+        let mut heard = store.bus().unwrap().subscribe();
+        let marker = format!("dataset://{}", support::unique("marker"));
+        publisher
+            .bus()
+            .unwrap()
+            .publish(ChangeEvent::ResourceUpdated {
+                uri: marker.clone(),
+            })
+            .await
+            .unwrap();
+        let passed = loop {
+            match next(&mut heard).await {
+                Ok(ChangeEvent::ResourceUpdated { uri }) if uri == marker => break true,
+                Ok(_) | Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => break false,
+            }
+        };
+        if passed {
+            break heard;
+        }
+    };
     let key = support::unique("announce:kept");
     let mut tx = store.begin(TxMode::Write).await.unwrap();
     assert!(tx.announce_with_commit(&[ChangeEvent::ResourceUpdated {
@@ -318,11 +342,21 @@ async fn redis_a_refused_publish_leaves_the_commit_and_is_a_gap() {
             Err(RecvError::Lagged(_)) => {}
         }
     }
-    redis::cmd("ACL")
-        .arg(&["DELUSER", user.as_str()][..])
-        .query_async::<()>(&mut admin)
-        .await
-        .unwrap();
+}
+
+/// A Redis ACL user, deleted however the test that made it ends.
+struct AclUser(String);
+
+impl Drop for AclUser {
+    fn drop(&mut self) {
+        let client = redis::Client::open(support::redis_url()).expect("the Redis URL");
+        if let Ok(mut conn) = client.get_connection() {
+            let _ = redis::cmd("ACL")
+                .arg("DELUSER")
+                .arg(&self.0)
+                .query::<i64>(&mut conn);
+        }
+    }
 }
 
 /// Stores whose commits carry no announcements (SQLite, which keeps to one process;

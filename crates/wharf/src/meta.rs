@@ -8,8 +8,9 @@ use wharf_protocol::{
 use crate::error::{ErrorKind, RpcError};
 use crate::session::Session;
 
-/// What a stateless request says about itself. Built only from a `_meta` that carries both
-/// required fields, so a handler never sees a request without them.
+/// What a request says about itself. A stateless request's is built only from a `_meta`
+/// that carries both required fields, so a handler never sees one without them; a legacy
+/// session's request takes its version and capabilities from the session.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestInfo {
     /// The protocol version the request speaks.
