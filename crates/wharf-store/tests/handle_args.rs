@@ -23,6 +23,16 @@ impl HandleKind for Thing {
     const TTL: Duration = Duration::from_secs(3600);
 }
 
+/// A kind of handle no tool here takes.
+struct Other;
+
+impl HandleKind for Other {
+    const KIND: &'static str = "other";
+    const PREFIX: &'static str = "oth";
+    const CREATED_BY: &'static str = "nothing";
+    const TTL: Duration = Duration::from_secs(3600);
+}
+
 #[derive(Deserialize, schemars::JsonSchema)]
 struct Many {
     things: Vec<Handle<Thing>>,
@@ -44,6 +54,12 @@ struct Outer {
 struct Renamed {
     #[serde(alias = "old_thing")]
     thing: Option<Handle<Thing>>,
+}
+
+/// What `pick` asks for: a thing, typed as a handle.
+#[derive(Deserialize)]
+struct Picked {
+    other: Handle<Thing>,
 }
 
 /// Merges its sources into `into`, retiring them: what a retry must replay.
@@ -74,9 +90,11 @@ async fn server() -> Server {
         )
         .tool(
             tool("nested").handler(|cx: Context, args: Outer| async move {
-                // The core checked it: its record is there.
+                // The core checked it: its record is there, as a thing only.
                 let checked = cx.handle_record(&args.inner.thing).is_some();
-                format!("checked: {checked}")
+                let as_other = Handle::<Other>::new(args.inner.thing.id());
+                let other = cx.handle_record(&as_other).is_some();
+                format!("checked: {checked}, as another kind: {other}")
             }),
         )
         .tool(
@@ -100,6 +118,24 @@ async fn server() -> Server {
                         args.into.id()
                     ))
                 }),
+        )
+        .tool(
+            // Asks for another thing, and says whether the answer read as one.
+            tool("pick").handler(|cx: Context, args: Inner| async move {
+                let form = wharf::FormSchema::new().string("other", "Another thing", true);
+                match cx.elicited::<Picked>("pick", &form) {
+                    Some(wharf::Elicited::Accepted(picked)) => Ok(format!(
+                        "picked {}",
+                        if picked.other == args.thing {
+                            "the same"
+                        } else {
+                            "another"
+                        }
+                    )),
+                    Some(_) => Ok("declined".to_owned()),
+                    None => Err(HandlerError::execution("no thing read from the answer")),
+                }
+            }),
         )
         .tool(
             tool("retire_unchecked").raw_handler(
@@ -154,7 +190,7 @@ async fn handles_in_arrays_and_nested_structs_are_checked() {
     assert_eq!(text(&made_up), text(&refused));
 
     let ok = call(&alice, "nested", json!({ "inner": { "thing": mine } })).await;
-    assert_eq!(text(&ok), "checked: true", "{ok}");
+    assert_eq!(text(&ok), "checked: true, as another kind: false", "{ok}");
     let refused = call(&alice, "nested", json!({ "inner": { "thing": theirs } })).await;
     assert!(
         text(&refused).contains("handle in \"inner.thing\" is unknown"),
@@ -185,6 +221,35 @@ async fn a_handle_under_an_alias_the_schema_does_not_name_never_reaches_the_hand
     }
     let none = call(&alice, "renamed", json!({})).await;
     assert_eq!(text(&none), "none", "{none}");
+}
+
+/// A handle the client writes into an answer to an input request was checked by nothing:
+/// it reads only as one of the call's own handle arguments, never as another principal's
+/// (nor as another of the caller's, which the core did not look at for this call).
+#[tokio::test]
+async fn a_handle_in_an_answer_reads_only_as_one_the_call_checked() {
+    let s = server().await;
+    let alice = Harness::new(s.clone()).principal(Principal::new("alice").unwrap());
+    let bob = Harness::new(s).principal(Principal::new("bob").unwrap());
+    let mine = text(&call(&alice, "make", json!({})).await).to_owned();
+    let also_mine = text(&call(&alice, "make", json!({})).await).to_owned();
+    let theirs = text(&call(&bob, "make", json!({})).await).to_owned();
+    let pick = |other: &str| {
+        alice.call(
+            "tools/call",
+            json!({ "name": "pick", "arguments": { "thing": mine },
+                "inputResponses": { "pick": { "action": "accept", "content": { "other": other } } },
+                "_meta": { "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                           "io.modelcontextprotocol/clientCapabilities": { "elicitation": {} } } }),
+        )
+    };
+    let same = pick(&mine).await.unwrap();
+    assert_eq!(text(&same), "picked the same", "{same}");
+    for other in [&theirs, &also_mine] {
+        let refused = pick(other).await.unwrap();
+        assert_eq!(refused["isError"], true, "{refused}");
+        assert_eq!(text(&refused), "no thing read from the answer", "{refused}");
+    }
 }
 
 #[tokio::test]

@@ -385,23 +385,30 @@ impl Context {
         self.round.as_ref().map_or(0, |r| r.number)
     }
 
-    /// The state the previous round kept with [`Ask::state`].
+    /// The state the previous round kept with [`Ask::state`]. A [`Handle`] in it reads
+    /// only as one of this call's handle arguments, which the core checked again (it may
+    /// have been retired or have expired since the state was sealed): keep any other as its
+    /// id, or pass it again as an argument.
     pub fn round_state<S: serde::de::DeserializeOwned>(&self) -> Option<S> {
         let state = self.round.as_ref()?.state.clone()?;
-        serde_json::from_value(state).ok()
+        crate::store::reading_input(self.checked_handles(), || {
+            serde_json::from_value(state).ok()
+        })
     }
 
     /// The answer to form elicitation `key`, its content checked against the form that was
     /// asked and typed; `None` when it is missing or malformed (ask again). `form` is the form
     /// this handler asks as `key`: answers sent without a `requestState` (a client may send
     /// them with its first try) are checked against it, since nothing else says what was
-    /// asked.
+    /// asked. A [`Handle`] in the content reads only as one of this call's handle
+    /// arguments (the client wrote it; nothing else checked it).
     pub fn elicited<T: serde::de::DeserializeOwned>(
         &self,
         key: &str,
         form: &FormSchema,
     ) -> Option<Elicited<T>> {
-        self.round.as_ref()?.elicited(key, form)
+        let round = self.round.as_ref()?;
+        crate::store::reading_input(self.checked_handles(), || round.elicited(key, form))
     }
 
     /// What the user did with URL elicitation `key`.
@@ -513,7 +520,8 @@ impl Context {
     /// The stored record of a handle argument of this call (checked: the caller owns it and
     /// it is alive); `None` for a handle that is not one of the call's arguments.
     pub fn handle_record<K: HandleKind>(&self, handle: &Handle<K>) -> Option<&HandleRecord> {
-        self.checked_handles().find(|r| r.id == handle.id())
+        self.checked_handles()
+            .find(|r| r.id == handle.id() && r.kind == K::KIND)
     }
 
     /// The data a handle argument was minted with (see [`Context::mint_handle_with`]).

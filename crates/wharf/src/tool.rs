@@ -178,7 +178,7 @@ fn typed_args<A: DeserializeOwned>(
     cx: &Context,
     args: serde_json::Value,
 ) -> Result<A, HandlerError> {
-    crate::store::reading_arguments(cx.checked_handles(), || schema::read_validated::<A>(args))
+    crate::store::reading_input(cx.checked_handles(), || schema::read_validated::<A>(args))
         .map_err(|e| HandlerError::Execution(format!("Invalid arguments: {e}")))
 }
 

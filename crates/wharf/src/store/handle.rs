@@ -256,18 +256,20 @@ impl<'de, K: HandleKind> Deserialize<'de> for Handle<K> {
 }
 
 thread_local! {
-    /// While a tool's arguments are read into the handler's types: the handles (id and
-    /// kind) the core checked for the call. A handle read then that is not among them came
-    /// from a place the input schema does not mark (a `#[serde(alias)]`, which schemars
-    /// leaves out of the schema; a field with a deserializer of its own), and would reach
-    /// the handler unchecked.
+    /// While a call's input is read into the handler's types: the handles (id and kind)
+    /// the core checked for the call. A handle read then that is not among them came from
+    /// a place the input schema does not mark (a `#[serde(alias)]`, which schemars leaves
+    /// out of the schema; a field with a deserializer of its own), from what the client
+    /// answered to an input request, or from a round's state (retired or expired since it
+    /// was sealed, perhaps), and would reach the handler unchecked.
     static CHECKED: std::cell::RefCell<Option<Vec<(String, String)>>> =
         const { std::cell::RefCell::new(None) };
 }
 
-/// Runs `read`, which reads a tool's arguments into its handler's types, accepting as
-/// handles only `checked` (the records the core checked for the call).
-pub(crate) fn reading_arguments<'a, T>(
+/// Runs `read`, which reads a call's input (its arguments, the answers to its input
+/// requests, its round's state) into its handler's types, accepting as handles only
+/// `checked` (the records the core checked for the call).
+pub(crate) fn reading_input<'a, T>(
     checked: impl Iterator<Item = &'a HandleRecord>,
     read: impl FnOnce() -> T,
 ) -> T {

@@ -28,7 +28,7 @@ use async_trait::async_trait;
 
 use crate::bus::{ChangeEvent, NotificationBus};
 pub use handle::{Expiry, Handle, HandleKind, HandleRecord, human, is_handle_id};
-pub(crate) use handle::{SCHEMA_KEYWORD, reading_arguments};
+pub(crate) use handle::{SCHEMA_KEYWORD, reading_input};
 pub use idempotency::{Claim, Digest, MAX_KEY_LEN};
 pub(crate) use idempotency::{KEY_ARGUMENT, REPLAY_META, key_schema};
 pub use lock::{Fence, KeyLock};
