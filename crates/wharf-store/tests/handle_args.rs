@@ -154,6 +154,16 @@ async fn server() -> Server {
         .unwrap()
 }
 
+/// Two callers of one server.
+async fn alice_and_bob() -> (Harness, Harness) {
+    let s = server().await;
+    let alice = Harness::new(s.clone()).principal(Principal::new("alice").unwrap());
+    (
+        alice,
+        Harness::new(s).principal(Principal::new("bob").unwrap()),
+    )
+}
+
 async fn call(h: &Harness, name: &str, arguments: Value) -> Value {
     h.call(
         "tools/call",
@@ -169,9 +179,7 @@ fn text(result: &Value) -> &str {
 
 #[tokio::test]
 async fn handles_in_arrays_and_nested_structs_are_checked() {
-    let s = server().await;
-    let alice = Harness::new(s.clone()).principal(Principal::new("alice").unwrap());
-    let bob = Harness::new(s).principal(Principal::new("bob").unwrap());
+    let (alice, bob) = alice_and_bob().await;
     let mine = text(&call(&alice, "make", json!({})).await).to_owned();
     let also_mine = text(&call(&alice, "make", json!({})).await).to_owned();
     let theirs = text(&call(&bob, "make", json!({})).await).to_owned();
@@ -202,9 +210,7 @@ async fn handles_in_arrays_and_nested_structs_are_checked() {
 /// it does not reach the handler, whoever owns it.
 #[tokio::test]
 async fn a_handle_under_an_alias_the_schema_does_not_name_never_reaches_the_handler() {
-    let s = server().await;
-    let alice = Harness::new(s.clone()).principal(Principal::new("alice").unwrap());
-    let bob = Harness::new(s).principal(Principal::new("bob").unwrap());
+    let (alice, bob) = alice_and_bob().await;
     let mine = text(&call(&alice, "make", json!({})).await).to_owned();
     let theirs = text(&call(&bob, "make", json!({})).await).to_owned();
 
@@ -228,9 +234,7 @@ async fn a_handle_under_an_alias_the_schema_does_not_name_never_reaches_the_hand
 /// (nor as another of the caller's, which the core did not look at for this call).
 #[tokio::test]
 async fn a_handle_in_an_answer_reads_only_as_one_the_call_checked() {
-    let s = server().await;
-    let alice = Harness::new(s.clone()).principal(Principal::new("alice").unwrap());
-    let bob = Harness::new(s).principal(Principal::new("bob").unwrap());
+    let (alice, bob) = alice_and_bob().await;
     let mine = text(&call(&alice, "make", json!({})).await).to_owned();
     let also_mine = text(&call(&alice, "make", json!({})).await).to_owned();
     let theirs = text(&call(&bob, "make", json!({})).await).to_owned();
@@ -254,9 +258,7 @@ async fn a_handle_in_an_answer_reads_only_as_one_the_call_checked() {
 
 #[tokio::test]
 async fn a_handler_cannot_retire_a_handle_the_core_did_not_check() {
-    let s = server().await;
-    let bob = Harness::new(s.clone()).principal(Principal::new("bob").unwrap());
-    let alice = Harness::new(s).principal(Principal::new("alice").unwrap());
+    let (alice, bob) = alice_and_bob().await;
     let theirs = text(&call(&bob, "make", json!({})).await).to_owned();
     let refused = call(&alice, "retire_unchecked", json!({ "id": theirs })).await;
     assert_eq!(refused["rpcError"], "Internal error", "{refused}");
@@ -286,9 +288,7 @@ fn a_handle_inside_a_recursive_type_fails_the_build() {
 /// lost): the retry gets the first result, not a refusal of the handles it retired.
 #[tokio::test]
 async fn a_retry_replays_a_write_that_retired_its_handles() {
-    let s = server().await;
-    let alice = Harness::new(s.clone()).principal(Principal::new("alice").unwrap());
-    let bob = Harness::new(s).principal(Principal::new("bob").unwrap());
+    let (alice, bob) = alice_and_bob().await;
     let into = text(&call(&alice, "make", json!({})).await).to_owned();
     let a = text(&call(&alice, "make", json!({})).await).to_owned();
     let b = text(&call(&alice, "make", json!({})).await).to_owned();
