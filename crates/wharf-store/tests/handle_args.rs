@@ -56,6 +56,19 @@ struct Renamed {
     thing: Option<Handle<Thing>>,
 }
 
+/// `keep`'s arguments: a thing, and the id of another one (a plain string).
+#[derive(Deserialize, schemars::JsonSchema)]
+struct Keep {
+    thing: Handle<Thing>,
+    other: Option<String>,
+}
+
+/// What `keep` seals into its round's state.
+#[derive(serde::Serialize, Deserialize)]
+struct Kept {
+    thing: Handle<Thing>,
+}
+
 /// What `pick` asks for: a thing, typed as a handle.
 #[derive(Deserialize)]
 struct Picked {
@@ -135,6 +148,27 @@ async fn server() -> Server {
                     Some(_) => Ok("declined".to_owned()),
                     None => Err(HandlerError::execution("no thing read from the answer")),
                 }
+            }),
+        )
+        .tool(
+            // Keeps a thing in its state (the argument, or the one `other` names) and asks to
+            // go on; then says what the state read as.
+            tool("keep").handler(|cx: Context, args: Keep| async move {
+                if cx.round() == 0 {
+                    let kept = match args.other {
+                        Some(other) => Kept {
+                            thing: Handle::new(other),
+                        },
+                        None => Kept { thing: args.thing },
+                    };
+                    let form = wharf::FormSchema::new().boolean("go", "Go on?", true);
+                    return Err(cx.ask().elicit("go", "Go on?", form).state(&kept).into());
+                }
+                Ok::<_, HandlerError>(match cx.round_state::<Kept>() {
+                    Some(kept) if kept.thing == args.thing => "kept the argument".to_owned(),
+                    Some(_) => "kept another".to_owned(),
+                    None => "no state".to_owned(),
+                })
             }),
         )
         .tool(
@@ -253,6 +287,28 @@ async fn a_handle_in_an_answer_reads_only_as_one_the_call_checked() {
         let refused = pick(other).await.unwrap();
         assert_eq!(refused["isError"], true, "{refused}");
         assert_eq!(text(&refused), "no thing read from the answer", "{refused}");
+    }
+}
+
+/// A handle a round's state holds reads in the next round only as one of the call's checked
+/// arguments: any other may have been retired or have expired since it was sealed.
+#[tokio::test]
+async fn a_handle_in_a_rounds_state_reads_only_as_one_the_call_checked() {
+    let (alice, _) = alice_and_bob().await;
+    let mine = text(&call(&alice, "make", json!({})).await).to_owned();
+    let also_mine = text(&call(&alice, "make", json!({})).await).to_owned();
+    let meta = json!({ "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": { "elicitation": { "form": {} } } });
+    for (other, read) in [(None, "kept the argument"), (Some(&also_mine), "no state")] {
+        let mut params = json!({ "name": "keep", "arguments": { "thing": mine, "other": other },
+            "_meta": meta });
+        let asked = alice.call("tools/call", params.clone()).await.unwrap();
+        assert!(asked["requestState"].is_string(), "{asked}");
+        params["requestState"] = asked["requestState"].clone();
+        params["inputResponses"] =
+            json!({ "go": { "action": "accept", "content": { "go": true } } });
+        let result = alice.call("tools/call", params).await.unwrap();
+        assert_eq!(text(&result), read, "{result}");
     }
 }
 

@@ -200,6 +200,33 @@ async fn redis_events_reach_every_replica_and_an_outage_ends_open_streams() {
     .await;
 }
 
+/// A receiver of `store`'s bus that the gap of its first connection cannot close: the one
+/// that hears a marker `publisher` sent after it was taken.
+async fn past_the_first_gap(
+    store: &Arc<dyn Store>,
+    publisher: &Arc<dyn Store>,
+) -> tokio::sync::broadcast::Receiver<ChangeEvent> {
+    listening(store).await;
+    loop {
+        let mut heard = store.bus().unwrap().subscribe();
+        let marker = format!("dataset://{}", support::unique("marker"));
+        let event = ChangeEvent::ResourceUpdated { uri: marker };
+        publisher
+            .bus()
+            .unwrap()
+            .publish(event.clone())
+            .await
+            .unwrap();
+        loop {
+            match next(&mut heard).await {
+                Ok(heard_now) if heard_now == event => return heard,
+                Ok(_) | Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => break,
+            }
+        }
+    }
+}
+
 /// What a call announces travels with its Redis commit: every replica hears it once the
 /// commit applies, and nothing of a transaction rolled back or of a commit whose writes
 /// stopped part-way.
@@ -210,8 +237,7 @@ async fn redis_a_commit_carries_its_announcements_and_only_a_commit_does() {
         support::redis_with(WAIT).await,
         support::redis_with(WAIT).await,
     );
-    listening(&b).await;
-    let mut on_b = b.bus().unwrap().subscribe();
+    let mut on_b = past_the_first_gap(&b, &a).await;
     let uri = |what: &str| ChangeEvent::ResourceUpdated {
         uri: format!("dataset://{}", support::unique(what)),
     };
@@ -285,32 +311,7 @@ async fn redis_a_refused_publish_leaves_the_commit_and_is_a_gap() {
     )
     .await
     .unwrap();
-    listening(&store).await;
-    // A receiver past the gap of the bus's first connection: the one that hears a marker
-    // published after it.
-    let publisher = support::redis_with(WAIT).await;
-    let mut heard = loop {
-        let mut heard = store.bus().unwrap().subscribe();
-        let marker = format!("dataset://{}", support::unique("marker"));
-        publisher
-            .bus()
-            .unwrap()
-            .publish(ChangeEvent::ResourceUpdated {
-                uri: marker.clone(),
-            })
-            .await
-            .unwrap();
-        let passed = loop {
-            match next(&mut heard).await {
-                Ok(ChangeEvent::ResourceUpdated { uri }) if uri == marker => break true,
-                Ok(_) | Err(RecvError::Lagged(_)) => {}
-                Err(RecvError::Closed) => break false,
-            }
-        };
-        if passed {
-            break heard;
-        }
-    };
+    let mut heard = past_the_first_gap(&store, &support::redis_with(WAIT).await).await;
     let key = support::unique("announce:kept");
     let mut tx = store.begin(TxMode::Write).await.unwrap();
     assert!(tx.announce_with_commit(&[ChangeEvent::ResourceUpdated {

@@ -385,10 +385,11 @@ impl Context {
         self.round.as_ref().map_or(0, |r| r.number)
     }
 
-    /// The state the previous round kept with [`Ask::state`]. A [`Handle`] in it reads
-    /// only as one of this call's handle arguments, which the core checked again (it may
-    /// have been retired or have expired since the state was sealed): keep any other as its
-    /// id, or pass it again as an argument.
+    /// The state the previous round kept with [`Ask::state`]; `None` when there is none or
+    /// it does not read as `S`. A [`Handle`] in it reads only as one of this call's handle
+    /// arguments, which the core checked again (it may have been retired or have expired
+    /// since the state was sealed): any other makes the whole state `None`, so keep such a
+    /// handle as its id, or pass it again as an argument.
     pub fn round_state<S: serde::de::DeserializeOwned>(&self) -> Option<S> {
         let state = self.round.as_ref()?.state.clone()?;
         crate::store::reading_input(self.checked_handles(), || {
