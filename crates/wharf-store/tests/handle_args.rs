@@ -188,6 +188,12 @@ async fn server() -> Server {
         .unwrap()
 }
 
+/// The `_meta` of a client that answers forms (without it, a call's answers are not read).
+fn answering_forms() -> Value {
+    json!({ "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": { "elicitation": { "form": {} } } })
+}
+
 /// Two callers of one server.
 async fn alice_and_bob() -> (Harness, Harness) {
     let s = server().await;
@@ -277,8 +283,7 @@ async fn a_handle_in_an_answer_reads_only_as_one_the_call_checked() {
             "tools/call",
             json!({ "name": "pick", "arguments": { "thing": mine },
                 "inputResponses": { "pick": { "action": "accept", "content": { "other": other } } },
-                "_meta": { "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                           "io.modelcontextprotocol/clientCapabilities": { "elicitation": {} } } }),
+                "_meta": answering_forms() }),
         )
     };
     let same = pick(&mine).await.unwrap();
@@ -297,11 +302,9 @@ async fn a_handle_in_a_rounds_state_reads_only_as_one_the_call_checked() {
     let (alice, _) = alice_and_bob().await;
     let mine = text(&call(&alice, "make", json!({})).await).to_owned();
     let also_mine = text(&call(&alice, "make", json!({})).await).to_owned();
-    let meta = json!({ "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": { "elicitation": { "form": {} } } });
     for (other, read) in [(None, "kept the argument"), (Some(&also_mine), "no state")] {
         let mut params = json!({ "name": "keep", "arguments": { "thing": mine, "other": other },
-            "_meta": meta });
+            "_meta": answering_forms() });
         let asked = alice.call("tools/call", params.clone()).await.unwrap();
         assert!(asked["requestState"].is_string(), "{asked}");
         params["requestState"] = asked["requestState"].clone();
