@@ -26,7 +26,7 @@
 //! `appendfsync always` if an acknowledged write must survive one.
 
 mod lock;
-mod records;
+pub(crate) mod records;
 
 use std::collections::HashMap;
 use std::time::Duration;

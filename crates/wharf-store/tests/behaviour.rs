@@ -910,6 +910,7 @@ all_backends!(
     a_one_time_record_is_taken_by_one_transaction,
     a_handles_last_use_never_moves_back,
     rows_cannot_move_onto_their_own_collection,
+    a_collection_named_like_a_record_leaves_records_alone,
 );
 
 /// Two writes under one handle, each claimed (so each holds the handle's lock shared), both
@@ -1286,6 +1287,44 @@ async fn rows_cannot_move_onto_their_own_collection(store: Arc<dyn Store>) {
     let mut tx = store.begin(TxMode::Read).await.unwrap();
     assert_eq!(tx.count_rows(&c).await.unwrap(), 2);
     assert_eq!(tx.scan_rows(&c, None, 10).await.unwrap().len(), 2);
+}
+
+/// A collection may be named anything, even as a record's key is spelled on some backend
+/// (`wharf:r:5:oauth:…` on Redis): its rows and clears touch no record, and a name and the
+/// same name behind a `~` are two collections.
+async fn a_collection_named_like_a_record_leaves_records_alone(store: Arc<dyn Store>) {
+    let ns = unique("oauth");
+    let key = "client";
+    let record = wharf::store::NewRecord {
+        namespace: &ns,
+        key,
+        value: "kept",
+        owner: None,
+        expires_at: None,
+    };
+    let now = now_millis();
+    store
+        .write_record(&record, wharf::store::Write::Create, now)
+        .await
+        .unwrap()
+        .expect("written");
+    let named = format!("{}:{ns}:{key}", ns.len());
+    let tilde = format!("~{named}");
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    tx.append_rows(&named, &[json!(1), json!(2)]).await.unwrap();
+    tx.append_rows(&tilde, &[json!("other")]).await.unwrap();
+    tx.commit().await.unwrap();
+    let read = store.read_record(&ns, key, now).await.unwrap();
+    assert_eq!(read.map(|r| r.value).as_deref(), Some("kept"));
+
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    assert_eq!(tx.count_rows(&tilde).await.unwrap(), 1);
+    assert_eq!(tx.clear_rows(&named).await.unwrap(), 2);
+    tx.commit().await.unwrap();
+    let read = store.read_record(&ns, key, now).await.unwrap();
+    assert_eq!(read.map(|r| r.value).as_deref(), Some("kept"));
+    let mut tx = store.begin(TxMode::Read).await.unwrap();
+    assert_eq!(tx.scan_rows(&tilde, None, 10).await.unwrap().len(), 1);
 }
 
 /// Clearing a collection while an append to it is in flight leaves it empty and its count

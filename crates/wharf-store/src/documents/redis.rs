@@ -13,8 +13,18 @@ fn doc_key(collection: &str) -> String {
     format!("wharf:d:{collection}")
 }
 
+/// A collection's list. Records' keys are `wharf:r:` and a length (`wharf:r:5:oauth:…`), so a
+/// collection named that way (digits and a colon first) is keyed with a `~` before its name,
+/// as is one whose name starts with `~`: no collection's key is a record's, nor another's.
 fn rows_key(collection: &str) -> String {
-    format!("wharf:r:{collection}")
+    let digits = collection.bytes().take_while(u8::is_ascii_digit).count();
+    let escaped = collection.starts_with('~')
+        || (digits > 0 && collection.as_bytes().get(digits) == Some(&b':'));
+    if escaped {
+        format!("wharf:r:~{collection}")
+    } else {
+        format!("wharf:r:{collection}")
+    }
 }
 
 /// How many rows a collection had before its list was last emptied (cleared, or moved
@@ -215,6 +225,25 @@ mod tests {
             "plain",
         ] {
             assert_eq!(super::owner_of(unowned), None, "{unowned}");
+        }
+    }
+
+    #[test]
+    fn no_collection_is_keyed_as_a_record_or_as_another_collection() {
+        use super::rows_key;
+        let record = crate::redis::records::record_key("oauth", "x");
+        assert_ne!(rows_key("5:oauth:x"), record);
+        for (a, b) in [("5:oauth:x", "~5:oauth:x"), ("~a", "~~a"), ("12:", "~12:")] {
+            assert_ne!(rows_key(a), rows_key(b), "{a} {b}");
+        }
+        // Names that never looked like a record keep their keys (and their rows).
+        for kept in [
+            "imp_0123456789abcdef0123456789abcdef/rows",
+            "3d/rows",
+            "12",
+            ":5",
+        ] {
+            assert_eq!(rows_key(kept), format!("wharf:r:{kept}"));
         }
     }
 }

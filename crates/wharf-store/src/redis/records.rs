@@ -11,7 +11,7 @@ use super::{backend, corrupt, write_backend};
 
 /// The record's key; the namespace's length goes first so no (namespace, key) pair spells
 /// another's.
-fn record_key(namespace: &str, key: &str) -> String {
+pub(crate) fn record_key(namespace: &str, key: &str) -> String {
     format!("wharf:r:{}:{namespace}:{key}", namespace.len())
 }
 
