@@ -159,14 +159,16 @@ pub(crate) async fn admit(
     } else if gate.is_open() {
         Ok(Permit::default())
     } else {
-        let tool = match &req.body {
-            RequestBody::CallTool(params) => {
-                registry.tool(&params.name).and_then(|t| t.limit.as_ref())
-            }
-            _ => None,
+        let max = core.runtime.config.max_call_duration;
+        let (tool, patience) = match &req.body {
+            RequestBody::CallTool(params) => match registry.tool(&params.name) {
+                Some(t) => (t.limit.as_ref(), t.time_limit(max)),
+                None => (None, max),
+            },
+            _ => (None, max),
         };
         use tracing::Instrument as _;
-        gate.enter(capped, tool)
+        gate.enter(capped, tool, patience)
             .instrument(trace::admission(&span))
             .await
     };

@@ -1,16 +1,21 @@
 //! Load shedding: caps on requests in flight (for the server, per principal, per tool) and a
 //! bounded wait queue. A request beyond caps plus queue is refused at once with
 //! [`crate::error::RETRY_LATER`] (HTTP 503 with `Retry-After`), so the server stays healthy
-//! under any load; a queued request that is cancelled leaves the queue and never runs.
+//! under any load; so is a queued one that waited as long as it may run. A queued request
+//! that is cancelled leaves the queue and never runs.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
+use crate::deadline::later;
 use crate::error::{ErrorKind, RpcError};
 use crate::metrics::Shed;
+use crate::store::human;
 
 /// How much a server takes on at once. By default requests are not capped, and
 /// `subscriptions/listen` streams are: they live long and cost a subscription each. A cap
@@ -96,12 +101,15 @@ impl Gate {
     }
 
     /// Takes the slots a request needs: its principal's (at once or refused), its tool's
-    /// and the server's (waiting in the queue if there is room, refused otherwise). The
-    /// future may be dropped while it waits: the request then leaves the queue.
+    /// and the server's (waiting in the queue if there is room, refused otherwise, and
+    /// refused once it waited `patience` in all: as long as the request may run, past
+    /// which its client has most likely given up). The future may be dropped while it
+    /// waits: the request then leaves the queue.
     pub(crate) async fn enter(
         &self,
         principal: Option<&str>,
         tool: Option<&Arc<Semaphore>>,
+        patience: Duration,
     ) -> Result<Permit, Busy> {
         // No allocation unless a cap applies: the uncapped hot path stays free.
         let mut slots = Vec::new();
@@ -115,17 +123,27 @@ impl Gate {
             })?;
             slots.push(slot);
         }
+        // Computed only once a wait begins: the uncapped and free paths read no clock.
+        let mut until = None;
         for sem in tool.into_iter().chain(self.global.as_ref()) {
             let slot = match Arc::clone(sem).try_acquire_owned() {
                 Ok(slot) => slot,
-                Err(_) => self.wait(sem).await?,
+                Err(_) => {
+                    let until = *until.get_or_insert_with(|| later(Instant::now(), patience));
+                    self.wait(sem, until, patience).await?
+                }
             };
             slots.push(slot);
         }
         Ok(Permit { _slots: slots })
     }
 
-    async fn wait(&self, sem: &Arc<Semaphore>) -> Result<OwnedSemaphorePermit, Busy> {
+    async fn wait(
+        &self,
+        sem: &Arc<Semaphore>,
+        until: Instant,
+        patience: Duration,
+    ) -> Result<OwnedSemaphorePermit, Busy> {
         let queued = self.waiting.fetch_add(1, Ordering::AcqRel);
         let mut leave = Leave {
             waiting: &self.waiting,
@@ -140,9 +158,18 @@ impl Gate {
         // Operators see queueing at debug level; the tests wait for these lines too.
         tracing::debug!(queued = queued + 1, "request queued for a slot");
         leave.in_queue = true;
-        let slot = Arc::clone(sem).acquire_owned().await;
+        let slot = tokio::time::timeout_at(until, Arc::clone(sem).acquire_owned()).await;
         leave.in_queue = false;
-        slot.map_err(|_| busy(Shed::ShuttingDown, "the server is shutting down"))
+        match slot {
+            Ok(slot) => slot.map_err(|_| busy(Shed::ShuttingDown, "the server is shutting down")),
+            Err(_) => Err(busy(
+                Shed::QueueTimeout,
+                &format!(
+                    "no slot came free within {}, as long as the request may run",
+                    human(patience)
+                ),
+            )),
+        }
     }
 
     /// Takes the slots a listen stream holds while it is open: its principal's and the
@@ -228,6 +255,41 @@ fn busy(why: Shed, message: &str) -> Busy {
 mod tests {
     use super::*;
 
+    const PATIENCE: Duration = Duration::from_secs(300);
+
+    /// A request queued longer than it may run is refused (busy), and leaves the queue; one
+    /// that waited less takes the slot as it comes free.
+    #[tokio::test(start_paused = true)]
+    async fn a_queued_request_waits_no_longer_than_it_may_run() {
+        let gate = Arc::new(Gate::new_for_test(Limits {
+            max_in_flight: Some(1),
+            max_queue: 2,
+            per_principal: None,
+            ..Limits::default()
+        }));
+        let first = gate.enter(Some("a"), None, PATIENCE).await.unwrap();
+        let queued = |patience| {
+            let gate = Arc::clone(&gate);
+            tokio::spawn(async move { gate.enter(Some("a"), None, patience).await.map(drop) })
+        };
+        let (short, long) = (
+            queued(Duration::from_secs(5)),
+            queued(Duration::from_secs(60)),
+        );
+        let refused = short.await.unwrap().unwrap_err();
+        assert_eq!(refused.why, Shed::QueueTimeout);
+        assert_eq!(refused.error.kind, ErrorKind::RetryLater);
+        assert!(
+            refused.error.message.contains("within 5 s"),
+            "{}",
+            refused.error.message
+        );
+        assert_eq!(gate.queued(), 1, "the refused request left the queue");
+        drop(first);
+        long.await.unwrap().unwrap();
+        assert_eq!(gate.queued(), 0);
+    }
+
     #[tokio::test]
     async fn beyond_caps_and_queue_requests_are_refused_at_once() {
         let gate = Gate::new_for_test(Limits {
@@ -236,17 +298,17 @@ mod tests {
             per_principal: None,
             ..Limits::default()
         });
-        let first = gate.enter(Some("a"), None).await.unwrap();
+        let first = gate.enter(Some("a"), None, PATIENCE).await.unwrap();
         let gate = Arc::new(gate);
         let queued = {
             let gate = Arc::clone(&gate);
-            tokio::spawn(async move { gate.enter(Some("a"), None).await.map(drop) })
+            tokio::spawn(async move { gate.enter(Some("a"), None, PATIENCE).await.map(drop) })
         };
         tokio::task::yield_now().await;
         while gate.waiting.load(Ordering::Acquire) == 0 {
             tokio::task::yield_now().await;
         }
-        let refused = gate.enter(Some("a"), None).await.unwrap_err();
+        let refused = gate.enter(Some("a"), None, PATIENCE).await.unwrap_err();
         assert_eq!(refused.why, Shed::QueueFull);
         assert_eq!(refused.error.kind, ErrorKind::RetryLater);
         drop(first);
@@ -262,10 +324,10 @@ mod tests {
             per_principal: None,
             ..Limits::default()
         }));
-        let first = gate.enter(Some("a"), None).await.unwrap();
+        let first = gate.enter(Some("a"), None, PATIENCE).await.unwrap();
         let waiter = {
             let gate = Arc::clone(&gate);
-            tokio::spawn(async move { gate.enter(Some("a"), None).await.map(drop) })
+            tokio::spawn(async move { gate.enter(Some("a"), None, PATIENCE).await.map(drop) })
         };
         while gate.waiting.load(Ordering::Acquire) == 0 {
             tokio::task::yield_now().await;
@@ -279,7 +341,7 @@ mod tests {
         );
         drop(first);
         // The slot it would have taken is there for the next request.
-        drop(gate.enter(Some("a"), None).await.unwrap());
+        drop(gate.enter(Some("a"), None, PATIENCE).await.unwrap());
     }
 
     #[tokio::test]
@@ -290,12 +352,12 @@ mod tests {
             per_principal: Some(1),
             ..Limits::default()
         });
-        let a = gate.enter(Some("a"), None).await.unwrap();
-        let refused = gate.enter(Some("a"), None).await.unwrap_err();
+        let a = gate.enter(Some("a"), None, PATIENCE).await.unwrap();
+        let refused = gate.enter(Some("a"), None, PATIENCE).await.unwrap_err();
         assert_eq!(refused.why, Shed::PrincipalCap);
-        let b = gate.enter(Some("b"), None).await.unwrap();
+        let b = gate.enter(Some("b"), None, PATIENCE).await.unwrap();
         drop((a, b));
-        assert!(gate.enter(Some("a"), None).await.is_ok());
+        assert!(gate.enter(Some("a"), None, PATIENCE).await.is_ok());
     }
 
     #[test]

@@ -187,6 +187,13 @@ pub(crate) struct ToolEntry {
     pub(crate) header_params: Vec<HeaderParam>,
 }
 
+impl ToolEntry {
+    /// How long a call of this tool may run: its own limit, never beyond the server's.
+    pub(crate) fn time_limit(&self, server_max: std::time::Duration) -> std::time::Duration {
+        self.def.timeout.map_or(server_max, |t| t.min(server_max))
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct Fingerprints {
     pub(crate) tools: u64,

@@ -304,6 +304,59 @@ async fn a_tool_timeout_never_extends_the_servers_limit() {
     assert_eq!(began.elapsed(), Duration::from_secs(5));
 }
 
+/// A call queued for a slot waits no longer than it may run: then it is refused busy (503
+/// with Retry-After over HTTP) and never runs; the call holding the slot goes on.
+#[tokio::test(start_paused = true)]
+async fn a_call_queued_for_a_slot_waits_no_longer_than_its_limit() {
+    let started = Arc::new(AtomicUsize::new(0));
+    let handler = |secs: u64| {
+        let started = Arc::clone(&started);
+        move |_cx: Context, _: NoArgs| {
+            let started = Arc::clone(&started);
+            async move {
+                started.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(secs)).await;
+                "finished"
+            }
+        }
+    };
+    let server = Arc::new(
+        Server::builder(Implementation::new("t", "1"))
+            .tool(tool("long").handler(handler(60)))
+            .tool(
+                tool("quick")
+                    .timeout(Duration::from_secs(2))
+                    .handler(handler(0)),
+            )
+            .config({
+                let mut config = ServerConfig::default();
+                config.limits.max_in_flight = Some(1);
+                config.limits.max_queue = 4;
+                config
+            })
+            .build()
+            .unwrap(),
+    );
+    let long = {
+        let server = Arc::clone(&server);
+        tokio::spawn(async move { run(&server, "long").await })
+    };
+    until(&started, 1).await;
+    let began = tokio::time::Instant::now();
+    let e = run(&server, "quick").await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::RetryLater);
+    assert!(e.message.contains("within 2 s"), "{}", e.message);
+    assert_eq!(began.elapsed(), Duration::from_secs(2));
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        1,
+        "the queued call never ran"
+    );
+    assert!(long.await.unwrap().unwrap().contains("finished"));
+    // With the slot free, the quick tool runs.
+    assert!(run(&server, "quick").await.unwrap().contains("finished"));
+}
+
 /// Arguments of a mutating tool.
 #[derive(serde::Deserialize, schemars::JsonSchema)]
 struct Key {

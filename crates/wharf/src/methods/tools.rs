@@ -105,12 +105,7 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
     // The call's own limit, never beyond the server's, covers its wait for its turn and
     // its run: past it the handler's future is dropped (it stops at its next await) and
     // its transaction rolls back.
-    let limit = entry
-        .def
-        .timeout
-        .map_or(runtime.config.max_call_duration, |t| {
-            t.min(runtime.config.max_call_duration)
-        });
+    let limit = entry.time_limit(runtime.config.max_call_duration);
     let deadline = later(tokio::time::Instant::now(), limit);
     let bound = Bound {
         tool: name,

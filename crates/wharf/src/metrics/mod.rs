@@ -86,6 +86,8 @@ pub(crate) enum Shed {
     PrincipalCap,
     /// The server (or the tool) was at capacity and its queue full.
     QueueFull,
+    /// The request waited in the queue as long as it may run.
+    QueueTimeout,
     /// The server was shutting down while the request waited.
     ShuttingDown,
     /// A listen stream beyond the principal's or the server's cap on streams.
@@ -93,9 +95,10 @@ pub(crate) enum Shed {
 }
 
 impl Shed {
-    const ALL: [Shed; 4] = [
+    const ALL: [Shed; 5] = [
         Shed::PrincipalCap,
         Shed::QueueFull,
+        Shed::QueueTimeout,
         Shed::ShuttingDown,
         Shed::ListenCap,
     ];
@@ -104,6 +107,7 @@ impl Shed {
         match self {
             Shed::PrincipalCap => "principal_cap",
             Shed::QueueFull => "queue_full",
+            Shed::QueueTimeout => "queue_timeout",
             Shed::ShuttingDown => "shutting_down",
             Shed::ListenCap => "listen_cap",
         }
