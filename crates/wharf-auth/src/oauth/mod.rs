@@ -90,6 +90,17 @@ pub enum Validation {
     },
 }
 
+impl Validation {
+    /// The URL it fetches from besides the issuer's, if it names one.
+    fn url(&self) -> Option<&str> {
+        match self {
+            Self::Jwt { jwks_uri, .. } => jwks_uri.as_deref(),
+            Self::Introspection { endpoint, .. } => Some(endpoint),
+            Self::Published { .. } => None,
+        }
+    }
+}
+
 /// The most clock skew [`OAuthConfig::leeway`] may tolerate.
 pub const MAX_LEEWAY: Duration = Duration::from_secs(300);
 
@@ -228,13 +239,18 @@ pub fn is_secure_url(url: &str) -> bool {
     };
     match parsed.scheme() {
         "https" => true,
-        "http" => match parsed.host() {
-            Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-            None => false,
-        },
+        "http" => is_loopback(&parsed),
         _ => false,
+    }
+}
+
+/// Whether `url` names this machine (`localhost` or a loopback address).
+fn is_loopback(url: &reqwest::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
     }
 }
 
@@ -362,10 +378,22 @@ impl OAuth {
         if let Some(bad) = scopes.into_iter().find(|s| !is_scope_token(s)) {
             return Err(OAuthSetupError::Scope(bad.clone()));
         }
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
             // Keys and introspection answers come from the configured URLs, never elsewhere.
-            .redirect(reqwest::redirect::Policy::none())
+            .redirect(reqwest::redirect::Policy::none());
+        // An issuer on this machine is reached directly, whatever `HTTP_PROXY` says: through
+        // a proxy, "localhost" would be the proxy's own, which could answer with keys of its
+        // choosing (and plain http would cross the network).
+        let urls = [Some(config.issuer.as_str()), config.validation.url()];
+        if urls
+            .into_iter()
+            .flatten()
+            .any(|u| reqwest::Url::parse(u).is_ok_and(|u| is_loopback(&u)))
+        {
+            http = http.no_proxy();
+        }
+        let http = http
             .build()
             .map_err(|e| OAuthSetupError::Client(e.to_string()))?;
         let audiences = if config.audiences.is_empty() {

@@ -17,7 +17,7 @@ use crate::records::{CONSENTS, RecordError, SESSIONS, WITHDRAWN_CONSENTS, digest
 pub(crate) async fn account(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
     let Some((user, csrf)) = who(&shared, &headers).await else {
         return html::error(
-            StatusCode::UNAUTHORIZED,
+            StatusCode::FORBIDDEN,
             "Not signed in",
             "Sign in through an application first; this page lists what you allowed.",
         );
@@ -74,7 +74,7 @@ pub(crate) async fn revoke(
     Form(form): Form<RevokeForm>,
 ) -> Response {
     let Some((user, csrf)) = who(&shared, &headers).await else {
-        return html::error(StatusCode::UNAUTHORIZED, "Not signed in", "Sign in first.");
+        return html::error(StatusCode::FORBIDDEN, "Not signed in", "Sign in first.");
     };
     if !constant_eq(&form.csrf, &csrf) {
         return html::error(
@@ -118,7 +118,7 @@ pub(crate) async fn sign_out(
     // goes through while the store cannot say who is signed in.
     let Some(session) = cookies::get(&headers, shared.cookie(cookies::SESSION)) else {
         return html::error(
-            StatusCode::UNAUTHORIZED,
+            StatusCode::FORBIDDEN,
             "Not signed in",
             "Nothing to sign out of.",
         );

@@ -338,7 +338,7 @@ pub(crate) async fn login(
     };
     let mut page = login_page(&shared, &form.request, &pending, Some(&problem));
     match wait {
-        None => *page.status_mut() = StatusCode::UNAUTHORIZED,
+        None => *page.status_mut() = StatusCode::FORBIDDEN,
         Some(seconds) => {
             *page.status_mut() = StatusCode::TOO_MANY_REQUESTS;
             page.headers_mut()

@@ -23,7 +23,9 @@ pub(crate) fn escape(text: &str) -> String {
     out
 }
 
-/// A page: `body` is already HTML (built with [`escape`]).
+/// A page: `body` is already HTML (built with [`escape`]). A person refused (not signed in,
+/// a wrong password) gets 403, never 401: a 401 must carry an HTTP authentication challenge
+/// (RFC 9110), and signing in here is a form, not such a scheme.
 pub(crate) fn page(status: StatusCode, title: &str, body: &str) -> Response {
     let html = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\

@@ -290,7 +290,7 @@ pub(crate) async fn callback(
             query.error_description.as_deref().unwrap_or_default()
         );
         return html::error(
-            StatusCode::UNAUTHORIZED,
+            StatusCode::FORBIDDEN,
             &format!("{} refused the sign-in", upstream.name()),
             &detail,
         );

@@ -115,7 +115,7 @@ async fn authorize(
                 ],
             )
             .await;
-        assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(wrong.status(), StatusCode::FORBIDDEN);
         assert!(wrong.text().await.unwrap().contains("wrong"));
         let signed_in = browser
             .post(
@@ -805,14 +805,14 @@ async fn a_strangers_guesses_slow_the_account_down_but_not_its_owners_browser() 
     let login = login_form(&stranger, &base, &client_id, redirect).await;
     let sign_in = async |password: &str| login.submit(&stranger, &base, password).await;
     for _ in 0..5 {
-        assert_eq!(sign_in("guess").await.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(sign_in("guess").await.status(), StatusCode::FORBIDDEN);
     }
     // Guess on until a refusal leaves more than three seconds to wait, so that the next
     // attempt (no password hashed) surely comes within it; each wait taken doubles the next.
     let mut waits = 0;
     loop {
         let slowed = sign_in("guess").await;
-        if slowed.status() == StatusCode::UNAUTHORIZED {
+        if slowed.status() == StatusCode::FORBIDDEN {
             continue;
         }
         assert_eq!(slowed.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -921,12 +921,12 @@ async fn an_administrator_resets_a_password_and_removes_an_account() {
         let login = login_form(&browser, &base, &client_id, redirect).await;
         login.submit(&browser, &base, password).await.status()
     };
-    assert_eq!(sign_in(PASSWORD).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(sign_in(PASSWORD).await, StatusCode::FORBIDDEN);
     assert_eq!(sign_in(new).await, StatusCode::SEE_OTHER);
 
     let said = user_command(&store, "remove", "alice", "");
     assert!(said.contains("removed"), "{said}");
-    assert_eq!(sign_in(new).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(sign_in(new).await, StatusCode::FORBIDDEN);
 }
 
 /// A server on `store` that signs people in through the test's upstream OpenID provider,
@@ -1160,7 +1160,7 @@ async fn signing_out_ends_the_browsers_session() {
         "the session itself is gone, not only the cookie"
     );
     let account = browser.get(&format!("{base}/account")).await;
-    assert_eq!(account.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(account.status(), StatusCode::FORBIDDEN);
 }
 
 /// Posts `form` to `/revoke` (RFC 7009); the status and the body.

@@ -1176,6 +1176,47 @@ async fn oauth_jwks_uri_is_where_the_keys_come_from() {
     );
 }
 
+/// An issuer on loopback is reached directly, even where the environment names a proxy:
+/// through it, "127.0.0.1" would be the proxy's machine, which could answer with keys of its
+/// own. The proxy here counts whoever reaches it and answers nothing.
+#[tokio::test]
+async fn a_loopback_issuer_is_reached_without_the_environments_proxy() {
+    let (issuer, k) = issuer_publishing("k").await;
+    let proxy = common::tokio_listener();
+    let proxy_url = format!("http://{}", proxy.local_addr().unwrap());
+    let reached = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&reached);
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = proxy.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            drop(socket);
+        }
+    });
+    let port = common::free_port();
+    let resource = format!("http://127.0.0.1:{port}/mcp");
+    let env: Vec<(&str, &str)> = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy"]
+        .into_iter()
+        .map(|name| (name, proxy_url.as_str()))
+        .chain([("NO_PROXY", ""), ("no_proxy", "")])
+        .collect();
+    let args = [
+        "--profile",
+        "default",
+        "--store",
+        &sqlite_url("oauth-proxy"),
+        "--oauth-issuer",
+        &issuer.url,
+        "--oauth-resource",
+        &resource,
+    ];
+    let server = ServerProcess::start_with_env(port, &args, &env);
+    let token = sign(&k, &claims(&issuer, &resource, "alice", "datasets:read"));
+    let r = send(&server, &token, "tools/list", json!({})).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(issuer.jwks_fetches(), 1);
+    assert_eq!(reached.load(Ordering::SeqCst), 0, "the proxy was asked");
+}
+
 /// A failed JWKS fetch is the interval's fetch too: however the issuer answers, tokens cannot
 /// make the server fetch more than once per interval. Until the interval has passed, a
 /// token that needs the set is answered 503, not refused as if the issuer did not publish
