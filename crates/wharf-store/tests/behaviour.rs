@@ -1290,8 +1290,8 @@ async fn rows_cannot_move_onto_their_own_collection(store: Arc<dyn Store>) {
 }
 
 /// A collection may be named anything, even as a record's key is spelled on some backend
-/// (`wharf:r:5:oauth:…` on Redis): its rows and clears touch no record, and a name and the
-/// same name behind a `~` are two collections.
+/// (`wharf:r:5:oauth:…` on Redis): its rows and clears touch no record, nor another
+/// collection's.
 async fn a_collection_named_like_a_record_leaves_records_alone(store: Arc<dyn Store>) {
     let ns = unique("oauth");
     let key = "client";
@@ -1309,22 +1309,22 @@ async fn a_collection_named_like_a_record_leaves_records_alone(store: Arc<dyn St
         .unwrap()
         .expect("written");
     let named = format!("{}:{ns}:{key}", ns.len());
-    let tilde = format!("~{named}");
+    let other = format!("c:{named}");
     let mut tx = store.begin(TxMode::Write).await.unwrap();
     tx.append_rows(&named, &[json!(1), json!(2)]).await.unwrap();
-    tx.append_rows(&tilde, &[json!("other")]).await.unwrap();
+    tx.append_rows(&other, &[json!("other")]).await.unwrap();
     tx.commit().await.unwrap();
     let read = store.read_record(&ns, key, now).await.unwrap();
     assert_eq!(read.map(|r| r.value).as_deref(), Some("kept"));
 
     let mut tx = store.begin(TxMode::Write).await.unwrap();
-    assert_eq!(tx.count_rows(&tilde).await.unwrap(), 1);
+    assert_eq!(tx.count_rows(&other).await.unwrap(), 1);
     assert_eq!(tx.clear_rows(&named).await.unwrap(), 2);
     tx.commit().await.unwrap();
     let read = store.read_record(&ns, key, now).await.unwrap();
     assert_eq!(read.map(|r| r.value).as_deref(), Some("kept"));
     let mut tx = store.begin(TxMode::Read).await.unwrap();
-    assert_eq!(tx.scan_rows(&tilde, None, 10).await.unwrap().len(), 1);
+    assert_eq!(tx.scan_rows(&other, None, 10).await.unwrap().len(), 1);
 }
 
 /// Clearing a collection while an append to it is in flight leaves it empty and its count

@@ -13,15 +13,13 @@ fn doc_key(collection: &str) -> String {
     format!("wharf:d:{collection}")
 }
 
-/// A collection's list. Records' keys are `wharf:r:` and a length (`wharf:r:5:oauth:…`), so a
-/// collection named that way (digits and a colon first) is keyed with a `~` before its name,
-/// as is one whose name starts with `~`: no collection's key is a record's, nor another's.
+/// A collection's list. Records' keys are `wharf:r:` and a length (`wharf:r:5:oauth:…`), so
+/// a collection whose name starts that way (digits and a colon) keeps its list apart, under
+/// `wharf:rc:`, where nothing else is kept; any other name keeps `wharf:r:` and so its rows.
 fn rows_key(collection: &str) -> String {
     let digits = collection.bytes().take_while(u8::is_ascii_digit).count();
-    let escaped = collection.starts_with('~')
-        || (digits > 0 && collection.as_bytes().get(digits) == Some(&b':'));
-    if escaped {
-        format!("wharf:r:~{collection}")
+    if digits > 0 && collection.as_bytes().get(digits) == Some(&b':') {
+        format!("wharf:rc:{collection}")
     } else {
         format!("wharf:r:{collection}")
     }
@@ -232,16 +230,17 @@ mod tests {
     fn no_collection_is_keyed_as_a_record_or_as_another_collection() {
         use super::rows_key;
         let record = crate::redis::records::record_key("oauth", "x");
+        assert_eq!(rows_key("5:oauth:x"), "wharf:rc:5:oauth:x");
         assert_ne!(rows_key("5:oauth:x"), record);
-        for (a, b) in [("5:oauth:x", "~5:oauth:x"), ("~a", "~~a"), ("12:", "~12:")] {
-            assert_ne!(rows_key(a), rows_key(b), "{a} {b}");
-        }
+        // No other name reaches `wharf:rc:`.
+        assert_eq!(rows_key("c:5:oauth:x"), "wharf:r:c:5:oauth:x");
         // Names that never looked like a record keep their keys (and their rows).
         for kept in [
             "imp_0123456789abcdef0123456789abcdef/rows",
             "3d/rows",
             "12",
             ":5",
+            "~a",
         ] {
             assert_eq!(rows_key(kept), format!("wharf:r:{kept}"));
         }
