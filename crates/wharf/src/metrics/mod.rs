@@ -413,7 +413,7 @@ impl Metrics {
             ),
             Family::counter(
                 "wharf_requests_shed",
-                "Requests refused at once under load (503 with Retry-After), by reason.",
+                "Requests refused under load (503 with Retry-After), by reason.",
                 by_reason(
                     Shed::ALL
                         .map(|w| (w.as_str(), &self.shed[w as usize]))

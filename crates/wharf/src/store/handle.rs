@@ -313,10 +313,12 @@ impl<K: HandleKind> JsonSchema for Handle<K> {
     }
 }
 
-/// A duration as a person writes it: "24 h", "90 min", "30 s".
+/// A duration as a person writes it: "24 h", "90 min", "30 s", "1500 ms".
 pub fn human(d: Duration) -> String {
     let s = d.as_secs();
-    if s >= 3600 && s % 3600 == 0 {
+    if s < 60 && d.subsec_nanos() != 0 {
+        format!("{} ms", d.as_millis())
+    } else if s >= 3600 && s % 3600 == 0 {
         format!("{} h", s / 3600)
     } else if s >= 60 && s % 60 == 0 {
         format!("{} min", s / 60)
@@ -328,6 +330,21 @@ pub fn human(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_read_as_a_person_writes_them() {
+        let cases = [
+            (Duration::from_secs(86_400), "24 h"),
+            (Duration::from_secs(5_400), "90 min"),
+            (Duration::from_secs(90), "90 s"),
+            (Duration::from_secs(2), "2 s"),
+            (Duration::from_millis(1_500), "1500 ms"),
+            (Duration::from_millis(500), "500 ms"),
+        ];
+        for (d, said) in cases {
+            assert_eq!(human(d), said, "{d:?}");
+        }
+    }
 
     struct Thing;
     impl HandleKind for Thing {
