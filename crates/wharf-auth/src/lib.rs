@@ -14,8 +14,8 @@ mod secret;
 
 pub use api_keys::{ApiKeyError, ApiKeys};
 pub use oauth::{
-    IntrospectionLimits, MAX_LEEWAY, OAuth, OAuthConfig, PublishedKeys, Revocations, Validation,
-    check_resource, is_secure_url,
+    HttpClients, IntrospectionLimits, MAX_LEEWAY, OAuth, OAuthConfig, PublishedKeys, Revocations,
+    Validation, check_resource, is_loopback_url, is_secure_url,
 };
 pub use secret::Secret;
 

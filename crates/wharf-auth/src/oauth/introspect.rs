@@ -124,7 +124,7 @@ impl Lane {
 
 #[derive(Debug)]
 pub(crate) struct Introspector {
-    http: reqwest::Client,
+    http: super::HttpClients,
     endpoint: String,
     client_id: String,
     client_secret: crate::Secret,
@@ -135,7 +135,7 @@ pub(crate) struct Introspector {
 
 impl Introspector {
     pub(crate) fn new(
-        http: reqwest::Client,
+        http: super::HttpClients,
         endpoint: String,
         client_id: String,
         client_secret: crate::Secret,
@@ -209,7 +209,7 @@ impl Introspector {
             return Err(AuthError::Unavailable);
         };
         tokio::time::sleep(wait).await;
-        let request = self.http.post(&self.endpoint);
+        let request = self.http.to(&self.endpoint).post(&self.endpoint);
         let res = super::client_basic_auth(request, &self.client_id, self.client_secret.expose())
             .form(&[("token", token), ("token_type_hint", "access_token")])
             .send()
@@ -311,7 +311,7 @@ mod tests {
     async fn introspected(answer: Value) -> Result<Checked, AuthError> {
         let url = answering_endpoint(answer).await;
         let checker = Introspector::new(
-            reqwest::Client::new(),
+            crate::HttpClients::new(reqwest::Client::builder).unwrap(),
             url,
             "rs".into(),
             "s".into(),
@@ -377,7 +377,7 @@ mod tests {
         limits: IntrospectionLimits,
     ) -> impl Fn(&'static str, Seen) -> tokio::task::JoinHandle<Result<Checked, AuthError>> {
         let checker = Arc::new(Introspector::new(
-            reqwest::Client::new(),
+            crate::HttpClients::new(reqwest::Client::builder).unwrap(),
             url,
             "rs".into(),
             "secret".into(),
@@ -483,8 +483,13 @@ mod tests {
             limits(usize::MAX, u32::MAX, Duration::ZERO),
         ] {
             let url = answering_endpoint(serde_json::json!({ "active": false })).await;
-            let checker =
-                Introspector::new(reqwest::Client::new(), url, "rs".into(), "s".into(), given);
+            let checker = Introspector::new(
+                crate::HttpClients::new(reqwest::Client::builder).unwrap(),
+                url,
+                "rs".into(),
+                "s".into(),
+                given,
+            );
             for token in ["a", "b"] {
                 let checked = checker
                     .check(token, Seen::New, ISSUER, &audiences, LEEWAY)

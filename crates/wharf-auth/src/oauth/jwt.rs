@@ -43,7 +43,7 @@ pub(crate) enum KeyOrigin {
 
 impl KeyOrigin {
     /// Keys fetched with `http` from `jwks_uri`, or from the one the issuer's metadata names.
-    pub(crate) fn fetched(http: reqwest::Client, jwks_uri: Option<String>) -> Self {
+    pub(crate) fn fetched(http: super::HttpClients, jwks_uri: Option<String>) -> Self {
         KeyOrigin::Fetched(Fetch {
             http,
             configured: jwks_uri,
@@ -55,7 +55,7 @@ impl KeyOrigin {
 /// Fetches the issuer's key set over HTTP.
 #[derive(Debug)]
 pub(crate) struct Fetch {
-    http: reqwest::Client,
+    http: super::HttpClients,
     /// The JWKS URI the operator gave, if any.
     configured: Option<String>,
     /// Otherwise, the one the issuer's metadata named, once learned.
@@ -452,7 +452,7 @@ impl Fetch {
     }
 
     async fn get_json(&self, url: &str) -> Result<Value, AuthError> {
-        let res = self.http.get(url).send().await.map_err(|e| {
+        let res = self.http.to(url).get(url).send().await.map_err(|e| {
             tracing::warn!(url, error = %e, "cannot reach the authorization server");
             AuthError::Unavailable
         })?;
@@ -589,7 +589,10 @@ mod tests {
 
     /// Keys fetched from `url`.
     fn fetching(url: String) -> KeyOrigin {
-        KeyOrigin::fetched(reqwest::Client::new(), Some(url))
+        KeyOrigin::fetched(
+            crate::HttpClients::new(reqwest::Client::builder).unwrap(),
+            Some(url),
+        )
     }
 
     /// A JWKS endpoint answering as `answer` says: its URL and how many requests it got.
@@ -1006,7 +1009,10 @@ RnJiSR+yc7dMBkHE7zM0IaKF+9SyVVnf6UUiMDftNtFwEE+hLuppY78E
         .await
         .origin;
         let discover = async |issuer: &str| {
-            let KeyOrigin::Fetched(fetch) = KeyOrigin::fetched(reqwest::Client::new(), None) else {
+            let KeyOrigin::Fetched(fetch) = KeyOrigin::fetched(
+                crate::HttpClients::new(reqwest::Client::builder).unwrap(),
+                None,
+            ) else {
                 unreachable!()
             };
             fetch.jwks_uri(issuer).await

@@ -4,6 +4,7 @@
 //! issuer and subject, with its client and scopes.
 
 mod cache;
+mod clients;
 mod flight;
 mod introspect;
 mod jwt;
@@ -33,6 +34,7 @@ use wharf::{Grant, Principal};
 
 use crate::AuthError;
 use cache::{Lookup, TokenCache};
+pub use clients::{HttpClients, is_loopback_url};
 pub use introspect::IntrospectionLimits;
 use introspect::Seen;
 
@@ -88,17 +90,6 @@ pub enum Validation {
         /// How hard the endpoint may be pressed.
         limits: IntrospectionLimits,
     },
-}
-
-impl Validation {
-    /// The URL it fetches from besides the issuer's, if it names one.
-    fn url(&self) -> Option<&str> {
-        match self {
-            Self::Jwt { jwks_uri, .. } => jwks_uri.as_deref(),
-            Self::Introspection { endpoint, .. } => Some(endpoint),
-            Self::Published { .. } => None,
-        }
-    }
 }
 
 /// The most clock skew [`OAuthConfig::leeway`] may tolerate.
@@ -239,18 +230,8 @@ pub fn is_secure_url(url: &str) -> bool {
     };
     match parsed.scheme() {
         "https" => true,
-        "http" => is_loopback(&parsed),
+        "http" => clients::is_loopback(&parsed),
         _ => false,
-    }
-}
-
-/// Whether `url` names this machine (`localhost` or a loopback address).
-fn is_loopback(url: &reqwest::Url) -> bool {
-    match url.host() {
-        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        None => false,
     }
 }
 
@@ -378,24 +359,14 @@ impl OAuth {
         if let Some(bad) = scopes.into_iter().find(|s| !is_scope_token(s)) {
             return Err(OAuthSetupError::Scope(bad.clone()));
         }
-        let mut http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(10))
-            // Keys and introspection answers come from the configured URLs, never elsewhere.
-            .redirect(reqwest::redirect::Policy::none());
-        // An issuer on this machine is reached directly, whatever `HTTP_PROXY` says: through
-        // a proxy, "localhost" would be the proxy's own, which could answer with keys of its
-        // choosing (and plain http would cross the network).
-        let urls = [Some(config.issuer.as_str()), config.validation.url()];
-        if urls
-            .into_iter()
-            .flatten()
-            .any(|u| reqwest::Url::parse(u).is_ok_and(|u| is_loopback(&u)))
-        {
-            http = http.no_proxy();
-        }
-        let http = http
-            .build()
-            .map_err(|e| OAuthSetupError::Client(e.to_string()))?;
+        let http = HttpClients::new(|| {
+            reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                // Keys and introspection answers come from the configured URLs, never
+                // elsewhere.
+                .redirect(reqwest::redirect::Policy::none())
+        })
+        .map_err(|e| OAuthSetupError::Client(e.to_string()))?;
         let audiences = if config.audiences.is_empty() {
             vec![config.resource.clone()]
         } else {

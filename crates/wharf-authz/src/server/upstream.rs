@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::OnceCell;
 use url::Url;
 use wharf::store::Write;
+use wharf_auth::HttpClients;
 
 use super::authorize::{ConsentQuery, start_session, too_many};
 use super::html;
@@ -93,18 +94,20 @@ struct ProviderMetadata {
 #[derive(Debug)]
 pub(crate) struct Upstream {
     config: UpstreamConfig,
-    http: reqwest::Client,
+    http: HttpClients,
     metadata: OnceCell<ProviderMetadata>,
 }
 
 impl Upstream {
     pub(crate) fn new(config: UpstreamConfig) -> Self {
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(Duration::from_secs(10))
-            .build()
-            .unwrap_or_default();
+        // A provider on this machine is reached directly, whatever the environment's proxy.
+        let http = HttpClients::new(|| {
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .connect_timeout(Duration::from_secs(5))
+                .timeout(Duration::from_secs(10))
+        })
+        .unwrap_or_default();
         Self {
             config,
             http,
@@ -133,6 +136,7 @@ impl Upstream {
                 );
                 let metadata: ProviderMetadata = self
                     .http
+                    .to(&url)
                     .get(&url)
                     .send()
                     .await
@@ -337,7 +341,11 @@ async fn redeem(
         ("code_verifier", roundtrip.verifier.as_str()),
         ("client_id", upstream.config.client_id.as_str()),
     ];
-    let mut request = upstream.http.post(&metadata.token_endpoint).form(&form);
+    let mut request = upstream
+        .http
+        .to(&metadata.token_endpoint)
+        .post(&metadata.token_endpoint)
+        .form(&form);
     if let Some(secret) = &upstream.config.client_secret {
         request = wharf_auth::oauth::client_basic_auth(request, &upstream.config.client_id, secret);
     }
@@ -361,6 +369,7 @@ async fn redeem(
     let header = jsonwebtoken::decode_header(id_token).map_err(|e| format!("id_token: {e}"))?;
     let keys: JwkSet = upstream
         .http
+        .to(&metadata.jwks_uri)
         .get(&metadata.jwks_uri)
         .send()
         .await

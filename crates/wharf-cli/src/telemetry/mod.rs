@@ -255,8 +255,13 @@ fn tracer(
     let tls = otlp_metrics::Tls::from_env(&setting)?;
     // The exporter sends from a thread of its own, with a blocking client; built on a
     // thread of its own too, as a blocking client may not be built inside a runtime.
+    // A collector on this machine is reached directly, whatever the environment's proxy.
+    let direct = wharf_auth::is_loopback_url(&endpoint);
     let client = std::thread::spawn(move || {
         let mut client = reqwest::blocking::Client::builder().timeout(timeout);
+        if direct {
+            client = client.no_proxy();
+        }
         if let Some(ca) = tls.root {
             client = client.add_root_certificate(ca);
         }

@@ -34,8 +34,14 @@ fn own_authorization_server(store: &str) -> [&str; 5] {
 
 /// A server that is its own authorization server, with user `alice`.
 fn server(store: &str, extra: &[&str]) -> ServerProcess {
+    server_with_env(store, extra, &[])
+}
+
+/// [`server`] with the environment variables `env` set.
+fn server_with_env(store: &str, extra: &[&str], env: &[(&str, &str)]) -> ServerProcess {
     add_user(store, "alice");
-    ServerProcess::start_exact(&[&own_authorization_server(store)[..], extra].concat())
+    let args = [&own_authorization_server(store)[..], extra].concat();
+    ServerProcess::start_with_env(common::free_port(), &args, env)
 }
 
 /// Registers a public native client redirecting to `redirect`.
@@ -930,7 +936,8 @@ async fn an_administrator_resets_a_password_and_removes_an_account() {
 }
 
 /// A server on `store` that signs people in through the test's upstream OpenID provider,
-/// named "Idp".
+/// named "Idp". Its environment names a proxy nobody answers on: a provider on loopback is
+/// reached directly (through a proxy, "127.0.0.1" would be the proxy's machine).
 async fn upstream_server(store: &str) -> ServerProcess {
     let issuer = upstream_provider().await;
     let upstream = [
@@ -941,7 +948,8 @@ async fn upstream_server(store: &str) -> ServerProcess {
         "--authz-upstream-name",
         "Idp",
     ];
-    server(store, &upstream)
+    let proxy = format!("http://127.0.0.1:{}", common::free_port());
+    server_with_env(store, &upstream, &common::proxy_env(&proxy))
 }
 
 /// Runs an authorization request for `client_id` in `browser` up to its code: the sign-in

@@ -1194,11 +1194,7 @@ async fn a_loopback_issuer_is_reached_without_the_environments_proxy() {
     });
     let port = common::free_port();
     let resource = format!("http://127.0.0.1:{port}/mcp");
-    let env: Vec<(&str, &str)> = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy"]
-        .into_iter()
-        .map(|name| (name, proxy_url.as_str()))
-        .chain([("NO_PROXY", ""), ("no_proxy", "")])
-        .collect();
+    let env = common::proxy_env(&proxy_url);
     let args = [
         "--profile",
         "default",

@@ -383,10 +383,14 @@ async fn spans_exported_over_otlp_join_the_callers_trace() {
         free_port(),
         &args.iter().map(String::as_str).collect::<Vec<_>>(),
         &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp),
-            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
-            ("OTEL_SERVICE_NAME", "wharf-under-test"),
-        ],
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.as_str()),
+                ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+                ("OTEL_SERVICE_NAME", "wharf-under-test"),
+            ][..],
+            &common::proxy_env(&unanswered_proxy()),
+        ]
+        .concat(),
     );
     let client = server.client().with_bearer(TOKEN_42);
     let (tp, trace, parent) = traceparent();
@@ -549,6 +553,12 @@ async fn json_log_lines_parse_and_carry_the_trace_id() {
     );
 }
 
+/// A proxy nobody answers on, for the environment of a server whose collector is on
+/// loopback: it must reach it directly.
+fn unanswered_proxy() -> String {
+    format!("http://127.0.0.1:{}", free_port())
+}
+
 /// The tools/call echo point's labels.
 const ECHO_OK: [(&str, &str); 3] = [
     ("method", "tools/call"),
@@ -583,14 +593,18 @@ async fn metrics_pushed_over_otlp_count_what_the_prometheus_text_counts() {
             &metrics,
         ],
         &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp),
-            ("OTEL_TRACES_EXPORTER", "none"),
-            ("OTEL_METRIC_EXPORT_INTERVAL", "200"),
-            (
-                "OTEL_EXPORTER_OTLP_HEADERS",
-                "authorization=Bearer%20collector-secret",
-            ),
-        ],
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.as_str()),
+                ("OTEL_TRACES_EXPORTER", "none"),
+                ("OTEL_METRIC_EXPORT_INTERVAL", "200"),
+                (
+                    "OTEL_EXPORTER_OTLP_HEADERS",
+                    "authorization=Bearer%20collector-secret",
+                ),
+            ][..],
+            &common::proxy_env(&unanswered_proxy()),
+        ]
+        .concat(),
     );
     call_echo(&server.client(), 3).await;
     let push = eventually("a push counts the three echo calls", async || {

@@ -227,6 +227,22 @@ pub(crate) fn refused_start(listen: &str, args: &[&str], env: &[(&str, &str)]) -
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// Environment that names `proxy` as every scheme's proxy, and nothing as exempt: a server
+/// started with it reaches through `proxy` whatever it does not reach directly.
+pub(crate) fn proxy_env(proxy: &str) -> Vec<(&'static str, &str)> {
+    [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+    ]
+    .into_iter()
+    .map(|name| (name, proxy))
+    .chain([("NO_PROXY", ""), ("no_proxy", "")])
+    .collect()
+}
+
 pub(crate) fn free_port() -> u16 {
     loopback_listener().local_addr().unwrap().port()
 }
