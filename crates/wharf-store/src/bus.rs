@@ -204,6 +204,11 @@ pub(crate) type Connect = Box<
 pub(crate) type Publish =
     Box<dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
 
+/// Publishes what other replicas left unpublished (PostgreSQL's announcements table): run
+/// by each replica's heartbeat; how many it published.
+pub(crate) type Sweep =
+    Box<dyn Fn() -> Pin<Box<dyn Future<Output = Result<u64, String>> + Send>> + Send + Sync>;
+
 /// A [`NotificationBus`] over a store's channel.
 pub(crate) struct StoreBus {
     backend: &'static str,
@@ -213,17 +218,21 @@ pub(crate) struct StoreBus {
     started: OnceLock<()>,
     /// Shared with the heartbeat task.
     publish: Arc<Publish>,
+    /// Run by the heartbeat task, when the store keeps announcements to publish.
+    sweep: Mutex<Option<Sweep>>,
     /// Longest payload the channel carries; longer events go out as a gap.
     max_payload: usize,
 }
 
 impl StoreBus {
     /// A bus that listens through `connect` (from a task started on first use, which stops
-    /// when the bus is dropped) and publishes through `publish`.
+    /// when the bus is dropped), publishes through `publish`, and runs `sweep` when it
+    /// starts and with each heartbeat.
     pub(crate) fn new(
         backend: &'static str,
         connect: Connect,
         publish: Publish,
+        sweep: Option<Sweep>,
         max_payload: usize,
     ) -> Arc<Self> {
         Arc::new(StoreBus {
@@ -232,6 +241,7 @@ impl StoreBus {
             connect: Mutex::new(Some(connect)),
             started: OnceLock::new(),
             publish: Arc::new(publish),
+            sweep: Mutex::new(sweep),
             max_payload,
         })
     }
@@ -266,12 +276,14 @@ impl StoreBus {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .take();
+            let sweep = self.sweep.lock().unwrap_or_else(|p| p.into_inner()).take();
             if let Some(connect) = connect {
                 runtime.spawn(listen(self.backend, Arc::downgrade(&self.fanout), connect));
                 runtime.spawn(heartbeat(
                     self.backend,
                     Arc::downgrade(&self.fanout),
                     Arc::clone(&self.publish),
+                    sweep,
                 ));
             }
         });
@@ -387,12 +399,29 @@ async fn listen(backend: &'static str, fanout: Weak<Fanout>, connect: Connect) {
     }
 }
 
-/// Publishes the heartbeat every [`HEARTBEAT`] until the bus is dropped. A heartbeat the
-/// store refuses is only logged: the listeners that miss it long enough reconnect.
-async fn heartbeat(backend: &'static str, fanout: Weak<Fanout>, publish: Arc<Publish>) {
+/// Publishes the heartbeat every [`HEARTBEAT`] until the bus is dropped, and runs `sweep`
+/// at once and then with each beat. A heartbeat the store refuses is only logged: the
+/// listeners that miss it long enough reconnect.
+async fn heartbeat(
+    backend: &'static str,
+    fanout: Weak<Fanout>,
+    publish: Arc<Publish>,
+    sweep: Option<Sweep>,
+) {
     let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        if let Some(sweep) = &sweep {
+            match sweep().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(
+                    "{backend} change bus: published {n} announcements a replica left unpublished"
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %e, "{backend} change bus: announcements left unpublished could not be published yet")
+                }
+            }
+        }
         beat.tick().await;
         let Some(owed) = fanout
             .upgrade()
@@ -466,8 +495,9 @@ pub(crate) fn postgres(pool: sqlx::PgPool) -> Arc<StoreBus> {
             Ok(Box::pin(stream) as Pin<Box<dyn Stream<Item = String> + Send>>)
         })
     });
+    let publishing = pool.clone();
     let publish: Publish = Box::new(move |payload| {
-        let pool = pool.clone();
+        let pool = publishing.clone();
         Box::pin(async move {
             sqlx::query("SELECT pg_notify($1, $2)")
                 .bind(CHANNEL)
@@ -478,7 +508,107 @@ pub(crate) fn postgres(pool: sqlx::PgPool) -> Arc<StoreBus> {
                 .map_err(|e| e.to_string())
         })
     });
-    StoreBus::new("postgres", connect, publish, PG_MAX_PAYLOAD)
+    let sweep: Sweep = Box::new(move || {
+        let pool = pool.clone();
+        Box::pin(async move {
+            let orphaned = i64::try_from(ORPHANED.as_millis()).unwrap_or(i64::MAX);
+            sqlx::query(PUBLISH_ORPHANS_SQL)
+                .bind(CHANNEL)
+                .bind(orphaned)
+                .execute(&pool)
+                .await
+                .map(|done| done.rows_affected())
+                .map_err(|e| e.to_string())
+        })
+    });
+    StoreBus::new("postgres", connect, publish, Some(sweep), PG_MAX_PAYLOAD)
+}
+
+/// How old a row of `wharf_announcements` is before any replica publishes it: its own
+/// replica publishes it as soon as its commit answered, so one this old was left behind (the
+/// replica died, or could not publish).
+#[cfg(feature = "postgres")]
+pub(crate) const ORPHANED: Duration = Duration::from_secs(5);
+
+/// Deletes the rows `$2` (ids) of `wharf_announcements` and publishes them on `$1`, in the
+/// order they were written; a row another replica deleted already is published by it. A
+/// transaction of its own: a notification queue that cannot take them fails it, and the rows
+/// stay for the heartbeats.
+#[cfg(feature = "postgres")]
+const PUBLISH_ANNOUNCEMENTS_SQL: &str = "WITH gone AS (DELETE FROM wharf_announcements \
+     WHERE id = ANY($2) RETURNING id, payload) \
+     SELECT pg_notify($1, payload) FROM (SELECT id, payload FROM gone ORDER BY id) AS g";
+
+/// [`PUBLISH_ANNOUNCEMENTS_SQL`] for the rows older than `$2` milliseconds, up to 1,000 at a
+/// time; rows another replica's sweep or publish holds are skipped, not waited for.
+#[cfg(feature = "postgres")]
+const PUBLISH_ORPHANS_SQL: &str = "WITH due AS (SELECT id FROM wharf_announcements \
+     WHERE at < clock_timestamp() - $2 * interval '1 millisecond' \
+     ORDER BY id LIMIT 1000 FOR UPDATE SKIP LOCKED), \
+     gone AS (DELETE FROM wharf_announcements AS a USING due WHERE a.id = due.id \
+     RETURNING a.id, a.payload) \
+     SELECT pg_notify($1, payload) FROM (SELECT id, payload FROM gone ORDER BY id) AS g";
+
+/// What PostgreSQL transactions announce with their commits (see
+/// `wharf::store::Transaction::announce_with_commit`): written to `wharf_announcements` in
+/// the transaction, so they stand or fall with its writes, then published and deleted by
+/// the replica once its commit answered. Rows it leaves (it died just after the commit, or
+/// the publish failed) are published by the next heartbeat of any replica, [`ORPHANED`]
+/// after they were written, so none is lost with a replica; the writes never wait for, nor
+/// fail on, the notification queue.
+#[cfg(feature = "postgres")]
+pub(crate) struct PgOutbox {
+    pool: sqlx::PgPool,
+    bus: Arc<StoreBus>,
+}
+
+#[cfg(feature = "postgres")]
+impl PgOutbox {
+    /// The outbox of the store whose connections are `pool` and whose bus is `bus`.
+    pub(crate) fn new(pool: sqlx::PgPool, bus: Arc<StoreBus>) -> Self {
+        PgOutbox { pool, bus }
+    }
+
+    /// The payloads of `events`, as the channel carries them.
+    pub(crate) fn payloads(events: &[ChangeEvent]) -> impl Iterator<Item = String> + '_ {
+        events
+            .iter()
+            .map(|event| payload("postgres", event, PG_MAX_PAYLOAD))
+    }
+
+    /// Writes `payloads` in the transaction on `conn`; their rows' ids, in order.
+    pub(crate) async fn write(
+        conn: &mut sqlx::PgConnection,
+        payloads: &[String],
+    ) -> Result<Vec<i64>, sqlx::Error> {
+        sqlx::query_scalar(
+            "INSERT INTO wharf_announcements (payload) \
+             SELECT p FROM unnest($1::text[]) WITH ORDINALITY AS t(p, n) ORDER BY n \
+             RETURNING id",
+        )
+        .bind(payloads)
+        .fetch_all(conn)
+        .await
+        .map(|mut ids: Vec<i64>| {
+            ids.sort_unstable();
+            ids
+        })
+    }
+
+    /// Publishes (and deletes) the rows `ids` once their transaction committed. When that
+    /// fails, this replica's streams are told of a gap at once (others hear of one too), and
+    /// the rows stay for the heartbeats, which publish them late rather than never.
+    pub(crate) async fn publish(&self, ids: Vec<i64>) {
+        let published = sqlx::query(PUBLISH_ANNOUNCEMENTS_SQL)
+            .bind(CHANNEL)
+            .bind(&ids)
+            .execute(&self.pool)
+            .await;
+        if let Err(e) = published {
+            tracing::warn!(error = %e, "postgres change bus: a commit's announcements wait for the next heartbeat");
+            self.bus.missed().await;
+        }
+    }
 }
 
 /// The channel of the deployment on Redis database `db`: Redis's publish/subscribe ignores
@@ -526,7 +656,7 @@ pub(crate) fn redis(client: redis::Client, conn: redis::aio::ConnectionManager) 
                 .map_err(|e| e.to_string())
         })
     });
-    StoreBus::new("redis", connect, publish, REDIS_MAX_PAYLOAD)
+    StoreBus::new("redis", connect, publish, None, REDIS_MAX_PAYLOAD)
 }
 
 #[cfg(test)]
@@ -691,7 +821,7 @@ mod tests {
                 })
             })
         };
-        let bus = StoreBus::new("test", connect, publish, 100);
+        let bus = StoreBus::new("test", connect, publish, None, 100);
         let mut open = bus.subscribe();
         while !bus.is_connected() {
             tokio::task::yield_now().await;
@@ -734,7 +864,7 @@ mod tests {
                 })
             })
         };
-        let bus = StoreBus::new("test", connect, publish, 100);
+        let bus = StoreBus::new("test", connect, publish, None, 100);
         let _open = connected(&bus).await;
         assert!(bus.publish(ChangeEvent::ToolsListChanged).await.is_err());
         tokio::time::sleep(HEARTBEAT * 3 + Duration::from_secs(1)).await;
@@ -762,7 +892,7 @@ mod tests {
             let _ = feed.send(payload);
             Box::pin(async { Ok(()) })
         });
-        StoreBus::new("test", connect, publish, 100)
+        StoreBus::new("test", connect, publish, None, 100)
     }
 
     async fn connected(bus: &StoreBus) -> broadcast::Receiver<ChangeEvent> {

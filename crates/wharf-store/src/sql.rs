@@ -363,6 +363,9 @@ pub struct SqlStore {
     /// PostgreSQL's LISTEN/NOTIFY bus; SQLite processes keep to their own.
     #[cfg(feature = "postgres")]
     bus: Option<std::sync::Arc<crate::bus::StoreBus>>,
+    /// Where PostgreSQL's commits write what they announce.
+    #[cfg(feature = "postgres")]
+    outbox: Option<std::sync::Arc<crate::bus::PgOutbox>>,
 }
 
 impl SqlStore {
@@ -389,6 +392,16 @@ impl SqlStore {
         if let Some(app) = app {
             migrate(app, &pool, options).await?;
         }
+        #[cfg(feature = "postgres")]
+        let (bus, outbox) = match &pool {
+            SqlPool::Postgres(pg) => {
+                let bus = crate::bus::postgres(pg.clone());
+                let outbox = crate::bus::PgOutbox::new(pg.clone(), std::sync::Arc::clone(&bus));
+                (Some(bus), Some(std::sync::Arc::new(outbox)))
+            }
+            #[cfg(feature = "sqlite")]
+            SqlPool::Sqlite(_) => (None, None),
+        };
         Ok(SqlStore {
             #[cfg(feature = "postgres")]
             locks: match dialect {
@@ -396,13 +409,31 @@ impl SqlStore {
                 Dialect::Sqlite => None,
             },
             #[cfg(feature = "postgres")]
-            bus: match &pool {
-                SqlPool::Postgres(pg) => Some(crate::bus::postgres(pg.clone())),
-                #[cfg(feature = "sqlite")]
-                SqlPool::Sqlite(_) => None,
-            },
+            bus,
+            #[cfg(feature = "postgres")]
+            outbox,
             pool,
         })
+    }
+
+    /// `tx` (this store's) set to write what its commit announces to the store's outbox
+    /// (PostgreSQL with a bus; see [`crate::bus::PgOutbox`]).
+    fn equipped(&self, tx: Box<dyn Transaction>) -> Box<dyn Transaction> {
+        #[cfg(feature = "postgres")]
+        let mut tx = tx;
+        #[cfg(feature = "postgres")]
+        if let Some(sql) = tx.backend_tx().downcast_mut::<SqlTx>() {
+            sql.outbox.clone_from(&self.outbox);
+        }
+        tx
+    }
+
+    /// [`SqlStore::equipped`] for the transaction a claim began, if it runs.
+    fn equip(&self, begin: Begin) -> Begin {
+        match begin {
+            Begin::Run(tx) => Begin::Run(self.equipped(tx)),
+            settled => settled,
+        }
     }
 
     /// PostgreSQL's claim on a handle: BEGIN, then the handle's shared lock, the handle, the
@@ -824,11 +855,12 @@ impl Store for SqlStore {
     }
 
     async fn begin(&self, mode: TxMode) -> Result<Box<dyn Transaction>, StoreError> {
-        Ok(Box::new(SqlTx::new(self.begin_tx(mode).await?, false)))
+        let tx = Box::new(SqlTx::new(self.begin_tx(mode).await?, false));
+        Ok(self.equipped(tx))
     }
 
     async fn begin_idempotent(&self, claim: &Claim, now: Millis) -> Result<Begin, StoreError> {
-        match self.begin_tx(TxMode::Write).await? {
+        let begun = match self.begin_tx(TxMode::Write).await? {
             #[cfg(feature = "sqlite")]
             TypedTx::Sqlite(mut tx) => {
                 let (_, seen) = sqlite_lookup(&mut tx, claim, None, now).await?;
@@ -844,7 +876,8 @@ impl Store for SqlStore {
                     == 1;
                 settle(TypedTx::Postgres(tx), claim, claimed, None).await
             }
-        }
+        };
+        begun.map(|b| self.equip(b))
     }
 
     async fn claim_on_handle(
@@ -857,7 +890,9 @@ impl Store for SqlStore {
         match &self.pool {
             #[cfg(feature = "postgres")]
             SqlPool::Postgres(pool) => {
-                Self::pg_claim_on_handle(pool, claim, handle, owner, now).await
+                let (record, begun) =
+                    Self::pg_claim_on_handle(pool, claim, handle, owner, now).await?;
+                Ok((record, begun.map(|b| self.equip(b))))
             }
             #[cfg(feature = "sqlite")]
             SqlPool::Sqlite(pool) => {
@@ -1127,6 +1162,12 @@ pub struct SqlTx {
     /// Whether a record a retry would find was written (a claim completed, a one-time step
     /// recorded): then a commit whose answer was lost may be retried.
     recorded: bool,
+    /// Where the store's commits carry what they announce (PostgreSQL, when it has a bus).
+    #[cfg(feature = "postgres")]
+    outbox: Option<std::sync::Arc<crate::bus::PgOutbox>>,
+    /// What this transaction's commit announces, as the channel carries it.
+    #[cfg(feature = "postgres")]
+    announced: Vec<String>,
 }
 
 /// Runs a transaction's begin on a task of its own, so that it completes even when the call
@@ -1196,6 +1237,10 @@ impl SqlTx {
             fence: None,
             fence_checked: false,
             recorded: false,
+            #[cfg(feature = "postgres")]
+            outbox: None,
+            #[cfg(feature = "postgres")]
+            announced: Vec::new(),
         }
     }
 
@@ -1471,6 +1516,16 @@ impl Transaction for SqlTx {
         self.fence_checked = false;
     }
 
+    #[cfg(feature = "postgres")]
+    fn announce_with_commit(&mut self, events: &[wharf::ChangeEvent]) -> bool {
+        if self.outbox.is_none() || !matches!(self.tx, TypedTx::Postgres(_)) {
+            return false;
+        }
+        self.announced
+            .extend(crate::bus::PgOutbox::payloads(events));
+        true
+    }
+
     async fn commit(mut self: Box<Self>) -> Result<(), StoreError> {
         #[cfg(feature = "postgres")]
         if let (Some(fence), TypedTx::Postgres(tx), false) =
@@ -1478,14 +1533,31 @@ impl Transaction for SqlTx {
         {
             pg_lock::check_fence(tx, fence).await?;
         }
+        // What the commit announces goes in with its writes.
+        #[cfg(feature = "postgres")]
+        let announced = match (&mut self.tx, self.outbox.take()) {
+            (TypedTx::Postgres(tx), Some(outbox)) if !self.announced.is_empty() => {
+                let ids = crate::bus::PgOutbox::write(tx, &self.announced)
+                    .await
+                    .map_err(db_error)?;
+                Some((outbox, ids))
+            }
+            _ => None,
+        };
         let recorded = self.recorded;
         // With a record that a retry finds, a commit whose answer was lost may be retried
         // (the retry replays it if it was applied); without one, "retry" could apply it
         // twice.
-        on_driver!(TypedTx, self.tx, |tx| tx.commit().await).map_err(match recorded {
-            true => db_error,
-            false => write_error,
-        })
+        let committed =
+            on_driver!(TypedTx, self.tx, |tx| tx.commit().await).map_err(match recorded {
+                true => db_error,
+                false => write_error,
+            });
+        #[cfg(feature = "postgres")]
+        if let (Ok(()), Some((outbox, ids))) = (&committed, announced) {
+            outbox.publish(ids).await;
+        }
+        committed
     }
 
     fn backend_tx(&mut self) -> &mut dyn std::any::Any {

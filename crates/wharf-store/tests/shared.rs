@@ -99,6 +99,22 @@ async fn next(
         .expect("an event or the end in time")
 }
 
+/// Reads `rx` until `event` arrives (within the usual time each), every event before it
+/// shown to `before`.
+async fn until_heard(
+    rx: &mut tokio::sync::broadcast::Receiver<ChangeEvent>,
+    event: &ChangeEvent,
+    mut before: impl FnMut(&ChangeEvent),
+) {
+    loop {
+        let heard = next(rx).await.expect("open");
+        if heard == *event {
+            return;
+        }
+        before(&heard);
+    }
+}
+
 /// Events published on one replica reach the subscribers of every replica, the publisher's
 /// own included; a lost listening connection ends the open receivers (they may have missed
 /// events), and the bus listens again by itself.
@@ -146,13 +162,7 @@ async fn events_reach_every_replica_and_an_outage_ends_open_streams(
         .publish(ChangeEvent::ResourceUpdated { uri: uri.clone() })
         .await
         .unwrap();
-    loop {
-        if next(&mut again).await.expect("open")
-            == (ChangeEvent::ResourceUpdated { uri: uri.clone() })
-        {
-            break;
-        }
-    }
+    until_heard(&mut again, &ChangeEvent::ResourceUpdated { uri }, |_| {}).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -262,16 +272,13 @@ async fn redis_a_commit_carries_its_announcements_and_only_a_commit_does() {
     tx.commit().await.unwrap();
 
     // The channel keeps one order: what the first two sent would come before the third.
-    loop {
-        let event = next(&mut on_b).await.expect("open");
+    until_heard(&mut on_b, &committed, |event| {
         assert!(
-            event != rolled_back && event != failed,
+            *event != rolled_back && *event != failed,
             "{event:?} was announced without a commit"
         );
-        if event == committed {
-            break;
-        }
-    }
+    })
+    .await;
 }
 
 /// A publish Redis refuses (here an ACL user without `PUBLISH`) does not undo the commit
@@ -360,16 +367,89 @@ impl Drop for AclUser {
     }
 }
 
-/// Stores whose commits carry no announcements (SQLite, which keeps to one process;
-/// PostgreSQL, whose commit would fail on a notification queue that cannot take one): the
+/// SQLite's commits carry no announcements (it keeps to one process, with no bus): the
 /// core announces them itself.
 #[tokio::test]
-async fn sqlite_and_postgres_commits_carry_no_announcements() {
-    let sqlite = support::sqlite_with(&support::sqlite_url("announce"), WAIT).await;
-    for store in [sqlite, support::postgres_with(WAIT).await] {
-        let mut tx = store.begin(TxMode::Write).await.unwrap();
-        assert!(!tx.announce_with_commit(&[ChangeEvent::ToolsListChanged]));
-    }
+async fn sqlite_commits_carry_no_announcements() {
+    let store = support::sqlite_with(&support::sqlite_url("announce"), WAIT).await;
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    assert!(!tx.announce_with_commit(&[ChangeEvent::ToolsListChanged]));
+}
+
+/// Rows of PostgreSQL's announcements table that hold `uri`.
+async fn pg_announcements_of(pool: &sqlx::PgPool, uri: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM wharf_announcements WHERE payload = $1")
+        .bind(format!("u {uri}"))
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// What a call announces travels with its PostgreSQL commit: written in its transaction,
+/// published once the commit answered (and its row deleted), nothing of a transaction rolled
+/// back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_commit_carries_its_announcements_and_only_a_commit_does() {
+    let _one_at_a_time = BUS.lock().await;
+    let (a, b) = (
+        support::postgres_with(WAIT).await,
+        support::postgres_with(WAIT).await,
+    );
+    let mut on_b = past_the_first_gap(&b, &a).await;
+    let uri = |what: &str| format!("dataset://{}", support::unique(what));
+    let (rolled_back, committed) = (uri("rolled-back"), uri("committed"));
+    let updated = |uri: &str| ChangeEvent::ResourceUpdated {
+        uri: uri.to_owned(),
+    };
+
+    let mut tx = a.begin(TxMode::Write).await.unwrap();
+    assert!(tx.announce_with_commit(&[updated(&rolled_back)]));
+    drop(tx);
+    let mut tx = a.begin(TxMode::Write).await.unwrap();
+    assert!(tx.announce_with_commit(&[updated(&committed)]));
+    tx.commit().await.unwrap();
+    let pool = support::pg_observer().await;
+    assert_eq!(pg_announcements_of(&pool, &committed).await, 0, "published");
+    assert_eq!(pg_announcements_of(&pool, &rolled_back).await, 0);
+    until_heard(&mut on_b, &updated(&committed), |event| {
+        assert_ne!(*event, updated(&rolled_back), "announced without a commit");
+    })
+    .await;
+}
+
+/// An announcement its replica left unpublished (it died right after its commit) is not
+/// lost: the next replica whose heartbeat finds it publishes it, once. A store's bus sweeps
+/// when it starts, so a replica that starts is one such heartbeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_an_announcement_a_dead_replica_left_is_published_by_another() {
+    let _one_at_a_time = BUS.lock().await;
+    let (a, b) = (
+        support::postgres_with(WAIT).await,
+        support::postgres_with(WAIT).await,
+    );
+    let mut on_b = past_the_first_gap(&b, &a).await;
+    let orphan = format!("dataset://{}", support::unique("orphan"));
+    let pool = support::pg_observer().await;
+    // As the dead replica's commit left it, a minute ago.
+    sqlx::query(
+        "INSERT INTO wharf_announcements (payload, at) \
+         VALUES ($1, clock_timestamp() - interval '1 minute')",
+    )
+    .bind(format!("u {orphan}"))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let starting = support::postgres_with(WAIT).await;
+    let _ = starting.bus().unwrap().is_connected();
+    let published = ChangeEvent::ResourceUpdated {
+        uri: orphan.clone(),
+    };
+    until_heard(&mut on_b, &published, |_| {}).await;
+    assert_eq!(
+        pg_announcements_of(&pool, &orphan).await,
+        0,
+        "deleted once published"
+    );
 }
 
 /// An event too large for PostgreSQL's channel is not dropped in silence: it goes out as a

@@ -821,8 +821,8 @@ impl Context {
     /// Announces `event` once the call's writes have committed (see [`Context::tx`]), or may
     /// have (a commit whose answer was lost; a write in steps, whose steps stand whatever
     /// comes after), and not when they are rolled back: listeners who re-read on the
-    /// notification see the change. On Redis, when the server uses the store's bus, the
-    /// commit of the call's transaction ([`Context::tx`]) publishes it itself (see
+    /// notification see the change. On Redis and PostgreSQL, when the server uses the
+    /// store's bus, the commit of the call's transaction ([`Context::tx`]) carries it (see
     /// [`Transaction::announce_with_commit`](crate::store::Transaction::announce_with_commit)):
     /// it goes out even if the process dies right after. Where there is no call transaction
     /// (no store, or not a tool call) it is announced at once.

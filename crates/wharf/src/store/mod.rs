@@ -341,9 +341,10 @@ pub trait Transaction: Send {
     }
 
     /// Takes `events` to announce on the store's own bus ([`Store::bus`]) with the commit
-    /// itself, once every write applied (Redis: in the script that applies them). So a
-    /// process that dies just after its commit loses none, and the call's answer waits for
-    /// no other connection to announce them. A store that could not publish them after
+    /// itself, once every write applied (Redis: in the script that applies them;
+    /// PostgreSQL: written with the writes, published once the commit answered, and by
+    /// another replica if this one could not). So a process that dies just after its commit
+    /// loses none. A store that could not publish them after
     /// applying the writes must tell every stream of a gap, as its bus does when a publish
     /// fails, and still commit: the writes never depend on the announcement. `false`, the
     /// default, when the store does not: the core announces them once the commit answered.
