@@ -174,7 +174,7 @@ async fn call(
     bar.finish_and_clear();
     match outcome {
         Ok(result) => show_result(&result, args.output),
-        Err(e) => show_error(&e, call.key()),
+        Err(e) => show_error(&e, call.key(), &args.endpoint.url),
     }
 }
 
@@ -391,12 +391,33 @@ fn show_result(result: &Value, output: Output) -> ExitCode {
     }
 }
 
-fn show_error(error: &CallError, key: Option<&str>) -> ExitCode {
+fn show_error(error: &CallError, key: Option<&str>, url: &str) -> ExitCode {
     if let CallError::Rpc {
         data: Some(data), ..
     } = error
     {
         eprintln!("{data:#}");
+    }
+    // A token without a scope the call needs (403 `insufficient_scope`; the error names
+    // every scope needed): say how to get one that has them.
+    if let CallError::Rpc {
+        status: 403,
+        data: Some(data),
+        ..
+    } = error
+    {
+        let needed: Vec<&str> = data["requiredScopes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if !needed.is_empty() {
+            let needed = needed.join(" ");
+            eprintln!(
+                "the token lacks a scope this needs ({needed}): use one granted them all; `wharf login {url} --scope \"{needed}\"` asks for them (add the other scopes you use: the new token replaces the old)"
+            );
+        }
     }
     // Without a terminal this client declares no input capability (see `capabilities`),
     // so a tool that asks for input is refused up front: say which flag answers it.

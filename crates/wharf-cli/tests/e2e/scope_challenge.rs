@@ -272,6 +272,35 @@ async fn the_scenarios_requests_are_challenged_then_served_with_the_full_token()
     }
 }
 
+/// `wharf call` with a token short of a scope says which scopes the call needs and how to
+/// ask for them.
+#[tokio::test]
+async fn the_command_says_how_to_get_the_scopes_a_call_needs() {
+    let (server, _issuer) = server().await;
+    let called = tokio::task::spawn_blocking({
+        let url = server.url();
+        move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_wharf"))
+                .args(["call", &url, "test_simple_text", "--token", LOW])
+                .stdin(std::process::Stdio::null())
+                .output()
+                .expect("run wharf")
+        }
+    })
+    .await
+    .unwrap();
+    assert!(!called.status.success());
+    let said = String::from_utf8_lossy(&called.stderr);
+    let needed = fixtures()[0].scopes.join(" ");
+    assert!(
+        said.contains(&format!(
+            "wharf login {} --scope \"{needed}\"",
+            server.url()
+        )),
+        "{said}"
+    );
+}
+
 #[tokio::test]
 async fn a_challenge_names_every_scope_needed_not_only_the_missing_ones() {
     let (server, _issuer) = server().await;
