@@ -205,7 +205,7 @@ pub(crate) type Publish =
     Box<dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
 
 /// Publishes what other replicas left unpublished (PostgreSQL's announcements table): run
-/// by each replica's heartbeat; how many it published.
+/// by each replica at the heartbeat's pace; how many it published.
 pub(crate) type Sweep =
     Box<dyn Fn() -> Pin<Box<dyn Future<Output = Result<u64, String>> + Send>> + Send + Sync>;
 
@@ -227,7 +227,7 @@ pub(crate) struct StoreBus {
 impl StoreBus {
     /// A bus that listens through `connect` (from a task started on first use, which stops
     /// when the bus is dropped), publishes through `publish`, and runs `sweep` when it
-    /// starts and with each heartbeat.
+    /// starts and every heartbeat interval after.
     pub(crate) fn new(
         backend: &'static str,
         connect: Connect,
@@ -283,8 +283,10 @@ impl StoreBus {
                     self.backend,
                     Arc::downgrade(&self.fanout),
                     Arc::clone(&self.publish),
-                    sweep,
                 ));
+                if let Some(sweep) = sweep {
+                    runtime.spawn(sweeper(self.backend, Arc::downgrade(&self.fanout), sweep));
+                }
             }
         });
     }
@@ -399,29 +401,35 @@ async fn listen(backend: &'static str, fanout: Weak<Fanout>, connect: Connect) {
     }
 }
 
-/// Publishes the heartbeat every [`HEARTBEAT`] until the bus is dropped, and runs `sweep`
-/// at once and then with each beat. A heartbeat the store refuses is only logged: the
-/// listeners that miss it long enough reconnect.
-async fn heartbeat(
-    backend: &'static str,
-    fanout: Weak<Fanout>,
-    publish: Arc<Publish>,
-    sweep: Option<Sweep>,
-) {
+/// Runs `sweep` at once and then every [`HEARTBEAT`] until the bus is dropped; on a task of
+/// its own, so that a sweep waiting for a connection never holds the heartbeat back.
+async fn sweeper(backend: &'static str, fanout: Weak<Fanout>, sweep: Sweep) {
+    let mut round = tokio::time::interval(HEARTBEAT);
+    round.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        round.tick().await;
+        if fanout.strong_count() == 0 {
+            return;
+        }
+        match sweep().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                "{backend} change bus: published {n} announcements a replica left unpublished"
+            ),
+            Err(e) => tracing::warn!(
+                error = %e,
+                "{backend} change bus: announcements left unpublished could not be published yet"
+            ),
+        }
+    }
+}
+
+/// Publishes the heartbeat every [`HEARTBEAT`] until the bus is dropped. A heartbeat the
+/// store refuses is only logged: the listeners that miss it long enough reconnect.
+async fn heartbeat(backend: &'static str, fanout: Weak<Fanout>, publish: Arc<Publish>) {
     let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
     beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        if let Some(sweep) = &sweep {
-            match sweep().await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(
-                    "{backend} change bus: published {n} announcements a replica left unpublished"
-                ),
-                Err(e) => {
-                    tracing::warn!(error = %e, "{backend} change bus: announcements left unpublished could not be published yet")
-                }
-            }
-        }
         beat.tick().await;
         let Some(owed) = fanout
             .upgrade()
@@ -553,27 +561,43 @@ const PUBLISH_ORPHANS_SQL: &str = "WITH due AS (SELECT id FROM wharf_announcemen
 /// `wharf::store::Transaction::announce_with_commit`): written to `wharf_announcements` in
 /// the transaction, so they stand or fall with its writes, then published and deleted by
 /// the replica once its commit answered. Rows it leaves (it died just after the commit, or
-/// the publish failed) are published by the next heartbeat of any replica, [`ORPHANED`]
-/// after they were written, so none is lost with a replica; the writes never wait for, nor
-/// fail on, the notification queue.
+/// the publish failed) are published by the next sweep of any replica (one every
+/// [`HEARTBEAT`]), [`ORPHANED`] after they were written at the soonest, so none is lost
+/// with a replica; the writes never wait for, nor fail on, the notification queue.
 #[cfg(feature = "postgres")]
 pub(crate) struct PgOutbox {
-    pool: sqlx::PgPool,
+    /// To the replica's one publishing task, in commit order.
+    queue: tokio::sync::mpsc::Sender<Vec<i64>>,
     bus: Arc<StoreBus>,
 }
 
+/// Commits whose announcements may wait to be published before the replica leaves the
+/// next ones to the sweeps.
+#[cfg(feature = "postgres")]
+const OUTBOX_QUEUE: usize = 4096;
+
 #[cfg(feature = "postgres")]
 impl PgOutbox {
-    /// The outbox of the store whose connections are `pool` and whose bus is `bus`.
+    /// The outbox of the store whose connections are `pool` and whose bus is `bus`, with
+    /// its publishing task (which ends with the outbox). Inside a Tokio runtime.
     pub(crate) fn new(pool: sqlx::PgPool, bus: Arc<StoreBus>) -> Self {
-        PgOutbox { pool, bus }
+        let (queue, committed) = tokio::sync::mpsc::channel(OUTBOX_QUEUE);
+        tokio::spawn(publisher(pool, Arc::clone(&bus), committed));
+        PgOutbox { queue, bus }
     }
 
-    /// The payloads of `events`, as the channel carries them.
+    /// The payloads of `events`, as the channel carries them. One PostgreSQL cannot store
+    /// (a NUL in a URI a tool built from its arguments) goes as a gap: the writes must not
+    /// fail on their announcement.
     pub(crate) fn payloads(events: &[ChangeEvent]) -> impl Iterator<Item = String> + '_ {
-        events
-            .iter()
-            .map(|event| payload("postgres", event, PG_MAX_PAYLOAD))
+        events.iter().map(|event| {
+            let line = payload("postgres", event, PG_MAX_PAYLOAD);
+            if line.contains('\0') {
+                tracing::warn!("change notification with a NUL character; announcing a gap");
+                return "g".to_owned();
+            }
+            line
+        })
     }
 
     /// Writes `payloads` in the transaction on `conn`; their rows' ids, in order.
@@ -595,20 +619,51 @@ impl PgOutbox {
         })
     }
 
-    /// Publishes (and deletes) the rows `ids` once their transaction committed. When that
-    /// fails, this replica's streams are told of a gap at once (others hear of one too), and
-    /// the rows stay for the heartbeats, which publish them late rather than never.
-    pub(crate) async fn publish(&self, ids: Vec<i64>) {
-        let published = sqlx::query(PUBLISH_ANNOUNCEMENTS_SQL)
-            .bind(CHANNEL)
-            .bind(&ids)
-            .execute(&self.pool)
-            .await;
-        if let Err(e) = published {
-            tracing::warn!(error = %e, "postgres change bus: a commit's announcements wait for the next heartbeat");
-            self.bus.missed().await;
+    /// Hands the rows `ids`, whose transaction committed, to the publishing task: the call
+    /// (and the keys it holds) waits for no connection to publish them, and one replica's
+    /// commits are published in their order. A queue too long leaves them to the sweeps
+    /// (and tells of a gap).
+    pub(crate) fn publish(&self, ids: Vec<i64>) {
+        if self.queue.try_send(ids).is_err() {
+            tracing::warn!(
+                "postgres change bus: too many commits' announcements waiting; they wait for a sweep"
+            );
+            let bus = Arc::clone(&self.bus);
+            tokio::spawn(async move { bus.missed().await });
         }
     }
+}
+
+/// Publishes each commit's rows as they come, until the outbox is dropped. When publishing
+/// fails, this replica's streams are told of a gap (others hear of one too), and the rows
+/// stay for the sweeps, which publish them late rather than never.
+#[cfg(feature = "postgres")]
+async fn publisher(
+    pool: sqlx::PgPool,
+    bus: Arc<StoreBus>,
+    mut committed: tokio::sync::mpsc::Receiver<Vec<i64>>,
+) {
+    while let Some(ids) = committed.recv().await {
+        let published = match pool.acquire().await {
+            Ok(mut conn) => publish_rows(&mut conn, &ids).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = published {
+            tracing::warn!(error = %e, "postgres change bus: a commit's announcements wait for a sweep");
+            bus.missed().await;
+        }
+    }
+}
+
+/// Deletes and publishes the rows `ids` of `wharf_announcements` ([`PUBLISH_ANNOUNCEMENTS_SQL`]).
+#[cfg(feature = "postgres")]
+async fn publish_rows(conn: &mut sqlx::PgConnection, ids: &[i64]) -> Result<(), sqlx::Error> {
+    sqlx::query(PUBLISH_ANNOUNCEMENTS_SQL)
+        .bind(CHANNEL)
+        .bind(ids)
+        .execute(conn)
+        .await
+        .map(drop)
 }
 
 /// The channel of the deployment on Redis database `db`: Redis's publish/subscribe ignores

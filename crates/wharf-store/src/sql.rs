@@ -1555,7 +1555,7 @@ impl Transaction for SqlTx {
             });
         #[cfg(feature = "postgres")]
         if let (Ok(()), Some((outbox, ids))) = (&committed, announced) {
-            outbox.publish(ids).await;
+            outbox.publish(ids);
         }
         committed
     }

@@ -789,8 +789,8 @@ async fn announcements_follow_what_was_written(store: Arc<dyn Store>) {
 }
 
 /// On the store's own bus, a call's commit announces what the call announced once: the
-/// commit carries it where the store can (Redis), and the replica does not announce it
-/// again; elsewhere the replica announces it. Two calls, one after the other, are heard in
+/// commit carries it where the store can (Redis, PostgreSQL), and the replica does not
+/// announce it again; elsewhere the replica announces it. Two calls, one after the other, are heard in
 /// their order, each once.
 async fn a_commit_is_announced_once_on_the_stores_own_bus(store: Arc<dyn Store>) {
     let announcing = tool("announcing").handler(|cx: Context, args: Append| async move {

@@ -408,13 +408,39 @@ async fn postgres_a_commit_carries_its_announcements_and_only_a_commit_does() {
     let mut tx = a.begin(TxMode::Write).await.unwrap();
     assert!(tx.announce_with_commit(&[updated(&committed)]));
     tx.commit().await.unwrap();
-    let pool = support::pg_observer().await;
-    assert_eq!(pg_announcements_of(&pool, &committed).await, 0, "published");
-    assert_eq!(pg_announcements_of(&pool, &rolled_back).await, 0);
     until_heard(&mut on_b, &updated(&committed), |event| {
         assert_ne!(*event, updated(&rolled_back), "announced without a commit");
     })
     .await;
+    // Published with its row's deletion, in one transaction.
+    let pool = support::pg_observer().await;
+    assert_eq!(pg_announcements_of(&pool, &committed).await, 0, "published");
+    assert_eq!(pg_announcements_of(&pool, &rolled_back).await, 0);
+}
+
+/// An announcement PostgreSQL cannot store (a NUL in its URI) does not fail the writes: it
+/// goes out as a gap, which ends every open stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_an_announcement_it_cannot_store_is_a_gap_not_a_failed_commit() {
+    let _one_at_a_time = BUS.lock().await;
+    let (a, b) = (
+        support::postgres_with(WAIT).await,
+        support::postgres_with(WAIT).await,
+    );
+    let mut on_b = past_the_first_gap(&b, &a).await;
+    let mut tx = a.begin(TxMode::Write).await.unwrap();
+    assert!(tx.announce_with_commit(&[ChangeEvent::ResourceUpdated {
+        uri: "dataset://nul\0inside".to_owned(),
+    }]));
+    tx.commit()
+        .await
+        .expect("the writes do not depend on the announcement");
+    loop {
+        match next(&mut on_b).await {
+            Err(RecvError::Closed) => break,
+            Ok(_) | Err(RecvError::Lagged(_)) => {}
+        }
+    }
 }
 
 /// An announcement its replica left unpublished (it died right after its commit) is not
