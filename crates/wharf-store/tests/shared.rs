@@ -5,6 +5,7 @@
 
 mod support;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -237,17 +238,27 @@ async fn past_the_first_gap(
     }
 }
 
+/// Two replicas (two stores opened by `open` on one database), and a receiver of the
+/// second's bus past its first gap (open while the second is kept).
+async fn replicas<F: Future<Output = Arc<dyn Store>>>(
+    open: impl Fn(Duration) -> F,
+) -> (
+    Arc<dyn Store>,
+    Arc<dyn Store>,
+    tokio::sync::broadcast::Receiver<ChangeEvent>,
+) {
+    let (a, b) = (open(WAIT).await, open(WAIT).await);
+    let on_b = past_the_first_gap(&b, &a).await;
+    (a, b, on_b)
+}
+
 /// What a call announces travels with its Redis commit: every replica hears it once the
 /// commit applies, and nothing of a transaction rolled back or of a commit whose writes
 /// stopped part-way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_a_commit_carries_its_announcements_and_only_a_commit_does() {
     let _one_at_a_time = BUS.lock().await;
-    let (a, b) = (
-        support::redis_with(WAIT).await,
-        support::redis_with(WAIT).await,
-    );
-    let mut on_b = past_the_first_gap(&b, &a).await;
+    let (a, _b, mut on_b) = replicas(support::redis_with).await;
     let uri = |what: &str| ChangeEvent::ResourceUpdated {
         uri: format!("dataset://{}", support::unique(what)),
     };
@@ -391,11 +402,7 @@ async fn pg_announcements_of(pool: &sqlx::PgPool, uri: &str) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_commit_carries_its_announcements_and_only_a_commit_does() {
     let _one_at_a_time = BUS.lock().await;
-    let (a, b) = (
-        support::postgres_with(WAIT).await,
-        support::postgres_with(WAIT).await,
-    );
-    let mut on_b = past_the_first_gap(&b, &a).await;
+    let (a, _b, mut on_b) = replicas(support::postgres_with).await;
     let uri = |what: &str| format!("dataset://{}", support::unique(what));
     let (rolled_back, committed) = (uri("rolled-back"), uri("committed"));
     let updated = |uri: &str| ChangeEvent::ResourceUpdated {
@@ -423,11 +430,7 @@ async fn postgres_a_commit_carries_its_announcements_and_only_a_commit_does() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_an_announcement_it_cannot_store_is_a_gap_not_a_failed_commit() {
     let _one_at_a_time = BUS.lock().await;
-    let (a, b) = (
-        support::postgres_with(WAIT).await,
-        support::postgres_with(WAIT).await,
-    );
-    let mut on_b = past_the_first_gap(&b, &a).await;
+    let (a, _b, mut on_b) = replicas(support::postgres_with).await;
     let mut tx = a.begin(TxMode::Write).await.unwrap();
     assert!(tx.announce_with_commit(&[ChangeEvent::ResourceUpdated {
         uri: "dataset://nul\0inside".to_owned(),
@@ -449,11 +452,7 @@ async fn postgres_an_announcement_it_cannot_store_is_a_gap_not_a_failed_commit()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_an_announcement_a_dead_replica_left_is_published_by_another() {
     let _one_at_a_time = BUS.lock().await;
-    let (a, b) = (
-        support::postgres_with(WAIT).await,
-        support::postgres_with(WAIT).await,
-    );
-    let mut on_b = past_the_first_gap(&b, &a).await;
+    let (_a, _b, mut on_b) = replicas(support::postgres_with).await;
     let orphan = format!("dataset://{}", support::unique("orphan"));
     let pool = support::pg_observer().await;
     // As the dead replica's commit left it, a minute ago.
