@@ -204,8 +204,8 @@ pub(crate) type Connect = Box<
 pub(crate) type Publish =
     Box<dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
 
-/// Publishes what other replicas left unpublished (PostgreSQL's announcements table): run
-/// by each replica at the heartbeat's pace; how many it published.
+/// Publishes what replicas left unpublished (PostgreSQL's announcements table): run by each
+/// replica at the heartbeat's pace; how many it published.
 pub(crate) type Sweep =
     Box<dyn Fn() -> Pin<Box<dyn Future<Output = Result<u64, String>> + Send>> + Send + Sync>;
 
@@ -218,7 +218,7 @@ pub(crate) struct StoreBus {
     started: OnceLock<()>,
     /// Shared with the heartbeat task.
     publish: Arc<Publish>,
-    /// Run by the heartbeat task, when the store keeps announcements to publish.
+    /// Run by a sweeping task of its own, when the store keeps announcements to publish.
     sweep: Mutex<Option<Sweep>>,
     /// Longest payload the channel carries; longer events go out as a gap.
     max_payload: usize,
@@ -541,7 +541,7 @@ pub(crate) const ORPHANED: Duration = Duration::from_secs(5);
 /// Deletes the rows `$2` (ids) of `wharf_announcements` and publishes them on `$1`, in the
 /// order they were written; a row another replica deleted already is published by it. A
 /// transaction of its own: a notification queue that cannot take them fails it, and the rows
-/// stay for the heartbeats.
+/// stay for the sweeps.
 #[cfg(feature = "postgres")]
 const PUBLISH_ANNOUNCEMENTS_SQL: &str = "WITH gone AS (DELETE FROM wharf_announcements \
      WHERE id = ANY($2) RETURNING id, payload) \
