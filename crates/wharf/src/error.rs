@@ -203,7 +203,9 @@ impl RpcError {
         .with_data(json!({ "requiredCapabilities": required }))
     }
 
-    /// [`FORBIDDEN`] naming what needs which scopes; `data.requiredScopes` lists them all.
+    /// [`FORBIDDEN`] naming what needs which scopes; `data.requiredScopes` lists every scope
+    /// of `what`, not only the missing ones (the scopes every request needs are the HTTP
+    /// challenge's to name).
     pub fn insufficient_scope(what: &str, required: &[String], missing: &[&str]) -> Self {
         Self::new(
             ErrorKind::InsufficientScope,

@@ -174,7 +174,7 @@ async fn call(
     bar.finish_and_clear();
     match outcome {
         Ok(result) => show_result(&result, args.output),
-        Err(e) => show_error(&e, call.key(), &args.endpoint.url),
+        Err(e) => show_error(&e, call.key(), &args.endpoint),
     }
 }
 
@@ -391,15 +391,16 @@ fn show_result(result: &Value, output: Output) -> ExitCode {
     }
 }
 
-fn show_error(error: &CallError, key: Option<&str>, url: &str) -> ExitCode {
+fn show_error(error: &CallError, key: Option<&str>, endpoint: &Endpoint) -> ExitCode {
     if let CallError::Rpc {
         data: Some(data), ..
     } = error
     {
         eprintln!("{data:#}");
     }
-    // A token without a scope the call needs (403 `insufficient_scope`; the error names
-    // every scope needed): say how to get one that has them.
+    // A token without a scope the call needs (403 `insufficient_scope`, with the scopes of
+    // what the call reaches; those the server needs of every request are not among them):
+    // say how to get one that has them.
     if let CallError::Rpc {
         status: 403,
         data: Some(data),
@@ -414,9 +415,15 @@ fn show_error(error: &CallError, key: Option<&str>, url: &str) -> ExitCode {
             .collect();
         if !needed.is_empty() {
             let needed = needed.join(" ");
-            eprintln!(
-                "the token lacks a scope this needs ({needed}): use one granted them all; `wharf login {url} --scope \"{needed}\"` asks for them (add the other scopes you use: the new token replaces the old)"
-            );
+            match &endpoint.token {
+                Some(_) => eprintln!(
+                    "the token given (--token or WHARF_TOKEN) lacks a scope this call needs ({needed}): use one granted it"
+                ),
+                None => eprintln!(
+                    "the token lacks a scope this call needs ({needed}): sign in again with `wharf login '{}'`, which asks for every scope the server offers (or for those --scope names: the new token replaces the old)",
+                    endpoint.url
+                ),
+            }
         }
     }
     // Without a terminal this client declares no input capability (see `capabilities`),

@@ -7,25 +7,16 @@
 use crate::common;
 
 use std::io::{BufRead as _, BufReader};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::ServerProcess;
 use common::peers::{PythonServer, venv_python};
+use common::{ServerProcess, wharf, wharf_in};
 use serde_json::{Value, json};
 
 /// Only turns a hang into a failure; nothing is decided by it.
 const WAIT: Duration = Duration::from_secs(60);
-
-/// Runs `wharf ARGS` to its end, with no terminal.
-fn wharf(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_wharf"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run wharf")
-}
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -752,17 +743,6 @@ fn listen_stops_on_sigterm_and_says_so() {
     let (said, ended) = ended.recv_timeout(WAIT).expect("wharf listen ended");
     assert_eq!(ended.status.code(), Some(143), "{said}");
     assert!(said.contains("stopped (SIGTERM)"), "{said}");
-}
-
-/// `wharf ARGS` with environment `env` (and no `WHARF_TOKEN`), run to its end.
-fn wharf_in(env: &[(String, String)], args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_wharf"))
-        .args(args)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .env_remove("WHARF_TOKEN")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
 }
 
 /// Runs `wharf login URL --no-browser` in `env` while Chromium plays the person at the

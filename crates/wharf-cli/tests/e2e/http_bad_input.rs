@@ -716,17 +716,14 @@ async fn any_host_still_checks_origin() {
 
 #[tokio::test]
 async fn short_cursor_keys_are_refused_at_startup() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wharf"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--anonymous",
-            "--cursor-key",
-            "c2hvcnQ=",
-        ])
-        .output()
-        .unwrap();
+    let out = common::wharf(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--anonymous",
+        "--cursor-key",
+        "c2hvcnQ=",
+    ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("at least 32 bytes"));
 }

@@ -273,29 +273,50 @@ async fn the_scenarios_requests_are_challenged_then_served_with_the_full_token()
 }
 
 /// `wharf call` with a token short of a scope says which scopes the call needs and how to
-/// ask for them.
+/// get a token that has them: for a token it was given, that it needs another; for the one
+/// `wharf login` kept, the login that asks for every scope the server offers.
 #[tokio::test]
 async fn the_command_says_how_to_get_the_scopes_a_call_needs() {
     let (server, _issuer) = server().await;
-    let called = tokio::task::spawn_blocking({
-        let url = server.url();
-        move || {
-            std::process::Command::new(env!("CARGO_BIN_EXE_wharf"))
-                .args(["call", &url, "test_simple_text", "--token", LOW])
-                .stdin(std::process::Stdio::null())
-                .output()
-                .expect("run wharf")
-        }
-    })
-    .await
-    .unwrap();
-    assert!(!called.status.success());
-    let said = String::from_utf8_lossy(&called.stderr);
+    let url = server.url();
     let needed = fixtures()[0].scopes.join(" ");
+    let call = |env: Vec<(String, String)>, token: Option<&'static str>| {
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut args = vec!["call", url.as_str(), "test_simple_text"];
+            args.extend(token.map(|t| ["--token", t]).into_iter().flatten());
+            common::wharf_in(&env, &args)
+        })
+    };
+
+    let given = call(Vec::new(), Some(LOW)).await.unwrap();
+    assert!(!given.status.success());
+    let said = String::from_utf8_lossy(&given.stderr);
     assert!(
         said.contains(&format!(
-            "wharf login {} --scope \"{needed}\"",
-            server.url()
+            "(--token or WHARF_TOKEN) lacks a scope this call needs ({needed})"
+        )),
+        "{said}"
+    );
+
+    // The same token, as a login kept it.
+    let config = std::env::temp_dir().join(format!("wharf-scope-hint-{}", std::process::id()));
+    std::fs::create_dir_all(&config).unwrap();
+    let grant = json!({ url.as_str(): {
+        "access_token": LOW,
+        "token_endpoint": "http://127.0.0.1:9/token",
+        "client_id": "wharf-cli",
+        "resource": url,
+    }});
+    std::fs::write(config.join("tokens.json"), grant.to_string()).unwrap();
+    let env = vec![("WHARF_CONFIG_DIR".to_owned(), config.display().to_string())];
+    let kept = call(env, None).await.unwrap();
+    std::fs::remove_dir_all(&config).unwrap();
+    assert!(!kept.status.success());
+    let said = String::from_utf8_lossy(&kept.stderr);
+    assert!(
+        said.contains(&format!(
+            "needs ({needed}): sign in again with `wharf login '{url}'`"
         )),
         "{said}"
     );

@@ -415,13 +415,16 @@ async fn a_client_that_stops_reading_does_not_keep_the_server_alive() {
 /// silence, and a user given `--api-key` got the anonymous principal's data).
 #[test]
 fn options_stdio_does_not_use_are_named() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wharf"))
-        .args(["serve", "--stdio", "--profile", "demo"])
-        .args(["--api-key", "alice=0123456789abcdef"])
-        .args(["--metrics-listen", "127.0.0.1:0"])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
+    let out = common::wharf(&[
+        "serve",
+        "--stdio",
+        "--profile",
+        "demo",
+        "--api-key",
+        "alice=0123456789abcdef",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]);
     assert!(out.status.success());
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(

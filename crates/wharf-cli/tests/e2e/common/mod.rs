@@ -227,6 +227,23 @@ pub(crate) fn refused_start(listen: &str, args: &[&str], env: &[(&str, &str)]) -
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// Runs `wharf ARGS` to its end, with no terminal.
+pub(crate) fn wharf(args: &[&str]) -> std::process::Output {
+    wharf_in(&[], args)
+}
+
+/// `wharf ARGS` with environment `env` (and no `WHARF_TOKEN`), run to its end, with no
+/// terminal.
+pub(crate) fn wharf_in(env: &[(String, String)], args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env_remove("WHARF_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run wharf")
+}
+
 /// Environment that names `proxy` as every scheme's proxy, and nothing as exempt: a server
 /// started with it reaches through `proxy` whatever it does not reach directly.
 pub(crate) fn proxy_env(proxy: &str) -> Vec<(&'static str, &str)> {
