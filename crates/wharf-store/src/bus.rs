@@ -569,6 +569,8 @@ pub(crate) struct PgOutbox {
     /// To the replica's one publishing task, in commit order.
     queue: tokio::sync::mpsc::Sender<Vec<i64>>,
     bus: Arc<StoreBus>,
+    /// A gap is being told for commits the queue could not take: one at a time is enough.
+    telling: Arc<AtomicBool>,
 }
 
 /// Commits whose announcements may wait to be published before the replica leaves the
@@ -583,7 +585,11 @@ impl PgOutbox {
     pub(crate) fn new(pool: sqlx::PgPool, bus: Arc<StoreBus>) -> Self {
         let (queue, committed) = tokio::sync::mpsc::channel(OUTBOX_QUEUE);
         tokio::spawn(publisher(pool, Arc::clone(&bus), committed));
-        PgOutbox { queue, bus }
+        PgOutbox {
+            queue,
+            bus,
+            telling: Arc::new(AtomicBool::new(false)),
+        }
     }
 
     /// The payloads of `events`, as the channel carries them. One PostgreSQL cannot store
@@ -621,15 +627,26 @@ impl PgOutbox {
 
     /// Hands the rows `ids`, whose transaction committed, to the publishing task: the call
     /// (and the keys it holds) waits for no connection to publish them, and one replica's
-    /// commits are published in their order. A queue too long leaves them to the sweeps
-    /// (and tells of a gap).
+    /// commits are published in their order. A queue too long (or a task gone) leaves them
+    /// to the sweeps, and tells of a gap.
     pub(crate) fn publish(&self, ids: Vec<i64>) {
-        if self.queue.try_send(ids).is_err() {
-            tracing::warn!(
+        let Err(refused) = self.queue.try_send(ids) else {
+            return;
+        };
+        match refused {
+            tokio::sync::mpsc::error::TrySendError::Full(_) => tracing::warn!(
                 "postgres change bus: too many commits' announcements waiting; they wait for a sweep"
-            );
-            let bus = Arc::clone(&self.bus);
-            tokio::spawn(async move { bus.missed().await });
+            ),
+            tokio::sync::mpsc::error::TrySendError::Closed(_) => tracing::error!(
+                "postgres change bus: the task that publishes announcements is gone; they wait for a sweep"
+            ),
+        }
+        if !self.telling.swap(true, Ordering::AcqRel) {
+            let (bus, telling) = (Arc::clone(&self.bus), Arc::clone(&self.telling));
+            tokio::spawn(async move {
+                bus.missed().await;
+                telling.store(false, Ordering::Release);
+            });
         }
     }
 }
@@ -644,11 +661,7 @@ async fn publisher(
     mut committed: tokio::sync::mpsc::Receiver<Vec<i64>>,
 ) {
     while let Some(ids) = committed.recv().await {
-        let published = match pool.acquire().await {
-            Ok(mut conn) => publish_rows(&mut conn, &ids).await,
-            Err(e) => Err(e),
-        };
-        if let Err(e) = published {
+        if let Err(e) = publish_rows(&pool, &ids).await {
             tracing::warn!(error = %e, "postgres change bus: a commit's announcements wait for a sweep");
             bus.missed().await;
         }
@@ -657,11 +670,11 @@ async fn publisher(
 
 /// Deletes and publishes the rows `ids` of `wharf_announcements` ([`PUBLISH_ANNOUNCEMENTS_SQL`]).
 #[cfg(feature = "postgres")]
-async fn publish_rows(conn: &mut sqlx::PgConnection, ids: &[i64]) -> Result<(), sqlx::Error> {
+async fn publish_rows(pool: &sqlx::PgPool, ids: &[i64]) -> Result<(), sqlx::Error> {
     sqlx::query(PUBLISH_ANNOUNCEMENTS_SQL)
         .bind(CHANNEL)
         .bind(ids)
-        .execute(conn)
+        .execute(pool)
         .await
         .map(drop)
 }

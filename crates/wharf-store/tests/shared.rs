@@ -447,8 +447,8 @@ async fn postgres_an_announcement_it_cannot_store_is_a_gap_not_a_failed_commit()
 }
 
 /// An announcement its replica left unpublished (it died right after its commit) is not
-/// lost: the next replica whose heartbeat finds it publishes it, once. A store's bus sweeps
-/// when it starts, so a replica that starts is one such heartbeat.
+/// lost: the next replica whose sweep finds it publishes it, once. A store's bus sweeps
+/// when it starts, so a replica that starts sweeps.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_an_announcement_a_dead_replica_left_is_published_by_another() {
     let _one_at_a_time = BUS.lock().await;
