@@ -309,25 +309,30 @@ async fn a_tool_timeout_never_extends_the_servers_limit() {
 #[tokio::test(start_paused = true)]
 async fn a_call_queued_for_a_slot_waits_no_longer_than_its_limit() {
     let started = Arc::new(AtomicUsize::new(0));
-    let handler = |secs: u64| {
-        let started = Arc::clone(&started);
+    // The long call holds the one slot until the test lets it go.
+    let gate = Arc::new(Semaphore::new(0));
+    let long = {
+        let (started, gate) = (Arc::clone(&started), Arc::clone(&gate));
         move |_cx: Context, _: NoArgs| {
-            let started = Arc::clone(&started);
+            let (started, gate) = (Arc::clone(&started), Arc::clone(&gate));
             async move {
                 started.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_secs(secs)).await;
+                gate.acquire().await.unwrap().forget();
                 "finished"
             }
         }
     };
+    let quick = {
+        let started = Arc::clone(&started);
+        move |_cx: Context, _: NoArgs| {
+            started.fetch_add(1, Ordering::SeqCst);
+            async { "finished" }
+        }
+    };
     let server = Arc::new(
         Server::builder(Implementation::new("t", "1"))
-            .tool(tool("long").handler(handler(60)))
-            .tool(
-                tool("quick")
-                    .timeout(Duration::from_secs(2))
-                    .handler(handler(0)),
-            )
+            .tool(tool("long").handler(long))
+            .tool(tool("quick").timeout(Duration::from_secs(2)).handler(quick))
             .config({
                 let mut config = ServerConfig::default();
                 config.limits.max_in_flight = Some(1);
@@ -343,7 +348,11 @@ async fn a_call_queued_for_a_slot_waits_no_longer_than_its_limit() {
     };
     until(&started, 1).await;
     let began = tokio::time::Instant::now();
-    let e = run(&server, "quick").await.unwrap_err();
+    // Paused time: the guard only turns a queue that never lets go into a failure.
+    let e = tokio::time::timeout(Duration::from_secs(60), run(&server, "quick"))
+        .await
+        .expect("refused, not left in the queue")
+        .unwrap_err();
     assert_eq!(e.kind, ErrorKind::RetryLater);
     assert!(e.message.contains("within 2 s"), "{}", e.message);
     assert_eq!(began.elapsed(), Duration::from_secs(2));
@@ -352,6 +361,7 @@ async fn a_call_queued_for_a_slot_waits_no_longer_than_its_limit() {
         1,
         "the queued call never ran"
     );
+    gate.add_permits(1);
     assert!(long.await.unwrap().unwrap().contains("finished"));
     // With the slot free, the quick tool runs.
     assert!(run(&server, "quick").await.unwrap().contains("finished"));
