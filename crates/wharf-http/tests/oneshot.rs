@@ -604,32 +604,70 @@ async fn a_streamed_answer_survives_an_endless_keep_alive() {
     assert!(body.contains("hello https://app.example#alice"), "{body}");
 }
 
-/// A streamed call whose middleware panics (outside the handler, whose panics the core
-/// catches) is still answered, with its id.
+/// A call whose middleware panics (outside the handler, whose panics the core catches) is
+/// still answered -32603 with its id: as a plain JSON answer, whether the layer panics in
+/// its future or before it, and as a stream.
 #[tokio::test]
-async fn a_streamed_call_that_panics_outside_its_handler_is_answered_with_its_id() {
+async fn a_call_that_panics_outside_its_handler_is_answered_with_its_id() {
+    /// Where the layer panics, from the tool's one argument.
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Where {
+        #[allow(dead_code)]
+        panic: String,
+    }
     let server = Server::builder(Implementation::new("t", "1"))
-        .tool(tool("hello").handler(|_cx: Context, _: NoArgs| async { "hello" }))
+        .tool(tool("hello").handler(|_cx: Context, _: Where| async { "hello" }))
         .middleware(
-            |req: wharf::ParsedRequest, caller: wharf::Caller, next: wharf::Next| async move {
-                if req.info.progress_token.is_some() {
-                    panic!("a middleware's bug");
+            |req: wharf::ParsedRequest, caller: wharf::Caller, next: wharf::Next| {
+                let at = match &req.body {
+                    wharf::RequestBody::CallTool(p) => p
+                        .arguments
+                        .as_ref()
+                        .and_then(|a| a.get("panic").and_then(|v| v.as_str()).map(str::to_owned)),
+                    _ => None,
+                };
+                if at.as_deref() == Some("before") {
+                    panic!("a middleware's bug, before its future");
                 }
-                next.run(req, caller).await
+                async move {
+                    if at.as_deref() == Some("in") {
+                        panic!("a middleware's bug");
+                    }
+                    next.run(req, caller).await
+                }
             },
         )
         .build()
         .unwrap();
-    let req = hello_with_progress();
-    let res = wharf_http::router(server, HttpConfig::default())
-        .oneshot(req)
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let app = wharf_http::router(server, HttpConfig::default());
+    let plain = |at: &str| call_with("hello", json!({ "panic": at }));
+    let mut streamed = hello_with_progress();
+    *streamed.body_mut() = Body::from(
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "hello", "arguments": { "panic": "in" },
+            "_meta": { "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                       "io.modelcontextprotocol/clientCapabilities": {},
+                       "progressToken": "p" } } })
+        .to_string(),
+    );
+    for (what, req) in [
+        ("plain, in the future", plain("in")),
+        ("plain, before the future", plain("before")),
+        ("streamed", streamed),
+    ] {
+        let res = app.clone().oneshot(req).await.unwrap();
+        assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR, "{what}");
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["id"], 1, "{what}: {body}");
+        assert_eq!(body["error"]["code"], -32603, "{what}: {body}");
+    }
+    // The layer lets a call that asks for no panic through.
+    let res = app.oneshot(plain("no")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
     let body = res.into_body().collect().await.unwrap().to_bytes();
     let body: Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(body["id"], 1, "{body}");
-    assert_eq!(body["error"]["code"], -32603, "{body}");
+    assert_eq!(body["result"]["content"][0]["text"], "hello", "{body}");
 }
 
 /// A legacy session's call whose middleware panics is answered -32603 under its id, as a

@@ -66,11 +66,12 @@ pub(crate) async fn execute(
     (out, outcome)
 }
 
-/// [`execute`] where a panic outside the handler (whose own the core catches: a
-/// middleware's, say) still answers the request: -32603, counted and traced as the error
-/// it is, naming `what` panicked in the log. For streamed calls and legacy rounds, whose
-/// clients would otherwise wait for a response that never comes; on the plain JSON path a
-/// catch around the whole call costs every call (see `context::guarded`).
+/// [`execute`] where a panic in the core's own code (the handler's and the middleware's are
+/// caught nearer to them) still answers the request: -32603, counted and traced as the
+/// error it is, naming `what` panicked in the log. For streamed calls and legacy rounds,
+/// whose clients would otherwise wait for a response that never comes; on the plain JSON
+/// path a catch around the whole call costs every call (see `context::guarded`), and a
+/// panic there ends only its connection.
 pub(crate) async fn execute_catching(
     core: &Arc<Core>,
     req: ParsedRequest,
@@ -93,12 +94,19 @@ pub(crate) async fn execute_catching(
 }
 
 /// The middleware chain, then the method; straight to the method when there is no chain.
+/// A layer that panics fails its request with -32603 (outer layers unwind with it), not the
+/// connection that carries it: the catch costs only servers with a chain, whose layers
+/// are boxed futures anyway (the handler's own panics are caught where it is boxed).
 async fn chain(core: &Arc<Core>, req: ParsedRequest, caller: Caller) -> Result<Vec<u8>, RpcError> {
     if core.middleware.is_empty() {
-        run(core, req, caller).await
-    } else {
-        Arc::clone(core).run_from(0, req, caller).await
+        return run(core, req, caller).await;
     }
+    // In a block, so that a layer's synchronous part (before its future) is inside too.
+    let layers =
+        std::panic::AssertUnwindSafe(async { Arc::clone(core).run_from(0, req, caller).await });
+    futures_util::FutureExt::catch_unwind(layers)
+        .await
+        .unwrap_or_else(|panic| Err(RpcError::panicked("a middleware", &*panic)))
 }
 
 impl Chain for Core {

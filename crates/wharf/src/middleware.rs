@@ -4,8 +4,9 @@
 //! look at the answer.
 //!
 //! Cancellation is checked before each layer runs: a request cancelled while a layer awaited
-//! something goes no further, and nothing after it runs. A server without middleware pays
-//! nothing for the chain.
+//! something goes no further, and nothing after it runs. A layer that panics fails its own
+//! request with -32603 (what it said goes to the log), not the connection that carries it.
+//! A server without middleware pays nothing for the chain.
 
 use std::future::Future;
 use std::pin::Pin;
