@@ -209,6 +209,18 @@ pub(crate) type Publish =
 pub(crate) type Sweep =
     Box<dyn Fn() -> Pin<Box<dyn Future<Output = Result<u64, String>> + Send>> + Send + Sync>;
 
+/// What a PostgreSQL bus runs beside publishing its calls' changes.
+pub(crate) struct Upkeep {
+    /// Publishes the heartbeat (and a gap owed with it), on a connection calls never take:
+    /// replicas whose calls hold every connection of their pools (long handlers in their
+    /// transactions) would otherwise fall silent together, and every listener would take
+    /// the bus for lost (every listen stream announcing a gap at once, its client reading
+    /// everything again while the store is busiest).
+    pub(crate) heartbeat: Publish,
+    /// Publishes what replicas left unpublished.
+    pub(crate) sweep: Sweep,
+}
+
 /// A [`NotificationBus`] over a store's channel.
 pub(crate) struct StoreBus {
     backend: &'static str,
@@ -216,23 +228,24 @@ pub(crate) struct StoreBus {
     /// Taken by the listening task when it starts, on first use inside a Tokio runtime.
     connect: Mutex<Option<Connect>>,
     started: OnceLock<()>,
-    /// Shared with the heartbeat task.
+    /// Shared with the heartbeat task when there is no upkeep.
     publish: Arc<Publish>,
-    /// Run by a sweeping task of its own, when the store keeps announcements to publish.
-    sweep: Mutex<Option<Sweep>>,
+    /// Taken by the heartbeat and sweeping tasks when they start.
+    upkeep: Mutex<Option<Upkeep>>,
     /// Longest payload the channel carries; longer events go out as a gap.
     max_payload: usize,
 }
 
 impl StoreBus {
     /// A bus that listens through `connect` (from a task started on first use, which stops
-    /// when the bus is dropped), publishes through `publish`, and runs `sweep` when it
-    /// starts and every heartbeat interval after.
+    /// when the bus is dropped) and publishes through `publish`, its heartbeats too unless
+    /// `upkeep` has a way of their own; `upkeep`'s sweep runs when it starts and every
+    /// heartbeat interval after.
     pub(crate) fn new(
         backend: &'static str,
         connect: Connect,
         publish: Publish,
-        sweep: Option<Sweep>,
+        upkeep: Option<Upkeep>,
         max_payload: usize,
     ) -> Arc<Self> {
         Arc::new(StoreBus {
@@ -241,7 +254,7 @@ impl StoreBus {
             connect: Mutex::new(Some(connect)),
             started: OnceLock::new(),
             publish: Arc::new(publish),
-            sweep: Mutex::new(sweep),
+            upkeep: Mutex::new(upkeep),
             max_payload,
         })
     }
@@ -276,14 +289,14 @@ impl StoreBus {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .take();
-            let sweep = self.sweep.lock().unwrap_or_else(|p| p.into_inner()).take();
+            let upkeep = self.upkeep.lock().unwrap_or_else(|p| p.into_inner()).take();
             if let Some(connect) = connect {
                 runtime.spawn(listen(self.backend, Arc::downgrade(&self.fanout), connect));
-                runtime.spawn(heartbeat(
-                    self.backend,
-                    Arc::downgrade(&self.fanout),
-                    Arc::clone(&self.publish),
-                ));
+                let (beat, sweep) = match upkeep {
+                    Some(Upkeep { heartbeat, sweep }) => (Arc::new(heartbeat), Some(sweep)),
+                    None => (Arc::clone(&self.publish), None),
+                };
+                runtime.spawn(heartbeat(self.backend, Arc::downgrade(&self.fanout), beat));
                 if let Some(sweep) = sweep {
                     runtime.spawn(sweeper(self.backend, Arc::downgrade(&self.fanout), sweep));
                 }
@@ -474,9 +487,10 @@ pub(crate) const PG_MAX_PAYLOAD: usize = 7900;
 pub(crate) const REDIS_MAX_PAYLOAD: usize = 64 * 1024;
 
 /// PostgreSQL: `LISTEN wharf_changes` on a connection of its own, `pg_notify` to publish
-/// (payloads under 8000 bytes).
+/// (payloads under 8000 bytes) through the calls' `pool`, heartbeats through `control`, a
+/// pool the calls do not take (see [`Upkeep::heartbeat`]).
 #[cfg(feature = "postgres")]
-pub(crate) fn postgres(pool: sqlx::PgPool) -> Arc<StoreBus> {
+pub(crate) fn postgres(pool: sqlx::PgPool, control: sqlx::PgPool) -> Arc<StoreBus> {
     // Each listening connection has a pool of its own, as sqlx's `PgListener::connect`
     // makes: one that waited for the store's connections (all taken by a load spike) would
     // take the bus down with the store's pool, and a connection left stalled (its `UNLISTEN`
@@ -503,19 +517,7 @@ pub(crate) fn postgres(pool: sqlx::PgPool) -> Arc<StoreBus> {
             Ok(Box::pin(stream) as Pin<Box<dyn Stream<Item = String> + Send>>)
         })
     });
-    let publishing = pool.clone();
-    let publish: Publish = Box::new(move |payload| {
-        let pool = publishing.clone();
-        Box::pin(async move {
-            sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(CHANNEL)
-                .bind(payload)
-                .execute(&pool)
-                .await
-                .map(drop)
-                .map_err(|e| e.to_string())
-        })
-    });
+    let publish = pg_notify_on(pool.clone());
     let sweep: Sweep = Box::new(move || {
         let pool = pool.clone();
         Box::pin(async move {
@@ -529,7 +531,28 @@ pub(crate) fn postgres(pool: sqlx::PgPool) -> Arc<StoreBus> {
                 .map_err(|e| e.to_string())
         })
     });
-    StoreBus::new("postgres", connect, publish, Some(sweep), PG_MAX_PAYLOAD)
+    let upkeep = Upkeep {
+        heartbeat: pg_notify_on(control),
+        sweep,
+    };
+    StoreBus::new("postgres", connect, publish, Some(upkeep), PG_MAX_PAYLOAD)
+}
+
+/// Publishes with `pg_notify` on a connection of `pool`.
+#[cfg(feature = "postgres")]
+fn pg_notify_on(pool: sqlx::PgPool) -> Publish {
+    Box::new(move |payload| {
+        let pool = pool.clone();
+        Box::pin(async move {
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(CHANNEL)
+                .bind(payload)
+                .execute(&pool)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })
+    })
 }
 
 /// How old a row of `wharf_announcements` is before any replica publishes it: its own
@@ -906,16 +929,21 @@ mod tests {
         }
     }
 
-    /// A gap the store refused too is sent in the next heartbeat's place, until the store
-    /// takes it; the heartbeats after it are heartbeats again.
-    #[tokio::test(start_paused = true)]
-    async fn a_gap_the_store_refused_goes_out_with_the_next_heartbeat() {
-        let connect: Connect = Box::new(|| {
+    /// A listening connection that connects at once and never says anything.
+    fn quiet_connection() -> Connect {
+        Box::new(|| {
             Box::pin(async {
                 let quiet = futures_util::stream::pending::<String>();
                 Ok(Box::pin(quiet) as Pin<Box<dyn Stream<Item = String> + Send>>)
             })
-        });
+        })
+    }
+
+    /// A gap the store refused too is sent in the next heartbeat's place, until the store
+    /// takes it; the heartbeats after it are heartbeats again.
+    #[tokio::test(start_paused = true)]
+    async fn a_gap_the_store_refused_goes_out_with_the_next_heartbeat() {
+        let connect = quiet_connection();
         let sent = Arc::new(Mutex::new(Vec::<String>::new()));
         let publish: Publish = {
             let sent = Arc::clone(&sent);
@@ -937,6 +965,51 @@ mod tests {
         assert!(bus.publish(ChangeEvent::ToolsListChanged).await.is_err());
         tokio::time::sleep(HEARTBEAT * 3 + Duration::from_secs(1)).await;
         assert_eq!(*sent.lock().unwrap(), ["t", "g", "g", "g", HEARTBEAT_LINE]);
+    }
+
+    /// A bus with upkeep beats through the upkeep's own way out: a store whose calls hold
+    /// every connection (its `publish` never answering) still says it is there, and its
+    /// sweeps run.
+    #[tokio::test(start_paused = true)]
+    async fn heartbeats_go_out_while_the_calls_hold_every_connection() {
+        let connect = quiet_connection();
+        let recorder = |seen: &Arc<Mutex<Vec<String>>>, answers: bool| -> Publish {
+            let seen = Arc::clone(seen);
+            Box::new(move |payload| {
+                seen.lock().unwrap().push(payload);
+                Box::pin(async move {
+                    if !answers {
+                        std::future::pending::<()>().await;
+                    }
+                    Ok(())
+                })
+            })
+        };
+        let (published, beaten) = (Arc::default(), Arc::default());
+        let sweeps = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let upkeep = Upkeep {
+            heartbeat: recorder(&beaten, true),
+            sweep: {
+                let sweeps = Arc::clone(&sweeps);
+                Box::new(move || {
+                    sweeps.fetch_add(1, Ordering::SeqCst);
+                    Box::pin(async { Ok(0) })
+                })
+            },
+        };
+        let bus = StoreBus::new(
+            "test",
+            connect,
+            recorder(&published, false),
+            Some(upkeep),
+            100,
+        );
+        let _open = connected(&bus).await;
+        tokio::time::sleep(HEARTBEAT * 2 + Duration::from_secs(1)).await;
+        assert_eq!(*beaten.lock().unwrap(), [HEARTBEAT_LINE, HEARTBEAT_LINE]);
+        assert!(published.lock().unwrap().is_empty());
+        // At once, then at each heartbeat.
+        assert_eq!(sweeps.load(Ordering::SeqCst), 3);
     }
 
     /// A bus over a channel of this process: its listener hears what it publishes when

@@ -366,6 +366,10 @@ pub struct SqlStore {
     /// Where PostgreSQL's commits write what they announce.
     #[cfg(feature = "postgres")]
     outbox: Option<std::sync::Arc<crate::bus::PgOutbox>>,
+    /// PostgreSQL's connection for the readiness ping and the bus's heartbeat (see
+    /// [`control_pool`]).
+    #[cfg(feature = "postgres")]
+    control: Option<sqlx::PgPool>,
 }
 
 impl SqlStore {
@@ -393,14 +397,15 @@ impl SqlStore {
             migrate(app, &pool, options).await?;
         }
         #[cfg(feature = "postgres")]
-        let (bus, outbox) = match &pool {
+        let (bus, outbox, control) = match &pool {
             SqlPool::Postgres(pg) => {
-                let bus = crate::bus::postgres(pg.clone());
+                let control = control_pool(pg);
+                let bus = crate::bus::postgres(pg.clone(), control.clone());
                 let outbox = crate::bus::PgOutbox::new(pg.clone(), std::sync::Arc::clone(&bus));
-                (Some(bus), Some(std::sync::Arc::new(outbox)))
+                (Some(bus), Some(std::sync::Arc::new(outbox)), Some(control))
             }
             #[cfg(feature = "sqlite")]
-            SqlPool::Sqlite(_) => (None, None),
+            SqlPool::Sqlite(_) => (None, None, None),
         };
         Ok(SqlStore {
             #[cfg(feature = "postgres")]
@@ -412,6 +417,8 @@ impl SqlStore {
             bus,
             #[cfg(feature = "postgres")]
             outbox,
+            #[cfg(feature = "postgres")]
+            control,
             pool,
         })
     }
@@ -526,6 +533,20 @@ pub(crate) async fn session_settings(conn: &mut sqlx::PgConnection) -> Result<()
     )
     .await
     .map(drop)
+}
+
+/// PostgreSQL's control session: one connection beside the calls' pool, opened when first
+/// needed, for what says the replica and its store are alive (the readiness ping, the
+/// bus's heartbeat). Through the calls' pool, calls holding all of its connections (long
+/// handlers in their transactions; under load, on every replica at once) would fail
+/// `/readyz` fleet-wide, taking every replica out of the balancer together, and silence
+/// every heartbeat. Busy is what admission answers calls; alive is what this says.
+#[cfg(feature = "postgres")]
+fn control_pool(calls: &sqlx::PgPool) -> sqlx::PgPool {
+    sqlx::pool::PoolOptions::<Postgres>::new()
+        .max_connections(1)
+        .after_connect(|conn, _| Box::pin(session_settings(conn)))
+        .connect_lazy_with((*calls.connect_options()).clone())
 }
 
 /// A session of the calls' pool: [`session_settings`], and lock waits bounded by
@@ -802,6 +823,14 @@ impl Store for SqlStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
+        #[cfg(feature = "postgres")]
+        if let Some(control) = &self.control {
+            return sqlx::query("SELECT 1")
+                .execute(control)
+                .await
+                .map(drop)
+                .map_err(db_error);
+        }
         on_driver!(SqlPool, &self.pool, |pool| sqlx::query("SELECT 1")
             .execute(pool)
             .await

@@ -396,6 +396,23 @@ async fn pg_announcements_of(pool: &sqlx::PgPool, uri: &str) -> i64 {
         .unwrap()
 }
 
+/// A replica whose calls hold every connection of its pool (long handlers in their
+/// transactions) still answers its readiness ping: busy is what admission answers calls,
+/// and a fleet under load must not leave the balancer all at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_pool_the_calls_hold_whole_still_answers_the_ping() {
+    let mut options = support::options(Duration::from_secs(5));
+    options.max_connections = 1;
+    let store = wharf_store::open(&support::pg_url(), &options)
+        .await
+        .expect("PostgreSQL");
+    let held = store.begin(TxMode::Write).await.unwrap();
+    // A hang guard: without a connection of its own, the ping waits for the pool's 30 s.
+    let pinged = tokio::time::timeout(Duration::from_secs(20), store.ping()).await;
+    assert!(matches!(pinged, Ok(Ok(()))), "{pinged:?}");
+    drop(held);
+}
+
 /// What a call announces travels with its PostgreSQL commit: written in its transaction,
 /// published once the commit answered (and its row deleted), nothing of a transaction rolled
 /// back.
