@@ -80,17 +80,16 @@ impl Runtime {
     }
 
     /// Runs `work`, one operation of the store, inside a span of its own and timed for the
-    /// metrics.
+    /// metrics, cut short or not ([`Timed`]): a claim behind a duplicate, a pool with no
+    /// connection free.
     pub(crate) async fn store_op<F: Future>(&self, op: StoreOp, work: F) -> F::Output {
         let backend = self.store.as_ref().map_or("none", |s| s.backend());
         let span = trace::store(op.as_str(), backend);
         let Some(metrics) = &self.metrics else {
             return work.instrument(span).await;
         };
-        let started = Instant::now();
-        let out = work.instrument(span).await;
-        metrics.store_op(op, started.elapsed());
-        out
+        let _timed = Timed::start(metrics, Timing::Store(op));
+        work.instrument(span).await
     }
 
     /// Announces a change to every listen stream that opted into it.
@@ -98,5 +97,84 @@ impl Runtime {
         if let Err(e) = self.bus.publish(event).await {
             tracing::warn!(error = %e, "could not publish a change notification");
         }
+    }
+}
+
+/// What a [`Timed`] times.
+#[derive(Clone, Copy)]
+pub(crate) enum Timing {
+    /// One operation of the store.
+    Store(StoreOp),
+    /// A call's wait for its turn on what it mutates.
+    LockWait,
+}
+
+/// Times a wait until it is dropped: when it ended, or when it was cut short (the call's
+/// deadline, a client gone), as the waits that matter most are the ones cut off.
+pub(crate) struct Timed<'a> {
+    metrics: &'a Metrics,
+    what: Timing,
+    started: Instant,
+}
+
+impl<'a> Timed<'a> {
+    /// Starts timing `what` for `metrics`.
+    pub(crate) fn start(metrics: &'a Metrics, what: Timing) -> Self {
+        Timed {
+            metrics,
+            what,
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Drop for Timed<'_> {
+    fn drop(&mut self) {
+        let took = self.started.elapsed();
+        match self.what {
+            Timing::Store(op) => self.metrics.store_op(op, took),
+            Timing::LockWait => self.metrics.lock_waited(took),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use wharf_protocol::Implementation;
+
+    use crate::metrics::StoreOp;
+    use crate::server::Server;
+
+    /// A store operation the call's deadline cut short is timed too, for as long as it
+    /// waited (on the real clock, which the metrics read).
+    #[tokio::test]
+    async fn a_store_operation_cut_short_is_timed() {
+        let server = Server::builder(Implementation::new("t", "1"))
+            .metrics(true)
+            .build()
+            .unwrap();
+        let runtime = &server.core.runtime;
+        let waits = runtime.store_op(StoreOp::Begin, std::future::pending::<()>());
+        assert!(
+            tokio::time::timeout(Duration::from_millis(100), waits)
+                .await
+                .is_err()
+        );
+        runtime.store_op(StoreOp::Commit, async {}).await;
+        let text = server.encode_metrics().unwrap();
+        let series = |op: &str, what: &str| {
+            let name =
+                format!("wharf_store_operation_duration_seconds_{what}{{operation=\"{op}\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(name.as_str()))
+                .unwrap_or_else(|| panic!("no {name} in {text}"))
+                .to_owned()
+        };
+        assert_eq!(series("begin", "count"), "1");
+        let waited: f64 = series("begin", "sum").parse().unwrap();
+        assert!(waited >= 0.1, "{waited}");
+        assert_eq!(series("commit", "count"), "1");
     }
 }

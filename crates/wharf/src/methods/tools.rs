@@ -21,7 +21,7 @@ use crate::mutation::KeyTurn;
 use crate::principal::Principal;
 use crate::registry::{HandleParam, ToolEntry};
 use crate::reply::respond;
-use crate::runtime::Runtime;
+use crate::runtime::{Runtime, Timed, Timing};
 use crate::schema::first_violation;
 use crate::store::{Begin, Claim, Digest, Fence, Millis, after, now_millis};
 use crate::store::{Expiry, HandleRecord, human, is_handle_id};
@@ -594,7 +594,11 @@ async fn turn_on<T>(
             },
         }
     };
-    let started = std::time::Instant::now();
+    // Timed until this returns or is dropped (the client gone).
+    let _timed = match (&runtime.metrics, on) {
+        (Some(m), TurnOn::Key) => Some(Timed::start(m, Timing::LockWait)),
+        _ => None,
+    };
     let span = match on {
         TurnOn::Key => trace::mutation_wait(),
         TurnOn::ClaimPlace => trace::claim_wait(),
@@ -602,9 +606,6 @@ async fn turn_on<T>(
     let waited = tokio::time::timeout_at(bound.deadline, waited)
         .instrument(span)
         .await;
-    if let (Some(m), TurnOn::Key) = (&runtime.metrics, on) {
-        m.lock_waited(started.elapsed());
-    }
     match waited {
         Ok(waited) => Ok(waited?),
         Err(_) => Err(bound.waited_out(&behind())),
