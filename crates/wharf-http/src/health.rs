@@ -71,7 +71,8 @@ pub(crate) type Verdict = tokio::sync::Mutex<
 const CHECK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How long the readiness checks' verdict stands: the probe needs no unauthenticated store
-/// round trip per request (a flood of probes would take the store's connections from calls).
+/// round trip per request (a flood of probes would keep the store busy, and where the
+/// check goes through the calls' connections, take them from calls).
 const CHECKS_STAND: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The dependencies that failed their check: asked at most once per [`CHECKS_STAND`]

@@ -655,7 +655,7 @@ async fn handle_line(link: &Link<'_>, line: &str, tasks: &mut JoinSet<()>, legac
 
 /// Runs a registered request's `work` (given the token its cancellation fires, and the
 /// request's own channel), answering it -32603 if the work panics before it answered (a
-/// middleware's bug, say: the core catches only its handler's panics), unless it was
+/// bug in the core's own code: the core catches its handler's and its middleware's), unless it was
 /// cancelled; its id and slot are freed however it ends, and its token fired, so that what
 /// a handler left running (a task waiting on `Context::cancelled`) stops, as it does over
 /// HTTP.

@@ -487,10 +487,10 @@ pub(crate) const PG_MAX_PAYLOAD: usize = 7900;
 pub(crate) const REDIS_MAX_PAYLOAD: usize = 64 * 1024;
 
 /// PostgreSQL: `LISTEN wharf_changes` on a connection of its own, `pg_notify` to publish
-/// (payloads under 8000 bytes) through the calls' `pool`, heartbeats through `control`, a
-/// pool the calls do not take (see [`Upkeep::heartbeat`]).
+/// (payloads under 8000 bytes) through the calls' `pool`, heartbeats through `heartbeat`,
+/// on a connection the calls do not take (see [`Upkeep::heartbeat`]).
 #[cfg(feature = "postgres")]
-pub(crate) fn postgres(pool: sqlx::PgPool, control: sqlx::PgPool) -> Arc<StoreBus> {
+pub(crate) fn postgres(pool: sqlx::PgPool, heartbeat: Publish) -> Arc<StoreBus> {
     // Each listening connection has a pool of its own, as sqlx's `PgListener::connect`
     // makes: one that waited for the store's connections (all taken by a load spike) would
     // take the bus down with the store's pool, and a connection left stalled (its `UNLISTEN`
@@ -531,10 +531,7 @@ pub(crate) fn postgres(pool: sqlx::PgPool, control: sqlx::PgPool) -> Arc<StoreBu
                 .map_err(|e| e.to_string())
         })
     });
-    let upkeep = Upkeep {
-        heartbeat: pg_notify_on(control),
-        sweep,
-    };
+    let upkeep = Upkeep { heartbeat, sweep };
     StoreBus::new("postgres", connect, publish, Some(upkeep), PG_MAX_PAYLOAD)
 }
 

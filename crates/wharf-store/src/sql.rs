@@ -11,6 +11,8 @@
 //! dies (a crash drops the connection, the database rolls back), the duplicate runs instead.
 
 #[cfg(feature = "postgres")]
+mod control;
+#[cfg(feature = "postgres")]
 mod pg_lock;
 mod records;
 
@@ -366,10 +368,9 @@ pub struct SqlStore {
     /// Where PostgreSQL's commits write what they announce.
     #[cfg(feature = "postgres")]
     outbox: Option<std::sync::Arc<crate::bus::PgOutbox>>,
-    /// PostgreSQL's connection for the readiness ping and the bus's heartbeat (see
-    /// [`control_pool`]).
+    /// PostgreSQL's connection for the readiness ping and the bus's heartbeat.
     #[cfg(feature = "postgres")]
-    control: Option<sqlx::PgPool>,
+    control: Option<std::sync::Arc<control::ControlSession>>,
 }
 
 impl SqlStore {
@@ -399,8 +400,10 @@ impl SqlStore {
         #[cfg(feature = "postgres")]
         let (bus, outbox, control) = match &pool {
             SqlPool::Postgres(pg) => {
-                let control = control_pool(pg);
-                let bus = crate::bus::postgres(pg.clone(), control.clone());
+                let control = std::sync::Arc::new(control::ControlSession::new(
+                    (*pg.connect_options()).clone(),
+                ));
+                let bus = crate::bus::postgres(pg.clone(), heartbeat_on(&control));
                 let outbox = crate::bus::PgOutbox::new(pg.clone(), std::sync::Arc::clone(&bus));
                 (Some(bus), Some(std::sync::Arc::new(outbox)), Some(control))
             }
@@ -535,18 +538,19 @@ pub(crate) async fn session_settings(conn: &mut sqlx::PgConnection) -> Result<()
     .map(drop)
 }
 
-/// PostgreSQL's control session: one connection beside the calls' pool, opened when first
-/// needed, for what says the replica and its store are alive (the readiness ping, the
-/// bus's heartbeat). Through the calls' pool, calls holding all of its connections (long
-/// handlers in their transactions; under load, on every replica at once) would fail
-/// `/readyz` fleet-wide, taking every replica out of the balancer together, and silence
-/// every heartbeat. Busy is what admission answers calls; alive is what this says.
+/// The bus's heartbeat, published on `control` (see [`control`]).
 #[cfg(feature = "postgres")]
-fn control_pool(calls: &sqlx::PgPool) -> sqlx::PgPool {
-    sqlx::pool::PoolOptions::<Postgres>::new()
-        .max_connections(1)
-        .after_connect(|conn, _| Box::pin(session_settings(conn)))
-        .connect_lazy_with((*calls.connect_options()).clone())
+fn heartbeat_on(control: &std::sync::Arc<control::ControlSession>) -> crate::bus::Publish {
+    let control = std::sync::Arc::clone(control);
+    Box::new(move |payload| {
+        let control = std::sync::Arc::clone(&control);
+        Box::pin(async move {
+            let notify = sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(crate::bus::CHANNEL)
+                .bind(payload);
+            control.execute(notify).await.map_err(|e| e.to_string())
+        })
+    })
 }
 
 /// A session of the calls' pool: [`session_settings`], and lock waits bounded by
@@ -825,11 +829,13 @@ impl Store for SqlStore {
     async fn ping(&self) -> Result<(), StoreError> {
         #[cfg(feature = "postgres")]
         if let Some(control) = &self.control {
-            return sqlx::query("SELECT 1")
-                .execute(control)
+            return control
+                .execute(sqlx::query("SELECT 1"))
                 .await
-                .map(drop)
-                .map_err(db_error);
+                .map_err(|e| match e {
+                    control::ControlError::Db(e) => db_error(e),
+                    timed_out => StoreError::Busy(timed_out.to_string()),
+                });
         }
         on_driver!(SqlPool, &self.pool, |pool| sqlx::query("SELECT 1")
             .execute(pool)

@@ -66,12 +66,13 @@ pub(crate) async fn execute(
     (out, outcome)
 }
 
-/// [`execute`] where a panic in the core's own code (the handler's and the middleware's are
-/// caught nearer to them) still answers the request: -32603, counted and traced as the
-/// error it is, naming `what` panicked in the log. For streamed calls and legacy rounds,
-/// whose clients would otherwise wait for a response that never comes; on the plain JSON
-/// path a catch around the whole call costs every call (see `context::guarded`), and a
-/// panic there ends only its connection.
+/// [`execute`] where a panic in the core's own code still answers the request: -32603,
+/// counted and traced as the error it is, naming `what` panicked in the log (the handler's
+/// panics, and on a server with middleware everything under the chain, are caught nearer
+/// and named there). For streamed calls and legacy rounds, whose clients would otherwise
+/// wait for a response that never comes; on the plain JSON path of a server without
+/// middleware a catch around the whole call would cost every call (see
+/// `context::guarded`), and a panic there ends only its connection.
 pub(crate) async fn execute_catching(
     core: &Arc<Core>,
     req: ParsedRequest,
@@ -95,8 +96,9 @@ pub(crate) async fn execute_catching(
 
 /// The middleware chain, then the method; straight to the method when there is no chain.
 /// A layer that panics fails its request with -32603 (outer layers unwind with it), not the
-/// connection that carries it: the catch costs only servers with a chain, whose layers
-/// are boxed futures anyway (the handler's own panics are caught where it is boxed).
+/// connection that carries it, and so does the core's code below the layers: the catch
+/// costs only servers with a chain, whose layers are boxed futures anyway (the handler's
+/// own panics are caught where it is boxed).
 async fn chain(core: &Arc<Core>, req: ParsedRequest, caller: Caller) -> Result<Vec<u8>, RpcError> {
     if core.middleware.is_empty() {
         return run(core, req, caller).await;
@@ -106,7 +108,7 @@ async fn chain(core: &Arc<Core>, req: ParsedRequest, caller: Caller) -> Result<V
         std::panic::AssertUnwindSafe(async { Arc::clone(core).run_from(0, req, caller).await });
     futures_util::FutureExt::catch_unwind(layers)
         .await
-        .unwrap_or_else(|panic| Err(RpcError::panicked("a middleware", &*panic)))
+        .unwrap_or_else(|panic| Err(RpcError::panicked("the middleware chain", &*panic)))
 }
 
 impl Chain for Core {
