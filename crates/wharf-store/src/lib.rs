@@ -65,8 +65,9 @@ pub enum Dialect {
 pub struct StoreOptions {
     /// Connections per process for calls (SQL backends; at least 1, or opening fails).
     /// PostgreSQL opens as many again for mutation locks (when a tool mutates), one for the
-    /// change bus, one (two for a moment) for the readiness ping and the bus's heartbeat,
-    /// and one while migrating: up to `2 * max_connections + 4` per replica,
+    /// change bus, one while migrating (closed before the store serves), and one (two while
+    /// a ping and a heartbeat meet) for the readiness ping and the bus's heartbeat: up to
+    /// `2 * max_connections + 3` per replica,
     /// to keep under the server's own `max_connections`.
     pub max_connections: u32,
     /// How long a write waits for a lock (a duplicate still running) before answering

@@ -545,9 +545,11 @@ fn heartbeat_on(control: &std::sync::Arc<control::ControlSession>) -> crate::bus
     Box::new(move |payload| {
         let control = std::sync::Arc::clone(&control);
         Box::pin(async move {
-            let notify = sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(crate::bus::CHANNEL)
-                .bind(payload);
+            let notify = || {
+                sqlx::query("SELECT pg_notify($1, $2)")
+                    .bind(crate::bus::CHANNEL)
+                    .bind(payload.as_str())
+            };
             control.execute(notify).await.map_err(|e| e.to_string())
         })
     })
@@ -830,7 +832,7 @@ impl Store for SqlStore {
         #[cfg(feature = "postgres")]
         if let Some(control) = &self.control {
             return control
-                .execute(sqlx::query("SELECT 1"))
+                .execute(|| sqlx::query("SELECT 1"))
                 .await
                 .map_err(|e| match e {
                     control::ControlError::Db(e) => db_error(e),

@@ -83,13 +83,26 @@ impl Runtime {
     /// metrics, cut short or not ([`Timed`]): a claim behind a duplicate, a pool with no
     /// connection free.
     pub(crate) async fn store_op<F: Future>(&self, op: StoreOp, work: F) -> F::Output {
+        self.timed_store_op(op, work, Cut::Timed).await
+    }
+
+    /// [`Runtime::store_op`] for an operation raced against what makes it moot (a replay
+    /// lookup beside the turn it waits for): dropped unfinished, it is not timed, as it was
+    /// no wait of the call's.
+    pub(crate) async fn store_op_raced<F: Future>(&self, op: StoreOp, work: F) -> F::Output {
+        self.timed_store_op(op, work, Cut::Moot).await
+    }
+
+    async fn timed_store_op<F: Future>(&self, op: StoreOp, work: F, cut: Cut) -> F::Output {
         let backend = self.store.as_ref().map_or("none", |s| s.backend());
         let span = trace::store(op.as_str(), backend);
         let Some(metrics) = &self.metrics else {
             return work.instrument(span).await;
         };
-        let _timed = Timed::start(metrics, Timing::Store(op));
-        work.instrument(span).await
+        let mut timed = Timed::start(metrics, Timing::Store(op), cut);
+        let out = work.instrument(span).await;
+        timed.finished();
+        out
     }
 
     /// Announces a change to every listen stream that opted into it.
@@ -109,27 +122,49 @@ pub(crate) enum Timing {
     LockWait,
 }
 
-/// Times a wait until it is dropped: when it ended, or when it was cut short (the call's
-/// deadline, a client gone), as the waits that matter most are the ones cut off.
+/// Whether a wait dropped unfinished counts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cut {
+    /// It does: the call's deadline or its client's going ended it, as the waits that
+    /// matter most are ended.
+    Timed,
+    /// It does not: it was raced against what made it moot.
+    Moot,
+}
+
+/// Times a wait until it is dropped: when it ended, or when it was cut short, as `cut`
+/// says.
 pub(crate) struct Timed<'a> {
     metrics: &'a Metrics,
     what: Timing,
+    cut: Cut,
+    finished: bool,
     started: Instant,
 }
 
 impl<'a> Timed<'a> {
     /// Starts timing `what` for `metrics`.
-    pub(crate) fn start(metrics: &'a Metrics, what: Timing) -> Self {
+    pub(crate) fn start(metrics: &'a Metrics, what: Timing, cut: Cut) -> Self {
         Timed {
             metrics,
             what,
+            cut,
+            finished: false,
             started: Instant::now(),
         }
+    }
+
+    /// Marks the wait as ended, not cut short.
+    pub(crate) fn finished(&mut self) {
+        self.finished = true;
     }
 }
 
 impl Drop for Timed<'_> {
     fn drop(&mut self) {
+        if !self.finished && self.cut == Cut::Moot {
+            return;
+        }
         let took = self.started.elapsed();
         match self.what {
             Timing::Store(op) => self.metrics.store_op(op, took),
@@ -156,13 +191,14 @@ mod tests {
             .build()
             .unwrap();
         let runtime = &server.core.runtime;
+        let cut = Duration::from_millis(100);
         let waits = runtime.store_op(StoreOp::Begin, std::future::pending::<()>());
-        assert!(
-            tokio::time::timeout(Duration::from_millis(100), waits)
-                .await
-                .is_err()
-        );
+        assert!(tokio::time::timeout(cut, waits).await.is_err());
         runtime.store_op(StoreOp::Commit, async {}).await;
+        // A lookup raced against what made it moot counts only once it answered.
+        let moot = runtime.store_op_raced(StoreOp::Replay, std::future::pending::<()>());
+        assert!(tokio::time::timeout(cut, moot).await.is_err());
+        runtime.store_op_raced(StoreOp::Replay, async {}).await;
         let text = server.encode_metrics().unwrap();
         let series = |op: &str, what: &str| {
             let name =
@@ -174,7 +210,9 @@ mod tests {
         };
         assert_eq!(series("begin", "count"), "1");
         let waited: f64 = series("begin", "sum").parse().unwrap();
-        assert!(waited >= 0.1, "{waited}");
+        // Timed from just after the timeout's own start.
+        assert!(waited >= 0.09, "{waited}");
         assert_eq!(series("commit", "count"), "1");
+        assert_eq!(series("replay_lookup", "count"), "1");
     }
 }

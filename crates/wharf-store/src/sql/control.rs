@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgArguments, PgConnectOptions};
 use sqlx::query::Query;
-use sqlx::{ConnectOptions, PgConnection, Postgres};
+use sqlx::{ConnectOptions, Connection, PgConnection, Postgres};
 
-use super::call_session;
+use super::{call_session, connection_lost};
 
 /// How long one use may take, connecting included: under the 5 s a readiness check gets,
 /// so that a stuck session fails the check instead of hanging it, and well under the
@@ -63,30 +63,45 @@ impl ControlSession {
         }
     }
 
-    /// Runs `query` and discards its rows.
-    pub(crate) async fn execute(
+    /// Runs the statement `query` makes and discards its rows. A kept connection found lost
+    /// (the server restarted, failed over, or ended the session) is replaced at once, within
+    /// the same time: every replica's is lost together in a failover, and their checks must
+    /// not all fail for it.
+    pub(crate) async fn execute<'q>(
         &self,
-        query: Query<'_, Postgres, PgArguments>,
+        query: impl Fn() -> Query<'q, Postgres, PgArguments>,
     ) -> Result<(), ControlError> {
-        let taken = self.idle.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let used = tokio::time::timeout(ANSWER_WITHIN, async move {
-            let mut conn = match taken {
-                Some(conn) => conn,
-                None => {
-                    let mut conn = self.options.connect().await?;
-                    call_session(&mut conn, LOCK_WAIT_MS).await?;
-                    conn
+        let kept = self.idle.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let used = tokio::time::timeout(ANSWER_WITHIN, async {
+            if let Some(mut conn) = kept {
+                match query().execute(&mut conn).await {
+                    Ok(_) => return Ok(conn),
+                    Err(e) if !connection_lost(&e) => return Err(e.into()),
+                    Err(_) => {}
                 }
-            };
-            query.execute(&mut conn).await?;
+            }
+            let mut conn = self.options.connect().await?;
+            call_session(&mut conn, LOCK_WAIT_MS).await?;
+            query().execute(&mut conn).await?;
             Ok::<_, ControlError>(conn)
         })
         .await;
-        // On any failure the connection was dropped with the future that held it.
+        // On any failure the connection was dropped with the future that held it, which
+        // closes it without waiting for anything.
         let conn = used.map_err(|_| ControlError::TimedOut)??;
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        if idle.is_none() {
-            *idle = Some(conn);
+        let spare = {
+            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+            if idle.is_none() {
+                *idle = Some(conn);
+                None
+            } else {
+                Some(conn)
+            }
+        };
+        if let Some(spare) = spare {
+            // A second connection, opened while another use held the first: said goodbye
+            // to, so that the server does not log it as lost.
+            let _ = tokio::time::timeout(ANSWER_WITHIN, spare.close()).await;
         }
         Ok(())
     }
@@ -94,6 +109,8 @@ impl ControlSession {
 
 #[cfg(test)]
 mod tests {
+    use wharf::store::now_millis;
+
     use super::*;
 
     fn session() -> ControlSession {
@@ -102,36 +119,44 @@ mod tests {
         ControlSession::new(url.parse().expect("a PostgreSQL URL"))
     }
 
+    fn select_1() -> Query<'static, Postgres, PgArguments> {
+        sqlx::query("SELECT 1")
+    }
+
     /// A use that does not answer in time fails, and takes its connection with it: the
     /// next use answers on a new one, where a pool would first wait for the old one's
     /// statement to end.
     #[tokio::test]
     async fn a_use_cut_short_leaves_nothing_behind() {
         let session = session();
-        session.execute(sqlx::query("SELECT 1")).await.unwrap();
-        let stuck = session.execute(sqlx::query("SELECT pg_sleep(20)")).await;
+        session.execute(select_1).await.unwrap();
+        let stuck = session.execute(|| sqlx::query("SELECT pg_sleep(20)")).await;
         assert!(matches!(stuck, Err(ControlError::TimedOut)), "{stuck:?}");
-        session.execute(sqlx::query("SELECT 1")).await.unwrap();
+        session.execute(select_1).await.unwrap();
     }
 
-    /// A connection the server ended is dropped at its first failure; the next use
-    /// connects again.
+    /// A kept connection the server ended (a restart, a failover) is replaced within the
+    /// use that finds it lost: the use answers.
     #[tokio::test]
-    async fn a_session_the_server_ended_is_opened_again() {
+    async fn a_session_the_server_ended_is_replaced_at_once() {
         let session = session();
-        let marked = "SELECT 'the control session under test'";
-        session.execute(sqlx::query(marked)).await.unwrap();
+        // A statement no other run's session runs, to find this one's backend by.
+        let marked = format!(
+            "SELECT 'control session under test {} {}'",
+            std::process::id(),
+            now_millis()
+        );
+        session.execute(|| sqlx::query(&marked)).await.unwrap();
         let mut observer = session.options.connect().await.unwrap();
         let ended: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
              WHERE pid <> pg_backend_pid() AND query = $1) AS t",
         )
-        .bind(marked)
+        .bind(&marked)
         .fetch_one(&mut observer)
         .await
         .unwrap();
         assert_eq!(ended, 1);
-        assert!(session.execute(sqlx::query("SELECT 1")).await.is_err());
-        session.execute(sqlx::query("SELECT 1")).await.unwrap();
+        session.execute(select_1).await.unwrap();
     }
 }

@@ -21,7 +21,7 @@ use crate::mutation::KeyTurn;
 use crate::principal::Principal;
 use crate::registry::{HandleParam, ToolEntry};
 use crate::reply::respond;
-use crate::runtime::{Runtime, Timed, Timing};
+use crate::runtime::{Cut, Runtime, Timed, Timing};
 use crate::schema::first_violation;
 use crate::store::{Begin, Claim, Digest, Fence, Millis, after, now_millis};
 use crate::store::{Expiry, HandleRecord, human, is_handle_id};
@@ -584,7 +584,7 @@ async fn turn_on<T>(
         tokio::select! {
             biased;
             turn = &mut wait => turn.map(Waited::Turn),
-            found = runtime.store_op(StoreOp::Replay, store.replay_of(claim, now_millis())) => match found {
+            found = runtime.store_op_raced(StoreOp::Replay, store.replay_of(claim, now_millis())) => match found {
                 Ok(Some(stored)) => Ok(Waited::Replay(stored)),
                 Ok(None) => wait.await.map(Waited::Turn),
                 Err(e) => {
@@ -596,7 +596,7 @@ async fn turn_on<T>(
     };
     // Timed until this returns or is dropped (the client gone).
     let _timed = match (&runtime.metrics, on) {
-        (Some(m), TurnOn::Key) => Some(Timed::start(m, Timing::LockWait)),
+        (Some(m), TurnOn::Key) => Some(Timed::start(m, Timing::LockWait, Cut::Timed)),
         _ => None,
     };
     let span = match on {
