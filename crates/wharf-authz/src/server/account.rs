@@ -8,7 +8,8 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::{Deserialize, Serialize};
 use wharf::store::{Millis, Write, after, now_millis};
 
-use super::authorize::{Consent, consent_key, signed_in_user};
+use super::authorize::signed_in_user;
+use super::consent::{Consent, consent_key};
 use super::html::{self, escape, hidden};
 use super::{Shared, constant_eq, cookies};
 use crate::records::{CONSENTS, RecordError, SESSIONS, WITHDRAWN_CONSENTS, digest};
@@ -39,12 +40,18 @@ pub(crate) async fn account(State(shared): State<Arc<Shared>>, headers: HeaderMa
     let mut rows = String::new();
     for (_, consent) in &consents {
         let client_id = consent.client_id.as_str();
+        // What the client may hold, for each resource it was allowed.
+        let grants: String = consent
+            .grants()
+            .map(|(resource, scope)| {
+                format!("<br><small>{}: {}</small>", escape(resource), escape(scope))
+            })
+            .collect();
         rows.push_str(&format!(
-            "<tr><td><strong><bdi>{}</bdi></strong><br><small>{}</small><br><small>{}</small></td><td>\
+            "<tr><td><strong><bdi>{}</bdi></strong><br><small>{}</small>{grants}</td><td>\
              <form method=\"post\" action=\"/account/consents/revoke\">{}<button type=\"submit\">Revoke</button></form></td></tr>",
             escape(&consent.client_name),
             escape(client_id),
-            escape(&consent.scope),
             hidden(&[("client_id", client_id), ("csrf", &csrf)]),
         ));
     }

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use url::Url;
 use wharf::store::{Millis, Write, now_millis};
 
+use super::consent::{Approval, Consent, consent_key};
 use super::html::{self, escape, hidden};
 use super::token::Peer;
 use super::{Shared, constant_eq, cookies, params};
@@ -57,22 +58,6 @@ struct Session {
 pub(crate) struct SignedIn {
     pub(crate) user: String,
     pub(crate) epoch: String,
-}
-
-/// A consent the user gave, remembered per client.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Consent {
-    pub(crate) client_id: String,
-    pub(crate) client_name: String,
-    pub(crate) scope: String,
-    pub(crate) resource: String,
-    pub(crate) granted_at: Millis,
-    /// A random id given when the user first consents, kept while the consent stands (a
-    /// wider scope approved later included): the codes and token families made under it
-    /// carry it, and are refused once it is withdrawn (see `account::revoke`), however long
-    /// the consent record itself lives.
-    #[serde(default)]
-    pub(crate) id: String,
 }
 
 /// An issued authorization code, as stored under its digest.
@@ -255,7 +240,7 @@ pub(crate) async fn authorize(
                 .await
                 .ok()
                 .flatten()
-                .filter(|c| covers(&c.value, &pending));
+                .filter(|c| c.value.covers(&pending.resource, &pending.scope));
             // One withdrawn meanwhile (written back by an approval racing the withdrawal)
             // is not remembered: the page asks again, and the approval gives a new id.
             let withdrawn = match &remembered {
@@ -458,21 +443,13 @@ pub(crate) async fn consent(
                 },
                 None => None,
             };
-            // The tokens granted under a standing consent keep their scopes, so it records
-            // every scope approved under it (for the same resource), and the account page
-            // shows what the application may hold, not only what it asked for last.
-            let scope = match &standing {
-                Some(c) if c.resource == pending.resource => widened(&c.scope, &pending.scope),
-                _ => pending.scope.clone(),
+            let approval = Approval {
+                client_id: &pending.client_id,
+                client_name: &pending.client_name,
+                resource: &pending.resource,
+                scope: &pending.scope,
             };
-            let consent = Consent {
-                client_id: pending.client_id.clone(),
-                client_name: pending.client_name.clone(),
-                scope,
-                resource: pending.resource.clone(),
-                granted_at: now_millis(),
-                id: standing.map_or_else(secret, |c| c.id),
-            };
+            let consent = Consent::approved(standing, &approval, secret);
             let remembered = shared
                 .records
                 .put(CONSENTS, &key, &consent, Some(user), Write::Upsert, None)
@@ -601,32 +578,6 @@ async fn session_of(shared: &Shared, session: &str) -> Result<Option<SignedIn>, 
 /// The user a session cookie's value signs in, if it is a live session.
 pub(crate) async fn signed_in_user(shared: &Shared, session: &str) -> Option<String> {
     session_of(shared, session).await.ok()?.map(|s| s.user)
-}
-
-/// A consent's key: a digest, since a user name and a URL-shaped client id together may
-/// pass the store's key length, and neither may contain the separator.
-pub(crate) fn consent_key(user: &str, client_id: &str) -> String {
-    digest(&format!("{}\n{user}\n{client_id}", user.len()))
-}
-
-fn covers(consent: &Consent, pending: &Pending) -> bool {
-    consent.resource == pending.resource
-        && pending
-            .scope
-            .split(' ')
-            .filter(|s| !s.is_empty())
-            .all(|s| consent.scope.split(' ').any(|granted| granted == s))
-}
-
-/// The scopes of `standing`, then those of `added` it lacks, space-separated.
-fn widened(standing: &str, added: &str) -> String {
-    let mut scopes: Vec<&str> = standing.split(' ').filter(|s| !s.is_empty()).collect();
-    for scope in added.split(' ').filter(|s| !s.is_empty()) {
-        if !scopes.contains(&scope) {
-            scopes.push(scope);
-        }
-    }
-    scopes.join(" ")
 }
 
 /// A redirect some other program on the person's machine could receive.

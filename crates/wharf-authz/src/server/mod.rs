@@ -16,6 +16,7 @@
 mod account;
 mod authorize;
 mod clients;
+mod consent;
 mod cookies;
 mod error;
 mod html;

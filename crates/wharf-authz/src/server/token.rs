@@ -28,8 +28,9 @@ use serde_json::json;
 use wharf::store::{Millis, Write, after, millis, now_millis};
 
 use super::account::is_withdrawn;
-use super::authorize::{CodeGrant, Consent, consent_key};
+use super::authorize::CodeGrant;
 use super::clients::{Client, TokenAuth};
+use super::consent::{Consent, consent_key};
 use super::{OAuthError, Shared, params};
 use crate::families::{self, Family};
 use crate::pkce::CodeChallenge;

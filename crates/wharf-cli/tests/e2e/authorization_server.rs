@@ -78,6 +78,28 @@ async fn registration(base: &str, redirect: &str, more: Value) -> Value {
     body
 }
 
+/// Registers a web client; its id and its redirect URI. A web redirect: a remembered consent
+/// skips the page for it.
+async fn web_client(base: &str) -> (String, &'static str) {
+    let redirect = "https://client.example/callback";
+    let web = json!({"application_type": "web"});
+    let client_id = registration(base, redirect, web).await["client_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    (client_id, redirect)
+}
+
+/// The account page `browser` sees at `base`.
+async fn account_page(browser: &Browser, base: &str) -> String {
+    browser
+        .get(&format!("{base}/account"))
+        .await
+        .text()
+        .await
+        .unwrap()
+}
+
 /// An authorization request's parameters: a code with an S256 challenge, and `extra`.
 fn code_request<'a>(
     client_id: &'a str,
@@ -434,12 +456,7 @@ async fn a_registered_client_signs_a_user_in_and_calls_a_tool() {
     ];
 
     // The consent is remembered, and listed on the account page, where it can be revoked.
-    let account = browser
-        .get(&format!("{base}/account"))
-        .await
-        .text()
-        .await
-        .unwrap();
+    let account = account_page(&browser, &base).await;
     assert!(
         account.contains("Test CLI") && account.contains(&client_id),
         "{account}"
@@ -452,12 +469,7 @@ async fn a_registered_client_signs_a_user_in_and_calls_a_tool() {
         )
         .await;
     assert_eq!(revoked.status(), StatusCode::SEE_OTHER);
-    let account = browser
-        .get(&format!("{base}/account"))
-        .await
-        .text()
-        .await
-        .unwrap();
+    let account = account_page(&browser, &base).await;
     assert!(!account.contains(&client_id), "{account}");
     // What the client held when the consent went is refused, the code it had not yet
     // redeemed too.
@@ -1086,6 +1098,42 @@ async fn trips_to_the_upstream_provider_count_against_the_sign_in_budget() {
     assert_eq!(stored, trips, "a refused start stored nothing");
 }
 
+/// A client allowed two resources of one authorization server keeps both: asking for the
+/// first again skips the page (a web redirect), and the account page lists what it may hold
+/// on each. The second consent used to replace the first, so the page came back at every
+/// switch and the account page showed the last resource only.
+#[tokio::test]
+async fn a_consent_for_a_second_resource_keeps_the_first() {
+    let other = "https://other.example/mcp";
+    let server = server(
+        &sqlite_url(&unique("authz-two-resources")),
+        &["--authz-resource", other],
+    );
+    let base = server.origin();
+    let (client_id, redirect) = web_client(&base).await;
+    let (_, challenge) = pkce();
+    let own = code_request(&client_id, redirect, &challenge, &[]);
+    let elsewhere = code_request(&client_id, redirect, &challenge, &[("resource", other)]);
+    let browser = Browser::new();
+    authorize(&browser, &base, &own).await;
+    authorize(&browser, &base, &elsewhere).await;
+    for params in [&own, &elsewhere] {
+        let url = Url::parse_with_params(&format!("{base}/authorize"), params).unwrap();
+        let answer = browser.get(url.as_str()).await;
+        assert_eq!(answer.status(), StatusCode::SEE_OTHER, "{params:?}");
+        let location = answer.headers()[LOCATION].to_str().unwrap().to_owned();
+        assert!(query(&location).contains_key("code"), "{location}");
+    }
+    let account = account_page(&browser, &base).await;
+    let own_resource = format!("{base}/mcp");
+    for resource in [own_resource.as_str(), other] {
+        assert!(
+            account.contains(&format!("{resource}: ")),
+            "{resource}: {account}"
+        );
+    }
+}
+
 /// On a shared computer, signing out on the account page ends the browser's session: an
 /// application the user allowed no longer gets a code without anyone being asked, and a
 /// copy of the old session cookie signs nobody in. A sign-out without the page's CSRF token
@@ -1094,13 +1142,7 @@ async fn trips_to_the_upstream_provider_count_against_the_sign_in_budget() {
 async fn signing_out_ends_the_browsers_session() {
     let server = server(&sqlite_url(&unique("authz-signout")), &[]);
     let base = server.origin();
-    // A web redirect: a remembered consent skips the page for it.
-    let redirect = "https://client.example/callback";
-    let web = json!({"application_type": "web"});
-    let client_id = registration(&base, redirect, web).await["client_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (client_id, redirect) = web_client(&base).await;
     let (_, challenge) = pkce();
     let params = code_request(&client_id, redirect, &challenge, &[]);
     let browser = Browser::new();
