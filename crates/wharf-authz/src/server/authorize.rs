@@ -427,38 +427,10 @@ pub(crate) async fn consent(
         issuer: &shared.config.issuer,
     };
     match form.decision.as_str() {
-        "approve" => {
-            let key = consent_key(user, &pending.client_id);
-            // A consent that stands keeps its id, so that approving a wider scope leaves
-            // the tokens granted before it working; one withdrawn meanwhile does not.
-            let standing = match shared.records.get::<Consent>(CONSENTS, &key).await {
-                Ok(standing) => standing.map(|c| c.value).filter(|c| !c.id.is_empty()),
-                Err(_) => return unavailable(),
-            };
-            let standing = match standing {
-                Some(c) => match super::account::is_withdrawn(&shared, &c.id).await {
-                    Ok(false) => Some(c),
-                    Ok(true) => None,
-                    Err(_) => return unavailable(),
-                },
-                None => None,
-            };
-            let approval = Approval {
-                client_id: &pending.client_id,
-                client_name: &pending.client_name,
-                resource: &pending.resource,
-                scope: &pending.scope,
-            };
-            let consent = Consent::approved(standing, &approval, secret);
-            let remembered = shared
-                .records
-                .put(CONSENTS, &key, &consent, Some(user), Write::Upsert, None)
-                .await;
-            if remembered.is_err() {
-                return unavailable();
-            }
-            finish(&shared, &form.request, pending, &signed, consent.id).await
-        }
+        "approve" => match remember(&shared, user, &pending).await {
+            Some(consent) => finish(&shared, &form.request, pending, &signed, consent).await,
+            None => unavailable(),
+        },
         "deny" => {
             if !matches!(
                 shared.records.delete(REQUESTS, &form.request).await,
@@ -578,6 +550,47 @@ async fn session_of(shared: &Shared, session: &str) -> Result<Option<SignedIn>, 
 /// The user a session cookie's value signs in, if it is a live session.
 pub(crate) async fn signed_in_user(shared: &Shared, session: &str) -> Option<String> {
     session_of(shared, session).await.ok()?.map(|s| s.user)
+}
+
+/// Records `user`'s approval of `pending` in their consent for its client, and returns the
+/// consent's id; `None` when the store failed. A consent that stands keeps its id, so that
+/// approving more leaves the tokens granted before it working; one withdrawn meanwhile does
+/// not. Written only over the version read, so that two approvals at once (two tabs, two
+/// resources) both stay: one that finds the record changed reads it again.
+async fn remember(shared: &Shared, user: &str, pending: &Pending) -> Option<String> {
+    let key = consent_key(user, &pending.client_id);
+    let approval = Approval {
+        client_id: &pending.client_id,
+        client_name: &pending.client_name,
+        resource: &pending.resource,
+        scope: &pending.scope,
+    };
+    let serves = |resource: &str| shared.config.resources.iter().any(|r| r == resource);
+    // Each lost race is another approval that landed: a few are all a person makes.
+    for _ in 0..8 {
+        let read = shared.records.get::<Consent>(CONSENTS, &key).await.ok()?;
+        let write = read
+            .as_ref()
+            .map_or(Write::Create, |c| Write::Replace(c.version));
+        let standing = match read.map(|c| c.value).filter(|c| !c.id.is_empty()) {
+            Some(c) => match super::account::is_withdrawn(shared, &c.id).await.ok()? {
+                false => Some(c),
+                true => None,
+            },
+            None => None,
+        };
+        let consent = Consent::approved(standing, &approval, secret, serves);
+        let written = shared
+            .records
+            .put(CONSENTS, &key, &consent, Some(user), write, None)
+            .await
+            .ok()?;
+        if written.is_some() {
+            return Some(consent.id);
+        }
+    }
+    tracing::warn!("a consent changed under every attempt to record an approval");
+    None
 }
 
 /// A redirect some other program on the person's machine could receive.

@@ -43,18 +43,22 @@ pub(crate) struct Approval<'a> {
 
 impl Consent {
     /// The consent recorded once the user approved `approval`: the one `standing` widened
-    /// by it, its id and every other resource it covers kept (the tokens granted under it
-    /// keep their scopes, and the account page shows what the client may hold, not only
-    /// what it asked for last); a new one with id `new_id` when none stands.
+    /// by it, its id and every other resource it covers that the server still `serves`
+    /// kept (the tokens granted under it keep their scopes, and the account page shows
+    /// what the client may hold, not only what it asked for last; a resource the server no
+    /// longer serves is asked for again if it comes back); a new one with id `new_id` when
+    /// none stands.
     pub(crate) fn approved(
         standing: Option<Consent>,
         approval: &Approval<'_>,
         new_id: impl FnOnce() -> String,
+        serves: impl Fn(&str) -> bool,
     ) -> Consent {
         let (id, mut grants) = match standing {
             Some(c) => {
                 let mut grants = c.others;
                 grants.insert(c.resource, c.scope);
+                grants.retain(|resource, _| serves(resource));
                 (c.id, grants)
             }
             None => (new_id(), BTreeMap::new()),
@@ -130,19 +134,24 @@ mod tests {
     const A: &str = "https://mcp.example/a";
     const B: &str = "https://mcp.example/b";
 
+    /// The server serves both resources.
+    fn served(resource: &str) -> bool {
+        [A, B].contains(&resource)
+    }
+
     /// Approving a second resource keeps the first one's approval, and the consent's id.
     #[test]
     fn each_resource_keeps_what_was_approved_for_it() {
-        let first = Consent::approved(None, &approval(A, "read"), || "id1".into());
+        let first = Consent::approved(None, &approval(A, "read"), || "id1".into(), served);
         assert!(first.covers(A, "read"));
         assert!(!first.covers(B, "read"), "another resource is not approved");
-        let both = Consent::approved(Some(first), &approval(B, "write"), || "id2".into());
+        let both = Consent::approved(Some(first), &approval(B, "write"), || "id2".into(), served);
         assert_eq!(both.id, "id1");
         assert!(both.covers(A, "read"), "the first resource stays approved");
         assert!(both.covers(B, "write"));
         assert!(!both.covers(B, "read"), "scopes stay per resource");
         assert!(!both.covers(A, "read write"));
-        let widened = Consent::approved(Some(both), &approval(A, "write"), || "id3".into());
+        let widened = Consent::approved(Some(both), &approval(A, "write"), || "id3".into(), served);
         assert!(
             widened.covers(A, "read write"),
             "a wider scope adds to the standing one"
@@ -160,19 +169,52 @@ mod tests {
         let consent: Consent = serde_json::from_str(old).unwrap();
         assert!(consent.covers(A, "read"));
         assert_eq!(consent.grants().count(), 1);
-        let both = Consent::approved(Some(consent), &approval(B, "write"), || "y".into());
+        let both = Consent::approved(Some(consent), &approval(B, "write"), || "y".into(), served);
         let written = serde_json::to_value(&both).unwrap();
         assert_eq!(written["resource"], B);
         assert_eq!(written["scope"], "write");
         assert_eq!(written["others"][A], "read");
-        let single = Consent::approved(None, &approval(A, "read"), || "z".into());
+        let single = Consent::approved(None, &approval(A, "read"), || "z".into(), served);
         let written = serde_json::to_value(&single).unwrap();
         assert!(written.get("others").is_none(), "{written}");
+        // What an earlier replica reads of a record holding two resources: the one
+        // approved last (it would write the other away; the page then asks for it again).
+        #[derive(Deserialize)]
+        #[allow(dead_code)]
+        struct Earlier {
+            client_id: String,
+            client_name: String,
+            scope: String,
+            resource: String,
+            granted_at: Millis,
+            #[serde(default)]
+            id: String,
+        }
+        let earlier: Earlier =
+            serde_json::from_value(serde_json::to_value(&both).unwrap()).unwrap();
+        assert_eq!(
+            (earlier.resource.as_str(), earlier.scope.as_str()),
+            (B, "write")
+        );
+        assert_eq!(earlier.id, "x");
+    }
+
+    /// A resource the server no longer serves is dropped at the next approval: the account
+    /// page stops listing it, and it is asked for again if it comes back.
+    #[test]
+    fn a_resource_no_longer_served_is_forgotten() {
+        let both = Consent::approved(None, &approval(A, "read"), || "id".into(), served);
+        let both = Consent::approved(Some(both), &approval(B, "read"), || "x".into(), served);
+        let only_b = |resource: &str| resource == B;
+        let after = Consent::approved(Some(both), &approval(B, "write"), || "y".into(), only_b);
+        assert!(!after.covers(A, "read"));
+        assert!(after.covers(B, "read write"));
+        assert_eq!(after.grants().count(), 1);
     }
 
     #[test]
     fn an_empty_scope_is_covered_by_any_approval_of_its_resource() {
-        let consent = Consent::approved(None, &approval(A, ""), || "id".into());
+        let consent = Consent::approved(None, &approval(A, ""), || "id".into(), served);
         assert!(consent.covers(A, ""));
         assert!(!consent.covers(B, ""));
     }
