@@ -45,7 +45,7 @@ use crate::reply::respond;
 use crate::request::{self, MAX_SUBSCRIBED_BYTES, MAX_SUBSCRIPTIONS, MAX_URI_LEN};
 use crate::runtime::Runtime;
 pub use crate::session::Session;
-use crate::session::{Delivery, SessionCap, SessionKind, SessionState};
+use crate::session::{CACHE_TTL, Delivery, SessionCap, SessionKind, SessionState};
 use crate::store::{HandleRecord, Millis, StoreError, TxMode, after, millis, now_millis};
 
 /// Where a session is kept.
@@ -212,7 +212,8 @@ impl<'a> Sessions<'a> {
                     session = %id,
                     "a legacy session ended to make room for its principal's newest"
                 );
-                self.announce_end(id);
+                // Not waited for: the opening client never held these sessions.
+                drop(self.announce_end(id));
             }
         }
         let result = InitializeResult {
@@ -263,13 +264,17 @@ impl<'a> Sessions<'a> {
         Ok(session)
     }
 
-    /// Ends `session` (HTTP DELETE); its stream ends too, on every replica.
+    /// Ends `session` (HTTP DELETE); its stream ends too, on every replica. Returns once
+    /// the end is announced on the bus (or after as long as another replica trusts its copy
+    /// of a session anyway), so that the client's next request, wherever it lands, finds
+    /// the session ended rather than a copy the announcement has not reached yet.
     pub async fn end(&self, session: &Session) -> Result<(), SessionError> {
         let runtime = &self.core.runtime;
         if !runtime.sessions.remove(session.id()).await? {
             return Err(SessionError::Unknown);
         }
-        self.announce_end(session.id());
+        let announced = self.announce_end(session.id());
+        let _ = tokio::time::timeout(CACHE_TTL, announced).await;
         Ok(())
     }
 
@@ -278,8 +283,8 @@ impl<'a> Sessions<'a> {
     /// holds: the session is gone from the store. Told on a task of its own: a client that
     /// goes away once the end is committed must not take the news with it (no retry can
     /// send it: the session is gone), or the session's calls on other replicas would run
-    /// on, and wait for input, until their timeouts.
-    fn announce_end(&self, id: &str) {
+    /// on, and wait for input, until their timeouts; the task's handle says when it is sent.
+    fn announce_end(&self, id: &str) -> tokio::task::JoinHandle<()> {
         let runtime = &self.core.runtime;
         runtime.hub.route(id, SessionSignal::Ended);
         let bus = Arc::clone(&runtime.bus);
@@ -291,7 +296,7 @@ impl<'a> Sessions<'a> {
             if let Err(e) = bus.publish(event).await {
                 tracing::warn!(error = %e, "could not publish a legacy session's end");
             }
-        });
+        })
     }
 
     /// Handles a request of `session`: answers the session's own methods at once and admits
@@ -830,6 +835,64 @@ mod tests {
             assert!(!holds("s1", &RequestId::String(made_up.into()), sent));
         }
         assert!(!holds("s1", &RequestId::Int(7), sent));
+    }
+
+    /// A DELETE is answered once the session's end is on the bus: a client's next request,
+    /// on whichever replica, finds the end announced rather than racing it.
+    #[tokio::test]
+    async fn an_end_is_answered_once_it_is_announced() {
+        use std::pin::Pin;
+        use std::sync::{Arc, Mutex};
+
+        use crate::bus::{BusError, ChangeEvent, InProcessBus, NotificationBus, SessionSignal};
+
+        /// The in-process bus, with what was published kept in order.
+        #[derive(Default)]
+        struct Recording {
+            bus: InProcessBus,
+            published: Mutex<Vec<ChangeEvent>>,
+        }
+        impl NotificationBus for Recording {
+            fn publish(
+                &self,
+                event: ChangeEvent,
+            ) -> Pin<Box<dyn Future<Output = Result<(), BusError>> + Send + '_>> {
+                Box::pin(async move {
+                    // As a store's bus does, it answers after a round trip.
+                    tokio::task::yield_now().await;
+                    self.published.lock().unwrap().push(event.clone());
+                    self.bus.publish(event).await
+                })
+            }
+            fn subscribe(&self) -> tokio::sync::broadcast::Receiver<ChangeEvent> {
+                self.bus.subscribe()
+            }
+        }
+
+        let bus = Arc::new(Recording::default());
+        let server = Server::builder(Implementation::new("t", "1"))
+            .bus(bus.clone())
+            .build()
+            .unwrap();
+        let init = RawValue::from_string(
+            r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}"#.into(),
+        )
+        .unwrap();
+        let alice = Principal::new("alice").unwrap();
+        let (session, _) = server
+            .sessions()
+            .initialize(RequestId::Int(1), Some(&init), &alice, Scope::Shared)
+            .await
+            .unwrap();
+        server.sessions().end(&session).await.unwrap();
+        let ended = ChangeEvent::Session {
+            session: session.id().to_owned(),
+            signal: SessionSignal::Ended,
+        };
+        assert!(
+            bus.published.lock().unwrap().contains(&ended),
+            "answered before the end was announced"
+        );
     }
 
     /// A subscription needs what a read needs: refused without the resource's scopes, and

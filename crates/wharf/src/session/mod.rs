@@ -5,7 +5,7 @@
 mod book;
 mod hub;
 
-pub(crate) use book::{Book, SessionCap};
+pub(crate) use book::{Book, CACHE_TTL, SessionCap};
 pub(crate) use hub::{Delivery, Hub, Running, Waiter};
 
 use std::collections::BTreeSet;
