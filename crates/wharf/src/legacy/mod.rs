@@ -265,16 +265,25 @@ impl<'a> Sessions<'a> {
     }
 
     /// Ends `session` (HTTP DELETE); its stream ends too, on every replica. Returns once
-    /// the end is announced on the bus (or after as long as another replica trusts its copy
-    /// of a session anyway), so that the client's next request, wherever it lands, finds
-    /// the session ended rather than a copy the announcement has not reached yet.
+    /// the end is published on the bus, which other replicas drop their copies of the
+    /// session on: the client's next request, wherever it lands, is far more likely to
+    /// find the session ended than a copy the announcement has not reached. When the end
+    /// could not be published, it returns once every replica's copy has run out instead
+    /// (they are trusted for [`CACHE_TTL`]).
     pub async fn end(&self, session: &Session) -> Result<(), SessionError> {
         let runtime = &self.core.runtime;
+        let ended = tokio::time::Instant::now();
         if !runtime.sessions.remove(session.id()).await? {
             return Err(SessionError::Unknown);
         }
         let announced = self.announce_end(session.id());
-        let _ = tokio::time::timeout(CACHE_TTL, announced).await;
+        let published = matches!(
+            tokio::time::timeout(CACHE_TTL, announced).await,
+            Ok(Ok(true))
+        );
+        if !published && runtime.sessions.is_shared() {
+            tokio::time::sleep_until(ended + CACHE_TTL).await;
+        }
         Ok(())
     }
 
@@ -283,8 +292,9 @@ impl<'a> Sessions<'a> {
     /// holds: the session is gone from the store. Told on a task of its own: a client that
     /// goes away once the end is committed must not take the news with it (no retry can
     /// send it: the session is gone), or the session's calls on other replicas would run
-    /// on, and wait for input, until their timeouts; the task's handle says when it is sent.
-    fn announce_end(&self, id: &str) -> tokio::task::JoinHandle<()> {
+    /// on, and wait for input, until their timeouts; the task's handle says whether it was
+    /// sent.
+    fn announce_end(&self, id: &str) -> tokio::task::JoinHandle<bool> {
         let runtime = &self.core.runtime;
         runtime.hub.route(id, SessionSignal::Ended);
         let bus = Arc::clone(&runtime.bus);
@@ -293,9 +303,11 @@ impl<'a> Sessions<'a> {
             signal: SessionSignal::Ended,
         };
         tokio::spawn(async move {
-            if let Err(e) = bus.publish(event).await {
+            let published = bus.publish(event).await;
+            if let Err(e) = &published {
                 tracing::warn!(error = %e, "could not publish a legacy session's end");
             }
+            published.is_ok()
         })
     }
 
