@@ -269,7 +269,7 @@ impl<'a> Sessions<'a> {
     /// session on: the client's next request, wherever it lands, is far more likely to
     /// find the session ended than a copy the announcement has not reached. When the end
     /// could not be published, it returns once every replica's copy has run out instead
-    /// (they are trusted for [`CACHE_TTL`]).
+    /// (each is trusted for two seconds at most).
     pub async fn end(&self, session: &Session) -> Result<(), SessionError> {
         let runtime = &self.core.runtime;
         let ended = tokio::time::Instant::now();
