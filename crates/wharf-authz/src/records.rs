@@ -214,6 +214,19 @@ impl Records {
         Ok(self.store.delete_record(kind.namespace, key, None).await?)
     }
 
+    /// Deletes the record only if it is still at `version` (as read); whether it went.
+    pub(crate) async fn delete_at(
+        &self,
+        kind: Kind,
+        key: &str,
+        version: u64,
+    ) -> Result<bool, RecordError> {
+        Ok(self
+            .store
+            .delete_record(kind.namespace, key, Some(version))
+            .await?)
+    }
+
     pub(crate) async fn of_owner<T: DeserializeOwned>(
         &self,
         kind: Kind,

@@ -6,7 +6,7 @@ use axum::extract::{Form, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::{Deserialize, Serialize};
-use wharf::store::{Millis, Write, after, now_millis};
+use wharf::store::{Millis, StoreError, Write, after, now_millis};
 
 use super::authorize::signed_in_user;
 use super::consent::{Consent, consent_key};
@@ -95,7 +95,7 @@ pub(crate) async fn revoke(
     // from then on, and one made before the mark is found by the revocation after it.
     let key = consent_key(&user, &form.client_id);
     let withdrawn = withdraw(&shared, &user, &key).await;
-    let forgotten = shared.records.delete(CONSENTS, &key).await;
+    let forgotten = forget(&shared, &key).await;
     let revoked = super::token::revoke_client(&shared, &user, &form.client_id).await;
     if withdrawn.is_err() || forgotten.is_err() || revoked.is_err() {
         return html::error(
@@ -206,6 +206,34 @@ async fn withdraw(shared: &Shared, user: &str, key: &str) -> Result<(), RecordEr
     Ok(())
 }
 
+/// Deletes the consent under `key` once its id is marked withdrawn, leaving one that an
+/// approval made anew after the mark (a new id, see `authorize::remember`): that is a
+/// consent of its own, which the page lists and can withdraw. Deleted only at the version
+/// read, so such an approval landing between the read and the delete is not deleted with
+/// the old one.
+async fn forget(shared: &Shared, key: &str) -> Result<(), RecordError> {
+    // Each lost race is an approval that landed meanwhile: a few are all a person makes.
+    for _ in 0..8 {
+        let Some(consent) = shared.records.get::<Consent>(CONSENTS, key).await? else {
+            return Ok(());
+        };
+        let id = &consent.value.id;
+        if !id.is_empty() && !is_withdrawn(shared, id).await? {
+            return Ok(());
+        }
+        if shared
+            .records
+            .delete_at(CONSENTS, key, consent.version)
+            .await?
+        {
+            return Ok(());
+        }
+    }
+    Err(RecordError::Store(StoreError::Busy(
+        "a consent changed under every attempt to delete it".into(),
+    )))
+}
+
 /// Whether consent `id` was withdrawn (an empty id, from before consents had ids, never
 /// was).
 pub(crate) async fn is_withdrawn(shared: &Shared, id: &str) -> Result<bool, RecordError> {
@@ -231,4 +259,91 @@ async fn who(shared: &Shared, headers: &HeaderMap) -> Option<(String, String)> {
 /// cross-site page cannot read.
 fn csrf_of(session: &str) -> String {
     digest(&format!("csrf\n{session}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cimd::Fetcher;
+    use crate::server::{AuthorizationServer, AuthzConfig};
+
+    const USER: &str = "idp:alice";
+    const CLIENT: &str = "https://app.example/client.json";
+
+    async fn server() -> AuthorizationServer {
+        let store = wharf_store::open("memory://", &wharf_store::StoreOptions::default())
+            .await
+            .unwrap();
+        let config = AuthzConfig::new("http://127.0.0.1:9", "http://127.0.0.1:9/mcp");
+        AuthorizationServer::new(config, store, Fetcher::builder().build().unwrap())
+    }
+
+    fn consent(id: &str, scope: &str) -> Consent {
+        Consent {
+            client_id: CLIENT.into(),
+            client_name: "App".into(),
+            scope: scope.into(),
+            resource: "http://127.0.0.1:9/mcp".into(),
+            others: Default::default(),
+            granted_at: now_millis(),
+            id: id.into(),
+        }
+    }
+
+    /// Writes `consent` over what `shared` holds for the user and client, as an approval
+    /// does (over the version it read).
+    async fn approve(shared: &Shared, consent: &Consent) {
+        let key = consent_key(USER, CLIENT);
+        let read = shared.records.get::<Consent>(CONSENTS, &key).await.unwrap();
+        let write = read.map_or(Write::Create, |c| Write::Replace(c.version));
+        let written = shared
+            .records
+            .put(CONSENTS, &key, consent, Some(USER), write, None)
+            .await
+            .unwrap();
+        assert!(written.is_some());
+    }
+
+    async fn standing(shared: &Shared) -> Option<String> {
+        let key = consent_key(USER, CLIENT);
+        let read = shared.records.get::<Consent>(CONSENTS, &key).await.unwrap();
+        read.map(|c| c.value.id)
+    }
+
+    /// An approval that lands while a withdrawal is under way, after the old consent's id
+    /// was marked withdrawn, is a consent of its own (a new id): the withdrawal leaves it,
+    /// so the account page lists it and can withdraw it in turn.
+    #[tokio::test]
+    async fn a_withdrawal_leaves_a_consent_approved_anew_meanwhile() {
+        let server = server().await;
+        let shared = &server.shared;
+        let key = consent_key(USER, CLIENT);
+        approve(shared, &consent("old", "read")).await;
+        withdraw(shared, USER, &key).await.unwrap();
+        approve(shared, &consent("new", "read")).await;
+        forget(shared, &key).await.unwrap();
+        assert_eq!(standing(shared).await.as_deref(), Some("new"));
+        assert!(is_withdrawn(shared, "old").await.unwrap());
+        assert!(!is_withdrawn(shared, "new").await.unwrap());
+    }
+
+    /// The withdrawn consent goes even when an approval that read it before the mark
+    /// rewrote it meanwhile (same id, a newer version); so does one from before consents
+    /// had ids, which has no id to mark.
+    #[tokio::test]
+    async fn a_withdrawal_deletes_its_consent_even_rewritten_meanwhile() {
+        let server = server().await;
+        let shared = &server.shared;
+        let key = consent_key(USER, CLIENT);
+        approve(shared, &consent("old", "read")).await;
+        withdraw(shared, USER, &key).await.unwrap();
+        approve(shared, &consent("old", "read write")).await;
+        forget(shared, &key).await.unwrap();
+        assert_eq!(standing(shared).await, None);
+
+        approve(shared, &consent("", "read")).await;
+        withdraw(shared, USER, &key).await.unwrap();
+        forget(shared, &key).await.unwrap();
+        assert_eq!(standing(shared).await, None);
+    }
 }
