@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::value::RawValue;
 use wharf::protocol::{Implementation, RequestId, ResourceContents};
-use wharf::store::{Store, now_millis};
+use wharf::store::{Store, TxMode, now_millis};
 use wharf::{Principal, Scope, Server, Session, template};
 
 const WAIT: Duration = Duration::from_secs(3);
@@ -250,4 +250,72 @@ async fn postgres_two_ends_of_one_session_at_once_end_it_once() {
     }
     assert!(outcomes.contains(&"ended"), "{outcomes:?}");
     assert!(store.load_handle(&id).await.unwrap().is_none());
+}
+
+/// A principal opening many sessions at once, on two replicas, stays within its cap: its
+/// openings take turns, each ending the least recently used session to make room. Made at
+/// once, they used to count the same sessions and end the same one, and each add its own:
+/// 32 openings over a cap of 4 left 33 live sessions on Redis, 14 on PostgreSQL (SQLite's
+/// write transactions always took turns).
+async fn openings_at_once_stay_within_the_principals_cap(stores: [Arc<dyn Store>; 2]) {
+    const CAP: u64 = 4;
+    let replicas = stores.clone().map(|store| {
+        let mut config = wharf::ServerConfig::default();
+        config.legacy.max_sessions_per_principal = CAP;
+        Server::builder(Implementation::new("t", "1"))
+            .config(config)
+            .store(store)
+            .build()
+            .unwrap()
+    });
+    let alice = Principal::new(support::unique("alice")).unwrap();
+    for _ in 0..CAP {
+        open(&replicas[0], &alice).await.unwrap();
+    }
+    let openings: Vec<_> = (0..32)
+        .map(|n| {
+            let (replica, alice) = (replicas[n % 2].clone(), alice.clone());
+            tokio::spawn(async move { open(&replica, &alice).await.map(drop) })
+        })
+        .collect();
+    for opening in openings {
+        opening.await.unwrap().unwrap();
+    }
+    let mut tx = stores[0].begin(TxMode::Read).await.unwrap();
+    let live = tx
+        .live_handles(alice.id(), "mcp-session", now_millis())
+        .await
+        .unwrap();
+    assert_eq!(
+        live, CAP,
+        "live sessions of one principal after openings at once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_openings_at_once_stay_within_the_principals_cap() {
+    let stores = [
+        support::postgres_with(WAIT).await,
+        support::postgres_with(WAIT).await,
+    ];
+    openings_at_once_stay_within_the_principals_cap(stores).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_openings_at_once_stay_within_the_principals_cap() {
+    let stores = [
+        support::redis_with(WAIT).await,
+        support::redis_with(WAIT).await,
+    ];
+    openings_at_once_stay_within_the_principals_cap(stores).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_openings_at_once_stay_within_the_principals_cap() {
+    let url = support::sqlite_url("legacy-openings-at-once");
+    let stores = [
+        support::sqlite_with(&url, WAIT).await,
+        support::sqlite_with(&url, WAIT).await,
+    ];
+    openings_at_once_stay_within_the_principals_cap(stores).await;
 }

@@ -204,7 +204,7 @@ impl<'a> Sessions<'a> {
             };
             let ended = runtime
                 .sessions
-                .insert(&session, now, cap)
+                .insert(&session, &runtime.mutations, now, cap)
                 .await
                 .map_err(|e| fail(e.into()))?;
             for id in &ended {

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{Session, SessionKind, SessionState};
-use crate::mutation::MutationQueue;
+use crate::mutation::{KeyTurn, MutationQueue};
 use crate::store::{HandleKind, HandleRecord, Millis, Store, StoreError, TxMode};
 
 /// Sessions a server without a store keeps at most (the expired ones go first); also the
@@ -163,10 +163,17 @@ impl Book {
     }
 
     /// Stores a new session within `cap`, and returns the ids of the sessions it ended to
-    /// make room (an authenticated owner's least recently used ones).
+    /// make room (an authenticated owner's least recently used ones). An owner's openings
+    /// that evict take turns (through `turns`, as [`Book::update`] does): two at once would
+    /// count the same sessions, end the same least recently used ones, and each add its
+    /// own, so that a client opening many at once would grow its share past the cap round
+    /// after round. Anonymous openings, which refuse past their cap, do not: one turn for
+    /// every anonymous caller would queue them all, and those in flight together can only
+    /// pass the cap by their number.
     pub(crate) async fn insert(
         &self,
         session: &Session,
+        turns: &Arc<MutationQueue>,
         now: Millis,
         cap: SessionCap,
     ) -> Result<Vec<String>, StoreError> {
@@ -174,7 +181,16 @@ impl Book {
         let kind = <SessionKind as HandleKind>::KIND;
         match self {
             Book::Store { store, .. } => {
+                let turn = match cap {
+                    SessionCap::Evicting(_) => {
+                        Some(turn(turns, format!("sessions-of:{owner}"), owner, store).await?)
+                    }
+                    SessionCap::Refusing(_) => None,
+                };
                 let mut tx = store.begin(TxMode::Write).await?;
+                if let Some(fence) = turn.as_ref().and_then(KeyTurn::fence) {
+                    tx.fence(&fence);
+                }
                 let held = tx.live_handles(owner, kind, now).await?;
                 let excess = cap.excess(held)?;
                 let ended = match excess {
@@ -186,6 +202,9 @@ impl Book {
                 }
                 tx.create_handle(&session.to_record()).await?;
                 tx.commit().await?;
+                if let Some(turn) = turn {
+                    turn.end().await;
+                }
                 for id in &ended {
                     self.forget(id);
                 }
@@ -243,16 +262,8 @@ impl Book {
         match self {
             Book::Store { store, .. } => {
                 // Redis has no lock a transaction can take: its mutation lock orders the
-                // writers, and its fence voids a commit made after the lease ran out. (No
-                // mutation key starts like this: theirs start with a length.)
-                let wait = turns.wait_turn(format!("session:{id}"), session.owner(), Some(store));
-                // Bounded as a tool call's wait is: behind the owner's long calls, busy.
-                let turn = tokio::time::timeout(TURN_WAIT, wait).await.map_err(|_| {
-                    StoreError::Busy(format!(
-                        "the session's change waited {}s for its turn",
-                        TURN_WAIT.as_secs()
-                    ))
-                })??;
+                // writers, and its fence voids a commit made after the lease ran out.
+                let turn = turn(turns, format!("session:{id}"), session.owner(), store).await?;
                 // Read before the transaction begins, so that the change never holds one
                 // connection while it waits for a second. Every other change of the session
                 // waits for this turn; its end does not, but then the hold below finds it
@@ -350,6 +361,24 @@ impl Book {
             Book::Local(_) => None,
         }
     }
+}
+
+/// The turn on `key` of a session's writers, within `owner`'s share of the store's lock
+/// sessions; bounded as a tool call's wait is: behind the owner's long calls, busy. (No
+/// mutation key of a tool starts like the book's: theirs start with a length.)
+async fn turn(
+    turns: &Arc<MutationQueue>,
+    key: String,
+    owner: &str,
+    store: &Arc<dyn Store>,
+) -> Result<KeyTurn, StoreError> {
+    let wait = turns.wait_turn(key, owner, Some(store));
+    tokio::time::timeout(TURN_WAIT, wait).await.map_err(|_| {
+        StoreError::Busy(format!(
+            "a session's change waited {}s for its turn",
+            TURN_WAIT.as_secs()
+        ))
+    })?
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -448,7 +448,8 @@ mod tests {
             }),
             booked: false,
         };
-        book.insert(&kept, now_millis(), SessionCap::Refusing(10))
+        let turns = Arc::new(crate::mutation::MutationQueue::new(1));
+        book.insert(&kept, &turns, now_millis(), SessionCap::Refusing(10))
             .await
             .unwrap();
         let hub = Arc::new(Hub::default());
