@@ -1109,7 +1109,7 @@ impl Store for SqlStore {
         // The fences of keys nobody locked for about a week (a lock moves `locked_at` on
         // hourly, see pg_lock.rs). A call that still held one would fail
         // its commit (as if its lock were lost) and be retried: safe, where a token seen
-        // again would not be (tokens come from a sequence, so none ever is).
+        // again would not be (tokens are random, so none ever is).
         #[cfg(feature = "postgres")]
         #[allow(irrefutable_let_patterns)]
         if let TypedTx::Postgres(t) = &mut tx.tx {

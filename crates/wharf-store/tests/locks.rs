@@ -335,7 +335,10 @@ async fn only_the_live_holder_commits(
     (late_store, late_fence): (&Arc<dyn Store>, &Fence),
     (live_store, live_fence): (&Arc<dyn Store>, &Fence),
 ) {
-    assert!(live_fence.token > late_fence.token, "tokens increase");
+    assert_ne!(
+        live_fence.token, late_fence.token,
+        "each holder has its own token"
+    );
     let doc = unique_key();
     let mut late = late_store.begin(TxMode::Write).await.unwrap();
     late.fence(late_fence);
@@ -403,22 +406,69 @@ async fn postgres_refuses_the_writes_of_a_holder_whose_session_ended() {
     let key = unique_key();
     let cut = lock(&a, &key).await;
     let fence = cut.fence().expect("PostgreSQL locks are fenced");
-    let observer = pg_observer().await;
-    let ended: bool = sqlx::query_scalar(
-        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted \
-         AND ((classid::bigint << 32) | objid::bigint) = hashtextextended($1, 1)",
-    )
-    .bind(&key)
-    .fetch_one(&observer)
-    .await
-    .expect("the holder's session");
-    assert!(ended, "the holder's session was ended");
+    end_the_holders_session(&pg_observer().await, &key).await;
     let next = tokio::time::timeout(SOON, lock(&b, &key))
         .await
         .expect("the key is free once its holder's session ended");
     only_the_live_holder_commits((&a, &fence), (&b, &next.fence().unwrap())).await;
     next.release().await;
     cut.release().await;
+}
+
+/// A lock taken just before PostgreSQL crashed may not have reached its disk (lock sessions
+/// commit without flushing the log): after the restart the key's fence holds the token from
+/// before it, and the token sequence is back where it was. The holder whose lock the crash
+/// took still runs on its replica; once another replica took the key, the first one's
+/// writes are refused at commit all the same. With tokens from the sequence the new holder
+/// was handed the lost token again, and both committed under the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_refuses_the_writes_of_a_holder_whose_lock_a_crash_lost() {
+    let (a, b) = (postgres().await, postgres().await);
+    let key = unique_key();
+    lock(&a, &key).await.release().await;
+    let observer = pg_observer().await;
+    let fence_row = "SELECT token FROM wharf_lock_fences WHERE lock = hashtextextended($1, 1)";
+    let before: i64 = sqlx::query_scalar(fence_row)
+        .bind(&key)
+        .fetch_one(&observer)
+        .await
+        .expect("the key's fence");
+    let cut = lock(&a, &key).await;
+    let fence = cut.fence().expect("PostgreSQL locks are fenced");
+    let lost = i64::try_from(fence.token).expect("a bigint token");
+    // The crash: the holder's session ends, the fence row is back to the token before, and
+    // the sequence hands out the lost token next.
+    end_the_holders_session(&observer, &key).await;
+    sqlx::query("UPDATE wharf_lock_fences SET token = $2 WHERE lock = hashtextextended($1, 1)")
+        .bind(&key)
+        .bind(before)
+        .execute(&observer)
+        .await
+        .expect("the fence as the crash left it");
+    sqlx::query("SELECT setval('wharf_lock_tokens', $1, false)")
+        .bind(lost)
+        .execute(&observer)
+        .await
+        .expect("the sequence as the crash left it");
+    let next = tokio::time::timeout(SOON, lock(&b, &key))
+        .await
+        .expect("the key is free once its holder's session ended");
+    only_the_live_holder_commits((&a, &fence), (&b, &next.fence().unwrap())).await;
+    next.release().await;
+    cut.release().await;
+}
+
+/// Ends the session that holds `key`'s advisory lock, as a network cut or a restart would.
+async fn end_the_holders_session(observer: &sqlx::PgPool, key: &str) {
+    let ended: bool = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+         AND ((classid::bigint << 32) | objid::bigint) = hashtextextended($1, 1)",
+    )
+    .bind(key)
+    .fetch_one(observer)
+    .await
+    .expect("the holder's session");
+    assert!(ended, "the holder's session was ended");
 }
 
 /// The sweep forgets the fences of keys nobody locked for a week, and keeps the others.

@@ -11,7 +11,7 @@
 //! A session can also end while its process lives on (a network cut, a server restart,
 //! `idle_session_timeout`, an administrator's `pg_terminate_backend`), and with it the
 //! lock, while the call that took it still runs. So every lock is fenced: taking it writes
-//! a new token (from a sequence, so never one seen before) under the key in
+//! a new token (random, 63 bits, so never one seen before) under the key in
 //! `wharf_lock_fences`, in the same statement, and a transaction written under the lock
 //! checks at commit, holding that row, that the token is still its own
 //! ([`check_fence`]; a claimed write checks it in the statement that records its result,
@@ -43,7 +43,14 @@ use wharf::store::{Claim, Fence, KeyLock, StoreError};
 use super::db_error;
 
 /// Mutation keys are hashed with this seed, so they never meet the handle locks (seed 0).
-/// The lock is taken first (the insert reads its row), then its new token written.
+/// The lock is taken first (the insert reads its row), then its new token (`$3`) written.
+/// The token is drawn by the replica, not from the database's sequence
+/// (`wharf_lock_tokens`, which replicas of earlier releases still use): a lock session
+/// commits without flushing the log (below), and a sequence rewinds in a crash to its last
+/// flushed value, so after a restart it would hand out again the token of a holder whose
+/// lock the crash took, and whose call still runs on its replica. That holder's next commit
+/// would then pass the fence while the key's new holder runs. A random token is never
+/// handed out twice, whatever the database lost.
 /// `locked_at` is the database's clock, which the sweep reads too: replicas' clocks never
 /// decide whose fence is forgotten. It is moved on only once it is `$2` ms old: it is
 /// indexed (for the sweep), and a row whose indexed columns keep their values is updated in
@@ -51,7 +58,7 @@ use super::db_error;
 /// lock, and bloats them.
 const LOCK: &str = "WITH held AS (SELECT pg_advisory_lock(hashtextextended($1, 1))) \
      INSERT INTO wharf_lock_fences (lock, token, locked_at) \
-     SELECT hashtextextended($1, 1), nextval('wharf_lock_tokens'), \
+     SELECT hashtextextended($1, 1), $3, \
      (extract(epoch FROM clock_timestamp()) * 1000)::bigint FROM held \
      ON CONFLICT (lock) DO UPDATE SET token = EXCLUDED.token, \
      locked_at = CASE WHEN wharf_lock_fences.locked_at <= EXCLUDED.locked_at - $2 \
@@ -100,10 +107,10 @@ impl PgLocks {
                         .await;
                     // A token need not reach the disk before its holder runs: whatever the
                     // holder commits under it is flushed with the token before it (the log
-                    // is written in order), and a token lost in a crash guarded nothing (its
-                    // holder's session, and every transaction, ended with the server; the
-                    // sequence never hands out a number twice). So taking a lock costs no
-                    // flush of the log.
+                    // is written in order), and a token lost in a crash fences its holder
+                    // off all the same (the key's row holds another token after the
+                    // restart, never this one again: tokens are random). So taking a lock
+                    // costs no flush of the log.
                     conn.execute("SET synchronous_commit = off").await?;
                     super::session_settings(conn).await
                 })
@@ -132,6 +139,7 @@ impl PgLocks {
         let token: i64 = sqlx::query_scalar(LOCK)
             .bind(key)
             .bind(LOCKED_AT_REFRESH_MS)
+            .bind(rand::random_range(1..=i64::MAX))
             .fetch_one(&mut **conn)
             .await
             .map_err(db_error)?;

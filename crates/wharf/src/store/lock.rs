@@ -21,8 +21,8 @@ pub trait KeyLock: Send {
 }
 
 /// What a lock that can end under its holder hands to the transactions written under it:
-/// the key and the holder's token, which increases with every holder of the key. A commit whose token is no
-/// longer the holder's applies nothing ([`StoreError::LeaseLost`](super::StoreError::LeaseLost)).
+/// the key and the holder's token, new with every holder of the key (never one an earlier
+/// holder had). A commit whose token is no longer the holder's applies nothing ([`StoreError::LeaseLost`](super::StoreError::LeaseLost)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fence {
     /// The mutation key.
