@@ -456,6 +456,33 @@ async fn control_characters_are_refused_alike(store: Arc<dyn Store>) {
     assert_eq!(done["structuredContent"]["appended"], 2, "{done}");
 }
 
+/// A handle argument no server could have minted (longer than any store keeps in a key) is
+/// refused as unknown on every backend, and no write is looked up under it: PostgreSQL
+/// answered the look-up -32603 with its index's row-size error.
+async fn a_string_no_handle_could_be_is_refused_alike(store: Arc<dyn Store>) {
+    let script = Arc::new(Script::default());
+    let server = server(Arc::clone(&store), &script);
+    let (who, _) = a_thing(&store).await;
+    let log = unique("never");
+    // Letters that do not repeat, or PostgreSQL compresses the key under its limit.
+    let mut seed = 0x2545_f491_u32;
+    let thing: String = (0..4_000)
+        .map(|_| {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            char::from(b'a' + u8::try_from(seed >> 27).unwrap() % 26)
+        })
+        .collect();
+    let args = json!({ "thing": thing, "log": log, "idempotency_key": unique("k") });
+    let refused = as_user(&server, &who)
+        .call("tools/call", call("close_in_steps", args))
+        .await
+        .unwrap();
+    assert_eq!(refused["isError"], true, "{refused}");
+    let text = refused["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("unknown"), "{text}");
+    assert_eq!(rows(&store, &log).await, 0);
+}
+
 /// A new principal, and a thing it holds.
 async fn a_thing(store: &Arc<dyn Store>) -> (String, HandleRecord) {
     let who = unique("closer");
@@ -921,6 +948,7 @@ all_backends!(
     records_kept_forever_still_replay,
     control_characters_are_refused_alike,
     a_write_in_steps_retires_its_handle_once,
+    a_string_no_handle_could_be_is_refused_alike,
     a_retry_of_a_write_that_retired_its_handle_waits_and_replays,
     a_confirmation_answered_twice_at_once_acts_once,
     announcements_follow_what_was_written,

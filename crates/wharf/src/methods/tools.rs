@@ -475,6 +475,15 @@ struct Keyed<'e> {
     holds_claim: bool,
 }
 
+impl Keyed<'_> {
+    /// Whether a write may have been made under this key: not when its scope is a string
+    /// no handle could be (no call ran under it). Such a key is never looked up: it could
+    /// be longer than a store keeps in a key, which PostgreSQL answers with an error.
+    fn may_name_a_write(&self) -> bool {
+        self.handle.as_ref().is_none_or(|(_, id)| is_handle_id(id))
+    }
+}
+
 /// The claim a call of an idempotent tool makes; `None` for other tools.
 fn keyed<'e>(
     runtime: &Runtime,
@@ -817,12 +826,12 @@ async fn made_or_making(
     keyed: Option<&Keyed<'_>>,
     now: Millis,
 ) -> Result<Option<String>, RpcError> {
-    if let Some(stored) = replayed(runtime, keyed, now).await? {
-        return Ok(Some(stored));
-    }
-    let Some(keyed) = keyed else {
+    let Some(keyed) = keyed.filter(|k| k.may_name_a_write()) else {
         return Ok(None);
     };
+    if let Some(stored) = replayed(runtime, Some(keyed), now).await? {
+        return Ok(Some(stored));
+    }
     let begun = runtime.require_store()?.begin_idempotent(&keyed.claim, now);
     match runtime.store_op(StoreOp::Begin, begun).await? {
         // Read again as the caller's own: the key's scope may be another's handle.
@@ -838,7 +847,7 @@ async fn replayed(
     keyed: Option<&Keyed<'_>>,
     now: Millis,
 ) -> Result<Option<String>, RpcError> {
-    let Some(keyed) = keyed else {
+    let Some(keyed) = keyed.filter(|k| k.may_name_a_write()) else {
         return Ok(None);
     };
     let lookup = runtime.require_store()?.replay_of(&keyed.claim, now);
