@@ -152,7 +152,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .after_connect(|conn, _| {
                 Box::pin(async move {
                     conn.execute("PRAGMA journal_mode = WAL").await?;
-                    conn.execute("PRAGMA synchronous = NORMAL").await?;
+                    // As Wharf's store: every commit synced.
+                    conn.execute("PRAGMA synchronous = FULL").await?;
                     conn.execute("PRAGMA busy_timeout = 10000").await?;
                     Ok(())
                 })

@@ -581,10 +581,12 @@ impl SqlPool {
                 .test_before_acquire(false)
                 .after_connect(move |conn, _| {
                     Box::pin(async move {
-                        // WAL lets readers run beside the one writer; NORMAL sync is durable
-                        // at every commit in WAL mode except across power loss.
+                        // WAL lets readers run beside the one writer. FULL syncs the log at
+                        // every commit: a write answered (and its idempotency record) survives
+                        // the host losing power, where NORMAL could lose the last commits, so
+                        // that a retry would make the write again and answer otherwise.
                         conn.execute("PRAGMA journal_mode = WAL").await?;
-                        conn.execute("PRAGMA synchronous = NORMAL").await?;
+                        conn.execute("PRAGMA synchronous = FULL").await?;
                         conn.execute("PRAGMA foreign_keys = ON").await?;
                         conn.execute(&*format!("PRAGMA busy_timeout = {wait_ms}"))
                             .await?;

@@ -1226,6 +1226,33 @@ async fn postgres_sessions_read_committed_and_are_probed_for_a_vanished_peer() {
     );
 }
 
+/// A SQLite store's commits reach the disk before they are answered (the log is synced at
+/// every commit): a write answered, with its idempotency record, survives the host losing
+/// power, so a retry replays its result rather than making it again.
+#[tokio::test]
+async fn sqlite_commits_are_synced_before_they_are_answered() {
+    let store = sqlite().await;
+    let mut tx = store.begin(TxMode::Write).await.unwrap();
+    let sql = tx
+        .backend_tx()
+        .downcast_mut::<wharf_store::SqlTx>()
+        .and_then(wharf_store::SqlTx::sqlite)
+        .expect("a SQLite store's transaction");
+    let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(&mut **sql)
+        .await
+        .unwrap();
+    let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous")
+        .fetch_one(&mut **sql)
+        .await
+        .unwrap();
+    assert_eq!(
+        (journal.as_str(), synchronous),
+        ("wal", 2),
+        "WAL, synchronous FULL"
+    );
+}
+
 /// A connection PostgreSQL cut (a restart, a failover) makes a statement answer "busy,
 /// retry" (it was a 500), and so does a keyed call's commit, whose retry finds its record if
 /// the commit went through after all; an unkeyed commit whose answer was lost is not called
