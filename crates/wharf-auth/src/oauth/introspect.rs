@@ -260,7 +260,8 @@ impl Introspector {
             None => u64::MAX,
             Some(exp) => numeric_date(exp).ok_or(AuthError::InvalidToken)?,
         };
-        if expires_at <= now {
+        // Give or take the leeway, as `nbf` below and a JWT's `exp`.
+        if expires_at.saturating_add(leeway.as_secs()) <= now {
             return Err(AuthError::Expired);
         }
         // A server may call a token issued for later active; it is not usable yet.
@@ -348,6 +349,22 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    /// The clock leeway covers `exp` as it covers `nbf` (and a JWT's `exp`): a token the
+    /// issuer's clock expired a moment ago by ours is accepted, one past the leeway is not.
+    #[tokio::test]
+    async fn the_leeway_covers_exp() {
+        let answer = |exp: u64| {
+            serde_json::json!({
+                "active": true, "sub": "alice", "aud": "https://mcp.example.com", "exp": exp
+            })
+        };
+        assert!(introspected(answer(now_secs() - 5)).await.is_ok());
+        assert_eq!(
+            introspected(answer(now_secs() - 31)).await.unwrap_err(),
+            AuthError::Expired
+        );
     }
 
     #[tokio::test]

@@ -235,12 +235,18 @@ impl JwtChecker {
         if claims.contains_key("cnf") {
             return Err(AuthError::SenderConstrained);
         }
+        // Verified present and numeric by the JWT library, which accepts a token during the
+        // second of its `exp` and rounds a fraction up: RFC 7519 §4.1.4 has it refused on
+        // or after `exp` (past the leeway), as an introspected one is.
+        let expires_at = claims.get("exp").and_then(numeric_date).unwrap_or(0);
+        if expires_at.saturating_add(leeway.as_secs()) <= super::now_secs() {
+            return Err(AuthError::Expired);
+        }
         let text = |k: &str| claims.get(k).and_then(Value::as_str).map(str::to_owned);
         let subject = subject_of(&claims)?;
         Ok(Checked {
             session: text("sid"),
-            // Verified present and numeric by the JWT library, which also reads fractions.
-            expires_at: claims.get("exp").and_then(numeric_date).unwrap_or(0),
+            expires_at,
             grant: Grant {
                 issuer: self.0.issuer.clone(),
                 subject,
@@ -976,6 +982,37 @@ RnJiSR+yc7dMBkHE7zM0IaKF+9SyVVnf6UUiMDftNtFwEE+hLuppY78E
                 AuthError::SenderConstrained
             );
         }
+    }
+
+    /// RFC 7519 §4.1.4: a token is refused on or after its `exp`, give or take the leeway
+    /// (the JWT library alone accepted it during that second, and rounded a fraction up).
+    #[tokio::test]
+    async fn a_token_is_refused_from_its_exp_on() {
+        let checker = test_checker();
+        let audiences = ["https://mcp.example.com/mcp".to_owned()];
+        let check = async |exp: Value, leeway: u64| {
+            let claims = serde_json::json!({
+                "iss": "https://as.example.com", "sub": "alice", "aud": audiences[0],
+                "exp": exp,
+            });
+            checker
+                .check(&signed(&claims), &audiences, Duration::from_secs(leeway))
+                .await
+                .map(|_| ())
+        };
+        let now = super::super::now_secs();
+        assert_eq!(check(now.into(), 0).await, Err(AuthError::Expired));
+        assert_eq!(
+            check((now as f64 - 0.5).into(), 0).await,
+            Err(AuthError::Expired)
+        );
+        assert_eq!(
+            check((now - 5).into(), 30).await,
+            Ok(()),
+            "within the leeway"
+        );
+        assert_eq!(check((now - 31).into(), 30).await, Err(AuthError::Expired));
+        assert_eq!(check((now + 60).into(), 0).await, Ok(()));
     }
 
     /// A token whose `sub` is empty names no principal: refused, as one without a `sub`.

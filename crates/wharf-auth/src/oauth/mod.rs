@@ -464,11 +464,14 @@ impl OAuth {
         format!("{origin}{path}")
     }
 
-    /// The path-suffixed metadata path for the resource's own path (RFC 9728 §3.1), if it has one.
+    /// The path-suffixed metadata path for the resource's own path (RFC 9728 §3.1), if it
+    /// has one: the path as it is, a slash at its end included (only a lone `/` after the
+    /// host is no path).
     pub fn metadata_path_for_resource(&self) -> Option<String> {
         let origin = origin_of(&self.config.resource);
-        let path = self.config.resource[origin.len()..].trim_end_matches('/');
-        (!path.is_empty()).then(|| format!("/.well-known/oauth-protected-resource{path}"))
+        let path = &self.config.resource[origin.len()..];
+        (!path.is_empty() && path != "/")
+            .then(|| format!("/.well-known/oauth-protected-resource{path}"))
     }
 
     /// The `WWW-Authenticate` value of a 401, or a 400 for a malformed request (RFC 6750 §3,
@@ -915,6 +918,11 @@ mod tests {
                 "https://mcp.example.com/.well-known/oauth-protected-resource"
             );
         }
+        // A slash ending a path is part of it: clients that build the URL themselves keep it.
+        assert_eq!(
+            at("https://mcp.example.com/mcp/").metadata_url(),
+            "https://mcp.example.com/.well-known/oauth-protected-resource/mcp/"
+        );
     }
 
     #[test]
