@@ -20,7 +20,7 @@ pub(crate) fn status_for(kind: ErrorKind) -> StatusCode {
         | ErrorKind::HeaderMismatch
         | ErrorKind::MissingCapability
         | ErrorKind::UnsupportedVersion => StatusCode::BAD_REQUEST,
-        ErrorKind::MethodNotFound => StatusCode::NOT_FOUND,
+        ErrorKind::MethodNotFound | ErrorKind::SessionEnded => StatusCode::NOT_FOUND,
         // The request was well-formed and reached its method: the HTTP exchange succeeded,
         // the JSON-RPC error says what was wrong with the params.
         ErrorKind::InvalidParams | ErrorKind::ResourceNotFound | ErrorKind::Application(_) => {

@@ -526,12 +526,14 @@ fn bad_request(id: Option<&RequestId>, message: &str) -> Response {
 
 /// A session's request the core refused: a JSON-RPC error over 200 (the HTTP exchange
 /// worked; 2025-era clients read the error from the body), except what authorization
-/// refused, which keeps its status and challenge.
+/// refused, which keeps its status and challenge, and a session that ended meanwhile: 404,
+/// which has the client initialize again.
 fn refused(state: &AppState, reply: &ErrorReply) -> Response {
     match reply.error().kind {
         ErrorKind::Unauthorized | ErrorKind::InsufficientScope => {
             reply_error(state.config.auth.as_ref(), reply)
         }
+        ErrorKind::SessionEnded => json_response(StatusCode::NOT_FOUND, reply.to_message()),
         _ => json_response(StatusCode::OK, reply.to_message()),
     }
 }

@@ -319,3 +319,50 @@ async fn sqlite_openings_at_once_stay_within_the_principals_cap() {
     ];
     openings_at_once_stay_within_the_principals_cap(stores).await;
 }
+
+/// A session's stream opened on a replica whose copy of the session is older than a
+/// subscription made on another replica hears of that resource from the start: it reads
+/// the subscriptions afresh once it listens. It went by the copy until its next look at the
+/// session (30 s), deaf to the new subscription meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_hears_of_a_subscription_made_on_another_replica() {
+    use futures_util::StreamExt as _;
+
+    let url = support::sqlite_url("legacy-stream-fresh");
+    let a = server(support::sqlite_with(&url, WAIT).await);
+    let b = server(support::sqlite_with(&url, WAIT).await);
+    let alice = Principal::new("alice").unwrap();
+    let opened = open(&a, &alice).await.unwrap();
+    let mut on_b = b
+        .sessions()
+        .resume(opened.id(), &alice, None)
+        .await
+        .unwrap();
+    subscribe(&b, &mut on_b, "resources/subscribe", 7)
+        .await
+        .unwrap();
+    // A's copy, kept when it opened the session (two seconds at most), has no subscription:
+    // the two stores share no bus that would have told A.
+    let on_a = a
+        .sessions()
+        .resume(opened.id(), &alice, None)
+        .await
+        .unwrap();
+    let mut stream = a.sessions().stream(&on_a, &alice).await.unwrap();
+    a.bus()
+        .publish(wharf::ChangeEvent::ResourceUpdated {
+            uri: "items://7".into(),
+        })
+        .await
+        .unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .expect("the update is heard")
+        .expect("the stream goes on");
+    let heard: serde_json::Value = serde_json::from_slice(&heard).unwrap();
+    assert_eq!(
+        heard["method"], "notifications/resources/updated",
+        "{heard}"
+    );
+    assert_eq!(heard["params"]["uri"], "items://7", "{heard}");
+}

@@ -39,6 +39,10 @@ pub enum ErrorKind {
     TimedOut,
     /// The principal's token lacks a scope this request needs ([`FORBIDDEN`], HTTP 403).
     InsufficientScope,
+    /// The legacy session the request names ended while the request was served (`-32600`,
+    /// HTTP 404: the client initializes a new one, as 2025-11-25's transport has a server
+    /// answer every request of an ended session).
+    SessionEnded,
     /// An application-defined code, outside the reserved range (or, in a legacy session's
     /// answers, a code of 2025-11-25's own: see [`RpcError::in_2025`]).
     Application(i32),
@@ -70,7 +74,7 @@ impl ErrorKind {
     pub fn code(self) -> i32 {
         match self {
             ErrorKind::Parse => codes::PARSE_ERROR,
-            ErrorKind::InvalidRequest => codes::INVALID_REQUEST,
+            ErrorKind::InvalidRequest | ErrorKind::SessionEnded => codes::INVALID_REQUEST,
             ErrorKind::MethodNotFound => codes::METHOD_NOT_FOUND,
             ErrorKind::MalformedMeta | ErrorKind::InvalidParams | ErrorKind::ResourceNotFound => {
                 codes::INVALID_PARAMS
@@ -231,7 +235,8 @@ impl RpcError {
             | ErrorKind::MethodNotFound
             | ErrorKind::MalformedMeta
             | ErrorKind::HeaderMismatch
-            | ErrorKind::UnsupportedVersion => false,
+            | ErrorKind::UnsupportedVersion
+            | ErrorKind::SessionEnded => false,
             ErrorKind::MissingCapability => self
                 .data
                 .as_ref()

@@ -242,7 +242,7 @@ impl Run {
             let asked = match next {
                 Next::Request(req) => match self.round(req, Some(outbox)).await {
                     Step::Done(m) => {
-                        let _ = outbox.send(m).await;
+                        self.send(outbox, m).await;
                         return;
                     }
                     Step::Cancelled => return,
@@ -268,7 +268,7 @@ impl Run {
                                 classify(m, Instant::now(), self.session.version())
                             {
                                 self.counted.ended(RequestOutcome::ToolError, None);
-                                let _ = outbox.send(m).await;
+                                self.send(outbox, m).await;
                                 return;
                             }
                             RpcError::internal("a tool error read as a round of input")
@@ -281,8 +281,22 @@ impl Run {
             };
             let e = e.in_2025();
             self.counted.ended(RequestOutcome::Error, Some(&e));
-            let _ = outbox.send(error_message(Some(&self.id), &e)).await;
+            self.send(outbox, error_message(Some(&self.id), &e)).await;
             return;
+        }
+    }
+
+    /// Sends `message` on the call's stream; `false` when it did not go: the stream is
+    /// gone, the call was cancelled (by its client, or its session's end), or the server
+    /// shut down while the stream was full. A client that keeps its stream open without
+    /// reading it must not hold the call, and its slot, past its cancellation; nothing is
+    /// sent after one. At shutdown a stream with room still takes the call's last answer.
+    async fn send(&self, outbox: &Outbox, message: Vec<u8>) -> bool {
+        tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => false,
+            sent = outbox.send(message) => sent.is_ok(),
+            () = self.core.runtime.shutdown.cancelled() => false,
         }
     }
 
@@ -385,8 +399,8 @@ impl Run {
             let message = server_request(&id, method, params.as_deref());
             let bytes =
                 serde_json::to_vec(&message).map_err(|e| Stop::Failed(RpcError::internal(e)))?;
-            if outbox.send(bytes).await.is_err() {
-                // The stream is gone: nobody is there to answer.
+            if !self.send(outbox, bytes).await {
+                // The stream is gone (nobody is there to answer), or the call was cancelled.
                 return Err(Stop::Cancelled);
             }
             open.ids.push(id);

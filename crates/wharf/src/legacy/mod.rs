@@ -244,6 +244,11 @@ impl<'a> Sessions<'a> {
         let Some(mut session) = book.session(id, false).await? else {
             return Err(SessionError::Unknown);
         };
+        // A copy read before this process heard the session end: its calls would be
+        // cancelled as they register, and its changes find nothing to change.
+        if runtime.hub.ended_lately(id) {
+            return Err(SessionError::Unknown);
+        }
         let now = now_millis();
         if session.owner() != principal.id() || session.record.expired(now).is_some() {
             return Err(SessionError::Unknown);
@@ -636,10 +641,7 @@ impl<'a> Sessions<'a> {
             })
             .await?;
         let Some(changed) = changed else {
-            return Err(RpcError::new(
-                ErrorKind::InvalidRequest,
-                "Invalid request: the session ended",
-            ));
+            return Err(session_ended());
         };
         *session = changed;
         if wrote {
@@ -678,6 +680,12 @@ impl<'a> Sessions<'a> {
             tracing::warn!(error = %e, "could not publish a legacy session's signal");
         })
     }
+}
+
+/// What a request of a session that ended while it was served gets: what one of an unknown
+/// session gets (404 over HTTP), so that its client initializes a new one.
+pub(crate) fn session_ended() -> RpcError {
+    RpcError::new(ErrorKind::SessionEnded, SessionError::Unknown.to_string())
 }
 
 fn too_many_subscriptions() -> RpcError {
@@ -886,10 +894,7 @@ mod tests {
             .bus(bus.clone())
             .build()
             .unwrap();
-        let init = RawValue::from_string(
-            r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}"#.into(),
-        )
-        .unwrap();
+        let init = init_params();
         let alice = Principal::new("alice").unwrap();
         let (session, _) = server
             .sessions()
@@ -905,6 +910,76 @@ mod tests {
             bus.published.lock().unwrap().contains(&ended),
             "answered before the end was announced"
         );
+    }
+
+    /// What a 2025-11-25 client's `initialize` says.
+    fn init_params() -> Box<RawValue> {
+        RawValue::from_string(
+            r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}"#.into(),
+        )
+        .unwrap()
+    }
+
+    /// A 2025-11-25 session alice opened on `server`, and alice.
+    async fn alices_session(server: &Server) -> (crate::session::Session, Principal) {
+        let alice = Principal::new("alice").unwrap();
+        let (session, _) = server
+            .sessions()
+            .initialize(
+                RequestId::Int(1),
+                Some(&init_params()),
+                &alice,
+                Scope::Shared,
+            )
+            .await
+            .unwrap();
+        (session, alice)
+    }
+
+    /// A change of a session that ended meanwhile (the request read its session before the
+    /// end) is answered as a request of an ended session: 404 over HTTP, so that its client
+    /// initializes again. It was an error over 200, on which clients go on with the session.
+    #[tokio::test]
+    async fn a_change_of_a_session_ended_meanwhile_is_answered_as_ended() {
+        let server = Server::builder(Implementation::new("t", "1"))
+            .build()
+            .unwrap();
+        let sessions = server.sessions();
+        let (mut session, alice) = alices_session(&server).await;
+        sessions.end(&session).await.unwrap();
+        let level = RawValue::from_string(r#"{"level":"debug"}"#.into()).unwrap();
+        let Err(refused) = sessions
+            .request(
+                &mut session,
+                RequestId::Int(2),
+                "logging/setLevel",
+                Some(&level),
+                alice,
+                crate::meta::TraceContext::default(),
+            )
+            .await
+        else {
+            panic!("an ended session's level was set");
+        };
+        assert_eq!(refused.error().kind, crate::ErrorKind::SessionEnded);
+    }
+
+    /// A session this process heard end is unknown from then on, though a copy read just
+    /// before the end may still be at hand (here the book itself still holds it).
+    #[tokio::test]
+    async fn a_session_heard_to_end_is_not_resumed_from_a_copy() {
+        let server = Server::builder(Implementation::new("t", "1"))
+            .build()
+            .unwrap();
+        let sessions = server.sessions();
+        let (session, alice) = alices_session(&server).await;
+        server
+            .core
+            .runtime
+            .hub
+            .route(session.id(), crate::bus::SessionSignal::Ended);
+        let resumed = sessions.resume(session.id(), &alice, None).await;
+        assert!(matches!(resumed, Err(SessionError::Unknown)), "{resumed:?}");
     }
 
     /// A subscription needs what a read needs: refused without the resource's scopes, and
@@ -923,10 +998,7 @@ mod tests {
             .unwrap();
         let sessions = server.sessions();
         let bob = crate::testing::oauth_user(&["other"]);
-        let init = RawValue::from_string(
-            r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}"#.into(),
-        )
-        .unwrap();
+        let init = init_params();
         let (mut session, _) = sessions
             .initialize(RequestId::Int(1), Some(&init), &bob, Scope::Shared)
             .await
@@ -979,10 +1051,7 @@ mod tests {
             .unwrap();
         let sessions = server.sessions();
         let principal = Principal::new("alice").unwrap();
-        let params = RawValue::from_string(
-            r#"{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}"#.into(),
-        )
-        .unwrap();
+        let params = init_params();
         let (session, _) = sessions
             .initialize(RequestId::Int(1), Some(&params), &principal, Scope::Shared)
             .await

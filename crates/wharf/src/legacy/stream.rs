@@ -82,14 +82,16 @@ impl SessionStream {
     /// newer one, which every older stream of the session hears, and ends for. Subscribed
     /// first, it hears a newer stream's announcement however soon that comes. `Err` when
     /// the bus did not take the announcement: unannounced, a stream could not tell whether
-    /// a newer one opened, and might outlive it.
+    /// a newer one opened, and might outlive it. The subscriptions are read afresh once it
+    /// listens: `session` may be a copy older than a subscription another replica made,
+    /// whose announcement came before the stream listened.
     pub(crate) async fn open(
         core: &Arc<Core>,
         session: &Session,
         until: Option<tokio::time::Instant>,
         permit: Permit,
     ) -> Result<Self, BusError> {
-        let state = State {
+        let mut state = State {
             end: core.runtime.stream_end(),
             core: Arc::clone(core),
             id: session.id().to_owned(),
@@ -105,6 +107,8 @@ impl SessionStream {
             until,
             _permit: permit,
         };
+        // Gone meanwhile: the stream ends at once, and the client's next request hears 404.
+        state.ending = !state.reload().await;
         let opened = ChangeEvent::Session {
             session: state.id.clone(),
             signal: SessionSignal::Listening(state.key.clone()),

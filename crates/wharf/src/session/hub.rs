@@ -260,7 +260,7 @@ impl Hub {
     }
 
     /// Whether the end of `session` was heard in the last [`ENDED_REMEMBERED`].
-    fn ended_lately(&self, session: &str) -> bool {
+    pub(crate) fn ended_lately(&self, session: &str) -> bool {
         lock(&self.ended)
             .get(session)
             .is_some_and(|at| at.elapsed() < ENDED_REMEMBERED)
