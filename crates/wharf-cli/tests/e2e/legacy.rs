@@ -835,7 +835,8 @@ async fn a_session_stored_unreadable_is_answered_as_ended() {
         .unwrap();
     assert_eq!(changed.rows_affected(), 1);
     // A change of the session reads it from the store even while this replica's copy is
-    // fresh: the session ended, not "busy, retry".
+    // fresh: the session ended (404, as every request of an ended session), not "busy,
+    // retry".
     let subscribe = session
         .request(
             "resources/subscribe",
@@ -843,8 +844,9 @@ async fn a_session_stored_unreadable_is_answered_as_ended() {
         )
         .await
         .unwrap();
+    assert_eq!(subscribe.status, 404, "{}", subscribe.body);
     assert!(
-        subscribe.body.contains("the session ended"),
+        subscribe.body.contains("unknown or has ended"),
         "{}",
         subscribe.body
     );
