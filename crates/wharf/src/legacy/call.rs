@@ -287,16 +287,16 @@ impl Run {
     }
 
     /// Sends `message` on the call's stream; `false` when it did not go: the stream is
-    /// gone, the call was cancelled (by its client, or its session's end), or the server
-    /// shut down while the stream was full. A client that keeps its stream open without
-    /// reading it must not hold the call, and its slot, past its cancellation; nothing is
-    /// sent after one. At shutdown a stream with room still takes the call's last answer.
+    /// gone, or the call was cancelled (by its client, or its session's end) while the
+    /// stream was full. A client that keeps its stream open without reading it must not
+    /// hold the call, and its slot, past its cancellation; nothing is sent after one. A
+    /// drain does not cut the send short: the answer of a call that finished in time still
+    /// goes, and at the drain's end the stream itself is closed.
     async fn send(&self, outbox: &Outbox, message: Vec<u8>) -> bool {
         tokio::select! {
             biased;
             () = self.cancel.cancelled() => false,
             sent = outbox.send(message) => sent.is_ok(),
-            () = self.core.runtime.shutdown.cancelled() => false,
         }
     }
 
