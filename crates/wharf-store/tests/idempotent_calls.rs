@@ -1228,23 +1228,11 @@ async fn a_confirmation_redeemed_after_its_state_expired_is_refused() {
     );
 }
 
-/// A confirmed write whose answer was lost, retried once the round's state has expired (the
-/// user took their time; the client resends the same round): the retry gets the write's
-/// first result, not an error about the state, which would have the client report a write
-/// that was made as failed. A round never completed is still refused as expired.
-#[tokio::test]
-async fn a_confirmed_write_retried_after_its_state_expired_replays() {
-    let store = support::sqlite_with(
-        &support::sqlite_url("confirm-replay"),
-        Duration::from_secs(5),
-    )
-    .await;
-    let mut config = wharf::ServerConfig::default();
-    // Long enough for the two rounds below on a slow machine.
-    config.request_state.max_age = Duration::from_secs(3);
-    let server = Server::builder(Implementation::new("t", "1"))
+/// A server on `store` whose tool `delete` appends to its log once the user confirmed.
+fn confirming_delete(store: &Arc<dyn Store>, config: wharf::ServerConfig) -> Server {
+    Server::builder(Implementation::new("t", "1"))
         .config(config)
-        .store(Arc::clone(&store))
+        .store(Arc::clone(store))
         .tool(
             tool("delete")
                 .idempotent()
@@ -1265,7 +1253,24 @@ async fn a_confirmed_write_retried_after_its_state_expired_replays() {
                 }),
         )
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+/// A confirmed write whose answer was lost, retried once the round's state has expired (the
+/// user took their time; the client resends the same round): the retry gets the write's
+/// first result, not an error about the state, which would have the client report a write
+/// that was made as failed. A round never completed is still refused as expired.
+#[tokio::test]
+async fn a_confirmed_write_retried_after_its_state_expired_replays() {
+    let store = support::sqlite_with(
+        &support::sqlite_url("confirm-replay"),
+        Duration::from_secs(5),
+    )
+    .await;
+    let mut config = wharf::ServerConfig::default();
+    // Long enough for the two rounds below on a slow machine.
+    config.request_state.max_age = Duration::from_secs(3);
+    let server = confirming_delete(&store, config);
     let alice = as_user(&server, "alice");
     let log = unique("confirmed");
     let arguments = |key: &str| json!({ "log": log, "n": 1, "idempotency_key": key });
@@ -1287,4 +1292,37 @@ async fn a_confirmed_write_retried_after_its_state_expired_replays() {
     assert_eq!(refused.error().code(), -32602, "{refused:?}");
     assert!(refused.error().message.contains("expired"), "{refused:?}");
     assert_eq!(rows(&store, &log).await, 1);
+}
+
+/// A confirmed write whose answer was lost, retried with a state this server can no longer
+/// open (its key retired since; keys rotate, and a state sealed just before a rotation
+/// outlives its key by as little as the keys' overlap; here the state is altered, which
+/// reads the same): the retry gets the write's first result, as a retry without any state
+/// would. A state nothing opens confirms nothing: a write never made is still refused.
+#[tokio::test]
+async fn a_confirmed_write_retried_with_a_state_no_longer_opened_replays() {
+    let store = support::sqlite_with(
+        &support::sqlite_url("confirm-unopened"),
+        Duration::from_secs(5),
+    )
+    .await;
+    let server = confirming_delete(&store, wharf::ServerConfig::default());
+    let alice = as_user(&server, "alice");
+    let log = unique("confirmed");
+    let arguments = |key: &str| json!({ "log": log, "n": 1, "idempotency_key": key });
+    let unopened = |mut call: Value| {
+        let state = call["requestState"].as_str().unwrap();
+        call["requestState"] = format!("{state}x").into();
+        call
+    };
+    let first = confirming_retry(&alice, "delete", arguments(&unique("k"))).await;
+    let made = alice.call("tools/call", first.clone()).await.unwrap();
+    assert_eq!(made["structuredContent"]["appended"], 1, "{made}");
+    let again = alice.call("tools/call", unopened(first)).await.unwrap();
+    assert!(replayed(&again), "{again}");
+    assert_eq!(again["structuredContent"], made["structuredContent"]);
+    let never = confirming_retry(&alice, "delete", arguments(&unique("k"))).await;
+    let refused = alice.call("tools/call", unopened(never)).await.unwrap_err();
+    assert_eq!(refused.error().code(), -32602, "{refused:?}");
+    assert_eq!(rows(&store, &log).await, 1, "written once");
 }

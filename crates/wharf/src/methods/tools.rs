@@ -90,16 +90,24 @@ async fn run(call: Call<'_, Box<CallToolParams>>) -> Result<(Vec<u8>, Outcome), 
         Ok(turn) => turn,
         // The caller's state ran out, maybe while the write it confirmed was made (the user
         // took their time, the answer was lost): the retry gets that write's first result,
-        // waiting for it if it is still being made.
-        Err(StateRefused::Expired(e)) => {
+        // waiting for it if it is still being made. A state this server cannot open (its
+        // key retired since: a state sealed just before a rotation outlives its key by as
+        // little as the keys' overlap) may have confirmed a write too: its first result is
+        // looked up, read only and as the caller's own, what a retry without any state
+        // would get; no claim is taken under a state that may be forged.
+        Err(refused) => {
             let mut args = args;
             let keyed = keyed(runtime, entry, &mut args, &caller.principal)?;
-            if let Some(stored) = made_or_making(runtime, keyed.as_ref(), now_millis()).await? {
+            let (keyed, now) = (keyed.as_ref(), now_millis());
+            let stored = match refused {
+                StateRefused::Expired(_) => made_or_making(runtime, keyed, now).await?,
+                StateRefused::Invalid(_) => replayed(runtime, keyed, now).await?,
+            };
+            if let Some(stored) = stored {
                 return replay(runtime, &id, &stored);
             }
-            return Err(e);
+            return Err(refused.into());
         }
-        Err(refused) => return Err(refused.into()),
     };
     let name = &entry.def.tool.name;
     // The call's own limit, never beyond the server's, covers its wait for its turn and
