@@ -259,11 +259,10 @@ fn basic_credentials(headers: &HeaderMap) -> Result<Option<(String, String)>, OA
     let bad =
         || OAuthError::invalid_client("the Authorization header is not Basic client credentials");
     let text = value.to_str().map_err(|_| bad())?;
-    let Some(encoded) = text
-        .strip_prefix("Basic ")
-        .or_else(|| text.strip_prefix("basic "))
-    else {
-        return Err(bad());
+    // The scheme's name is case-insensitive (RFC 9110 §11.1).
+    let encoded = match text.split_once(' ') {
+        Some((scheme, encoded)) if scheme.eq_ignore_ascii_case("basic") => encoded,
+        _ => return Err(bad()),
     };
     let decoded = STANDARD.decode(encoded.trim()).map_err(|_| bad())?;
     let decoded = String::from_utf8(decoded).map_err(|_| bad())?;
@@ -565,11 +564,23 @@ async fn refresh(
         .await
     {
         Ok(Some(_)) => {}
+        // Changed meanwhile: revoked, or rotated on, by a retry of this request (which the
+        // mark answers with these very tokens) and the refresh that used what it was given;
+        // that rotation pushed the expiry back itself. Past the mark these tokens may be
+        // held already: they are never discarded here (a used one's record is what tells
+        // its reuse), and a revoked family refuses them anyway.
         Ok(None) => {
-            tokens.discard(shared).await;
-            return Err(OAuthError::invalid_grant(
-                "the refresh token has been revoked",
-            ));
+            let revoked = match shared.records.get::<Family>(FAMILIES, &record.family).await {
+                Ok(Some(now)) => now.value.revoked,
+                Ok(None) => true,
+                // Unknown: the tokens go out, as when the write failed (below).
+                Err(_) => false,
+            };
+            if revoked {
+                return Err(OAuthError::invalid_grant(
+                    "the refresh token has been revoked",
+                ));
+            }
         }
         Err(err) => {
             tracing::warn!(error = %err, "a token family's expiry was not extended");
@@ -1113,6 +1124,21 @@ mod tests {
         fn next(&self, kind: Kind, fault: Fault) {
             *self.next.lock().unwrap() = Some((kind.namespace, fault));
         }
+
+        /// Pauses the next write in `kind`'s namespace: it says when it got there, and
+        /// waits to be told to go on.
+        fn pause_next(&self, kind: Kind) -> (Arc<tokio::sync::Notify>, Arc<tokio::sync::Notify>) {
+            let (reached, go) = (
+                Arc::new(tokio::sync::Notify::new()),
+                Arc::new(tokio::sync::Notify::new()),
+            );
+            let pause = Fault::Pause {
+                reached: Arc::clone(&reached),
+                go: Arc::clone(&go),
+            };
+            self.next(kind, pause);
+            (reached, go)
+        }
     }
 
     #[async_trait::async_trait]
@@ -1269,6 +1295,51 @@ mod tests {
         assert!(again.unwrap_err().contains("already used"));
     }
 
+    /// Client credentials under the Basic scheme, whatever the case of its name (RFC 9110
+    /// §11.1); another scheme is refused.
+    #[test]
+    fn basic_credentials_are_read_under_any_case_of_the_scheme() {
+        let encoded = STANDARD.encode("app:s%3Acret");
+        for scheme in ["Basic", "basic", "BASIC"] {
+            let mut headers = HeaderMap::new();
+            let value = format!("{scheme} {encoded}");
+            headers.insert(header::AUTHORIZATION, value.parse().unwrap());
+            let read = basic_credentials(&headers).unwrap();
+            assert_eq!(read, Some(("app".into(), "s:cret".into())), "{scheme}");
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert(header::AUTHORIZATION, "Bearer x".parse().unwrap());
+        assert!(basic_credentials(&headers).is_err());
+    }
+
+    /// A rotation whose family write waits while its own retry collects the new refresh
+    /// token and the client uses it (another rotation): it answers with its tokens, and the
+    /// used token's record stays, so that a stolen copy of it presented later is still
+    /// told from a new one. It used to take the family for revoked and delete that record.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rotation_overtaken_by_the_next_one_keeps_what_it_handed_out() {
+        let faults = Faults::new().await;
+        let (server, client, r1) = granted_on(config(), faults.clone()).await;
+        let (reached, go) = faults.pause_next(FAMILIES);
+        let (first, r2) = tokio::join!(refreshed(&server, &client, &r1, None), async {
+            reached.notified().await;
+            let retry = refreshed(&server, &client, &r1, None).await.unwrap();
+            let r2 = retry["refresh_token"].as_str().unwrap().to_owned();
+            refreshed(&server, &client, &r2, None).await.unwrap();
+            go.notify_one();
+            r2
+        });
+        let first = first.expect("the overtaken rotation's tokens");
+        assert_eq!(first["refresh_token"], r2.as_str());
+        let key = digest(&r2);
+        let spent = server.shared.records.get::<Refresh>(REFRESH, &key).await;
+        assert!(
+            spent.unwrap().is_some_and(|r| r.value.used),
+            "the used refresh token's record is gone"
+        );
+        assert!(!revoked(&server).await);
+    }
+
     /// The user is signed out everywhere while their code is being redeemed, after its
     /// checks and before its token family is stored: the redemption gets nothing. (The
     /// sign-in was looked at before the family existed, and the sign-out's revocations,
@@ -1278,17 +1349,7 @@ mod tests {
         let faults = Faults::new().await;
         let (server, client, _) = granted_on(config(), faults.clone()).await;
         let (code, verifier) = issue_code(&server, &client, "idp:alice").await;
-        let (reached, go) = (
-            Arc::new(tokio::sync::Notify::new()),
-            Arc::new(tokio::sync::Notify::new()),
-        );
-        faults.next(
-            FAMILIES,
-            Fault::Pause {
-                reached: Arc::clone(&reached),
-                go: Arc::clone(&go),
-            },
-        );
+        let (reached, go) = faults.pause_next(FAMILIES);
         let (redeemed, signed_out) =
             tokio::join!(redeemed(&server, &client, &code, &verifier), async {
                 reached.notified().await;
