@@ -5,11 +5,15 @@ use wharf_protocol::{CompleteParams, CompleteResult, Completion, CompletionRefer
 use crate::context::Context;
 use crate::driver::drive;
 use crate::error::RpcError;
+use crate::handler::HandlerError;
 use crate::methods::Call;
 use crate::reply::respond;
 
 /// The most values a completion carries (the schema's cap).
 const MAX_VALUES: usize = 100;
+
+/// What a completer that asks the client for input fails with.
+const CANNOT_ASK: &str = "a completer asked the client for input, which completions cannot carry";
 
 /// Completes an argument of what `params.reference` names.
 pub(crate) async fn complete(call: Call<'_, Box<CompleteParams>>) -> Result<Vec<u8>, RpcError> {
@@ -71,9 +75,16 @@ pub(crate) async fn complete(call: Call<'_, Box<CompleteParams>>) -> Result<Vec<
                 argument, context, ..
             } = *params;
             let context = context.unwrap_or_default();
-            // A completion has no input_required form: a completer that asks is refused
-            // when its ask is sealed (it holds no round).
-            let ended = drive(cx, None, |cx| completer(cx, argument, context)).await?;
+            // A completion has no input_required form: a completer that asks is the server's
+            // error, before its ask is sealed, where a capability the client lacks would be
+            // named (-32021), and declaring it would not let the completion ask.
+            let complete = |cx| async move {
+                match completer(cx, argument, context).await {
+                    Err(HandlerError::InputRequired(_)) => Err(HandlerError::internal(CANNOT_ASK)),
+                    done => done,
+                }
+            };
+            let ended = drive(cx, None, complete).await?;
             match ended.or_error()? {
                 Ok(mut c) => {
                     // The total counts at least the values the completer gave; more than
@@ -88,11 +99,7 @@ pub(crate) async fn complete(call: Call<'_, Box<CompleteParams>>) -> Result<Vec<
                     }
                     c
                 }
-                Err(_) => {
-                    return Err(RpcError::internal(
-                        "a completer asked the client for input, which completions cannot carry",
-                    ));
-                }
+                Err(_) => return Err(RpcError::internal(CANNOT_ASK)),
             }
         }
         None => Completion::default(),
@@ -112,5 +119,54 @@ fn named(reference: &CompletionReference) -> String {
     match reference {
         CompletionReference::Prompt { name, .. } => format!("prompt {name:?}"),
         CompletionReference::Resource { uri } => format!("resource {uri:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use wharf_protocol::{Completion, Implementation};
+
+    use crate::error::ErrorKind;
+    use crate::prompt::prompt;
+    use crate::server::Server;
+    use crate::testing::Harness;
+
+    /// A completer that asks the client for input is the server's error (-32603), whatever
+    /// the client declared: it was -32021 naming `elicitation` for a client without it,
+    /// which would have the client declare it and ask again, in vain.
+    #[tokio::test]
+    async fn a_completer_that_asks_is_the_servers_error() {
+        let server = Server::builder(Implementation::new("t", "1"))
+            .prompt(
+                prompt("p")
+                    .argument("a", "A", true)
+                    .completer(|cx, _argument, _context| async move {
+                        let form = crate::FormSchema::new().string("x", "X", true);
+                        Err::<Completion, _>(cx.ask().elicit("x", "X?", form).into())
+                    })
+                    .handler(|_cx, _args| async { Ok(Default::default()) }),
+            )
+            .build()
+            .unwrap();
+        for declared in [json!({}), json!({ "elicitation": {} })] {
+            let params = json!({
+                "ref": { "type": "ref/prompt", "name": "p" },
+                "argument": { "name": "a", "value": "" },
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": declared,
+                },
+            });
+            let refused = Harness::new(server.clone())
+                .call("completion/complete", params)
+                .await
+                .unwrap_err();
+            assert_eq!(
+                refused.error().kind,
+                ErrorKind::Internal,
+                "{declared}: {refused:?}"
+            );
+        }
     }
 }

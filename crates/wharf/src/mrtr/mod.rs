@@ -745,14 +745,6 @@ pub(crate) fn seal_round(
             _ => {}
         }
     }
-    // A method without rounds (`completion/complete`) cannot ask, whatever the client
-    // declares: no capability is named as missing (-32021 would have the client declare
-    // it and send the request again, in vain).
-    let Some((binding, principal)) = bound else {
-        return Err(RpcError::internal(
-            "a handler asked the client for input in a method that has no rounds of input",
-        ));
-    };
     if (ask.requests.is_empty() || ask.needs_what_was_left_out())
         && ask.missing != ClientCapabilities::default()
     {
@@ -761,6 +753,11 @@ pub(crate) fn seal_round(
             "this request asks the client for input and",
         ));
     }
+    let (binding, principal) = bound.ok_or_else(|| {
+        RpcError::internal(
+            "a handler kept state, asking nothing, for a client that declared no input capability (see Ask::state)",
+        )
+    })?;
     let round = previous + 1;
     if round > config.max_rounds {
         return Err(RpcError::invalid_params(format!(
@@ -887,23 +884,6 @@ mod tests {
         let e = seal_round(&config, &keys, Some((&binding(), &who)), 0, ask).unwrap_err();
         assert_eq!(e.kind, ErrorKind::MissingCapability);
         assert!(e.data.unwrap()["requiredCapabilities"]["elicitation"].is_object());
-    }
-
-    /// A method without rounds (a completer's ask) names no missing capability: declaring
-    /// one would not let the request ask.
-    #[test]
-    fn a_method_without_rounds_that_asks_is_the_servers_error() {
-        let config = StateConfig::default();
-        let keys = StateKeys::random();
-        for declared in [json!({}), json!({ "elicitation": {} })] {
-            let ask = Ask::new(caps(declared.clone()), BTreeSet::new()).elicit(
-                "name",
-                "Name?",
-                FormSchema::new().string("name", "Name", true),
-            );
-            let e = seal_round(&config, &keys, None, 0, ask).unwrap_err();
-            assert_eq!(e.kind, ErrorKind::Internal, "{declared}: {e:?}");
-        }
     }
 
     /// A form is checked before it is sent: one whose schema does not compile (a choice of
