@@ -293,12 +293,7 @@ async fn redis_refuses_the_writes_of_a_holder_whose_lease_ran_out() {
         .query_async(&mut raw)
         .await
         .unwrap();
-    let next = tokio::time::timeout(Duration::from_secs(3), lock(&b, &key))
-        .await
-        .expect("the next waiter takes over a lapsed lease");
-    only_the_live_holder_commits((&a, &fence), (&b, &next.fence().unwrap())).await;
-    next.release().await;
-    stalled.release().await;
+    another_takes_over((&a, stalled), &b, &key, Duration::from_secs(3)).await;
 }
 
 /// A line that lapsed while its holder was cut off from Redis (its keys expire once idle)
@@ -405,14 +400,8 @@ async fn postgres_refuses_the_writes_of_a_holder_whose_session_ended() {
     let (a, b) = (postgres().await, postgres().await);
     let key = unique_key();
     let cut = lock(&a, &key).await;
-    let fence = cut.fence().expect("PostgreSQL locks are fenced");
     end_the_holders_session(&pg_observer().await, &key).await;
-    let next = tokio::time::timeout(SOON, lock(&b, &key))
-        .await
-        .expect("the key is free once its holder's session ended");
-    only_the_live_holder_commits((&a, &fence), (&b, &next.fence().unwrap())).await;
-    next.release().await;
-    cut.release().await;
+    another_takes_over((&a, cut), &b, &key, SOON).await;
 }
 
 /// A lock taken just before PostgreSQL crashed may not have reached its disk (lock sessions
@@ -450,12 +439,24 @@ async fn postgres_refuses_the_writes_of_a_holder_whose_lock_a_crash_lost() {
         .execute(&observer)
         .await
         .expect("the sequence as the crash left it");
-    let next = tokio::time::timeout(SOON, lock(&b, &key))
+    another_takes_over((&a, cut), &b, &key, SOON).await;
+}
+
+/// `live` takes `key` (within `within`) from `late`'s holder, which lost it: only the live
+/// holder's writes commit. Both let the key go after.
+async fn another_takes_over(
+    (late_store, late): (&Arc<dyn Store>, Box<dyn KeyLock>),
+    live_store: &Arc<dyn Store>,
+    key: &str,
+    within: Duration,
+) {
+    let next = tokio::time::timeout(within, lock(live_store, key))
         .await
-        .expect("the key is free once its holder's session ended");
-    only_the_live_holder_commits((&a, &fence), (&b, &next.fence().unwrap())).await;
+        .expect("the key is taken over once its holder lost it");
+    let (late_fence, live_fence) = (late.fence().unwrap(), next.fence().unwrap());
+    only_the_live_holder_commits((late_store, &late_fence), (live_store, &live_fence)).await;
     next.release().await;
-    cut.release().await;
+    late.release().await;
 }
 
 /// Ends the session that holds `key`'s advisory lock, as a network cut or a restart would.
